@@ -1,0 +1,96 @@
+"""flashhub-kernels: load verified, variant-matched PyTorch kernels from a static CDN.
+
+Importing this package is cheap: it imports neither torch nor requests. torch is
+imported when a kernel is first resolved, requests when something must be downloaded.
+The layer API (``Device``, ``kernelize``, ...) loads on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._api import (
+    get_kernel,
+    get_kernel_variants,
+    get_loaded_kernels,
+    get_local_kernel,
+    has_kernel,
+)
+from ._config import Config, configure, get_config
+from ._finder import LoadedKernel, install
+from ._names import RepoInfo
+from ._variants import VariantAccepted, VariantRejected
+
+if TYPE_CHECKING:
+    from .layers import (
+        CUDAProperties,
+        Device,
+        LayerRepository,
+        LocalLayerRepository,
+        Mode,
+        ROCMProperties,
+        kernelize,
+        register_kernel_mapping,
+        replace_kernel_forward_from_hub,
+        use_kernel_forward_from_hub,
+        use_kernel_mapping,
+    )
+    from ._benchmark import Benchmark
+
+__version__ = "0.2.0"
+
+# Names whose modules import torch: loaded on first attribute access (PEP 562).
+_LAZY = {
+    "Benchmark": "._benchmark",
+    "CUDAProperties": ".layers",
+    "Device": ".layers",
+    "LayerRepository": ".layers",
+    "LocalLayerRepository": ".layers",
+    "Mode": ".layers",
+    "ROCMProperties": ".layers",
+    "kernelize": ".layers",
+    "register_kernel_mapping": ".layers",
+    "replace_kernel_forward_from_hub": ".layers",
+    "use_kernel_forward_from_hub": ".layers",
+    "use_kernel_mapping": ".layers",
+}
+
+__all__ = [
+    "Benchmark",
+    "CUDAProperties",
+    "Config",
+    "Device",
+    "LayerRepository",
+    "LoadedKernel",
+    "LocalLayerRepository",
+    "Mode",
+    "ROCMProperties",
+    "RepoInfo",
+    "VariantAccepted",
+    "VariantRejected",
+    "__version__",
+    "configure",
+    "get_config",
+    "get_kernel",
+    "get_kernel_variants",
+    "get_loaded_kernels",
+    "get_local_kernel",
+    "has_kernel",
+    "kernelize",
+    "register_kernel_mapping",
+    "replace_kernel_forward_from_hub",
+    "use_kernel_forward_from_hub",
+    "use_kernel_mapping",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+install()

@@ -1,0 +1,142 @@
+"""The documented functions. Every kernel import goes through the one finder."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+
+from ._config import get_config
+from ._finder import LoadedKernel, install
+from ._names import RepoInfo, check_backend, resolve_version
+from ._variants import VariantAccepted, VariantResolution, parse_variant, resolve_variants
+from .errors import KernelNotFoundError, NoCompatibleVariantError
+
+
+def get_kernel(
+    repo_id: str,
+    revision: str | None = None,
+    version: int | None = None,
+    *,
+    backend: str | None = None,
+) -> ModuleType:
+    """Import a kernel from the CDN (downloading the matching variant when not cached).
+
+    Returns the same module object as ``import flashhub.<org>.<pkg>.v<N>``.
+
+    Args:
+        repo_id: ``"<org>/<pkg>"``, e.g. ``"sdq/audio-codebook-primitives"``.
+        revision: ``"v1"`` or ``"1"``. Give exactly one of ``revision`` and ``version``.
+        version: The version number, ``>= 1``.
+        backend: Force a backend's variants, e.g. ``"cpu"`` on a CUDA machine. The kernel
+            is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``.
+
+    Raises:
+        ValueError: ``repo_id``, ``version``/``revision`` or ``backend`` is malformed.
+        KernelImportError: the kernel cannot be found, matched, fetched or verified (the
+            subclasses in :mod:`flashhub_kernels.errors` say which).
+    """
+    info = RepoInfo(repo_id, resolve_version(version, revision))
+    if backend is not None:
+        check_backend(backend)
+    module_name = info.module_name(backend)
+    install().pin(module_name, info)
+    return importlib.import_module(module_name)
+
+
+def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
+    """Import a kernel from a local directory, without the CDN or the cache.
+
+    ``repo_path`` is a kernel repo holding ``build/<variant>/<py_pkg>/``, such a
+    ``build`` directory itself, one ``<variant>`` directory, or a bare package directory
+    with an ``__init__.py``. The best variant for this system is used. The module gets a
+    unique name derived from the path, so different directories never collide.
+    """
+    package_dir = _find_local_package(Path(repo_path).resolve())
+    digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
+    module_name = f"flashhub._local.{package_dir.name}_{digest}"
+    install().add_local(module_name, package_dir)
+    return importlib.import_module(module_name)
+
+
+def _find_local_package(path: Path) -> Path:
+    if (path / "__init__.py").is_file():
+        return path
+    packages = [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()] if path.is_dir() else []
+    if len(packages) == 1:
+        return packages[0]
+    base = path / "build" if (path / "build").is_dir() else path
+    variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
+    from ._store import target_system
+
+    resolutions = resolve_variants(_parseable(variants), target_system(None))
+    for resolution in resolutions:
+        if isinstance(resolution, VariantAccepted):
+            return _find_local_package(base / resolution.variant_str)
+    raise KernelNotFoundError(
+        f"no kernel package found in {path}",
+        hint="point at a directory with build/<variant>/<py_pkg>/__init__.py, or at the package itself",
+    )
+
+
+def _parseable(names: list[str]) -> list[str]:
+    parseable = []
+    for name in names:
+        try:
+            parse_variant(name)
+        except ValueError:
+            continue
+        parseable.append(name)
+    return parseable
+
+
+def get_kernel_variants(
+    repo_id: str, version: int | None = None, *, backend: str | None = None
+) -> list[VariantResolution]:
+    """Judge every published variant of a kernel against this system.
+
+    Returns :class:`VariantAccepted` entries (best first) then :class:`VariantRejected`
+    entries with a ``reason``. ``version=None`` means the newest version in the repo's
+    ``versions.json``. When a version has no ``variants.json``, only the variants this
+    system could load are probed, so only those appear.
+    """
+    from ._store import fetch_index, remote, target_system
+
+    system = target_system(backend)
+    config = get_config()
+    with remote(config) as fetcher:
+        info = _with_version(fetcher, repo_id, version)
+        index = fetch_index(fetcher, info, system, probe_all=True)
+    return resolve_variants(sorted(index.present), system)
+
+
+def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None = None) -> bool:
+    """Whether the CDN publishes a variant of the kernel that this system can load."""
+    try:
+        resolutions = get_kernel_variants(repo_id, version, backend=backend)
+    except (KernelNotFoundError, NoCompatibleVariantError):
+        return False
+    return any(isinstance(r, VariantAccepted) for r in resolutions)
+
+
+def _with_version(fetcher: object, repo_id: str, version: int | None) -> RepoInfo:
+    """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
+    from ._store import published_versions
+
+    if version is not None:
+        return RepoInfo(repo_id, version)
+    RepoInfo(repo_id, 1)  # validate the repo id before any request
+    versions = published_versions(fetcher, repo_id)  # type: ignore[arg-type]
+    if not versions:
+        raise KernelNotFoundError(
+            f"{repo_id} has no versions.json on the CDN, so its newest version is unknown",
+            hint="pass version= explicitly",
+        )
+    return RepoInfo(repo_id, versions[-1])
+
+
+def get_loaded_kernels() -> list[LoadedKernel]:
+    """The kernels imported in this process, in load order."""
+    return install().loaded()

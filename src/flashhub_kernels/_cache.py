@@ -1,0 +1,228 @@
+"""The on-disk cache: layout, locks, staging, atomic commit and receipts.
+
+Layout under the cache root::
+
+    kernels/<org>/<pkg>/v<N>/
+        variants-index.json               what this version publishes (see VariantIndex)
+        <variant>/                        a committed entry: complete and verified
+            metadata.json                 the manifest it was verified against
+            .flashhub-receipt.json        content hash, size and mtime of every file
+            <py_pkg>/...                  the kernel's files
+        .staging-<variant>.<random>.<pid>.<host>/   a download in progress
+        .locks/<variant>.lock             filelock: one downloader per entry
+
+An entry appears only by renaming a verified staging directory into place, so readers
+never see a partial one. A published version never changes, so a committed entry is
+never updated in place: a damaged one is moved aside and fetched again.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import stat
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
+from ._names import RepoInfo
+
+INDEX_NAME = "variants-index.json"
+_STAGING = ".staging-"
+_TRASH = ".trash-"
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents private to this user (0700); return it."""
+    if not path.is_dir():
+        # Path.mkdir(parents=True) would give the parents default permissions.
+        for directory in [*reversed(path.parents), path]:
+            if not directory.is_dir():
+                directory.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new file, never half."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class VariantIndex:
+    """What the cache knows about the variants of one published version.
+
+    ``complete`` means ``present`` is the whole ``variants.json``; otherwise the CDN was
+    probed and only the names in ``present`` and ``absent`` are known either way.
+    """
+
+    complete: bool
+    present: frozenset[str]
+    absent: frozenset[str] = frozenset()
+
+    def knows(self, name: str) -> bool:
+        return self.complete or name in self.present or name in self.absent
+
+    def merged(self, other: VariantIndex) -> VariantIndex:
+        if self.complete:
+            return self
+        if other.complete:
+            return other
+        return VariantIndex(False, self.present | other.present, self.absent | other.absent)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "present": sorted(self.present),
+            "absent": sorted(self.absent),
+        }
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """Written when an entry is verified; lets the warm path trust it with ``stat`` only."""
+
+    content_hash: str
+    files: Mapping[str, tuple[int, int]]  # path -> (size, mtime_ns)
+
+    def changed_file(self, entry: Path) -> str | None:
+        """The first file that is missing, not a regular file, or changed; else ``None``."""
+        for relpath, (size, mtime_ns) in self.files.items():
+            try:
+                st = os.stat(entry / relpath, follow_symlinks=False)
+            except OSError:
+                return relpath
+            if not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+                return relpath
+        return None
+
+
+@dataclass(frozen=True)
+class Cache:
+    """Paths and operations of one cache root. Creating it touches nothing on disk."""
+
+    root: Path
+
+    def version_dir(self, info: RepoInfo) -> Path:
+        return self.root / "kernels" / info.org / info.name / f"v{info.version}"
+
+    def entry_dir(self, info: RepoInfo, variant: str) -> Path:
+        return self.version_dir(info) / variant
+
+    def lock(self, info: RepoInfo, variant: str) -> FileLock:
+        locks = ensure_dir(self.version_dir(info) / ".locks")
+        return FileLock(str(locks / f"{variant}.lock"), mode=0o600)
+
+    # -- what a version publishes -----------------------------------------------------
+
+    def read_index(self, info: RepoInfo) -> VariantIndex | None:
+        data = _read_json(self.version_dir(info) / INDEX_NAME)
+        if not isinstance(data, dict):
+            return None
+        try:
+            return VariantIndex(
+                bool(data["complete"]), frozenset(data["present"]), frozenset(data["absent"])
+            )
+        except (KeyError, TypeError):
+            return None
+
+    def record_index(self, info: RepoInfo, index: VariantIndex) -> None:
+        """Merge ``index`` into what is recorded (concurrent writers only add knowledge)."""
+        old = self.read_index(info)
+        merged = index if old is None else old.merged(index)
+        if merged != old:
+            write_atomic(ensure_dir(self.version_dir(info)) / INDEX_NAME, dump_json(merged.to_json()))
+
+    # -- entries ----------------------------------------------------------------------
+
+    def read_receipt(self, entry: Path) -> Receipt | None:
+        data = _read_json(entry / RECEIPT_NAME)
+        try:
+            files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
+            return Receipt(str(data["content_hash"]), files)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+    def new_staging(self, info: RepoInfo, variant: str) -> Path:
+        """A fresh, uniquely named directory beside the entry (same file system)."""
+        # Host last: host names may contain dots, variant names never do.
+        name = f"{_STAGING}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
+        staging = self.version_dir(info) / name
+        ensure_dir(staging.parent)
+        staging.mkdir(mode=0o700)
+        return staging
+
+    def seal(self, staging: Path, manifest_bytes: bytes, content_hash: str, files: Iterable[str]) -> None:
+        """Write the manifest and the receipt into a verified staging directory."""
+        (staging / MANIFEST_NAME).write_bytes(manifest_bytes)
+        receipt_files = {}
+        for relpath in files:
+            st = os.stat(staging / relpath, follow_symlinks=False)
+            receipt_files[relpath] = [st.st_size, st.st_mtime_ns]
+        receipt = {"content_hash": content_hash, "files": receipt_files}
+        (staging / RECEIPT_NAME).write_bytes(dump_json(receipt))
+        staging.chmod(0o755)
+
+    def commit(self, staging: Path, entry: Path) -> bool:
+        """Rename ``staging`` to ``entry``. ``False`` if another process committed first."""
+        try:
+            os.rename(staging, entry)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            remove_tree(staging)
+            return False
+        return True
+
+    def evict(self, entry: Path) -> None:
+        """Move a damaged entry out of the way atomically, then delete it."""
+        trash = entry.with_name(f"{_TRASH}{entry.name}.{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(entry, trash)
+        except FileNotFoundError:
+            return
+        remove_tree(trash)
+
+    def remove_stale_staging(self, info: RepoInfo, variant: str) -> None:
+        """Delete staging and trash directories left by dead processes on this host."""
+        version_dir = self.version_dir(info)
+        if not version_dir.is_dir():
+            return
+        host = socket.gethostname()
+        for child in version_dir.iterdir():
+            if child.name.startswith(f"{_TRASH}{variant}."):
+                remove_tree(child)
+            elif child.name.startswith(f"{_STAGING}{variant}."):
+                _random, pid, owner_host = (child.name.split(".", 4)[2:] + ["", "", ""])[:3]
+                if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
+                    remove_tree(child)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

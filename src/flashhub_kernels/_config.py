@@ -1,0 +1,143 @@
+"""Settings: parsed from the environment in this one place, overridable per process.
+
+The environment is read on every :func:`get_config` call (a handful of dict lookups),
+so a test or launcher that sets ``FLASHHUB_*`` variables after import is honoured.
+Values passed to :func:`configure` win over the environment for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
+DEFAULT_PREFIX = "kernels"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 60.0
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective settings of this process.
+
+    Attributes:
+        cdn_urls: Base URLs of the CDN mirrors, tried in order.
+        prefix: Path prefix under each base URL (may be empty).
+        cache_dir: Root of the local kernel cache.
+        offline: Never touch the network (``FLASHHUB_OFFLINE=1``).
+        progress_bars: Show tqdm progress bars for large downloads on a TTY.
+        connect_timeout: Seconds to wait for a TCP/TLS connection.
+        read_timeout: Seconds to wait for the next bytes of a response.
+    """
+
+    cdn_urls: tuple[str, ...]
+    prefix: str
+    cache_dir: Path
+    offline: bool = False
+    progress_bars: bool = True
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+
+    @property
+    def cdn_url(self) -> str:
+        """The mirrors as one comma-separated string, the form ``FLASHHUB_CDN_URL`` takes."""
+        return ",".join(self.cdn_urls)
+
+
+_overrides: dict[str, object] = {}
+
+
+def parse_cdn_urls(value: str) -> tuple[str, ...]:
+    """Split a comma-separated mirror list; drop blanks and trailing slashes."""
+    urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
+    if not urls:
+        raise ValueError(f"no CDN URL in {value!r}: give one or more base URLs separated by ','")
+    for url in urls:
+        if not url.startswith(("https://", "http://", "file://")):
+            raise ValueError(f"CDN URL {url!r} must start with https://, http:// or file://")
+    return urls
+
+
+def normalize_prefix(value: str) -> str:
+    """``/kernels/`` -> ``kernels``; an empty prefix means the CDN root."""
+    prefix = value.strip().strip("/")
+    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
+        raise ValueError(f"CDN prefix {value!r} must be a plain relative path such as 'kernels'")
+    return prefix
+
+
+def default_cache_dir() -> Path:
+    """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub``, else ``~/.cache/flashhub``."""
+    if env := os.environ.get("FLASHHUB_CACHE_DIR"):
+        return Path(env).expanduser()
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg).expanduser() / "flashhub"
+    return Path.home() / ".cache" / "flashhub"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def get_config() -> Config:
+    """Return the effective settings: :func:`configure` overrides, then the environment."""
+    cdn_url = _overrides.get("cdn_url") or os.environ.get("FLASHHUB_CDN_URL") or DEFAULT_CDN_URL
+    prefix = _overrides.get("prefix")
+    if prefix is None:
+        prefix = os.environ.get("FLASHHUB_CDN_PREFIX", DEFAULT_PREFIX)
+    cache_dir = _overrides.get("cache_dir") or default_cache_dir()
+    return Config(
+        cdn_urls=parse_cdn_urls(str(cdn_url)),
+        prefix=normalize_prefix(str(prefix)),
+        cache_dir=Path(str(cache_dir)).expanduser(),
+        offline=_env_flag("FLASHHUB_OFFLINE"),
+        progress_bars=not _env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),
+        connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
+        read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT", DEFAULT_READ_TIMEOUT),
+    )
+
+
+def configure(
+    cdn_url: str | None = None,
+    prefix: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Config:
+    """Override CDN settings for this process; ``None`` leaves a setting as it is.
+
+    Args:
+        cdn_url: Base URL of the CDN, or several mirrors separated by commas.
+        prefix: Path prefix of the kernel tree on the CDN (``""`` for the root).
+        cache_dir: Local cache root.
+
+    Returns:
+        The new effective :class:`Config`.
+    """
+    if cdn_url is not None:
+        parse_cdn_urls(cdn_url)  # validate now, not at the first download
+        _overrides["cdn_url"] = cdn_url
+    if prefix is not None:
+        _overrides["prefix"] = normalize_prefix(prefix)
+    if cache_dir is not None:
+        _overrides["cache_dir"] = os.fspath(cache_dir)
+    return get_config()
+
+
+def reset_config() -> None:
+    """Drop every :func:`configure` override; the environment applies again."""
+    _overrides.clear()

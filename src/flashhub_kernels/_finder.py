@@ -1,0 +1,183 @@
+"""The ``sys.meta_path`` finder (PEP 451) behind ``import flashhub.<org>.<pkg>.v<N>``.
+
+``find_spec`` runs under Python's global import lock, so it only parses the name and
+looks in in-process tables; it never touches the network. The kernel is resolved (and
+downloaded when cold) in :meth:`KernelLoader.create_module`, which runs under the
+per-module lock only. The loader then fills in the spec's real location, and from there
+on it is a plain :class:`~importlib.machinery.SourceFileLoader`: ``__file__``,
+``__path__``, relative imports, ``importlib.resources``, ``inspect.getsource``,
+tracebacks and bytecode caching all work as for an installed package. Submodules of a
+kernel are found by the standard path finder through the kernel's ``__path__``.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from ._names import KernelModuleName, RepoInfo, cdn_name_candidates, parse_module_name
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    """A kernel imported in this process (see :func:`get_loaded_kernels`).
+
+    ``repo_id``, ``version`` and ``variant`` are ``None`` for kernels loaded from a
+    local directory with :func:`get_local_kernel`.
+    """
+
+    repo_id: str | None
+    version: int | None
+    variant: str | None
+    path: Path
+    module: ModuleType
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a module name points once known: a package directory and its origin."""
+
+    package_dir: Path
+    info: RepoInfo | None = None
+    variant: str | None = None
+
+    @property
+    def init_file(self) -> Path:
+        return self.package_dir / "__init__.py"
+
+
+class _SyntheticPackageLoader(importlib.abc.Loader):
+    """``flashhub.<org>`` and ``flashhub.<org>.<pkg>``: empty packages, no disk, no network."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass
+
+
+class KernelLoader(importlib.machinery.SourceFileLoader):
+    """Resolves a kernel to its cache directory, then loads it as plain source files."""
+
+    def __init__(self, finder: KernelFinder, fullname: str, target: _Target | None = None) -> None:
+        super().__init__(fullname, str(target.init_file) if target else "")
+        self._finder = finder
+        self._target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        if self._target is None:
+            self._target = self._finder.resolve(spec.name)
+            self.path = str(self._target.init_file)
+            spec.origin = self.path
+            spec.has_location = True
+            spec.submodule_search_locations = [str(self._target.package_dir)]
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        super().exec_module(module)
+        assert self._target is not None
+        self._finder.record_loaded(module, self._target)
+
+
+class KernelFinder(importlib.abc.MetaPathFinder):
+    """Maps ``flashhub.*`` names to kernels. One instance lives on ``sys.meta_path``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._targets: dict[str, _Target] = {}  # module name -> where it was found
+        self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
+        self._loaded: dict[str, LoadedKernel] = {}
+
+    # -- registration, called by the public API -----------------------------------------
+
+    def pin(self, module_name: str, info: RepoInfo) -> None:
+        """Make ``module_name`` stand for ``info`` (not another spelling of its name)."""
+        with self._lock:
+            known = self._pins.get(module_name) or getattr(self._targets.get(module_name), "info", None)
+            if known is not None and known.repo_id != info.repo_id:
+                raise ValueError(
+                    f"{module_name} is already bound to {known.repo_id}; {info.repo_id} maps to "
+                    "the same module name, so the two cannot be loaded in one process"
+                )
+            self._pins[module_name] = info
+
+    def add_local(self, module_name: str, package_dir: Path) -> None:
+        """Make ``module_name`` load the kernel package in ``package_dir``."""
+        with self._lock:
+            self._targets[module_name] = _Target(package_dir)
+
+    def loaded(self) -> list[LoadedKernel]:
+        with self._lock:
+            return list(self._loaded.values())
+
+    # -- the import protocol --------------------------------------------------------------
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        known = self._targets.get(fullname)
+        if known is not None:  # resolved before in this process, or a local kernel: no I/O
+            return importlib.util.spec_from_file_location(
+                fullname,
+                known.init_file,
+                loader=KernelLoader(self, fullname, known),
+                submodule_search_locations=[str(known.package_dir)],
+            )
+        parsed = parse_module_name(fullname)
+        if parsed is None:
+            return None
+        if parsed.version is None:
+            return importlib.machinery.ModuleSpec(fullname, _SyntheticPackageLoader(), is_package=True)
+        return importlib.machinery.ModuleSpec(fullname, KernelLoader(self, fullname), is_package=True)
+
+    def resolve(self, fullname: str) -> _Target:
+        """Find (download if needed) the kernel ``fullname`` names. Called by the loader."""
+        from ._store import resolve
+
+        parsed = parse_module_name(fullname)
+        assert parsed is not None and parsed.version is not None
+        pinned = self._pins.get(fullname)
+        resolved = resolve([pinned] if pinned else _candidates(parsed), backend=parsed.backend)
+        target = _Target(resolved.package_dir, resolved.info, resolved.variant)
+        with self._lock:
+            self._targets[fullname] = target
+            self._pins.setdefault(fullname, resolved.info)  # the spelling that existed wins
+        return target
+
+    def record_loaded(self, module: ModuleType, target: _Target) -> None:
+        info = target.info
+        record = LoadedKernel(
+            repo_id=info.repo_id if info else None,
+            version=info.version if info else None,
+            variant=target.variant,
+            path=target.package_dir,
+            module=module,
+        )
+        with self._lock:
+            self._loaded[module.__name__] = record
+
+
+def _candidates(parsed: KernelModuleName) -> list[RepoInfo]:
+    assert parsed.pkg is not None and parsed.version is not None
+    return [
+        RepoInfo(f"{org}/{pkg}", parsed.version)
+        for org in cdn_name_candidates(parsed.org)
+        for pkg in cdn_name_candidates(parsed.pkg)
+    ]
+
+
+def install() -> KernelFinder:
+    """Put the finder on ``sys.meta_path`` once; return the installed instance."""
+    for finder in sys.meta_path:
+        if isinstance(finder, KernelFinder):
+            return finder
+    finder = KernelFinder()
+    sys.meta_path.append(finder)
+    return finder

@@ -1,0 +1,165 @@
+"""The CDN's JSON documents: parse, validate, encode digests. Pure functions, no I/O.
+
+``metadata.json`` is the manifest of one variant::
+
+    {"digest": {"files": {"<relative path>": "<base64 sha256>"}}}
+
+Exactly the listed files make up the variant. Everything here treats the documents as
+hostile input: size, shape, every path and every digest are checked before any of it
+is used to build a URL or a file name.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ManifestError
+
+MAX_DOCUMENT_BYTES = 1 << 20
+MAX_FILES = 10_000
+MAX_PATH_LENGTH = 1024
+# Files the cache writes beside a variant's own files; a manifest may not list them.
+MANIFEST_NAME = "metadata.json"
+RECEIPT_NAME = ".flashhub-receipt.json"
+RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME})
+_HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A validated ``metadata.json``: relative path -> raw 32-byte sha256."""
+
+    files: Mapping[str, bytes]
+    document: Mapping[str, Any] = field(repr=False)  # the whole JSON object, other keys kept
+
+    @property
+    def content_hash(self) -> str:
+        """``sha256-<hex>`` over the sorted (path, digest) pairs: what lock files pin."""
+        return content_hash(self.files)
+
+
+def content_hash(files: Mapping[str, bytes]) -> str:
+    """Hash a variant's identity: for each path in order, ``path NUL digest``."""
+    hasher = hashlib.sha256()
+    for path in sorted(files):
+        hasher.update(path.encode("utf-8") + b"\0" + files[path])
+    return f"sha256-{hasher.hexdigest()}"
+
+
+def decode_digest(value: object) -> bytes:
+    """Accept standard, unpadded or URL-safe base64, optionally ``sha256-`` prefixed."""
+    if not isinstance(value, str):
+        raise ValueError(f"digest must be a base64 string, got {type(value).__name__}")
+    text = value.removeprefix("sha256-").strip()
+    text = text.replace("-", "+").replace("_", "/")
+    text += "=" * (-len(text) % 4)
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"digest {value!r} is not valid base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"digest {value!r} decodes to {len(raw)} bytes, a sha256 has 32")
+    return raw
+
+
+def encode_digest(raw: bytes) -> str:
+    """The form writers emit: standard base64 with padding."""
+    return base64.b64encode(raw).decode("ascii")
+
+
+def check_relative_path(path: object) -> str:
+    """Return ``path`` if it is a safe, normalised relative path with ``/`` separators."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"file path {path!r} must be a non-empty string")
+    if len(path) > MAX_PATH_LENGTH:
+        raise ValueError(f"file path of {len(path)} characters is too long")
+    if "\\" in path:
+        raise ValueError(f"file path {path!r} contains a backslash; paths use '/'")
+    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in path):
+        raise ValueError(f"file path {path!r} contains NUL or a control character")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        raise ValueError(f"file path {path!r} is absolute; it must be relative to the variant")
+    for segment in path.split("/"):
+        if segment in ("", ".", ".."):
+            raise ValueError(f"file path {path!r} has an empty, '.' or '..' segment")
+    return path
+
+
+def _load_json(data: bytes, what: str) -> Any:
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise ManifestError(f"{what} is {len(data)} bytes, over the 1 MiB limit", hint=_HINT)
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{what} is not valid JSON: {exc}", hint=_HINT) from None
+
+
+def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
+    """Validate a ``metadata.json`` document; raise :class:`ManifestError` if unsafe."""
+    document = _load_json(data, source)
+    files = document.get("digest", {}).get("files") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
+        raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
+    if not isinstance(files, dict) or not files:
+        raise ManifestError(f'{source} must list its files in "digest": {{"files": {{...}}}}', hint=_HINT)
+    if len(files) > MAX_FILES:
+        raise ManifestError(f"{source} lists {len(files)} files, over the limit of {MAX_FILES}", hint=_HINT)
+    parsed: dict[str, bytes] = {}
+    seen: dict[str, str] = {}
+    for path, digest in files.items():
+        try:
+            check_relative_path(path)
+            raw = decode_digest(digest)
+        except ValueError as exc:
+            raise ManifestError(f"{source}: {exc}", hint=_HINT) from None
+        if path in RESERVED_NAMES:
+            raise ManifestError(f"{source} lists {path!r}, a name the cache keeps for itself", hint=_HINT)
+        # Two names that one file system may store as one file would overwrite each other.
+        key = unicodedata.normalize("NFC", path).casefold()
+        if key in seen:
+            raise ManifestError(f"{source} lists {seen[key]!r} and {path!r}, the same file", hint=_HINT)
+        seen[key] = path
+        parsed[path] = raw
+    _check_no_file_is_a_directory(parsed, source)
+    return Manifest(files=parsed, document=document)
+
+
+def _check_no_file_is_a_directory(files: Mapping[str, bytes], source: str) -> None:
+    """``a`` and ``a/b`` cannot both be files."""
+    directories = {key.rsplit("/", 1)[0] for key in files if "/" in key}
+    directories |= {d.rsplit("/", i)[0] for d in directories for i in range(1, d.count("/") + 1)}
+    clash = sorted(directories & files.keys())
+    if clash:
+        raise ManifestError(f"{source} lists {clash[0]!r} both as a file and a directory", hint=_HINT)
+
+
+def parse_variants(data: bytes, *, source: str = "variants.json") -> list[str]:
+    """Validate a ``variants.json``: a list of variant-name strings."""
+    document = _load_json(data, source)
+    if not isinstance(document, list) or not all(isinstance(v, str) for v in document):
+        raise ManifestError(f"{source} must be a JSON list of variant names", hint=_HINT)
+    if any(not 0 < len(v) <= 200 for v in document):
+        raise ManifestError(f"{source} holds an empty or over-long variant name", hint=_HINT)
+    return list(dict.fromkeys(document))
+
+
+def parse_versions(data: bytes, *, source: str = "versions.json") -> list[int]:
+    """Validate a ``versions.json``: a list of ints >= 1. Returned sorted, unique."""
+    document = _load_json(data, source)
+    if not isinstance(document, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in document
+    ):
+        raise ManifestError(f"{source} must be a JSON list of version numbers >= 1", hint=_HINT)
+    return sorted(set(document))
+
+
+def dump_json(document: object) -> bytes:
+    """The canonical byte form the publisher and the cache write: stable, sorted, newline."""
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")

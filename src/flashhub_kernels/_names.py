@@ -1,0 +1,167 @@
+"""Repo ids, versions, revisions and module names. Pure functions, no I/O.
+
+A kernel is addressed by a repo id ``<org>/<pkg>`` and a version ``N >= 1``. In Python
+it lives at ``flashhub.<org>.<pkg>.v<N>``, where the two name segments are the CDN
+names with ``-`` turned into ``_``. Going back from a module name is ambiguous
+(``tensor_tricks`` may be ``tensor-tricks`` or ``tensor_tricks`` on the CDN), so
+:func:`cdn_name_candidates` lists both, dashed form first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ROOT_PACKAGE = "flashhub"
+
+# A segment must become a Python identifier once '-' is replaced by '_'.
+_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,95}")
+BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal")
+# ``v2`` is the kernel as this system's default backend picks it; ``v2_cpu`` forces a backend.
+_VERSION_SEGMENT = re.compile(rf"v([1-9][0-9]{{0,8}})(?:_({'|'.join(BACKENDS)}))?")
+_REVISION = re.compile(r"v?([1-9][0-9]{0,8})")
+
+
+def _check_segment(segment: str, what: str, repo_id: str) -> None:
+    if not _SEGMENT.fullmatch(segment):
+        raise ValueError(
+            f"invalid repo id {repo_id!r}: the {what} {segment!r} must start with a letter or "
+            "'_' and hold only letters, digits, '-' and '_' (e.g. 'sdq/audio-codebook-primitives')"
+        )
+
+
+def check_version(version: object) -> int:
+    """Return ``version`` if it is an ``int >= 1``; raise ``ValueError`` otherwise."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"version must be an int >= 1, got {version!r}")
+    if version < 1:
+        raise ValueError(f"version must be >= 1, got {version}; versions are numbered from 1")
+    return version
+
+
+def parse_revision(revision: str) -> int:
+    """``"v3"`` or ``"3"`` -> ``3``. Branch names are not revisions on a static CDN."""
+    match = _REVISION.fullmatch(revision.strip()) if isinstance(revision, str) else None
+    if match is None:
+        raise ValueError(
+            f"invalid revision {revision!r}: use a version such as 'v1' or '1' "
+            "(the CDN publishes numbered versions, not branches)"
+        )
+    return int(match.group(1))
+
+
+def resolve_version(version: int | None, revision: str | None) -> int:
+    """Turn the ``version=`` / ``revision=`` pair of the public API into one version."""
+    if (version is None) == (revision is None):
+        raise ValueError("give exactly one of version= or revision= (e.g. version=1)")
+    if version is not None:
+        return check_version(version)
+    assert revision is not None
+    return parse_revision(revision)
+
+
+@dataclass(frozen=True, order=True)
+class RepoInfo:
+    """One version of one kernel repository on the CDN: ``repo_id`` at ``version``.
+
+    Construction validates both, so a ``RepoInfo`` is always safe to turn into URLs,
+    cache paths and module names.
+    """
+
+    repo_id: str
+    version: int
+
+    def __post_init__(self) -> None:
+        parse_repo_id(self.repo_id)
+        check_version(self.version)
+
+    @property
+    def org(self) -> str:
+        return self.repo_id.split("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.repo_id.split("/")[1]
+
+    @property
+    def py_pkg(self) -> str:
+        """The Python package directory inside a variant: the name with ``-`` -> ``_``."""
+        return self.name.replace("-", "_")
+
+    def module_name(self, backend: str | None = None) -> str:
+        """Where the import hook puts this kernel: ``flashhub.<org>.<pkg>.v<N>[_<backend>]``."""
+        org, pkg = module_segment(self.org), module_segment(self.name)
+        suffix = f"_{check_backend(backend)}" if backend else ""
+        return f"{ROOT_PACKAGE}.{org}.{pkg}.v{self.version}{suffix}"
+
+    @property
+    def cdn_path(self) -> str:
+        """The version directory relative to ``<cdn_url>/<prefix>``."""
+        return f"{self.repo_id}/v{self.version}"
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}@v{self.version}"
+
+
+def check_backend(backend: str) -> str:
+    """Return ``backend`` if it is one the variant grammar knows; raise ``ValueError``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def parse_repo_id(repo_id: str) -> tuple[str, str]:
+    """Split and validate ``"<org>/<pkg>"``; raise ``ValueError`` with an example if bad."""
+    if not isinstance(repo_id, str):
+        raise ValueError(f"repo id must be a string like 'org/pkg', got {repo_id!r}")
+    parts = repo_id.split("/")
+    if len(parts) != 2:
+        raise ValueError(
+            f"invalid repo id {repo_id!r}: expected exactly '<org>/<pkg>', "
+            "e.g. 'sdq/audio-codebook-primitives'"
+        )
+    _check_segment(parts[0], "org", repo_id)
+    _check_segment(parts[1], "package name", repo_id)
+    return parts[0], parts[1]
+
+
+def module_segment(cdn_name: str) -> str:
+    """The identifier a CDN name takes in a module path: ``-`` -> ``_``."""
+    return cdn_name.replace("-", "_")
+
+
+def cdn_name_candidates(segment: str) -> list[str]:
+    """CDN names a module segment may stand for, in the order the hook tries them."""
+    dashed = segment.replace("_", "-")
+    return [dashed] if dashed == segment else [dashed, segment]
+
+
+@dataclass(frozen=True)
+class KernelModuleName:
+    """A parsed ``flashhub.<org>.<pkg>[.v<N>]`` module name."""
+
+    org: str
+    pkg: str | None = None
+    version: int | None = None
+    backend: str | None = None
+
+
+def parse_module_name(fullname: str) -> KernelModuleName | None:
+    """Parse a name under ``flashhub.``; ``None`` if the hook does not own it.
+
+    Kernel submodules (five segments or more) are not ours: they are real files in the
+    cache, found by the standard path finder through the kernel package's ``__path__``.
+    """
+    parts = fullname.split(".")
+    if parts[0] != ROOT_PACKAGE or not 2 <= len(parts) <= 4:
+        return None
+    if not all(part.isidentifier() for part in parts[1:3]):
+        return None
+    if len(parts) == 2:
+        return KernelModuleName(parts[1])
+    if len(parts) == 3:
+        return KernelModuleName(parts[1], parts[2])
+    match = _VERSION_SEGMENT.fullmatch(parts[3])
+    if match is None:
+        return None
+    return KernelModuleName(parts[1], parts[2], int(match.group(1)), match.group(2))

@@ -1,0 +1,282 @@
+"""From a kernel reference to a verified variant directory on disk.
+
+This is the one module that composes names, variants, manifests, cache and transport.
+:func:`resolve` has two paths:
+
+- warm: the cache's variant index picks the variant, the entry's receipt vouches for
+  its files (``stat`` only); no network, and ``requests`` is not even imported;
+- cold: fetch ``variants.json`` (or probe), pick the variant, then under the entry's
+  file lock download every file into staging, verify, and rename into place.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._cache import Cache, VariantIndex, ensure_dir, remove_tree
+from ._config import Config, get_config
+from ._manifest import (
+    MANIFEST_NAME,
+    MAX_DOCUMENT_BYTES,
+    Manifest,
+    parse_metadata,
+    parse_variants,
+    parse_versions,
+)
+from ._names import RepoInfo
+from ._variants import (
+    SystemInfo,
+    VariantAccepted,
+    VariantResolution,
+    candidate_names,
+    detect_system,
+    format_trace,
+    resolve_variants,
+    with_backend,
+)
+from .errors import (
+    IntegrityError,
+    KernelNotFoundError,
+    ManifestError,
+    NoCompatibleVariantError,
+    OfflineError,
+)
+
+if TYPE_CHECKING:
+    from ._transport import Fetcher
+
+
+@dataclass(frozen=True)
+class ResolvedKernel:
+    """A verified variant of a kernel in the cache."""
+
+    info: RepoInfo
+    variant: str
+    entry: Path
+
+    @property
+    def package_dir(self) -> Path:
+        return self.entry / self.info.py_pkg
+
+    @property
+    def init_file(self) -> Path:
+        return self.package_dir / "__init__.py"
+
+
+def target_system(backend: str | None) -> SystemInfo:
+    """This machine, or this machine as if it ran ``backend``."""
+    system = detect_system()
+    return with_backend(system, backend) if backend else system
+
+
+def resolve(
+    candidates: Sequence[RepoInfo], *, backend: str | None = None, config: Config | None = None
+) -> ResolvedKernel:
+    """Return a verified cache entry for the first candidate that exists, downloading it if needed.
+
+    ``candidates`` are the CDN spellings a module name may stand for (see
+    :func:`~flashhub_kernels._names.cdn_name_candidates`), tried in order.
+    """
+    config = config or get_config()
+    cache, system = Cache(config.cache_dir), target_system(backend)
+    damaged: str | None = None
+    for info in candidates:
+        hit, damaged = _warm_lookup(cache, info, system)
+        if hit is not None:
+            return hit
+    if config.offline:
+        raise _offline_error(candidates[0], damaged)
+    with remote(config) as fetcher:
+        not_found: KernelNotFoundError | None = None
+        for info in candidates:
+            try:
+                index = fetch_index(fetcher, info, system)
+            except KernelNotFoundError as exc:
+                not_found = not_found or exc
+                continue
+            variant = choose_variant(index, info, system)
+            entry = download_entry(cache, fetcher, info, variant)
+            cache.record_index(info, index)
+            return ResolvedKernel(info, variant, entry)
+    assert not_found is not None
+    raise not_found
+
+
+def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
+    if damaged:
+        return IntegrityError(
+            f"the cached copy of {info} was modified after it was verified ({damaged})",
+            hint="unset FLASHHUB_OFFLINE so it can be fetched again, or run `flashhub cache verify`",
+        )
+    return OfflineError(
+        f"{info} is not in the cache and FLASHHUB_OFFLINE is set",
+        hint=f"run `flashhub get {info.repo_id} --version {info.version}` with network access, "
+        "or unset FLASHHUB_OFFLINE",
+    )
+
+
+# -- warm path -------------------------------------------------------------------------
+
+
+def _warm_lookup(cache: Cache, info: RepoInfo, system: SystemInfo) -> tuple[ResolvedKernel | None, str | None]:
+    """A verified entry, or ``None`` and (when an entry was damaged) what changed."""
+    index = cache.read_index(info)
+    variant = pick_cached_variant(index, system) if index else None
+    if variant is None:
+        return None, None
+    entry = cache.entry_dir(info, variant)
+    receipt = cache.read_receipt(entry)
+    if receipt is None:
+        return None, None
+    changed = receipt.changed_file(entry)
+    if changed is not None:
+        return None, f"{entry / changed} differs from its receipt"
+    return ResolvedKernel(info, variant, entry), None
+
+
+def pick_cached_variant(index: VariantIndex, system: SystemInfo) -> str | None:
+    """The variant the CDN would give ``system``, if the index knows enough to say."""
+    if index.complete:
+        return _best(resolve_variants(sorted(index.present), system))
+    for name in candidate_names(system):
+        if name in index.present:
+            return name
+        if name not in index.absent:
+            return None  # never probed for this system: ask the CDN
+    return None
+
+
+def _best(resolutions: Sequence[VariantResolution]) -> str | None:
+    first = resolutions[0] if resolutions else None
+    return first.variant_str if isinstance(first, VariantAccepted) else None
+
+
+# -- cold path -------------------------------------------------------------------------
+
+
+@contextmanager
+def remote(config: Config) -> Iterator[Fetcher]:
+    """A :class:`Fetcher` for the configured mirrors; imports ``requests`` on first use."""
+    from ._transport import Fetcher
+
+    fetcher = Fetcher(config)
+    try:
+        yield fetcher
+    finally:
+        fetcher.close()
+
+
+def fetch_index(fetcher: Fetcher, info: RepoInfo, system: SystemInfo, *, probe_all: bool = False) -> VariantIndex:
+    """What ``info`` publishes: ``variants.json``, or a probe of ``system``'s candidates.
+
+    Probing stops at the first hit unless ``probe_all`` (used to list variants).
+    """
+    from ._transport import NotPublished
+
+    try:
+        data = fetcher.get_bytes(f"{info.cdn_path}/variants.json", limit=MAX_DOCUMENT_BYTES)
+        return VariantIndex(True, frozenset(parse_variants(data, source=f"{info}/variants.json")))
+    except NotPublished:
+        pass
+    present: set[str] = set()
+    absent: set[str] = set()
+    for name in candidate_names(system):
+        try:
+            fetcher.get_bytes(_variant_path(info, name, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES)
+        except NotPublished:
+            absent.add(name)
+            continue
+        present.add(name)
+        if not probe_all:
+            break
+    if not present:
+        _raise_not_published(fetcher, info, absent)
+    return VariantIndex(False, frozenset(present), frozenset(absent))
+
+
+def _raise_not_published(fetcher: Fetcher, info: RepoInfo, probed: set[str]) -> None:
+    versions = published_versions(fetcher, info.repo_id)
+    if versions is not None and info.version in versions:
+        raise NoCompatibleVariantError(
+            f"{info} has no variants.json and none of the variants this system can load "
+            f"is published (probed: {', '.join(sorted(probed))})",
+            hint="ask the publisher for a build for this torch/backend, or pass backend='cpu'",
+        )
+    listed = f"; published versions: {', '.join(map(str, versions))}" if versions else ""
+    raise KernelNotFoundError(
+        f"{info} was not found on the CDN{listed}",
+        hint="check the repo id and version, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX",
+    )
+
+
+def published_versions(fetcher: Fetcher, repo_id: str) -> list[int] | None:
+    """The repo's ``versions.json``, or ``None`` when it has none."""
+    from ._transport import NotPublished
+
+    try:
+        data = fetcher.get_bytes(f"{repo_id}/versions.json", limit=MAX_DOCUMENT_BYTES)
+    except NotPublished:
+        return None
+    return parse_versions(data, source=f"{repo_id}/versions.json")
+
+
+def choose_variant(index: VariantIndex, info: RepoInfo, system: SystemInfo) -> str:
+    """The best published variant for ``system``, or the full rejection trace."""
+    if not index.complete:
+        chosen = pick_cached_variant(index, system)
+        assert chosen is not None, "fetch_index probes until it finds a variant"
+        return chosen
+    resolutions = resolve_variants(sorted(index.present), system)
+    chosen = _best(resolutions)
+    if chosen is None:
+        raise NoCompatibleVariantError(
+            f"{info} has no variant for this system ({system.describe()}). "
+            f"Published variants:\n{format_trace(resolutions)}",
+            hint="ask the publisher for a build for this torch/backend, or pass backend='cpu'",
+        )
+    return chosen
+
+
+def _variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
+    return f"{info.cdn_path}/build/{variant}/{urllib.parse.quote(relpath)}"
+
+
+def download_entry(cache: Cache, fetcher: Fetcher, info: RepoInfo, variant: str) -> Path:
+    """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time."""
+    entry = cache.entry_dir(info, variant)
+    with cache.lock(info, variant):
+        receipt = cache.read_receipt(entry)
+        if receipt is not None and receipt.changed_file(entry) is None:
+            return entry  # another process finished it while we waited for the lock
+        cache.evict(entry)
+        cache.remove_stale_staging(info, variant)
+        manifest_bytes = fetcher.get_bytes(_variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES)
+        manifest = parse_metadata(manifest_bytes, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
+        _check_has_package(manifest, info, variant)
+        staging = cache.new_staging(info, variant)
+        try:
+            jobs = []
+            for relpath, digest in manifest.files.items():
+                dest = staging / relpath
+                ensure_dir(dest.parent)
+                jobs.append((_variant_path(info, variant, relpath), dest, digest))
+            fetcher.download_many(jobs)
+            cache.seal(staging, manifest_bytes, manifest.content_hash, manifest.files)
+            cache.commit(staging, entry)
+        finally:
+            remove_tree(staging)  # a no-op after a successful commit
+    return entry
+
+
+def _check_has_package(manifest: Manifest, info: RepoInfo, variant: str) -> None:
+    if f"{info.py_pkg}/__init__.py" not in manifest.files:
+        raise ManifestError(
+            f"{info}/build/{variant}/metadata.json does not list {info.py_pkg}/__init__.py, "
+            "so the variant holds no importable package",
+            hint="the package directory must be named after the repo with '-' -> '_'",
+        )

@@ -1,0 +1,252 @@
+"""Fetching from the CDN: http(s) through one ``requests`` Session, and ``file://`` mirrors.
+
+Importing this module imports ``requests``; the cache and the import hook only import it
+on the cold path, when something must actually be downloaded.
+
+Failure policy, per file:
+- connection errors, 429 and 5xx are retried by urllib3 with exponential backoff that
+  honours ``Retry-After``; when they persist, the next mirror is tried;
+- a body cut off mid-way resumes with ``Range`` from the bytes already hashed;
+- 404 means "not published" and is answered at once (mirrors are meant to agree);
+- bytes that do not hash to the manifest's digest are an :class:`IntegrityError`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import urllib.parse
+import urllib.request
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from ._config import Config
+from ._hashing import CHUNK_SIZE, HashingWriter
+from .errors import TransportError
+
+T = TypeVar("T")
+
+MAX_RESUMES = 5
+MAX_PARALLEL_FILES = 8
+_RETRY_STATUSES = (429, 500, 502, 503, 504)
+_warned_hosts: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+class NotPublished(Exception):
+    """The CDN answered 404 (or the file is absent from a ``file://`` mirror)."""
+
+
+class _MirrorFailed(Exception):
+    """This mirror could not serve the file; the next one may."""
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_insecure(base_url: str) -> None:
+    """Warn once per host about plain http to a host other than this machine."""
+    parts = urllib.parse.urlsplit(base_url)
+    host = parts.hostname or ""
+    if parts.scheme != "http" or _is_loopback(host):
+        return
+    with _warn_lock:
+        if host in _warned_hosts:
+            return
+        _warned_hosts.add(host)
+    warnings.warn(
+        f"fetching kernels over plain http from {host}: metadata.json carries the digests "
+        "every file is checked against, so anyone on the path can swap kernels. Use https, "
+        "or pin the kernel in a lock file.",
+        stacklevel=3,
+    )
+
+
+def make_session(config: Config) -> requests.Session:
+    """A Session with connection reuse and urllib3 retries with backoff and Retry-After."""
+    retry = Retry(
+        total=5,
+        connect=5,
+        read=3,
+        status=5,
+        backoff_factor=0.25,
+        backoff_max=10,
+        status_forcelist=_RETRY_STATUSES,
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        respect_retry_after_header=True,
+        raise_on_status=False,
+    )
+    adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=2 * MAX_PARALLEL_FILES)
+    session = requests.Session()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.headers["User-Agent"] = "flashhub-kernels"
+    return session
+
+
+@dataclass
+class Fetcher:
+    """Fetches paths relative to ``<mirror>/<prefix>/`` from the first mirror that answers."""
+
+    config: Config
+    session: requests.Session = field(init=False)
+
+    def __post_init__(self) -> None:
+        for base in self.config.cdn_urls:
+            warn_if_insecure(base)
+        self.session = make_session(self.config)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def urls(self, relpath: str) -> list[str]:
+        prefix = f"{self.config.prefix}/" if self.config.prefix else ""
+        return [f"{base}/{prefix}{relpath}" for base in self.config.cdn_urls]
+
+    def get_bytes(self, relpath: str, *, limit: int) -> bytes:
+        """Fetch a small document whole; raise :class:`NotPublished` on 404."""
+        return self._from_mirrors(relpath, lambda url: self._read_small(url, limit))
+
+    def download(self, relpath: str, dest: Path, digest: bytes) -> int:
+        """Stream ``relpath`` into the new file ``dest``, verifying it; return its size."""
+        return self._from_mirrors(relpath, lambda url: self._download_verified(url, dest, digest))
+
+    def download_many(self, jobs: list[tuple[str, Path, bytes]]) -> int:
+        """Download several files concurrently; return the total bytes. First error wins."""
+        if len(jobs) == 1:
+            return self.download(*jobs[0])
+        with ThreadPoolExecutor(min(MAX_PARALLEL_FILES, len(jobs))) as pool:
+            futures = [pool.submit(self.download, *job) for job in jobs]
+            return sum(future.result() for future in futures)
+
+    def _from_mirrors(self, relpath: str, fetch: Callable[[str], T]) -> T:
+        failures: list[str] = []
+        for url in self.urls(relpath):
+            try:
+                return fetch(url)
+            except _MirrorFailed as exc:
+                failures.append(f"{url}: {exc}")
+        raise TransportError(
+            f"could not fetch {relpath!r} from any CDN mirror:\n  " + "\n  ".join(failures),
+            hint="check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
+            "or set FLASHHUB_OFFLINE=1 to use only what is cached",
+        )
+
+    # -- one mirror ------------------------------------------------------------------
+
+    def _read_small(self, url: str, limit: int) -> bytes:
+        if url.startswith("file://"):
+            path = _file_url_path(url)
+            try:
+                with open(path, "rb") as file:
+                    return file.read(limit + 1)
+            except FileNotFoundError:
+                raise NotPublished(url) from None
+            except OSError as exc:
+                raise _MirrorFailed(str(exc)) from None
+        with self._get(url, {}) as response:
+            body = b""
+            for chunk in response.iter_content(64 * 1024):
+                body += chunk
+                if len(body) > limit:
+                    break
+            return body
+
+    def _download_verified(self, url: str, dest: Path, digest: bytes) -> int:
+        writer = HashingWriter(dest)
+        try:
+            if url.startswith("file://"):
+                _copy_file(url, writer)
+            else:
+                self._stream_with_resume(url, writer)
+        except BaseException:
+            writer.close()
+            dest.unlink(missing_ok=True)
+            raise
+        writer.close()
+        try:
+            writer.verify(digest, source=url)
+        except BaseException:
+            dest.unlink(missing_ok=True)
+            raise
+        return writer.size
+
+    def _stream_with_resume(self, url: str, writer: HashingWriter) -> None:
+        for _attempt in range(MAX_RESUMES + 1):
+            headers = {"Range": f"bytes={writer.size}-"} if writer.size else {}
+            try:
+                with self._get(url, headers) as response:
+                    if writer.size and response.status_code == 200:
+                        writer.reset()  # the server ignored Range: take the full body again
+                    elif writer.size:
+                        _check_content_range(response, writer.size)
+                    for chunk in response.iter_content(CHUNK_SIZE):
+                        writer.write(chunk)
+                    return
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError):
+                continue  # resume from writer.size
+        raise _MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
+
+    @contextmanager
+    def _get(self, url: str, headers: dict[str, str]) -> Iterator[requests.Response]:
+        timeout = (self.config.connect_timeout, self.config.read_timeout)
+        try:
+            response = self.session.get(url, headers=headers, stream=True, timeout=timeout)
+        except requests.RequestException as exc:
+            raise _MirrorFailed(f"{type(exc).__name__}: {exc}") from None
+        with response:
+            if urllib.parse.urlsplit(response.url).scheme != urllib.parse.urlsplit(url).scheme:
+                raise TransportError(
+                    f"{url} redirected to {response.url}, another scheme; refused",
+                    hint="fix the CDN's redirect, or point FLASHHUB_CDN_URL at the final URL",
+                )
+            if response.status_code == 404:
+                raise NotPublished(url)
+            if response.status_code in _RETRY_STATUSES:
+                raise _MirrorFailed(f"HTTP {response.status_code} after retries")
+            if response.status_code not in (200, 206):
+                raise TransportError(
+                    f"{url} answered HTTP {response.status_code} {response.reason}",
+                    hint="check FLASHHUB_CDN_URL and FLASHHUB_CDN_PREFIX, and access rights",
+                )
+            yield response
+
+
+def _check_content_range(response: requests.Response, offset: int) -> None:
+    content_range = response.headers.get("Content-Range", "")
+    start = content_range.removeprefix("bytes ").split("-")[0]
+    if response.status_code != 206 or start != str(offset):
+        raise _MirrorFailed(
+            f"asked to resume at byte {offset}, got HTTP {response.status_code} "
+            f"with Content-Range {content_range!r}"
+        )
+
+
+def _file_url_path(url: str) -> Path:
+    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+
+
+def _copy_file(url: str, writer: HashingWriter) -> None:
+    try:
+        with open(_file_url_path(url), "rb", buffering=0) as source:
+            while chunk := source.read(CHUNK_SIZE):
+                writer.write(chunk)
+    except FileNotFoundError:
+        raise NotPublished(url) from None
+    except OSError as exc:
+        raise _MirrorFailed(str(exc)) from None

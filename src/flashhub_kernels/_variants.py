@@ -1,0 +1,319 @@
+"""Build variants: the name grammar, system detection, matching and preference order.
+
+Everything here is pure except :func:`detect_system`, which asks torch what it was
+built with. A variant name describes one build of a kernel::
+
+    torch213-cxx11-cu126-x86_64-linux      exact build: torch 2.13, C++11 ABI, CUDA 12.6
+    torch212-metal-aarch64-darwin          exact build off Linux (no ABI tag)
+    torch-stable-abi210-cpu-x86_64-linux   stable ABI: any torch >= 2.10
+    torch-cuda                             noarch for one backend (Python + Triton, say)
+    torch-universal                        pure Python, fits everything
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Literal
+
+Tier = Literal["stable-abi", "exact", "noarch", "universal"]
+_TIER_RANK: dict[Tier, int] = {"stable-abi": 0, "exact": 1, "noarch": 2, "universal": 3}
+
+_TORCH = re.compile(r"torch([1-9])(0?[0-9]|[1-9][0-9])")
+_STABLE = re.compile(r"torch-stable-abi([1-9])(0?[0-9]|[1-9][0-9])")
+_BACKEND_TAG = re.compile(r"(cpu|metal|cu[0-9]{2,3}|rocm[0-9]{2,3}|xpu[0-9]*)")
+_PLATFORM_WORD = re.compile(r"[a-z0-9_]{1,32}")
+_NOARCH_BACKENDS = {"cpu": "cpu", "cuda": "cuda", "rocm": "rocm", "xpu": "xpu", "metal": "metal"}
+
+
+class VariantNameError(ValueError):
+    """A string is not a variant name of the grammar above."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A parsed variant name. ``torch`` and ``backend_tag`` are ``None`` for noarch names."""
+
+    name: str
+    tier: Tier
+    backend: str | None = None  # cpu, cuda, rocm, xpu, metal; None for torch-universal
+    backend_tag: str | None = None  # cu126, rocm63, xpu20251, cpu, metal
+    torch: tuple[int, int] | None = None
+    abi: str | None = None  # cxx11 / cxx98 on Linux exact builds
+    arch: str | None = None
+    os: str | None = None
+
+    @property
+    def backend_version(self) -> tuple[int, int] | None:
+        return backend_version(self.backend_tag) if self.backend_tag else None
+
+
+@dataclass(frozen=True)
+class SystemInfo:
+    """What the local torch runtime can load."""
+
+    torch: tuple[int, int]
+    cxx11_abi: bool
+    backend: str
+    backend_tag: str
+    arch: str
+    os: str
+
+    @property
+    def abi(self) -> str:
+        return "cxx11" if self.cxx11_abi else "cxx98"
+
+    def describe(self) -> str:
+        return (
+            f"torch {self.torch[0]}.{self.torch[1]} ({self.abi}), {self.backend_tag}, "
+            f"{self.arch}-{self.os}"
+        )
+
+
+def backend_version(tag: str) -> tuple[int, int] | None:
+    """``cu126`` -> ``(12, 6)``, ``rocm63`` -> ``(6, 3)``; ``None`` for unversioned tags."""
+    for prefix in ("cu", "rocm"):
+        digits = tag[len(prefix) :]
+        if tag.startswith(prefix) and digits.isdigit():
+            return int(digits[:-1]), int(digits[-1])
+    return None
+
+
+def _backend_of(tag: str) -> str:
+    if tag.startswith("cu"):
+        return "cuda"
+    if tag.startswith("rocm"):
+        return "rocm"
+    if tag.startswith("xpu"):
+        return "xpu"
+    return tag
+
+
+def _torch_version(major: str, minor: str) -> tuple[int, int]:
+    return int(major), int(minor)  # "05" (0.1.2's padded form) and "5" both mean 5
+
+
+def parse_variant(name: str) -> Variant:
+    """Parse a variant name; raise :class:`VariantNameError` saying what is wrong."""
+    if name == "torch-universal":
+        return Variant(name, "universal")
+    if name.startswith("torch-") and name[6:] in _NOARCH_BACKENDS:
+        return Variant(name, "noarch", backend=name[6:])
+    parts = name.split("-")
+    if name.startswith("torch-stable-abi"):
+        torch_match, rest, tier = _STABLE.fullmatch("-".join(parts[:3])), parts[3:], "stable-abi"
+        abi = None
+    else:
+        torch_match, rest, tier = _TORCH.fullmatch(parts[0]), parts[1:], "exact"
+        abi = rest.pop(0) if rest and rest[0] in ("cxx11", "cxx98") else None
+    if torch_match is None or len(rest) != 3:
+        raise VariantNameError(
+            f"{name!r} is not a variant name: expected e.g. 'torch213-cxx11-cpu-x86_64-linux', "
+            "'torch-stable-abi210-cu126-x86_64-linux', 'torch-cuda' or 'torch-universal'"
+        )
+    tag, arch, os_name = rest
+    if not (_PLATFORM_WORD.fullmatch(arch) and _PLATFORM_WORD.fullmatch(os_name)):
+        raise VariantNameError(f"{name!r}: arch and OS must be words such as 'x86_64' and 'linux'")
+    if not _BACKEND_TAG.fullmatch(tag):
+        raise VariantNameError(f"{name!r}: unknown backend {tag!r} (cpu, cuNNN, rocmNN, xpu, metal)")
+    if os_name == "linux" and tier == "exact" and abi is None:
+        raise VariantNameError(f"{name!r}: a Linux build needs an ABI tag (cxx11 or cxx98)")
+    return Variant(
+        name,
+        tier,  # type: ignore[arg-type]
+        backend=_backend_of(tag),
+        backend_tag=tag,
+        torch=_torch_version(*torch_match.groups()),
+        abi=abi,
+        arch=arch,
+        os=os_name,
+    )
+
+
+def build_variant_name(system: SystemInfo) -> str:
+    """The exact-build variant name a kernel built on ``system`` gets."""
+    abi = f"-{system.abi}" if system.os == "linux" else ""
+    major, minor = system.torch
+    return f"torch{major}{minor}{abi}-{system.backend_tag}-{system.arch}-{system.os}"
+
+
+def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
+    """``None`` if ``variant`` loads on ``system``, else the reason it does not."""
+    if variant.tier == "universal":
+        return None
+    if variant.backend != system.backend:
+        return (
+            f"built for {variant.backend_tag or variant.backend}, but this system uses "
+            f"{system.backend_tag} (pass backend={variant.backend!r} to force it if it can run)"
+        )
+    if variant.tier == "noarch":
+        return None
+    if (variant.arch, variant.os) != (system.arch, system.os):
+        return f"built for {variant.arch}-{variant.os}, this system is {system.arch}-{system.os}"
+    assert variant.torch is not None
+    have, want = system.torch, variant.torch
+    if variant.tier == "stable-abi" and want > have:
+        return f"needs torch >= {want[0]}.{want[1]} (stable ABI), found {have[0]}.{have[1]}"
+    if variant.tier == "exact" and want != have:
+        return f"built for torch {want[0]}.{want[1]}, found {have[0]}.{have[1]}"
+    if variant.abi is not None and variant.abi != system.abi:
+        return f"built with the {variant.abi} C++ ABI, this torch uses {system.abi}"
+    return _check_backend_version(variant, system)
+
+
+def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
+    assert variant.backend_tag is not None
+    if variant.backend == "cuda":
+        built, have = variant.backend_version, backend_version(system.backend_tag)
+        assert built is not None and have is not None
+        if built[0] != have[0] or built[1] > have[1]:
+            return (
+                f"built for CUDA {built[0]}.{built[1]}, this torch has CUDA {have[0]}.{have[1]} "
+                "(needs the same major and a minor at or below it)"
+            )
+        return None
+    if variant.backend_tag != system.backend_tag:
+        return f"built for {variant.backend_tag}, this system has {system.backend_tag}"
+    return None
+
+
+def preference_key(variant: Variant) -> tuple[int, int, int, str]:
+    """Sort key: stable ABI (newest torch first), exact builds, noarch, universal.
+
+    Within a tier the newest backend version (highest CUDA minor) comes first.
+    """
+    torch_minor = variant.torch[1] if variant.torch else 0
+    backend_minor = (variant.backend_version or (0, 0))[1]
+    return (_TIER_RANK[variant.tier], -torch_minor, -backend_minor, variant.name)
+
+
+@dataclass(frozen=True)
+class VariantAccepted:
+    """A published variant this system can load."""
+
+    variant: Variant
+    variant_str: str
+
+
+@dataclass(frozen=True)
+class VariantRejected:
+    """A published variant this system cannot load, and why."""
+
+    variant: Variant | None  # None when the name does not parse
+    variant_str: str
+    reason: str
+
+
+VariantResolution = VariantAccepted | VariantRejected
+
+
+def resolve_variants(names: Iterable[str], system: SystemInfo) -> list[VariantResolution]:
+    """Judge every published variant: accepted ones first, in preference order."""
+    accepted: list[VariantAccepted] = []
+    rejected: list[VariantRejected] = []
+    for name in dict.fromkeys(names):
+        try:
+            variant = parse_variant(name)
+        except VariantNameError as exc:
+            rejected.append(VariantRejected(None, name, str(exc)))
+            continue
+        reason = check_compatible(variant, system)
+        if reason is None:
+            accepted.append(VariantAccepted(variant, name))
+        else:
+            rejected.append(VariantRejected(variant, name, reason))
+    accepted.sort(key=lambda a: preference_key(a.variant))
+    return [*accepted, *rejected]
+
+
+def format_trace(resolutions: Iterable[VariantResolution]) -> str:
+    """One line per variant, for error messages and ``flashhub variants``."""
+    lines = []
+    for res in resolutions:
+        if isinstance(res, VariantAccepted):
+            lines.append(f"  + {res.variant_str}: compatible")
+        else:
+            lines.append(f"  - {res.variant_str}: {res.reason}")
+    return "\n".join(lines) or "  (no variants are published)"
+
+
+def candidate_names(system: SystemInfo) -> list[str]:
+    """Every variant name ``system`` could load, best first; used to probe a CDN.
+
+    Only needed when a version has no ``variants.json``. Stable-ABI builds are probed
+    back to torch 2.9 (the first release with a usable stable ABI) and CUDA builds back
+    to minor 0 of the system's major.
+    """
+    names: list[str] = []
+    major, minor = system.torch
+    tags = [system.backend_tag]
+    if system.backend == "cuda":
+        cuda_major, cuda_minor = backend_version(system.backend_tag) or (0, 0)
+        tags = [f"cu{cuda_major}{m}" for m in range(cuda_minor, -1, -1)]
+    platform_tail = f"{system.arch}-{system.os}"
+    for torch_minor in range(minor, 8, -1) if major == 2 else [minor]:
+        names += [f"torch-stable-abi{major}{torch_minor}-{t}-{platform_tail}" for t in tags]
+    for tag in tags:
+        exact = replace(system, backend_tag=tag)
+        names.append(build_variant_name(exact))
+        if minor < 10:  # the zero-padded spelling of the 0.1.2 release
+            names.append(build_variant_name(exact).replace(f"torch{major}{minor}", f"torch{major}0{minor}", 1))
+    names += [f"torch-{system.backend}", "torch-universal"]
+    return names
+
+
+def with_backend(system: SystemInfo, backend: str) -> SystemInfo:
+    """``system`` as if its torch ran ``backend`` (``backend="cpu"`` on a GPU machine)."""
+    if backend == system.backend:
+        return system
+    if backend != "cpu":
+        raise ValueError(
+            f"cannot select backend {backend!r}: this torch runs {system.backend_tag}; "
+            "only 'cpu' can be forced on another backend's machine"
+        )
+    return replace(system, backend="cpu", backend_tag="cpu")
+
+
+def _normalize_arch(machine: str) -> str:
+    machine = machine.lower()
+    return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def _normalize_os(platform_name: str) -> str:
+    if platform_name.startswith("linux"):
+        return "linux"
+    return {"darwin": "darwin", "win32": "windows"}.get(platform_name, platform_name)
+
+
+@cache
+def detect_system() -> SystemInfo:
+    """Ask the installed torch what it can load. Imports torch (once per process)."""
+    import torch
+
+    match = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    if match is None:
+        raise RuntimeError(f"cannot parse the torch version {torch.__version__!r}")
+    if torch.version.cuda:
+        cuda_major, cuda_minor = torch.version.cuda.split(".")[:2]
+        backend, tag = "cuda", f"cu{cuda_major}{cuda_minor}"
+    elif getattr(torch.version, "hip", None):
+        hip_major, hip_minor = str(torch.version.hip).split(".")[:2]
+        backend, tag = "rocm", f"rocm{hip_major}{hip_minor}"
+    elif getattr(torch.version, "xpu", None):
+        backend, tag = "xpu", "xpu" + re.sub(r"\D", "", str(torch.version.xpu))[:5]
+    elif sys.platform == "darwin" and torch.backends.mps.is_available():
+        backend, tag = "metal", "metal"
+    else:
+        backend, tag = "cpu", "cpu"
+    return SystemInfo(
+        torch=(int(match.group(1)), int(match.group(2))),
+        cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
+        backend=backend,
+        backend_tag=tag,
+        arch=_normalize_arch(platform.machine()),
+        os=_normalize_os(sys.platform),
+    )

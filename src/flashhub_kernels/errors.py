@@ -1,0 +1,66 @@
+"""The exception hierarchy of flashhub-kernels.
+
+Every error the library raises on purpose derives from :class:`FlashhubError` and
+carries a ``hint``: one sentence saying what to do next. The hint is part of the
+message, so it shows up in tracebacks and logs without extra work.
+
+Errors raised while importing a kernel (``import flashhub....`` or ``get_kernel``)
+are also :class:`ImportError` subclasses, so code that guards an optional kernel with
+``except ImportError`` keeps working.
+
+Malformed arguments (a bad repo id, ``version=0``) raise the built-in
+:class:`ValueError` before any I/O, as Python code expects.
+"""
+
+from __future__ import annotations
+
+
+class FlashhubError(Exception):
+    """Base class of every error flashhub-kernels raises on purpose."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+
+
+class KernelImportError(FlashhubError, ImportError):
+    """A kernel could not be imported. Base of the errors a kernel import raises."""
+
+    def __init__(self, message: str, *, hint: str | None = None, name: str | None = None) -> None:
+        FlashhubError.__init__(self, message, hint=hint)
+        # ImportError keeps ``name``; set it by hand since its __init__ is bypassed.
+        self.name = name
+        self.path = None
+
+
+class KernelNotFoundError(KernelImportError):
+    """The CDN has no such kernel, version or variant."""
+
+
+class NoCompatibleVariantError(KernelImportError):
+    """The kernel is published, but no build fits this system."""
+
+
+class IntegrityError(KernelImportError):
+    """Downloaded or cached bytes do not match the manifest, or the manifest is unsafe."""
+
+
+class ManifestError(IntegrityError):
+    """A ``metadata.json``, ``variants.json`` or ``versions.json`` is malformed or hostile."""
+
+
+class TransportError(KernelImportError):
+    """The CDN could not be reached or answered with an error, after all retries."""
+
+
+class OfflineError(KernelImportError):
+    """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``)."""
+
+
+class LockfileError(FlashhubError):
+    """A ``flashhub.lock`` is missing, malformed, or does not match what is cached."""
+
+
+class PublishError(FlashhubError):
+    """A kernel build cannot be published: it is malformed, or its version already exists."""

@@ -1,0 +1,176 @@
+"""A real static CDN on 127.0.0.1 for tests: files from a directory, Range, a request log,
+and faults injected per path.
+
+A fault is a function ``(handler, body) -> None`` that answers one request itself. Faults
+queued for a path are used up one request at a time; after that the file is served
+normally. The helpers at the bottom build the faults the tests need.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+Fault = Callable[["CdnHandler", bytes], None]
+
+
+@dataclass
+class LoggedRequest:
+    method: str
+    path: str
+    range: str | None
+    status: int
+
+
+@dataclass
+class CdnServer:
+    """Serve ``root`` at ``url``; ``requests`` logs everything, ``faults`` injects failures."""
+
+    root: Path
+    requests: list[LoggedRequest] = field(default_factory=list)
+    faults: dict[str, collections.deque[Fault]] = field(default_factory=dict)
+    _httpd: ThreadingHTTPServer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> CdnServer:
+        server = self
+
+        class Handler(CdnHandler):
+            cdn = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def inject(self, path: str, *faults: Fault) -> None:
+        """Answer the next ``len(faults)`` requests for ``path`` with ``faults``."""
+        with self._lock:
+            self.faults.setdefault("/" + path.lstrip("/"), collections.deque()).extend(faults)
+
+    def log(self, request: LoggedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def gets(self, suffix: str = "") -> list[str]:
+        """Paths of the GET requests so far (ending in ``suffix``)."""
+        with self._lock:
+            return [r.path for r in self.requests if r.method == "GET" and r.path.endswith(suffix)]
+
+    def clear_log(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def next_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            queue = self.faults.get(path)
+            return queue.popleft() if queue else None
+
+
+class CdnHandler(BaseHTTPRequestHandler):
+    cdn: CdnServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # keep test output clean
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        file = self.cdn.root / path.lstrip("/")
+        body = file.read_bytes() if file.is_file() else None
+        fault = self.cdn.next_fault(path)
+        if fault is not None:
+            fault(self, body or b"")
+            return
+        if body is None:
+            self.send_simple(404, b"not found")
+            return
+        self.send_file(body)
+
+    def record(self, status: int) -> None:
+        self.cdn.log(LoggedRequest("GET", self.path, self.headers.get("Range"), status))
+
+    def send_simple(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.record(status)
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_file(self, body: bytes, *, range_start: int | None = None) -> None:
+        """Serve ``body``, honouring ``Range: bytes=N-`` unless ``range_start`` overrides it."""
+        match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        start = range_start if range_start is not None else (int(match.group(1)) if match else None)
+        if start is None:
+            self.send_simple(200, body)
+            return
+        part = body[start:]
+        self.send_simple(
+            206, part, {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"}
+        )
+
+    def send_head_then(self, status: int, length: int, payload: bytes) -> None:
+        """Announce ``length`` bytes, send ``payload`` (possibly fewer or more), then hang up."""
+        self.record(status)
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        self.wfile.write(payload)
+        self.wfile.flush()
+        self.close_connection = True
+
+
+# -- faults ---------------------------------------------------------------------------------
+
+
+def status(code: int, retry_after: float | None = None) -> Fault:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+    return lambda handler, _body: handler.send_simple(code, b"fault", headers)
+
+
+def drop_after(n: int) -> Fault:
+    """Send the headers of the full file, ``n`` bytes of it, then close the connection."""
+    return lambda handler, body: handler.send_head_then(200, len(body), body[:n])
+
+
+def tampered(offset: int = 0) -> Fault:
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        flipped = bytearray(body)
+        flipped[offset] ^= 0xFF
+        handler.send_simple(200, bytes(flipped))
+
+    return fault
+
+
+def stall(seconds: float) -> Fault:
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body[:1])
+        handler.wfile.flush()
+        time.sleep(seconds)
+        handler.close_connection = True
+
+    return fault

@@ -1,0 +1,100 @@
+"""Build CDN trees for tests, including the broken and hostile ones a publisher never writes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+from flashhub_kernels._variants import build_variant_name, detect_system
+
+
+def local_variant() -> str:
+    """The exact-build variant name of this machine, e.g. torch213-cxx11-cpu-x86_64-linux."""
+    return build_variant_name(detect_system())
+
+
+def b64sha256(data: bytes) -> str:
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def kernel_files(py_pkg: str, marker: str) -> dict[str, bytes]:
+    """A small kernel package: relative imports, a submodule, a resource, a picklable class."""
+    init = f'''"""Test kernel {marker}."""
+import torch
+
+from ._ops import MARKER, double
+from . import helpers
+
+
+class Thing:
+    def __init__(self, value):
+        self.value = value
+
+
+def some_function(x):
+    """Return x + 1."""
+    return x + 1
+
+
+def marker():
+    return MARKER
+'''
+    return {
+        f"{py_pkg}/__init__.py": init.encode(),
+        f"{py_pkg}/_ops.py": f"MARKER = {marker!r}\n\ndef double(x):\n    return x * 2\n".encode(),
+        f"{py_pkg}/helpers.py": b"from ._ops import MARKER\n\ndef shout():\n    return MARKER.upper()\n",
+        f"{py_pkg}/data/table.txt": f"table of {marker}\n".encode(),
+    }
+
+
+def write_variant(
+    root: Path,
+    repo_id: str,
+    version: int,
+    variant: str,
+    files: dict[str, bytes],
+    *,
+    prefix: str = "kernels",
+    manifest: object | None = None,
+) -> Path:
+    """Write one variant and its metadata.json (``manifest`` overrides the honest one)."""
+    variant_dir = root / prefix / repo_id / f"v{version}" / "build" / variant
+    for relpath, data in files.items():
+        path = variant_dir / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    if manifest is None:
+        manifest = {"digest": {"files": {p: b64sha256(d) for p, d in sorted(files.items())}}}
+    variant_dir.mkdir(parents=True, exist_ok=True)
+    (variant_dir / "metadata.json").write_text(json.dumps(manifest))
+    return variant_dir
+
+
+def write_kernel(
+    root: Path,
+    repo_id: str,
+    version: int,
+    variants: list[str] | None = None,
+    *,
+    prefix: str = "kernels",
+    with_variants_json: bool = True,
+    with_versions_json: bool = True,
+) -> dict[str, dict[str, bytes]]:
+    """Publish a test kernel whose ``marker()`` returns ``"<repo_id>@v<N>:<variant>"``."""
+    py_pkg = repo_id.split("/")[1].replace("-", "_")
+    variants = variants if variants is not None else [local_variant()]
+    written = {}
+    for variant in variants:
+        files = kernel_files(py_pkg, f"{repo_id}@v{version}:{variant}")
+        write_variant(root, repo_id, version, variant, files, prefix=prefix)
+        written[variant] = files
+    version_dir = root / prefix / repo_id / f"v{version}"
+    if with_variants_json:
+        (version_dir / "variants.json").write_text(json.dumps(variants))
+    if with_versions_json:
+        versions_file = root / prefix / repo_id / "versions.json"
+        old = json.loads(versions_file.read_text()) if versions_file.exists() else []
+        versions_file.write_text(json.dumps(sorted({*old, version})))
+    return written
