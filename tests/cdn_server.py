@@ -174,3 +174,13 @@ def stall(seconds: float) -> Fault:
         handler.close_connection = True
 
     return fault
+
+
+def delayed(seconds: float) -> Fault:
+    """Serve the file normally, but only after ``seconds``."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        time.sleep(seconds)
+        handler.send_file(body)
+
+    return fault

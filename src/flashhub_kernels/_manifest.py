@@ -104,9 +104,9 @@ def _load_json(data: bytes, what: str) -> Any:
 def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
     """Validate a ``metadata.json`` document; raise :class:`ManifestError` if unsafe."""
     document = _load_json(data, source)
-    files = document.get("digest", {}).get("files") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
         raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
+    files = document["digest"].get("files")
     if not isinstance(files, dict) or not files:
         raise ManifestError(f'{source} must list its files in "digest": {{"files": {{...}}}}', hint=_HINT)
     if len(files) > MAX_FILES:

@@ -34,8 +34,8 @@ class KernelImportError(FlashhubError, ImportError):
         self.path = None
 
 
-class KernelNotFoundError(KernelImportError):
-    """The CDN has no such kernel, version or variant."""
+class KernelNotFoundError(KernelImportError, ModuleNotFoundError):
+    """The CDN has no such kernel or version (a ``ModuleNotFoundError``, as for any import)."""
 
 
 class NoCompatibleVariantError(KernelImportError):

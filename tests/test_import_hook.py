@@ -1,0 +1,275 @@
+"""The import hook and the public API against a real loopback CDN."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import inspect
+import json
+import pickle
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, delayed
+from conftest import run_python
+from trees import local_variant, write_kernel, write_variant
+from flashhub_kernels.errors import KernelImportError, KernelNotFoundError, NoCompatibleVariantError
+
+REPO = "acme/tensor-tricks"
+
+
+def test_import_statement_loads_the_matching_variant_only(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", local_variant(), "torch212-cxx11-cu126-x86_64-linux"])
+    import flashhub.acme.tensor_tricks.v1 as k
+
+    assert k.marker() == f"{REPO}@v1:{local_variant()}"
+    fetched = cdn.gets()
+    assert all("/torch-universal/" not in p and "cu126" not in p for p in fetched)
+    assert sum(p.endswith(".py") for p in fetched) == 3
+    assert k.__spec__.origin == k.__file__ and Path(k.__file__).is_file()
+    assert k.__path__ == [str(Path(k.__file__).parent)]
+
+
+def test_two_versions_side_by_side(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    from flashhub.acme.tensor_tricks import v1, v2
+
+    assert v1 is not v2
+    assert "@v1:" in v1.marker() and "@v2:" in v2.marker()
+    assert v1.Thing is not v2.Thing
+    assert v1.helpers.shout() != v2.helpers.shout()
+
+
+def test_get_kernel_returns_the_module_of_the_import_statement(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    by_function = fk.get_kernel(REPO, version=1)
+    import flashhub.acme.tensor_tricks.v1 as by_statement
+
+    assert by_function is by_statement
+    assert fk.get_kernel(REPO, revision="v1") is by_statement
+    assert fk.get_kernel(REPO, revision="1") is by_statement
+
+
+def test_submodules_resources_source_and_reload(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    k = fk.get_kernel(REPO, version=1)
+    helpers = importlib.import_module("flashhub.acme.tensor_tricks.v1.helpers")
+    assert helpers is k.helpers and helpers.shout() == k.marker().upper()
+    table = importlib.resources.files(k).joinpath("data/table.txt").read_text()
+    assert table.startswith("table of acme/tensor-tricks@v1")
+    assert "return x + 1" in inspect.getsource(k.some_function)
+    cdn.clear_log()
+    reloaded = importlib.reload(k)
+    assert reloaded is k and k.some_function(1) == 2
+    assert cdn.gets() == []
+
+
+def test_pickle_round_trip_in_a_fresh_process(cdn: CdnServer, tmp_path: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    k = fk.get_kernel(REPO, version=1)
+    blob = tmp_path / "thing.pkl"
+    blob.write_bytes(pickle.dumps(k.Thing(41)))
+    cdn.clear_log()
+    out = run_python(f"import pickle; t = pickle.loads(open({str(blob)!r}, 'rb').read()); print(t.value + 1, type(t).__module__)")
+    assert out.split() == ["42", "flashhub.acme.tensor_tricks.v1"]
+    assert cdn.gets() == []  # the cache is warm: the child made no request
+
+
+def test_fresh_interpreter_cold_then_warm_makes_zero_requests(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    code = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
+    assert run_python(code).strip() == f"{REPO}@v1:{local_variant()}"
+    assert len(cdn.gets()) == 6  # variants.json, metadata.json and four files
+    cdn.clear_log()
+    assert run_python(code).strip() == f"{REPO}@v1:{local_variant()}"
+    assert cdn.requests == []
+
+
+def test_name_mapping_tries_dashes_then_the_literal_name(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, "acme/under_score", 1)
+    import flashhub.acme.under_score.v1 as k
+
+    assert k.marker().startswith("acme/under_score@v1")
+    assert fk.get_loaded_kernels()[-1].repo_id == "acme/under_score"
+
+
+@pytest.mark.parametrize("prefix", ["", "deep/prefix"])
+def test_prefixes(cdn: CdnServer, prefix: str) -> None:
+    write_kernel(cdn.root, REPO, 1, prefix=prefix)
+    fk.configure(prefix=prefix)
+    assert fk.get_kernel(REPO, version=1).marker().startswith(REPO)
+    assert all(p.startswith(f"/{prefix}/acme/" if prefix else "/acme/") for p in cdn.gets())
+
+
+def test_probing_without_variants_json_prefers_the_best_candidate(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", local_variant()], with_variants_json=False)
+    k = fk.get_kernel(REPO, version=1)
+    assert k.marker().endswith(local_variant())
+    assert not any("torch-universal" in p for p in cdn.gets())
+    # A second process resolves from what the first one learnt: no requests at all.
+    cdn.clear_log()
+    run_python(f"import flashhub_kernels as fk; fk.get_kernel({REPO!r}, version=1)")
+    assert cdn.requests == []
+
+
+def test_no_compatible_variant_lists_every_variant(cdn: CdnServer) -> None:
+    variants = ["torch212-cxx11-cu126-x86_64-linux", "torch213-cxx11-cpu-aarch64-linux", "bogus"]
+    write_kernel(cdn.root, REPO, 1, variants)
+    with pytest.raises(NoCompatibleVariantError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert isinstance(info.value, ImportError)
+    for name in variants:
+        assert name in message
+    assert "hint:" in message
+    assert "flashhub.acme.tensor_tricks.v1" not in sys.modules
+    assert not any("/build/" in p for p in cdn.gets())
+
+
+def test_not_found(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    with pytest.raises(KernelNotFoundError, match="published versions: 1"):
+        fk.get_kernel(REPO, version=7)
+    with pytest.raises(ModuleNotFoundError):
+        import flashhub.acme.nothing_here.v1  # noqa: F401
+    assert "flashhub.acme.nothing_here.v1" not in sys.modules
+
+
+def test_failed_exec_leaves_no_half_module(cdn: CdnServer) -> None:
+    files = {"broken/__init__.py": b"raise RuntimeError('kernel bug')\n"}
+    write_variant(cdn.root, "acme/broken", 1, "torch-universal", files)
+    with pytest.raises(RuntimeError, match="kernel bug"):
+        fk.get_kernel("acme/broken", version=1)
+    assert "flashhub.acme.broken.v1" not in sys.modules
+
+
+def test_find_spec_does_no_network_io(cdn: CdnServer, tmp_path: Path) -> None:
+    """A thread importing an unrelated module is not held up by another thread's download."""
+    write_kernel(cdn.root, REPO, 1)
+    variant = local_variant()
+    cdn.inject(f"kernels/{REPO}/v1/build/{variant}/tensor_tricks/_ops.py", delayed(3.0))
+    (tmp_path / "unrelated_mod_xyz.py").write_text("VALUE = 1\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        loader = threading.Thread(target=fk.get_kernel, args=(REPO,), kwargs={"version": 1})
+        loader.start()
+        deadline = time.monotonic() + 10
+        while not any(p.endswith("_ops.py") for p in cdn.gets()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        import unrelated_mod_xyz
+
+        elapsed = time.monotonic() - started
+        assert unrelated_mod_xyz.VALUE == 1
+        assert loader.is_alive(), "the download should still be in progress"
+        loader.join()
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert elapsed < 2.5, f"an unrelated import waited {elapsed:.2f}s for a download"
+
+
+def test_file_url_mirror(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    write_kernel(mirror, REPO, 1)
+    fk.configure(cdn_url=mirror.as_uri())
+    assert fk.get_kernel(REPO, version=1).marker().startswith(REPO)
+
+
+def test_offline_mode(cdn: CdnServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    fk.get_kernel(REPO, version=1)
+    cdn.clear_log()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    with pytest.raises(fk.errors.OfflineError, match="FLASHHUB_OFFLINE"):
+        fk.get_kernel(REPO, version=2)
+    del sys.modules["flashhub.acme.tensor_tricks.v1"]
+    assert run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())").startswith(REPO)
+    assert cdn.requests == []
+
+
+def test_backend_cpu_selects_the_cpu_variant(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", local_variant()])
+    k = fk.get_kernel(REPO, version=1, backend="cpu")
+    assert k.__name__ == "flashhub.acme.tensor_tricks.v1_cpu"
+    assert k.marker().endswith(local_variant())
+    with pytest.raises(ValueError, match="backend"):
+        fk.get_kernel(REPO, version=1, backend="tpu")
+
+
+def test_get_local_kernel(tmp_path: Path) -> None:
+    repo = tmp_path / "my-kernel"
+    from trees import kernel_files
+
+    for variant in ("torch-universal", local_variant()):
+        for rel, data in kernel_files("my_kernel", variant).items():
+            path = repo / "build" / variant / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    k = fk.get_local_kernel(repo)
+    assert k.marker() == local_variant()
+    assert fk.get_local_kernel(repo / "build" / "torch-universal" / "my_kernel").marker() == "torch-universal"
+    assert fk.get_local_kernel(repo) is k
+    assert k.__name__.startswith("flashhub._local.my_kernel_")
+    with pytest.raises(KernelNotFoundError):
+        fk.get_local_kernel(tmp_path / "nowhere")
+
+
+def test_has_kernel_and_variants(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", "torch212-cxx11-cu126-x86_64-linux"])
+    write_kernel(cdn.root, REPO, 2, ["torch212-cxx11-cu126-x86_64-linux"])
+    assert fk.has_kernel(REPO, version=1)
+    assert not fk.has_kernel(REPO, version=2)
+    assert not fk.has_kernel(REPO)  # newest is v2
+    assert not fk.has_kernel("acme/absent", version=1)
+    resolutions = fk.get_kernel_variants(REPO, version=1)
+    assert isinstance(resolutions[0], fk.VariantAccepted) and resolutions[0].variant_str == "torch-universal"
+    assert isinstance(resolutions[1], fk.VariantRejected) and "cu126" in resolutions[1].reason
+    assert not any("/build/" in p for p in cdn.gets() if REPO in p)  # variants.json sufficed
+
+
+def test_loaded_kernels_and_config(cdn: CdnServer, tmp_path: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    k = fk.get_kernel(REPO, version=1)
+    (record,) = fk.get_loaded_kernels()
+    assert (record.repo_id, record.version, record.variant) == (REPO, 1, local_variant())
+    assert record.module is k and record.path == Path(k.__file__).parent
+    config = fk.configure(cache_dir=tmp_path / "elsewhere", cdn_url="http://a.test, http://b.test/")
+    assert config.cdn_urls == ("http://a.test", "http://b.test")
+    assert fk.get_config().cache_dir == tmp_path / "elsewhere"
+    with pytest.raises(ValueError, match="CDN URL"):
+        fk.configure(cdn_url="ftp://x")
+
+
+def test_default_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("FLASHHUB_CDN_URL", "FLASHHUB_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    config = fk.get_config()
+    assert config.cdn_urls == ("https://flashhub-cdn.aodianyun.com",)
+    assert config.prefix == "kernels"
+    assert config.cache_dir == tmp_path / "xdg" / "flashhub"
+
+
+def test_importing_the_packages_imports_neither_torch_nor_requests() -> None:
+    code = textwrap.dedent(
+        """
+        import sys, flashhub, flashhub_kernels, flashhub_kernels.errors
+        flashhub_kernels.configure(prefix="x"); flashhub_kernels.get_config()
+        print(json.dumps([m for m in ("torch", "requests") if m in sys.modules]))
+        """
+    )
+    assert json.loads(run_python("import json\n" + code)) == []
+
+
+def test_kernel_import_errors_are_import_errors() -> None:
+    assert issubclass(NoCompatibleVariantError, KernelImportError)
+    assert issubclass(KernelImportError, ImportError)
+    assert issubclass(KernelImportError, fk.errors.FlashhubError)

@@ -1,0 +1,132 @@
+"""metadata.json / variants.json / versions.json validation (pure)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+import pytest
+
+from flashhub_kernels._manifest import (
+    content_hash,
+    decode_digest,
+    encode_digest,
+    parse_metadata,
+    parse_variants,
+    parse_versions,
+)
+from flashhub_kernels.errors import IntegrityError, ManifestError
+
+RAW = hashlib.sha256(b"x").digest()
+STD = base64.b64encode(RAW).decode()
+
+
+def metadata(files: dict[str, str]) -> bytes:
+    return json.dumps({"digest": {"files": files}}).encode()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        STD,
+        STD.rstrip("="),
+        base64.urlsafe_b64encode(RAW).decode(),
+        base64.urlsafe_b64encode(RAW).decode().rstrip("="),
+        "sha256-" + STD,
+    ],
+)
+def test_digest_encodings_accepted(text: str) -> None:
+    assert decode_digest(text) == RAW
+
+
+@pytest.mark.parametrize("text", [base64.b64encode(b"short").decode(), "not base64!", "", 42])
+def test_bad_digests(text: object) -> None:
+    with pytest.raises(ValueError):
+        decode_digest(text)
+
+
+def test_writers_emit_padded_standard_base64() -> None:
+    assert encode_digest(RAW) == STD and STD.endswith("=")
+
+
+def test_parse_keeps_other_keys_and_files() -> None:
+    doc = {"digest": {"files": {"pkg/__init__.py": STD}}, "name": "x"}
+    manifest = parse_metadata(json.dumps(doc).encode())
+    assert manifest.files == {"pkg/__init__.py": RAW}
+    assert manifest.document["name"] == "x"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/passwd",
+        "../evil.py",
+        "pkg/../../evil.py",
+        "pkg\\evil.py",
+        "pkg/\x00.py",
+        "pkg//x.py",
+        "pkg/./x.py",
+        "pkg/",
+        "C:/x.py",
+        "metadata.json",
+        ".flashhub-receipt.json",
+    ],
+)
+def test_hostile_paths_are_refused(path: str) -> None:
+    with pytest.raises(ManifestError):
+        parse_metadata(metadata({"pkg/__init__.py": STD, path: STD}))
+
+
+def test_duplicates_after_normalisation_are_refused() -> None:
+    with pytest.raises(ManifestError, match="same file"):
+        parse_metadata(metadata({"pkg/A.py": STD, "pkg/a.py": STD}))
+
+
+def test_file_and_directory_clash_is_refused() -> None:
+    with pytest.raises(ManifestError, match="both as a file and a directory"):
+        parse_metadata(metadata({"pkg/a": STD, "pkg/a/b/c.py": STD}))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not json",
+        b"[]",
+        b'{"digest": []}',
+        b'{"digest": {"files": []}}',
+        b'{"digest": {"files": {}}}',
+        b"\xff\xfe",
+    ],
+)
+def test_malformed_metadata(data: bytes) -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_metadata(data)
+    assert isinstance(info.value, IntegrityError) and isinstance(info.value, ImportError)
+    assert "hint:" in str(info.value)
+
+
+def test_limits() -> None:
+    with pytest.raises(ManifestError, match="1 MiB"):
+        parse_metadata(b" " * (1 << 20) + b"{}")
+    many = {f"pkg/f{i}.py": STD for i in range(10_001)}
+    with pytest.raises(ManifestError, match="10000"):
+        parse_metadata(metadata(many))
+
+
+def test_variants_and_versions_shapes() -> None:
+    assert parse_variants(b'["a", "b", "a"]') == ["a", "b"]
+    assert parse_versions(b"[3, 1, 2, 2]") == [1, 2, 3]
+    for bad in (b'{"a": 1}', b"[1]", b'"x"', b'[""]'):
+        with pytest.raises(ManifestError):
+            parse_variants(bad)
+    for bad in (b"[0]", b"[true]", b'["1"]', b"{}", b"[1.5]"):
+        with pytest.raises(ManifestError):
+            parse_versions(bad)
+
+
+def test_content_hash_is_order_independent_and_sensitive() -> None:
+    a = content_hash({"x": RAW, "y": RAW})
+    assert a == content_hash({"y": RAW, "x": RAW})
+    assert a.startswith("sha256-") and len(a) == len("sha256-") + 64
+    assert a != content_hash({"x": RAW, "z": RAW})

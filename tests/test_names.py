@@ -1,0 +1,76 @@
+"""Repo ids, versions, revisions and module names (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashhub_kernels._names import (
+    RepoInfo,
+    cdn_name_candidates,
+    parse_module_name,
+    parse_repo_id,
+    parse_revision,
+    resolve_version,
+)
+
+
+@pytest.mark.parametrize("repo_id", ["sdq/audio-codebook-primitives", "acme/tensor_tricks", "_x/Y9"])
+def test_valid_repo_ids(repo_id: str) -> None:
+    org, pkg = parse_repo_id(repo_id)
+    assert f"{org}/{pkg}" == repo_id
+
+
+@pytest.mark.parametrize(
+    "repo_id", ["a/b/c", "../x", "ORG/", "", "/pkg", "org", "org/pk g", "org/..", "9org/x", "org/x.y", "a\\b/c"]
+)
+def test_malformed_repo_ids_raise_value_error(repo_id: str) -> None:
+    with pytest.raises(ValueError, match="repo id"):
+        parse_repo_id(repo_id)
+
+
+@pytest.mark.parametrize("version", [0, -1, True, 1.0, "1", None])
+def test_bad_versions(version: object) -> None:
+    with pytest.raises(ValueError):
+        RepoInfo("acme/x", version)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("revision", "expected"), [("v1", 1), ("1", 1), ("v12", 12), (" v3 ", 3)])
+def test_revisions(revision: str, expected: int) -> None:
+    assert parse_revision(revision) == expected
+
+
+@pytest.mark.parametrize("revision", ["v0", "0", "main", "v", "v1.2", "", "vv1", "-1"])
+def test_bad_revisions(revision: str) -> None:
+    with pytest.raises(ValueError, match="revision"):
+        parse_revision(revision)
+
+
+def test_exactly_one_of_version_and_revision() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        resolve_version(None, None)
+    with pytest.raises(ValueError, match="exactly one"):
+        resolve_version(1, "v1")
+    assert resolve_version(None, "v2") == 2
+
+
+def test_repo_info_names() -> None:
+    info = RepoInfo("sdq/audio-codebook-primitives", 3)
+    assert info.py_pkg == "audio_codebook_primitives"
+    assert info.module_name() == "flashhub.sdq.audio_codebook_primitives.v3"
+    assert info.module_name("cpu") == "flashhub.sdq.audio_codebook_primitives.v3_cpu"
+    assert info.cdn_path == "sdq/audio-codebook-primitives/v3"
+    with pytest.raises(ValueError, match="backend"):
+        info.module_name("tpu")
+
+
+def test_name_candidates_dashed_first_then_literal() -> None:
+    assert cdn_name_candidates("tensor_tricks") == ["tensor-tricks", "tensor_tricks"]
+    assert cdn_name_candidates("sdq") == ["sdq"]
+
+
+def test_parse_module_name() -> None:
+    assert parse_module_name("flashhub.sdq") is not None
+    parsed = parse_module_name("flashhub.sdq.acp.v2_cpu")
+    assert parsed is not None and (parsed.version, parsed.backend) == (2, "cpu")
+    for name in ["flashhub", "flashhub.a.b.main", "flashhub.a.b.v0", "flashhub.a.b.v1.sub", "other.a.b.v1"]:
+        assert parse_module_name(name) is None

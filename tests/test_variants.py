@@ -1,0 +1,151 @@
+"""Variant grammar, matching rules and preference order (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashhub_kernels._variants import (
+    SystemInfo,
+    VariantAccepted,
+    VariantRejected,
+    build_variant_name,
+    candidate_names,
+    format_trace,
+    parse_variant,
+    resolve_variants,
+    with_backend,
+)
+
+CPU = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
+CUDA = SystemInfo((2, 12), True, "cuda", "cu126", "x86_64", "linux")
+ROCM = SystemInfo((2, 12), True, "rocm", "rocm63", "x86_64", "linux")
+MAC = SystemInfo((2, 12), False, "metal", "metal", "aarch64", "darwin")
+XPU = SystemInfo((2, 12), True, "xpu", "xpu20251", "x86_64", "linux")
+
+
+def verdict(name: str, system: SystemInfo) -> str:
+    (res,) = resolve_variants([name], system)
+    return "ok" if isinstance(res, VariantAccepted) else res.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "torch", "backend_tag", "tier"),
+    [
+        ("torch213-cxx11-cpu-x86_64-linux", (2, 13), "cpu", "exact"),
+        ("torch25-cxx98-cu118-x86_64-linux", (2, 5), "cu118", "exact"),
+        ("torch205-cxx11-cu118-x86_64-linux", (2, 5), "cu118", "exact"),
+        ("torch212-cxx11-rocm63-x86_64-linux", (2, 12), "rocm63", "exact"),
+        ("torch212-metal-aarch64-darwin", (2, 12), "metal", "exact"),
+        ("torch-stable-abi210-cu126-x86_64-linux", (2, 10), "cu126", "stable-abi"),
+        ("torch212-cxx11-xpu20251-x86_64-linux", (2, 12), "xpu20251", "exact"),
+    ],
+)
+def test_parse(name: str, torch: tuple[int, int], backend_tag: str, tier: str) -> None:
+    variant = parse_variant(name)
+    assert (variant.torch, variant.backend_tag, variant.tier) == (torch, backend_tag, tier)
+
+
+@pytest.mark.parametrize("name", ["torch-cpu", "torch-cuda", "torch-rocm", "torch-xpu", "torch-metal"])
+def test_parse_noarch(name: str) -> None:
+    assert parse_variant(name).tier == "noarch"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch213-cpu-x86_64-linux",  # Linux exact build without ABI tag
+        "torch213-cxx11-tpu-x86_64-linux",
+        "torch-npu",
+        "torch213-cxx11-cpu-../..-linux",
+        "pytorch213-cxx11-cpu-x86_64-linux",
+        "torch213-cxx11-cpu-x86_64",
+        "",
+    ],
+)
+def test_unparseable_names_are_rejected_with_a_reason(name: str) -> None:
+    (res,) = resolve_variants([name], CPU)
+    assert isinstance(res, VariantRejected) and res.variant is None
+    assert name in res.reason or "variant" in res.reason
+
+
+def test_exact_build_rules() -> None:
+    assert verdict("torch213-cxx11-cpu-x86_64-linux", CPU) == "ok"
+    assert "torch 2.12" in verdict("torch212-cxx11-cpu-x86_64-linux", CPU)
+    assert "cxx98" in verdict("torch213-cxx98-cpu-x86_64-linux", CPU)
+    assert "aarch64-linux" in verdict("torch213-cxx11-cpu-aarch64-linux", CPU)
+    assert "backend='cuda'" in verdict("torch213-cxx11-cu126-x86_64-linux", CPU)
+
+
+def test_cuda_needs_same_major_and_minor_at_most_the_systems() -> None:
+    assert verdict("torch212-cxx11-cu124-x86_64-linux", CUDA) == "ok"
+    assert verdict("torch212-cxx11-cu126-x86_64-linux", CUDA) == "ok"
+    assert "CUDA 12.8" in verdict("torch212-cxx11-cu128-x86_64-linux", CUDA)
+    assert "CUDA 11.8" in verdict("torch212-cxx11-cu118-x86_64-linux", CUDA)
+
+
+def test_other_backends_match_exactly() -> None:
+    assert verdict("torch212-cxx11-rocm63-x86_64-linux", ROCM) == "ok"
+    assert "rocm62" in verdict("torch212-cxx11-rocm62-x86_64-linux", ROCM)
+    assert verdict("torch212-metal-aarch64-darwin", MAC) == "ok"
+    assert verdict("torch212-cxx11-xpu20251-x86_64-linux", XPU) == "ok"
+    assert "xpu20250" in verdict("torch212-cxx11-xpu20250-x86_64-linux", XPU)
+
+
+def test_stable_abi_fits_torch_at_or_above() -> None:
+    assert verdict("torch-stable-abi210-cpu-x86_64-linux", CPU) == "ok"
+    assert verdict("torch-stable-abi213-cpu-x86_64-linux", CPU) == "ok"
+    assert "torch >= 2.14" in verdict("torch-stable-abi214-cpu-x86_64-linux", CPU)
+
+
+def test_noarch_and_universal() -> None:
+    assert verdict("torch-cpu", CPU) == "ok"
+    assert verdict("torch-cuda", CUDA) == "ok"
+    assert "cuda" in verdict("torch-cuda", CPU)
+    for system in (CPU, CUDA, ROCM, MAC, XPU):
+        assert verdict("torch-universal", system) == "ok"
+
+
+def test_preference_order() -> None:
+    published = [
+        "torch-universal",
+        "torch-cuda",
+        "torch212-cxx11-cu124-x86_64-linux",
+        "torch212-cxx11-cu126-x86_64-linux",
+        "torch-stable-abi210-cu126-x86_64-linux",
+        "torch-stable-abi211-cu124-x86_64-linux",
+        "torch213-cxx11-cu126-x86_64-linux",
+    ]
+    resolutions = resolve_variants(published, CUDA)
+    accepted = [r.variant_str for r in resolutions if isinstance(r, VariantAccepted)]
+    assert accepted == [
+        "torch-stable-abi211-cu124-x86_64-linux",
+        "torch-stable-abi210-cu126-x86_64-linux",
+        "torch212-cxx11-cu126-x86_64-linux",
+        "torch212-cxx11-cu124-x86_64-linux",
+        "torch-cuda",
+        "torch-universal",
+    ]
+    assert isinstance(resolutions[-1], VariantRejected)
+    trace = format_trace(resolutions)
+    assert "+ torch-universal" in trace and "- torch213-cxx11-cu126-x86_64-linux: built for torch 2.13" in trace
+
+
+def test_build_variant_name() -> None:
+    assert build_variant_name(CPU) == "torch213-cxx11-cpu-x86_64-linux"
+    assert build_variant_name(MAC) == "torch212-metal-aarch64-darwin"
+
+
+def test_candidates_are_in_preference_order_and_all_accepted() -> None:
+    for system in (CPU, CUDA, ROCM, MAC):
+        names = candidate_names(system)
+        resolutions = resolve_variants(names, system)
+        assert all(isinstance(r, VariantAccepted) for r in resolutions), format_trace(resolutions)
+        assert [r.variant_str for r in resolutions] == names
+        assert names[-1] == "torch-universal"
+    assert "torch212-cxx11-cu120-x86_64-linux" in candidate_names(CUDA)
+
+
+def test_with_backend_forces_cpu() -> None:
+    assert verdict("torch212-cxx11-cpu-x86_64-linux", with_backend(CUDA, "cpu")) == "ok"
+    with pytest.raises(ValueError, match="only 'cpu'"):
+        with_backend(CPU, "cuda")
