@@ -86,9 +86,10 @@ def resolve(
     cache, system = Cache(config.cache_dir), target_system(backend)
     damaged: str | None = None
     for info in candidates:
-        hit, damaged = _warm_lookup(cache, info, system)
+        hit, problem = _warm_lookup(cache, info, system)
         if hit is not None:
             return hit
+        damaged = damaged or problem
     if config.offline:
         raise _offline_error(candidates[0], damaged)
     with remote(config) as fetcher:

@@ -1,0 +1,531 @@
+"""Turn a kernel build directory into the CDN tree of one published version.
+
+The input is either form (a ``build/`` subdirectory, when present, is used)::
+
+    <build_dir>/<variant>/<py_pkg>/...            a bare build directory
+    <kernel_dir>/build/<variant>/<py_pkg>/...     a kernel directory holding build/
+
+The output, under ``<out>/<prefix>/<org>/<pkg>/``, is ready to upload to a static host::
+
+    versions.json                          every published version, merged with what is there
+    v<N>/variants.json                     the variant names of this version
+    v<N>/build/<variant>/metadata.json     {"digest": {"files": {relpath: base64 sha256}}}
+    v<N>/build/<variant>/<py_pkg>/...      a copy of every file of the variant
+
+A published version is immutable: publishing different content under an existing
+version is refused unless ``force=True``; publishing the same content again changes
+nothing on disk.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from ._config import DEFAULT_PREFIX, normalize_prefix
+from ._hashing import CHUNK_SIZE, HashingWriter, sha256_file
+from ._manifest import (
+    MAX_DOCUMENT_BYTES,
+    check_relative_path,
+    content_hash,
+    dump_json,
+    encode_digest,
+    parse_metadata,
+    parse_versions,
+)
+from ._names import RepoInfo
+from ._variants import VariantNameError, parse_variant
+from .errors import IntegrityError, ManifestError, PublishError
+
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+METADATA = "metadata.json"
+VARIANTS = "variants.json"
+VERSIONS = "versions.json"
+
+_JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
+_JUNK_SUFFIXES = (".pyc", ".pyo")
+# Top-level modules a kernel must never import absolutely: itself (under its build name)
+# and the import hook's namespace, under which the kernel really lives once loaded.
+_HOOK_ROOT = "flashhub"
+
+
+@dataclass(frozen=True)
+class _SourceFile:
+    """One file of a variant in the build directory, hashed when scanned."""
+
+    path: Path
+    digest: bytes
+    size: int
+
+
+# What goes into the version directory: relative path -> literal bytes or a build file.
+_Tree = Mapping[str, bytes | _SourceFile]
+_Outcome = Literal["unchanged", "created", "replaced"]
+
+
+@dataclass(frozen=True)
+class _VariantBuild:
+    name: str
+    files: Mapping[str, _SourceFile]  # relative to the variant dir, '/' separated
+    metadata: bytes
+
+
+@dataclass(frozen=True)
+class VariantReport:
+    """One published variant: its name, file count, total size and content hash."""
+
+    name: str
+    files: int
+    bytes: int
+    content_hash: str  # ``sha256-<hex>`` over its manifest, the value lock files pin
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    """What :func:`publish` did.
+
+    Attributes:
+        repo_id: The kernel, ``<org>/<pkg>``.
+        version: The published version number.
+        version_dir: The ``v<N>`` directory on disk.
+        variants: The published variants, sorted by name.
+        versions: The content of ``versions.json`` after publishing.
+        written: Files created or replaced, relative to ``out``, sorted, ``/`` separated.
+        bytes_written: Total size of the files in ``written``.
+        noop: The version was already published with identical content and
+            ``versions.json`` already listed it: nothing was touched.
+        replaced: ``force=True`` replaced a version that held different content.
+    """
+
+    repo_id: str
+    version: int
+    version_dir: Path
+    variants: tuple[VariantReport, ...]
+    versions: tuple[int, ...]
+    written: tuple[str, ...]
+    bytes_written: int
+    noop: bool
+    replaced: bool
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready form (what ``flashhub publish --json`` prints)."""
+        return {
+            "repo_id": self.repo_id,
+            "version": self.version,
+            "version_dir": str(self.version_dir),
+            "variants": [asdict(v) for v in self.variants],
+            "versions": list(self.versions),
+            "written": list(self.written),
+            "bytes_written": self.bytes_written,
+            "noop": self.noop,
+            "replaced": self.replaced,
+        }
+
+
+def publish(
+    build_dir: str | os.PathLike[str],
+    *,
+    repo_id: str,
+    version: int,
+    out: str | os.PathLike[str],
+    prefix: str = DEFAULT_PREFIX,
+    force: bool = False,
+) -> PublishReport:
+    """Publish a kernel build as version ``version`` of ``repo_id`` into the CDN tree ``out``.
+
+    Args:
+        build_dir: A build directory holding ``<variant>/<py_pkg>/``, or a kernel
+            directory holding ``build/<variant>/<py_pkg>/``.
+        repo_id: ``<org>/<pkg>``; ``<py_pkg>`` is ``<pkg>`` with ``-`` replaced by ``_``.
+        version: The version number, ``>= 1``.
+        out: The root of the CDN tree (created if missing).
+        prefix: Path under ``out`` where the kernel tree starts; ``"kernels"`` by default,
+            the client's default ``FLASHHUB_CDN_PREFIX`` (``""``: ``out`` itself).
+        force: Replace the version if it exists with different content.
+
+    Returns:
+        A :class:`PublishReport`.
+
+    Raises:
+        ValueError: ``repo_id``, ``version`` or ``prefix`` is malformed.
+        PublishError: The build is invalid, or the version exists with different content.
+    """
+    repo = RepoInfo(repo_id, version)
+    prefix_parts = [p for p in normalize_prefix(prefix).split("/") if p]
+    builds = [_scan_variant(d, repo.py_pkg) for d in _variant_dirs(Path(build_dir))]
+    tree = _version_tree(builds)
+
+    out_path = Path(out)
+    pkg_dir = out_path.joinpath(*prefix_parts, repo.org, repo.name)
+    version_dir = pkg_dir / f"v{repo.version}"
+    outcome = _place_version(tree, version_dir, repo, force=force)
+    written = [] if outcome == "unchanged" else [version_dir.joinpath(*r.split("/")) for r in tree]
+    # versions.json goes last, so it never lists a version whose files are not in place.
+    versions, versions_written = _update_versions(pkg_dir / VERSIONS, repo.version)
+    if versions_written:
+        written.append(pkg_dir / VERSIONS)
+    return PublishReport(
+        repo_id=repo.repo_id,
+        version=repo.version,
+        version_dir=version_dir,
+        variants=tuple(_variant_report(b) for b in builds),
+        versions=tuple(versions),
+        written=tuple(sorted(p.relative_to(out_path).as_posix() for p in written)),
+        bytes_written=sum(p.stat().st_size for p in written),
+        noop=outcome == "unchanged" and not versions_written,
+        replaced=outcome == "replaced",
+    )
+
+
+# --- reading and validating the build ------------------------------------------------
+
+
+def _is_junk(name: str) -> bool:
+    return name.startswith(".") or name in _JUNK_NAMES or name.endswith(_JUNK_SUFFIXES)
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    """The entries of ``directory`` worth publishing, sorted; symlinks are refused."""
+    with os.scandir(directory) as scan:
+        entries = sorted((e for e in scan if not _is_junk(e.name)), key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_symlink():
+            raise PublishError(
+                f"{entry.path} is a symlink; a published build holds only regular files",
+                hint="copy the file into the build instead of linking to it",
+            )
+        if not (entry.is_dir() or entry.is_file()):
+            raise PublishError(f"{entry.path} is not a regular file or directory")
+    return entries
+
+
+def _variant_dirs(build_dir: Path) -> list[Path]:
+    if not build_dir.is_dir():
+        raise PublishError(
+            f"{build_dir} is not a directory",
+            hint="pass a build directory (<variant>/<py_pkg>/...) or a kernel directory "
+            "that contains build/",
+        )
+    root = build_dir / "build" if (build_dir / "build").is_dir() else build_dir
+    dirs: list[Path] = []
+    for entry in _entries(root):
+        if not entry.is_dir():
+            raise PublishError(
+                f"unexpected file {entry.path}: the build directory {root} holds only "
+                "variant directories such as torch-universal/",
+                hint="move or delete the file",
+            )
+        dirs.append(Path(entry.path))
+    if not dirs:
+        raise PublishError(
+            f"no build variants in {root}",
+            hint="build the kernel first; expected <variant>/<py_pkg>/__init__.py under it",
+        )
+    return dirs
+
+
+def _scan_variant(variant_dir: Path, py_pkg: str) -> _VariantBuild:
+    name = variant_dir.name
+    try:
+        parse_variant(name)
+    except VariantNameError as exc:
+        raise PublishError(
+            f"bad variant directory name {name!r} in {variant_dir.parent}: {exc}",
+            hint="rename it to the variant it was built for, e.g. torch213-cxx11-cpu-x86_64-linux",
+        ) from None
+    entries = _entries(variant_dir)
+    extra: dict[str, object] = {}
+    for entry in entries:
+        if entry.name == METADATA and entry.is_file():
+            extra = _read_build_metadata(Path(entry.path))
+        elif entry.name != py_pkg or not entry.is_dir():
+            found = ", ".join(repr(e.name) for e in entries if e.name != METADATA)
+            raise PublishError(
+                f"variant {name!r} must hold exactly one package directory {py_pkg!r} "
+                f"(the package name with '-' replaced by '_'); found {found}",
+                hint=f"rename the package directory to {py_pkg!r} or check --repo-id",
+            )
+    package = variant_dir / py_pkg
+    if not package.is_dir():
+        raise PublishError(
+            f"variant {name!r} has no package directory {py_pkg!r}",
+            hint=f"expected {variant_dir}/{py_pkg}/__init__.py",
+        )
+    if not (package / "__init__.py").is_file():
+        raise PublishError(
+            f"variant {name!r}: {py_pkg}/__init__.py is missing; the kernel must be a package",
+            hint=f"add {package / '__init__.py'} (it is what the import hook executes)",
+        )
+    files = {rel: _hash_file(path) for rel, path in _walk(package, py_pkg)}
+    for rel, source in files.items():
+        if rel.endswith(".py"):
+            _check_imports(source.path, f"{name}/{rel}", py_pkg)
+    return _VariantBuild(name, files, _metadata_bytes(name, files, extra))
+
+
+def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
+    for entry in _entries(directory):
+        child = f"{rel}/{entry.name}"
+        try:
+            check_relative_path(child)
+        except ValueError as exc:
+            raise PublishError(f"cannot publish {entry.path}: {exc}") from None
+        if entry.is_dir():
+            yield from _walk(Path(entry.path), child)
+        else:
+            yield child, Path(entry.path)
+
+
+def _hash_file(path: Path) -> _SourceFile:
+    return _SourceFile(path, sha256_file(path), path.stat().st_size)
+
+
+def _check_imports(path: Path, shown: str, py_pkg: str) -> None:
+    try:
+        tree = ast.parse(path.read_bytes(), filename=shown)
+    except SyntaxError as exc:
+        raise PublishError(f"{shown}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    bad = [
+        f"{shown}:{line}: {module}"
+        for line, module in _absolute_imports(tree)
+        if module.split(".")[0] in (py_pkg, _HOOK_ROOT)
+    ]
+    if bad:
+        raise PublishError(
+            "absolute self-import in the kernel (it must import its own modules relatively):\n  "
+            + "\n  ".join(bad),
+            hint=f"write 'from . import x' or 'from .x import y' instead of 'import {py_pkg}...': "
+            "a loaded kernel lives under a unique module name, not under its package name",
+        )
+
+
+def _absolute_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+
+
+def _read_build_metadata(path: Path) -> dict[str, object]:
+    """Keys other than ``digest`` of a build's own metadata.json are published as they are."""
+    data = path.read_bytes()
+    try:
+        document = json.loads(data) if len(data) <= MAX_DOCUMENT_BYTES else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = None
+    if not isinstance(document, dict):
+        raise PublishError(
+            f"{path} is not a JSON object of at most 1 MiB",
+            hint="fix it or delete it; publish writes the file digests itself",
+        )
+    return {k: v for k, v in document.items() if k != "digest"}
+
+
+def _metadata_bytes(
+    variant: str, files: Mapping[str, _SourceFile], extra: dict[str, object]
+) -> bytes:
+    digests = {rel: encode_digest(source.digest) for rel, source in sorted(files.items())}
+    data = dump_json({**extra, "digest": {"files": digests}})
+    try:
+        parse_metadata(data, source=f"{variant}/{METADATA}")  # what a client will accept
+    except ManifestError as exc:
+        raise PublishError(f"cannot publish variant {variant!r}: {exc.message}") from None
+    return data
+
+
+def _version_tree(builds: list[_VariantBuild]) -> dict[str, bytes | _SourceFile]:
+    tree: dict[str, bytes | _SourceFile] = {VARIANTS: dump_json(sorted(b.name for b in builds))}
+    for build in builds:
+        tree[f"build/{build.name}/{METADATA}"] = build.metadata
+        tree.update({f"build/{build.name}/{rel}": src for rel, src in build.files.items()})
+    return tree
+
+
+def _variant_report(build: _VariantBuild) -> VariantReport:
+    digests = {rel: src.digest for rel, src in build.files.items()}
+    return VariantReport(
+        name=build.name,
+        files=len(build.files),
+        bytes=sum(src.size for src in build.files.values()),
+        content_hash=content_hash(digests),
+    )
+
+
+# --- comparing with what is published --------------------------------------------------
+
+
+def _expected_digests(tree: _Tree) -> dict[str, bytes]:
+    return {
+        rel: hashlib.sha256(item).digest() if isinstance(item, bytes) else item.digest
+        for rel, item in tree.items()
+    }
+
+
+def _existing_digests(version_dir: Path) -> dict[str, bytes] | None:
+    """Digests of the files under ``version_dir``: ``{}`` if absent, ``None`` if not plain."""
+    if not version_dir.exists() and not version_dir.is_symlink():
+        return {}
+    if version_dir.is_symlink() or not version_dir.is_dir():
+        return None
+    digests: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(version_dir):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                return None
+        for name in filenames:
+            path = Path(dirpath, name)
+            digests[path.relative_to(version_dir).as_posix()] = _hash_file(path).digest
+    return digests
+
+
+def _describe_difference(
+    existing: Mapping[str, bytes] | None, expected: Mapping[str, bytes]
+) -> str:
+    if existing is None:
+        return "it holds a symlink or a special file"
+    changed = sorted(
+        (p for p in expected.keys() & existing.keys() if expected[p] != existing[p]),
+        key=lambda p: (p.endswith(METADATA), p),  # name a build file, not its manifest
+    )
+    added, removed = (
+        sorted(expected.keys() - existing.keys()),
+        sorted(existing.keys() - expected.keys()),
+    )
+    parts = [
+        f"{len(paths)} {what}, e.g. {paths[0]}"
+        for what, paths in (("changed", changed), ("new", added), ("removed", removed))
+        if paths
+    ]
+    return "; ".join(parts)
+
+
+def _place_version(tree: _Tree, version_dir: Path, repo: RepoInfo, *, force: bool) -> _Outcome:
+    """Write ``tree`` as ``version_dir`` unless it already holds exactly that content."""
+    existing = _existing_digests(version_dir)
+    expected = _expected_digests(tree)
+    if existing == expected:
+        return "unchanged"
+    published = existing is None or bool(existing)  # an empty directory publishes nothing
+    if published and not force:
+        raise PublishError(
+            f"{repo} is already published at {version_dir} with different content "
+            f"({_describe_difference(existing, expected)})",
+            hint=f"published versions are immutable: publish as --version {repo.version + 1}, "
+            "or pass --force to replace it (clients that cached it keep the old files)",
+        )
+    _write_version(tree, version_dir, replace=version_dir.exists() or version_dir.is_symlink())
+    return "replaced" if published else "created"
+
+
+# --- writing ------------------------------------------------------------------------
+
+
+def _make_dirs(path: Path) -> None:
+    """Create ``path`` and missing parents with mode 0755 regardless of the umask."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        directory.chmod(DIR_MODE)
+
+
+def _write_version(tree: _Tree, version_dir: Path, *, replace: bool) -> None:
+    """Build the version in a hidden sibling directory, then rename it into place."""
+    _make_dirs(version_dir.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version_dir.name}.staging-", dir=version_dir.parent))
+    try:
+        staging.chmod(DIR_MODE)
+        for rel, item in sorted(tree.items()):
+            target = staging.joinpath(*rel.split("/"))
+            _make_dirs(target.parent)
+            if isinstance(item, bytes):
+                _write_bytes(target, item)
+            else:
+                _copy_verified(item, target, shown=rel)
+        _commit(staging, version_dir, replace=replace)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _write_bytes(target: Path, data: bytes) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), FILE_MODE)
+        f.write(data)
+
+
+def _copy_verified(source: _SourceFile, target: Path, *, shown: str) -> None:
+    """Copy and re-hash in one pass, so the bytes published are the bytes in the manifest."""
+    writer = HashingWriter(target)
+    try:
+        with source.path.open("rb") as src:
+            while chunk := src.read(CHUNK_SIZE):
+                writer.write(chunk)
+    finally:
+        writer.close()
+    target.chmod(FILE_MODE)
+    try:
+        writer.verify(source.digest, source=shown)
+    except IntegrityError:
+        raise PublishError(
+            f"{source.path} changed while it was being published",
+            hint="wait for the build to finish, then publish again",
+        ) from None
+
+
+def _commit(staging: Path, version_dir: Path, *, replace: bool) -> None:
+    if not replace:
+        try:
+            os.rename(staging, version_dir)
+        except OSError:
+            if version_dir.exists():
+                raise PublishError(
+                    f"{version_dir} appeared while publishing; another publish is running",
+                    hint="run one publish per version at a time, then retry",
+                ) from None
+            raise
+        return
+    # POSIX has no portable atomic swap of two directories: move the old version aside,
+    # rename the new one in, then delete the old. Readers see old or new, never a mix.
+    trash = Path(tempfile.mkdtemp(prefix=f".{version_dir.name}.old-", dir=version_dir.parent))
+    os.rename(version_dir, trash / "old")
+    os.rename(staging, version_dir)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _update_versions(path: Path, version: int) -> tuple[list[int], bool]:
+    """Add ``version`` to ``versions.json``; write it only if its bytes change."""
+    old: bytes | None = path.read_bytes() if path.is_file() else None
+    try:
+        versions = parse_versions(old, source=str(path)) if old is not None else []
+    except ManifestError as exc:
+        raise PublishError(
+            exc.message,
+            hint="fix or delete it; it lists the published v<N> directories, e.g. [1, 2]",
+        ) from None
+    versions = sorted({*versions, version})
+    data = dump_json(versions)
+    if data == old:
+        return versions, False
+    fd, tmp = tempfile.mkstemp(prefix=f".{VERSIONS}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), FILE_MODE)
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return versions, True

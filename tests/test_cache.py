@@ -1,0 +1,158 @@
+"""Verification and the cache: nothing unverified is importable, nothing partial is visible."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, tampered
+from conftest import run_python
+from flashhub_kernels.errors import IntegrityError, ManifestError, OfflineError
+from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
+
+REPO = "acme/tensor-tricks"
+
+
+def version_dir(cache_dir: Path, version: int = 1) -> Path:
+    return cache_dir / "kernels" / "acme" / "tensor-tricks" / f"v{version}"
+
+
+def entries(cache_dir: Path) -> list[str]:
+    """Committed entries and leftovers (staging, trash) under every version directory."""
+    root = cache_dir / "kernels"
+    if not root.exists():
+        return []
+    return sorted(p.name for p in root.glob("*/*/v*/*") if p.is_dir() and p.name != ".locks")
+
+
+def test_tampered_file_is_refused_and_nothing_is_cached(cdn: CdnServer, cache_dir: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    path = f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/helpers.py"
+    cdn.inject(path, tampered(5))
+    with pytest.raises(IntegrityError, match="does not match"):
+        fk.get_kernel(REPO, version=1)
+    assert entries(cache_dir) == []
+    assert "flashhub.acme.tensor_tricks.v1" not in sys.modules
+    # The next attempt (served honestly) succeeds.
+    assert fk.get_kernel(REPO, version=1).marker().startswith(REPO)
+    assert entries(cache_dir) == [local_variant()]
+
+
+@pytest.mark.parametrize(
+    "bad_path", ["../escape.py", "tensor_tricks/../../escape.py", "/abs.py", "tensor_tricks\\x.py"]
+)
+def test_escaping_manifest_paths_are_refused(cdn: CdnServer, cache_dir: Path, tmp_path: Path, bad_path: str) -> None:
+    files = kernel_files("tensor_tricks", "x")
+    manifest = {"digest": {"files": {**{p: b64sha256(d) for p, d in files.items()}, bad_path: b64sha256(b"evil")}}}
+    write_variant(cdn.root, REPO, 1, "torch-universal", files, manifest=manifest)
+    with pytest.raises(ManifestError, match="path"):
+        fk.get_kernel(REPO, version=1)
+    assert entries(cache_dir) == []
+    assert not any("escape" in p or "abs.py" in p for p in cdn.gets())
+    assert not list(tmp_path.rglob("escape.py"))
+
+
+@pytest.mark.parametrize("document", ["not json", "[]", '{"digest": {"files": {"tensor_tricks/__init__.py": "abc"}}}'])
+def test_malformed_manifest(cdn: CdnServer, cache_dir: Path, document: str) -> None:
+    write_variant(cdn.root, REPO, 1, "torch-universal", kernel_files("tensor_tricks", "x"))
+    (cdn.root / f"kernels/{REPO}/v1/build/torch-universal/metadata.json").write_text(document)
+    with pytest.raises(ManifestError):
+        fk.get_kernel(REPO, version=1)
+    assert entries(cache_dir) == []
+
+
+def test_manifest_without_the_package_is_refused(cdn: CdnServer, cache_dir: Path) -> None:
+    write_variant(cdn.root, REPO, 1, "torch-universal", {"other/__init__.py": b""})
+    with pytest.raises(ManifestError, match="tensor_tricks/__init__.py"):
+        fk.get_kernel(REPO, version=1)
+    assert entries(cache_dir) == []
+
+
+def test_files_not_in_the_manifest_are_not_fetched(cdn: CdnServer) -> None:
+    files = kernel_files("tensor_tricks", "x")
+    listed = {p: d for p, d in files.items() if not p.endswith("table.txt")}
+    manifest = {"digest": {"files": {p: b64sha256(d) for p, d in listed.items()}}}
+    write_variant(cdn.root, REPO, 1, "torch-universal", files, manifest=manifest)
+    k = fk.get_kernel(REPO, version=1)
+    assert not (Path(k.__file__).parent / "data" / "table.txt").exists()
+    assert not any(p.endswith("table.txt") for p in cdn.gets())
+
+
+def test_cache_layout_receipt_and_permissions(cdn: CdnServer, cache_dir: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o700
+    entry = version_dir(cache_dir) / local_variant()
+    receipt = json.loads((entry / ".flashhub-receipt.json").read_text())
+    assert receipt["content_hash"].startswith("sha256-")
+    assert sorted(receipt["files"]) == sorted(kernel_files("tensor_tricks", "x"))
+    assert (entry / "metadata.json").read_bytes() == (
+        cdn.root / f"kernels/{REPO}/v1/build/{local_variant()}/metadata.json"
+    ).read_bytes()
+    assert json.loads((version_dir(cache_dir) / "variants-index.json").read_text())["complete"] is True
+
+
+def test_modified_cached_file_is_refetched(cdn: CdnServer, cache_dir: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    ops = version_dir(cache_dir) / local_variant() / "tensor_tricks" / "_ops.py"
+    ops.write_text("MARKER = 'evil'\ndef double(x):\n    return x\n")
+    cdn.clear_log()
+    out = run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())")
+    assert out.strip() == f"{REPO}@v1:{local_variant()}"
+    assert any(p.endswith("_ops.py") for p in cdn.gets())
+    assert "evil" not in ops.read_text()
+
+
+def test_modified_cached_file_offline_is_refused(cdn: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    del sys.modules["flashhub.acme.tensor_tricks.v1"]
+    ops = version_dir(cache_dir) / local_variant() / "tensor_tricks" / "_ops.py"
+    ops.write_text(ops.read_text() + "# edited\n")
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    code = "import flashhub.acme.tensor_tricks.v1"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert result.returncode != 0
+    assert "IntegrityError" in result.stderr and "modified after it was verified" in result.stderr
+
+
+def test_offline_cold_cache_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    with pytest.raises(OfflineError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert "flashhub get acme/tensor-tricks --version 1" in str(info.value)
+
+
+CONCURRENT_IMPORT = """
+import sys, time
+start = float(sys.argv[1])
+while time.time() < start:
+    time.sleep(0.005)
+import flashhub.acme.tensor_tricks.v1 as k
+print(k.marker())
+"""
+
+
+def test_eight_processes_import_one_cold_kernel_and_each_file_is_fetched_once(cdn: CdnServer, cache_dir: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    import time
+
+    start = str(time.time() + 3)
+    children = [
+        subprocess.Popen([sys.executable, "-c", CONCURRENT_IMPORT, start], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    results = [child.communicate(timeout=180) for child in children]
+    assert [c.returncode for c in children] == [0] * 8, [err for _, err in results]
+    assert {out.strip() for out, _ in results} == {f"{REPO}@v1:{local_variant()}"}
+    files = [p for p in cdn.gets() if "/build/" in p and not p.endswith("metadata.json")]
+    assert len(files) == 4 and len(set(files)) == 4, files
+    assert entries(cache_dir) == [local_variant()]

@@ -1,0 +1,558 @@
+"""The publisher (``flashhub_kernels._publish``) and the ``flashhub publish`` CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from flashhub_kernels._manifest import decode_digest, parse_metadata, parse_variants, parse_versions
+from flashhub_kernels._publish import PublishReport, publish
+from flashhub_kernels.cli import kernel_load_main, main
+from flashhub_kernels.errors import PublishError
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+REPO = "acme/my-kern"
+PY_PKG = "my_kern"
+UNIVERSAL = "torch-universal"
+CPU = "torch213-cxx11-cpu-x86_64-linux"
+SO_NAME = "_my_kern_cpu_1a2b3c.so"
+SO_BYTES = b"\x7fELF" + bytes(range(256)) * 4
+
+INIT = "from ._ops import ops\nfrom .helpers import double\n\n__all__ = ['double', 'ops']\n"
+HELPERS = """\
+from __future__ import annotations
+
+import torch
+
+from . import _ops
+
+
+def double(x):
+    return x * 2
+"""
+
+
+def _ops_source(variant: str) -> str:
+    if variant == UNIVERSAL:
+        return "import torch\n\nops = torch.ops\n"
+    return (
+        "import os\n\nimport torch\n\n"
+        f"torch.ops.load_library(os.path.join(os.path.dirname(__file__), {SO_NAME!r}))\n"
+        "ops = torch.ops._my_kern_cpu_1a2b3c\n"
+    )
+
+
+def make_kernel(root: Path, variants: tuple[str, ...] = (UNIVERSAL, CPU)) -> Path:
+    """A kernel dir with ``build/<variant>/my_kern/`` per variant, plus junk to be skipped."""
+    for variant in variants:
+        package = root / "build" / variant / PY_PKG
+        (package / "__pycache__").mkdir(parents=True)
+        (package / "__init__.py").write_text(INIT)
+        (package / "_ops.py").write_text(_ops_source(variant))
+        (package / "helpers.py").write_text(HELPERS)
+        (package / "__pycache__" / "_ops.cpython-311.pyc").write_bytes(b"junk")
+        (package / ".DS_Store").write_bytes(b"junk")
+        (package / "stale.pyc").write_bytes(b"junk")
+        if variant != UNIVERSAL:
+            (package / SO_NAME).write_bytes(SO_BYTES)
+    (root / "build" / ".hidden").write_text("junk")
+    return root
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Path:
+    return make_kernel(tmp_path / "kernel")
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``, by relative posix path."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def tree_stats(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+    }
+
+
+def sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+# --- layout and manifests ------------------------------------------------------------
+
+
+def test_layout_metadata_and_report(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    report = publish(kernel, repo_id=REPO, version=1, out=out, prefix="kernels")
+
+    base = "kernels/acme/my-kern"
+    package_files = ["__init__.py", "_ops.py", "helpers.py"]
+    expected = {f"{base}/versions.json", f"{base}/v1/variants.json"}
+    for variant, extra in ((UNIVERSAL, []), (CPU, [SO_NAME])):
+        expected.add(f"{base}/v1/build/{variant}/metadata.json")
+        expected |= {f"{base}/v1/build/{variant}/{PY_PKG}/{f}" for f in package_files + extra}
+    assert set(tree_bytes(out)) == expected  # junk (__pycache__, .pyc, dotfiles) is not published
+
+    assert report.written == tuple(sorted(expected))
+    assert report.bytes_written == sum(len(b) for b in tree_bytes(out).values())
+    assert report.version_dir == out / base / "v1"
+    assert (report.noop, report.replaced, report.versions) == (False, False, (1,))
+    assert [v.name for v in report.variants] == [UNIVERSAL, CPU]
+    cpu_report = report.variants[1]
+    assert cpu_report.files == 4
+    assert cpu_report.bytes == sum(
+        (kernel / "build" / CPU / PY_PKG / f).stat().st_size for f in [*package_files, SO_NAME]
+    )
+
+
+@pytest.mark.parametrize("variant", [UNIVERSAL, CPU])
+def test_metadata_digests_match_source_and_published_files(
+    kernel: Path, tmp_path: Path, variant: str
+) -> None:
+    out = tmp_path / "cdn"
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    variant_dir = report.version_dir / "build" / variant
+    data = (variant_dir / "metadata.json").read_bytes()
+
+    manifest = parse_metadata(data)  # the client's parser accepts what the publisher writes
+    document = json.loads(data)
+    assert list(document) == ["digest"]
+    listed = document["digest"]["files"]
+    assert list(listed) == sorted(listed)
+    source_dir = kernel / "build" / variant
+    source_files = {
+        p.relative_to(source_dir).as_posix()
+        for p in source_dir.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and p.name[0] != "."
+    }
+    assert set(manifest.files) == source_files
+    for rel, encoded in listed.items():
+        raw = decode_digest(encoded)
+        assert raw == sha256((source_dir / rel).read_bytes())
+        assert raw == sha256((variant_dir / rel).read_bytes())
+        assert encoded.endswith("=") and "-" not in encoded and "_" not in encoded  # standard b64
+    assert report.variants[[v.name for v in report.variants].index(variant)].content_hash == (
+        manifest.content_hash
+    )
+
+
+def test_variants_and_versions_documents(kernel: Path, tmp_path: Path) -> None:
+    report = publish(kernel, repo_id=REPO, version=3, prefix="", out=tmp_path / "cdn")
+    variants = (report.version_dir / "variants.json").read_bytes()
+    versions = (report.version_dir.parent / "versions.json").read_bytes()
+    assert parse_variants(variants) == [UNIVERSAL, CPU]
+    assert parse_versions(versions) == [3]
+    assert variants == b'[\n  "torch-universal",\n  "torch213-cxx11-cpu-x86_64-linux"\n]\n'
+
+
+def test_bare_build_dir_gives_the_same_output(kernel: Path, tmp_path: Path) -> None:
+    publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "a")
+    publish(kernel / "build", repo_id=REPO, version=1, prefix="", out=tmp_path / "b")
+    assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
+    assert len(tree_bytes(tmp_path / "a")) == 11
+
+
+def test_build_metadata_keys_are_kept_and_digest_replaced(kernel: Path, tmp_path: Path) -> None:
+    stale = {"python-depends": ["einops"], "digest": {"files": {"gone.py": "AAAA"}}}
+    (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(stale))
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    data = (report.version_dir / "build" / UNIVERSAL / "metadata.json").read_bytes()
+    manifest = parse_metadata(data)
+    assert manifest.document["python-depends"] == ["einops"]
+    assert set(manifest.files) == {
+        f"{PY_PKG}/__init__.py",
+        f"{PY_PKG}/_ops.py",
+        f"{PY_PKG}/helpers.py",
+    }
+
+
+def test_modes_ignore_the_umask(kernel: Path, tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    finally:
+        os.umask(old)
+    paths = [tmp_path / "cdn", *(tmp_path / "cdn").rglob("*")]
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_file()}
+    dir_modes = {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_dir()}
+    assert (modes, dir_modes) == ({0o644}, {0o755})
+    assert len(report.written) == 11
+
+
+# --- determinism and immutability ----------------------------------------------------
+
+
+def test_deterministic_output(tmp_path: Path) -> None:
+    first = make_kernel(tmp_path / "k1")
+    second = make_kernel(tmp_path / "k2")  # same content, different place and mtimes
+    os.utime(second / "build" / CPU / PY_PKG / SO_NAME, (1, 1))
+    publish(first, repo_id=REPO, version=1, prefix="", out=tmp_path / "a")
+    publish(second, repo_id=REPO, version=1, prefix="", out=tmp_path / "b")
+    a, b = tree_bytes(tmp_path / "a"), tree_bytes(tmp_path / "b")
+    assert a == b
+    assert a["acme/my-kern/v1/build/torch213-cxx11-cpu-x86_64-linux/my_kern/" + SO_NAME] == SO_BYTES
+
+
+def test_republishing_identical_content_is_a_noop(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    before = tree_stats(out)
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    forced = publish(kernel, repo_id=REPO, version=1, prefix="", out=out, force=True)
+    assert report.noop and forced.noop
+    assert (report.written, report.bytes_written, report.replaced) == ((), 0, False)
+    assert tree_stats(out) == before  # same inodes and mtimes: nothing rewritten
+
+
+def test_noop_version_still_lands_in_versions_json(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    (report.version_dir.parent / "versions.json").unlink()
+    again = publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    assert not again.noop
+    assert again.written == ("acme/my-kern/versions.json",)
+    assert parse_versions((report.version_dir.parent / "versions.json").read_bytes()) == [1]
+
+
+def test_different_content_is_refused(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    before = tree_bytes(out)
+    (kernel / "build" / CPU / PY_PKG / SO_NAME).write_bytes(SO_BYTES + b"v2")
+    with pytest.raises(PublishError) as info:
+        publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    assert "already published" in info.value.message
+    assert SO_NAME in info.value.message  # names a changed file
+    assert info.value.hint is not None
+    assert "--version 2" in info.value.hint and "--force" in info.value.hint
+    assert tree_bytes(out) == before
+    assert [p.name for p in (out / "acme" / "my-kern").iterdir() if p.name.startswith(".")] == []
+
+
+def test_added_file_is_a_difference(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    (kernel / "build" / UNIVERSAL / PY_PKG / "extra.py").write_text("X = 1\n")
+    with pytest.raises(
+        PublishError, match=r"1 new, e\.g\. build/torch-universal/my_kern/extra\.py"
+    ):
+        publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+
+
+def test_force_replaces_a_version(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    so = kernel / "build" / CPU / PY_PKG / SO_NAME
+    so.write_bytes(b"new build")
+    (kernel / "build" / UNIVERSAL / PY_PKG / "helpers.py").unlink()
+    (kernel / "build" / UNIVERSAL / PY_PKG / "__init__.py").write_text("from ._ops import ops\n")
+
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=out, force=True)
+    assert report.replaced and not report.noop
+    variant_dir = report.version_dir / "build" / CPU
+    assert (variant_dir / PY_PKG / SO_NAME).read_bytes() == b"new build"
+    assert not (report.version_dir / "build" / UNIVERSAL / PY_PKG / "helpers.py").exists()
+    manifest = parse_metadata((variant_dir / "metadata.json").read_bytes())
+    assert manifest.files[f"{PY_PKG}/{SO_NAME}"] == sha256(b"new build")
+    assert sorted(p.name for p in report.version_dir.parent.iterdir()) == ["v1", "versions.json"]
+
+
+def test_versions_json_is_merged(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    pkg = out / "acme" / "my-kern"
+    publish(kernel, repo_id=REPO, version=2, prefix="", out=out)
+    assert parse_versions((pkg / "versions.json").read_bytes()) == [2]
+    publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    (pkg / "versions.json").write_text("[7, 1, 2]")  # e.g. written by another publisher host
+    report = publish(kernel, repo_id=REPO, version=3, prefix="", out=out)
+    assert report.versions == (1, 2, 3, 7)
+    assert (pkg / "versions.json").read_bytes() == b"[\n  1,\n  2,\n  3,\n  7\n]\n"
+    assert sorted(p.name for p in pkg.iterdir()) == ["v1", "v2", "v3", "versions.json"]
+
+
+def test_malformed_versions_json_is_refused(kernel: Path, tmp_path: Path) -> None:
+    pkg = tmp_path / "cdn" / "acme" / "my-kern"
+    pkg.mkdir(parents=True)
+    (pkg / "versions.json").write_text('{"not": "a list"}')
+    with pytest.raises(PublishError, match=r"versions\.json"):
+        publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [("", "acme/my-kern"), ("kernels", "kernels/acme/my-kern"), ("/a/b/", "a/b/acme/my-kern")],
+)
+def test_prefix(kernel: Path, tmp_path: Path, prefix: str, expected: str) -> None:
+    out = tmp_path / "cdn"
+    report = publish(kernel, repo_id=REPO, version=1, out=out, prefix=prefix)
+    assert report.version_dir == out / expected / "v1"
+    assert (out / expected / "versions.json").is_file()
+    assert all(path.startswith(f"{expected}/") for path in report.written)
+
+
+def test_bad_arguments_raise_value_error(kernel: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="repo id"):
+        publish(kernel, repo_id="a/b/c", version=1, prefix="", out=tmp_path / "cdn")
+    with pytest.raises(ValueError, match=">= 1"):
+        publish(kernel, repo_id=REPO, version=0, prefix="", out=tmp_path / "cdn")
+    with pytest.raises(ValueError, match="prefix"):
+        publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn", prefix="../up")
+    assert not (tmp_path / "cdn").exists()
+
+
+# --- validation ----------------------------------------------------------------------
+
+
+def _package(kernel: Path, variant: str = CPU) -> Path:
+    return kernel / "build" / variant / PY_PKG
+
+
+def _write(relpath: str, text: str) -> Callable[[Path], None]:
+    def write(kernel: Path) -> None:
+        path = _package(kernel) / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    return write
+
+
+BAD_BUILDS: dict[str, tuple[Callable[[Path], object], list[str]]] = {
+    "bad variant name": (
+        lambda k: (k / "build" / CPU).rename(k / "build" / "torch213-cpu-x86_64-linux"),
+        ["torch213-cpu-x86_64-linux", "variant"],
+    ),
+    "missing __init__.py": (lambda k: (_package(k) / "__init__.py").unlink(), ["__init__.py"]),
+    "wrong package dir name": (
+        lambda k: _package(k).rename(_package(k).with_name("mykern")),
+        ["'my_kern'", "'mykern'"],
+    ),
+    "stray file beside the package": (
+        lambda k: (_package(k).parent / "README.md").write_text("hi"),
+        ["'README.md'", "exactly one package directory"],
+    ),
+    "stray file among the variants": (
+        lambda k: (k / "build" / "notes.txt").write_text("hi"),
+        ["notes.txt", "variant directories"],
+    ),
+    "import of the package": (_write("a.py", "import my_kern\n"), ["a.py:1", "my_kern"]),
+    "from-import of the package": (
+        _write("sub/b.py", "import os\n\nfrom my_kern._ops import ops\n"),
+        ["sub/b.py:3", "my_kern._ops", "relative"],
+    ),
+    "nested absolute self-import": (
+        _write("c.py", "def f():\n    import my_kern.helpers as h\n    return h\n"),
+        ["c.py:2", "my_kern.helpers"],
+    ),
+    "import through the hook": (
+        _write("d.py", "from flashhub.acme.my_kern.v1 import ops\n"),
+        ["d.py:1", "flashhub.acme.my_kern.v1"],
+    ),
+    "not valid Python": (_write("e.py", "def (:\n"), ["e.py:1", "not valid Python"]),
+    "symlinked file": (
+        lambda k: (_package(k) / "link.py").symlink_to(_package(k) / "helpers.py"),
+        ["link.py", "symlink"],
+    ),
+    "symlinked variant": (
+        lambda k: (k / "build" / "torch-cpu").symlink_to(k / "build" / CPU),
+        ["torch-cpu", "symlink"],
+    ),
+    "empty build": (
+        lambda k: [p.rename(k / p.name) for p in (k / "build").iterdir()],
+        ["no build variants"],
+    ),
+    "bad build metadata.json": (
+        lambda k: (_package(k).parent / "metadata.json").write_text("[1]"),
+        ["metadata.json", "JSON object"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BUILDS))
+def test_invalid_builds_are_refused(kernel: Path, tmp_path: Path, case: str) -> None:
+    mutate, expected = BAD_BUILDS[case]
+    mutate(kernel)
+    with pytest.raises(PublishError) as info:
+        publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    for fragment in expected:
+        assert fragment in str(info.value), (fragment, str(info.value))
+    assert not (tmp_path / "cdn").exists()  # validation happens before anything is written
+
+
+def test_missing_build_dir(tmp_path: Path) -> None:
+    with pytest.raises(PublishError, match="not a directory"):
+        publish(tmp_path / "nope", repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+
+
+def test_allowed_imports_pass(kernel: Path, tmp_path: Path) -> None:
+    _write(
+        "ok.py",
+        "import os.path\nimport torch.nn as nn\nimport my_kern_other\n"
+        "from . import helpers\nfrom .helpers import double\nfrom .. import x\n",
+    )(kernel)
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    assert report.variants[1].files == 5
+
+
+# --- command line ----------------------------------------------------------------------
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "flashhub_kernels", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_cli_publish_json(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    result = run_cli(
+        "publish",
+        kernel,
+        "--repo-id",
+        REPO,
+        "--version",
+        "1",
+        "--out",
+        out,
+        "--prefix",
+        "k",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["versions"] == [1] and report["noop"] is False
+    assert report["version_dir"] == str(out / "k" / "acme" / "my-kern" / "v1")
+    assert [v["name"] for v in report["variants"]] == [UNIVERSAL, CPU]
+    assert sorted(report["written"]) == sorted(tree_bytes(out))
+
+    again = run_cli(
+        "publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out, "--prefix", "k"
+    )
+    assert again.returncode == 0
+    assert "identical content" in again.stdout
+
+
+def test_cli_publish_failure_exits_1(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    assert (
+        run_cli("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out).returncode
+        == 0
+    )
+    (_package(kernel) / "helpers.py").write_text("X = 2\n")
+    result = run_cli("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: acme/my-kern@v1 is already published")
+    assert "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["publish"],
+        ["publish", "x", "--version", "1", "--out", "o"],
+        ["publish", "x", "--repo-id", "a/b/c", "--version", "1", "--out", "o"],
+        ["publish", "x", "--repo-id", REPO, "--version", "0", "--out", "o"],
+        ["publish", "x", "--repo-id", REPO, "--version", "one", "--out", "o"],
+        ["publish", "x", "--repo-id", REPO, "--version", "1", "--out", "o", "--prefix", "../x"],
+        ["frobnicate"],
+    ],
+)
+def test_cli_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "flashhub_kernels", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_main_in_process(kernel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "publish" in capsys.readouterr().out
+    code = main(
+        ["publish", str(kernel), "--repo-id", REPO, "--version", "2", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    assert capsys.readouterr().out.startswith("published acme/my-kern@v2")
+    code = main(
+        [
+            "publish",
+            str(tmp_path / "none"),
+            "--repo-id",
+            REPO,
+            "--version",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 1
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_kernel_load_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kernel_load_main(["acme/my-kern"]) == 2
+    assert "--version N is required" in capsys.readouterr().err
+    assert kernel_load_main(["a/b/c", "--version", "1"]) == 2
+    assert "invalid repo id" in capsys.readouterr().err
+
+
+def test_cli_import_is_light() -> None:
+    code = (
+        "import sys, flashhub_kernels.cli; "
+        "heavy = {'torch', 'requests'} & set(sys.modules); assert not heavy, heavy"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_staging(tmp_path: Path) -> Iterator[None]:
+    yield
+    leftovers = [p for p in tmp_path.rglob(".v*") if ".staging-" in p.name or ".old-" in p.name]
+    assert leftovers == []
+
+
+def test_report_type(kernel: Path, tmp_path: Path) -> None:
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    assert isinstance(report, PublishReport)
+    assert json.loads(json.dumps(report.to_dict()))["repo_id"] == REPO
+
+
+def test_default_prefix_matches_the_clients_default(kernel: Path, tmp_path: Path) -> None:
+    report = publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    assert report.version_dir == tmp_path / "cdn" / "kernels" / "acme" / "my-kern" / "v1"
