@@ -7,12 +7,16 @@ import importlib
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ._config import get_config
 from ._finder import LoadedKernel, install
 from ._names import RepoInfo, check_backend, resolve_version
 from ._variants import VariantAccepted, VariantResolution, parse_variant, resolve_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError
+
+if TYPE_CHECKING:
+    from ._transport import Fetcher
 
 
 def get_kernel(
@@ -64,7 +68,11 @@ def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
 def _find_local_package(path: Path) -> Path:
     if (path / "__init__.py").is_file():
         return path
-    packages = [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()] if path.is_dir() else []
+    packages = (
+        [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
+        if path.is_dir()
+        else []
+    )
     if len(packages) == 1:
         return packages[0]
     base = path / "build" if (path / "build").is_dir() else path
@@ -77,7 +85,8 @@ def _find_local_package(path: Path) -> Path:
             return _find_local_package(base / resolution.variant_str)
     raise KernelNotFoundError(
         f"no kernel package found in {path}",
-        hint="point at a directory with build/<variant>/<py_pkg>/__init__.py, or at the package itself",
+        hint="point at a directory holding build/<variant>/<py_pkg>/__init__.py, "
+        "or at the package itself",
     )
 
 
@@ -121,14 +130,14 @@ def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None 
     return any(isinstance(r, VariantAccepted) for r in resolutions)
 
 
-def _with_version(fetcher: object, repo_id: str, version: int | None) -> RepoInfo:
+def _with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
     """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
     from ._store import published_versions
 
     if version is not None:
         return RepoInfo(repo_id, version)
     RepoInfo(repo_id, 1)  # validate the repo id before any request
-    versions = published_versions(fetcher, repo_id)  # type: ignore[arg-type]
+    versions = published_versions(fetcher, repo_id)
     if not versions:
         raise KernelNotFoundError(
             f"{repo_id} has no versions.json on the CDN, so its newest version is unknown",

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create (or refresh) .venv with the CPU build of torch and this project, editable, with
+# its dev tools. Idempotent: a second run only checks that everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+# The CPU wheel of torch 2.13.0: an unpinned torch would pull a multi-GB CUDA build.
+TORCH_SPEC=${FLASHHUB_TORCH_SPEC:-torch==2.13.0}
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+. .venv/bin/activate
+if ! python -c "import torch" 2>/dev/null; then
+  pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
+fi
+pip install --quiet --disable-pip-version-check -e '.[dev]'
