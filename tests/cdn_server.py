@@ -125,9 +125,7 @@ class CdnHandler(BaseHTTPRequestHandler):
             self.send_simple(200, body)
             return
         part = body[start:]
-        self.send_simple(
-            206, part, {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"}
-        )
+        self.send_simple(206, part, {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"})
 
     def send_head_then(self, status: int, length: int, payload: bytes) -> None:
         """Announce ``length`` bytes, send ``payload`` (possibly fewer or more), then hang up."""

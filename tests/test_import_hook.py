@@ -14,18 +14,20 @@ import time
 from pathlib import Path
 
 import pytest
-
-import flashhub_kernels as fk
 from cdn_server import CdnServer, delayed
 from conftest import run_python
 from trees import local_variant, write_kernel, write_variant
+
+import flashhub_kernels as fk
 from flashhub_kernels.errors import KernelImportError, KernelNotFoundError, NoCompatibleVariantError
 
 REPO = "acme/tensor-tricks"
 
 
 def test_import_statement_loads_the_matching_variant_only(cdn: CdnServer) -> None:
-    write_kernel(cdn.root, REPO, 1, ["torch-universal", local_variant(), "torch212-cxx11-cu126-x86_64-linux"])
+    write_kernel(
+        cdn.root, REPO, 1, ["torch-universal", local_variant(), "torch212-cxx11-cu126-x86_64-linux"]
+    )
     import flashhub.acme.tensor_tricks.v1 as k
 
     assert k.marker() == f"{REPO}@v1:{local_variant()}"
@@ -77,7 +79,8 @@ def test_pickle_round_trip_in_a_fresh_process(cdn: CdnServer, tmp_path: Path) ->
     blob = tmp_path / "thing.pkl"
     blob.write_bytes(pickle.dumps(k.Thing(41)))
     cdn.clear_log()
-    out = run_python(f"import pickle; t = pickle.loads(open({str(blob)!r}, 'rb').read()); print(t.value + 1, type(t).__module__)")
+    code = f"import pickle; t = pickle.loads(open({str(blob)!r}, 'rb').read())"
+    out = run_python(code + "; print(t.value + 1, type(t).__module__)")
     assert out.split() == ["42", "flashhub.acme.tensor_tricks.v1"]
     assert cdn.gets() == []  # the cache is warm: the child made no request
 
@@ -191,7 +194,9 @@ def test_offline_mode(cdn: CdnServer, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(fk.errors.OfflineError, match="FLASHHUB_OFFLINE"):
         fk.get_kernel(REPO, version=2)
     del sys.modules["flashhub.acme.tensor_tricks.v1"]
-    assert run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())").startswith(REPO)
+    assert run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())").startswith(
+        REPO
+    )
     assert cdn.requests == []
 
 
@@ -215,7 +220,10 @@ def test_get_local_kernel(tmp_path: Path) -> None:
             path.write_bytes(data)
     k = fk.get_local_kernel(repo)
     assert k.marker() == local_variant()
-    assert fk.get_local_kernel(repo / "build" / "torch-universal" / "my_kernel").marker() == "torch-universal"
+    assert (
+        fk.get_local_kernel(repo / "build" / "torch-universal" / "my_kernel").marker()
+        == "torch-universal"
+    )
     assert fk.get_local_kernel(repo) is k
     assert k.__name__.startswith("flashhub._local.my_kernel_")
     with pytest.raises(KernelNotFoundError):
@@ -230,7 +238,10 @@ def test_has_kernel_and_variants(cdn: CdnServer) -> None:
     assert not fk.has_kernel(REPO)  # newest is v2
     assert not fk.has_kernel("acme/absent", version=1)
     resolutions = fk.get_kernel_variants(REPO, version=1)
-    assert isinstance(resolutions[0], fk.VariantAccepted) and resolutions[0].variant_str == "torch-universal"
+    assert (
+        isinstance(resolutions[0], fk.VariantAccepted)
+        and resolutions[0].variant_str == "torch-universal"
+    )
     assert isinstance(resolutions[1], fk.VariantRejected) and "cu126" in resolutions[1].reason
     assert not any("/build/" in p for p in cdn.gets() if REPO in p)  # variants.json sufficed
 

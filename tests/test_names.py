@@ -14,14 +14,29 @@ from flashhub_kernels._names import (
 )
 
 
-@pytest.mark.parametrize("repo_id", ["sdq/audio-codebook-primitives", "acme/tensor_tricks", "_x/Y9"])
+@pytest.mark.parametrize(
+    "repo_id", ["sdq/audio-codebook-primitives", "acme/tensor_tricks", "_x/Y9"]
+)
 def test_valid_repo_ids(repo_id: str) -> None:
     org, pkg = parse_repo_id(repo_id)
     assert f"{org}/{pkg}" == repo_id
 
 
 @pytest.mark.parametrize(
-    "repo_id", ["a/b/c", "../x", "ORG/", "", "/pkg", "org", "org/pk g", "org/..", "9org/x", "org/x.y", "a\\b/c"]
+    "repo_id",
+    [
+        "a/b/c",
+        "../x",
+        "ORG/",
+        "",
+        "/pkg",
+        "org",
+        "org/pk g",
+        "org/..",
+        "9org/x",
+        "org/x.y",
+        "a\\b/c",
+    ],
 )
 def test_malformed_repo_ids_raise_value_error(repo_id: str) -> None:
     with pytest.raises(ValueError, match="repo id"):
@@ -72,5 +87,11 @@ def test_parse_module_name() -> None:
     assert parse_module_name("flashhub.sdq") is not None
     parsed = parse_module_name("flashhub.sdq.acp.v2_cpu")
     assert parsed is not None and (parsed.version, parsed.backend) == (2, "cpu")
-    for name in ["flashhub", "flashhub.a.b.main", "flashhub.a.b.v0", "flashhub.a.b.v1.sub", "other.a.b.v1"]:
+    for name in [
+        "flashhub",
+        "flashhub.a.b.main",
+        "flashhub.a.b.v0",
+        "flashhub.a.b.v1.sub",
+        "other.a.b.v1",
+    ]:
         assert parse_module_name(name) is None

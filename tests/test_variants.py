@@ -45,7 +45,9 @@ def test_parse(name: str, torch: tuple[int, int], backend_tag: str, tier: str) -
     assert (variant.torch, variant.backend_tag, variant.tier) == (torch, backend_tag, tier)
 
 
-@pytest.mark.parametrize("name", ["torch-cpu", "torch-cuda", "torch-rocm", "torch-xpu", "torch-metal"])
+@pytest.mark.parametrize(
+    "name", ["torch-cpu", "torch-cuda", "torch-rocm", "torch-xpu", "torch-metal"]
+)
 def test_parse_noarch(name: str) -> None:
     assert parse_variant(name).tier == "noarch"
 
@@ -127,7 +129,10 @@ def test_preference_order() -> None:
     ]
     assert isinstance(resolutions[-1], VariantRejected)
     trace = format_trace(resolutions)
-    assert "+ torch-universal" in trace and "- torch213-cxx11-cu126-x86_64-linux: built for torch 2.13" in trace
+    assert (
+        "+ torch-universal" in trace
+        and "- torch213-cxx11-cu126-x86_64-linux: built for torch 2.13" in trace
+    )
 
 
 def test_build_variant_name() -> None:

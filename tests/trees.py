@@ -44,7 +44,9 @@ def marker():
     return {
         f"{py_pkg}/__init__.py": init.encode(),
         f"{py_pkg}/_ops.py": f"MARKER = {marker!r}\n\ndef double(x):\n    return x * 2\n".encode(),
-        f"{py_pkg}/helpers.py": b"from ._ops import MARKER\n\ndef shout():\n    return MARKER.upper()\n",
+        f"{py_pkg}/helpers.py": (
+            b"from ._ops import MARKER\n\ndef shout():\n    return MARKER.upper()\n"
+        ),
         f"{py_pkg}/data/table.txt": f"table of {marker}\n".encode(),
     }
 

@@ -147,7 +147,9 @@ class Cache:
         old = self.read_index(info)
         merged = index if old is None else old.merged(index)
         if merged != old:
-            write_atomic(ensure_dir(self.version_dir(info)) / INDEX_NAME, dump_json(merged.to_json()))
+            write_atomic(
+                ensure_dir(self.version_dir(info)) / INDEX_NAME, dump_json(merged.to_json())
+            )
 
     # -- entries ----------------------------------------------------------------------
 
@@ -168,7 +170,9 @@ class Cache:
         staging.mkdir(mode=0o700)
         return staging
 
-    def seal(self, staging: Path, manifest_bytes: bytes, content_hash: str, files: Iterable[str]) -> None:
+    def seal(
+        self, staging: Path, manifest_bytes: bytes, content_hash: str, files: Iterable[str]
+    ) -> None:
         """Write the manifest and the receipt into a verified staging directory."""
         (staging / MANIFEST_NAME).write_bytes(manifest_bytes)
         receipt_files = {}
@@ -209,7 +213,7 @@ class Cache:
             if child.name.startswith(f"{_TRASH}{variant}."):
                 remove_tree(child)
             elif child.name.startswith(f"{_STAGING}{variant}."):
-                _random, pid, owner_host = (child.name.split(".", 4)[2:] + ["", "", ""])[:3]
+                _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
                 if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
                     remove_tree(child)
 

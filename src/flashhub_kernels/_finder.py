@@ -100,7 +100,9 @@ class KernelFinder(importlib.abc.MetaPathFinder):
     def pin(self, module_name: str, info: RepoInfo) -> None:
         """Make ``module_name`` stand for ``info`` (not another spelling of its name)."""
         with self._lock:
-            known = self._pins.get(module_name) or getattr(self._targets.get(module_name), "info", None)
+            known = self._pins.get(module_name) or getattr(
+                self._targets.get(module_name), "info", None
+            )
             if known is not None and known.repo_id != info.repo_id:
                 raise ValueError(
                     f"{module_name} is already bound to {known.repo_id}; {info.repo_id} maps to "
@@ -134,8 +136,12 @@ class KernelFinder(importlib.abc.MetaPathFinder):
         if parsed is None:
             return None
         if parsed.version is None:
-            return importlib.machinery.ModuleSpec(fullname, _SyntheticPackageLoader(), is_package=True)
-        return importlib.machinery.ModuleSpec(fullname, KernelLoader(self, fullname), is_package=True)
+            return importlib.machinery.ModuleSpec(
+                fullname, _SyntheticPackageLoader(), is_package=True
+            )
+        return importlib.machinery.ModuleSpec(
+            fullname, KernelLoader(self, fullname), is_package=True
+        )
 
     def resolve(self, fullname: str) -> _Target:
         """Find (download if needed) the kernel ``fullname`` names. Called by the loader."""

@@ -6,6 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from ._progress import ByteCounter
 from .errors import IntegrityError
 
 CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL above 2 KiB
@@ -18,8 +19,9 @@ class HashingWriter:
     over (a server that ignored a ``Range`` request sends the whole body again).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_bytes: ByteCounter | None = None) -> None:
         self.path = path
+        self._on_bytes = on_bytes
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         self._file = os.fdopen(os.open(path, flags, 0o644), "wb", buffering=0)
         self._hash = hashlib.sha256()
@@ -29,6 +31,8 @@ class HashingWriter:
         self._hash.update(chunk)
         self._file.write(chunk)
         self.size += len(chunk)
+        if self._on_bytes is not None:
+            self._on_bytes(len(chunk))
 
     def reset(self) -> None:
         self._file.seek(0)

@@ -108,9 +108,13 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
         raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
     files = document["digest"].get("files")
     if not isinstance(files, dict) or not files:
-        raise ManifestError(f'{source} must list its files in "digest": {{"files": {{...}}}}', hint=_HINT)
+        raise ManifestError(
+            f'{source} must list its files in "digest": {{"files": {{...}}}}', hint=_HINT
+        )
     if len(files) > MAX_FILES:
-        raise ManifestError(f"{source} lists {len(files)} files, over the limit of {MAX_FILES}", hint=_HINT)
+        raise ManifestError(
+            f"{source} lists {len(files)} files, over the limit of {MAX_FILES}", hint=_HINT
+        )
     parsed: dict[str, bytes] = {}
     seen: dict[str, str] = {}
     for path, digest in files.items():
@@ -120,11 +124,15 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
         except ValueError as exc:
             raise ManifestError(f"{source}: {exc}", hint=_HINT) from None
         if path in RESERVED_NAMES:
-            raise ManifestError(f"{source} lists {path!r}, a name the cache keeps for itself", hint=_HINT)
+            raise ManifestError(
+                f"{source} lists {path!r}, a name the cache keeps for itself", hint=_HINT
+            )
         # Two names that one file system may store as one file would overwrite each other.
         key = unicodedata.normalize("NFC", path).casefold()
         if key in seen:
-            raise ManifestError(f"{source} lists {seen[key]!r} and {path!r}, the same file", hint=_HINT)
+            raise ManifestError(
+                f"{source} lists {seen[key]!r} and {path!r}, the same file", hint=_HINT
+            )
         seen[key] = path
         parsed[path] = raw
     _check_no_file_is_a_directory(parsed, source)
@@ -137,7 +145,9 @@ def _check_no_file_is_a_directory(files: Mapping[str, bytes], source: str) -> No
     directories |= {d.rsplit("/", i)[0] for d in directories for i in range(1, d.count("/") + 1)}
     clash = sorted(directories & files.keys())
     if clash:
-        raise ManifestError(f"{source} lists {clash[0]!r} both as a file and a directory", hint=_HINT)
+        raise ManifestError(
+            f"{source} lists {clash[0]!r} both as a file and a directory", hint=_HINT
+        )
 
 
 def parse_variants(data: bytes, *, source: str = "variants.json") -> list[str]:

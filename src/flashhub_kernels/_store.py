@@ -29,6 +29,7 @@ from ._manifest import (
     parse_versions,
 )
 from ._names import RepoInfo
+from ._progress import progress_bar
 from ._variants import (
     SystemInfo,
     VariantAccepted,
@@ -112,7 +113,8 @@ def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
     if damaged:
         return IntegrityError(
             f"the cached copy of {info} was modified after it was verified ({damaged})",
-            hint="unset FLASHHUB_OFFLINE so it can be fetched again, or run `flashhub cache verify`",
+            hint="unset FLASHHUB_OFFLINE so it can be fetched again "
+            "(`flashhub cache verify` checks the whole cache)",
         )
     return OfflineError(
         f"{info} is not in the cache and FLASHHUB_OFFLINE is set",
@@ -124,7 +126,9 @@ def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
 # -- warm path -------------------------------------------------------------------------
 
 
-def _warm_lookup(cache: Cache, info: RepoInfo, system: SystemInfo) -> tuple[ResolvedKernel | None, str | None]:
+def _warm_lookup(
+    cache: Cache, info: RepoInfo, system: SystemInfo
+) -> tuple[ResolvedKernel | None, str | None]:
     """A verified entry, or ``None`` and (when an entry was damaged) what changed."""
     index = cache.read_index(info)
     variant = pick_cached_variant(index, system) if index else None
@@ -172,7 +176,9 @@ def remote(config: Config) -> Iterator[Fetcher]:
         fetcher.close()
 
 
-def fetch_index(fetcher: Fetcher, info: RepoInfo, system: SystemInfo, *, probe_all: bool = False) -> VariantIndex:
+def fetch_index(
+    fetcher: Fetcher, info: RepoInfo, system: SystemInfo, *, probe_all: bool = False
+) -> VariantIndex:
     """What ``info`` publishes: ``variants.json``, or a probe of ``system``'s candidates.
 
     Probing stops at the first hit unless ``probe_all`` (used to list variants).
@@ -256,7 +262,9 @@ def download_entry(cache: Cache, fetcher: Fetcher, info: RepoInfo, variant: str)
             return entry  # another process finished it while we waited for the lock
         cache.evict(entry)
         cache.remove_stale_staging(info, variant)
-        manifest_bytes = fetcher.get_bytes(_variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES)
+        manifest_bytes = fetcher.get_bytes(
+            _variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
+        )
         manifest = parse_metadata(manifest_bytes, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
         _check_has_package(manifest, info, variant)
         staging = cache.new_staging(info, variant)
@@ -266,7 +274,10 @@ def download_entry(cache: Cache, fetcher: Fetcher, info: RepoInfo, variant: str)
                 dest = staging / relpath
                 ensure_dir(dest.parent)
                 jobs.append((_variant_path(info, variant, relpath), dest, digest))
-            fetcher.download_many(jobs)
+            with progress_bar(
+                f"{info} {variant}", enabled=fetcher.config.progress_bars
+            ) as on_bytes:
+                fetcher.download_many(jobs, on_bytes)
             cache.seal(staging, manifest_bytes, manifest.content_hash, manifest.files)
             cache.commit(staging, entry)
         finally:

@@ -31,6 +31,7 @@ from urllib3.util.retry import Retry
 
 from ._config import Config
 from ._hashing import CHUNK_SIZE, HashingWriter
+from ._progress import ByteCounter
 from .errors import TransportError
 
 T = TypeVar("T")
@@ -38,8 +39,13 @@ T = TypeVar("T")
 MAX_RESUMES = 5
 MAX_PARALLEL_FILES = 8
 _RETRY_STATUSES = (429, 500, 502, 503, 504)
+DownloadJob = tuple[str, Path, bytes]  # relative path, destination, expected sha256
 _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
+
+
+def _ignore(_n: int) -> None:
+    pass
 
 
 class NotPublished(Exception):
@@ -91,7 +97,9 @@ def make_session(config: Config) -> requests.Session:
         respect_retry_after_header=True,
         raise_on_status=False,
     )
-    adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=2 * MAX_PARALLEL_FILES)
+    adapter = HTTPAdapter(
+        max_retries=retry, pool_connections=4, pool_maxsize=2 * MAX_PARALLEL_FILES
+    )
     session = requests.Session()
     session.mount("http://", adapter)
     session.mount("https://", adapter)
@@ -122,16 +130,20 @@ class Fetcher:
         """Fetch a small document whole; raise :class:`NotPublished` on 404."""
         return self._from_mirrors(relpath, lambda url: self._read_small(url, limit))
 
-    def download(self, relpath: str, dest: Path, digest: bytes) -> int:
+    def download(
+        self, relpath: str, dest: Path, digest: bytes, on_bytes: ByteCounter = _ignore
+    ) -> int:
         """Stream ``relpath`` into the new file ``dest``, verifying it; return its size."""
-        return self._from_mirrors(relpath, lambda url: self._download_verified(url, dest, digest))
+        return self._from_mirrors(
+            relpath, lambda url: self._download_verified(url, dest, digest, on_bytes)
+        )
 
-    def download_many(self, jobs: list[tuple[str, Path, bytes]]) -> int:
+    def download_many(self, jobs: list[DownloadJob], on_bytes: ByteCounter = _ignore) -> int:
         """Download several files concurrently; return the total bytes. First error wins."""
         if len(jobs) == 1:
-            return self.download(*jobs[0])
+            return self.download(*jobs[0], on_bytes)
         with ThreadPoolExecutor(min(MAX_PARALLEL_FILES, len(jobs))) as pool:
-            futures = [pool.submit(self.download, *job) for job in jobs]
+            futures = [pool.submit(self.download, *job, on_bytes) for job in jobs]
             return sum(future.result() for future in futures)
 
     def _from_mirrors(self, relpath: str, fetch: Callable[[str], T]) -> T:
@@ -167,8 +179,8 @@ class Fetcher:
                     break
             return body
 
-    def _download_verified(self, url: str, dest: Path, digest: bytes) -> int:
-        writer = HashingWriter(dest)
+    def _download_verified(self, url: str, dest: Path, digest: bytes, on_bytes: ByteCounter) -> int:
+        writer = HashingWriter(dest, on_bytes)
         try:
             if url.startswith("file://"):
                 _copy_file(url, writer)
@@ -198,7 +210,11 @@ class Fetcher:
                     for chunk in response.iter_content(CHUNK_SIZE):
                         writer.write(chunk)
                     return
-            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError):
+            except (
+                requests.ConnectionError,
+                requests.Timeout,
+                requests.exceptions.ChunkedEncodingError,
+            ):
                 continue  # resume from writer.size
         raise _MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
 

@@ -119,7 +119,9 @@ def parse_variant(name: str) -> Variant:
     if not (_PLATFORM_WORD.fullmatch(arch) and _PLATFORM_WORD.fullmatch(os_name)):
         raise VariantNameError(f"{name!r}: arch and OS must be words such as 'x86_64' and 'linux'")
     if not _BACKEND_TAG.fullmatch(tag):
-        raise VariantNameError(f"{name!r}: unknown backend {tag!r} (cpu, cuNNN, rocmNN, xpu, metal)")
+        raise VariantNameError(
+            f"{name!r}: unknown backend {tag!r} (cpu, cuNNN, rocmNN, xpu, metal)"
+        )
     if os_name == "linux" and tier == "exact" and abi is None:
         raise VariantNameError(f"{name!r}: a Linux build needs an ABI tag (cxx11 or cxx98)")
     return Variant(
@@ -261,7 +263,11 @@ def candidate_names(system: SystemInfo) -> list[str]:
         exact = replace(system, backend_tag=tag)
         names.append(build_variant_name(exact))
         if minor < 10:  # the zero-padded spelling of the 0.1.2 release
-            names.append(build_variant_name(exact).replace(f"torch{major}{minor}", f"torch{major}0{minor}", 1))
+            names.append(
+                build_variant_name(exact).replace(
+                    f"torch{major}{minor}", f"torch{major}0{minor}", 1
+                )
+            )
     names += [f"torch-{system.backend}", "torch-universal"]
     return names
 
