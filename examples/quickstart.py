@@ -1,0 +1,137 @@
+"""The whole story, offline: build, publish to a local mirror, import through the hook.
+
+1. Build the example kernels (a native C++ CPU op, a pure-torch variant, two versions of
+   another native kernel) with ``torch.utils.cpp_extension``; rebuilds are cached.
+2. Publish them into a CDN tree on disk (``flashhub publish``), left in place.
+3. Serve that tree from a loopback HTTP server and use it as the CDN.
+4. ``import flashhub.sdq.audio_codebook_primitives.v1`` cold (download + verify), run
+   the op against the reference, load v1 and v2 of ``acme/tensor-tricks`` side by side,
+   then import again in a fresh process from the warm cache and count its requests.
+
+Run: ``python examples/quickstart.py``. Nothing here needs the internet.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "kernels"))
+
+from build_all import build_all  # noqa: E402
+
+from flashhub_kernels._config import default_cache_dir  # noqa: E402
+from flashhub_kernels._publish import publish  # noqa: E402
+
+WORKDIR = default_cache_dir().parent / "flashhub-quickstart"
+MIRROR = WORKDIR / "mirror"
+CACHE = WORKDIR / "cache"
+
+WARM_IMPORT = """
+import time, torch
+start = time.perf_counter()
+import flashhub.sdq.audio_codebook_primitives.v1 as k
+print(f"{(time.perf_counter() - start) * 1e3:.2f}")
+"""
+
+
+class _CountingHandler(SimpleHTTPRequestHandler):
+    requests_served = 0
+
+    def do_GET(self) -> None:
+        type(self).requests_served += 1
+        super().do_GET()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def publish_examples() -> None:
+    """Build every example kernel and publish it into ``MIRROR``."""
+    for kernel in build_all(verbose=False):
+        report = publish(kernel.build_dir, repo_id=kernel.repo_id, version=kernel.version, out=MIRROR)
+        variants = ", ".join(v.name for v in report.variants)
+        state = "unchanged" if report.noop else "published"
+        print(f"  {state:9} {kernel.repo_id} v{kernel.version}: {variants}")
+
+
+def serve(root: Path) -> ThreadingHTTPServer:
+    handler = functools.partial(_CountingHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def run_audio_kernel() -> float:
+    """Cold-import the audio kernel, check it against the reference; return the load time."""
+    import torch
+
+    start = time.perf_counter()
+    import flashhub.sdq.audio_codebook_primitives.v1 as k
+
+    cold = time.perf_counter() - start
+    logits = torch.randn((4, 16), dtype=torch.bfloat16)
+    codebook = torch.randn((4, 16, 8), dtype=torch.bfloat16)
+    codes, emb = k.delayed_codebook_argmax_embed_bf16(logits, codebook, delay=2, boc=1)
+    ref_codes, ref_emb = k.reference_delayed_codebook_argmax_embed(logits, codebook, 2, 1)
+    assert torch.equal(codes, ref_codes) and torch.equal(emb, ref_emb), "op != reference"
+    print(f"  {k.__name__}: codes={codes.tolist()} (matches the reference)")
+    return cold
+
+
+def run_side_by_side() -> None:
+    """Load two native builds of one kernel in one process; each has its own op namespace."""
+    import torch
+
+    from flashhub.acme.tensor_tricks import v1, v2
+
+    x = torch.arange(4, dtype=torch.float32)
+    for k in (v1, v2):
+        out = k.scale_shift(x, 2.0)
+        assert torch.equal(out, k.reference_scale_shift(x, 2.0)), f"{k.__name__} != reference"
+        print(f"  {k.__name__}: torch.ops.{k.NAMESPACE} -> {out.tolist()}")
+    assert v1.NAMESPACE != v2.NAMESPACE
+
+
+def main() -> int:
+    print(f"1. building and publishing the example kernels into {MIRROR}")
+    publish_examples()
+
+    server = serve(MIRROR)
+    cdn_url = f"http://127.0.0.1:{server.server_address[1]}"
+    shutil.rmtree(CACHE, ignore_errors=True)  # start cold, so the first load downloads
+    os.environ.update(FLASHHUB_CDN_URL=cdn_url, FLASHHUB_CACHE_DIR=str(CACHE))
+    print(f"2. serving the mirror at {cdn_url} (cache: {CACHE})")
+
+    import flashhub_kernels
+
+    print("3. import flashhub.sdq.audio_codebook_primitives.v1 (cold)")
+    cold = run_audio_kernel()
+    print("4. acme/tensor-tricks v1 and v2 side by side")
+    run_side_by_side()
+    for loaded in flashhub_kernels.get_loaded_kernels():
+        print(f"  loaded {loaded.repo_id} v{loaded.version} [{loaded.variant}]")
+
+    before = _CountingHandler.requests_served
+    warm_ms = subprocess.run(
+        [sys.executable, "-c", WARM_IMPORT], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    warm_requests = _CountingHandler.requests_served - before
+    server.shutdown()
+    print("5. load times")
+    print(f"  cold (download + verify + import): {cold * 1e3:8.1f} ms")
+    print(f"  warm (fresh process, torch loaded): {float(warm_ms):8.2f} ms, {warm_requests} requests")
+    print(f"The mirror stays in {MIRROR}; point FLASHHUB_CDN_URL at it to use it again.")
+    return 0 if warm_requests == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
