@@ -174,10 +174,12 @@ def stall(seconds: float) -> Fault:
     return fault
 
 
-def delayed(seconds: float) -> Fault:
-    """Serve the file normally, but only after ``seconds``."""
+def delayed(seconds: float, started: threading.Event | None = None) -> Fault:
+    """Serve the file normally, but only after ``seconds``; set ``started`` on arrival."""
 
     def fault(handler: CdnHandler, body: bytes) -> None:
+        if started is not None:
+            started.set()
         time.sleep(seconds)
         handler.send_file(body)
 

@@ -35,13 +35,17 @@ def entries(cache_dir: Path) -> list[str]:
 def test_tampered_file_is_refused_and_nothing_is_cached(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1)
     path = f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/helpers.py"
-    cdn.inject(path, tampered(5))
+    cdn.inject(path, tampered(5), tampered(7))
     with pytest.raises(IntegrityError, match="does not match"):
         fk.get_kernel(REPO, version=1)
     assert entries(cache_dir) == []
     assert "flashhub.acme.tensor_tricks.v1" not in sys.modules
-    # The next attempt (served honestly) succeeds.
+    assert cdn.gets("helpers.py") == ["/" + path] * 2  # one fresh retry, then refused
+    # Tampered once: the fresh retry gets honest bytes.
+    cdn.clear_log()
+    cdn.inject(path, tampered(5))
     assert fk.get_kernel(REPO, version=1).marker().startswith(REPO)
+    assert len(cdn.gets("helpers.py")) == 2
     assert entries(cache_dir) == [local_variant()]
 
 

@@ -44,7 +44,9 @@ def test_native_audio_kernel_matches_the_reference(published: CdnServer) -> None
         codebook = torch.randn((K, V, D), dtype=torch.bfloat16)
         for delay in (0, 2, K - 1, K + 5):
             codes, emb = k.delayed_codebook_argmax_embed_bf16(logits, codebook, delay, 1)
-            ref_codes, ref_emb = k.reference_delayed_codebook_argmax_embed(logits, codebook, delay, 1)
+            ref_codes, ref_emb = k.reference_delayed_codebook_argmax_embed(
+                logits, codebook, delay, 1
+            )
             assert codes.dtype == torch.int64 and emb.dtype == torch.bfloat16
             assert torch.equal(codes, ref_codes) and torch.equal(emb, ref_emb)
             assert (codes[delay + 1 :] == 1).all()
@@ -53,7 +55,9 @@ def test_native_audio_kernel_matches_the_reference(published: CdnServer) -> None
 
 
 def test_universal_variant_matches_the_reference(
-    published: CdnServer, tmp_path: Path, built: list  # type: ignore[type-arg]
+    published: CdnServer,
+    tmp_path: Path,
+    built: list,  # type: ignore[type-arg]
 ) -> None:
     audio = next(b for b in built if b.repo_id == "sdq/audio-codebook-primitives")
     k = fk.get_local_kernel(audio.build_dir / "torch-universal")
@@ -79,7 +83,9 @@ def test_two_native_versions_side_by_side(published: CdnServer) -> None:
 
 def test_publish_round_trips_and_is_immutable(published: CdnServer, built: list) -> None:  # type: ignore[type-arg]
     tricks_v1 = next(b for b in built if b.repo_id == "acme/tensor-tricks" and b.version == 1)
-    again = publish(tricks_v1.build_dir, repo_id="acme/tensor-tricks", version=1, out=published.root)
+    again = publish(
+        tricks_v1.build_dir, repo_id="acme/tensor-tricks", version=1, out=published.root
+    )
     assert again.noop
     tricks_v2 = next(b for b in built if b.repo_id == "acme/tensor-tricks" and b.version == 2)
     with pytest.raises(fk.errors.PublishError):

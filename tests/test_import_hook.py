@@ -157,15 +157,16 @@ def test_find_spec_does_no_network_io(cdn: CdnServer, tmp_path: Path) -> None:
     """A thread importing an unrelated module is not held up by another thread's download."""
     write_kernel(cdn.root, REPO, 1)
     variant = local_variant()
-    cdn.inject(f"kernels/{REPO}/v1/build/{variant}/tensor_tricks/_ops.py", delayed(3.0))
+    downloading = threading.Event()
+    cdn.inject(
+        f"kernels/{REPO}/v1/build/{variant}/tensor_tricks/_ops.py", delayed(3.0, downloading)
+    )
     (tmp_path / "unrelated_mod_xyz.py").write_text("VALUE = 1\n")
     sys.path.insert(0, str(tmp_path))
     try:
         loader = threading.Thread(target=fk.get_kernel, args=(REPO,), kwargs={"version": 1})
         loader.start()
-        deadline = time.monotonic() + 10
-        while not any(p.endswith("_ops.py") for p in cdn.gets()) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert downloading.wait(30)
         started = time.monotonic()
         import unrelated_mod_xyz
 

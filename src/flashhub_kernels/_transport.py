@@ -5,10 +5,15 @@ on the cold path, when something must actually be downloaded.
 
 Failure policy, per file:
 - connection errors, 429 and 5xx are retried by urllib3 with exponential backoff that
-  honours ``Retry-After``; when they persist, the next mirror is tried;
-- a body cut off mid-way resumes with ``Range`` from the bytes already hashed;
+  honours ``Retry-After``; when they persist, the next mirror is tried, and a mirror
+  that failed goes to the back of the list for the rest of the download;
+- a body cut off mid-way (dropped connection, read timeout, short body) resumes with
+  ``Range`` from the bytes already hashed; a ``200`` answer or a ``206`` at the wrong
+  offset restarts the file from zero;
 - 404 means "not published" and is answered at once (mirrors are meant to agree);
-- bytes that do not hash to the manifest's digest are an :class:`IntegrityError`.
+- bytes that do not hash to the manifest's digest are fetched once more from scratch
+  (a proxy may have mangled them); a second mismatch is an :class:`IntegrityError`;
+- redirects are followed only within the same scheme.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,16 +36,22 @@ from urllib3.util.retry import Retry
 from ._config import Config
 from ._hashing import CHUNK_SIZE, HashingWriter
 from ._progress import ByteCounter
-from .errors import TransportError
+from .errors import IntegrityError, TransportError
 
 T = TypeVar("T")
 
 MAX_RESUMES = 5
+MAX_REDIRECTS = 5
 MAX_PARALLEL_FILES = 8
 _RETRY_STATUSES = (429, 500, 502, 503, 504)
 DownloadJob = tuple[str, Path, bytes]  # relative path, destination, expected sha256
 _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
+_BODY_ERRORS = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+)
 
 
 def _ignore(_n: int) -> None:
@@ -83,19 +93,20 @@ def warn_if_insecure(base_url: str) -> None:
     )
 
 
-def make_session(config: Config) -> requests.Session:
+def make_session() -> requests.Session:
     """A Session with connection reuse and urllib3 retries with backoff and Retry-After."""
     retry = Retry(
-        total=5,
-        connect=5,
-        read=3,
-        status=5,
+        total=6,
+        connect=2,  # a dead mirror should fail over fast, not after a long backoff
+        read=2,
+        status=4,
         backoff_factor=0.25,
-        backoff_max=10,
+        backoff_max=8,
         status_forcelist=_RETRY_STATUSES,
-        allowed_methods=frozenset({"GET", "HEAD"}),
+        allowed_methods=frozenset({"GET"}),
         respect_retry_after_header=True,
         raise_on_status=False,
+        redirect=0,
     )
     adapter = HTTPAdapter(
         max_retries=retry, pool_connections=4, pool_maxsize=2 * MAX_PARALLEL_FILES
@@ -107,24 +118,25 @@ def make_session(config: Config) -> requests.Session:
     return session
 
 
-@dataclass
 class Fetcher:
     """Fetches paths relative to ``<mirror>/<prefix>/`` from the first mirror that answers."""
 
-    config: Config
-    session: requests.Session = field(init=False)
-
-    def __post_init__(self) -> None:
-        for base in self.config.cdn_urls:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        for base in config.cdn_urls:
             warn_if_insecure(base)
-        self.session = make_session(self.config)
+        self.session = make_session()
+        self._mirrors = list(config.cdn_urls)
+        self._mirrors_lock = threading.Lock()
 
     def close(self) -> None:
         self.session.close()
 
-    def urls(self, relpath: str) -> list[str]:
+    def urls(self, relpath: str) -> list[tuple[str, str]]:
+        """``(mirror, url)`` pairs for ``relpath``, healthiest mirror first."""
         prefix = f"{self.config.prefix}/" if self.config.prefix else ""
-        return [f"{base}/{prefix}{relpath}" for base in self.config.cdn_urls]
+        with self._mirrors_lock:
+            return [(base, f"{base}/{prefix}{relpath}") for base in self._mirrors]
 
     def get_bytes(self, relpath: str, *, limit: int) -> bytes:
         """Fetch a small document whole; raise :class:`NotPublished` on 404."""
@@ -134,9 +146,14 @@ class Fetcher:
         self, relpath: str, dest: Path, digest: bytes, on_bytes: ByteCounter = _ignore
     ) -> int:
         """Stream ``relpath`` into the new file ``dest``, verifying it; return its size."""
-        return self._from_mirrors(
-            relpath, lambda url: self._download_verified(url, dest, digest, on_bytes)
-        )
+
+        def fetch(url: str) -> int:
+            return self._download_verified(url, dest, digest, on_bytes)
+
+        try:
+            return self._from_mirrors(relpath, fetch)
+        except IntegrityError:
+            return self._from_mirrors(relpath, fetch)  # once more, from scratch
 
     def download_many(self, jobs: list[DownloadJob], on_bytes: ByteCounter = _ignore) -> int:
         """Download several files concurrently; return the total bytes. First error wins."""
@@ -148,36 +165,47 @@ class Fetcher:
 
     def _from_mirrors(self, relpath: str, fetch: Callable[[str], T]) -> T:
         failures: list[str] = []
-        for url in self.urls(relpath):
+        for base, url in self.urls(relpath):
             try:
                 return fetch(url)
             except _MirrorFailed as exc:
                 failures.append(f"{url}: {exc}")
+                self._demote(base)
         raise TransportError(
             f"could not fetch {relpath!r} from any CDN mirror:\n  " + "\n  ".join(failures),
             hint="check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
             "or set FLASHHUB_OFFLINE=1 to use only what is cached",
         )
 
+    def _demote(self, base: str) -> None:
+        with self._mirrors_lock:
+            if base in self._mirrors:
+                self._mirrors.remove(base)
+                self._mirrors.append(base)
+
     # -- one mirror ------------------------------------------------------------------
 
     def _read_small(self, url: str, limit: int) -> bytes:
         if url.startswith("file://"):
-            path = _file_url_path(url)
             try:
-                with open(path, "rb") as file:
+                with open(_file_url_path(url), "rb") as file:
                     return file.read(limit + 1)
             except FileNotFoundError:
                 raise NotPublished(url) from None
             except OSError as exc:
                 raise _MirrorFailed(str(exc)) from None
-        with self._get(url, {}) as response:
-            body = b""
-            for chunk in response.iter_content(64 * 1024):
-                body += chunk
-                if len(body) > limit:
-                    break
-            return body
+        for _attempt in range(MAX_RESUMES + 1):
+            try:
+                with self._get(url, {}) as response:
+                    body = bytearray()
+                    for chunk in response.iter_content(64 * 1024):
+                        body += chunk
+                        if len(body) > limit:  # the caller reports the size; stop reading
+                            break
+                    return bytes(body)
+            except _BODY_ERRORS:
+                continue
+        raise _MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
 
     def _download_verified(self, url: str, dest: Path, digest: bytes, on_bytes: ByteCounter) -> int:
         writer = HashingWriter(dest, on_bytes)
@@ -186,14 +214,10 @@ class Fetcher:
                 _copy_file(url, writer)
             else:
                 self._stream_with_resume(url, writer)
-        except BaseException:
             writer.close()
-            dest.unlink(missing_ok=True)
-            raise
-        writer.close()
-        try:
             writer.verify(digest, source=url)
         except BaseException:
+            writer.close()
             dest.unlink(missing_ok=True)
             raise
         return writer.size
@@ -203,34 +227,21 @@ class Fetcher:
             headers = {"Range": f"bytes={writer.size}-"} if writer.size else {}
             try:
                 with self._get(url, headers) as response:
-                    if writer.size and response.status_code == 200:
-                        writer.reset()  # the server ignored Range: take the full body again
-                    elif writer.size:
-                        _check_content_range(response, writer.size)
+                    if writer.size and not _resumes_at(response, writer.size):
+                        writer.reset()  # a full body, or the wrong part: start over
+                        if response.status_code != 200:
+                            continue
                     for chunk in response.iter_content(CHUNK_SIZE):
                         writer.write(chunk)
                     return
-            except (
-                requests.ConnectionError,
-                requests.Timeout,
-                requests.exceptions.ChunkedEncodingError,
-            ):
+            except _BODY_ERRORS:
                 continue  # resume from writer.size
-        raise _MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
+        raise _MirrorFailed(f"the transfer broke off {MAX_RESUMES + 1} times")
 
     @contextmanager
     def _get(self, url: str, headers: dict[str, str]) -> Iterator[requests.Response]:
-        timeout = (self.config.connect_timeout, self.config.read_timeout)
-        try:
-            response = self.session.get(url, headers=headers, stream=True, timeout=timeout)
-        except requests.RequestException as exc:
-            raise _MirrorFailed(f"{type(exc).__name__}: {exc}") from None
+        response = self._follow_redirects(url, headers)
         with response:
-            if urllib.parse.urlsplit(response.url).scheme != urllib.parse.urlsplit(url).scheme:
-                raise TransportError(
-                    f"{url} redirected to {response.url}, another scheme; refused",
-                    hint="fix the CDN's redirect, or point FLASHHUB_CDN_URL at the final URL",
-                )
             if response.status_code == 404:
                 raise NotPublished(url)
             if response.status_code in _RETRY_STATUSES:
@@ -242,15 +253,34 @@ class Fetcher:
                 )
             yield response
 
+    def _follow_redirects(self, url: str, headers: dict[str, str]) -> requests.Response:
+        timeout = (self.config.connect_timeout, self.config.read_timeout)
+        current = url
+        for _hop in range(MAX_REDIRECTS + 1):
+            try:
+                response = self.session.get(
+                    current, headers=headers, stream=True, timeout=timeout, allow_redirects=False
+                )
+            except requests.RequestException as exc:
+                raise _MirrorFailed(f"{type(exc).__name__}: {exc}") from None
+            if not response.is_redirect:
+                return response
+            response.close()
+            target = urllib.parse.urljoin(current, response.headers["Location"])
+            if urllib.parse.urlsplit(target).scheme != urllib.parse.urlsplit(url).scheme:
+                raise TransportError(
+                    f"{url} redirected to {target}, another scheme; refused",
+                    hint="fix the CDN's redirect, or point FLASHHUB_CDN_URL at the final URL",
+                )
+            current = target
+        raise _MirrorFailed(f"more than {MAX_REDIRECTS} redirects")
 
-def _check_content_range(response: requests.Response, offset: int) -> None:
+
+def _resumes_at(response: requests.Response, offset: int) -> bool:
+    """Whether a response to ``Range: bytes=<offset>-`` really starts at ``offset``."""
     content_range = response.headers.get("Content-Range", "")
     start = content_range.removeprefix("bytes ").split("-")[0]
-    if response.status_code != 206 or start != str(offset):
-        raise _MirrorFailed(
-            f"asked to resume at byte {offset}, got HTTP {response.status_code} "
-            f"with Content-Range {content_range!r}"
-        )
+    return response.status_code == 206 and start == str(offset)
 
 
 def _file_url_path(url: str) -> Path:

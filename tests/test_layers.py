@@ -1,0 +1,778 @@
+"""Kernel layers: mapping, scoping, validation, selection and kernelize, on the CPU.
+
+Layer kernels are published to the loopback CDN (``cdn``) or written as local kernel
+directories. Every kernel layer appends its kernel's tag to the module-level ``CALLS``
+list of its ``layers`` module, so a test can tell which kernel ran, if any.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import pickle
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from cdn_server import CdnServer
+from conftest import run_python
+from torch import nn
+from trees import write_variant
+
+import flashhub_kernels
+from flashhub_kernels.errors import KernelLayerError, LayerValidationError
+from flashhub_kernels.layers import (
+    BaseLayerRepository,
+    CUDAProperties,
+    Device,
+    LayerRepository,
+    LocalLayerRepository,
+    Mode,
+    ROCMProperties,
+    _mapping,
+    kernelize,
+    register_kernel_mapping,
+    replace_kernel_forward_from_hub,
+    use_kernel_forward_from_hub,
+    use_kernel_mapping,
+    validate_layer,
+)
+
+LAYERS_PY = '''"""Layers of test kernel {tag}."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TAG = {tag!r}
+CALLS = []
+
+
+class SiluAndMul(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS.append(TAG)
+        d = x.shape[-1] // 2
+        return F.silu(x[..., :d]) * x[..., d:]
+
+
+class Scale(nn.Module):
+    weight: torch.Tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS.append(TAG)
+        return x * self.weight
+
+
+class WithInit(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+'''
+
+
+def layer_files(py_pkg: str, tag: str) -> dict[str, bytes]:
+    return {
+        f"{py_pkg}/__init__.py": b"from . import layers\n",
+        f"{py_pkg}/layers.py": LAYERS_PY.format(tag=tag).encode(),
+    }
+
+
+def publish_layers(cdn: CdnServer, repo_id: str, tag: str, version: int = 1) -> None:
+    """Publish a torch-universal layer kernel to the loopback CDN."""
+    py_pkg = repo_id.split("/")[1].replace("-", "_")
+    write_variant(cdn.root, repo_id, version, "torch-universal", layer_files(py_pkg, tag))
+    variants = cdn.root / "kernels" / repo_id / f"v{version}" / "variants.json"
+    variants.write_text(json.dumps(["torch-universal"]))
+
+
+def local_layers(tmp_path: Path, tag: str, layer_name: str = "SiluAndMul") -> LocalLayerRepository:
+    """A local kernel package whose layers carry ``tag``."""
+    for relpath, data in layer_files(f"layers_{tag}", tag).items():
+        path = tmp_path / "local" / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return LocalLayerRepository(tmp_path / "local" / f"layers_{tag}", layer_name)
+
+
+def calls(repo: BaseLayerRepository) -> list[str]:
+    """Tags recorded by the kernel layers of ``repo``'s kernel."""
+    return list(sys.modules[repo.load().__module__].CALLS)
+
+
+def reference_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    d = x.shape[-1] // 2
+    return F.silu(x[..., :d]) * x[..., d:]
+
+
+class SiluAndMul(nn.Module):
+    """The reference layer; counts how often its own forward runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n_calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.n_calls += 1
+        return reference_silu_and_mul(x)
+
+
+@use_kernel_forward_from_hub("SiluAndMul")
+class HubSiluAndMul(SiluAndMul):
+    pass
+
+
+@use_kernel_forward_from_hub("SiluAndMul", use_fallback=False)
+class StrictSiluAndMul(SiluAndMul):
+    pass
+
+
+class Scale(nn.Module):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.arange(1.0, size + 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("the kernel layer should run instead")
+
+
+@pytest.fixture(autouse=True)
+def fresh_base_mapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts without a process-wide mapping and leaves none behind."""
+    monkeypatch.setattr(_mapping, "_base", {})
+    yield
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    return torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
+
+
+def cpu_mapping(repo: BaseLayerRepository | dict[Mode, BaseLayerRepository]) -> dict:
+    return {"SiluAndMul": {"cpu": repo}}
+
+
+# -- dispatch by device --------------------------------------------------------------------
+
+
+def test_mapped_device_runs_the_kernel_layer(cdn: CdnServer, x: torch.Tensor) -> None:
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+    layer = HubSiluAndMul()
+    with use_kernel_mapping(cpu_mapping(repo)):
+        out = layer(x)
+    torch.testing.assert_close(out, reference_silu_and_mul(x))
+    assert layer.n_calls == 0
+    assert calls(repo) == ["cdn"]
+
+
+def test_unmapped_device_runs_the_original_and_downloads_nothing(
+    cdn: CdnServer, x: torch.Tensor
+) -> None:
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+    layer = HubSiluAndMul()
+    with use_kernel_mapping({"SiluAndMul": {"cuda": repo}}):
+        torch.testing.assert_close(layer(x), reference_silu_and_mul(x))
+    assert layer.n_calls == 1
+    assert cdn.gets() == []
+
+
+def test_unmarked_layer_and_input_without_tensors_run_the_original(tmp_path: Path) -> None:
+    @use_kernel_forward_from_hub("SiluAndMul")
+    class Echo(nn.Module):
+        def forward(self, x: object) -> object:
+            return ("original", x)
+
+    repo = local_layers(tmp_path, "a")
+    plain = SiluAndMul()
+    with use_kernel_mapping(cpu_mapping(repo)):
+        plain(torch.ones(2, 4))
+        assert Echo()(1.5) == ("original", 1.5)  # no tensor, so no device to map
+    assert plain.n_calls == 1
+    assert calls(repo) == []
+
+
+def test_kernel_layer_runs_with_the_module_as_self(tmp_path: Path) -> None:
+    repo = local_layers(tmp_path, "a", layer_name="Scale")
+    replace_kernel_forward_from_hub(Scale, "Scale")
+    module = Scale(3)
+    with use_kernel_mapping({"Scale": {"cpu": repo}}):
+        out = module(torch.ones(2, 3))
+    torch.testing.assert_close(out, torch.tensor([[1.0, 2.0, 3.0]] * 2))
+    out.sum().backward()
+    assert module.weight.grad is not None  # the module's own parameter was used
+    assert calls(repo) == ["a"]
+
+
+def test_layer_kernel_is_downloaded_once_for_many_layers(cdn: CdnServer, x: torch.Tensor) -> None:
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+    layers = [HubSiluAndMul() for _ in range(5)]
+    register_kernel_mapping(cpu_mapping(repo))  # process-wide, so the threads see it
+    barrier = threading.Barrier(len(layers))
+
+    def run(layer: HubSiluAndMul) -> None:
+        barrier.wait()  # all first calls at once: the load must still happen once
+        layer(x)
+
+    threads = [threading.Thread(target=run, args=(layer,)) for layer in layers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for layer in layers:
+        layer(x)
+    kernelize(nn.Sequential(nn.Linear(16, 16), HubSiluAndMul()))
+    assert len(cdn.gets("layers.py")) == 1
+    assert len(cdn.gets("metadata.json")) == 1
+    assert calls(repo) == ["cdn"] * 10
+    assert all(layer.n_calls == 0 for layer in layers)
+
+
+# -- scoping -------------------------------------------------------------------------------
+
+
+def test_contexts_stack_and_unwind(tmp_path: Path, x: torch.Tensor) -> None:
+    outer, inner = local_layers(tmp_path, "outer"), local_layers(tmp_path, "inner")
+    layer = HubSiluAndMul()
+    with use_kernel_mapping(cpu_mapping(outer)):
+        layer(x)
+        with use_kernel_mapping(cpu_mapping(inner)):
+            layer(x)
+        layer(x)
+        with use_kernel_mapping({"Other": {"cpu": inner}}, inherit_mapping=False):
+            layer(x)  # the outer mapping is not inherited: nothing is mapped
+    layer(x)
+    assert calls(outer) == ["outer", "outer"]
+    assert calls(inner) == ["inner"]
+    assert layer.n_calls == 2
+
+
+def test_context_unwinds_on_exception(tmp_path: Path, x: torch.Tensor) -> None:
+    repo = local_layers(tmp_path, "a")
+    with pytest.raises(RuntimeError, match="boom"), use_kernel_mapping(cpu_mapping(repo)):
+        raise RuntimeError("boom")
+    assert _mapping.current_mapping() == {}
+    layer = HubSiluAndMul()
+    layer(x)
+    assert layer.n_calls == 1
+
+
+def test_register_inside_a_context_lasts_until_its_end(tmp_path: Path, x: torch.Tensor) -> None:
+    outer, inner = local_layers(tmp_path, "outer"), local_layers(tmp_path, "inner")
+    layer = HubSiluAndMul()
+    with use_kernel_mapping(cpu_mapping(outer)):
+        register_kernel_mapping(cpu_mapping(inner))
+        layer(x)
+    layer(x)
+    assert calls(inner) == ["inner"]
+    assert layer.n_calls == 1
+
+
+def test_register_outside_contexts_is_process_wide(tmp_path: Path, x: torch.Tensor) -> None:
+    repo = local_layers(tmp_path, "a")
+    register_kernel_mapping(cpu_mapping(repo))
+    thread = threading.Thread(target=HubSiluAndMul(), args=(x,))
+    thread.start()
+    thread.join()
+    assert calls(repo) == ["a"]
+
+
+def test_contexts_are_isolated_across_threads(tmp_path: Path, x: torch.Tensor) -> None:
+    repos = {"a": local_layers(tmp_path, "a"), "b": local_layers(tmp_path, "b")}
+    both_inside = threading.Barrier(2)
+    seen: dict[str, object] = {}
+
+    def run(tag: str) -> None:
+        with use_kernel_mapping(cpu_mapping(repos[tag])):
+            both_inside.wait()
+            HubSiluAndMul()(x)
+            both_inside.wait()
+            seen[tag] = _mapping.current_mapping()["SiluAndMul"][Device("cpu")]
+
+    threads = [threading.Thread(target=run, args=(tag,)) for tag in repos]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls(repos["a"]) == ["a"]
+    assert calls(repos["b"]) == ["b"]
+    assert seen == {tag: {Mode.FALLBACK: repo} for tag, repo in repos.items()}
+    assert _mapping.current_mapping() == {}
+
+
+def test_contexts_are_isolated_across_asyncio_tasks(tmp_path: Path, x: torch.Tensor) -> None:
+    repos = {"a": local_layers(tmp_path, "a"), "b": local_layers(tmp_path, "b")}
+
+    async def run(tag: str) -> None:
+        with use_kernel_mapping(cpu_mapping(repos[tag])):
+            for _ in range(3):
+                await asyncio.sleep(0)  # let the other task run inside its own context
+                HubSiluAndMul()(x)
+
+    async def main() -> None:
+        await asyncio.gather(run("a"), run("b"))
+
+    asyncio.run(main())
+    assert calls(repos["a"]) == ["a"] * 3
+    assert calls(repos["b"]) == ["b"] * 3
+
+
+def test_inner_entry_replaces_only_its_device(tmp_path: Path) -> None:
+    a, b = local_layers(tmp_path, "a"), local_layers(tmp_path, "b")
+    with (
+        use_kernel_mapping({"SiluAndMul": {"cpu": a, "cuda": a}}),
+        use_kernel_mapping({"SiluAndMul": {"cpu": b}}),
+    ):
+        entries = _mapping.current_mapping()["SiluAndMul"]
+        assert entries == {Device("cpu"): {Mode.FALLBACK: b}, Device("cuda"): {Mode.FALLBACK: a}}
+
+
+# -- validation ----------------------------------------------------------------------------
+
+
+class GoodLayer(nn.Module):
+    weight: torch.Tensor  # annotations document what forward reads: allowed
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return y
+
+
+class OwnInit(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class ClassAttribute(nn.Module):
+    eps = 1e-6
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class ExtraMethod(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.helper(x)
+
+    def helper(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class MoreArguments(nn.Module):
+    def forward(self, x: torch.Tensor, scale: float) -> torch.Tensor:
+        return x * scale
+
+
+class KeywordOnly(nn.Module):
+    def forward(self, *, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class NotAModule:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+@pytest.mark.parametrize("check_cls", [SiluAndMul, HubSiluAndMul])
+def test_validate_layer_accepts_a_pure_layer(check_cls: type[nn.Module]) -> None:
+    validate_layer(GoodLayer, check_cls)
+
+
+@pytest.mark.parametrize(
+    ("bad", "rule", "detail"),
+    [
+        (OwnInit, "no own __init__", "defines __init__"),
+        (ClassAttribute, "no extra members", "defines eps besides forward"),
+        (ExtraMethod, "no extra members", "defines helper besides forward"),
+        (MoreArguments, "same forward arity", "takes 3 parameters"),
+        (KeywordOnly, "same forward parameter kinds", "'x' is keyword-only"),
+        (NotAModule, "subclass of torch.nn.Module", "not a torch.nn.Module subclass"),
+        (len, "subclass of torch.nn.Module", "not a torch.nn.Module subclass"),
+    ],
+)
+def test_validate_layer_rejects_each_bad_shape(bad: object, rule: str, detail: str) -> None:
+    # HubSiluAndMul's forward is a (*args, **kwargs) wrapper; the original is the reference.
+    with pytest.raises(TypeError, match=f"breaks the rule '{rule}': .*{detail}") as info:
+        validate_layer(bad, HubSiluAndMul)
+    assert isinstance(info.value, LayerValidationError)
+    assert info.value.rule == rule
+    assert (getattr(bad, "__qualname__", "") or "len") in str(info.value)
+
+
+def test_a_bad_kernel_layer_is_rejected_before_it_runs(tmp_path: Path, x: torch.Tensor) -> None:
+    repo = local_layers(tmp_path, "a", layer_name="WithInit")
+    layer = HubSiluAndMul()
+    with use_kernel_mapping(cpu_mapping(repo)), pytest.raises(TypeError, match="no own __init__"):
+        layer(x)
+
+
+def test_missing_layer_names_what_the_kernel_has(tmp_path: Path, x: torch.Tensor) -> None:
+    repo = local_layers(tmp_path, "a", layer_name="Missing")
+    with (
+        use_kernel_mapping(cpu_mapping(repo)),
+        pytest.raises(KernelLayerError, match=r"no layer 'Missing'(.|\n)*SiluAndMul"),
+    ):
+        HubSiluAndMul()(x)
+
+
+# -- kernelize, modes, fallback ------------------------------------------------------------
+
+
+def make_models() -> tuple[nn.Sequential, nn.Sequential]:
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(8, 16), SiluAndMul(), nn.Linear(8, 4), SiluAndMul())
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul(), nn.Linear(8, 4), HubSiluAndMul())
+    model.load_state_dict(reference.state_dict())
+    return reference, model
+
+
+def test_kernelize_swaps_marked_layers(cdn: CdnServer) -> None:
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+    reference, model = make_models()
+    x = torch.randn(3, 8)
+    with use_kernel_mapping(cpu_mapping(repo)):
+        assert kernelize(model) is model
+    # kernelize decided once: leaving the mapping's scope changes nothing
+    torch.testing.assert_close(model(x), reference(x))
+    kernel_forward = repo.load().forward
+    assert model[1].forward.__func__ is kernel_forward
+    assert model[3].forward.__self__ is model[3]
+    assert [model[i].n_calls for i in (1, 3)] == [0, 0]
+    assert calls(repo) == ["cdn", "cdn"]
+    assert len(cdn.gets("layers.py")) == 1
+
+
+def test_kernelize_without_a_mapping_keeps_the_original(tmp_path: Path) -> None:
+    reference, model = make_models()
+    kernelize(model)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(model(x), reference(x))
+    assert model[1].n_calls == 1
+    with use_kernel_mapping(cpu_mapping(local_layers(tmp_path, "a"))):
+        model(x)  # fixed by kernelize: a mapping added later is not used
+    assert model[1].n_calls == 2
+
+
+@pytest.fixture
+def mode_repos(tmp_path: Path) -> dict[str, LocalLayerRepository]:
+    names = ["inference", "training", "compile", "fallback"]
+    return {name: local_layers(tmp_path, name) for name in names}
+
+
+def kernel_tag(module: nn.Module) -> str:
+    """The tag of the kernel whose forward kernelize bound to ``module``."""
+    return sys.modules[module.forward.__func__.__module__].TAG
+
+
+def test_kernelize_picks_the_repository_for_the_mode(
+    mode_repos: dict[str, LocalLayerRepository],
+) -> None:
+    mapping = cpu_mapping(
+        {
+            Mode.INFERENCE: mode_repos["inference"],
+            Mode.TRAINING: mode_repos["training"],
+            Mode.INFERENCE | Mode.TORCH_COMPILE: mode_repos["compile"],
+        }
+    )
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul())
+    with use_kernel_mapping(mapping):
+        assert kernel_tag(kernelize(model, mode=Mode.INFERENCE)[1]) == "inference"
+        assert kernel_tag(kernelize(model, mode=Mode.TRAINING)[1]) == "training"
+        compiled = kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        assert kernel_tag(compiled[1]) == "compile"
+        kernelize(model, mode=Mode.TRAINING | Mode.TORCH_COMPILE)  # nothing covers it
+        assert model[1].forward.__func__ is SiluAndMul.forward
+
+
+def test_a_compile_capable_kernel_serves_plain_runs_and_fallback_the_rest(
+    mode_repos: dict[str, LocalLayerRepository],
+) -> None:
+    mapping = cpu_mapping(
+        {
+            Mode.FALLBACK: mode_repos["fallback"],
+            Mode.INFERENCE | Mode.TORCH_COMPILE: mode_repos["compile"],
+        }
+    )
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul())
+    with use_kernel_mapping(mapping):
+        assert kernel_tag(kernelize(model, mode=Mode.INFERENCE)[1]) == "compile"
+        assert kernel_tag(kernelize(model, mode=Mode.TRAINING)[1]) == "fallback"
+
+
+def test_a_bare_repository_serves_every_mode(mode_repos: dict[str, LocalLayerRepository]) -> None:
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(mode_repos["fallback"])):
+        for mode in (Mode.INFERENCE, Mode.TRAINING | Mode.TORCH_COMPILE):
+            assert kernel_tag(kernelize(model, mode=mode)[1]) == "fallback"
+
+
+def test_marked_forward_follows_train_and_eval(
+    mode_repos: dict[str, LocalLayerRepository], x: torch.Tensor
+) -> None:
+    layer = HubSiluAndMul()
+    mapping = cpu_mapping(
+        {Mode.INFERENCE: mode_repos["inference"], Mode.TRAINING: mode_repos["training"]}
+    )
+    with use_kernel_mapping(mapping):
+        layer.train()(x)
+        layer.eval()(x)
+    assert calls(mode_repos["training"]) == ["training"]
+    assert calls(mode_repos["inference"]) == ["inference"]
+
+
+@pytest.mark.parametrize(
+    "mode", [Mode.FALLBACK, Mode.INFERENCE | Mode.TRAINING, Mode.TORCH_COMPILE, "inference"]
+)
+def test_kernelize_rejects_a_mode_a_model_cannot_run_in(mode: Mode) -> None:
+    with pytest.raises((ValueError, TypeError), match="Mode"):
+        kernelize(nn.Linear(2, 2), mode=mode)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (Mode.FALLBACK | Mode.INFERENCE, "cannot be combined"),
+        (Mode.TORCH_COMPILE, "must include Mode.INFERENCE or Mode.TRAINING"),
+        ("inference", "must be a Mode"),
+    ],
+)
+def test_mapping_rejects_bad_mode_keys(tmp_path: Path, key: object, message: str) -> None:
+    repo = local_layers(tmp_path, "a")
+    with pytest.raises((ValueError, TypeError), match=message):
+        register_kernel_mapping(cpu_mapping({key: repo}))  # type: ignore[dict-item]
+    assert _mapping.current_mapping() == {}
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"SiluAndMul": {"cpu": "acme/silu-layers"}}, "expected a LayerRepository"),
+        ({"SiluAndMul": ["cpu"]}, "must be a dict of devices"),
+        ({"SiluAndMul": {"gpu": None}}, "unknown device type 'gpu'"),
+        ([("SiluAndMul", {})], "must be a dict of layer names"),
+    ],
+)
+def test_mapping_rejects_malformed_input(mapping: object, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        register_kernel_mapping(mapping)  # type: ignore[arg-type]
+
+
+def test_disable_kernel_mapping_runs_the_original(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor
+) -> None:
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+    monkeypatch.setenv("DISABLE_KERNEL_MAPPING", "1")
+    layer = HubSiluAndMul()
+    model = nn.Sequential(nn.Linear(16, 16), HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(repo)):
+        torch.testing.assert_close(layer(x), reference_silu_and_mul(x))
+        kernelize(model)
+        model(x)
+        monkeypatch.delenv("DISABLE_KERNEL_MAPPING")
+        layer(x)  # read on every call: now the kernel runs
+    assert layer.n_calls == 1
+    assert model[1].n_calls == 1
+    assert calls(repo) == ["cdn"]
+
+
+def test_use_fallback_false_raises_for_an_unmapped_device(tmp_path: Path, x: torch.Tensor) -> None:
+    repo = local_layers(tmp_path, "a")
+    cuda_only = {"SiluAndMul": {"cuda": repo}}
+    with use_kernel_mapping(cuda_only):
+        with pytest.raises(KernelLayerError, match="'SiluAndMul' on device 'cpu'") as info:
+            StrictSiluAndMul()(x)
+        assert isinstance(info.value, ValueError)
+        assert "use_fallback" in str(info.value)
+        model = nn.Sequential(nn.Linear(16, 16), HubSiluAndMul())
+        with pytest.raises(KernelLayerError, match="in mode INFERENCE"):
+            kernelize(model, use_fallback=False)
+        with pytest.raises(KernelLayerError):  # the layer's own use_fallback=False holds too
+            kernelize(nn.Sequential(nn.Linear(16, 16), StrictSiluAndMul()))
+    with use_kernel_mapping(cpu_mapping(repo)):
+        torch.testing.assert_close(StrictSiluAndMul()(x), reference_silu_and_mul(x))
+
+
+def test_kernelize_needs_a_device_for_a_model_without_parameters() -> None:
+    with pytest.raises(ValueError, match="pass device="):
+        kernelize(HubSiluAndMul())
+    assert kernelize(HubSiluAndMul(), device="cpu").forward.__func__ is SiluAndMul.forward
+
+
+# -- devices and capabilities --------------------------------------------------------------
+
+
+def test_device_and_capability_validation() -> None:
+    assert Device("cuda", CUDAProperties(80, 90)).matches(89)
+    assert not Device("cuda", CUDAProperties(80, 90)).matches(None)
+    with pytest.raises(ValueError, match="empty range"):
+        CUDAProperties(90, 80)
+    with pytest.raises(ValueError, match="empty range"):
+        ROCMProperties(95, 94)
+    with pytest.raises(TypeError, match="must be an int"):
+        CUDAProperties(8.0, 9)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown device type 'metal'"):
+        Device("metal")
+    with pytest.raises(ValueError, match="without an index"):
+        Device("cuda:0")
+    with pytest.raises(ValueError, match="takes properties=None"):
+        Device("cpu", CUDAProperties(80, 90))
+    with pytest.raises(ValueError, match="CUDAProperties or None"):
+        Device("cuda", ROCMProperties(90, 94))
+
+
+@pytest.fixture
+def capability_repos(tmp_path: Path) -> dict[str, LocalLayerRepository]:
+    names = ["ampere", "hopper", "wide", "any", "rocm"]
+    return {name: local_layers(tmp_path, name) for name in names}
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [((8, 6), "ampere"), ((9, 0), "hopper"), ((8, 9), "wide"), ((7, 5), "any"), (None, "any")],
+)
+def test_the_narrowest_matching_capability_range_wins(
+    capability_repos: dict[str, LocalLayerRepository],
+    monkeypatch: pytest.MonkeyPatch,
+    capability: tuple[int, int] | None,
+    expected: str,
+) -> None:
+    def get_device_capability(device: object = None) -> tuple[int, int]:
+        if capability is None:
+            raise AssertionError("Torch not compiled with CUDA enabled")
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
+    mapping = {
+        "SiluAndMul": {
+            "cuda": capability_repos["any"],
+            Device("cuda", CUDAProperties(80, 90)): capability_repos["wide"],
+            Device("cuda", CUDAProperties(80, 87)): capability_repos["ampere"],
+            Device("cuda", CUDAProperties(90, 90)): capability_repos["hopper"],
+            Device("rocm"): capability_repos["rocm"],
+        }
+    }
+    model = HubSiluAndMul()
+    with use_kernel_mapping(mapping):
+        assert kernel_tag(kernelize(model, device="cuda")) == expected
+        monkeypatch.setattr(torch.version, "hip", "6.3")  # a ROCm build calls its GPUs cuda
+        assert kernel_tag(kernelize(model, device=torch.device("cuda"))) == "rocm"
+        assert kernel_tag(kernelize(model, device=Device("rocm"))) == "rocm"
+
+
+def test_a_range_only_mapping_misses_a_gpu_outside_it(
+    capability_repos: dict[str, LocalLayerRepository], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    mapping = {"SiluAndMul": {Device("cuda", CUDAProperties(80, 90)): capability_repos["wide"]}}
+    with use_kernel_mapping(mapping):
+        model = kernelize(HubSiluAndMul(), device="cuda:0")
+    assert model.forward.__func__ is SiluAndMul.forward
+
+
+# -- repositories and marking --------------------------------------------------------------
+
+
+def test_layer_repository_validation() -> None:
+    repo = LayerRepository("acme/silu-layers", "SiluAndMul", revision="v2")
+    assert repo.info == flashhub_kernels.RepoInfo("acme/silu-layers", 2)
+    with pytest.raises(ValueError, match="exactly one of version= or revision="):
+        LayerRepository("acme/silu-layers", "SiluAndMul", version=1, revision="v1")
+    with pytest.raises(ValueError, match="exactly one of version= or revision="):
+        LayerRepository("acme/silu-layers", "SiluAndMul")
+    with pytest.raises(ValueError, match="invalid revision 'main'"):
+        LayerRepository("acme/silu-layers", "SiluAndMul", revision="main")
+    with pytest.raises(ValueError, match="invalid repo id"):
+        LayerRepository("acme/silu/layers", "SiluAndMul", version=1)
+    with pytest.raises(ValueError, match="layer_name must be a class name"):
+        LayerRepository("acme/silu-layers", "silu-and-mul", version=1)
+    with pytest.raises(ValueError, match="layer_name must be a class name"):
+        LocalLayerRepository("/tmp/x", "")
+
+
+def test_repositories_copy_and_pickle_as_values(tmp_path: Path) -> None:
+    repo = local_layers(tmp_path, "a")
+    repo.load()
+    for clone in (copy.deepcopy(repo), pickle.loads(pickle.dumps(repo))):
+        assert clone == repo
+        assert hash(clone) == hash(repo)
+        assert clone.load() is repo.load()  # the same kernel module, imported once
+
+
+def test_replace_kernel_forward_marks_a_class_once(tmp_path: Path, x: torch.Tensor) -> None:
+    class External(SiluAndMul):
+        pass
+
+    class Overriding(External):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    replace_kernel_forward_from_hub(External, "Other")
+    replace_kernel_forward_from_hub(External, "SiluAndMul")  # re-marking, not re-wrapping
+    assert External.forward.__wrapped__ is SiluAndMul.forward
+    repo = local_layers(tmp_path, "a")
+    with use_kernel_mapping(cpu_mapping(repo)):
+        External()(x)
+        model = kernelize(nn.Sequential(Overriding()), device="cpu")
+        assert "forward" not in vars(model[0])  # its own forward is not the marked one
+    assert calls(repo) == ["a"]
+    with pytest.raises(TypeError, match=r"only torch\.nn\.Module subclasses"):
+        replace_kernel_forward_from_hub(NotAModule, "X")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="defines no forward"):
+        use_kernel_forward_from_hub("X")(type("NoForward", (nn.Module,), {}))
+
+
+def test_layer_names_are_exported_from_the_package_without_importing_torch() -> None:
+    import flashhub_kernels.layers as layers
+
+    for name in ["CUDAProperties", "Device", "LayerRepository", "LocalLayerRepository", "Mode"]:
+        assert getattr(flashhub_kernels, name) is getattr(layers, name)
+    for name in ["ROCMProperties", "kernelize", "register_kernel_mapping"]:
+        assert getattr(flashhub_kernels, name) is getattr(layers, name)
+    for name in ["replace_kernel_forward_from_hub", "use_kernel_forward_from_hub"]:
+        assert getattr(flashhub_kernels, name) is getattr(layers, name)
+    assert flashhub_kernels.use_kernel_mapping is layers.use_kernel_mapping
+    out = run_python("import sys, flashhub_kernels; print('torch' in sys.modules)")
+    assert out.strip() == "False"
+
+
+def test_docs_example_runs(
+    cdn: CdnServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from flashhub_kernels._publish import publish
+
+    repo_root = Path(__file__).resolve().parents[1]
+    blocks = re.findall(r"```python\n(.*?)```", (repo_root / "docs/layers.md").read_text(), re.S)
+    local_example, cdn_example = blocks[0], blocks[1]
+    assert "LocalLayerRepository(" in local_example
+    assert "LayerRepository(" in cdn_example
+    # What `python examples/kernels/silu-layers/build.py` makes, built in tmp_path
+    # so the test leaves the source tree alone.
+    kernel = tmp_path / "examples/kernels/silu-layers"
+    package = kernel / "build/torch-universal/silu_layers"
+    package.mkdir(parents=True)
+    for source in (repo_root / "examples/kernels/silu-layers/src/silu_layers").glob("*.py"):
+        (package / source.name).write_bytes(source.read_bytes())
+    publish(kernel, repo_id="acme/silu-layers", version=1, out=cdn.root, prefix="kernels")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "docs_example"}
+    exec(compile(local_example, "docs/layers.md", "exec"), namespace)
+    exec(compile(cdn_example, "docs/layers.md", "exec"), namespace)
+    printed = capsys.readouterr().out.split()
+    assert printed[0].startswith("flashhub._local.silu_layers_")
+    assert printed[1] == "flashhub.acme.silu_layers.v1.layers"
+    assert len(cdn.gets("layers.py")) == 1
