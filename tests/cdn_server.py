@@ -26,6 +26,7 @@ class LoggedRequest:
     path: str
     range: str | None
     status: int
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -160,14 +161,18 @@ def tampered(offset: int = 0) -> Fault:
     return fault
 
 
-def stall(seconds: float) -> Fault:
+def stall(seconds: float, *, after: int = 1, started: threading.Event | None = None) -> Fault:
+    """Send ``after`` bytes of the body, then nothing for ``seconds``, then hang up."""
+
     def fault(handler: CdnHandler, body: bytes) -> None:
         handler.record(200)
         handler.send_response(200)
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
-        handler.wfile.write(body[:1])
+        handler.wfile.write(body[:after])
         handler.wfile.flush()
+        if started is not None:
+            started.set()
         time.sleep(seconds)
         handler.close_connection = True
 
@@ -182,5 +187,34 @@ def delayed(seconds: float, started: threading.Event | None = None) -> Fault:
             started.set()
         time.sleep(seconds)
         handler.send_file(body)
+
+    return fault
+
+
+def long_body(extra: bytes = b"JUNK" * 64) -> Fault:
+    """Announce the true length but send ``extra`` bytes after the body."""
+    return lambda handler, body: handler.send_head_then(200, len(body), body + extra)
+
+
+def wrong_range() -> Fault:
+    """Answer a ``Range`` request with ``206`` from byte 0 (a broken cache in between)."""
+    return lambda handler, body: handler.send_file(body, range_start=0)
+
+
+def redirect(location: str) -> Fault:
+    return lambda handler, _body: handler.send_simple(302, b"", {"Location": location})
+
+
+def unannounced_long_body(extra: bytes = b"JUNK") -> Fault:
+    """No Content-Length: the body ends when the connection closes, with junk appended."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.wfile.write(body + extra)
+        handler.wfile.flush()
+        handler.close_connection = True
 
     return fault

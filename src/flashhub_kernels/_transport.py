@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
@@ -47,10 +48,12 @@ _RETRY_STATUSES = (429, 500, 502, 503, 504)
 DownloadJob = tuple[str, Path, bytes]  # relative path, destination, expected sha256
 _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
+# Errors while a body streams in: resume from the bytes already written.
 _BODY_ERRORS = (
     requests.ConnectionError,
     requests.Timeout,
     requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.HTTPError,
 )
 
 
@@ -231,7 +234,7 @@ class Fetcher:
                         writer.reset()  # a full body, or the wrong part: start over
                         if response.status_code != 200:
                             continue
-                    for chunk in response.iter_content(CHUNK_SIZE):
+                    for chunk in _body(response):
                         writer.write(chunk)
                     return
             except _BODY_ERRORS:
@@ -274,6 +277,13 @@ class Fetcher:
                 )
             current = target
         raise _MirrorFailed(f"more than {MAX_REDIRECTS} redirects")
+
+
+def _body(response: requests.Response) -> Iterator[bytes]:
+    """The body as it arrives: ``read1`` hands over what the socket has (up to 1 MiB),
+    so a broken transfer keeps every byte received and resumes exactly there."""
+    while chunk := response.raw.read1(CHUNK_SIZE, decode_content=True):
+        yield chunk
 
 
 def _resumes_at(response: requests.Response, offset: int) -> bool:

@@ -1,0 +1,340 @@
+"""Fault injection: a real loopback CDN misbehaves; the client rides it out or says why.
+
+Every test checks the outcome and the server's request log. docs/reliability.md lists
+each fault and what the client does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+from cdn_server import (
+    CdnServer,
+    delayed,
+    drop_after,
+    long_body,
+    redirect,
+    stall,
+    status,
+    tampered,
+    unannounced_long_body,
+    wrong_range,
+)
+from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
+
+import flashhub_kernels as fk
+from flashhub_kernels._transport import warn_if_insecure
+from flashhub_kernels.errors import ManifestError, TransportError
+
+REPO = "acme/tensor-tricks"
+BLOB = bytes(range(256)) * (3 * 4096)  # 3 MiB, so drops land mid-file
+VARIANT = "torch-universal"
+BLOB_PATH = f"kernels/{REPO}/v1/build/{VARIANT}/tensor_tricks/blob.bin"
+
+
+@pytest.fixture
+def blob_kernel(cdn: CdnServer) -> CdnServer:
+    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
+    write_variant(cdn.root, REPO, 1, VARIANT, files)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    return cdn
+
+
+def cached_blob(k: object) -> bytes:
+    return (Path(k.__file__).parent / "blob.bin").read_bytes()  # type: ignore[attr-defined]
+
+
+def ranges(cdn: CdnServer, suffix: str) -> list[str | None]:
+    return [r.range for r in cdn.requests if r.path.endswith(suffix)]
+
+
+def test_dropped_connection_resumes_with_range(blob_kernel: CdnServer) -> None:
+    blob_kernel.inject(BLOB_PATH, drop_after(1 << 20))
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_blob(k) == BLOB
+    assert ranges(blob_kernel, "blob.bin") == [None, f"bytes={1 << 20}-"]
+
+
+def test_short_body_resumes(blob_kernel: CdnServer) -> None:
+    blob_kernel.inject(
+        f"kernels/{REPO}/v1/build/{VARIANT}/tensor_tricks/helpers.py", drop_after(10)
+    )
+    fk.get_kernel(REPO, version=1)
+    assert ranges(blob_kernel, "helpers.py") == [None, "bytes=10-"]
+
+
+def test_503s_are_retried(blob_kernel: CdnServer) -> None:
+    blob_kernel.inject(BLOB_PATH, status(503), status(503), status(503))
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert [r.status for r in blob_kernel.requests if r.path.endswith("blob.bin")] == [503] * 3 + [
+        200
+    ]
+
+
+def test_429_honours_retry_after(blob_kernel: CdnServer) -> None:
+    blob_kernel.inject(BLOB_PATH, status(429, retry_after=1))
+    fk.get_kernel(REPO, version=1)
+    first, second = [r for r in blob_kernel.requests if r.path.endswith("blob.bin")]
+    assert (first.status, second.status) == (429, 200)
+    assert second.at - first.at >= 0.9  # a lower bound the client guarantees by sleeping
+
+
+def test_persistent_5xx_fails_with_the_url_and_a_hint(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    blob_kernel.inject(BLOB_PATH, *[status(502)] * 20)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert "blob.bin" in message and "HTTP 502" in message and "FLASHHUB_CDN_URL" in message
+    assert len(blob_kernel.gets("blob.bin")) == 5  # the first try and four retries
+    assert not list((cache_dir / "kernels").glob("*/*/v1/torch-universal"))
+
+
+def test_long_body_with_content_length_is_cut_at_the_announced_length(
+    blob_kernel: CdnServer,
+) -> None:
+    blob_kernel.inject(BLOB_PATH, long_body())
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+
+
+def test_long_body_without_content_length_fails_the_digest_then_retries(
+    blob_kernel: CdnServer,
+) -> None:
+    blob_kernel.inject(BLOB_PATH, unannounced_long_body())
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(blob_kernel, "blob.bin") == [None, None]
+
+
+def test_stalled_body_times_out_and_resumes(
+    blob_kernel: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "0.5")
+    blob_kernel.inject(BLOB_PATH, stall(5, after=4096))
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(blob_kernel, "blob.bin") == [None, "bytes=4096-"]
+
+
+def test_wrong_range_offset_restarts_from_zero(blob_kernel: CdnServer) -> None:
+    blob_kernel.inject(BLOB_PATH, drop_after(1000), wrong_range())
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(blob_kernel, "blob.bin") == [None, "bytes=1000-", None]
+
+
+def test_tampered_byte_is_refetched_once(blob_kernel: CdnServer) -> None:
+    blob_kernel.inject(BLOB_PATH, tampered(12345))
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert len(blob_kernel.gets("blob.bin")) == 2
+
+
+def _dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_dead_and_failing_mirrors_fail_over(blob_kernel: CdnServer, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    failing = CdnServer(tmp_path / "empty").start()
+    try:
+        failing.inject(f"kernels/{REPO}/v1/variants.json", *[status(503)] * 50)
+        mirrors = f"http://127.0.0.1:{_dead_port()},{failing.url},{blob_kernel.url}"
+        fk.configure(cdn_url=mirrors)
+        assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+        # Both bad mirrors were tried for the first document, then moved to the back.
+        assert set(failing.gets()) == {f"/kernels/{REPO}/v1/variants.json"}
+        assert len(blob_kernel.gets("blob.bin")) == 1
+    finally:
+        failing.stop()
+
+
+def test_redirects_within_the_scheme_are_followed_others_refused(blob_kernel: CdnServer) -> None:
+    variants = f"kernels/{REPO}/v1/variants.json"
+    (blob_kernel.root / "moved.json").write_text(f'["{VARIANT}"]')
+    blob_kernel.inject(variants, redirect("/moved.json"))
+    fk.get_kernel(REPO, version=1)
+    assert blob_kernel.gets()[:2] == [f"/{variants}", "/moved.json"]
+    del sys.modules["flashhub.acme.tensor_tricks.v1"]
+    blob_kernel.inject(f"kernels/{REPO}/v2/variants.json", redirect("https://127.0.0.1:1/x"))
+    write_kernel(blob_kernel.root, REPO, 2)
+    with pytest.raises(TransportError, match=r"another scheme; refused"):
+        fk.get_kernel(REPO, version=2)
+
+
+@pytest.mark.parametrize(
+    "repo_id, version",
+    [("a/b/c", 1), ("../x", 1), ("ORG/", 1), ("", 1), ("acme/x", 0), ("acme/x", -3)],
+)
+def test_malformed_references_raise_value_error_before_any_request(
+    cdn: CdnServer, repo_id: str, version: int
+) -> None:
+    with pytest.raises(ValueError):
+        fk.get_kernel(repo_id, version=version)
+    with pytest.raises(ValueError):
+        fk.has_kernel(repo_id, version=version)
+    assert cdn.requests == []
+
+
+@pytest.mark.parametrize("revision", ["v0", "main", "1.0", ""])
+def test_malformed_revisions(cdn: CdnServer, revision: str) -> None:
+    with pytest.raises(ValueError, match="revision"):
+        fk.get_kernel(REPO, revision=revision)
+    assert cdn.requests == []
+
+
+def test_hostile_documents_are_refused(cdn: CdnServer, cache_dir: Path) -> None:
+    files = kernel_files("tensor_tricks", "x")
+    honest = {p: b64sha256(d) for p, d in files.items()}
+    any_digest = next(iter(honest.values()))
+    cases: list[dict[str, str]] = [
+        {**honest, "pad": "A" * (1 << 20)},  # metadata.json over 1 MiB
+        {f"tensor_tricks/f{i}.py": any_digest for i in range(10_001)},  # too many files
+        {**honest, "tensor_tricks/x.py": "c2hvcnQ="},  # a digest of 5 bytes
+        {**honest, "tensor_tricks/a.py": any_digest, "tensor_tricks/A.py": any_digest},
+    ]
+    for version, manifest in enumerate(cases, start=1):
+        document = {"digest": {"files": manifest}}
+        write_variant(cdn.root, REPO, version, VARIANT, files, manifest=document)
+        with pytest.raises(ManifestError):
+            fk.get_kernel(REPO, version=version)
+    assert list(cache_dir.glob(f"kernels/acme/tensor-tricks/v*/{VARIANT}")) == []
+    fetched = [p for p in cdn.gets() if "/build/" in p and not p.endswith("metadata.json")]
+    assert fetched == []  # refused before a single file of the variant was fetched
+
+
+def test_wrong_shaped_variants_and_versions_json(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text('{"torch-universal": true}')
+    with pytest.raises(ManifestError, match=r"variants\.json"):
+        fk.get_kernel(REPO, version=1)
+    (cdn.root / f"kernels/{REPO}/versions.json").write_text('["1"]')
+    with pytest.raises(ManifestError, match=r"versions\.json"):
+        fk.has_kernel(REPO)
+
+
+def test_symlink_in_the_cache_is_detected_and_refetched(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    k = fk.get_kernel(REPO, version=1)
+    helpers = Path(k.__file__).parent / "helpers.py"
+    evil = tmp_path / "evil.py"
+    evil.write_text(helpers.read_text())
+    helpers.unlink()
+    helpers.symlink_to(evil)
+    os.utime(helpers, follow_symlinks=False)
+    cdn.clear_log()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import flashhub.acme.tensor_tricks.v1 as k; print(k.helpers.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        check=True,
+    ).stdout.strip()
+    assert not Path(out).is_symlink()
+    assert cdn.gets("helpers.py")
+
+
+def test_plain_http_to_another_host_warns_once() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_if_insecure("http://127.0.0.1:8000")
+        warn_if_insecure("https://cdn.example")
+        warn_if_insecure("http://cdn.example")
+        warn_if_insecure("http://cdn.example/other")
+    assert [str(w.message).split(":")[0] for w in caught] == [
+        "fetching kernels over plain http from cdn.example"
+    ]
+
+
+def test_threads_loading_one_cold_kernel_fetch_each_file_once(blob_kernel: CdnServer) -> None:
+    modules: list[object] = []
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            modules.append(fk.get_kernel(REPO, version=1))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(modules) == 8 and all(m is modules[0] for m in modules)
+    files = [p for p in blob_kernel.gets() if "/build/" in p]
+    assert len(files) == len(set(files))
+
+
+KILLABLE = "import flashhub_kernels as fk; fk.get_kernel('acme/tensor-tricks', version=1)"
+
+
+@pytest.mark.parametrize("point", ["variants.json", "metadata.json", "blob.bin"])
+def test_sigkill_at_any_point_leaves_a_usable_cache(
+    blob_kernel: CdnServer, cache_dir: Path, point: str
+) -> None:
+    reached = threading.Event()
+    if point == "blob.bin":  # mid-file: a staging directory with a partial file exists
+        blob_kernel.inject(BLOB_PATH, stall(30, after=1 << 20, started=reached))
+    else:
+        where = "variants.json" if point == "variants.json" else f"build/{VARIANT}/metadata.json"
+        blob_kernel.inject(f"kernels/{REPO}/v1/{where}", delayed(30, reached))
+    child = subprocess.Popen([sys.executable, "-c", KILLABLE], env=dict(os.environ))
+    try:
+        assert reached.wait(60), "the child never reached the fault"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    if point == "blob.bin":
+        assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")]
+    blob_kernel.faults.clear()
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_blob(k) == BLOB
+    leftovers = [
+        p.name for p in version_dir.iterdir() if p.name.startswith((".staging-", ".trash-"))
+    ]
+    assert leftovers == []
+
+
+def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> None:
+    write_kernel(cdn.root, REPO, 1, [local_variant(), "torch-cuda"])
+    as_cuda = (
+        "import flashhub_kernels._store as s\n"
+        "from flashhub_kernels._variants import SystemInfo\n"
+        "s.detect_system = lambda: SystemInfo((2, 12), True, 'cuda', 'cu126', 'x86_64', 'linux')\n"
+        "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
+    )
+    as_cpu = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
+    for code, variant in [
+        (as_cuda, "torch-cuda"),
+        (as_cpu, local_variant()),
+        (as_cuda, "torch-cuda"),
+    ]:
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ),
+            check=True,
+        )
+        assert out.stdout.strip().endswith(variant)
+    entries = sorted(
+        p.name
+        for p in (cache_dir / "kernels/acme/tensor-tricks/v1").iterdir()
+        if not p.name.startswith(".")
+    )
+    assert entries == sorted([local_variant(), "torch-cuda", "variants-index.json"])
