@@ -181,3 +181,19 @@ def test_eight_processes_import_one_cold_kernel_and_each_file_is_fetched_once(
     files = [p for p in cdn.gets() if "/build/" in p and not p.endswith("metadata.json")]
     assert len(files) == 4 and len(set(files)) == 4, files
     assert entries(cache_dir) == [local_variant()]
+
+
+def test_second_commit_of_an_entry_is_dropped(tmp_path: Path) -> None:
+    """With flock broken, two processes may both download; the first rename wins."""
+    from flashhub_kernels._cache import Cache
+    from flashhub_kernels._names import RepoInfo
+
+    cache, info = Cache(tmp_path / "c"), RepoInfo(REPO, 1)
+    entry = cache.entry_dir(info, "torch-universal")
+    first, second = (cache.new_staging(info, "torch-universal") for _ in range(2))
+    (first / "a").write_text("first")
+    (second / "a").write_text("second")
+    assert cache.commit(first, entry) is True
+    assert cache.commit(second, entry) is False
+    assert (entry / "a").read_text() == "first"
+    assert not second.exists()
