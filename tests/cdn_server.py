@@ -218,3 +218,14 @@ def unannounced_long_body(extra: bytes = b"JUNK") -> Fault:
         handler.close_connection = True
 
     return fault
+
+
+def held(started: threading.Event, release: threading.Event) -> Fault:
+    """Set ``started`` on arrival, then serve the file once ``release`` is set."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        started.set()
+        release.wait(60)
+        handler.send_file(body)
+
+    return fault

@@ -15,7 +15,9 @@ import re
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -368,6 +370,14 @@ class ExtraMethod(nn.Module):
         return x
 
 
+class OverridesModuleMethod(nn.Module):
+    def extra_repr(self) -> str:
+        return "mine"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
 class MoreArguments(nn.Module):
     def forward(self, x: torch.Tensor, scale: float) -> torch.Tensor:
         return x * scale
@@ -394,6 +404,7 @@ def test_validate_layer_accepts_a_pure_layer(check_cls: type[nn.Module]) -> None
         (OwnInit, "no own __init__", "defines __init__"),
         (ClassAttribute, "no extra members", "defines eps besides forward"),
         (ExtraMethod, "no extra members", "defines helper besides forward"),
+        (OverridesModuleMethod, "no extra members", "defines extra_repr besides forward"),
         (MoreArguments, "same forward arity", "takes 3 parameters"),
         (KeywordOnly, "same forward parameter kinds", "'x' is keyword-only"),
         (NotAModule, "subclass of torch.nn.Module", "not a torch.nn.Module subclass"),
@@ -529,6 +540,23 @@ def test_marked_forward_follows_train_and_eval(
         layer.eval()(x)
     assert calls(mode_repos["training"]) == ["training"]
     assert calls(mode_repos["inference"]) == ["inference"]
+
+
+def test_marked_forward_under_torch_compile_asks_for_a_compile_kernel(
+    mode_repos: dict[str, LocalLayerRepository], x: torch.Tensor
+) -> None:
+    layer = HubSiluAndMul().eval()
+    mapping = cpu_mapping(
+        {
+            Mode.INFERENCE: mode_repos["inference"],
+            Mode.INFERENCE | Mode.TORCH_COMPILE: mode_repos["compile"],
+        }
+    )
+    with use_kernel_mapping(mapping):
+        out = torch.compile(layer, backend="eager")(x)
+    torch.testing.assert_close(out, reference_silu_and_mul(x))
+    assert calls(mode_repos["compile"]) == ["compile"]
+    assert layer.n_calls == 0
 
 
 @pytest.mark.parametrize(
@@ -708,6 +736,28 @@ def test_repositories_copy_and_pickle_as_values(tmp_path: Path) -> None:
         assert clone == repo
         assert hash(clone) == hash(repo)
         assert clone.load() is repo.load()  # the same kernel module, imported once
+
+
+def test_a_custom_repository_defines_only_layer_name_and_load_kernel(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    local = local_layers(tmp_path, "a")
+
+    @dataclass(frozen=True)
+    class Custom(BaseLayerRepository):
+        layer_name: str
+        loads: list[str] = field(default_factory=list, compare=False)
+
+        def load_kernel(self) -> ModuleType:
+            self.loads.append(self.layer_name)
+            return local.load_kernel()
+
+    repo = Custom("SiluAndMul")
+    with use_kernel_mapping(cpu_mapping(repo)):
+        for _ in range(3):
+            HubSiluAndMul()(x)
+    assert repo.loads == ["SiluAndMul"]
+    assert calls(repo) == ["a"] * 3
 
 
 def test_replace_kernel_forward_marks_a_class_once(tmp_path: Path, x: torch.Tensor) -> None:

@@ -141,3 +141,11 @@ def configure(
 def reset_config() -> None:
     """Drop every :func:`configure` override; the environment applies again."""
     _overrides.clear()
+
+
+def kernel_mapping_disabled() -> bool:
+    """Whether ``DISABLE_KERNEL_MAPPING=1`` turns kernel layers off.
+
+    Read on every call, so it can be flipped at run time, like the other settings here.
+    """
+    return _env_flag("DISABLE_KERNEL_MAPPING")

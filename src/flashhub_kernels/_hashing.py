@@ -4,12 +4,58 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 from pathlib import Path
 
 from ._progress import ByteCounter
 from .errors import IntegrityError
 
 CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL above 2 KiB
+
+# Past this many bytes a file is hashed on a worker thread, overlapping the hash with
+# receiving and writing (hashlib releases the GIL, so the two run on separate cores).
+# Small files are hashed inline: a thread would cost more than it saves.
+BACKGROUND_HASH_AFTER = 4 << 20
+# Chunks in flight to the hashing thread: bounds memory to about 16 MiB per file.
+_QUEUE_DEPTH = 16
+
+
+class _Sha256:
+    """A sha256 that can move its updates onto a worker thread midway."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] | None = None
+        self._worker: threading.Thread | None = None
+
+    def update(self, chunk: bytes) -> None:
+        if self._queue is None:
+            self._hash.update(chunk)
+        else:
+            self._queue.put(chunk)
+
+    def go_background(self) -> None:
+        if self._queue is None:
+            self._queue = queue.Queue(maxsize=_QUEUE_DEPTH)
+            self._worker = threading.Thread(target=self._drain, daemon=True)
+            self._worker.start()
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        while (chunk := self._queue.get()) is not None:
+            self._hash.update(chunk)
+
+    def stop(self) -> None:
+        """Wait until every queued chunk is hashed; the hash stays inline afterwards."""
+        if self._queue is not None and self._worker is not None:
+            self._queue.put(None)
+            self._worker.join()
+            self._queue = self._worker = None
+
+    def digest(self) -> bytes:
+        self.stop()
+        return self._hash.digest()
 
 
 class HashingWriter:
@@ -23,25 +69,36 @@ class HashingWriter:
         self.path = path
         self._on_bytes = on_bytes
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        self._file = os.fdopen(os.open(path, flags, 0o644), "wb", buffering=0)
-        self._hash = hashlib.sha256()
+        self._fd: int | None = os.open(path, flags, 0o644)
+        self._hash = _Sha256()
         self.size = 0
 
     def write(self, chunk: bytes) -> None:
+        assert self._fd is not None, "write after close"
         self._hash.update(chunk)
-        self._file.write(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self._fd, view) :]
         self.size += len(chunk)
+        if self.size > BACKGROUND_HASH_AFTER:
+            self._hash.go_background()
         if self._on_bytes is not None:
             self._on_bytes(len(chunk))
 
     def reset(self) -> None:
-        self._file.seek(0)
-        self._file.truncate()
-        self._hash = hashlib.sha256()
+        assert self._fd is not None, "reset after close"
+        self._hash.stop()
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        self._hash = _Sha256()
         self.size = 0
 
     def close(self) -> None:
-        self._file.close()
+        """Close the file (idempotent) once every queued chunk is hashed."""
+        self._hash.stop()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def verify(self, expected: bytes, *, source: str) -> None:
         """Raise :class:`IntegrityError` unless the bytes written hash to ``expected``."""

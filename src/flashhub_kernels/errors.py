@@ -64,3 +64,29 @@ class LockfileError(FlashhubError):
 
 class PublishError(FlashhubError):
     """A kernel build cannot be published: it is malformed, or its version already exists."""
+
+
+class KernelLayerError(FlashhubError, ValueError):
+    """A kernel layer cannot be used: nothing is mapped for a layer that needs a kernel
+    (``use_fallback=False``), or the mapped kernel lacks the layer.
+
+    Also a ``ValueError``, which is what the earlier loader raised in these cases.
+    """
+
+
+class LayerValidationError(FlashhubError, TypeError):
+    """A kernel layer does not fit the layer whose ``forward`` it would replace.
+
+    ``rule`` names the broken rule; the message names it too, with the class.
+    """
+
+    def __init__(self, message: str, *, rule: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.rule = rule
+
+
+class LockMismatchError(LockfileError, IntegrityError):
+    """The CDN serves other bytes for a locked kernel variant than its lock file pins.
+
+    Also an :class:`IntegrityError` (and so an ``ImportError``): the kernel is not loaded.
+    """

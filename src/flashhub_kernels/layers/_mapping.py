@@ -1,0 +1,217 @@
+"""Which kernel layer replaces which layer: the mapping, its scopes, and the selection.
+
+A mapping names layers, then devices, then repositories (one for every mode, or one per
+mode). Registered mappings merge into the current one, device entry by device entry: a
+later entry for the same ``Device`` replaces the earlier one.
+
+Scoping: :func:`use_kernel_mapping` sets a ``ContextVar`` for the ``with`` block, so the
+mapping it adds is seen by that thread or asyncio task (and tasks it creates) only, and
+the previous one is back on exit, error or not. :func:`register_kernel_mapping` outside
+any such block changes the process-wide base mapping, which every thread sees, so a
+library can register at import time and its mapping reaches worker threads too.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeAlias
+
+from ._device import Device, Target, as_device
+from ._repository import BaseLayerRepository
+
+
+class Mode(enum.Flag):
+    """How a model runs, to pick a kernel layer for it; a mapping may give one per mode.
+
+    A request (``kernelize(mode=...)``, or the module's ``training`` flag for a marked
+    layer) is ``INFERENCE`` or ``TRAINING``, optionally ``| TORCH_COMPILE``. A mapping
+    key lists what its kernel supports; ``FALLBACK`` (alone) applies to any request that
+    no other key of the entry covers.
+    """
+
+    INFERENCE = enum.auto()
+    TRAINING = enum.auto()
+    TORCH_COMPILE = enum.auto()
+    FALLBACK = enum.auto()
+
+
+_RUN_MODES = Mode.INFERENCE | Mode.TRAINING
+
+# Keys are ``Device | str``, values a repository or ``{Mode: repository}``. Typed loosely
+# because Mapping keys are invariant: the precise type would reject a plain
+# ``dict[str, ...]`` variable. normalize() checks every key and value at run time.
+DeviceRepositories: TypeAlias = Mapping[Any, Any]
+#: ``{"SiluAndMul": {"cuda": repo, "cpu": {Mode.INFERENCE: repo_a, Mode.TRAINING: repo_b}}}``
+KernelMapping: TypeAlias = Mapping[str, DeviceRepositories]
+
+# Normalized and never mutated: a change builds a new dict, so a snapshot stays valid.
+_Entries: TypeAlias = dict[Device, dict[Mode, BaseLayerRepository]]
+_Mapping: TypeAlias = dict[str, _Entries]
+
+_base_lock = threading.Lock()
+_base: _Mapping = {}
+_scoped: ContextVar[_Mapping | None] = ContextVar("flashhub_kernel_mapping", default=None)
+
+
+def mode_text(mode: Mode) -> str:
+    """``INFERENCE|TORCH_COMPILE``, the same on every Python version."""
+    return "|".join(str(m.name) for m in Mode if m in mode)
+
+
+def check_request(mode: object) -> Mode:
+    """Return ``mode`` if a model can run in it: ``INFERENCE`` or ``TRAINING`` (+ compile)."""
+    if not isinstance(mode, Mode):
+        raise TypeError(f"mode must be a Mode such as Mode.INFERENCE, got {mode!r}")
+    if Mode.FALLBACK in mode:
+        raise ValueError("Mode.FALLBACK is for mapping keys; run in Mode.INFERENCE or TRAINING")
+    if (Mode.INFERENCE in mode) == (Mode.TRAINING in mode):
+        raise ValueError(
+            f"mode {mode_text(mode) or 0} must hold exactly one of Mode.INFERENCE and "
+            "Mode.TRAINING, optionally | Mode.TORCH_COMPILE"
+        )
+    return mode
+
+
+def _check_key(mode: object) -> Mode:
+    if not isinstance(mode, Mode):
+        raise TypeError(f"a mode key must be a Mode such as Mode.INFERENCE, got {mode!r}")
+    if Mode.FALLBACK in mode and mode != Mode.FALLBACK:
+        raise ValueError(f"Mode.FALLBACK cannot be combined with other modes ({mode_text(mode)})")
+    if mode != Mode.FALLBACK and not _RUN_MODES & mode:
+        raise ValueError(
+            f"mode key {mode_text(mode) or 0} must include Mode.INFERENCE or Mode.TRAINING"
+        )
+    return mode
+
+
+def _check_repository(repo: object, where: str) -> BaseLayerRepository:
+    if not isinstance(repo, BaseLayerRepository):
+        raise TypeError(
+            f"{where}: expected a LayerRepository or LocalLayerRepository, got {repo!r}"
+        )
+    return repo
+
+
+def _mode_repositories(value: object, where: str) -> dict[Mode, BaseLayerRepository]:
+    if isinstance(value, Mapping):
+        return {_check_key(m): _check_repository(r, f"{where}[{m}]") for m, r in value.items()}
+    return {Mode.FALLBACK: _check_repository(value, where)}
+
+
+def normalize(mapping: KernelMapping) -> _Mapping:
+    """Validate ``mapping`` and turn it into ``{layer: {Device: {Mode: repository}}}``."""
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"a kernel mapping must be a dict of layer names, got {mapping!r}")
+    result: _Mapping = {}
+    for layer_name, devices in mapping.items():
+        if not isinstance(layer_name, str) or not layer_name:
+            raise TypeError(f"layer names in a kernel mapping are strings, got {layer_name!r}")
+        if not isinstance(devices, Mapping):
+            raise TypeError(f"mapping[{layer_name!r}] must be a dict of devices, got {devices!r}")
+        result[layer_name] = {
+            as_device(device): _mode_repositories(value, f"mapping[{layer_name!r}][{device!r}]")
+            for device, value in devices.items()
+        }
+    return result
+
+
+def merge(base: _Mapping, new: _Mapping) -> _Mapping:
+    """``base`` with the device entries of ``new`` added or replaced; neither is changed."""
+    merged = dict(base)
+    for layer_name, entries in new.items():
+        merged[layer_name] = {**base.get(layer_name, {}), **entries}
+    return merged
+
+
+def current_mapping() -> _Mapping:
+    """The mapping in effect here: the innermost ``use_kernel_mapping``, else the base."""
+    scoped = _scoped.get()
+    return _base if scoped is None else scoped
+
+
+def register_kernel_mapping(mapping: KernelMapping) -> None:
+    """Add ``mapping`` to the mapping in effect.
+
+    Inside a :func:`use_kernel_mapping` block it lasts until the block ends; elsewhere
+    it changes the process-wide mapping. Entries replace earlier ones for the same layer
+    and ``Device``. Example::
+
+        register_kernel_mapping({
+            "SiluAndMul": {"cuda": LayerRepository("acme/silu-layers", "SiluAndMul", version=1)}
+        })
+
+    Raises:
+        TypeError, ValueError: ``mapping`` is malformed (nothing is registered then).
+    """
+    global _base
+    normalized = normalize(mapping)
+    scoped = _scoped.get()
+    if scoped is not None:
+        _scoped.set(merge(scoped, normalized))
+        return
+    with _base_lock:
+        _base = merge(_base, normalized)
+
+
+@contextmanager
+def use_kernel_mapping(mapping: KernelMapping, *, inherit_mapping: bool = True) -> Iterator[None]:
+    """Use ``mapping`` for the duration of a ``with`` block, in this thread or task only.
+
+    With ``inherit_mapping=True`` it stacks on the mapping in effect when the block is
+    entered (its entries win); with ``False`` it replaces it. On exit, including by an
+    exception, the previous mapping is back. Also usable as a function decorator.
+    """
+    base = current_mapping() if inherit_mapping else {}
+    token = _scoped.set(merge(base, normalize(mapping)))
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
+
+
+def _flag_count(mode: Mode) -> int:
+    return bin(mode.value).count("1")
+
+
+def _covers(key: Mode, mode: Mode) -> bool:
+    return key != Mode.FALLBACK and (mode & key) == mode
+
+
+def _select_mode(
+    repos: Mapping[Mode, BaseLayerRepository], mode: Mode
+) -> BaseLayerRepository | None:
+    # A key covers a request when it supports everything requested; the key closest to
+    # the request wins (first listed on a tie), FALLBACK only when no other key covers it.
+    covering = [key for key in repos if _covers(key, mode)]
+    if covering:
+        return repos[min(covering, key=_flag_count)]
+    return repos.get(Mode.FALLBACK)
+
+
+def _breadth(device: Device) -> tuple[int, int, int]:
+    props = device.properties
+    if props is None:
+        return (1, 0, 0)
+    return (0, props.width, -props.min_capability)
+
+
+def select_repository(entries: _Entries, target: Target, mode: Mode) -> BaseLayerRepository | None:
+    """The repository of the most specific device entry that matches and covers ``mode``.
+
+    A narrower capability range beats a wider one (on a tie, the higher minimum wins),
+    and a range beats an entry without properties. The GPU is asked for its capability
+    only when an entry has a range.
+    """
+    candidates = [d for d in entries if d.type == target.type]
+    if any(d.properties is not None for d in candidates):
+        capability = target.capability()
+        candidates = [d for d in candidates if d.matches(capability)]
+    for device in sorted(candidates, key=_breadth):
+        repo = _select_mode(entries[device], mode)
+        if repo is not None:
+            return repo
+    return None

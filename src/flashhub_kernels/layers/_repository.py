@@ -1,0 +1,158 @@
+"""Where a kernel layer comes from: a kernel on the CDN, or a local kernel directory."""
+
+from __future__ import annotations
+
+import abc
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from torch import nn
+
+from .._api import get_kernel, get_local_kernel
+from .._names import RepoInfo, parse_repo_id, resolve_version
+from ..errors import KernelLayerError
+from ._validate import as_layer_class
+
+
+class _Memo:
+    """A layer class loaded once, under a lock, on first use. Copies start empty."""
+
+    __slots__ = ("_lock", "_value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: type[nn.Module] | None = None
+
+    def get(self, load: Callable[[], type[nn.Module]]) -> type[nn.Module]:
+        value = self._value
+        if value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = load()
+                value = self._value
+        return value
+
+    def __reduce__(self) -> tuple[type[_Memo], tuple[()]]:
+        return (_Memo, ())
+
+
+def _check_layer_name(layer_name: object) -> None:
+    if not isinstance(layer_name, str) or not layer_name.isidentifier():
+        raise ValueError(
+            f"layer_name must be a class name such as 'SiluAndMul', got {layer_name!r}"
+        )
+
+
+_memo_lock = threading.Lock()
+
+
+class BaseLayerRepository(abc.ABC):
+    """A source of one kernel layer. Subclasses set ``layer_name`` and define :meth:`load_kernel`.
+
+    :meth:`load` imports the kernel and looks the layer up once per repository object;
+    concurrent first calls from several threads load it once. Subclasses are usually
+    frozen dataclasses, so that equal repositories compare and hash equal.
+    """
+
+    #: The class name of the layer in the kernel's ``layers`` module.
+    layer_name: str
+
+    @abc.abstractmethod
+    def load_kernel(self) -> ModuleType:
+        """Import the kernel (through the flashhub finder) and return its module."""
+
+    def load(self) -> type[nn.Module]:
+        """The layer class ``<kernel>.layers.<layer_name>`` (cached on this object)."""
+        return self._memo().get(self._load_layer)
+
+    def _memo(self) -> _Memo:
+        # Kept out of the dataclass fields, so subclasses need not declare it; set with
+        # object.__setattr__ because subclasses are frozen.
+        memo: _Memo | None = vars(self).get("_layer_memo")
+        if memo is None:
+            with _memo_lock:
+                memo = vars(self).get("_layer_memo")
+                if memo is None:
+                    memo = _Memo()
+                    object.__setattr__(self, "_layer_memo", memo)
+        return memo
+
+    def _load_layer(self) -> type[nn.Module]:
+        kernel = self.load_kernel()
+        layers = getattr(kernel, "layers", None)
+        if not isinstance(layers, ModuleType):
+            raise KernelLayerError(
+                f"kernel {self} has no layers module",
+                hint="a kernel publishes layers in <package>/layers.py and imports it in "
+                "__init__.py with 'from . import layers'",
+            )
+        layer = getattr(layers, self.layer_name, None)
+        if layer is None:
+            found = sorted(n for n, v in vars(layers).items() if isinstance(v, type))
+            raise KernelLayerError(
+                f"kernel {self} has no layer {self.layer_name!r}",
+                hint=f"its layers module defines: {', '.join(found) or 'no classes'}",
+            )
+        return as_layer_class(layer)
+
+
+@dataclass(frozen=True)
+class LayerRepository(BaseLayerRepository):
+    """The layer ``layer_name`` of the CDN kernel ``repo_id`` at one version.
+
+    Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``).
+
+    Raises:
+        ValueError: the repo id, the layer name or the version is malformed, or both or
+            neither of ``version`` and ``revision`` are given.
+    """
+
+    repo_id: str
+    layer_name: str
+    version: int | None = None
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        parse_repo_id(self.repo_id)
+        resolve_version(self.version, self.revision)
+        _check_layer_name(self.layer_name)
+
+    @property
+    def info(self) -> RepoInfo:
+        """The kernel version this repository points at."""
+        return RepoInfo(self.repo_id, resolve_version(self.version, self.revision))
+
+    def load_kernel(self) -> ModuleType:
+        """``get_kernel(repo_id, version=...)``: the same module ``import flashhub...`` gives."""
+        return get_kernel(self.repo_id, version=self.info.version)
+
+    def __str__(self) -> str:
+        return str(self.info)
+
+
+@dataclass(frozen=True, init=False)
+class LocalLayerRepository(BaseLayerRepository):
+    """The layer ``layer_name`` of a kernel in a local directory (see ``get_local_kernel``).
+
+    ``path`` is a kernel repo with ``build/<variant>/<py_pkg>/``, a ``build`` or variant
+    directory, or the package directory itself. It is read when the layer is first used.
+    """
+
+    path: Path
+    layer_name: str
+
+    def __init__(self, path: str | os.PathLike[str], layer_name: str) -> None:
+        _check_layer_name(layer_name)
+        object.__setattr__(self, "path", Path(path))
+        object.__setattr__(self, "layer_name", layer_name)
+
+    def load_kernel(self) -> ModuleType:
+        """``get_local_kernel(path)``."""
+        return get_local_kernel(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)

@@ -1,0 +1,115 @@
+"""The rules a kernel layer must follow to replace the ``forward`` of another layer.
+
+A kernel layer's ``forward`` runs with the original module as ``self``, so the layer may
+not rely on anything the original module lacks: no constructor of its own, no members
+besides ``forward`` (annotations that document the attributes it reads are fine), and a
+``forward`` that takes its arguments the same way as the one it replaces.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from torch import nn
+
+from ..errors import LayerValidationError
+
+
+def _name(cls: object) -> str:
+    if isinstance(cls, type):
+        return f"{cls.__module__}.{cls.__qualname__}"
+    return repr(cls)
+
+
+def _broken(rule: str, cls: object, detail: str, hint: str) -> LayerValidationError:
+    return LayerValidationError(
+        f"kernel layer {_name(cls)} breaks the rule {rule!r}: {detail}", rule=rule, hint=hint
+    )
+
+
+def as_layer_class(cls: object) -> type[nn.Module]:
+    """Return ``cls`` if it is an ``nn.Module`` subclass; raise ``LayerValidationError``."""
+    if isinstance(cls, type) and issubclass(cls, nn.Module):
+        return cls
+    raise _broken(
+        "subclass of torch.nn.Module",
+        cls,
+        "it is not a torch.nn.Module subclass",
+        "define the layer as 'class Name(torch.nn.Module)' with a forward method",
+    )
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+def _extra_members(layer: type[nn.Module]) -> list[str]:
+    """Members of ``layer`` besides ``forward`` that ``nn.Module`` does not define as they are."""
+    own = {
+        name for klass in layer.__mro__ if klass not in nn.Module.__mro__ for name in vars(klass)
+    }
+    # Own non-dunder names catch overrides of nn.Module methods too (train, _apply, ...);
+    # dunders such as __module__ come with every class and only count when nn.Module lacks
+    # them. dir(nn.Module) is read each time: torch.compile adds attributes to nn.Module.
+    overrides = {name for name in own if not _is_dunder(name)} - {"forward"}
+    added = set(dir(layer)) - set(dir(nn.Module))
+    return sorted(overrides | added)
+
+
+def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
+    """Check that kernel layer ``cls`` may replace the ``forward`` of ``check_cls``.
+
+    Rules, each a :class:`~flashhub_kernels.errors.LayerValidationError` (a ``TypeError``)
+    whose message and ``rule`` attribute name the rule broken:
+
+    - ``subclass of torch.nn.Module``;
+    - ``no own __init__``: the layer holds no state; it uses the original module's;
+    - ``no extra members``: no members besides ``forward``: no helpers, no class
+      attributes (annotations are allowed), no overrides of ``nn.Module`` methods;
+    - ``same forward arity`` and ``same forward parameter kinds`` as ``check_cls.forward``
+      (positional, keyword-only, ``*args``, ...; names may differ).
+
+    When ``check_cls`` was marked with ``use_kernel_forward_from_hub``, its original
+    ``forward`` is the reference.
+    """
+    layer = as_layer_class(cls)
+    if layer.__init__ is not nn.Module.__init__:
+        raise _broken(
+            "no own __init__",
+            layer,
+            "it defines __init__",
+            "remove __init__; read what forward needs from the attributes of the module "
+            "it extends, and declare them as annotations",
+        )
+    extra = _extra_members(layer)
+    if extra:
+        raise _broken(
+            "no extra members",
+            layer,
+            f"it defines {', '.join(extra)} besides forward",
+            "move helpers to module-level functions and constants out of the class",
+        )
+    _check_signature(layer, check_cls)
+
+
+def _check_signature(layer: type[nn.Module], check_cls: type[nn.Module]) -> None:
+    # inspect.signature follows __wrapped__, so a marked class yields its original forward.
+    params = list(inspect.signature(layer.forward).parameters.values())
+    reference = list(inspect.signature(check_cls.forward).parameters.values())
+    expected = f"{_name(check_cls)}.forward{inspect.signature(check_cls.forward)}"
+    if len(params) != len(reference):
+        raise _broken(
+            "same forward arity",
+            layer,
+            f"forward takes {len(params)} parameters, {expected} takes {len(reference)}",
+            "give forward the same parameters as the forward it replaces",
+        )
+    for param, ref in zip(params, reference, strict=True):
+        if param.kind != ref.kind:
+            raise _broken(
+                "same forward parameter kinds",
+                layer,
+                f"parameter {param.name!r} is {param.kind.description}, but {ref.name!r} of "
+                f"{expected} is {ref.kind.description}",
+                "declare each parameter the way the forward it replaces does",
+            )
