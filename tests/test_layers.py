@@ -174,6 +174,28 @@ def test_mapped_device_runs_the_kernel_layer(cdn: CdnServer, x: torch.Tensor) ->
     assert calls(repo) == ["cdn"]
 
 
+def test_locked_layer_repository_in_a_mapping(
+    cdn: CdnServer, x: torch.Tensor, tmp_path: Path
+) -> None:
+    from projects import write_project
+
+    from flashhub_kernels import LockedLayerRepository
+    from flashhub_kernels._lock import lock_project
+
+    publish_layers(cdn, "acme/silu-layers", "locked")
+    (cdn.root / "kernels/acme/silu-layers/versions.json").write_text("[1]")
+    project = write_project(tmp_path / "proj", {"acme/silu-layers": ">=1"})
+    lock_project(project)
+    repo = LockedLayerRepository(
+        "acme/silu-layers", "SiluAndMul", lockfile=project / "flashhub.lock"
+    )
+    layer = HubSiluAndMul()
+    with use_kernel_mapping(cpu_mapping(repo)):
+        out = layer(x)
+    torch.testing.assert_close(out, reference_silu_and_mul(x))
+    assert layer.n_calls == 0 and calls(repo) == ["locked"]
+
+
 def test_unmapped_device_runs_the_original_and_downloads_nothing(
     cdn: CdnServer, x: torch.Tensor
 ) -> None:

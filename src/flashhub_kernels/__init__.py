@@ -23,11 +23,14 @@ from ._names import RepoInfo
 from ._variants import VariantAccepted, VariantRejected
 
 if TYPE_CHECKING:
+    from ._benchmark import Benchmark
+    from ._lock import get_locked_kernel, install_kernel, load_kernel
     from .layers import (
         CUDAProperties,
         Device,
         LayerRepository,
         LocalLayerRepository,
+        LockedLayerRepository,
         Mode,
         ROCMProperties,
         kernelize,
@@ -36,13 +39,17 @@ if TYPE_CHECKING:
         use_kernel_forward_from_hub,
         use_kernel_mapping,
     )
-    from ._benchmark import Benchmark
 
 __version__ = "0.2.0"
 
-# Names whose modules import torch: loaded on first attribute access (PEP 562).
+# Names whose modules import torch, or take a while to import (the lock functions pull
+# in the cache and its file locks): loaded on first attribute access (PEP 562).
 _LAZY = {
     "Benchmark": "._benchmark",
+    "LockedLayerRepository": ".layers",
+    "get_locked_kernel": "._lock",
+    "install_kernel": "._lock",
+    "load_kernel": "._lock",
     "CUDAProperties": ".layers",
     "Device": ".layers",
     "LayerRepository": ".layers",
@@ -64,6 +71,7 @@ __all__ = [
     "LayerRepository",
     "LoadedKernel",
     "LocalLayerRepository",
+    "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
     "RepoInfo",
@@ -76,8 +84,11 @@ __all__ = [
     "get_kernel_variants",
     "get_loaded_kernels",
     "get_local_kernel",
+    "get_locked_kernel",
     "has_kernel",
+    "install_kernel",
     "kernelize",
+    "load_kernel",
     "register_kernel_mapping",
     "replace_kernel_forward_from_hub",
     "use_kernel_forward_from_hub",

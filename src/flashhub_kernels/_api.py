@@ -16,7 +16,7 @@ from ._variants import VariantAccepted, VariantResolution, parse_variant, resolv
 from .errors import KernelNotFoundError, NoCompatibleVariantError
 
 if TYPE_CHECKING:
-    from ._transport import Fetcher
+    pass
 
 
 def get_kernel(
@@ -111,12 +111,12 @@ def get_kernel_variants(
     ``versions.json``. When a version has no ``variants.json``, only the variants this
     system could load are probed, so only those appear.
     """
-    from ._store import fetch_index, remote, target_system
+    from ._store import fetch_index, remote, target_system, with_version
 
     system = target_system(backend)
     config = get_config()
     with remote(config) as fetcher:
-        info = _with_version(fetcher, repo_id, version)
+        info = with_version(fetcher, repo_id, version)
         index = fetch_index(fetcher, info, system, probe_all=True)
     return resolve_variants(sorted(index.present), system)
 
@@ -128,22 +128,6 @@ def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None 
     except (KernelNotFoundError, NoCompatibleVariantError):
         return False
     return any(isinstance(r, VariantAccepted) for r in resolutions)
-
-
-def _with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
-    """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
-    from ._store import published_versions
-
-    if version is not None:
-        return RepoInfo(repo_id, version)
-    RepoInfo(repo_id, 1)  # validate the repo id before any request
-    versions = published_versions(fetcher, repo_id)
-    if not versions:
-        raise KernelNotFoundError(
-            f"{repo_id} has no versions.json on the CDN, so its newest version is unknown",
-            hint="pass version= explicitly",
-        )
-    return RepoInfo(repo_id, versions[-1])
 
 
 def get_loaded_kernels() -> list[LoadedKernel]:

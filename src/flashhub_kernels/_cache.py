@@ -36,8 +36,8 @@ from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
 
 INDEX_NAME = "variants-index.json"
-_STAGING = ".staging-"
-_TRASH = ".trash-"
+STAGING_PREFIX = ".staging-"
+TRASH_PREFIX = ".trash-"
 
 
 def ensure_dir(path: Path) -> Path:
@@ -164,7 +164,9 @@ class Cache:
     def new_staging(self, info: RepoInfo, variant: str) -> Path:
         """A fresh, uniquely named directory beside the entry (same file system)."""
         # Host last: host names may contain dots, variant names never do.
-        name = f"{_STAGING}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
+        name = (
+            f"{STAGING_PREFIX}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
+        )
         staging = self.version_dir(info) / name
         ensure_dir(staging.parent)
         staging.mkdir(mode=0o700)
@@ -196,7 +198,7 @@ class Cache:
 
     def evict(self, entry: Path) -> None:
         """Move a damaged entry out of the way atomically, then delete it."""
-        trash = entry.with_name(f"{_TRASH}{entry.name}.{uuid.uuid4().hex[:8]}")
+        trash = entry.with_name(f"{TRASH_PREFIX}{entry.name}.{uuid.uuid4().hex[:8]}")
         try:
             os.rename(entry, trash)
         except FileNotFoundError:
@@ -210,9 +212,9 @@ class Cache:
             return
         host = socket.gethostname()
         for child in version_dir.iterdir():
-            if child.name.startswith(f"{_TRASH}{variant}."):
+            if child.name.startswith(f"{TRASH_PREFIX}{variant}."):
                 remove_tree(child)
-            elif child.name.startswith(f"{_STAGING}{variant}."):
+            elif child.name.startswith(f"{STAGING_PREFIX}{variant}."):
                 _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
                 if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
                     remove_tree(child)

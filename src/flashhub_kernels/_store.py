@@ -43,6 +43,7 @@ from ._variants import (
 from .errors import (
     IntegrityError,
     KernelNotFoundError,
+    LockMismatchError,
     ManifestError,
     NoCompatibleVariantError,
     OfflineError,
@@ -194,7 +195,7 @@ def fetch_index(
     absent: set[str] = set()
     for name in candidate_names(system):
         try:
-            fetcher.get_bytes(_variant_path(info, name, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES)
+            fetcher.get_bytes(variant_path(info, name, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES)
         except NotPublished:
             absent.add(name)
             continue
@@ -232,6 +233,20 @@ def published_versions(fetcher: Fetcher, repo_id: str) -> list[int] | None:
     return parse_versions(data, source=f"{repo_id}/versions.json")
 
 
+def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
+    """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
+    if version is not None:
+        return RepoInfo(repo_id, version)
+    RepoInfo(repo_id, 1)  # validate the repo id before any request
+    versions = published_versions(fetcher, repo_id)
+    if not versions:
+        raise KernelNotFoundError(
+            f"{repo_id} has no versions.json on the CDN, so its newest version is unknown",
+            hint="pass version= explicitly",
+        )
+    return RepoInfo(repo_id, versions[-1])
+
+
 def choose_variant(index: VariantIndex, info: RepoInfo, system: SystemInfo) -> str:
     """The best published variant for ``system``, or the full rejection trace."""
     if not index.complete:
@@ -249,31 +264,54 @@ def choose_variant(index: VariantIndex, info: RepoInfo, system: SystemInfo) -> s
     return chosen
 
 
-def _variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
+def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
     return f"{info.cdn_path}/build/{variant}/{urllib.parse.quote(relpath)}"
 
 
-def download_entry(cache: Cache, fetcher: Fetcher, info: RepoInfo, variant: str) -> Path:
-    """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time."""
+def download_entry(
+    cache: Cache,
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    *,
+    expected_hash: str | None = None,
+) -> Path:
+    """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time.
+
+    With ``expected_hash`` (a lock file's pin), an entry verified against other content
+    is replaced, and a manifest with another content hash is refused before any file
+    is fetched.
+    """
     entry = cache.entry_dir(info, variant)
     with cache.lock(info, variant):
         receipt = cache.read_receipt(entry)
-        if receipt is not None and receipt.changed_file(entry) is None:
+        if (
+            receipt is not None
+            and receipt.changed_file(entry) is None
+            and expected_hash in (None, receipt.content_hash)
+        ):
             return entry  # another process finished it while we waited for the lock
         cache.evict(entry)
         cache.remove_stale_staging(info, variant)
         manifest_bytes = fetcher.get_bytes(
-            _variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
+            variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
         )
         manifest = parse_metadata(manifest_bytes, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
         _check_has_package(manifest, info, variant)
+        if expected_hash is not None and manifest.content_hash != expected_hash:
+            raise LockMismatchError(
+                f"{info} variant {variant}: the CDN serves content {manifest.content_hash}, "
+                f"but the lock pins {expected_hash}; nothing was fetched",
+                hint="a published version must not change: report it to the publisher, or "
+                "run `flashhub lock` again if you trust the new content",
+            )
         staging = cache.new_staging(info, variant)
         try:
             jobs = []
             for relpath, digest in manifest.files.items():
                 dest = staging / relpath
                 ensure_dir(dest.parent)
-                jobs.append((_variant_path(info, variant, relpath), dest, digest))
+                jobs.append((variant_path(info, variant, relpath), dest, digest))
             with progress_bar(
                 f"{info} {variant}", enabled=fetcher.config.progress_bars
             ) as on_bytes:

@@ -106,7 +106,7 @@ def make_session() -> requests.Session:
         backoff_factor=0.25,
         backoff_max=8,
         status_forcelist=_RETRY_STATUSES,
-        allowed_methods=frozenset({"GET"}),
+        allowed_methods=frozenset({"GET", "HEAD"}),
         respect_retry_after_header=True,
         raise_on_status=False,
         redirect=0,
@@ -144,6 +144,28 @@ class Fetcher:
     def get_bytes(self, relpath: str, *, limit: int) -> bytes:
         """Fetch a small document whole; raise :class:`NotPublished` on 404."""
         return self._from_mirrors(relpath, lambda url: self._read_small(url, limit))
+
+    def size(self, relpath: str) -> int | None:
+        """The size of a published file (``HEAD``), from the first mirror that states it.
+
+        ``None`` when no mirror does: manifests carry no sizes, and HEAD is optional on a
+        static host. Only ``flashhub info`` asks.
+        """
+        for _base, url in self.urls(relpath):
+            if url.startswith("file://"):
+                path = _file_url_path(url)
+                if path.is_file():
+                    return path.stat().st_size
+                continue
+            timeout = (self.config.connect_timeout, self.config.read_timeout)
+            try:
+                response = self.session.head(url, timeout=timeout, allow_redirects=False)
+            except requests.RequestException:
+                continue
+            length = response.headers.get("Content-Length", "")
+            if response.status_code == 200 and length.isdigit():
+                return int(length)
+        return None
 
     def download(
         self, relpath: str, dest: Path, digest: bytes, on_bytes: ByteCounter = _ignore

@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._config import DEFAULT_PREFIX
@@ -22,6 +23,8 @@ from ._names import check_version, parse_repo_id
 from .errors import FlashhubError
 
 if TYPE_CHECKING:
+    from ._cache import Cache
+    from ._lockfile import Lockfile
     from ._publish import PublishReport
 
 Handler = Callable[[argparse.Namespace], int]
@@ -142,6 +145,374 @@ def _describe_publish(report: PublishReport) -> str:
     return "\n".join(lines)
 
 
+# --- shared by the lock, download, inspection and cache commands -----------------------
+
+
+def _json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print a JSON document instead")
+
+
+def _project_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "project_dir",
+        nargs="?",
+        default=".",
+        type=Path,
+        metavar="PROJECT_DIR",
+        help="the directory holding pyproject.toml and flashhub.lock (default: .)",
+    )
+
+
+def _kernel_arguments(parser: argparse.ArgumentParser, *, version_required: bool) -> None:
+    parser.add_argument("repo_id", type=_repo_id_arg, metavar="ORG/PKG")
+    parser.add_argument(
+        "--version",
+        type=_version_arg,
+        required=version_required,
+        metavar="N",
+        help=None if version_required else "default: the newest in versions.json",
+    )
+
+
+def _backend_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend", choices=("cpu",), help="judge variants as if torch ran on the CPU"
+    )
+
+
+def _entries(count: int) -> str:
+    return f"{count} {'entry' if count == 1 else 'entries'}"
+
+
+def _print_json(document: object) -> None:
+    print(json.dumps(document, indent=2, sort_keys=True))
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "?"
+    if size < 1024:
+        return f"{size} B"
+    value, unit = size / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
+def _project_lockfile(project_dir: Path) -> Lockfile:
+    from ._lockfile import LOCKFILE_NAME, read_lockfile
+
+    return read_lockfile(project_dir / LOCKFILE_NAME)
+
+
+def _local_cache() -> Cache:
+    from ._cache import Cache
+    from ._config import get_config
+
+    return Cache(get_config().cache_dir)
+
+
+# --- flashhub lock -------------------------------------------------------------------
+
+
+def _lock_arguments(parser: argparse.ArgumentParser) -> None:
+    _project_argument(parser)
+    _json_argument(parser)
+
+
+@command(
+    "lock",
+    help="resolve [tool.flashhub.dependencies] on the CDN and write flashhub.lock",
+    arguments=_lock_arguments,
+)
+def _lock(args: argparse.Namespace) -> int:
+    from ._lock import lock_project
+
+    lock = lock_project(args.project_dir)
+    if args.json:
+        _print_json({"lockfile": lock.source, **lock.to_json()})
+        return EXIT_OK
+    for repo_id, locked in sorted(lock.kernels.items()):
+        wanted = locked.specifier or "any version"
+        print(f"{repo_id} {wanted}: v{locked.version} ({len(locked.variants)} variants)")
+    print(f"wrote {lock.source}")
+    return EXIT_OK
+
+
+# --- flashhub download ---------------------------------------------------------------
+
+
+def _download_arguments(parser: argparse.ArgumentParser) -> None:
+    _project_argument(parser)
+    parser.add_argument(
+        "--all-variants",
+        action="store_true",
+        help="every locked variant, not only this system's (to bake a cache for several targets)",
+    )
+    _json_argument(parser)
+
+
+@command(
+    "download",
+    help="download the kernels flashhub.lock pins into the cache, verified against the lock",
+    arguments=_download_arguments,
+)
+def _download(args: argparse.Namespace) -> int:
+    from ._lock import download_locked
+
+    lock = _project_lockfile(args.project_dir)
+    results = download_locked(lock, all_variants=args.all_variants)
+    if args.json:
+        _print_json({"lockfile": lock.source, "results": [r.to_dict() for r in results]})
+    for result in results:
+        where = f"{result.repo_id}@v{result.version} {result.variant or '(no variant)'}"
+        if result.error is not None:
+            print(f"error: {where}: {result.error}", file=sys.stderr)
+        elif not args.json:
+            print(f"{result.status:<10} {where}  {result.path}")
+    return EXIT_FAILURE if any(r.error is not None for r in results) else EXIT_OK
+
+
+# --- flashhub variants / info / get ---------------------------------------------------
+
+
+def _variants_arguments(parser: argparse.ArgumentParser) -> None:
+    _kernel_arguments(parser, version_required=False)
+    _backend_argument(parser)
+    _json_argument(parser)
+
+
+@command(
+    "variants",
+    help="judge every published variant of a kernel against this system (exit 1: none fits)",
+    arguments=_variants_arguments,
+)
+def _variants(args: argparse.Namespace) -> int:
+    from ._api import get_kernel_variants
+    from ._store import target_system
+    from ._variants import VariantAccepted, format_trace
+
+    version = args.version or _newest_version(args.repo_id)
+    resolutions = get_kernel_variants(args.repo_id, version, backend=args.backend)
+    chosen = next((r.variant_str for r in resolutions if isinstance(r, VariantAccepted)), None)
+    system = target_system(args.backend).describe()
+    if args.json:
+        variants = [
+            {
+                "variant": r.variant_str,
+                "compatible": isinstance(r, VariantAccepted),
+                "reason": None if isinstance(r, VariantAccepted) else r.reason,
+            }
+            for r in resolutions
+        ]
+        _print_json(
+            {
+                "repo_id": args.repo_id,
+                "version": version,
+                "system": system,
+                "chosen": chosen,
+                "variants": variants,
+            }
+        )
+    else:
+        print(f"{args.repo_id}@v{version} on {system}:")
+        print(format_trace(resolutions))
+        print(f"chosen: {chosen or 'none (no variant fits this system)'}")
+    return EXIT_OK if chosen else EXIT_FAILURE
+
+
+def _newest_version(repo_id: str) -> int:
+    from ._config import get_config
+    from ._store import remote, with_version
+
+    with remote(get_config()) as fetcher:
+        return with_version(fetcher, repo_id, None).version
+
+
+def _info_arguments(parser: argparse.ArgumentParser) -> None:
+    _kernel_arguments(parser, version_required=True)
+    _backend_argument(parser)
+    _json_argument(parser)
+
+
+@command(
+    "info",
+    help="show a kernel version's variants, files and sizes, and the variant this system gets",
+    arguments=_info_arguments,
+)
+def _info(args: argparse.Namespace) -> int:
+    from ._info import describe_kernel
+
+    description = describe_kernel(args.repo_id, args.version, backend=args.backend)
+    if args.json:
+        _print_json(description.to_dict())
+        return EXIT_OK
+    print(f"{description.info} on {description.system}")
+    print(f"chosen variant: {description.chosen or 'none (no variant fits this system)'}")
+    for variant in description.variants:
+        mark = "+" if variant.compatible else "-"
+        print(
+            f"  {mark} {variant.name}: {len(variant.files)} files, {_size(variant.size)}, "
+            f"{variant.content_hash}"
+        )
+        if variant.reason:
+            print(f"      rejected: {variant.reason}")
+        for path, size in variant.files.items():
+            print(f"      {_size(size):>10}  {path}")
+    return EXIT_OK
+
+
+def _get_arguments(parser: argparse.ArgumentParser) -> None:
+    _kernel_arguments(parser, version_required=True)
+    _json_argument(parser)
+
+
+@command(
+    "get",
+    help="download and verify one kernel's variant for this system; print its directory",
+    arguments=_get_arguments,
+)
+def _get(args: argparse.Namespace) -> int:
+    from ._lock import install_kernel
+
+    path = install_kernel(args.repo_id, version=args.version)
+    if args.json:
+        _print_json(
+            {
+                "repo_id": args.repo_id,
+                "version": args.version,
+                "variant": path.name,
+                "path": str(path),
+            }
+        )
+    else:
+        print(path)
+    return EXIT_OK
+
+
+# --- flashhub cache ------------------------------------------------------------------
+
+
+def _cache_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="cache_action", metavar="ACTION", required=True)
+    for name, run, help_text in (
+        ("list", _cache_list, "list the cached kernel variants"),
+        ("verify", _cache_verify, "re-hash every cached file against its metadata.json"),
+        ("prune", _cache_prune, "remove damaged entries and leftovers of dead downloads"),
+        ("clear", _cache_clear, "remove every kernel from the cache"),
+    ):
+        action = actions.add_parser(name, help=help_text, description=help_text)
+        action.set_defaults(cache_run=run)
+        if name == "prune":
+            action.add_argument(
+                "--keep-locked",
+                type=Path,
+                metavar="PROJECT_DIR",
+                help="also remove every entry that PROJECT_DIR/flashhub.lock does not pin",
+            )
+        if name == "clear":
+            action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        _json_argument(action)
+
+
+@command(
+    "cache", help="list, verify, prune or clear the local kernel cache", arguments=_cache_arguments
+)
+def _cache(args: argparse.Namespace) -> int:
+    run: Handler = args.cache_run
+    return run(args)
+
+
+def _cache_list(args: argparse.Namespace) -> int:
+    from ._cache_admin import list_entries
+
+    cache = _local_cache()
+    entries = list_entries(cache)
+    if args.json:
+        _print_json({"cache_dir": str(cache.root), "entries": [e.to_dict() for e in entries]})
+        return EXIT_OK
+    print(f"cache: {cache.root}")
+    for entry in entries:
+        print(
+            f"  {entry.info} {entry.variant}: {entry.files} files, {_size(entry.size)}, "
+            f"{entry.content_hash or 'no receipt'}"
+        )
+    if not entries:
+        print("  (empty)")
+    return EXIT_OK
+
+
+def _cache_verify(args: argparse.Namespace) -> int:
+    from ._cache_admin import list_entries, verify_entry
+
+    cache = _local_cache()
+    checked = [(entry, verify_entry(cache, entry)) for entry in list_entries(cache)]
+    if args.json:
+        _print_json(
+            {
+                "cache_dir": str(cache.root),
+                "entries": [
+                    {**entry.to_dict(), "ok": why is None, "problem": why} for entry, why in checked
+                ],
+            }
+        )
+    else:
+        for entry, why in checked:
+            outcome = "ok" if why is None else f"FAILED: {why}"
+            print(f"{entry.info} {entry.variant}: {outcome}")
+        print(f"{_entries(len(checked))} checked")
+    if any(why is not None for _entry, why in checked):
+        if not args.json:
+            _print_error(
+                "some cache entries failed verification",
+                "`flashhub cache prune` removes them; they are fetched again on use",
+            )
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _cache_prune(args: argparse.Namespace) -> int:
+    from ._cache_admin import prune
+
+    lock = _project_lockfile(args.keep_locked) if args.keep_locked is not None else None
+    report = prune(_local_cache(), keep_locked=lock)
+    if args.json:
+        _print_json(report.to_dict())
+        return EXIT_OK
+    for entry, why in report.removed:
+        print(f"removed {entry.info} {entry.variant}: {why}")
+    for path in report.stale:
+        print(f"removed leftover {path}")
+    print(f"{_entries(len(report.removed))} removed, {_size(report.bytes_freed)} freed")
+    return EXIT_OK
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    from ._cache_admin import clear, list_entries
+
+    cache = _local_cache()
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(
+                "flashhub cache clear: error: pass --yes to clear the cache without a prompt",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        count = len(list_entries(cache))
+        answer = input(f"remove {count} cached kernel variants from {cache.root}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return EXIT_OK
+    removed = clear(cache)
+    if args.json:
+        _print_json({"cache_dir": str(cache.root), "removed": [e.to_dict() for e in removed]})
+    else:
+        print(f"removed {_entries(len(removed))} from {cache.root}")
+    return EXIT_OK
+
+
 # --- running -----------------------------------------------------------------------
 
 
@@ -178,6 +549,9 @@ def _run(handler: Handler, args: argparse.Namespace) -> int:
     except FlashhubError as exc:
         _print_error(exc.message, exc.hint)
         return EXIT_FAILURE
+    except ValueError as exc:  # a malformed setting, e.g. FLASHHUB_CDN_URL
+        _print_error(str(exc), None)
+        return EXIT_USAGE
     except OSError as exc:
         _print_error(str(exc), None)
         return EXIT_FAILURE

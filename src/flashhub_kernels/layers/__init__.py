@@ -15,7 +15,12 @@ from __future__ import annotations
 from ._device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties
 from ._hooks import kernelize, replace_kernel_forward_from_hub, use_kernel_forward_from_hub
 from ._mapping import KernelMapping, Mode, register_kernel_mapping, use_kernel_mapping
-from ._repository import BaseLayerRepository, LayerRepository, LocalLayerRepository
+from ._repository import (
+    BaseLayerRepository,
+    LayerRepository,
+    LocalLayerRepository,
+    LockedLayerRepository,
+)
 from ._validate import validate_layer
 
 __all__ = [
@@ -26,6 +31,7 @@ __all__ = [
     "KernelMapping",
     "LayerRepository",
     "LocalLayerRepository",
+    "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
     "kernelize",

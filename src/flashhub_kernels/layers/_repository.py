@@ -1,4 +1,4 @@
-"""Where a kernel layer comes from: a kernel on the CDN, or a local kernel directory."""
+"""Where a kernel layer comes from: a kernel on the CDN, a locked one, or a local directory."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import abc
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from torch import nn
 
 from .._api import get_kernel, get_local_kernel
+from .._lock import caller_package, find_lockfile, load_locked
 from .._names import RepoInfo, parse_repo_id, resolve_version
 from ..errors import KernelLayerError
 from ._validate import as_layer_class
@@ -156,3 +157,36 @@ class LocalLayerRepository(BaseLayerRepository):
 
     def __str__(self) -> str:
         return str(self.path)
+
+
+@dataclass(frozen=True, init=False)
+class LockedLayerRepository(BaseLayerRepository):
+    """The layer ``layer_name`` of the kernel ``repo_id`` at the version a lock file pins.
+
+    The locked form of :class:`LayerRepository`: the kernel is loaded with
+    :func:`~flashhub_kernels.get_locked_kernel` when the layer is first used, so its
+    bytes are checked against the lock. Without ``lockfile`` the lock is looked for, at
+    that time, in the package that created this object, then in the working directory.
+    """
+
+    repo_id: str
+    layer_name: str
+    lockfile: Path | None
+    _package: str | None = field(repr=False, compare=False)
+
+    def __init__(
+        self, repo_id: str, layer_name: str, *, lockfile: str | os.PathLike[str] | None = None
+    ) -> None:
+        parse_repo_id(repo_id)
+        _check_layer_name(layer_name)
+        object.__setattr__(self, "repo_id", repo_id)
+        object.__setattr__(self, "layer_name", layer_name)
+        object.__setattr__(self, "lockfile", Path(lockfile).absolute() if lockfile else None)
+        object.__setattr__(self, "_package", None if lockfile else caller_package())
+
+    def load_kernel(self) -> ModuleType:
+        lock = find_lockfile(self.lockfile, package=self._package)
+        return load_locked(lock.kernel(self.repo_id), download=True)
+
+    def __str__(self) -> str:
+        return f"{self.repo_id} (locked)"

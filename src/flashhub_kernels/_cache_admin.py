@@ -1,0 +1,189 @@
+"""Cache maintenance behind ``flashhub cache``: list, re-hash, prune and clear entries.
+
+Works on the layout documented in :mod:`flashhub_kernels._cache`. Loading a kernel
+never needs any of this: the warm path trusts an entry's receipt (``stat`` only), and
+:func:`verify_entry` is the full re-hash that the receipt stands in for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._cache import STAGING_PREFIX, TRASH_PREFIX, Cache, remove_tree
+from ._hashing import sha256_file
+from ._lockfile import Lockfile
+from ._manifest import MANIFEST_NAME, parse_metadata
+from ._names import RepoInfo
+from .errors import ManifestError
+
+_VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cached variant. ``content_hash`` is ``None`` when it has no readable receipt."""
+
+    info: RepoInfo
+    variant: str
+    path: Path
+    content_hash: str | None
+    files: int
+    size: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "repo_id": self.info.repo_id,
+            "version": self.info.version,
+            "variant": self.variant,
+            "path": str(self.path),
+            "content_hash": self.content_hash,
+            "files": self.files,
+            "bytes": self.size,
+        }
+
+
+def _version_dirs(cache: Cache) -> Iterator[tuple[RepoInfo, Path]]:
+    """``kernels/<org>/<pkg>/v<N>`` directories whose names are valid; others are not ours."""
+    for version_dir in sorted((cache.root / "kernels").glob("*/*/v*")):
+        match = _VERSION_DIR.fullmatch(version_dir.name)
+        if not match or not version_dir.is_dir() or version_dir.is_symlink():
+            continue
+        try:
+            info = RepoInfo(
+                f"{version_dir.parent.parent.name}/{version_dir.parent.name}", int(match[1])
+            )
+        except ValueError:
+            continue
+        yield info, version_dir
+
+
+def list_entries(cache: Cache) -> list[CacheEntry]:
+    """Every committed entry, sorted by repo, version and variant."""
+    entries = []
+    for info, version_dir in _version_dirs(cache):
+        for child in sorted(version_dir.iterdir()):
+            if child.name.startswith(".") or child.is_symlink() or not child.is_dir():
+                continue  # staging, trash and lock directories, and the variant index
+            receipt = cache.read_receipt(child)
+            sizes = [size for size, _mtime in receipt.files.values()] if receipt else []
+            content_hash = receipt.content_hash if receipt else None
+            entries.append(
+                CacheEntry(info, child.name, child, content_hash, len(sizes), sum(sizes))
+            )
+    return entries
+
+
+def verify_entry(cache: Cache, entry: CacheEntry) -> str | None:
+    """Re-hash every file of ``entry`` against its ``metadata.json``; the problem, or ``None``."""
+    receipt = cache.read_receipt(entry.path)
+    if receipt is None:
+        return "no receipt: the entry was never completely verified"
+    try:
+        manifest = parse_metadata(
+            (entry.path / MANIFEST_NAME).read_bytes(), source=str(entry.path / MANIFEST_NAME)
+        )
+    except OSError:
+        return f"{MANIFEST_NAME} is missing"
+    except ManifestError as exc:
+        return exc.message
+    if manifest.content_hash != receipt.content_hash:
+        return f"{MANIFEST_NAME} is not the manifest the entry was verified against"
+    for relpath, digest in sorted(manifest.files.items()):
+        path = entry.path / relpath
+        if path.is_symlink() or not path.is_file():
+            return f"{relpath} is missing or not a regular file"
+        if sha256_file(path) != digest:
+            return f"{relpath} does not match its sha256 in {MANIFEST_NAME}"
+    changed = receipt.changed_file(entry.path)
+    if changed is not None:
+        # Intact bytes, but the warm path would not trust the entry and fetch it again.
+        return f"{changed} has another size or mtime than when it was verified"
+    return None
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What :func:`prune` removed: entries with the reason, and leftover directories."""
+
+    removed: list[tuple[CacheEntry, str]]
+    stale: list[Path]
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(entry.size for entry, _why in self.removed)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "removed": [{**entry.to_dict(), "reason": why} for entry, why in self.removed],
+            "stale_directories": [str(path) for path in self.stale],
+            "bytes_freed": self.bytes_freed,
+        }
+
+
+def prune(cache: Cache, *, keep_locked: Lockfile | None = None) -> PruneReport:
+    """Remove entries that fail :func:`verify_entry`, and leftovers of dead downloads.
+
+    With ``keep_locked``, also remove every entry that is not a variant the lock pins
+    with exactly the content it pins.
+    """
+    removed = []
+    for entry in list_entries(cache):
+        why = verify_entry(cache, entry)
+        if why is None and keep_locked is not None:
+            why = _unlocked_reason(entry, keep_locked)
+        if why is not None:
+            cache.evict(entry.path)
+            removed.append((entry, why))
+    return PruneReport(removed, _remove_stale(cache))
+
+
+def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
+    locked = lock.kernels.get(entry.info.repo_id)
+    if locked is None or locked.version != entry.info.version:
+        return f"{entry.info} is not in {lock.source}"
+    pinned = locked.variants.get(entry.variant)
+    if pinned is None:
+        return f"{entry.info} variant {entry.variant} is not in {lock.source}"
+    if pinned != entry.content_hash:
+        return f"{entry.info} variant {entry.variant} is not the content {lock.source} pins"
+    return None
+
+
+def _remove_stale(cache: Cache) -> list[Path]:
+    """Staging directories of dead processes on this host, and trash: what remains of them."""
+    gone = []
+    for info, version_dir in _version_dirs(cache):
+        leftovers = [
+            p for p in version_dir.iterdir() if p.name.startswith((STAGING_PREFIX, TRASH_PREFIX))
+        ]
+        # Variant names hold no dots; the rest of a leftover's name is random, pid and host.
+        variants = {
+            p.name.removeprefix(STAGING_PREFIX).removeprefix(TRASH_PREFIX).split(".")[0]
+            for p in leftovers
+        }
+        for variant in sorted(variants):
+            cache.remove_stale_staging(info, variant)
+        gone += [p for p in leftovers if not p.exists()]
+    return gone
+
+
+def clear(cache: Cache) -> list[CacheEntry]:
+    """Remove every kernel from the cache; return the entries that were there.
+
+    Only directories of the cache layout are removed, so a cache root that was pointed
+    at a directory holding other files keeps them.
+    """
+    entries = list_entries(cache)
+    for entry in entries:
+        cache.evict(entry.path)  # atomically: a reader sees the entry or nothing
+    for _info, version_dir in list(_version_dirs(cache)):
+        remove_tree(version_dir)
+    kernels = cache.root / "kernels"
+    for directory in [*kernels.glob("*/*"), *kernels.glob("*"), kernels]:
+        with contextlib.suppress(OSError):
+            directory.rmdir()  # only if empty
+    return entries

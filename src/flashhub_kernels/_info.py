@@ -1,0 +1,121 @@
+"""What a published kernel version holds, for ``flashhub info``: variants, files, sizes.
+
+Reads every variant's ``metadata.json``; file sizes come from ``HEAD`` requests (the
+manifest has digests only), or ``stat`` for a ``file://`` mirror. A server that does not
+answer ``HEAD`` with a ``Content-Length`` leaves the size unknown (``None``).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._config import get_config
+from ._manifest import MANIFEST_NAME, MAX_DOCUMENT_BYTES, Manifest, parse_metadata
+from ._names import RepoInfo
+from ._store import fetch_index, remote, target_system, variant_path
+from ._variants import VariantAccepted, VariantRejected, VariantResolution, resolve_variants
+from .errors import ManifestError
+
+if TYPE_CHECKING:
+    from ._transport import Fetcher
+
+_PARALLEL_HEADS = 8
+
+
+@dataclass(frozen=True)
+class PublishedVariant:
+    """One published variant: whether this system can load it, and its files."""
+
+    name: str
+    compatible: bool
+    reason: str | None  # why it is rejected; None when compatible
+    content_hash: str
+    files: dict[str, int | None]  # relative path -> size in bytes, None when unknown
+
+    @property
+    def size(self) -> int | None:
+        sizes = list(self.files.values())
+        return None if None in sizes else sum(s for s in sizes if s is not None)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "variant": self.name,
+            "compatible": self.compatible,
+            "reason": self.reason,
+            "content_hash": self.content_hash,
+            "bytes": self.size,
+            "files": [{"path": p, "bytes": s} for p, s in sorted(self.files.items())],
+        }
+
+
+@dataclass(frozen=True)
+class KernelDescription:
+    """A kernel version as the CDN publishes it, judged against one system."""
+
+    info: RepoInfo
+    system: str
+    variants: list[PublishedVariant]  # compatible ones first, best first
+    chosen: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "repo_id": self.info.repo_id,
+            "version": self.info.version,
+            "system": self.system,
+            "chosen": self.chosen,
+            "variants": [variant.to_dict() for variant in self.variants],
+        }
+
+
+def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -> KernelDescription:
+    """Fetch the manifests of every published variant of ``repo_id`` at ``version``.
+
+    When the version has no ``variants.json``, only the variants this system could load
+    are found (by probing).
+    """
+    info, system = RepoInfo(repo_id, version), target_system(backend)
+    with remote(get_config()) as fetcher:
+        index = fetch_index(fetcher, info, system, probe_all=True)
+        resolutions = resolve_variants(sorted(index.present), system)
+        manifests = {
+            r.variant_str: fetch_manifest(fetcher, info, r.variant_str) for r in resolutions
+        }
+        paths = [(v, p) for v, m in manifests.items() for p in sorted(m.files)]
+        with ThreadPoolExecutor(_PARALLEL_HEADS) as pool:
+            sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), paths)
+            size_of = dict(zip(paths, sizes, strict=True))
+    variants = [_published(r, manifests[r.variant_str], size_of) for r in resolutions]
+    chosen = next((v.name for v in variants if v.compatible), None)
+    return KernelDescription(info, system.describe(), variants, chosen)
+
+
+def _published(
+    resolution: VariantResolution, manifest: Manifest, size_of: dict[tuple[str, str], int | None]
+) -> PublishedVariant:
+    name = resolution.variant_str
+    return PublishedVariant(
+        name=name,
+        compatible=isinstance(resolution, VariantAccepted),
+        reason=resolution.reason if isinstance(resolution, VariantRejected) else None,
+        content_hash=manifest.content_hash,
+        files={path: size_of[(name, path)] for path in sorted(manifest.files)},
+    )
+
+
+def fetch_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> Manifest:
+    """The validated ``metadata.json`` of a published variant."""
+    from ._transport import NotPublished
+
+    source = f"{info}/build/{variant}/{MANIFEST_NAME}"
+    try:
+        data = fetcher.get_bytes(
+            variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
+        )
+    except NotPublished:
+        raise ManifestError(
+            f"{info} lists variant {variant}, but {source} is missing",
+            hint="report it to the kernel's publisher",
+        ) from None
+    return parse_metadata(data, source=source)

@@ -1,0 +1,400 @@
+"""Lock files in use: pin a project's kernels, pre-download them, load what a lock pins.
+
+- :func:`lock_project` resolves ``[tool.flashhub.dependencies]`` against each kernel's
+  ``versions.json`` and records the content hash of every published variant;
+- :func:`download_locked` fills the cache with locked variants (``flashhub download``);
+- :func:`load_kernel` (cache only) and :func:`get_locked_kernel` (downloads when needed)
+  check the cache entry against the lock, then import the kernel through the import
+  hook, so the module is the one ``import flashhub.<org>.<pkg>.v<N>`` gives.
+
+A cache entry's receipt records the content hash of the manifest its files were
+verified against, so comparing it with the lock pins every byte without re-hashing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.resources
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from ._api import get_kernel
+from ._cache import Cache, VariantIndex, write_atomic
+from ._config import Config, get_config
+from ._info import fetch_manifest
+from ._lockfile import (
+    LOCKFILE_NAME,
+    LockedKernel,
+    Lockfile,
+    check_variant_name,
+    parse_lockfile,
+    parse_specifier,
+    read_dependencies,
+    read_lockfile,
+)
+from ._manifest import MAX_DOCUMENT_BYTES, parse_variants
+from ._names import RepoInfo, parse_repo_id, resolve_version
+from ._store import (
+    choose_variant,
+    download_entry,
+    pick_cached_variant,
+    published_versions,
+    remote,
+    resolve,
+    target_system,
+    with_version,
+)
+from .errors import FlashhubError, LockfileError, OfflineError
+
+if TYPE_CHECKING:
+    from ._transport import Fetcher
+    from ._variants import SystemInfo
+
+StrPath = str | os.PathLike[str]
+_DOWNLOAD_HINT = "run `flashhub download` in the project directory, with network access"
+_OWN_PACKAGE = __name__.partition(".")[0]
+
+
+# -- locking ----------------------------------------------------------------------------
+
+
+def lock_project(project_dir: StrPath, *, config: Config | None = None) -> Lockfile:
+    """Resolve the project's kernel ranges on the CDN and write ``<project_dir>/flashhub.lock``.
+
+    Each range resolves to the newest matching version in the kernel's ``versions.json``;
+    every variant its ``variants.json`` lists is pinned by content hash.
+    """
+    project = Path(project_dir)
+    dependencies = read_dependencies(project)
+    with remote(config or get_config()) as fetcher:
+        kernels = {
+            repo_id: lock_kernel(fetcher, repo_id, specifier)
+            for repo_id, specifier in sorted(dependencies.items())
+        }
+    path = project / LOCKFILE_NAME
+    lock = Lockfile(kernels, str(path))
+    write_atomic(path, lock.to_bytes())
+    return lock
+
+
+def lock_kernel(fetcher: Fetcher, repo_id: str, specifier: str) -> LockedKernel:
+    """Pin the newest version of ``repo_id`` in ``specifier`` and all its variants."""
+    info = RepoInfo(repo_id, _newest_matching(fetcher, repo_id, specifier))
+    hashes = {
+        name: fetch_manifest(fetcher, info, name).content_hash
+        for name in _variant_names(fetcher, info)
+    }
+    return LockedKernel(repo_id, info.version, hashes, specifier)
+
+
+def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str) -> int:
+    versions = published_versions(fetcher, repo_id)
+    if not versions:
+        raise LockfileError(
+            f"{repo_id} has no versions.json on the CDN, so {specifier!r} cannot be resolved",
+            hint="check the repo id and FLASHHUB_CDN_URL; `flashhub publish` writes versions.json",
+        )
+    spec = parse_specifier(specifier)
+    matching = [v for v in versions if spec.contains(str(v))]
+    if not matching:
+        raise LockfileError(
+            f"no published version of {repo_id} matches {specifier!r} "
+            f"(published: {', '.join(map(str, versions))})",
+            hint="change the range in [tool.flashhub.dependencies]",
+        )
+    return matching[-1]
+
+
+def _variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
+    """The version's ``variants.json``: a lock must know every variant, not a probe's guess."""
+    from ._transport import NotPublished
+
+    source = f"{info}/variants.json"
+    try:
+        names = parse_variants(
+            fetcher.get_bytes(f"{info.cdn_path}/variants.json", limit=MAX_DOCUMENT_BYTES),
+            source=source,
+        )
+    except NotPublished:
+        raise LockfileError(
+            f"{info} has no variants.json, so a lock cannot list its variants",
+            hint="republish the version with `flashhub publish`, which writes variants.json",
+        ) from None
+    try:
+        for name in names:
+            check_variant_name(name)
+    except ValueError as exc:
+        raise LockfileError(f"{source}: {exc}", hint="report it to the publisher") from None
+    if not names:
+        raise LockfileError(f"{source} lists no variants", hint="report it to the publisher")
+    return names
+
+
+# -- the cache, checked against a lock ----------------------------------------------------
+
+
+def locked_variant(locked: LockedKernel, system: SystemInfo) -> str:
+    """The locked variant ``system`` loads: the one the CDN's ``variants.json`` gives it."""
+    return choose_variant(_lock_index(locked), locked.info, system)
+
+
+def _lock_index(locked: LockedKernel) -> VariantIndex:
+    return VariantIndex(True, frozenset(locked.variants))
+
+
+def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
+    """The cache entry of a locked variant if it holds the locked bytes; else why not."""
+    entry = cache.entry_dir(locked.info, variant)
+    receipt = cache.read_receipt(entry)
+    if receipt is None:
+        return None, "it is not in the cache"
+    expected = locked.variants[variant]
+    if receipt.content_hash != expected:
+        return None, f"the cached copy is {receipt.content_hash}, the lock pins {expected}"
+    changed = receipt.changed_file(entry)
+    if changed is not None:
+        return None, f"{entry / changed} was modified after it was verified"
+    return entry, ""
+
+
+def fetch_locked(cache: Cache, fetcher: Fetcher, locked: LockedKernel, variant: str) -> Path:
+    """Download a locked variant into the cache; raise unless it holds the locked bytes.
+
+    The manifest is checked against the lock before any file is fetched: a CDN object
+    changed after locking is caught even when its ``metadata.json`` was changed to match.
+    """
+    expected = locked.variants[variant]
+    return download_entry(cache, fetcher, locked.info, variant, expected_hash=expected)
+
+
+# -- pre-downloading ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockedDownload:
+    """What :func:`download_locked` did for one locked kernel variant.
+
+    ``status`` is ``"cached"``, ``"downloaded"`` or ``"failed"`` (then ``error`` says
+    why; ``variant`` is ``None`` when no locked variant fits this system).
+    """
+
+    repo_id: str
+    version: int
+    variant: str | None
+    status: str
+    path: Path | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "repo_id": self.repo_id,
+            "version": self.version,
+            "variant": self.variant,
+            "status": self.status,
+            "path": str(self.path) if self.path else None,
+            "error": self.error,
+        }
+
+
+def download_locked(
+    lock: Lockfile, *, all_variants: bool = False, config: Config | None = None
+) -> list[LockedDownload]:
+    """Put every locked kernel into the cache, each checked against the lock.
+
+    Downloads the variant this system loads, or with ``all_variants`` every locked
+    variant (to bake a cache for several targets). A failure is reported in its result
+    and the other kernels are still downloaded.
+    """
+    config = config or get_config()
+    if config.offline:
+        raise OfflineError(
+            "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set",
+            hint="unset FLASHHUB_OFFLINE",
+        )
+    cache = Cache(config.cache_dir)
+    system = None if all_variants else target_system(None)
+    results: list[LockedDownload] = []
+    with remote(config) as fetcher:
+        for repo_id in sorted(lock.kernels):
+            results += _download_kernel(cache, fetcher, lock.kernels[repo_id], system)
+    return results
+
+
+def _download_kernel(
+    cache: Cache, fetcher: Fetcher, locked: LockedKernel, system: SystemInfo | None
+) -> list[LockedDownload]:
+    try:
+        variants = sorted(locked.variants) if system is None else [locked_variant(locked, system)]
+    except FlashhubError as exc:
+        return [LockedDownload(locked.repo_id, locked.version, None, "failed", error=str(exc))]
+    results = [_download_variant(cache, fetcher, locked, variant) for variant in variants]
+    # Offline loads pick their variant from this index, without asking the CDN.
+    cache.record_index(locked.info, _lock_index(locked))
+    return results
+
+
+def _download_variant(
+    cache: Cache, fetcher: Fetcher, locked: LockedKernel, variant: str
+) -> LockedDownload:
+    def result(status: str, path: Path | None = None, error: str | None = None) -> LockedDownload:
+        return LockedDownload(locked.repo_id, locked.version, variant, status, path, error)
+
+    entry, _why = cached_entry(cache, locked, variant)
+    if entry is not None:
+        return result("cached", entry)
+    try:
+        return result("downloaded", fetch_locked(cache, fetcher, locked, variant))
+    except FlashhubError as exc:
+        return result("failed", error=str(exc))
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def load_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> ModuleType:
+    """Import a locked kernel from the cache only; never touches the network.
+
+    The cache entry of the variant this system loads must hold exactly the bytes the
+    lock pins (``flashhub download`` puts it there). Returns the same module object as
+    ``import flashhub.<org>.<pkg>.v<N>``.
+
+    Args:
+        repo_id: ``"<org>/<pkg>"``, as in ``[tool.flashhub.dependencies]``.
+        lockfile: The lock to use. By default, ``flashhub.lock`` shipped in the calling
+            package (package data next to its top-level ``__init__.py``, or in its
+            distribution's metadata), else ``./flashhub.lock``.
+
+    Raises:
+        LockfileError: no lock is found, it does not lock ``repo_id``, or the cache does
+            not hold the locked bytes (the message says which).
+    """
+    locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
+    return load_locked(locked, download=False)
+
+
+def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> ModuleType:
+    """Import a locked kernel, downloading its variant first when the cache lacks it.
+
+    Like :func:`load_kernel`, but fetches a missing variant from the CDN and checks
+    its manifest against the lock before any of its files is imported.
+
+    Raises:
+        LockfileError: no lock is found, or it does not lock ``repo_id``.
+        LockMismatchError: the CDN serves other bytes than the lock pins.
+        KernelImportError: the variant cannot be fetched or verified.
+    """
+    locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
+    return load_locked(locked, download=True)
+
+
+def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
+    config = get_config()
+    cache, system = Cache(config.cache_dir), target_system(None)
+    variant = locked_variant(locked, system)
+    entry, why = cached_entry(cache, locked, variant)
+    if entry is None:
+        if not download or config.offline:
+            offline = "unset FLASHHUB_OFFLINE, or " if download else ""
+            raise LockfileError(
+                f"locked kernel {locked.info} (variant {variant}) cannot be loaded: {why}",
+                hint=offline + _DOWNLOAD_HINT,
+            )
+        with remote(config) as fetcher:
+            fetch_locked(cache, fetcher, locked, variant)
+    return _import_checked(cache, locked, variant, system)
+
+
+def _import_checked(
+    cache: Cache, locked: LockedKernel, variant: str, system: SystemInfo
+) -> ModuleType:
+    """Import through the hook, whose warm path must pick the entry just checked."""
+    cache.record_index(locked.info, _lock_index(locked))
+    index = cache.read_index(locked.info)
+    if index is None or pick_cached_variant(index, system) != variant:
+        raise LockfileError(
+            f"the cache's variant list for {locked.info} disagrees with the lock",
+            hint="run `flashhub cache clear`, then `flashhub download`",
+        )
+    return get_kernel(locked.repo_id, version=locked.version)
+
+
+def install_kernel(
+    repo_id: str, *, version: int | None = None, revision: str | None = None
+) -> Path:
+    """Download and verify the variant of a kernel this system loads, without importing it.
+
+    Gives the local variant directory, which holds ``<py_pkg>/`` and ``metadata.json``.
+    With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
+    """
+    if version is None and revision is None:
+        parse_repo_id(repo_id)
+        config = get_config()
+        if config.offline:
+            raise OfflineError(
+                f"the newest version of {repo_id} cannot be looked up: FLASHHUB_OFFLINE is set",
+                hint="pass version=",
+            )
+        with remote(config) as fetcher:
+            version = with_version(fetcher, repo_id, None).version
+    return resolve([RepoInfo(repo_id, resolve_version(version, revision))]).entry
+
+
+# -- finding the lock ---------------------------------------------------------------------
+
+
+def find_lockfile(lockfile: StrPath | None = None, *, package: str | None = None) -> Lockfile:
+    """The lock to use: ``lockfile``; else the one ``package`` ships; else ``./flashhub.lock``."""
+    if lockfile is not None:
+        return read_lockfile(Path(lockfile))
+    if package is not None:
+        shipped = packaged_lockfile(package)
+        if shipped is not None:
+            return shipped
+    local = Path.cwd() / LOCKFILE_NAME
+    if local.is_file():
+        return read_lockfile(local)
+    searched = f"package {package!r} and " if package else ""
+    raise LockfileError(
+        f"no {LOCKFILE_NAME} found (searched {searched}{Path.cwd()})",
+        hint="run `flashhub lock` in the project directory and ship flashhub.lock in your "
+        "package, run from the project directory, or pass lockfile=",
+    )
+
+
+def packaged_lockfile(package: str) -> Lockfile | None:
+    """``flashhub.lock`` shipped with the top-level ``package``, if any.
+
+    Looked for as package data beside the package's ``__init__.py``, then in the
+    metadata of the distributions that provide the package.
+    """
+    try:
+        resource = importlib.resources.files(package) / LOCKFILE_NAME
+        if resource.is_file():
+            return parse_lockfile(resource.read_bytes(), source=f"{package}/{LOCKFILE_NAME}")
+    except (ImportError, TypeError):  # not importable, or a plain module
+        pass
+    for dist_name in importlib.metadata.packages_distributions().get(package, []):
+        text = importlib.metadata.distribution(dist_name).read_text(LOCKFILE_NAME)
+        if text is not None:
+            source = f"{LOCKFILE_NAME} in the metadata of {dist_name}"
+            return parse_lockfile(text.encode("utf-8"), source=source)
+    return None
+
+
+def caller_package() -> str | None:
+    """The top-level package of the nearest caller outside flashhub_kernels.
+
+    ``None`` for a script (``__main__``): its lock is looked for in the working directory.
+    """
+    frame = inspect.currentframe()
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        top = name.partition(".")[0] if isinstance(name, str) else ""
+        if top and top != _OWN_PACKAGE:
+            return None if top == "__main__" else top
+        frame = frame.f_back
+    return None

@@ -1,0 +1,269 @@
+"""``flashhub.lock`` and ``[tool.flashhub.dependencies]``: format, parsing, validation.
+
+No network here. A project declares version ranges in ``pyproject.toml``::
+
+    [tool.flashhub.dependencies]
+    "sdq/audio-codebook-primitives" = ">=1,<3"
+
+and ``flashhub lock`` pins each one in ``flashhub.lock`` (JSON, stable byte form)::
+
+    {
+      "kernels": [
+        {
+          "repo_id": "sdq/audio-codebook-primitives",
+          "specifier": ">=1,<3",
+          "variants": {
+            "torch-universal": {"hash": "sha256-<hex>"}
+          },
+          "version": 2
+        }
+      ],
+      "version": 1
+    }
+
+The top-level ``version`` is the format. Each variant's ``hash`` is the content hash of
+its manifest (:func:`~flashhub_kernels._manifest.content_hash`), which pins the exact
+bytes of every file even if a CDN object changes later.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._manifest import dump_json
+from ._names import RepoInfo, check_version, parse_repo_id
+from .errors import LockfileError
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
+LOCKFILE_NAME = "flashhub.lock"
+PYPROJECT_NAME = "pyproject.toml"
+FORMAT_VERSION = 1
+_HASH = re.compile(r"sha256-[0-9a-f]{64}")
+# Variant names become cache directory names; the cache relies on them holding no dots.
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+_REGENERATE = "regenerate it with `flashhub lock` in the project directory"
+
+
+def check_variant_name(name: object) -> str:
+    """Return ``name`` if it is a safe variant name; raise ``ValueError`` otherwise."""
+    if not isinstance(name, str) or not _VARIANT_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a variant name (letters, digits, '-' and '_')")
+    return name
+
+
+@dataclass(frozen=True)
+class LockedKernel:
+    """One kernel pinned by a lock: a version and the content hash of each variant."""
+
+    repo_id: str
+    version: int
+    variants: Mapping[str, str]  # variant name -> "sha256-<hex>"
+    specifier: str = ""
+
+    @property
+    def info(self) -> RepoInfo:
+        return RepoInfo(self.repo_id, self.version)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "repo_id": self.repo_id,
+            "specifier": self.specifier,
+            "variants": {name: {"hash": h} for name, h in sorted(self.variants.items())},
+            "version": self.version,
+        }
+
+
+@dataclass(frozen=True)
+class Lockfile:
+    """A parsed ``flashhub.lock``. ``source`` says where it came from, for messages."""
+
+    kernels: Mapping[str, LockedKernel]
+    source: str = LOCKFILE_NAME
+
+    def kernel(self, repo_id: str) -> LockedKernel:
+        """The entry for ``repo_id``; :class:`LockfileError` if the lock does not pin it."""
+        parse_repo_id(repo_id)
+        try:
+            return self.kernels[repo_id]
+        except KeyError:
+            locked = ", ".join(sorted(self.kernels)) or "nothing"
+            raise LockfileError(
+                f"{repo_id} is not locked in {self.source} (it locks {locked})",
+                hint=f'add "{repo_id}" to [tool.flashhub.dependencies] in pyproject.toml '
+                "and run `flashhub lock`",
+            ) from None
+
+    def to_json(self) -> dict[str, Any]:
+        kernels = [self.kernels[repo_id].to_json() for repo_id in sorted(self.kernels)]
+        return {"kernels": kernels, "version": FORMAT_VERSION}
+
+    def to_bytes(self) -> bytes:
+        return dump_json(self.to_json())
+
+
+# -- reading a lock ---------------------------------------------------------------------
+
+
+def read_lockfile(path: Path) -> Lockfile:
+    """Read and validate the lock file at ``path``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise LockfileError(
+            f"{path} does not exist",
+            hint="run `flashhub lock` in the project directory to create it",
+        ) from None
+    return parse_lockfile(data, source=str(path))
+
+
+def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
+    """Validate a lock document; raise :class:`LockfileError` naming what is wrong."""
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LockfileError(f"{source} is not valid JSON: {exc}", hint=_REGENERATE) from None
+    if not isinstance(document, dict):
+        raise LockfileError(f"{source} must hold a JSON object", hint=_REGENERATE)
+    _check_format(document.get("version"), source)
+    items = document.get("kernels")
+    if not isinstance(items, list):
+        raise LockfileError(f'{source} must list its kernels in "kernels"', hint=_REGENERATE)
+    kernels: dict[str, LockedKernel] = {}
+    for position, item in enumerate(items):
+        try:
+            locked = _parse_kernel(item)
+        except ValueError as exc:
+            raise LockfileError(
+                f"{source}, kernel #{position + 1}: {exc}", hint=_REGENERATE
+            ) from None
+        if locked.repo_id in kernels:
+            raise LockfileError(f"{source} locks {locked.repo_id} twice", hint=_REGENERATE)
+        kernels[locked.repo_id] = locked
+    return Lockfile(kernels, source)
+
+
+def _check_format(value: object, source: str) -> None:
+    if value == FORMAT_VERSION and not isinstance(value, bool):
+        return
+    if isinstance(value, int) and not isinstance(value, bool) and value > FORMAT_VERSION:
+        raise LockfileError(
+            f"{source} has format version {value}; this flashhub-kernels reads version "
+            f"{FORMAT_VERSION}",
+            hint="upgrade flashhub-kernels",
+        )
+    raise LockfileError(
+        f'{source} has no valid format field (expected "version": {FORMAT_VERSION})',
+        hint=_REGENERATE,
+    )
+
+
+def _parse_kernel(item: object) -> LockedKernel:
+    """One entry of ``"kernels"``; ``ValueError`` says what is wrong with it."""
+    if not isinstance(item, dict):
+        raise ValueError("must be an object")
+    repo_id = item.get("repo_id")
+    if not isinstance(repo_id, str):
+        raise ValueError('"repo_id" must be a string such as "org/pkg"')
+    parse_repo_id(repo_id)
+    version = check_version(item.get("version"))
+    specifier = item.get("specifier", "")
+    if not isinstance(specifier, str):
+        raise ValueError(f'{repo_id}: "specifier" must be a string')
+    variants = item.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        raise ValueError(f'{repo_id}: "variants" must map each variant to its hash')
+    hashes = {}
+    for name, entry in variants.items():
+        check_variant_name(name)
+        content_hash = entry.get("hash") if isinstance(entry, dict) else None
+        if not isinstance(content_hash, str) or not _HASH.fullmatch(content_hash):
+            raise ValueError(f'{repo_id}, variant {name}: "hash" must be "sha256-<64 hex>"')
+        hashes[name] = content_hash
+    return LockedKernel(repo_id, version, hashes, specifier)
+
+
+# -- reading pyproject.toml -------------------------------------------------------------
+
+
+def read_dependencies(project_dir: Path) -> dict[str, str]:
+    """``[tool.flashhub.dependencies]`` of the project: repo id -> version specifier.
+
+    A value is a PEP 440 specifier string (``">=1,<3"``, ``"==2"``, ``""`` for any) or
+    an integer, which means exactly that version.
+    """
+    path = project_dir / PYPROJECT_NAME
+    try:
+        document = _load_toml(path.read_bytes())
+    except FileNotFoundError:
+        raise LockfileError(
+            f"{path} does not exist",
+            hint="pass the project directory that holds pyproject.toml",
+        ) from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError and UnicodeDecodeError
+        raise LockfileError(f"{path} is not valid TOML: {exc}") from None
+    table = _lookup(document, "tool", "flashhub", "dependencies")
+    if not isinstance(table, dict) or not table:
+        raise LockfileError(
+            f"{path} declares no kernels",
+            hint='add them under [tool.flashhub.dependencies], e.g. "org/pkg" = ">=1"',
+        )
+    dependencies = {}
+    for repo_id, value in table.items():
+        try:
+            parse_repo_id(repo_id)
+            dependencies[repo_id] = _specifier(value)
+        except ValueError as exc:
+            raise LockfileError(
+                f"{path}: [tool.flashhub.dependencies] {repo_id!r}: {exc}",
+                hint='write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)',
+            ) from None
+    return dependencies
+
+
+def _lookup(document: dict[str, Any], *keys: str) -> object:
+    value: object = document
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _specifier(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"=={check_version(value)}"
+    if not isinstance(value, str):
+        raise ValueError(f"the version range must be a string, got {value!r}")
+    parse_specifier(value)
+    return value
+
+
+def parse_specifier(text: str) -> SpecifierSet:
+    """``text`` as a ``packaging`` ``SpecifierSet``; ``ValueError`` if it is not PEP 440."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise ValueError(f"{text!r} is not a version range such as '>=1,<3'") from None
+
+
+def _load_toml(data: bytes) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+        except ModuleNotFoundError:
+            raise LockfileError(
+                "reading pyproject.toml on Python 3.10 needs the 'tomli' package",
+                hint="pip install tomli, or use Python 3.11 or newer",
+            ) from None
+    document: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
+    return document

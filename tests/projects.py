@@ -1,0 +1,43 @@
+"""Projects that lock kernels, and a CDN to lock them against, for the lock and CLI tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trees import b64sha256, local_variant, write_kernel
+
+REPO = "acme/tensor-tricks"
+PY_PKG = "tensor_tricks"
+UNIVERSAL = "torch-universal"
+CUDA = "torch212-cxx11-cu126-x86_64-linux"  # published, but never loadable on the test machine
+
+
+def publish_tensor_tricks(cdn_root: Path) -> None:
+    """v1 and v3 hold two variants, v2 three: a range ``>=1,<3`` locks v2."""
+    write_kernel(cdn_root, REPO, 1, [local_variant(), UNIVERSAL])
+    write_kernel(cdn_root, REPO, 2, [local_variant(), UNIVERSAL, CUDA])
+    write_kernel(cdn_root, REPO, 3, [UNIVERSAL])
+
+
+def write_project(project_dir: Path, dependencies: dict[str, str | int]) -> Path:
+    """A ``pyproject.toml`` declaring ``dependencies`` under ``[tool.flashhub.dependencies]``."""
+    project_dir.mkdir(parents=True, exist_ok=True)
+    lines = ['[project]\nname = "demo"\nversion = "1.0"\n', "[tool.flashhub.dependencies]"]
+    lines += [f"{json.dumps(repo)} = {json.dumps(spec)}" for repo, spec in dependencies.items()]
+    (project_dir / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    return project_dir
+
+
+def variant_dir(cdn_root: Path, version: int, variant: str) -> Path:
+    return cdn_root / "kernels" / REPO / f"v{version}" / "build" / variant
+
+
+def change_published_file(cdn_root: Path, version: int, variant: str) -> None:
+    """Change a file after publication and its digest to match: the manifest still verifies."""
+    directory = variant_dir(cdn_root, version, variant)
+    ops = directory / PY_PKG / "_ops.py"
+    ops.write_bytes(ops.read_bytes() + b"\nCHANGED_AFTER_LOCKING = True\n")
+    manifest = json.loads((directory / "metadata.json").read_text())
+    manifest["digest"]["files"][f"{PY_PKG}/_ops.py"] = b64sha256(ops.read_bytes())
+    (directory / "metadata.json").write_text(json.dumps(manifest))

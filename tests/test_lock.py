@@ -1,0 +1,397 @@
+"""Lock files: locking against a loopback CDN, pre-downloading, and loading what a lock pins."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from cdn_server import CdnServer
+from conftest import run_python
+from projects import (
+    CUDA,
+    PY_PKG,
+    REPO,
+    UNIVERSAL,
+    change_published_file,
+    publish_tensor_tricks,
+    variant_dir,
+    write_project,
+)
+from trees import local_variant, write_kernel
+
+import flashhub_kernels
+from flashhub_kernels import (
+    LockedLayerRepository,
+    get_kernel,
+    get_locked_kernel,
+    install_kernel,
+    load_kernel,
+)
+from flashhub_kernels._cache import Cache
+from flashhub_kernels._config import get_config
+from flashhub_kernels._lock import download_locked, lock_project
+from flashhub_kernels._lockfile import (
+    LOCKFILE_NAME,
+    parse_lockfile,
+    read_dependencies,
+    read_lockfile,
+)
+from flashhub_kernels._manifest import parse_metadata
+from flashhub_kernels.errors import LockfileError, LockMismatchError
+
+LOCAL = local_variant()
+MODULE = "flashhub.acme.tensor_tricks.v2"
+
+
+@pytest.fixture
+def project(tmp_path: Path, cdn: CdnServer) -> Path:
+    publish_tensor_tricks(cdn.root)
+    return write_project(tmp_path / "project", {REPO: ">=1,<3"})
+
+
+def lockfile_of(project: Path) -> Path:
+    return project / LOCKFILE_NAME
+
+
+def entry(version: int, variant: str) -> Path:
+    return get_config().cache_dir / "kernels" / REPO / f"v{version}" / variant
+
+
+# -- locking ------------------------------------------------------------------------------
+
+
+def test_lock_pins_newest_matching_version_and_every_variant(project: Path, cdn: CdnServer) -> None:
+    lock = lock_project(project)
+
+    locked = lock.kernel(REPO)
+    assert (locked.version, locked.specifier) == (2, ">=1,<3")
+    assert set(locked.variants) == {LOCAL, UNIVERSAL, CUDA}
+    for variant, content_hash in locked.variants.items():
+        manifest = (variant_dir(cdn.root, 2, variant) / "metadata.json").read_bytes()
+        assert content_hash == parse_metadata(manifest).content_hash
+    written = lockfile_of(project).read_bytes()
+    document = json.loads(written)
+    assert document["version"] == 1
+    assert document["kernels"][0]["variants"][UNIVERSAL] == {"hash": locked.variants[UNIVERSAL]}
+    assert read_lockfile(lockfile_of(project)).kernels == lock.kernels
+    lock_project(project)
+    assert lockfile_of(project).read_bytes() == written, "locking again gives the same bytes"
+
+
+def test_lock_accepts_an_exact_version_and_any_version(project: Path) -> None:
+    write_kernel(project.parent / "cdn", "acme/other", 4, [UNIVERSAL])
+    write_project(project, {REPO: 1, "acme/other": ""})
+
+    lock = lock_project(project)
+
+    assert lock.kernel(REPO).version == 1
+    assert lock.kernel("acme/other").specifier == ""
+    assert lock.kernel("acme/other").version == 4
+
+
+def test_lock_range_without_match_lists_published_versions(project: Path) -> None:
+    write_project(project, {REPO: ">=7"})
+    with pytest.raises(LockfileError, match=r"matches '>=7' \(published: 1, 2, 3\)"):
+        lock_project(project)
+    assert not lockfile_of(project).exists()
+
+
+def test_lock_needs_variants_json(tmp_path: Path, cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL], with_variants_json=False)
+    project = write_project(tmp_path / "project", {REPO: ">=1"})
+    with pytest.raises(LockfileError, match=r"no variants\.json") as info:
+        lock_project(project)
+    assert "flashhub publish" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "message"),
+    [
+        (None, "pyproject.toml does not exist"),
+        ('[project]\nname = "x"\n', "declares no kernels"),
+        ("[tool.flashhub.dependencies\n", "is not valid TOML"),
+        ('[tool.flashhub.dependencies]\n"a/b/c" = ">=1"\n', "invalid repo id"),
+        ('[tool.flashhub.dependencies]\n"acme/x" = "latest"\n', "is not a version range"),
+        ('[tool.flashhub.dependencies]\n"acme/x" = 0\n', "version must be >= 1"),
+        ('[tool.flashhub.dependencies]\n"acme/x" = [1]\n', "must be a string"),
+    ],
+)
+def test_bad_dependency_tables_are_explained(
+    tmp_path: Path, pyproject: str | None, message: str
+) -> None:
+    if pyproject is not None:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    with pytest.raises(LockfileError, match=message):
+        read_dependencies(tmp_path)
+
+
+_HASH = "sha256-" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (b"{", "is not valid JSON"),
+        (b"[]", "must hold a JSON object"),
+        (b'{"kernels": []}', 'expected "version": 1'),
+        (b'{"version": 2, "kernels": []}', "upgrade flashhub-kernels"),
+        (b'{"version": 1}', 'list its kernels in "kernels"'),
+        (b'{"version": 1, "kernels": [{"repo_id": "a/b/c"}]}', "invalid repo id"),
+        (
+            b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": 1, "variants": {}}]}',
+            "must map each variant",
+        ),
+        (
+            b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": 1,'
+            b' "variants": {"x": {"hash": "md5-1"}}}]}',
+            r'variant x: "hash" must be',
+        ),
+        (
+            b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": 1,'
+            b' "variants": {"../up": {"hash": "' + _HASH.encode() + b'"}}}]}',
+            "is not a variant name",
+        ),
+    ],
+)
+def test_malformed_lock_files_are_rejected(document: bytes, message: str) -> None:
+    with pytest.raises(LockfileError, match=message) as info:
+        parse_lockfile(document, source="demo.lock")
+    assert "demo.lock" in str(info.value)
+
+
+def test_duplicate_kernels_in_a_lock_are_rejected() -> None:
+    kernel = {"repo_id": "a/b", "version": 1, "variants": {UNIVERSAL: {"hash": _HASH}}}
+    document = json.dumps({"version": 1, "kernels": [kernel, kernel]}).encode()
+    with pytest.raises(LockfileError, match="locks a/b twice"):
+        parse_lockfile(document)
+
+
+# -- download, then load without the server ----------------------------------------------------
+
+
+def test_download_then_load_with_the_server_stopped(project: Path, cdn: CdnServer) -> None:
+    lock = lock_project(project)
+
+    results = download_locked(lock)
+
+    assert [(r.variant, r.status) for r in results] == [(LOCAL, "downloaded")]
+    assert results[0].path == entry(2, LOCAL)
+    cdn.stop()
+    module = load_kernel(REPO, lockfile=lockfile_of(project))
+    assert module.marker() == f"{REPO}@v2:{LOCAL}"
+    assert module is sys.modules[MODULE] is get_kernel(REPO, version=2)
+    assert get_locked_kernel(REPO, lockfile=lockfile_of(project)) is module
+    assert [r.status for r in download_locked(lock)] == ["cached"]
+
+
+def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(
+    project: Path, cdn: CdnServer
+) -> None:
+    download_locked(lock_project(project))
+    cdn.stop()
+    code = f"""
+        import sys
+        from flashhub_kernels import load_kernel
+        module = load_kernel({REPO!r}, lockfile={str(lockfile_of(project))!r})
+        import flashhub.acme.tensor_tricks.v2 as imported
+        print(module.marker(), imported is module, "requests" in sys.modules)
+    """
+    output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"})
+    assert output.split() == [f"{REPO}@v2:{LOCAL}", "True", "False"]
+
+
+def test_load_kernel_with_a_cold_cache_names_flashhub_download(
+    project: Path, cdn: CdnServer
+) -> None:
+    lock_project(project)
+    cdn.clear_log()
+
+    with pytest.raises(LockfileError, match="flashhub download") as info:
+        load_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert f"{REPO}@v2 (variant {LOCAL})" in str(info.value)
+    assert cdn.gets() == []
+    assert MODULE not in sys.modules
+
+
+def test_get_locked_kernel_downloads_when_needed_then_stays_warm(
+    project: Path, cdn: CdnServer
+) -> None:
+    lock_project(project)
+    cdn.clear_log()
+
+    module = get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert module.marker() == f"{REPO}@v2:{LOCAL}"
+    assert cdn.gets(f"/build/{LOCAL}/metadata.json")
+    assert not cdn.gets(f"/build/{UNIVERSAL}/metadata.json")
+    cdn.clear_log()
+    del sys.modules[MODULE]
+    assert get_locked_kernel(REPO, lockfile=lockfile_of(project)).marker() == module.marker()
+    assert cdn.gets() == []
+
+
+def test_get_locked_kernel_offline_with_a_cold_cache_says_what_to_do(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock_project(project)
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    with pytest.raises(LockfileError, match="unset FLASHHUB_OFFLINE, or run `flashhub download`"):
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+
+# -- a CDN object changed after locking ----------------------------------------------------------
+
+
+def test_changed_object_is_caught_by_get_locked_kernel_before_import(
+    project: Path, cdn: CdnServer
+) -> None:
+    lock_project(project)
+    change_published_file(cdn.root, 2, LOCAL)
+
+    with pytest.raises(LockMismatchError) as info:
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert f"{REPO}@v2 variant {LOCAL}" in str(info.value)
+    assert isinstance(info.value, ImportError)
+    assert MODULE not in sys.modules
+    assert not entry(2, LOCAL).exists(), "the changed bytes are not kept in the cache"
+
+
+def test_changed_object_is_caught_by_download(project: Path, cdn: CdnServer) -> None:
+    lock = lock_project(project)
+    change_published_file(cdn.root, 2, UNIVERSAL)
+
+    results = {r.variant: r for r in download_locked(lock, all_variants=True)}
+
+    assert results[UNIVERSAL].status == "failed"
+    assert f"{REPO}@v2 variant {UNIVERSAL}" in str(results[UNIVERSAL].error)
+    assert {results[LOCAL].status, results[CUDA].status} == {"downloaded"}
+    assert not entry(2, UNIVERSAL).exists()
+
+
+def test_cached_copy_that_differs_from_the_lock_is_not_loaded_and_is_replaced(
+    project: Path, cdn: CdnServer
+) -> None:
+    lock_project(project)
+    original = (variant_dir(cdn.root, 2, LOCAL) / PY_PKG / "_ops.py").read_bytes()
+    original_manifest = (variant_dir(cdn.root, 2, LOCAL) / "metadata.json").read_bytes()
+    change_published_file(cdn.root, 2, LOCAL)
+    install_kernel(REPO, version=2)  # a plain download caches the changed bytes
+    (variant_dir(cdn.root, 2, LOCAL) / PY_PKG / "_ops.py").write_bytes(original)
+    (variant_dir(cdn.root, 2, LOCAL) / "metadata.json").write_bytes(original_manifest)
+
+    with pytest.raises(LockfileError, match="the lock pins sha256-"):
+        load_kernel(REPO, lockfile=lockfile_of(project))
+    module = get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert not hasattr(module, "CHANGED_AFTER_LOCKING")
+    assert (entry(2, LOCAL) / PY_PKG / "_ops.py").read_bytes() == original
+
+
+# -- --all-variants --------------------------------------------------------------------------
+
+
+def test_all_variants_fetches_every_variant(project: Path, cdn: CdnServer) -> None:
+    lock = lock_project(project)
+    cdn.clear_log()
+
+    results = download_locked(lock, all_variants=True)
+
+    assert sorted((r.variant, r.status) for r in results) == sorted(
+        (v, "downloaded") for v in (LOCAL, UNIVERSAL, CUDA)
+    )
+    for variant in (LOCAL, UNIVERSAL, CUDA):
+        assert len(cdn.gets(f"/build/{variant}/{PY_PKG}/_ops.py")) == 1
+        assert (entry(2, variant) / PY_PKG / "__init__.py").is_file()
+    cdn.stop()
+    assert load_kernel(REPO, lockfile=lockfile_of(project)).marker() == f"{REPO}@v2:{LOCAL}"
+
+
+# -- finding the lock -------------------------------------------------------------------------
+
+
+def test_lock_shipped_as_package_data_is_found_from_the_calling_package(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    download_locked(lock_project(project))
+    package = tmp_path / "site" / "lockedapp"
+    package.mkdir(parents=True)
+    (package / LOCKFILE_NAME).write_bytes(lockfile_of(project).read_bytes())
+    (package / "__init__.py").write_text(
+        "from flashhub_kernels import LockedLayerRepository, load_kernel\n"
+        f"REPOSITORY = LockedLayerRepository({REPO!r}, 'Double')\n"
+        f"def load():\n    return load_kernel({REPO!r})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.chdir(tmp_path)  # no flashhub.lock here: it must come from the package
+    monkeypatch.delitem(sys.modules, "lockedapp", raising=False)
+    import lockedapp  # type: ignore[import-not-found]
+
+    assert lockedapp.load().marker() == f"{REPO}@v2:{LOCAL}"
+    repository = lockedapp.REPOSITORY
+    assert (repository.repo_id, repository.layer_name) == (REPO, "Double")
+    assert repository.load_kernel() is sys.modules[MODULE]
+    with pytest.raises(LockfileError, match=r"no flashhub\.lock found"):
+        load_kernel(REPO)  # called from this test module: no package lock, none in cwd
+
+
+def test_lock_in_the_working_directory_is_found(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    download_locked(lock_project(project))
+    monkeypatch.chdir(project)
+    assert load_kernel(REPO).marker() == f"{REPO}@v2:{LOCAL}"
+    with pytest.raises(LockfileError, match="acme/absent is not locked in"):
+        load_kernel("acme/absent")
+
+
+def test_locked_layer_repository_validates_its_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="invalid repo id"):
+        LockedLayerRepository("nope", "Double")
+    with pytest.raises(ValueError, match="layer_name"):
+        LockedLayerRepository(REPO, "not a name")
+    repository = LockedLayerRepository(REPO, "Double", lockfile=tmp_path / "x.lock")
+    assert repository == LockedLayerRepository(REPO, "Double", lockfile=tmp_path / "x.lock")
+    with pytest.raises(LockfileError, match=r"x\.lock does not exist"):
+        repository.load_kernel()
+
+
+# -- install_kernel ---------------------------------------------------------------------------
+
+
+def test_install_kernel_downloads_without_importing(cdn: CdnServer) -> None:
+    publish_tensor_tricks(cdn.root)
+
+    path = install_kernel(REPO, revision="v2")
+    newest = install_kernel(REPO)
+
+    assert path == entry(2, LOCAL)
+    assert (path / PY_PKG / "__init__.py").is_file()
+    assert Cache(get_config().cache_dir).read_receipt(path) is not None
+    assert newest == entry(3, UNIVERSAL)
+    assert not [name for name in sys.modules if name.startswith("flashhub.acme")]
+
+
+def test_lock_functions_are_public() -> None:
+    for name in ("load_kernel", "get_locked_kernel", "install_kernel", "LockedLayerRepository"):
+        assert name in flashhub_kernels.__all__
+        assert getattr(flashhub_kernels, name).__doc__
+
+
+def test_a_cache_index_that_contradicts_the_lock_is_not_trusted(
+    project: Path, cdn: CdnServer
+) -> None:
+    download_locked(lock_project(project))
+    index = entry(2, LOCAL).parent / "variants-index.json"
+    index.write_text(json.dumps({"complete": True, "present": [UNIVERSAL], "absent": []}))
+    cdn.clear_log()
+
+    with pytest.raises(LockfileError, match="variant list for acme/tensor-tricks@v2 disagrees"):
+        load_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert MODULE not in sys.modules
+    assert cdn.gets() == []
