@@ -58,7 +58,7 @@ class Benchmark:
         """Prepare inputs; called before each workload."""
 
     def workloads(self) -> dict[str, Callable[[], object]]:
-        """The ``benchmark_*`` methods by name (without the prefix), in definition order."""
+        """The ``benchmark_*`` methods by name (without the prefix), in alphabetical order."""
         names = [n for n in dir(type(self)) if n.startswith("benchmark_")]
         return {n.removeprefix("benchmark_"): getattr(self, n) for n in names}
 
