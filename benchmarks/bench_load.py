@@ -905,7 +905,7 @@ def row_crowd(bench: Bench) -> list[Row]:
 
 IMPORT_CHECK = (
     "import sys, flashhub_kernels, flashhub\n"
-    "print(' '.join(m for m in ('torch', 'requests') if m in sys.modules))"
+    "print(' '.join(m for m in ('torch', 'requests', 'urllib3') if m in sys.modules))"
 )
 
 
@@ -952,12 +952,12 @@ def row_startup(bench: Bench) -> list[Row]:
     ).stdout.strip()
     check = Row(
         "6c",
-        "torch/requests imported by import flashhub(_kernels)",
+        "torch/HTTP libs imported by import flashhub(_kernels)",
         "",
         None,
-        target="neither",
+        target="none",
         passed=not found,
-        text=found or "neither",
+        text=found or "none",
     )
     return [*rows, check]
 

@@ -27,7 +27,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "kernels"))
 
 from build_all import build_all  # noqa: E402
-
 from flashhub_kernels._config import default_cache_dir  # noqa: E402
 from flashhub_kernels._publish import publish  # noqa: E402
 
@@ -57,7 +56,9 @@ class _CountingHandler(SimpleHTTPRequestHandler):
 def publish_examples() -> None:
     """Build every example kernel and publish it into ``MIRROR``."""
     for kernel in build_all(verbose=False):
-        report = publish(kernel.build_dir, repo_id=kernel.repo_id, version=kernel.version, out=MIRROR)
+        report = publish(
+            kernel.build_dir, repo_id=kernel.repo_id, version=kernel.version, out=MIRROR
+        )
         variants = ", ".join(v.name for v in report.variants)
         state = "unchanged" if report.noop else "published"
         print(f"  {state:9} {kernel.repo_id} v{kernel.version}: {variants}")
@@ -90,7 +91,6 @@ def run_audio_kernel() -> float:
 def run_side_by_side() -> None:
     """Load two native builds of one kernel in one process; each has its own op namespace."""
     import torch
-
     from flashhub.acme.tensor_tricks import v1, v2
 
     x = torch.arange(4, dtype=torch.float32)
@@ -128,7 +128,9 @@ def main() -> int:
     server.shutdown()
     print("5. load times")
     print(f"  cold (download + verify + import): {cold * 1e3:8.1f} ms")
-    print(f"  warm (fresh process, torch loaded): {float(warm_ms):8.2f} ms, {warm_requests} requests")
+    print(
+        f"  warm (fresh process, torch loaded): {float(warm_ms):8.2f} ms, {warm_requests} requests"
+    )
     print(f"The mirror stays in {MIRROR}; point FLASHHUB_CDN_URL at it to use it again.")
     return 0 if warm_requests == 0 else 1
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cdn_server import CdnServer
 
+from cdn_server import CdnServer
 from flashhub_kernels import _finder
 from flashhub_kernels._config import reset_config
 

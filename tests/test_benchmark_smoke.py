@@ -24,7 +24,7 @@ ROW_NAMES = [
     "peak RSS growth, cold load of 4 MiB",
     'python -c "import flashhub_kernels"',
     "flashhub --help",
-    "torch/requests imported by import flashhub(_kernels)",
+    "torch/HTTP libs imported by import flashhub(_kernels)",
 ]
 
 

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from cdn_server import CdnServer, tampered
-from conftest import run_python
-from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 import flashhub_kernels as fk
+from cdn_server import CdnServer, tampered
+from conftest import run_python
 from flashhub_kernels.errors import IntegrityError, ManifestError, OfflineError
+from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 

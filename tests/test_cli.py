@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cdn_server import CdnHandler, CdnServer
 from conftest import run_python
+from flashhub_kernels._lockfile import LOCKFILE_NAME
 from projects import (
     CUDA,
     PY_PKG,
@@ -22,8 +24,6 @@ from projects import (
     write_project,
 )
 from trees import local_variant, write_kernel
-
-from flashhub_kernels._lockfile import LOCKFILE_NAME
 
 LOCAL = local_variant()
 
@@ -385,6 +385,6 @@ def test_cli_help_imports_neither_torch_nor_requests() -> None:
     code = (
         "import sys\nfrom flashhub_kernels.cli import main\n"
         "try:\n    main(['cache', '--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted({'torch', 'requests'} & set(sys.modules)))"
+        "print(sorted({'torch', 'requests', 'urllib3'} & set(sys.modules)))"
     )
     assert run_python(code).strip().splitlines()[-1] == "[]"

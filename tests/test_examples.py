@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cdn_server import CdnServer
-from trees import local_variant
 
 import flashhub_kernels as fk
+from cdn_server import CdnServer
 from flashhub_kernels._publish import publish
+from trees import local_variant
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
 

@@ -16,6 +16,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+import flashhub_kernels as fk
 from cdn_server import (
     CdnServer,
     delayed,
@@ -28,11 +30,9 @@ from cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
-from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
-
-import flashhub_kernels as fk
 from flashhub_kernels._transport import warn_if_insecure
 from flashhub_kernels.errors import ManifestError, TransportError
+from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 BLOB = bytes(range(256)) * (3 * 4096)  # 3 MiB, so drops land mid-file

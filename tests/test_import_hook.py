@@ -13,12 +13,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from cdn_server import CdnServer, held
-from conftest import run_python
-from trees import local_variant, write_kernel, write_variant
 
 import flashhub_kernels as fk
+from cdn_server import CdnServer, held
+from conftest import run_python
 from flashhub_kernels.errors import KernelImportError, KernelNotFoundError, NoCompatibleVariantError
+from trees import local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 
@@ -276,7 +276,7 @@ def test_importing_the_packages_imports_neither_torch_nor_requests() -> None:
         """
         import sys, flashhub, flashhub_kernels, flashhub_kernels.errors
         flashhub_kernels.configure(prefix="x"); flashhub_kernels.get_config()
-        print(json.dumps([m for m in ("torch", "requests") if m in sys.modules]))
+        print(json.dumps([m for m in ("torch", "requests", "urllib3") if m in sys.modules]))
         """
     )
     assert json.loads(run_python("import json\n" + code)) == []

@@ -22,12 +22,11 @@ from types import ModuleType
 import pytest
 import torch
 import torch.nn.functional as F
-from cdn_server import CdnServer
-from conftest import run_python
 from torch import nn
-from trees import write_variant
 
 import flashhub_kernels
+from cdn_server import CdnServer
+from conftest import run_python
 from flashhub_kernels.errors import KernelLayerError, LayerValidationError
 from flashhub_kernels.layers import (
     BaseLayerRepository,
@@ -45,6 +44,7 @@ from flashhub_kernels.layers import (
     use_kernel_mapping,
     validate_layer,
 )
+from trees import write_variant
 
 LAYERS_PY = '''"""Layers of test kernel {tag}."""
 import torch
@@ -177,10 +177,9 @@ def test_mapped_device_runs_the_kernel_layer(cdn: CdnServer, x: torch.Tensor) ->
 def test_locked_layer_repository_in_a_mapping(
     cdn: CdnServer, x: torch.Tensor, tmp_path: Path
 ) -> None:
-    from projects import write_project
-
     from flashhub_kernels import LockedLayerRepository
     from flashhub_kernels._lock import lock_project
+    from projects import write_project
 
     publish_layers(cdn, "acme/silu-layers", "locked")
     (cdn.root / "kernels/acme/silu-layers/versions.json").write_text("[1]")

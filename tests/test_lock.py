@@ -8,21 +8,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from cdn_server import CdnServer
-from conftest import run_python
-from projects import (
-    CUDA,
-    PY_PKG,
-    REPO,
-    UNIVERSAL,
-    change_published_file,
-    publish_tensor_tricks,
-    variant_dir,
-    write_project,
-)
-from trees import local_variant, write_kernel
 
 import flashhub_kernels
+from cdn_server import CdnServer
+from conftest import run_python
 from flashhub_kernels import (
     LockedLayerRepository,
     get_kernel,
@@ -41,6 +30,17 @@ from flashhub_kernels._lockfile import (
 )
 from flashhub_kernels._manifest import parse_metadata
 from flashhub_kernels.errors import LockfileError, LockMismatchError
+from projects import (
+    CUDA,
+    PY_PKG,
+    REPO,
+    UNIVERSAL,
+    change_published_file,
+    publish_tensor_tricks,
+    variant_dir,
+    write_project,
+)
+from trees import local_variant, write_kernel
 
 LOCAL = local_variant()
 MODULE = "flashhub.acme.tensor_tricks.v2"
@@ -197,7 +197,7 @@ def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(
         from flashhub_kernels import load_kernel
         module = load_kernel({REPO!r}, lockfile={str(lockfile_of(project))!r})
         import flashhub.acme.tensor_tricks.v2 as imported
-        print(module.marker(), imported is module, "requests" in sys.modules)
+        print(module.marker(), imported is module, "urllib3" in sys.modules)
     """
     output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"})
     assert output.split() == [f"{REPO}@v2:{LOCAL}", "True", "False"]

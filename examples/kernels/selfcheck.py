@@ -22,10 +22,11 @@ sys.dont_write_bytecode = True  # keep __pycache__ out of the build dirs (they g
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-import _buildlib as bl  # noqa: E402
-import build_all  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+import _buildlib as bl  # noqa: E402
+import build_all  # noqa: E402
 
 
 def check(cond: object, message: str) -> None:

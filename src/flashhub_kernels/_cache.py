@@ -28,12 +28,13 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from filelock import FileLock
+from typing import TYPE_CHECKING, Any
 
 from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 INDEX_NAME = "variants-index.json"
 STAGING_PREFIX = ".staging-"
@@ -126,6 +127,9 @@ class Cache:
         return self.version_dir(info) / variant
 
     def lock(self, info: RepoInfo, variant: str) -> FileLock:
+        # Imported here: only the cold path locks, and filelock costs ~10 ms to import.
+        from filelock import FileLock
+
         locks = ensure_dir(self.version_dir(info) / ".locks")
         return FileLock(str(locks / f"{variant}.lock"), mode=0o600)
 

@@ -4,7 +4,7 @@ This is the one module that composes names, variants, manifests, cache and trans
 :func:`resolve` has two paths:
 
 - warm: the cache's variant index picks the variant, the entry's receipt vouches for
-  its files (``stat`` only); no network, and ``requests`` is not even imported;
+  its files (``stat`` only); no network, and no HTTP library is even imported;
 - cold: fetch ``variants.json`` (or probe), pick the variant, then under the entry's
   file lock download every file into staging, verify, and rename into place.
 """
@@ -167,7 +167,7 @@ def _best(resolutions: Sequence[VariantResolution]) -> str | None:
 
 @contextmanager
 def remote(config: Config) -> Iterator[Fetcher]:
-    """A :class:`Fetcher` for the configured mirrors; imports ``requests`` on first use."""
+    """A :class:`Fetcher` for the configured mirrors; imports urllib3 on first use."""
     from ._transport import Fetcher
 
     fetcher = Fetcher(config)

@@ -1,7 +1,7 @@
-"""Fetching from the CDN: http(s) through one ``requests`` Session, and ``file://`` mirrors.
+"""Fetching from the CDN: http(s) through pooled urllib3 connections, and ``file://`` mirrors.
 
-Importing this module imports ``requests``; the cache and the import hook only import it
-on the cold path, when something must actually be downloaded.
+Importing this module imports urllib3; the cache and the import hook only import it on
+the cold path, when something must actually be downloaded.
 
 Failure policy, per file:
 - connection errors, 429 and 5xx are retried by urllib3 with exponential backoff that
@@ -29,13 +29,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-import requests
 import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from ._config import Config
 from ._hashing import CHUNK_SIZE, HashingWriter
+from ._http import RETRY_STATUSES, HttpClient
 from ._progress import ByteCounter
 from .errors import IntegrityError, TransportError
 
@@ -44,17 +42,12 @@ T = TypeVar("T")
 MAX_RESUMES = 5
 MAX_REDIRECTS = 5
 MAX_PARALLEL_FILES = 8
-_RETRY_STATUSES = (429, 500, 502, 503, 504)
 DownloadJob = tuple[str, Path, bytes]  # relative path, destination, expected sha256
 _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
-# Errors while a body streams in: resume from the bytes already written.
-_BODY_ERRORS = (
-    requests.ConnectionError,
-    requests.Timeout,
-    requests.exceptions.ChunkedEncodingError,
-    urllib3.exceptions.HTTPError,
-)
+# Errors while a body streams in (a drop, a read timeout, a short body): resume.
+_BODY_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+Response = urllib3.BaseHTTPResponse
 
 
 def _ignore(_n: int) -> None:
@@ -96,31 +89,6 @@ def warn_if_insecure(base_url: str) -> None:
     )
 
 
-def make_session() -> requests.Session:
-    """A Session with connection reuse and urllib3 retries with backoff and Retry-After."""
-    retry = Retry(
-        total=6,
-        connect=2,  # a dead mirror should fail over fast, not after a long backoff
-        read=2,
-        status=4,
-        backoff_factor=0.25,
-        backoff_max=8,
-        status_forcelist=_RETRY_STATUSES,
-        allowed_methods=frozenset({"GET", "HEAD"}),
-        respect_retry_after_header=True,
-        raise_on_status=False,
-        redirect=0,
-    )
-    adapter = HTTPAdapter(
-        max_retries=retry, pool_connections=4, pool_maxsize=2 * MAX_PARALLEL_FILES
-    )
-    session = requests.Session()
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    session.headers["User-Agent"] = "flashhub-kernels"
-    return session
-
-
 class Fetcher:
     """Fetches paths relative to ``<mirror>/<prefix>/`` from the first mirror that answers."""
 
@@ -128,12 +96,12 @@ class Fetcher:
         self.config = config
         for base in config.cdn_urls:
             warn_if_insecure(base)
-        self.session = make_session()
+        self.http = HttpClient(config.connect_timeout, config.read_timeout)
         self._mirrors = list(config.cdn_urls)
         self._mirrors_lock = threading.Lock()
 
     def close(self) -> None:
-        self.session.close()
+        self.http.close()
 
     def urls(self, relpath: str) -> list[tuple[str, str]]:
         """``(mirror, url)`` pairs for ``relpath``, healthiest mirror first."""
@@ -157,13 +125,13 @@ class Fetcher:
                 if path.is_file():
                     return path.stat().st_size
                 continue
-            timeout = (self.config.connect_timeout, self.config.read_timeout)
             try:
-                response = self.session.head(url, timeout=timeout, allow_redirects=False)
-            except requests.RequestException:
+                response = self.http.request("HEAD", url)
+            except urllib3.exceptions.HTTPError:
                 continue
+            response.close()
             length = response.headers.get("Content-Length", "")
-            if response.status_code == 200 and length.isdigit():
+            if response.status == 200 and length.isdigit():
                 return int(length)
         return None
 
@@ -223,7 +191,7 @@ class Fetcher:
             try:
                 with self._get(url, {}) as response:
                     body = bytearray()
-                    for chunk in response.iter_content(64 * 1024):
+                    for chunk in _body(response):
                         body += chunk
                         if len(body) > limit:  # the caller reports the size; stop reading
                             break
@@ -254,7 +222,7 @@ class Fetcher:
                 with self._get(url, headers) as response:
                     if writer.size and not _resumes_at(response, writer.size):
                         writer.reset()  # a full body, or the wrong part: start over
-                        if response.status_code != 200:
+                        if response.status != 200:
                             continue
                     for chunk in _body(response):
                         writer.write(chunk)
@@ -264,34 +232,44 @@ class Fetcher:
         raise _MirrorFailed(f"the transfer broke off {MAX_RESUMES + 1} times")
 
     @contextmanager
-    def _get(self, url: str, headers: dict[str, str]) -> Iterator[requests.Response]:
+    def _get(self, url: str, headers: dict[str, str]) -> Iterator[Response]:
+        """A successful response whose body the caller streams.
+
+        A fully read response gives its connection back to the pool; anything else
+        (an error, a body left unread) closes the connection.
+        """
         response = self._follow_redirects(url, headers)
-        with response:
-            if response.status_code == 404:
+        try:
+            if response.status == 404:
                 raise NotPublished(url)
-            if response.status_code in _RETRY_STATUSES:
-                raise _MirrorFailed(f"HTTP {response.status_code} after retries")
-            if response.status_code not in (200, 206):
+            if response.status in RETRY_STATUSES:
+                raise _MirrorFailed(f"HTTP {response.status} after retries")
+            if response.status not in (200, 206):
                 raise TransportError(
-                    f"{url} answered HTTP {response.status_code} {response.reason}",
+                    f"{url} answered HTTP {response.status} {response.reason}",
                     hint="check FLASHHUB_CDN_URL and FLASHHUB_CDN_PREFIX, and access rights",
                 )
             yield response
+        except BaseException:
+            response.close()
+            raise
+        if response.closed:
+            response.release_conn()
+        else:
+            response.close()
 
-    def _follow_redirects(self, url: str, headers: dict[str, str]) -> requests.Response:
-        timeout = (self.config.connect_timeout, self.config.read_timeout)
+    def _follow_redirects(self, url: str, headers: dict[str, str]) -> Response:
         current = url
         for _hop in range(MAX_REDIRECTS + 1):
             try:
-                response = self.session.get(
-                    current, headers=headers, stream=True, timeout=timeout, allow_redirects=False
-                )
-            except requests.RequestException as exc:
+                response = self.http.request("GET", current, headers)
+            except urllib3.exceptions.HTTPError as exc:
                 raise _MirrorFailed(f"{type(exc).__name__}: {exc}") from None
-            if not response.is_redirect:
+            location = response.get_redirect_location()
+            if not location:
                 return response
             response.close()
-            target = urllib.parse.urljoin(current, response.headers["Location"])
+            target = urllib.parse.urljoin(current, location)
             if urllib.parse.urlsplit(target).scheme != urllib.parse.urlsplit(url).scheme:
                 raise TransportError(
                     f"{url} redirected to {target}, another scheme; refused",
@@ -301,18 +279,18 @@ class Fetcher:
         raise _MirrorFailed(f"more than {MAX_REDIRECTS} redirects")
 
 
-def _body(response: requests.Response) -> Iterator[bytes]:
+def _body(response: Response) -> Iterator[bytes]:
     """The body as it arrives: ``read1`` hands over what the socket has (up to 1 MiB),
     so a broken transfer keeps every byte received and resumes exactly there."""
-    while chunk := response.raw.read1(CHUNK_SIZE, decode_content=True):
+    while chunk := response.read1(CHUNK_SIZE):
         yield chunk
 
 
-def _resumes_at(response: requests.Response, offset: int) -> bool:
+def _resumes_at(response: Response, offset: int) -> bool:
     """Whether a response to ``Range: bytes=<offset>-`` really starts at ``offset``."""
     content_range = response.headers.get("Content-Range", "")
     start = content_range.removeprefix("bytes ").split("-")[0]
-    return response.status_code == 206 and start == str(offset)
+    return response.status == 206 and start == str(offset)
 
 
 def _file_url_path(url: str) -> Path:
