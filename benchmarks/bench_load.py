@@ -61,6 +61,8 @@ TARGET_SMALL_VS_CURL = 1.5
 TARGET_WARM_VS_PLAIN = 1.5
 TARGET_RSS_MIB = 64.0
 TARGET_HELP_MS = 150.0
+CROWDED_CACHE_KERNELS = 1000  # row 3d: other kernels in the cache beside the one imported
+TARGET_CROWDED_VS_ALONE = 1.2  # "does not scale": noise, not a factor
 
 
 def log(message: str) -> None:
@@ -784,11 +786,13 @@ REIMPORTS = 200  # re-imports per run and module in row 3b
 def row_warm_import(bench: Bench) -> list[Row]:
     """Row 3: warm ``import flashhub...`` vs the same package from a plain directory."""
     kernel = bench.trees.warm
-    env = bench.env(bench.fresh_dir("warm-cache"))
+    cache = bench.fresh_dir("warm-cache")
+    env = bench.env(cache)
     plain_dir, plain = str(bench.trees.plain_dir), "warm_import"
     log("row 3: filling the cache, compiling both copies' bytecode")
     bench.children.run(child_get_kernel, env, kernel.repo_id)
     bench.children.run(child_first_import, env, plain, plain_dir)
+    crowded_env = bench.env(crowded_cache(cache, bench.fresh_dir("crowded-cache")))
     bench.server.reset()
     flip = [False]
 
@@ -806,6 +810,9 @@ def row_warm_import(bench: Bench) -> list[Row]:
             "first": lambda: bench.children.run(child_first_import, env, kernel.module, None),
             "plain first": lambda: bench.children.run(child_first_import, env, plain, plain_dir),
             "again": reimports,
+            "crowded": lambda: bench.children.run(
+                child_first_import, crowded_env, kernel.module, None
+            ),
         },
     )
     made = sum(bench.server.gets().values())
@@ -840,11 +847,33 @@ def row_warm_import(bench: Bench) -> list[Row]:
     )
     requests.passed = made == 0
     requests.notes.append("counted at the server over every import of rows 3a and 3b")
+    crowded = Row(
+        "3d",
+        f"warm import, first, {CROWDED_CACHE_KERNELS} other kernels cached",
+        "us",
+        Stat.of(results["crowded"]),
+        "the same import, only this kernel cached (3a)",
+        Stat.of(results["first"]),
+    )
+    crowded.notes.append(
+        "nothing on the warm path may scale with the number of kernels in the cache; "
+        "the CDN is not contacted at all (3c), so what it publishes cannot matter either"
+    )
     return [
         ratio_row(first, TARGET_WARM_VS_PLAIN),
         ratio_row(again, TARGET_WARM_VS_PLAIN),
         requests,
+        ratio_row(crowded, TARGET_CROWDED_VS_ALONE),
     ]
+
+
+def crowded_cache(warm: Path, crowded: Path) -> Path:
+    """A copy of the warm cache plus ``CROWDED_CACHE_KERNELS`` other verified kernels."""
+    shutil.copytree(warm, crowded, dirs_exist_ok=True, symlinks=True)
+    source = next((crowded / "kernels" / ORG).iterdir())
+    for i in range(CROWDED_CACHE_KERNELS):
+        shutil.copytree(source, crowded / "kernels" / f"other{i % 10}" / f"kernel-{i}")
+    return crowded
 
 
 def row_crowd(bench: Bench) -> list[Row]:

@@ -56,11 +56,17 @@ class _CountingHandler(SimpleHTTPRequestHandler):
 def publish_examples() -> None:
     """Build every example kernel and publish it into ``MIRROR``."""
     for kernel in build_all(verbose=False):
+        # force: this demo mirror is ours, and a rebuilt .so differs byte for byte (a real
+        # CDN would refuse, as published versions are immutable; the cache is reset below).
         report = publish(
-            kernel.build_dir, repo_id=kernel.repo_id, version=kernel.version, out=MIRROR
+            kernel.build_dir,
+            repo_id=kernel.repo_id,
+            version=kernel.version,
+            out=MIRROR,
+            force=True,
         )
         variants = ", ".join(v.name for v in report.variants)
-        state = "unchanged" if report.noop else "published"
+        state = "unchanged" if report.noop else ("replaced" if report.replaced else "published")
         print(f"  {state:9} {kernel.repo_id} v{kernel.version}: {variants}")
 
 

@@ -19,6 +19,7 @@ ROW_NAMES = [
     "warm import, first in a fresh process",
     "warm re-import, fresh module each time",
     "HTTP requests made by the warm imports",
+    "warm import, first, 1000 other kernels cached",
     "2 processes cold-load at once: wall",
     "2 processes at once: GETs per file",
     "peak RSS growth, cold load of 4 MiB",
