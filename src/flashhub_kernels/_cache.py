@@ -127,11 +127,17 @@ class Cache:
         return self.version_dir(info) / variant
 
     def lock(self, info: RepoInfo, variant: str) -> FileLock:
-        # Imported here: only the cold path locks, and filelock costs ~10 ms to import.
-        from filelock import FileLock
+        """The lock of one entry: one process downloads it, the others wait and reuse it."""
+        return _file_lock(ensure_dir(self.version_dir(info) / ".locks") / f"{variant}.lock")
 
-        locks = ensure_dir(self.version_dir(info) / ".locks")
-        return FileLock(str(locks / f"{variant}.lock"), mode=0o600)
+    def index_lock(self, info: RepoInfo) -> FileLock:
+        """The lock of a version's variant index: one process fetches ``variants.json``.
+
+        Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
+        spelling of a name that does not exist leaves no directory of that name behind.
+        """
+        locks = ensure_dir(self.root / ".locks" / info.org / info.name)
+        return _file_lock(locks / f"v{info.version}.lock")
 
     # -- what a version publishes -----------------------------------------------------
 
@@ -222,6 +228,13 @@ class Cache:
                 _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
                 if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
                     remove_tree(child)
+
+
+def _file_lock(path: Path) -> FileLock:
+    # Imported here: only the cold path locks, and filelock costs ~10 ms to import.
+    from filelock import FileLock
+
+    return FileLock(str(path), mode=0o600)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -98,13 +98,12 @@ def resolve(
         not_found: KernelNotFoundError | None = None
         for info in candidates:
             try:
-                index = fetch_index(fetcher, info, system)
+                index = shared_index(cache, fetcher, info, system)
             except KernelNotFoundError as exc:
                 not_found = not_found or exc
                 continue
             variant = choose_variant(index, info, system)
             entry = download_entry(cache, fetcher, info, variant)
-            cache.record_index(info, index)
             return ResolvedKernel(info, variant, entry)
     assert not_found is not None
     raise not_found
@@ -205,6 +204,21 @@ def fetch_index(
     if not present:
         _raise_not_published(fetcher, info, absent)
     return VariantIndex(False, frozenset(present), frozenset(absent))
+
+
+def shared_index(
+    cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo
+) -> VariantIndex:
+    """The version's variant index, fetched by one process and recorded for all.
+
+    Processes that wait for the lock find the index recorded and make no request.
+    """
+    with cache.index_lock(info):
+        index = cache.read_index(info)
+        if index is None or pick_cached_variant(index, system) is None:
+            index = fetch_index(fetcher, info, system)
+            cache.record_index(info, index)
+        return cache.read_index(info) or index
 
 
 def _raise_not_published(fetcher: Fetcher, info: RepoInfo, probed: set[str]) -> None:
