@@ -10,6 +10,7 @@ Layout under the cache root::
             <py_pkg>/...                  the kernel's files
         .staging-<variant>.<random>.<pid>.<host>/   a download in progress
         .locks/<variant>.lock             filelock: one downloader per entry
+    .locks/<org>/<pkg>/v<N>.lock          filelock: one fetcher of a version's variants.json
 
 An entry appears only by renaming a verified staging directory into place, so readers
 never see a partial one. A published version never changes, so a committed entry is
