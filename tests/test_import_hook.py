@@ -7,6 +7,7 @@ import importlib.resources
 import inspect
 import json
 import pickle
+import shutil
 import sys
 import textwrap
 import threading
@@ -286,3 +287,16 @@ def test_kernel_import_errors_are_import_errors() -> None:
     assert issubclass(NoCompatibleVariantError, KernelImportError)
     assert issubclass(KernelImportError, ImportError)
     assert issubclass(KernelImportError, fk.errors.FlashhubError)
+
+
+def test_reimport_after_the_cache_entry_is_gone_resolves_afresh(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    first = fk.get_kernel(REPO, version=1)
+    fk.configure(cache_dir=tmp_path / "another-cache")
+    shutil.rmtree(tmp_path / "cache")
+    del sys.modules["flashhub.acme.tensor_tricks.v1"]
+    again = fk.get_kernel(REPO, version=1)
+    assert again is not first
+    assert Path(again.__file__).is_relative_to(tmp_path / "another-cache")

@@ -125,7 +125,9 @@ class KernelFinder(importlib.abc.MetaPathFinder):
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         known = self._targets.get(fullname)
-        if known is not None:  # resolved before in this process, or a local kernel: no I/O
+        # Resolved before in this process, or a local kernel: one stat, no other I/O. A
+        # cache entry removed since (``flashhub cache clear``) is resolved afresh.
+        if known is not None and (known.info is None or known.init_file.is_file()):
             return importlib.util.spec_from_file_location(
                 fullname,
                 known.init_file,
