@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ._config import get_config
 from ._finder import LoadedKernel, install
 from ._names import RepoInfo, check_backend, resolve_version
-from ._variants import VariantAccepted, VariantResolution, parse_variant, resolve_variants
+from ._variants import VariantAccepted, VariantResolution, resolve_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError
 
 if TYPE_CHECKING:
@@ -77,28 +77,17 @@ def _find_local_package(path: Path) -> Path:
         return packages[0]
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
-    from ._store import target_system
+    from ._store import best_variant, target_system
 
-    resolutions = resolve_variants(_parseable(variants), target_system(None))
-    for resolution in resolutions:
-        if isinstance(resolution, VariantAccepted):
-            return _find_local_package(base / resolution.variant_str)
+    # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
+    chosen = best_variant(resolve_variants(variants, target_system(None)))
+    if chosen is not None:
+        return _find_local_package(base / chosen)
     raise KernelNotFoundError(
         f"no kernel package found in {path}",
         hint="point at a directory holding build/<variant>/<py_pkg>/__init__.py, "
         "or at the package itself",
     )
-
-
-def _parseable(names: list[str]) -> list[str]:
-    parseable = []
-    for name in names:
-        try:
-            parse_variant(name)
-        except ValueError:
-            continue
-        parseable.append(name)
-    return parseable
 
 
 def get_kernel_variants(

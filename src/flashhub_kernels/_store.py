@@ -147,7 +147,7 @@ def _warm_lookup(
 def pick_cached_variant(index: VariantIndex, system: SystemInfo) -> str | None:
     """The variant the CDN would give ``system``, if the index knows enough to say."""
     if index.complete:
-        return _best(resolve_variants(sorted(index.present), system))
+        return best_variant(resolve_variants(sorted(index.present), system))
     for name in candidate_names(system):
         if name in index.present:
             return name
@@ -156,7 +156,8 @@ def pick_cached_variant(index: VariantIndex, system: SystemInfo) -> str | None:
     return None
 
 
-def _best(resolutions: Sequence[VariantResolution]) -> str | None:
+def best_variant(resolutions: Sequence[VariantResolution]) -> str | None:
+    """The preferred accepted variant of a :func:`resolve_variants` result, if any."""
     first = resolutions[0] if resolutions else None
     return first.variant_str if isinstance(first, VariantAccepted) else None
 
@@ -268,7 +269,7 @@ def choose_variant(index: VariantIndex, info: RepoInfo, system: SystemInfo) -> s
         assert chosen is not None, "fetch_index probes until it finds a variant"
         return chosen
     resolutions = resolve_variants(sorted(index.present), system)
-    chosen = _best(resolutions)
+    chosen = best_variant(resolutions)
     if chosen is None:
         raise NoCompatibleVariantError(
             f"{info} has no variant for this system ({system.describe()}). "
