@@ -292,7 +292,7 @@ def _variants_arguments(parser: argparse.ArgumentParser) -> None:
 def _variants(args: argparse.Namespace) -> int:
     from ._api import get_kernel_variants
     from ._store import best_variant, target_system
-    from ._variants import format_trace
+    from ._variants import VariantAccepted, format_trace
 
     version = args.version or _newest_version(args.repo_id)
     resolutions = get_kernel_variants(args.repo_id, version, backend=args.backend)
