@@ -934,7 +934,7 @@ def row_crowd(bench: Bench) -> list[Row]:
 
 IMPORT_CHECK = (
     "import sys, flashhub_kernels, flashhub\n"
-    "print(' '.join(m for m in ('torch', 'requests', 'urllib3') if m in sys.modules))"
+    "print(' '.join(m for m in ('torch', 'requests', 'http.client') if m in sys.modules))"
 )
 
 
@@ -1112,7 +1112,7 @@ def machine_facts(work: Path) -> dict[str, str]:
         "disk (temp dir)": f"{work}: {_mount_of(work)}",
         "python": f"{platform.python_version()} ({sys.executable})",
         "packages": f"torch {pkg('torch')}, flashhub-kernels {pkg('flashhub-kernels')}, "
-        f"requests {pkg('requests')}, urllib3 {pkg('urllib3')}",
+        f"requests {pkg('requests')} (baseline 1b only)",
         "curl": " ".join(_first_line(["curl", "--version"]).split()[:2])
         if shutil.which("curl")
         else "not on PATH",

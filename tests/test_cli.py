@@ -385,6 +385,6 @@ def test_cli_help_imports_neither_torch_nor_requests() -> None:
     code = (
         "import sys\nfrom flashhub_kernels.cli import main\n"
         "try:\n    main(['cache', '--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted({'torch', 'requests', 'urllib3'} & set(sys.modules)))"
+        "print(sorted({'torch', 'requests', 'http.client'} & set(sys.modules)))"
     )
     assert run_python(code).strip().splitlines()[-1] == "[]"

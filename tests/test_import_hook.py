@@ -277,7 +277,7 @@ def test_importing_the_packages_imports_neither_torch_nor_requests() -> None:
         """
         import sys, flashhub, flashhub_kernels, flashhub_kernels.errors
         flashhub_kernels.configure(prefix="x"); flashhub_kernels.get_config()
-        print(json.dumps([m for m in ("torch", "requests", "urllib3") if m in sys.modules]))
+        print(json.dumps([m for m in ("torch", "requests", "http.client") if m in sys.modules]))
         """
     )
     assert json.loads(run_python("import json\n" + code)) == []

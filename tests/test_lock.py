@@ -197,7 +197,7 @@ def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(
         from flashhub_kernels import load_kernel
         module = load_kernel({REPO!r}, lockfile={str(lockfile_of(project))!r})
         import flashhub.acme.tensor_tricks.v2 as imported
-        print(module.marker(), imported is module, "urllib3" in sys.modules)
+        print(module.marker(), imported is module, "flashhub_kernels._http" in sys.modules)
     """
     output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"})
     assert output.split() == [f"{REPO}@v2:{LOCAL}", "True", "False"]

@@ -528,7 +528,7 @@ def test_kernel_load_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_import_is_light() -> None:
     code = (
         "import sys, flashhub_kernels.cli; "
-        "heavy = {'torch', 'requests', 'urllib3'} & set(sys.modules); assert not heavy, heavy"
+        "heavy = {'torch', 'requests', 'http.client'} & set(sys.modules); assert not heavy, heavy"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],

@@ -1,8 +1,8 @@
 """flashhub-kernels: load verified, variant-matched PyTorch kernels from a static CDN.
 
-Importing this package is cheap: it imports neither torch nor an HTTP library (requests,
-urllib3). torch is imported when a kernel is first resolved, urllib3 when something
-must be downloaded.
+Importing this package is cheap: it imports neither torch nor an HTTP library. torch
+is imported when a kernel is first resolved, the HTTP client (``http.client``) when
+something must be downloaded.
 The layer API (``Device``, ``kernelize``, ...) loads on first access.
 """
 

@@ -167,7 +167,7 @@ def best_variant(resolutions: Sequence[VariantResolution]) -> str | None:
 
 @contextmanager
 def remote(config: Config) -> Iterator[Fetcher]:
-    """A :class:`Fetcher` for the configured mirrors; imports urllib3 on first use."""
+    """A :class:`Fetcher` for the configured mirrors; imports the HTTP client on first use."""
     from ._transport import Fetcher
 
     fetcher = Fetcher(config)

@@ -1,12 +1,13 @@
-"""Fetching from the CDN: http(s) through pooled urllib3 connections, and ``file://`` mirrors.
+"""Fetching from the CDN: http(s) over pooled keep-alive connections, and ``file://`` mirrors.
 
-Importing this module imports urllib3; the cache and the import hook only import it on
-the cold path, when something must actually be downloaded.
+The cache and the import hook import this module only on the cold path, when something
+must actually be downloaded.
 
 Failure policy, per file:
-- connection errors, 429 and 5xx are retried by urllib3 with exponential backoff that
-  honours ``Retry-After``; when they persist, the next mirror is tried, and a mirror
-  that failed goes to the back of the list for the rest of the download;
+- connection errors, 429 and 5xx are retried by :class:`~._http.HttpClient` with
+  exponential backoff that honours ``Retry-After``; when they persist, the next mirror
+  is tried, and a mirror that failed goes to the back of the list for the rest of the
+  download;
 - a body cut off mid-way (dropped connection, read timeout, short body) resumes with
   ``Range`` from the bytes already hashed; a ``200`` answer or a ``206`` at the wrong
   offset restarts the file from zero;
@@ -29,11 +30,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-import urllib3
-
 from ._config import Config
 from ._hashing import CHUNK_SIZE, HashingWriter
-from ._http import RETRY_STATUSES, HttpClient
+from ._http import RETRY_STATUSES, WIRE_ERRORS, HttpClient, RequestFailed, Response
 from ._progress import ByteCounter
 from .errors import IntegrityError, TransportError
 
@@ -45,9 +44,6 @@ MAX_PARALLEL_FILES = 8
 DownloadJob = tuple[str, Path, bytes]  # relative path, destination, expected sha256
 _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
-# Errors while a body streams in (a drop, a read timeout, a short body): resume.
-_BODY_ERRORS = (urllib3.exceptions.HTTPError, OSError)
-Response = urllib3.BaseHTTPResponse
 
 
 def _ignore(_n: int) -> None:
@@ -127,9 +123,9 @@ class Fetcher:
                 continue
             try:
                 response = self.http.request("HEAD", url)
-            except urllib3.exceptions.HTTPError:
+            except RequestFailed:
                 continue
-            response.close()
+            response.release()
             length = response.headers.get("Content-Length", "")
             if response.status == 200 and length.isdigit():
                 return int(length)
@@ -196,7 +192,7 @@ class Fetcher:
                         if len(body) > limit:  # the caller reports the size; stop reading
                             break
                     return bytes(body)
-            except _BODY_ERRORS:
+            except WIRE_ERRORS:  # the body broke off: read it again
                 continue
         raise _MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
 
@@ -227,13 +223,13 @@ class Fetcher:
                     for chunk in _body(response):
                         writer.write(chunk)
                     return
-            except _BODY_ERRORS:
-                continue  # resume from writer.size
+            except WIRE_ERRORS:
+                continue  # the body broke off: resume from writer.size
         raise _MirrorFailed(f"the transfer broke off {MAX_RESUMES + 1} times")
 
     @contextmanager
     def _get(self, url: str, headers: dict[str, str]) -> Iterator[Response]:
-        """A successful response whose body the caller streams.
+        """A successful response whose body the caller streams, then releases.
 
         A fully read response gives its connection back to the pool; anything else
         (an error, a body left unread) closes the connection.
@@ -250,25 +246,20 @@ class Fetcher:
                     hint="check FLASHHUB_CDN_URL and FLASHHUB_CDN_PREFIX, and access rights",
                 )
             yield response
-        except BaseException:
-            response.close()
-            raise
-        if response.closed:
-            response.release_conn()
-        else:
-            response.close()
+        finally:
+            response.release()
 
     def _follow_redirects(self, url: str, headers: dict[str, str]) -> Response:
         current = url
         for _hop in range(MAX_REDIRECTS + 1):
             try:
                 response = self.http.request("GET", current, headers)
-            except urllib3.exceptions.HTTPError as exc:
-                raise _MirrorFailed(f"{type(exc).__name__}: {exc}") from None
-            location = response.get_redirect_location()
+            except RequestFailed as exc:
+                raise _MirrorFailed(str(exc)) from None
+            location = response.redirect_location()
             if not location:
                 return response
-            response.close()
+            response.release()
             target = urllib.parse.urljoin(current, location)
             if urllib.parse.urlsplit(target).scheme != urllib.parse.urlsplit(url).scheme:
                 raise TransportError(
