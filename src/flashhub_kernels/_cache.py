@@ -9,8 +9,8 @@ Layout under the cache root::
             .flashhub-receipt.json        content hash, size and mtime of every file
             <py_pkg>/...                  the kernel's files
         .staging-<variant>.<random>.<pid>.<host>/   a download in progress
-        .locks/<variant>.lock             filelock: one downloader per entry
-    .locks/<org>/<pkg>/v<N>.lock          filelock: one fetcher of a version's variants.json
+        .locks/<variant>.lock             file lock: one downloader per entry
+    .locks/<org>/<pkg>/v<N>.lock          file lock: one fetcher of a version's variants.json
 
 An entry appears only by renaming a verified staging directory into place, so readers
 never see a partial one. A published version never changes, so a committed entry is
@@ -29,13 +29,11 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._flock import FileLock
 from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
-
-if TYPE_CHECKING:
-    from filelock import FileLock
 
 INDEX_NAME = "variants-index.json"
 STAGING_PREFIX = ".staging-"
@@ -129,7 +127,7 @@ class Cache:
 
     def lock(self, info: RepoInfo, variant: str) -> FileLock:
         """The lock of one entry: one process downloads it, the others wait and reuse it."""
-        return _file_lock(ensure_dir(self.version_dir(info) / ".locks") / f"{variant}.lock")
+        return FileLock(ensure_dir(self.version_dir(info) / ".locks") / f"{variant}.lock")
 
     def index_lock(self, info: RepoInfo) -> FileLock:
         """The lock of a version's variant index: one process fetches ``variants.json``.
@@ -138,7 +136,7 @@ class Cache:
         spelling of a name that does not exist leaves no directory of that name behind.
         """
         locks = ensure_dir(self.root / ".locks" / info.org / info.name)
-        return _file_lock(locks / f"v{info.version}.lock")
+        return FileLock(locks / f"v{info.version}.lock")
 
     # -- what a version publishes -----------------------------------------------------
 
@@ -229,13 +227,6 @@ class Cache:
                 _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
                 if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
                     remove_tree(child)
-
-
-def _file_lock(path: Path) -> FileLock:
-    # Imported here: only the cold path locks, and filelock costs ~10 ms to import.
-    from filelock import FileLock
-
-    return FileLock(str(path), mode=0o600)
 
 
 def _pid_alive(pid: int) -> bool:
