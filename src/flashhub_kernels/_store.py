@@ -322,11 +322,12 @@ def download_entry(
             )
         staging = cache.new_staging(info, variant)
         try:
-            jobs = []
-            for relpath, digest in manifest.files.items():
-                dest = staging / relpath
-                ensure_dir(dest.parent)
-                jobs.append((variant_path(info, variant, relpath), dest, digest))
+            jobs = [
+                (variant_path(info, variant, relpath), staging / relpath, digest)
+                for relpath, digest in manifest.files.items()
+            ]
+            for directory in {dest.parent for _path, dest, _digest in jobs}:
+                ensure_dir(directory)
             with progress_bar(
                 f"{info} {variant}", enabled=fetcher.config.progress_bars
             ) as on_bytes:
