@@ -773,10 +773,10 @@ def row_small_files(bench: Bench) -> list[Row]:
     par = Row(
         "2b", name, "ms", ours, "curl -s --parallel-max 8 -K config", Stat.of(results["parallel"])
     )
-    faster, slower = sorted([seq, par], key=lambda r: r.baseline.median if r.baseline else 0.0)
-    ratio_row(faster, TARGET_SMALL_VS_CURL)
-    slower.target = "(slower curl form)"
-    faster.notes.append("the target is judged against the faster curl form")
+    ratio_row(seq, TARGET_SMALL_VS_CURL)
+    seq.notes.append("the target (issue 7: within 1.5x of `curl -K`) is judged against 2a")
+    par.target = "(reference)"
+    par.notes.append("curl with 8 transfers at once: a stricter comparison, not the target")
     return [seq, par]
 
 
