@@ -66,7 +66,8 @@ def retry_after(value: str | None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), capped."""
     if not value:
         return None
-    if value.strip().isdigit():
+    value = value.strip()
+    if value.isascii() and value.isdigit():  # isdigit alone accepts "²"
         seconds = float(value)
     else:
         try:
@@ -108,7 +109,7 @@ class Response:
             http.client.IncompleteRead: the connection ended before the announced length.
         """
         chunk = self._raw.read1(size)
-        if not chunk:
+        if not chunk and size:
             if self._raw.length:  # Content-Length promised more than came
                 raise http.client.IncompleteRead(b"", self._raw.length)
             self._complete = True
@@ -175,7 +176,9 @@ class HttpClient:
             RequestFailed: no response after every retry (or a TLS or proxy error).
         """
         route = self._route(urllib.parse.urlsplit(url))
-        all_headers = {"User-Agent": USER_AGENT, **dict(route.proxy_headers), **(headers or {})}
+        # Through a tunnel the proxy's credentials go with CONNECT only, never to the server.
+        proxy_headers = {} if route.tunnel else dict(route.proxy_headers)
+        all_headers = {"User-Agent": USER_AGENT, **proxy_headers, **(headers or {})}
         errors = statuses = 0
         while True:
             try:
@@ -228,7 +231,7 @@ class HttpClient:
     def _connect(self, route: Route) -> Connection:
         scheme, host, port = route.server
         conn: Connection
-        if scheme == "https":
+        if scheme == "https" or route.tunnel:  # a tunnel carries https: TLS inside CONNECT
             conn = http.client.HTTPSConnection(
                 host, port, timeout=self._connect_timeout, context=self._tls_context()
             )
