@@ -111,12 +111,7 @@ class CdnHandler(BaseHTTPRequestHandler):
 
     def send_simple(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.record(status)
-        self.send_response(status)
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, status, body, headers)
 
     def send_file(self, body: bytes, *, range_start: int | None = None) -> None:
         """Serve ``body``, honouring ``Range: bytes=N-`` unless ``range_start`` overrides it."""
@@ -137,6 +132,18 @@ class CdnHandler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
         self.wfile.flush()
         self.close_connection = True
+
+
+def reply(
+    handler: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str] | None = None
+) -> None:
+    """Answer with ``status`` and ``body`` (and ``headers``), its length announced."""
+    handler.send_response(status)
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 # -- faults ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import pytest
 
+from cdn_server import reply
 from flashhub_kernels._http import (
     MAX_RETRY_AFTER,
     WIRE_ERRORS,
@@ -61,12 +62,7 @@ class Handler(BaseHTTPRequestHandler):
         self.loopback.answer(self)
 
     def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, status, body, headers)
 
 
 Answer = Callable[[Handler], None]
