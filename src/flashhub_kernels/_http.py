@@ -83,9 +83,10 @@ class Route:
     """Where a request goes: the server to connect to and what to ask it for."""
 
     server: tuple[str, str, int]  # scheme, host, port of the connection's other end
-    tunnel: tuple[str, int] | None  # host, port to CONNECT to through a proxy (https)
     target: str  # the request target: path and query, or the whole URL for a proxy
-    proxy_headers: tuple[tuple[str, str], ...]  # Proxy-Authorization, when the proxy has one
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (a proxy's auth)
+    tunnel: tuple[str, int] | None = None  # host, port to CONNECT to through a proxy (https)
+    tunnel_headers: tuple[tuple[str, str], ...] = ()  # sent with CONNECT (a proxy's auth)
 
 
 class Response:
@@ -176,9 +177,7 @@ class HttpClient:
             RequestFailed: no response after every retry (or a TLS or proxy error).
         """
         route = self._route(urllib.parse.urlsplit(url))
-        # Through a tunnel the proxy's credentials go with CONNECT only, never to the server.
-        proxy_headers = {} if route.tunnel else dict(route.proxy_headers)
-        all_headers = {"User-Agent": USER_AGENT, **proxy_headers, **(headers or {})}
+        all_headers = {"User-Agent": USER_AGENT, **dict(route.headers), **(headers or {})}
         errors = statuses = 0
         while True:
             try:
@@ -238,7 +237,7 @@ class HttpClient:
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self._connect_timeout)
         if route.tunnel:
-            conn.set_tunnel(*route.tunnel, headers=dict(route.proxy_headers))
+            conn.set_tunnel(*route.tunnel, headers=dict(route.tunnel_headers))
         try:
             conn.connect()  # now, so that reads get their own timeout
             assert conn.sock is not None
@@ -271,17 +270,20 @@ class HttpClient:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         proxy = self._proxy_for(parts)
         if proxy is None:
-            return Route(origin, None, path, ())
+            return Route(origin, path)
         server, auth = _proxy_server(proxy)
-        if parts.scheme == "http":
-            return Route(server, None, parts.geturl(), auth)
+        if parts.scheme == "http":  # the proxy forwards the request: it gets the whole URL
+            return Route(server, parts.geturl(), headers=auth)
         if server[0] == "https":
             raise RequestFailed(
                 f"the https proxy {proxy} cannot tunnel https; use an http:// proxy URL"
             )
-        return Route(server, (origin[1], origin[2]), path, auth)
+        # https: a CONNECT tunnel to the origin, with TLS inside; the proxy's credentials go
+        # with CONNECT only, never to the origin.
+        return Route(server, path, tunnel=(origin[1], origin[2]), tunnel_headers=auth)
 
     def _proxy_for(self, parts: urllib.parse.SplitResult) -> str | None:
+        """The proxy for this URL, unless ``no_proxy`` (or the OS settings) exempts its host."""
         proxy = self._proxies.get(parts.scheme) or self._proxies.get("all")
         if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
             return None
