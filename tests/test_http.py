@@ -24,6 +24,7 @@ import pytest
 
 from cdn_server import reply
 from flashhub_kernels._http import (
+    DRAIN_LIMIT,
     MAX_RETRY_AFTER,
     WIRE_ERRORS,
     HttpClient,
@@ -192,6 +193,23 @@ def test_sequential_requests_reuse_one_connection(serve: Serve, make_client: Mak
         assert get(client, server.url(f"/file{i}")) == (200, f"body of /file{i}".encode())
     assert server.connections == 1
     assert len(server.seen) == 10
+
+
+def test_an_unread_short_body_keeps_the_connection_a_long_one_closes_it(
+    serve: Serve, make_client: MakeClient
+) -> None:
+    def answer(handler: Handler) -> None:
+        size = 100 if handler.path.startswith("/short") else DRAIN_LIMIT + 1
+        handler.reply(404, b"x" * size)
+
+    server = serve(answer)
+    client = make_client()
+    for path in ["/short1", "/short2", "/short3"]:
+        client.request("GET", server.url(path)).release()  # the 404 page is never read
+    assert server.connections == 1
+    client.request("GET", server.url("/long")).release()  # on the kept connection: closes it
+    client.request("GET", server.url("/short4")).release()
+    assert server.connections == 2
 
 
 def test_stale_pooled_connection_is_replaced_at_once_without_a_retry(

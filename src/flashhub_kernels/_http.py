@@ -33,6 +33,7 @@ from dataclasses import dataclass
 POOL_SIZE = 16  # idle connections kept per server: the parallel downloads, with room
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+DRAIN_LIMIT = 64 << 10  # an unread body up to this size is read to keep its connection
 MAX_RETRY_AFTER = 60.0  # seconds: a longer Retry-After is waited for this long
 USER_AGENT = "flashhub-kernels"
 # What can break a request or a body on the wire: resets, timeouts, TLS errors
@@ -92,8 +93,10 @@ class Route:
 class Response:
     """A response whose body is streamed with :meth:`read1`, then :meth:`release`-d.
 
-    A body read to its end gives the connection back to the pool; a body left unread
-    closes it (the next request could not be sent on it).
+    A body read to its end gives the connection back to the pool, and so does a short
+    one left unread (a 404 page, say: it is read and dropped, which is cheaper than a new
+    connection, above all a TLS one). A longer body left unread closes the connection:
+    the next request could not be sent on it.
     """
 
     def __init__(self, raw: http.client.HTTPResponse, conn: Connection, pool: _Pool) -> None:
@@ -120,12 +123,25 @@ class Response:
         return self.headers.get("Location") if self.status in REDIRECT_STATUSES else None
 
     def release(self) -> None:
-        """Done with the response: keep its connection if the body was read to the end."""
-        if (self._complete or self._raw.length == 0) and not self._raw.will_close:
+        """Done with the response: keep its connection if the body is (or can be) read."""
+        if not self._raw.will_close and self._finish_body():
             self._raw.close()  # closes the response's file object, not the socket
             self._pool.put(self._conn)
         else:
             self._conn.close()
+
+    def _finish_body(self) -> bool:
+        """Whether the body has been read to its end, reading a short remainder if needed."""
+        remaining = self._raw.length
+        if self._complete or remaining == 0:
+            return True
+        if remaining is None or remaining > DRAIN_LIMIT:
+            return False
+        try:
+            self._raw.read()
+        except WIRE_ERRORS:
+            return False
+        return True
 
 
 class _Pool:
