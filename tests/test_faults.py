@@ -338,3 +338,30 @@ def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> No
         if not p.name.startswith(".")
     )
     assert entries == sorted([local_variant(), "torch-cuda", "variants-index.json"])
+
+
+FULL_DISK = """
+import resource, signal, sys
+import flashhub_kernels as fk
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # files of at most 1 MiB
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except fk.errors.CacheError as exc:
+    print(type(exc).__name__, isinstance(exc, ImportError), exc)
+"""
+
+
+def test_a_full_disk_is_a_cache_error_not_a_transfer_to_retry(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    # RLIMIT_FSIZE makes the 3 MiB blob fail to write as a full disk would, for real.
+    output = subprocess.run(
+        [sys.executable, "-c", FULL_DISK], env=dict(os.environ), capture_output=True, text=True
+    ).stdout
+    assert output.startswith("CacheError True cannot write ")
+    assert "blob.bin" in output and "FLASHHUB_CACHE_DIR" in output
+    assert blob_kernel.gets("blob.bin") == [f"/{BLOB_PATH}"]  # no resume, no other mirror
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    assert not (version_dir / VARIANT).exists()
+    assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")] == []

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from ._progress import ByteCounter
-from .errors import IntegrityError
+from .errors import CacheError, IntegrityError
 
 CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL above 2 KiB
 
@@ -69,7 +69,10 @@ class HashingWriter:
         self.path = path
         self._on_bytes = on_bytes
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        self._fd: int | None = os.open(path, flags, 0o644)
+        try:
+            self._fd: int | None = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise _cannot_write(path, exc) from exc
         self._hash = _Sha256()
         self.size = 0
 
@@ -77,8 +80,11 @@ class HashingWriter:
         assert self._fd is not None, "write after close"
         self._hash.update(chunk)
         view = memoryview(chunk)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:  # not a network error: retrying the download cannot help
+            raise _cannot_write(self.path, exc) from exc
         self.size += len(chunk)
         if self.size > BACKGROUND_HASH_AFTER:
             self._hash.go_background()
@@ -108,6 +114,14 @@ class HashingWriter:
                 "metadata.json; the file was not kept",
                 hint="retry; if it persists the CDN serves tampered or stale files, report it",
             )
+
+
+def _cannot_write(path: Path, exc: OSError) -> CacheError:
+    return CacheError(
+        f"cannot write {path}: {exc.strerror or exc}",
+        hint="free disk space or fix the cache directory's permissions, "
+        "or point FLASHHUB_CACHE_DIR elsewhere",
+    )
 
 
 def sha256_file(path: Path) -> bytes:

@@ -54,6 +54,10 @@ class TransportError(KernelImportError):
     """The CDN could not be reached or answered with an error, after all retries."""
 
 
+class CacheError(KernelImportError):
+    """The cache could not be written: the disk is full, or the directory is not writable."""
+
+
 class OfflineError(KernelImportError):
     """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``)."""
 
