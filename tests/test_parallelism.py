@@ -4,16 +4,23 @@ to hide, within MIN_PARALLEL_FILES..MAX_PARALLEL_FILES and never more than the f
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import pytest
 
+import flashhub_kernels as fk
+from cdn_server import CdnHandler, CdnServer, Fault, delayed
 from flashhub_kernels._transport import (
     CPU_SECONDS_PER_FILE,
     MAX_PARALLEL_FILES,
     MIN_PARALLEL_FILES,
     parallel_downloads,
 )
+from trees import kernel_files, write_variant
 
+REPO = "acme/tensor-tricks"
+VARIANT = "torch-universal"
 ROUND_TRIPS = [0.0, CPU_SECONDS_PER_FILE / 2, CPU_SECONDS_PER_FILE, 0.001, 0.01, 0.1, 1.0, math.inf]
 
 
@@ -44,3 +51,41 @@ def test_a_longer_round_trip_never_gets_fewer_threads() -> None:
     assert threads == sorted(threads)
     assert threads[0] == MIN_PARALLEL_FILES and threads[-1] == MAX_PARALLEL_FILES
     assert len(set(threads)) == MAX_PARALLEL_FILES - MIN_PARALLEL_FILES + 1  # every step taken
+
+
+def test_a_distant_cdn_gets_the_most_downloads_at_once(cdn: CdnServer) -> None:
+    """End to end: a slow round trip on the documents widens the pool for the files."""
+    files = kernel_files("tensor_tricks", "wide")
+    files.update({f"tensor_tricks/data/part{i}.bin": bytes([i]) * 100 for i in range(20)})
+    write_variant(cdn.root, REPO, 1, VARIANT, files)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    base = f"kernels/{REPO}/v1"
+    # 50 ms round trips: a CDN far away, as seen from the documents fetched first.
+    cdn.inject(f"{base}/variants.json", delayed(0.05))
+    cdn.inject(f"{base}/build/{VARIANT}/metadata.json", delayed(0.05))
+    in_flight = InFlight()
+    for relpath in files:
+        cdn.inject(f"{base}/build/{VARIANT}/{relpath}", in_flight.slow_fault(0.2))
+
+    assert fk.get_kernel(REPO, version=1).marker() == "wide"
+    assert in_flight.most == MAX_PARALLEL_FILES
+
+
+class InFlight:
+    """Counts the file requests the server is answering at once."""
+
+    def __init__(self) -> None:
+        self.now = self.most = 0
+        self._lock = threading.Lock()
+
+    def slow_fault(self, seconds: float) -> Fault:
+        def fault(handler: CdnHandler, body: bytes) -> None:
+            with self._lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            time.sleep(seconds)
+            with self._lock:
+                self.now -= 1
+            handler.send_file(body)
+
+        return fault
