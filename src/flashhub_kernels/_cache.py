@@ -27,9 +27,8 @@ import socket
 import stat
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._flock import FileLock
 from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
@@ -64,8 +63,10 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-@dataclass(frozen=True)
-class VariantIndex:
+# The records the first kernel import of a process creates are NamedTuples: a frozen
+# dataclass costs about 0.5 ms to define (its methods are compiled with exec), a
+# NamedTuple about 0.2 ms. See docs/performance.md, row 3a.
+class VariantIndex(NamedTuple):
     """What the cache knows about the variants of one published version.
 
     ``complete`` means ``present`` is the whole ``variants.json``; otherwise the CDN was
@@ -94,8 +95,7 @@ class VariantIndex:
         }
 
 
-@dataclass(frozen=True)
-class Receipt:
+class Receipt(NamedTuple):
     """Written when an entry is verified; lets the warm path trust it with ``stat`` only."""
 
     content_hash: str
@@ -113,11 +113,11 @@ class Receipt:
         return None
 
 
-@dataclass(frozen=True)
 class Cache:
     """Paths and operations of one cache root. Creating it touches nothing on disk."""
 
-    root: Path
+    def __init__(self, root: Path) -> None:
+        self.root = root
 
     def version_dir(self, info: RepoInfo) -> Path:
         return self.root / "kernels" / info.org / info.name / f"v{info.version}"

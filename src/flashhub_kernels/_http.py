@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from typing import NamedTuple
 
 POOL_SIZE = 16  # idle connections kept per server: the parallel downloads, with room
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -47,8 +47,7 @@ class RequestFailed(Exception):
     """No response came back, after every retry; the message says why."""
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(NamedTuple):
     """How often a request that got no usable answer is sent again, and after how long."""
 
     errors: int = 2  # refused, reset or timed out before a response
@@ -79,8 +78,7 @@ def retry_after(value: str | None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     """Where a request goes: the server to connect to and what to ask it for."""
 
     server: tuple[str, str, int]  # scheme, host, port of the connection's other end

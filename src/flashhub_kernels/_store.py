@@ -14,9 +14,8 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._cache import Cache, VariantIndex, ensure_dir, remove_tree
 from ._config import Config, get_config
@@ -53,8 +52,7 @@ if TYPE_CHECKING:
     from ._transport import Fetcher
 
 
-@dataclass(frozen=True)
-class ResolvedKernel:
+class ResolvedKernel(NamedTuple):
     """A verified variant of a kernel in the cache."""
 
     info: RepoInfo
