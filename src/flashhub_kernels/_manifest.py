@@ -17,8 +17,7 @@ import hashlib
 import json
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ManifestError
 
@@ -32,12 +31,11 @@ RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME})
 _HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     """A validated ``metadata.json``: relative path -> raw 32-byte sha256."""
 
     files: Mapping[str, bytes]
-    document: Mapping[str, Any] = field(repr=False)  # the whole JSON object, other keys kept
+    document: Mapping[str, Any]  # the whole JSON object, other keys kept
 
     @property
     def content_hash(self) -> str:

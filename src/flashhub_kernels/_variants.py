@@ -300,9 +300,10 @@ def detect_system() -> SystemInfo:
     """Ask the installed torch what it can load. Imports torch (once per process)."""
     import torch
 
-    match = re.match(r"(\d+)\.(\d+)", torch.__version__)
-    if match is None:
-        raise RuntimeError(f"cannot parse the torch version {torch.__version__!r}")
+    try:  # "2.13.0+cpu", "2.14.0a0+git1234": major and minor lead
+        major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    except ValueError:
+        raise RuntimeError(f"cannot parse the torch version {torch.__version__!r}") from None
     if torch.version.cuda:
         cuda_major, cuda_minor = torch.version.cuda.split(".")[:2]
         backend, tag = "cuda", f"cu{cuda_major}{cuda_minor}"
@@ -316,7 +317,7 @@ def detect_system() -> SystemInfo:
     else:
         backend, tag = "cpu", "cpu"
     return SystemInfo(
-        torch=(int(match.group(1)), int(match.group(2))),
+        torch=(major, minor),
         cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
         backend=backend,
         backend_tag=tag,
