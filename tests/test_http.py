@@ -212,6 +212,30 @@ def test_an_unread_short_body_keeps_the_connection_a_long_one_closes_it(
     assert server.connections == 2
 
 
+def test_a_body_that_timed_out_is_not_drained_on_release(serve: Serve) -> None:
+    sent_rest = threading.Event()
+
+    def stall(handler: Handler) -> None:  # a short body: 10 bytes, a 2 s pause, the rest
+        handler.send_response(200)
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        handler.wfile.write(b"z" * 10)
+        handler.wfile.flush()
+        time.sleep(2)
+        with contextlib.suppress(OSError):
+            handler.wfile.write(b"z" * 990)
+        sent_rest.set()
+
+    server = serve(stall)
+    client = HttpClient(connect_timeout=10, read_timeout=1, retry=NO_BACKOFF)
+    response = client.request("GET", server.url("/stall"))
+    with pytest.raises(WIRE_ERRORS):
+        drain(response)  # times out after 1 s
+    response.release()  # closes the connection; draining would wait for the other 990 bytes
+    assert not sent_rest.is_set()
+    client.close()
+
+
 def test_stale_pooled_connection_is_replaced_at_once_without_a_retry(
     serve: Serve, make_client: MakeClient
 ) -> None:
