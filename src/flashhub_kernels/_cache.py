@@ -151,14 +151,16 @@ class Cache:
         except (KeyError, TypeError):
             return None
 
-    def record_index(self, info: RepoInfo, index: VariantIndex) -> None:
-        """Merge ``index`` into what is recorded (concurrent writers only add knowledge)."""
+    def record_index(self, info: RepoInfo, index: VariantIndex) -> VariantIndex:
+        """Merge ``index`` into what is recorded (concurrent writers only add knowledge);
+        return the merged index."""
         old = self.read_index(info)
         merged = index if old is None else old.merged(index)
         if merged != old:
             write_atomic(
                 ensure_dir(self.version_dir(info)) / INDEX_NAME, dump_json(merged.to_json())
             )
+        return merged
 
     # -- entries ----------------------------------------------------------------------
 

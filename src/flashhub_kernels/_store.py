@@ -215,9 +215,8 @@ def shared_index(
     with cache.index_lock(info):
         index = cache.read_index(info)
         if index is None or pick_cached_variant(index, system) is None:
-            index = fetch_index(fetcher, info, system)
-            cache.record_index(info, index)
-        return cache.read_index(info) or index
+            index = cache.record_index(info, fetch_index(fetcher, info, system))
+        return index
 
 
 def _raise_not_published(fetcher: Fetcher, info: RepoInfo, probed: set[str]) -> None:
