@@ -77,9 +77,6 @@ class VariantIndex(NamedTuple):
     present: frozenset[str]
     absent: frozenset[str] = frozenset()
 
-    def knows(self, name: str) -> bool:
-        return self.complete or name in self.present or name in self.absent
-
     def merged(self, other: VariantIndex) -> VariantIndex:
         if self.complete:
             return self
