@@ -156,17 +156,12 @@ def test_dead_and_failing_mirrors_fail_over(blob_kernel: CdnServer, tmp_path: Pa
         failing.stop()
 
 
-def test_redirects_within_the_scheme_are_followed_others_refused(blob_kernel: CdnServer) -> None:
+def test_a_redirect_within_the_cdn_is_followed(blob_kernel: CdnServer) -> None:
     variants = f"kernels/{REPO}/v1/variants.json"
     (blob_kernel.root / "moved.json").write_text(f'["{VARIANT}"]')
     blob_kernel.inject(variants, redirect("/moved.json"))
     fk.get_kernel(REPO, version=1)
     assert blob_kernel.gets()[:2] == [f"/{variants}", "/moved.json"]
-    del sys.modules["flashhub.acme.tensor_tricks.v1"]
-    blob_kernel.inject(f"kernels/{REPO}/v2/variants.json", redirect("https://127.0.0.1:1/x"))
-    write_kernel(blob_kernel.root, REPO, 2)
-    with pytest.raises(TransportError, match=r"another scheme; refused"):
-        fk.get_kernel(REPO, version=2)
 
 
 @pytest.mark.parametrize(

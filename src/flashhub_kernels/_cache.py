@@ -9,12 +9,18 @@ Layout under the cache root::
             .flashhub-receipt.json        content hash, size and mtime of every file
             <py_pkg>/...                  the kernel's files
         .staging-<variant>.<random>.<pid>.<host>/   a download in progress
-        .locks/<variant>.lock             file lock: one downloader per entry
-    .locks/<org>/<pkg>/v<N>.lock          file lock: one fetcher of a version's variants.json
+        .partial-<variant>/<sha256 hex>   files of an interrupted download, to resume
+        .locks/<variant>.lock             download lock: one downloader per entry
+    .locks/<org>/<pkg>/v<N>.lock          index lock: one fetcher of a version's variants.json
 
 An entry appears only by renaming a verified staging directory into place, so readers
 never see a partial one. A published version never changes, so a committed entry is
 never updated in place: a damaged one is moved aside and fetched again.
+
+A download stopped by Ctrl-C or a network failure keeps what it received: the
+incomplete files move to ``.partial-<variant>/``, named by the sha256 they must hash
+to, and the next downloader of the entry continues them with ``Range``. They are
+checked against that digest like any other download.
 """
 
 from __future__ import annotations
@@ -26,17 +32,19 @@ import shutil
 import socket
 import stat
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ._flock import FileLock
 from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
+from .errors import CacheError
 
 INDEX_NAME = "variants-index.json"
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
+PARTIAL_PREFIX = ".partial-"
 
 
 def ensure_dir(path: Path) -> Path:
@@ -111,10 +119,14 @@ class Receipt(NamedTuple):
 
 
 class Cache:
-    """Paths and operations of one cache root. Creating it touches nothing on disk."""
+    """Paths and operations of one cache root. Creating it touches nothing on disk.
 
-    def __init__(self, root: Path) -> None:
+    ``lock_timeout`` bounds each wait for another process's lock (``None``: no bound).
+    """
+
+    def __init__(self, root: Path, lock_timeout: float | None = None) -> None:
         self.root = root
+        self.lock_timeout = lock_timeout
 
     def version_dir(self, info: RepoInfo) -> Path:
         return self.root / "kernels" / info.org / info.name / f"v{info.version}"
@@ -122,18 +134,26 @@ class Cache:
     def entry_dir(self, info: RepoInfo, variant: str) -> Path:
         return self.version_dir(info) / variant
 
-    def lock(self, info: RepoInfo, variant: str) -> FileLock:
+    def download_lock(self, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
         """The lock of one entry: one process downloads it, the others wait and reuse it."""
-        return FileLock(ensure_dir(self.version_dir(info) / ".locks") / f"{variant}.lock")
+        from ._cache_locks import hold
 
-    def index_lock(self, info: RepoInfo) -> FileLock:
+        with cache_errors():
+            path = ensure_dir(self.version_dir(info) / ".locks") / f"{variant}.lock"
+        return hold(path, what=f"downloading {info} {variant}", timeout=self.lock_timeout)
+
+    def index_lock(self, info: RepoInfo) -> AbstractContextManager[None]:
         """The lock of a version's variant index: one process fetches ``variants.json``.
 
         Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
         spelling of a name that does not exist leaves no directory of that name behind.
         """
-        locks = ensure_dir(self.root / ".locks" / info.org / info.name)
-        return FileLock(locks / f"v{info.version}.lock")
+        from ._cache_locks import hold
+
+        with cache_errors():
+            locks = ensure_dir(self.root / ".locks" / info.org / info.name)
+        path = locks / f"v{info.version}.lock"
+        return hold(path, what=f"fetching the variants of {info}", timeout=self.lock_timeout)
 
     # -- what a version publishes -----------------------------------------------------
 
@@ -213,6 +233,38 @@ class Cache:
             return
         remove_tree(trash)
 
+    def partial_dir(self, info: RepoInfo, variant: str) -> Path:
+        return self.version_dir(info) / f"{PARTIAL_PREFIX}{variant}"
+
+    def keep_partials(
+        self, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
+    ) -> None:
+        """Move the files an interrupted download left in ``staging`` where the next
+        downloader of the entry finds them. Best effort: failing only costs a resume."""
+        kept = self.partial_dir(info, variant)
+        for relpath, digest in digests.items():
+            source = staging / relpath
+            try:
+                if not source.is_symlink() and source.is_file() and source.stat().st_size:
+                    ensure_dir(kept)
+                    os.replace(source, kept / digest.hex())
+            except OSError:
+                continue
+
+    def adopt_partials(
+        self, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
+    ) -> None:
+        """Move kept partial files into a new ``staging``, where downloads continue them."""
+        kept = self.partial_dir(info, variant)
+        if not kept.is_dir():
+            return
+        for relpath, digest in digests.items():
+            source = kept / digest.hex()
+            if source.is_file() and not source.is_symlink():
+                ensure_dir((staging / relpath).parent)
+                os.replace(source, staging / relpath)
+        remove_tree(kept)
+
     def remove_stale_staging(self, info: RepoInfo, variant: str) -> None:
         """Delete staging and trash directories left by dead processes on this host."""
         version_dir = self.version_dir(info)
@@ -240,3 +292,15 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def cache_errors() -> Iterator[None]:
+    """Report an ``OSError`` of the block (creating, writing, renaming in the cache) as a
+    :class:`CacheError`: the cache is at fault, not the network or the kernel."""
+    try:
+        yield
+    except CacheError:
+        raise
+    except OSError as exc:
+        raise CacheError.cannot_write(exc) from exc

@@ -8,8 +8,11 @@ Values passed to :func:`configure` win over the environment for the rest of the 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+
+from ._urls import redact_url
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
@@ -30,7 +33,10 @@ class Config:
         offline: Never touch the network (``FLASHHUB_OFFLINE=1``).
         progress_bars: Show tqdm progress bars for large downloads on a TTY.
         connect_timeout: Seconds to wait for a TCP/TLS connection.
-        read_timeout: Seconds to wait for the next bytes of a response.
+        read_timeout: Seconds to wait for the next bytes of a response; also the window
+            over which a transfer averaging under 1 KiB/s is cut.
+        lock_timeout: Seconds to wait for another process's download of the same entry
+            (``None``: as long as it takes).
     """
 
     cdn_urls: tuple[str, ...]
@@ -40,11 +46,7 @@ class Config:
     progress_bars: bool = True
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
-
-    @property
-    def cdn_url(self) -> str:
-        """The mirrors as one comma-separated string, the form ``FLASHHUB_CDN_URL`` takes."""
-        return ",".join(self.cdn_urls)
+    lock_timeout: float | None = None
 
 
 _overrides: dict[str, object] = {}
@@ -57,7 +59,16 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
         raise ValueError(f"no CDN URL in {value!r}: give one or more base URLs separated by ','")
     for url in urls:
         if not url.startswith(("https://", "http://", "file://")):
-            raise ValueError(f"CDN URL {url!r} must start with https://, http:// or file://")
+            raise ValueError(
+                f"CDN URL {redact_url(url)!r} must start with https://, http:// or file://"
+            )
+        try:
+            urllib.parse.urlsplit(url).port  # noqa: B018  # parses the port, or raises
+        except ValueError:
+            raise ValueError(
+                f"CDN URL {redact_url(url)!r} has an invalid port: fix FLASHHUB_CDN_URL "
+                "(or the cdn_url passed to configure())"
+            ) from None
     return urls
 
 
@@ -95,6 +106,19 @@ def _env_seconds(name: str, default: float) -> float:
     return value
 
 
+def _env_optional_seconds(name: str) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"{name}={raw!r} must be zero or more seconds")
+    return value
+
+
 def get_config() -> Config:
     """Return the effective settings: :func:`configure` overrides, then the environment."""
     cdn_url = _overrides.get("cdn_url") or os.environ.get("FLASHHUB_CDN_URL") or DEFAULT_CDN_URL
@@ -110,6 +134,7 @@ def get_config() -> Config:
         progress_bars=not _env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),
         connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
         read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT", DEFAULT_READ_TIMEOUT),
+        lock_timeout=_env_optional_seconds("FLASHHUB_LOCK_TIMEOUT"),
     )
 
 

@@ -57,24 +57,40 @@ class _Sha256:
         self.stop()
         return self._hash.digest()
 
+    def peek(self) -> bytes:
+        """The digest of what was hashed so far; hashing may go on afterwards."""
+        self.stop()
+        return self._hash.copy().digest()
+
 
 class HashingWriter:
-    """Append bytes to a new file while hashing them, so no second pass is needed.
+    """Append bytes to a file while hashing them, so no second pass is needed.
 
-    The file is created exclusively and never through a symlink. :meth:`reset` starts
-    over (a server that ignored a ``Range`` request sends the whole body again).
+    The file is never opened through a symlink. If it already holds the first part of
+    the download (kept from an interrupted run), those bytes are hashed first and the
+    writer continues after them; :meth:`reset` starts over from nothing (a server that
+    ignored a ``Range`` request sends the whole body again).
     """
 
     def __init__(self, path: Path, on_bytes: ByteCounter | None = None) -> None:
         self.path = path
         self._on_bytes = on_bytes
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            self._fd: int | None = os.open(path, flags, 0o644)
-        except OSError as exc:
-            raise _cannot_write(path, exc) from exc
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
         self._hash = _Sha256()
         self.size = 0
+        self._fd: int | None = None
+        try:
+            self._fd = os.open(path, flags, 0o644)
+            while chunk := os.read(self._fd, CHUNK_SIZE):  # a kept partial download
+                self._hash.update(chunk)
+                self.size += len(chunk)
+        except OSError as exc:
+            self.close()
+            raise CacheError.cannot_write(exc, path) from exc
+
+    def hashes_to(self, expected: bytes) -> bool:
+        """Whether the bytes written so far already hash to ``expected``."""
+        return self._hash.peek() == expected
 
     def write(self, chunk: bytes) -> None:
         assert self._fd is not None, "write after close"
@@ -84,7 +100,7 @@ class HashingWriter:
             while view:
                 view = view[os.write(self._fd, view) :]
         except OSError as exc:  # not a network error: retrying the download cannot help
-            raise _cannot_write(self.path, exc) from exc
+            raise CacheError.cannot_write(exc, self.path) from exc
         self.size += len(chunk)
         if self.size > BACKGROUND_HASH_AFTER:
             self._hash.go_background()
@@ -114,14 +130,6 @@ class HashingWriter:
                 "metadata.json; the file was not kept",
                 hint="retry; if it persists the CDN serves tampered or stale files, report it",
             )
-
-
-def _cannot_write(path: Path, exc: OSError) -> CacheError:
-    return CacheError(
-        f"cannot write {path}: {exc.strerror or exc}",
-        hint="free disk space or fix the cache directory's permissions, "
-        "or point FLASHHUB_CACHE_DIR elsewhere",
-    )
 
 
 def sha256_file(path: Path) -> bytes:

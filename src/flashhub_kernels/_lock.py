@@ -215,7 +215,7 @@ def download_locked(
             "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set",
             hint="unset FLASHHUB_OFFLINE",
         )
-    cache = Cache(config.cache_dir)
+    cache = Cache(config.cache_dir, config.lock_timeout)
     system = None if all_variants else target_system(None)
     results: list[LockedDownload] = []
     with remote(config) as fetcher:
@@ -293,7 +293,7 @@ def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> Modul
 
 def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
     config = get_config()
-    cache, system = Cache(config.cache_dir), target_system(None)
+    cache, system = Cache(config.cache_dir, config.lock_timeout), target_system(None)
     variant = locked_variant(locked, system)
     entry, why = cached_entry(cache, locked, variant)
     if entry is None:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._cache import Cache, VariantIndex, ensure_dir, remove_tree
+from ._cache import Cache, VariantIndex, cache_errors, ensure_dir, remove_tree
 from ._config import Config, get_config
 from ._manifest import (
     MANIFEST_NAME,
@@ -46,6 +46,7 @@ from .errors import (
     ManifestError,
     NoCompatibleVariantError,
     OfflineError,
+    TransportError,
 )
 
 if TYPE_CHECKING:
@@ -63,10 +64,6 @@ class ResolvedKernel(NamedTuple):
     def package_dir(self) -> Path:
         return self.entry / self.info.py_pkg
 
-    @property
-    def init_file(self) -> Path:
-        return self.package_dir / "__init__.py"
-
 
 def target_system(backend: str | None) -> SystemInfo:
     """This machine, or this machine as if it ran ``backend``."""
@@ -83,7 +80,7 @@ def resolve(
     :func:`~flashhub_kernels._names.cdn_name_candidates`), tried in order.
     """
     config = config or get_config()
-    cache, system = Cache(config.cache_dir), target_system(backend)
+    cache, system = Cache(config.cache_dir, config.lock_timeout), target_system(backend)
     damaged: str | None = None
     for info in candidates:
         hit, problem = _warm_lookup(cache, info, system)
@@ -295,7 +292,7 @@ def download_entry(
     is fetched.
     """
     entry = cache.entry_dir(info, variant)
-    with cache.lock(info, variant):
+    with cache.download_lock(info, variant):
         receipt = cache.read_receipt(entry)
         if (
             receipt is not None
@@ -303,8 +300,9 @@ def download_entry(
             and expected_hash in (None, receipt.content_hash)
         ):
             return entry  # another process finished it while we waited for the lock
-        cache.evict(entry)
-        cache.remove_stale_staging(info, variant)
+        with cache_errors():
+            cache.evict(entry)
+            cache.remove_stale_staging(info, variant)
         manifest_bytes = fetcher.get_bytes(
             variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
         )
@@ -317,23 +315,50 @@ def download_entry(
                 hint="a published version must not change: report it to the publisher, or "
                 "run `flashhub lock` again if you trust the new content",
             )
+        _download_and_commit(cache, fetcher, info, variant, manifest, manifest_bytes)
+    return entry
+
+
+def _download_and_commit(
+    cache: Cache,
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    manifest: Manifest,
+    manifest_bytes: bytes,
+) -> None:
+    """Download every file of ``manifest`` into staging, verified, then commit the entry.
+
+    Continues what an interrupted download kept, and keeps what this one received if it
+    is interrupted (Ctrl-C) or every mirror fails.
+    """
+    with cache_errors():
         staging = cache.new_staging(info, variant)
-        try:
+    try:
+        with cache_errors():
+            cache.adopt_partials(staging, info, variant, manifest.files)
             jobs = [
                 (variant_path(info, variant, relpath), staging / relpath, digest)
                 for relpath, digest in manifest.files.items()
             ]
             for directory in {dest.parent for _path, dest, _digest in jobs}:
                 ensure_dir(directory)
-            with progress_bar(
-                f"{info} {variant}", enabled=fetcher.config.progress_bars
-            ) as on_bytes:
-                fetcher.download_many(jobs, on_bytes)
+        with progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars) as on_bytes:
+            fetcher.download_many(jobs, on_bytes)
+        with cache_errors():
             cache.seal(staging, manifest_bytes, manifest.content_hash, manifest.files)
-            cache.commit(staging, entry)
-        finally:
-            remove_tree(staging)  # a no-op after a successful commit
-    return entry
+            cache.commit(staging, cache.entry_dir(info, variant))
+    except KeyboardInterrupt:
+        cache.keep_partials(staging, info, variant, manifest.files)
+        raise KeyboardInterrupt(
+            f"the download of {info} {variant} was interrupted; what arrived is kept, "
+            "and the next load continues from there"
+        ) from None
+    except TransportError:
+        cache.keep_partials(staging, info, variant, manifest.files)
+        raise
+    finally:
+        remove_tree(staging)  # a no-op after a successful commit
 
 
 def _check_has_package(manifest: Manifest, info: RepoInfo, variant: str) -> None:

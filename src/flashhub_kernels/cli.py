@@ -211,7 +211,8 @@ def _local_cache() -> Cache:
     from ._cache import Cache
     from ._config import get_config
 
-    return Cache(get_config().cache_dir)
+    config = get_config()
+    return Cache(config.cache_dir, config.lock_timeout)
 
 
 # --- flashhub lock -------------------------------------------------------------------

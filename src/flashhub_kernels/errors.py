@@ -57,6 +57,16 @@ class TransportError(KernelImportError):
 class CacheError(KernelImportError):
     """The cache could not be written: the disk is full, or the directory is not writable."""
 
+    @classmethod
+    def cannot_write(cls, exc: OSError, path: object = None) -> CacheError:
+        """The error for an ``OSError`` met while creating, writing or renaming in the cache."""
+        where = path if path is not None else exc.filename
+        return cls(
+            f"cannot write {where or 'to the cache'}: {exc.strerror or exc}",
+            hint="free disk space or fix the cache directory's permissions, "
+            "or point FLASHHUB_CACHE_DIR elsewhere",
+        )
+
 
 class OfflineError(KernelImportError):
     """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``)."""

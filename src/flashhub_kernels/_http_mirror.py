@@ -1,0 +1,219 @@
+"""An ``http(s)://`` mirror: streaming GETs on a shared ``requests`` session.
+
+Per file, beyond what the session's retry policy does (connection errors and 429/5xx,
+with backoff and ``Retry-After``):
+
+- a body cut off mid-way (dropped connection, read timeout, short body) resumes with
+  ``Range`` from the bytes already written; a ``200`` answer, or a ``206`` at another
+  offset, restarts the file from zero;
+- a transfer slower than 1 KiB/s on average over ``FLASHHUB_READ_TIMEOUT`` seconds is
+  cut (a server trickling bytes never trips a read timeout), and the mirror counts as
+  failed for the file;
+- 401, 403 and 404 for a file a manifest lists mean this mirror is incomplete or
+  closed to us: the next mirror is tried;
+- bytes arrive decoded when the object is stored with ``Content-Encoding`` (gzip,
+  deflate), so the digest is checked over what lands on disk. Such a body cannot be
+  resumed byte-exactly, so a break restarts it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import threading
+import time
+from collections import deque
+
+import requests
+import urllib3.exceptions
+
+from ._config import Config
+from ._hashing import CHUNK_SIZE, HashingWriter
+from ._mirrors import DownloadCancelled, Mirror, MirrorFailed, NotPublished
+from ._session import RETRY_STATUSES, DowngradeRefused, route_for
+from ._urls import redact_text
+
+MAX_RESUMES = 5
+MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
+# What can break a body on the wire: urllib3's errors (timeouts, resets, short bodies,
+# undecodable bytes) and what the socket or http.client raise beneath it.
+_BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
+_MISSING_STATUSES = frozenset({401, 403, 404})
+_OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
+
+
+class StallGuard:
+    """Tells when a transfer has averaged under ``MIN_BYTES_PER_SECOND`` for ``window`` s.
+
+    It keeps a few (time, bytes) samples, a quarter of a second apart, reaching back
+    just over one window, and compares the bytes received since the oldest with the
+    minimum rate.
+    """
+
+    SAMPLE_EVERY = 0.25
+
+    def __init__(self, window: float, now: float) -> None:
+        self.window = window
+        self._received = 0
+        self._samples: deque[tuple[float, int]] = deque([(now, 0)])
+
+    def stalled(self, nbytes: int, now: float) -> bool:
+        """Count ``nbytes`` received at ``now``; whether the transfer is too slow."""
+        self._received += nbytes
+        samples = self._samples
+        if now - samples[-1][0] >= self.SAMPLE_EVERY:
+            samples.append((now, self._received))
+        while len(samples) > 1 and samples[1][0] <= now - self.window:
+            samples.popleft()
+        since, received_then = samples[0]
+        elapsed = now - since
+        return elapsed >= self.window and self._received - received_then < (
+            MIN_BYTES_PER_SECOND * elapsed
+        )
+
+
+class HttpMirror(Mirror):
+    """A CDN mirror reached over http(s), on the session shared by the run's mirrors."""
+
+    def __init__(self, base_url: str, config: Config, session: requests.Session) -> None:
+        self._route = route_for(base_url)
+        super().__init__(self._route.base_url, config.prefix)
+        self._session = session
+        self._timeout = (config.connect_timeout, config.read_timeout)
+        self._stall_window = config.read_timeout
+
+    @property
+    def via(self) -> str | None:
+        return self._route.proxy
+
+    def read_document(self, relpath: str, limit: int) -> bytes:
+        url = self.url(relpath)
+        for _attempt in range(MAX_RESUMES + 1):
+            with self._get(url) as response:
+                if response.status_code == 404:
+                    raise NotPublished(url)
+                self._check_status(response)
+                body = bytearray()
+                try:
+                    while chunk := response.raw.read1(CHUNK_SIZE, decode_content=True):
+                        body += chunk
+                        if len(body) > limit:  # the caller reports the size; stop reading
+                            break
+                except _BODY_ERRORS:
+                    continue  # the body broke off: read it again
+                return bytes(body)
+        raise MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
+
+    def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
+        url = self.url(relpath)
+        guard = StallGuard(self._stall_window, time.monotonic())
+        for _attempt in range(MAX_RESUMES + 1):
+            offset = writer.size
+            with self._get(url, {"Range": f"bytes={offset}-"} if offset else {}) as response:
+                status = response.status_code
+                if status == 416 and offset:  # the kept part is longer than the file
+                    writer.reset()
+                    continue
+                if status in _MISSING_STATUSES:
+                    raise MirrorFailed(
+                        f"HTTP {status} {response.reason} for a file its manifest lists "
+                        "(a mirror not fully synced, or closed to us)"
+                    )
+                self._check_status(response)
+                if offset and not _continues_at(response, offset):
+                    writer.reset()  # a full body, or the wrong part: start over
+                    if status != 200:
+                        continue
+                try:
+                    self._stream(response, writer, guard, cancelled)
+                    return
+                except _BODY_ERRORS:
+                    if response.headers.get("Content-Encoding", "identity") != "identity":
+                        writer.reset()  # decoded offsets are not the stored object's
+        raise MirrorFailed(f"the transfer broke off {MAX_RESUMES + 1} times")
+
+    def close(self) -> None:
+        self._session.close()  # shared: closing it twice is harmless
+
+    def size(self, relpath: str) -> int | None:
+        try:
+            response = self._session.head(
+                self.url(relpath),
+                timeout=self._timeout,
+                auth=self._route.auth,
+                proxies=self._route.proxies,
+                allow_redirects=True,
+            )
+        except (requests.RequestException, ValueError):
+            return None
+        length = response.headers.get("Content-Length", "")
+        return int(length) if response.status_code == 200 and length.isdigit() else None
+
+    # -- one request ------------------------------------------------------------------
+
+    def _get(self, url: str, headers: dict[str, str] | None = None) -> requests.Response:
+        """Send a GET whose body the caller streams; connection problems are MirrorFailed."""
+        try:
+            return self._session.get(
+                url,
+                headers=headers,
+                stream=True,
+                timeout=self._timeout,
+                auth=self._route.auth,
+                proxies=self._route.proxies,
+            )
+        except DowngradeRefused as exc:
+            raise MirrorFailed(str(exc)) from None
+        except requests.exceptions.ProxyError as exc:
+            raise MirrorFailed(f"the proxy {self.via} failed: {self._reason(exc)}") from None
+        except requests.exceptions.SSLError as exc:
+            raise MirrorFailed(f"TLS failed: {self._reason(exc)}") from None
+        except (requests.RequestException, ValueError) as exc:
+            # ValueError: a malformed redirect (a bad port, a non-ASCII Location).
+            raise MirrorFailed(self._reason(exc)) from None
+
+    def _check_status(self, response: requests.Response) -> None:
+        status = response.status_code
+        if status in (200, 206):
+            return
+        retried = " after retries" if status in RETRY_STATUSES else ""
+        raise MirrorFailed(f"HTTP {status} {response.reason}{retried}")
+
+    def _stream(
+        self,
+        response: requests.Response,
+        writer: HashingWriter,
+        guard: StallGuard,
+        cancelled: threading.Event,
+    ) -> None:
+        # read1 hands over what the socket has (up to CHUNK_SIZE), so a broken transfer
+        # keeps every byte received and resumes exactly there.
+        read1 = response.raw.read1
+        while chunk := read1(CHUNK_SIZE, decode_content=True):
+            if cancelled.is_set():
+                raise DownloadCancelled
+            writer.write(chunk)
+            if guard.stalled(len(chunk), time.monotonic()):
+                raise MirrorFailed(
+                    f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
+                    f"{guard.window:g} s (FLASHHUB_READ_TIMEOUT)"
+                )
+
+    def _reason(self, exc: BaseException) -> str:
+        """The innermost cause of a requests error, short, with no credentials."""
+        reason: object = exc
+        while isinstance(reason, Exception) and reason.args:
+            inner = getattr(reason.args[0], "reason", None) or reason.args[0]
+            if not isinstance(inner, Exception) or inner is reason:
+                break
+            reason = inner
+        text = _OBJECT_AT.sub("", str(reason) or type(reason).__name__)
+        return redact_text(text, self._route.secrets)
+
+
+def _continues_at(response: requests.Response, offset: int) -> bool:
+    """Whether a response to ``Range: bytes=<offset>-`` is the rest of the same bytes."""
+    content_range = response.headers.get("Content-Range", "")
+    start = content_range.removeprefix("bytes ").split("-")[0]
+    encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+    return response.status_code == 206 and start == str(offset) and not encoded

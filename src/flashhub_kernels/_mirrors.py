@@ -1,0 +1,146 @@
+"""Where the bytes come from: one mirror of the CDN tree, behind one small interface.
+
+A :class:`Mirror` serves paths relative to ``<base>/<prefix>/``. Two kinds exist:
+:class:`FileMirror` for a ``file://`` tree on disk (here) and ``HttpMirror`` for
+``http(s)://`` (in ``_http_mirror``, which imports ``requests``: a process that only
+reads a local mirror never imports it). The fetcher above picks mirrors, fails over
+between them and runs downloads in parallel; a mirror only moves bytes.
+
+A mirror answers in three ways besides success:
+
+- :class:`NotPublished`: the document is not there (404, or no such file). For an
+  optional document (``variants.json``, a probed ``metadata.json``) that is an answer;
+- :class:`MirrorFailed`: this mirror cannot serve the path now (connection failure,
+  5xx after retries, 401/403/404 for a file a manifest lists, a stalled transfer);
+  the next mirror may;
+- an :class:`~flashhub_kernels.errors.FlashhubError`: a problem no other mirror can fix
+  (bytes that fail their digest are retried by the fetcher; a full disk is not).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from ._config import Config
+from ._hashing import CHUNK_SIZE, HashingWriter
+from ._urls import file_url_path, redact_url
+
+
+class NotPublished(Exception):
+    """The mirror has no such document (HTTP 404, or no such file on disk)."""
+
+
+class MirrorFailed(Exception):
+    """This mirror could not serve the path; the message says what it answered."""
+
+
+class DownloadCancelled(Exception):
+    """Another download of the run failed or was interrupted: stop this one."""
+
+
+class Mirror(ABC):
+    """One copy of the CDN tree."""
+
+    def __init__(self, base_url: str, prefix: str) -> None:
+        self.base_url = base_url
+        self._prefix = f"{prefix}/" if prefix else ""
+
+    @property
+    def label(self) -> str:
+        """The base URL as shown to people: credentials redacted."""
+        return redact_url(self.base_url)
+
+    def url(self, relpath: str) -> str:
+        return f"{self.base_url}/{self._prefix}{relpath}"
+
+    @property
+    def via(self) -> str | None:
+        """The proxy in the way, if any (credentials redacted)."""
+        return None
+
+    @abstractmethod
+    def read_document(self, relpath: str, limit: int) -> bytes:
+        """A small document, whole; at most ``limit + 1`` bytes are read.
+
+        Raises:
+            NotPublished: it does not exist.
+            MirrorFailed: the mirror could not answer.
+        """
+
+    @abstractmethod
+    def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
+        """Append the file's bytes from ``writer.size`` on; the caller verifies them.
+
+        Stops with :class:`DownloadCancelled` soon after ``cancelled`` is set.
+
+        Raises:
+            MirrorFailed: the mirror could not serve the file (a missing listed file too).
+        """
+
+    @abstractmethod
+    def size(self, relpath: str) -> int | None:
+        """The published file's size, or ``None`` when the mirror does not say."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the mirror is not used afterwards."""
+
+
+class FileMirror(Mirror):
+    """A CDN tree on a local or mounted file system (``file://``)."""
+
+    def __init__(self, base_url: str, prefix: str) -> None:
+        super().__init__(base_url, prefix)
+        self._root = file_url_path(base_url)
+
+    def _path(self, relpath: str) -> Path:
+        return file_url_path(self.url(relpath))
+
+    def read_document(self, relpath: str, limit: int) -> bytes:
+        try:
+            with open(self._path(relpath), "rb") as file:
+                return file.read(limit + 1)
+        except FileNotFoundError:
+            raise NotPublished(self.url(relpath)) from None
+        except OSError as exc:
+            raise MirrorFailed(exc.strerror or str(exc)) from None
+
+    def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
+        try:
+            with open(self._path(relpath), "rb", buffering=0) as source:
+                source.seek(writer.size)
+                while chunk := source.read(CHUNK_SIZE):
+                    if cancelled.is_set():
+                        raise DownloadCancelled
+                    writer.write(chunk)
+        except FileNotFoundError:
+            raise MirrorFailed("the file its manifest lists is missing") from None
+        except OSError as exc:
+            raise MirrorFailed(exc.strerror or str(exc)) from None
+
+    def size(self, relpath: str) -> int | None:
+        path = self._path(relpath)
+        return path.stat().st_size if path.is_file() else None
+
+    def close(self) -> None:
+        pass  # files are opened and closed per read
+
+
+def open_mirrors(config: Config, *, pool_size: int) -> list[Mirror]:
+    """The configured mirrors, in order; the ``http(s)://`` ones share one session
+    whose pool keeps ``pool_size`` connections per host."""
+    if all(url.startswith("file://") for url in config.cdn_urls):
+        return [FileMirror(url, config.prefix) for url in config.cdn_urls]
+    # Imports requests (tens of milliseconds): only a run that goes to the network pays.
+    from ._http_mirror import HttpMirror
+    from ._session import new_session
+
+    session = new_session(pool_size)
+    return [
+        FileMirror(url, config.prefix)
+        if url.startswith("file://")
+        else HttpMirror(url, config, session)
+        for url in config.cdn_urls
+    ]

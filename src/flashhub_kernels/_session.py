@@ -1,0 +1,183 @@
+"""The ``requests`` session of one download run, with the environment resolved once.
+
+``requests`` re-reads the environment on every request of a session that trusts it:
+proxies and ``no_proxy`` (``proxy_bypass`` walks ``os.environ`` each time), the netrc
+file (opened and parsed each time), and the CA bundle variables. For a variant of 200
+small files that is most of the client's CPU per request. So the session here does not
+trust the environment (``trust_env = False``); instead :func:`new_session` and
+:func:`route_for` resolve the same settings, with requests' own functions, once per run
+and once per mirror, and every request passes them explicitly.
+
+What each mirror gets, as requests itself would decide it:
+
+- proxies from ``http_proxy`` / ``https_proxy`` / ``all_proxy`` (any case), unless
+  ``no_proxy`` exempts the host (names, suffixes, ``host:port``, CIDR blocks);
+  ``socks5://`` and ``socks4://`` proxies need the ``socks`` extra (PySocks);
+- credentials from the URL (``https://user:pass@cdn``), else from ``~/.netrc`` (or
+  ``$NETRC``); requests drops them on a redirect to another host;
+- TLS verified against ``REQUESTS_CA_BUNDLE``, else ``CURL_CA_BUNDLE``, else certifi's
+  bundle; a directory of hashed certificates works too.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+import requests
+import requests.adapters
+import requests.utils
+from urllib3.exceptions import InvalidHeader
+from urllib3.util.retry import Retry
+
+from . import __version__
+from ._urls import redact_url, split_credentials
+from .errors import TransportError
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
+USER_AGENT = f"flashhub-kernels/{__version__}"
+SOCKS_EXTRA_HINT = "pip install 'flashhub-kernels[socks]'"
+
+
+class _Retry(Retry):
+    """urllib3's retry policy, with ``Retry-After`` capped and an unreadable one ignored
+    (urllib3 would raise ``InvalidHeader`` and end the request; backing off is better)."""
+
+    def get_retry_after(self, response: Any) -> float | None:
+        try:
+            seconds = super().get_retry_after(response)
+        except InvalidHeader:
+            return None
+        return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
+
+
+def retry_policy() -> Retry:
+    """Two retries of a failed connection, four of a 429/5xx answer, with backoff.
+
+    A 5xx that persists is returned rather than raised, so the caller can name the
+    status and move on to the next mirror. A body cut off mid-way is not retried
+    here: the downloader resumes it with ``Range`` instead of starting over.
+    """
+    return _Retry(
+        total=None,
+        connect=2,
+        read=0,
+        other=0,
+        redirect=None,
+        status=4,
+        status_forcelist=RETRY_STATUSES,
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        backoff_factor=0.25,
+        backoff_max=8.0,
+        raise_on_status=False,
+        respect_retry_after_header=True,
+    )
+
+
+class Route(NamedTuple):
+    """How requests to one mirror go: its bare base URL and what to send them with."""
+
+    base_url: str  # without credentials: they travel in ``auth``, never inside a URL
+    auth: tuple[str, str] | None
+    proxies: dict[str, str]  # scheme -> proxy URL, as requests' ``proxies=`` takes it
+
+    @property
+    def proxy(self) -> str | None:
+        """The proxy (credentials redacted) that requests to the base URL go through."""
+        proxy = requests.utils.select_proxy(self.base_url, self.proxies)
+        return redact_url(proxy) if proxy else None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Passwords that must never be shown: the mirror's and its proxies'."""
+        found = [self.auth[1]] if self.auth else []
+        for proxy in self.proxies.values():
+            credentials = split_credentials(proxy)[1]
+            if credentials:
+                found.append(credentials[1])
+        return tuple(found)
+
+
+def route_for(mirror_url: str) -> Route:
+    """Resolve credentials and proxies for one mirror from its URL and the environment."""
+    base_url, auth = split_credentials(mirror_url)
+    if auth is None:
+        netrc = requests.utils.get_netrc_auth(base_url)
+        auth = (netrc[0], netrc[1]) if netrc else None
+    proxies = {
+        scheme: proxy
+        for scheme, proxy in requests.utils.get_environ_proxies(base_url).items()
+        if scheme != "no"
+    }
+    _check_socks_support(proxies)
+    return Route(base_url, auth, proxies)
+
+
+def _check_socks_support(proxies: dict[str, str]) -> None:
+    socks = sorted({p for p in proxies.values() if p.lower().startswith("socks")})
+    if not socks:
+        return
+    try:
+        import urllib3.contrib.socks  # noqa: F401  # needs PySocks
+    except ImportError:
+        raise TransportError(
+            f"the proxy {redact_url(socks[0])} is a SOCKS proxy, and SOCKS support is "
+            "not installed",
+            hint=f"{SOCKS_EXTRA_HINT}, or use an http:// proxy",
+        ) from None
+
+
+def ca_bundle() -> str | bool:
+    """The CA bundle to verify TLS with: ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, or
+    ``True`` (certifi's). A path that does not exist is an error now, naming the
+    variable, rather than a TLS failure blamed on the network at every request."""
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        path = os.environ.get(name)
+        if not path:
+            continue
+        if not os.path.exists(path):
+            raise TransportError(
+                f"{name}={path} does not exist, so no TLS certificate can be verified",
+                hint=f"point {name} at a PEM file or a directory of hashed certificates, "
+                "or unset it to use the default bundle",
+            )
+        return path
+    return True
+
+
+def new_session(pool_size: int) -> requests.Session:
+    """A session for one download run: pooled connections, retries, TLS, no env lookups.
+
+    ``pool_size`` is the number of connections kept per host: the parallel downloads.
+    """
+    session = requests.Session()
+    session.trust_env = False  # resolved once by route_for() and ca_bundle()
+    session.verify = ca_bundle()
+    session.headers["User-Agent"] = USER_AGENT
+    # Bytes exactly as published: a Range offset then means the same in every response.
+    # An object stored compressed still arrives with Content-Encoding and is decoded.
+    session.headers["Accept-Encoding"] = "identity"
+    adapter = requests.adapters.HTTPAdapter(
+        pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy()
+    )
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.hooks["response"].append(_refuse_https_downgrade)
+    return session
+
+
+class DowngradeRefused(requests.RequestException):
+    """An https URL redirected to plain http."""
+
+
+def _refuse_https_downgrade(response: requests.Response, **_kwargs: object) -> None:
+    """Stop a redirect from https to http before it is followed: the bytes (and the
+    manifest's digests) would then travel unprotected."""
+    if not response.is_redirect or not response.url.startswith("https://"):
+        return
+    location = requests.utils.requote_uri(response.headers.get("Location", ""))
+    if location.lower().startswith("http://"):
+        raise DowngradeRefused(
+            f"{redact_url(response.url)} redirected to plain http ({redact_url(location)}); refused"
+        )
