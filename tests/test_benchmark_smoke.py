@@ -1,31 +1,41 @@
 """The load benchmark (benchmarks/bench_load.py) runs at a tiny size, so it cannot rot.
 
 No timing is asserted: the numbers of a run this small mean nothing. The test checks that
-the script runs end to end and prints every row of its table.
+the script runs end to end, every row at the smallest size that still runs it, and prints
+every row of its table.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_load.py"
-TINY = ["--size-mib", "4", "--small-files", "10", "--runs", "1", "--procs", "2"]
+TINY = [
+    *("--size-mib", "4"),  # 4 MiB: the big file is hashed in the background, as large files are
+    *("--realistic-mib", "1"),
+    *("--small-files", "10"),
+    *("--runs", "1"),
+    *("--procs", "2"),
+]
 ROW_NAMES = [
     "cold load, 1 file of 4 MiB",
     "cold load, 10 files of 10 KiB",
+    "cold load, realistic variant: 1 MiB .so + 10 .py files",
     "warm import, first in a fresh process",
     "warm re-import, fresh module each time",
     "HTTP requests made by the warm imports",
     "warm import, first, 1000 other kernels cached",
+    "HTTP/lock libs imported by warm loads",
     "2 processes cold-load at once: wall",
     "2 processes at once: GETs per file",
     "peak RSS growth, cold load of 4 MiB",
     'python -c "import flashhub_kernels"',
     "flashhub --help",
-    "torch/HTTP libs imported by import flashhub(_kernels)",
+    "torch/HTTP/lock libs imported by import flashhub(_kernels)",
 ]
 
 
@@ -47,6 +57,15 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert {row["name"] for row in rows} >= set(ROW_NAMES)
     # Targets are reported, never asserted; but the report must say something for each.
     assert all(row["target"] for row in rows)
+    by_key = {row["key"]: row for row in rows}
+    assert by_key["7"]["target"] == "<= 1.20x" and by_key["7"]["ours"] is not None
+    if shutil.which("curl"):  # both sides of the two curl -K rows measured in the run
+        assert by_key["2a"]["target"] == "<= 3.00x"
+        assert by_key["2a"]["baseline"] is not None and by_key["7"]["baseline"] is not None
+    notes = " ".join(note for row in rows for note in row["notes"])
+    assert "us/request" in notes  # the client's CPU time per request
+    for lib in ("requests", "urllib3", "filelock"):  # what rows 6c and 3e look for
+        assert lib in " ".join(by_key["6c"]["notes"]) and lib in " ".join(by_key["3e"]["notes"])
 
 
 def test_benchmark_without_requests_skips_its_baseline_and_says_so(tmp_path: Path) -> None:
