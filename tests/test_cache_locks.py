@@ -1,25 +1,36 @@
-"""FileLock (``_flock``): exclusion between threads and processes, and a dead holder's lock
-freed by the kernel; with real threads and child processes."""
+"""Cache locks (``_cache_locks.hold`` on filelock): exclusion between threads and
+processes, a dead holder's lock freed by the kernel, the wait notice, the timeout, and
+every failure a CacheError; with real threads and child processes."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import logging
 import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
-from flashhub_kernels._flock import FileLock
+from flashhub_kernels._cache_locks import hold
+from flashhub_kernels.errors import CacheError
+
+
+def locked(path: Path, timeout: float | None = None) -> AbstractContextManager[None]:
+    return hold(path, what="testing", timeout=timeout)
+
 
 HOLDER = """
 import sys
 from pathlib import Path
-from flashhub_kernels._flock import FileLock
-with FileLock(Path(sys.argv[1])):
+from flashhub_kernels._cache_locks import hold
+with hold(Path(sys.argv[1]), what="testing", timeout=None):
     print("held", flush=True)
     sys.stdin.readline()
 """
@@ -49,11 +60,11 @@ def holder(lock_path: Path) -> Iterator[subprocess.Popen[str]]:
 
 
 def acquire_in_thread(path: Path) -> tuple[threading.Thread, threading.Event]:
-    """A thread that takes ``FileLock(path)``, sets the event, and lets go."""
+    """A thread that takes ``locked(path)``, sets the event, and lets go."""
     acquired = threading.Event()
 
     def take() -> None:
-        with FileLock(path):
+        with locked(path):
             acquired.set()
 
     thread = threading.Thread(target=take, daemon=True)
@@ -71,7 +82,7 @@ def test_threads_with_their_own_locks_exclude_each_other(lock_path: Path) -> Non
             log.append(event)
 
     def first() -> None:
-        with FileLock(lock_path):
+        with locked(lock_path):
             note("enter 1")
             first_in.set()
             let_first_go.wait(10)
@@ -79,7 +90,7 @@ def test_threads_with_their_own_locks_exclude_each_other(lock_path: Path) -> Non
 
     def second() -> None:
         second_started.set()
-        with FileLock(lock_path):
+        with locked(lock_path):
             note("enter 2")
             note("exit 2")
 
@@ -104,7 +115,7 @@ def test_many_threads_never_overlap(lock_path: Path) -> None:
     def work() -> None:
         nonlocal inside, most_inside, entries
         for _ in range(25):
-            with FileLock(lock_path):
+            with locked(lock_path):
                 inside += 1  # only the lock guards these counters
                 most_inside = max(most_inside, inside)
                 entries += 1
@@ -143,16 +154,8 @@ def test_a_killed_holder_does_not_leave_the_lock_held(
     thread.join(10)
 
 
-def test_entering_the_same_lock_twice_raises(lock_path: Path) -> None:
-    lock = FileLock(lock_path)
-    with lock, pytest.raises(RuntimeError, match="already held"), lock:
-        pass
-    with lock:  # the failed attempt did not break it
-        assert lock_path.exists()
-
-
 def test_the_lock_file_is_private(lock_path: Path) -> None:
-    with FileLock(lock_path):
+    with locked(lock_path):
         pass
     assert stat.S_IMODE(lock_path.stat().st_mode) == 0o600
 
@@ -160,6 +163,53 @@ def test_the_lock_file_is_private(lock_path: Path) -> None:
 def test_a_symlink_at_the_lock_path_is_refused(tmp_path: Path, lock_path: Path) -> None:
     target = tmp_path / "elsewhere"
     lock_path.symlink_to(target)
-    with pytest.raises(OSError), FileLock(lock_path):
+    with pytest.raises(CacheError, match="symlink"), locked(lock_path):
         pass
     assert not target.exists()
+
+
+def test_a_long_wait_is_reported_once_with_the_lock_path(
+    lock_path: Path, holder: subprocess.Popen[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="flashhub_kernels")
+    thread, acquired = acquire_in_thread(lock_path)
+    assert not acquired.wait(3)  # past the 2 s after which a wait is reported
+    assert holder.stdin is not None
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert acquired.wait(10)
+    thread.join(10)
+    notices = [r.getMessage() for r in caplog.records if r.name == "flashhub_kernels"]
+    assert len(notices) == 1
+    assert "waiting" in notices[0] and str(lock_path) in notices[0]
+
+
+def test_a_wait_past_the_timeout_is_a_cache_error(
+    lock_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    start = time.monotonic()
+    with pytest.raises(CacheError, match=r"gave up after 0\.5 s") as info, locked(lock_path, 0.5):
+        pass
+    assert time.monotonic() - start < 5
+    assert "FLASHHUB_LOCK_TIMEOUT" in str(info.value)
+
+
+def test_a_file_system_without_locks_is_a_cache_error_naming_the_cache_setting(
+    lock_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NFS without lockd answers flock() with ENOLCK; no such mount exists here, so the
+    # system call is made to fail the same way.
+    def no_locks(_fd: int, _operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(CacheError, match="does not support file locks") as info, locked(lock_path):
+        pass
+    assert "FLASHHUB_CACHE_DIR" in str(info.value)
+
+
+def test_a_lock_that_cannot_be_created_is_a_cache_error(tmp_path: Path) -> None:
+    in_the_way = tmp_path / "not-a-directory"
+    in_the_way.write_text("a file where the lock directory should be")
+    with pytest.raises(CacheError, match="cannot lock"), locked(in_the_way / "x.lock"):
+        pass
