@@ -4,14 +4,26 @@ and faults injected per path.
 A fault is a function ``(handler, body) -> None`` that answers one request itself. Faults
 queued for a path are used up one request at a time; after that the file is served
 normally. The helpers at the bottom build the faults the tests need.
+
+Options of :class:`CdnServer` make the whole server behave like a particular CDN: ``tls``
+(https with the given server context), ``auth`` (an ``Authorization`` value every request
+must carry, else 401), ``encoding`` (``gzip`` or ``deflate``: every file is sent
+compressed with ``Content-Encoding``) and ``keep_alive=False`` (hang up after every
+answer without saying so, as a server with a short idle timeout does).
 """
 
 from __future__ import annotations
 
+import base64
 import collections
+import gzip
 import re
+import socket
+import ssl
+import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +39,11 @@ class LoggedRequest:
     range: str | None
     status: int
     at: float = field(default_factory=time.monotonic)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def authorization(self) -> str | None:
+        return self.headers.get("Authorization")
 
 
 @dataclass
@@ -34,16 +51,30 @@ class CdnServer:
     """Serve ``root`` at ``url``; ``requests`` logs everything, ``faults`` injects failures."""
 
     root: Path
+    tls: ssl.SSLContext | None = None
+    auth: str | None = None
+    encoding: str | None = None
+    keep_alive: bool = True
     requests: list[LoggedRequest] = field(default_factory=list)
     faults: dict[str, collections.deque[Fault]] = field(default_factory=dict)
+    connections: int = 0  # TCP connections accepted (TLS or not)
     _httpd: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def url(self) -> str:
+    def port(self) -> int:
         assert self._httpd is not None
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (``https://`` with ``tls``)."""
+        return self.url_for("127.0.0.1")
+
+    def url_for(self, host: str, userinfo: str = "") -> str:
+        """The base URL with another host name (``localhost``) and/or ``user:password@``."""
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{userinfo}{'@' if userinfo else ''}{host}:{self.port}"
 
     def start(self) -> CdnServer:
         server = self
@@ -51,9 +82,9 @@ class CdnServer:
         class Handler(CdnHandler):
             cdn = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        self._httpd = _Server(("127.0.0.1", 0), Handler)
+        self._httpd.cdn = self
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -71,6 +102,10 @@ class CdnServer:
         with self._lock:
             self.requests.append(request)
 
+    def count_connection(self) -> None:
+        with self._lock:
+            self.connections += 1
+
     def gets(self, suffix: str = "") -> list[str]:
         """Paths of the GET requests so far (ending in ``suffix``)."""
         with self._lock:
@@ -86,6 +121,38 @@ class CdnServer:
             return queue.popleft() if queue else None
 
 
+class _Server(ThreadingHTTPServer):
+    """Counts connections; with ``cdn.tls``, shakes hands in the connection's own thread
+    (a client that never finishes its handshake must not block the accept loop)."""
+
+    daemon_threads = True
+    cdn: CdnServer
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        self.cdn.count_connection()
+        super().process_request(request, client_address)
+
+    def finish_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        if self.cdn.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(10)
+        try:
+            wrapped = self.cdn.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):  # the client refused our certificate, or left
+            return
+        wrapped.settimeout(None)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError, ssl.SSLError)):
+            return  # the client hung up mid-answer: the tests cause that on purpose
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class CdnHandler(BaseHTTPRequestHandler):
     cdn: CdnServer
     protocol_version = "HTTP/1.1"
@@ -95,6 +162,9 @@ class CdnHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
+        if self.cdn.auth is not None and self.headers.get("Authorization") != self.cdn.auth:
+            self.send_simple(401, b"unauthorized", {"WWW-Authenticate": 'Basic realm="cdn"'})
+            return
         file = self.cdn.root / path.lstrip("/")
         body = file.read_bytes() if file.is_file() else None
         fault = self.cdn.next_fault(path)
@@ -107,14 +177,27 @@ class CdnHandler(BaseHTTPRequestHandler):
         self.send_file(body)
 
     def record(self, status: int) -> None:
-        self.cdn.log(LoggedRequest("GET", self.path, self.headers.get("Range"), status))
+        self.cdn.log(
+            LoggedRequest(
+                "GET", self.path, self.headers.get("Range"), status, headers=dict(self.headers)
+            )
+        )
 
     def send_simple(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.record(status)
         reply(self, status, body, headers)
+        if not self.cdn.keep_alive:
+            self.close_connection = True  # no "Connection: close": the client finds out later
 
     def send_file(self, body: bytes, *, range_start: int | None = None) -> None:
-        """Serve ``body``, honouring ``Range: bytes=N-`` unless ``range_start`` overrides it."""
+        """Serve ``body``, honouring ``Range: bytes=N-`` unless ``range_start`` overrides it.
+
+        With ``encoding``, the whole file is sent compressed and ``Range`` is ignored.
+        """
+        if self.cdn.encoding is not None:
+            encoded = encode(body, self.cdn.encoding)
+            self.send_simple(200, encoded, {"Content-Encoding": self.cdn.encoding})
+            return
         match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
         start = range_start if range_start is not None else (int(match.group(1)) if match else None)
         if start is None:
@@ -144,6 +227,20 @@ def reply(
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def encode(body: bytes, encoding: str) -> bytes:
+    """``body`` as a server sends it with ``Content-Encoding: gzip`` or ``deflate`` (zlib)."""
+    if encoding == "gzip":
+        return gzip.compress(body)
+    if encoding == "deflate":
+        return zlib.compress(body)
+    raise ValueError(f"unknown encoding {encoding!r}")
+
+
+def basic_auth(user: str, password: str) -> str:
+    """The ``Authorization`` value of HTTP Basic auth."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 # -- faults ---------------------------------------------------------------------------------
@@ -234,5 +331,51 @@ def held(started: threading.Event, release: threading.Event) -> Fault:
         started.set()
         release.wait(60)
         handler.send_file(body)
+
+    return fault
+
+
+def trickle(interval: float = 0.5, *, limit: float = 30.0) -> Fault:
+    """Announce the whole file, then send one byte every ``interval`` seconds (for at most
+    ``limit`` seconds, or until the client hangs up): alive, but hopelessly slow."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.close_connection = True
+        deadline = time.monotonic() + limit
+        try:
+            for offset in range(len(body)):
+                if time.monotonic() > deadline:
+                    return
+                handler.wfile.write(body[offset : offset + 1])
+                handler.wfile.flush()
+                time.sleep(interval)
+        except OSError:
+            pass
+
+    return fault
+
+
+def chunked(chunk_size: int = 64 << 10, *, cut_after: int | None = None) -> Fault:
+    """Send the file with ``Transfer-Encoding: chunked``; with ``cut_after``, hang up in
+    the middle of the chunk holding that byte (the terminating chunk never comes)."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        for start in range(0, len(body), chunk_size):
+            chunk = body[start : start + chunk_size]
+            if cut_after is not None and start + len(chunk) > cut_after:
+                handler.wfile.write(b"%x\r\n%s" % (len(chunk), chunk[: cut_after - start]))
+                handler.wfile.flush()
+                handler.close_connection = True
+                return
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        handler.wfile.write(b"0\r\n\r\n")
 
     return fault

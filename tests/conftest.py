@@ -1,12 +1,21 @@
-"""Shared fixtures: a loopback CDN, a private cache, and a clean import system per test."""
+"""Shared fixtures: a loopback CDN, a private cache, and a clean import system per test.
+
+For the transport tests: more CDNs (``make_cdn``: https, auth, gzip), a throwaway CA
+(``ca_pem``, ``tls_context``), and real proxies (``start_proxy``: pproxy, http or socks5).
+"""
 
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,8 +45,10 @@ def flashhub_env(
 ) -> Iterator[None]:
     """Point flashhub at the test's CDN and cache; give every test a fresh finder."""
     for name in list(os.environ):
-        if name.startswith("FLASHHUB_"):
+        if name.startswith("FLASHHUB_") or name.lower() in NETWORK_ENV:
             monkeypatch.delenv(name)
+    # ~/.netrc must not lend credentials to a test; a test that wants one sets NETRC
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-such-netrc"))
     monkeypatch.setenv("FLASHHUB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("FLASHHUB_DISABLE_PROGRESS_BARS", "1")
     if "cdn" in request.fixturenames:
@@ -50,6 +61,21 @@ def flashhub_env(
     yield
     reset_config()
     _forget_kernels()
+
+
+# Settings requests reads from the environment: tests start without any of them.
+NETWORK_ENV = {
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "ftp_proxy",
+    "requests_ca_bundle",
+    "curl_ca_bundle",
+    "ssl_cert_file",
+    "ssl_cert_dir",
+    "netrc",
+}
 
 
 def _forget_kernels() -> None:
@@ -71,3 +97,136 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     if result.returncode != 0:
         raise AssertionError(f"child failed ({result.returncode}):\n{result.stderr}")
     return result.stdout
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released): connections to it are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+MakeCdn = Callable[..., CdnServer]
+
+
+@pytest.fixture
+def make_cdn(tmp_path: Path) -> Iterator[MakeCdn]:
+    """Start more CDNs: ``make_cdn(root=None, **options)``, options as :class:`CdnServer`
+    takes them (``tls=``, ``auth=``, ``encoding=``, ``keep_alive=``). The default root is
+    the ``cdn`` fixture's, ``tmp_path / "cdn"``. The caller points flashhub at it."""
+    servers: list[CdnServer] = []
+
+    def make(root: Path | None = None, **options: Any) -> CdnServer:
+        root = root if root is not None else tmp_path / "cdn"
+        root.mkdir(parents=True, exist_ok=True)
+        server = CdnServer(root, **options).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def certificate_authority(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    """A throwaway CA (trustme) and its certificate as a PEM file."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    pem = tmp_path_factory.mktemp("ca") / "ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    return ca, pem
+
+
+@pytest.fixture
+def ca_pem(certificate_authority: tuple[Any, Path]) -> Path:
+    """The PEM file of the CA that signed ``tls_context``'s certificate."""
+    return certificate_authority[1]
+
+
+@pytest.fixture(scope="session")
+def tls_context(certificate_authority: tuple[Any, Path]) -> ssl.SSLContext:
+    """A server context whose certificate (for 127.0.0.1 and localhost) the CA signed."""
+    ca, _pem = certificate_authority
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+    return context
+
+
+@pytest.fixture
+def tls_cdn(make_cdn: MakeCdn, tls_context: ssl.SSLContext) -> CdnServer:
+    """An https CDN serving ``tmp_path / "cdn"`` (the ``cdn`` fixture's root) with a
+    certificate nothing trusts until a test sets REQUESTS_CA_BUNDLE to ``ca_pem``."""
+    return make_cdn(tls=tls_context)
+
+
+@dataclass
+class Proxy:
+    """A pproxy process; ``targets()`` lists where it relayed each connection."""
+
+    url: str  # without credentials
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def targets(self, *, at_least: int = 0, timeout: float = 5.0) -> list[str]:
+        """``host:port`` of every connection relayed so far (waits for ``at_least``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.log.read_text(errors="replace").splitlines()
+            found = [line.split(" -> ", 1)[1].strip() for line in lines if " -> " in line]
+            if len(found) >= at_least or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
+
+StartProxy = Callable[..., Proxy]
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
+    """``start_proxy("http" | "socks5", auth="user:password")``: a real proxy on
+    127.0.0.1 (pproxy; ``http`` also tunnels with CONNECT), stopped after the test."""
+    pytest.importorskip("pproxy")
+    proxies: list[Proxy] = []
+
+    def start(scheme: str = "http", *, auth: str | None = None) -> Proxy:
+        port = free_port()
+        log = tmp_path / f"pproxy-{port}.log"
+        listen = f"{scheme}://127.0.0.1:{port}" + (f"#{auth}" if auth else "")
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pproxy", "-l", listen, "-v"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        proxy = Proxy(f"{scheme}://127.0.0.1:{port}", port, process, log)
+        proxies.append(proxy)
+        try:
+            wait_for_port(port)
+        except OSError:
+            raise AssertionError(f"pproxy did not start:\n{log.read_text()}") from None
+        return proxy
+
+    yield start
+    for proxy in proxies:
+        proxy.process.terminate()
+    for proxy in proxies:
+        try:
+            proxy.process.wait(10)
+        except subprocess.TimeoutExpired:
+            proxy.process.kill()
+            proxy.process.wait()

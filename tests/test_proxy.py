@@ -1,78 +1,165 @@
-"""Proxies from the environment (``http_proxy``, ``no_proxy``), as requests would honour them."""
+"""Proxies from the environment, resolved as requests resolves them: ``http_proxy``,
+``https_proxy``, ``ALL_PROXY`` (socks5 too), and ``no_proxy`` in each of its forms.
+
+The proxies are real (pproxy in a subprocess); ``Proxy.targets()`` reads its log of the
+connections it relayed.
+"""
 
 from __future__ import annotations
 
-import threading
-import urllib.request
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from pathlib import Path
 
 import pytest
 
 import flashhub_kernels as fk
 from cdn_server import CdnServer
-from trees import write_kernel
+from conftest import StartProxy, free_port, run_python
+from flashhub_kernels.errors import TransportError
+from trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
+FILES_PER_LOAD = 6  # variants.json, metadata.json and the four files of the test kernel
 
 
-class _ForwardProxy(BaseHTTPRequestHandler):
-    """A forward proxy for plain http: relays absolute-URI requests and logs them."""
-
-    seen: list[str]
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.seen.append(self.path)
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(self.path) as upstream:
-                status, body = upstream.status, upstream.read()
-        except urllib.error.HTTPError as error:
-            status, body = error.code, error.read()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+def loads(marker_of: str = REPO) -> None:
+    assert fk.get_kernel(REPO, version=1).marker() == f"{marker_of}@v1:{local_variant()}"
 
 
-@pytest.fixture
-def proxy() -> Iterator[tuple[str, list[str]]]:
-    seen: list[str] = []
-    handler = type("Handler", (_ForwardProxy,), {"seen": seen})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
-
-
-def _set_proxy(monkeypatch: pytest.MonkeyPatch, url: str, no_proxy: str = "") -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("http_proxy", url)
-    if no_proxy:
-        monkeypatch.setenv("no_proxy", no_proxy)
-
-
-def test_downloads_go_through_the_http_proxy(
-    cdn: CdnServer, proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+def test_plain_http_cdn_through_an_http_proxy(
+    cdn: CdnServer, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, seen = proxy
-    _set_proxy(monkeypatch, url)
+    proxy = start_proxy("http")
+    monkeypatch.setenv("http_proxy", proxy.url)
     write_kernel(cdn.root, REPO, 1)
-    assert fk.get_kernel(REPO, version=1).marker().startswith(REPO)
-    assert len(seen) == 6 and all(path.startswith(cdn.url) for path in seen)
-    assert sorted(cdn.gets()) == sorted(path.removeprefix(cdn.url) for path in seen)
+    loads()
+    assert len(cdn.gets()) == FILES_PER_LOAD
+    targets = proxy.targets(at_least=1)
+    assert targets and set(targets) == {f"127.0.0.1:{cdn.port}"}
 
 
-def test_no_proxy_bypasses_it(
-    cdn: CdnServer, proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+def test_https_cdn_is_tunnelled_through_an_http_proxy(
+    tls_cdn: CdnServer, ca_pem: Path, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, seen = proxy
-    _set_proxy(monkeypatch, url, no_proxy="127.0.0.1")
+    proxy = start_proxy("http")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    monkeypatch.setenv("https_proxy", proxy.url)
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{free_port()}")  # not for https
+    fk.configure(cdn_url=tls_cdn.url)
+    write_kernel(tls_cdn.root, REPO, 1)
+    loads()
+    assert len(tls_cdn.gets()) == FILES_PER_LOAD
+    targets = proxy.targets(at_least=1)
+    assert targets and set(targets) == {f"127.0.0.1:{tls_cdn.port}"}
+
+
+def test_proxy_credentials_go_to_the_proxy_not_through_the_tunnel(
+    tls_cdn: CdnServer, ca_pem: Path, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = start_proxy("http", auth="user:p@ss")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    fk.configure(cdn_url=tls_cdn.url)
+    write_kernel(tls_cdn.root, REPO, 1)
+    monkeypatch.setenv("https_proxy", proxy.url)  # no credentials: the proxy says 407
+    with pytest.raises(TransportError):
+        fk.get_kernel(REPO, version=1)
+    assert tls_cdn.requests == []
+    monkeypatch.setenv("https_proxy", f"http://user:p%40ss@127.0.0.1:{proxy.port}")
+    loads()
+    assert len(tls_cdn.requests) == FILES_PER_LOAD
+    assert [r for r in tls_cdn.requests if "Proxy-Authorization" in r.headers] == []
+    assert set(proxy.targets(at_least=1)) == {f"127.0.0.1:{tls_cdn.port}"}
+
+
+@pytest.mark.parametrize(
+    "no_proxy, host",
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("example.com, 127.0.0.0/8", "127.0.0.1"),  # CIDR, in a list
+        ("localhost:{port}", "localhost"),  # host:port
+        (".example.com,localhost", "localhost"),
+    ],
+)
+def test_no_proxy_bypasses_the_proxy(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, no_proxy: str, host: str
+) -> None:
+    # The proxy's port is dead: a load only succeeds if it went around the proxy.
+    dead = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("http_proxy", dead)
+    monkeypatch.setenv("https_proxy", dead)
+    monkeypatch.setenv("no_proxy", no_proxy.format(port=cdn.port))
+    fk.configure(cdn_url=cdn.url_for(host))
     write_kernel(cdn.root, REPO, 1)
-    assert fk.get_kernel(REPO, version=1).marker().startswith(REPO)
-    assert seen == [] and len(cdn.gets()) == 6
+    loads()
+    assert len(cdn.gets()) == FILES_PER_LOAD
+
+
+def test_no_proxy_uppercase_and_for_another_port_does_not_bypass(
+    cdn: CdnServer, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = start_proxy("http")
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", f"localhost:{free_port()}")  # another port: no bypass
+    fk.configure(cdn_url=cdn.url_for("localhost"))
+    write_kernel(cdn.root, REPO, 1)
+    loads()
+    assert len(cdn.gets()) == FILES_PER_LOAD
+    assert set(proxy.targets(at_least=1)) == {f"localhost:{cdn.port}"}
+
+
+@pytest.mark.parametrize("variable", ["ALL_PROXY", "all_proxy", "http_proxy"])
+def test_socks5_proxy(
+    cdn: CdnServer, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    pytest.importorskip("socks")
+    proxy = start_proxy("socks5")
+    monkeypatch.setenv(variable, proxy.url)
+    write_kernel(cdn.root, REPO, 1)
+    loads()
+    assert len(cdn.gets()) == FILES_PER_LOAD
+    targets = proxy.targets(at_least=1)
+    assert targets and set(targets) == {f"127.0.0.1:{cdn.port}"}
+
+
+WITHOUT_PYSOCKS = """
+import sys
+sys.modules["socks"] = None  # PySocks is not installed
+import flashhub_kernels as fk
+from flashhub_kernels.errors import TransportError
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except TransportError as exc:
+    print("TransportError")
+    print(exc)
+else:
+    print("loaded")
+"""
+
+
+def test_socks_proxy_without_pysocks_says_which_extra_to_install(
+    cdn: CdnServer, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = start_proxy("socks5")
+    monkeypatch.setenv("ALL_PROXY", proxy.url)
+    write_kernel(cdn.root, REPO, 1)
+    output = run_python(WITHOUT_PYSOCKS, timeout=60)
+    assert output.startswith("TransportError\n"), output
+    assert "flashhub-kernels[socks]" in output
+    assert cdn.requests == []
+
+
+def test_a_dead_proxy_is_blamed_not_the_cdn(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("http_proxy", proxy)
+    write_kernel(cdn.root, REPO, 1)
+    start = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert time.monotonic() - start < 30  # does not hang
+    message = str(info.value)
+    assert "proxy" in message.lower()
+    assert proxy.removeprefix("http://") in message
+    assert "FLASHHUB_CDN_URL" not in message
+    assert cdn.requests == []
