@@ -22,7 +22,7 @@ DEFAULT_READ_TIMEOUT = 60.0
 _TRUE = {"1", "true", "yes", "on"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Config:
     """The effective settings of this process.
 
@@ -47,6 +47,11 @@ class Config:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
     lock_timeout: float | None = None
+
+    def __repr__(self) -> str:
+        # The CDN URLs may carry credentials: a repr ends up in logs and tracebacks.
+        fields = {**self.__dict__, "cdn_urls": tuple(map(redact_url, self.cdn_urls))}
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
 
 _overrides: dict[str, object] = {}

@@ -22,6 +22,7 @@ What each mirror gets, as requests itself would decide it:
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, NamedTuple
 
 import requests
@@ -119,7 +120,9 @@ def _check_socks_support(proxies: dict[str, str]) -> None:
     if not socks:
         return
     try:
-        import urllib3.contrib.socks  # noqa: F401  # needs PySocks
+        with warnings.catch_warnings():  # urllib3 warns before it raises; the error says more
+            warnings.simplefilter("ignore")
+            import urllib3.contrib.socks  # noqa: F401  # needs PySocks
     except ImportError:
         raise TransportError(
             f"the proxy {redact_url(socks[0])} is a SOCKS proxy, and SOCKS support is "

@@ -1,0 +1,155 @@
+"""The transport's pure parts, without a server: URL redaction, the stall guard, the retry
+policy's Retry-After handling, and what the environment resolves to for a mirror."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashhub_kernels._config import get_config, parse_cdn_urls
+from flashhub_kernels._http_mirror import MIN_BYTES_PER_SECOND, StallGuard
+from flashhub_kernels._session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
+from flashhub_kernels._urls import redact_text, redact_url, split_credentials
+from flashhub_kernels.errors import TransportError
+
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("https://user:secret@cdn.example/k", "https://user:****@cdn.example/k"),
+        ("https://token@cdn.example:8443", "https://****@cdn.example:8443"),
+        ("https://cdn.example/a@b", "https://cdn.example/a@b"),  # '@' in the path only
+        ("file:///srv/mirror", "file:///srv/mirror"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_redact_text_removes_userinfo_and_named_secrets() -> None:
+    text = "GET http://bob:pw1@a.example/x failed via socks5://u:pw2@proxy:1080; pw3 leaked"
+    assert redact_text(text, ("pw3",)) == (
+        "GET http://****@a.example/x failed via socks5://****@proxy:1080; **** leaked"
+    )
+
+
+def test_split_credentials_decodes_percent_escapes() -> None:
+    assert split_credentials("https://me%40corp:p%3Ass@cdn.example/kernels") == (
+        "https://cdn.example/kernels",
+        ("me@corp", "p:ss"),
+    )
+    assert split_credentials("https://cdn.example") == ("https://cdn.example", None)
+
+
+def test_config_repr_hides_cdn_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLASHHUB_CDN_URL", "https://bob:hunter2@cdn.example")
+    shown = repr(get_config())
+    assert "hunter2" not in shown and "cdn.example" in shown
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:876S", "https://cdn.example:99999"])
+def test_a_bad_port_is_caught_when_the_setting_is_read(url: str) -> None:
+    with pytest.raises(ValueError, match="invalid port: fix FLASHHUB_CDN_URL"):
+        parse_cdn_urls(url)
+
+
+def test_stall_guard_cuts_a_trickle_after_one_window() -> None:
+    guard = StallGuard(window=3.0, now=0.0)
+    verdicts = [guard.stalled(1, now=t * 0.5) for t in range(1, 12)]  # 2 bytes a second
+    assert verdicts.index(True) == 5  # at 3.0 s: the first full window
+
+
+def test_stall_guard_lets_a_steady_transfer_run_and_judges_the_last_window_only() -> None:
+    guard = StallGuard(window=2.0, now=0.0)
+    fast = [guard.stalled(64 << 10, now=t * 0.1) for t in range(1, 100)]  # 640 KiB/s
+    assert not any(fast)
+    # Then it slows to a trickle: cut once a whole window has been slow, not before.
+    slow = [guard.stalled(10, now=9.9 + t * 0.1) for t in range(1, 40)]
+    first_cut = slow.index(True)
+    assert 1.9 <= (first_cut + 1) * 0.1 <= 2.3
+    assert MIN_BYTES_PER_SECOND == 1024
+
+
+class _Answer:
+    """The one attribute of a urllib3 response that Retry reads: its headers."""
+
+    def __init__(self, retry_after: str) -> None:
+        self.headers = {"Retry-After": retry_after}
+
+
+@pytest.mark.parametrize(
+    "value, seconds",
+    [("2", 2), ("86400", MAX_RETRY_AFTER), ("soon", None), ("Wed, 21 Oct 2015 07:28:00 GMT", 0)],
+)
+def test_retry_after_is_capped_and_an_unreadable_one_ignored(
+    value: str, seconds: float | None
+) -> None:
+    assert retry_policy().get_retry_after(_Answer(value)) == seconds  # type: ignore[arg-type]
+
+
+def test_route_takes_credentials_from_the_url_before_netrc(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine cdn.example login fromnetrc password n3trc\n")
+    netrc.chmod(0o600)
+    clean_env.setenv("NETRC", str(netrc))
+    assert route_for("https://cdn.example").auth == ("fromnetrc", "n3trc")
+    route = route_for("https://url:pw@cdn.example")
+    assert (route.base_url, route.auth) == ("https://cdn.example", ("url", "pw"))
+    assert route.secrets == ("pw",)
+
+
+@pytest.mark.parametrize(
+    "url, no_proxy, proxied",
+    [
+        ("http://10.1.2.3:8080", "", True),
+        ("http://10.1.2.3:8080", "10.0.0.0/8", False),  # CIDR
+        ("http://cdn.corp:8080", "cdn.corp:8080", False),  # host:port
+        ("http://cdn.corp:8080", "cdn.corp:9090", True),
+        ("http://cdn.corp:8080", "other.example,.corp", False),  # a domain suffix
+        ("http://cdn.corp:8080", "other.example", True),
+    ],
+)
+def test_route_resolves_proxies_as_requests_does(
+    clean_env: pytest.MonkeyPatch, url: str, no_proxy: str, proxied: bool
+) -> None:
+    clean_env.setenv("HTTP_PROXY", "http://puser:ppw@proxy.corp:3128")
+    if no_proxy:
+        clean_env.setenv("NO_PROXY", no_proxy)
+    route = route_for(url)
+    assert (route.proxy == "http://puser:****@proxy.corp:3128") is proxied
+    assert route.proxy is None or "ppw" in route.secrets
+
+
+def test_a_socks_proxy_without_pysocks_names_the_extra(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("ALL_PROXY", "socks5://127.0.0.1:1080")
+    clean_env.setitem(sys.modules, "socks", None)  # PySocks unimportable, as if not installed
+    clean_env.delitem(sys.modules, "urllib3.contrib.socks", raising=False)
+    with pytest.raises(TransportError, match=r"flashhub-kernels\[socks\]"):
+        route_for("https://cdn.example")
+
+
+def test_a_missing_ca_bundle_names_its_variable(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("CURL_CA_BUNDLE", "/nonexistent/ca.pem")
+    with pytest.raises(TransportError, match=r"CURL_CA_BUNDLE=/nonexistent/ca\.pem"):
+        ca_bundle()
+    clean_env.setenv("REQUESTS_CA_BUNDLE", "/etc")  # a directory is a valid bundle
+    assert ca_bundle() == "/etc"
