@@ -360,3 +360,22 @@ def test_a_full_disk_is_a_cache_error_not_a_transfer_to_retry(
     version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
     assert not (version_dir / VARIANT).exists()
     assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")] == []
+
+
+def test_a_failed_download_keeps_what_arrived_and_the_next_load_continues_it(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    blob_kernel.inject(BLOB_PATH, *[drop_after(1 << 20)] * 6)  # every attempt breaks off
+    with pytest.raises(TransportError, match="broke off 6 times"):
+        fk.get_kernel(REPO, version=1)
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    assert not (version_dir / VARIANT).exists()
+    kept = list(version_dir.glob(".partial-*/*"))
+    assert max(p.stat().st_size for p in kept) == 1 << 20  # the blob, and any small file done
+    blob_kernel.clear_log()
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-"]
+    # Small files kept complete are not fetched again (5 files: 4 small and the blob).
+    files = [p for p in blob_kernel.gets() if "/build/" in p and not p.endswith("metadata.json")]
+    assert len(files) == 5 - (len(kept) - 1)
+    assert not list(version_dir.glob(".partial-*"))

@@ -25,6 +25,7 @@ checked against that digest like any other download.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -262,7 +263,8 @@ class Cache:
             source = kept / digest.hex()
             if source.is_file() and not source.is_symlink():
                 ensure_dir((staging / relpath).parent)
-                os.replace(source, staging / relpath)
+                with contextlib.suppress(FileNotFoundError):  # pruned meanwhile
+                    os.replace(source, staging / relpath)
         remove_tree(kept)
 
     def remove_stale_staging(self, info: RepoInfo, variant: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._cache import STAGING_PREFIX, TRASH_PREFIX, Cache, remove_tree
+from ._cache import PARTIAL_PREFIX, STAGING_PREFIX, TRASH_PREFIX, Cache, remove_tree
 from ._hashing import sha256_file
 from ._lockfile import Lockfile
 from ._manifest import MANIFEST_NAME, parse_metadata
@@ -154,9 +154,13 @@ def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
 
 
 def _remove_stale(cache: Cache) -> list[Path]:
-    """Staging directories of dead processes on this host, and trash: what remains of them."""
+    """Staging directories of dead processes on this host, trash, and the files kept from
+    interrupted downloads (the next download of those entries starts from scratch)."""
     gone = []
     for info, version_dir in _version_dirs(cache):
+        for partial in version_dir.glob(f"{PARTIAL_PREFIX}*"):
+            remove_tree(partial)
+            gone.append(partial)
         leftovers = [
             p for p in version_dir.iterdir() if p.name.startswith((STAGING_PREFIX, TRASH_PREFIX))
         ]
