@@ -8,8 +8,9 @@ normally. The helpers at the bottom build the faults the tests need.
 Options of :class:`CdnServer` make the whole server behave like a particular CDN: ``tls``
 (https with the given server context), ``auth`` (an ``Authorization`` value every request
 must carry, else 401), ``encoding`` (``gzip`` or ``deflate``: every file is sent
-compressed with ``Content-Encoding``) and ``keep_alive=False`` (hang up after every
-answer without saying so, as a server with a short idle timeout does).
+compressed with ``Content-Encoding``) and ``drop_reused=N`` (the first N requests that
+arrive on a connection which already carried an answer are hung up on, unanswered: an
+idle timeout firing just as the client reuses a pooled connection; counted in ``dropped``).
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ class CdnServer:
     tls: ssl.SSLContext | None = None
     auth: str | None = None
     encoding: str | None = None
-    keep_alive: bool = True
+    drop_reused: int = 0
     requests: list[LoggedRequest] = field(default_factory=list)
     faults: dict[str, collections.deque[Fault]] = field(default_factory=dict)
     connections: int = 0  # TCP connections accepted (TLS or not)
+    dropped: int = 0  # requests on a reused connection hung up on (``drop_reused``)
     _httpd: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -105,6 +107,14 @@ class CdnServer:
     def count_connection(self) -> None:
         with self._lock:
             self.connections += 1
+
+    def drop_reused_now(self) -> bool:
+        """Whether to hang up on this request, which came on a reused connection."""
+        with self._lock:
+            if self.dropped >= self.drop_reused:
+                return False
+            self.dropped += 1
+            return True
 
     def gets(self, suffix: str = "") -> list[str]:
         """Paths of the GET requests so far (ending in ``suffix``)."""
@@ -156,11 +166,19 @@ class _Server(ThreadingHTTPServer):
 class CdnHandler(BaseHTTPRequestHandler):
     cdn: CdnServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; with Nagle's algorithm the body would wait
+    # for the client's delayed ACK of the headers, 40 ms a response on Linux.
+    disable_nagle_algorithm = True
+    answered = 0  # requests answered on this connection (one handler per connection)
 
     def log_message(self, format: str, *args: object) -> None:  # keep test output clean
         pass
 
     def do_GET(self) -> None:
+        if self.answered and self.cdn.drop_reused_now():
+            self.close_connection = True  # no answer at all: the client sees the socket close
+            return
+        self.answered += 1
         path = self.path.split("?")[0]
         if self.cdn.auth is not None and self.headers.get("Authorization") != self.cdn.auth:
             self.send_simple(401, b"unauthorized", {"WWW-Authenticate": 'Basic realm="cdn"'})
@@ -186,8 +204,6 @@ class CdnHandler(BaseHTTPRequestHandler):
     def send_simple(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.record(status)
         reply(self, status, body, headers)
-        if not self.cdn.keep_alive:
-            self.close_connection = True  # no "Connection: close": the client finds out later
 
     def send_file(self, body: bytes, *, range_start: int | None = None) -> None:
         """Serve ``body``, honouring ``Range: bytes=N-`` unless ``range_start`` overrides it.

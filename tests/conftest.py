@@ -124,7 +124,7 @@ MakeCdn = Callable[..., CdnServer]
 @pytest.fixture
 def make_cdn(tmp_path: Path) -> Iterator[MakeCdn]:
     """Start more CDNs: ``make_cdn(root=None, **options)``, options as :class:`CdnServer`
-    takes them (``tls=``, ``auth=``, ``encoding=``, ``keep_alive=``). The default root is
+    takes them (``tls=``, ``auth=``, ``encoding=``, ``drop_reused=``). The default root is
     the ``cdn`` fixture's, ``tmp_path / "cdn"``. The caller points flashhub at it."""
     servers: list[CdnServer] = []
 

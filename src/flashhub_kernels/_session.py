@@ -56,14 +56,16 @@ class _Retry(Retry):
 def retry_policy() -> Retry:
     """Two retries of a failed connection, four of a 429/5xx answer, with backoff.
 
-    A 5xx that persists is returned rather than raised, so the caller can name the
-    status and move on to the next mirror. A body cut off mid-way is not retried
-    here: the downloader resumes it with ``Range`` instead of starting over.
+    One more covers a request whose connection broke before any answer came: a
+    kept-alive connection the server closed just as it was reused (or, rarely, a read
+    timeout while waiting for the answer). A 5xx that persists is returned rather than
+    raised, so the caller can name the status and move on to the next mirror. A body
+    cut off mid-way is not retried here: the downloader resumes it with ``Range``.
     """
     return _Retry(
         total=None,
         connect=2,
-        read=0,
+        read=1,
         other=0,
         redirect=None,
         status=4,

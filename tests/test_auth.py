@@ -1,0 +1,135 @@
+"""A CDN behind HTTP Basic auth: credentials from the URL or from netrc, wrong ones that
+fail without showing the secret anywhere, and redirects that must not carry them away."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, basic_auth, redirect
+from conftest import MakeCdn
+from flashhub_kernels.errors import TransportError
+from trees import local_variant, write_kernel
+
+REPO = "acme/tensor-tricks"
+VARIANTS = f"kernels/{REPO}/v1/variants.json"
+FILES_PER_LOAD = 6
+USER, SECRET = "user", "s3cret-Pa55"
+WRONG = "wr0ng-Pa55word"
+
+
+@pytest.fixture
+def auth_cdn(make_cdn: MakeCdn) -> CdnServer:
+    """A CDN that answers 401 unless a request carries ``USER:SECRET``; the kernel on it."""
+    server = make_cdn(auth=basic_auth(USER, SECRET))
+    write_kernel(server.root, REPO, 1)
+    return server
+
+
+def loads() -> None:
+    assert fk.get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{local_variant()}"
+
+
+def write_netrc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, password: str) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine 127.0.0.1 login {USER} password {password}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+
+
+@pytest.mark.parametrize(
+    "user, password", [(USER, SECRET), ("us er", "p@ss:w/rd%")], ids=["plain", "quoted"]
+)
+def test_credentials_in_the_cdn_url(make_cdn: MakeCdn, user: str, password: str) -> None:
+    server = make_cdn(auth=basic_auth(user, password))
+    write_kernel(server.root, REPO, 1)
+    quoted = f"{urllib.parse.quote(user, safe='')}:{urllib.parse.quote(password, safe='')}"
+    fk.configure(cdn_url=server.url_for("127.0.0.1", quoted))
+    loads()
+    assert len(server.gets()) == FILES_PER_LOAD
+    assert {r.status for r in server.requests} == {200}  # sent up front, not after a 401
+
+
+def test_credentials_from_netrc(
+    auth_cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_netrc(tmp_path, monkeypatch, SECRET)
+    fk.configure(cdn_url=auth_cdn.url)
+    loads()
+    assert len(auth_cdn.gets()) == FILES_PER_LOAD
+    assert {r.authorization for r in auth_cdn.requests} == {basic_auth(USER, SECRET)}
+
+
+def test_no_credentials_is_a_transport_error(auth_cdn: CdnServer) -> None:
+    fk.configure(cdn_url=auth_cdn.url)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert "401" in str(info.value)
+    assert {r.status for r in auth_cdn.requests} == {401}
+
+
+def _wrong_password_error(
+    auth_cdn: CdnServer,
+    source: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> TransportError:
+    caplog.set_level(logging.DEBUG, logger="flashhub_kernels")
+    if source == "url":
+        fk.configure(cdn_url=auth_cdn.url_for("127.0.0.1", f"{USER}:{WRONG}"))
+    else:
+        write_netrc(tmp_path, monkeypatch, WRONG)
+        fk.configure(cdn_url=auth_cdn.url)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert {r.status for r in auth_cdn.requests} == {401}
+    return info.value
+
+
+@pytest.mark.parametrize("source", ["url", "netrc"])
+def test_a_wrong_password_fails_without_showing_it(
+    auth_cdn: CdnServer,
+    source: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exc = _wrong_password_error(auth_cdn, source, tmp_path, monkeypatch, caplog)
+    assert f"127.0.0.1:{auth_cdn.port}" in str(exc)  # which CDN, still
+    assert "401" in str(exc)
+    for shown in (str(exc), repr(exc), caplog.text):
+        assert WRONG not in shown
+        assert urllib.parse.quote(WRONG) not in shown
+    assert all(WRONG not in record.getMessage() for record in caplog.records)
+
+
+def test_a_wrong_password_is_not_in_the_printed_traceback(
+    auth_cdn: CdnServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What a user sees: the whole chain of exceptions (``raise ... from``, or the context).
+    exc = _wrong_password_error(auth_cdn, "url", tmp_path, monkeypatch, caplog)
+    printed = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    assert "TransportError" in printed
+    assert WRONG not in printed
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+def test_a_redirect_to_another_host_does_not_carry_the_credentials(
+    auth_cdn: CdnServer, make_cdn: MakeCdn, host: str
+) -> None:
+    other = make_cdn()  # no auth, the same files; another host, or another port
+    auth_cdn.inject(VARIANTS, redirect(f"{other.url_for(host)}/{VARIANTS}"))
+    fk.configure(cdn_url=auth_cdn.url_for("127.0.0.1", f"{USER}:{SECRET}"))
+    loads()
+    assert other.gets() == [f"/{VARIANTS}"]
+    assert [r.authorization for r in other.requests] == [None]
+    assert {r.authorization for r in auth_cdn.requests} == {basic_auth(USER, SECRET)}

@@ -1,0 +1,153 @@
+"""Processes that are interrupted or kept waiting: Ctrl-C in the middle of a download, and
+a second process waiting for the download lock another one holds."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, held, stall
+from conftest import run_python
+from trees import kernel_files, write_variant
+
+REPO = "acme/tensor-tricks"
+VARIANT = "torch-universal"
+BIG = bytes(range(256)) * (32 * 1024)  # 8 MiB
+BIG_PATH = f"kernels/{REPO}/v1/build/{VARIANT}/tensor_tricks/big.bin"
+LOAD = "import flashhub_kernels as fk; fk.get_kernel('acme/tensor-tricks', version=1)"
+
+
+@pytest.fixture
+def big_kernel(cdn: CdnServer) -> CdnServer:
+    files = {**kernel_files("tensor_tricks", "big"), "tensor_tricks/big.bin": BIG}
+    write_variant(cdn.root, REPO, 1, VARIANT, files)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    return cdn
+
+
+def child(code: str = LOAD, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def partial_size(cache_dir: Path, name: str) -> int:
+    """The size of the largest file named like ``name`` in the cache (0 if none)."""
+    sizes = [p.stat().st_size for p in cache_dir.rglob(f"*{name}*") if p.is_file()]
+    return max(sizes, default=0)
+
+
+def test_ctrl_c_mid_download_exits_at_once_and_keeps_the_partial_file(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    reached = threading.Event()
+    big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
+    process = child(PYTHONWARNINGS="ignore")  # torch's warnings are not the point here
+    try:
+        assert reached.wait(60), "the child never reached the fault"
+        deadline = time.monotonic() + 10  # until the first MiB is on disk
+        while partial_size(cache_dir, "big.bin") == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        _out, err = process.communicate(timeout=15)
+        took = time.monotonic() - start
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert took < 5, f"Ctrl-C took {took:.1f} s"
+    assert process.returncode != 0
+    assert "concurrent.futures" not in err and "Exception in thread" not in err, err
+    assert err.count("Traceback") <= 1, err  # one traceback at most, none from threads
+    assert len(err.splitlines()) <= 30, err
+    assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
+
+    big_kernel.faults.clear()
+    big_kernel.clear_log()
+    k = fk.get_kernel(REPO, version=1)
+    assert (Path(k.__file__).parent / "big.bin").read_bytes() == BIG
+    first = next(r for r in big_kernel.requests if r.path.endswith("big.bin"))
+    match = re.fullmatch(r"bytes=(\d+)-", first.range or "")
+    assert match and 0 < int(match.group(1)) <= 1 << 20, first.range
+
+
+def test_a_waiting_process_says_which_lock_it_waits_for(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(BIG_PATH, held(started, release))
+    first = child()
+    second: subprocess.Popen[str] | None = None
+    lines: list[str] = []
+    try:
+        assert started.wait(60), "the first child never reached the fault"
+        second = child()
+        assert second.stderr is not None
+        said = threading.Event()
+
+        def read(stream: object = second.stderr) -> None:
+            for line in stream:  # type: ignore[attr-defined]
+                lines.append(line)
+                if "wait" in line.lower():
+                    said.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        said.wait(30)  # the message comes after about 2 s of waiting
+    finally:
+        release.set()
+    assert second is not None
+    assert first.wait(60) == 0 and second.wait(60) == 0
+    reader.join(10)
+    message = "".join(lines)
+    assert "wait" in message.lower(), message
+    assert REPO in message
+    lock = re.search(r"(\S+\.lock)\b", message)
+    assert lock, message
+    assert message.count(lock.group(1)) == 1  # said once, not once a second
+    assert len(big_kernel.gets("big.bin")) == 1  # the second found it done
+
+
+WITH_LOCK_TIMEOUT = """
+import flashhub_kernels as fk
+from flashhub_kernels.errors import CacheError
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except CacheError as exc:
+    print("CacheError", isinstance(exc, ImportError))
+    print(exc)
+else:
+    print("loaded")
+"""
+
+
+def test_a_lock_timeout_gives_up_with_a_cache_error(big_kernel: CdnServer, cache_dir: Path) -> None:
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(BIG_PATH, held(started, release))
+    first = child()
+    try:
+        assert started.wait(60), "the first child never reached the fault"
+        start = time.monotonic()
+        output = run_python(WITH_LOCK_TIMEOUT, env={"FLASHHUB_LOCK_TIMEOUT": "1"}, timeout=60)
+        took = time.monotonic() - start
+    finally:
+        release.set()
+    assert first.wait(60) == 0
+    assert output.startswith("CacheError True\n"), output
+    assert "lock" in output.lower()
+    assert took < 30  # gave up, did not wait for the first child
+    assert len(big_kernel.gets("big.bin")) == 1

@@ -1,0 +1,202 @@
+"""The transport against real loopback CDNs that behave like real ones: compressed
+answers, half-synced mirrors, a trickling server, connection reuse and chunked bodies.
+
+Faults that a single request suffers (drops, 5xx, tampering) are in test_faults.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, chunked, status, trickle
+from conftest import MakeCdn
+from flashhub_kernels.errors import TransportError
+from trees import kernel_files, write_variant
+
+REPO = "acme/tensor-tricks"
+VARIANT = "torch-universal"
+BLOB = bytes(range(256)) * (4 * 1024)  # 1 MiB
+BUILD = f"kernels/{REPO}/v1/build/{VARIANT}"
+BLOB_PATH = f"{BUILD}/tensor_tricks/blob.bin"
+
+
+def publish_blob_kernel(root: Path, extra: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
+    files.update(extra or {})
+    write_variant(root, REPO, 1, VARIANT, files)
+    (root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    return files
+
+
+def variant_dir(k: object) -> Path:
+    return Path(k.__file__).parent.parent  # type: ignore[attr-defined]
+
+
+def cached_files(k: object) -> dict[str, bytes]:
+    root = variant_dir(k)
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.parent != root and "__pycache__" not in p.parts
+    }
+
+
+def ranges(cdn: CdnServer, suffix: str) -> list[str | None]:
+    return [r.range for r in cdn.requests if r.path.endswith(suffix)]
+
+
+# -- Content-Encoding -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_cdn_is_decoded_and_verified(
+    make_cdn: MakeCdn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    server = make_cdn(encoding=encoding)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", server.url)
+    files = publish_blob_kernel(server.root)
+    k = fk.get_kernel(REPO, version=1)
+    assert k.marker() == "blob"
+    assert cached_files(k) == files  # the decoded bytes, which the digests are over
+    assert (variant_dir(k) / "metadata.json").read_bytes() == (
+        server.root / BUILD / "metadata.json"
+    ).read_bytes()
+    assert len(server.gets("blob.bin")) == 1  # right the first time: no digest retry
+    assert {r.status for r in server.requests} == {200}
+
+
+# -- mirrors --------------------------------------------------------------------------------
+
+MISSING = [f"{BUILD}/tensor_tricks/helpers.py", f"{BUILD}/tensor_tricks/data/table.txt"]
+
+
+@pytest.fixture
+def mirrors(make_cdn: MakeCdn, tmp_path: Path) -> tuple[CdnServer, CdnServer]:
+    """Mirror A (half-synced: the documents, but not every file) and mirror B (complete)."""
+    b = make_cdn(tmp_path / "b")
+    publish_blob_kernel(b.root)
+    shutil.copytree(b.root, tmp_path / "a")
+    a = make_cdn(tmp_path / "a")
+    return a, b
+
+
+@pytest.mark.parametrize("code", [404, 403, 401])
+def test_a_file_a_half_synced_mirror_lacks_comes_from_the_next(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    a, b = mirrors
+    for path in MISSING:
+        if code == 404:
+            (a.root / path).unlink()
+        else:
+            a.inject(path, *[status(code)] * 20)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    k = fk.get_kernel(REPO, version=1)
+    assert k.helpers.shout() == "BLOB"
+    assert (variant_dir(k) / "tensor_tricks/data/table.txt").read_text() == "table of blob\n"
+    assert sorted(b.gets()) == sorted(f"/{path}" for path in MISSING)
+    assert f"/kernels/{REPO}/v1/variants.json" in a.gets()
+    assert f"/{BUILD}/metadata.json" in a.gets()
+
+
+def test_when_every_mirror_fails_each_is_named(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = mirrors
+    a.inject(MISSING[0], *[status(401)] * 20)
+    b.inject(MISSING[0], *[status(403)] * 20)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert "helpers.py" in message
+    assert f"127.0.0.1:{a.port}" in message and f"127.0.0.1:{b.port}" in message
+    assert "401" in message and "403" in message
+
+
+# -- a server that trickles -----------------------------------------------------------------
+
+
+def test_a_trickling_mirror_fails_as_stalled(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "2")
+    publish_blob_kernel(cdn.root)
+    cdn.inject(BLOB_PATH, *[trickle(0.5)] * 50)  # a byte every 0.5 s: never a read timeout
+    start = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert time.monotonic() - start < 15
+    message = str(info.value).lower()
+    assert "blob.bin" in message
+    assert any(word in message for word in ("stall", "slow", "kib/s")), message
+
+
+def test_a_trickling_mirror_gives_way_to_a_healthy_one(
+    cdn: CdnServer, make_cdn: MakeCdn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    healthy = make_cdn()  # the same files
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "2")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{cdn.url},{healthy.url}")
+    publish_blob_kernel(cdn.root)
+    cdn.inject(BLOB_PATH, *[trickle(0.5)] * 50)
+    start = time.monotonic()
+    k = fk.get_kernel(REPO, version=1)
+    assert time.monotonic() - start < 15
+    assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
+    assert healthy.gets("blob.bin")
+    assert cdn.gets("blob.bin")  # it was tried first
+
+
+# -- connections and bodies (what the old hand-written client was tested for) ---------------
+
+
+def test_files_share_kept_alive_connections(cdn: CdnServer) -> None:
+    extra = {f"tensor_tricks/gen/f{i:02d}.py": f"X = {i}\n".encode() for i in range(40)}
+    publish_blob_kernel(cdn.root, extra)
+    k = fk.get_kernel(REPO, version=1)
+    assert len(cached_files(k)) == 45
+    assert len(cdn.gets()) == 47  # the two documents, 45 files, nothing twice
+    assert cdn.connections <= 10  # a pool of a few workers' connections, not one per file
+
+
+def test_a_kept_alive_connection_the_server_closed_is_replaced(
+    make_cdn: MakeCdn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server's idle timeout fires just as the client reuses a pooled connection: the
+    # request is never answered. Nothing was received, so nothing needs resuming; a GET
+    # can be sent again on a new connection, and must be, or every such race fails a load.
+    server = make_cdn(drop_reused=1)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", server.url)
+    files = publish_blob_kernel(server.root)
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_files(k) == files
+    assert server.dropped == 1  # the race happened
+    paths = server.gets()
+    assert len(paths) == len(set(paths)) == len(files) + 2  # each answered once
+
+
+def test_a_chunked_body_is_read_whole(cdn: CdnServer) -> None:
+    files = publish_blob_kernel(cdn.root)
+    cdn.inject(BLOB_PATH, chunked())
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_files(k) == files
+    assert ranges(cdn, "blob.bin") == [None]
+
+
+def test_a_chunked_body_cut_off_resumes_where_it_broke(cdn: CdnServer) -> None:
+    files = publish_blob_kernel(cdn.root)
+    cut = 300_000
+    cdn.inject(BLOB_PATH, chunked(cut_after=cut))
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_files(k) == files
+    first, second = ranges(cdn, "blob.bin")
+    assert first is None
+    match = re.fullmatch(r"bytes=(\d+)-", second or "")
+    assert match and 0 < int(match.group(1)) <= cut, second

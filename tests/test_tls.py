@@ -1,0 +1,127 @@
+"""https CDNs: which certificates are trusted (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, a CA
+directory), what an untrusted or misconfigured one does, and redirects between schemes.
+
+The CDN's certificate comes from a throwaway CA (trustme) that nothing trusts by default.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, redirect
+from flashhub_kernels.errors import TransportError
+from trees import local_variant, write_kernel
+
+REPO = "acme/tensor-tricks"
+VARIANTS = f"kernels/{REPO}/v1/variants.json"
+FILES_PER_LOAD = 6
+
+
+@pytest.fixture
+def published(tls_cdn: CdnServer) -> CdnServer:
+    """The https CDN, with the test kernel, set as FLASHHUB_CDN_URL's override."""
+    write_kernel(tls_cdn.root, REPO, 1)
+    fk.configure(cdn_url=tls_cdn.url)
+    return tls_cdn
+
+
+def loads() -> None:
+    assert fk.get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{local_variant()}"
+
+
+@pytest.mark.parametrize("variable", ["REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"])
+def test_a_ca_bundle_from_the_environment_is_trusted(
+    published: CdnServer, ca_pem: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, str(ca_pem))
+    loads()
+    assert len(published.gets()) == FILES_PER_LOAD
+
+
+def test_an_untrusted_certificate_fails_before_any_request(published: CdnServer) -> None:
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value).lower()
+    assert any(word in message for word in ("certificate", "tls", "ssl")), message
+    assert published.url.removeprefix("https://") in str(info.value)
+    assert published.requests == []  # the handshake failed: nothing was asked
+
+
+def test_a_missing_ca_bundle_is_named_before_any_request(
+    published: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "nowhere" / "ca.pem"
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(missing))
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert "REQUESTS_CA_BUNDLE" in message
+    assert str(missing) in message
+    assert published.requests == []
+
+
+def _subject_hash(pem: Path) -> str:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl CLI is not on PATH")
+    return subprocess.run(
+        [openssl, "x509", "-hash", "-noout", "-in", str(pem)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
+
+
+def test_a_ca_directory_is_trusted(
+    published: CdnServer, ca_pem: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca_dir = tmp_path / "certs"
+    ca_dir.mkdir()
+    shutil.copy(ca_pem, ca_dir / f"{_subject_hash(ca_pem)}.0")  # as c_rehash names it
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_dir))
+    loads()
+    assert len(published.gets()) == FILES_PER_LOAD
+
+
+def test_a_ca_directory_without_the_ca_is_an_untrusted_certificate(
+    published: CdnServer, ca_pem: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca_dir = tmp_path / "certs"
+    ca_dir.mkdir()
+    shutil.copy(ca_pem, ca_dir / "ca.pem")  # not under its hash: OpenSSL never finds it
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_dir))
+    with pytest.raises(TransportError) as info:  # not IsADirectoryError
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value).lower()
+    assert any(word in message for word in ("certificate", "tls", "ssl")), message
+    assert published.requests == []
+
+
+# -- redirects between schemes --------------------------------------------------------------
+
+
+def test_a_redirect_from_http_to_https_is_followed(
+    cdn: CdnServer, tls_cdn: CdnServer, ca_pem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    write_kernel(cdn.root, REPO, 1)  # both serve tmp_path / "cdn"
+    cdn.inject(VARIANTS, redirect(f"{tls_cdn.url}/{VARIANTS}"))
+    loads()
+    assert tls_cdn.gets() == [f"/{VARIANTS}"]
+    assert cdn.gets()[0] == f"/{VARIANTS}" and len(cdn.gets()) == FILES_PER_LOAD
+
+
+def test_a_redirect_from_https_to_http_is_refused(
+    cdn: CdnServer, published: CdnServer, ca_pem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    published.inject(VARIANTS, *[redirect(f"{cdn.url}/{VARIANTS}")] * 10)
+    with pytest.raises(TransportError, match="refused"):
+        fk.get_kernel(REPO, version=1)
+    assert cdn.requests == []  # the downgrade never happened
