@@ -76,7 +76,6 @@ CHILD_TIMEOUT_S = 900.0
 TARGET_BIG_VS_CURL = 1.0
 TARGET_SMALL_VS_CURL = 3.0
 TARGET_REALISTIC_VS_CURL = 1.2
-MISSING_REQUESTS = "requests baseline skipped: requests is not installed (pip install -e '.[dev]')"
 TARGET_WARM_VS_PLAIN = 1.5
 TARGET_RSS_MIB = 64.0
 TARGET_HELP_MS = 150.0
@@ -686,7 +685,6 @@ class Bench:
     children: Children
     scratch: Path
     curl: str | None
-    has_requests: bool  # the 1b baseline needs it (the dev extra installs it)
     _serial: int = 0
 
     def env(self, cache_dir: Path) -> dict[str, str]:
@@ -806,13 +804,14 @@ def row_big_file(bench: Bench) -> list[Row]:
         shutil.rmtree(out.parent)
         return result
 
-    measurements: dict[str, Callable[[], Any]] = {"flashhub": lambda: bench.cold_load(kernel)}
-    if bench.has_requests:
-        measurements["requests"] = plain_requests
+    measurements: dict[str, Callable[[], Any]] = {
+        "flashhub": lambda: bench.cold_load(kernel),
+        "requests": plain_requests,
+    }
     if bench.curl:
         measurements["curl"] = curl
     results = bench.rounds(f"row 1: cold load of {bench.args.size_mib} MiB", measurements)
-    ours, plain = results["flashhub"], results.get("requests")
+    ours, plain = results["flashhub"], results["requests"]
 
     ours_ms = Stat.of([r["seconds"] * 1e3 for r in ours])
     name = f"cold load, 1 file of {bench.args.size_mib} MiB"
@@ -835,14 +834,10 @@ def row_big_file(bench: Bench) -> list[Row]:
         target=f"< {TARGET_RSS_MIB:.0f} MiB (max)",
         has_ratio=False,
     )
-    if plain is None:
-        vs_requests.notes.append(MISSING_REQUESTS)
-        rss.notes.append(MISSING_REQUESTS)
-    else:
-        vs_requests.baseline = Stat.of([r["seconds"] * 1e3 for r in plain])
-        plain_rate = mb_per_s(size, vs_requests.baseline.median)
-        vs_requests.notes.append(f"{rate}, requests {plain_rate:.0f} MB/s")
-        rss.baseline = Stat.of([r["rss_growth_mib"] for r in plain])
+    vs_requests.baseline = Stat.of([r["seconds"] * 1e3 for r in plain])
+    plain_rate = mb_per_s(size, vs_requests.baseline.median)
+    vs_requests.notes.append(f"{rate}, requests {plain_rate:.0f} MB/s")
+    rss.baseline = Stat.of([r["rss_growth_mib"] for r in plain])
     assert rss.ours is not None
     rss.passed = rss.ours.max < TARGET_RSS_MIB
     before = Stat.of([r["rss_before_mib"] for r in ours]).median
@@ -1346,9 +1341,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     curl = shutil.which("curl")
     if curl is None:
         log("curl is not on PATH: the curl baselines are skipped")
-    has_requests = importlib.util.find_spec("requests") is not None
-    if not has_requests:
-        log(MISSING_REQUESTS)
     with tempfile.TemporaryDirectory(prefix="flashhub-bench-") as tmp:
         work = Path(tmp)
         facts = machine_facts(work)
@@ -1360,7 +1352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("starting the fork server (imports torch once)")
         children = Children()
         with serve(trees.cdn) as server:
-            bench = Bench(args, trees, server, children, work / "scratch", curl, has_requests)
+            bench = Bench(args, trees, server, children, work / "scratch", curl)
             rows = [
                 *row_big_file(bench),
                 *row_small_files(bench),
