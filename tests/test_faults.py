@@ -31,7 +31,7 @@ from cdn_server import (
     wrong_range,
 )
 from flashhub_kernels._transport import warn_if_insecure
-from flashhub_kernels.errors import ManifestError, TransportError
+from flashhub_kernels.errors import CacheError, ManifestError, TransportError
 from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -379,3 +379,14 @@ def test_a_failed_download_keeps_what_arrived_and_the_next_load_continues_it(
     files = [p for p in blob_kernel.gets() if "/build/" in p and not p.endswith("metadata.json")]
     assert len(files) == 5 - (len(kept) - 1)
     assert not list(version_dir.glob(".partial-*"))
+
+
+def test_a_cache_that_cannot_be_created_is_a_cache_error(
+    blob_kernel: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("not a directory")
+    monkeypatch.setenv("FLASHHUB_CACHE_DIR", str(in_the_way / "cache"))
+    with pytest.raises(CacheError, match="cannot write") as info:
+        fk.get_kernel(REPO, version=1)
+    assert isinstance(info.value, ImportError) and "FLASHHUB_CACHE_DIR" in str(info.value)

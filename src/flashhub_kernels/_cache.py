@@ -175,9 +175,9 @@ class Cache:
         old = self.read_index(info)
         merged = index if old is None else old.merged(index)
         if merged != old:
-            write_atomic(
-                ensure_dir(self.version_dir(info)) / INDEX_NAME, dump_json(merged.to_json())
-            )
+            with cache_errors():
+                path = ensure_dir(self.version_dir(info)) / INDEX_NAME
+                write_atomic(path, dump_json(merged.to_json()))
         return merged
 
     # -- entries ----------------------------------------------------------------------
