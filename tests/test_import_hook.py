@@ -93,6 +93,9 @@ def test_fresh_interpreter_cold_then_warm_makes_zero_requests(cdn: CdnServer) ->
     cdn.clear_log()
     assert run_python(code).strip() == f"{REPO}@v1:{local_variant()}"
     assert cdn.requests == []
+    # A warm load imports neither the HTTP stack nor the lock library.
+    libraries = "import sys; print(sorted({'requests', 'urllib3', 'filelock'} & set(sys.modules)))"
+    assert run_python(f"{code}\n{libraries}").splitlines()[-1] == "[]"
 
 
 def test_name_mapping_tries_dashes_then_the_literal_name(cdn: CdnServer) -> None:
@@ -277,7 +280,8 @@ def test_importing_the_packages_imports_neither_torch_nor_requests() -> None:
         """
         import sys, flashhub, flashhub_kernels, flashhub_kernels.errors
         flashhub_kernels.configure(prefix="x"); flashhub_kernels.get_config()
-        print(json.dumps([m for m in ("torch", "requests", "http.client") if m in sys.modules]))
+        heavy = ("torch", "requests", "urllib3", "http.client", "filelock", "asyncio")
+        print(json.dumps([m for m in heavy if m in sys.modules]))
         """
     )
     assert json.loads(run_python("import json\n" + code)) == []
