@@ -153,3 +153,37 @@ def test_a_missing_ca_bundle_names_its_variable(clean_env: pytest.MonkeyPatch) -
         ca_bundle()
     clean_env.setenv("REQUESTS_CA_BUNDLE", "/etc")  # a directory is a valid bundle
     assert ca_bundle() == "/etc"
+
+
+@pytest.mark.parametrize(
+    "name, raw, expected",
+    [
+        ("FLASHHUB_LOCK_TIMEOUT", "", None),
+        ("FLASHHUB_LOCK_TIMEOUT", "0", 0.0),
+        ("FLASHHUB_LOCK_TIMEOUT", "2.5", 2.5),
+        ("FLASHHUB_READ_TIMEOUT", "", 60.0),
+        ("FLASHHUB_READ_TIMEOUT", "3", 3.0),
+    ],
+)
+def test_timeouts_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, name: str, raw: str, expected: float | None
+) -> None:
+    monkeypatch.setenv(name, raw)
+    config = get_config()
+    assert getattr(config, name.removeprefix("FLASHHUB_").lower()) == expected
+
+
+@pytest.mark.parametrize(
+    "name, raw, message",
+    [
+        ("FLASHHUB_LOCK_TIMEOUT", "-1", "must be zero or more seconds"),
+        ("FLASHHUB_READ_TIMEOUT", "0", "must be a positive number of seconds"),
+        ("FLASHHUB_CONNECT_TIMEOUT", "soon", "is not a number of seconds"),
+    ],
+)
+def test_a_bad_timeout_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, raw: str, message: str
+) -> None:
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValueError, match=f"{name}=.*{message}"):
+        get_config()

@@ -98,20 +98,8 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
-def _env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
-    return value
-
-
-def _env_optional_seconds(name: str) -> float | None:
+def _env_seconds(name: str, *, zero_ok: bool = False) -> float | None:
+    """The number of seconds ``name`` is set to, or ``None`` when it is unset or empty."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return None
@@ -119,8 +107,9 @@ def _env_optional_seconds(name: str) -> float | None:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
-    if value < 0:
-        raise ValueError(f"{name}={raw!r} must be zero or more seconds")
+    if value < 0 or (value == 0 and not zero_ok):
+        least = "zero or more" if zero_ok else "a positive number of"
+        raise ValueError(f"{name}={raw!r} must be {least} seconds")
     return value
 
 
@@ -137,9 +126,9 @@ def get_config() -> Config:
         cache_dir=Path(str(cache_dir)).expanduser(),
         offline=_env_flag("FLASHHUB_OFFLINE"),
         progress_bars=not _env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),
-        connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
-        read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT", DEFAULT_READ_TIMEOUT),
-        lock_timeout=_env_optional_seconds("FLASHHUB_LOCK_TIMEOUT"),
+        connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT") or DEFAULT_CONNECT_TIMEOUT,
+        read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT") or DEFAULT_READ_TIMEOUT,
+        lock_timeout=_env_seconds("FLASHHUB_LOCK_TIMEOUT", zero_ok=True),
     )
 
 
