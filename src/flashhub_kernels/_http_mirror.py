@@ -83,7 +83,7 @@ class HttpMirror(Mirror):
         self._stall_window = config.read_timeout
         # What Session.get would work out for every request (the session's headers and
         # hooks merged in, the credentials encoded), worked out once: each GET copies it
-        # and sets its URL. Half of requests' CPU per request goes into that merging.
+        # and sets its URL. That merging was 15% of the CPU of a 10 KiB GET.
         self._template = session.prepare_request(
             requests.Request("GET", self.base_url, auth=self._route.auth)
         )
