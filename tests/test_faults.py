@@ -164,6 +164,15 @@ def test_a_redirect_within_the_cdn_is_followed(blob_kernel: CdnServer) -> None:
     assert blob_kernel.gets()[:2] == [f"/{variants}", "/moved.json"]
 
 
+def test_a_redirect_to_a_location_with_a_space_is_followed(blob_kernel: CdnServer) -> None:
+    variants = f"kernels/{REPO}/v1/variants.json"
+    # The test server maps the request path to a file name without unquoting it.
+    (blob_kernel.root / "moved%20here.json").write_text(f'["{VARIANT}"]')
+    blob_kernel.inject(variants, redirect("/moved here.json"))
+    fk.get_kernel(REPO, version=1)
+    assert blob_kernel.gets()[:2] == [f"/{variants}", "/moved%20here.json"]
+
+
 @pytest.mark.parametrize(
     "repo_id, version",
     [("a/b/c", 1), ("../x", 1), ("ORG/", 1), ("", 1), ("acme/x", 0), ("acme/x", -3)],
