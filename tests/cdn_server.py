@@ -395,3 +395,65 @@ def chunked(chunk_size: int = 64 << 10, *, cut_after: int | None = None) -> Faul
         handler.wfile.write(b"0\r\n\r\n")
 
     return fault
+
+
+def raw_redirect(location: bytes) -> Fault:
+    """A ``302`` whose ``Location`` is ``location`` byte for byte (say, non-ASCII bytes in
+    latin-1 or UTF-8), as a misconfigured server sends it."""
+
+    def fault(handler: CdnHandler, _body: bytes) -> None:
+        handler.record(302)
+        handler.wfile.write(
+            b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n"
+        )
+        handler.wfile.flush()
+
+    return fault
+
+
+def drop_every(n: int) -> Fault:
+    """Honour ``Range: bytes=N-`` (``206`` from byte N), announce the rest of the file, send
+    ``n`` bytes of it, then hang up. Inject it once per request it should answer."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", ""))
+        start = int(match.group(1)) if match else 0
+        status = 206 if match else 200
+        headers = {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"} if match else {}
+        handler.record(status)
+        handler.send_response(status)
+        for key, value in headers.items():
+            handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(body) - start))
+        handler.end_headers()
+        handler.wfile.write(body[start : start + n])
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    return fault
+
+
+def other_file(data: bytes) -> Fault:
+    """Serve ``data`` in place of the file, honestly announced and honouring ``Range``: a
+    mirror holding another build of the file."""
+    return lambda handler, _body: handler.send_file(data)
+
+
+def endless(*, limit: int = 1 << 30) -> Fault:
+    """A ``200`` with no ``Content-Length`` whose body never ends: zeros until the client
+    hangs up (or ``limit`` bytes, so a broken client cannot keep the test server busy)."""
+
+    def fault(handler: CdnHandler, _body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        block = bytes(64 << 10)
+        try:
+            for _ in range(limit // len(block)):
+                handler.wfile.write(block)
+        except OSError:
+            pass  # the client hung up, as it should
+
+    return fault

@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cdn_server import CdnHandler, CdnServer
+from cli_runner import flashhub, ok_json
 from conftest import run_python
 from flashhub_kernels._lockfile import LOCKFILE_NAME
 from projects import (
@@ -26,27 +26,6 @@ from projects import (
 from trees import local_variant, write_kernel
 
 LOCAL = local_variant()
-
-
-def flashhub(
-    *args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -m flashhub_kernels ARGS`` with this test's FLASHHUB_* environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "flashhub_kernels", *map(str, args)],
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
-    """The JSON document a successful command printed."""
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 @pytest.fixture

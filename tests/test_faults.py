@@ -6,12 +6,15 @@ each fault and what the client does.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -22,7 +25,10 @@ from cdn_server import (
     CdnServer,
     delayed,
     drop_after,
+    drop_every,
+    endless,
     long_body,
+    other_file,
     redirect,
     stall,
     status,
@@ -30,14 +36,17 @@ from cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
-from flashhub_kernels._transport import warn_if_insecure
-from flashhub_kernels.errors import CacheError, ManifestError, TransportError
+from conftest import MakeCdn
+from flashhub_kernels._config import get_config
+from flashhub_kernels._transport import Fetcher, warn_if_insecure
+from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
 from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 BLOB = bytes(range(256)) * (3 * 4096)  # 3 MiB, so drops land mid-file
 VARIANT = "torch-universal"
 BLOB_PATH = f"kernels/{REPO}/v1/build/{VARIANT}/tensor_tricks/blob.bin"
+BLOB_DIGEST = hashlib.sha256(BLOB).digest()
 
 
 @pytest.fixture
@@ -399,3 +408,230 @@ def test_a_cache_that_cannot_be_created_is_a_cache_error(
     with pytest.raises(CacheError, match="cannot write") as info:
         fk.get_kernel(REPO, version=1)
     assert isinstance(info.value, ImportError) and "FLASHHUB_CACHE_DIR" in str(info.value)
+
+
+def test_a_server_that_hangs_up_every_64_kib_but_honours_range_still_delivers(
+    blob_kernel: CdnServer,
+) -> None:
+    piece = 64 << 10
+    blob_kernel.inject(BLOB_PATH, *[drop_every(piece)] * (len(BLOB) // piece))
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(blob_kernel, "blob.bin") == [None] + [
+        f"bytes={offset}-" for offset in range(piece, len(BLOB), piece)
+    ]
+
+
+# -- bounded transfers: FLASHHUB_MAX_FILE_BYTES when the manifest states no size -------------
+
+DOES_NOT_HANG = 60.0  # seconds; an endless body must be cut, not read to its end
+
+
+def cache_files(cache_dir: Path) -> list[Path]:
+    return [p for p in cache_dir.rglob("*") if p.is_file()]
+
+
+def test_an_endless_body_is_cut_at_flashhub_max_file_bytes(
+    blob_kernel: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cap = 4 << 20  # above the 3 MiB blob
+    monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", str(cap))
+    blob_kernel.inject(BLOB_PATH, endless())
+    start = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert time.monotonic() - start < DOES_NOT_HANG
+    message = str(info.value)
+    assert "blob.bin" in message and f"runs past {cap} bytes" in message
+    assert "hint: if the kernel really ships a file this large, raise FLASHHUB_MAX_FILE_BYTES" in (
+        message
+    )
+    assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
+    assert max(p.stat().st_size for p in cache_files(cache_dir)) <= cap
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB  # nothing broken was kept
+
+
+def test_an_endless_body_gives_way_to_the_next_mirror(
+    blob_kernel: CdnServer, make_cdn: MakeCdn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    healthy = make_cdn()  # the same tree
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{blob_kernel.url},{healthy.url}")
+    monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", str(4 << 20))
+    blob_kernel.inject(BLOB_PATH, endless())
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert healthy.gets("blob.bin") == [f"/{BLOB_PATH}"]  # from byte 0: nothing kept
+
+
+def test_a_file_announced_past_flashhub_max_file_bytes_is_refused_before_its_body(
+    blob_kernel: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", str(1 << 20))
+    with pytest.raises(TransportError, match=f"announces {len(BLOB)} bytes from byte 0"):
+        fk.get_kernel(REPO, version=1)
+    assert blob_kernel.gets("blob.bin") == [f"/{BLOB_PATH}"]
+    assert not list(cache_dir.glob(f"kernels/acme/tensor-tricks/v1/.partial-*/{BLOB_DIGEST.hex()}"))
+
+
+@pytest.mark.parametrize("blob", ["over the cap", "a device without end"])
+def test_a_file_mirror_is_bounded_by_flashhub_max_file_bytes(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, blob: str
+) -> None:
+    root = tmp_path / "mirror"
+    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
+    variant_dir = write_variant(root, REPO, 1, VARIANT, files)
+    if blob == "a device without end":
+        (variant_dir / "tensor_tricks/blob.bin").unlink()
+        (variant_dir / "tensor_tricks/blob.bin").symlink_to("/dev/zero")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", root.as_uri())
+    monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", str(1 << 20))
+    start = time.monotonic()
+    with pytest.raises(TransportError, match="FLASHHUB_MAX_FILE_BYTES"):
+        fk.get_kernel(REPO, version=1)
+    assert time.monotonic() - start < DOES_NOT_HANG
+    assert max(p.stat().st_size for p in cache_files(cache_dir)) <= 1 << 20
+
+
+# -- bounded transfers: a size the manifest states (the fetcher, given each file's size) ------
+
+
+def fetch_blob(dest: Path, size: int, seen: list[int] | None = None) -> int:
+    """Download the blob as a variant download does; ``seen`` gets the file's size on disk
+    after every chunk written."""
+
+    def on_bytes(_n: int) -> None:
+        if seen is not None:
+            seen.append(dest.stat().st_size)
+
+    fetcher = Fetcher(get_config())
+    try:
+        relpath = BLOB_PATH.removeprefix("kernels/")
+        return fetcher.download(relpath, dest, BLOB_DIGEST, on_bytes, size=size)
+    finally:
+        fetcher.close()
+
+
+def test_a_content_length_other_than_the_manifests_size_is_refused_before_the_body(
+    blob_kernel: CdnServer, tmp_path: Path
+) -> None:
+    blob_kernel.inject(BLOB_PATH, *[other_file(BLOB + b"more")] * 2)
+    seen: list[int] = []
+    with pytest.raises(IntegrityError, match=f"lists {len(BLOB)} bytes in all") as info:
+        fetch_blob(tmp_path / "blob.bin", len(BLOB), seen)
+    assert isinstance(info.value, ImportError) and "hint:" in str(info.value)
+    assert seen == [] and not (tmp_path / "blob.bin").exists()
+    assert ranges(blob_kernel, "blob.bin") == [None, None]  # once more from scratch, as a digest
+
+
+def test_a_resume_announcing_another_length_starts_over(
+    blob_kernel: CdnServer, tmp_path: Path
+) -> None:
+    (tmp_path / "blob.bin").write_bytes(BLOB[:1000])  # kept from an interrupted download
+    blob_kernel.inject(BLOB_PATH, other_file(BLOB[:-1]))  # a 206 one byte short
+    assert fetch_blob(tmp_path / "blob.bin", len(BLOB)) == len(BLOB)
+    assert (tmp_path / "blob.bin").read_bytes() == BLOB
+    assert ranges(blob_kernel, "blob.bin") == ["bytes=1000-", None]
+
+
+def test_a_body_running_past_the_manifests_size_is_cut_and_refused(
+    blob_kernel: CdnServer, tmp_path: Path
+) -> None:
+    blob_kernel.inject(BLOB_PATH, endless(), endless())
+    seen: list[int] = []
+    start = time.monotonic()
+    with pytest.raises(IntegrityError, match=f"runs past the {len(BLOB)} bytes metadata.json"):
+        fetch_blob(tmp_path / "blob.bin", len(BLOB), seen)
+    assert time.monotonic() - start < DOES_NOT_HANG
+    assert seen and max(seen) <= len(BLOB)
+    assert not (tmp_path / "blob.bin").exists()
+
+
+def test_a_file_mirror_holding_another_size_is_refused(
+    blob_kernel: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLASHHUB_CDN_URL", blob_kernel.root.as_uri())
+    with pytest.raises(IntegrityError, match="announces"):
+        fetch_blob(tmp_path / "blob.bin", len(BLOB) + 1)
+    assert not (tmp_path / "blob.bin").exists()
+    assert fetch_blob(tmp_path / "blob.bin", len(BLOB)) == len(BLOB)
+
+
+# -- documents that break Python's own JSON parser, paths a file system cannot hold ---------
+
+HUGE_INT = "1" * 5000  # over Python's 4300-digit limit on int()
+DEEP = "[" * 50_000 + "]" * 50_000  # far past the interpreter's recursion limit
+
+
+def fetched_variant_files(cdn: CdnServer) -> list[str]:
+    return [p for p in cdn.gets() if "/build/" in p and not p.endswith("metadata.json")]
+
+
+@pytest.mark.parametrize("payload", [HUGE_INT, DEEP], ids=["5000-digit-int", "nested-50000-deep"])
+@pytest.mark.parametrize("document", ["metadata.json", "variants.json", "versions.json"])
+def test_json_that_breaks_pythons_parser_is_refused(
+    cdn: CdnServer, cache_dir: Path, document: str, payload: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1, [VARIANT])
+    version_dir = cdn.root / f"kernels/{REPO}/v1"
+    if document == "metadata.json":
+        manifest = version_dir / f"build/{VARIANT}/metadata.json"
+        manifest.write_text(manifest.read_text()[:-1] + f', "x": {payload}}}')
+    elif document == "variants.json":
+        (version_dir / "variants.json").write_text(f'["{VARIANT}", {payload}]')
+    else:
+        (version_dir.parent / "versions.json").write_text(f"[1, {payload}]")
+    with pytest.raises(ManifestError, match=document.replace(".", r"\.")):
+        if document == "versions.json":
+            fk.has_kernel(REPO)  # get_kernel with a version never reads versions.json
+        else:
+            fk.get_kernel(REPO, version=1)
+    assert fetched_variant_files(cdn) == []
+    assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "tensor_tricks/" + "a" * 256 + ".py",
+        "tensor_tricks/" + "\u00e9" * 128,  # 128 characters, but 256 bytes of UTF-8
+        "tensor_tricks/\ud800.py",  # a lone surrogate: no file name encodes it
+        ".flashhub-receipt.json/x",
+        "metadata.json/x",
+        "METADATA.JSON/x",  # one name on a case-insensitive file system
+    ],
+    ids=[
+        "name-over-255-bytes",
+        "utf8-name-over-255-bytes",
+        "lone-surrogate",
+        "under-receipt",
+        "under-manifest",
+        "under-manifest-other-case",
+    ],
+)
+def test_manifest_paths_the_cache_cannot_hold_are_refused_before_any_file(
+    cdn: CdnServer, cache_dir: Path, path: str
+) -> None:
+    files = kernel_files("tensor_tricks", "x")
+    listed = {**{p: b64sha256(d) for p, d in files.items()}, path: b64sha256(b"x")}
+    write_variant(cdn.root, REPO, 1, VARIANT, files, manifest={"digest": {"files": listed}})
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    with pytest.raises(ManifestError):
+        fk.get_kernel(REPO, version=1)
+    assert fetched_variant_files(cdn) == []
+    assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
+
+
+def _publish_sizes(cdn: CdnServer) -> None:
+    """Add the sizes the publisher records to the blob kernel's metadata.json."""
+    manifest_path = cdn.root / f"kernels/{REPO}/v1/build/{VARIANT}/metadata.json"
+    document = json.loads(manifest_path.read_text())
+    variant_dir = manifest_path.parent
+    document["sizes"] = {p: (variant_dir / p).stat().st_size for p in document["digest"]["files"]}
+    manifest_path.write_text(json.dumps(document))
+
+
+def test_a_load_checks_the_sizes_in_metadata_json(blob_kernel: CdnServer, cache_dir: Path) -> None:
+    _publish_sizes(blob_kernel)
+    blob_kernel.inject(BLOB_PATH, endless(), endless())
+    with pytest.raises(IntegrityError, match="runs past the"):
+        fk.get_kernel(REPO, version=1)
+    assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB  # the honest answer loads

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 
 import pytest
 
@@ -130,3 +131,81 @@ def test_content_hash_is_order_independent_and_sensitive() -> None:
     assert a == content_hash({"y": RAW, "x": RAW})
     assert a.startswith("sha256-") and len(a) == len("sha256-") + 64
     assert a != content_hash({"x": RAW, "z": RAW})
+
+
+# -- sizes ------------------------------------------------------------------------------------
+
+
+def with_sizes(sizes: object) -> bytes:
+    files = {"pkg/__init__.py": STD, "pkg/a.so": STD}
+    return json.dumps({"digest": {"files": files}, "sizes": sizes}).encode()
+
+
+def test_sizes_are_read_and_leave_the_content_hash_alone() -> None:
+    manifest = parse_metadata(with_sizes({"pkg/__init__.py": 0, "pkg/a.so": 3 << 30}))
+    assert manifest.sizes == {"pkg/__init__.py": 0, "pkg/a.so": 3 << 30}
+    assert manifest.size_of("pkg/a.so") == 3 << 30
+    without = parse_metadata(metadata({"pkg/__init__.py": STD, "pkg/a.so": STD}))
+    assert without.sizes is None and without.size_of("pkg/a.so") is None
+    assert manifest.content_hash == without.content_hash
+
+
+@pytest.mark.parametrize(
+    "sizes, message",
+    [
+        ({"pkg/__init__.py": 1}, "no size for 'pkg/a.so'"),
+        ({"pkg/__init__.py": 1, "pkg/a.so": 2, "pkg/b.so": 3}, "'pkg/b.so', which"),
+        ({"pkg/__init__.py": 1, "pkg/a.so": -1}, "got -1"),
+        ({"pkg/__init__.py": 1, "pkg/a.so": True}, "got True"),
+        ({"pkg/__init__.py": 1, "pkg/a.so": 1.0}, "got 1.0"),
+        ({"pkg/__init__.py": 1, "pkg/a.so": "1"}, "got '1'"),
+        ([1, 2], '"sizes" must map'),
+        (None, '"sizes" must map'),
+    ],
+)
+def test_bad_sizes_are_refused(sizes: object, message: str) -> None:
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        parse_metadata(with_sizes(sizes))
+
+
+# -- what Python's own parser and the file system cannot take -------------------------------
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b'{"digest": {"files": {}}, "n": ' + b"1" * 5000 + b"}", "too many digits"),
+        (b"[" * 50_000 + b"]" * 50_000, "too deeply"),
+        (b'{"a": ' * 50_000 + b"1" + b"}" * 50_000, "too deeply"),
+    ],
+)
+def test_documents_pythons_json_parser_chokes_on_are_manifest_errors(
+    data: bytes, message: str
+) -> None:
+    for parse in (parse_metadata, parse_variants, parse_versions):
+        with pytest.raises(ManifestError, match=message):
+            parse(data)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "pkg/" + "a" * 256,
+        "pkg/" + "\u00e9" * 128,  # 128 characters, 256 bytes of UTF-8
+        "pkg/" + ("\u00e9" * 100 + "/") * 6 + "y",  # 611 characters, 1211 bytes in all
+        "pkg/\ud800.py",
+        "metadata.json/x",
+        ".flashhub-receipt.json/x",
+        "METADATA.JSON",
+        "Metadata.json/x",
+    ],
+)
+def test_paths_the_file_system_or_the_cache_cannot_hold_are_refused(path: str) -> None:
+    with pytest.raises(ManifestError):
+        parse_metadata(metadata({"pkg/__init__.py": STD, path: STD}))
+
+
+def test_names_at_the_limits_and_pycache_are_accepted() -> None:
+    paths = ["pkg/" + "a" * 255, "pkg/" + "\u00e9" * 127, "__pycache__/x.pyc", "pkg/metadata.json"]
+    manifest = parse_metadata(metadata({"pkg/__init__.py": STD, **{p: STD for p in paths}}))
+    assert set(paths) <= set(manifest.files)

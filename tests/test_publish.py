@@ -130,7 +130,7 @@ def test_metadata_digests_match_source_and_published_files(
 
     manifest = parse_metadata(data)  # the client's parser accepts what the publisher writes
     document = json.loads(data)
-    assert list(document) == ["digest"]
+    assert list(document) == ["digest", "sizes"]
     listed = document["digest"]["files"]
     assert list(listed) == sorted(listed)
     source_dir = kernel / "build" / variant
@@ -145,6 +145,8 @@ def test_metadata_digests_match_source_and_published_files(
         assert raw == sha256((source_dir / rel).read_bytes())
         assert raw == sha256((variant_dir / rel).read_bytes())
         assert encoded.endswith("=") and "-" not in encoded and "_" not in encoded  # standard b64
+        assert manifest.size_of(rel) == (source_dir / rel).stat().st_size
+    assert list(document["sizes"]) == list(listed)
     assert report.variants[[v.name for v in report.variants].index(variant)].content_hash == (
         manifest.content_hash
     )
@@ -167,7 +169,11 @@ def test_bare_build_dir_gives_the_same_output(kernel: Path, tmp_path: Path) -> N
 
 
 def test_build_metadata_keys_are_kept_and_digest_replaced(kernel: Path, tmp_path: Path) -> None:
-    stale = {"python-depends": ["einops"], "digest": {"files": {"gone.py": "AAAA"}}}
+    stale = {
+        "python-depends": ["einops"],
+        "digest": {"files": {"gone.py": "AAAA"}},
+        "sizes": {"gone.py": 1},
+    }
     (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(stale))
     report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
     data = (report.version_dir / "build" / UNIVERSAL / "metadata.json").read_bytes()
@@ -178,6 +184,7 @@ def test_build_metadata_keys_are_kept_and_digest_replaced(kernel: Path, tmp_path
         f"{PY_PKG}/_ops.py",
         f"{PY_PKG}/helpers.py",
     }
+    assert manifest.sizes is not None and set(manifest.sizes) == set(manifest.files)
 
 
 def test_modes_ignore_the_umask(kernel: Path, tmp_path: Path) -> None:
@@ -216,6 +223,20 @@ def test_republishing_identical_content_is_a_noop(kernel: Path, tmp_path: Path) 
     assert report.noop and forced.noop
     assert (report.written, report.bytes_written, report.replaced) == ((), 0, False)
     assert tree_stats(out) == before  # same inodes and mtimes: nothing rewritten
+
+
+def test_a_tree_from_a_publisher_without_sizes_is_left_as_it_is(
+    kernel: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "cdn"
+    report = publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    for manifest in report.version_dir.glob("build/*/metadata.json"):  # as written before
+        document = json.loads(manifest.read_bytes())
+        del document["sizes"]
+        manifest.write_text(json.dumps(document))
+    before = tree_bytes(out)
+    again = publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+    assert again.noop and tree_bytes(out) == before
 
 
 def test_noop_version_still_lands_in_versions_json(kernel: Path, tmp_path: Path) -> None:

@@ -187,3 +187,18 @@ def test_a_bad_timeout_names_its_variable(
     monkeypatch.setenv(name, raw)
     with pytest.raises(ValueError, match=f"{name}=.*{message}"):
         get_config()
+
+
+@pytest.mark.parametrize("raw, expected", [("", 32 << 30), ("1048576", 1 << 20), (" 7 ", 7)])
+def test_max_file_bytes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: int
+) -> None:
+    monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", raw)
+    assert get_config().max_file_bytes == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "1.5", "4G", "\u0661"])
+def test_a_bad_max_file_bytes_names_its_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", raw)
+    with pytest.raises(ValueError, match=r"FLASHHUB_MAX_FILE_BYTES=.*positive whole number"):
+        get_config()

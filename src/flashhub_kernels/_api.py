@@ -7,16 +7,12 @@ import importlib
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 from ._config import get_config
 from ._finder import LoadedKernel, install
-from ._names import RepoInfo, check_backend, resolve_version
+from ._names import RepoInfo, check_backend, parse_repo_id, resolve_version
 from ._variants import VariantAccepted, VariantResolution, resolve_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError
-
-if TYPE_CHECKING:
-    pass
 
 
 def get_kernel(
@@ -99,11 +95,25 @@ def get_kernel_variants(
     entries with a ``reason``. ``version=None`` means the newest version in the repo's
     ``versions.json``. When a version has no ``variants.json``, only the variants this
     system could load are probed, so only those appear.
+
+    With ``FLASHHUB_OFFLINE=1`` no request is made: the answer comes from the variant
+    list the cache recorded when the version was loaded or downloaded.
+
+    Raises:
+        OfflineError: offline, and the cache does not record the answer (or
+            ``version=None``: only the CDN knows the newest version).
     """
     from ._store import fetch_index, remote, target_system, with_version
 
     system = target_system(backend)
     config = get_config()
+    if config.offline:
+        from ._cache import Cache
+        from ._offline import published_variants
+
+        info = _offline_info(repo_id, version)
+        names = published_variants(Cache.from_config(config), info, system)
+        return resolve_variants(names, system)
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)
         index = fetch_index(fetcher, info, system, probe_all=True)
@@ -111,12 +121,33 @@ def get_kernel_variants(
 
 
 def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None = None) -> bool:
-    """Whether the CDN publishes a variant of the kernel that this system can load."""
+    """Whether the CDN publishes a variant of the kernel that this system can load.
+
+    With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
+    or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot.
+    """
+    config = get_config()
+    if config.offline:
+        from ._cache import Cache
+        from ._offline import has_variant
+        from ._store import target_system
+
+        info = _offline_info(repo_id, version)
+        return has_variant(Cache.from_config(config), info, target_system(backend))
     try:
         resolutions = get_kernel_variants(repo_id, version, backend=backend)
     except (KernelNotFoundError, NoCompatibleVariantError):
         return False
     return any(isinstance(r, VariantAccepted) for r in resolutions)
+
+
+def _offline_info(repo_id: str, version: int | None) -> RepoInfo:
+    if version is None:
+        from ._offline import newest_version_error
+
+        parse_repo_id(repo_id)
+        raise newest_version_error(repo_id, hint="pass version=, or unset FLASHHUB_OFFLINE")
+    return RepoInfo(repo_id, version)
 
 
 def get_loaded_kernels() -> list[LoadedKernel]:

@@ -32,12 +32,15 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ._cache_trust import check_dir, check_root
+from ._config import Config
 from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
 from .errors import CacheError
@@ -123,11 +126,41 @@ class Cache:
     """Paths and operations of one cache root. Creating it touches nothing on disk.
 
     ``lock_timeout`` bounds each wait for another process's lock (``None``: no bound).
+    ``shared`` trusts directories the user's group may write (see ``_cache_trust``).
+    Nothing is read from, or created under, a directory that fails those checks.
     """
 
-    def __init__(self, root: Path, lock_timeout: float | None = None) -> None:
+    def __init__(
+        self, root: Path, lock_timeout: float | None = None, *, shared: bool = False
+    ) -> None:
         self.root = root
         self.lock_timeout = lock_timeout
+        self.shared = shared
+
+    @classmethod
+    def from_config(cls, config: Config) -> Cache:
+        return cls(config.cache_dir, config.lock_timeout, shared=config.cache_shared)
+
+    def check_trusted(self, path: Path) -> None:
+        """Raise :class:`CacheError` unless the root, its ancestors and every existing
+        directory from the root down to ``path`` are trusted (absent ones are fine)."""
+        check_root(self.root, shared=self.shared)
+        current = self.root
+        for part in path.relative_to(self.root).parts:
+            current = current / part
+            check_dir(current, shared=self.shared)
+
+    def private_dir(self, path: Path) -> Path:
+        """``path`` under the root, created 0700 where missing, every part trusted.
+
+        Checked before (create nothing inside someone else's directory) and after (what
+        exists now is what will be used).
+        """
+        self.check_trusted(path)
+        with cache_errors():
+            ensure_dir(path)
+        self.check_trusted(path)
+        return path
 
     def version_dir(self, info: RepoInfo) -> Path:
         return self.root / "kernels" / info.org / info.name / f"v{info.version}"
@@ -139,8 +172,7 @@ class Cache:
         """The lock of one entry: one process downloads it, the others wait and reuse it."""
         from ._cache_locks import hold
 
-        with cache_errors():
-            path = ensure_dir(self.version_dir(info) / ".locks") / f"{variant}.lock"
+        path = self.private_dir(self.version_dir(info) / ".locks") / f"{variant}.lock"
         return hold(path, what=f"downloading {info} {variant}", timeout=self.lock_timeout)
 
     def index_lock(self, info: RepoInfo) -> AbstractContextManager[None]:
@@ -151,14 +183,14 @@ class Cache:
         """
         from ._cache_locks import hold
 
-        with cache_errors():
-            locks = ensure_dir(self.root / ".locks" / info.org / info.name)
+        locks = self.private_dir(self.root / ".locks" / info.org / info.name)
         path = locks / f"v{info.version}.lock"
         return hold(path, what=f"fetching the variants of {info}", timeout=self.lock_timeout)
 
     # -- what a version publishes -----------------------------------------------------
 
     def read_index(self, info: RepoInfo) -> VariantIndex | None:
+        self.check_trusted(self.version_dir(info))
         data = _read_json(self.version_dir(info) / INDEX_NAME)
         if not isinstance(data, dict):
             return None
@@ -175,8 +207,8 @@ class Cache:
         old = self.read_index(info)
         merged = index if old is None else old.merged(index)
         if merged != old:
+            path = self.private_dir(self.version_dir(info)) / INDEX_NAME
             with cache_errors():
-                path = ensure_dir(self.version_dir(info)) / INDEX_NAME
                 write_atomic(path, dump_json(merged.to_json()))
         return merged
 
@@ -196,15 +228,15 @@ class Cache:
         name = (
             f"{STAGING_PREFIX}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
         )
-        staging = self.version_dir(info) / name
-        ensure_dir(staging.parent)
+        staging = self.private_dir(self.version_dir(info)) / name
         staging.mkdir(mode=0o700)
         return staging
 
     def seal(
         self, staging: Path, manifest_bytes: bytes, content_hash: str, files: Iterable[str]
     ) -> None:
-        """Write the manifest and the receipt into a verified staging directory."""
+        """Write the bytecode, the manifest and the receipt into a verified staging directory."""
+        _compile_bytecode(staging, files)
         (staging / MANIFEST_NAME).write_bytes(manifest_bytes)
         receipt_files = {}
         for relpath in files:
@@ -280,6 +312,26 @@ class Cache:
                 _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
                 if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
                     remove_tree(child)
+
+
+def _compile_bytecode(staging: Path, files: Iterable[str]) -> None:
+    """Compile the entry's Python files now, while it is being written, so that importing
+    it never writes (a warm load works from a read-only cache, and writes nothing)."""
+    if sys.dont_write_bytecode:  # PYTHONDONTWRITEBYTECODE: imports would not write either
+        return
+    import importlib.util  # the cold path only
+    import py_compile
+
+    listed = set(files)
+    for relpath in listed:
+        if not relpath.endswith(".py"):
+            continue
+        bytecode = Path(importlib.util.cache_from_source(str(staging / relpath)))
+        if bytecode.relative_to(staging).as_posix() in listed:
+            continue  # shipped with the kernel, and verified: not ours to replace
+        # A file that does not compile is reported by the import, with its traceback.
+        with contextlib.suppress(py_compile.PyCompileError, OSError):
+            py_compile.compile(str(staging / relpath), cfile=str(bytecode), doraise=True)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -8,17 +8,20 @@ never needs any of this: the warm path trusts an entry's receipt (``stat`` only)
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._cache import PARTIAL_PREFIX, STAGING_PREFIX, TRASH_PREFIX, Cache, remove_tree
+from ._cache_trust import distrust
 from ._hashing import sha256_file
 from ._lockfile import Lockfile
 from ._manifest import MANIFEST_NAME, parse_metadata
 from ._names import RepoInfo
-from .errors import ManifestError
+from .errors import CacheError, ManifestError
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 
@@ -77,6 +80,25 @@ def list_entries(cache: Cache) -> list[CacheEntry]:
     return entries
 
 
+def untrusted_dirs(cache: Cache) -> list[tuple[Path, str]]:
+    """Directories of the cache layout that a load would refuse to trust, and why:
+    symlinks, and directories another user owns or may write."""
+    kernels = cache.root / "kernels"
+    levels = [[cache.root], [kernels], *(sorted(kernels.glob("*/" * n + "*")) for n in range(4))]
+    found = []
+    for path in (p for level in levels for p in level):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            continue  # variant indexes; files inside entries are checked by verify_entry
+        why = distrust(st, shared=cache.shared, inside=path != cache.root)
+        if why is not None:
+            found.append((path, why))
+    return found
+
+
 def verify_entry(cache: Cache, entry: CacheEntry) -> str | None:
     """Re-hash every file of ``entry`` against its ``metadata.json``; the problem, or ``None``."""
     receipt = cache.read_receipt(entry.path)
@@ -111,6 +133,7 @@ class PruneReport:
 
     removed: list[tuple[CacheEntry, str]]
     stale: list[Path]
+    busy: list[Path]  # version directories left alone: a download was in progress there
 
     @property
     def bytes_freed(self) -> int:
@@ -120,6 +143,7 @@ class PruneReport:
         return {
             "removed": [{**entry.to_dict(), "reason": why} for entry, why in self.removed],
             "stale_directories": [str(path) for path in self.stale],
+            "skipped_busy": [str(path) for path in self.busy],
             "bytes_freed": self.bytes_freed,
         }
 
@@ -130,15 +154,21 @@ def prune(cache: Cache, *, keep_locked: Lockfile | None = None) -> PruneReport:
     With ``keep_locked``, also remove every entry that is not a variant the lock pins
     with exactly the content it pins.
     """
-    removed = []
+    removed, busy = [], []
     for entry in list_entries(cache):
         why = verify_entry(cache, entry)
         if why is None and keep_locked is not None:
             why = _unlocked_reason(entry, keep_locked)
-        if why is not None:
-            cache.evict(entry.path)
-            removed.append((entry, why))
-    return PruneReport(removed, _remove_stale(cache))
+        if why is None:
+            continue
+        with _idle(cache, entry.path.parent) as idle:
+            if idle:
+                cache.evict(entry.path)
+                removed.append((entry, why))
+            else:
+                busy.append(entry.path.parent)
+    stale, busy_now = _remove_stale(cache)
+    return PruneReport(removed, stale, sorted({*busy, *busy_now}))
 
 
 def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
@@ -153,14 +183,21 @@ def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
     return None
 
 
-def _remove_stale(cache: Cache) -> list[Path]:
+def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
     """Staging directories of dead processes on this host, trash, and the files kept from
-    interrupted downloads (the next download of those entries starts from scratch)."""
-    gone = []
+    interrupted downloads (the next download of those entries starts from scratch).
+
+    Returns what was removed, and the version directories a download was busy in.
+    """
+    gone, busy = [], []
     for info, version_dir in _version_dirs(cache):
-        for partial in version_dir.glob(f"{PARTIAL_PREFIX}*"):
-            remove_tree(partial)
-            gone.append(partial)
+        with _idle(cache, version_dir) as idle:
+            if not idle:  # its partial files are being continued, its staging filled
+                busy.append(version_dir)
+                continue
+            for partial in version_dir.glob(f"{PARTIAL_PREFIX}*"):
+                remove_tree(partial)
+                gone.append(partial)
         leftovers = [
             p for p in version_dir.iterdir() if p.name.startswith((STAGING_PREFIX, TRASH_PREFIX))
         ]
@@ -172,22 +209,55 @@ def _remove_stale(cache: Cache) -> list[Path]:
         for variant in sorted(variants):
             cache.remove_stale_staging(info, variant)
         gone += [p for p in leftovers if not p.exists()]
-    return gone
+    return gone, busy
 
 
-def clear(cache: Cache) -> list[CacheEntry]:
-    """Remove every kernel from the cache; return the entries that were there.
+@dataclass(frozen=True)
+class ClearReport:
+    """What :func:`clear` removed, and the versions it left alone while they downloaded."""
+
+    removed: list[CacheEntry]
+    busy: list[Path]
+
+
+def clear(cache: Cache) -> ClearReport:
+    """Remove every kernel from the cache, except versions a process is downloading.
 
     Only directories of the cache layout are removed, so a cache root that was pointed
     at a directory holding other files keeps them.
     """
+    removed, busy = [], []
     entries = list_entries(cache)
-    for entry in entries:
-        cache.evict(entry.path)  # atomically: a reader sees the entry or nothing
     for _info, version_dir in list(_version_dirs(cache)):
-        remove_tree(version_dir)
+        with _idle(cache, version_dir) as idle:
+            if not idle:
+                busy.append(version_dir)
+                continue
+            for entry in entries:
+                if entry.path.parent == version_dir:
+                    cache.evict(entry.path)  # atomically: a reader sees the entry or nothing
+                    removed.append(entry)
+            remove_tree(version_dir)
     kernels = cache.root / "kernels"
     for directory in [*kernels.glob("*/*"), *kernels.glob("*"), kernels]:
         with contextlib.suppress(OSError):
             directory.rmdir()  # only if empty
-    return entries
+    return ClearReport(removed, busy)
+
+
+@contextlib.contextmanager
+def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
+    """Hold every download lock of a version's entries, if no process holds one; yield
+    whether it could. A download in progress keeps its staging files and partial files
+    in the version directory: removing them would break it."""
+    from ._cache_locks import hold
+
+    lock_files = sorted((version_dir / ".locks").glob("*.lock"))
+    with contextlib.ExitStack() as held:
+        try:
+            for lock_file in lock_files:
+                held.enter_context(hold(lock_file, what="cache maintenance", timeout=0))
+        except CacheError:  # busy (or not lockable): leave the version alone
+            yield False
+            return
+        yield True

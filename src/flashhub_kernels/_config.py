@@ -18,6 +18,7 @@ DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 60.0
+DEFAULT_MAX_FILE_BYTES = 32 << 30
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -37,6 +38,10 @@ class Config:
             over which a transfer averaging under 1 KiB/s is cut.
         lock_timeout: Seconds to wait for another process's download of the same entry
             (``None``: as long as it takes).
+        max_file_bytes: The most bytes one download may write when ``metadata.json``
+            does not state the file's size (``FLASHHUB_MAX_FILE_BYTES``).
+        cache_shared: Trust cache directories that the user's group may write
+            (``FLASHHUB_CACHE_SHARED=1``): for a cache shared by a group on purpose.
     """
 
     cdn_urls: tuple[str, ...]
@@ -47,6 +52,8 @@ class Config:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
     lock_timeout: float | None = None
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    cache_shared: bool = False
 
     def __repr__(self) -> str:
         # The CDN URLs may carry credentials: a repr ends up in logs and tracebacks.
@@ -113,6 +120,16 @@ def _env_seconds(name: str, *, zero_ok: bool = False) -> float | None:
     return value
 
 
+def _env_bytes(name: str) -> int | None:
+    """The number of bytes ``name`` is set to, or ``None`` when it is unset or empty."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
+        raise ValueError(f"{name}={raw!r} must be a positive whole number of bytes")
+    return int(raw)
+
+
 def get_config() -> Config:
     """Return the effective settings: :func:`configure` overrides, then the environment."""
     cdn_url = _overrides.get("cdn_url") or os.environ.get("FLASHHUB_CDN_URL") or DEFAULT_CDN_URL
@@ -129,6 +146,8 @@ def get_config() -> Config:
         connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT") or DEFAULT_CONNECT_TIMEOUT,
         read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT") or DEFAULT_READ_TIMEOUT,
         lock_timeout=_env_seconds("FLASHHUB_LOCK_TIMEOUT", zero_ok=True),
+        max_file_bytes=_env_bytes("FLASHHUB_MAX_FILE_BYTES") or DEFAULT_MAX_FILE_BYTES,
+        cache_shared=_env_flag("FLASHHUB_CACHE_SHARED"),
     )
 
 

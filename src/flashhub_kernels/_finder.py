@@ -73,17 +73,32 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         if self._target is None:
-            self._target = self._finder.resolve(spec.name)
-            self.path = str(self._target.init_file)
-            spec.origin = self.path
-            spec.has_location = True
-            spec.submodule_search_locations = [str(self._target.package_dir)]
+            self._locate(spec)
         return None
 
     def exec_module(self, module: ModuleType) -> None:
+        if self._target is None:
+            # importlib.reload() calls exec_module without create_module. This spec has
+            # no target because the cache entry the module was loaded from is gone
+            # (`flashhub cache clear`): resolve it afresh, as a fresh import would.
+            spec = module.__spec__
+            assert spec is not None
+            target = self._locate(spec)
+            module.__file__ = self.path
+            module.__path__ = [str(target.package_dir)]
+            module.__cached__ = spec.cached  # type: ignore[attr-defined]
         super().exec_module(module)
         assert self._target is not None
         self._finder.record_loaded(module, self._target)
+
+    def _locate(self, spec: importlib.machinery.ModuleSpec) -> _Target:
+        """Resolve the kernel (downloading it when needed) and point ``spec`` at its files."""
+        target = self._target = self._finder.resolve(spec.name)
+        self.path = str(target.init_file)
+        spec.origin = self.path
+        spec.has_location = True
+        spec.submodule_search_locations = [str(target.package_dir)]
+        return target
 
 
 class KernelFinder(importlib.abc.MetaPathFinder):

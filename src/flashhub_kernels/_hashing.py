@@ -19,6 +19,12 @@ CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL a
 BACKGROUND_HASH_AFTER = 4 << 20
 # Chunks in flight to the hashing thread: bounds memory to about 16 MiB per file.
 _QUEUE_DEPTH = 16
+INTEGRITY_HINT = "retry; if it persists the CDN serves tampered or stale files, report it"
+
+
+class WrongSize(Exception):
+    """A body that cannot be the file: longer than its limit, or announced at another
+    length than the file's known size. Nothing past the limit was written."""
 
 
 class _Sha256:
@@ -70,11 +76,25 @@ class HashingWriter:
     the download (kept from an interrupted run), those bytes are hashed first and the
     writer continues after them; :meth:`reset` starts over from nothing (a server that
     ignored a ``Range`` request sends the whole body again).
+
+    The file never grows past ``limit`` bytes: a chunk that would take it further is
+    refused whole with :class:`WrongSize`. ``expected_size`` is the file's size when
+    the manifest states it (it is then the limit too); mirrors compare an announced
+    length with it before reading a body.
     """
 
-    def __init__(self, path: Path, on_bytes: ByteCounter | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_bytes: ByteCounter | None = None,
+        *,
+        expected_size: int | None = None,
+        limit: int | None = None,
+    ) -> None:
         self.path = path
         self._on_bytes = on_bytes
+        self.expected_size = expected_size
+        self.limit = expected_size if expected_size is not None else limit
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
         self._hash = _Sha256()
         self.size = 0
@@ -93,7 +113,10 @@ class HashingWriter:
         return self._hash.peek() == expected
 
     def write(self, chunk: bytes) -> None:
+        """Append ``chunk`` and hash it; :class:`WrongSize` if it would pass the limit."""
         assert self._fd is not None, "write after close"
+        if self.limit is not None and self.size + len(chunk) > self.limit:
+            raise WrongSize(self._past_limit())
         self._hash.update(chunk)
         view = memoryview(chunk)
         try:
@@ -106,6 +129,27 @@ class HashingWriter:
             self._hash.go_background()
         if self._on_bytes is not None:
             self._on_bytes(len(chunk))
+
+    def _past_limit(self) -> str:
+        if self.expected_size is not None:
+            return f"the body runs past the {self.expected_size} bytes metadata.json lists"
+        return f"the body runs past {self.limit} bytes, the limit FLASHHUB_MAX_FILE_BYTES sets"
+
+    def check_announced(self, length: int) -> None:
+        """Raise :class:`WrongSize` unless a body of ``length`` bytes, written from here
+        on, can complete the file: the rest of its known size exactly, or within the limit.
+        """
+        remaining = None if self.limit is None else self.limit - self.size
+        if self.expected_size is not None and length != remaining:
+            raise WrongSize(
+                f"the answer announces {length} bytes from byte {self.size}, but "
+                f"metadata.json lists {self.expected_size} bytes in all"
+            )
+        if remaining is not None and length > remaining:
+            raise WrongSize(
+                f"the answer announces {length} bytes from byte {self.size}, past "
+                f"{self.limit} bytes, the limit FLASHHUB_MAX_FILE_BYTES sets"
+            )
 
     def reset(self) -> None:
         assert self._fd is not None, "reset after close"
@@ -128,7 +172,7 @@ class HashingWriter:
             raise IntegrityError(
                 f"{source}: sha256 of the {self.size} bytes received does not match "
                 "metadata.json; the file was not kept",
-                hint="retry; if it persists the CDN serves tampered or stale files, report it",
+                hint=INTEGRITY_HINT,
             )
 
 

@@ -5,7 +5,13 @@ with backoff and ``Retry-After``):
 
 - a body cut off mid-way (dropped connection, read timeout, short body) resumes with
   ``Range`` from the bytes already written; a ``200`` answer, or a ``206`` at another
-  offset, restarts the file from zero;
+  offset, restarts the file from zero. ``MAX_RESUMES + 1`` attempts that get nowhere
+  fail the mirror; a resume that moves the file on at no less than
+  ``MIN_BYTES_PER_SECOND`` does not count, so a server that hangs up every few
+  kilobytes but honours ``Range`` still delivers the file;
+- a ``Content-Length`` that cannot complete the file (not the rest of the size the
+  manifest states, or past ``FLASHHUB_MAX_FILE_BYTES``) is refused before the body
+  is read, and a body is never written past that size (``WrongSize``);
 - a transfer slower than 1 KiB/s on average over ``FLASHHUB_READ_TIMEOUT`` seconds is
   cut (a server trickling bytes never trips a read timeout), and the mirror counts as
   failed for the file;
@@ -23,6 +29,7 @@ import re
 import threading
 import time
 from collections import deque
+from typing import Literal
 
 import requests
 import urllib3.exceptions
@@ -40,6 +47,9 @@ MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the 
 _BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 _MISSING_STATUSES = frozenset({401, 403, 404})
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
+# How one GET of a file ended: the file is complete; the body broke after continuing
+# the file where it stood (a 206 at the offset); or any other break or restart.
+_Outcome = Literal["done", "resumed", "failed"]
 
 
 class StallGuard:
@@ -113,30 +123,22 @@ class HttpMirror(Mirror):
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
         url = self.url(relpath)
         guard = StallGuard(self._stall_window, time.monotonic())
-        for _attempt in range(MAX_RESUMES + 1):
-            offset = writer.size
-            with self._get(url, {"Range": f"bytes={offset}-"} if offset else {}) as response:
-                status = response.status_code
-                if status == 416 and offset:  # the kept part is longer than the file
-                    writer.reset()
-                    continue
-                if status in _MISSING_STATUSES:
-                    raise MirrorFailed(
-                        f"HTTP {status} {response.reason} for a file its manifest lists "
-                        "(a mirror not fully synced, or closed to us)"
-                    )
-                self._check_status(response)
-                if offset and not _continues_at(response, offset):
-                    writer.reset()  # a full body, or the wrong part: start over
-                    if status != 200:
-                        continue
-                try:
-                    self._stream(response, writer, guard, cancelled)
-                    return
-                except _BODY_ERRORS:
-                    if response.headers.get("Content-Encoding", "identity") != "identity":
-                        writer.reset()  # decoded offsets are not the stored object's
-        raise MirrorFailed(f"the transfer broke off {MAX_RESUMES + 1} times")
+        # Only attempts that get nowhere count. The loop still ends: an attempt not
+        # counted added bytes, the writer takes no more than the file's size or the cap,
+        # and the stall guard spans every attempt.
+        fruitless = 0
+        while fruitless <= MAX_RESUMES:
+            offset, started = writer.size, time.monotonic()
+            outcome = self._attempt(url, writer, guard, cancelled)
+            if outcome == "done":
+                return
+            elapsed = time.monotonic() - started
+            if outcome == "failed" or not _moved_on(writer.size - offset, elapsed):
+                fruitless += 1
+        raise MirrorFailed(
+            f"the transfer broke off {MAX_RESUMES + 1} times (not counting resumes that "
+            "moved it on)"
+        )
 
     def close(self) -> None:
         self._session.close()  # shared: closing it twice is harmless
@@ -152,10 +154,44 @@ class HttpMirror(Mirror):
             )
         except (requests.RequestException, ValueError):
             return None
-        length = response.headers.get("Content-Length", "")
-        return int(length) if response.status_code == 200 and length.isdigit() else None
+        length = _content_length(response)
+        return length if response.status_code == 200 else None
 
     # -- one request ------------------------------------------------------------------
+
+    def _attempt(
+        self,
+        url: str,
+        writer: HashingWriter,
+        guard: StallGuard,
+        cancelled: threading.Event,
+    ) -> _Outcome:
+        """Ask for the rest of the file (all of it when nothing is written) and stream it."""
+        offset = writer.size
+        with self._get(url, {"Range": f"bytes={offset}-"} if offset else {}) as response:
+            status = response.status_code
+            if status == 416 and offset:  # the kept part is longer than the file
+                writer.reset()
+                return "failed"
+            if status in _MISSING_STATUSES:
+                raise MirrorFailed(
+                    f"HTTP {status} {response.reason} for a file its manifest lists "
+                    "(a mirror not fully synced, or closed to us)"
+                )
+            self._check_status(response)
+            resumed = bool(offset) and _continues_at(response, offset)
+            if offset and not resumed:
+                writer.reset()  # a full body, or the wrong part: start over
+                if status != 200:
+                    return "failed"
+            _check_length(response, writer)
+            try:
+                self._stream(response, writer, guard, cancelled)
+                return "done"
+            except _BODY_ERRORS:
+                if response.headers.get("Content-Encoding", "identity") != "identity":
+                    writer.reset()  # decoded offsets are not the stored object's
+                return "resumed" if resumed else "failed"
 
     def _get(self, url: str, headers: dict[str, str] | None = None) -> requests.Response:
         """Send a GET whose body the caller streams; connection problems are MirrorFailed."""
@@ -214,6 +250,29 @@ class HttpMirror(Mirror):
             reason = inner
         text = _OBJECT_AT.sub("", str(reason) or type(reason).__name__)
         return redact_text(text, self._route.secrets)
+
+
+def _moved_on(nbytes: int, seconds: float) -> bool:
+    """Whether an attempt that wrote ``nbytes`` in ``seconds`` beat the stall guard's floor."""
+    return nbytes > 0 and nbytes >= MIN_BYTES_PER_SECOND * seconds
+
+
+def _content_length(response: requests.Response) -> int | None:
+    """The ``Content-Length`` header as a number, or ``None`` when absent or unreadable."""
+    length = response.headers.get("Content-Length", "")
+    # Past 19 digits it is no size a file has; int() would also refuse thousands of them.
+    if length.isascii() and length.isdigit() and len(length) <= 19:
+        return int(length)
+    return None
+
+
+def _check_length(response: requests.Response, writer: HashingWriter) -> None:
+    """Refuse, before reading it, a body whose announced length cannot complete the file."""
+    if response.headers.get("Content-Encoding", "identity") != "identity":
+        return  # the length of the encoded bytes, not of the file
+    length = _content_length(response)
+    if length is not None:
+        writer.check_announced(length)
 
 
 def _continues_at(response: requests.Response, offset: int) -> bool:

@@ -11,15 +11,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._cache import Cache
 from ._config import get_config
 from ._manifest import MANIFEST_NAME, MAX_DOCUMENT_BYTES, Manifest, parse_metadata
 from ._names import RepoInfo
+from ._offline import cached_variants, published_variants
 from ._store import fetch_index, remote, target_system, variant_path
+from ._text import escape_controls
 from ._variants import VariantAccepted, VariantRejected, VariantResolution, resolve_variants
 from .errors import ManifestError
 
 if TYPE_CHECKING:
     from ._transport import Fetcher
+    from ._variants import SystemInfo
 
 _PARALLEL_HEADS = 8
 
@@ -73,10 +77,14 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
     """Fetch the manifests of every published variant of ``repo_id`` at ``version``.
 
     When the version has no ``variants.json``, only the variants this system could load
-    are found (by probing).
+    are found (by probing). With ``FLASHHUB_OFFLINE=1`` the cache answers (see
+    :func:`describe_cached`).
     """
     info, system = RepoInfo(repo_id, version), target_system(backend)
-    with remote(get_config()) as fetcher:
+    config = get_config()
+    if config.offline:
+        return describe_cached(Cache.from_config(config), info, system)
+    with remote(config) as fetcher:
         index = fetch_index(fetcher, info, system, probe_all=True)
         resolutions = resolve_variants(sorted(index.present), system)
         manifests = {
@@ -87,6 +95,27 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), paths)
             size_of = dict(zip(paths, sizes, strict=True))
     variants = [_published(r, manifests[r.variant_str], size_of) for r in resolutions]
+    chosen = next((v.name for v in variants if v.compatible), None)
+    return KernelDescription(info, system.describe(), variants, chosen)
+
+
+def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelDescription:
+    """:func:`describe_kernel` from the cache alone: no request is made.
+
+    The variant list is the one the cache recorded; each variant's files, content hash
+    and sizes come from its cached entry (the sizes as recorded when it was verified).
+
+    Raises:
+        OfflineError: the cache does not record the variant list, or lacks a variant.
+    """
+    resolutions = resolve_variants(published_variants(cache, info, system), system)
+    cached = cached_variants(cache, info, [r.variant_str for r in resolutions])
+    size_of: dict[tuple[str, str], int | None] = {
+        (name, path): size
+        for name, variant in cached.items()
+        for path, size in variant.sizes.items()
+    }
+    variants = [_published(r, cached[r.variant_str].manifest, size_of) for r in resolutions]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
 
@@ -108,14 +137,14 @@ def fetch_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> Manifest:
     """The validated ``metadata.json`` of a published variant."""
     from ._transport import NotPublished
 
-    source = f"{info}/build/{variant}/{MANIFEST_NAME}"
+    source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
     try:
         data = fetcher.get_bytes(
             variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
         )
     except NotPublished:
         raise ManifestError(
-            f"{info} lists variant {variant}, but {source} is missing",
+            f"{info} lists variant {escape_controls(variant)}, but {source} is missing",
             hint="report it to the kernel's publisher",
         ) from None
     return parse_metadata(data, source=source)

@@ -28,6 +28,7 @@ from ._config import Config, get_config
 from ._info import fetch_manifest
 from ._lockfile import (
     LOCKFILE_NAME,
+    PYPROJECT_NAME,
     LockedKernel,
     Lockfile,
     check_variant_name,
@@ -38,6 +39,7 @@ from ._lockfile import (
 )
 from ._manifest import MAX_DOCUMENT_BYTES, parse_variants
 from ._names import RepoInfo, parse_repo_id, resolve_version
+from ._offline import cached_versions
 from ._store import (
     choose_variant,
     download_entry,
@@ -48,6 +50,7 @@ from ._store import (
     target_system,
     with_version,
 )
+from ._text import escape_controls
 from .errors import FlashhubError, LockfileError, OfflineError
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 
 StrPath = str | os.PathLike[str]
 _DOWNLOAD_HINT = "run `flashhub download` in the project directory, with network access"
+_LOCK_ONLINE_HINT = "run `flashhub lock` with network access (unset FLASHHUB_OFFLINE)"
 _OWN_PACKAGE = __name__.partition(".")[0]
 
 
@@ -67,10 +71,17 @@ def lock_project(project_dir: StrPath, *, config: Config | None = None) -> Lockf
 
     Each range resolves to the newest matching version in the kernel's ``versions.json``;
     every variant its ``variants.json`` lists is pinned by content hash.
+
+    With ``FLASHHUB_OFFLINE=1`` nothing is fetched and nothing is written: the existing
+    lock is checked against the project and the cache (:func:`check_lock_offline`) and
+    returned.
     """
     project = Path(project_dir)
     dependencies = read_dependencies(project)
-    with remote(config or get_config()) as fetcher:
+    config = config or get_config()
+    if config.offline:
+        return check_lock_offline(project, dependencies, Cache.from_config(config))
+    with remote(config) as fetcher:
         kernels = {
             repo_id: lock_kernel(fetcher, repo_id, specifier)
             for repo_id, specifier in sorted(dependencies.items())
@@ -79,6 +90,75 @@ def lock_project(project_dir: StrPath, *, config: Config | None = None) -> Lockf
     lock = Lockfile(kernels, str(path))
     write_atomic(path, lock.to_bytes())
     return lock
+
+
+def check_lock_offline(project: Path, dependencies: dict[str, str], cache: Cache) -> Lockfile:
+    """The project's lock, if neither the project nor the cache shows it out of date.
+
+    Offline, versions published since the lock was written cannot be seen, so "up to
+    date" means: the lock pins every declared kernel with its declared range; the cache
+    records each locked version's whole variant list, and it is the locked one; no
+    cached variant holds other content than the lock pins; and the cache knows no newer
+    version in the range. The lock file is never written.
+
+    Raises:
+        OfflineError: there is no lock, or it cannot be confirmed (the message lists why).
+    """
+    path = project / LOCKFILE_NAME
+    if not path.is_file():
+        raise OfflineError(
+            f"{path} does not exist, and locking needs the CDN (FLASHHUB_OFFLINE is set)",
+            hint=_LOCK_ONLINE_HINT,
+        )
+    lock = read_lockfile(path)
+    problems = [
+        f"{repo_id} is locked, but {PYPROJECT_NAME} no longer declares it"
+        for repo_id in sorted(lock.kernels)
+        if repo_id not in dependencies
+    ]
+    for repo_id, specifier in sorted(dependencies.items()):
+        problems += _offline_lock_problems(cache, lock, repo_id, specifier)
+    if problems:
+        raise OfflineError(
+            f"{path} cannot be confirmed from the cache, and FLASHHUB_OFFLINE is set:\n  "
+            + "\n  ".join(problems),
+            hint=_LOCK_ONLINE_HINT,
+        )
+    return lock
+
+
+def _offline_lock_problems(cache: Cache, lock: Lockfile, repo_id: str, specifier: str) -> list[str]:
+    """Why the cache cannot confirm the lock's entry for ``repo_id``; empty when it can."""
+    locked = lock.kernels.get(repo_id)
+    if locked is None:
+        return [f"{repo_id} is declared but not locked"]
+    if locked.specifier != specifier:
+        return [f"{repo_id} is locked for {locked.specifier!r}, but declared as {specifier!r}"]
+    index = cache.read_index(locked.info)
+    if index is None or not index.complete:
+        return [f"the cache does not record the variants.json of {locked.info}"]
+    if index.present != set(locked.variants):
+        published = ", ".join(map(escape_controls, sorted(index.present)))
+        pinned = ", ".join(sorted(locked.variants))
+        return [f"{locked.info} publishes {published}; the lock pins {pinned}"]
+    problems = []
+    for variant, pinned_hash in sorted(locked.variants.items()):
+        receipt = cache.read_receipt(cache.entry_dir(locked.info, variant))
+        if receipt is not None and receipt.content_hash != pinned_hash:
+            problems.append(
+                f"{locked.info} {variant}: the cached copy is {receipt.content_hash}, "
+                f"the lock pins {pinned_hash}"
+            )
+    spec = parse_specifier(specifier)
+    newer = [
+        v for v in cached_versions(cache, repo_id) if v > locked.version and spec.contains(str(v))
+    ]
+    if newer:
+        problems.append(
+            f"{repo_id} v{newer[-1]} is in the cache and in the range {specifier!r}, "
+            f"newer than the locked v{locked.version}"
+        )
+    return problems
 
 
 def lock_kernel(fetcher: Fetcher, repo_id: str, specifier: str) -> LockedKernel:
@@ -215,7 +295,7 @@ def download_locked(
             "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set",
             hint="unset FLASHHUB_OFFLINE",
         )
-    cache = Cache(config.cache_dir, config.lock_timeout)
+    cache = Cache.from_config(config)
     system = None if all_variants else target_system(None)
     results: list[LockedDownload] = []
     with remote(config) as fetcher:
@@ -293,7 +373,7 @@ def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> Modul
 
 def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
     config = get_config()
-    cache, system = Cache(config.cache_dir, config.lock_timeout), target_system(None)
+    cache, system = Cache.from_config(config), target_system(None)
     variant = locked_variant(locked, system)
     entry, why = cached_entry(cache, locked, variant)
     if entry is None:

@@ -2,11 +2,11 @@
 
 ``metadata.json`` is the manifest of one variant::
 
-    {"digest": {"files": {"<relative path>": "<base64 sha256>"}}}
+    {"digest": {"files": {"<relative path>": "<base64 sha256>"}}, "sizes": {"<path>": <bytes>}}
 
-Exactly the listed files make up the variant. Everything here treats the documents as
-hostile input: size, shape, every path and every digest are checked before any of it
-is used to build a URL or a file name.
+Exactly the listed files make up the variant; ``sizes`` is optional. Everything here
+treats the documents as hostile input: size, shape, every path, digest and size are
+checked before any of it is used to build a URL or a file name.
 """
 
 from __future__ import annotations
@@ -23,24 +23,36 @@ from .errors import ManifestError
 
 MAX_DOCUMENT_BYTES = 1 << 20
 MAX_FILES = 10_000
-MAX_PATH_LENGTH = 1024
+MAX_PATH_LENGTH = 1024  # bytes of UTF-8, the whole path
+MAX_SEGMENT_LENGTH = 255  # bytes of UTF-8: NAME_MAX of the usual file systems
 # Files the cache writes beside a variant's own files; a manifest may not list them.
 MANIFEST_NAME = "metadata.json"
 RECEIPT_NAME = ".flashhub-receipt.json"
 RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME})
+_RESERVED_KEYS = frozenset(name.casefold() for name in RESERVED_NAMES)
 _HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"
 
 
 class Manifest(NamedTuple):
-    """A validated ``metadata.json``: relative path -> raw 32-byte sha256."""
+    """A validated ``metadata.json``: relative path -> raw 32-byte sha256.
+
+    ``sizes`` maps every listed path to its size in bytes when the document states
+    them (``None`` when it does not). They bound downloads; the content hash leaves
+    them out, so a manifest with or without them names the same content.
+    """
 
     files: Mapping[str, bytes]
     document: Mapping[str, Any]  # the whole JSON object, other keys kept
+    sizes: Mapping[str, int] | None = None
 
     @property
     def content_hash(self) -> str:
         """``sha256-<hex>`` over the sorted (path, digest) pairs: what lock files pin."""
         return content_hash(self.files)
+
+    def size_of(self, path: str) -> int | None:
+        """The size ``metadata.json`` states for ``path``, or ``None`` when it states none."""
+        return None if self.sizes is None else self.sizes[path]
 
 
 def content_hash(files: Mapping[str, bytes]) -> str:
@@ -76,8 +88,9 @@ def check_relative_path(path: object) -> str:
     """Return ``path`` if it is a safe, normalised relative path with ``/`` separators."""
     if not isinstance(path, str) or not path:
         raise ValueError(f"file path {path!r} must be a non-empty string")
-    if len(path) > MAX_PATH_LENGTH:
-        raise ValueError(f"file path of {len(path)} characters is too long")
+    length = len(_utf8(path))
+    if length > MAX_PATH_LENGTH:
+        raise ValueError(f"file path of {length} bytes is too long (at most {MAX_PATH_LENGTH})")
     if "\\" in path:
         raise ValueError(f"file path {path!r} contains a backslash; paths use '/'")
     if any(ord(ch) < 0x20 or ch == "\x7f" for ch in path):
@@ -87,7 +100,30 @@ def check_relative_path(path: object) -> str:
     for segment in path.split("/"):
         if segment in ("", ".", ".."):
             raise ValueError(f"file path {path!r} has an empty, '.' or '..' segment")
+        if len(_utf8(segment)) > MAX_SEGMENT_LENGTH:
+            raise ValueError(
+                f"file path {path[:60]!r}... has a name over {MAX_SEGMENT_LENGTH} bytes, "
+                "longer than a file system allows"
+            )
     return path
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (JSON allows ``"\\ud800"``) is refused."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"file path {text!r} is not valid Unicode (a lone surrogate)") from None
+
+
+def _is_reserved(path: str) -> bool:
+    """Whether ``path`` is, or lies under, a name the cache writes into an entry.
+
+    Compared as the duplicate check compares paths: a case-insensitive file system
+    stores ``METADATA.JSON`` as ``metadata.json``.
+    """
+    first = path.split("/", 1)[0]
+    return unicodedata.normalize("NFC", first).casefold() in _RESERVED_KEYS
 
 
 def _load_json(data: bytes, what: str) -> Any:
@@ -97,6 +133,10 @@ def _load_json(data: bytes, what: str) -> Any:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{what} is not valid JSON: {exc}", hint=_HINT) from None
+    except ValueError:  # Python's limit on the digits of an int it converts
+        raise ManifestError(f"{what} holds an integer with too many digits", hint=_HINT) from None
+    except RecursionError:
+        raise ManifestError(f"{what} nests arrays or objects too deeply", hint=_HINT) from None
 
 
 def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
@@ -121,7 +161,7 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
             raw = decode_digest(digest)
         except ValueError as exc:
             raise ManifestError(f"{source}: {exc}", hint=_HINT) from None
-        if path in RESERVED_NAMES:
+        if _is_reserved(path):
             raise ManifestError(
                 f"{source} lists {path!r}, a name the cache keeps for itself", hint=_HINT
             )
@@ -134,7 +174,30 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
         seen[key] = path
         parsed[path] = raw
     _check_no_file_is_a_directory(parsed, source)
-    return Manifest(files=parsed, document=document)
+    sizes = _parse_sizes(document["sizes"], parsed, source) if "sizes" in document else None
+    return Manifest(files=parsed, document=document, sizes=sizes)
+
+
+def _parse_sizes(sizes: object, files: Mapping[str, bytes], source: str) -> dict[str, int]:
+    """Validate ``"sizes"``: a size in bytes, an int >= 0, for exactly the listed files."""
+    if not isinstance(sizes, dict):
+        raise ManifestError(f'{source}: "sizes" must map each listed file to its size', hint=_HINT)
+    missing, extra = sorted(files.keys() - sizes.keys()), sorted(sizes.keys() - files.keys())
+    if missing:
+        raise ManifestError(f'{source}: "sizes" gives no size for {missing[0]!r}', hint=_HINT)
+    if extra:
+        raise ManifestError(
+            f'{source}: "sizes" gives a size for {extra[0]!r}, which "digest" does not list',
+            hint=_HINT,
+        )
+    for path, size in sizes.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ManifestError(
+                f"{source}: the size of {path!r} must be a number of bytes >= 0, "
+                f"got {repr(size)[:40]}",
+                hint=_HINT,
+            )
+    return dict(sizes)
 
 
 def _check_no_file_is_a_directory(files: Mapping[str, bytes], source: str) -> None:

@@ -6,19 +6,24 @@ A :class:`Mirror` serves paths relative to ``<base>/<prefix>/``. Two kinds exist
 reads a local mirror never imports it). The fetcher above picks mirrors, fails over
 between them and runs downloads in parallel; a mirror only moves bytes.
 
-A mirror answers in three ways besides success:
+A mirror answers in four ways besides success:
 
 - :class:`NotPublished`: the document is not there (404, or no such file). For an
   optional document (``variants.json``, a probed ``metadata.json``) that is an answer;
 - :class:`MirrorFailed`: this mirror cannot serve the path now (connection failure,
   5xx after retries, 401/403/404 for a file a manifest lists, a stalled transfer);
   the next mirror may;
+- :class:`~._hashing.WrongSize`: the file is longer than its size in the manifest, or
+  than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
+  another length; the fetcher decides what that means;
 - an :class:`~flashhub_kernels.errors.FlashhubError`: a problem no other mirror can fix
   (bytes that fail their digest are retried by the fetcher; a full disk is not).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -34,6 +39,10 @@ class NotPublished(Exception):
 
 class MirrorFailed(Exception):
     """This mirror could not serve the path; the message says what it answered."""
+
+
+class OverCap(MirrorFailed):
+    """The mirror sent more of a file of unknown size than ``FLASHHUB_MAX_FILE_BYTES``."""
 
 
 class DownloadCancelled(Exception):
@@ -77,6 +86,9 @@ class Mirror(ABC):
 
         Raises:
             MirrorFailed: the mirror could not serve the file (a missing listed file too).
+            WrongSize: the size the mirror states for the file, or the bytes it sends,
+                do not fit ``writer.expected_size`` or ``writer.limit``; nothing past the
+                limit is written (see :class:`~._hashing.HashingWriter`).
         """
 
     @abstractmethod
@@ -110,6 +122,9 @@ class FileMirror(Mirror):
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
         try:
             with open(self._path(relpath), "rb", buffering=0) as source:
+                st = os.fstat(source.fileno())
+                if stat.S_ISREG(st.st_mode):  # a device or a pipe has no size to compare
+                    writer.check_announced(st.st_size - writer.size)
                 source.seek(writer.size)
                 while chunk := source.read(CHUNK_SIZE):
                     if cancelled.is_set():

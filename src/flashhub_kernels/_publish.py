@@ -9,7 +9,8 @@ The output, under ``<out>/<prefix>/<org>/<pkg>/``, is ready to upload to a stati
 
     versions.json                          every published version, merged with what is there
     v<N>/variants.json                     the variant names of this version
-    v<N>/build/<variant>/metadata.json     {"digest": {"files": {relpath: base64 sha256}}}
+    v<N>/build/<variant>/metadata.json     {"digest": {"files": {relpath: base64 sha256}},
+                                            "sizes": {relpath: bytes}}
     v<N>/build/<variant>/<py_pkg>/...      a copy of every file of the variant
 
 A published version is immutable: publishing different content under an existing
@@ -33,6 +34,7 @@ from typing import Literal
 from ._config import DEFAULT_PREFIX, normalize_prefix
 from ._hashing import CHUNK_SIZE, HashingWriter, sha256_file
 from ._manifest import (
+    MANIFEST_NAME,
     MAX_DOCUMENT_BYTES,
     check_relative_path,
     content_hash,
@@ -53,6 +55,8 @@ VERSIONS = "versions.json"
 
 _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
+# The keys of metadata.json that publish writes from the files; a build's own are replaced.
+_WRITTEN_KEYS = frozenset({"digest", "sizes"})
 # Top-level modules a kernel must never import absolutely: itself (under its build name)
 # and the import hook's namespace, under which the kernel really lives once loaded.
 _HOOK_ROOT = "flashhub"
@@ -318,7 +322,8 @@ def _absolute_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def _read_build_metadata(path: Path) -> dict[str, object]:
-    """Keys other than ``digest`` of a build's own metadata.json are published as they are."""
+    """Keys of a build's own metadata.json are published as they are, but for the ones
+    publish writes itself (``digest``, ``sizes``)."""
     data = path.read_bytes()
     try:
         document = json.loads(data) if len(data) <= MAX_DOCUMENT_BYTES else None
@@ -329,14 +334,15 @@ def _read_build_metadata(path: Path) -> dict[str, object]:
             f"{path} is not a JSON object of at most 1 MiB",
             hint="fix it or delete it; publish writes the file digests itself",
         )
-    return {k: v for k, v in document.items() if k != "digest"}
+    return {k: v for k, v in document.items() if k not in _WRITTEN_KEYS}
 
 
 def _metadata_bytes(
     variant: str, files: Mapping[str, _SourceFile], extra: dict[str, object]
 ) -> bytes:
     digests = {rel: encode_digest(source.digest) for rel, source in sorted(files.items())}
-    data = dump_json({**extra, "digest": {"files": digests}})
+    sizes = {rel: source.size for rel, source in sorted(files.items())}
+    data = dump_json({**extra, "digest": {"files": digests}, "sizes": sizes})
     try:
         parse_metadata(data, source=f"{variant}/{METADATA}")  # what a client will accept
     except ManifestError as exc:
@@ -415,7 +421,7 @@ def _place_version(tree: _Tree, version_dir: Path, repo: RepoInfo, *, force: boo
     """Write ``tree`` as ``version_dir`` unless it already holds exactly that content."""
     existing = _existing_digests(version_dir)
     expected = _expected_digests(tree)
-    if existing == expected:
+    if existing == expected or _same_files_listed(existing, expected, version_dir, tree):
         return "unchanged"
     published = existing is None or bool(existing)  # an empty directory publishes nothing
     if published and not force:
@@ -427,6 +433,30 @@ def _place_version(tree: _Tree, version_dir: Path, repo: RepoInfo, *, force: boo
         )
     _write_version(tree, version_dir, replace=version_dir.exists() or version_dir.is_symlink())
     return "replaced" if published else "created"
+
+
+def _same_files_listed(
+    existing: Mapping[str, bytes] | None,
+    expected: Mapping[str, bytes],
+    version_dir: Path,
+    tree: _Tree,
+) -> bool:
+    """Whether only the ``metadata.json`` files differ, and each still lists the same files
+    with the same digests: a tree written by an older publisher, which recorded no sizes,
+    holds the same kernel and stays as it is."""
+    if existing is None or existing.keys() != expected.keys():
+        return False
+    for rel in (r for r in expected if existing[r] != expected[r]):
+        new = tree[rel]
+        if not rel.endswith(f"/{MANIFEST_NAME}") or not isinstance(new, bytes):
+            return False
+        try:
+            old = parse_metadata((version_dir / rel).read_bytes(), source=rel)
+        except (OSError, ManifestError):
+            return False
+        if old.content_hash != parse_metadata(new, source=rel).content_hash:
+            return False
+    return True
 
 
 # --- writing ------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def resolve(
     :func:`~flashhub_kernels._names.cdn_name_candidates`), tried in order.
     """
     config = config or get_config()
-    cache, system = Cache(config.cache_dir, config.lock_timeout), target_system(backend)
+    cache, system = Cache.from_config(config), target_system(backend)
     damaged: str | None = None
     for info in candidates:
         hit, problem = _warm_lookup(cache, info, system)
@@ -130,6 +130,7 @@ def _warm_lookup(
     if variant is None:
         return None, None
     entry = cache.entry_dir(info, variant)
+    cache.check_trusted(entry)
     receipt = cache.read_receipt(entry)
     if receipt is None:
         return None, None
@@ -303,9 +304,7 @@ def download_entry(
         with cache_errors():
             cache.evict(entry)
             cache.remove_stale_staging(info, variant)
-        manifest_bytes = fetcher.get_bytes(
-            variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
-        )
+        manifest_bytes = _fetch_listed_manifest(fetcher, info, variant)
         manifest = parse_metadata(manifest_bytes, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
         _check_has_package(manifest, info, variant)
         if expected_hash is not None and manifest.content_hash != expected_hash:
@@ -332,16 +331,23 @@ def _download_and_commit(
     Continues what an interrupted download kept, and keeps what this one received if it
     is interrupted (Ctrl-C) or every mirror fails.
     """
+    from ._transport import DownloadJob  # the cold path's modules: warm loads skip them
+
     with cache_errors():
         staging = cache.new_staging(info, variant)
     try:
         with cache_errors():
             cache.adopt_partials(staging, info, variant, manifest.files)
             jobs = [
-                (variant_path(info, variant, relpath), staging / relpath, digest)
+                DownloadJob(
+                    variant_path(info, variant, relpath),
+                    staging / relpath,
+                    digest,
+                    manifest.size_of(relpath),
+                )
                 for relpath, digest in manifest.files.items()
             ]
-            for directory in {dest.parent for _path, dest, _digest in jobs}:
+            for directory in {job.dest.parent for job in jobs}:
                 ensure_dir(directory)
         with progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars) as on_bytes:
             fetcher.download_many(jobs, on_bytes)
@@ -359,6 +365,22 @@ def _download_and_commit(
         raise
     finally:
         remove_tree(staging)  # a no-op after a successful commit
+
+
+def _fetch_listed_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> bytes:
+    """The ``metadata.json`` of a variant that ``variants.json`` (or a probe) found."""
+    from ._transport import NotPublished  # the cold path's modules: warm loads skip them
+
+    try:
+        return fetcher.get_bytes(
+            variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
+        )
+    except NotPublished as exc:
+        raise TransportError(
+            f"{info} lists variant {variant}, but {exc} does not exist",
+            hint="the CDN is incomplete: report it to the kernel's publisher, or add a "
+            "complete mirror to FLASHHUB_CDN_URL",
+        ) from None
 
 
 def _check_has_package(manifest: Manifest, info: RepoInfo, variant: str) -> None:

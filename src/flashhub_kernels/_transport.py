@@ -12,6 +12,11 @@ Failure policy, per path:
 - ``NotPublished`` (404 for a document) is an answer, and is given at once;
 - bytes that do not hash to the manifest's digest are fetched once more from scratch
   (a proxy may have mangled them); a second mismatch is an :class:`IntegrityError`.
+  So is a body longer than the size the manifest states, or announced with another
+  length: nothing past that size is written;
+- without a size in the manifest, a file may not grow past ``FLASHHUB_MAX_FILE_BYTES``
+  (a server sending an endless body cannot fill the disk): the mirror that tries
+  counts as failed for the file, and the file starts over on the next.
 """
 
 from __future__ import annotations
@@ -22,14 +27,21 @@ import threading
 import time
 import urllib.parse
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from ._config import Config
-from ._hashing import HashingWriter
-from ._mirrors import DownloadCancelled, Mirror, MirrorFailed, NotPublished, open_mirrors
+from ._hashing import INTEGRITY_HINT, HashingWriter, WrongSize
+from ._mirrors import (
+    DownloadCancelled,
+    Mirror,
+    MirrorFailed,
+    NotPublished,
+    OverCap,
+    open_mirrors,
+)
 from ._progress import ByteCounter
 from ._urls import is_loopback
 from .errors import IntegrityError, TransportError
@@ -50,13 +62,21 @@ CPU_SECONDS_PER_FILE = 0.0003  # request, response, create, write, hash: a small
 # After Ctrl-C, how long the workers get to stop at their next chunk before the
 # interrupt is raised anyway (a worker blocked in a read is a daemon thread).
 STOP_GRACE_SECONDS = 1.0
-DownloadJob = tuple[str, Path, bytes]  # relative path, destination, expected sha256
 _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
 
 
 def _ignore(_n: int) -> None:
     pass
+
+
+class DownloadJob(NamedTuple):
+    """One file of a variant to download."""
+
+    relpath: str  # relative to <mirror>/<prefix>/
+    dest: Path
+    digest: bytes  # the raw sha256 the manifest lists
+    size: int | None  # the size the manifest states, when it does
 
 
 def warn_if_insecure(base_url: str, *, stacklevel: int = 2) -> None:
@@ -106,8 +126,8 @@ class Fetcher:
     def size(self, relpath: str) -> int | None:
         """The size of a published file, from the first mirror that states it.
 
-        ``None`` when no mirror does: manifests carry no sizes, and HEAD is optional on a
-        static host. Only ``flashhub info`` asks.
+        ``None`` when no mirror does: HEAD is optional on a static host. Only
+        ``flashhub info`` asks.
         """
         for mirror in self._healthiest_first():
             size = mirror.size(relpath)
@@ -122,27 +142,37 @@ class Fetcher:
         digest: bytes,
         on_bytes: ByteCounter = _ignore,
         cancelled: threading.Event | None = None,
+        *,
+        size: int | None = None,
     ) -> int:
         """Fetch ``relpath`` into ``dest`` and verify it; return its size.
 
         A partial file already at ``dest`` (kept from an interrupted download) is
-        continued. Bytes that fail the digest are deleted, not kept. Setting
-        ``cancelled`` stops the transfer at its next chunk.
+        continued. Bytes that fail the digest are deleted, not kept. ``size``, the
+        manifest's size of the file, bounds the download; without it,
+        ``config.max_file_bytes`` does. Setting ``cancelled`` stops the transfer at its
+        next chunk.
         """
         cancelled = cancelled or threading.Event()
-        writer = HashingWriter(dest, on_bytes)
+        writer = HashingWriter(dest, on_bytes, expected_size=size, limit=self.config.max_file_bytes)
         try:
             if writer.size and writer.hashes_to(digest):
                 return writer.size  # the kept part was the whole file
+            if writer.limit is not None and writer.size >= writer.limit:
+                writer.reset()  # as long as the file may be, and not it: start over
 
             def fetch(mirror: Mirror) -> None:
-                mirror.download(relpath, writer, cancelled)
+                try:
+                    mirror.download(relpath, writer, cancelled)
+                except WrongSize as exc:
+                    writer.reset()
+                    raise _size_error(exc, writer, mirror.url(relpath)) from None
                 writer.verify(digest, source=mirror.url(relpath))
 
             try:
                 self._from_mirrors(relpath, fetch)
-            except IntegrityError:
-                logger.info("%s failed its digest; fetching it again from scratch", relpath)
+            except IntegrityError as exc:
+                logger.info("%s: %s; fetching it again from scratch", relpath, exc.message)
                 writer.reset()
                 self._from_mirrors(relpath, fetch)
         except IntegrityError:
@@ -153,7 +183,7 @@ class Fetcher:
             writer.close()
         return writer.size
 
-    def download_many(self, jobs: list[DownloadJob], on_bytes: ByteCounter = _ignore) -> int:
+    def download_many(self, jobs: Sequence[DownloadJob], on_bytes: ByteCounter = _ignore) -> int:
         """Download several files concurrently; return the total bytes.
 
         A few workers each take the next job until none is left. The first error stops
@@ -161,7 +191,7 @@ class Fetcher:
         about a second; the partial files stay where they are for the caller to keep.
         """
         if len(jobs) == 1:
-            return self.download(*jobs[0], on_bytes)
+            return self._download_job(jobs[0], on_bytes)
         queue: SimpleQueue[DownloadJob] = SimpleQueue()
         for job in jobs:
             queue.put(job)
@@ -173,7 +203,7 @@ class Fetcher:
             total = 0
             try:
                 while not cancelled.is_set():
-                    total += self.download(*queue.get_nowait(), on_bytes, cancelled)
+                    total += self._download_job(queue.get_nowait(), on_bytes, cancelled)
             except Empty:
                 pass
             except DownloadCancelled:
@@ -203,6 +233,11 @@ class Fetcher:
             raise errors[0]
         return sum(totals)
 
+    def _download_job(
+        self, job: DownloadJob, on_bytes: ByteCounter, cancelled: threading.Event | None = None
+    ) -> int:
+        return self.download(job.relpath, job.dest, job.digest, on_bytes, cancelled, size=job.size)
+
     # -- mirrors -------------------------------------------------------------------
 
     def _healthiest_first(self) -> list[Mirror]:
@@ -217,27 +252,47 @@ class Fetcher:
 
     def _from_mirrors(self, relpath: str, fetch: Callable[[Mirror], T]) -> T:
         failures: list[str] = []
-        proxied = False
+        proxied = capped = False
         for mirror in self._healthiest_first():
             try:
                 return fetch(mirror)
             except MirrorFailed as exc:
                 via = f" (through the proxy {mirror.via})" if mirror.via else ""
                 proxied = proxied or bool(mirror.via)
+                capped = capped or isinstance(exc, OverCap)
                 failures.append(f"{mirror.label}{via}: {exc}")
                 logger.info("mirror %s could not serve %s: %s", mirror.label, relpath, exc)
                 self._demote(mirror)
-        hint = (
-            "check the proxy settings (https_proxy, http_proxy, all_proxy, no_proxy) and "
-            "that the proxy is up, or set FLASHHUB_OFFLINE=1 to use only what is cached"
-            if proxied
-            else "check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
-            "or set FLASHHUB_OFFLINE=1 to use only what is cached"
-        )
         raise TransportError(
             f"could not fetch {relpath!r} from any CDN mirror:\n  " + "\n  ".join(failures),
-            hint=hint,
+            hint=_transport_hint(proxied=proxied, capped=capped),
         )
+
+
+def _transport_hint(*, proxied: bool, capped: bool) -> str:
+    """What to try when every mirror failed for a path."""
+    if capped:
+        return (
+            "if the kernel really ships a file this large, raise FLASHHUB_MAX_FILE_BYTES; "
+            "otherwise the CDN sends a broken answer: report it to the CDN's operator"
+        )
+    if proxied:
+        return (
+            "check the proxy settings (https_proxy, http_proxy, all_proxy, no_proxy) and "
+            "that the proxy is up, or set FLASHHUB_OFFLINE=1 to use only what is cached"
+        )
+    return (
+        "check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
+        "or set FLASHHUB_OFFLINE=1 to use only what is cached"
+    )
+
+
+def _size_error(exc: WrongSize, writer: HashingWriter, source: str) -> Exception:
+    """A known size the mirror does not keep to is an integrity failure, like a wrong
+    digest; past the cap on an unknown size, the mirror failed for the file."""
+    if writer.expected_size is not None:
+        return IntegrityError(f"{source}: {exc}; the file was not kept", hint=INTEGRITY_HINT)
+    return OverCap(str(exc))
 
 
 def parallel_downloads(files: int, round_trip: float) -> int:

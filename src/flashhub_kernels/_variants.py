@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
 
+from ._text import escape_controls
+
 Tier = Literal["stable-abi", "exact", "noarch", "universal"]
 _TIER_RANK: dict[Tier, int] = {"stable-abi": 0, "exact": 1, "noarch": 2, "universal": 3}
 
@@ -233,13 +235,17 @@ def resolve_variants(names: Iterable[str], system: SystemInfo) -> list[VariantRe
 
 
 def format_trace(resolutions: Iterable[VariantResolution]) -> str:
-    """One line per variant, for error messages and ``flashhub variants``."""
+    """One line per variant, for error messages and ``flashhub variants``.
+
+    Names come from the CDN: their control characters, newlines included, are escaped.
+    """
     lines = []
     for res in resolutions:
+        name = escape_controls(res.variant_str)
         if isinstance(res, VariantAccepted):
-            lines.append(f"  + {res.variant_str}: compatible")
+            lines.append(f"  + {name}: compatible")
         else:
-            lines.append(f"  - {res.variant_str}: {res.reason}")
+            lines.append(f"  - {name}: {escape_controls(res.reason)}")
     return "\n".join(lines) or "  (no variants are published)"
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ._config import DEFAULT_PREFIX
 from ._names import check_version, parse_repo_id
+from ._text import escape_controls, escape_message
 from .errors import FlashhubError
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ def _local_cache() -> Cache:
     from ._config import get_config
 
     config = get_config()
-    return Cache(config.cache_dir, config.lock_timeout)
+    return Cache.from_config(config)
 
 
 # --- flashhub lock -------------------------------------------------------------------
@@ -229,16 +230,22 @@ def _lock_arguments(parser: argparse.ArgumentParser) -> None:
     arguments=_lock_arguments,
 )
 def _lock(args: argparse.Namespace) -> int:
+    from ._config import get_config
     from ._lock import lock_project
 
+    # Offline, lock_project checks the existing lock against the cache and writes nothing.
+    written = not get_config().offline
     lock = lock_project(args.project_dir)
     if args.json:
-        _print_json({"lockfile": lock.source, **lock.to_json()})
+        _print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
         return EXIT_OK
     for repo_id, locked in sorted(lock.kernels.items()):
         wanted = locked.specifier or "any version"
         print(f"{repo_id} {wanted}: v{locked.version} ({len(locked.variants)} variants)")
-    print(f"wrote {lock.source}")
+    if written:
+        print(f"wrote {lock.source}")
+    else:
+        print(f"{lock.source} is up to date as far as the cache knows (FLASHHUB_OFFLINE is set)")
     return EXIT_OK
 
 
@@ -320,15 +327,28 @@ def _variants(args: argparse.Namespace) -> int:
     else:
         print(f"{args.repo_id}@v{version} on {system}:")
         print(format_trace(resolutions))
-        print(f"chosen: {chosen or 'none (no variant fits this system)'}")
+        print(f"chosen: {_chosen(chosen)}")
     return EXIT_OK if chosen else EXIT_FAILURE
+
+
+def _chosen(variant: str | None) -> str:
+    return escape_controls(variant) if variant else "none (no variant fits this system)"
 
 
 def _newest_version(repo_id: str) -> int:
     from ._config import get_config
     from ._store import remote, with_version
 
-    with remote(get_config()) as fetcher:
+    config = get_config()
+    if config.offline:
+        from ._offline import newest_version_error
+
+        raise newest_version_error(
+            repo_id,
+            hint=f"pass --version N (`flashhub variants {repo_id} --version 1`), "
+            "or unset FLASHHUB_OFFLINE",
+        )
+    with remote(config) as fetcher:
         return with_version(fetcher, repo_id, None).version
 
 
@@ -351,17 +371,17 @@ def _info(args: argparse.Namespace) -> int:
         _print_json(description.to_dict())
         return EXIT_OK
     print(f"{description.info} on {description.system}")
-    print(f"chosen variant: {description.chosen or 'none (no variant fits this system)'}")
+    print(f"chosen variant: {_chosen(description.chosen)}")
     for variant in description.variants:
         mark = "+" if variant.compatible else "-"
         print(
-            f"  {mark} {variant.name}: {len(variant.files)} files, {_size(variant.size)}, "
-            f"{variant.content_hash}"
+            f"  {mark} {escape_controls(variant.name)}: {len(variant.files)} files, "
+            f"{_size(variant.size)}, {variant.content_hash}"
         )
         if variant.reason:
-            print(f"      rejected: {variant.reason}")
+            print(f"      rejected: {escape_controls(variant.reason)}")
         for path, size in variant.files.items():
-            print(f"      {_size(size):>10}  {path}")
+            print(f"      {_size(size):>10}  {escape_controls(path)}")
     return EXIT_OK
 
 
@@ -437,8 +457,8 @@ def _cache_list(args: argparse.Namespace) -> int:
     print(f"cache: {cache.root}")
     for entry in entries:
         print(
-            f"  {entry.info} {entry.variant}: {entry.files} files, {_size(entry.size)}, "
-            f"{entry.content_hash or 'no receipt'}"
+            f"  {entry.info} {escape_controls(entry.variant)}: {entry.files} files, "
+            f"{_size(entry.size)}, {escape_controls(entry.content_hash or 'no receipt')}"
         )
     if not entries:
         print("  (empty)")
@@ -446,10 +466,15 @@ def _cache_list(args: argparse.Namespace) -> int:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from ._cache_admin import list_entries, verify_entry
+    from ._cache_admin import list_entries, untrusted_dirs, verify_entry
 
     cache = _local_cache()
-    checked = [(entry, verify_entry(cache, entry)) for entry in list_entries(cache)]
+    untrusted = untrusted_dirs(cache)
+    checked = [
+        (entry, verify_entry(cache, entry))
+        for entry in list_entries(cache)
+        if all(entry.path != path for path, _why in untrusted)
+    ]
     if args.json:
         _print_json(
             {
@@ -457,14 +482,17 @@ def _cache_verify(args: argparse.Namespace) -> int:
                 "entries": [
                     {**entry.to_dict(), "ok": why is None, "problem": why} for entry, why in checked
                 ],
+                "untrusted": [{"path": str(p), "problem": reason} for p, reason in untrusted],
             }
         )
     else:
+        for path, reason in untrusted:
+            print(f"{path}: {reason} (FAILED: a load refuses to trust it)")
         for entry, why in checked:
             outcome = "ok" if why is None else f"FAILED: {why}"
             print(f"{entry.info} {entry.variant}: {outcome}")
-        print(f"{_entries(len(checked))} checked")
-    if any(why is not None for _entry, why in checked):
+        print(f"{_entries(len(checked))} checked, {len(untrusted)} untrusted directories")
+    if untrusted or any(why is not None for _entry, why in checked):
         if not args.json:
             _print_error(
                 "some cache entries failed verification",
@@ -486,8 +514,14 @@ def _cache_prune(args: argparse.Namespace) -> int:
         print(f"removed {entry.info} {entry.variant}: {why}")
     for path in report.stale:
         print(f"removed leftover {path}")
+    _report_busy(report.busy)
     print(f"{_entries(len(report.removed))} removed, {_size(report.bytes_freed)} freed")
     return EXIT_OK
+
+
+def _report_busy(busy: list[Path]) -> None:
+    for path in busy:
+        print(f"skipped {path}: a download is in progress there; run this again later")
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
@@ -506,11 +540,18 @@ def _cache_clear(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return EXIT_OK
-    removed = clear(cache)
+    report = clear(cache)
     if args.json:
-        _print_json({"cache_dir": str(cache.root), "removed": [e.to_dict() for e in removed]})
+        _print_json(
+            {
+                "cache_dir": str(cache.root),
+                "removed": [e.to_dict() for e in report.removed],
+                "skipped_busy": [str(path) for path in report.busy],
+            }
+        )
     else:
-        print(f"removed {_entries(len(removed))} from {cache.root}")
+        _report_busy(report.busy)
+        print(f"removed {_entries(len(report.removed))} from {cache.root}")
     return EXIT_OK
 
 
@@ -559,9 +600,9 @@ def _run(handler: Handler, args: argparse.Namespace) -> int:
 
 
 def _print_error(message: str, hint: str | None) -> None:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {escape_message(message)}", file=sys.stderr)
     if hint:
-        print(f"  hint: {hint}", file=sys.stderr)
+        print(f"  hint: {escape_message(hint)}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

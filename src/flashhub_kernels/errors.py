@@ -14,14 +14,22 @@ Malformed arguments (a bad repo id, ``version=0``) raise the built-in
 
 from __future__ import annotations
 
+from ._text import escape_message
+
 
 class FlashhubError(Exception):
-    """Base class of every error flashhub-kernels raises on purpose."""
+    """Base class of every error flashhub-kernels raises on purpose.
+
+    Control characters in ``message`` and ``hint`` (names and answers from the CDN end
+    up in them) are escaped, ``\\x1b`` style, so printing an error cannot drive the
+    terminal; the newlines and tabs that lay a message out are kept.
+    """
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
-        self.message = message
-        self.hint = hint
-        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+        self.message = escape_message(message)
+        self.hint = escape_message(hint) if hint is not None else None
+        text = f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+        super().__init__(text)
 
 
 class KernelImportError(FlashhubError, ImportError):

@@ -1,0 +1,238 @@
+"""A cache nobody else can plant code in: ownership and mode checks, as ssh makes them.
+
+Each attack is staged for real: a verified cache entry is made by a load, then handed to
+another user (``nobody``, with ``os.chown``, which needs root) or opened up (``chmod``),
+and code is planted in it. A fresh process then loads the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, held
+from cli_runner import flashhub
+from flashhub_kernels._cache_trust import distrust
+from trees import kernel_files, local_variant, write_kernel, write_variant
+
+REPO = "acme/tensor-tricks"
+NOBODY = 65534
+LOAD = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
+PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('planted code ran')\n"
+
+
+def load_in_child(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", LOAD],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("handing a directory to another user (chown to nobody) needs root")
+
+
+@pytest.fixture
+def cached(cdn: CdnServer, cache_dir: Path, tmp_path: Path) -> Path:
+    """A verified entry of the kernel with code planted in it; returns the marker path
+    that the planted code would create."""
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    marker = tmp_path / "planted-marker"
+    init = cache_dir / f"kernels/acme/tensor-tricks/v1/{local_variant()}/tensor_tricks/__init__.py"
+    # Same size and mtime as the verified file, so only the ownership check stands between
+    # the planted code and the next import.
+    original = init.stat()
+    planted = PLANTED.format(marker=str(marker)).encode()
+    init.write_bytes(planted + b"#" * (original.st_size - len(planted)))
+    os.utime(init, ns=(original.st_atime_ns, original.st_mtime_ns))
+    return marker
+
+
+def refused(result: subprocess.CompletedProcess[str], path: Path, marker: Path) -> str:
+    assert result.returncode != 0
+    assert "CacheError" in result.stderr and "refusing to trust the cache" in result.stderr
+    assert str(path) in result.stderr and "FLASHHUB_CACHE_DIR" in result.stderr
+    assert not marker.exists(), "the planted code ran"
+    return result.stderr
+
+
+def test_a_cache_root_owned_by_another_user_is_refused(
+    cached: Path, cache_dir: Path, cdn: CdnServer
+) -> None:
+    needs_root()
+    os.chown(cache_dir, NOBODY, NOBODY)
+    cdn.clear_log()
+    stderr = refused(load_in_child(), cache_dir, cached)
+    assert "owned by another user" in stderr and f"uid {NOBODY}" in stderr
+    assert "mode 0700" in stderr
+    assert cdn.requests == []  # refused before anything, the network included
+
+
+@pytest.mark.parametrize("where", ["root", "version"])
+@pytest.mark.parametrize("mode, why", [(0o777, "every user"), (0o770, "its group")])
+def test_a_directory_others_can_write_is_refused(
+    cached: Path, cache_dir: Path, where: str, mode: int, why: str
+) -> None:
+    path = cache_dir if where == "root" else cache_dir / "kernels/acme/tensor-tricks/v1"
+    path.chmod(mode)
+    stderr = refused(load_in_child(), path, cached)
+    assert f"is writable by {why}" in stderr and f"mode {mode:04o}" in stderr
+
+
+def test_a_sticky_world_writable_ancestor_is_fine(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    public = tmp_path / "public"
+    public.mkdir()
+    public.chmod(0o1777)  # like /tmp: others may create, not replace
+    monkeypatch.setenv("FLASHHUB_CACHE_DIR", str(public / "mine"))
+    write_kernel(cdn.root, REPO, 1)
+    assert load_in_child().returncode == 0
+    assert load_in_child().stdout.strip() == f"{REPO}@v1:{local_variant()}"
+
+
+def test_a_group_writable_cache_needs_the_shared_opt_in(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    cache_dir.chmod(0o770)
+    refused(load_in_child(), cache_dir, tmp_path / "no-marker")
+    shared = load_in_child({"FLASHHUB_CACHE_SHARED": "1"})
+    assert shared.returncode == 0, shared.stderr
+    assert shared.stdout.strip() == f"{REPO}@v1:{local_variant()}"
+
+
+@pytest.mark.parametrize("what", ["version", "entry"])
+def test_a_symlinked_version_or_entry_directory_is_refused(
+    cached: Path, cache_dir: Path, tmp_path: Path, what: str
+) -> None:
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    path = version_dir if what == "version" else version_dir / local_variant()
+    elsewhere = tmp_path / f"elsewhere-{what}"
+    shutil.move(path, elsewhere)
+    path.symlink_to(elsewhere, target_is_directory=True)
+    stderr = refused(load_in_child(), path, cached)
+    assert "is a symlink" in stderr
+
+
+def test_a_root_owned_read_only_cache_is_trusted() -> None:
+    # What an image bakes: owned by root, 0755. (This process may be root or not: root is
+    # a trusted owner either way, and so is this user.)
+    root_owned = os.stat("/usr")
+    assert stat.S_IMODE(root_owned.st_mode) & 0o022 == 0 and root_owned.st_uid == 0
+    assert distrust(root_owned, shared=False, inside=True) is None
+
+
+def test_cache_verify_reports_untrusted_and_symlinked_entries(
+    cached: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    needs_root()
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    entry = version_dir / local_variant()
+    os.chown(entry, NOBODY, NOBODY)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(entry, elsewhere)
+    (version_dir / "torch-cuda").symlink_to(elsewhere, target_is_directory=True)
+    result = flashhub("cache", "verify")
+    assert result.returncode != 0
+    assert f"{entry}: is owned by another user" in result.stdout
+    assert f"{version_dir / 'torch-cuda'}: is a symlink" in result.stdout
+    assert "2 untrusted directories" in result.stdout  # never a silent "0 entries checked"
+
+
+WATCH_WRITES = """
+import os, sys
+import torch, flashhub  # their own start-up is not the warm load under test
+writes = []
+
+def audit(event, args):
+    if event == "open":
+        path, mode, flags = args
+        writing = any(c in (mode or "") for c in "wax+") if isinstance(mode, str) else bool(
+            (flags or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+        )
+        if writing:
+            writes.append(f"open {path}")
+    elif event in ("os.mkdir", "os.rename", "os.replace", "os.remove"):
+        writes.append(f"{event} {args[0]}")
+
+sys.addaudithook(audit)
+import flashhub.acme.tensor_tricks.v1 as k
+from flashhub.acme.tensor_tricks.v1 import helpers
+assert k.marker().startswith("acme/tensor-tricks@v1") and helpers.shout()
+print(writes)
+"""
+
+
+def test_a_warm_load_writes_nothing(cdn: CdnServer) -> None:
+    # The download imports nothing; the warm load below imports the package and a
+    # submodule, so their bytecode must already be in the entry. Bytecode writing is on
+    # in both processes, as it is by default.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    write_kernel(cdn.root, REPO, 1)
+    cold = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import flashhub_kernels as fk; fk.install_kernel({REPO!r}, version=1)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cold.returncode == 0, cold.stderr
+    warm = subprocess.run(
+        [sys.executable, "-c", WATCH_WRITES],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.strip().splitlines()[-1] == "[]"
+
+
+BLOB = bytes(range(256)) * 4096  # 1 MiB
+BLOB_PATH = "kernels/acme/tensor-tricks/v1/build/torch-universal/tensor_tricks/blob.bin"
+
+
+@pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
+def test_cache_maintenance_during_a_download_leaves_it_alone(
+    cdn: CdnServer, command: list[str]
+) -> None:
+    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
+    write_variant(cdn.root, REPO, 1, "torch-universal", files)
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(BLOB_PATH, held(started, release))
+    loader = subprocess.Popen(
+        [sys.executable, "-c", LOAD],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert started.wait(60), "the download never reached the held file"
+        maintenance = flashhub("cache", *command)
+        assert maintenance.returncode == 0, maintenance.stderr
+        assert "a download is in progress there" in maintenance.stdout
+    finally:
+        release.set()
+        out, err = loader.communicate(timeout=120)
+    assert loader.returncode == 0, err
+    assert out.strip() == "blob"  # the kernel loaded, its download undisturbed

@@ -1,0 +1,230 @@
+"""Every way a load can fail ends in a FlashhubError that is also an ImportError.
+
+Each case drives ``get_kernel`` or an ``import`` statement against the loopback CDN
+(or a cache with something planted in it) and checks the error's type, its hint, and
+that nothing else was touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, raw_redirect, redirect
+from flashhub_kernels.errors import (
+    CacheError,
+    FlashhubError,
+    KernelImportError,
+    NoCompatibleVariantError,
+    TransportError,
+)
+from trees import local_variant, write_kernel
+
+REPO = "acme/tensor-tricks"
+MODULE = "flashhub.acme.tensor_tricks.v1"
+LOCAL = local_variant()
+OPS = f"kernels/{REPO}/v1/build/{LOCAL}/tensor_tricks/_ops.py"
+
+
+def load_error(expected: type[FlashhubError]) -> FlashhubError:
+    """The error ``get_kernel`` raises, checked to be ``expected``, an ImportError, hinted."""
+    with pytest.raises(expected) as info:
+        fk.get_kernel(REPO, version=1)
+    error = info.value
+    assert isinstance(error, ImportError) and isinstance(error, FlashhubError)
+    assert error.hint, "every load error says what to do next"
+    assert MODULE not in sys.modules
+    return error
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m flashhub_kernels ARGS`` with this test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "flashhub_kernels", *args],
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# -- the CDN ------------------------------------------------------------------------------
+
+
+def test_a_listed_file_missing_on_the_only_mirror_is_a_transport_error(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    (cdn.root / OPS).unlink()
+
+    error = load_error(TransportError)
+
+    assert "_ops.py" in error.message and "404" in error.message
+
+
+def test_a_variant_listed_without_its_metadata_is_a_load_error(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    (cdn.root / f"kernels/{REPO}/v1/build/{LOCAL}/metadata.json").unlink()
+
+    error = load_error(KernelImportError)
+
+    assert "metadata.json" in error.message
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "http://127.0.0.1:99999/x",
+        "http://127.0.0.1:abc/x",
+    ],
+    ids=["port-out-of-range", "port-not-a-number"],
+)
+def test_a_redirect_to_a_malformed_url_is_a_transport_error(cdn: CdnServer, location: str) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    cdn.inject(OPS, redirect(location))
+
+    load_error(TransportError)
+
+
+@pytest.mark.parametrize(
+    "location", ["/dé.json".encode("latin-1"), "/dé.json".encode()], ids=["latin-1", "utf-8"]
+)
+def test_a_redirect_to_a_non_ascii_location_is_a_transport_error(
+    cdn: CdnServer, location: bytes
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    cdn.inject(OPS, raw_redirect(location))
+
+    load_error(TransportError)
+
+
+def test_a_typo_in_the_cdn_port_names_the_setting(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", "http://127.0.0.1:876S")
+
+    with pytest.raises(ValueError, match="FLASHHUB_CDN_URL"):
+        fk.get_kernel(REPO, version=1)
+    with pytest.raises(ValueError, match="FLASHHUB_CDN_URL"):
+        import flashhub.acme.tensor_tricks.v1  # noqa: F401
+    result = run_cli("get", REPO, "--version", "1")
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and "FLASHHUB_CDN_URL" in line and "876S" in line
+    assert cdn.requests == []
+
+
+# -- the cache ------------------------------------------------------------------------------
+
+
+def entry_lock(cache_dir: Path) -> Path:
+    return cache_dir / "kernels" / REPO / "v1" / ".locks" / f"{LOCAL}.lock"
+
+
+def index_lock(cache_dir: Path) -> Path:
+    return cache_dir / ".locks" / REPO / "v1.lock"
+
+
+LOCKS = {"entry lock": entry_lock, "index lock": index_lock}
+
+
+@pytest.mark.parametrize("which", LOCKS)
+def test_a_directory_planted_at_a_lock_path_is_a_cache_error(
+    cdn: CdnServer, cache_dir: Path, which: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    planted = LOCKS[which](cache_dir)
+    (planted / "inside").mkdir(parents=True)
+
+    error = load_error(CacheError)
+
+    assert str(planted) in error.message
+    assert "FLASHHUB_CACHE_DIR" in str(error.hint)
+    assert [p.name for p in planted.iterdir()] == ["inside"]
+    assert not (cache_dir / "kernels" / REPO / "v1" / LOCAL).exists()
+
+
+@pytest.mark.parametrize("target_exists", [False, True], ids=["dangling", "to-a-file"])
+@pytest.mark.parametrize("which", LOCKS)
+def test_a_symlink_planted_at_a_lock_path_is_a_cache_error_and_its_target_is_untouched(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path, which: str, target_exists: bool
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    target = tmp_path / "elsewhere" / "precious.txt"
+    target.parent.mkdir()
+    if target_exists:
+        target.write_text("keep me")
+    planted = LOCKS[which](cache_dir)
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(target)
+
+    error = load_error(CacheError)
+
+    assert "symlink" in error.message
+    assert "FLASHHUB_CACHE_DIR" in str(error.hint)
+    assert planted.is_symlink() and os.readlink(planted) == str(target)
+    if target_exists:
+        assert target.read_text() == "keep me"
+    else:
+        assert not target.exists()
+    assert not (cache_dir / "kernels" / REPO / "v1" / LOCAL).exists()
+
+
+# -- reloading a kernel whose cache entry is gone -----------------------------------------------
+
+
+def test_reload_after_the_cache_was_removed_downloads_the_kernel_again(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    module = fk.get_kernel(REPO, version=1)
+    shutil.rmtree(cache_dir)
+    cdn.clear_log()
+
+    reloaded = importlib.reload(module)
+
+    assert reloaded is module and module.marker() == f"{REPO}@v1:{LOCAL}"
+    assert Path(module.__file__ or "").is_file()
+    assert module.__spec__ is not None and module.__spec__.origin == module.__file__
+    assert module.__path__ == [str(Path(module.__file__ or "").parent)]
+    assert len(cdn.gets(".py")) == 3, "the kernel was fetched again"
+    assert importlib.import_module(f"{MODULE}.helpers").shout() == module.marker().upper()
+
+
+def test_reload_after_cache_clear_downloads_the_kernel_again(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    module = fk.get_kernel(REPO, version=1)
+    assert run_cli("cache", "clear", "--yes").returncode == 0
+
+    assert importlib.reload(module).marker() == f"{REPO}@v1:{LOCAL}"
+    assert Path(module.__file__ or "").is_file()
+
+
+def test_reload_after_the_cache_was_removed_offline_is_an_offline_error(
+    cdn: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    module = fk.get_kernel(REPO, version=1)
+    shutil.rmtree(cache_dir)
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    cdn.clear_log()
+
+    with pytest.raises(fk.errors.OfflineError) as info:
+        importlib.reload(module)
+
+    assert info.value.hint and "flashhub get" in info.value.hint
+    assert cdn.requests == []
+
+
+def test_no_compatible_variant_is_an_import_error(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, ["torch212-cxx11-cu126-x86_64-linux"])
+    load_error(NoCompatibleVariantError)
