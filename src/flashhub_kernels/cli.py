@@ -487,7 +487,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         )
     else:
         for path, reason in untrusted:
-            print(f"{path}: {reason} (FAILED: a load refuses to trust it)")
+            print(f"{_shown(path)}: {reason} (FAILED: a load refuses to trust it)")
         for entry, why in checked:
             outcome = "ok" if why is None else f"FAILED: {why}"
             print(f"{entry.info} {entry.variant}: {outcome}")
@@ -513,15 +513,20 @@ def _cache_prune(args: argparse.Namespace) -> int:
     for entry, why in report.removed:
         print(f"removed {entry.info} {entry.variant}: {why}")
     for path in report.stale:
-        print(f"removed leftover {path}")
+        print(f"removed leftover {_shown(path)}")
     _report_busy(report.busy)
     print(f"{_entries(len(report.removed))} removed, {_size(report.bytes_freed)} freed")
     return EXIT_OK
 
 
+def _shown(path: Path) -> str:
+    """A path from the cache, whose names another program may have chosen, made safe."""
+    return escape_controls(str(path))
+
+
 def _report_busy(busy: list[Path]) -> None:
     for path in busy:
-        print(f"skipped {path}: a download is in progress there; run this again later")
+        print(f"skipped {_shown(path)}: a download is in progress there; run this again later")
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
