@@ -23,7 +23,7 @@ from projects import (
     publish_tensor_tricks,
     write_project,
 )
-from trees import local_variant, write_kernel
+from trees import kernel_files, local_variant, write_kernel, write_variant
 
 LOCAL = local_variant()
 
@@ -173,6 +173,16 @@ def test_info_lists_variants_files_and_sizes(
     init_size = len(files[LOCAL][f"{PY_PKG}/__init__.py"])
     assert f"{init_size} B  {PY_PKG}/__init__.py" in text.stdout
     assert "rejected: built for cu126" in text.stdout
+
+
+def test_info_takes_sizes_from_metadata_json_without_head(cdn: CdnServer) -> None:
+    files = kernel_files(PY_PKG, "sized")
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, files, with_sizes=True)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([UNIVERSAL]))
+    [variant] = ok_json(flashhub("info", REPO, "--version", "1", "--json"))["variants"]
+    assert {f["path"]: f["bytes"] for f in variant["files"]} == {
+        path: len(data) for path, data in files.items()
+    }  # the test server answers HEAD with 501: these sizes can only come from the manifest
 
 
 def test_info_from_a_file_mirror_and_without_head_support(cdn: CdnServer) -> None:

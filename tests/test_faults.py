@@ -7,7 +7,6 @@ each fault and what the client does.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -619,17 +618,9 @@ def test_manifest_paths_the_cache_cannot_hold_are_refused_before_any_file(
     assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
 
 
-def _publish_sizes(cdn: CdnServer) -> None:
-    """Add the sizes the publisher records to the blob kernel's metadata.json."""
-    manifest_path = cdn.root / f"kernels/{REPO}/v1/build/{VARIANT}/metadata.json"
-    document = json.loads(manifest_path.read_text())
-    variant_dir = manifest_path.parent
-    document["sizes"] = {p: (variant_dir / p).stat().st_size for p in document["digest"]["files"]}
-    manifest_path.write_text(json.dumps(document))
-
-
 def test_a_load_checks_the_sizes_in_metadata_json(blob_kernel: CdnServer, cache_dir: Path) -> None:
-    _publish_sizes(blob_kernel)
+    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
+    write_variant(blob_kernel.root, REPO, 1, VARIANT, files, with_sizes=True)
     blob_kernel.inject(BLOB_PATH, endless(), endless())
     with pytest.raises(IntegrityError, match="runs past the"):
         fk.get_kernel(REPO, version=1)

@@ -60,8 +60,10 @@ def write_variant(
     *,
     prefix: str = "kernels",
     manifest: object | None = None,
+    with_sizes: bool = False,
 ) -> Path:
-    """Write one variant and its metadata.json (``manifest`` overrides the honest one)."""
+    """Write one variant and its metadata.json (``manifest`` overrides the honest one);
+    ``with_sizes`` records each file's size in it, as ``flashhub publish`` does."""
     variant_dir = root / prefix / repo_id / f"v{version}" / "build" / variant
     for relpath, data in files.items():
         path = variant_dir / relpath
@@ -69,6 +71,8 @@ def write_variant(
         path.write_bytes(data)
     if manifest is None:
         manifest = {"digest": {"files": {p: b64sha256(d) for p, d in sorted(files.items())}}}
+        if with_sizes:
+            manifest["sizes"] = {p: len(d) for p, d in sorted(files.items())}
     variant_dir.mkdir(parents=True, exist_ok=True)
     (variant_dir / "metadata.json").write_text(json.dumps(manifest))
     return variant_dir

@@ -90,10 +90,12 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         manifests = {
             r.variant_str: fetch_manifest(fetcher, info, r.variant_str) for r in resolutions
         }
-        paths = [(v, p) for v, m in manifests.items() for p in sorted(m.files)]
+        # Sizes from metadata.json where the publisher recorded them; HEAD for the rest.
+        size_of = {(v, p): m.size_of(p) for v, m in manifests.items() for p in m.files}
+        unknown = [vp for vp, size in size_of.items() if size is None]
         with ThreadPoolExecutor(_PARALLEL_HEADS) as pool:
-            sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), paths)
-            size_of = dict(zip(paths, sizes, strict=True))
+            sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
+            size_of.update(zip(unknown, sizes, strict=True))
     variants = [_published(r, manifests[r.variant_str], size_of) for r in resolutions]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
