@@ -457,3 +457,21 @@ def endless(*, limit: int = 1 << 30) -> Fault:
             pass  # the client hung up, as it should
 
     return fault
+
+
+def slowly(seconds: float, pieces: int = 8) -> Fault:
+    """Serve the file honestly (length announced, ``Range`` ignored), in ``pieces`` parts
+    spread over ``seconds``: a download long enough for a progress bar to appear."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        step = -(-len(body) // pieces)
+        for start in range(0, len(body), step):
+            time.sleep(seconds / pieces)
+            handler.wfile.write(body[start : start + step])
+            handler.wfile.flush()
+
+    return fault

@@ -220,6 +220,35 @@ def test_get_downloads_one_kernel(cdn: CdnServer) -> None:
     }
 
 
+def test_info_and_get_default_to_the_newest_version_like_variants(cdn: CdnServer) -> None:
+    publish_tensor_tricks(cdn.root)  # v1, v2 and v3, which holds only torch-universal
+
+    info = ok_json(flashhub("info", REPO, "--json"))
+    got = ok_json(flashhub("get", REPO, "--json"))
+    text = flashhub("info", REPO)
+
+    assert (info["version"], info["chosen"]) == (3, UNIVERSAL)
+    assert got == {
+        "repo_id": REPO,
+        "version": 3,
+        "variant": UNIVERSAL,
+        "path": str(cache_root() / "kernels" / REPO / "v3" / UNIVERSAL),
+    }
+    assert text.stdout.startswith(f"{REPO}@v3 on torch ")
+
+
+@pytest.mark.parametrize("command", ["variants", "info", "get"])
+def test_the_newest_version_offline_is_an_offline_error_naming_the_option(
+    cdn: CdnServer, command: str
+) -> None:
+    publish_tensor_tricks(cdn.root)
+    result = flashhub(command, REPO, env={"FLASHHUB_OFFLINE": "1"})
+    assert result.returncode == 1
+    assert f"the newest version of {REPO} cannot be looked up" in result.stderr
+    assert f"`flashhub {command} {REPO} --version 1`" in result.stderr
+    assert cdn.requests == []
+
+
 def test_get_a_missing_kernel_fails(cdn: CdnServer) -> None:
     result = flashhub("get", "acme/missing", "--version", "1")
     assert result.returncode == 1
@@ -303,6 +332,26 @@ def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer) -> None
     assert (version_dir / UNIVERSAL).is_dir()
 
 
+def test_cache_clear_with_nothing_cached_says_so_without_asking() -> None:
+    result = flashhub("cache", "clear")  # no --yes and no terminal: nothing to confirm
+    document = ok_json(flashhub("cache", "clear", "--json"))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"no kernels are cached in {cache_root()}; nothing to remove\n"
+    assert document == {"cache_dir": str(cache_root()), "removed": [], "skipped_busy": []}
+
+
+def test_counts_are_pluralized(cdn: CdnServer, tmp_path: Path) -> None:
+    publish_tensor_tricks(cdn.root)
+    project = write_project(tmp_path / "one", {REPO: ">=3"})  # v3: one variant
+    locked = flashhub("lock", project)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    verified = flashhub("cache", "verify")
+
+    assert f"{REPO} >=3: v3 (1 variant)\n" in locked.stdout
+    assert verified.stdout.endswith("1 entry checked, 0 untrusted directories\n")
+
+
 def test_cache_clear_needs_yes_without_a_terminal(cdn: CdnServer) -> None:
     publish_tensor_tricks(cdn.root)
     assert flashhub("get", REPO, "--version", "3").returncode == 0
@@ -341,7 +390,6 @@ def test_every_command_has_help(command: list[str]) -> None:
     [
         ["variants"],
         ["variants", "a/b/c"],
-        ["info", REPO],
         ["info", REPO, "--version", "0"],
         ["get", "nope", "--version", "1"],
         ["download", "--bogus"],

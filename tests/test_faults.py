@@ -37,6 +37,7 @@ from cdn_server import (
 )
 from conftest import MakeCdn
 from flashhub_kernels._config import get_config
+from flashhub_kernels._progress import Progress
 from flashhub_kernels._transport import Fetcher, warn_if_insecure
 from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
 from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
@@ -503,7 +504,7 @@ def fetch_blob(dest: Path, size: int, seen: list[int] | None = None) -> int:
     fetcher = Fetcher(get_config())
     try:
         relpath = BLOB_PATH.removeprefix("kernels/")
-        return fetcher.download(relpath, dest, BLOB_DIGEST, on_bytes, size=size)
+        return fetcher.download(relpath, dest, BLOB_DIGEST, Progress(on_bytes), size=size)
     finally:
         fetcher.close()
 

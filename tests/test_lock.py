@@ -11,6 +11,7 @@ import pytest
 
 import flashhub_kernels
 from cdn_server import CdnServer
+from cli_runner import flashhub, ok_json
 from conftest import run_python
 from flashhub_kernels import (
     LockedLayerRepository,
@@ -25,11 +26,16 @@ from flashhub_kernels._lock import download_locked, lock_project
 from flashhub_kernels._lockfile import (
     LOCKFILE_NAME,
     parse_lockfile,
-    read_dependencies,
     read_lockfile,
+    read_project,
 )
 from flashhub_kernels._manifest import parse_metadata
-from flashhub_kernels.errors import LockfileError, LockMismatchError
+from flashhub_kernels.errors import (
+    IntegrityError,
+    LockfileError,
+    LockMismatchError,
+    NoCompatibleVariantError,
+)
 from projects import (
     CUDA,
     PY_PKG,
@@ -99,12 +105,7 @@ def test_lock_range_without_match_lists_published_versions(project: Path) -> Non
     assert not lockfile_of(project).exists()
 
 
-def test_lock_needs_variants_json(tmp_path: Path, cdn: CdnServer) -> None:
-    write_kernel(cdn.root, REPO, 1, [UNIVERSAL], with_variants_json=False)
-    project = write_project(tmp_path / "project", {REPO: ">=1"})
-    with pytest.raises(LockfileError, match=r"no variants\.json") as info:
-        lock_project(project)
-    assert "flashhub publish" in str(info.value)
+_DECLARED = '[tool.flashhub.dependencies]\n"acme/x" = 1\n[tool.flashhub]\n'
 
 
 @pytest.mark.parametrize(
@@ -117,6 +118,9 @@ def test_lock_needs_variants_json(tmp_path: Path, cdn: CdnServer) -> None:
         ('[tool.flashhub.dependencies]\n"acme/x" = "latest"\n', "is not a version range"),
         ('[tool.flashhub.dependencies]\n"acme/x" = 0\n', "version must be >= 1"),
         ('[tool.flashhub.dependencies]\n"acme/x" = [1]\n', "must be a string"),
+        (_DECLARED + 'variants = "torch-cuda"\n', "variants must be a list"),
+        (_DECLARED + 'variants = ["torch-cuda", "cu126"]\n', "'cu126' is not a variant"),
+        (_DECLARED + 'variants = ["../x"]\n', "'../x' is not a variant name"),
     ],
 )
 def test_bad_dependency_tables_are_explained(
@@ -125,7 +129,7 @@ def test_bad_dependency_tables_are_explained(
     if pyproject is not None:
         (tmp_path / "pyproject.toml").write_text(pyproject)
     with pytest.raises(LockfileError, match=message):
-        read_dependencies(tmp_path)
+        read_project(tmp_path)
 
 
 _HASH = "sha256-" + "ab" * 32
@@ -153,6 +157,11 @@ _HASH = "sha256-" + "ab" * 32
             b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": 1,'
             b' "variants": {"../up": {"hash": "' + _HASH.encode() + b'"}}}]}',
             "is not a variant name",
+        ),
+        (
+            b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": 1, "variants_source":'
+            b' "guessed", "variants": {"x": {"hash": "' + _HASH.encode() + b'"}}}]}',
+            '"variants_source" must be "published" or "probed"',
         ),
     ],
 )
@@ -309,6 +318,206 @@ def test_all_variants_fetches_every_variant(project: Path, cdn: CdnServer) -> No
         assert (entry(2, variant) / PY_PKG / "__init__.py").is_file()
     cdn.stop()
     assert load_kernel(REPO, lockfile=lockfile_of(project)).marker() == f"{REPO}@v2:{LOCAL}"
+
+
+# -- a version without variants.json ---------------------------------------------------------
+
+NOARCH_CUDA = "torch-cuda"
+PROBED_MODULE = "flashhub.acme.tensor_tricks.v1"
+
+
+@pytest.fixture
+def probed_project(tmp_path: Path, cdn: CdnServer) -> Path:
+    """v1 without variants.json: this system's build, torch-universal and two CUDA builds."""
+    variants = [LOCAL, UNIVERSAL, CUDA, NOARCH_CUDA]
+    write_kernel(cdn.root, REPO, 1, variants, with_variants_json=False)
+    return write_project(tmp_path / "project", {REPO: "==1"})
+
+
+def published_hash(cdn: CdnServer, variant: str) -> str:
+    return parse_metadata(
+        (variant_dir(cdn.root, 1, variant) / "metadata.json").read_bytes()
+    ).content_hash
+
+
+def test_probed_version_locks_downloads_and_loads_offline(
+    probed_project: Path, cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locked = flashhub("lock", probed_project)
+    assert locked.returncode == 0, locked.stderr
+    downloaded = flashhub("download", probed_project)
+    assert downloaded.returncode == 0, downloaded.stderr
+    cdn.clear_log()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+
+    module = load_kernel(REPO, lockfile=lockfile_of(probed_project))
+    confirmed = flashhub("lock", probed_project)
+    asked_for_more = flashhub("lock", probed_project, "--variant", CUDA)
+
+    assert f"{REPO} ==1: v1 (2 variants, probed: no variants.json)" in locked.stdout
+    kernel = json.loads(lockfile_of(probed_project).read_text())["kernels"][0]
+    assert kernel["variants_source"] == "probed"
+    assert kernel["variants"] == {v: {"hash": published_hash(cdn, v)} for v in (LOCAL, UNIVERSAL)}
+    assert downloaded.stdout.split()[:3] == ["downloaded", f"{REPO}@v1", LOCAL]
+    assert module.marker() == f"{REPO}@v1:{LOCAL}"
+    assert (
+        module
+        is get_kernel(REPO, version=1)
+        is get_locked_kernel(REPO, lockfile=lockfile_of(probed_project))
+    )
+    assert "is up to date as far as the cache knows" in confirmed.stdout
+    assert asked_for_more.returncode == 1
+    assert f"{REPO}@v1 is locked, but the requested variant {CUDA} is not" in asked_for_more.stderr
+    assert cdn.requests == []
+
+
+def test_variant_option_and_pyproject_add_variants_this_system_cannot_load(
+    probed_project: Path, cdn: CdnServer
+) -> None:
+    with_option = ok_json(flashhub("lock", probed_project, "--variant", CUDA, "--json"))
+    pyproject = probed_project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + f'[tool.flashhub]\nvariants = ["{NOARCH_CUDA}"]\n')
+    from_pyproject = ok_json(flashhub("lock", probed_project, "--json"))
+    both = lock_project(probed_project, variants=[CUDA])
+
+    assert set(with_option["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, CUDA}
+    assert with_option["kernels"][0]["variants"][CUDA] == {"hash": published_hash(cdn, CUDA)}
+    assert set(from_pyproject["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, NOARCH_CUDA}
+    assert set(both.kernel(REPO).variants) == {LOCAL, UNIVERSAL, CUDA, NOARCH_CUDA}
+    assert read_lockfile(lockfile_of(probed_project)).kernel(REPO).probed
+
+
+def test_all_variants_of_a_probed_lock_download_and_prune_keeps_them(
+    probed_project: Path, cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_kernel(cdn.root, REPO, 2, [UNIVERSAL])
+    assert flashhub("lock", probed_project, "--variant", CUDA).returncode == 0
+    assert flashhub("get", REPO, "--version", "2").returncode == 0  # not locked: pruned
+
+    downloaded = ok_json(flashhub("download", probed_project, "--all-variants", "--json"))
+    pruned = ok_json(flashhub("cache", "prune", "--keep-locked", probed_project, "--json"))
+    cdn.clear_log()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+
+    assert sorted((r["variant"], r["status"]) for r in downloaded["results"]) == sorted(
+        (v, "downloaded") for v in (LOCAL, UNIVERSAL, CUDA)
+    )
+    assert [(r["version"], r["variant"]) for r in pruned["removed"]] == [(2, UNIVERSAL)]
+    for variant in (LOCAL, UNIVERSAL, CUDA):
+        assert (entry(1, variant) / PY_PKG / "__init__.py").is_file()
+    module = load_kernel(REPO, lockfile=lockfile_of(probed_project))
+    assert module.marker() == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
+
+
+@pytest.mark.parametrize(
+    ("changed", "error", "named"),
+    [
+        ("metadata.json", LockMismatchError, f"{REPO}@v1 variant {LOCAL}"),
+        ("file", IntegrityError, f"{LOCAL}/{PY_PKG}/_ops.py"),
+    ],
+)
+def test_probed_lock_refuses_an_object_changed_after_locking(
+    probed_project: Path, cdn: CdnServer, changed: str, error: type[Exception], named: str
+) -> None:
+    lock_project(probed_project)
+    ops = variant_dir(cdn.root, 1, LOCAL) / PY_PKG / "_ops.py"
+    if changed == "metadata.json":
+        change_published_file(cdn.root, 1, LOCAL)  # the manifest lists the new digest
+    else:
+        ops.write_bytes(ops.read_bytes() + b"\nCHANGED_AFTER_LOCKING = True\n")
+
+    with pytest.raises(error) as info:
+        get_locked_kernel(REPO, lockfile=lockfile_of(probed_project))
+    result = flashhub("download", probed_project)
+
+    assert named in str(info.value)
+    assert result.returncode == 1
+    assert f"error: {REPO}@v1 {LOCAL}: " in result.stderr
+    assert PROBED_MODULE not in sys.modules
+    assert not entry(1, LOCAL).exists()
+
+
+def test_requested_variant_the_cdn_lacks_is_an_error_naming_it(probed_project: Path) -> None:
+    missing = "torch212-cxx11-cu128-x86_64-linux"
+    result = flashhub("lock", probed_project, "--variant", CUDA, "--variant", missing)
+    malformed = flashhub("lock", probed_project, "--variant", "cu126")
+
+    assert result.returncode == 1
+    assert f"{REPO}@v1 has no variants.json" in result.stderr
+    assert f"the requested variant {missing} is not on the CDN" in result.stderr
+    assert "--variant NAME" in result.stderr
+    assert malformed.returncode == 2
+    assert "'cu126' is not a variant name" in malformed.stderr
+    assert not lockfile_of(probed_project).exists()
+
+
+def test_probed_version_with_nothing_for_this_system_needs_a_named_variant(
+    tmp_path: Path, cdn: CdnServer
+) -> None:
+    write_kernel(cdn.root, REPO, 1, [CUDA], with_variants_json=False)
+    project = write_project(tmp_path / "project", {REPO: 1})
+
+    with pytest.raises(LockfileError, match="none of the variants this system can load") as info:
+        lock_project(project)
+    lock = lock_project(project, variants=[CUDA])
+
+    assert "--variant NAME" in str(info.value)
+    assert dict(lock.kernel(REPO).variants) == {CUDA: published_hash(cdn, CUDA)}
+    with pytest.raises(NoCompatibleVariantError, match=f"- {CUDA}: built for cu126") as error:
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+    assert "--variant NAME" in str(error.value)
+
+
+def write_probed_lock(project: Path, cdn: CdnServer, variants: list[str]) -> Path:
+    """A lock as `flashhub lock` writes it on a machine that probed only ``variants``."""
+    kernel = {
+        "repo_id": REPO,
+        "specifier": "==1",
+        "variants": {v: {"hash": published_hash(cdn, v)} for v in variants},
+        "variants_source": "probed",
+        "version": 1,
+    }
+    lockfile_of(project).write_text(json.dumps({"kernels": [kernel], "version": 1}))
+    return lockfile_of(project)
+
+
+def test_probed_lock_from_another_system_loads_its_best_locked_variant(
+    probed_project: Path, cdn: CdnServer
+) -> None:
+    lockfile = write_probed_lock(probed_project, cdn, [UNIVERSAL, CUDA])
+
+    module = get_locked_kernel(REPO, lockfile=lockfile)
+    cdn.clear_log()
+    del sys.modules[PROBED_MODULE]
+
+    assert module.marker() == f"{REPO}@v1:{UNIVERSAL}", "the lock stands for the CDN"
+    assert get_kernel(REPO, version=1).marker() == module.marker()
+    assert cdn.requests == []
+
+
+def test_probed_lock_without_a_variant_the_cdn_gives_this_system_says_so(
+    probed_project: Path, cdn: CdnServer
+) -> None:
+    lockfile = write_probed_lock(probed_project, cdn, [UNIVERSAL, CUDA])
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"  # probed: cached
+    del sys.modules[PROBED_MODULE]
+
+    with pytest.raises(LockfileError, match=f"publishes variant {LOCAL} for this system") as info:
+        get_locked_kernel(REPO, lockfile=lockfile)
+
+    assert "--variant NAME" in str(info.value)
+    assert PROBED_MODULE not in sys.modules
+
+
+def test_a_lock_without_variants_source_is_a_published_one(project: Path) -> None:
+    lock = lock_project(project)
+    document = json.loads(lockfile_of(project).read_text())
+
+    assert "variants_source" not in document["kernels"][0]
+    assert not lock.kernel(REPO).probed
+    document["kernels"][0]["variants_source"] = "published"
+    assert parse_lockfile(json.dumps(document).encode()).kernels == lock.kernels
 
 
 # -- finding the lock -------------------------------------------------------------------------

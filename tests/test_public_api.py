@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import pytest
 
 import flashhub_kernels as fk
+from conftest import run_python
 
 NAMES_0_1_2 = [
     "configure",
@@ -36,6 +40,73 @@ def test_every_0_1_2_name_is_exported(name: str) -> None:
 def test_all_names_resolve() -> None:
     missing = [name for name in fk.__all__ if not hasattr(fk, name)]
     assert missing == []
+
+
+# Everything of the layer API except kernelize: none of it needs torch to be imported.
+TORCH_FREE_LAYER_NAMES = [
+    "CUDAProperties",
+    "Device",
+    "LayerRepository",
+    "LocalLayerRepository",
+    "LockedLayerRepository",
+    "Mode",
+    "ROCMProperties",
+    "register_kernel_mapping",
+    "replace_kernel_forward_from_hub",
+    "use_kernel_forward_from_hub",
+    "use_kernel_mapping",
+]
+
+
+def test_layer_names_and_mappings_need_no_torch(tmp_path: Path) -> None:
+    code = f"""
+        import sys
+        from flashhub_kernels import {", ".join(TORCH_FREE_LAYER_NAMES)}
+        import flashhub_kernels.layers
+
+        silu = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+        locked = LockedLayerRepository(
+            "acme/silu-layers", "SiluAndMul", lockfile={str(tmp_path / "flashhub.lock")!r}
+        )
+        local = LocalLayerRepository(".", "SiluAndMul")
+        register_kernel_mapping({{"SiluAndMul": {{"cpu": local}}}})
+        with use_kernel_mapping({{
+            "SiluAndMul": {{
+                Device("cuda", CUDAProperties(80, 90)): {{Mode.INFERENCE: silu}},
+                Device("rocm", ROCMProperties(90, 94)): locked,
+            }}
+        }}):
+            use_kernel_forward_from_hub("SiluAndMul")
+        heavy = {{"torch", "flashhub_kernels._lock"}} & set(sys.modules)
+        assert not heavy, heavy
+    """
+    run_python(textwrap.dedent(code))
+
+
+def test_kernelize_runs_a_kernel_layer(tmp_path: Path) -> None:
+    import torch
+    from torch import nn
+
+    package = tmp_path / "double_layers"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import layers\n")
+    (package / "layers.py").write_text(
+        "from torch import nn\n\n\n"
+        "class Double(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 2\n"
+    )
+
+    @fk.use_kernel_forward_from_hub("Double")
+    class Identity(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    model = nn.Sequential(Identity())
+    x = torch.ones(3)
+    with fk.use_kernel_mapping({"Double": {"cpu": fk.LocalLayerRepository(package, "Double")}}):
+        assert fk.kernelize(model, mode=fk.Mode.INFERENCE, device="cpu") is model
+    assert torch.equal(model(x), x * 2)
 
 
 def test_version_is_newer_than_the_release_it_replaces() -> None:

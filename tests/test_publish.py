@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -262,6 +263,25 @@ def test_different_content_is_refused(kernel: Path, tmp_path: Path) -> None:
     assert "--version 2" in info.value.hint and "--force" in info.value.hint
     assert tree_bytes(out) == before
     assert [p.name for p in (out / "acme" / "my-kern").iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_conflict_suggests_the_next_free_version(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    pkg = out / "acme" / "my-kern"
+    for version in (1, 2):
+        publish(kernel, repo_id=REPO, version=version, prefix="", out=out)
+    (kernel / "build" / CPU / PY_PKG / SO_NAME).write_bytes(b"a new build")
+
+    def suggested() -> str:
+        with pytest.raises(PublishError) as info:
+            publish(kernel, repo_id=REPO, version=1, prefix="", out=out)
+        return info.value.hint or ""
+
+    assert "publish as --version 3," in suggested()  # v2 exists
+    (pkg / "versions.json").write_text("[1, 2, 5]")  # e.g. written by another publisher host
+    assert "publish as --version 6," in suggested()
+    (pkg / "versions.json").unlink()
+    assert "publish as --version 3," in suggested()  # the directories alone
 
 
 def test_added_file_is_a_difference(kernel: Path, tmp_path: Path) -> None:
@@ -537,6 +557,19 @@ def test_main_in_process(kernel: Path, tmp_path: Path, capsys: pytest.CaptureFix
     )
     assert code == 1
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_cli_publish_text_counts_and_sizes(
+    kernel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["publish", str(kernel), "--repo-id", REPO, "--version", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    universal = sum(len(text) for text in (INIT, _ops_source(UNIVERSAL), HELPERS))
+    assert lines[1] == f"  {UNIVERSAL}: 3 files, {universal} B"  # sizes as `flashhub info` shows
+    assert re.fullmatch(rf"  {CPU}: 4 files, \d+\.\d KiB", lines[2]), lines[2]
+    assert re.fullmatch(r"wrote 11 files \(\d+\.\d KiB\)", lines[3]), lines[3]
 
 
 def test_kernel_load_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import json
+import pickle
+
 import pytest
 
 from flashhub_kernels._variants import (
     SystemInfo,
+    Variant,
     VariantAccepted,
+    VariantNameError,
     VariantRejected,
     build_variant_name,
     candidate_names,
@@ -66,7 +73,8 @@ def test_parse_noarch(name: str) -> None:
 )
 def test_unparseable_names_are_rejected_with_a_reason(name: str) -> None:
     (res,) = resolve_variants([name], CPU)
-    assert isinstance(res, VariantRejected) and res.variant is None
+    assert isinstance(res, VariantRejected) and res.variant == name
+    assert res.variant.tier is None and res.variant.backend is None
     assert name in res.reason or "variant" in res.reason
 
 
@@ -75,7 +83,10 @@ def test_exact_build_rules() -> None:
     assert "torch 2.12" in verdict("torch212-cxx11-cpu-x86_64-linux", CPU)
     assert "cxx98" in verdict("torch213-cxx98-cpu-x86_64-linux", CPU)
     assert "aarch64-linux" in verdict("torch213-cxx11-cpu-aarch64-linux", CPU)
-    assert "backend='cuda'" in verdict("torch213-cxx11-cu126-x86_64-linux", CPU)
+    cuda_on_cpu = verdict("torch213-cxx11-cu126-x86_64-linux", CPU)
+    assert "built for cu126" in cuda_on_cpu and "backend=" not in cuda_on_cpu
+    cpu_on_cuda = verdict("torch212-cxx11-cpu-x86_64-linux", CUDA)  # can be forced
+    assert "pass backend='cpu'" in cpu_on_cuda
 
 
 def test_cuda_needs_same_major_and_minor_at_most_the_systems() -> None:
@@ -118,7 +129,7 @@ def test_preference_order() -> None:
         "torch213-cxx11-cu126-x86_64-linux",
     ]
     resolutions = resolve_variants(published, CUDA)
-    accepted = [r.variant_str for r in resolutions if isinstance(r, VariantAccepted)]
+    accepted = [r.variant for r in resolutions if isinstance(r, VariantAccepted)]
     assert accepted == [
         "torch-stable-abi211-cu124-x86_64-linux",
         "torch-stable-abi210-cu126-x86_64-linux",
@@ -145,7 +156,7 @@ def test_candidates_are_in_preference_order_and_all_accepted() -> None:
         names = candidate_names(system)
         resolutions = resolve_variants(names, system)
         assert all(isinstance(r, VariantAccepted) for r in resolutions), format_trace(resolutions)
-        assert [r.variant_str for r in resolutions] == names
+        assert [r.variant for r in resolutions] == names
         assert names[-1] == "torch-universal"
     assert "torch212-cxx11-cu120-x86_64-linux" in candidate_names(CUDA)
 
@@ -154,3 +165,55 @@ def test_with_backend_forces_cpu() -> None:
     assert verdict("torch212-cxx11-cpu-x86_64-linux", with_backend(CUDA, "cpu")) == "ok"
     with pytest.raises(ValueError, match="only 'cpu'"):
         with_backend(CPU, "cuda")
+
+
+def test_a_variant_is_its_name_with_the_parsed_fields() -> None:
+    accepted, rejected = resolve_variants(
+        ["torch-universal", "torch213-cxx11-cu126-x86_64-linux"], CPU
+    )
+    assert isinstance(accepted, VariantAccepted) and isinstance(rejected, VariantRejected)
+    universal, cuda = accepted.variant, rejected.variant
+    # As a str, the way 0.1.2 code reads it.
+    assert universal == "torch-universal" and str(universal) == "torch-universal"
+    assert type(str(universal)) is str and f"{universal}" == "torch-universal"
+    assert hash(universal) == hash("torch-universal")
+    assert {universal: 1}["torch-universal"] == 1
+    assert sorted([cuda, universal, "torch-cpu"]) == [
+        "torch-cpu",
+        "torch-universal",
+        "torch213-cxx11-cu126-x86_64-linux",
+    ]
+    assert json.dumps({"variants": [universal, cuda]}) == (
+        '{"variants": ["torch-universal", "torch213-cxx11-cu126-x86_64-linux"]}'
+    )
+    assert json.dumps(dataclasses.asdict(accepted)) == '{"variant": "torch-universal"}'
+    assert accepted.variant_str == "torch-universal" and type(accepted.variant_str) is str
+    # With the parsed fields.
+    assert (cuda.backend, cuda.backend_tag, cuda.torch) == ("cuda", "cu126", (2, 13))
+    assert (cuda.tier, cuda.abi, cuda.arch, cuda.os) == ("exact", "cxx11", "x86_64", "linux")
+    assert cuda.backend_version == (12, 6) and cuda.name == str(cuda)
+    assert (universal.tier, universal.backend, universal.torch) == ("universal", None, None)
+    assert repr(cuda) == "Variant('torch213-cxx11-cu126-x86_64-linux')"
+    assert repr(accepted) == "VariantAccepted(variant=Variant('torch-universal'))"
+
+
+def test_a_variant_is_immutable_and_survives_copies() -> None:
+    variant = Variant("torch213-cxx11-cpu-x86_64-linux")
+    with pytest.raises(AttributeError):
+        variant.backend = "cuda"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        variant.extra = 1  # type: ignore[attr-defined]
+    for clone in (pickle.loads(pickle.dumps(variant)), copy.deepcopy(variant)):
+        assert type(clone) is Variant and clone == variant and clone.torch == (2, 13)
+    unparsed = resolve_variants(["not-a-variant"], CPU)[0].variant
+    assert pickle.loads(pickle.dumps(unparsed)).tier is None
+    with pytest.raises(VariantNameError, match="not a variant name"):
+        Variant("not-a-variant")
+
+
+def test_records_built_from_plain_names_get_parsed_variants() -> None:
+    accepted = VariantAccepted("torch-cpu")  # type: ignore[arg-type]
+    rejected = VariantRejected("bogus", "not a variant name")  # type: ignore[arg-type]
+    assert isinstance(accepted.variant, Variant) and accepted.variant.backend == "cpu"
+    assert isinstance(rejected.variant, Variant) and rejected.variant.tier is None
+    assert accepted == VariantAccepted(Variant("torch-cpu"))

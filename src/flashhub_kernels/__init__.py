@@ -3,7 +3,8 @@
 Importing this package is cheap: it imports neither torch nor an HTTP library. torch
 is imported when a kernel is first resolved, the HTTP client (``http.client``) when
 something must be downloaded.
-The layer API (``Device``, ``kernelize``, ...) loads on first access.
+The layer API (``Device``, ``kernelize``, ...) loads on first access; of it, only
+``kernelize`` (and marking a class, an ``nn.Module``) imports torch.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 
 __version__ = "0.2.0"
 
-# Names whose modules import torch, or take a while to import (the lock functions pull
-# in the cache and its file locks): loaded on first attribute access (PEP 562).
+# Names whose modules take a while to import (the lock functions pull in the cache and
+# its file locks; kernelize imports torch): loaded on first access (PEP 562).
 _LAZY = {
     "Benchmark": "._benchmark",
     "LockedLayerRepository": ".layers",

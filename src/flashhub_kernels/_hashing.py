@@ -8,7 +8,7 @@ import queue
 import threading
 from pathlib import Path
 
-from ._progress import ByteCounter
+from ._progress import NO_PROGRESS, Progress
 from .errors import CacheError, IntegrityError
 
 CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL above 2 KiB
@@ -79,20 +79,24 @@ class HashingWriter:
 
     The file never grows past ``limit`` bytes: a chunk that would take it further is
     refused whole with :class:`WrongSize`. ``expected_size`` is the file's size when
-    the manifest states it (it is then the limit too); mirrors compare an announced
-    length with it before reading a body.
+    the manifest states it (it is then the limit too); mirrors :meth:`announce` the
+    length of a body before reading it.
+
+    ``progress`` hears of every byte written (and taken back by :meth:`reset`), and of
+    the file's total once an answer announces it, when the manifest states no size.
     """
 
     def __init__(
         self,
         path: Path,
-        on_bytes: ByteCounter | None = None,
+        progress: Progress = NO_PROGRESS,
         *,
         expected_size: int | None = None,
         limit: int | None = None,
     ) -> None:
         self.path = path
-        self._on_bytes = on_bytes
+        self._progress = progress
+        self._announced_total = 0  # what progress was told this file's total is
         self.expected_size = expected_size
         self.limit = expected_size if expected_size is not None else limit
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
@@ -107,6 +111,8 @@ class HashingWriter:
         except OSError as exc:
             self.close()
             raise CacheError.cannot_write(exc, path) from exc
+        if self.size:
+            progress.advance(self.size)
 
     def hashes_to(self, expected: bytes) -> bool:
         """Whether the bytes written so far already hash to ``expected``."""
@@ -127,18 +133,27 @@ class HashingWriter:
         self.size += len(chunk)
         if self.size > BACKGROUND_HASH_AFTER:
             self._hash.go_background()
-        if self._on_bytes is not None:
-            self._on_bytes(len(chunk))
+        self._progress.advance(len(chunk))
 
     def _past_limit(self) -> str:
         if self.expected_size is not None:
             return f"the body runs past the {self.expected_size} bytes metadata.json lists"
         return f"the body runs past {self.limit} bytes, the limit FLASHHUB_MAX_FILE_BYTES sets"
 
-    def check_announced(self, length: int) -> None:
-        """Raise :class:`WrongSize` unless a body of ``length`` bytes, written from here
-        on, can complete the file: the rest of its known size exactly, or within the limit.
+    def announce(self, length: int) -> None:
+        """A body of ``length`` bytes is about to be written from here on.
+
+        Raises :class:`WrongSize` unless it can complete the file: the rest of its known
+        size exactly, or within the limit. Otherwise the file's total is now known, for
+        the progress bar.
         """
+        self._check_announced(length)
+        total = self.size + length
+        if self.expected_size is None and total != self._announced_total:
+            self._progress.expect(total - self._announced_total)
+            self._announced_total = total
+
+    def _check_announced(self, length: int) -> None:
         remaining = None if self.limit is None else self.limit - self.size
         if self.expected_size is not None and length != remaining:
             raise WrongSize(
@@ -157,6 +172,8 @@ class HashingWriter:
         os.ftruncate(self._fd, 0)
         os.lseek(self._fd, 0, os.SEEK_SET)
         self._hash = _Sha256()
+        if self.size:
+            self._progress.advance(-self.size)
         self.size = 0
 
     def close(self) -> None:

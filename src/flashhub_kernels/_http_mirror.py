@@ -272,7 +272,7 @@ def _check_length(response: requests.Response, writer: HashingWriter) -> None:
         return  # the length of the encoded bytes, not of the file
     length = _content_length(response)
     if length is not None:
-        writer.check_announced(length)
+        writer.announce(length)
 
 
 def _continues_at(response: requests.Response, offset: int) -> bool:

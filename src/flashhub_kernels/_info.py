@@ -87,8 +87,8 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
     with remote(config) as fetcher:
         index = fetch_index(fetcher, info, system, probe_all=True)
         resolutions = resolve_variants(sorted(index.present), system)
-        manifests = {
-            r.variant_str: fetch_manifest(fetcher, info, r.variant_str) for r in resolutions
+        manifests: dict[str, Manifest] = {
+            r.variant: fetch_manifest(fetcher, info, r.variant) for r in resolutions
         }
         # Sizes from metadata.json where the publisher recorded them; HEAD for the rest.
         size_of = {(v, p): m.size_of(p) for v, m in manifests.items() for p in m.files}
@@ -96,7 +96,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         with ThreadPoolExecutor(_PARALLEL_HEADS) as pool:
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
             size_of.update(zip(unknown, sizes, strict=True))
-    variants = [_published(r, manifests[r.variant_str], size_of) for r in resolutions]
+    variants = [_published(r, manifests[r.variant], size_of) for r in resolutions]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
 
@@ -111,13 +111,13 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
         OfflineError: the cache does not record the variant list, or lacks a variant.
     """
     resolutions = resolve_variants(published_variants(cache, info, system), system)
-    cached = cached_variants(cache, info, [r.variant_str for r in resolutions])
+    cached = cached_variants(cache, info, [r.variant for r in resolutions])
     size_of: dict[tuple[str, str], int | None] = {
         (name, path): size
         for name, variant in cached.items()
         for path, size in variant.sizes.items()
     }
-    variants = [_published(r, cached[r.variant_str].manifest, size_of) for r in resolutions]
+    variants = [_published(r, cached[r.variant].manifest, size_of) for r in resolutions]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
 
@@ -125,7 +125,7 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
 def _published(
     resolution: VariantResolution, manifest: Manifest, size_of: dict[tuple[str, str], int | None]
 ) -> PublishedVariant:
-    name = resolution.variant_str
+    name = resolution.variant
     return PublishedVariant(
         name=name,
         compatible=isinstance(resolution, VariantAccepted),

@@ -1,7 +1,8 @@
 """Lock files in use: pin a project's kernels, pre-download them, load what a lock pins.
 
 - :func:`lock_project` resolves ``[tool.flashhub.dependencies]`` against each kernel's
-  ``versions.json`` and records the content hash of every published variant;
+  ``versions.json`` and records the content hash of every published variant (or, for a
+  version without ``variants.json``, of every variant a probe finds);
 - :func:`download_locked` fills the cache with locked variants (``flashhub download``);
 - :func:`load_kernel` (cache only) and :func:`get_locked_kernel` (downloads when needed)
   check the cache entry against the lock, then import the kernel through the import
@@ -17,6 +18,8 @@ import importlib.metadata
 import importlib.resources
 import inspect
 import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -31,13 +34,14 @@ from ._lockfile import (
     PYPROJECT_NAME,
     LockedKernel,
     Lockfile,
+    check_lockable_variant,
     check_variant_name,
     parse_lockfile,
     parse_specifier,
-    read_dependencies,
     read_lockfile,
+    read_project,
 )
-from ._manifest import MAX_DOCUMENT_BYTES, parse_variants
+from ._manifest import MANIFEST_NAME, MAX_DOCUMENT_BYTES, Manifest, parse_metadata, parse_variants
 from ._names import RepoInfo, parse_repo_id, resolve_version
 from ._offline import cached_versions
 from ._store import (
@@ -48,10 +52,12 @@ from ._store import (
     remote,
     resolve,
     target_system,
+    variant_path,
     with_version,
 )
 from ._text import escape_controls
-from .errors import FlashhubError, LockfileError, OfflineError
+from ._variants import candidate_names, format_trace, resolve_variants
+from .errors import FlashhubError, LockfileError, NoCompatibleVariantError, OfflineError
 
 if TYPE_CHECKING:
     from ._transport import Fetcher
@@ -61,30 +67,47 @@ StrPath = str | os.PathLike[str]
 _DOWNLOAD_HINT = "run `flashhub download` in the project directory, with network access"
 _LOCK_ONLINE_HINT = "run `flashhub lock` with network access (unset FLASHHUB_OFFLINE)"
 _OWN_PACKAGE = __name__.partition(".")[0]
+# A small server such as `python -m http.server` queues 5 connections; one more than
+# that waits a second for its SYN to be sent again.
+_PARALLEL_PROBES = 4
+_VARIANT_OPTIONS = "`flashhub lock --variant NAME` or [tool.flashhub] variants in pyproject.toml"
 
 
 # -- locking ----------------------------------------------------------------------------
 
 
-def lock_project(project_dir: StrPath, *, config: Config | None = None) -> Lockfile:
+def lock_project(
+    project_dir: StrPath, *, variants: Iterable[str] = (), config: Config | None = None
+) -> Lockfile:
     """Resolve the project's kernel ranges on the CDN and write ``<project_dir>/flashhub.lock``.
 
     Each range resolves to the newest matching version in the kernel's ``versions.json``;
-    every variant its ``variants.json`` lists is pinned by content hash.
+    every variant its ``variants.json`` lists is pinned by content hash. A version
+    without ``variants.json`` is locked with the variants this system can load that
+    exist (found by probing), plus ``variants`` and the project's
+    ``[tool.flashhub] variants``, each of which must exist.
 
     With ``FLASHHUB_OFFLINE=1`` nothing is fetched and nothing is written: the existing
     lock is checked against the project and the cache (:func:`check_lock_offline`) and
     returned.
+
+    Raises:
+        ValueError: a name in ``variants`` is not a variant name.
+        LockfileError: the project or a range is malformed, nothing matches, or a
+            requested variant is not published.
     """
     project = Path(project_dir)
-    dependencies = read_dependencies(project)
+    settings = read_project(project)
+    wanted = tuple(dict.fromkeys([*settings.variants, *map(check_lockable_variant, variants)]))
     config = config or get_config()
     if config.offline:
-        return check_lock_offline(project, dependencies, Cache.from_config(config))
+        return check_lock_offline(
+            project, settings.dependencies, Cache.from_config(config), variants=wanted
+        )
     with remote(config) as fetcher:
         kernels = {
-            repo_id: lock_kernel(fetcher, repo_id, specifier)
-            for repo_id, specifier in sorted(dependencies.items())
+            repo_id: lock_kernel(fetcher, repo_id, specifier, variants=wanted)
+            for repo_id, specifier in sorted(settings.dependencies.items())
         }
     path = project / LOCKFILE_NAME
     lock = Lockfile(kernels, str(path))
@@ -92,14 +115,18 @@ def lock_project(project_dir: StrPath, *, config: Config | None = None) -> Lockf
     return lock
 
 
-def check_lock_offline(project: Path, dependencies: dict[str, str], cache: Cache) -> Lockfile:
+def check_lock_offline(
+    project: Path, dependencies: dict[str, str], cache: Cache, *, variants: Sequence[str] = ()
+) -> Lockfile:
     """The project's lock, if neither the project nor the cache shows it out of date.
 
     Offline, versions published since the lock was written cannot be seen, so "up to
     date" means: the lock pins every declared kernel with its declared range; the cache
-    records each locked version's whole variant list, and it is the locked one; no
-    cached variant holds other content than the lock pins; and the cache knows no newer
-    version in the range. The lock file is never written.
+    records each locked version's whole variant list, and it is the locked one (for a
+    probed version: the cache records the locked variants, none other, and the lock
+    pins every one of ``variants``); no cached variant holds other content than the
+    lock pins; and the cache knows no newer version in the range. The lock file is
+    never written.
 
     Raises:
         OfflineError: there is no lock, or it cannot be confirmed (the message lists why).
@@ -117,7 +144,7 @@ def check_lock_offline(project: Path, dependencies: dict[str, str], cache: Cache
         if repo_id not in dependencies
     ]
     for repo_id, specifier in sorted(dependencies.items()):
-        problems += _offline_lock_problems(cache, lock, repo_id, specifier)
+        problems += _offline_lock_problems(cache, lock, repo_id, specifier, variants)
     if problems:
         raise OfflineError(
             f"{path} cannot be confirmed from the cache, and FLASHHUB_OFFLINE is set:\n  "
@@ -127,21 +154,18 @@ def check_lock_offline(project: Path, dependencies: dict[str, str], cache: Cache
     return lock
 
 
-def _offline_lock_problems(cache: Cache, lock: Lockfile, repo_id: str, specifier: str) -> list[str]:
+def _offline_lock_problems(
+    cache: Cache, lock: Lockfile, repo_id: str, specifier: str, variants: Sequence[str]
+) -> list[str]:
     """Why the cache cannot confirm the lock's entry for ``repo_id``; empty when it can."""
     locked = lock.kernels.get(repo_id)
     if locked is None:
         return [f"{repo_id} is declared but not locked"]
     if locked.specifier != specifier:
         return [f"{repo_id} is locked for {locked.specifier!r}, but declared as {specifier!r}"]
-    index = cache.read_index(locked.info)
-    if index is None or not index.complete:
-        return [f"the cache does not record the variants.json of {locked.info}"]
-    if index.present != set(locked.variants):
-        published = ", ".join(map(escape_controls, sorted(index.present)))
-        pinned = ", ".join(sorted(locked.variants))
-        return [f"{locked.info} publishes {published}; the lock pins {pinned}"]
-    problems = []
+    problems = _offline_index_problems(cache.read_index(locked.info), locked, variants)
+    if problems:
+        return problems
     for variant, pinned_hash in sorted(locked.variants.items()):
         receipt = cache.read_receipt(cache.entry_dir(locked.info, variant))
         if receipt is not None and receipt.content_hash != pinned_hash:
@@ -161,13 +185,46 @@ def _offline_lock_problems(cache: Cache, lock: Lockfile, repo_id: str, specifier
     return problems
 
 
-def lock_kernel(fetcher: Fetcher, repo_id: str, specifier: str) -> LockedKernel:
-    """Pin the newest version of ``repo_id`` in ``specifier`` and all its variants."""
+def _offline_index_problems(
+    index: VariantIndex | None, locked: LockedKernel, variants: Sequence[str]
+) -> list[str]:
+    """Where the variant index the cache records for the locked version contradicts the lock."""
+    info, pinned = locked.info, frozenset(locked.variants)
+    recorded = ", ".join(map(escape_controls, sorted(index.present))) if index else ""
+    if index is not None and index.complete:
+        if locked.probed:
+            return [f"{info} now publishes variants.json ({recorded}), but the lock was probed"]
+        if index.present != pinned:
+            return [f"{info} publishes {recorded}; the lock pins {', '.join(sorted(pinned))}"]
+        return []
+    if not locked.probed:
+        return [f"the cache does not record the variants.json of {info}"]
+    if index is None or not pinned <= index.present:
+        return [f"the cache does not record the locked variants of {info}"]
+    problems = []
+    if index.present != pinned:
+        unpinned = ", ".join(map(escape_controls, sorted(index.present - pinned)))
+        problems.append(f"the cache records that {info} publishes {unpinned}, unpinned by the lock")
+    unlocked = [name for name in variants if name not in pinned]
+    if unlocked:
+        problems.append(f"{info} is locked, but the requested {_variants_noun(unlocked)} not")
+    return problems
+
+
+def lock_kernel(
+    fetcher: Fetcher, repo_id: str, specifier: str, *, variants: Sequence[str] = ()
+) -> LockedKernel:
+    """Pin the newest version of ``repo_id`` in ``specifier`` and all its variants.
+
+    Without ``variants.json`` the version is probed: see :func:`probe_variants`.
+    """
     info = RepoInfo(repo_id, _newest_matching(fetcher, repo_id, specifier))
-    hashes = {
-        name: fetch_manifest(fetcher, info, name).content_hash
-        for name in _variant_names(fetcher, info)
-    }
+    names = _published_variant_names(fetcher, info)
+    if names is None:
+        return LockedKernel(
+            repo_id, info.version, probe_variants(fetcher, info, variants), specifier, "probed"
+        )
+    hashes = {name: fetch_manifest(fetcher, info, name).content_hash for name in names}
     return LockedKernel(repo_id, info.version, hashes, specifier)
 
 
@@ -189,8 +246,8 @@ def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str) -> int:
     return matching[-1]
 
 
-def _variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
-    """The version's ``variants.json``: a lock must know every variant, not a probe's guess."""
+def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | None:
+    """The version's ``variants.json``, or ``None`` when it has none."""
     from ._transport import NotPublished
 
     source = f"{info}/variants.json"
@@ -200,10 +257,7 @@ def _variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
             source=source,
         )
     except NotPublished:
-        raise LockfileError(
-            f"{info} has no variants.json, so a lock cannot list its variants",
-            hint="republish the version with `flashhub publish`, which writes variants.json",
-        ) from None
+        return None
     try:
         for name in names:
             check_variant_name(name)
@@ -214,16 +268,95 @@ def _variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
     return names
 
 
+def probe_variants(fetcher: Fetcher, info: RepoInfo, variants: Sequence[str]) -> dict[str, str]:
+    """Content hash of each variant of ``info`` that a probe finds: the ones this system
+    can load that exist, and every one of ``variants``.
+
+    Every candidate is requested, not only up to the first one found as a load does, so
+    that the lock holds the variants this system would fall back on too.
+
+    Raises:
+        LockfileError: one of ``variants`` is not published, or nothing is found.
+    """
+    candidates = candidate_names(target_system(None))
+    names = list(dict.fromkeys([*candidates, *variants]))
+    with ThreadPoolExecutor(_PARALLEL_PROBES) as pool:
+        probed = pool.map(lambda name: _probe(fetcher, info, name), names)
+        found = dict(zip(names, probed, strict=True))
+    missing = [name for name in variants if found[name] is None]
+    if missing:
+        what = _variants_noun(missing)
+        raise LockfileError(
+            f"{info} has no variants.json, and the requested {what} not on the CDN "
+            f"(no build/<variant>/{MANIFEST_NAME})",
+            hint=f"correct the name, or remove it from {_VARIANT_OPTIONS}",
+        )
+    hashes = {name: manifest.content_hash for name, manifest in found.items() if manifest}
+    if not hashes:
+        raise LockfileError(
+            f"{info} has no variants.json, and none of the variants this system can load is "
+            f"published (probed: {', '.join(candidates)})",
+            hint=f"name the variants to lock with {_VARIANT_OPTIONS}",
+        )
+    return hashes
+
+
+def _variants_noun(names: Sequence[str]) -> str:
+    """``variant a is`` or ``variants a, b are``."""
+    if len(names) == 1:
+        return f"variant {names[0]} is"
+    return f"variants {', '.join(names)} are"
+
+
+def _probe(fetcher: Fetcher, info: RepoInfo, variant: str) -> Manifest | None:
+    """The manifest of ``variant`` if the CDN publishes it, else ``None``."""
+    from ._transport import NotPublished
+
+    try:
+        data = fetcher.get_bytes(
+            variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
+        )
+    except NotPublished:
+        return None
+    return parse_metadata(data, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
+
+
 # -- the cache, checked against a lock ----------------------------------------------------
 
 
 def locked_variant(locked: LockedKernel, system: SystemInfo) -> str:
-    """The locked variant ``system`` loads: the one the CDN's ``variants.json`` gives it."""
-    return choose_variant(_lock_index(locked), locked.info, system)
+    """The locked variant ``system`` loads: the one the CDN's ``variants.json`` gives it,
+    or for a probed version the first locked one in the order a probe asks for them."""
+    if not locked.probed:
+        return choose_variant(VariantIndex(True, frozenset(locked.variants)), locked.info, system)
+    for name in candidate_names(system):
+        if name in locked.variants:
+            return name
+    trace = format_trace(resolve_variants(sorted(locked.variants), system))
+    raise NoCompatibleVariantError(
+        f"{locked.info} has no variants.json, and none of the variants the lock pins for it "
+        f"fits this system ({system.describe()}):\n{trace}",
+        hint=f"lock this system's variant too, with {_VARIANT_OPTIONS}",
+    )
 
 
-def _lock_index(locked: LockedKernel) -> VariantIndex:
-    return VariantIndex(True, frozenset(locked.variants))
+def _lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
+    """What the lock tells the cache about the variants of the locked version.
+
+    A published lock holds the whole ``variants.json``. A probed one holds variants that
+    exist; for ``system``, the names a probe would ask for before its locked variant are
+    recorded as absent, so that the warm path, and so the import hook, picks the locked
+    variant. On the machine that locked, those names were probed and are absent indeed;
+    elsewhere the lock stands for the CDN.
+    """
+    present = frozenset(locked.variants)
+    if not locked.probed:
+        return VariantIndex(True, present)
+    if system is None:
+        return VariantIndex(False, present)
+    candidates = candidate_names(system)
+    before = candidates[: candidates.index(locked_variant(locked, system))]
+    return VariantIndex(False, present, frozenset(before))
 
 
 def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
@@ -313,7 +446,7 @@ def _download_kernel(
         return [LockedDownload(locked.repo_id, locked.version, None, "failed", error=str(exc))]
     results = [_download_variant(cache, fetcher, locked, variant) for variant in variants]
     # Offline loads pick their variant from this index, without asking the CDN.
-    cache.record_index(locked.info, _lock_index(locked))
+    cache.record_index(locked.info, _lock_index(locked, system))
     return results
 
 
@@ -392,9 +525,17 @@ def _import_checked(
     cache: Cache, locked: LockedKernel, variant: str, system: SystemInfo
 ) -> ModuleType:
     """Import through the hook, whose warm path must pick the entry just checked."""
-    cache.record_index(locked.info, _lock_index(locked))
+    cache.record_index(locked.info, _lock_index(locked, system))
     index = cache.read_index(locked.info)
-    if index is None or pick_cached_variant(index, system) != variant:
+    picked = pick_cached_variant(index, system) if index is not None else None
+    if locked.probed and picked is not None and picked not in locked.variants:
+        raise LockfileError(
+            f"{locked.info} publishes variant {escape_controls(picked)} for this system, "
+            "which the lock does not pin (it has no variants.json, and the lock holds "
+            "the variants a probe found where it was made)",
+            hint=f"lock it too, with {_VARIANT_OPTIONS}",
+        )
+    if picked != variant:
         raise LockfileError(
             f"the cache's variant list for {locked.info} disagrees with the lock",
             hint="run `flashhub cache clear`, then `flashhub download`",

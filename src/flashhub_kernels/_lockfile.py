@@ -24,6 +24,12 @@ and ``flashhub lock`` pins each one in ``flashhub.lock`` (JSON, stable byte form
 The top-level ``version`` is the format. Each variant's ``hash`` is the content hash of
 its manifest (:func:`~flashhub_kernels._manifest.content_hash`), which pins the exact
 bytes of every file even if a CDN object changes later.
+
+A kernel whose version has no ``variants.json`` is locked with the variants found by
+probing, and its entry says so: ``"variants_source": "probed"``. Without the key the
+variants are the whole ``variants.json`` (``"published"``), as in every older lock.
+For such versions ``[tool.flashhub] variants = ["<variant>", ...]`` names variants to
+lock besides those the locking machine can load.
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._manifest import dump_json
 from ._names import RepoInfo, check_version, parse_repo_id
+from ._variants import parse_variant
 from .errors import LockfileError
 
 if TYPE_CHECKING:
@@ -50,6 +57,8 @@ _HASH = re.compile(r"sha256-[0-9a-f]{64}")
 # Variant names become cache directory names; the cache relies on them holding no dots.
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 _REGENERATE = "regenerate it with `flashhub lock` in the project directory"
+VariantsSource = Literal["published", "probed"]
+_VARIANTS_SOURCES: tuple[VariantsSource, ...] = ("published", "probed")
 
 
 def check_variant_name(name: object) -> str:
@@ -59,26 +68,51 @@ def check_variant_name(name: object) -> str:
     return name
 
 
+def check_lockable_variant(name: object) -> str:
+    """Return ``name`` if a project may ask to lock it; raise ``ValueError`` otherwise.
+
+    Stricter than :func:`check_variant_name`: the name must follow the variant grammar,
+    since a name no system can load would only be dead weight in a lock.
+    """
+    checked = check_variant_name(name)
+    parse_variant(checked)  # its VariantNameError is a ValueError
+    return checked
+
+
 @dataclass(frozen=True)
 class LockedKernel:
-    """One kernel pinned by a lock: a version and the content hash of each variant."""
+    """One kernel pinned by a lock: a version and the content hash of each variant.
+
+    ``variants_source`` is ``"published"`` when ``variants`` is the version's whole
+    ``variants.json``, ``"probed"`` when the version has none and the variants were
+    found by requesting candidate names.
+    """
 
     repo_id: str
     version: int
     variants: Mapping[str, str]  # variant name -> "sha256-<hex>"
     specifier: str = ""
+    variants_source: VariantsSource = "published"
 
     @property
     def info(self) -> RepoInfo:
         return RepoInfo(self.repo_id, self.version)
 
+    @property
+    def probed(self) -> bool:
+        """Whether the locked variants were probed, not read from ``variants.json``."""
+        return self.variants_source == "probed"
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "repo_id": self.repo_id,
             "specifier": self.specifier,
             "variants": {name: {"hash": h} for name, h in sorted(self.variants.items())},
             "version": self.version,
         }
+        if self.probed:  # absent means published: locks of published versions keep their bytes
+            document["variants_source"] = self.variants_source
+        return document
 
 
 @dataclass(frozen=True)
@@ -187,17 +221,38 @@ def _parse_kernel(item: object) -> LockedKernel:
         if not isinstance(content_hash, str) or not _HASH.fullmatch(content_hash):
             raise ValueError(f'{repo_id}, variant {name}: "hash" must be "sha256-<64 hex>"')
         hashes[name] = content_hash
-    return LockedKernel(repo_id, version, hashes, specifier)
+    return LockedKernel(repo_id, version, hashes, specifier, _variants_source(item, repo_id))
+
+
+def _variants_source(item: dict[str, Any], repo_id: str) -> VariantsSource:
+    source = item.get("variants_source", "published")
+    for known in _VARIANTS_SOURCES:
+        if source == known:
+            return known
+    raise ValueError(f'{repo_id}: "variants_source" must be "published" or "probed"')
 
 
 # -- reading pyproject.toml -------------------------------------------------------------
 
 
-def read_dependencies(project_dir: Path) -> dict[str, str]:
-    """``[tool.flashhub.dependencies]`` of the project: repo id -> version specifier.
+@dataclass(frozen=True)
+class Project:
+    """What a project's ``pyproject.toml`` asks ``flashhub lock`` for.
 
-    A value is a PEP 440 specifier string (``">=1,<3"``, ``"==2"``, ``""`` for any) or
-    an integer, which means exactly that version.
+    ``dependencies`` maps each repo id to its version specifier; ``variants`` are the
+    variant names to lock besides the probed ones, for versions without ``variants.json``.
+    """
+
+    dependencies: dict[str, str]
+    variants: tuple[str, ...] = ()
+
+
+def read_project(project_dir: Path) -> Project:
+    """``[tool.flashhub.dependencies]`` and ``[tool.flashhub] variants`` of the project.
+
+    A dependency's value is a PEP 440 specifier string (``">=1,<3"``, ``"==2"``, ``""``
+    for any) or an integer, which means exactly that version. ``variants`` is a list of
+    variant names such as ``"torch212-cxx11-cu126-x86_64-linux"``.
     """
     path = project_dir / PYPROJECT_NAME
     try:
@@ -209,6 +264,10 @@ def read_dependencies(project_dir: Path) -> dict[str, str]:
         ) from None
     except ValueError as exc:  # tomllib.TOMLDecodeError and UnicodeDecodeError
         raise LockfileError(f"{path} is not valid TOML: {exc}") from None
+    return Project(_dependencies(document, path), _variants(document, path))
+
+
+def _dependencies(document: dict[str, Any], path: Path) -> dict[str, str]:
     table = _lookup(document, "tool", "flashhub", "dependencies")
     if not isinstance(table, dict) or not table:
         raise LockfileError(
@@ -226,6 +285,19 @@ def read_dependencies(project_dir: Path) -> dict[str, str]:
                 hint='write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)',
             ) from None
     return dependencies
+
+
+def _variants(document: dict[str, Any], path: Path) -> tuple[str, ...]:
+    names = _lookup(document, "tool", "flashhub", "variants")
+    if names is None:
+        return ()
+    hint = 'write it as variants = ["torch212-cxx11-cu126-x86_64-linux", ...]'
+    if not isinstance(names, list):
+        raise LockfileError(f"{path}: [tool.flashhub] variants must be a list", hint=hint)
+    try:
+        return tuple(dict.fromkeys(check_lockable_variant(name) for name in names))
+    except ValueError as exc:
+        raise LockfileError(f"{path}: [tool.flashhub] variants: {exc}", hint=hint) from None
 
 
 def _lookup(document: dict[str, Any], *keys: str) -> object:

@@ -124,7 +124,7 @@ class FileMirror(Mirror):
             with open(self._path(relpath), "rb", buffering=0) as source:
                 st = os.fstat(source.fileno())
                 if stat.S_ISREG(st.st_mode):  # a device or a pipe has no size to compare
-                    writer.check_announced(st.st_size - writer.size)
+                    writer.announce(st.st_size - writer.size)
                 source.seek(writer.size)
                 while chunk := source.read(CHUNK_SIZE):
                     if cancelled.is_set():

@@ -22,7 +22,7 @@ from ._cache import Cache, VariantIndex
 from ._lockfile import check_variant_name
 from ._manifest import MANIFEST_NAME, Manifest, parse_metadata
 from ._names import RepoInfo
-from ._store import pick_cached_variant
+from ._store import no_variant_error, pick_cached_variant
 from ._variants import SystemInfo, VariantAccepted, candidate_names, resolve_variants
 from .errors import FlashhubError, NoCompatibleVariantError, OfflineError
 
@@ -74,10 +74,11 @@ def published_variants(cache: Cache, info: RepoInfo, system: SystemInfo) -> list
         raise _not_cached(info, "every variant this system could load")
     present = sorted(name for name in candidates if name in index.present)
     if not present:
-        raise NoCompatibleVariantError(
+        raise no_variant_error(
             f"{info} has no variants.json and none of the variants this system can load "
             "is published (as recorded in the cache)",
-            hint="ask the publisher for a build for this torch/backend, or pass backend='cpu'",
+            system,
+            published=None,
         )
     return present
 

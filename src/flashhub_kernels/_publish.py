@@ -21,9 +21,11 @@ nothing on disk.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -60,6 +62,7 @@ _WRITTEN_KEYS = frozenset({"digest", "sizes"})
 # Top-level modules a kernel must never import absolutely: itself (under its build name)
 # and the import hook's namespace, under which the kernel really lives once loaded.
 _HOOK_ROOT = "flashhub"
+_VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
 
 
 @dataclass(frozen=True)
@@ -428,11 +431,25 @@ def _place_version(tree: _Tree, version_dir: Path, repo: RepoInfo, *, force: boo
         raise PublishError(
             f"{repo} is already published at {version_dir} with different content "
             f"({_describe_difference(existing, expected)})",
-            hint=f"published versions are immutable: publish as --version {repo.version + 1}, "
-            "or pass --force to replace it (clients that cached it keep the old files)",
+            hint="published versions are immutable: publish as "
+            f"--version {_next_free_version(version_dir.parent)}, or pass --force to replace "
+            "it (clients that cached it keep the old files)",
         )
     _write_version(tree, version_dir, replace=version_dir.exists() or version_dir.is_symlink())
     return "replaced" if published else "created"
+
+
+def _next_free_version(pkg_dir: Path) -> int:
+    """One past the highest version ``versions.json`` lists or a ``v<N>`` directory holds."""
+    taken = [
+        int(match[1])
+        for child in pkg_dir.iterdir()
+        if (match := _VERSION_DIR.fullmatch(child.name)) and child.is_dir()
+    ]
+    # No versions.json, or a malformed one: the directories still count.
+    with contextlib.suppress(OSError, ManifestError):
+        taken += parse_versions((pkg_dir / VERSIONS).read_bytes(), source=VERSIONS)
+    return max(taken, default=0) + 1
 
 
 def _same_files_listed(

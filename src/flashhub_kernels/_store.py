@@ -15,7 +15,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ._cache import Cache, VariantIndex, cache_errors, ensure_dir, remove_tree
 from ._config import Config, get_config
@@ -29,10 +29,12 @@ from ._manifest import (
 )
 from ._names import RepoInfo
 from ._progress import progress_bar
+from ._urls import redact_url
 from ._variants import (
     SystemInfo,
     VariantAccepted,
     VariantResolution,
+    build_variant_name,
     candidate_names,
     detect_system,
     format_trace,
@@ -155,7 +157,8 @@ def pick_cached_variant(index: VariantIndex, system: SystemInfo) -> str | None:
 def best_variant(resolutions: Sequence[VariantResolution]) -> str | None:
     """The preferred accepted variant of a :func:`resolve_variants` result, if any."""
     first = resolutions[0] if resolutions else None
-    return first.variant_str if isinstance(first, VariantAccepted) else None
+    # A plain str: it is recorded in receipts and in LoadedKernel.
+    return str(first.variant) if isinstance(first, VariantAccepted) else None
 
 
 # -- cold path -------------------------------------------------------------------------
@@ -185,8 +188,8 @@ def fetch_index(
     try:
         data = fetcher.get_bytes(f"{info.cdn_path}/variants.json", limit=MAX_DOCUMENT_BYTES)
         return VariantIndex(True, frozenset(parse_variants(data, source=f"{info}/variants.json")))
-    except NotPublished:
-        pass
+    except NotPublished as exc:
+        tried = redact_url(str(exc))  # the mirror's URL of variants.json
     present: set[str] = set()
     absent: set[str] = set()
     for name in candidate_names(system):
@@ -199,7 +202,7 @@ def fetch_index(
         if not probe_all:
             break
     if not present:
-        _raise_not_published(fetcher, info, absent)
+        _raise_not_published(fetcher, info, system, absent, tried)
     return VariantIndex(False, frozenset(present), frozenset(absent))
 
 
@@ -217,18 +220,78 @@ def shared_index(
         return index
 
 
-def _raise_not_published(fetcher: Fetcher, info: RepoInfo, probed: set[str]) -> None:
+def _raise_not_published(
+    fetcher: Fetcher, info: RepoInfo, system: SystemInfo, probed: set[str], tried: str
+) -> NoReturn:
+    """Raise why nothing was found for ``info``; ``tried`` is the URL of its variants.json."""
     versions = published_versions(fetcher, info.repo_id)
     if versions is not None and info.version in versions:
-        raise NoCompatibleVariantError(
+        raise no_variant_error(
             f"{info} has no variants.json and none of the variants this system can load "
             f"is published (probed: {', '.join(sorted(probed))})",
-            hint="ask the publisher for a build for this torch/backend, or pass backend='cpu'",
+            system,
+            published=None,
         )
     listed = f"; published versions: {', '.join(map(str, versions))}" if versions else ""
+    message = f"{info} was not found on the CDN: {tried} does not exist{listed}"
+    doubled = doubled_prefix_hint(fetcher.config)
+    if doubled is None and versions:
+        raise KernelNotFoundError(
+            message,
+            hint=f"use a published version; the newest is v{versions[-1]}",
+            cli_hint=f"pass a published version, e.g. --version {versions[-1]} (the newest)",
+        )
     raise KernelNotFoundError(
-        f"{info} was not found on the CDN{listed}",
-        hint="check the repo id and version, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX",
+        message, hint=doubled or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    )
+
+
+def doubled_prefix_hint(config: Config) -> str | None:
+    """The fix when a CDN URL already ends with the prefix, which every path appends again.
+
+    ``FLASHHUB_CDN_URL=https://host/kernels`` with the default prefix ``kernels`` asks for
+    ``https://host/kernels/kernels/...``: nothing is found, and the URL alone shows why.
+    """
+    if not config.prefix:
+        return None
+    for url in config.cdn_urls:
+        if urllib.parse.urlsplit(url).path.rstrip("/").endswith(f"/{config.prefix}"):
+            return (
+                f"FLASHHUB_CDN_URL already ends with /{config.prefix} and FLASHHUB_CDN_PREFIX "
+                "adds it again: drop one"
+            )
+    return None
+
+
+def no_variant_error(
+    message: str, system: SystemInfo, *, published: Sequence[str] | None
+) -> NoCompatibleVariantError:
+    """The error for a version with no build ``system`` loads, advising only what can work.
+
+    ``published`` names the version's variants, or is ``None`` when it has no
+    ``variants.json`` and only ``system``'s own candidates were probed. Forcing
+    ``backend='cpu'`` helps only on a machine whose torch runs another backend, and only
+    when a CPU build exists.
+    """
+    wanted = (
+        f"ask the publisher for a build this system loads (its torch, C++ ABI, backend and "
+        f"arch): {build_variant_name(system)}, or torch-universal"
+    )
+    if system.backend == "cpu":
+        return NoCompatibleVariantError(message, hint=wanted)
+    if published is None:
+        return NoCompatibleVariantError(
+            message,
+            hint=f"{wanted}; or pass backend='cpu' to look for a CPU build",
+            cli_hint=f"{wanted}; or pass --backend cpu to look for a CPU build",
+        )
+    cpu_build = best_variant(resolve_variants(published, with_backend(system, "cpu")))
+    if cpu_build is None:
+        return NoCompatibleVariantError(message, hint=wanted)
+    return NoCompatibleVariantError(
+        message,
+        hint=f"pass backend='cpu' to run the CPU build {cpu_build} instead, or {wanted}",
+        cli_hint=f"pass --backend cpu to use the CPU build {cpu_build} instead, or {wanted}",
     )
 
 
@@ -237,24 +300,39 @@ def published_versions(fetcher: Fetcher, repo_id: str) -> list[int] | None:
     from ._transport import NotPublished
 
     try:
-        data = fetcher.get_bytes(f"{repo_id}/versions.json", limit=MAX_DOCUMENT_BYTES)
+        return _fetch_versions(fetcher, repo_id)
     except NotPublished:
         return None
+
+
+def _fetch_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
+    """The repo's ``versions.json``; :class:`NotPublished` (its text the URL) if absent."""
+    data = fetcher.get_bytes(f"{repo_id}/versions.json", limit=MAX_DOCUMENT_BYTES)
     return parse_versions(data, source=f"{repo_id}/versions.json")
 
 
 def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
     """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
+    from ._transport import NotPublished
+
     if version is not None:
         return RepoInfo(repo_id, version)
     RepoInfo(repo_id, 1)  # validate the repo id before any request
-    versions = published_versions(fetcher, repo_id)
-    if not versions:
-        raise KernelNotFoundError(
-            f"{repo_id} has no versions.json on the CDN, so its newest version is unknown",
-            hint="pass version= explicitly",
-        )
-    return RepoInfo(repo_id, versions[-1])
+    try:
+        versions = _fetch_versions(fetcher, repo_id)
+    except NotPublished as exc:
+        why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
+    else:
+        if versions:
+            return RepoInfo(repo_id, versions[-1])
+        why = "lists no versions in its versions.json"
+    check = "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    doubled = doubled_prefix_hint(fetcher.config)
+    raise KernelNotFoundError(
+        f"{repo_id} {why}, so its newest version is unknown",
+        hint=doubled or f"{check}; or pass version= if it is published without versions.json",
+        cli_hint=doubled or f"{check}; or pass --version N if it is published without one",
+    )
 
 
 def choose_variant(index: VariantIndex, info: RepoInfo, system: SystemInfo) -> str:
@@ -263,13 +341,15 @@ def choose_variant(index: VariantIndex, info: RepoInfo, system: SystemInfo) -> s
         chosen = pick_cached_variant(index, system)
         assert chosen is not None, "fetch_index probes until it finds a variant"
         return chosen
-    resolutions = resolve_variants(sorted(index.present), system)
+    published = sorted(index.present)
+    resolutions = resolve_variants(published, system)
     chosen = best_variant(resolutions)
     if chosen is None:
-        raise NoCompatibleVariantError(
+        raise no_variant_error(
             f"{info} has no variant for this system ({system.describe()}). "
             f"Published variants:\n{format_trace(resolutions)}",
-            hint="ask the publisher for a build for this torch/backend, or pass backend='cpu'",
+            system,
+            published=published,
         )
     return chosen
 
@@ -349,8 +429,10 @@ def _download_and_commit(
             ]
             for directory in {job.dest.parent for job in jobs}:
                 ensure_dir(directory)
-        with progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars) as on_bytes:
-            fetcher.download_many(jobs, on_bytes)
+        total = sum(manifest.sizes.values()) if manifest.sizes is not None else None
+        bar = progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars, total=total)
+        with bar as progress:
+            fetcher.download_many(jobs, progress)
         with cache_errors():
             cache.seal(staging, manifest_bytes, manifest.content_hash, manifest.files)
             cache.commit(staging, cache.entry_dir(info, variant))
@@ -377,7 +459,7 @@ def _fetch_listed_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> by
         )
     except NotPublished as exc:
         raise TransportError(
-            f"{info} lists variant {variant}, but {exc} does not exist",
+            f"{info} lists variant {variant}, but {redact_url(str(exc))} does not exist",
             hint="the CDN is incomplete: report it to the kernel's publisher, or add a "
             "complete mirror to FLASHHUB_CDN_URL",
         ) from None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import time
 import urllib.parse
@@ -30,6 +31,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from queue import Empty, SimpleQueue
+from types import FrameType
 from typing import NamedTuple, TypeVar
 
 from ._config import Config
@@ -42,7 +44,7 @@ from ._mirrors import (
     OverCap,
     open_mirrors,
 )
-from ._progress import ByteCounter
+from ._progress import NO_PROGRESS, Progress
 from ._urls import is_loopback
 from .errors import IntegrityError, TransportError
 
@@ -63,11 +65,11 @@ CPU_SECONDS_PER_FILE = 0.0003  # request, response, create, write, hash: a small
 # interrupt is raised anyway (a worker blocked in a read is a daemon thread).
 STOP_GRACE_SECONDS = 1.0
 _warned_hosts: set[str] = set()
+# Frames of these packages lie between a warning and the user's line that caused it:
+# the library itself, the import system (importlib and its frozen bootstrap), and the
+# context managers the library opens the connection in.
+_LIBRARY_PACKAGES = frozenset({"flashhub_kernels", "importlib", "contextlib"})
 _warn_lock = threading.Lock()
-
-
-def _ignore(_n: int) -> None:
-    pass
 
 
 class DownloadJob(NamedTuple):
@@ -79,8 +81,12 @@ class DownloadJob(NamedTuple):
     size: int | None  # the size the manifest states, when it does
 
 
-def warn_if_insecure(base_url: str, *, stacklevel: int = 2) -> None:
-    """Warn once per host about plain http to a host other than this machine."""
+def warn_if_insecure(base_url: str) -> None:
+    """Warn once per host about plain http to a host other than this machine.
+
+    The warning points at the line that called into the library (a ``get_kernel(...)``
+    call, an ``import flashhub...`` statement), wherever in the library it is raised.
+    """
     parts = urllib.parse.urlsplit(base_url)
     host = parts.hostname or ""
     if parts.scheme != "http" or is_loopback(host):
@@ -89,12 +95,41 @@ def warn_if_insecure(base_url: str, *, stacklevel: int = 2) -> None:
         if host in _warned_hosts:
             return
         _warned_hosts.add(host)
-    warnings.warn(
+    message = (
         f"fetching kernels over plain http from {host}: metadata.json carries the digests "
         "every file is checked against, so anyone on the path can swap kernels. Use https, "
-        "or pin the kernel in a lock file.",
-        stacklevel=stacklevel + 1,
+        "or pin the kernel in a lock file."
     )
+    caller = _caller_frame()
+    if caller is None:
+        warnings.warn(message, stacklevel=2)
+        return
+    # warn_explicit, not a stacklevel: the frames between here and the caller differ by
+    # path (import hook, get_kernel, the CLI), and a stacklevel silently skips the import
+    # system's bootstrap frames, so a count from this walk would land elsewhere.
+    module_globals = caller.f_globals
+    warnings.warn_explicit(
+        message,
+        UserWarning,
+        caller.f_code.co_filename,
+        caller.f_lineno,
+        module=module_globals.get("__name__", "<string>"),
+        registry=module_globals.setdefault("__warningregistry__", {}),
+        module_globals=module_globals,
+    )
+
+
+def _caller_frame() -> FrameType | None:
+    """The innermost frame outside this library and the import machinery, if any."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and _is_library_frame(frame):
+        frame = frame.f_back
+    return frame
+
+
+def _is_library_frame(frame: FrameType) -> bool:
+    module = str(frame.f_globals.get("__name__", ""))
+    return module == "flashhub" or module.partition(".")[0] in _LIBRARY_PACKAGES
 
 
 class Fetcher:
@@ -107,7 +142,7 @@ class Fetcher:
     def __init__(self, config: Config) -> None:
         self.config = config
         for base in config.cdn_urls:
-            warn_if_insecure(base, stacklevel=3)
+            warn_if_insecure(base)
         self._mirrors = open_mirrors(config, pool_size=MAX_PARALLEL_FILES)
         self._mirrors_lock = threading.Lock()
         self._round_trip = math.inf  # the fastest small document fetch so far, in seconds
@@ -140,7 +175,7 @@ class Fetcher:
         relpath: str,
         dest: Path,
         digest: bytes,
-        on_bytes: ByteCounter = _ignore,
+        progress: Progress = NO_PROGRESS,
         cancelled: threading.Event | None = None,
         *,
         size: int | None = None,
@@ -154,7 +189,7 @@ class Fetcher:
         next chunk.
         """
         cancelled = cancelled or threading.Event()
-        writer = HashingWriter(dest, on_bytes, expected_size=size, limit=self.config.max_file_bytes)
+        writer = HashingWriter(dest, progress, expected_size=size, limit=self.config.max_file_bytes)
         try:
             if writer.size and writer.hashes_to(digest):
                 return writer.size  # the kept part was the whole file
@@ -183,7 +218,7 @@ class Fetcher:
             writer.close()
         return writer.size
 
-    def download_many(self, jobs: Sequence[DownloadJob], on_bytes: ByteCounter = _ignore) -> int:
+    def download_many(self, jobs: Sequence[DownloadJob], progress: Progress = NO_PROGRESS) -> int:
         """Download several files concurrently; return the total bytes.
 
         A few workers each take the next job until none is left. The first error stops
@@ -191,7 +226,7 @@ class Fetcher:
         about a second; the partial files stay where they are for the caller to keep.
         """
         if len(jobs) == 1:
-            return self._download_job(jobs[0], on_bytes)
+            return self._download_job(jobs[0], progress)
         queue: SimpleQueue[DownloadJob] = SimpleQueue()
         for job in jobs:
             queue.put(job)
@@ -203,7 +238,7 @@ class Fetcher:
             total = 0
             try:
                 while not cancelled.is_set():
-                    total += self._download_job(queue.get_nowait(), on_bytes, cancelled)
+                    total += self._download_job(queue.get_nowait(), progress, cancelled)
             except Empty:
                 pass
             except DownloadCancelled:
@@ -234,9 +269,9 @@ class Fetcher:
         return sum(totals)
 
     def _download_job(
-        self, job: DownloadJob, on_bytes: ByteCounter, cancelled: threading.Event | None = None
+        self, job: DownloadJob, progress: Progress, cancelled: threading.Event | None = None
     ) -> int:
-        return self.download(job.relpath, job.dest, job.digest, on_bytes, cancelled, size=job.size)
+        return self.download(job.relpath, job.dest, job.digest, progress, cancelled, size=job.size)
 
     # -- mirrors -------------------------------------------------------------------
 

@@ -15,15 +15,22 @@ from __future__ import annotations
 import platform
 import re
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import FrozenInstanceError, dataclass, replace
 from functools import cache
 from typing import Literal
 
 from ._text import escape_controls
 
 Tier = Literal["stable-abi", "exact", "noarch", "universal"]
-_TIER_RANK: dict[Tier, int] = {"stable-abi": 0, "exact": 1, "noarch": 2, "universal": 3}
+# Names that do not parse (tier None) are never accepted; they rank last all the same.
+_TIER_RANK: dict[Tier | None, int] = {
+    "stable-abi": 0,
+    "exact": 1,
+    "noarch": 2,
+    "universal": 3,
+    None: 4,
+}
 
 _TORCH = re.compile(r"torch([1-9])(0?[0-9]|[1-9][0-9])")
 _STABLE = re.compile(r"torch-stable-abi([1-9])(0?[0-9]|[1-9][0-9])")
@@ -36,21 +43,80 @@ class VariantNameError(ValueError):
     """A string is not a variant name of the grammar above."""
 
 
-@dataclass(frozen=True)
-class Variant:
-    """A parsed variant name. ``torch`` and ``backend_tag`` are ``None`` for noarch names."""
+_FIELDS = ("tier", "backend", "backend_tag", "torch", "abi", "arch", "os")
 
-    name: str
-    tier: Tier
-    backend: str | None = None  # cpu, cuda, rocm, xpu, metal; None for torch-universal
-    backend_tag: str | None = None  # cu126, rocm63, xpu20251, cpu, metal
-    torch: tuple[int, int] | None = None
-    abi: str | None = None  # cxx11 / cxx98 on Linux exact builds
-    arch: str | None = None
-    os: str | None = None
+
+class Variant(str):
+    """A variant name: a ``str`` that also carries the fields parsed from it.
+
+    It compares, hashes, sorts, formats and serializes (``json.dumps``) as the plain
+    name, so ``variant == "torch-universal"`` holds. ``Variant(name)`` parses ``name``
+    and raises :class:`VariantNameError` when it is not a variant name. Immutable.
+
+    Attributes:
+        tier: ``"exact"``, ``"stable-abi"``, ``"noarch"`` or ``"universal"``; ``None``
+            for a published name that does not parse (every other field is ``None`` then).
+        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu`` or ``metal``; ``None`` for
+            ``torch-universal``.
+        backend_tag: ``cu126``, ``rocm63``, ``xpu20251``, ``cpu`` or ``metal``; ``None``
+            for noarch names.
+        torch: ``(major, minor)`` of torch (the minimum for stable-ABI builds); ``None``
+            for noarch names.
+        abi: ``cxx11`` or ``cxx98`` on Linux exact builds, else ``None``.
+        arch, os: ``x86_64``, ``linux`` and so on; ``None`` for noarch names.
+    """
+
+    __slots__ = _FIELDS
+    tier: Tier | None
+    backend: str | None
+    backend_tag: str | None
+    torch: tuple[int, int] | None
+    abi: str | None
+    arch: str | None
+    os: str | None
+
+    def __new__(cls, name: str) -> Variant:
+        return parse_variant(name)
+
+    @classmethod
+    def _make(
+        cls,
+        name: str,
+        tier: Tier | None = None,
+        *,
+        backend: str | None = None,
+        backend_tag: str | None = None,
+        torch: tuple[int, int] | None = None,
+        abi: str | None = None,
+        arch: str | None = None,
+        os: str | None = None,
+    ) -> Variant:
+        self = str.__new__(cls, name)
+        values = (tier, backend, backend_tag, torch, abi, arch, os)
+        for field, value in zip(_FIELDS, values, strict=True):
+            object.__setattr__(self, field, value)
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[Callable[[str], Variant], tuple[str]]:
+        return as_variant, (str(self),)
+
+    def __repr__(self) -> str:
+        return f"Variant({str.__repr__(self)})"
+
+    @property
+    def name(self) -> str:
+        """The name as a plain ``str``."""
+        return str(self)
 
     @property
     def backend_version(self) -> tuple[int, int] | None:
+        """``(12, 6)`` for ``cu126``, ``(6, 3)`` for ``rocm63``; ``None`` otherwise."""
         return backend_version(self.backend_tag) if self.backend_tag else None
 
 
@@ -102,9 +168,9 @@ def _torch_version(major: str, minor: str) -> tuple[int, int]:
 def parse_variant(name: str) -> Variant:
     """Parse a variant name; raise :class:`VariantNameError` saying what is wrong."""
     if name == "torch-universal":
-        return Variant(name, "universal")
+        return Variant._make(name, "universal")
     if name.startswith("torch-") and name[6:] in _NOARCH_BACKENDS:
-        return Variant(name, "noarch", backend=name[6:])
+        return Variant._make(name, "noarch", backend=name[6:])
     parts = name.split("-")
     if name.startswith("torch-stable-abi"):
         torch_match, rest, tier = _STABLE.fullmatch("-".join(parts[:3])), parts[3:], "stable-abi"
@@ -126,7 +192,7 @@ def parse_variant(name: str) -> Variant:
         )
     if os_name == "linux" and tier == "exact" and abi is None:
         raise VariantNameError(f"{name!r}: a Linux build needs an ABI tag (cxx11 or cxx98)")
-    return Variant(
+    return Variant._make(
         name,
         tier,  # type: ignore[arg-type]
         backend=_backend_of(tag),
@@ -138,6 +204,14 @@ def parse_variant(name: str) -> Variant:
     )
 
 
+def as_variant(name: str) -> Variant:
+    """``name`` parsed; a name that does not parse gets ``tier=None`` and no fields."""
+    try:
+        return parse_variant(name)
+    except VariantNameError:
+        return Variant._make(name)
+
+
 def build_variant_name(system: SystemInfo) -> str:
     """The exact-build variant name a kernel built on ``system`` gets."""
     abi = f"-{system.abi}" if system.os == "linux" else ""
@@ -147,12 +221,17 @@ def build_variant_name(system: SystemInfo) -> str:
 
 def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
     """``None`` if ``variant`` loads on ``system``, else the reason it does not."""
+    if variant.tier is None:
+        return f"{variant.name!r} is not a variant name"
     if variant.tier == "universal":
         return None
     if variant.backend != system.backend:
+        # Only a CPU build can be forced (with_backend): never advise another backend.
+        forcible = variant.backend == "cpu"
         return (
             f"built for {variant.backend_tag or variant.backend}, but this system uses "
-            f"{system.backend_tag} (pass backend={variant.backend!r} to force it if it can run)"
+            f"{system.backend_tag}"
+            + (" (pass backend='cpu' to load it anyway)" if forcible else "")
         )
     if variant.tier == "noarch":
         return None
@@ -197,19 +276,46 @@ def preference_key(variant: Variant) -> tuple[int, int, int, str]:
 
 @dataclass(frozen=True)
 class VariantAccepted:
-    """A published variant this system can load."""
+    """A published variant this system can load.
+
+    ``variant`` is the variant's name, a :class:`Variant`: a ``str`` with the parsed
+    fields (``variant.backend``, ``variant.torch``, ...).
+    """
 
     variant: Variant
-    variant_str: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variant", _coerce(self.variant))
+
+    @property
+    def variant_str(self) -> str:
+        """The name as a plain ``str``; ``variant`` is one too."""
+        return str(self.variant)
 
 
 @dataclass(frozen=True)
 class VariantRejected:
-    """A published variant this system cannot load, and why."""
+    """A published variant this system cannot load, and why.
 
-    variant: Variant | None  # None when the name does not parse
-    variant_str: str
+    ``variant`` is as for :class:`VariantAccepted`; for a name that does not parse its
+    ``tier`` and other fields are ``None``.
+    """
+
+    variant: Variant
     reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variant", _coerce(self.variant))
+
+    @property
+    def variant_str(self) -> str:
+        """The name as a plain ``str``; ``variant`` is one too."""
+        return str(self.variant)
+
+
+def _coerce(variant: str) -> Variant:
+    # Code written for 0.1.2 builds these records from plain names.
+    return variant if isinstance(variant, Variant) else as_variant(variant)
 
 
 VariantResolution = VariantAccepted | VariantRejected
@@ -223,13 +329,13 @@ def resolve_variants(names: Iterable[str], system: SystemInfo) -> list[VariantRe
         try:
             variant = parse_variant(name)
         except VariantNameError as exc:
-            rejected.append(VariantRejected(None, name, str(exc)))
+            rejected.append(VariantRejected(Variant._make(name), str(exc)))
             continue
         reason = check_compatible(variant, system)
         if reason is None:
-            accepted.append(VariantAccepted(variant, name))
+            accepted.append(VariantAccepted(variant))
         else:
-            rejected.append(VariantRejected(variant, name, reason))
+            rejected.append(VariantRejected(variant, reason))
     accepted.sort(key=lambda a: preference_key(a.variant))
     return [*accepted, *rejected]
 
@@ -241,7 +347,7 @@ def format_trace(resolutions: Iterable[VariantResolution]) -> str:
     """
     lines = []
     for res in resolutions:
-        name = escape_controls(res.variant_str)
+        name = escape_controls(res.variant)
         if isinstance(res, VariantAccepted):
             lines.append(f"  + {name}: compatible")
         else:

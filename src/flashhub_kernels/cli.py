@@ -140,8 +140,8 @@ def _describe_publish(report: PublishReport) -> str:
     if report.noop:
         return f"{where} is already published with identical content; nothing written"
     lines = [f"{'replaced' if report.replaced else 'published'} {where}"]
-    lines += [f"  {v.name}: {v.files} files, {v.bytes} bytes" for v in report.variants]
-    lines.append(f"wrote {len(report.written)} files ({report.bytes_written} bytes)")
+    lines += [f"  {v.name}: {_count(v.files, 'file')}, {_size(v.bytes)}" for v in report.variants]
+    lines.append(f"wrote {_count(len(report.written), 'file')} ({_size(report.bytes_written)})")
     lines.append(f"versions.json: {list(report.versions)}")
     return "\n".join(lines)
 
@@ -164,25 +164,28 @@ def _project_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _kernel_arguments(parser: argparse.ArgumentParser, *, version_required: bool) -> None:
+def _kernel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo_id", type=_repo_id_arg, metavar="ORG/PKG")
     parser.add_argument(
-        "--version",
-        type=_version_arg,
-        required=version_required,
-        metavar="N",
-        help=None if version_required else "default: the newest in versions.json",
+        "--version", type=_version_arg, metavar="N", help="default: the newest in versions.json"
     )
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--backend", choices=("cpu",), help="judge variants as if torch ran on the CPU"
+        "--backend",
+        choices=("cpu",),
+        help="as if torch ran on the CPU: the CPU builds on a GPU machine (backend='cpu')",
     )
 
 
-def _entries(count: int) -> str:
-    return f"{count} {'entry' if count == 1 else 'entries'}"
+def _count(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 file``, ``2 files``; ``plural`` for a noun that does not just add an s."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def _entries(number: int) -> str:
+    return _count(number, "entry", "entries")
 
 
 def _print_json(document: object) -> None:
@@ -219,8 +222,27 @@ def _local_cache() -> Cache:
 # --- flashhub lock -------------------------------------------------------------------
 
 
+def _variant_arg(value: str) -> str:
+    from ._lockfile import check_lockable_variant
+
+    try:
+        return check_lockable_variant(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _lock_arguments(parser: argparse.ArgumentParser) -> None:
     _project_argument(parser)
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        dest="variants",
+        type=_variant_arg,
+        metavar="NAME",
+        help="for versions without variants.json, also lock this variant (repeatable; "
+        "adds to [tool.flashhub] variants), e.g. torch212-cxx11-cu126-x86_64-linux",
+    )
     _json_argument(parser)
 
 
@@ -235,13 +257,15 @@ def _lock(args: argparse.Namespace) -> int:
 
     # Offline, lock_project checks the existing lock against the cache and writes nothing.
     written = not get_config().offline
-    lock = lock_project(args.project_dir)
+    lock = lock_project(args.project_dir, variants=args.variants)
     if args.json:
         _print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
         return EXIT_OK
     for repo_id, locked in sorted(lock.kernels.items()):
         wanted = locked.specifier or "any version"
-        print(f"{repo_id} {wanted}: v{locked.version} ({len(locked.variants)} variants)")
+        variants = _count(len(locked.variants), "variant")
+        probed = ", probed: no variants.json" if locked.probed else ""
+        print(f"{repo_id} {wanted}: v{locked.version} ({variants}{probed})")
     if written:
         print(f"wrote {lock.source}")
     else:
@@ -287,7 +311,7 @@ def _download(args: argparse.Namespace) -> int:
 
 
 def _variants_arguments(parser: argparse.ArgumentParser) -> None:
-    _kernel_arguments(parser, version_required=False)
+    _kernel_arguments(parser)
     _backend_argument(parser)
     _json_argument(parser)
 
@@ -302,14 +326,14 @@ def _variants(args: argparse.Namespace) -> int:
     from ._store import best_variant, target_system
     from ._variants import VariantAccepted, format_trace
 
-    version = args.version or _newest_version(args.repo_id)
+    version = args.version or _newest_version(args.repo_id, "variants")
     resolutions = get_kernel_variants(args.repo_id, version, backend=args.backend)
     chosen = best_variant(resolutions)
     system = target_system(args.backend).describe()
     if args.json:
         variants = [
             {
-                "variant": r.variant_str,
+                "variant": r.variant,
                 "compatible": isinstance(r, VariantAccepted),
                 "reason": None if isinstance(r, VariantAccepted) else r.reason,
             }
@@ -335,7 +359,8 @@ def _chosen(variant: str | None) -> str:
     return escape_controls(variant) if variant else "none (no variant fits this system)"
 
 
-def _newest_version(repo_id: str) -> int:
+def _newest_version(repo_id: str, command: str) -> int:
+    """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
     from ._config import get_config
     from ._store import remote, with_version
 
@@ -345,7 +370,7 @@ def _newest_version(repo_id: str) -> int:
 
         raise newest_version_error(
             repo_id,
-            hint=f"pass --version N (`flashhub variants {repo_id} --version 1`), "
+            hint=f"pass --version N (`flashhub {command} {repo_id} --version 1`), "
             "or unset FLASHHUB_OFFLINE",
         )
     with remote(config) as fetcher:
@@ -353,7 +378,7 @@ def _newest_version(repo_id: str) -> int:
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
-    _kernel_arguments(parser, version_required=True)
+    _kernel_arguments(parser)
     _backend_argument(parser)
     _json_argument(parser)
 
@@ -366,7 +391,8 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
 def _info(args: argparse.Namespace) -> int:
     from ._info import describe_kernel
 
-    description = describe_kernel(args.repo_id, args.version, backend=args.backend)
+    version = args.version or _newest_version(args.repo_id, "info")
+    description = describe_kernel(args.repo_id, version, backend=args.backend)
     if args.json:
         _print_json(description.to_dict())
         return EXIT_OK
@@ -375,7 +401,7 @@ def _info(args: argparse.Namespace) -> int:
     for variant in description.variants:
         mark = "+" if variant.compatible else "-"
         print(
-            f"  {mark} {escape_controls(variant.name)}: {len(variant.files)} files, "
+            f"  {mark} {escape_controls(variant.name)}: {_count(len(variant.files), 'file')}, "
             f"{_size(variant.size)}, {variant.content_hash}"
         )
         if variant.reason:
@@ -386,7 +412,8 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _get_arguments(parser: argparse.ArgumentParser) -> None:
-    _kernel_arguments(parser, version_required=True)
+    _kernel_arguments(parser)
+    _backend_argument(parser)
     _json_argument(parser)
 
 
@@ -398,12 +425,20 @@ def _get_arguments(parser: argparse.ArgumentParser) -> None:
 def _get(args: argparse.Namespace) -> int:
     from ._lock import install_kernel
 
-    path = install_kernel(args.repo_id, version=args.version)
+    version = args.version or _newest_version(args.repo_id, "get")
+    if args.backend:
+        from ._names import RepoInfo
+        from ._store import resolve
+
+        # install_kernel with a backend: the entry get_kernel(..., backend=) loads.
+        path = resolve([RepoInfo(args.repo_id, version)], backend=args.backend).entry
+    else:
+        path = install_kernel(args.repo_id, version=version)
     if args.json:
         _print_json(
             {
                 "repo_id": args.repo_id,
-                "version": args.version,
+                "version": version,
                 "variant": path.name,
                 "path": str(path),
             }
@@ -457,7 +492,7 @@ def _cache_list(args: argparse.Namespace) -> int:
     print(f"cache: {cache.root}")
     for entry in entries:
         print(
-            f"  {entry.info} {escape_controls(entry.variant)}: {entry.files} files, "
+            f"  {entry.info} {escape_controls(entry.variant)}: {_count(entry.files, 'file')}, "
             f"{_size(entry.size)}, {escape_controls(entry.content_hash or 'no receipt')}"
         )
     if not entries:
@@ -491,7 +526,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
         for entry, why in checked:
             outcome = "ok" if why is None else f"FAILED: {why}"
             print(f"{entry.info} {entry.variant}: {outcome}")
-        print(f"{_entries(len(checked))} checked, {len(untrusted)} untrusted directories")
+        refused = _count(len(untrusted), "untrusted directory", "untrusted directories")
+        print(f"{_entries(len(checked))} checked, {refused}")
     if untrusted or any(why is not None for _entry, why in checked):
         if not args.json:
             _print_error(
@@ -533,15 +569,16 @@ def _cache_clear(args: argparse.Namespace) -> int:
     from ._cache_admin import clear, list_entries
 
     cache = _local_cache()
-    if not args.yes:
+    count = len(list_entries(cache))
+    if count and not args.yes:  # with no kernel cached there is nothing to confirm
         if not sys.stdin.isatty():
             print(
                 "flashhub cache clear: error: pass --yes to clear the cache without a prompt",
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        count = len(list_entries(cache))
-        answer = input(f"remove {count} cached kernel variants from {cache.root}? [y/N] ")
+        what = _count(count, "cached kernel variant")
+        answer = input(f"remove {what} from {cache.root}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return EXIT_OK
@@ -556,7 +593,10 @@ def _cache_clear(args: argparse.Namespace) -> int:
         )
     else:
         _report_busy(report.busy)
-        print(f"removed {_entries(len(report.removed))} from {cache.root}")
+        if count or report.removed:
+            print(f"removed {_entries(len(report.removed))} from {cache.root}")
+        else:
+            print(f"no kernels are cached in {cache.root}; nothing to remove")
     return EXIT_OK
 
 
@@ -594,7 +634,7 @@ def _run(handler: Handler, args: argparse.Namespace) -> int:
     try:
         return handler(args)
     except FlashhubError as exc:
-        _print_error(exc.message, exc.hint)
+        _print_error(exc.message, exc.cli_hint or exc.hint)  # the options, not version=
         return EXIT_FAILURE
     except ValueError as exc:  # a malformed setting, e.g. FLASHHUB_CDN_URL
         _print_error(str(exc), None)

@@ -2,7 +2,9 @@
 
 Every error the library raises on purpose derives from :class:`FlashhubError` and
 carries a ``hint``: one sentence saying what to do next. The hint is part of the
-message, so it shows up in tracebacks and logs without extra work.
+message, so it shows up in tracebacks and logs without extra work. A hint that names
+Python arguments (``version=``) comes with a ``cli_hint`` saying the same with the
+``flashhub`` command's options (``--version N``), which the command prints instead.
 
 Errors raised while importing a kernel (``import flashhub....`` or ``get_kernel``)
 are also :class:`ImportError` subclasses, so code that guards an optional kernel with
@@ -25,9 +27,12 @@ class FlashhubError(Exception):
     terminal; the newlines and tabs that lay a message out are kept.
     """
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, cli_hint: str | None = None
+    ) -> None:
         self.message = escape_message(message)
         self.hint = escape_message(hint) if hint is not None else None
+        self.cli_hint = escape_message(cli_hint) if cli_hint is not None else None
         text = f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
         super().__init__(text)
 
@@ -35,8 +40,15 @@ class FlashhubError(Exception):
 class KernelImportError(FlashhubError, ImportError):
     """A kernel could not be imported. Base of the errors a kernel import raises."""
 
-    def __init__(self, message: str, *, hint: str | None = None, name: str | None = None) -> None:
-        FlashhubError.__init__(self, message, hint=hint)
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        cli_hint: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        FlashhubError.__init__(self, message, hint=hint, cli_hint=cli_hint)
         # ImportError keeps ``name``; set it by hand since its __init__ is bypassed.
         self.name = name
         self.path = None

@@ -7,13 +7,19 @@ layer's name to a layer class in a kernel's ``layers`` module, per device and mo
 ``forward`` then runs with the original module as ``self``, on each call or, after
 :func:`kernelize`, fixed per module. ``DISABLE_KERNEL_MAPPING=1`` turns it all off.
 
-See ``docs/layers.md``. This module imports torch; ``flashhub_kernels`` does not.
+See ``docs/layers.md``. Importing this module imports no torch: devices, modes,
+repositories, mappings and the marking decorators do without it. :func:`kernelize` and
+:func:`validate_layer` load on first access and import torch; so does marking a class,
+which is an ``nn.Module`` and so comes after torch anyway.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties
-from ._hooks import kernelize, replace_kernel_forward_from_hub, use_kernel_forward_from_hub
+from ._hooks import replace_kernel_forward_from_hub, use_kernel_forward_from_hub
 from ._mapping import KernelMapping, Mode, register_kernel_mapping, use_kernel_mapping
 from ._repository import (
     BaseLayerRepository,
@@ -21,7 +27,13 @@ from ._repository import (
     LocalLayerRepository,
     LockedLayerRepository,
 )
-from ._validate import validate_layer
+
+if TYPE_CHECKING:
+    from ._dispatch import kernelize
+    from ._validate import validate_layer
+
+# The names whose modules import torch: loaded on first attribute access (PEP 562).
+_LAZY = {"kernelize": "._dispatch", "validate_layer": "._validate"}
 
 __all__ = [
     "DEVICE_TYPES",
@@ -41,3 +53,11 @@ __all__ = [
     "use_kernel_mapping",
     "validate_layer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

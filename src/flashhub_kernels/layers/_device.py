@@ -1,14 +1,14 @@
-"""Devices a layer is mapped for, optionally narrowed to a range of GPU capabilities."""
+"""Devices a layer is mapped for, optionally narrowed to a range of GPU capabilities.
+
+Imports no torch: a mapping can be built before torch is loaded.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 #: Device types a mapping may name. ``rocm`` is a ROCm GPU, which torch calls ``cuda``.
 DEVICE_TYPES = ("cpu", "cuda", "rocm", "mps", "xpu", "npu")
-_GPU_TYPES = ("cuda", "rocm")
 
 
 @dataclass(frozen=True)
@@ -103,48 +103,3 @@ def as_device(device: Device | str) -> Device:
     if isinstance(device, str):
         return Device(device)
     raise TypeError(f"a device must be a Device or a device type string, got {device!r}")
-
-
-@dataclass(frozen=True)
-class Target:
-    """The device a forward runs on: its type as mappings name it, and its torch index."""
-
-    type: str
-    index: int | None = None
-
-    def capability(self) -> int | None:
-        """``major * 10 + minor`` of a CUDA/ROCm GPU; ``None`` elsewhere or when unknown."""
-        if self.type not in _GPU_TYPES:
-            return None
-        try:
-            major, minor = torch.cuda.get_device_capability(self.index)
-        except (AssertionError, RuntimeError):  # torch built without CUDA, or no GPU
-            return None
-        return major * 10 + minor
-
-    def __str__(self) -> str:
-        return self.type if self.index is None else f"{self.type}:{self.index}"
-
-
-def target_of(device: torch.device) -> Target:
-    """The target of a tensor on ``device``; a ROCm build's ``cuda`` device is ``rocm``."""
-    kind = device.type
-    if kind == "cuda" and torch.version.hip:
-        kind = "rocm"
-    return Target(kind, device.index)
-
-
-def parse_target(device: str | torch.device | Device) -> Target:
-    """The target a caller names: ``"cuda:1"``, ``torch.device("cpu")`` or ``Device("rocm")``."""
-    if isinstance(device, Device):
-        return Target(device.type)
-    try:
-        if isinstance(device, str) and device.partition(":")[0] == "rocm":
-            # torch has no "rocm" device type; its ROCm GPUs are "cuda" devices.
-            index = device.partition(":")[2]
-            return Target("rocm", int(index) if index else None)
-        return target_of(torch.device(device))
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(
-            f"invalid device {device!r}: give a torch device such as 'cuda', 'cuda:1' or 'cpu'"
-        ) from None

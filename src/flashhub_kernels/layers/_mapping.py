@@ -18,10 +18,13 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ._device import Device, Target, as_device
+from ._device import Device, as_device
 from ._repository import BaseLayerRepository
+
+if TYPE_CHECKING:
+    from ._target import Target
 
 
 class Mode(enum.Flag):

@@ -1,4 +1,7 @@
-"""Where a kernel layer comes from: a kernel on the CDN, a locked one, or a local directory."""
+"""Where a kernel layer comes from: a kernel on the CDN, a locked one, or a local directory.
+
+Imports no torch (nor the lock machinery) until a layer is loaded.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from .._api import get_kernel, get_local_kernel
-from .._lock import caller_package, find_lockfile, load_locked
 from .._names import RepoInfo, parse_repo_id, resolve_version
 from ..errors import KernelLayerError
-from ._validate import as_layer_class
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class _Memo:
@@ -46,6 +49,12 @@ def _check_layer_name(layer_name: object) -> None:
         raise ValueError(
             f"layer_name must be a class name such as 'SiluAndMul', got {layer_name!r}"
         )
+
+
+def _caller_package() -> str | None:
+    from .._lock import caller_package
+
+    return caller_package()
 
 
 _memo_lock = threading.Lock()
@@ -83,6 +92,8 @@ class BaseLayerRepository(abc.ABC):
         return memo
 
     def _load_layer(self) -> type[nn.Module]:
+        from ._validate import as_layer_class
+
         kernel = self.load_kernel()
         layers = getattr(kernel, "layers", None)
         if not isinstance(layers, ModuleType):
@@ -182,9 +193,12 @@ class LockedLayerRepository(BaseLayerRepository):
         object.__setattr__(self, "repo_id", repo_id)
         object.__setattr__(self, "layer_name", layer_name)
         object.__setattr__(self, "lockfile", Path(lockfile).absolute() if lockfile else None)
-        object.__setattr__(self, "_package", None if lockfile else caller_package())
+        object.__setattr__(self, "_package", None if lockfile else _caller_package())
 
     def load_kernel(self) -> ModuleType:
+        """``get_locked_kernel(repo_id)`` with this object's lock file."""
+        from .._lock import find_lockfile, load_locked
+
         lock = find_lockfile(self.lockfile, package=self._package)
         return load_locked(lock.kernel(self.repo_id), download=True)
 

@@ -1,0 +1,126 @@
+"""Running a marked layer: pick the kernel layer's ``forward`` per call, or once (``kernelize``).
+
+A marked class's ``forward`` looks up, on every call, the mapping in effect for the
+input's device and the module's mode and runs the kernel layer's ``forward`` with the
+module as ``self`` (or the original ``forward``). :func:`kernelize` makes that decision
+once per module instead, by binding the chosen ``forward`` to the instance.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from types import MethodType
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._config import kernel_mapping_disabled
+from ..errors import KernelLayerError
+from ._device import Device
+from ._hooks import Forward, Hook, ModuleT, hook_of
+from ._mapping import Mode, check_request, current_mapping, mode_text, select_repository
+from ._target import Target, parse_target, target_of
+from ._validate import validate_layer
+
+
+def _first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Tensor | None:
+    for value in itertools.chain(args, kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value
+    return None
+
+
+def _compiling() -> bool:
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling()) if is_compiling is not None else False
+
+
+def _runtime_mode(module: nn.Module) -> Mode:
+    mode = Mode.TRAINING if module.training else Mode.INFERENCE
+    return mode | Mode.TORCH_COMPILE if _compiling() else mode
+
+
+def dispatch(hook: Hook, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run one call of a marked layer: the mapped kernel layer's forward, or the original."""
+    if kernel_mapping_disabled():
+        return hook.original(module, *args, **kwargs)
+    tensor = _first_tensor(args, kwargs)
+    target = target_of(tensor.device) if tensor is not None else None
+    forward = _choose(hook, target, _runtime_mode(module), hook.use_fallback)
+    return forward(module, *args, **kwargs)
+
+
+def _choose(hook: Hook, target: Target | None, mode: Mode, use_fallback: bool) -> Forward:
+    """The kernel layer's forward for ``target`` and ``mode``, else the original one."""
+    entries = current_mapping().get(hook.layer_name)
+    repo = select_repository(entries, target, mode) if entries and target else None
+    if repo is None:
+        if use_fallback:
+            return hook.original
+        where = f"device {str(target)!r}" if target else "an input without tensors"
+        raise KernelLayerError(
+            f"no kernel layer is mapped for {hook.layer_name!r} on {where} in mode "
+            f"{mode_text(mode)}, and use_fallback=False forbids the original forward",
+            hint="map one with register_kernel_mapping or use_kernel_mapping, "
+            "or allow the original with use_fallback=True",
+        )
+    layer = repo.load()
+    if layer not in hook.validated:
+        validate_layer(layer, hook.owner)
+        hook.validated.add(layer)
+    forward: Forward = layer.forward
+    return forward
+
+
+def _model_target(model: nn.Module) -> Target:
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return target_of(tensor.device)
+    raise ValueError(
+        "kernelize cannot tell the model's device: it has no parameters or buffers; "
+        "pass device=, e.g. device='cuda'"
+    )
+
+
+def kernelize(
+    model: ModuleT,
+    *,
+    mode: Mode = Mode.INFERENCE,
+    device: str | torch.device | Device | None = None,
+    use_fallback: bool = True,
+) -> ModuleT:
+    """Replace the forward of every marked layer in ``model`` now, and return ``model``.
+
+    Each marked submodule gets the kernel layer's ``forward`` that the mapping in effect
+    picks for ``device`` and ``mode``, bound to that module; a layer with nothing mapped
+    gets its original ``forward``. The choice is fixed until the next ``kernelize``: later
+    mapping changes, moves to another device and ``train()``/``eval()`` do not change it,
+    and no lookup happens per call (which suits ``torch.compile``).
+
+    Args:
+        model: The model; changed in place.
+        mode: ``Mode.INFERENCE`` or ``Mode.TRAINING``, optionally ``| Mode.TORCH_COMPILE``.
+        device: The device the model will run on (``"cuda"``, ``"cuda:1"``,
+            ``torch.device``, ``Device``). Default: the device of its first parameter
+            or buffer.
+        use_fallback: Keep the original forward of a layer with nothing mapped. ``False``
+            raises ``KernelLayerError`` instead (as does a layer marked with
+            ``use_fallback=False``).
+
+    With ``DISABLE_KERNEL_MAPPING=1`` every marked layer gets its original forward.
+    """
+    mode = check_request(mode)
+    target = parse_target(device) if device is not None else _model_target(model)
+    disabled = kernel_mapping_disabled()
+    for module in model.modules():
+        hook = hook_of(type(module).forward)
+        if hook is None:
+            continue
+        chosen = (
+            hook.original
+            if disabled
+            else _choose(hook, target, mode, use_fallback and hook.use_fallback)
+        )
+        module.forward = MethodType(chosen, module)
+    return model

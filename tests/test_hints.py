@@ -1,0 +1,199 @@
+"""Errors and warnings point at the next step that works here, and at the right line.
+
+- no variant for this system: advise ``backend='cpu'`` only where a CPU build exists and
+  forcing it changes something (a GPU machine), else name the build this system needs;
+- not found on the CDN: name the URL that was asked, and a doubled prefix outright;
+- the ``flashhub`` command gives its options (``--version N``), not Python arguments;
+- the plain-http warning names the caller's line, not a line in the library.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer
+from cli_runner import flashhub
+from flashhub_kernels import _store, _transport
+from flashhub_kernels._variants import SystemInfo, build_variant_name
+from flashhub_kernels.errors import KernelNotFoundError, NoCompatibleVariantError
+from trees import write_kernel
+
+REPO = "acme/tensor-tricks"
+CPU_MACHINE = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
+CUDA_MACHINE = SystemInfo((2, 12), True, "cuda", "cu126", "x86_64", "linux")
+CUDA_BUILD = "torch212-cxx11-cu126-x86_64-linux"  # loads on CUDA_MACHINE only
+OLD_CUDA_BUILD = "torch212-cxx11-cu118-x86_64-linux"  # CUDA 11: loads on neither
+CPU_BUILD = "torch212-cxx11-cpu-x86_64-linux"  # runs on CUDA_MACHINE with backend='cpu'
+
+
+def run_as(monkeypatch: pytest.MonkeyPatch, system: SystemInfo) -> None:
+    """Make this process resolve kernels as if its torch were ``system``."""
+    monkeypatch.setattr(_store, "detect_system", lambda: system)
+
+
+def no_variant(version: int = 1) -> NoCompatibleVariantError:
+    with pytest.raises(NoCompatibleVariantError) as info:
+        fk.get_kernel(REPO, version=version)
+    return info.value
+
+
+# -- no variant for this system --------------------------------------------------------------
+
+
+def test_a_cpu_machine_is_told_which_build_it_needs_not_to_force_a_backend(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_as(monkeypatch, CPU_MACHINE)
+    write_kernel(cdn.root, REPO, 1, [CUDA_BUILD])
+    write_kernel(cdn.root, REPO, 2, [CUDA_BUILD], with_variants_json=False)  # probed
+
+    for error in (no_variant(1), no_variant(2)):
+        assert error.hint is not None
+        assert "backend=" not in error.hint and error.cli_hint is None
+        assert build_variant_name(CPU_MACHINE) in error.hint  # torch213-cxx11-cpu-x86_64-linux
+        assert "ask the publisher" in error.hint
+
+
+def test_a_gpu_machine_is_told_to_force_the_cpu_build_that_is_published(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_as(monkeypatch, CUDA_MACHINE)
+    write_kernel(cdn.root, REPO, 1, [OLD_CUDA_BUILD, CPU_BUILD])
+
+    error = no_variant()
+
+    assert error.hint is not None and error.cli_hint is not None
+    assert f"pass backend='cpu' to run the CPU build {CPU_BUILD}" in error.hint
+    assert f"pass --backend cpu to use the CPU build {CPU_BUILD}" in error.cli_hint
+    assert CUDA_BUILD in error.hint  # what this machine would load without forcing
+    module = fk.get_kernel(REPO, version=1, backend="cpu")  # the advice works
+    assert module.marker() == f"{REPO}@v1:{CPU_BUILD}"
+
+
+def test_a_gpu_machine_without_a_cpu_build_is_not_told_to_force_one(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_as(monkeypatch, CUDA_MACHINE)
+    write_kernel(cdn.root, REPO, 1, [OLD_CUDA_BUILD])
+    write_kernel(cdn.root, REPO, 2, [OLD_CUDA_BUILD], with_variants_json=False)
+
+    listed, probed = no_variant(1), no_variant(2)
+
+    assert listed.hint is not None and "backend=" not in listed.hint
+    assert CUDA_BUILD in listed.hint
+    # Without variants.json only this machine's names were probed: a CPU build may exist.
+    assert probed.hint is not None and "backend='cpu' to look for a CPU build" in probed.hint
+
+
+# -- not found on the CDN --------------------------------------------------------------------
+
+
+def test_not_found_names_the_url_asked_without_credentials(cdn: CdnServer) -> None:
+    fk.configure(cdn_url=cdn.url_for("127.0.0.1", "reader:s3cret"))
+    with pytest.raises(KernelNotFoundError) as info:
+        fk.get_kernel("acme/missing", version=1)
+    assert f"{cdn.url}/kernels/acme/missing/v1/variants.json does not exist" in str(info.value)
+    assert "s3cret" not in str(info.value)
+    assert info.value.hint == "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+
+
+@pytest.mark.parametrize("url_path", ["/kernels", "/kernels/"])
+def test_a_prefix_doubled_by_the_cdn_url_is_named(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, url_path: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", cdn.url + url_path)
+
+    result = flashhub("get", REPO, "--version", "1")
+    newest = flashhub("variants", REPO)
+
+    assert result.returncode == 1
+    assert f"{cdn.url}/kernels/kernels/{REPO}/v1/variants.json does not exist" in result.stderr
+    doubled = (
+        "hint: FLASHHUB_CDN_URL already ends with /kernels and FLASHHUB_CDN_PREFIX adds it "
+        "again: drop one"
+    )
+    assert doubled in result.stderr
+    assert f"{cdn.url}/kernels/kernels/{REPO}/versions.json does not exist" in newest.stderr
+    assert doubled in newest.stderr
+
+
+def test_a_missing_version_is_told_the_newest(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    with pytest.raises(KernelNotFoundError) as info:
+        fk.get_kernel(REPO, version=5)
+    assert "published versions: 1, 2" in info.value.message
+    assert info.value.hint == "use a published version; the newest is v2"
+
+    result = flashhub("get", REPO, "--version", "5")
+    assert "hint: pass a published version, e.g. --version 2 (the newest)" in result.stderr
+
+
+# -- the command line speaks in options ------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["variants", "info", "get"])
+def test_an_unknown_repo_gets_cli_advice(cdn: CdnServer, command: str) -> None:
+    result = flashhub(command, "acme/nope")
+
+    assert result.returncode == 1
+    assert f"{cdn.url}/kernels/acme/nope/versions.json does not exist" in result.stderr
+    [hint] = [line for line in result.stderr.splitlines() if "hint:" in line]
+    assert "check the repo id" in hint and "--version N" in hint
+    assert "version=" not in hint
+
+
+def test_the_library_keeps_python_advice(cdn: CdnServer) -> None:
+    with pytest.raises(KernelNotFoundError) as info:
+        fk.get_kernel_variants("acme/nope")
+    assert info.value.hint is not None and "pass version=" in info.value.hint
+    assert info.value.cli_hint is not None and "--version N" in info.value.cli_hint
+
+
+def test_cli_backend_advice_is_an_option_that_works(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_as(monkeypatch, CUDA_MACHINE)
+    write_kernel(cdn.root, REPO, 1, [OLD_CUDA_BUILD, CPU_BUILD])
+
+    refused = flashhub("get", REPO, "--version", "1")
+    forced = flashhub("get", REPO, "--version", "1", "--backend", "cpu")
+
+    assert refused.returncode == 1
+    assert f"hint: pass --backend cpu to use the CPU build {CPU_BUILD}" in refused.stderr
+    assert forced.returncode == 0, forced.stderr
+    assert Path(forced.stdout.strip()).name == CPU_BUILD
+
+
+# -- the plain-http warning ------------------------------------------------------------------
+
+
+def plain_http_warnings(caught: list[warnings.WarningMessage]) -> list[tuple[str, int]]:
+    return [(w.filename, w.lineno) for w in caught if "over plain http" in str(w.message)]
+
+
+def test_the_plain_http_warning_points_at_the_callers_line(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    # A second mirror on plain http to another host: warned about, never asked.
+    fk.configure(cdn_url=f"{cdn.url},http://mirror.example")
+
+    for load in ("call", "import"):
+        monkeypatch.setattr(_transport, "_warned_hosts", set())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if load == "call":
+                line = sys._getframe().f_lineno + 1
+                fk.get_kernel(REPO, version=1)
+            else:
+                line = sys._getframe().f_lineno + 1
+                import flashhub.acme.tensor_tricks.v2  # noqa: F401
+        assert plain_http_warnings(caught) == [(__file__, line)], load

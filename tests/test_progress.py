@@ -1,0 +1,77 @@
+"""Download progress: a bar with the total, the percentage and the time left, on a terminal
+only, and not at all with FLASHHUB_DISABLE_PROGRESS_BARS=1."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer, slowly
+from trees import kernel_files, write_variant
+
+REPO = "acme/tensor-tricks"
+VARIANT = "torch-universal"
+BLOB = bytes(range(256)) * (12 * 1024)  # 3 MiB
+BLOB_PATH = f"kernels/{REPO}/v1/build/{VARIANT}/tensor_tricks/blob.bin"
+
+
+class Terminal(io.StringIO):
+    """Standard error as a terminal shows it: what was written, and isatty() true."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def stderr_to(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Send standard error to ``stream``, bars enabled. Called in the test itself: pytest
+    puts its own capture back on ``sys.stderr`` between a fixture and the test."""
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.delenv("FLASHHUB_DISABLE_PROGRESS_BARS", raising=False)
+
+
+VARIANT_BYTES = len(BLOB) + sum(map(len, kernel_files("tensor_tricks", "blob").values()))
+
+
+def publish_slow_blob(cdn: CdnServer, *, with_sizes: bool) -> None:
+    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
+    write_variant(cdn.root, REPO, 1, VARIANT, files, with_sizes=with_sizes)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    cdn.inject(BLOB_PATH, slowly(1.6))  # past the second after which a bar appears
+
+
+@pytest.mark.parametrize("with_sizes", [True, False], ids=["manifest-sizes", "content-length"])
+def test_a_slow_download_shows_total_percentage_and_time_left(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, with_sizes: bool
+) -> None:
+    publish_slow_blob(cdn, with_sizes=with_sizes)
+    screen = Terminal()
+    stderr_to(screen, monkeypatch)
+    fk.get_kernel(REPO, version=1)
+    shown = screen.getvalue()
+    assert f"/{VARIANT_BYTES / 2**20:.2f}M" in shown, shown  # the total: the variant's files
+    assert re.search(r"\d+%\|", shown), shown  # the percentage
+    assert re.search(r"<\d\d:\d\d", shown), shown  # the time left
+    assert f"{REPO}@v1 {VARIANT}" in shown
+
+
+def test_no_bar_when_disabled(cdn: CdnServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    publish_slow_blob(cdn, with_sizes=True)
+    screen = Terminal()
+    stderr_to(screen, monkeypatch)
+    monkeypatch.setenv("FLASHHUB_DISABLE_PROGRESS_BARS", "1")
+    fk.get_kernel(REPO, version=1)
+    assert screen.getvalue() == ""
+
+
+def test_no_bar_when_stderr_is_not_a_terminal(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish_slow_blob(cdn, with_sizes=True)
+    not_a_terminal = io.StringIO()
+    stderr_to(not_a_terminal, monkeypatch)
+    fk.get_kernel(REPO, version=1)
+    assert not_a_terminal.getvalue() == ""
