@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from cdn_server import CdnServer
-from flashhub_kernels import _finder
+from flashhub_kernels import _finder, _store
 from flashhub_kernels._config import reset_config
 
 
@@ -45,12 +45,14 @@ def flashhub_env(
 ) -> Iterator[None]:
     """Point flashhub at the test's CDN and cache; give every test a fresh finder."""
     for name in list(os.environ):
-        if name.startswith("FLASHHUB_") or name.lower() in NETWORK_ENV:
+        if name.startswith("FLASHHUB_") or name.lower() in NETWORK_ENV or name == "LOCAL_KERNELS":
             monkeypatch.delenv(name)
     # ~/.netrc must not lend credentials to a test; a test that wants one sets NETRC
     monkeypatch.setenv("NETRC", str(tmp_path / "no-such-netrc"))
     monkeypatch.setenv("FLASHHUB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("FLASHHUB_DISABLE_PROGRESS_BARS", "1")
+    # Request counts stay those of the load itself; test_version_notice turns it back on.
+    monkeypatch.setenv("FLASHHUB_NO_VERSION_CHECK", "1")
     if "cdn" in request.fixturenames:
         server: CdnServer = request.getfixturevalue("cdn")
         monkeypatch.setenv("FLASHHUB_CDN_URL", server.url)
@@ -81,6 +83,7 @@ NETWORK_ENV = {
 def _forget_kernels() -> None:
     for name in [n for n in sys.modules if n.startswith("flashhub.")]:
         del sys.modules[name]
+    _store._version_checked.clear()  # each test checks for newer versions afresh
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _finder.KernelFinder)]
     _finder.install()
 

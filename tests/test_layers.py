@@ -1,8 +1,9 @@
-"""Kernel layers: mapping, scoping, validation, selection and kernelize, on the CPU.
+"""Kernel layers and functions: mapping, scoping, validation, selection and kernelize, on the CPU.
 
 Layer kernels are published to the loopback CDN (``cdn``) or written as local kernel
-directories. Every kernel layer appends its kernel's tag to the module-level ``CALLS``
-list of its ``layers`` module, so a test can tell which kernel ran, if any.
+directories. Every kernel layer and function appends its kernel's tag to the
+module-level ``CALLS`` list of its ``layers`` module, so a test can tell which kernel
+ran, if any.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ from flashhub_kernels.layers import (
     BaseLayerRepository,
     CUDAProperties,
     Device,
+    FuncRepository,
     LayerRepository,
+    LocalFuncRepository,
     LocalLayerRepository,
+    LockedFuncRepository,
     Mode,
     ROCMProperties,
     _mapping,
@@ -41,9 +45,11 @@ from flashhub_kernels.layers import (
     register_kernel_mapping,
     replace_kernel_forward_from_hub,
     use_kernel_forward_from_hub,
+    use_kernel_func_from_hub,
     use_kernel_mapping,
     validate_layer,
 )
+from flashhub_kernels.layers._mapping import mode_text
 from trees import write_variant
 
 LAYERS_PY = '''"""Layers of test kernel {tag}."""
@@ -56,10 +62,27 @@ CALLS = []
 
 
 class SiluAndMul(nn.Module):
+    can_torch_compile = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         CALLS.append(TAG)
         d = x.shape[-1] // 2
         return F.silu(x[..., :d]) * x[..., d:]
+
+
+class NoBackward(nn.Module):
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS.append(TAG)
+        return x[..., : x.shape[-1] // 2]
+
+
+class NoCompile(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS.append(TAG)
+        return x[..., : x.shape[-1] // 2]
 
 
 class Scale(nn.Module):
@@ -79,9 +102,28 @@ class WithInit(nn.Module):
 '''
 
 
+INIT_PY = """from . import layers
+
+
+def silu_and_mul(x):
+    layers.CALLS.append(layers.TAG + ":func")
+    d = x.shape[-1] // 2
+    return layers.F.silu(x[..., :d]) * x[..., d:]
+
+
+def double(x):
+    layers.CALLS.append(layers.TAG + ":func")
+    return x * 2
+
+
+double.has_backward = False
+double.can_torch_compile = True
+"""
+
+
 def layer_files(py_pkg: str, tag: str) -> dict[str, bytes]:
     return {
-        f"{py_pkg}/__init__.py": b"from . import layers\n",
+        f"{py_pkg}/__init__.py": INIT_PY.encode(),
         f"{py_pkg}/layers.py": LAYERS_PY.format(tag=tag).encode(),
     }
 
@@ -750,6 +792,20 @@ def test_layer_repository_validation() -> None:
         LocalLayerRepository("/tmp/x", "")
 
 
+def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> None:
+    path = tmp_path / "local" / "layers_a"
+    hf_style = LocalLayerRepository(
+        repo_path=path, package_name="silu_layers", layer_name="SiluAndMul"
+    )
+    assert hf_style == LocalLayerRepository(path, "SiluAndMul")
+    func = LocalFuncRepository(repo_path=path, package_name="silu_layers", func_name="double")
+    assert func == LocalFuncRepository(path, "double")
+    with pytest.raises(TypeError, match="a path"):
+        LocalLayerRepository(path, "SiluAndMul", repo_path=path)
+    with pytest.raises(TypeError, match="a path"):
+        LocalFuncRepository(func_name="double")
+
+
 def test_repositories_copy_and_pickle_as_values(tmp_path: Path) -> None:
     repo = local_layers(tmp_path, "a")
     repo.load()
@@ -847,3 +903,244 @@ def test_docs_example_runs(
     assert printed[0].startswith("flashhub._local.silu_layers_")
     assert printed[1] == "flashhub.acme.silu_layers.v1.layers"
     assert len(cdn.gets("layers.py")) == 1
+
+
+# -- mode fallback order -------------------------------------------------------------------
+
+INF, TRN, CMP, FB = Mode.INFERENCE, Mode.TRAINING, Mode.TORCH_COMPILE, Mode.FALLBACK
+ALL_KEYS = [INF, INF | CMP, TRN, TRN | CMP, FB]
+
+
+@pytest.mark.parametrize(
+    ("mode", "order"),
+    [
+        (INF, [INF, INF | CMP, TRN, TRN | CMP, FB]),
+        (TRN, [TRN, TRN | CMP, FB]),
+        (INF | CMP, [INF | CMP, TRN | CMP, FB]),
+        (TRN | CMP, [TRN | CMP, FB]),
+    ],
+)
+def test_each_mode_tries_the_keys_in_order(mode: Mode, order: list[Mode]) -> None:
+    for i, expected in enumerate(order):
+        repos = {key: mode_text(key) for key in ALL_KEYS if key not in order[:i]}
+        assert _mapping.select_mode(repos, mode) == (mode_text(expected), expected)
+    assert _mapping.select_mode({k: "x" for k in ALL_KEYS if k not in order}, mode) is None
+
+
+def test_inference_uses_a_kernel_mapped_only_for_training(
+    mode_repos: dict[str, LocalLayerRepository],
+) -> None:
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul())
+    with use_kernel_mapping(
+        cpu_mapping({Mode.TRAINING | Mode.TORCH_COMPILE: mode_repos["compile"]})
+    ):
+        assert kernel_tag(kernelize(model, mode=Mode.INFERENCE)[1]) == "compile"
+    with use_kernel_mapping(cpu_mapping({Mode.TRAINING: mode_repos["training"]})):
+        assert kernel_tag(kernelize(model, mode=Mode.INFERENCE)[1]) == "training"
+        # a compiled run needs a kernel mapped for compiling
+        kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        assert model[1].forward.__func__ is SiluAndMul.forward
+    with use_kernel_mapping(cpu_mapping({Mode.INFERENCE: mode_repos["inference"]})):
+        kernelize(model, mode=Mode.TRAINING)  # an inference kernel cannot train
+        assert model[1].forward.__func__ is SiluAndMul.forward
+
+
+# -- has_backward and can_torch_compile ----------------------------------------------------
+
+
+class MarkedLayer(nn.Module):
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_validate_layer_accepts_the_protocol_markers() -> None:
+    validate_layer(MarkedLayer, HubSiluAndMul)
+
+
+def test_a_layer_without_backward_is_not_used_for_training(tmp_path: Path) -> None:
+    repo = local_layers(tmp_path, "a", layer_name="NoBackward")
+    kernel_forward = repo.load().forward
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(repo)):
+        assert kernelize(model, mode=Mode.INFERENCE)[1].forward.__func__ is kernel_forward
+        kernelize(model, mode=Mode.TRAINING)
+        assert model[1].forward.__func__ is SiluAndMul.forward
+        kernelize(model, mode=Mode.TRAINING | Mode.TORCH_COMPILE)
+        assert model[1].forward.__func__ is SiluAndMul.forward
+        with pytest.raises(KernelLayerError, match=r"does not support backward"):
+            kernelize(model, mode=Mode.TRAINING, use_fallback=False)
+        layer = HubSiluAndMul()
+        layer.train()(torch.ones(2, 4))  # the marked forward follows the same rule
+        layer.eval()(torch.ones(2, 4))
+    assert layer.n_calls == 1 and calls(repo) == ["a"]
+    with (
+        use_kernel_mapping(cpu_mapping({Mode.TRAINING: repo})),
+        pytest.raises(KernelLayerError, match=r"mapped for 'SiluAndMul' in mode TRAINING"),
+    ):
+        kernelize(model, mode=Mode.INFERENCE)  # mapped for a mode it says it cannot do
+
+
+def test_a_layer_needs_can_torch_compile_for_compiled_runs(tmp_path: Path) -> None:
+    repo = local_layers(tmp_path, "a", layer_name="NoCompile")
+    kernel_forward = repo.load().forward
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(repo)):
+        assert kernelize(model, mode=Mode.TRAINING)[1].forward.__func__ is kernel_forward
+        kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        assert model[1].forward.__func__ is SiluAndMul.forward
+        with pytest.raises(KernelLayerError, match=r"does not support torch\.compile"):
+            kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, use_fallback=False)
+    with (
+        use_kernel_mapping(cpu_mapping({Mode.INFERENCE | Mode.TORCH_COMPILE: repo})),
+        pytest.raises(KernelLayerError, match=r"in mode INFERENCE\|TORCH_COMPILE"),
+    ):
+        kernelize(model, mode=Mode.INFERENCE)
+
+
+# -- register_kernel_mapping(inherit_mapping=False) ----------------------------------------
+
+
+def test_register_without_inheriting_replaces_the_mapping(tmp_path: Path, x: torch.Tensor) -> None:
+    a, b = local_layers(tmp_path, "a"), local_layers(tmp_path, "b")
+    register_kernel_mapping({"SiluAndMul": {"cpu": a, "cuda": a}})
+    register_kernel_mapping({"Other": {"cpu": b}}, inherit_mapping=False)
+    assert list(_mapping.current_mapping()) == ["Other"]
+    register_kernel_mapping(cpu_mapping(a))
+    with use_kernel_mapping(cpu_mapping(b)):
+        register_kernel_mapping({"SiluAndMul": {"cuda": b}}, inherit_mapping=False)
+        HubSiluAndMul()(x)  # nothing for the CPU in this block any more
+        assert _mapping.current_mapping() == {"SiluAndMul": {Device("cuda"): {FB: b}}}
+    HubSiluAndMul()(x)  # the block's mapping is gone; the process-wide one is back
+    assert calls(a) == ["a"] and calls(b) == []
+
+
+# -- function kernels ----------------------------------------------------------------------
+
+
+def marked_silu_and_mul() -> nn.Module:
+    """A marked function, new for each test: kernelize binds the forward of the one object."""
+
+    @use_kernel_func_from_hub("silu_and_mul")
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        """The reference function."""
+        return reference_silu_and_mul(x)
+
+    return silu_and_mul
+
+
+class WithFunc(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 16)
+        self.act = marked_silu_and_mul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.linear(x))
+
+
+def func_calls(repo: BaseLayerRepository) -> list[str]:
+    """Tags recorded by the kernel functions and layers of ``repo``'s kernel."""
+    return list(sys.modules[repo.load().__module__].layers.CALLS)
+
+
+def test_a_marked_function_is_still_a_function() -> None:
+    silu_and_mul = marked_silu_and_mul()
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(silu_and_mul(x), reference_silu_and_mul(x))
+    assert isinstance(silu_and_mul, nn.Module)
+    assert type(silu_and_mul).__name__ == "silu_and_mul"
+    assert type(silu_and_mul).__doc__ == "The reference function."
+    with pytest.raises(TypeError, match="decorates functions"):
+        use_kernel_func_from_hub("x")(SiluAndMul)  # type: ignore[arg-type]
+
+
+def test_kernelize_swaps_a_marked_function(tmp_path: Path) -> None:
+    local_layers(tmp_path, "a")
+    repo = LocalFuncRepository(tmp_path / "local" / "layers_a", "silu_and_mul")
+    model = WithFunc()
+    x = torch.randn(3, 8)
+    expected = reference_silu_and_mul(model.linear(x))
+    with use_kernel_mapping({"silu_and_mul": {"cpu": repo}}):
+        kernelize(model, mode=Mode.INFERENCE)
+    torch.testing.assert_close(model(x), expected)
+    assert func_calls(repo) == ["a:func"]
+    kernelize(model, mode=Mode.INFERENCE)  # nothing mapped now: the original again
+    model(x)
+    assert func_calls(repo) == ["a:func"]
+
+
+def test_function_and_layer_kernels_replace_each_other(
+    cdn: CdnServer, tmp_path: Path, x: torch.Tensor
+) -> None:
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    func_repo = FuncRepository("acme/silu-layers", "silu_and_mul", version=1)
+    layer_repo = local_layers(tmp_path, "a")
+    layer = HubSiluAndMul()
+    model = WithFunc().eval()
+    with use_kernel_mapping(
+        {"SiluAndMul": {"cpu": func_repo}, "silu_and_mul": {"cpu": layer_repo}}
+    ):
+        torch.testing.assert_close(layer(x), reference_silu_and_mul(x))  # a function for a layer
+        model(torch.randn(3, 8))  # a layer for a function, looked up per call
+    assert layer.n_calls == 0
+    assert func_calls(func_repo) == ["cdn:func"]
+    assert calls(layer_repo) == ["a"]
+    assert len(cdn.gets("__init__.py")) == 1
+
+
+def test_locked_func_repository(cdn: CdnServer, tmp_path: Path) -> None:
+    from flashhub_kernels._lock import lock_project
+    from projects import write_project
+
+    publish_layers(cdn, "acme/silu-layers", "locked")
+    (cdn.root / "kernels/acme/silu-layers/versions.json").write_text("[1]")
+    project = write_project(tmp_path / "proj", {"acme/silu-layers": ">=1"})
+    lock_project(project)
+    repo = LockedFuncRepository(
+        "acme/silu-layers", "silu_and_mul", lockfile=project / "flashhub.lock"
+    )
+    model = WithFunc()
+    with use_kernel_mapping({"silu_and_mul": {"cpu": repo}}):
+        kernelize(model, mode=Mode.TRAINING)
+    model(torch.randn(3, 8))
+    assert func_calls(repo) == ["locked:func"]
+
+
+def test_a_function_kernel_carries_its_markers(tmp_path: Path) -> None:
+    local_layers(tmp_path, "a")
+    repo = LocalFuncRepository(tmp_path / "local" / "layers_a", "double")
+    layer = repo.load()
+    assert (layer.has_backward, layer.can_torch_compile) == (False, True)
+    model = WithFunc()
+    validate_layer(layer, type(model.act))
+    with use_kernel_mapping({"silu_and_mul": {"cpu": repo}}):
+        kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        assert model.act.forward.__func__ is layer.forward
+        kernelize(model, mode=Mode.TRAINING)  # it has no backward
+        assert model.act.forward.__func__ is type(model.act).forward.__wrapped__
+    plain = LocalFuncRepository(tmp_path / "local" / "layers_a", "silu_and_mul").load()
+    assert not hasattr(plain, "has_backward") and not hasattr(plain, "can_torch_compile")
+
+
+def test_func_repository_errors(tmp_path: Path, x: torch.Tensor) -> None:
+    with pytest.raises(ValueError, match="exactly one of version= or revision="):
+        FuncRepository("acme/silu-layers", "silu_and_mul")
+    with pytest.raises(ValueError, match="func_name must be a function name"):
+        FuncRepository("acme/silu-layers", "silu-and-mul", version=1)
+    with pytest.raises(ValueError, match="func_name must be a function name"):
+        LockedFuncRepository("acme/silu-layers", "")
+    with pytest.raises(ValueError, match="func_name must be a non-empty string"):
+        use_kernel_func_from_hub("")
+    local_layers(tmp_path, "a")
+    missing = LocalFuncRepository(tmp_path / "local" / "layers_a", "gelu")
+    with (
+        use_kernel_mapping(cpu_mapping(missing)),
+        pytest.raises(KernelLayerError, match=r"no function 'gelu'(.|\n)*double, silu_and_mul"),
+    ):
+        HubSiluAndMul()(x)
+    assert FuncRepository("acme/silu-layers", "f", revision="v2").info.version == 2
+    clone = pickle.loads(pickle.dumps(missing))
+    assert clone == missing and hash(clone) == hash(missing)

@@ -100,7 +100,9 @@ def test_a_file_a_half_synced_mirror_lacks_comes_from_the_next(
     k = fk.get_kernel(REPO, version=1)
     assert k.helpers.shout() == "BLOB"
     assert (variant_dir(k) / "tensor_tricks/data/table.txt").read_text() == "table of blob\n"
-    assert sorted(b.gets()) == sorted(f"/{path}" for path in MISSING)
+    # B served the files A lacks; it may serve more, since a mirror that failed goes to
+    # the back of the list for the rest of the download.
+    assert {f"/{path}" for path in MISSING} <= set(b.gets())
     assert f"/kernels/{REPO}/v1/variants.json" in a.gets()
     assert f"/{BUILD}/metadata.json" in a.gets()
 

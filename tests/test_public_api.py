@@ -46,14 +46,18 @@ def test_all_names_resolve() -> None:
 TORCH_FREE_LAYER_NAMES = [
     "CUDAProperties",
     "Device",
+    "FuncRepository",
     "LayerRepository",
+    "LocalFuncRepository",
     "LocalLayerRepository",
+    "LockedFuncRepository",
     "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
     "register_kernel_mapping",
     "replace_kernel_forward_from_hub",
     "use_kernel_forward_from_hub",
+    "use_kernel_func_from_hub",
     "use_kernel_mapping",
 ]
 
@@ -69,14 +73,22 @@ def test_layer_names_and_mappings_need_no_torch(tmp_path: Path) -> None:
             "acme/silu-layers", "SiluAndMul", lockfile={str(tmp_path / "flashhub.lock")!r}
         )
         local = LocalLayerRepository(".", "SiluAndMul")
+        func = FuncRepository("acme/silu-layers", "silu_and_mul", version=1)
+        locked_func = LockedFuncRepository(
+            "acme/silu-layers", "silu_and_mul", lockfile={str(tmp_path / "flashhub.lock")!r}
+        )
         register_kernel_mapping({{"SiluAndMul": {{"cpu": local}}}})
+        register_kernel_mapping({{"silu_and_mul": {{"cpu": func}}}}, inherit_mapping=False)
         with use_kernel_mapping({{
             "SiluAndMul": {{
                 Device("cuda", CUDAProperties(80, 90)): {{Mode.INFERENCE: silu}},
                 Device("rocm", ROCMProperties(90, 94)): locked,
+                "cpu": {{Mode.TRAINING: LocalFuncRepository(".", "silu_and_mul")}},
+                "xpu": locked_func,
             }}
         }}):
             use_kernel_forward_from_hub("SiluAndMul")
+            use_kernel_func_from_hub("silu_and_mul")
         heavy = {{"torch", "flashhub_kernels._lock"}} & set(sys.modules)
         assert not heavy, heavy
     """

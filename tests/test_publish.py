@@ -373,8 +373,8 @@ def _write(relpath: str, text: str) -> Callable[[Path], None]:
 
 BAD_BUILDS: dict[str, tuple[Callable[[Path], object], list[str]]] = {
     "bad variant name": (
-        lambda k: (k / "build" / CPU).rename(k / "build" / "torch213-cpu-x86_64-linux"),
-        ["torch213-cpu-x86_64-linux", "variant"],
+        lambda k: (k / "build" / CPU).rename(k / "build" / "torch213-cxx11-x86_64-linux"),
+        ["torch213-cxx11-x86_64-linux", "variant"],
     ),
     "missing __init__.py": (lambda k: (_package(k) / "__init__.py").unlink(), ["__init__.py"]),
     "wrong package dir name": (

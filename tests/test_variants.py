@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -22,6 +23,7 @@ from flashhub_kernels._variants import (
     resolve_variants,
     with_backend,
 )
+from flashhub_kernels.layers._device import Device, as_device
 
 CPU = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
 CUDA = SystemInfo((2, 12), True, "cuda", "cu126", "x86_64", "linux")
@@ -62,9 +64,10 @@ def test_parse_noarch(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "torch213-cpu-x86_64-linux",  # Linux exact build without ABI tag
-        "torch213-cxx11-tpu-x86_64-linux",
-        "torch-npu",
+        "torch213-cxx11-gpu-x86_64-linux",
+        "torch-gpu",
+        "tvm-ffi-cu128-x86_64-linux",  # no version
+        "tvm-ffi01-cxx11-cu128-x86_64-linux",  # tvm-ffi names carry no ABI tag
         "torch213-cxx11-cpu-../..-linux",
         "pytorch213-cxx11-cpu-x86_64-linux",
         "torch213-cxx11-cpu-x86_64",
@@ -76,6 +79,89 @@ def test_unparseable_names_are_rejected_with_a_reason(name: str) -> None:
     assert isinstance(res, VariantRejected) and res.variant == name
     assert res.variant.tier is None and res.variant.backend is None
     assert name in res.reason or "variant" in res.reason
+
+
+def test_linux_names_without_the_abi_tag() -> None:
+    variant = parse_variant("torch213-cpu-x86_64-linux")
+    assert (variant.tier, variant.torch, variant.abi, variant.backend) == (
+        "exact",
+        (2, 13),
+        None,
+        "cpu",
+    )
+    assert parse_variant("torch210-cu128-x86_64-linux").backend_version == (12, 8)
+    assert verdict("torch213-cpu-x86_64-linux", CPU) == "ok"
+    assert verdict("torch213-cpu-x86_64-linux", replace(CPU, cxx11_abi=False)) == "ok"
+    assert "torch 2.12" in verdict("torch212-cpu-x86_64-linux", CPU)
+    assert verdict("torch212-cu126-x86_64-linux", CUDA) == "ok"
+    assert build_variant_name(CPU, abi_tag=False) == "torch213-cpu-x86_64-linux"
+
+
+def test_a_tagless_name_is_preferred_to_a_tagged_one_for_the_same_build() -> None:
+    published = [
+        "torch-universal",
+        "torch212-cxx11-cu126-x86_64-linux",
+        "torch212-cu126-x86_64-linux",
+        "torch212-cxx11-cu124-x86_64-linux",
+        "torch212-cu124-x86_64-linux",
+    ]
+    accepted = [r.variant for r in resolve_variants(published, CUDA)]
+    assert accepted == [
+        "torch212-cu126-x86_64-linux",
+        "torch212-cxx11-cu126-x86_64-linux",
+        "torch212-cu124-x86_64-linux",
+        "torch212-cxx11-cu124-x86_64-linux",
+        "torch-universal",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "tvm_ffi", "backend_tag"),
+    [
+        ("tvm-ffi01-cu128-x86_64-linux", (0, 1), "cu128"),
+        ("tvm-ffi012-cpu-aarch64-linux", (0, 12), "cpu"),
+        ("tvm-ffi10-metal-aarch64-darwin", (1, 0), "metal"),
+    ],
+)
+def test_tvm_ffi_builds_parse_and_are_rejected(
+    name: str, tvm_ffi: tuple[int, int], backend_tag: str
+) -> None:
+    variant = parse_variant(name)
+    assert (variant.tier, variant.tvm_ffi, variant.torch) == ("tvm-ffi", tvm_ffi, None)
+    assert variant.backend_tag == backend_tag and variant.abi is None
+    for system in (CPU, CUDA, MAC):
+        reason = verdict(name, system)
+        assert f"tvm-ffi {tvm_ffi[0]}.{tvm_ffi[1]}" in reason and "torch builds only" in reason
+
+
+@pytest.mark.parametrize(
+    ("name", "backend", "backend_tag", "tier"),
+    [
+        ("torch-neuron", "neuron", None, "noarch"),
+        ("torch-tpu", "tpu", None, "noarch"),
+        ("torch-npu", "npu", None, "noarch"),
+        ("torch213-cxx11-tpu-x86_64-linux", "tpu", "tpu", "exact"),
+        ("torch210-neuron-x86_64-linux", "neuron", "neuron", "exact"),
+        ("torch29-cann81-aarch64-linux", "npu", "cann81", "exact"),
+    ],
+)
+def test_backends_this_client_never_detects_parse_and_are_rejected(
+    name: str, backend: str, backend_tag: str | None, tier: str
+) -> None:
+    variant = parse_variant(name)
+    assert (variant.backend, variant.backend_tag, variant.tier) == (backend, backend_tag, tier)
+    for system in (CPU, CUDA, ROCM, MAC, XPU):
+        reason = verdict(name, system)
+        assert f"built for {backend_tag or backend}" in reason and "backend=" not in reason
+    resolutions = resolve_variants([name, "torch-universal"], CPU)
+    assert [type(r) for r in resolutions] == [VariantAccepted, VariantRejected]
+
+
+def test_layer_mappings_accept_the_extra_device_types() -> None:
+    for device_type in ("neuron", "tpu", "npu"):
+        assert as_device(device_type) == Device(device_type)
+    with pytest.raises(ValueError, match="neuron, tpu"):
+        Device("gpu")
 
 
 def test_exact_build_rules() -> None:
@@ -159,6 +245,8 @@ def test_candidates_are_in_preference_order_and_all_accepted() -> None:
         assert [r.variant for r in resolutions] == names
         assert names[-1] == "torch-universal"
     assert "torch212-cxx11-cu120-x86_64-linux" in candidate_names(CUDA)
+    tagless = candidate_names(CPU).index("torch213-cpu-x86_64-linux")
+    assert candidate_names(CPU)[tagless + 1] == "torch213-cxx11-cpu-x86_64-linux"
 
 
 def test_with_backend_forces_cpu() -> None:

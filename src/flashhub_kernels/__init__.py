@@ -4,7 +4,7 @@ Importing this package is cheap: it imports neither torch nor an HTTP library. t
 is imported when a kernel is first resolved, the HTTP client (``http.client``) when
 something must be downloaded.
 The layer API (``Device``, ``kernelize``, ...) loads on first access; of it, only
-``kernelize`` (and marking a class, an ``nn.Module``) imports torch.
+``kernelize`` (and marking a class, an ``nn.Module``, or a function) imports torch.
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ if TYPE_CHECKING:
     from .layers import (
         CUDAProperties,
         Device,
+        FuncRepository,
         LayerRepository,
+        LocalFuncRepository,
         LocalLayerRepository,
+        LockedFuncRepository,
         LockedLayerRepository,
         Mode,
         ROCMProperties,
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
         register_kernel_mapping,
         replace_kernel_forward_from_hub,
         use_kernel_forward_from_hub,
+        use_kernel_func_from_hub,
         use_kernel_mapping,
     )
 
@@ -54,14 +58,18 @@ _LAZY = {
     "load_kernel": "._lock",
     "CUDAProperties": ".layers",
     "Device": ".layers",
+    "FuncRepository": ".layers",
     "LayerRepository": ".layers",
+    "LocalFuncRepository": ".layers",
     "LocalLayerRepository": ".layers",
+    "LockedFuncRepository": ".layers",
     "Mode": ".layers",
     "ROCMProperties": ".layers",
     "kernelize": ".layers",
     "register_kernel_mapping": ".layers",
     "replace_kernel_forward_from_hub": ".layers",
     "use_kernel_forward_from_hub": ".layers",
+    "use_kernel_func_from_hub": ".layers",
     "use_kernel_mapping": ".layers",
 }
 
@@ -70,9 +78,12 @@ __all__ = [
     "CUDAProperties",
     "Config",
     "Device",
+    "FuncRepository",
     "LayerRepository",
     "LoadedKernel",
+    "LocalFuncRepository",
     "LocalLayerRepository",
+    "LockedFuncRepository",
     "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
@@ -94,6 +105,7 @@ __all__ = [
     "register_kernel_mapping",
     "replace_kernel_forward_from_hub",
     "use_kernel_forward_from_hub",
+    "use_kernel_func_from_hub",
     "use_kernel_mapping",
 ]
 

@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from ._config import get_config
+from ._config import get_config, local_kernels
 from ._finder import LoadedKernel, install
+from ._local import find_local_package, local_override
 from ._names import RepoInfo, check_backend, parse_repo_id, resolve_version
 from ._variants import VariantAccepted, VariantResolution, resolve_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError
@@ -54,36 +55,11 @@ def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
     with an ``__init__.py``. The best variant for this system is used. The module gets a
     unique name derived from the path, so different directories never collide.
     """
-    package_dir = _find_local_package(Path(repo_path).resolve())
+    package_dir = find_local_package(Path(repo_path).resolve()).package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
     module_name = f"flashhub._local.{package_dir.name}_{digest}"
     install().add_local(module_name, package_dir)
     return importlib.import_module(module_name)
-
-
-def _find_local_package(path: Path) -> Path:
-    if (path / "__init__.py").is_file():
-        return path
-    packages = (
-        [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
-        if path.is_dir()
-        else []
-    )
-    if len(packages) == 1:
-        return packages[0]
-    base = path / "build" if (path / "build").is_dir() else path
-    variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
-    from ._store import best_variant, target_system
-
-    # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
-    chosen = best_variant(resolve_variants(variants, target_system(None)))
-    if chosen is not None:
-        return _find_local_package(base / chosen)
-    raise KernelNotFoundError(
-        f"no kernel package found in {path}",
-        hint="point at a directory holding build/<variant>/<py_pkg>/__init__.py, "
-        "or at the package itself",
-    )
 
 
 def get_kernel_variants(
@@ -124,8 +100,15 @@ def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None 
     """Whether the CDN publishes a variant of the kernel that this system can load.
 
     With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
-    or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot.
+    or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
+    repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
     """
+    if repo_id in local_kernels():
+        try:
+            local_override([RepoInfo(repo_id, version or 1)], backend)
+        except KernelNotFoundError:
+            return False
+        return True
     config = get_config()
     if config.offline:
         from ._cache import Cache

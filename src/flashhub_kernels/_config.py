@@ -12,6 +12,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._names import parse_repo_id
 from ._urls import redact_url
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
@@ -42,6 +43,8 @@ class Config:
             does not state the file's size (``FLASHHUB_MAX_FILE_BYTES``).
         cache_shared: Trust cache directories that the user's group may write
             (``FLASHHUB_CACHE_SHARED=1``): for a cache shared by a group on purpose.
+        version_check: When a load downloads, read the repo's ``versions.json`` and warn
+            if a newer version is published (off with ``FLASHHUB_NO_VERSION_CHECK=1``).
     """
 
     cdn_urls: tuple[str, ...]
@@ -54,6 +57,7 @@ class Config:
     lock_timeout: float | None = None
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     cache_shared: bool = False
+    version_check: bool = True
 
     def __repr__(self) -> str:
         # The CDN URLs may carry credentials: a repr ends up in logs and tracebacks.
@@ -148,6 +152,7 @@ def get_config() -> Config:
         lock_timeout=_env_seconds("FLASHHUB_LOCK_TIMEOUT", zero_ok=True),
         max_file_bytes=_env_bytes("FLASHHUB_MAX_FILE_BYTES") or DEFAULT_MAX_FILE_BYTES,
         cache_shared=_env_flag("FLASHHUB_CACHE_SHARED"),
+        version_check=not _env_flag("FLASHHUB_NO_VERSION_CHECK"),
     )
 
 
@@ -187,3 +192,46 @@ def kernel_mapping_disabled() -> bool:
     Read on every call, so it can be flipped at run time, like the other settings here.
     """
     return _env_flag("DISABLE_KERNEL_MAPPING")
+
+
+LOCAL_KERNELS_VAR = "LOCAL_KERNELS"
+
+
+def local_kernels() -> dict[str, Path]:
+    """The ``LOCAL_KERNELS`` overrides: repo id -> local kernel directory.
+
+    Read on every call, like the other settings here; unset or empty means none.
+
+    Raises:
+        ValueError: the variable is malformed (see :func:`parse_local_kernels`).
+    """
+    return parse_local_kernels(os.environ.get(LOCAL_KERNELS_VAR, ""))
+
+
+def parse_local_kernels(value: str) -> dict[str, Path]:
+    """Parse ``"org/pkg=/path/to/kernel:org2/pkg2=/other/path"``.
+
+    Entries are separated by ``:`` and split at their first ``=``; blank entries are
+    skipped, and a repo id given twice keeps its last path. Paths are not checked here:
+    a missing directory is an error when that repo is loaded.
+
+    Raises:
+        ValueError: naming ``LOCAL_KERNELS``, for an entry without ``=``, with an
+            invalid repo id or with an empty path.
+    """
+    overrides: dict[str, Path] = {}
+    for entry in value.split(":"):
+        if not entry.strip():
+            continue
+        repo_id, sep, path = (part.strip() for part in entry.partition("="))
+        if not sep or not path:
+            raise ValueError(
+                f"{LOCAL_KERNELS_VAR} entry {entry!r} is not 'org/pkg=/path/to/kernel' "
+                "(separate several entries with ':')"
+            )
+        try:
+            parse_repo_id(repo_id)
+        except ValueError as exc:
+            raise ValueError(f"{LOCAL_KERNELS_VAR} entry {entry!r}: {exc}") from None
+        overrides[repo_id] = Path(path).expanduser()
+    return overrides

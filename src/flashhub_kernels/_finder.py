@@ -161,13 +161,20 @@ class KernelFinder(importlib.abc.MetaPathFinder):
         )
 
     def resolve(self, fullname: str) -> _Target:
-        """Find (download if needed) the kernel ``fullname`` names. Called by the loader."""
+        """Find (download if needed) the kernel ``fullname`` names. Called by the loader.
+
+        A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
+        """
+        from ._local import local_override
         from ._store import resolve
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
         pinned = self._pins.get(fullname)
-        resolved = resolve([pinned] if pinned else _candidates(parsed), backend=parsed.backend)
+        candidates = [pinned] if pinned else _candidates(parsed)
+        resolved = local_override(candidates, parsed.backend) or resolve(
+            candidates, backend=parsed.backend
+        )
         target = _Target(resolved.package_dir, resolved.info, resolved.variant)
         with self._lock:
             self._targets[fullname] = target

@@ -25,6 +25,7 @@ with backoff and ``Retry-After``):
 from __future__ import annotations
 
 import http.client
+import logging
 import re
 import threading
 import time
@@ -39,6 +40,8 @@ from ._hashing import CHUNK_SIZE, HashingWriter
 from ._mirrors import DownloadCancelled, Mirror, MirrorFailed, NotPublished
 from ._session import RETRY_STATUSES, DowngradeRefused, route_for
 from ._urls import redact_text
+
+logger = logging.getLogger("flashhub_kernels")
 
 MAX_RESUMES = 5
 MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
@@ -135,6 +138,7 @@ class HttpMirror(Mirror):
             elapsed = time.monotonic() - started
             if outcome == "failed" or not _moved_on(writer.size - offset, elapsed):
                 fruitless += 1
+            logger.info("%s broke off at byte %d; asking again from there", url, writer.size)
         raise MirrorFailed(
             f"the transfer broke off {MAX_RESUMES + 1} times (not counting resumes that "
             "moved it on)"

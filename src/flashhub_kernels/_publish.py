@@ -249,39 +249,58 @@ def _scan_variant(variant_dir: Path, py_pkg: str) -> _VariantBuild:
             f"bad variant directory name {name!r} in {variant_dir.parent}: {exc}",
             hint="rename it to the variant it was built for, e.g. torch213-cxx11-cpu-x86_64-linux",
         ) from None
-    entries = _entries(variant_dir)
-    extra: dict[str, object] = {}
-    for entry in entries:
-        if entry.name == METADATA and entry.is_file():
-            extra = _read_build_metadata(Path(entry.path))
-        elif entry.name != py_pkg or not entry.is_dir():
-            found = ", ".join(repr(e.name) for e in entries if e.name != METADATA)
-            raise PublishError(
-                f"variant {name!r} must hold exactly one package directory {py_pkg!r} "
-                f"(the package name with '-' replaced by '_'); found {found}",
-                hint=f"rename the package directory to {py_pkg!r} or check --repo-id",
-            )
-    package = variant_dir / py_pkg
-    if not package.is_dir():
-        raise PublishError(
-            f"variant {name!r} has no package directory {py_pkg!r}",
-            hint=f"expected {variant_dir}/{py_pkg}/__init__.py",
-        )
-    if not (package / "__init__.py").is_file():
-        raise PublishError(
-            f"variant {name!r}: {py_pkg}/__init__.py is missing; the kernel must be a package",
-            hint=f"add {package / '__init__.py'} (it is what the import hook executes)",
-        )
-    files = {rel: _hash_file(path) for rel, path in _walk(package, py_pkg)}
+    metadata = variant_dir / METADATA
+    extra = _read_build_metadata(metadata) if metadata.is_file() else {}
+    if _is_flattened(variant_dir):
+        files = {rel: _hash_file(path) for rel, path in _walk(variant_dir, "") if rel != METADATA}
+    else:
+        files = {
+            rel: _hash_file(path) for rel, path in _walk(_package_dir(variant_dir, py_pkg), py_pkg)
+        }
     for rel, source in files.items():
         if rel.endswith(".py"):
             _check_imports(source.path, f"{name}/{rel}", py_pkg)
     return _VariantBuild(name, files, _metadata_bytes(name, files, extra))
 
 
+def _is_flattened(variant_dir: Path) -> bool:
+    """Whether the build puts the package's files directly in the variant directory, as
+    newer kernel builders do. Such a build may keep a ``<py_pkg>/`` folder beside them for
+    older loaders; everything in the variant directory is then published as it is."""
+    return (variant_dir / "__init__.py").is_file()
+
+
+def _package_dir(variant_dir: Path, py_pkg: str) -> Path:
+    """The variant's one package directory ``<py_pkg>/``, checked."""
+    name = variant_dir.name
+    entries = _entries(variant_dir)
+    for entry in entries:
+        if entry.name != METADATA and (entry.name != py_pkg or not entry.is_dir()):
+            found = ", ".join(repr(e.name) for e in entries if e.name != METADATA)
+            raise PublishError(
+                f"variant {name!r} must hold exactly one package directory {py_pkg!r} "
+                f"(the package name with '-' replaced by '_'), or the package's files "
+                f"directly with an __init__.py; found {found}",
+                hint=f"rename the package directory to {py_pkg!r} or check --repo-id",
+            )
+    package = variant_dir / py_pkg
+    if not package.is_dir():
+        raise PublishError(
+            f"variant {name!r} has no package directory {py_pkg!r}",
+            hint=f"expected {variant_dir}/{py_pkg}/__init__.py, or {variant_dir}/__init__.py",
+        )
+    if not (package / "__init__.py").is_file():
+        raise PublishError(
+            f"variant {name!r}: {py_pkg}/__init__.py is missing; the kernel must be a package",
+            hint=f"add {package / '__init__.py'} (it is what the import hook executes)",
+        )
+    return package
+
+
 def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
+    """``(relative path, path)`` of every file under ``directory``, ``rel`` its own path."""
     for entry in _entries(directory):
-        child = f"{rel}/{entry.name}"
+        child = f"{rel}/{entry.name}" if rel else entry.name
         try:
             check_relative_path(child)
         except ValueError as exc:

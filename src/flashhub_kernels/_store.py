@@ -11,6 +11,8 @@ This is the one module that composes names, variants, manifests, cache and trans
 
 from __future__ import annotations
 
+import logging
+import threading
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,29 +44,41 @@ from ._variants import (
     with_backend,
 )
 from .errors import (
+    FlashhubError,
     IntegrityError,
     KernelNotFoundError,
     LockMismatchError,
     ManifestError,
+    NewerVersionWarning,
     NoCompatibleVariantError,
     OfflineError,
     TransportError,
 )
+
+logger = logging.getLogger("flashhub_kernels")
 
 if TYPE_CHECKING:
     from ._transport import Fetcher
 
 
 class ResolvedKernel(NamedTuple):
-    """A verified variant of a kernel in the cache."""
+    """A verified variant of a kernel in the cache, and the directory imported from it."""
 
     info: RepoInfo
     variant: str
     entry: Path
+    package_dir: Path
 
-    @property
-    def package_dir(self) -> Path:
-        return self.entry / self.info.py_pkg
+
+def package_dir_of(entry: Path, py_pkg: str) -> Path:
+    """The directory of a verified entry that is imported as the kernel.
+
+    That is ``<py_pkg>/`` when the variant ships it, else the entry itself: a flattened
+    build, whose files (``__init__.py``, ``_ops.py``, ...) lie directly in the variant
+    directory. A build with both layouts loads from ``<py_pkg>/``.
+    """
+    package = entry / py_pkg
+    return package if (package / "__init__.py").is_file() else entry
 
 
 def target_system(backend: str | None) -> SystemInfo:
@@ -100,8 +114,17 @@ def resolve(
                 not_found = not_found or exc
                 continue
             variant = choose_variant(index, info, system)
+            logger.info(
+                "%s: variant %s, the best of %s for %s",
+                info,
+                variant,
+                "variants.json" if index.complete else "the variants probed",
+                system.describe(),
+            )
             entry = download_entry(cache, fetcher, info, variant)
-            return ResolvedKernel(info, variant, entry)
+            if config.version_check:
+                notice_newer_version(fetcher, info)
+            return ResolvedKernel(info, variant, entry, package_dir_of(entry, info.py_pkg))
     assert not_found is not None
     raise not_found
 
@@ -139,7 +162,7 @@ def _warm_lookup(
     changed = receipt.changed_file(entry)
     if changed is not None:
         return None, f"{entry / changed} differs from its receipt"
-    return ResolvedKernel(info, variant, entry), None
+    return ResolvedKernel(info, variant, entry, package_dir_of(entry, info.py_pkg)), None
 
 
 def pick_cached_variant(index: VariantIndex, system: SystemInfo) -> str | None:
@@ -311,6 +334,41 @@ def _fetch_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
     return parse_versions(data, source=f"{repo_id}/versions.json")
 
 
+# Repos whose versions.json this process has read for the newer-version notice.
+_version_checked: set[str] = set()
+_version_checked_lock = threading.Lock()
+
+
+def notice_newer_version(fetcher: Fetcher, info: RepoInfo) -> None:
+    """Warn (:class:`NewerVersionWarning`) when ``versions.json`` lists a version newer
+    than ``info``'s; called by a load that had to download.
+
+    At most one request per repo and process, and so at most one warning. A missing or
+    malformed ``versions.json``, or a CDN that fails to serve it, says nothing: the load
+    itself has succeeded.
+    """
+    with _version_checked_lock:
+        if info.repo_id in _version_checked:
+            return
+        _version_checked.add(info.repo_id)
+    try:
+        versions = published_versions(fetcher, info.repo_id)
+    except FlashhubError:
+        return
+    if not versions or versions[-1] <= info.version:
+        return
+    from ._transport import warn_at_caller
+
+    newer = RepoInfo(info.repo_id, versions[-1])
+    warn_at_caller(
+        f"{info.repo_id} v{newer.version} is published; this process loads v{info.version}. "
+        f"To use it, load get_kernel({info.repo_id!r}, version={newer.version}) or import "
+        f"{newer.module_name()}, after checking what changed. "
+        "FLASHHUB_NO_VERSION_CHECK=1 turns this check off.",
+        NewerVersionWarning,
+    )
+
+
 def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
     """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
     from ._transport import NotPublished
@@ -381,6 +439,12 @@ def download_entry(
             and expected_hash in (None, receipt.content_hash)
         ):
             return entry  # another process finished it while we waited for the lock
+        if receipt is not None:
+            logger.info(
+                "%s: the cached entry %s changed after it was verified; fetching it again",
+                info,
+                entry,
+            )
         with cache_errors():
             cache.evict(entry)
             cache.remove_stale_staging(info, variant)
@@ -466,9 +530,12 @@ def _fetch_listed_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> by
 
 
 def _check_has_package(manifest: Manifest, info: RepoInfo, variant: str) -> None:
-    if f"{info.py_pkg}/__init__.py" not in manifest.files:
+    """Refuse a variant with neither ``<py_pkg>/__init__.py`` nor a top-level ``__init__.py``
+    (a flattened build), before any of its files is fetched."""
+    if f"{info.py_pkg}/__init__.py" not in manifest.files and "__init__.py" not in manifest.files:
         raise ManifestError(
-            f"{info}/build/{variant}/metadata.json does not list {info.py_pkg}/__init__.py, "
-            "so the variant holds no importable package",
-            hint="the package directory must be named after the repo with '-' -> '_'",
+            f"{info}/build/{variant}/metadata.json lists neither {info.py_pkg}/__init__.py "
+            "nor a top-level __init__.py, so the variant holds no importable package",
+            hint="the package directory must be named after the repo with '-' -> '_', "
+            "or the package's files must lie directly in the variant directory",
         )

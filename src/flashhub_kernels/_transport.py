@@ -95,14 +95,19 @@ def warn_if_insecure(base_url: str) -> None:
         if host in _warned_hosts:
             return
         _warned_hosts.add(host)
-    message = (
+    warn_at_caller(
         f"fetching kernels over plain http from {host}: metadata.json carries the digests "
         "every file is checked against, so anyone on the path can swap kernels. Use https, "
         "or pin the kernel in a lock file."
     )
+
+
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn, pointing at the line that called into the library (a ``get_kernel(...)``
+    call, an ``import flashhub...`` statement), wherever in the library it is raised."""
     caller = _caller_frame()
     if caller is None:
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, category, stacklevel=2)
         return
     # warn_explicit, not a stacklevel: the frames between here and the caller differ by
     # path (import hook, get_kernel, the CLI), and a stacklevel silently skips the import
@@ -110,7 +115,7 @@ def warn_if_insecure(base_url: str) -> None:
     module_globals = caller.f_globals
     warnings.warn_explicit(
         message,
-        UserWarning,
+        category,
         caller.f_code.co_filename,
         caller.f_lineno,
         module=module_globals.get("__name__", "<string>"),
@@ -197,12 +202,20 @@ class Fetcher:
                 writer.reset()  # as long as the file may be, and not it: start over
 
             def fetch(mirror: Mirror) -> None:
+                start = time.perf_counter()
                 try:
                     mirror.download(relpath, writer, cancelled)
                 except WrongSize as exc:
                     writer.reset()
                     raise _size_error(exc, writer, mirror.url(relpath)) from None
                 writer.verify(digest, source=mirror.url(relpath))
+                logger.info(
+                    "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
+                    relpath,
+                    mirror.label,
+                    writer.size,
+                    time.perf_counter() - start,
+                )
 
             try:
                 self._from_mirrors(relpath, fetch)

@@ -4,10 +4,16 @@ Everything here is pure except :func:`detect_system`, which asks torch what it w
 built with. A variant name describes one build of a kernel::
 
     torch213-cxx11-cu126-x86_64-linux      exact build: torch 2.13, C++11 ABI, CUDA 12.6
+    torch213-cu126-x86_64-linux            the same build without the ABI tag (newer builders)
     torch212-metal-aarch64-darwin          exact build off Linux (no ABI tag)
     torch-stable-abi210-cpu-x86_64-linux   stable ABI: any torch >= 2.10
+    tvm-ffi01-cu128-x86_64-linux           a tvm-ffi 0.1 build: parsed, never loaded here
     torch-cuda                             noarch for one backend (Python + Triton, say)
     torch-universal                        pure Python, fits everything
+
+Builds for backends this client cannot detect (``neuron``, ``tpu``, ``npu``: names such
+as ``torch-neuron`` or ``torch210-cann81-aarch64-linux``) parse too, and are rejected
+with a reason like any other build for another backend.
 """
 
 from __future__ import annotations
@@ -22,28 +28,34 @@ from typing import Literal
 
 from ._text import escape_controls
 
-Tier = Literal["stable-abi", "exact", "noarch", "universal"]
+Tier = Literal["stable-abi", "exact", "tvm-ffi", "noarch", "universal"]
 # Names that do not parse (tier None) are never accepted; they rank last all the same.
 _TIER_RANK: dict[Tier | None, int] = {
     "stable-abi": 0,
     "exact": 1,
-    "noarch": 2,
-    "universal": 3,
-    None: 4,
+    "tvm-ffi": 2,
+    "noarch": 3,
+    "universal": 4,
+    None: 5,
 }
 
 _TORCH = re.compile(r"torch([1-9])(0?[0-9]|[1-9][0-9])")
 _STABLE = re.compile(r"torch-stable-abi([1-9])(0?[0-9]|[1-9][0-9])")
-_BACKEND_TAG = re.compile(r"(cpu|metal|cu[0-9]{2,3}|rocm[0-9]{2,3}|xpu[0-9]*)")
+# tvm-ffi<major><minor>: one digit of major, the rest minor (tvm-ffi 0.1 is tvm-ffi01).
+_TVM_FFI = re.compile(r"tvm-ffi([0-9])([0-9]{1,2})")
+_BACKEND_TAG = re.compile(
+    r"(cpu|metal|neuron|tpu|cu[0-9]{2,3}|rocm[0-9]{2,3}|xpu[0-9]*|cann[0-9]{2,3})"
+)
 _PLATFORM_WORD = re.compile(r"[a-z0-9_]{1,32}")
-_NOARCH_BACKENDS = {"cpu": "cpu", "cuda": "cuda", "rocm": "rocm", "xpu": "xpu", "metal": "metal"}
+# Backends of noarch names; the last three are never detected here, so never accepted.
+NOARCH_BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "neuron", "tpu", "npu")
 
 
 class VariantNameError(ValueError):
     """A string is not a variant name of the grammar above."""
 
 
-_FIELDS = ("tier", "backend", "backend_tag", "torch", "abi", "arch", "os")
+_FIELDS = ("tier", "backend", "backend_tag", "torch", "abi", "arch", "os", "tvm_ffi")
 
 
 class Variant(str):
@@ -54,16 +66,18 @@ class Variant(str):
     and raises :class:`VariantNameError` when it is not a variant name. Immutable.
 
     Attributes:
-        tier: ``"exact"``, ``"stable-abi"``, ``"noarch"`` or ``"universal"``; ``None``
-            for a published name that does not parse (every other field is ``None`` then).
-        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu`` or ``metal``; ``None`` for
-            ``torch-universal``.
-        backend_tag: ``cu126``, ``rocm63``, ``xpu20251``, ``cpu`` or ``metal``; ``None``
-            for noarch names.
+        tier: ``"exact"``, ``"stable-abi"``, ``"tvm-ffi"``, ``"noarch"`` or
+            ``"universal"``; ``None`` for a published name that does not parse (every
+            other field is ``None`` then).
+        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu`` or ``metal``, or one this client
+            never detects (``neuron``, ``tpu``, ``npu``); ``None`` for ``torch-universal``.
+        backend_tag: ``cu126``, ``rocm63``, ``xpu20251``, ``cpu``, ``metal``, ``cann81``
+            and so on; ``None`` for noarch names.
         torch: ``(major, minor)`` of torch (the minimum for stable-ABI builds); ``None``
-            for noarch names.
-        abi: ``cxx11`` or ``cxx98`` on Linux exact builds, else ``None``.
+            for noarch and tvm-ffi names.
+        abi: ``cxx11`` or ``cxx98`` on Linux exact builds that carry the tag, else ``None``.
         arch, os: ``x86_64``, ``linux`` and so on; ``None`` for noarch names.
+        tvm_ffi: ``(major, minor)`` of tvm-ffi for tvm-ffi builds, else ``None``.
     """
 
     __slots__ = _FIELDS
@@ -74,6 +88,7 @@ class Variant(str):
     abi: str | None
     arch: str | None
     os: str | None
+    tvm_ffi: tuple[int, int] | None
 
     def __new__(cls, name: str) -> Variant:
         return parse_variant(name)
@@ -90,9 +105,10 @@ class Variant(str):
         abi: str | None = None,
         arch: str | None = None,
         os: str | None = None,
+        tvm_ffi: tuple[int, int] | None = None,
     ) -> Variant:
         self = str.__new__(cls, name)
-        values = (tier, backend, backend_tag, torch, abi, arch, os)
+        values = (tier, backend, backend_tag, torch, abi, arch, os, tvm_ffi)
         for field, value in zip(_FIELDS, values, strict=True):
             object.__setattr__(self, field, value)
         return self
@@ -143,8 +159,9 @@ class SystemInfo:
 
 
 def backend_version(tag: str) -> tuple[int, int] | None:
-    """``cu126`` -> ``(12, 6)``, ``rocm63`` -> ``(6, 3)``; ``None`` for unversioned tags."""
-    for prefix in ("cu", "rocm"):
+    """``cu126`` -> ``(12, 6)``, ``rocm63`` -> ``(6, 3)``, ``cann81`` -> ``(8, 1)``;
+    ``None`` for unversioned tags."""
+    for prefix in ("cu", "rocm", "cann"):
         digits = tag[len(prefix) :]
         if tag.startswith(prefix) and digits.isdigit():
             return int(digits[:-1]), int(digits[-1])
@@ -158,10 +175,12 @@ def _backend_of(tag: str) -> str:
         return "rocm"
     if tag.startswith("xpu"):
         return "xpu"
+    if tag.startswith("cann"):
+        return "npu"  # Ascend NPUs: torch_npu's device type, as noarch names say
     return tag
 
 
-def _torch_version(major: str, minor: str) -> tuple[int, int]:
+def _major_minor(major: str, minor: str) -> tuple[int, int]:
     return int(major), int(minor)  # "05" (0.1.2's padded form) and "5" both mean 5
 
 
@@ -169,16 +188,19 @@ def parse_variant(name: str) -> Variant:
     """Parse a variant name; raise :class:`VariantNameError` saying what is wrong."""
     if name == "torch-universal":
         return Variant._make(name, "universal")
-    if name.startswith("torch-") and name[6:] in _NOARCH_BACKENDS:
+    if name.startswith("torch-") and name[6:] in NOARCH_BACKENDS:
         return Variant._make(name, "noarch", backend=name[6:])
     parts = name.split("-")
+    tier: Tier
+    abi = None
     if name.startswith("torch-stable-abi"):
-        torch_match, rest, tier = _STABLE.fullmatch("-".join(parts[:3])), parts[3:], "stable-abi"
-        abi = None
+        tier, framework, rest = "stable-abi", _STABLE.fullmatch("-".join(parts[:3])), parts[3:]
+    elif name.startswith("tvm-ffi"):
+        tier, framework, rest = "tvm-ffi", _TVM_FFI.fullmatch("-".join(parts[:2])), parts[2:]
     else:
-        torch_match, rest, tier = _TORCH.fullmatch(parts[0]), parts[1:], "exact"
+        tier, framework, rest = "exact", _TORCH.fullmatch(parts[0]), parts[1:]
         abi = rest.pop(0) if rest and rest[0] in ("cxx11", "cxx98") else None
-    if torch_match is None or len(rest) != 3:
+    if framework is None or len(rest) != 3:
         raise VariantNameError(
             f"{name!r} is not a variant name: expected e.g. 'torch213-cxx11-cpu-x86_64-linux', "
             "'torch-stable-abi210-cu126-x86_64-linux', 'torch-cuda' or 'torch-universal'"
@@ -188,19 +210,20 @@ def parse_variant(name: str) -> Variant:
         raise VariantNameError(f"{name!r}: arch and OS must be words such as 'x86_64' and 'linux'")
     if not _BACKEND_TAG.fullmatch(tag):
         raise VariantNameError(
-            f"{name!r}: unknown backend {tag!r} (cpu, cuNNN, rocmNN, xpu, metal)"
+            f"{name!r}: unknown backend {tag!r} (cpu, cuNNN, rocmNN, xpu, metal, neuron, tpu, "
+            "cannNN)"
         )
-    if os_name == "linux" and tier == "exact" and abi is None:
-        raise VariantNameError(f"{name!r}: a Linux build needs an ABI tag (cxx11 or cxx98)")
+    version = _major_minor(*framework.groups())
     return Variant._make(
         name,
-        tier,  # type: ignore[arg-type]
+        tier,
         backend=_backend_of(tag),
         backend_tag=tag,
-        torch=_torch_version(*torch_match.groups()),
+        torch=None if tier == "tvm-ffi" else version,
         abi=abi,
         arch=arch,
         os=os_name,
+        tvm_ffi=version if tier == "tvm-ffi" else None,
     )
 
 
@@ -212,9 +235,13 @@ def as_variant(name: str) -> Variant:
         return Variant._make(name)
 
 
-def build_variant_name(system: SystemInfo) -> str:
-    """The exact-build variant name a kernel built on ``system`` gets."""
-    abi = f"-{system.abi}" if system.os == "linux" else ""
+def build_variant_name(system: SystemInfo, *, abi_tag: bool = True) -> str:
+    """The exact-build variant name a kernel built on ``system`` gets.
+
+    On Linux it carries the C++ ABI tag unless ``abi_tag`` is false (newer builders
+    leave it out: ``torch213-cpu-x86_64-linux``).
+    """
+    abi = f"-{system.abi}" if system.os == "linux" and abi_tag else ""
     major, minor = system.torch
     return f"torch{major}{minor}{abi}-{system.backend_tag}-{system.arch}-{system.os}"
 
@@ -225,6 +252,9 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
         return f"{variant.name!r} is not a variant name"
     if variant.tier == "universal":
         return None
+    if variant.tvm_ffi is not None:
+        major, minor = variant.tvm_ffi
+        return f"a tvm-ffi {major}.{minor} build: this client loads torch builds only"
     if variant.backend != system.backend:
         # Only a CPU build can be forced (with_backend): never advise another backend.
         forcible = variant.backend == "cpu"
@@ -264,14 +294,17 @@ def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
     return None
 
 
-def preference_key(variant: Variant) -> tuple[int, int, int, str]:
+def preference_key(variant: Variant) -> tuple[int, int, int, bool, str]:
     """Sort key: stable ABI (newest torch first), exact builds, noarch, universal.
 
-    Within a tier the newest backend version (highest CUDA minor) comes first.
+    Within a tier the newest backend version (highest CUDA minor) comes first, and of
+    two names for the same build the one without a C++ ABI tag (what newer builders
+    write) before the tagged one.
     """
     torch_minor = variant.torch[1] if variant.torch else 0
     backend_minor = (variant.backend_version or (0, 0))[1]
-    return (_TIER_RANK[variant.tier], -torch_minor, -backend_minor, variant.name)
+    tagged = variant.abi is not None
+    return (_TIER_RANK[variant.tier], -torch_minor, -backend_minor, tagged, variant.name)
 
 
 @dataclass(frozen=True)
@@ -373,6 +406,8 @@ def candidate_names(system: SystemInfo) -> list[str]:
         names += [f"torch-stable-abi{major}{torch_minor}-{t}-{platform_tail}" for t in tags]
     for tag in tags:
         exact = replace(system, backend_tag=tag)
+        if system.os == "linux":
+            names.append(build_variant_name(exact, abi_tag=False))
         names.append(build_variant_name(exact))
         if minor < 10:  # the zero-padded spelling of the 0.1.2 release
             names.append(

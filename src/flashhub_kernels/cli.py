@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -608,6 +609,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flashhub", description="Publish and manage flashhub kernel packages."
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="say what happens on stderr: -v each step of a load (variant, downloads, "
+        "retries, lock waits), -vv also each HTTP connection",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, cmd in _COMMANDS.items():
         sub = subparsers.add_parser(name, help=cmd.help, description=cmd.help)
@@ -660,7 +669,32 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     handler: Handler = args.run
-    return _run(handler, args)
+    with _logging_to_stderr(args.verbose):
+        return _run(handler, args)
+
+
+@contextmanager
+def _logging_to_stderr(verbosity: int) -> Iterator[None]:
+    """Show the library's log (silent by default) on stderr for ``-v`` / ``-vv``."""
+    if not verbosity:
+        yield
+        return
+    import logging  # only when asked: `flashhub --help` stays quick
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    loggers = [logging.getLogger("flashhub_kernels")]
+    if verbosity > 1:
+        loggers.append(logging.getLogger("urllib3"))  # connections, retries
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
 
 
 # --- flashhub-kernel-load (the 0.1.2 release's script) -------------------------------

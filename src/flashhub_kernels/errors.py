@@ -124,3 +124,12 @@ class LockMismatchError(LockfileError, IntegrityError):
 
     Also an :class:`IntegrityError` (and so an ``ImportError``): the kernel is not loaded.
     """
+
+
+class NewerVersionWarning(UserWarning):
+    """A kernel was loaded at a version older than the newest its ``versions.json`` lists.
+
+    Issued once per repo and process, from a load that downloaded; never offline nor from
+    the cache. ``FLASHHUB_NO_VERSION_CHECK=1`` turns the check off, and
+    ``warnings.filterwarnings("ignore", category=NewerVersionWarning)`` hides the warning.
+    """

@@ -5,12 +5,14 @@ A library marks a layer as replaceable (:func:`use_kernel_forward_from_hub`, or
 layer's name to a layer class in a kernel's ``layers`` module, per device and mode
 (:func:`register_kernel_mapping`, :func:`use_kernel_mapping`). The kernel layer's
 ``forward`` then runs with the original module as ``self``, on each call or, after
-:func:`kernelize`, fixed per module. ``DISABLE_KERNEL_MAPPING=1`` turns it all off.
+:func:`kernelize`, fixed per module. Plain functions take part the same way
+(:func:`use_kernel_func_from_hub`, :class:`FuncRepository`). ``DISABLE_KERNEL_MAPPING=1``
+turns it all off.
 
 See ``docs/layers.md``. Importing this module imports no torch: devices, modes,
 repositories, mappings and the marking decorators do without it. :func:`kernelize` and
 :func:`validate_layer` load on first access and import torch; so does marking a class,
-which is an ``nn.Module`` and so comes after torch anyway.
+which is an ``nn.Module`` and so comes after torch anyway, or a function.
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties
+from ._func import (
+    BaseFuncRepository,
+    FuncRepository,
+    LocalFuncRepository,
+    LockedFuncRepository,
+    use_kernel_func_from_hub,
+)
 from ._hooks import replace_kernel_forward_from_hub, use_kernel_forward_from_hub
 from ._mapping import KernelMapping, Mode, register_kernel_mapping, use_kernel_mapping
 from ._repository import (
@@ -37,12 +46,16 @@ _LAZY = {"kernelize": "._dispatch", "validate_layer": "._validate"}
 
 __all__ = [
     "DEVICE_TYPES",
+    "BaseFuncRepository",
     "BaseLayerRepository",
     "CUDAProperties",
     "Device",
+    "FuncRepository",
     "KernelMapping",
     "LayerRepository",
+    "LocalFuncRepository",
     "LocalLayerRepository",
+    "LockedFuncRepository",
     "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
@@ -50,6 +63,7 @@ __all__ = [
     "register_kernel_mapping",
     "replace_kernel_forward_from_hub",
     "use_kernel_forward_from_hub",
+    "use_kernel_func_from_hub",
     "use_kernel_mapping",
     "validate_layer",
 ]

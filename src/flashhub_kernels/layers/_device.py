@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Device types a mapping may name. ``rocm`` is a ROCm GPU, which torch calls ``cuda``.
-DEVICE_TYPES = ("cpu", "cuda", "rocm", "mps", "xpu", "npu")
+#: Device types a mapping may name. ``rocm`` is a ROCm GPU, which torch calls ``cuda``;
+#: ``npu`` an Ascend NPU (torch_npu), ``neuron`` an AWS Neuron device, ``tpu`` a TPU.
+DEVICE_TYPES = ("cpu", "cuda", "rocm", "mps", "xpu", "npu", "neuron", "tpu")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ..errors import KernelLayerError
 from ._device import Device
 from ._hooks import Forward, Hook, ModuleT, hook_of
 from ._mapping import Mode, check_request, current_mapping, mode_text, select_repository
+from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
 from ._validate import validate_layer
 
@@ -55,8 +56,8 @@ def dispatch(hook: Hook, module: nn.Module, args: tuple[Any, ...], kwargs: dict[
 def _choose(hook: Hook, target: Target | None, mode: Mode, use_fallback: bool) -> Forward:
     """The kernel layer's forward for ``target`` and ``mode``, else the original one."""
     entries = current_mapping().get(hook.layer_name)
-    repo = select_repository(entries, target, mode) if entries and target else None
-    if repo is None:
+    selected = select_repository(entries, target, mode) if entries and target else None
+    if selected is None:
         if use_fallback:
             return hook.original
         where = f"device {str(target)!r}" if target else "an input without tensors"
@@ -66,12 +67,56 @@ def _choose(hook: Hook, target: Target | None, mode: Mode, use_fallback: bool) -
             hint="map one with register_kernel_mapping or use_kernel_mapping, "
             "or allow the original with use_fallback=True",
         )
+    repo, key = selected
     layer = repo.load()
     if layer not in hook.validated:
         validate_layer(layer, hook.owner)
         hook.validated.add(layer)
-    forward: Forward = layer.forward
-    return forward
+    _check_registered_mode(layer, repo, key, hook.layer_name)
+    lacking = _lacking_support(layer, mode)
+    if lacking is None:
+        forward: Forward = layer.forward
+        return forward
+    if use_fallback:
+        return hook.original
+    raise KernelLayerError(
+        f"kernel layer {repo} for {hook.layer_name!r} does not support {lacking}, which "
+        f"mode {mode_text(mode)} needs, and use_fallback=False forbids the original forward",
+        hint="map a kernel that supports it for this mode, or allow the original with "
+        "use_fallback=True",
+    )
+
+
+def _supports_backward(layer: type[nn.Module]) -> bool:
+    return bool(getattr(layer, "has_backward", True))
+
+
+def _supports_compile(layer: type[nn.Module]) -> bool:
+    return bool(getattr(layer, "can_torch_compile", False))
+
+
+def _lacking_support(layer: type[nn.Module], mode: Mode) -> str | None:
+    """What ``mode`` needs that ``layer`` does not declare: backward or torch.compile."""
+    if Mode.TRAINING in mode and not _supports_backward(layer):
+        return "backward (has_backward = False)"
+    if Mode.TORCH_COMPILE in mode and not _supports_compile(layer):
+        return "torch.compile (no can_torch_compile = True)"
+    return None
+
+
+def _check_registered_mode(
+    layer: type[nn.Module], repo: BaseLayerRepository, key: Mode, layer_name: str
+) -> None:
+    # Mapped explicitly for a mode the layer says it cannot serve: a mistake in the
+    # mapping, so it raises rather than quietly running the original. A FALLBACK entry
+    # makes no such claim; _lacking_support decides for it.
+    lacking = _lacking_support(layer, key & (Mode.TRAINING | Mode.TORCH_COMPILE))
+    if lacking is not None:
+        raise KernelLayerError(
+            f"kernel layer {repo} is mapped for {layer_name!r} in mode {mode_text(key)}, "
+            f"but does not support {lacking}",
+            hint="map it under a mode it supports, or declare the support in the kernel layer",
+        )
 
 
 def _model_target(model: nn.Module) -> Target:
@@ -107,6 +152,11 @@ def kernelize(
         use_fallback: Keep the original forward of a layer with nothing mapped. ``False``
             raises ``KernelLayerError`` instead (as does a layer marked with
             ``use_fallback=False``).
+
+    A kernel layer with ``has_backward = False`` is not used in ``TRAINING`` mode, and
+    one without ``can_torch_compile = True`` not under ``TORCH_COMPILE``: the original
+    forward is bound instead (``use_fallback=False`` raises). Mapped under a key that
+    names such a mode, it raises ``KernelLayerError``.
 
     With ``DISABLE_KERNEL_MAPPING=1`` every marked layer gets its original forward.
     """

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ._device import Device, as_device
 from ._repository import BaseLayerRepository
@@ -32,8 +32,10 @@ class Mode(enum.Flag):
 
     A request (``kernelize(mode=...)``, or the module's ``training`` flag for a marked
     layer) is ``INFERENCE`` or ``TRAINING``, optionally ``| TORCH_COMPILE``. A mapping
-    key lists what its kernel supports; ``FALLBACK`` (alone) applies to any request that
-    no other key of the entry covers.
+    key lists what its kernel supports: a ``TRAINING`` kernel also serves ``INFERENCE``,
+    a ``TORCH_COMPILE`` one also serves runs without compiling. ``FALLBACK`` (alone)
+    applies to any request that no other key of the entry serves (see
+    :func:`select_mode` for the order of preference).
     """
 
     INFERENCE = enum.auto()
@@ -43,6 +45,7 @@ class Mode(enum.Flag):
 
 
 _RUN_MODES = Mode.INFERENCE | Mode.TRAINING
+RepoT = TypeVar("RepoT")
 
 # Keys are ``Device | str``, values a repository or ``{Mode: repository}``. Typed loosely
 # because Mapping keys are invariant: the precise type would reject a plain
@@ -94,7 +97,8 @@ def _check_key(mode: object) -> Mode:
 def _check_repository(repo: object, where: str) -> BaseLayerRepository:
     if not isinstance(repo, BaseLayerRepository):
         raise TypeError(
-            f"{where}: expected a LayerRepository or LocalLayerRepository, got {repo!r}"
+            f"{where}: expected a LayerRepository, FuncRepository or one of their local "
+            f"and locked forms, got {repo!r}"
         )
     return repo
 
@@ -136,12 +140,13 @@ def current_mapping() -> _Mapping:
     return _base if scoped is None else scoped
 
 
-def register_kernel_mapping(mapping: KernelMapping) -> None:
-    """Add ``mapping`` to the mapping in effect.
+def register_kernel_mapping(mapping: KernelMapping, inherit_mapping: bool = True) -> None:
+    """Add ``mapping`` to the mapping in effect, or replace it with ``inherit_mapping=False``.
 
     Inside a :func:`use_kernel_mapping` block it lasts until the block ends; elsewhere
     it changes the process-wide mapping. Entries replace earlier ones for the same layer
-    and ``Device``. Example::
+    and ``Device``; with ``inherit_mapping=False`` the earlier entries are all dropped and
+    ``mapping`` alone is in effect. Example::
 
         register_kernel_mapping({
             "SiluAndMul": {"cuda": LayerRepository("acme/silu-layers", "SiluAndMul", version=1)}
@@ -154,10 +159,10 @@ def register_kernel_mapping(mapping: KernelMapping) -> None:
     normalized = normalize(mapping)
     scoped = _scoped.get()
     if scoped is not None:
-        _scoped.set(merge(scoped, normalized))
+        _scoped.set(merge(scoped, normalized) if inherit_mapping else normalized)
         return
     with _base_lock:
-        _base = merge(_base, normalized)
+        _base = merge(_base, normalized) if inherit_mapping else normalized
 
 
 @contextmanager
@@ -180,19 +185,44 @@ def _flag_count(mode: Mode) -> int:
     return bin(mode.value).count("1")
 
 
-def _covers(key: Mode, mode: Mode) -> bool:
-    return key != Mode.FALLBACK and (mode & key) == mode
+def _serves(key: Mode, mode: Mode) -> bool:
+    """Whether a kernel registered for ``key`` may run a request for ``mode``."""
+    # Flag tests by "&", not "in" or "==": mypy narrows Mode to a union of its literals
+    # and then rejects operators between them. FALLBACK keys hold no other flag.
+    if key & Mode.FALLBACK or mode & ~key & Mode.TORCH_COMPILE:
+        return False
+    # A kernel that can train can also infer; one that only infers cannot train.
+    run = mode & _RUN_MODES
+    return bool(run & key) or (run == Mode.INFERENCE and bool(key & Mode.TRAINING))
 
 
-def _select_mode(
-    repos: Mapping[Mode, BaseLayerRepository], mode: Mode
-) -> BaseLayerRepository | None:
-    # A key covers a request when it supports everything requested; the key closest to
-    # the request wins (first listed on a tie), FALLBACK only when no other key covers it.
-    covering = [key for key in repos if _covers(key, mode)]
-    if covering:
-        return repos[min(covering, key=_flag_count)]
-    return repos.get(Mode.FALLBACK)
+def _preference(key: Mode, mode: Mode) -> tuple[bool, int]:
+    # Keys that hold the requested run mode come before those standing in for it (a
+    # training kernel for inference); then the key with the fewest flags beyond the request.
+    return (not mode & _RUN_MODES & key, _flag_count(key & ~mode))
+
+
+def select_mode(repos: Mapping[Mode, RepoT], mode: Mode) -> tuple[RepoT, Mode] | None:
+    """The repository of ``repos`` that serves ``mode`` best, and the key it was found under.
+
+    For the plain keys this is, in order of preference:
+
+    - ``INFERENCE``: ``INFERENCE``, ``INFERENCE|TORCH_COMPILE``, ``TRAINING``,
+      ``TRAINING|TORCH_COMPILE``, ``FALLBACK``;
+    - ``TRAINING``: ``TRAINING``, ``TRAINING|TORCH_COMPILE``, ``FALLBACK``;
+    - ``INFERENCE|TORCH_COMPILE``: ``INFERENCE|TORCH_COMPILE``, ``TRAINING|TORCH_COMPILE``,
+      ``FALLBACK``;
+    - ``TRAINING|TORCH_COMPILE``: ``TRAINING|TORCH_COMPILE``, ``FALLBACK``.
+
+    On a tie between other keys, the first listed wins.
+    """
+    serving = [key for key in repos if _serves(key, mode)]
+    if serving:
+        key = min(serving, key=lambda k: _preference(k, mode))
+        return repos[key], key
+    if Mode.FALLBACK in repos:
+        return repos[Mode.FALLBACK], Mode.FALLBACK
+    return None
 
 
 def _breadth(device: Device) -> tuple[int, int, int]:
@@ -202,19 +232,21 @@ def _breadth(device: Device) -> tuple[int, int, int]:
     return (0, props.width, -props.min_capability)
 
 
-def select_repository(entries: _Entries, target: Target, mode: Mode) -> BaseLayerRepository | None:
-    """The repository of the most specific device entry that matches and covers ``mode``.
+def select_repository(
+    entries: _Entries, target: Target, mode: Mode
+) -> tuple[BaseLayerRepository, Mode] | None:
+    """The repository of the most specific device entry that serves ``mode``, and its key.
 
     A narrower capability range beats a wider one (on a tie, the higher minimum wins),
     and a range beats an entry without properties. The GPU is asked for its capability
-    only when an entry has a range.
+    only when an entry has a range. Within an entry, :func:`select_mode` picks the key.
     """
     candidates = [d for d in entries if d.type == target.type]
     if any(d.properties is not None for d in candidates):
         capability = target.capability()
         candidates = [d for d in candidates if d.matches(capability)]
     for device in sorted(candidates, key=_breadth):
-        repo = _select_mode(entries[device], mode)
-        if repo is not None:
-            return repo
+        selected = select_mode(entries[device], mode)
+        if selected is not None:
+            return selected
     return None

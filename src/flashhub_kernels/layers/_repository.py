@@ -157,9 +157,22 @@ class LocalLayerRepository(BaseLayerRepository):
     path: Path
     layer_name: str
 
-    def __init__(self, path: str | os.PathLike[str], layer_name: str) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        layer_name: str | None = None,
+        *,
+        repo_path: str | os.PathLike[str] | None = None,
+        package_name: str | None = None,
+    ) -> None:
+        # repo_path= and package_name= are the Hugging Face kernels spelling; the package
+        # is found under the path either way, so package_name is accepted and not needed.
+        del package_name
+        chosen = path if path is not None else repo_path
+        if chosen is None or (path is not None and repo_path is not None) or layer_name is None:
+            raise TypeError("LocalLayerRepository takes a path (or repo_path=) and a layer_name")
         _check_layer_name(layer_name)
-        object.__setattr__(self, "path", Path(path))
+        object.__setattr__(self, "path", Path(chosen))
         object.__setattr__(self, "layer_name", layer_name)
 
     def load_kernel(self) -> ModuleType:

@@ -2,8 +2,9 @@
 
 A kernel layer's ``forward`` runs with the original module as ``self``, so the layer may
 not rely on anything the original module lacks: no constructor of its own, no members
-besides ``forward`` (annotations that document the attributes it reads are fine), and a
-``forward`` that takes its arguments the same way as the one it replaces.
+besides ``forward`` and the protocol markers (annotations that document the attributes it
+reads are fine), and a ``forward`` that takes its arguments the same way as the one it
+replaces.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ import inspect
 from torch import nn
 
 from ..errors import LayerValidationError
+
+#: Class attributes a kernel layer may set to say what it supports: ``has_backward``
+#: (default ``True``; ``False`` keeps it out of training) and ``can_torch_compile``
+#: (default ``False``; ``True`` lets it run under ``torch.compile``).
+PROTOCOL_MARKERS = frozenset({"has_backward", "can_torch_compile"})
 
 
 def _name(cls: object) -> str:
@@ -44,7 +50,7 @@ def _is_dunder(name: str) -> bool:
 
 
 def _extra_members(layer: type[nn.Module]) -> list[str]:
-    """Members of ``layer`` besides ``forward`` that ``nn.Module`` does not define as they are."""
+    """Members of ``layer`` besides ``forward`` and the markers that ``nn.Module`` lacks."""
     own = {
         name for klass in layer.__mro__ if klass not in nn.Module.__mro__ for name in vars(klass)
     }
@@ -53,7 +59,7 @@ def _extra_members(layer: type[nn.Module]) -> list[str]:
     # them. dir(nn.Module) is read each time: torch.compile adds attributes to nn.Module.
     overrides = {name for name in own if not _is_dunder(name)} - {"forward"}
     added = set(dir(layer)) - set(dir(nn.Module))
-    return sorted(overrides | added)
+    return sorted((overrides | added) - PROTOCOL_MARKERS)
 
 
 def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
@@ -65,7 +71,8 @@ def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
     - ``subclass of torch.nn.Module``;
     - ``no own __init__``: the layer holds no state; it uses the original module's;
     - ``no extra members``: no members besides ``forward``: no helpers, no class
-      attributes (annotations are allowed), no overrides of ``nn.Module`` methods;
+      attributes (annotations are allowed), no overrides of ``nn.Module`` methods. The
+      markers ``has_backward`` and ``can_torch_compile`` are allowed;
     - ``same forward arity`` and ``same forward parameter kinds`` as ``check_cls.forward``
       (positional, keyword-only, ``*args``, ...; names may differ).
 

@@ -1,0 +1,107 @@
+"""Kernels in local directories: :func:`get_local_kernel` and ``LOCAL_KERNELS`` overrides.
+
+A local kernel is read where it lies: no CDN, no cache, no manifest check. The
+directory may be a kernel repo holding ``build/<variant>/<py_pkg>/``, such a ``build``
+directory, one ``<variant>`` directory, or the package directory itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._config import LOCAL_KERNELS_VAR, local_kernels
+from ._names import RepoInfo
+from ._variants import resolve_variants
+from .errors import KernelNotFoundError
+
+
+@dataclass(frozen=True)
+class LocalPackage:
+    """A kernel package found on disk, and the build variant it was chosen from."""
+
+    package_dir: Path
+    variant: str | None = None
+
+
+@dataclass(frozen=True)
+class LocalOverride:
+    """A repo that ``LOCAL_KERNELS`` maps to a local directory, resolved for this system."""
+
+    info: RepoInfo
+    package_dir: Path
+    variant: str | None
+
+
+def find_local_package(path: Path, backend: str | None = None) -> LocalPackage:
+    """The package to import from ``path``, choosing the best variant for this system.
+
+    ``variant`` is the name of the build variant picked from a ``build`` directory, and
+    ``None`` when ``path`` already is a variant or package directory.
+
+    Raises:
+        KernelNotFoundError: ``path`` holds no package, or no variant that fits.
+    """
+    if (path / "__init__.py").is_file():
+        return LocalPackage(path)
+    packages = (
+        [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
+        if path.is_dir()
+        else []
+    )
+    if len(packages) == 1:
+        return LocalPackage(packages[0])
+    base = path / "build" if (path / "build").is_dir() else path
+    variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
+    from ._store import best_variant, target_system
+
+    # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
+    chosen = best_variant(resolve_variants(variants, target_system(backend)))
+    if chosen is not None:
+        return LocalPackage(find_local_package(base / chosen, backend).package_dir, chosen)
+    raise KernelNotFoundError(
+        f"no kernel package found in {path}",
+        hint="point at a directory holding build/<variant>/<py_pkg>/__init__.py, "
+        "or at the package itself",
+    )
+
+
+def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> LocalOverride | None:
+    """The local copy of the first candidate ``LOCAL_KERNELS`` maps, or ``None``.
+
+    ``candidates`` are the spellings a module name may stand for, as the CDN lookup
+    tries them. The mapping holds for every version of a repo.
+
+    Raises:
+        ValueError: ``LOCAL_KERNELS`` is malformed.
+        KernelNotFoundError: the mapped directory does not exist or holds no kernel
+            package that fits this system.
+    """
+    overrides = local_kernels()
+    if not overrides:
+        return None
+    for info in candidates:
+        path = overrides.get(info.repo_id)
+        if path is not None:
+            found = _find_override(info.repo_id, path.resolve(), backend)
+            return LocalOverride(info, found.package_dir, found.variant)
+    return None
+
+
+def _find_override(repo_id: str, path: Path, backend: str | None) -> LocalPackage:
+    remedy = (
+        f"fix the path in {LOCAL_KERNELS_VAR}, or drop the entry to load {repo_id} from the CDN"
+    )
+    if not path.exists():
+        raise KernelNotFoundError(
+            f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, which does not exist",
+            hint=remedy,
+        )
+    try:
+        return find_local_package(path, backend)
+    except KernelNotFoundError as exc:
+        raise KernelNotFoundError(
+            f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, but {exc.message}",
+            hint=f"{exc.hint}; or {remedy}",
+        ) from None

@@ -1,0 +1,159 @@
+"""LOCAL_KERNELS: repo ids served from local kernel directories, with no request to the CDN."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer
+from flashhub_kernels._config import parse_local_kernels
+from flashhub_kernels.errors import KernelNotFoundError
+from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
+from trees import kernel_files, local_variant, write_kernel
+
+REPO = "acme/tensor-tricks"
+OTHER_VARIANTS = ["torch-universal", "torch212-cxx11-cu126-x86_64-linux"]
+
+LAYERS_PY = b"""import torch
+from torch import nn
+
+
+class Double(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+"""
+
+
+def write_build(root: Path, py_pkg: str, variants: list[str]) -> Path:
+    """A kernel repo ``root``: ``build/<variant>/<py_pkg>/``, each marked ``local:<variant>``."""
+    for variant in variants:
+        for relpath, data in kernel_files(py_pkg, f"local:{variant}").items():
+            path = root / "build" / variant / relpath
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    return root
+
+
+def test_parse_local_kernels() -> None:
+    parsed = parse_local_kernels(" acme/a=/x/a : :acme/b=rel/b=c:acme/a=~/a2:")
+    assert parsed == {"acme/a": Path("~/a2").expanduser(), "acme/b": Path("rel/b=c")}
+    assert parse_local_kernels("") == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [
+        ("acme/tensor-tricks", "is not 'org/pkg=/path/to/kernel'"),
+        ("acme/a=/x:acme/b=", "is not 'org/pkg=/path/to/kernel'"),
+        ("acme/a,acme/b=/x", "invalid repo id"),
+        ("=/x", "invalid repo id"),
+    ],
+)
+def test_a_malformed_value_is_a_value_error_naming_the_variable(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, value: str, detail: str
+) -> None:
+    monkeypatch.setenv("LOCAL_KERNELS", value)
+    with pytest.raises(ValueError, match="LOCAL_KERNELS entry") as info:
+        fk.get_kernel(REPO, version=1)
+    assert detail in str(info.value)
+    assert cdn.requests == []
+
+
+def test_get_kernel_and_the_import_hook_load_the_local_build(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo_dir = write_build(tmp_path / "dev" / "tensor-tricks", "tensor_tricks", OTHER_VARIANTS)
+    write_build(repo_dir, "tensor_tricks", [local_variant()])
+    write_kernel(cdn.root, "acme/other", 1)
+    monkeypatch.setenv("LOCAL_KERNELS", f"acme/unused=/nowhere:{REPO}={repo_dir}")
+
+    k = fk.get_kernel(REPO, version=1)
+    import flashhub.acme.tensor_tricks.v1 as by_statement
+
+    assert by_statement is k and k.__name__ == "flashhub.acme.tensor_tricks.v1"
+    assert k.marker() == f"local:{local_variant()}"
+    assert k.helpers.shout() == k.marker().upper()
+    package_dir = repo_dir.resolve() / "build" / local_variant() / "tensor_tricks"
+    assert Path(k.__file__) == package_dir / "__init__.py"
+    v2 = importlib.import_module("flashhub.acme.tensor_tricks.v2")  # every version maps
+    assert v2 is not k and v2.marker() == k.marker()
+    assert fk.has_kernel(REPO) and fk.has_kernel(REPO, version=7)
+    assert cdn.requests == []
+
+    other = fk.get_kernel("acme/other", version=1)  # repos not mapped still use the CDN
+    assert other.marker().startswith("acme/other@v1")
+    assert cdn.gets() and all("/acme/other/" in p for p in cdn.gets())
+
+    loaded = {r.module.__name__: r for r in fk.get_loaded_kernels()}
+    record = loaded["flashhub.acme.tensor_tricks.v1"]
+    assert (record.repo_id, record.version, record.variant) == (REPO, 1, local_variant())
+    assert record.path == package_dir and record.module is k
+
+
+@pytest.mark.parametrize("form", ["build", "variant", "package"])
+def test_the_path_may_be_a_build_variant_or_package_dir(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    build = write_build(tmp_path / "dev", "under_score", [local_variant()]) / "build"
+    path = {
+        "build": build,
+        "variant": build / local_variant(),
+        "package": build / local_variant() / "under_score",
+    }[form]
+    # The module name's segment may stand for either spelling: the mapped one is used.
+    monkeypatch.setenv("LOCAL_KERNELS", f"acme/under_score={path}")
+    import flashhub.acme.under_score.v3 as k
+
+    assert k.marker() == f"local:{local_variant()}"
+    record = fk.get_loaded_kernels()[-1]
+    assert record.repo_id == "acme/under_score" and record.version == 3
+    assert record.variant == (local_variant() if form == "build" else None)
+    assert cdn.requests == []
+
+
+def test_a_missing_path_fails_when_that_repo_loads(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_kernel(cdn.root, "acme/other", 1)
+    missing = tmp_path / "no-such-kernel"
+    monkeypatch.setenv("LOCAL_KERNELS", f"{REPO}={missing}")
+    assert fk.get_kernel("acme/other", version=1).marker().startswith("acme/other@v1")
+    cdn.clear_log()
+
+    with pytest.raises(KernelNotFoundError, match="LOCAL_KERNELS maps") as info:
+        import flashhub.acme.tensor_tricks.v1  # noqa: F401
+    assert str(missing) in str(info.value) and "does not exist" in str(info.value)
+    assert not fk.has_kernel(REPO, version=1)
+
+    missing.mkdir()  # exists, but holds no kernel
+    with pytest.raises(KernelNotFoundError, match="no kernel package found"):
+        fk.get_kernel(REPO, version=1)
+    assert cdn.requests == []
+
+
+def test_layer_repository_uses_the_local_build(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "dev" / "build" / "torch-universal" / "doubler"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from . import layers\n")
+    (package / "layers.py").write_bytes(LAYERS_PY)
+    monkeypatch.setenv("LOCAL_KERNELS", f"acme/doubler={tmp_path / 'dev'}")
+
+    @fk.use_kernel_forward_from_hub("Double")
+    class Identity(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    model = nn.Sequential(Identity())
+    repo = LayerRepository("acme/doubler", "Double", version=1)
+    with use_kernel_mapping({"Double": {"cpu": repo}}, inherit_mapping=False):
+        kernelize(model, device="cpu")
+    assert torch.equal(model(torch.ones(2)), torch.full((2,), 2.0))
+    assert repo.load().__module__ == "flashhub.acme.doubler.v1.layers"
+    assert cdn.requests == []

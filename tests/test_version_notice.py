@@ -1,0 +1,97 @@
+"""The notice that a newer version of a loaded kernel is published."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from cdn_server import CdnServer
+from conftest import _forget_kernels
+from flashhub_kernels.errors import NewerVersionWarning
+from trees import write_kernel
+
+REPO = "acme/tensor-tricks"
+VERSIONS_JSON = f"/kernels/{REPO}/versions.json"
+
+
+@pytest.fixture(autouse=True)
+def version_check_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLASHHUB_NO_VERSION_CHECK")  # conftest turns it off for the rest
+
+
+@pytest.fixture
+def notices() -> Iterator[list[warnings.WarningMessage]]:
+    """Every warning issued during the test."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def newer_version_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, NewerVersionWarning)]
+
+
+def test_a_cold_load_of_an_older_version_warns_once_naming_the_newer(
+    cdn: CdnServer, tmp_path: Path, notices: list[warnings.WarningMessage]
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)  # versions.json: [1, 2]
+    fk.get_kernel(REPO, version=1)
+    (message,) = newer_version_warnings(notices)
+    assert "acme/tensor-tricks v2 is published" in message and "loads v1" in message
+    assert "get_kernel('acme/tensor-tricks', version=2)" in message
+    assert "flashhub.acme.tensor_tricks.v2" in message and "FLASHHUB_NO_VERSION_CHECK" in message
+    (notice,) = [w for w in notices if issubclass(w.category, NewerVersionWarning)]
+    assert notice.filename == __file__  # points at the caller's line
+    assert len(cdn.gets(VERSIONS_JSON)) == 1
+    # Another cold load of the repo in this process (another module name, another
+    # cache): no second request, no second warning.
+    fk.configure(cache_dir=tmp_path / "another-cache")
+    fk.get_kernel(REPO, version=1, backend="cpu")
+    assert len(newer_version_warnings(notices)) == 1 and len(cdn.gets(VERSIONS_JSON)) == 1
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_warm_load_makes_no_request_and_no_warning(
+    cdn: CdnServer,
+    monkeypatch: pytest.MonkeyPatch,
+    notices: list[warnings.WarningMessage],
+    offline: bool,
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    monkeypatch.setenv("FLASHHUB_NO_VERSION_CHECK", "1")
+    fk.get_kernel(REPO, version=1)  # fills the cache
+    monkeypatch.delenv("FLASHHUB_NO_VERSION_CHECK")
+    if offline:
+        monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    _forget_kernels()
+    cdn.clear_log()
+    fk.get_kernel(REPO, version=1)
+    assert cdn.requests == [] and newer_version_warnings(notices) == []
+
+
+def test_the_environment_turns_the_check_off(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, notices: list[warnings.WarningMessage]
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    monkeypatch.setenv("FLASHHUB_NO_VERSION_CHECK", "1")
+    fk.get_kernel(REPO, version=1)
+    assert newer_version_warnings(notices) == [] and cdn.gets(VERSIONS_JSON) == []
+
+
+def test_the_newest_version_or_no_versions_json_is_silent(
+    cdn: CdnServer, notices: list[warnings.WarningMessage]
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    write_kernel(cdn.root, "acme/unlisted", 1, with_versions_json=False)
+    fk.get_kernel(REPO, version=2)
+    fk.get_kernel("acme/unlisted", version=1)
+    assert newer_version_warnings(notices) == []
+    assert len(cdn.gets(VERSIONS_JSON)) == 1  # one small request per cold load, at most
