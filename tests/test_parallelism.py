@@ -21,19 +21,23 @@ from trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
-ROUND_TRIPS = [0.0, CPU_SECONDS_PER_FILE / 2, CPU_SECONDS_PER_FILE, 0.001, 0.01, 0.1, 1.0, math.inf]
+# (files, round trip in seconds, threads): the bounds, one file, and the round trip between.
+TABLE = [
+    (1, 0.0, 1),
+    (1, math.inf, 1),  # one file: one thread, however far the CDN
+    (2, 0.0, MIN_PARALLEL_FILES),
+    (200, 0.0, MIN_PARALLEL_FILES),  # nothing to hide: the fewest
+    (200, CPU_SECONDS_PER_FILE, MIN_PARALLEL_FILES),
+    (200, 3 * CPU_SECONDS_PER_FILE, 4),  # 1 + round trip / CPU time per file
+    (200, 0.01, MAX_PARALLEL_FILES),  # a distant CDN: the most
+    (200, math.inf, MAX_PARALLEL_FILES),  # unmeasured: assume distant
+    (5, 1.0, 5),  # never more threads than files
+]
 
 
-@pytest.mark.parametrize("round_trip", ROUND_TRIPS)
-@pytest.mark.parametrize("files", [1, 2, 3, 7, 8, 9, 200])
-def test_stays_within_the_bounds_and_the_files(files: int, round_trip: float) -> None:
-    threads = parallel_downloads(files, round_trip)
-    assert min(files, MIN_PARALLEL_FILES) <= threads <= min(files, MAX_PARALLEL_FILES)
-
-
-@pytest.mark.parametrize("round_trip", ROUND_TRIPS)
-def test_one_file_gets_one_thread(round_trip: float) -> None:
-    assert parallel_downloads(1, round_trip) == 1
+@pytest.mark.parametrize(("files", "round_trip", "threads"), TABLE)
+def test_threads_for_files_and_round_trip(files: int, round_trip: float, threads: int) -> None:
+    assert parallel_downloads(files, round_trip) == threads
 
 
 def test_an_unmeasured_round_trip_gets_the_most_threads_the_files_allow() -> None:

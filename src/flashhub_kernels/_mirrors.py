@@ -103,10 +103,6 @@ class Mirror(ABC):
 class FileMirror(Mirror):
     """A CDN tree on a local or mounted file system (``file://``)."""
 
-    def __init__(self, base_url: str, prefix: str) -> None:
-        super().__init__(base_url, prefix)
-        self._root = file_url_path(base_url)
-
     def _path(self, relpath: str) -> Path:
         return file_url_path(self.url(relpath))
 
