@@ -160,9 +160,10 @@ print(k.marker())
 
 
 def test_eight_processes_import_one_cold_kernel_and_each_file_is_fetched_once(
-    cdn: CdnServer, cache_dir: Path
+    cdn: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_kernel(cdn.root, REPO, 1)
+    monkeypatch.delenv("FLASHHUB_NO_VERSION_CHECK")  # the check as users have it: on
     import time
 
     start = str(time.time() + 3)
@@ -178,8 +179,11 @@ def test_eight_processes_import_one_cold_kernel_and_each_file_is_fetched_once(
     results = [child.communicate(timeout=180) for child in children]
     assert [c.returncode for c in children] == [0] * 8, [err for _, err in results]
     assert {out.strip() for out, _ in results} == {f"{REPO}@v1:{local_variant()}"}
-    fetched = cdn.gets()  # variants.json, metadata.json and four files, each once
-    assert len(fetched) == len(set(fetched)) == 6, fetched
+    # variants.json, metadata.json, four files and (the downloader's newer-version check)
+    # versions.json: each once, however many processes wait for the download.
+    fetched = cdn.gets()
+    assert len(fetched) == len(set(fetched)) == 7, fetched
+    assert f"/kernels/{REPO}/versions.json" in fetched
     assert entries(cache_dir) == [local_variant()]
 
 

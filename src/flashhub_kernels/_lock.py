@@ -381,7 +381,7 @@ def fetch_locked(cache: Cache, fetcher: Fetcher, locked: LockedKernel, variant: 
     changed after locking is caught even when its ``metadata.json`` was changed to match.
     """
     expected = locked.variants[variant]
-    return download_entry(cache, fetcher, locked.info, variant, expected_hash=expected)
+    return download_entry(cache, fetcher, locked.info, variant, expected_hash=expected).path
 
 
 # -- pre-downloading ----------------------------------------------------------------------

@@ -61,6 +61,14 @@ if TYPE_CHECKING:
     from ._transport import Fetcher
 
 
+class CommittedEntry(NamedTuple):
+    """A verified cache entry, and whether this call downloaded it (rather than finding
+    it complete, committed by another process while this one waited for the lock)."""
+
+    path: Path
+    downloaded: bool
+
+
 class ResolvedKernel(NamedTuple):
     """A verified variant of a kernel in the cache, and the directory imported from it."""
 
@@ -121,8 +129,8 @@ def resolve(
                 "variants.json" if index.complete else "the variants probed",
                 system.describe(),
             )
-            entry = download_entry(cache, fetcher, info, variant)
-            if config.version_check:
+            entry, downloaded = download_entry(cache, fetcher, info, variant)
+            if downloaded and config.version_check:  # not by every waiter for a download
                 notice_newer_version(fetcher, info)
             return ResolvedKernel(info, variant, entry, package_dir_of(entry, info.py_pkg))
     assert not_found is not None
@@ -423,7 +431,7 @@ def download_entry(
     variant: str,
     *,
     expected_hash: str | None = None,
-) -> Path:
+) -> CommittedEntry:
     """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time.
 
     With ``expected_hash`` (a lock file's pin), an entry verified against other content
@@ -438,7 +446,7 @@ def download_entry(
             and receipt.changed_file(entry) is None
             and expected_hash in (None, receipt.content_hash)
         ):
-            return entry  # another process finished it while we waited for the lock
+            return CommittedEntry(entry, downloaded=False)  # another process finished it
         if receipt is not None:
             logger.info(
                 "%s: the cached entry %s changed after it was verified; fetching it again",
@@ -459,7 +467,7 @@ def download_entry(
                 "run `flashhub lock` again if you trust the new content",
             )
         _download_and_commit(cache, fetcher, info, variant, manifest, manifest_bytes)
-    return entry
+    return CommittedEntry(entry, downloaded=True)
 
 
 def _download_and_commit(
