@@ -19,10 +19,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .._api import get_kernel, get_local_kernel
-from .._names import RepoInfo, parse_repo_id, resolve_version
 from ..errors import KernelLayerError
-from ._repository import BaseLayerRepository, _caller_package
+from ._repository import (
+    BaseLayerRepository,
+    _FromCdn,
+    _FromLocalDir,
+    _FromLockfile,
+    local_dir,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -130,7 +134,7 @@ class BaseFuncRepository(BaseLayerRepository):
 
 
 @dataclass(frozen=True)
-class FuncRepository(BaseFuncRepository):
+class FuncRepository(_FromCdn, BaseFuncRepository):
     """The function ``func_name`` of the CDN kernel ``repo_id`` at one version.
 
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``). The
@@ -147,28 +151,16 @@ class FuncRepository(BaseFuncRepository):
     revision: str | None = None
 
     def __post_init__(self) -> None:
-        parse_repo_id(self.repo_id)
-        resolve_version(self.version, self.revision)
+        self._check_source()
         _check_func_name(self.func_name)
-
-    @property
-    def info(self) -> RepoInfo:
-        """The kernel version this repository points at."""
-        return RepoInfo(self.repo_id, resolve_version(self.version, self.revision))
-
-    def load_kernel(self) -> ModuleType:
-        """``get_kernel(repo_id, version=...)``."""
-        return get_kernel(self.repo_id, version=self.info.version)
-
-    def __str__(self) -> str:
-        return str(self.info)
 
 
 @dataclass(frozen=True, init=False)
-class LocalFuncRepository(BaseFuncRepository):
+class LocalFuncRepository(_FromLocalDir, BaseFuncRepository):
     """The function ``func_name`` of a kernel in a local directory (see ``get_local_kernel``).
 
-    ``path`` is read when the function is first used, as for ``LocalLayerRepository``.
+    ``path`` (or ``repo_path=``) is read when the function is first used, as for
+    ``LocalLayerRepository``.
     """
 
     path: Path
@@ -182,32 +174,19 @@ class LocalFuncRepository(BaseFuncRepository):
         repo_path: str | os.PathLike[str] | None = None,
         package_name: str | None = None,
     ) -> None:
-        # repo_path= and package_name= are the Hugging Face kernels spelling; the package
-        # is found under the path either way, so package_name is accepted and not needed.
-        del package_name
-        chosen = path if path is not None else repo_path
-        if chosen is None or (path is not None and repo_path is not None) or func_name is None:
-            raise TypeError("LocalFuncRepository takes a path (or repo_path=) and a func_name")
+        del package_name  # accepted for the Hugging Face spelling; not needed
+        directory = local_dir(type(self), path, repo_path)
         _check_func_name(func_name)
-        object.__setattr__(self, "path", Path(chosen))
+        object.__setattr__(self, "path", directory)
         object.__setattr__(self, "func_name", func_name)
-
-    def load_kernel(self) -> ModuleType:
-        """``get_local_kernel(path)``."""
-        return get_local_kernel(self.path)
-
-    def __str__(self) -> str:
-        return str(self.path)
 
 
 @dataclass(frozen=True, init=False)
-class LockedFuncRepository(BaseFuncRepository):
+class LockedFuncRepository(_FromLockfile, BaseFuncRepository):
     """The function ``func_name`` of the kernel ``repo_id`` at the version a lock file pins.
 
     The locked form of :class:`FuncRepository`, found and checked against the lock as
-    for ``LockedLayerRepository``: without ``lockfile`` the lock is looked for, when the
-    function is first used, in the package that created this object, then in the
-    working directory.
+    for ``LockedLayerRepository``.
     """
 
     repo_id: str
@@ -218,19 +197,6 @@ class LockedFuncRepository(BaseFuncRepository):
     def __init__(
         self, repo_id: str, func_name: str, *, lockfile: str | os.PathLike[str] | None = None
     ) -> None:
-        parse_repo_id(repo_id)
         _check_func_name(func_name)
-        object.__setattr__(self, "repo_id", repo_id)
+        self._set_source(repo_id, lockfile)
         object.__setattr__(self, "func_name", func_name)
-        object.__setattr__(self, "lockfile", Path(lockfile).absolute() if lockfile else None)
-        object.__setattr__(self, "_package", None if lockfile else _caller_package())
-
-    def load_kernel(self) -> ModuleType:
-        """``get_locked_kernel(repo_id)`` with this object's lock file."""
-        from .._lock import find_lockfile, load_locked
-
-        lock = find_lockfile(self.lockfile, package=self._package)
-        return load_locked(lock.kernel(self.repo_id), download=True)
-
-    def __str__(self) -> str:
-        return f"{self.repo_id} (locked)"

@@ -57,6 +57,88 @@ def _caller_package() -> str | None:
     return caller_package()
 
 
+class _FromCdn:
+    """Where a repository's kernel comes from: the CDN kernel ``repo_id`` at one version.
+
+    Layer and function repositories share their kernel sources through these mixins and
+    differ only in what they take from the kernel.
+    """
+
+    repo_id: str
+    version: int | None
+    revision: str | None
+
+    def _check_source(self) -> None:
+        parse_repo_id(self.repo_id)
+        resolve_version(self.version, self.revision)
+
+    @property
+    def info(self) -> RepoInfo:
+        """The kernel version this repository points at."""
+        return RepoInfo(self.repo_id, resolve_version(self.version, self.revision))
+
+    def load_kernel(self) -> ModuleType:
+        """``get_kernel(repo_id, version=...)``: the same module ``import flashhub...`` gives."""
+        return get_kernel(self.repo_id, version=self.info.version)
+
+    def __str__(self) -> str:
+        return str(self.info)
+
+
+class _FromLocalDir:
+    """Where a repository's kernel comes from: a local directory (see ``get_local_kernel``)."""
+
+    path: Path
+
+    def load_kernel(self) -> ModuleType:
+        """``get_local_kernel(path)``."""
+        return get_local_kernel(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def local_dir(
+    cls: type,
+    path: str | os.PathLike[str] | None,
+    repo_path: str | os.PathLike[str] | None,
+) -> Path:
+    """The directory of a local repository, given as ``path`` or, in the Hugging Face
+    kernels spelling, ``repo_path=`` (exactly one of them)."""
+    chosen = path if path is not None else repo_path
+    if chosen is None or (path is not None and repo_path is not None):
+        raise TypeError(f"{cls.__name__} takes a path (or repo_path=)")
+    return Path(chosen)
+
+
+class _FromLockfile:
+    """Where a repository's kernel comes from: the version of ``repo_id`` a lock file pins.
+
+    Without ``lockfile`` the lock is looked for, when the kernel is first loaded, in the
+    package that created the repository, then in the working directory.
+    """
+
+    repo_id: str
+    lockfile: Path | None
+    _package: str | None
+
+    def _set_source(self, repo_id: str, lockfile: str | os.PathLike[str] | None) -> None:
+        parse_repo_id(repo_id)
+        object.__setattr__(self, "repo_id", repo_id)
+        object.__setattr__(self, "lockfile", Path(lockfile).absolute() if lockfile else None)
+        object.__setattr__(self, "_package", None if lockfile else _caller_package())
+
+    def load_kernel(self) -> ModuleType:
+        """``get_locked_kernel(repo_id)`` with this object's lock file."""
+        from .._lock import find_lockfile, load_locked
+
+        lock = find_lockfile(self.lockfile, package=self._package)
+        return load_locked(lock.kernel(self.repo_id), download=True)
+
+    def __str__(self) -> str:
+        return f"{self.repo_id} (locked)"
+
+
 _memo_lock = threading.Lock()
 
 
@@ -113,7 +195,7 @@ class BaseLayerRepository(abc.ABC):
 
 
 @dataclass(frozen=True)
-class LayerRepository(BaseLayerRepository):
+class LayerRepository(_FromCdn, BaseLayerRepository):
     """The layer ``layer_name`` of the CDN kernel ``repo_id`` at one version.
 
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``).
@@ -129,29 +211,18 @@ class LayerRepository(BaseLayerRepository):
     revision: str | None = None
 
     def __post_init__(self) -> None:
-        parse_repo_id(self.repo_id)
-        resolve_version(self.version, self.revision)
+        self._check_source()
         _check_layer_name(self.layer_name)
-
-    @property
-    def info(self) -> RepoInfo:
-        """The kernel version this repository points at."""
-        return RepoInfo(self.repo_id, resolve_version(self.version, self.revision))
-
-    def load_kernel(self) -> ModuleType:
-        """``get_kernel(repo_id, version=...)``: the same module ``import flashhub...`` gives."""
-        return get_kernel(self.repo_id, version=self.info.version)
-
-    def __str__(self) -> str:
-        return str(self.info)
 
 
 @dataclass(frozen=True, init=False)
-class LocalLayerRepository(BaseLayerRepository):
+class LocalLayerRepository(_FromLocalDir, BaseLayerRepository):
     """The layer ``layer_name`` of a kernel in a local directory (see ``get_local_kernel``).
 
     ``path`` is a kernel repo with ``build/<variant>/<py_pkg>/``, a ``build`` or variant
     directory, or the package directory itself. It is read when the layer is first used.
+    ``repo_path=`` and ``package_name=`` (the Hugging Face kernels spelling) work too; the
+    package is found under the path either way.
     """
 
     path: Path
@@ -165,26 +236,15 @@ class LocalLayerRepository(BaseLayerRepository):
         repo_path: str | os.PathLike[str] | None = None,
         package_name: str | None = None,
     ) -> None:
-        # repo_path= and package_name= are the Hugging Face kernels spelling; the package
-        # is found under the path either way, so package_name is accepted and not needed.
-        del package_name
-        chosen = path if path is not None else repo_path
-        if chosen is None or (path is not None and repo_path is not None) or layer_name is None:
-            raise TypeError("LocalLayerRepository takes a path (or repo_path=) and a layer_name")
+        del package_name  # accepted for the Hugging Face spelling; not needed
+        directory = local_dir(type(self), path, repo_path)
         _check_layer_name(layer_name)
-        object.__setattr__(self, "path", Path(chosen))
+        object.__setattr__(self, "path", directory)
         object.__setattr__(self, "layer_name", layer_name)
-
-    def load_kernel(self) -> ModuleType:
-        """``get_local_kernel(path)``."""
-        return get_local_kernel(self.path)
-
-    def __str__(self) -> str:
-        return str(self.path)
 
 
 @dataclass(frozen=True, init=False)
-class LockedLayerRepository(BaseLayerRepository):
+class LockedLayerRepository(_FromLockfile, BaseLayerRepository):
     """The layer ``layer_name`` of the kernel ``repo_id`` at the version a lock file pins.
 
     The locked form of :class:`LayerRepository`: the kernel is loaded with
@@ -201,19 +261,6 @@ class LockedLayerRepository(BaseLayerRepository):
     def __init__(
         self, repo_id: str, layer_name: str, *, lockfile: str | os.PathLike[str] | None = None
     ) -> None:
-        parse_repo_id(repo_id)
         _check_layer_name(layer_name)
-        object.__setattr__(self, "repo_id", repo_id)
+        self._set_source(repo_id, lockfile)
         object.__setattr__(self, "layer_name", layer_name)
-        object.__setattr__(self, "lockfile", Path(lockfile).absolute() if lockfile else None)
-        object.__setattr__(self, "_package", None if lockfile else _caller_package())
-
-    def load_kernel(self) -> ModuleType:
-        """``get_locked_kernel(repo_id)`` with this object's lock file."""
-        from .._lock import find_lockfile, load_locked
-
-        lock = find_lockfile(self.lockfile, package=self._package)
-        return load_locked(lock.kernel(self.repo_id), download=True)
-
-    def __str__(self) -> str:
-        return f"{self.repo_id} (locked)"
