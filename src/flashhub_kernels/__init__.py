@@ -9,8 +9,7 @@ The layer API (``Device``, ``kernelize``, ...) loads on first access; of it, onl
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._api import (
     get_kernel,
@@ -21,6 +20,7 @@ from ._api import (
 )
 from ._config import Config, configure, get_config
 from ._finder import LoadedKernel, install
+from ._lazy import lazy_getattr
 from ._names import RepoInfo
 from ._variants import VariantAccepted, VariantRejected
 
@@ -110,12 +110,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 install()

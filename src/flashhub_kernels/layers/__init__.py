@@ -17,9 +17,9 @@ which is an ``nn.Module`` and so comes after torch anyway, or a function.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_getattr
 from ._device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties
 from ._func import (
     BaseFuncRepository,
@@ -69,9 +69,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
