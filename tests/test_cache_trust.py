@@ -21,7 +21,7 @@ import flashhub_kernels as fk
 from cdn_server import CdnServer, held
 from cli_runner import flashhub
 from flashhub_kernels._cache_trust import distrust
-from trees import kernel_files, local_variant, write_kernel, write_variant
+from trees import local_variant, write_blob_kernel, write_kernel
 
 REPO = "acme/tensor-tricks"
 NOBODY = 65534
@@ -208,17 +208,15 @@ def test_a_warm_load_writes_nothing(cdn: CdnServer) -> None:
 
 
 BLOB = bytes(range(256)) * 4096  # 1 MiB
-BLOB_PATH = "kernels/acme/tensor-tricks/v1/build/torch-universal/tensor_tricks/blob.bin"
 
 
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
 def test_cache_maintenance_during_a_download_leaves_it_alone(
     cdn: CdnServer, command: list[str]
 ) -> None:
-    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
-    write_variant(cdn.root, REPO, 1, "torch-universal", files)
+    blob_path = write_blob_kernel(cdn.root, BLOB)
     started, release = threading.Event(), threading.Event()
-    cdn.inject(BLOB_PATH, held(started, release))
+    cdn.inject(blob_path, held(started, release))
     loader = subprocess.Popen(
         [sys.executable, "-c", LOAD],
         env=dict(os.environ),

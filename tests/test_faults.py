@@ -40,7 +40,14 @@ from flashhub_kernels._config import get_config
 from flashhub_kernels._progress import Progress
 from flashhub_kernels._transport import Fetcher, warn_if_insecure
 from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
-from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
+from trees import (
+    b64sha256,
+    kernel_files,
+    local_variant,
+    write_blob_kernel,
+    write_kernel,
+    write_variant,
+)
 
 REPO = "acme/tensor-tricks"
 BLOB = bytes(range(256)) * (3 * 4096)  # 3 MiB, so drops land mid-file
@@ -51,9 +58,7 @@ BLOB_DIGEST = hashlib.sha256(BLOB).digest()
 
 @pytest.fixture
 def blob_kernel(cdn: CdnServer) -> CdnServer:
-    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
-    write_variant(cdn.root, REPO, 1, VARIANT, files)
-    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    write_blob_kernel(cdn.root, BLOB)
     return cdn
 
 
@@ -620,8 +625,7 @@ def test_manifest_paths_the_cache_cannot_hold_are_refused_before_any_file(
 
 
 def test_a_load_checks_the_sizes_in_metadata_json(blob_kernel: CdnServer, cache_dir: Path) -> None:
-    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
-    write_variant(blob_kernel.root, REPO, 1, VARIANT, files, with_sizes=True)
+    write_blob_kernel(blob_kernel.root, BLOB, with_sizes=True)
     blob_kernel.inject(BLOB_PATH, endless(), endless())
     with pytest.raises(IntegrityError, match="runs past the"):
         fk.get_kernel(REPO, version=1)

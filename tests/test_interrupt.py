@@ -17,7 +17,7 @@ import pytest
 import flashhub_kernels as fk
 from cdn_server import CdnServer, held, stall
 from conftest import run_python
-from trees import kernel_files, write_variant
+from trees import write_blob_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -28,9 +28,7 @@ LOAD = "import flashhub_kernels as fk; fk.get_kernel('acme/tensor-tricks', versi
 
 @pytest.fixture
 def big_kernel(cdn: CdnServer) -> CdnServer:
-    files = {**kernel_files("tensor_tricks", "big"), "tensor_tricks/big.bin": BIG}
-    write_variant(cdn.root, REPO, 1, VARIANT, files)
-    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    write_blob_kernel(cdn.root, BIG, name="big")
     return cdn
 
 

@@ -10,7 +10,7 @@ import pytest
 import flashhub_kernels as fk
 from cdn_server import CdnServer, drop_after
 from cli_runner import flashhub
-from trees import kernel_files, write_variant
+from trees import write_blob_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -20,9 +20,7 @@ BLOB_PATH = f"kernels/{REPO}/v1/build/{VARIANT}/tensor_tricks/blob.bin"
 
 @pytest.fixture
 def blob_kernel(cdn: CdnServer) -> CdnServer:
-    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
-    write_variant(cdn.root, REPO, 1, VARIANT, files)
-    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    write_blob_kernel(cdn.root, BLOB)
     return cdn
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import flashhub_kernels as fk
 from cdn_server import CdnServer, slowly
-from trees import kernel_files, write_variant
+from trees import kernel_files, write_blob_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -37,9 +37,7 @@ VARIANT_BYTES = len(BLOB) + sum(map(len, kernel_files("tensor_tricks", "blob").v
 
 
 def publish_slow_blob(cdn: CdnServer, *, with_sizes: bool) -> None:
-    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
-    write_variant(cdn.root, REPO, 1, VARIANT, files, with_sizes=with_sizes)
-    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    write_blob_kernel(cdn.root, BLOB, with_sizes=with_sizes)
     cdn.inject(BLOB_PATH, slowly(1.6))  # past the second after which a bar appears
 
 

@@ -104,3 +104,19 @@ def write_kernel(
         old = json.loads(versions_file.read_text()) if versions_file.exists() else []
         versions_file.write_text(json.dumps(sorted({*old, version})))
     return written
+
+
+BLOB_REPO = "acme/tensor-tricks"
+BLOB_VARIANT = "torch-universal"
+
+
+def write_blob_kernel(
+    root: Path, blob: bytes, *, name: str = "blob", with_sizes: bool = False
+) -> str:
+    """``acme/tensor-tricks`` v1 as ``torch-universal`` (listed in variants.json): the test
+    kernel (marker ``name``) plus ``tensor_tricks/<name>.bin`` holding ``blob``, a file
+    large enough for faults to land mid-transfer. Returns that file's path on the CDN."""
+    files = {**kernel_files("tensor_tricks", name), f"tensor_tricks/{name}.bin": blob}
+    write_variant(root, BLOB_REPO, 1, BLOB_VARIANT, files, with_sizes=with_sizes)
+    (root / f"kernels/{BLOB_REPO}/v1/variants.json").write_text(f'["{BLOB_VARIANT}"]')
+    return f"kernels/{BLOB_REPO}/v1/build/{BLOB_VARIANT}/tensor_tricks/{name}.bin"
