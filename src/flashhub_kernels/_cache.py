@@ -150,6 +150,11 @@ class Cache:
             current = current / part
             check_dir(current, shared=self.shared)
 
+    def check_entry(self, entry: Path) -> None:
+        """Check one entry directory, once :meth:`read_index` has checked every directory
+        above it (the warm path: the chain is not walked twice)."""
+        check_dir(entry, shared=self.shared)
+
     def private_dir(self, path: Path) -> Path:
         """``path`` under the root, created 0700 where missing, every part trusted.
 

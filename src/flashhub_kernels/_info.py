@@ -13,16 +13,13 @@ from typing import TYPE_CHECKING
 
 from ._cache import Cache
 from ._config import get_config
-from ._manifest import MANIFEST_NAME, MAX_DOCUMENT_BYTES, Manifest, parse_metadata
+from ._manifest import Manifest
 from ._names import RepoInfo
 from ._offline import cached_variants, published_variants
-from ._store import fetch_index, remote, target_system, variant_path
-from ._text import escape_controls
+from ._store import fetch_index, fetch_manifest, remote, target_system, variant_path
 from ._variants import VariantAccepted, VariantRejected, VariantResolution, resolve_variants
-from .errors import ManifestError
 
 if TYPE_CHECKING:
-    from ._transport import Fetcher
     from ._variants import SystemInfo
 
 _PARALLEL_HEADS = 8
@@ -88,7 +85,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         index = fetch_index(fetcher, info, system, probe_all=True)
         resolutions = resolve_variants(sorted(index.present), system)
         manifests: dict[str, Manifest] = {
-            r.variant: fetch_manifest(fetcher, info, r.variant) for r in resolutions
+            r.variant: fetch_manifest(fetcher, info, r.variant)[1] for r in resolutions
         }
         # Sizes from metadata.json where the publisher recorded them; HEAD for the rest.
         size_of = {(v, p): m.size_of(p) for v, m in manifests.items() for p in m.files}
@@ -133,20 +130,3 @@ def _published(
         content_hash=manifest.content_hash,
         files={path: size_of[(name, path)] for path in sorted(manifest.files)},
     )
-
-
-def fetch_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> Manifest:
-    """The validated ``metadata.json`` of a published variant."""
-    from ._transport import NotPublished
-
-    source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
-    try:
-        data = fetcher.get_bytes(
-            variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
-        )
-    except NotPublished:
-        raise ManifestError(
-            f"{info} lists variant {escape_controls(variant)}, but {source} is missing",
-            hint="report it to the kernel's publisher",
-        ) from None
-    return parse_metadata(data, source=source)

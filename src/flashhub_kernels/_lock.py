@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.resources
-import inspect
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from ._api import get_kernel
 from ._cache import Cache, VariantIndex, write_atomic
+from ._callers import caller_package
 from ._config import Config, get_config
-from ._info import fetch_manifest
 from ._lockfile import (
     LOCKFILE_NAME,
     PYPROJECT_NAME,
@@ -47,6 +46,7 @@ from ._offline import cached_versions
 from ._store import (
     choose_variant,
     download_entry,
+    fetch_manifest,
     pick_cached_variant,
     published_versions,
     remote,
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 StrPath = str | os.PathLike[str]
 _DOWNLOAD_HINT = "run `flashhub download` in the project directory, with network access"
 _LOCK_ONLINE_HINT = "run `flashhub lock` with network access (unset FLASHHUB_OFFLINE)"
-_OWN_PACKAGE = __name__.partition(".")[0]
 # A small server such as `python -m http.server` queues 5 connections; one more than
 # that waits a second for its SYN to be sent again.
 _PARALLEL_PROBES = 4
@@ -224,7 +223,7 @@ def lock_kernel(
         return LockedKernel(
             repo_id, info.version, probe_variants(fetcher, info, variants), specifier, "probed"
         )
-    hashes = {name: fetch_manifest(fetcher, info, name).content_hash for name in names}
+    hashes = {name: fetch_manifest(fetcher, info, name)[1].content_hash for name in names}
     return LockedKernel(repo_id, info.version, hashes, specifier)
 
 
@@ -603,19 +602,4 @@ def packaged_lockfile(package: str) -> Lockfile | None:
         if text is not None:
             source = f"{LOCKFILE_NAME} in the metadata of {dist_name}"
             return parse_lockfile(text.encode("utf-8"), source=source)
-    return None
-
-
-def caller_package() -> str | None:
-    """The top-level package of the nearest caller outside flashhub_kernels.
-
-    ``None`` for a script (``__main__``): its lock is looked for in the working directory.
-    """
-    frame = inspect.currentframe()
-    while frame is not None:
-        name = frame.f_globals.get("__name__")
-        top = name.partition(".")[0] if isinstance(name, str) else ""
-        if top and top != _OWN_PACKAGE:
-            return None if top == "__main__" else top
-        frame = frame.f_back
     return None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ._cache import Cache, VariantIndex, cache_errors, ensure_dir, remove_tree
+from ._callers import warn_at_caller
 from ._config import Config, get_config
 from ._manifest import (
     MANIFEST_NAME,
@@ -31,6 +32,7 @@ from ._manifest import (
 )
 from ._names import RepoInfo
 from ._progress import progress_bar
+from ._text import escape_controls
 from ._urls import redact_url
 from ._variants import (
     SystemInfo,
@@ -163,7 +165,7 @@ def _warm_lookup(
     if variant is None:
         return None, None
     entry = cache.entry_dir(info, variant)
-    cache.check_trusted(entry)
+    cache.check_entry(entry)  # read_index checked the directories above it
     receipt = cache.read_receipt(entry)
     if receipt is None:
         return None, None
@@ -365,8 +367,6 @@ def notice_newer_version(fetcher: Fetcher, info: RepoInfo) -> None:
         return
     if not versions or versions[-1] <= info.version:
         return
-    from ._transport import warn_at_caller
-
     newer = RepoInfo(info.repo_id, versions[-1])
     warn_at_caller(
         f"{info.repo_id} v{newer.version} is published; this process loads v{info.version}. "
@@ -456,8 +456,7 @@ def download_entry(
         with cache_errors():
             cache.evict(entry)
             cache.remove_stale_staging(info, variant)
-        manifest_bytes = _fetch_listed_manifest(fetcher, info, variant)
-        manifest = parse_metadata(manifest_bytes, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
+        manifest_bytes, manifest = fetch_manifest(fetcher, info, variant)
         _check_has_package(manifest, info, variant)
         if expected_hash is not None and manifest.content_hash != expected_hash:
             raise LockMismatchError(
@@ -521,20 +520,24 @@ def _download_and_commit(
         remove_tree(staging)  # a no-op after a successful commit
 
 
-def _fetch_listed_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> bytes:
-    """The ``metadata.json`` of a variant that ``variants.json`` (or a probe) found."""
+def fetch_manifest(fetcher: Fetcher, info: RepoInfo, variant: str) -> tuple[bytes, Manifest]:
+    """The ``metadata.json`` of a variant that ``variants.json`` (or a probe) found: its
+    exact bytes, and the validated manifest."""
     from ._transport import NotPublished  # the cold path's modules: warm loads skip them
 
     try:
-        return fetcher.get_bytes(
+        data = fetcher.get_bytes(
             variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
         )
     except NotPublished as exc:
         raise TransportError(
-            f"{info} lists variant {variant}, but {redact_url(str(exc))} does not exist",
+            f"{info} lists variant {escape_controls(variant)}, but "
+            f"{redact_url(str(exc))} does not exist",
             hint="the CDN is incomplete: report it to the kernel's publisher, or add a "
             "complete mirror to FLASHHUB_CDN_URL",
         ) from None
+    source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
+    return data, parse_metadata(data, source=source)
 
 
 def _check_has_package(manifest: Manifest, info: RepoInfo, variant: str) -> None:

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import threading
 import time
 import urllib.parse
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from types import FrameType
 from typing import NamedTuple, TypeVar
 
+from ._callers import warn_at_caller
 from ._config import Config
 from ._hashing import INTEGRITY_HINT, HashingWriter, WrongSize
 from ._mirrors import (
@@ -65,10 +63,6 @@ CPU_SECONDS_PER_FILE = 0.0003  # request, response, create, write, hash: a small
 # interrupt is raised anyway (a worker blocked in a read is a daemon thread).
 STOP_GRACE_SECONDS = 1.0
 _warned_hosts: set[str] = set()
-# Frames of these packages lie between a warning and the user's line that caused it:
-# the library itself, the import system (importlib and its frozen bootstrap), and the
-# context managers the library opens the connection in.
-_LIBRARY_PACKAGES = frozenset({"flashhub_kernels", "importlib", "contextlib"})
 _warn_lock = threading.Lock()
 
 
@@ -100,41 +94,6 @@ def warn_if_insecure(base_url: str) -> None:
         "every file is checked against, so anyone on the path can swap kernels. Use https, "
         "or pin the kernel in a lock file."
     )
-
-
-def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
-    """Warn, pointing at the line that called into the library (a ``get_kernel(...)``
-    call, an ``import flashhub...`` statement), wherever in the library it is raised."""
-    caller = _caller_frame()
-    if caller is None:
-        warnings.warn(message, category, stacklevel=2)
-        return
-    # warn_explicit, not a stacklevel: the frames between here and the caller differ by
-    # path (import hook, get_kernel, the CLI), and a stacklevel silently skips the import
-    # system's bootstrap frames, so a count from this walk would land elsewhere.
-    module_globals = caller.f_globals
-    warnings.warn_explicit(
-        message,
-        category,
-        caller.f_code.co_filename,
-        caller.f_lineno,
-        module=module_globals.get("__name__", "<string>"),
-        registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals,
-    )
-
-
-def _caller_frame() -> FrameType | None:
-    """The innermost frame outside this library and the import machinery, if any."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and _is_library_frame(frame):
-        frame = frame.f_back
-    return frame
-
-
-def _is_library_frame(frame: FrameType) -> bool:
-    module = str(frame.f_globals.get("__name__", ""))
-    return module == "flashhub" or module.partition(".")[0] in _LIBRARY_PACKAGES
 
 
 class Fetcher:

@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from .._api import get_kernel, get_local_kernel
+from .._callers import caller_package
 from .._names import RepoInfo, parse_repo_id, resolve_version
 from ..errors import KernelLayerError
 
@@ -49,12 +50,6 @@ def _check_layer_name(layer_name: object) -> None:
         raise ValueError(
             f"layer_name must be a class name such as 'SiluAndMul', got {layer_name!r}"
         )
-
-
-def _caller_package() -> str | None:
-    from .._lock import caller_package
-
-    return caller_package()
 
 
 class _FromCdn:
@@ -126,7 +121,7 @@ class _FromLockfile:
         parse_repo_id(repo_id)
         object.__setattr__(self, "repo_id", repo_id)
         object.__setattr__(self, "lockfile", Path(lockfile).absolute() if lockfile else None)
-        object.__setattr__(self, "_package", None if lockfile else _caller_package())
+        object.__setattr__(self, "_package", None if lockfile else caller_package())
 
     def load_kernel(self) -> ModuleType:
         """``get_locked_kernel(repo_id)`` with this object's lock file."""

@@ -1,0 +1,62 @@
+"""The user's code that called into the library: for warnings and for finding its lock.
+
+A warning raised deep in the library should point at the line that caused it (a
+``get_kernel(...)`` call, an ``import flashhub...`` statement), and a locked layer
+declared in a package should find that package's lock file. Both walk the stack out
+of the library and the import machinery.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from types import FrameType
+
+# Frames of these packages lie between the library's code and the user's line: the
+# library itself, the import system (importlib and its frozen bootstrap), and the
+# context managers the library works in.
+_LIBRARY_PACKAGES = frozenset({"flashhub", "flashhub_kernels", "importlib", "contextlib"})
+
+
+def caller_frame() -> FrameType | None:
+    """The innermost frame outside this library and the import machinery, if any."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and _top_package(frame) in _LIBRARY_PACKAGES:
+        frame = frame.f_back
+    return frame
+
+
+def caller_package() -> str | None:
+    """The top-level package of the nearest caller outside the library.
+
+    ``None`` for a script (``__main__``): its lock is looked for in the working directory.
+    """
+    frame = caller_frame()
+    top = _top_package(frame) if frame is not None else ""
+    return None if top in ("", "__main__") else top
+
+
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn, pointing at the line that called into the library, wherever in the library
+    the warning is raised."""
+    caller = caller_frame()
+    if caller is None:
+        warnings.warn(message, category, stacklevel=2)
+        return
+    # warn_explicit, not a stacklevel: the frames between here and the caller differ by
+    # path (import hook, get_kernel, the CLI), and a stacklevel silently skips the import
+    # system's bootstrap frames, so a count from this walk would land elsewhere.
+    module_globals = caller.f_globals
+    warnings.warn_explicit(
+        message,
+        category,
+        caller.f_code.co_filename,
+        caller.f_lineno,
+        module=module_globals.get("__name__", "<string>"),
+        registry=module_globals.setdefault("__warningregistry__", {}),
+        module_globals=module_globals,
+    )
+
+
+def _top_package(frame: FrameType) -> str:
+    return str(frame.f_globals.get("__name__", "")).partition(".")[0]
