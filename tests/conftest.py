@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from cdn_server import CdnServer
-from flashhub_kernels import _finder, _store
+from flashhub_kernels import _download, _finder
 from flashhub_kernels._config import reset_config
 
 
@@ -83,7 +83,7 @@ NETWORK_ENV = {
 def _forget_kernels() -> None:
     for name in [n for n in sys.modules if n.startswith("flashhub.")]:
         del sys.modules[name]
-    _store._version_checked.clear()  # each test checks for newer versions afresh
+    _download._version_checked.clear()  # each test checks for newer versions afresh
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _finder.KernelFinder)]
     _finder.install()
 

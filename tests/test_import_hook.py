@@ -243,12 +243,11 @@ def test_has_kernel_and_variants(cdn: CdnServer) -> None:
     assert not fk.has_kernel(REPO, version=2)
     assert not fk.has_kernel(REPO)  # newest is v2
     assert not fk.has_kernel("acme/absent", version=1)
-    resolutions = fk.get_kernel_variants(REPO, version=1)
+    verdicts = fk.get_kernel_variants(REPO, version=1)
     assert (
-        isinstance(resolutions[0], fk.VariantAccepted)
-        and resolutions[0].variant_str == "torch-universal"
+        isinstance(verdicts[0], fk.VariantAccepted) and verdicts[0].variant_str == "torch-universal"
     )
-    assert isinstance(resolutions[1], fk.VariantRejected) and "cu126" in resolutions[1].reason
+    assert isinstance(verdicts[1], fk.VariantRejected) and "cu126" in verdicts[1].reason
     assert not any("/build/" in p for p in cdn.gets() if REPO in p)  # variants.json sufficed
 
 

@@ -71,7 +71,8 @@ def test_ctrl_c_mid_download_exits_at_once_and_keeps_the_partial_file(
     assert process.returncode != 0
     assert "concurrent.futures" not in err and "Exception in thread" not in err, err
     assert err.count("Traceback") <= 1, err  # one traceback at most, none from threads
-    assert len(err.splitlines()) <= 30, err
+    # The import machinery, the loader and the store's frames, and the message: one screen.
+    assert len(err.splitlines()) <= 36, err
     assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
 
     big_kernel.faults.clear()

@@ -10,7 +10,7 @@ from flashhub_kernels._names import (
     parse_module_name,
     parse_repo_id,
     parse_revision,
-    resolve_version,
+    requested_version,
 )
 
 
@@ -62,10 +62,10 @@ def test_bad_revisions(revision: str) -> None:
 
 def test_exactly_one_of_version_and_revision() -> None:
     with pytest.raises(ValueError, match="exactly one"):
-        resolve_version(None, None)
+        requested_version(None, None)
     with pytest.raises(ValueError, match="exactly one"):
-        resolve_version(1, "v1")
-    assert resolve_version(None, "v2") == 2
+        requested_version(1, "v1")
+    assert requested_version(None, "v2") == 2
 
 
 def test_repo_info_names() -> None:

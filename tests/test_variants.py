@@ -19,8 +19,8 @@ from flashhub_kernels._variants import (
     build_variant_name,
     candidate_names,
     format_trace,
+    judge_variants,
     parse_variant,
-    resolve_variants,
     with_backend,
 )
 from flashhub_kernels.layers._device import Device, as_device
@@ -33,7 +33,7 @@ XPU = SystemInfo((2, 12), True, "xpu", "xpu20251", "x86_64", "linux")
 
 
 def verdict(name: str, system: SystemInfo) -> str:
-    (res,) = resolve_variants([name], system)
+    (res,) = judge_variants([name], system)
     return "ok" if isinstance(res, VariantAccepted) else res.reason
 
 
@@ -75,7 +75,7 @@ def test_parse_noarch(name: str) -> None:
     ],
 )
 def test_unparseable_names_are_rejected_with_a_reason(name: str) -> None:
-    (res,) = resolve_variants([name], CPU)
+    (res,) = judge_variants([name], CPU)
     assert isinstance(res, VariantRejected) and res.variant == name
     assert res.variant.tier is None and res.variant.backend is None
     assert name in res.reason or "variant" in res.reason
@@ -105,7 +105,7 @@ def test_a_tagless_name_is_preferred_to_a_tagged_one_for_the_same_build() -> Non
         "torch212-cxx11-cu124-x86_64-linux",
         "torch212-cu124-x86_64-linux",
     ]
-    accepted = [r.variant for r in resolve_variants(published, CUDA)]
+    accepted = [r.variant for r in judge_variants(published, CUDA)]
     assert accepted == [
         "torch212-cu126-x86_64-linux",
         "torch212-cxx11-cu126-x86_64-linux",
@@ -153,8 +153,8 @@ def test_backends_this_client_never_detects_parse_and_are_rejected(
     for system in (CPU, CUDA, ROCM, MAC, XPU):
         reason = verdict(name, system)
         assert f"built for {backend_tag or backend}" in reason and "backend=" not in reason
-    resolutions = resolve_variants([name, "torch-universal"], CPU)
-    assert [type(r) for r in resolutions] == [VariantAccepted, VariantRejected]
+    verdicts = judge_variants([name, "torch-universal"], CPU)
+    assert [type(r) for r in verdicts] == [VariantAccepted, VariantRejected]
 
 
 def test_layer_mappings_accept_the_extra_device_types() -> None:
@@ -214,8 +214,8 @@ def test_preference_order() -> None:
         "torch-stable-abi211-cu124-x86_64-linux",
         "torch213-cxx11-cu126-x86_64-linux",
     ]
-    resolutions = resolve_variants(published, CUDA)
-    accepted = [r.variant for r in resolutions if isinstance(r, VariantAccepted)]
+    verdicts = judge_variants(published, CUDA)
+    accepted = [r.variant for r in verdicts if isinstance(r, VariantAccepted)]
     assert accepted == [
         "torch-stable-abi211-cu124-x86_64-linux",
         "torch-stable-abi210-cu126-x86_64-linux",
@@ -224,8 +224,8 @@ def test_preference_order() -> None:
         "torch-cuda",
         "torch-universal",
     ]
-    assert isinstance(resolutions[-1], VariantRejected)
-    trace = format_trace(resolutions)
+    assert isinstance(verdicts[-1], VariantRejected)
+    trace = format_trace(verdicts)
     assert (
         "+ torch-universal" in trace
         and "- torch213-cxx11-cu126-x86_64-linux: built for torch 2.13" in trace
@@ -240,9 +240,9 @@ def test_build_variant_name() -> None:
 def test_candidates_are_in_preference_order_and_all_accepted() -> None:
     for system in (CPU, CUDA, ROCM, MAC):
         names = candidate_names(system)
-        resolutions = resolve_variants(names, system)
-        assert all(isinstance(r, VariantAccepted) for r in resolutions), format_trace(resolutions)
-        assert [r.variant for r in resolutions] == names
+        verdicts = judge_variants(names, system)
+        assert all(isinstance(r, VariantAccepted) for r in verdicts), format_trace(verdicts)
+        assert [r.variant for r in verdicts] == names
         assert names[-1] == "torch-universal"
     assert "torch212-cxx11-cu120-x86_64-linux" in candidate_names(CUDA)
     tagless = candidate_names(CPU).index("torch213-cpu-x86_64-linux")
@@ -256,7 +256,7 @@ def test_with_backend_forces_cpu() -> None:
 
 
 def test_a_variant_is_its_name_with_the_parsed_fields() -> None:
-    accepted, rejected = resolve_variants(
+    accepted, rejected = judge_variants(
         ["torch-universal", "torch213-cxx11-cu126-x86_64-linux"], CPU
     )
     assert isinstance(accepted, VariantAccepted) and isinstance(rejected, VariantRejected)
@@ -293,7 +293,7 @@ def test_a_variant_is_immutable_and_survives_copies() -> None:
         variant.extra = 1  # type: ignore[attr-defined]
     for clone in (pickle.loads(pickle.dumps(variant)), copy.deepcopy(variant)):
         assert type(clone) is Variant and clone == variant and clone.torch == (2, 13)
-    unparsed = resolve_variants(["not-a-variant"], CPU)[0].variant
+    unparsed = judge_variants(["not-a-variant"], CPU)[0].variant
     assert pickle.loads(pickle.dumps(unparsed)).tier is None
     with pytest.raises(VariantNameError, match="not a variant name"):
         Variant("not-a-variant")

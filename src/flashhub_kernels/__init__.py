@@ -26,7 +26,7 @@ from ._variants import VariantAccepted, VariantRejected
 
 if TYPE_CHECKING:
     from ._benchmark import Benchmark
-    from ._lock import get_locked_kernel, install_kernel, load_kernel
+    from ._lock import get_locked_kernel, load_kernel
     from .layers import (
         CUDAProperties,
         Device,
@@ -54,7 +54,7 @@ _LAZY = {
     "Benchmark": "._benchmark",
     "LockedLayerRepository": ".layers",
     "get_locked_kernel": "._lock",
-    "install_kernel": "._lock",
+    "install_kernel": "._api",
     "load_kernel": "._lock",
     "CUDAProperties": ".layers",
     "Device": ".layers",

@@ -11,9 +11,9 @@ from types import ModuleType
 from ._config import get_config, local_kernels
 from ._finder import LoadedKernel, install
 from ._local import find_local_package, local_override
-from ._names import RepoInfo, check_backend, parse_repo_id, resolve_version
-from ._variants import VariantAccepted, VariantResolution, resolve_variants
-from .errors import KernelNotFoundError, NoCompatibleVariantError
+from ._names import RepoInfo, check_backend, parse_repo_id, requested_version
+from ._variants import VariantAccepted, VariantVerdict, judge_variants
+from .errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
 
 
 def get_kernel(
@@ -39,12 +39,46 @@ def get_kernel(
         KernelImportError: the kernel cannot be found, matched, fetched or verified (the
             subclasses in :mod:`flashhub_kernels.errors` say which).
     """
-    info = RepoInfo(repo_id, resolve_version(version, revision))
+    info = RepoInfo(repo_id, requested_version(version, revision))
     if backend is not None:
         check_backend(backend)
     module_name = info.module_name(backend)
     install().pin(module_name, info)
     return importlib.import_module(module_name)
+
+
+def install_kernel(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    backend: str | None = None,
+) -> Path:
+    """Download and verify the variant of a kernel this system loads, without importing it.
+
+    Gives the local variant directory, which holds ``<py_pkg>/`` and ``metadata.json``.
+    With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
+    ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
+    """
+    from ._download import remote, with_version  # the cold path's modules
+    from ._store import obtain_kernel
+
+    if backend is not None:
+        check_backend(backend)
+    if version is None and revision is None:
+        parse_repo_id(repo_id)
+        config = get_config()
+        if config.offline:
+            raise OfflineError(
+                f"the newest version of {repo_id} cannot be looked up: FLASHHUB_OFFLINE is set",
+                hint="pass version=",
+            )
+        with remote(config) as fetcher:
+            version = with_version(fetcher, repo_id, None).version
+    info = RepoInfo(repo_id, requested_version(version, revision))
+    entry = obtain_kernel([info], backend=backend).entry
+    assert entry is not None, "the store gives cache entries"
+    return entry
 
 
 def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
@@ -64,7 +98,7 @@ def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
 
 def get_kernel_variants(
     repo_id: str, version: int | None = None, *, backend: str | None = None
-) -> list[VariantResolution]:
+) -> list[VariantVerdict]:
     """Judge every published variant of a kernel against this system.
 
     Returns :class:`VariantAccepted` entries (best first) then :class:`VariantRejected`
@@ -79,7 +113,8 @@ def get_kernel_variants(
         OfflineError: offline, and the cache does not record the answer (or
             ``version=None``: only the CDN knows the newest version).
     """
-    from ._store import fetch_index, remote, target_system, with_version
+    from ._download import fetch_index, remote, with_version  # the cold path's modules
+    from ._store import target_system
 
     system = target_system(backend)
     config = get_config()
@@ -89,11 +124,11 @@ def get_kernel_variants(
 
         info = _offline_info(repo_id, version)
         names = published_variants(Cache.from_config(config), info, system)
-        return resolve_variants(names, system)
+        return judge_variants(names, system)
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)
         index = fetch_index(fetcher, info, system, probe_all=True)
-    return resolve_variants(sorted(index.present), system)
+    return judge_variants(sorted(index.present), system)
 
 
 def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None = None) -> bool:
@@ -118,10 +153,10 @@ def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None 
         info = _offline_info(repo_id, version)
         return has_variant(Cache.from_config(config), info, target_system(backend))
     try:
-        resolutions = get_kernel_variants(repo_id, version, backend=backend)
+        verdicts = get_kernel_variants(repo_id, version, backend=backend)
     except (KernelNotFoundError, NoCompatibleVariantError):
         return False
-    return any(isinstance(r, VariantAccepted) for r in resolutions)
+    return any(isinstance(r, VariantAccepted) for r in verdicts)
 
 
 def _offline_info(repo_id: str, version: int | None) -> RepoInfo:

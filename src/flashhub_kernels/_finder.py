@@ -1,7 +1,7 @@
 """The ``sys.meta_path`` finder (PEP 451) behind ``import flashhub.<org>.<pkg>.v<N>``.
 
 ``find_spec`` runs under Python's global import lock, so it only parses the name and
-looks in in-process tables; it never touches the network. The kernel is resolved (and
+looks in in-process tables; it never touches the network. The kernel is located (and
 downloaded when cold) in :meth:`KernelLoader.create_module`, which runs under the
 per-module lock only. The loader then fills in the spec's real location, and from there
 on it is a plain :class:`~importlib.machinery.SourceFileLoader`: ``__file__``,
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from ._kernel_dir import KernelDir
 from ._names import KernelModuleName, RepoInfo, cdn_name_candidates, parse_module_name
 
 
@@ -40,19 +41,6 @@ class LoadedKernel:
     module: ModuleType
 
 
-@dataclass(frozen=True)
-class _Target:
-    """Where a module name points once known: a package directory and its origin."""
-
-    package_dir: Path
-    info: RepoInfo | None = None
-    variant: str | None = None
-
-    @property
-    def init_file(self) -> Path:
-        return self.package_dir / "__init__.py"
-
-
 class _SyntheticPackageLoader(importlib.abc.Loader):
     """``flashhub.<org>`` and ``flashhub.<org>.<pkg>``: empty packages, no disk, no network."""
 
@@ -64,9 +52,11 @@ class _SyntheticPackageLoader(importlib.abc.Loader):
 
 
 class KernelLoader(importlib.machinery.SourceFileLoader):
-    """Resolves a kernel to its cache directory, then loads it as plain source files."""
+    """Locates a kernel to its cache directory, then loads it as plain source files."""
 
-    def __init__(self, finder: KernelFinder, fullname: str, target: _Target | None = None) -> None:
+    def __init__(
+        self, finder: KernelFinder, fullname: str, target: KernelDir | None = None
+    ) -> None:
         super().__init__(fullname, str(target.init_file) if target else "")
         self._finder = finder
         self._target = target
@@ -80,7 +70,7 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
         if self._target is None:
             # importlib.reload() calls exec_module without create_module. This spec has
             # no target because the cache entry the module was loaded from is gone
-            # (`flashhub cache clear`): resolve it afresh, as a fresh import would.
+            # (`flashhub cache clear`): locate it afresh, as a fresh import would.
             spec = module.__spec__
             assert spec is not None
             target = self._locate(spec)
@@ -91,9 +81,9 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
         assert self._target is not None
         self._finder.record_loaded(module, self._target)
 
-    def _locate(self, spec: importlib.machinery.ModuleSpec) -> _Target:
-        """Resolve the kernel (downloading it when needed) and point ``spec`` at its files."""
-        target = self._target = self._finder.resolve(spec.name)
+    def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
+        """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""
+        target = self._target = self._finder.locate(spec.name)
         self.path = str(target.init_file)
         spec.origin = self.path
         spec.has_location = True
@@ -106,7 +96,7 @@ class KernelFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._targets: dict[str, _Target] = {}  # module name -> where it was found
+        self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, LoadedKernel] = {}
 
@@ -128,7 +118,7 @@ class KernelFinder(importlib.abc.MetaPathFinder):
     def add_local(self, module_name: str, package_dir: Path) -> None:
         """Make ``module_name`` load the kernel package in ``package_dir``."""
         with self._lock:
-            self._targets[module_name] = _Target(package_dir)
+            self._targets[module_name] = KernelDir(package_dir)
 
     def loaded(self) -> list[LoadedKernel]:
         with self._lock:
@@ -140,8 +130,8 @@ class KernelFinder(importlib.abc.MetaPathFinder):
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         known = self._targets.get(fullname)
-        # Resolved before in this process, or a local kernel: one stat, no other I/O. A
-        # cache entry removed since (``flashhub cache clear``) is resolved afresh.
+        # Located before in this process, or a local kernel: one stat, no other I/O. A
+        # cache entry removed since (``flashhub cache clear``) is located afresh.
         if known is not None and (known.info is None or known.init_file.is_file()):
             return importlib.util.spec_from_file_location(
                 fullname,
@@ -160,28 +150,28 @@ class KernelFinder(importlib.abc.MetaPathFinder):
             fullname, KernelLoader(self, fullname), is_package=True
         )
 
-    def resolve(self, fullname: str) -> _Target:
+    def locate(self, fullname: str) -> KernelDir:
         """Find (download if needed) the kernel ``fullname`` names. Called by the loader.
 
         A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
         """
         from ._local import local_override
-        from ._store import resolve
+        from ._store import obtain_kernel
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
         pinned = self._pins.get(fullname)
         candidates = [pinned] if pinned else _candidates(parsed)
-        resolved = local_override(candidates, parsed.backend) or resolve(
+        target = local_override(candidates, parsed.backend) or obtain_kernel(
             candidates, backend=parsed.backend
         )
-        target = _Target(resolved.package_dir, resolved.info, resolved.variant)
+        assert target.info is not None
         with self._lock:
             self._targets[fullname] = target
-            self._pins.setdefault(fullname, resolved.info)  # the spelling that existed wins
+            self._pins.setdefault(fullname, target.info)  # the spelling that existed wins
         return target
 
-    def record_loaded(self, module: ModuleType, target: _Target) -> None:
+    def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
         info = target.info
         record = LoadedKernel(
             repo_id=info.repo_id if info else None,

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._cache import Cache
+from ._cdn_documents import get_listed_manifest, variant_path
 from ._config import get_config
+from ._download import fetch_index, remote
 from ._manifest import Manifest
 from ._names import RepoInfo
 from ._offline import cached_variants, published_variants
-from ._store import fetch_index, fetch_manifest, remote, target_system, variant_path
-from ._variants import VariantAccepted, VariantRejected, VariantResolution, resolve_variants
+from ._store import target_system
+from ._variants import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
 
 if TYPE_CHECKING:
     from ._variants import SystemInfo
@@ -83,9 +85,9 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         return describe_cached(Cache.from_config(config), info, system)
     with remote(config) as fetcher:
         index = fetch_index(fetcher, info, system, probe_all=True)
-        resolutions = resolve_variants(sorted(index.present), system)
+        verdicts = judge_variants(sorted(index.present), system)
         manifests: dict[str, Manifest] = {
-            r.variant: fetch_manifest(fetcher, info, r.variant)[1] for r in resolutions
+            r.variant: get_listed_manifest(fetcher, info, r.variant).manifest for r in verdicts
         }
         # Sizes from metadata.json where the publisher recorded them; HEAD for the rest.
         size_of = {(v, p): m.size_of(p) for v, m in manifests.items() for p in m.files}
@@ -93,7 +95,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         with ThreadPoolExecutor(_PARALLEL_HEADS) as pool:
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
             size_of.update(zip(unknown, sizes, strict=True))
-    variants = [_published(r, manifests[r.variant], size_of) for r in resolutions]
+    variants = [_published(r, manifests[r.variant], size_of) for r in verdicts]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
 
@@ -107,26 +109,26 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
     Raises:
         OfflineError: the cache does not record the variant list, or lacks a variant.
     """
-    resolutions = resolve_variants(published_variants(cache, info, system), system)
-    cached = cached_variants(cache, info, [r.variant for r in resolutions])
+    verdicts = judge_variants(published_variants(cache, info, system), system)
+    cached = cached_variants(cache, info, [r.variant for r in verdicts])
     size_of: dict[tuple[str, str], int | None] = {
         (name, path): size
         for name, variant in cached.items()
         for path, size in variant.sizes.items()
     }
-    variants = [_published(r, cached[r.variant].manifest, size_of) for r in resolutions]
+    variants = [_published(r, cached[r.variant].manifest, size_of) for r in verdicts]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
 
 
 def _published(
-    resolution: VariantResolution, manifest: Manifest, size_of: dict[tuple[str, str], int | None]
+    verdict: VariantVerdict, manifest: Manifest, size_of: dict[tuple[str, str], int | None]
 ) -> PublishedVariant:
-    name = resolution.variant
+    name = verdict.variant
     return PublishedVariant(
         name=name,
-        compatible=isinstance(resolution, VariantAccepted),
-        reason=resolution.reason if isinstance(resolution, VariantRejected) else None,
+        compatible=isinstance(verdict, VariantAccepted),
+        reason=verdict.reason if isinstance(verdict, VariantRejected) else None,
         content_hash=manifest.content_hash,
         files={path: size_of[(name, path)] for path in sorted(manifest.files)},
     )

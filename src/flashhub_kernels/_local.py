@@ -8,33 +8,16 @@ directory, one ``<variant>`` directory, or the package directory itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ._config import LOCAL_KERNELS_VAR, local_kernels
+from ._kernel_dir import KernelDir
 from ._names import RepoInfo
-from ._variants import resolve_variants
+from ._variants import judge_variants
 from .errors import KernelNotFoundError
 
 
-@dataclass(frozen=True)
-class LocalPackage:
-    """A kernel package found on disk, and the build variant it was chosen from."""
-
-    package_dir: Path
-    variant: str | None = None
-
-
-@dataclass(frozen=True)
-class LocalOverride:
-    """A repo that ``LOCAL_KERNELS`` maps to a local directory, resolved for this system."""
-
-    info: RepoInfo
-    package_dir: Path
-    variant: str | None
-
-
-def find_local_package(path: Path, backend: str | None = None) -> LocalPackage:
+def find_local_package(path: Path, backend: str | None = None) -> KernelDir:
     """The package to import from ``path``, choosing the best variant for this system.
 
     ``variant`` is the name of the build variant picked from a ``build`` directory, and
@@ -44,22 +27,22 @@ def find_local_package(path: Path, backend: str | None = None) -> LocalPackage:
         KernelNotFoundError: ``path`` holds no package, or no variant that fits.
     """
     if (path / "__init__.py").is_file():
-        return LocalPackage(path)
+        return KernelDir(path)
     packages = (
         [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
         if path.is_dir()
         else []
     )
     if len(packages) == 1:
-        return LocalPackage(packages[0])
+        return KernelDir(packages[0])
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
     from ._store import best_variant, target_system
 
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
-    chosen = best_variant(resolve_variants(variants, target_system(backend)))
+    chosen = best_variant(judge_variants(variants, target_system(backend)))
     if chosen is not None:
-        return LocalPackage(find_local_package(base / chosen, backend).package_dir, chosen)
+        return KernelDir(find_local_package(base / chosen, backend).package_dir, variant=chosen)
     raise KernelNotFoundError(
         f"no kernel package found in {path}",
         hint="point at a directory holding build/<variant>/<py_pkg>/__init__.py, "
@@ -67,7 +50,7 @@ def find_local_package(path: Path, backend: str | None = None) -> LocalPackage:
     )
 
 
-def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> LocalOverride | None:
+def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> KernelDir | None:
     """The local copy of the first candidate ``LOCAL_KERNELS`` maps, or ``None``.
 
     ``candidates`` are the spellings a module name may stand for, as the CDN lookup
@@ -85,11 +68,11 @@ def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> Local
         path = overrides.get(info.repo_id)
         if path is not None:
             found = _find_override(info.repo_id, path.resolve(), backend)
-            return LocalOverride(info, found.package_dir, found.variant)
+            return found._replace(info=info)
     return None
 
 
-def _find_override(repo_id: str, path: Path, backend: str | None) -> LocalPackage:
+def _find_override(repo_id: str, path: Path, backend: str | None) -> KernelDir:
     remedy = (
         f"fix the path in {LOCAL_KERNELS_VAR}, or drop the entry to load {repo_id} from the CDN"
     )

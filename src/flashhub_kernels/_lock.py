@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 from ._api import get_kernel
 from ._cache import Cache, VariantIndex, write_atomic
 from ._callers import caller_package
+from ._cdn_documents import NotPublished, get_listed_manifest, get_manifest, get_variant_names
 from ._config import Config, get_config
+from ._download import download_entry, published_versions, remote
 from ._lockfile import (
     LOCKFILE_NAME,
     PYPROJECT_NAME,
@@ -40,23 +42,12 @@ from ._lockfile import (
     read_lockfile,
     read_project,
 )
-from ._manifest import MANIFEST_NAME, MAX_DOCUMENT_BYTES, Manifest, parse_metadata, parse_variants
-from ._names import RepoInfo, parse_repo_id, resolve_version
+from ._manifest import MANIFEST_NAME, Manifest
+from ._names import RepoInfo
 from ._offline import cached_versions
-from ._store import (
-    choose_variant,
-    download_entry,
-    fetch_manifest,
-    pick_cached_variant,
-    published_versions,
-    remote,
-    resolve,
-    target_system,
-    variant_path,
-    with_version,
-)
+from ._store import choose_variant, pick_cached_variant, target_system
 from ._text import escape_controls
-from ._variants import candidate_names, format_trace, resolve_variants
+from ._variants import candidate_names, format_trace, judge_variants
 from .errors import FlashhubError, LockfileError, NoCompatibleVariantError, OfflineError
 
 if TYPE_CHECKING:
@@ -223,7 +214,9 @@ def lock_kernel(
         return LockedKernel(
             repo_id, info.version, probe_variants(fetcher, info, variants), specifier, "probed"
         )
-    hashes = {name: fetch_manifest(fetcher, info, name)[1].content_hash for name in names}
+    hashes = {
+        name: get_listed_manifest(fetcher, info, name).manifest.content_hash for name in names
+    }
     return LockedKernel(repo_id, info.version, hashes, specifier)
 
 
@@ -247,14 +240,9 @@ def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str) -> int:
 
 def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | None:
     """The version's ``variants.json``, or ``None`` when it has none."""
-    from ._transport import NotPublished
-
     source = f"{info}/variants.json"
     try:
-        names = parse_variants(
-            fetcher.get_bytes(f"{info.cdn_path}/variants.json", limit=MAX_DOCUMENT_BYTES),
-            source=source,
-        )
+        names = get_variant_names(fetcher, info)
     except NotPublished:
         return None
     try:
@@ -309,15 +297,10 @@ def _variants_noun(names: Sequence[str]) -> str:
 
 def _probe(fetcher: Fetcher, info: RepoInfo, variant: str) -> Manifest | None:
     """The manifest of ``variant`` if the CDN publishes it, else ``None``."""
-    from ._transport import NotPublished
-
     try:
-        data = fetcher.get_bytes(
-            variant_path(info, variant, MANIFEST_NAME), limit=MAX_DOCUMENT_BYTES
-        )
+        return get_manifest(fetcher, info, variant).manifest
     except NotPublished:
         return None
-    return parse_metadata(data, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
 
 
 # -- the cache, checked against a lock ----------------------------------------------------
@@ -331,7 +314,7 @@ def locked_variant(locked: LockedKernel, system: SystemInfo) -> str:
     for name in candidate_names(system):
         if name in locked.variants:
             return name
-    trace = format_trace(resolve_variants(sorted(locked.variants), system))
+    trace = format_trace(judge_variants(sorted(locked.variants), system))
     raise NoCompatibleVariantError(
         f"{locked.info} has no variants.json, and none of the variants the lock pins for it "
         f"fits this system ({system.describe()}):\n{trace}",
@@ -540,27 +523,6 @@ def _import_checked(
             hint="run `flashhub cache clear`, then `flashhub download`",
         )
     return get_kernel(locked.repo_id, version=locked.version)
-
-
-def install_kernel(
-    repo_id: str, *, version: int | None = None, revision: str | None = None
-) -> Path:
-    """Download and verify the variant of a kernel this system loads, without importing it.
-
-    Gives the local variant directory, which holds ``<py_pkg>/`` and ``metadata.json``.
-    With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
-    """
-    if version is None and revision is None:
-        parse_repo_id(repo_id)
-        config = get_config()
-        if config.offline:
-            raise OfflineError(
-                f"the newest version of {repo_id} cannot be looked up: FLASHHUB_OFFLINE is set",
-                hint="pass version=",
-            )
-        with remote(config) as fetcher:
-            version = with_version(fetcher, repo_id, None).version
-    return resolve([RepoInfo(repo_id, resolve_version(version, revision))]).entry
 
 
 # -- finding the lock ---------------------------------------------------------------------

@@ -50,7 +50,7 @@ def parse_revision(revision: str) -> int:
     return int(match.group(1))
 
 
-def resolve_version(version: int | None, revision: str | None) -> int:
+def requested_version(version: int | None, revision: str | None) -> int:
     """Turn the ``version=`` / ``revision=`` pair of the public API into one version."""
     if (version is None) == (revision is None):
         raise ValueError("give exactly one of version= or revision= (e.g. version=1)")

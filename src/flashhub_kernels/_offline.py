@@ -23,7 +23,7 @@ from ._lockfile import check_variant_name
 from ._manifest import MANIFEST_NAME, Manifest, parse_metadata
 from ._names import RepoInfo
 from ._store import no_variant_error, pick_cached_variant
-from ._variants import SystemInfo, VariantAccepted, candidate_names, resolve_variants
+from ._variants import SystemInfo, VariantAccepted, candidate_names, judge_variants
 from .errors import FlashhubError, NoCompatibleVariantError, OfflineError
 
 _ONLINE_HINT = "unset FLASHHUB_OFFLINE"
@@ -96,7 +96,7 @@ def has_variant(cache: Cache, info: RepoInfo, system: SystemInfo) -> bool:
         names = published_variants(cache, info, system)
     except NoCompatibleVariantError:
         return False
-    return any(isinstance(r, VariantAccepted) for r in resolve_variants(names, system))
+    return any(isinstance(r, VariantAccepted) for r in judge_variants(names, system))
 
 
 class CachedVariant(NamedTuple):

@@ -351,10 +351,10 @@ def _coerce(variant: str) -> Variant:
     return variant if isinstance(variant, Variant) else as_variant(variant)
 
 
-VariantResolution = VariantAccepted | VariantRejected
+VariantVerdict = VariantAccepted | VariantRejected
 
 
-def resolve_variants(names: Iterable[str], system: SystemInfo) -> list[VariantResolution]:
+def judge_variants(names: Iterable[str], system: SystemInfo) -> list[VariantVerdict]:
     """Judge every published variant: accepted ones first, in preference order."""
     accepted: list[VariantAccepted] = []
     rejected: list[VariantRejected] = []
@@ -373,13 +373,13 @@ def resolve_variants(names: Iterable[str], system: SystemInfo) -> list[VariantRe
     return [*accepted, *rejected]
 
 
-def format_trace(resolutions: Iterable[VariantResolution]) -> str:
+def format_trace(verdicts: Iterable[VariantVerdict]) -> str:
     """One line per variant, for error messages and ``flashhub variants``.
 
     Names come from the CDN: their control characters, newlines included, are escaped.
     """
     lines = []
-    for res in resolutions:
+    for res in verdicts:
         name = escape_controls(res.variant)
         if isinstance(res, VariantAccepted):
             lines.append(f"  + {name}: compatible")

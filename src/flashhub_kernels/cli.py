@@ -328,8 +328,8 @@ def _variants(args: argparse.Namespace) -> int:
     from ._variants import VariantAccepted, format_trace
 
     version = args.version or _newest_version(args.repo_id, "variants")
-    resolutions = get_kernel_variants(args.repo_id, version, backend=args.backend)
-    chosen = best_variant(resolutions)
+    verdicts = get_kernel_variants(args.repo_id, version, backend=args.backend)
+    chosen = best_variant(verdicts)
     system = target_system(args.backend).describe()
     if args.json:
         variants = [
@@ -338,7 +338,7 @@ def _variants(args: argparse.Namespace) -> int:
                 "compatible": isinstance(r, VariantAccepted),
                 "reason": None if isinstance(r, VariantAccepted) else r.reason,
             }
-            for r in resolutions
+            for r in verdicts
         ]
         _print_json(
             {
@@ -351,7 +351,7 @@ def _variants(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{args.repo_id}@v{version} on {system}:")
-        print(format_trace(resolutions))
+        print(format_trace(verdicts))
         print(f"chosen: {_chosen(chosen)}")
     return EXIT_OK if chosen else EXIT_FAILURE
 
@@ -363,7 +363,7 @@ def _chosen(variant: str | None) -> str:
 def _newest_version(repo_id: str, command: str) -> int:
     """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
     from ._config import get_config
-    from ._store import remote, with_version
+    from ._download import remote, with_version
 
     config = get_config()
     if config.offline:
@@ -424,17 +424,10 @@ def _get_arguments(parser: argparse.ArgumentParser) -> None:
     arguments=_get_arguments,
 )
 def _get(args: argparse.Namespace) -> int:
-    from ._lock import install_kernel
+    from ._api import install_kernel
 
     version = args.version or _newest_version(args.repo_id, "get")
-    if args.backend:
-        from ._names import RepoInfo
-        from ._store import resolve
-
-        # install_kernel with a backend: the entry get_kernel(..., backend=) loads.
-        path = resolve([RepoInfo(args.repo_id, version)], backend=args.backend).entry
-    else:
-        path = install_kernel(args.repo_id, version=version)
+    path = install_kernel(args.repo_id, version=version, backend=args.backend)
     if args.json:
         _print_json(
             {

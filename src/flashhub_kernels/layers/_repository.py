@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from .._api import get_kernel, get_local_kernel
 from .._callers import caller_package
-from .._names import RepoInfo, parse_repo_id, resolve_version
+from .._names import RepoInfo, parse_repo_id, requested_version
 from ..errors import KernelLayerError
 
 if TYPE_CHECKING:
@@ -65,12 +65,12 @@ class _FromCdn:
 
     def _check_source(self) -> None:
         parse_repo_id(self.repo_id)
-        resolve_version(self.version, self.revision)
+        requested_version(self.version, self.revision)
 
     @property
     def info(self) -> RepoInfo:
         """The kernel version this repository points at."""
-        return RepoInfo(self.repo_id, resolve_version(self.version, self.revision))
+        return RepoInfo(self.repo_id, requested_version(self.version, self.revision))
 
     def load_kernel(self) -> ModuleType:
         """``get_kernel(repo_id, version=...)``: the same module ``import flashhub...`` gives."""

@@ -1,0 +1,372 @@
+"""The cold path: from the CDN's documents to a verified entry in the cache.
+
+:func:`fetch_kernel` picks the variant from the version's ``variants.json`` (fetched by
+one process under the index lock, and recorded for every other), then
+:func:`download_entry` makes the entry under its download lock: reuse what another
+process committed meanwhile, else fetch and check the manifest, then download every file
+into staging, verified as it streams, and rename the entry into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple, NoReturn
+
+from ._cache import Cache, VariantIndex, cache_errors, ensure_dir, remove_tree
+from ._callers import warn_at_caller
+from ._cdn_documents import (
+    ManifestDocument,
+    NotPublished,
+    get_listed_manifest,
+    get_manifest,
+    get_variant_names,
+    get_versions,
+    variant_path,
+)
+from ._config import Config
+from ._kernel_dir import KernelDir
+from ._manifest import Manifest
+from ._names import RepoInfo
+from ._progress import progress_bar
+from ._store import choose_variant, no_variant_error, package_dir_of, pick_cached_variant
+from ._transport import DownloadJob, Fetcher
+from ._urls import redact_url
+from ._variants import SystemInfo, candidate_names
+from .errors import (
+    FlashhubError,
+    KernelNotFoundError,
+    LockMismatchError,
+    ManifestError,
+    NewerVersionWarning,
+    TransportError,
+)
+
+logger = logging.getLogger("flashhub_kernels")
+
+
+class CommittedEntry(NamedTuple):
+    """A verified cache entry, and whether this call downloaded it (rather than finding
+    it complete, committed by another process while this one waited for the lock)."""
+
+    path: Path
+    downloaded: bool
+
+
+def fetch_kernel(
+    cache: Cache, system: SystemInfo, candidates: Sequence[RepoInfo], config: Config
+) -> KernelDir:
+    """Download the variant ``system`` loads of the first candidate the CDN publishes."""
+    with remote(config) as fetcher:
+        not_found: KernelNotFoundError | None = None
+        for info in candidates:
+            try:
+                index = shared_index(cache, fetcher, info, system)
+            except KernelNotFoundError as exc:
+                not_found = not_found or exc
+                continue
+            variant = choose_variant(index, info, system)
+            logger.info(
+                "%s: variant %s, the best of %s for %s",
+                info,
+                variant,
+                "variants.json" if index.complete else "the variants probed",
+                system.describe(),
+            )
+            entry, downloaded = download_entry(cache, fetcher, info, variant)
+            if downloaded and config.version_check:  # not by every waiter for a download
+                notice_newer_version(fetcher, info)
+            return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry)
+    assert not_found is not None
+    raise not_found
+
+
+@contextmanager
+def remote(config: Config) -> Iterator[Fetcher]:
+    """A :class:`Fetcher` for the configured mirrors, closed on exit."""
+    fetcher = Fetcher(config)
+    try:
+        yield fetcher
+    finally:
+        fetcher.close()
+
+
+# -- the variant index -------------------------------------------------------------------
+
+
+def fetch_index(
+    fetcher: Fetcher, info: RepoInfo, system: SystemInfo, *, probe_all: bool = False
+) -> VariantIndex:
+    """What ``info`` publishes: ``variants.json``, or a probe of ``system``'s candidates.
+
+    Probing stops at the first hit unless ``probe_all`` (used to list variants).
+    """
+    try:
+        return VariantIndex(True, frozenset(get_variant_names(fetcher, info)))
+    except NotPublished as exc:
+        tried = redact_url(str(exc))  # the mirror's URL of variants.json
+    present: set[str] = set()
+    absent: set[str] = set()
+    for name in candidate_names(system):
+        try:
+            get_manifest(fetcher, info, name)
+        except NotPublished:
+            absent.add(name)
+            continue
+        present.add(name)
+        if not probe_all:
+            break
+    if not present:
+        _raise_not_published(fetcher, info, system, absent, tried)
+    return VariantIndex(False, frozenset(present), frozenset(absent))
+
+
+def shared_index(
+    cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo
+) -> VariantIndex:
+    """The version's variant index, fetched by one process and recorded for all.
+
+    Processes that wait for the lock find the index recorded and make no request.
+    """
+    with cache.index_lock(info):
+        index = cache.read_index(info)
+        if index is None or pick_cached_variant(index, system) is None:
+            index = cache.record_index(info, fetch_index(fetcher, info, system))
+        return index
+
+
+def _raise_not_published(
+    fetcher: Fetcher, info: RepoInfo, system: SystemInfo, probed: set[str], tried: str
+) -> NoReturn:
+    """Raise why nothing was found for ``info``; ``tried`` is the URL of its variants.json."""
+    versions = published_versions(fetcher, info.repo_id)
+    if versions is not None and info.version in versions:
+        raise no_variant_error(
+            f"{info} has no variants.json and none of the variants this system can load "
+            f"is published (probed: {', '.join(sorted(probed))})",
+            system,
+            published=None,
+        )
+    listed = f"; published versions: {', '.join(map(str, versions))}" if versions else ""
+    message = f"{info} was not found on the CDN: {tried} does not exist{listed}"
+    doubled = doubled_prefix_hint(fetcher.config)
+    if doubled is None and versions:
+        raise KernelNotFoundError(
+            message,
+            hint=f"use a published version; the newest is v{versions[-1]}",
+            cli_hint=f"pass a published version, e.g. --version {versions[-1]} (the newest)",
+        )
+    raise KernelNotFoundError(
+        message, hint=doubled or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    )
+
+
+def doubled_prefix_hint(config: Config) -> str | None:
+    """The fix when a CDN URL already ends with the prefix, which every path appends again.
+
+    ``FLASHHUB_CDN_URL=https://host/kernels`` with the default prefix ``kernels`` asks for
+    ``https://host/kernels/kernels/...``: nothing is found, and the URL alone shows why.
+    """
+    if not config.prefix:
+        return None
+    for url in config.cdn_urls:
+        if urllib.parse.urlsplit(url).path.rstrip("/").endswith(f"/{config.prefix}"):
+            return (
+                f"FLASHHUB_CDN_URL already ends with /{config.prefix} and FLASHHUB_CDN_PREFIX "
+                "adds it again: drop one"
+            )
+    return None
+
+
+# -- versions.json -----------------------------------------------------------------------
+
+
+def published_versions(fetcher: Fetcher, repo_id: str) -> list[int] | None:
+    """The repo's ``versions.json``, or ``None`` when it has none."""
+    try:
+        return get_versions(fetcher, repo_id)
+    except NotPublished:
+        return None
+
+
+# Repos whose versions.json this process has read for the newer-version notice.
+_version_checked: set[str] = set()
+_version_checked_lock = threading.Lock()
+
+
+def notice_newer_version(fetcher: Fetcher, info: RepoInfo) -> None:
+    """Warn (:class:`NewerVersionWarning`) when ``versions.json`` lists a version newer
+    than ``info``'s; called by a load that had to download.
+
+    At most one request per repo and process, and so at most one warning. A missing or
+    malformed ``versions.json``, or a CDN that fails to serve it, says nothing: the load
+    itself has succeeded.
+    """
+    with _version_checked_lock:
+        if info.repo_id in _version_checked:
+            return
+        _version_checked.add(info.repo_id)
+    try:
+        versions = published_versions(fetcher, info.repo_id)
+    except FlashhubError:
+        return
+    if not versions or versions[-1] <= info.version:
+        return
+    newer = RepoInfo(info.repo_id, versions[-1])
+    warn_at_caller(
+        f"{info.repo_id} v{newer.version} is published; this process loads v{info.version}. "
+        f"To use it, load get_kernel({info.repo_id!r}, version={newer.version}) or import "
+        f"{newer.module_name()}, after checking what changed. "
+        "FLASHHUB_NO_VERSION_CHECK=1 turns this check off.",
+        NewerVersionWarning,
+    )
+
+
+def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
+    """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
+    if version is not None:
+        return RepoInfo(repo_id, version)
+    RepoInfo(repo_id, 1)  # validate the repo id before any request
+    try:
+        versions = get_versions(fetcher, repo_id)
+    except NotPublished as exc:
+        why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
+    else:
+        if versions:
+            return RepoInfo(repo_id, versions[-1])
+        why = "lists no versions in its versions.json"
+    check = "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    doubled = doubled_prefix_hint(fetcher.config)
+    raise KernelNotFoundError(
+        f"{repo_id} {why}, so its newest version is unknown",
+        hint=doubled or f"{check}; or pass version= if it is published without versions.json",
+        cli_hint=doubled or f"{check}; or pass --version N if it is published without one",
+    )
+
+
+# -- the entry ---------------------------------------------------------------------------
+
+
+def download_entry(
+    cache: Cache,
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    *,
+    expected_hash: str | None = None,
+) -> CommittedEntry:
+    """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time.
+
+    With ``expected_hash`` (a lock file's pin), an entry verified against other content
+    is replaced, and a manifest with another content hash is refused before any file
+    is fetched.
+    """
+    entry = cache.entry_dir(info, variant)
+    with cache.download_lock(info, variant):
+        if _reusable(cache, entry, info, expected_hash):
+            return CommittedEntry(entry, downloaded=False)  # another process finished it
+        with cache_errors():
+            cache.evict(entry)
+            cache.remove_stale_staging(info, variant)
+        document = checked_manifest(fetcher, info, variant, expected_hash)
+        _download_and_commit(cache, fetcher, info, variant, document)
+    return CommittedEntry(entry, downloaded=True)
+
+
+def _reusable(cache: Cache, entry: Path, info: RepoInfo, expected_hash: str | None) -> bool:
+    """Whether ``entry`` is complete, unchanged since it was verified, and the content
+    ``expected_hash`` asks for (any, when ``None``)."""
+    receipt = cache.read_receipt(entry)
+    if receipt is None:
+        return False
+    if receipt.changed_file(entry) is not None:
+        logger.info(
+            "%s: the cached entry %s changed after it was verified; fetching it again",
+            info,
+            entry,
+        )
+        return False
+    return expected_hash in (None, receipt.content_hash)
+
+
+def checked_manifest(
+    fetcher: Fetcher, info: RepoInfo, variant: str, expected_hash: str | None = None
+) -> ManifestDocument:
+    """The manifest of a listed variant, refused before any file is fetched when it holds
+    no importable package or (with ``expected_hash``) differs from a lock file's pin."""
+    document = get_listed_manifest(fetcher, info, variant)
+    manifest = document.manifest
+    _check_has_package(manifest, info, variant)
+    if expected_hash is not None and manifest.content_hash != expected_hash:
+        raise LockMismatchError(
+            f"{info} variant {variant}: the CDN serves content {manifest.content_hash}, "
+            f"but the lock pins {expected_hash}; nothing was fetched",
+            hint="a published version must not change: report it to the publisher, or "
+            "run `flashhub lock` again if you trust the new content",
+        )
+    return document
+
+
+def _download_and_commit(
+    cache: Cache,
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    document: ManifestDocument,
+) -> None:
+    """Download every file of ``manifest`` into staging, verified, then commit the entry.
+
+    Continues what an interrupted download kept, and keeps what this one received if it
+    is interrupted (Ctrl-C) or every mirror fails.
+    """
+    manifest = document.manifest
+    with cache_errors():
+        staging = cache.new_staging(info, variant)
+    try:
+        with cache_errors():
+            cache.adopt_partials(staging, info, variant, manifest.files)
+            jobs = [
+                DownloadJob(
+                    variant_path(info, variant, relpath),
+                    staging / relpath,
+                    digest,
+                    manifest.size_of(relpath),
+                )
+                for relpath, digest in manifest.files.items()
+            ]
+            for directory in {job.dest.parent for job in jobs}:
+                ensure_dir(directory)
+        total = sum(manifest.sizes.values()) if manifest.sizes is not None else None
+        bar = progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars, total=total)
+        with bar as progress:
+            fetcher.download_many(jobs, progress)
+        with cache_errors():
+            cache.seal(staging, document.data, manifest.content_hash, manifest.files)
+            cache.commit(staging, cache.entry_dir(info, variant))
+    except KeyboardInterrupt:
+        cache.keep_partials(staging, info, variant, manifest.files)
+        raise KeyboardInterrupt(
+            f"the download of {info} {variant} was interrupted; what arrived is kept, "
+            "and the next load continues from there"
+        ) from None
+    except TransportError:
+        cache.keep_partials(staging, info, variant, manifest.files)
+        raise
+    finally:
+        remove_tree(staging)  # a no-op after a successful commit
+
+
+def _check_has_package(manifest: Manifest, info: RepoInfo, variant: str) -> None:
+    """Refuse a variant with neither ``<py_pkg>/__init__.py`` nor a top-level ``__init__.py``
+    (a flattened build), before any of its files is fetched."""
+    if f"{info.py_pkg}/__init__.py" not in manifest.files and "__init__.py" not in manifest.files:
+        raise ManifestError(
+            f"{info}/build/{variant}/metadata.json lists neither {info.py_pkg}/__init__.py "
+            "nor a top-level __init__.py, so the variant holds no importable package",
+            hint="the package directory must be named after the repo with '-' -> '_', "
+            "or the package's files must lie directly in the variant directory",
+        )
