@@ -2,8 +2,10 @@
 
 1. Build the example kernels (a native C++ CPU op, a pure-torch variant, two versions of
    another native kernel) with ``torch.utils.cpp_extension``; rebuilds are cached.
-2. Publish them into a CDN tree on disk (``flashhub publish``), left in place.
-3. Serve that tree from a loopback HTTP server and use it as the CDN.
+2. Publish them into a CDN tree on disk (``flashhub publish --sign``), left in place,
+   signed with a publisher key made for this demo (``flashhub keygen``).
+3. Serve that tree from a loopback HTTP server and use it as the CDN. The client trusts
+   the publisher's key (``FLASHHUB_TRUSTED_KEYS``), so every load checks signatures.
 4. ``import flashhub.sdq.audio_codebook_primitives.v1`` cold (download + verify), run
    the op against the reference, and load v1 and v2 of ``acme/tensor-tricks`` side by
    side.
@@ -32,10 +34,17 @@ sys.path.insert(0, str(HERE / "kernels"))
 from build_all import build_all  # noqa: E402
 from flashhub_kernels._config import default_cache_dir  # noqa: E402
 from flashhub_kernels._publish import publish  # noqa: E402
+from flashhub_kernels._signing import (  # noqa: E402
+    SigningKey,
+    generate_signing_key,
+    load_signing_key,
+    write_key_pair,
+)
 
 WORKDIR = default_cache_dir().parent / "flashhub-quickstart"
 MIRROR = WORKDIR / "mirror"
 CACHE = WORKDIR / "cache"
+PUBLISHER_KEY = WORKDIR / "publisher.key"
 
 RUNS = 3
 TIMED_IMPORT = """
@@ -57,8 +66,18 @@ class _CountingHandler(SimpleHTTPRequestHandler):
         pass
 
 
-def publish_examples() -> None:
-    """Build every example kernel and publish it into ``MIRROR``."""
+def publisher_key() -> SigningKey:
+    """The demo publisher's signing key, made on the first run (``flashhub keygen``)."""
+    if PUBLISHER_KEY.exists():
+        return load_signing_key(PUBLISHER_KEY)
+    WORKDIR.mkdir(parents=True, exist_ok=True)
+    key = generate_signing_key()
+    write_key_pair(key, PUBLISHER_KEY)
+    return key
+
+
+def publish_examples(key: SigningKey) -> None:
+    """Build every example kernel and publish it into ``MIRROR``, signed with ``key``."""
     for kernel in build_all(verbose=False):
         # force: this demo mirror is ours, and a rebuilt .so differs byte for byte (a real
         # CDN would refuse, as published versions are immutable; the cache is reset below).
@@ -68,6 +87,7 @@ def publish_examples() -> None:
             version=kernel.version,
             out=MIRROR,
             force=True,
+            sign=key,
         )
         variants = ", ".join(v.name for v in report.variants)
         state = "unchanged" if report.noop else ("replaced" if report.replaced else "published")
@@ -108,14 +128,21 @@ def run_side_by_side() -> None:
 
 
 def main() -> int:
+    key = publisher_key()
     print(f"1. building and publishing the example kernels into {MIRROR}")
-    publish_examples()
+    print(f"  signed with the publisher key {key.key_id} ({PUBLISHER_KEY})")
+    publish_examples(key)
 
     server = serve(MIRROR)
     cdn_url = f"http://127.0.0.1:{server.server_address[1]}"
     shutil.rmtree(CACHE, ignore_errors=True)  # start cold, so the first load downloads
-    os.environ.update(FLASHHUB_CDN_URL=cdn_url, FLASHHUB_CACHE_DIR=str(CACHE))
+    os.environ.update(
+        FLASHHUB_CDN_URL=cdn_url,
+        FLASHHUB_CACHE_DIR=str(CACHE),
+        FLASHHUB_TRUSTED_KEYS=key.public_line,  # a load refuses what this key did not sign
+    )
     print(f"2. serving the mirror at {cdn_url} (cache: {CACHE})")
+    print(f"  the client trusts {key.public_line}")
 
     import flashhub_kernels
 
@@ -125,6 +152,7 @@ def main() -> int:
     run_side_by_side()
     for loaded in flashhub_kernels.get_loaded_kernels():
         print(f"  loaded {loaded.repo_id} v{loaded.version} [{loaded.variant}]")
+    print(f"  (each one's signature checked against the trusted key {key.key_id})")
 
     print(f"5. import times in fresh processes with torch imported (median of {RUNS})")
     cold_ms = median([timed_import(fresh_cache(f"cold-{run}")) for run in range(RUNS)])
@@ -136,6 +164,7 @@ def main() -> int:
     print(f"  warm (from the cache):              {warm_ms:8.1f} ms, {warm_requests} requests")
     print("6. try it in your own shell (no server needed: the mirror is a directory):")
     print(f"  export FLASHHUB_CDN_URL={MIRROR.as_uri()}")
+    print(f"  export FLASHHUB_TRUSTED_KEYS={key.public_line}")
     print(
         f"  {sys.executable} -c 'import flashhub.sdq.audio_codebook_primitives.v1 as k; "
         "print(k.__file__)'"

@@ -11,6 +11,8 @@ must carry, else 401), ``encoding`` (``gzip`` or ``deflate``: every file is sent
 compressed with ``Content-Encoding``) and ``drop_reused=N`` (the first N requests that
 arrive on a connection which already carried an answer are hung up on, unanswered: an
 idle timeout firing just as the client reuses a pooled connection; counted in ``dropped``).
+Without ``head`` the server answers ``HEAD`` with 501, as a CDN without it does; with
+``head=True`` (settable on a running server) it answers with the file's length, unlogged.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -56,6 +59,7 @@ class CdnServer:
     auth: str | None = None
     encoding: str | None = None
     drop_reused: int = 0
+    head: bool = False
     requests: list[LoggedRequest] = field(default_factory=list)
     faults: dict[str, collections.deque[Fault]] = field(default_factory=dict)
     connections: int = 0  # TCP connections accepted (TLS or not)
@@ -193,6 +197,15 @@ class CdnHandler(BaseHTTPRequestHandler):
             self.send_simple(404, b"not found")
             return
         self.send_file(body)
+
+    def do_HEAD(self) -> None:
+        if not self.cdn.head:  # what BaseHTTPRequestHandler answers a method it lacks
+            self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+            return
+        file = self.cdn.root / self.path.split("?")[0].lstrip("/")
+        self.send_response(200 if file.is_file() else 404)
+        self.send_header("Content-Length", str(file.stat().st_size if file.is_file() else 0))
+        self.end_headers()
 
     def record(self, status: int) -> None:
         self.cdn.log(

@@ -1,11 +1,13 @@
-"""Run the ``flashhub`` command in this process, as a shell would run it, for the tests.
+"""Run the ``flashhub`` command (and ``flashhub-kernel-load``) in this process, as a shell
+would run it, for the tests.
 
 In-process rather than ``python -m flashhub_kernels``: most commands detect the system,
 which imports torch, and a fresh interpreter pays a second or more for that on every
 call. The command gets its own environment, working directory, an empty standard input
 (no terminal, as in CI) and captured output; the process-wide settings it may change
 (``configure()`` overrides) are reset afterwards. Tests about the process itself (the
-console scripts, start-up time) still start one.
+console scripts, ``python -m flashhub_kernels`` and its exit status, start-up time, what
+a fresh interpreter imports) still start one.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flashhub_kernels._config import reset_config
-from flashhub_kernels.cli import main
+from flashhub_kernels.cli import kernel_load_main, main
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,22 @@ def flashhub(
     *args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
 ) -> CliResult:
     """``flashhub ARGS`` with this test's environment, plus ``env``, in ``cwd``."""
+    return _run(main, args, env, cwd)
+
+
+def flashhub_kernel_load(
+    *args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> CliResult:
+    """``flashhub-kernel-load ARGS``, the 0.1.2 script, as :func:`flashhub` runs its command."""
+    return _run(kernel_load_main, args, env, cwd)
+
+
+def _run(
+    entry: Callable[[list[str]], int],
+    args: tuple[str | Path, ...],
+    env: Mapping[str, str] | None,
+    cwd: Path | None,
+) -> CliResult:
     out, err = io.StringIO(), io.StringIO()
     with (
         _environment(env or {}),
@@ -46,7 +64,7 @@ def flashhub(
         redirect_stdout(out),
         redirect_stderr(err),
     ):
-        code = main([str(arg) for arg in args])
+        code = entry([str(arg) for arg in args])
     reset_config()
     return CliResult(code, out.getvalue(), err.getvalue())
 
@@ -55,6 +73,20 @@ def ok_json(result: CliResult) -> Any:
     """The JSON document a successful command printed."""
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+OFFLINE = {"FLASHHUB_OFFLINE": "1"}
+
+
+def refused_offline(result: CliResult, *phrases: str) -> None:
+    """The command failed offline with an error and a hint in CLI terms, no traceback, and
+    each of ``phrases`` in its message."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith("error: "), result.stderr
+    assert "FLASHHUB_OFFLINE" in result.stderr and "  hint: " in result.stderr
+    assert "Traceback" not in result.stderr
+    for phrase in phrases:
+        assert phrase in result.stderr
 
 
 @contextmanager

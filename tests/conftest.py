@@ -2,11 +2,17 @@
 
 For the transport tests: more CDNs (``make_cdn``: https, auth, gzip), a throwaway CA
 (``ca_pem``, ``tls_context``), and real proxies (``start_proxy``: pproxy, http or socks5).
+For the lock and CLI tests: projects that declare kernels (``project``, ``make_project``,
+``probed_project``). For the cache, terminal and publisher tests: a cache entry with code
+planted in it (``planted_cache``), a version with hostile variant names
+(``hostile_kernel``), and a kernel's build directory (``kernel``).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -19,9 +25,12 @@ from typing import Any
 
 import pytest
 
+from builds import make_kernel
 from cdn_server import CdnServer
-from flashhub_kernels import _download, _finder
+from flashhub_kernels import _download, _finder, get_kernel
 from flashhub_kernels._config import reset_config
+from projects import CUDA, NOARCH_CUDA, REPO, UNIVERSAL, publish_tensor_tricks, write_project
+from trees import ESCAPE, FORGED, local_variant, write_kernel
 
 
 @pytest.fixture
@@ -88,10 +97,13 @@ def _forget_kernels() -> None:
     _finder.install()
 
 
-def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
-    """Run ``code`` in a fresh interpreter with this test's FLASHHUB_* environment."""
+def run_python(
+    code: str, *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> str:
+    """Run ``code`` in a fresh interpreter with this test's FLASHHUB_* environment (in ``cwd``)."""
     result = subprocess.run(
         [sys.executable, "-c", code],
+        cwd=cwd,
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
@@ -233,3 +245,101 @@ def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
         except subprocess.TimeoutExpired:
             proxy.process.kill()
             proxy.process.wait()
+
+
+# -- projects that lock kernels ----------------------------------------------------------------
+
+MakeProject = Callable[..., Path]
+
+
+@pytest.fixture
+def make_project(tmp_path: Path, cdn: CdnServer) -> MakeProject:
+    """``make_project(dependencies=None, *, publish=True)``: ``tmp_path / "project"`` with a
+    pyproject.toml declaring ``dependencies`` (by default ``acme/tensor-tricks >=1,<3``),
+    after publishing acme/tensor-tricks v1 to v3 on the ``cdn`` (``publish=False``: the
+    test has published what it locks)."""
+
+    def make(dependencies: dict[str, str | int] | None = None, *, publish: bool = True) -> Path:
+        if publish:
+            publish_tensor_tricks(cdn.root)
+        return write_project(tmp_path / "project", dependencies or {REPO: ">=1,<3"})
+
+    return make
+
+
+@pytest.fixture
+def project(make_project: MakeProject) -> Path:
+    """A project declaring ``acme/tensor-tricks >=1,<3`` (locks v2: three variants)."""
+    return make_project()
+
+
+@pytest.fixture
+def probed_project(make_project: MakeProject, cdn: CdnServer) -> Path:
+    """A project declaring ``acme/tensor-tricks ==1``, whose v1 has no variants.json: this
+    system's build, torch-universal and two CUDA builds (``CUDA``, ``NOARCH_CUDA``)."""
+    variants = [local_variant(), UNIVERSAL, CUDA, NOARCH_CUDA]
+    write_kernel(cdn.root, REPO, 1, variants, with_variants_json=False)
+    return make_project({REPO: "==1"}, publish=False)
+
+
+# -- hostile names and planted code -----------------------------------------------------------
+
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def assert_terminal_safe(text: str) -> None:
+    """No control character but the newlines (and tabs) of the text's own layout."""
+    assert not RAW_CONTROL.search(text), repr(text)
+
+
+@pytest.fixture
+def hostile_kernel(cdn: CdnServer) -> CdnServer:
+    """acme/tensor-tricks v1, whose variants.json lists names with ESC, CR and a newline
+    (``trees.ESCAPE``, ``trees.FORGED``) beside the one build it publishes (``CUDA``)."""
+    write_kernel(cdn.root, REPO, 1, [CUDA])
+    variants = cdn.root / "kernels" / REPO / "v1" / "variants.json"
+    variants.write_text(json.dumps([CUDA, ESCAPE, FORGED]))
+    return cdn
+
+
+NOBODY = 65534
+PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('planted code ran')\n"
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("handing a directory to another user (chown to nobody) needs root")
+
+
+@pytest.fixture
+def planted_cache(cdn: CdnServer, cache_dir: Path, tmp_path: Path) -> Path:
+    """A verified entry of acme/tensor-tricks v1 with code planted in it; returns the
+    marker path that the planted code would create."""
+    write_kernel(cdn.root, REPO, 1)
+    get_kernel(REPO, version=1)
+    marker = tmp_path / "planted-marker"
+    init = cache_dir / f"kernels/{REPO}/v1/{local_variant()}/tensor_tricks/__init__.py"
+    # Same size and mtime as the verified file, so only the ownership check stands between
+    # the planted code and the next import.
+    original = init.stat()
+    planted = PLANTED.format(marker=str(marker)).encode()
+    init.write_bytes(planted + b"#" * (original.st_size - len(planted)))
+    os.utime(init, ns=(original.st_atime_ns, original.st_mtime_ns))
+    return marker
+
+
+# -- a kernel's build directory, for the publisher ---------------------------------------------
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Path:
+    """``tmp_path / "kernel"``: a build directory with two variants (``builds.make_kernel``)."""
+    return make_kernel(tmp_path / "kernel")
+
+
+@pytest.fixture
+def no_leftover_staging(tmp_path: Path) -> Iterator[None]:
+    """After the test: no staging or old-version directory of a publish is left behind."""
+    yield
+    leftovers = [p for p in tmp_path.rglob(".v*") if ".staging-" in p.name or ".old-" in p.name]
+    assert leftovers == []

@@ -1,16 +1,24 @@
-"""Projects that lock kernels, and a CDN to lock them against, for the lock and CLI tests."""
+"""Projects that lock kernels, and a CDN to lock them against, for the lock and CLI tests.
+
+The fixtures that write them (``project``, ``make_project``, ``probed_project``) are in
+conftest.py.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from flashhub_kernels._config import get_config
+from flashhub_kernels._lockfile import LOCKFILE_NAME
+from flashhub_kernels._manifest import parse_metadata
 from trees import b64sha256, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 PY_PKG = "tensor_tricks"
 UNIVERSAL = "torch-universal"
 CUDA = "torch212-cxx11-cu126-x86_64-linux"  # published, but never loadable on the test machine
+NOARCH_CUDA = "torch-cuda"  # likewise
 
 
 def publish_tensor_tricks(cdn_root: Path) -> None:
@@ -29,8 +37,24 @@ def write_project(project_dir: Path, dependencies: dict[str, str | int]) -> Path
     return project_dir
 
 
+def lockfile_of(project: Path) -> Path:
+    return project / LOCKFILE_NAME
+
+
+def entry(version: int, variant: str) -> Path:
+    """The cache entry of ``acme/tensor-tricks`` ``v<version>`` ``variant``."""
+    return get_config().cache_dir / "kernels" / REPO / f"v{version}" / variant
+
+
 def variant_dir(cdn_root: Path, version: int, variant: str) -> Path:
     return cdn_root / "kernels" / REPO / f"v{version}" / "build" / variant
+
+
+def published_hash(cdn_root: Path, variant: str) -> str:
+    """The content hash of v1's ``variant`` as published, which a lock pins."""
+    return parse_metadata(
+        (variant_dir(cdn_root, 1, variant) / "metadata.json").read_bytes()
+    ).content_hash
 
 
 def change_published_file(cdn_root: Path, version: int, variant: str) -> None:

@@ -2,7 +2,8 @@
 
 Each attack is staged for real: a verified cache entry is made by a load, then handed to
 another user (``nobody``, with ``os.chown``, which needs root) or opened up (``chmod``),
-and code is planted in it. A fresh process then loads the kernel.
+and code is planted in it (``planted_cache``, in conftest.py). A fresh process then loads
+the kernel. What ``flashhub cache verify`` reports of such a cache is in test_cli_cache.py.
 """
 
 from __future__ import annotations
@@ -12,21 +13,18 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, held
-from cli_runner import flashhub
+from cdn_server import CdnServer
+from conftest import NOBODY, needs_root
 from flashhub_kernels._cache_trust import distrust
-from trees import local_variant, write_blob_kernel, write_kernel
+from trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
-NOBODY = 65534
 LOAD = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
-PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('planted code ran')\n"
 
 
 def load_in_child(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -39,28 +37,6 @@ def load_in_child(env: dict[str, str] | None = None) -> subprocess.CompletedProc
     )
 
 
-def needs_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("handing a directory to another user (chown to nobody) needs root")
-
-
-@pytest.fixture
-def cached(cdn: CdnServer, cache_dir: Path, tmp_path: Path) -> Path:
-    """A verified entry of the kernel with code planted in it; returns the marker path
-    that the planted code would create."""
-    write_kernel(cdn.root, REPO, 1)
-    fk.get_kernel(REPO, version=1)
-    marker = tmp_path / "planted-marker"
-    init = cache_dir / f"kernels/acme/tensor-tricks/v1/{local_variant()}/tensor_tricks/__init__.py"
-    # Same size and mtime as the verified file, so only the ownership check stands between
-    # the planted code and the next import.
-    original = init.stat()
-    planted = PLANTED.format(marker=str(marker)).encode()
-    init.write_bytes(planted + b"#" * (original.st_size - len(planted)))
-    os.utime(init, ns=(original.st_atime_ns, original.st_mtime_ns))
-    return marker
-
-
 def refused(result: subprocess.CompletedProcess[str], path: Path, marker: Path) -> str:
     assert result.returncode != 0
     assert "CacheError" in result.stderr and "refusing to trust the cache" in result.stderr
@@ -70,12 +46,12 @@ def refused(result: subprocess.CompletedProcess[str], path: Path, marker: Path) 
 
 
 def test_a_cache_root_owned_by_another_user_is_refused(
-    cached: Path, cache_dir: Path, cdn: CdnServer
+    planted_cache: Path, cache_dir: Path, cdn: CdnServer
 ) -> None:
     needs_root()
     os.chown(cache_dir, NOBODY, NOBODY)
     cdn.clear_log()
-    stderr = refused(load_in_child(), cache_dir, cached)
+    stderr = refused(load_in_child(), cache_dir, planted_cache)
     assert "owned by another user" in stderr and f"uid {NOBODY}" in stderr
     assert "mode 0700" in stderr
     assert cdn.requests == []  # refused before anything, the network included
@@ -84,11 +60,11 @@ def test_a_cache_root_owned_by_another_user_is_refused(
 @pytest.mark.parametrize("where", ["root", "version"])
 @pytest.mark.parametrize("mode, why", [(0o777, "every user"), (0o770, "its group")])
 def test_a_directory_others_can_write_is_refused(
-    cached: Path, cache_dir: Path, where: str, mode: int, why: str
+    planted_cache: Path, cache_dir: Path, where: str, mode: int, why: str
 ) -> None:
     path = cache_dir if where == "root" else cache_dir / "kernels/acme/tensor-tricks/v1"
     path.chmod(mode)
-    stderr = refused(load_in_child(), path, cached)
+    stderr = refused(load_in_child(), path, planted_cache)
     assert f"is writable by {why}" in stderr and f"mode {mode:04o}" in stderr
 
 
@@ -118,14 +94,14 @@ def test_a_group_writable_cache_needs_the_shared_opt_in(
 
 @pytest.mark.parametrize("what", ["version", "entry"])
 def test_a_symlinked_version_or_entry_directory_is_refused(
-    cached: Path, cache_dir: Path, tmp_path: Path, what: str
+    planted_cache: Path, cache_dir: Path, tmp_path: Path, what: str
 ) -> None:
     version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
     path = version_dir if what == "version" else version_dir / local_variant()
     elsewhere = tmp_path / f"elsewhere-{what}"
     shutil.move(path, elsewhere)
     path.symlink_to(elsewhere, target_is_directory=True)
-    stderr = refused(load_in_child(), path, cached)
+    stderr = refused(load_in_child(), path, planted_cache)
     assert "is a symlink" in stderr
 
 
@@ -135,23 +111,6 @@ def test_a_root_owned_read_only_cache_is_trusted() -> None:
     root_owned = os.stat("/usr")
     assert stat.S_IMODE(root_owned.st_mode) & 0o022 == 0 and root_owned.st_uid == 0
     assert distrust(root_owned, shared=False, inside=True) is None
-
-
-def test_cache_verify_reports_untrusted_and_symlinked_entries(
-    cached: Path, cache_dir: Path, tmp_path: Path
-) -> None:
-    needs_root()
-    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
-    entry = version_dir / local_variant()
-    os.chown(entry, NOBODY, NOBODY)
-    elsewhere = tmp_path / "elsewhere"
-    shutil.copytree(entry, elsewhere)
-    (version_dir / "torch-cuda").symlink_to(elsewhere, target_is_directory=True)
-    result = flashhub("cache", "verify")
-    assert result.returncode != 0
-    assert f"{entry}: is owned by another user" in result.stdout
-    assert f"{version_dir / 'torch-cuda'}: is a symlink" in result.stdout
-    assert "2 untrusted directories" in result.stdout  # never a silent "0 entries checked"
 
 
 WATCH_WRITES = """
@@ -205,32 +164,3 @@ def test_a_warm_load_writes_nothing(cdn: CdnServer) -> None:
     )
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout.strip().splitlines()[-1] == "[]"
-
-
-BLOB = bytes(range(256)) * 4096  # 1 MiB
-
-
-@pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
-def test_cache_maintenance_during_a_download_leaves_it_alone(
-    cdn: CdnServer, command: list[str]
-) -> None:
-    blob_path = write_blob_kernel(cdn.root, BLOB)
-    started, release = threading.Event(), threading.Event()
-    cdn.inject(blob_path, held(started, release))
-    loader = subprocess.Popen(
-        [sys.executable, "-c", LOAD],
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert started.wait(60), "the download never reached the held file"
-        maintenance = flashhub("cache", *command)
-        assert maintenance.returncode == 0, maintenance.stderr
-        assert "a download is in progress there" in maintenance.stdout
-    finally:
-        release.set()
-        out, err = loader.communicate(timeout=120)
-    assert loader.returncode == 0, err
-    assert out.strip() == "blob"  # the kernel loaded, its download undisturbed

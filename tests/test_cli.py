@@ -1,120 +1,38 @@
-"""The ``flashhub`` lock, download, inspection and cache commands, each run as a subprocess."""
+"""The ``flashhub`` command: ``variants``, ``info`` and ``get`` (online and offline), the
+advice its errors give in options, what it prints of hostile names, ``-v``, usage and
+help, and the 0.1.2 ``flashhub-kernel-load`` script.
+
+Each command runs in this process (``cli_runner.flashhub``); the lock and download
+commands are tested in test_cli_lock.py, the cache commands in test_cli_cache.py and
+``flashhub publish`` in test_cli_publish.py.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cdn_server import CdnHandler, CdnServer
-from cli_runner import flashhub, ok_json
-from conftest import run_python
-from flashhub_kernels._lockfile import LOCKFILE_NAME
-from projects import (
-    CUDA,
-    PY_PKG,
-    REPO,
-    UNIVERSAL,
-    change_published_file,
-    publish_tensor_tricks,
-    write_project,
+from cdn_server import CdnServer, drop_after
+from cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
+from conftest import assert_terminal_safe, run_python
+from machines import CPU_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
+from projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
+from trees import (
+    ESCAPE,
+    FORGED,
+    MIB_BLOB,
+    kernel_files,
+    local_variant,
+    write_blob_kernel,
+    write_kernel,
+    write_variant,
 )
-from trees import kernel_files, local_variant, write_kernel, write_variant
 
 LOCAL = local_variant()
-
-
-@pytest.fixture
-def project(tmp_path: Path, cdn: CdnServer) -> Path:
-    publish_tensor_tricks(cdn.root)
-    return write_project(tmp_path / "project", {REPO: ">=1,<3"})
-
-
-def cache_root() -> Path:
-    return Path(os.environ["FLASHHUB_CACHE_DIR"])
-
-
-# -- lock and download ------------------------------------------------------------------------
-
-
-def test_lock_download_then_load_offline(project: Path, cdn: CdnServer) -> None:
-    locked = flashhub("lock", project)
-    assert locked.returncode == 0, locked.stderr
-    assert f"{REPO} >=1,<3: v2 (3 variants)" in locked.stdout
-    assert f"wrote {project / LOCKFILE_NAME}" in locked.stdout
-
-    downloaded = flashhub("download", cwd=project)  # PROJECT_DIR defaults to .
-    assert downloaded.returncode == 0, downloaded.stderr
-    assert downloaded.stdout.split()[:3] == ["downloaded", f"{REPO}@v2", LOCAL]
-
-    cdn.stop()
-    code = f"from flashhub_kernels import load_kernel; print(load_kernel({REPO!r}).marker())"
-    output = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=project,
-        env={**os.environ, "FLASHHUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert output.returncode == 0, output.stderr
-    assert output.stdout.strip() == f"{REPO}@v2:{LOCAL}"
-
-
-def test_lock_json(project: Path) -> None:
-    document = ok_json(flashhub("lock", project, "--json"))
-    assert document["lockfile"] == str(project / LOCKFILE_NAME)
-    assert document["version"] == 1
-    [kernel] = document["kernels"]
-    assert (kernel["repo_id"], kernel["version"]) == (REPO, 2)
-    assert set(kernel["variants"]) == {LOCAL, UNIVERSAL, CUDA}
-    assert json.loads((project / LOCKFILE_NAME).read_text())["kernels"] == [kernel]
-
-
-def test_download_all_variants_json(project: Path, cdn: CdnServer) -> None:
-    assert flashhub("lock", project).returncode == 0
-    cdn.clear_log()
-
-    document = ok_json(flashhub("download", project, "--all-variants", "--json"))
-
-    results = {r["variant"]: r for r in document["results"]}
-    assert set(results) == {LOCAL, UNIVERSAL, CUDA}
-    for variant, result in results.items():
-        assert result["status"] == "downloaded"
-        assert Path(result["path"], PY_PKG, "__init__.py").is_file()
-        assert len(cdn.gets(f"/v2/build/{variant}/{PY_PKG}/__init__.py")) == 1
-    again = ok_json(flashhub("download", project, "--all-variants", "--json"))
-    assert {r["status"] for r in again["results"]} == {"cached"}
-
-
-def test_download_detects_an_object_changed_after_locking(project: Path, cdn: CdnServer) -> None:
-    assert flashhub("lock", project).returncode == 0
-    change_published_file(cdn.root, 2, LOCAL)
-
-    result = flashhub("download", project)
-
-    assert result.returncode == 1
-    assert f"error: {REPO}@v2 {LOCAL}: {REPO}@v2 variant {LOCAL}" in result.stderr
-    assert "the lock pins sha256-" in result.stderr
-
-
-def test_download_without_a_lock_fails_with_a_hint(tmp_path: Path) -> None:
-    result = flashhub("download", tmp_path)
-    assert result.returncode == 1
-    assert f"{tmp_path / LOCKFILE_NAME} does not exist" in result.stderr
-    assert "flashhub lock" in result.stderr
-
-
-def test_lock_without_dependencies_fails(tmp_path: Path) -> None:
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
-    result = flashhub("lock", tmp_path)
-    assert result.returncode == 1
-    assert "declares no kernels" in result.stderr
-    assert "[tool.flashhub.dependencies]" in result.stderr
 
 
 # -- variants, info, get ------------------------------------------------------------------
@@ -143,17 +61,8 @@ def test_variants_exits_1_when_nothing_fits(cdn: CdnServer) -> None:
     assert "chosen: none" in result.stdout
 
 
-def _serve_head(handler: CdnHandler) -> None:
-    file = handler.cdn.root / handler.path.split("?")[0].lstrip("/")
-    handler.send_response(200 if file.is_file() else 404)
-    handler.send_header("Content-Length", str(file.stat().st_size if file.is_file() else 0))
-    handler.end_headers()
-
-
-def test_info_lists_variants_files_and_sizes(
-    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(CdnHandler, "do_HEAD", _serve_head, raising=False)
+def test_info_lists_variants_files_and_sizes(cdn: CdnServer) -> None:
+    cdn.head = True  # answers HEAD with each file's length
     files = write_kernel(cdn.root, REPO, 1, [LOCAL, CUDA])
 
     document = ok_json(flashhub("info", REPO, "--version", "1", "--json"))
@@ -202,7 +111,7 @@ def test_info_from_a_file_mirror_and_without_head_support(cdn: CdnServer) -> Non
     assert variant["bytes"] is None, "the test server answers HEAD with 501: size unknown"
 
 
-def test_get_downloads_one_kernel(cdn: CdnServer) -> None:
+def test_get_downloads_one_kernel(cdn: CdnServer, cache_dir: Path) -> None:
     publish_tensor_tricks(cdn.root)
 
     text = flashhub("get", REPO, "--version", "2")
@@ -210,17 +119,19 @@ def test_get_downloads_one_kernel(cdn: CdnServer) -> None:
 
     assert text.returncode == 0, text.stderr
     path = Path(text.stdout.strip())
-    assert path == cache_root() / "kernels" / REPO / "v2" / LOCAL
+    assert path == cache_dir / "kernels" / REPO / "v2" / LOCAL
     assert (path / PY_PKG / "__init__.py").is_file()
     assert document == {
         "repo_id": REPO,
         "version": 1,
         "variant": LOCAL,
-        "path": str(cache_root() / "kernels" / REPO / "v1" / LOCAL),
+        "path": str(cache_dir / "kernels" / REPO / "v1" / LOCAL),
     }
 
 
-def test_info_and_get_default_to_the_newest_version_like_variants(cdn: CdnServer) -> None:
+def test_info_and_get_default_to_the_newest_version_like_variants(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
     publish_tensor_tricks(cdn.root)  # v1, v2 and v3, which holds only torch-universal
 
     info = ok_json(flashhub("info", REPO, "--json"))
@@ -232,7 +143,7 @@ def test_info_and_get_default_to_the_newest_version_like_variants(cdn: CdnServer
         "repo_id": REPO,
         "version": 3,
         "variant": UNIVERSAL,
-        "path": str(cache_root() / "kernels" / REPO / "v3" / UNIVERSAL),
+        "path": str(cache_dir / "kernels" / REPO / "v3" / UNIVERSAL),
     }
     assert text.stdout.startswith(f"{REPO}@v3 on torch ")
 
@@ -242,7 +153,7 @@ def test_the_newest_version_offline_is_an_offline_error_naming_the_option(
     cdn: CdnServer, command: str
 ) -> None:
     publish_tensor_tricks(cdn.root)
-    result = flashhub(command, REPO, env={"FLASHHUB_OFFLINE": "1"})
+    result = flashhub(command, REPO, env=OFFLINE)
     assert result.returncode == 1
     assert f"the newest version of {REPO} cannot be looked up" in result.stderr
     assert f"`flashhub {command} {REPO} --version 1`" in result.stderr
@@ -256,109 +167,142 @@ def test_get_a_missing_kernel_fails(cdn: CdnServer) -> None:
     assert "hint:" in result.stderr
 
 
-# -- cache ---------------------------------------------------------------------------------
+# -- offline ---------------------------------------------------------------------------------
 
 
-def test_cache_list_verify_prune_clear(project: Path, cdn: CdnServer) -> None:
-    assert flashhub("lock", project).returncode == 0
-    assert flashhub("download", project, "--all-variants").returncode == 0
-    assert flashhub("get", REPO, "--version", "3").returncode == 0
-    foreign = cache_root() / "notes.txt"
-    foreign.write_text("not a kernel")
-
-    listed = ok_json(flashhub("cache", "list", "--json"))
-    entries = {(e["version"], e["variant"]) for e in listed["entries"]}
-    assert entries == {(2, LOCAL), (2, UNIVERSAL), (2, CUDA), (3, UNIVERSAL)}
-    text = flashhub("cache", "list")
-    assert f"  {REPO}@v3 {UNIVERSAL}: 4 files, " in text.stdout
-
-    verified = flashhub("cache", "verify")
-    assert verified.returncode == 0, verified.stderr
-    assert "4 entries checked" in verified.stdout
-
-    damaged = cache_root() / "kernels" / REPO / "v2" / CUDA / PY_PKG / "helpers.py"
-    damaged.write_text("# changed in the cache\n")
-    verified = flashhub("cache", "verify", "--json")
-    assert verified.returncode == 1
-    problems = {
-        e["variant"]: e["problem"] for e in json.loads(verified.stdout)["entries"] if e["problem"]
-    }
-    assert problems == {CUDA: f"{PY_PKG}/helpers.py does not match its sha256 in metadata.json"}
-
-    pruned = ok_json(flashhub("cache", "prune", "--json"))
-    assert [r["variant"] for r in pruned["removed"]] == [CUDA]
-    kept = flashhub("cache", "prune", "--keep-locked", project)
-    assert kept.returncode == 0, kept.stderr
-    assert f"removed {REPO}@v3 {UNIVERSAL}: {REPO}@v3 is not in " in kept.stdout
-    assert "1 entry removed" in kept.stdout
-    remaining = ok_json(flashhub("cache", "list", "--json"))["entries"]
-    assert {e["variant"] for e in remaining} == {LOCAL, UNIVERSAL}
-
-    cleared = flashhub("cache", "clear", "--yes")
-    assert cleared.returncode == 0, cleared.stderr
-    assert "removed 2 entries" in cleared.stdout
-    assert ok_json(flashhub("cache", "list", "--json"))["entries"] == []
-    assert foreign.read_text() == "not a kernel"
-    assert not (cache_root() / "kernels").exists()
-
-
-def test_cache_verify_reports_a_file_touched_after_verification(cdn: CdnServer) -> None:
+def test_flashhub_variants_offline(cdn: CdnServer) -> None:
     publish_tensor_tricks(cdn.root)
-    path = Path(ok_json(flashhub("get", REPO, "--version", "3", "--json"))["path"])
-    os.utime(path / PY_PKG / "helpers.py", (1, 1))
+    online = flashhub("variants", REPO, "--version", "2")
+    cold = [flashhub("variants", REPO, "--version", "2", env=OFFLINE)]
+    cold.append(flashhub("variants", REPO, env=OFFLINE))
+    assert flashhub("get", REPO, "--version", "2").returncode == 0
+    cdn.clear_log()
 
-    result = flashhub("cache", "verify")
+    warm = flashhub("variants", REPO, "--version", "2", env=OFFLINE)
+    newest = flashhub("variants", REPO, env=OFFLINE)
+
+    assert online.returncode == 0, online.stderr
+    assert (warm.returncode, warm.stdout) == (0, online.stdout)
+    refused_offline(cold[0], f"`flashhub get {REPO} --version 2`")
+    refused_offline(cold[1], "--version N")
+    refused_offline(newest, "--version N")
+    assert cdn.requests == []
+
+
+def test_flashhub_info_offline(project: Path, cdn: CdnServer) -> None:
+    assert flashhub("lock", project).returncode == 0
+    online = ok_json(flashhub("info", REPO, "--version", "2", "--json"))
+    cold = flashhub("info", REPO, "--version", "2", env=OFFLINE)
+    assert flashhub("download", project).returncode == 0
+    one_cached = flashhub("info", REPO, "--version", "2", env=OFFLINE)
+    assert flashhub("download", project, "--all-variants").returncode == 0
+    cdn.clear_log()
+
+    warm = ok_json(flashhub("info", REPO, "--version", "2", "--json", env=OFFLINE))
+    text = flashhub("info", REPO, "--version", "2", env=OFFLINE)
+
+    refused_offline(cold, f"`flashhub get {REPO} --version 2`")
+    refused_offline(one_cached, repr(UNIVERSAL), repr(CUDA), "flashhub download --all-variants")
+    for variant in online["variants"]:  # the test CDN answers no HEAD: sizes unknown online
+        variant["bytes"] = None
+        for file in variant["files"]:
+            file["bytes"] = None
+    sizes = {
+        f["path"]: f["bytes"] for v in warm["variants"] if v["variant"] == LOCAL for f in v["files"]
+    }
+    published = cdn.root / "kernels" / REPO / "v2" / "build" / LOCAL
+    assert sizes == {p: (published / p).stat().st_size for p in sizes}
+    assert len(sizes) == 4
+    for variant in warm["variants"]:
+        variant["bytes"] = None
+        for file in variant["files"]:
+            file["bytes"] = None
+    assert warm == online
+    assert text.returncode == 0, text.stderr
+    assert f"chosen variant: {LOCAL}" in text.stdout
+    assert f"B  {PY_PKG}/__init__.py" in text.stdout
+    assert cdn.requests == []
+
+
+# -- advice in options, names made safe, what -v shows -------------------------------------------
+
+
+@pytest.mark.parametrize("url_path", ["/kernels", "/kernels/"])
+def test_a_prefix_doubled_by_the_cdn_url_is_named(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, url_path: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", cdn.url + url_path)
+
+    result = flashhub("get", REPO, "--version", "1")
+    newest = flashhub("variants", REPO)
 
     assert result.returncode == 1
-    assert f"{REPO}@v3 {UNIVERSAL}: FAILED: {PY_PKG}/helpers.py has another size or mtime" in (
-        result.stdout
+    assert f"{cdn.url}/kernels/kernels/{REPO}/v1/variants.json does not exist" in result.stderr
+    doubled = (
+        "hint: FLASHHUB_CDN_URL already ends with /kernels and FLASHHUB_CDN_PREFIX adds it "
+        "again: drop one"
     )
-    assert "flashhub cache prune" in result.stderr
+    assert doubled in result.stderr
+    assert f"{cdn.url}/kernels/kernels/{REPO}/versions.json does not exist" in newest.stderr
+    assert doubled in newest.stderr
 
 
-def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer) -> None:
-    publish_tensor_tricks(cdn.root)
-    assert flashhub("get", REPO, "--version", "3").returncode == 0
-    version_dir = cache_root() / "kernels" / REPO / "v3"
-    trash = version_dir / f".trash-{UNIVERSAL}.0123abcd"
-    (trash / PY_PKG).mkdir(parents=True)
-    dead = version_dir / f".staging-{UNIVERSAL}.0123abcd.999999999.{os.uname().nodename}"
-    dead.mkdir()
+@pytest.mark.parametrize("command", ["variants", "info", "get"])
+def test_an_unknown_repo_gets_cli_advice(cdn: CdnServer, command: str) -> None:
+    result = flashhub(command, "acme/nope")
 
-    document = ok_json(flashhub("cache", "prune", "--json"))
-
-    assert sorted(document["stale_directories"]) == sorted([str(dead), str(trash)])
-    assert document["removed"] == []
-    assert (version_dir / UNIVERSAL).is_dir()
+    assert result.returncode == 1
+    assert f"{cdn.url}/kernels/acme/nope/versions.json does not exist" in result.stderr
+    [hint] = [line for line in result.stderr.splitlines() if "hint:" in line]
+    assert "check the repo id" in hint and "--version N" in hint
+    assert "version=" not in hint
 
 
-def test_cache_clear_with_nothing_cached_says_so_without_asking() -> None:
-    result = flashhub("cache", "clear")  # no --yes and no terminal: nothing to confirm
-    document = ok_json(flashhub("cache", "clear", "--json"))
+def test_cli_backend_advice_is_an_option_that_works(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_as(monkeypatch, CUDA_MACHINE)
+    write_kernel(cdn.root, REPO, 1, [OLD_CUDA_BUILD, CPU_BUILD])
 
+    refused = flashhub("get", REPO, "--version", "1")
+    forced = flashhub("get", REPO, "--version", "1", "--backend", "cpu")
+
+    assert refused.returncode == 1
+    assert f"hint: pass --backend cpu to use the CPU build {CPU_BUILD}" in refused.stderr
+    assert forced.returncode == 0, forced.stderr
+    assert Path(forced.stdout.strip()).name == CPU_BUILD
+
+
+def test_flashhub_variants_escapes_hostile_names(hostile_kernel: CdnServer) -> None:
+    text = flashhub("variants", REPO, "--version", "1")
+    document = json.loads(flashhub("variants", REPO, "--version", "1", "--json").stdout)
+
+    assert text.returncode == 1
+    assert_terminal_safe(text.stdout + text.stderr)
+    assert "  - torch-\\x1b[31mred\\x1b[0m\\r: " in text.stdout
+    assert len(text.stdout.splitlines()) == 5, "header, three variants, chosen"
+    assert {v["variant"] for v in document["variants"]} == {CUDA, ESCAPE, FORGED}
+
+
+def test_flashhub_info_escapes_hostile_names(hostile_kernel: CdnServer) -> None:
+    result = flashhub("info", REPO, "--version", "1")
+
+    assert result.returncode == 1
+    assert_terminal_safe(result.stdout + result.stderr)
+    assert "\\x1b[31m" in result.stderr
+
+
+def test_flashhub_v_says_what_the_load_did_without_credentials(cdn: CdnServer) -> None:
+    cdn.inject(write_blob_kernel(cdn.root, MIB_BLOB), drop_after(1000))
+    cdn_url = f"http://user:s3cret@127.0.0.1:{cdn.port}"
+    result = flashhub("-v", "get", REPO, "--version", "1", env={"FLASHHUB_CDN_URL": cdn_url})
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"no kernels are cached in {cache_root()}; nothing to remove\n"
-    assert document == {"cache_dir": str(cache_root()), "removed": [], "skipped_busy": []}
-
-
-def test_counts_are_pluralized(cdn: CdnServer, tmp_path: Path) -> None:
-    publish_tensor_tricks(cdn.root)
-    project = write_project(tmp_path / "one", {REPO: ">=3"})  # v3: one variant
-    locked = flashhub("lock", project)
-    assert flashhub("get", REPO, "--version", "3").returncode == 0
-    verified = flashhub("cache", "verify")
-
-    assert f"{REPO} >=3: v3 (1 variant)\n" in locked.stdout
-    assert verified.stdout.endswith("1 entry checked, 0 untrusted directories\n")
-
-
-def test_cache_clear_needs_yes_without_a_terminal(cdn: CdnServer) -> None:
-    publish_tensor_tricks(cdn.root)
-    assert flashhub("get", REPO, "--version", "3").returncode == 0
-    result = flashhub("cache", "clear")
-    assert result.returncode == 2
-    assert "pass --yes" in result.stderr
-    assert (cache_root() / "kernels" / REPO / "v3" / UNIVERSAL).is_dir()
+    log = result.stderr
+    assert f"downloaded {REPO}/v1/build/{UNIVERSAL}/tensor_tricks/blob.bin from " in log
+    assert f"127.0.0.1:{cdn.port}: {len(MIB_BLOB)} bytes in " in log
+    assert "broke off at byte 1000; asking again from there" in log
+    assert "s3cret" not in log
 
 
 # -- usage, help, and the 0.1.2 script ------------------------------------------------------
@@ -411,11 +355,20 @@ def test_bad_usage_exits_2(args: list[str]) -> None:
 def test_flashhub_kernel_load_keeps_working(cdn: CdnServer) -> None:
     publish_tensor_tricks(cdn.root)
     script = Path(sys.executable).with_name("flashhub-kernel-load")
-    result = subprocess.run(
+    result = subprocess.run(  # a real process: the console script as installed
         [script, REPO, "--version", "2"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "flashhub.acme.tensor_tricks.v2"
+
+
+def test_kernel_load_usage_errors() -> None:
+    no_version = flashhub_kernel_load("acme/my-kern")
+    assert no_version.returncode == 2
+    assert "--version N is required" in no_version.stderr
+    bad_repo = flashhub_kernel_load("a/b/c", "--version", "1")
+    assert bad_repo.returncode == 2
+    assert "invalid repo id" in bad_repo.stderr
 
 
 def test_cli_help_imports_neither_torch_nor_requests() -> None:
@@ -424,4 +377,13 @@ def test_cli_help_imports_neither_torch_nor_requests() -> None:
         "try:\n    main(['cache', '--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted({'torch', 'requests', 'http.client'} & set(sys.modules)))"
     )
+    # A fresh interpreter: this one has imported torch and requests long since.
     assert run_python(code).strip().splitlines()[-1] == "[]"
+
+
+def test_cli_import_is_light() -> None:
+    code = (
+        "import sys, flashhub_kernels.cli; "
+        "heavy = {'torch', 'requests', 'http.client'} & set(sys.modules); assert not heavy, heavy"
+    )
+    run_python(code)  # a fresh interpreter, as above

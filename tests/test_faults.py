@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,7 +34,7 @@ from cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
-from conftest import MakeCdn
+from conftest import MakeCdn, free_port
 from flashhub_kernels._config import get_config
 from flashhub_kernels._progress import Progress
 from flashhub_kernels._transport import Fetcher, warn_if_insecure
@@ -149,18 +148,12 @@ def test_tampered_byte_is_refetched_once(blob_kernel: CdnServer) -> None:
     assert len(blob_kernel.gets("blob.bin")) == 2
 
 
-def _dead_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_dead_and_failing_mirrors_fail_over(blob_kernel: CdnServer, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     failing = CdnServer(tmp_path / "empty").start()
     try:
         failing.inject(f"kernels/{REPO}/v1/variants.json", *[status(503)] * 50)
-        mirrors = f"http://127.0.0.1:{_dead_port()},{failing.url},{blob_kernel.url}"
+        mirrors = f"http://127.0.0.1:{free_port()},{failing.url},{blob_kernel.url}"
         fk.configure(cdn_url=mirrors)
         assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
         # Both bad mirrors were tried for the first document, then moved to the back.

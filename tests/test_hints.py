@@ -2,8 +2,9 @@
 
 - no variant for this system: advise ``backend='cpu'`` only where a CPU build exists and
   forcing it changes something (a GPU machine), else name the build this system needs;
-- not found on the CDN: name the URL that was asked, and a doubled prefix outright;
-- the ``flashhub`` command gives its options (``--version N``), not Python arguments;
+- not found on the CDN: name the URL that was asked;
+- the library gives Python arguments (``version=``), the ``flashhub`` command its options
+  (``--version N``; the command's own advice, a doubled prefix included, is in test_cli.py);
 - the plain-http warning names the caller's line, not a line in the library.
 """
 
@@ -11,29 +12,19 @@ from __future__ import annotations
 
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
 import flashhub_kernels as fk
 from cdn_server import CdnServer
 from cli_runner import flashhub
-from flashhub_kernels import _store, _transport
-from flashhub_kernels._variants import SystemInfo, build_variant_name
+from flashhub_kernels import _transport
+from flashhub_kernels._variants import build_variant_name
 from flashhub_kernels.errors import KernelNotFoundError, NoCompatibleVariantError
+from machines import CPU_BUILD, CPU_MACHINE, CUDA_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
 from trees import write_kernel
 
 REPO = "acme/tensor-tricks"
-CPU_MACHINE = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
-CUDA_MACHINE = SystemInfo((2, 12), True, "cuda", "cu126", "x86_64", "linux")
-CUDA_BUILD = "torch212-cxx11-cu126-x86_64-linux"  # loads on CUDA_MACHINE only
-OLD_CUDA_BUILD = "torch212-cxx11-cu118-x86_64-linux"  # CUDA 11: loads on neither
-CPU_BUILD = "torch212-cxx11-cpu-x86_64-linux"  # runs on CUDA_MACHINE with backend='cpu'
-
-
-def run_as(monkeypatch: pytest.MonkeyPatch, system: SystemInfo) -> None:
-    """Make this process resolve kernels as if its torch were ``system``."""
-    monkeypatch.setattr(_store, "detect_system", lambda: system)
 
 
 def no_variant(version: int = 1) -> NoCompatibleVariantError:
@@ -102,27 +93,6 @@ def test_not_found_names_the_url_asked_without_credentials(cdn: CdnServer) -> No
     assert info.value.hint == "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
 
 
-@pytest.mark.parametrize("url_path", ["/kernels", "/kernels/"])
-def test_a_prefix_doubled_by_the_cdn_url_is_named(
-    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, url_path: str
-) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    monkeypatch.setenv("FLASHHUB_CDN_URL", cdn.url + url_path)
-
-    result = flashhub("get", REPO, "--version", "1")
-    newest = flashhub("variants", REPO)
-
-    assert result.returncode == 1
-    assert f"{cdn.url}/kernels/kernels/{REPO}/v1/variants.json does not exist" in result.stderr
-    doubled = (
-        "hint: FLASHHUB_CDN_URL already ends with /kernels and FLASHHUB_CDN_PREFIX adds it "
-        "again: drop one"
-    )
-    assert doubled in result.stderr
-    assert f"{cdn.url}/kernels/kernels/{REPO}/versions.json does not exist" in newest.stderr
-    assert doubled in newest.stderr
-
-
 def test_a_missing_version_is_told_the_newest(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1)
     write_kernel(cdn.root, REPO, 2)
@@ -135,18 +105,7 @@ def test_a_missing_version_is_told_the_newest(cdn: CdnServer) -> None:
     assert "hint: pass a published version, e.g. --version 2 (the newest)" in result.stderr
 
 
-# -- the command line speaks in options ------------------------------------------------------
-
-
-@pytest.mark.parametrize("command", ["variants", "info", "get"])
-def test_an_unknown_repo_gets_cli_advice(cdn: CdnServer, command: str) -> None:
-    result = flashhub(command, "acme/nope")
-
-    assert result.returncode == 1
-    assert f"{cdn.url}/kernels/acme/nope/versions.json does not exist" in result.stderr
-    [hint] = [line for line in result.stderr.splitlines() if "hint:" in line]
-    assert "check the repo id" in hint and "--version N" in hint
-    assert "version=" not in hint
+# -- the library speaks in arguments ---------------------------------------------------------
 
 
 def test_the_library_keeps_python_advice(cdn: CdnServer) -> None:
@@ -154,21 +113,6 @@ def test_the_library_keeps_python_advice(cdn: CdnServer) -> None:
         fk.get_kernel_variants("acme/nope")
     assert info.value.hint is not None and "pass version=" in info.value.hint
     assert info.value.cli_hint is not None and "--version N" in info.value.cli_hint
-
-
-def test_cli_backend_advice_is_an_option_that_works(
-    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run_as(monkeypatch, CUDA_MACHINE)
-    write_kernel(cdn.root, REPO, 1, [OLD_CUDA_BUILD, CPU_BUILD])
-
-    refused = flashhub("get", REPO, "--version", "1")
-    forced = flashhub("get", REPO, "--version", "1", "--backend", "cpu")
-
-    assert refused.returncode == 1
-    assert f"hint: pass --backend cpu to use the CPU build {CPU_BUILD}" in refused.stderr
-    assert forced.returncode == 0, forced.stderr
-    assert Path(forced.stdout.strip()).name == CPU_BUILD
 
 
 # -- the plain-http warning ------------------------------------------------------------------

@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import cli_runner  # not its flashhub(): an import statement here binds that name
 import flashhub_kernels as fk
 from cdn_server import CdnServer, raw_redirect, redirect
 from flashhub_kernels.errors import (
@@ -42,18 +42,6 @@ def load_error(expected: type[FlashhubError]) -> FlashhubError:
     assert error.hint, "every load error says what to do next"
     assert MODULE not in sys.modules
     return error
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m flashhub_kernels ARGS`` with this test's environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "flashhub_kernels", *args],
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 # -- the CDN ------------------------------------------------------------------------------
@@ -114,7 +102,7 @@ def test_a_typo_in_the_cdn_port_names_the_setting(
         fk.get_kernel(REPO, version=1)
     with pytest.raises(ValueError, match="FLASHHUB_CDN_URL"):
         import flashhub.acme.tensor_tricks.v1  # noqa: F401
-    result = run_cli("get", REPO, "--version", "1")
+    result = cli_runner.flashhub("get", REPO, "--version", "1")
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -203,7 +191,7 @@ def test_reload_after_the_cache_was_removed_downloads_the_kernel_again(
 def test_reload_after_cache_clear_downloads_the_kernel_again(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1)
     module = fk.get_kernel(REPO, version=1)
-    assert run_cli("cache", "clear", "--yes").returncode == 0
+    assert cli_runner.flashhub("cache", "clear", "--yes").returncode == 0
 
     assert importlib.reload(module).marker() == f"{REPO}@v1:{LOCAL}"
     assert Path(module.__file__ or "").is_file()

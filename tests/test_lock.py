@@ -1,4 +1,8 @@
-"""Lock files: locking against a loopback CDN, pre-downloading, and loading what a lock pins."""
+"""Lock files: locking against a loopback CDN, pre-downloading, and loading what a lock pins.
+
+What ``flashhub lock`` and ``flashhub download`` print, and their options, are tested in
+test_cli_lock.py.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ import pytest
 
 import flashhub_kernels
 from cdn_server import CdnServer
-from cli_runner import flashhub, ok_json
-from conftest import run_python
+from cli_runner import flashhub
+from conftest import MakeProject, run_python
 from flashhub_kernels import (
     LockedLayerRepository,
     get_kernel,
@@ -42,7 +46,10 @@ from projects import (
     REPO,
     UNIVERSAL,
     change_published_file,
+    entry,
+    lockfile_of,
     publish_tensor_tricks,
+    published_hash,
     variant_dir,
     write_project,
 )
@@ -50,20 +57,6 @@ from trees import local_variant, write_kernel
 
 LOCAL = local_variant()
 MODULE = "flashhub.acme.tensor_tricks.v2"
-
-
-@pytest.fixture
-def project(tmp_path: Path, cdn: CdnServer) -> Path:
-    publish_tensor_tricks(cdn.root)
-    return write_project(tmp_path / "project", {REPO: ">=1,<3"})
-
-
-def lockfile_of(project: Path) -> Path:
-    return project / LOCKFILE_NAME
-
-
-def entry(version: int, variant: str) -> Path:
-    return get_config().cache_dir / "kernels" / REPO / f"v{version}" / variant
 
 
 # -- locking ------------------------------------------------------------------------------
@@ -322,92 +315,7 @@ def test_all_variants_fetches_every_variant(project: Path, cdn: CdnServer) -> No
 
 # -- a version without variants.json ---------------------------------------------------------
 
-NOARCH_CUDA = "torch-cuda"
 PROBED_MODULE = "flashhub.acme.tensor_tricks.v1"
-
-
-@pytest.fixture
-def probed_project(tmp_path: Path, cdn: CdnServer) -> Path:
-    """v1 without variants.json: this system's build, torch-universal and two CUDA builds."""
-    variants = [LOCAL, UNIVERSAL, CUDA, NOARCH_CUDA]
-    write_kernel(cdn.root, REPO, 1, variants, with_variants_json=False)
-    return write_project(tmp_path / "project", {REPO: "==1"})
-
-
-def published_hash(cdn: CdnServer, variant: str) -> str:
-    return parse_metadata(
-        (variant_dir(cdn.root, 1, variant) / "metadata.json").read_bytes()
-    ).content_hash
-
-
-def test_probed_version_locks_downloads_and_loads_offline(
-    probed_project: Path, cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    locked = flashhub("lock", probed_project)
-    assert locked.returncode == 0, locked.stderr
-    downloaded = flashhub("download", probed_project)
-    assert downloaded.returncode == 0, downloaded.stderr
-    cdn.clear_log()
-    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
-
-    module = load_kernel(REPO, lockfile=lockfile_of(probed_project))
-    confirmed = flashhub("lock", probed_project)
-    asked_for_more = flashhub("lock", probed_project, "--variant", CUDA)
-
-    assert f"{REPO} ==1: v1 (2 variants, probed: no variants.json)" in locked.stdout
-    kernel = json.loads(lockfile_of(probed_project).read_text())["kernels"][0]
-    assert kernel["variants_source"] == "probed"
-    assert kernel["variants"] == {v: {"hash": published_hash(cdn, v)} for v in (LOCAL, UNIVERSAL)}
-    assert downloaded.stdout.split()[:3] == ["downloaded", f"{REPO}@v1", LOCAL]
-    assert module.marker() == f"{REPO}@v1:{LOCAL}"
-    assert (
-        module
-        is get_kernel(REPO, version=1)
-        is get_locked_kernel(REPO, lockfile=lockfile_of(probed_project))
-    )
-    assert "is up to date as far as the cache knows" in confirmed.stdout
-    assert asked_for_more.returncode == 1
-    assert f"{REPO}@v1 is locked, but the requested variant {CUDA} is not" in asked_for_more.stderr
-    assert cdn.requests == []
-
-
-def test_variant_option_and_pyproject_add_variants_this_system_cannot_load(
-    probed_project: Path, cdn: CdnServer
-) -> None:
-    with_option = ok_json(flashhub("lock", probed_project, "--variant", CUDA, "--json"))
-    pyproject = probed_project / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + f'[tool.flashhub]\nvariants = ["{NOARCH_CUDA}"]\n')
-    from_pyproject = ok_json(flashhub("lock", probed_project, "--json"))
-    both = lock_project(probed_project, variants=[CUDA])
-
-    assert set(with_option["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, CUDA}
-    assert with_option["kernels"][0]["variants"][CUDA] == {"hash": published_hash(cdn, CUDA)}
-    assert set(from_pyproject["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, NOARCH_CUDA}
-    assert set(both.kernel(REPO).variants) == {LOCAL, UNIVERSAL, CUDA, NOARCH_CUDA}
-    assert read_lockfile(lockfile_of(probed_project)).kernel(REPO).probed
-
-
-def test_all_variants_of_a_probed_lock_download_and_prune_keeps_them(
-    probed_project: Path, cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    write_kernel(cdn.root, REPO, 2, [UNIVERSAL])
-    assert flashhub("lock", probed_project, "--variant", CUDA).returncode == 0
-    assert flashhub("get", REPO, "--version", "2").returncode == 0  # not locked: pruned
-
-    downloaded = ok_json(flashhub("download", probed_project, "--all-variants", "--json"))
-    pruned = ok_json(flashhub("cache", "prune", "--keep-locked", probed_project, "--json"))
-    cdn.clear_log()
-    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
-
-    assert sorted((r["variant"], r["status"]) for r in downloaded["results"]) == sorted(
-        (v, "downloaded") for v in (LOCAL, UNIVERSAL, CUDA)
-    )
-    assert [(r["version"], r["variant"]) for r in pruned["removed"]] == [(2, UNIVERSAL)]
-    for variant in (LOCAL, UNIVERSAL, CUDA):
-        assert (entry(1, variant) / PY_PKG / "__init__.py").is_file()
-    module = load_kernel(REPO, lockfile=lockfile_of(probed_project))
-    assert module.marker() == f"{REPO}@v1:{LOCAL}"
-    assert cdn.requests == []
 
 
 @pytest.mark.parametrize(
@@ -438,32 +346,18 @@ def test_probed_lock_refuses_an_object_changed_after_locking(
     assert not entry(1, LOCAL).exists()
 
 
-def test_requested_variant_the_cdn_lacks_is_an_error_naming_it(probed_project: Path) -> None:
-    missing = "torch212-cxx11-cu128-x86_64-linux"
-    result = flashhub("lock", probed_project, "--variant", CUDA, "--variant", missing)
-    malformed = flashhub("lock", probed_project, "--variant", "cu126")
-
-    assert result.returncode == 1
-    assert f"{REPO}@v1 has no variants.json" in result.stderr
-    assert f"the requested variant {missing} is not on the CDN" in result.stderr
-    assert "--variant NAME" in result.stderr
-    assert malformed.returncode == 2
-    assert "'cu126' is not a variant name" in malformed.stderr
-    assert not lockfile_of(probed_project).exists()
-
-
 def test_probed_version_with_nothing_for_this_system_needs_a_named_variant(
-    tmp_path: Path, cdn: CdnServer
+    make_project: MakeProject, cdn: CdnServer
 ) -> None:
     write_kernel(cdn.root, REPO, 1, [CUDA], with_variants_json=False)
-    project = write_project(tmp_path / "project", {REPO: 1})
+    project = make_project({REPO: 1}, publish=False)
 
     with pytest.raises(LockfileError, match="none of the variants this system can load") as info:
         lock_project(project)
     lock = lock_project(project, variants=[CUDA])
 
     assert "--variant NAME" in str(info.value)
-    assert dict(lock.kernel(REPO).variants) == {CUDA: published_hash(cdn, CUDA)}
+    assert dict(lock.kernel(REPO).variants) == {CUDA: published_hash(cdn.root, CUDA)}
     with pytest.raises(NoCompatibleVariantError, match=f"- {CUDA}: built for cu126") as error:
         get_locked_kernel(REPO, lockfile=lockfile_of(project))
     assert "--variant NAME" in str(error.value)
@@ -474,7 +368,7 @@ def write_probed_lock(project: Path, cdn: CdnServer, variants: list[str]) -> Pat
     kernel = {
         "repo_id": REPO,
         "specifier": "==1",
-        "variants": {v: {"hash": published_hash(cdn, v)} for v in variants},
+        "variants": {v: {"hash": published_hash(cdn.root, v)} for v in variants},
         "variants_source": "probed",
         "version": 1,
     }

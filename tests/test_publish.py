@@ -1,85 +1,34 @@
-"""The publisher (``flashhub_kernels._publish``) and the ``flashhub publish`` CLI."""
+"""The publisher (``flashhub_kernels._publish``); the ``flashhub publish`` command is in
+test_cli_publish.py."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
 import stat
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from builds import (
+    CPU,
+    PY_PKG,
+    REPO,
+    SO_BYTES,
+    SO_NAME,
+    UNIVERSAL,
+    make_kernel,
+    package_dir,
+    tree_bytes,
+)
 from flashhub_kernels._manifest import decode_digest, parse_metadata, parse_variants, parse_versions
 from flashhub_kernels._publish import PublishReport, publish
-from flashhub_kernels.cli import kernel_load_main, main
 from flashhub_kernels.errors import PublishError
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-REPO = "acme/my-kern"
-PY_PKG = "my_kern"
-UNIVERSAL = "torch-universal"
-CPU = "torch213-cxx11-cpu-x86_64-linux"
-SO_NAME = "_my_kern_cpu_1a2b3c.so"
-SO_BYTES = b"\x7fELF" + bytes(range(256)) * 4
-
-INIT = "from ._ops import ops\nfrom .helpers import double\n\n__all__ = ['double', 'ops']\n"
-HELPERS = """\
-from __future__ import annotations
-
-import torch
-
-from . import _ops
-
-
-def double(x):
-    return x * 2
-"""
-
-
-def _ops_source(variant: str) -> str:
-    if variant == UNIVERSAL:
-        return "import torch\n\nops = torch.ops\n"
-    return (
-        "import os\n\nimport torch\n\n"
-        f"torch.ops.load_library(os.path.join(os.path.dirname(__file__), {SO_NAME!r}))\n"
-        "ops = torch.ops._my_kern_cpu_1a2b3c\n"
-    )
-
-
-def make_kernel(root: Path, variants: tuple[str, ...] = (UNIVERSAL, CPU)) -> Path:
-    """A kernel dir with ``build/<variant>/my_kern/`` per variant, plus junk to be skipped."""
-    for variant in variants:
-        package = root / "build" / variant / PY_PKG
-        (package / "__pycache__").mkdir(parents=True)
-        (package / "__init__.py").write_text(INIT)
-        (package / "_ops.py").write_text(_ops_source(variant))
-        (package / "helpers.py").write_text(HELPERS)
-        (package / "__pycache__" / "_ops.cpython-311.pyc").write_bytes(b"junk")
-        (package / ".DS_Store").write_bytes(b"junk")
-        (package / "stale.pyc").write_bytes(b"junk")
-        if variant != UNIVERSAL:
-            (package / SO_NAME).write_bytes(SO_BYTES)
-    (root / "build" / ".hidden").write_text("junk")
-    return root
-
-
-@pytest.fixture
-def kernel(tmp_path: Path) -> Path:
-    return make_kernel(tmp_path / "kernel")
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    """Every file under ``root``, by relative posix path."""
-    return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+# No staging or old-version directory of a publish is left behind.
+pytestmark = pytest.mark.usefixtures("no_leftover_staging")
 
 
 def tree_stats(root: Path) -> dict[str, tuple[int, int]]:
@@ -358,13 +307,9 @@ def test_bad_arguments_raise_value_error(kernel: Path, tmp_path: Path) -> None:
 # --- validation ----------------------------------------------------------------------
 
 
-def _package(kernel: Path, variant: str = CPU) -> Path:
-    return kernel / "build" / variant / PY_PKG
-
-
 def _write(relpath: str, text: str) -> Callable[[Path], None]:
     def write(kernel: Path) -> None:
-        path = _package(kernel) / relpath
+        path = package_dir(kernel) / relpath
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
 
@@ -376,13 +321,13 @@ BAD_BUILDS: dict[str, tuple[Callable[[Path], object], list[str]]] = {
         lambda k: (k / "build" / CPU).rename(k / "build" / "torch213-cxx11-x86_64-linux"),
         ["torch213-cxx11-x86_64-linux", "variant"],
     ),
-    "missing __init__.py": (lambda k: (_package(k) / "__init__.py").unlink(), ["__init__.py"]),
+    "missing __init__.py": (lambda k: (package_dir(k) / "__init__.py").unlink(), ["__init__.py"]),
     "wrong package dir name": (
-        lambda k: _package(k).rename(_package(k).with_name("mykern")),
+        lambda k: package_dir(k).rename(package_dir(k).with_name("mykern")),
         ["'my_kern'", "'mykern'"],
     ),
     "stray file beside the package": (
-        lambda k: (_package(k).parent / "README.md").write_text("hi"),
+        lambda k: (package_dir(k).parent / "README.md").write_text("hi"),
         ["'README.md'", "exactly one package directory"],
     ),
     "stray file among the variants": (
@@ -404,7 +349,7 @@ BAD_BUILDS: dict[str, tuple[Callable[[Path], object], list[str]]] = {
     ),
     "not valid Python": (_write("e.py", "def (:\n"), ["e.py:1", "not valid Python"]),
     "symlinked file": (
-        lambda k: (_package(k) / "link.py").symlink_to(_package(k) / "helpers.py"),
+        lambda k: (package_dir(k) / "link.py").symlink_to(package_dir(k) / "helpers.py"),
         ["link.py", "symlink"],
     ),
     "symlinked variant": (
@@ -416,7 +361,7 @@ BAD_BUILDS: dict[str, tuple[Callable[[Path], object], list[str]]] = {
         ["no build variants"],
     ),
     "bad build metadata.json": (
-        lambda k: (_package(k).parent / "metadata.json").write_text("[1]"),
+        lambda k: (package_dir(k).parent / "metadata.json").write_text("[1]"),
         ["metadata.json", "JSON object"],
     ),
 }
@@ -446,159 +391,6 @@ def test_allowed_imports_pass(kernel: Path, tmp_path: Path) -> None:
     )(kernel)
     report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
     assert report.variants[1].files == 5
-
-
-# --- command line ----------------------------------------------------------------------
-
-
-def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "flashhub_kernels", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-
-
-def test_cli_publish_json(kernel: Path, tmp_path: Path) -> None:
-    out = tmp_path / "cdn"
-    result = run_cli(
-        "publish",
-        kernel,
-        "--repo-id",
-        REPO,
-        "--version",
-        "1",
-        "--out",
-        out,
-        "--prefix",
-        "k",
-        "--json",
-    )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["versions"] == [1] and report["noop"] is False
-    assert report["version_dir"] == str(out / "k" / "acme" / "my-kern" / "v1")
-    assert [v["name"] for v in report["variants"]] == [UNIVERSAL, CPU]
-    assert sorted(report["written"]) == sorted(tree_bytes(out))
-
-    again = run_cli(
-        "publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out, "--prefix", "k"
-    )
-    assert again.returncode == 0
-    assert "identical content" in again.stdout
-
-
-def test_cli_publish_failure_exits_1(kernel: Path, tmp_path: Path) -> None:
-    out = tmp_path / "cdn"
-    assert (
-        run_cli("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out).returncode
-        == 0
-    )
-    (_package(kernel) / "helpers.py").write_text("X = 2\n")
-    result = run_cli("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
-    assert result.returncode == 1
-    assert result.stderr.startswith("error: acme/my-kern@v1 is already published")
-    assert "hint:" in result.stderr and "Traceback" not in result.stderr
-    assert result.stdout == ""
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        [],
-        ["publish"],
-        ["publish", "x", "--version", "1", "--out", "o"],
-        ["publish", "x", "--repo-id", "a/b/c", "--version", "1", "--out", "o"],
-        ["publish", "x", "--repo-id", REPO, "--version", "0", "--out", "o"],
-        ["publish", "x", "--repo-id", REPO, "--version", "one", "--out", "o"],
-        ["publish", "x", "--repo-id", REPO, "--version", "1", "--out", "o", "--prefix", "../x"],
-        ["frobnicate"],
-    ],
-)
-def test_cli_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "flashhub_kernels", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
-        timeout=120,
-    )
-    assert result.returncode == 2
-    assert "usage:" in result.stderr
-    assert not (tmp_path / "o").exists()
-
-
-def test_main_in_process(kernel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--help"]) == 0
-    assert "publish" in capsys.readouterr().out
-    code = main(
-        ["publish", str(kernel), "--repo-id", REPO, "--version", "2", "--out", str(tmp_path)]
-    )
-    assert code == 0
-    assert capsys.readouterr().out.startswith("published acme/my-kern@v2")
-    code = main(
-        [
-            "publish",
-            str(tmp_path / "none"),
-            "--repo-id",
-            REPO,
-            "--version",
-            "2",
-            "--out",
-            str(tmp_path),
-        ]
-    )
-    assert code == 1
-    assert "not a directory" in capsys.readouterr().err
-
-
-def test_cli_publish_text_counts_and_sizes(
-    kernel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    args = ["publish", str(kernel), "--repo-id", REPO, "--version", "1", "--out", str(tmp_path)]
-    assert main(args) == 0
-    lines = capsys.readouterr().out.splitlines()
-
-    universal = sum(len(text) for text in (INIT, _ops_source(UNIVERSAL), HELPERS))
-    assert lines[1] == f"  {UNIVERSAL}: 3 files, {universal} B"  # sizes as `flashhub info` shows
-    assert re.fullmatch(rf"  {CPU}: 4 files, \d+\.\d KiB", lines[2]), lines[2]
-    assert re.fullmatch(r"wrote 11 files \(\d+\.\d KiB\)", lines[3]), lines[3]
-
-
-def test_kernel_load_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert kernel_load_main(["acme/my-kern"]) == 2
-    assert "--version N is required" in capsys.readouterr().err
-    assert kernel_load_main(["a/b/c", "--version", "1"]) == 2
-    assert "invalid repo id" in capsys.readouterr().err
-
-
-def test_cli_import_is_light() -> None:
-    code = (
-        "import sys, flashhub_kernels.cli; "
-        "heavy = {'torch', 'requests', 'http.client'} & set(sys.modules); assert not heavy, heavy"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_staging(tmp_path: Path) -> Iterator[None]:
-    yield
-    leftovers = [p for p in tmp_path.rglob(".v*") if ".staging-" in p.name or ".old-" in p.name]
-    assert leftovers == []
 
 
 def test_report_type(kernel: Path, tmp_path: Path) -> None:

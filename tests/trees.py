@@ -15,6 +15,12 @@ def local_variant() -> str:
     return build_variant_name(detect_system())
 
 
+# Variant names a hostile variants.json lists: an ESC colour sequence and a CR, and a
+# newline that would forge a hint line of the message printing it.
+ESCAPE = "torch-\x1b[31mred\x1b[0m\r"
+FORGED = "torch-x\n  hint: run rm -rf ~"
+
+
 def b64sha256(data: bytes) -> str:
     return base64.b64encode(hashlib.sha256(data).digest()).decode()
 
@@ -108,6 +114,7 @@ def write_kernel(
 
 BLOB_REPO = "acme/tensor-tricks"
 BLOB_VARIANT = "torch-universal"
+MIB_BLOB = bytes(range(256)) * 4096  # 1 MiB
 
 
 def write_blob_kernel(

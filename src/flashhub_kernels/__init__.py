@@ -1,32 +1,35 @@
 """flashhub-kernels: load verified, variant-matched PyTorch kernels from a static CDN.
 
-Importing this package is cheap: it imports neither torch nor an HTTP library. torch
-is imported when a kernel is first resolved, the HTTP client (``http.client``) when
-something must be downloaded.
-The layer API (``Device``, ``kernelize``, ...) loads on first access; of it, only
-``kernelize`` (and marking a class, an ``nn.Module``, or a function) imports torch.
+Importing this package is cheap: it installs the import hook and imports nothing else
+(no torch, no HTTP library, not even ``typing``). The names below load on first access
+(PEP 562). torch is imported when a kernel is first resolved, the HTTP client
+(``http.client``) when something must be downloaded. Of the layer API (``Device``,
+``kernelize``, ...), only ``kernelize`` (and marking a class, an ``nn.Module``, or a
+function) imports torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from ._finder import install
+from ._lazy import lazy_dir, lazy_getattr
 
-from ._api import (
-    get_kernel,
-    get_kernel_variants,
-    get_loaded_kernels,
-    get_local_kernel,
-    has_kernel,
-)
-from ._config import Config, configure, get_config
-from ._finder import LoadedKernel, install
-from ._lazy import lazy_getattr
-from ._names import RepoInfo
-from ._variants import VariantAccepted, VariantRejected
-
+TYPE_CHECKING = False  # not typing's: importing typing would cost more than this package
 if TYPE_CHECKING:
+    from . import errors as errors
+    from ._api import (
+        get_kernel,
+        get_kernel_variants,
+        get_loaded_kernels,
+        get_local_kernel,
+        has_kernel,
+        install_kernel,
+    )
     from ._benchmark import Benchmark
+    from ._config import Config, configure, get_config
+    from ._finder import LoadedKernel
     from ._lock import get_locked_kernel, load_kernel
+    from ._names import RepoInfo
+    from ._variants import VariantAccepted, VariantRejected
     from .layers import (
         CUDAProperties,
         Device,
@@ -48,13 +51,26 @@ if TYPE_CHECKING:
 
 __version__ = "0.2.0"
 
-# Names whose modules take a while to import (the lock functions pull in the cache and
-# its file locks; kernelize imports torch): loaded on first access (PEP 562).
+# Every public name but install: the hook is all that importing the package does. The
+# modules load on first access (PEP 562): the API and the settings with the variant
+# grammar, the lock functions with the cache and its file locks; kernelize imports torch.
 _LAZY = {
     "Benchmark": "._benchmark",
-    "LockedLayerRepository": ".layers",
-    "get_locked_kernel": "._lock",
+    "Config": "._config",
+    "configure": "._config",
+    "get_config": "._config",
+    "LoadedKernel": "._finder",
+    "RepoInfo": "._names",
+    "VariantAccepted": "._variants",
+    "VariantRejected": "._variants",
+    "errors": ".errors",
+    "get_kernel": "._api",
+    "get_kernel_variants": "._api",
+    "get_loaded_kernels": "._api",
+    "get_local_kernel": "._api",
+    "has_kernel": "._api",
     "install_kernel": "._api",
+    "get_locked_kernel": "._lock",
     "load_kernel": "._lock",
     "CUDAProperties": ".layers",
     "Device": ".layers",
@@ -63,6 +79,7 @@ _LAZY = {
     "LocalFuncRepository": ".layers",
     "LocalLayerRepository": ".layers",
     "LockedFuncRepository": ".layers",
+    "LockedLayerRepository": ".layers",
     "Mode": ".layers",
     "ROCMProperties": ".layers",
     "kernelize": ".layers",
@@ -111,6 +128,7 @@ __all__ = [
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(__name__, _LAZY)
 
 
 install()

@@ -37,13 +37,16 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._cache_trust import check_dir, check_root
 from ._config import Config
-from ._manifest import MANIFEST_NAME, RECEIPT_NAME, dump_json
+from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
 from .errors import CacheError
+
+if TYPE_CHECKING:
+    from ._cdn_documents import ManifestDocument
 
 INDEX_NAME = "variants-index.json"
 STAGING_PREFIX = ".staging-"
@@ -109,6 +112,7 @@ class Receipt(NamedTuple):
 
     content_hash: str
     files: Mapping[str, tuple[int, int]]  # path -> (size, mtime_ns)
+    signer: str | None = None  # the id of the trusted key that signed the manifest
 
     def changed_file(self, entry: Path) -> str | None:
         """The first file that is missing, not a regular file, or changed; else ``None``."""
@@ -175,7 +179,7 @@ class Cache:
 
     def download_lock(self, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
         """The lock of one entry: one process downloads it, the others wait and reuse it."""
-        from ._cache_locks import hold
+        from ._cache_locks import hold  # imports filelock: warm loads take no lock
 
         path = self.private_dir(self.version_dir(info) / ".locks") / f"{variant}.lock"
         return hold(path, what=f"downloading {info} {variant}", timeout=self.lock_timeout)
@@ -186,7 +190,7 @@ class Cache:
         Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
         spelling of a name that does not exist leaves no directory of that name behind.
         """
-        from ._cache_locks import hold
+        from ._cache_locks import hold  # imports filelock: warm loads take no lock
 
         locks = self.private_dir(self.root / ".locks" / info.org / info.name)
         path = locks / f"v{info.version}.lock"
@@ -223,7 +227,8 @@ class Cache:
         data = _read_json(entry / RECEIPT_NAME)
         try:
             files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
-            return Receipt(str(data["content_hash"]), files)
+            signer = data.get("signer")
+            return Receipt(str(data["content_hash"]), files, str(signer) if signer else None)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
@@ -237,19 +242,41 @@ class Cache:
         staging.mkdir(mode=0o700)
         return staging
 
-    def seal(
-        self, staging: Path, manifest_bytes: bytes, content_hash: str, files: Iterable[str]
-    ) -> None:
-        """Write the bytecode, the manifest and the receipt into a verified staging directory."""
+    def seal(self, staging: Path, document: ManifestDocument, files: Iterable[str]) -> None:
+        """Write the bytecode, the manifest (with its signatures) and the receipt into a
+        verified staging directory."""
         _compile_bytecode(staging, files)
-        (staging / MANIFEST_NAME).write_bytes(manifest_bytes)
+        (staging / MANIFEST_NAME).write_bytes(document.data)
+        if document.signature is not None:
+            (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
         receipt_files = {}
         for relpath in files:
             st = os.stat(staging / relpath, follow_symlinks=False)
             receipt_files[relpath] = [st.st_size, st.st_mtime_ns]
-        receipt = {"content_hash": content_hash, "files": receipt_files}
+        receipt = {"content_hash": document.manifest.content_hash, "files": receipt_files}
+        if document.signer is not None:
+            receipt["signer"] = document.signer
         (staging / RECEIPT_NAME).write_bytes(dump_json(receipt))
         staging.chmod(0o755)
+
+    def record_signer(self, entry: Path, receipt: Receipt, document: ManifestDocument) -> None:
+        """Record that a trusted key vouches for a committed entry, verified after it was
+        cached: ``document`` is the signed manifest, of the same content as the entry.
+
+        Its bytes replace the cached ``metadata.json`` (they may be serialised otherwise),
+        so that ``flashhub cache verify`` checks the signature against the signed bytes.
+        """
+        assert document.signer is not None and document.signature is not None
+        with cache_errors():
+            write_atomic(entry / MANIFEST_NAME, document.data)
+            write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
+            files = {path: list(size_mtime) for path, size_mtime in receipt.files.items()}
+            signed = {
+                "content_hash": receipt.content_hash,
+                "files": files,
+                "signer": document.signer,
+            }
+            write_atomic(entry / RECEIPT_NAME, dump_json(signed))
 
     def commit(self, staging: Path, entry: Path) -> bool:
         """Rename ``staging`` to ``entry``. ``False`` if another process committed first."""
@@ -324,7 +351,8 @@ def _compile_bytecode(staging: Path, files: Iterable[str]) -> None:
     it never writes (a warm load works from a read-only cache, and writes nothing)."""
     if sys.dont_write_bytecode:  # PYTHONDONTWRITEBYTECODE: imports would not write either
         return
-    import importlib.util  # the cold path only
+    # The cold path only: warm loads never compile.
+    import importlib.util
     import py_compile
 
     listed = set(files)

@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._cache import PARTIAL_PREFIX, STAGING_PREFIX, TRASH_PREFIX, Cache, remove_tree
+from ._cache_locks import hold
 from ._cache_trust import distrust
+from ._config import Config, get_config
 from ._hashing import sha256_file
 from ._lockfile import Lockfile
-from ._manifest import MANIFEST_NAME, parse_metadata
+from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, parse_metadata
 from ._names import RepoInfo
-from .errors import CacheError, ManifestError
+from ._signing import verify_document
+from .errors import CacheError, ManifestError, SignatureError
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 
@@ -36,6 +39,7 @@ class CacheEntry:
     content_hash: str | None
     files: int
     size: int
+    signer: str | None = None  # the trusted key that vouched for it, if any
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -46,6 +50,7 @@ class CacheEntry:
             "content_hash": self.content_hash,
             "files": self.files,
             "bytes": self.size,
+            "signer": self.signer,
         }
 
 
@@ -74,8 +79,9 @@ def list_entries(cache: Cache) -> list[CacheEntry]:
             receipt = cache.read_receipt(child)
             sizes = [size for size, _mtime in receipt.files.values()] if receipt else []
             content_hash = receipt.content_hash if receipt else None
+            signer = receipt.signer if receipt else None
             entries.append(
-                CacheEntry(info, child.name, child, content_hash, len(sizes), sum(sizes))
+                CacheEntry(info, child.name, child, content_hash, len(sizes), sum(sizes), signer)
             )
     return entries
 
@@ -124,6 +130,32 @@ def verify_entry(cache: Cache, entry: CacheEntry) -> str | None:
     if changed is not None:
         # Intact bytes, but the warm path would not trust the entry and fetch it again.
         return f"{changed} has another size or mtime than when it was verified"
+    return _signature_problem(entry, get_config())
+
+
+def _signature_problem(entry: CacheEntry, config: Config) -> str | None:
+    """Why the trusted keys of ``config`` do not vouch for the entry's ``metadata.json``
+    (checked again against the ``metadata.json.sig`` cached with it), or ``None``."""
+    if not config.checks_signatures(entry.info.org):
+        return None
+    try:
+        signature: bytes | None = (entry.path / MANIFEST_SIGNATURE_NAME).read_bytes()
+    except FileNotFoundError:
+        signature = None
+    try:
+        verify_document(
+            kind="metadata",
+            repo_id=entry.info.repo_id,
+            version=entry.info.version,
+            variant=entry.variant,
+            data=(entry.path / MANIFEST_NAME).read_bytes(),
+            sig_bytes=signature,
+            keys=config.trusted_keys,
+            org=entry.info.org,
+            require=config.require_signatures,
+        )
+    except (OSError, SignatureError) as exc:
+        return f"its signature does not check out: {exc}"
     return None
 
 
@@ -250,7 +282,6 @@ def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
     """Hold every download lock of a version's entries, if no process holds one; yield
     whether it could. A download in progress keeps its staging files and partial files
     in the version directory: removing them would break it."""
-    from ._cache_locks import hold
 
     lock_files = sorted((version_dir / ".locks").glob("*.lock"))
     with contextlib.ExitStack() as held:

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._names import parse_repo_id
-from ._urls import redact_url
+from ._record import Record
+
+if TYPE_CHECKING:
+    from ._signing import TrustedKey
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
+TRUSTED_KEYS_VAR = "FLASHHUB_TRUSTED_KEYS"
+REQUIRE_SIGNATURES_VAR = "FLASHHUB_REQUIRE_SIGNATURES"
+PYPROJECT_NAME = "pyproject.toml"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 60.0
 DEFAULT_MAX_FILE_BYTES = 32 << 30
@@ -24,8 +31,7 @@ DEFAULT_MAX_FILE_BYTES = 32 << 30
 _TRUE = {"1", "true", "yes", "on"}
 
 
-@dataclass(frozen=True, repr=False)
-class Config:
+class Config(Record):
     """The effective settings of this process.
 
     Attributes:
@@ -45,27 +51,85 @@ class Config:
             (``FLASHHUB_CACHE_SHARED=1``): for a cache shared by a group on purpose.
         version_check: When a load downloads, read the repo's ``versions.json`` and warn
             if a newer version is published (off with ``FLASHHUB_NO_VERSION_CHECK=1``).
+        trusted_keys: The publishers' public keys whose signatures vouch for kernels
+            (see :func:`trusted_keys`).
+        require_signatures: Refuse every unsigned kernel, even of an org no trusted key
+            is scoped to (``FLASHHUB_REQUIRE_SIGNATURES=1``).
     """
 
     cdn_urls: tuple[str, ...]
     prefix: str
     cache_dir: Path
-    offline: bool = False
-    progress_bars: bool = True
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    lock_timeout: float | None = None
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
-    cache_shared: bool = False
-    version_check: bool = True
+    offline: bool
+    progress_bars: bool
+    connect_timeout: float
+    read_timeout: float
+    lock_timeout: float | None
+    max_file_bytes: int
+    cache_shared: bool
+    version_check: bool
+    trusted_keys: tuple[TrustedKey, ...]
+    require_signatures: bool
+
+    def __init__(
+        self,
+        cdn_urls: tuple[str, ...],
+        prefix: str,
+        cache_dir: Path,
+        offline: bool = False,
+        progress_bars: bool = True,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        lock_timeout: float | None = None,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        cache_shared: bool = False,
+        version_check: bool = True,
+        trusted_keys: tuple[TrustedKey, ...] = (),
+        require_signatures: bool = False,
+    ) -> None:
+        self._init(
+            cdn_urls,
+            prefix,
+            cache_dir,
+            offline,
+            progress_bars,
+            connect_timeout,
+            read_timeout,
+            lock_timeout,
+            max_file_bytes,
+            cache_shared,
+            version_check,
+            trusted_keys,
+            require_signatures,
+        )
+
+    def checks_signatures(self, org: str) -> bool:
+        """Whether the kernels of ``org`` must be signed by a trusted key."""
+        return self.require_signatures or any(k.trusted_for(org) for k in self.trusted_keys)
+
+    def accepts_signer(self, org: str, signer: str | None, *, locked: str | None = None) -> bool:
+        """Whether a kernel of ``org`` that the key ``signer`` vouched for (``None``: not
+        verified) may load under these settings; ``locked`` is the signer a lock file
+        records, which must then be the one."""
+        if not self.checks_signatures(org):
+            return True
+        if locked is not None and signer != locked:
+            return False
+        return any(k.key_id == signer and k.trusted_for(org) for k in self.trusted_keys)
 
     def __repr__(self) -> str:
         # The CDN URLs may carry credentials: a repr ends up in logs and tracebacks.
-        fields = {**self.__dict__, "cdn_urls": tuple(map(redact_url, self.cdn_urls))}
+        fields = {**vars(self), "cdn_urls": tuple(map(_redact, self.cdn_urls))}
         return "Config(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
 
 _overrides: dict[str, object] = {}
+
+
+def _redact(url: str) -> str:
+    from ._urls import redact_url  # only a message or a repr needs it: not a load
+
+    return redact_url(url)
 
 
 def parse_cdn_urls(value: str) -> tuple[str, ...]:
@@ -76,13 +140,13 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
     for url in urls:
         if not url.startswith(("https://", "http://", "file://")):
             raise ValueError(
-                f"CDN URL {redact_url(url)!r} must start with https://, http:// or file://"
+                f"CDN URL {_redact(url)!r} must start with https://, http:// or file://"
             )
         try:
             urllib.parse.urlsplit(url).port  # noqa: B018  # parses the port, or raises
         except ValueError:
             raise ValueError(
-                f"CDN URL {redact_url(url)!r} has an invalid port: fix FLASHHUB_CDN_URL "
+                f"CDN URL {_redact(url)!r} has an invalid port: fix FLASHHUB_CDN_URL "
                 "(or the cdn_url passed to configure())"
             ) from None
     return urls
@@ -134,8 +198,12 @@ def _env_bytes(name: str) -> int | None:
     return int(raw)
 
 
-def get_config() -> Config:
-    """Return the effective settings: :func:`configure` overrides, then the environment."""
+def get_config(*, project_dir: Path | None = None) -> Config:
+    """Return the effective settings: :func:`configure` overrides, then the environment.
+
+    ``project_dir`` is where ``pyproject.toml`` may list trusted keys (default: the
+    current directory).
+    """
     cdn_url = _overrides.get("cdn_url") or os.environ.get("FLASHHUB_CDN_URL") or DEFAULT_CDN_URL
     prefix = _overrides.get("prefix")
     if prefix is None:
@@ -153,13 +221,57 @@ def get_config() -> Config:
         max_file_bytes=_env_bytes("FLASHHUB_MAX_FILE_BYTES") or DEFAULT_MAX_FILE_BYTES,
         cache_shared=_env_flag("FLASHHUB_CACHE_SHARED"),
         version_check=not _env_flag("FLASHHUB_NO_VERSION_CHECK"),
+        trusted_keys=trusted_keys(project_dir or Path()),
+        require_signatures=_env_flag(REQUIRE_SIGNATURES_VAR),
     )
+
+
+def trusted_keys(project_dir: Path) -> tuple[TrustedKey, ...]:
+    """The keys this process trusts, from the first of these sources that gives any:
+
+    1. :func:`configure` ``(trusted_keys=...)``;
+    2. ``FLASHHUB_TRUSTED_KEYS``: keys, or the path of a file of keys;
+    3. ``[tool.flashhub] trusted-keys`` in ``project_dir``'s ``pyproject.toml``
+       (:func:`get_config` passes the current directory, ``flashhub lock`` the project).
+
+    With none of them, nothing is verified: the load works as for unsigned kernels.
+    """
+    if "trusted_keys" in _overrides:
+        return _overrides["trusted_keys"]  # type: ignore[return-value]
+    value = os.environ.get(TRUSTED_KEYS_VAR, "")
+    if value.strip():
+        from ._signing import load_trusted_keys  # only a process that trusts keys parses them
+
+        return load_trusted_keys(value, source=TRUSTED_KEYS_VAR)
+    return _project_trusted_keys(project_dir / PYPROJECT_NAME)
+
+
+# pyproject.toml -> (its size and mtime, the keys it lists): read again only when it changes.
+_project_keys: dict[Path, tuple[tuple[int, int], tuple[TrustedKey, ...]]] = {}
+
+
+def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
+    try:
+        st = path.stat()
+    except OSError:
+        return ()
+    stamp = (st.st_size, st.st_mtime_ns)
+    known = _project_keys.get(path.absolute())
+    if known is not None and known[0] == stamp:
+        return known[1]
+    from ._lockfile import read_trusted_keys  # TOML is parsed only in a project directory
+
+    keys = read_trusted_keys(path)
+    _project_keys[path.absolute()] = (stamp, keys)
+    return keys
 
 
 def configure(
     cdn_url: str | None = None,
     prefix: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    trusted_keys: str | Sequence[str] | None = None,
 ) -> Config:
     """Override CDN settings for this process; ``None`` leaves a setting as it is.
 
@@ -167,6 +279,10 @@ def configure(
         cdn_url: Base URL of the CDN, or several mirrors separated by commas.
         prefix: Path prefix of the kernel tree on the CDN (``""`` for the root).
         cache_dir: Local cache root.
+        trusted_keys: Public keys whose signatures vouch for kernels, each
+            ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (one
+            string may list several). They replace ``FLASHHUB_TRUSTED_KEYS`` and the
+            project's ``[tool.flashhub] trusted-keys``; ``[]`` trusts no key.
 
     Returns:
         The new effective :class:`Config`.
@@ -178,6 +294,11 @@ def configure(
         _overrides["prefix"] = normalize_prefix(prefix)
     if cache_dir is not None:
         _overrides["cache_dir"] = os.fspath(cache_dir)
+    if trusted_keys is not None:
+        from ._signing import parse_trusted_keys
+
+        listed = trusted_keys if isinstance(trusted_keys, str) else "\n".join(trusted_keys)
+        _overrides["trusted_keys"] = parse_trusted_keys(listed, source="configure(trusted_keys=)")
     return get_config()
 
 

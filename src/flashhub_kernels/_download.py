@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
-from ._cache import Cache, VariantIndex, cache_errors, ensure_dir, remove_tree
+from ._cache import Cache, Receipt, VariantIndex, cache_errors, ensure_dir, remove_tree
 from ._callers import warn_at_caller
 from ._cdn_documents import (
     ManifestDocument,
@@ -43,6 +43,7 @@ from .errors import (
     LockMismatchError,
     ManifestError,
     NewerVersionWarning,
+    SignatureError,
     TransportError,
 )
 
@@ -258,47 +259,60 @@ def download_entry(
     variant: str,
     *,
     expected_hash: str | None = None,
+    expected_signer: str | None = None,
 ) -> CommittedEntry:
     """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time.
 
-    With ``expected_hash`` (a lock file's pin), an entry verified against other content
-    is replaced, and a manifest with another content hash is refused before any file
-    is fetched.
+    With ``expected_hash`` and ``expected_signer`` (a lock file's pins), an entry verified
+    against other content is replaced, and a manifest with another content hash or signer
+    is refused before any file is fetched.
     """
     entry = cache.entry_dir(info, variant)
+    config = fetcher.config
     with cache.download_lock(info, variant):
-        if _reusable(cache, entry, info, expected_hash):
+        receipt = _intact_receipt(cache, entry, info)
+        if (
+            receipt is not None
+            and expected_hash in (None, receipt.content_hash)
+            and config.accepts_signer(info.org, receipt.signer, locked=expected_signer)
+        ):
             return CommittedEntry(entry, downloaded=False)  # another process finished it
+        document = checked_manifest(fetcher, info, variant, expected_hash, expected_signer)
+        if receipt is not None and receipt.content_hash == document.manifest.content_hash:
+            # Intact, cached before a key was trusted, and vouched for now: keep the files.
+            cache.record_signer(entry, receipt, document)
+            return CommittedEntry(entry, downloaded=False)
         with cache_errors():
             cache.evict(entry)
             cache.remove_stale_staging(info, variant)
-        document = checked_manifest(fetcher, info, variant, expected_hash)
         _download_and_commit(cache, fetcher, info, variant, document)
     return CommittedEntry(entry, downloaded=True)
 
 
-def _reusable(cache: Cache, entry: Path, info: RepoInfo, expected_hash: str | None) -> bool:
-    """Whether ``entry`` is complete, unchanged since it was verified, and the content
-    ``expected_hash`` asks for (any, when ``None``)."""
+def _intact_receipt(cache: Cache, entry: Path, info: RepoInfo) -> Receipt | None:
+    """The receipt of ``entry`` if every file is as it was verified, else ``None``."""
     receipt = cache.read_receipt(entry)
-    if receipt is None:
-        return False
-    if receipt.changed_file(entry) is not None:
+    if receipt is not None and receipt.changed_file(entry) is not None:
         logger.info(
             "%s: the cached entry %s changed after it was verified; fetching it again",
             info,
             entry,
         )
-        return False
-    return expected_hash in (None, receipt.content_hash)
+        return None
+    return receipt
 
 
 def checked_manifest(
-    fetcher: Fetcher, info: RepoInfo, variant: str, expected_hash: str | None = None
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    expected_hash: str | None = None,
+    expected_signer: str | None = None,
 ) -> ManifestDocument:
     """The manifest of a listed variant, refused before any file is fetched when it holds
-    no importable package or (with ``expected_hash``) differs from a lock file's pin."""
-    document = get_listed_manifest(fetcher, info, variant)
+    no importable package, or differs from a lock file's pins (``expected_hash``; and
+    ``expected_signer`` while signatures are checked)."""
+    document = get_listed_manifest(fetcher, info, variant, prefer_signer=expected_signer)
     manifest = document.manifest
     _check_has_package(manifest, info, variant)
     if expected_hash is not None and manifest.content_hash != expected_hash:
@@ -307,6 +321,14 @@ def checked_manifest(
             f"but the lock pins {expected_hash}; nothing was fetched",
             hint="a published version must not change: report it to the publisher, or "
             "run `flashhub lock` again if you trust the new content",
+        )
+    checked = fetcher.config.checks_signatures(info.org)
+    if checked and expected_signer is not None and document.signer != expected_signer:
+        raise SignatureError(
+            f"{info} variant {variant} is signed by the key {document.signer}, but the lock "
+            f"records the signer {expected_signer}; nothing was fetched",
+            hint="if the publisher rotated its key, run `flashhub lock` again; otherwise "
+            "report it to the kernel's publisher",
         )
     return document
 
@@ -345,7 +367,7 @@ def _download_and_commit(
         with bar as progress:
             fetcher.download_many(jobs, progress)
         with cache_errors():
-            cache.seal(staging, document.data, manifest.content_hash, manifest.files)
+            cache.seal(staging, document, manifest.files)
             cache.commit(staging, cache.entry_dir(info, variant))
     except KeyboardInterrupt:
         cache.keep_partials(staging, info, variant, manifest.files)

@@ -12,26 +12,32 @@ kernel are found by the standard path finder through the kernel's ``__path__``.
 
 from __future__ import annotations
 
-import importlib.abc
+import importlib._abc
 import importlib.machinery
-import importlib.util
 import sys
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 
-from ._kernel_dir import KernelDir
-from ._names import KernelModuleName, RepoInfo, cdn_name_candidates, parse_module_name
+from ._names import RepoInfo, cdn_name_candidates, parse_module_name
+from ._record import Record
+
+# What this module imports is paid by every process that installs the hook: no typing,
+# no dataclasses, no importlib.abc or importlib.util (they import typing and
+# importlib.resources), and nothing of the cache, which only a kernel import needs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+    from types import ModuleType
+
+    from ._kernel_dir import KernelDir
+    from ._names import KernelModuleName
 
 
-@dataclass(frozen=True)
-class LoadedKernel:
+class LoadedKernel(Record):
     """A kernel imported in this process (see :func:`get_loaded_kernels`).
 
     ``repo_id``, ``version`` and ``variant`` are ``None`` for kernels loaded from a
-    local directory with :func:`get_local_kernel`.
+    local directory with :func:`get_local_kernel`. Immutable, like every record here.
     """
 
     repo_id: str | None
@@ -40,8 +46,27 @@ class LoadedKernel:
     path: Path
     module: ModuleType
 
+    def __init__(
+        self,
+        repo_id: str | None,
+        version: int | None,
+        variant: str | None,
+        path: Path,
+        module: ModuleType,
+    ) -> None:
+        self._init(repo_id, version, variant, path, module)
 
-class _SyntheticPackageLoader(importlib.abc.Loader):
+
+def _point_at(spec: importlib.machinery.ModuleSpec, target: KernelDir) -> None:
+    """Make ``spec`` describe the kernel package in ``target``, as a spec made by
+    ``importlib.util.spec_from_file_location`` for its ``__init__.py`` would."""
+    spec.origin = str(target.init_file)
+    spec.has_location = True  # so __file__ and __cached__ are set from origin
+    spec.submodule_search_locations = [str(target.package_dir)]
+
+
+# importlib._abc.Loader is importlib.abc.Loader, without importlib.abc's imports.
+class _SyntheticPackageLoader(importlib._abc.Loader):
     """``flashhub.<org>`` and ``flashhub.<org>.<pkg>``: empty packages, no disk, no network."""
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
@@ -85,13 +110,11 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
         """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""
         target = self._target = self._finder.locate(spec.name)
         self.path = str(target.init_file)
-        spec.origin = self.path
-        spec.has_location = True
-        spec.submodule_search_locations = [str(target.package_dir)]
+        _point_at(spec, target)
         return target
 
 
-class KernelFinder(importlib.abc.MetaPathFinder):
+class KernelFinder:
     """Maps ``flashhub.*`` names to kernels. One instance lives on ``sys.meta_path``."""
 
     def __init__(self) -> None:
@@ -117,6 +140,8 @@ class KernelFinder(importlib.abc.MetaPathFinder):
 
     def add_local(self, module_name: str, package_dir: Path) -> None:
         """Make ``module_name`` load the kernel package in ``package_dir``."""
+        from ._kernel_dir import KernelDir
+
         with self._lock:
             self._targets[module_name] = KernelDir(package_dir)
 
@@ -133,12 +158,11 @@ class KernelFinder(importlib.abc.MetaPathFinder):
         # Located before in this process, or a local kernel: one stat, no other I/O. A
         # cache entry removed since (``flashhub cache clear``) is located afresh.
         if known is not None and (known.info is None or known.init_file.is_file()):
-            return importlib.util.spec_from_file_location(
-                fullname,
-                known.init_file,
-                loader=KernelLoader(self, fullname, known),
-                submodule_search_locations=[str(known.package_dir)],
+            spec = importlib.machinery.ModuleSpec(
+                fullname, KernelLoader(self, fullname, known), is_package=True
             )
+            _point_at(spec, known)
+            return spec
         parsed = parse_module_name(fullname)
         if parsed is None:
             return None

@@ -7,24 +7,49 @@ answer ``HEAD`` with a ``Content-Length`` leaves the size unknown (``None``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._cache import Cache
-from ._cdn_documents import get_listed_manifest, variant_path
+from ._cdn_documents import (
+    ManifestDocument,
+    NotPublished,
+    get_listed_manifest,
+    get_manifest,
+    get_signers,
+    variant_path,
+)
 from ._config import get_config
 from ._download import fetch_index, remote
 from ._manifest import Manifest
 from ._names import RepoInfo
-from ._offline import cached_variants, published_variants
+from ._offline import CachedVariant, cached_variant, cached_variants, published_variants
 from ._store import target_system
 from ._variants import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
 
 if TYPE_CHECKING:
+    from ._transport import Fetcher
     from ._variants import SystemInfo
 
 _PARALLEL_HEADS = 8
+
+
+class Signature(NamedTuple):
+    """Who signed a variant's manifest: the key that vouched for it, when a trusted key
+    did (``verified``), else the key ids its ``.sig`` names, unchecked."""
+
+    key_ids: tuple[str, ...]
+    verified: bool
+
+    def describe(self) -> str:
+        if self.verified:
+            return f"signed by {self.key_ids[0]} (verified)"
+        return f"signed by {', '.join(self.key_ids)} (not verified: no trusted key)"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"signed_by": list(self.key_ids), "signature_verified": self.verified}
 
 
 @dataclass(frozen=True)
@@ -36,6 +61,7 @@ class PublishedVariant:
     reason: str | None  # why it is rejected; None when compatible
     content_hash: str
     files: dict[str, int | None]  # relative path -> size in bytes, None when unknown
+    signature: Signature | None = None  # None: no signer known
 
     @property
     def size(self) -> int | None:
@@ -50,6 +76,7 @@ class PublishedVariant:
             "content_hash": self.content_hash,
             "bytes": self.size,
             "files": [{"path": p, "bytes": s} for p, s in sorted(self.files.items())],
+            **(self.signature.to_dict() if self.signature else {}),
         }
 
 
@@ -86,18 +113,66 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
     with remote(config) as fetcher:
         index = fetch_index(fetcher, info, system, probe_all=True)
         verdicts = judge_variants(sorted(index.present), system)
-        manifests: dict[str, Manifest] = {
-            r.variant: get_listed_manifest(fetcher, info, r.variant).manifest for r in verdicts
+        documents: dict[str, ManifestDocument] = {
+            r.variant: get_listed_manifest(fetcher, info, r.variant) for r in verdicts
         }
+        manifests = {name: document.manifest for name, document in documents.items()}
+        signatures = {name: _signature(fetcher, info, name, doc) for name, doc in documents.items()}
         # Sizes from metadata.json where the publisher recorded them; HEAD for the rest.
         size_of = {(v, p): m.size_of(p) for v, m in manifests.items() for p in m.files}
         unknown = [vp for vp, size in size_of.items() if size is None]
         with ThreadPoolExecutor(_PARALLEL_HEADS) as pool:
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
             size_of.update(zip(unknown, sizes, strict=True))
-    variants = [_published(r, manifests[r.variant], size_of) for r in verdicts]
+    variants = [
+        _published(r, manifests[r.variant], size_of, signatures[r.variant]) for r in verdicts
+    ]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
+
+
+def variant_signatures(info: RepoInfo, names: Sequence[str]) -> dict[str, Signature]:
+    """Who signed each of the signed variants among ``names`` (see :class:`Signature`).
+
+    Raises:
+        SignatureError: a trusted key's signature is due and does not verify.
+    """
+    config = get_config()
+    signatures = {}
+    with remote(config) as fetcher:
+        for name in names:
+            if config.checks_signatures(info.org):
+                try:
+                    signer = get_manifest(fetcher, info, name).signer
+                except NotPublished:  # a variant that variants.json lists in vain
+                    continue
+                signature = Signature((signer,), verified=True) if signer else None
+            else:
+                key_ids = tuple(get_signers(fetcher, info, name))
+                signature = Signature(key_ids, verified=False) if key_ids else None
+            if signature is not None:
+                signatures[name] = signature
+    return signatures
+
+
+def cached_signatures(cache: Cache, info: RepoInfo, names: Sequence[str]) -> dict[str, Signature]:
+    """:func:`variant_signatures` from the cache: the keys that vouched for cached entries."""
+    cached = (cached_variant(cache, info, name) for name in names)
+    return {
+        name: Signature((variant.signer,), verified=True)
+        for name, variant in zip(names, cached, strict=True)
+        if variant is not None and variant.signer is not None
+    }
+
+
+def _signature(
+    fetcher: Fetcher, info: RepoInfo, variant: str, document: ManifestDocument
+) -> Signature | None:
+    """The signature of a fetched manifest; ``None`` when it names no signer."""
+    if document.signer is not None:
+        return Signature((document.signer,), verified=True)
+    key_ids = tuple(get_signers(fetcher, info, variant))
+    return Signature(key_ids, verified=False) if key_ids else None
 
 
 def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelDescription:
@@ -116,13 +191,23 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
         for name, variant in cached.items()
         for path, size in variant.sizes.items()
     }
-    variants = [_published(r, cached[r.variant].manifest, size_of) for r in verdicts]
+    variants = [
+        _published(r, cached[r.variant].manifest, size_of, _cached_signature(cached[r.variant]))
+        for r in verdicts
+    ]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
 
 
+def _cached_signature(variant: CachedVariant) -> Signature | None:
+    return None if variant.signer is None else Signature((variant.signer,), verified=True)
+
+
 def _published(
-    verdict: VariantVerdict, manifest: Manifest, size_of: dict[tuple[str, str], int | None]
+    verdict: VariantVerdict,
+    manifest: Manifest,
+    size_of: dict[tuple[str, str], int | None],
+    signature: Signature | None = None,
 ) -> PublishedVariant:
     name = verdict.variant
     return PublishedVariant(
@@ -131,4 +216,5 @@ def _published(
         reason=verdict.reason if isinstance(verdict, VariantRejected) else None,
         content_hash=manifest.content_hash,
         files={path: size_of[(name, path)] for path in sorted(manifest.files)},
+        signature=signature,
     )

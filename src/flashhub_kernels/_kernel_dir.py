@@ -3,13 +3,16 @@ overrides share."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import NamedTuple
+from ._record import Record
 
-from ._names import RepoInfo
+TYPE_CHECKING = False  # not typing's: this module is on the import hook's path
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ._names import RepoInfo
 
 
-class KernelDir(NamedTuple):
+class KernelDir(Record):
     """A kernel package directory ready to import, and where it came from.
 
     Attributes:
@@ -21,9 +24,18 @@ class KernelDir(NamedTuple):
     """
 
     package_dir: Path
-    info: RepoInfo | None = None
-    variant: str | None = None
-    entry: Path | None = None
+    info: RepoInfo | None
+    variant: str | None
+    entry: Path | None
+
+    def __init__(
+        self,
+        package_dir: Path,
+        info: RepoInfo | None = None,
+        variant: str | None = None,
+        entry: Path | None = None,
+    ) -> None:
+        self._init(package_dir, info, variant, entry)
 
     @property
     def init_file(self) -> Path:

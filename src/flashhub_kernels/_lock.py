@@ -27,14 +27,20 @@ from typing import TYPE_CHECKING
 from ._api import get_kernel
 from ._cache import Cache, VariantIndex, write_atomic
 from ._callers import caller_package
-from ._cdn_documents import NotPublished, get_listed_manifest, get_manifest, get_variant_names
-from ._config import Config, get_config
+from ._cdn_documents import (
+    ManifestDocument,
+    NotPublished,
+    get_listed_manifest,
+    get_manifest,
+    get_variant_names,
+)
+from ._config import PYPROJECT_NAME, Config, get_config
 from ._download import download_entry, published_versions, remote
 from ._lockfile import (
     LOCKFILE_NAME,
-    PYPROJECT_NAME,
     LockedKernel,
     Lockfile,
+    VariantsSource,
     check_lockable_variant,
     check_variant_name,
     parse_lockfile,
@@ -42,7 +48,7 @@ from ._lockfile import (
     read_lockfile,
     read_project,
 )
-from ._manifest import MANIFEST_NAME, Manifest
+from ._manifest import MANIFEST_NAME
 from ._names import RepoInfo
 from ._offline import cached_versions
 from ._store import choose_variant, pick_cached_variant, target_system
@@ -89,7 +95,7 @@ def lock_project(
     project = Path(project_dir)
     settings = read_project(project)
     wanted = tuple(dict.fromkeys([*settings.variants, *map(check_lockable_variant, variants)]))
-    config = config or get_config()
+    config = config or get_config(project_dir=project)  # its [tool.flashhub] trusted-keys
     if config.offline:
         return check_lock_offline(
             project, settings.dependencies, Cache.from_config(config), variants=wanted
@@ -211,13 +217,13 @@ def lock_kernel(
     info = RepoInfo(repo_id, _newest_matching(fetcher, repo_id, specifier))
     names = _published_variant_names(fetcher, info)
     if names is None:
-        return LockedKernel(
-            repo_id, info.version, probe_variants(fetcher, info, variants), specifier, "probed"
-        )
-    hashes = {
-        name: get_listed_manifest(fetcher, info, name).manifest.content_hash for name in names
-    }
-    return LockedKernel(repo_id, info.version, hashes, specifier)
+        found = probe_variants(fetcher, info, variants)
+    else:
+        found = {name: get_listed_manifest(fetcher, info, name) for name in names}
+    hashes = {name: document.manifest.content_hash for name, document in found.items()}
+    signers = {name: doc.signer for name, doc in found.items() if doc.signer is not None}
+    source: VariantsSource = "published" if names is not None else "probed"
+    return LockedKernel(repo_id, info.version, hashes, specifier, source, signers)
 
 
 def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str) -> int:
@@ -255,8 +261,10 @@ def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | No
     return names
 
 
-def probe_variants(fetcher: Fetcher, info: RepoInfo, variants: Sequence[str]) -> dict[str, str]:
-    """Content hash of each variant of ``info`` that a probe finds: the ones this system
+def probe_variants(
+    fetcher: Fetcher, info: RepoInfo, variants: Sequence[str]
+) -> dict[str, ManifestDocument]:
+    """The manifest of each variant of ``info`` that a probe finds: the ones this system
     can load that exist, and every one of ``variants``.
 
     Every candidate is requested, not only up to the first one found as a load does, so
@@ -278,14 +286,14 @@ def probe_variants(fetcher: Fetcher, info: RepoInfo, variants: Sequence[str]) ->
             f"(no build/<variant>/{MANIFEST_NAME})",
             hint=f"correct the name, or remove it from {_VARIANT_OPTIONS}",
         )
-    hashes = {name: manifest.content_hash for name, manifest in found.items() if manifest}
-    if not hashes:
+    published = {name: document for name, document in found.items() if document is not None}
+    if not published:
         raise LockfileError(
             f"{info} has no variants.json, and none of the variants this system can load is "
             f"published (probed: {', '.join(candidates)})",
             hint=f"name the variants to lock with {_VARIANT_OPTIONS}",
         )
-    return hashes
+    return published
 
 
 def _variants_noun(names: Sequence[str]) -> str:
@@ -295,10 +303,10 @@ def _variants_noun(names: Sequence[str]) -> str:
     return f"variants {', '.join(names)} are"
 
 
-def _probe(fetcher: Fetcher, info: RepoInfo, variant: str) -> Manifest | None:
+def _probe(fetcher: Fetcher, info: RepoInfo, variant: str) -> ManifestDocument | None:
     """The manifest of ``variant`` if the CDN publishes it, else ``None``."""
     try:
-        return get_manifest(fetcher, info, variant).manifest
+        return get_manifest(fetcher, info, variant)
     except NotPublished:
         return None
 
@@ -353,6 +361,9 @@ def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path
     changed = receipt.changed_file(entry)
     if changed is not None:
         return None, f"{entry / changed} was modified after it was verified"
+    signer = locked.signers.get(variant)
+    if not get_config().accepts_signer(locked.info.org, receipt.signer, locked=signer):
+        return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
     return entry, ""
 
 
@@ -362,8 +373,14 @@ def fetch_locked(cache: Cache, fetcher: Fetcher, locked: LockedKernel, variant: 
     The manifest is checked against the lock before any file is fetched: a CDN object
     changed after locking is caught even when its ``metadata.json`` was changed to match.
     """
-    expected = locked.variants[variant]
-    return download_entry(cache, fetcher, locked.info, variant, expected_hash=expected).path
+    return download_entry(
+        cache,
+        fetcher,
+        locked.info,
+        variant,
+        expected_hash=locked.variants[variant],
+        expected_signer=locked.signers.get(variant),
+    ).path
 
 
 # -- pre-downloading ----------------------------------------------------------------------

@@ -23,7 +23,9 @@ and ``flashhub lock`` pins each one in ``flashhub.lock`` (JSON, stable byte form
 
 The top-level ``version`` is the format. Each variant's ``hash`` is the content hash of
 its manifest (:func:`~flashhub_kernels._manifest.content_hash`), which pins the exact
-bytes of every file even if a CDN object changes later.
+bytes of every file even if a CDN object changes later. When the locking process
+checked signatures, a variant also records its ``signer``: the id of the trusted key
+that signed its manifest. A load that checks signatures then refuses another signer.
 
 A kernel whose version has no ``variants.json`` is locked with the variants found by
 probing, and its entry says so: ``"variants_source": "probed"``. Without the key the
@@ -38,10 +40,11 @@ import json
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._config import PYPROJECT_NAME
 from ._manifest import dump_json
 from ._names import RepoInfo, check_version, parse_repo_id
 from ._variants import parse_variant
@@ -50,10 +53,12 @@ from .errors import LockfileError
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
+    from ._signing import TrustedKey
+
 LOCKFILE_NAME = "flashhub.lock"
-PYPROJECT_NAME = "pyproject.toml"
 FORMAT_VERSION = 1
 _HASH = re.compile(r"sha256-[0-9a-f]{64}")
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
 # Variant names become cache directory names; the cache relies on them holding no dots.
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 _REGENERATE = "regenerate it with `flashhub lock` in the project directory"
@@ -93,6 +98,8 @@ class LockedKernel:
     variants: Mapping[str, str]  # variant name -> "sha256-<hex>"
     specifier: str = ""
     variants_source: VariantsSource = "published"
+    # variant name -> id of the trusted key that signed its manifest when it was locked
+    signers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def info(self) -> RepoInfo:
@@ -107,12 +114,17 @@ class LockedKernel:
         document: dict[str, Any] = {
             "repo_id": self.repo_id,
             "specifier": self.specifier,
-            "variants": {name: {"hash": h} for name, h in sorted(self.variants.items())},
+            "variants": {name: self._variant_json(name) for name in sorted(self.variants)},
             "version": self.version,
         }
         if self.probed:  # absent means published: locks of published versions keep their bytes
             document["variants_source"] = self.variants_source
         return document
+
+    def _variant_json(self, name: str) -> dict[str, str]:
+        signer = self.signers.get(name)
+        pins = {"hash": self.variants[name]}
+        return pins | {"signer": signer} if signer else pins
 
 
 @dataclass(frozen=True)
@@ -214,14 +226,20 @@ def _parse_kernel(item: object) -> LockedKernel:
     variants = item.get("variants")
     if not isinstance(variants, dict) or not variants:
         raise ValueError(f'{repo_id}: "variants" must map each variant to its hash')
-    hashes = {}
+    hashes, signers = {}, {}
     for name, entry in variants.items():
         check_variant_name(name)
         content_hash = entry.get("hash") if isinstance(entry, dict) else None
         if not isinstance(content_hash, str) or not _HASH.fullmatch(content_hash):
             raise ValueError(f'{repo_id}, variant {name}: "hash" must be "sha256-<64 hex>"')
         hashes[name] = content_hash
-    return LockedKernel(repo_id, version, hashes, specifier, _variants_source(item, repo_id))
+        signer = entry.get("signer")
+        if signer is not None and not (isinstance(signer, str) and _KEY_ID.fullmatch(signer)):
+            raise ValueError(f'{repo_id}, variant {name}: "signer" must be a key id (16 hex)')
+        if signer is not None:
+            signers[name] = signer
+    source = _variants_source(item, repo_id)
+    return LockedKernel(repo_id, version, hashes, specifier, source, signers)
 
 
 def _variants_source(item: dict[str, Any], repo_id: str) -> VariantsSource:
@@ -265,6 +283,31 @@ def read_project(project_dir: Path) -> Project:
     except ValueError as exc:  # tomllib.TOMLDecodeError and UnicodeDecodeError
         raise LockfileError(f"{path} is not valid TOML: {exc}") from None
     return Project(_dependencies(document, path), _variants(document, path))
+
+
+def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
+    """``[tool.flashhub] trusted-keys`` of a ``pyproject.toml``: a list of public keys,
+    each ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>``.
+
+    Raises:
+        ValueError: the file cannot be read, or the list is malformed (like a malformed
+            ``FLASHHUB_*`` setting).
+    """
+    from ._signing import parse_trusted_keys  # only a project that lists keys parses them
+
+    source = f"{path} [tool.flashhub] trusted-keys"
+    try:
+        keys = _lookup(_load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the trusted keys in {path}: {exc}") from None
+    if keys is None:
+        return ()
+    if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+        raise ValueError(
+            f"{source} must be a list of strings, e.g. "
+            '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]'
+        )
+    return parse_trusted_keys("\n".join(keys), source=source)
 
 
 def _dependencies(document: dict[str, Any], path: Path) -> dict[str, str]:

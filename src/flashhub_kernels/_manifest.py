@@ -28,7 +28,9 @@ MAX_SEGMENT_LENGTH = 255  # bytes of UTF-8: NAME_MAX of the usual file systems
 # Files the cache writes beside a variant's own files; a manifest may not list them.
 MANIFEST_NAME = "metadata.json"
 RECEIPT_NAME = ".flashhub-receipt.json"
-RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME})
+SIGNATURE_SUFFIX = ".sig"  # a document's signatures lie beside it: metadata.json.sig
+MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIGNATURE_SUFFIX
+RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME, MANIFEST_SIGNATURE_NAME})
 _RESERVED_KEYS = frozenset(name.casefold() for name in RESERVED_NAMES)
 _HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"
 

@@ -9,21 +9,41 @@ names with ``-`` turned into ``_``. Going back from a module name is ambiguous
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from ._record import Record
+
+# Not typing.TYPE_CHECKING: the import hook imports this module, and typing is slow.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ROOT_PACKAGE = "flashhub"
 
-# A segment must become a Python identifier once '-' is replaced by '_'.
-_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,95}")
+# A segment must become a Python identifier once '-' is replaced by '_': a letter or '_',
+# then up to 95 letters, digits, '-' and '_' (ASCII). Checked with str methods, not a
+# regular expression: compiling one costs more than the import hook's whole check.
+_SEGMENT_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+_SEGMENT_MAX = 96
 BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal")
-# ``v2`` is the kernel as this system's default backend picks it; ``v2_cpu`` forces a backend.
-_VERSION_SEGMENT = re.compile(rf"v([1-9][0-9]{{0,8}})(?:_({'|'.join(BACKENDS)}))?")
-_REVISION = re.compile(r"v?([1-9][0-9]{0,8})")
+_VERSION_MAX_DIGITS = 9
+
+
+def _is_segment(segment: str) -> bool:
+    return (
+        0 < len(segment) <= _SEGMENT_MAX
+        and not segment.strip(_SEGMENT_CHARS)  # nothing but those characters
+        and segment[0] not in "0123456789-"
+    )
+
+
+def _positive_number(text: str) -> int | None:
+    """``"12"`` -> ``12``: one to nine ASCII digits, the first not ``0``; else ``None``."""
+    if 0 < len(text) <= _VERSION_MAX_DIGITS and text.isascii() and text.isdigit():
+        return int(text) if text[0] != "0" else None
+    return None
 
 
 def _check_segment(segment: str, what: str, repo_id: str) -> None:
-    if not _SEGMENT.fullmatch(segment):
+    if not _is_segment(segment):
         raise ValueError(
             f"invalid repo id {repo_id!r}: the {what} {segment!r} must start with a letter or "
             "'_' and hold only letters, digits, '-' and '_' (e.g. 'sdq/audio-codebook-primitives')"
@@ -41,13 +61,14 @@ def check_version(version: object) -> int:
 
 def parse_revision(revision: str) -> int:
     """``"v3"`` or ``"3"`` -> ``3``. Branch names are not revisions on a static CDN."""
-    match = _REVISION.fullmatch(revision.strip()) if isinstance(revision, str) else None
-    if match is None:
+    text = revision.strip() if isinstance(revision, str) else ""
+    number = _positive_number(text[1:] if text.startswith("v") else text)
+    if number is None:
         raise ValueError(
             f"invalid revision {revision!r}: use a version such as 'v1' or '1' "
             "(the CDN publishes numbered versions, not branches)"
         )
-    return int(match.group(1))
+    return number
 
 
 def requested_version(version: int | None, revision: str | None) -> int:
@@ -60,20 +81,43 @@ def requested_version(version: int | None, revision: str | None) -> int:
     return parse_revision(revision)
 
 
-@dataclass(frozen=True, order=True)
-class RepoInfo:
+class RepoInfo(Record):
     """One version of one kernel repository on the CDN: ``repo_id`` at ``version``.
 
     Construction validates both, so a ``RepoInfo`` is always safe to turn into URLs,
-    cache paths and module names.
+    cache paths and module names. Immutable, hashable, and ordered by
+    ``(repo_id, version)``.
     """
 
     repo_id: str
     version: int
 
-    def __post_init__(self) -> None:
-        parse_repo_id(self.repo_id)
-        check_version(self.version)
+    def __init__(self, repo_id: str, version: int) -> None:
+        self._init(repo_id, version)
+        parse_repo_id(repo_id)
+        check_version(version)
+
+    # Ordered as a dataclass(order=True) is: by the fields, only against the same class.
+    def _ordered(self, other: object) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+        if isinstance(other, RepoInfo) and other.__class__ is self.__class__:
+            return self._values(), other._values()
+        return None
+
+    def __lt__(self, other: object) -> bool:
+        pair = self._ordered(other)
+        return NotImplemented if pair is None else pair[0] < pair[1]
+
+    def __le__(self, other: object) -> bool:
+        pair = self._ordered(other)
+        return NotImplemented if pair is None else pair[0] <= pair[1]
+
+    def __gt__(self, other: object) -> bool:
+        pair = self._ordered(other)
+        return NotImplemented if pair is None else pair[0] > pair[1]
+
+    def __ge__(self, other: object) -> bool:
+        pair = self._ordered(other)
+        return NotImplemented if pair is None else pair[0] >= pair[1]
 
     @property
     def org(self) -> str:
@@ -136,14 +180,22 @@ def cdn_name_candidates(segment: str) -> list[str]:
     return [dashed] if dashed == segment else [dashed, segment]
 
 
-@dataclass(frozen=True)
-class KernelModuleName:
+class KernelModuleName(Record):
     """A parsed ``flashhub.<org>.<pkg>[.v<N>]`` module name."""
 
     org: str
-    pkg: str | None = None
-    version: int | None = None
-    backend: str | None = None
+    pkg: str | None
+    version: int | None
+    backend: str | None
+
+    def __init__(
+        self,
+        org: str,
+        pkg: str | None = None,
+        version: int | None = None,
+        backend: str | None = None,
+    ) -> None:
+        self._init(org, pkg, version, backend)
 
 
 def parse_module_name(fullname: str) -> KernelModuleName | None:
@@ -161,7 +213,9 @@ def parse_module_name(fullname: str) -> KernelModuleName | None:
         return KernelModuleName(parts[1])
     if len(parts) == 3:
         return KernelModuleName(parts[1], parts[2])
-    match = _VERSION_SEGMENT.fullmatch(parts[3])
-    if match is None:
+    # v<N>, or v<N>_<backend> to force a backend
+    number, forced, backend = parts[3][1:].partition("_")
+    version = _positive_number(number) if parts[3].startswith("v") else None
+    if version is None or (forced and backend not in BACKENDS):
         return None
-    return KernelModuleName(parts[1], parts[2], int(match.group(1)), match.group(2))
+    return KernelModuleName(parts[1], parts[2], version, backend or None)

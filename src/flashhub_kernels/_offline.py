@@ -100,10 +100,12 @@ def has_variant(cache: Cache, info: RepoInfo, system: SystemInfo) -> bool:
 
 
 class CachedVariant(NamedTuple):
-    """A cached entry's manifest, and each file's size as recorded when it was verified."""
+    """A cached entry's manifest, each file's size as recorded when it was verified, and
+    the trusted key that vouched for it then (``None``: none was checked)."""
 
     manifest: Manifest
     sizes: dict[str, int]
+    signer: str | None = None
 
 
 def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant | None:
@@ -124,7 +126,8 @@ def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant 
         return None
     if manifest.content_hash != receipt.content_hash or set(receipt.files) != set(manifest.files):
         return None
-    return CachedVariant(manifest, {path: size for path, (size, _mtime) in receipt.files.items()})
+    sizes = {path: size for path, (size, _mtime) in receipt.files.items()}
+    return CachedVariant(manifest, sizes, receipt.signer)
 
 
 def cached_variants(

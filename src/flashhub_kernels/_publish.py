@@ -16,6 +16,13 @@ The output, under ``<out>/<prefix>/<org>/<pkg>/``, is ready to upload to a stati
 A published version is immutable: publishing different content under an existing
 version is refused unless ``force=True``; publishing the same content again changes
 nothing on disk.
+
+With a signing key, each of the three documents gets a ``.sig`` beside it
+(``versions.json.sig``, ``v<N>/variants.json.sig``, ``.../metadata.json.sig``; see
+:mod:`._signing`). The ``.sig`` files of a new version are written in the same staging
+directory as its files; those of a version already in place, and ``versions.json.sig``,
+are replaced one by one. :func:`sign_tree` signs a tree published without a key.
+A signature is not content: adding one never makes a version "different".
 """
 
 from __future__ import annotations
@@ -28,10 +35,10 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ._config import DEFAULT_PREFIX, normalize_prefix
 from ._hashing import CHUNK_SIZE, HashingWriter, sha256_file
@@ -43,11 +50,21 @@ from ._manifest import (
     dump_json,
     encode_digest,
     parse_metadata,
+    parse_variants,
     parse_versions,
 )
-from ._names import RepoInfo
+from ._names import RepoInfo, parse_repo_id
+from ._signing import (
+    SIG_SUFFIX,
+    DocumentKind,
+    SigningKey,
+    dump_signatures,
+    load_signing_key,
+    parse_signatures,
+    sign_document,
+)
 from ._variants import VariantNameError, parse_variant
-from .errors import IntegrityError, ManifestError, PublishError
+from .errors import IntegrityError, ManifestError, PublishError, SignatureError
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
@@ -63,6 +80,11 @@ _WRITTEN_KEYS = frozenset({"digest", "sizes"})
 # and the import hook's namespace, under which the kernel really lives once loaded.
 _HOOK_ROOT = "flashhub"
 _VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
+_VARIANT_MANIFEST = re.compile(r"build/([^/]+)/metadata\.json")
+# How to publish into a kernel whose versions.json is signed, without a key.
+_UNSIGNED_HINT = (
+    "pass --sign KEYFILE (sign= in Python); to stop signing the kernel, delete its .sig files"
+)
 
 
 @dataclass(frozen=True)
@@ -109,8 +131,10 @@ class PublishReport:
         written: Files created or replaced, relative to ``out``, sorted, ``/`` separated.
         bytes_written: Total size of the files in ``written``.
         noop: The version was already published with identical content and
-            ``versions.json`` already listed it: nothing was touched.
+            ``versions.json`` already listed it, with the same signatures: nothing was
+            touched.
         replaced: ``force=True`` replaced a version that held different content.
+        signed_by: The key id of the key that signed the documents, or ``None``.
     """
 
     repo_id: str
@@ -122,6 +146,7 @@ class PublishReport:
     bytes_written: int
     noop: bool
     replaced: bool
+    signed_by: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""
@@ -135,6 +160,7 @@ class PublishReport:
             "bytes_written": self.bytes_written,
             "noop": self.noop,
             "replaced": self.replaced,
+            "signed_by": self.signed_by,
         }
 
 
@@ -146,6 +172,7 @@ def publish(
     out: str | os.PathLike[str],
     prefix: str = DEFAULT_PREFIX,
     force: bool = False,
+    sign: str | os.PathLike[str] | SigningKey | None = None,
 ) -> PublishReport:
     """Publish a kernel build as version ``version`` of ``repo_id`` into the CDN tree ``out``.
 
@@ -158,15 +185,23 @@ def publish(
         prefix: Path under ``out`` where the kernel tree starts; ``"kernels"`` by default,
             the client's default ``FLASHHUB_CDN_PREFIX`` (``""``: ``out`` itself).
         force: Replace the version if it exists with different content.
+        sign: A signing key, or the path of a key file (``flashhub keygen``): sign the
+            version's ``metadata.json`` and ``variants.json`` files and ``versions.json``
+            (``.sig`` files beside them, keeping the signatures of other keys on
+            documents whose bytes stay the same). ``None``: sign nothing.
 
     Returns:
         A :class:`PublishReport`.
 
     Raises:
         ValueError: ``repo_id``, ``version`` or ``prefix`` is malformed.
-        PublishError: The build is invalid, or the version exists with different content.
+        PublishError: The build is invalid, the version exists with different content,
+            the key file cannot be used, or the kernel's ``versions.json`` is signed and
+            no key is given while something would change.
+        SignatureError: Signing needs the ``cryptography`` package, which is missing.
     """
     repo = RepoInfo(repo_id, version)
+    key = _signing_key(sign)
     prefix_parts = [p for p in normalize_prefix(prefix).split("/") if p]
     builds = [_scan_variant(d, repo.py_pkg) for d in _variant_dirs(Path(build_dir))]
     tree = _version_tree(builds)
@@ -174,12 +209,15 @@ def publish(
     out_path = Path(out)
     pkg_dir = out_path.joinpath(*prefix_parts, repo.org, repo.name)
     version_dir = pkg_dir / f"v{repo.version}"
-    outcome = _place_version(tree, version_dir, repo, force=force)
-    written = [] if outcome == "unchanged" else [version_dir.joinpath(*r.split("/")) for r in tree]
+    old_versions, versions = _merged_versions(pkg_dir / VERSIONS, repo.version)
+    unsigned = _unsigned_refusal(pkg_dir, repo) if key is None else None
+    if unsigned is not None and dump_json(versions) != old_versions:
+        raise unsigned
+    outcome, written = _place_version(
+        tree, version_dir, repo, force=force, key=key, unsigned=unsigned
+    )
     # versions.json goes last, so it never lists a version whose files are not in place.
-    versions, versions_written = _update_versions(pkg_dir / VERSIONS, repo.version)
-    if versions_written:
-        written.append(pkg_dir / VERSIONS)
+    written += _write_versions(pkg_dir / VERSIONS, old_versions, versions, repo, key)
     return PublishReport(
         repo_id=repo.repo_id,
         version=repo.version,
@@ -188,8 +226,28 @@ def publish(
         versions=tuple(versions),
         written=tuple(sorted(p.relative_to(out_path).as_posix() for p in written)),
         bytes_written=sum(p.stat().st_size for p in written),
-        noop=outcome == "unchanged" and not versions_written,
+        noop=outcome == "unchanged" and not written,
         replaced=outcome == "replaced",
+        signed_by=key.key_id if key is not None else None,
+    )
+
+
+def _signing_key(sign: str | os.PathLike[str] | SigningKey | None) -> SigningKey | None:
+    if sign is None or isinstance(sign, SigningKey):
+        return sign
+    return load_signing_key(sign)
+
+
+def _unsigned_refusal(pkg_dir: Path, repo: RepoInfo) -> PublishError | None:
+    """The error for a publish without a key into a kernel whose ``versions.json`` is
+    signed, raised if it would change anything: verifying clients would refuse it."""
+    sig = pkg_dir / (VERSIONS + SIG_SUFFIX)
+    if not sig.exists():
+        return None
+    return PublishError(
+        f"{repo.repo_id} is signed ({sig} exists), and publishing {repo} without a signing "
+        "key would leave documents unsigned or with signatures that no longer match",
+        hint=_UNSIGNED_HINT,
     )
 
 
@@ -390,6 +448,201 @@ def _variant_report(build: _VariantBuild) -> VariantReport:
     )
 
 
+# --- signing ------------------------------------------------------------------------
+
+
+class _Document(NamedTuple):
+    """What a signed document is, as its statement names it."""
+
+    kind: DocumentKind
+    repo_id: str
+    version: int | None
+    variant: str | None
+
+
+@dataclass(frozen=True)
+class SignReport:
+    """What :func:`sign_tree` did.
+
+    Attributes:
+        key_id: The key id of the key that signed.
+        documents: The documents signed, relative to the path given, sorted.
+        written: The ``.sig`` files created or changed, relative to the path given, sorted
+            (a document this key had signed already keeps its file as it is).
+    """
+
+    key_id: str
+    documents: tuple[str, ...]
+    written: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready form (what ``flashhub sign --json`` prints)."""
+        return asdict(self)
+
+
+def sign_tree(path: str | os.PathLike[str], key: str | os.PathLike[str] | SigningKey) -> SignReport:
+    """Sign every document of a published CDN tree with ``key``.
+
+    Args:
+        path: The root of the tree (the ``out`` of :func:`publish`), any directory below
+            it, or one document. Every ``<org>/<pkg>/versions.json``,
+            ``<org>/<pkg>/v<N>/variants.json`` and
+            ``<org>/<pkg>/v<N>/build/<variant>/metadata.json`` found under it is signed;
+            the repo id, version and variant are read from its path.
+        key: A signing key or the path of a key file.
+
+    Each ``.sig`` is replaced in one rename, keeping the signatures of other keys.
+
+    Raises:
+        PublishError: ``path`` holds no published document, a document is malformed, or
+            the key file cannot be used.
+        SignatureError: A ``.sig`` already there is malformed, or ``cryptography`` is missing.
+    """
+    signing_key = _signing_key(key)
+    assert signing_key is not None
+    root = Path(path)
+    absolute = root.absolute()
+    if root.is_file():
+        document = _document_at(absolute)
+        found = [(document, absolute)] if document is not None else []
+        base = absolute.parent
+    else:
+        found = sorted(_published_documents(absolute), key=lambda item: item[1])
+        base = absolute
+    if not found:
+        raise PublishError(
+            f"no published kernel documents under {root}",
+            hint="pass the directory given to `flashhub publish --out`, or one below it "
+            "(<org>/<pkg>/versions.json, v<N>/variants.json, build/<variant>/metadata.json)",
+        )
+    written = [sig for doc, p in found if (sig := _sign_in_place(doc, p, signing_key))]
+    return SignReport(
+        key_id=signing_key.key_id,
+        documents=tuple(p.relative_to(base).as_posix() for _doc, p in found),
+        written=tuple(sorted(p.relative_to(base).as_posix() for p in written)),
+    )
+
+
+def _published_documents(root: Path) -> Iterator[tuple[_Document, Path]]:
+    """The signable documents under ``root``, an absolute directory. Hidden directories
+    (a publish's staging) and a variant's own files are not searched."""
+    if not root.is_dir():
+        raise PublishError(f"{root} is not a directory or a file")
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if here.parent.name == "build" and _VERSION_DIR.fullmatch(here.parent.parent.name):
+            dirnames[:] = []
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            document = _document_at(here / name)
+            if document is not None and not (here / name).is_symlink():
+                yield document, here / name
+
+
+def _document_at(path: Path) -> _Document | None:
+    """What the file at ``path`` (absolute) is in a CDN tree, read from its path alone."""
+    parts = path.parts
+    kind: DocumentKind
+    if path.name == VERSIONS and len(parts) >= 3:
+        # A stray versions.json is not a kernel's: that has v<N> directories beside it.
+        if not any(_VERSION_DIR.fullmatch(c.name) and c.is_dir() for c in path.parent.iterdir()):
+            return None
+        kind, names, version, variant = "versions", parts[-3:-1], None, None
+    elif path.name == VARIANTS and len(parts) >= 4 and (match := _VERSION_DIR.fullmatch(parts[-2])):
+        kind, names, version, variant = "variants", parts[-4:-2], int(match[1]), None
+    elif (
+        path.name == METADATA
+        and len(parts) >= 6
+        and parts[-3] == "build"
+        and (match := _VERSION_DIR.fullmatch(parts[-4]))
+    ):
+        kind, names, version, variant = "metadata", parts[-6:-4], int(match[1]), parts[-2]
+    else:
+        return None
+    repo_id = "/".join(names)
+    try:
+        parse_repo_id(repo_id)
+    except ValueError:
+        return None
+    return _Document(kind, repo_id, version, variant)
+
+
+def _document_kind(rel: str) -> DocumentKind | None:
+    """The kind of the signed document at ``rel`` in a package or version directory."""
+    if rel == VERSIONS:
+        return "versions"
+    if rel == VARIANTS:
+        return "variants"
+    return "metadata" if _VARIANT_MANIFEST.fullmatch(rel) else None
+
+
+def _version_documents(tree: _Tree, repo: RepoInfo) -> Iterator[tuple[str, _Document]]:
+    """The signed documents of a version's tree: ``(relative path, document)``."""
+    for rel in sorted(tree):
+        kind = _document_kind(rel)
+        if kind is not None and kind != "versions":
+            match = _VARIANT_MANIFEST.fullmatch(rel)
+            yield rel, _Document(kind, repo.repo_id, repo.version, match[1] if match else None)
+
+
+def _is_version_signature(rel: str) -> bool:
+    """Whether ``rel``, in a version directory, is the ``.sig`` of one of its documents."""
+    signed = rel.removesuffix(SIG_SUFFIX)
+    return signed != rel and _document_kind(signed) in ("variants", "metadata")
+
+
+def _sig_path(path: Path) -> Path:
+    return path.with_name(path.name + SIG_SUFFIX)
+
+
+def _signature(document: _Document, path: Path, data: bytes, key: SigningKey) -> bytes:
+    """The ``.sig`` of ``data``, to be the document at ``path``: the entries of other
+    keys in the ``.sig`` there are kept if the document there has the same bytes."""
+    sig_path = _sig_path(path)
+    same = path.is_file() and sig_path.is_file() and path.read_bytes() == data
+    kind, repo_id, version, variant = document
+    existing = sig_path.read_bytes() if same else None
+    return sign_document(kind, repo_id, version, variant, data, key, existing)
+
+
+def _version_signatures(
+    tree: _Tree, version_dir: Path, repo: RepoInfo, key: SigningKey
+) -> dict[str, bytes]:
+    """The ``.sig`` files of a version about to be written: relative path -> bytes."""
+    signatures = {}
+    for rel, document in _version_documents(tree, repo):
+        data = tree[rel]
+        assert isinstance(data, bytes)  # the publisher writes its documents itself
+        path = version_dir.joinpath(*rel.split("/"))
+        signatures[rel + SIG_SUFFIX] = _signature(document, path, data, key)
+    return signatures
+
+
+_CHECKS: dict[DocumentKind, Callable[..., object]] = {
+    "metadata": parse_metadata,
+    "variants": parse_variants,
+    "versions": parse_versions,
+}
+
+
+def _sign_in_place(document: _Document, path: Path, key: SigningKey) -> Path | None:
+    """Sign the published document at ``path``; the ``.sig`` if it was written."""
+    data = path.read_bytes()
+    try:
+        _CHECKS[document.kind](data, source=str(path))
+    except ManifestError as exc:
+        raise PublishError(
+            f"refusing to sign {path}: {exc.message}",
+            hint="fix the document, or publish the version again",
+        ) from None
+    signed = _signature(document, path, data, key)
+    sig_path = _sig_path(path)
+    if sig_path.is_file() and sig_path.read_bytes() == signed:
+        return None
+    _write_atomic(sig_path, signed)
+    return sig_path
+
+
 # --- comparing with what is published --------------------------------------------------
 
 
@@ -401,7 +654,8 @@ def _expected_digests(tree: _Tree) -> dict[str, bytes]:
 
 
 def _existing_digests(version_dir: Path) -> dict[str, bytes] | None:
-    """Digests of the files under ``version_dir``: ``{}`` if absent, ``None`` if not plain."""
+    """Digests of the files under ``version_dir`` but its ``.sig`` files: ``{}`` if absent,
+    ``None`` if not plain."""
     if not version_dir.exists() and not version_dir.is_symlink():
         return {}
     if version_dir.is_symlink() or not version_dir.is_dir():
@@ -414,7 +668,9 @@ def _existing_digests(version_dir: Path) -> dict[str, bytes] | None:
                 return None
         for name in filenames:
             path = Path(dirpath, name)
-            digests[path.relative_to(version_dir).as_posix()] = _hash_file(path).digest
+            rel = path.relative_to(version_dir).as_posix()
+            if not _is_version_signature(rel):
+                digests[rel] = _hash_file(path).digest
     return digests
 
 
@@ -439,12 +695,29 @@ def _describe_difference(
     return "; ".join(parts)
 
 
-def _place_version(tree: _Tree, version_dir: Path, repo: RepoInfo, *, force: bool) -> _Outcome:
-    """Write ``tree`` as ``version_dir`` unless it already holds exactly that content."""
+def _place_version(
+    tree: _Tree,
+    version_dir: Path,
+    repo: RepoInfo,
+    *,
+    force: bool,
+    key: SigningKey | None,
+    unsigned: PublishError | None,
+) -> tuple[_Outcome, list[Path]]:
+    """Write ``tree`` as ``version_dir`` unless it already holds exactly that content;
+    sign its documents with ``key``. Returns the outcome and the files written.
+
+    ``unsigned`` is raised instead of writing the version."""
     existing = _existing_digests(version_dir)
     expected = _expected_digests(tree)
     if existing == expected or _same_files_listed(existing, expected, version_dir, tree):
-        return "unchanged"
+        if key is None:
+            return "unchanged", []
+        documents = [
+            (doc, version_dir.joinpath(*rel.split("/")))
+            for rel, doc in _version_documents(tree, repo)
+        ]
+        return "unchanged", [sig for doc, p in documents if (sig := _sign_in_place(doc, p, key))]
     published = existing is None or bool(existing)  # an empty directory publishes nothing
     if published and not force:
         raise PublishError(
@@ -454,8 +727,14 @@ def _place_version(tree: _Tree, version_dir: Path, repo: RepoInfo, *, force: boo
             f"--version {_next_free_version(version_dir.parent)}, or pass --force to replace "
             "it (clients that cached it keep the old files)",
         )
+    if unsigned is not None:
+        raise unsigned
+    if key is not None:
+        tree = {**tree, **_version_signatures(tree, version_dir, repo, key)}
     _write_version(tree, version_dir, replace=version_dir.exists() or version_dir.is_symlink())
-    return "replaced" if published else "created"
+    return "replaced" if published else "created", [
+        version_dir.joinpath(*rel.split("/")) for rel in tree
+    ]
 
 
 def _next_free_version(pkg_dir: Path) -> int:
@@ -571,8 +850,8 @@ def _commit(staging: Path, version_dir: Path, *, replace: bool) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _update_versions(path: Path, version: int) -> tuple[list[int], bool]:
-    """Add ``version`` to ``versions.json``; write it only if its bytes change."""
+def _merged_versions(path: Path, version: int) -> tuple[bytes | None, list[int]]:
+    """The bytes of ``versions.json`` (``None`` if absent) and its list with ``version``."""
     old: bytes | None = path.read_bytes() if path.is_file() else None
     try:
         versions = parse_versions(old, source=str(path)) if old is not None else []
@@ -581,11 +860,45 @@ def _update_versions(path: Path, version: int) -> tuple[list[int], bool]:
             exc.message,
             hint="fix or delete it; it lists the published v<N> directories, e.g. [1, 2]",
         ) from None
-    versions = sorted({*versions, version})
+    return old, sorted({*versions, version})
+
+
+def _write_versions(
+    path: Path, old: bytes | None, versions: list[int], repo: RepoInfo, key: SigningKey | None
+) -> list[Path]:
+    """Write ``versions.json`` (and its ``.sig``) if their bytes change; the paths written.
+
+    When it changes, its old signatures sign the old bytes: they go. Until the new bytes
+    are in place, the ``.sig`` holds the old entries and the new one, so that a reader
+    never meets a ``versions.json`` that no signature vouches for, even if this stops
+    between the two renames.
+    """
     data = dump_json(versions)
-    if data == old:
-        return versions, False
-    fd, tmp = tempfile.mkstemp(prefix=f".{VERSIONS}.", dir=path.parent)
+    written = []
+    sig_path = _sig_path(path)
+    signed = old_sig = None
+    if key is not None:
+        old_sig = sig_path.read_bytes() if sig_path.is_file() else None
+        signed = sign_document(
+            "versions", repo.repo_id, None, None, data, key, old_sig if data == old else None
+        )
+        if data != old and old_sig is not None:
+            with contextlib.suppress(SignatureError):  # a malformed old .sig vouches for nothing
+                entries = [*parse_signatures(old_sig, source=str(sig_path))]
+                entries += parse_signatures(signed, source=str(sig_path))
+                _write_atomic(sig_path, dump_signatures(entries))
+    if data != old:
+        _write_atomic(path, data)
+        written.append(path)
+    if signed is not None and signed != old_sig:
+        _write_atomic(sig_path, signed)
+        written.append(sig_path)
+    return written
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one rename: readers see the old or the new bytes."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), FILE_MODE)
@@ -594,4 +907,3 @@ def _update_versions(path: Path, version: int) -> tuple[list[int], bool]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return versions, True

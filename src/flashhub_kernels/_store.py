@@ -33,7 +33,7 @@ from ._variants import (
     judge_variants,
     with_backend,
 )
-from .errors import IntegrityError, NoCompatibleVariantError, OfflineError
+from .errors import IntegrityError, NoCompatibleVariantError, OfflineError, SignatureError
 
 logger = logging.getLogger("flashhub_kernels")
 
@@ -67,7 +67,7 @@ def obtain_kernel(
     cache, system = Cache.from_config(config), target_system(backend)
     damaged: str | None = None
     for info in candidates:
-        hit, problem = _warm_lookup(cache, info, system)
+        hit, problem = _warm_lookup(cache, info, system, config)
         if hit is not None:
             return hit
         damaged = damaged or problem
@@ -79,7 +79,16 @@ def obtain_kernel(
     return fetch_kernel(cache, system, candidates, config)
 
 
+# Why a warm load passes over an entry that is intact but vouched for by no trusted key.
+_UNSIGNED_ENTRY = "no trusted key vouched for it when it was cached"
+
+
 def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
+    if damaged == _UNSIGNED_ENTRY:
+        return SignatureError(
+            f"the cached copy of {info} cannot be used offline: {damaged}",
+            hint="unset FLASHHUB_OFFLINE once, so that its signature is checked",
+        )
     if damaged:
         return IntegrityError(
             f"the cached copy of {info} was modified after it was verified ({damaged})",
@@ -97,9 +106,13 @@ def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
 
 
 def _warm_lookup(
-    cache: Cache, info: RepoInfo, system: SystemInfo
+    cache: Cache, info: RepoInfo, system: SystemInfo, config: Config
 ) -> tuple[KernelDir | None, str | None]:
-    """A verified entry, or ``None`` and (when an entry was damaged) what changed."""
+    """A verified entry, or ``None`` and (when an entry is unfit) why.
+
+    An entry that no trusted key vouched for (cached before the key was configured) is
+    unfit while signatures are checked: the cold path verifies it once.
+    """
     index = cache.read_index(info)
     variant = pick_cached_variant(index, system) if index else None
     if variant is None:
@@ -112,6 +125,8 @@ def _warm_lookup(
     changed = receipt.changed_file(entry)
     if changed is not None:
         return None, f"{entry / changed} differs from its receipt"
+    if not config.accepts_signer(info.org, receipt.signer):
+        return None, _UNSIGNED_ENTRY
     return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry), None
 
 

@@ -9,17 +9,27 @@ escaped, as ``repr`` would: ``\\x1b``, ``\\r``, ``\\n``, ``\\u202e``.
 
 from __future__ import annotations
 
-import re
+TYPE_CHECKING = False  # not typing's: the errors module imports this one
+if TYPE_CHECKING:
+    import re
 
 # C0 controls, DEL, C1 controls, and the bidirectional embeddings, overrides and
 # isolates, which reorder how the rest of a line is displayed.
 _UNSAFE = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
-_ANY_CONTROL = re.compile(f"[{_UNSAFE}]")
-_CONTROL_BUT_LAYOUT = re.compile(f"(?![\n\t])[{_UNSAFE}]")
+# Patterns, not compiled ones: re compiles them on first use (and keeps them), so that
+# importing this module, and with it the errors, compiles nothing.
+_ANY_CONTROL = f"[{_UNSAFE}]"
+_CONTROL_BUT_LAYOUT = f"(?![\n\t])[{_UNSAFE}]"
 
 
 def _escaped(match: re.Match[str]) -> str:
     return repr(match.group())[1:-1]
+
+
+def _escape(pattern: str, text: str) -> str:
+    import re  # loaded already in any process that has imported torch
+
+    return re.sub(pattern, _escaped, text)
 
 
 def escape_controls(text: str) -> str:
@@ -27,7 +37,7 @@ def escape_controls(text: str) -> str:
 
     For one name or value from the CDN, which never holds a line break of its own.
     """
-    return _ANY_CONTROL.sub(_escaped, text)
+    return _escape(_ANY_CONTROL, text)
 
 
 def escape_message(text: str) -> str:
@@ -36,4 +46,4 @@ def escape_message(text: str) -> str:
     For a whole message whose lines and indentation the library laid out; a name with a
     newline in it must be escaped with :func:`escape_controls` before it is put in.
     """
-    return _CONTROL_BUT_LAYOUT.sub(_escaped, text)
+    return _escape(_CONTROL_BUT_LAYOUT, text)

@@ -9,12 +9,12 @@ and free text that may quote one (an exception from the HTTP library) passes
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from pathlib import Path
 
 # scheme://userinfo@ inside free text; userinfo stops at the first '/', '@' or space.
-_USERINFO_IN_TEXT = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+# Compiled by re on first use: only an error message from the HTTP library needs it.
+_USERINFO_IN_TEXT = r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@"
 
 
 def redact_url(url: str) -> str:
@@ -34,7 +34,9 @@ def redact_url(url: str) -> str:
 
 def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
     """Remove the userinfo of every URL in ``text``, and every string in ``secrets``."""
-    text = _USERINFO_IN_TEXT.sub(r"\g<scheme>****@", text)
+    import re
+
+    text = re.sub(_USERINFO_IN_TEXT, r"\g<scheme>****@", text)
     for secret in secrets:
         if secret:
             text = text.replace(secret, "****")

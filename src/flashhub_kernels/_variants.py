@@ -18,17 +18,19 @@ with a reason like any other build for another backend.
 
 from __future__ import annotations
 
-import platform
-import re
 import sys
-from collections.abc import Callable, Iterable
-from dataclasses import FrozenInstanceError, dataclass, replace
 from functools import cache
-from typing import Literal
 
+from ._record import Record, frozen_error
 from ._text import escape_controls
 
-Tier = Literal["stable-abi", "exact", "tvm-ffi", "noarch", "universal"]
+TYPE_CHECKING = False  # not typing's: see _record
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Literal
+
+    Tier = Literal["stable-abi", "exact", "tvm-ffi", "noarch", "universal"]
+
 # Names that do not parse (tier None) are never accepted; they rank last all the same.
 _TIER_RANK: dict[Tier | None, int] = {
     "stable-abi": 0,
@@ -39,16 +41,57 @@ _TIER_RANK: dict[Tier | None, int] = {
     None: 5,
 }
 
-_TORCH = re.compile(r"torch([1-9])(0?[0-9]|[1-9][0-9])")
-_STABLE = re.compile(r"torch-stable-abi([1-9])(0?[0-9]|[1-9][0-9])")
-# tvm-ffi<major><minor>: one digit of major, the rest minor (tvm-ffi 0.1 is tvm-ffi01).
-_TVM_FFI = re.compile(r"tvm-ffi([0-9])([0-9]{1,2})")
-_BACKEND_TAG = re.compile(
-    r"(cpu|metal|neuron|tpu|cu[0-9]{2,3}|rocm[0-9]{2,3}|xpu[0-9]*|cann[0-9]{2,3})"
+# The grammar is checked with str methods, not regular expressions: compiling those cost
+# the first kernel import of every process more than all of its parsing.
+_TORCH_PREFIX = "torch"
+_STABLE_PREFIX = "torch-stable-abi"
+_TVM_FFI_PREFIX = "tvm-ffi"
+# Backend tags: these words, or a prefix and a count of digits (xpu: any number of them).
+_PLAIN_BACKEND_TAGS = ("cpu", "metal", "neuron", "tpu")
+_NUMBERED_BACKEND_TAGS: tuple[tuple[str, int, int | None], ...] = (
+    ("cu", 2, 3),
+    ("rocm", 2, 3),
+    ("xpu", 0, None),
+    ("cann", 2, 3),
 )
-_PLATFORM_WORD = re.compile(r"[a-z0-9_]{1,32}")
+_PLATFORM_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # arch and OS: 1 to 32 of these
+_PLATFORM_MAX = 32
 # Backends of noarch names; the last three are never detected here, so never accepted.
 NOARCH_BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "neuron", "tpu", "npu")
+
+
+def _is_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits (``str.isdigit`` alone takes ``²``)."""
+    return text.isascii() and text.isdigit()
+
+
+def _framework_version(
+    token: str, prefix: str, *, zero_major: bool = False
+) -> tuple[int, int] | None:
+    """``("torch213", "torch")`` -> ``(2, 13)``: after ``prefix``, one digit of major
+    (``0`` only if ``zero_major``) and one or two of minor, where ``05`` (the zero-padded
+    form of the 0.1.2 release) means 5. ``None`` if ``token`` is not of that form."""
+    digits = token[len(prefix) :] if token.startswith(prefix) else ""
+    if not (2 <= len(digits) <= 3 and _is_digits(digits)):
+        return None
+    if digits[0] == "0" and not zero_major:
+        return None
+    return int(digits[0]), int(digits[1:])
+
+
+def _is_backend_tag(tag: str) -> bool:
+    if tag in _PLAIN_BACKEND_TAGS:
+        return True
+    for prefix, least, most in _NUMBERED_BACKEND_TAGS:
+        if tag.startswith(prefix):
+            digits = tag[len(prefix) :]
+            fits = least <= len(digits) and (most is None or len(digits) <= most)
+            return fits and (not digits or _is_digits(digits))
+    return False
+
+
+def _is_platform_word(word: str) -> bool:
+    return 0 < len(word) <= _PLATFORM_MAX and not word.strip(_PLATFORM_CHARS)
 
 
 class VariantNameError(ValueError):
@@ -114,10 +157,10 @@ class Variant(str):
         return self
 
     def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        raise frozen_error(name)
 
     def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
+        raise frozen_error(name, "delete")
 
     def __reduce__(self) -> tuple[Callable[[str], Variant], tuple[str]]:
         return as_variant, (str(self),)
@@ -136,8 +179,7 @@ class Variant(str):
         return backend_version(self.backend_tag) if self.backend_tag else None
 
 
-@dataclass(frozen=True)
-class SystemInfo:
+class SystemInfo(Record):
     """What the local torch runtime can load."""
 
     torch: tuple[int, int]
@@ -146,6 +188,17 @@ class SystemInfo:
     backend_tag: str
     arch: str
     os: str
+
+    def __init__(
+        self,
+        torch: tuple[int, int],
+        cxx11_abi: bool,
+        backend: str,
+        backend_tag: str,
+        arch: str,
+        os: str,
+    ) -> None:
+        self._init(torch, cxx11_abi, backend, backend_tag, arch, os)
 
     @property
     def abi(self) -> str:
@@ -180,10 +233,6 @@ def _backend_of(tag: str) -> str:
     return tag
 
 
-def _major_minor(major: str, minor: str) -> tuple[int, int]:
-    return int(major), int(minor)  # "05" (0.1.2's padded form) and "5" both mean 5
-
-
 def parse_variant(name: str) -> Variant:
     """Parse a variant name; raise :class:`VariantNameError` saying what is wrong."""
     if name == "torch-universal":
@@ -193,27 +242,29 @@ def parse_variant(name: str) -> Variant:
     parts = name.split("-")
     tier: Tier
     abi = None
-    if name.startswith("torch-stable-abi"):
-        tier, framework, rest = "stable-abi", _STABLE.fullmatch("-".join(parts[:3])), parts[3:]
-    elif name.startswith("tvm-ffi"):
-        tier, framework, rest = "tvm-ffi", _TVM_FFI.fullmatch("-".join(parts[:2])), parts[2:]
+    if name.startswith(_STABLE_PREFIX):
+        tier, rest = "stable-abi", parts[3:]
+        version = _framework_version("-".join(parts[:3]), _STABLE_PREFIX)
+    elif name.startswith(_TVM_FFI_PREFIX):
+        tier, rest = "tvm-ffi", parts[2:]
+        version = _framework_version("-".join(parts[:2]), _TVM_FFI_PREFIX, zero_major=True)
     else:
-        tier, framework, rest = "exact", _TORCH.fullmatch(parts[0]), parts[1:]
+        tier, rest = "exact", parts[1:]
+        version = _framework_version(parts[0], _TORCH_PREFIX)
         abi = rest.pop(0) if rest and rest[0] in ("cxx11", "cxx98") else None
-    if framework is None or len(rest) != 3:
+    if version is None or len(rest) != 3:
         raise VariantNameError(
             f"{name!r} is not a variant name: expected e.g. 'torch213-cxx11-cpu-x86_64-linux', "
             "'torch-stable-abi210-cu126-x86_64-linux', 'torch-cuda' or 'torch-universal'"
         )
     tag, arch, os_name = rest
-    if not (_PLATFORM_WORD.fullmatch(arch) and _PLATFORM_WORD.fullmatch(os_name)):
+    if not (_is_platform_word(arch) and _is_platform_word(os_name)):
         raise VariantNameError(f"{name!r}: arch and OS must be words such as 'x86_64' and 'linux'")
-    if not _BACKEND_TAG.fullmatch(tag):
+    if not _is_backend_tag(tag):
         raise VariantNameError(
             f"{name!r}: unknown backend {tag!r} (cpu, cuNNN, rocmNN, xpu, metal, neuron, tpu, "
             "cannNN)"
         )
-    version = _major_minor(*framework.groups())
     return Variant._make(
         name,
         tier,
@@ -307,8 +358,7 @@ def preference_key(variant: Variant) -> tuple[int, int, int, bool, str]:
     return (_TIER_RANK[variant.tier], -torch_minor, -backend_minor, tagged, variant.name)
 
 
-@dataclass(frozen=True)
-class VariantAccepted:
+class VariantAccepted(Record):
     """A published variant this system can load.
 
     ``variant`` is the variant's name, a :class:`Variant`: a ``str`` with the parsed
@@ -317,8 +367,8 @@ class VariantAccepted:
 
     variant: Variant
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "variant", _coerce(self.variant))
+    def __init__(self, variant: Variant) -> None:
+        self._init(_coerce(variant))
 
     @property
     def variant_str(self) -> str:
@@ -326,8 +376,7 @@ class VariantAccepted:
         return str(self.variant)
 
 
-@dataclass(frozen=True)
-class VariantRejected:
+class VariantRejected(Record):
     """A published variant this system cannot load, and why.
 
     ``variant`` is as for :class:`VariantAccepted`; for a name that does not parse its
@@ -337,8 +386,8 @@ class VariantRejected:
     variant: Variant
     reason: str
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "variant", _coerce(self.variant))
+    def __init__(self, variant: Variant, reason: str) -> None:
+        self._init(_coerce(variant), reason)
 
     @property
     def variant_str(self) -> str:
@@ -405,7 +454,7 @@ def candidate_names(system: SystemInfo) -> list[str]:
     for torch_minor in range(minor, 8, -1) if major == 2 else [minor]:
         names += [f"torch-stable-abi{major}{torch_minor}-{t}-{platform_tail}" for t in tags]
     for tag in tags:
-        exact = replace(system, backend_tag=tag)
+        exact = system._replace(backend_tag=tag)
         if system.os == "linux":
             names.append(build_variant_name(exact, abi_tag=False))
         names.append(build_variant_name(exact))
@@ -428,7 +477,7 @@ def with_backend(system: SystemInfo, backend: str) -> SystemInfo:
             f"cannot select backend {backend!r}: this torch runs {system.backend_tag}; "
             "only 'cpu' can be forced on another backend's machine"
         )
-    return replace(system, backend="cpu", backend_tag="cpu")
+    return system._replace(backend="cpu", backend_tag="cpu")
 
 
 def _normalize_arch(machine: str) -> str:
@@ -445,6 +494,8 @@ def _normalize_os(platform_name: str) -> str:
 @cache
 def detect_system() -> SystemInfo:
     """Ask the installed torch what it can load. Imports torch (once per process)."""
+    import platform
+
     import torch
 
     try:  # "2.13.0+cpu", "2.14.0a0+git1234": major and minor lead
@@ -458,6 +509,8 @@ def detect_system() -> SystemInfo:
         hip_major, hip_minor = str(torch.version.hip).split(".")[:2]
         backend, tag = "rocm", f"rocm{hip_major}{hip_minor}"
     elif getattr(torch.version, "xpu", None):
+        import re
+
         backend, tag = "xpu", "xpu" + re.sub(r"\D", "", str(torch.version.xpu))[:5]
     elif sys.platform == "darwin" and torch.backends.mps.is_available():
         backend, tag = "metal", "metal"

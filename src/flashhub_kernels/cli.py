@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._config import DEFAULT_PREFIX
+from ._config import DEFAULT_PREFIX, get_config, normalize_prefix
 from ._names import check_version, parse_repo_id
 from ._text import escape_controls, escape_message
 from .errors import FlashhubError
 
 if TYPE_CHECKING:
     from ._cache import Cache
+    from ._info import Signature
     from ._lockfile import Lockfile
     from ._publish import PublishReport
 
@@ -80,7 +81,6 @@ def _version_arg(value: str) -> int:
 
 
 def _prefix_arg(value: str) -> str:
-    from ._config import normalize_prefix
 
     try:
         return normalize_prefix(value)
@@ -110,6 +110,12 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace the version if it holds different content"
     )
+    parser.add_argument(
+        "--sign",
+        metavar="KEYFILE",
+        help="sign metadata.json, variants.json and versions.json with this private key "
+        "(from `flashhub keygen`), writing .sig files beside them",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -128,6 +134,7 @@ def _publish(args: argparse.Namespace) -> int:
         out=args.out,
         prefix=args.prefix,
         force=args.force,
+        sign=args.sign,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
@@ -144,7 +151,95 @@ def _describe_publish(report: PublishReport) -> str:
     lines += [f"  {v.name}: {_count(v.files, 'file')}, {_size(v.bytes)}" for v in report.variants]
     lines.append(f"wrote {_count(len(report.written), 'file')} ({_size(report.bytes_written)})")
     lines.append(f"versions.json: {list(report.versions)}")
+    if report.signed_by:
+        lines.append(f"signed with key {report.signed_by}")
     return "\n".join(lines)
+
+
+# --- flashhub keygen / sign ----------------------------------------------------------
+
+
+def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="KEYFILE",
+        help="where to write the private key (mode 0600); the public key goes to KEYFILE.pub",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite an existing key file")
+    _json_argument(parser)
+
+
+@command(
+    "keygen",
+    help="create an Ed25519 key pair to sign published kernels with",
+    arguments=_keygen_arguments,
+)
+def _keygen(args: argparse.Namespace) -> int:
+    from ._signing import generate_signing_key, write_key_pair
+
+    key = generate_signing_key()
+    public = write_key_pair(key, args.out, force=args.force)
+    if args.json:
+        _print_json(
+            {
+                "key_id": key.key_id,
+                "public_key": key.public_line,
+                "private_key_file": str(args.out),
+                "public_key_file": str(public),
+            }
+        )
+        return EXIT_OK
+    print(key.public_line)
+    print(f"key id: {key.key_id}")
+    print(
+        f"wrote the private key to {_shown(args.out)} (keep it secret) and the public key "
+        f"to {_shown(public)}",
+        file=sys.stderr,
+    )
+    print(
+        "clients trust it with FLASHHUB_TRUSTED_KEYS set to the line above (or to the "
+        ".pub file); sign with `flashhub publish --sign KEYFILE` or `flashhub sign`",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _sign_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "path",
+        type=Path,
+        metavar="PATH",
+        help="a CDN tree written by `flashhub publish` (its --out), or a directory below it",
+    )
+    parser.add_argument(
+        "--key", required=True, metavar="KEYFILE", help="the private key from `flashhub keygen`"
+    )
+    _json_argument(parser)
+
+
+@command(
+    "sign",
+    help="sign the published documents of a CDN tree (versions.json, variants.json, "
+    "metadata.json), adding to the signatures already there",
+    arguments=_sign_arguments,
+)
+def _sign(args: argparse.Namespace) -> int:
+    from ._publish import sign_tree
+
+    report = sign_tree(args.path, args.key)
+    if args.json:
+        _print_json(report.to_dict())
+        return EXIT_OK
+    for document in report.written:
+        print(f"wrote {_shown(Path(document))}")
+    unchanged = len(report.documents) - len(report.written)
+    print(
+        f"signed {_count(len(report.documents), 'document')} with key {report.key_id} "
+        f"({unchanged} already signed by it)"
+    )
+    return EXIT_OK
 
 
 # --- shared by the lock, download, inspection and cache commands -----------------------
@@ -214,7 +309,6 @@ def _project_lockfile(project_dir: Path) -> Lockfile:
 
 def _local_cache() -> Cache:
     from ._cache import Cache
-    from ._config import get_config
 
     config = get_config()
     return Cache.from_config(config)
@@ -253,7 +347,6 @@ def _lock_arguments(parser: argparse.ArgumentParser) -> None:
     arguments=_lock_arguments,
 )
 def _lock(args: argparse.Namespace) -> int:
-    from ._config import get_config
     from ._lock import lock_project
 
     # Offline, lock_project checks the existing lock against the cache and writes nothing.
@@ -331,12 +424,14 @@ def _variants(args: argparse.Namespace) -> int:
     verdicts = get_kernel_variants(args.repo_id, version, backend=args.backend)
     chosen = best_variant(verdicts)
     system = target_system(args.backend).describe()
+    signatures = _signatures(args.repo_id, version, [r.variant for r in verdicts])
     if args.json:
         variants = [
             {
                 "variant": r.variant,
                 "compatible": isinstance(r, VariantAccepted),
                 "reason": None if isinstance(r, VariantAccepted) else r.reason,
+                **(signatures[r.variant].to_dict() if r.variant in signatures else {}),
             }
             for r in verdicts
         ]
@@ -352,8 +447,21 @@ def _variants(args: argparse.Namespace) -> int:
     else:
         print(f"{args.repo_id}@v{version} on {system}:")
         print(format_trace(verdicts))
+        for name, signature in signatures.items():
+            print(f"  {escape_controls(name)}: {signature.describe()}")
         print(f"chosen: {_chosen(chosen)}")
     return EXIT_OK if chosen else EXIT_FAILURE
+
+
+def _signatures(repo_id: str, version: int, names: list[str]) -> dict[str, Signature]:
+    """Who signed each signed variant; offline, the keys that vouched for cached entries."""
+    from ._info import cached_signatures, variant_signatures
+    from ._names import RepoInfo
+
+    info = RepoInfo(repo_id, version)
+    if get_config().offline:
+        return cached_signatures(_local_cache(), info, names)
+    return variant_signatures(info, names)
 
 
 def _chosen(variant: str | None) -> str:
@@ -362,7 +470,6 @@ def _chosen(variant: str | None) -> str:
 
 def _newest_version(repo_id: str, command: str) -> int:
     """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
-    from ._config import get_config
     from ._download import remote, with_version
 
     config = get_config()
@@ -405,6 +512,8 @@ def _info(args: argparse.Namespace) -> int:
             f"  {mark} {escape_controls(variant.name)}: {_count(len(variant.files), 'file')}, "
             f"{_size(variant.size)}, {variant.content_hash}"
         )
+        if variant.signature:
+            print(f"      {variant.signature.describe()}")
         if variant.reason:
             print(f"      rejected: {escape_controls(variant.reason)}")
         for path, size in variant.files.items():
@@ -519,7 +628,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
             print(f"{_shown(path)}: {reason} (FAILED: a load refuses to trust it)")
         for entry, why in checked:
             outcome = "ok" if why is None else f"FAILED: {why}"
-            print(f"{entry.info} {entry.variant}: {outcome}")
+            signed = f", signed by {entry.signer}" if entry.signer and why is None else ""
+            print(f"{entry.info} {entry.variant}: {outcome}{signed}")
         refused = _count(len(untrusted), "untrusted directory", "untrusted directories")
         print(f"{_entries(len(checked))} checked, {refused}")
     if untrusted or any(why is not None for _entry, why in checked):

@@ -133,3 +133,12 @@ class NewerVersionWarning(UserWarning):
     the cache. ``FLASHHUB_NO_VERSION_CHECK=1`` turns the check off, and
     ``warnings.filterwarnings("ignore", category=NewerVersionWarning)`` hides the warning.
     """
+
+
+class SignatureError(IntegrityError):
+    """A signed document cannot be trusted: it is unsigned while a trusted key covers its
+    org, no signature by a trusted key verifies, or its ``.sig`` file is malformed; or
+    signatures cannot be checked at all (the ``cryptography`` package is missing).
+
+    Also an :class:`IntegrityError` (and so an ``ImportError``): the kernel is not loaded.
+    """

@@ -1,0 +1,49 @@
+"""Kernel loading against the limits of this machine (run it as ``python
+benchmarks/bench_load.py``; docs/performance.md says what each row means).
+
+It writes synthetic CDN trees into a temporary directory, serves them from a loopback
+HTTP server that sends bodies with sendfile(2), and prints one table: for each row the
+median, min and max over ``--runs`` runs of flashhub-kernels and of a baseline measured
+in the same run, their ratio, and the row's target with pass/FAIL. Targets are printed,
+never asserted; the exit status is 0 whenever the benchmark itself ran.
+
+Targets:
+  1a  a cold load of one big file (``--size-mib``) at least as fast as ``curl -o FILE``
+      of the same file (ratio <= 1.00);
+  2a  a cold load of ``--small-files`` files of 10 KiB within 3x of one ``curl -K``
+      process fetching the same URLs (ratio <= 3.00);
+  3   warm imports within 1.5x of the same package imported from a plain directory,
+      with no HTTP request and no HTTP library imported, and not slowed (<= 1.20x) by
+      ``--crowded-kernels`` (1000) other kernels in the cache;
+  4b  ``--procs`` processes cold-loading the same kernel at once make 1 GET per file;
+  5   peak RSS growth of the big-file cold load under 64 MiB;
+  6   ``flashhub --help`` under 150 ms, and ``import flashhub`` / ``import
+      flashhub_kernels`` import neither torch nor an HTTP or file-lock library
+      (requests, urllib3, filelock, http.client);
+  7   a cold load of a realistic kernel variant (one ``.so`` of ``--realistic-mib`` and
+      10 small Python files) within 1.2x of one ``curl -K`` process (ratio <= 1.20);
+  8   in fresh interpreters, ``import flashhub`` and a first warm kernel import add at
+      most 0.5% of the time of ``import torch`` (ideally under 3 ms) over importing the
+      same package from a plain directory.
+
+Every measured load runs in a fresh process forked from a multiprocessing "forkserver"
+that has already imported torch, so a child starts with torch imported and only the
+call under test is timed. A child also runs the entry script's imports, this package
+(stdlib only, and none that a load would import if torch has not: ``median`` is written
+out to keep ``decimal`` out). Row 8 alone starts bare interpreters, as a user's program
+starts.
+
+The modules, in the order a run uses them:
+  cli          options, the run from start to end, the report on stdout
+  trees        the synthetic kernels, published into a CDN tree
+  servers      the loopback CDN server
+  children     the fork server and its fresh children
+  probes       the flashhub side, run in a child: loads and imports, timed
+  baselines    curl, plain ``requests``, command timing
+  bench        the harness: fresh dirs and caches, cold loads, the interleaved rounds
+  rows         one module per row: cold (1, 2, 5, 7), warm (3), crowd (4),
+               startup (6), import_cost (8)
+  results      Stat and Row, the measured values
+  report       the table, the notes and the JSON document
+  usage, machine, common   CPU time and peak RSS; the machine facts; shared constants
+"""

@@ -1,0 +1,105 @@
+"""The measuring harness that every row uses: :class:`Bench` holds the trees, the server
+and the fork server, hands out fresh directories and caches, and takes the rounds."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .children import Children
+from .common import log
+from .probes import child_first_import, child_get_kernel
+from .servers import CdnServer
+from .trees import PREFIX, WARM_PACKAGE, Kernel, Trees
+
+T = TypeVar("T")
+
+
+def settle() -> None:
+    """Flush dirty pages of earlier runs so their writeback does not land in this one."""
+    os.sync()
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    trees: Trees
+    server: CdnServer
+    children: Children
+    scratch: Path
+    curl: str | None
+    _serial: int = 0
+    _warm_cache: Path | None = None
+
+    def env(self, cache_dir: Path) -> dict[str, str]:
+        """The ``FLASHHUB_*`` variables of a load from this server into ``cache_dir``."""
+        return {
+            "FLASHHUB_CDN_URL": self.server.url,
+            "FLASHHUB_CDN_PREFIX": PREFIX,
+            "FLASHHUB_CACHE_DIR": str(cache_dir),
+            "FLASHHUB_DISABLE_PROGRESS_BARS": "1",
+        }
+
+    def fresh_dir(self, what: str) -> Path:
+        self._serial += 1
+        path = self.scratch / f"{what}-{self._serial}"
+        path.mkdir(parents=True)
+        return path
+
+    def url(self, url_path: str) -> str:
+        return self.server.url + url_path
+
+    def cold_load(self, kernel: Kernel) -> dict[str, Any]:
+        """``get_kernel`` in a child with a fresh, empty cache; with the GETs it made."""
+        cache = self.fresh_dir("cache")
+        settle()
+        self.server.reset()
+        result: dict[str, Any] = self.children.run(
+            child_get_kernel, self.env(cache), kernel.repo_id
+        )
+        result["requests"] = sum(self.server.gets().values())
+        shutil.rmtree(cache)
+        return result
+
+    def warm_cache(self) -> Path:
+        """A cache holding the warm kernel (rows 3 and 8), filled on the first call by a
+        cold load; both copies of its package, the cache's and the plain directory's, have
+        their bytecode compiled by then."""
+        if self._warm_cache is None:
+            log("warm kernel: filling a cache, compiling both copies' bytecode")
+            cache = self.fresh_dir("warm-cache")
+            env = self.env(cache)
+            self.children.run(child_get_kernel, env, self.trees.warm.repo_id)
+            self.children.run(child_first_import, env, WARM_PACKAGE, str(self.trees.plain_dir))
+            self._warm_cache = cache
+        return self._warm_cache
+
+    def rounds(
+        self,
+        label: str,
+        measurements: Mapping[str, Callable[[], T]],
+        runs: int | None = None,
+        *,
+        warm_up: bool = True,
+    ) -> dict[str, list[T]]:
+        """Take every measurement once per run, after one untimed warm-up round (unless
+        ``warm_up`` is False: earlier rows have run the very same code and files).
+
+        Each run starts at a different measurement, so no side always goes first.
+        """
+        runs = runs or self.args.runs
+        names = list(measurements)
+        results: dict[str, list[T]] = {name: [] for name in names}
+        for run in range(-1 if warm_up else 0, runs):
+            log(f"{label}: " + ("warm-up" if run < 0 else f"run {run + 1}/{runs}"))
+            shift = run % len(names)
+            for name in names[shift:] + names[:shift]:
+                value = measurements[name]()
+                if run >= 0:
+                    results[name].append(value)
+        return results

@@ -1,0 +1,81 @@
+"""The command line: ``python benchmarks/bench_load.py [options]`` parses its options
+here, builds the trees, starts the server and the fork server, measures every row of
+:data:`loadbench.rows.ROWS` and prints the report (and writes ``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from .bench import Bench
+from .children import Children
+from .common import log
+from .machine import machine_facts
+from .report import json_document, report
+from .results import Row
+from .rows import ROWS
+from .servers import serve
+from .trees import build_trees
+
+DESCRIPTION = "Kernel loading against the limits of this machine."
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=DESCRIPTION)
+    parser.add_argument("--size-mib", type=int, default=512, help="size of the big file")
+    parser.add_argument(
+        "--realistic-mib", type=int, default=128, help="size of the .so in the realistic variant"
+    )
+    parser.add_argument("--small-files", type=int, default=200, help="files in the small variant")
+    parser.add_argument("--runs", type=int, default=5, help="runs per row (median, min, max)")
+    parser.add_argument("--procs", type=int, default=16, help="concurrent processes in row 4")
+    parser.add_argument(
+        "--crowded-kernels", type=int, default=1000, help="other kernels in the cache of row 3d"
+    )
+    parser.add_argument("--json", type=Path, metavar="OUT", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    counts = (args.size_mib, args.realistic_mib, args.runs, args.procs, args.crowded_kernels)
+    if min(counts) < 1 or args.small_files < 2:
+        parser.error("sizes and counts must be positive (--small-files at least 2)")
+    return args
+
+
+def measure(args: argparse.Namespace, work: Path, curl: str | None) -> list[Row]:
+    """Every row, measured against trees and a server set up under ``work``."""
+    log(f"writing the CDN trees under {work}")
+    trees = build_trees(work, args.size_mib, args.small_files, args.realistic_mib)
+    log("starting the fork server (imports torch once)")
+    children = Children()
+    with serve(trees.cdn) as server:
+        bench = Bench(args, trees, server, children, work / "scratch", curl)
+        return [row for measure_rows in ROWS for row in measure_rows(bench)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Without bytecode caching every import compiles from source (flashhub's own modules
+    # in an editable install, and every kernel), which no normal install does.
+    no_bytecode = os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None
+    curl = shutil.which("curl")
+    if curl is None:
+        log("curl is not on PATH: the curl baselines are skipped")
+    with tempfile.TemporaryDirectory(prefix="flashhub-bench-") as tmp:
+        work = Path(tmp)
+        facts = machine_facts(work)
+        if no_bytecode:
+            facts["bytecode"] = "PYTHONDONTWRITEBYTECODE dropped for the measured processes"
+        load_before = os.getloadavg()[0]
+        rows = measure(args, work, curl)
+    facts["load before the run"] = (
+        f"{load_before:.2f} (1-minute load average: other processes on these cores add noise)"
+    )
+    rows.sort(key=lambda row: row.key)
+    print(report(rows, facts, args), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(json_document(rows, facts, args), indent=2) + "\n")
+    return 0

@@ -1,0 +1,92 @@
+"""The facts about this machine and checkout that head the report: CPU, memory, OS, the
+disk under the temporary directory, Python and package versions, curl, the git commit."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _first_line(argv: Sequence[str]) -> str:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except OSError:
+        return "?"
+    lines = result.stdout.strip().splitlines()
+    return lines[0] if lines else "?"
+
+
+def _proc(name: str) -> str:
+    """The text of ``/proc/<name>``, or nothing where there is no such file."""
+    path = Path("/proc") / name
+    return path.read_text() if path.exists() else ""
+
+
+def _mount_of(path: Path) -> str:
+    best = ("", "?", "?")
+    for line in _proc("mounts").splitlines():
+        device, mount, fstype = line.split()[:3]
+        if str(path).startswith(mount) and len(mount) >= len(best[0]):
+            best = (mount, device, fstype)
+    return f"{best[2]} on {best[1]} (mounted at {best[0]})"
+
+
+def _cpu() -> str:
+    models = re.findall(r"^model name\s*:\s*(.+)$", _proc("cpuinfo"), re.MULTILINE)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    model = models[0] if models else platform.processor() or "?"
+    return f"{model}; {os.cpu_count()} logical cores, {usable} usable"
+
+
+def _memory() -> str:
+    mem = re.search(r"^MemTotal:\s*(\d+) kB", _proc("meminfo"), re.MULTILINE)
+    return f"{int(mem.group(1)) / 1024**2:.1f} GiB" if mem else "?"
+
+
+def _packages() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # kept out of the children
+
+    def pkg(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"torch {pkg('torch')}, flashhub-kernels {pkg('flashhub-kernels')}, "
+        f"requests {pkg('requests')}, urllib3 {pkg('urllib3')}, filelock {pkg('filelock')}"
+    )
+
+
+def _curl() -> str:
+    if not shutil.which("curl"):
+        return "not on PATH"
+    return " ".join(_first_line(["curl", "--version"]).split()[:2])
+
+
+def _source() -> str:
+    commit = _first_line(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    dirty = _first_line(["git", "-C", str(REPO), "status", "--porcelain", "src"])
+    return f"git {commit}" + (" + uncommitted changes in src/" if dirty != "?" else "")
+
+
+def machine_facts(work: Path) -> dict[str, str]:
+    return {
+        "cpu": _cpu(),
+        "memory": _memory(),
+        "os": platform.platform(),
+        "disk (temp dir)": f"{work}: {_mount_of(work)}",
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "packages": _packages(),
+        "curl": _curl(),
+        "server": "stdlib ThreadingHTTPServer in this process, bodies by sendfile(2), keep-alive",
+        "source": _source(),
+    }

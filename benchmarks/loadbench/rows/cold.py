@@ -1,0 +1,218 @@
+"""Cold loads against curl and ``requests``: rows 1a and 1b (one big file), 5 (its peak
+RSS), 2a and 2b (many small files) and 7 (a realistic variant)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..baselines import curl_config, curl_file, requests_download
+from ..bench import Bench
+from ..common import MIB
+from ..results import Row, Stat, median, ratio_row
+from ..trees import REALISTIC_PY_BYTES, REALISTIC_PY_FILES, REALISTIC_SO
+
+# The targets (see the package docstring); printed with each row, never asserted.
+TARGET_BIG_VS_CURL = 1.0
+TARGET_SMALL_VS_CURL = 3.0
+TARGET_REALISTIC_VS_CURL = 1.2
+TARGET_RSS_MIB = 64.0
+CURL_PARALLEL = ("--parallel", "--parallel-max", "8")
+NO_CURL = "curl baseline skipped: curl is not on PATH"
+
+Measurements = dict[str, Callable[[], Any]]
+
+
+def mb_per_s(size: int, milliseconds: float) -> float:
+    return size / milliseconds / 1e3
+
+
+def load_ms(loads: Sequence[Mapping[str, Any]]) -> Stat:
+    """Milliseconds of :meth:`Bench.cold_load` results."""
+    return Stat.of([load["seconds"] * 1e3 for load in loads])
+
+
+def cpu_per_request(loads: Sequence[Mapping[str, Any]]) -> str:
+    """flashhub's CPU time per request over :meth:`Bench.cold_load` results (medians)."""
+    per_request = median([load["cpu_seconds"] * 1e6 / max(1, load["requests"]) for load in loads])
+    cpu_ms = median([load["cpu_seconds"] * 1e3 for load in loads])
+    requests = median([load["requests"] for load in loads])
+    libs = " ".join(loads[0]["libs"]) or "none"
+    return (
+        f"{per_request:.0f} us/request ({cpu_ms:.1f} ms user+sys over {requests:.0f} GETs, "
+        f"including the import of these libraries by get_kernel: {libs})"
+    )
+
+
+def curl_cpu_per_request(runs: Sequence[Mapping[str, float]], requests: int) -> str:
+    """A curl process's CPU time per request over :func:`curl_config` results."""
+    cpu_ms = median([run["cpu_ms"] for run in runs])
+    return f"{cpu_ms * 1e3 / requests:.0f} us/request ({cpu_ms:.1f} ms over {requests} GETs)"
+
+
+# -- rows 1 and 5: one big file -----------------------------------------------------------
+
+
+def row_big_file(bench: Bench) -> list[Row]:
+    """Rows 1 and 5: cold load of one large file vs curl and requests; its peak RSS."""
+    kernel = bench.trees.big
+    weights = bench.url(f"{kernel.variant_path}/big_file/weights.bin")
+    size = bench.args.size_mib * MIB
+    measurements: Measurements = {
+        "flashhub": lambda: bench.cold_load(kernel),
+        "requests": lambda: requests_download(bench, weights),
+    }
+    if bench.curl:
+        measurements["curl"] = lambda: curl_file(bench, weights, size)
+    results = bench.rounds(f"row 1: cold load of {bench.args.size_mib} MiB", measurements)
+    name = f"cold load, 1 file of {bench.args.size_mib} MiB"
+    ours = load_ms(results["flashhub"])
+    return [
+        _big_vs_curl(bench, name, ours, results.get("curl")),
+        _big_vs_requests(bench, name, ours, results["requests"]),
+        _big_rss(bench, results["flashhub"], results["requests"]),
+    ]
+
+
+def _flashhub_rate(bench: Bench, ours: Stat) -> str:
+    return f"flashhub {mb_per_s(bench.args.size_mib * MIB, ours.median):.0f} MB/s"
+
+
+def _big_vs_curl(bench: Bench, name: str, ours: Stat, curl: list[float] | None) -> Row:
+    row = Row("1a", name, "ms", ours, "curl -s -o FILE")
+    if curl is None:
+        row.notes.append(NO_CURL)
+    else:
+        row.baseline = Stat.of(curl)
+        curl_rate = mb_per_s(bench.args.size_mib * MIB, row.baseline.median)
+        row.notes.append(f"{_flashhub_rate(bench, ours)}, curl {curl_rate:.0f} MB/s")
+    return ratio_row(row, TARGET_BIG_VS_CURL)
+
+
+def _big_vs_requests(
+    bench: Bench, name: str, ours: Stat, plain: Sequence[Mapping[str, Any]]
+) -> Row:
+    baseline = load_ms(plain)
+    plain_rate = mb_per_s(bench.args.size_mib * MIB, baseline.median)
+    note = f"{_flashhub_rate(bench, ours)}, requests {plain_rate:.0f} MB/s"
+    label = "requests iter_content(1 MiB), no hash"
+    return Row("1b", name, "ms", ours, label, baseline, "(reference)", notes=[note])
+
+
+def _big_rss(
+    bench: Bench, ours: Sequence[Mapping[str, Any]], plain: Sequence[Mapping[str, Any]]
+) -> Row:
+    growth = Stat.of([r["rss_growth_mib"] for r in ours])
+    before = Stat.of([r["rss_before_mib"] for r in ours]).median
+    note = (
+        f"peak RSS during get_kernel minus RSS just before it ({before:.0f} MiB, torch "
+        f"imported), in the row-1 children; peak = {ours[0]['rss_method']}"
+    )
+    return Row(
+        "5",
+        f"peak RSS growth, cold load of {bench.args.size_mib} MiB",
+        "MiB",
+        growth,
+        "requests download, same measure",
+        Stat.of([r["rss_growth_mib"] for r in plain]),
+        target=f"< {TARGET_RSS_MIB:.0f} MiB (max)",
+        passed=growth.max < TARGET_RSS_MIB,
+        notes=[note],
+        has_ratio=False,
+    )
+
+
+# -- row 2: many small files ----------------------------------------------------------------
+
+
+def row_small_files(bench: Bench) -> list[Row]:
+    """Row 2: cold load of many small files vs one curl process fetching the same URLs."""
+    kernel = bench.trees.small
+    count = len(kernel.files)
+    measurements: Measurements = {"flashhub": lambda: bench.cold_load(kernel)}
+    if bench.curl:
+        measurements["sequential"] = lambda: curl_config(bench, kernel)
+        measurements["parallel"] = lambda: curl_config(bench, kernel, CURL_PARALLEL)
+    results = bench.rounds(f"row 2: cold load of {count} small files", measurements)
+
+    name = f"cold load, {count} files of 10 KiB"
+    ours = load_ms(results["flashhub"])
+    cpu = "client CPU (user+sys of the loading child, during get_kernel): flashhub " + (
+        cpu_per_request(results["flashhub"])
+    )
+    if not bench.curl:
+        row = Row("2", name, "ms", ours, "curl -K", target="(skipped)")
+        row.notes += ["curl baselines skipped: curl is not on PATH", cpu]
+        return [row]
+    return [
+        _small_vs_sequential(name, ours, results["sequential"], count, cpu),
+        _small_vs_parallel(name, ours, results["parallel"], count),
+    ]
+
+
+def _curl_ms(runs: Sequence[Mapping[str, float]]) -> Stat:
+    return Stat.of([run["ms"] for run in runs])
+
+
+def _small_vs_sequential(
+    name: str, ours: Stat, sequential: Sequence[Mapping[str, float]], count: int, cpu: str
+) -> Row:
+    notes = [
+        f"the target (within {TARGET_SMALL_VS_CURL:.1f}x of one `curl -K` process fetching "
+        "the same URLs) is judged against 2a",
+        f"{cpu}; curl -K {curl_cpu_per_request(sequential, count)}",
+    ]
+    baseline = _curl_ms(sequential)
+    row = Row("2a", name, "ms", ours, "curl -s -K config", baseline, notes=notes)
+    return ratio_row(row, TARGET_SMALL_VS_CURL)
+
+
+def _small_vs_parallel(
+    name: str, ours: Stat, parallel: Sequence[Mapping[str, float]], count: int
+) -> Row:
+    notes = [
+        "curl with 8 transfers at once: a stricter comparison, not the target",
+        f"curl --parallel CPU: {curl_cpu_per_request(parallel, count)}",
+    ]
+    label = "curl -s --parallel-max 8 -K config"
+    return Row("2b", name, "ms", ours, label, _curl_ms(parallel), "(reference)", notes=notes)
+
+
+# -- row 7: a realistic variant ---------------------------------------------------------------
+
+
+def row_realistic(bench: Bench) -> list[Row]:
+    """Row 7: cold load of a realistic variant (one .so, 10 Python files) vs ``curl -K``."""
+    kernel = bench.trees.realistic
+    mib = bench.args.realistic_mib
+    count = len(kernel.files)
+    measurements: Measurements = {"flashhub": lambda: bench.cold_load(kernel)}
+    if bench.curl:
+        measurements["curl"] = lambda: curl_config(bench, kernel)
+    results = bench.rounds(f"row 7: cold load of a realistic variant ({mib} MiB)", measurements)
+
+    ours = results["flashhub"]
+    size = sum(bench.server.size(path) for path in kernel.file_paths())
+    row = Row(
+        "7",
+        f"cold load, realistic variant: {mib} MiB .so + {len(REALISTIC_PY_FILES)} .py files",
+        "ms",
+        load_ms(ours),
+        "curl -s -K config",
+    )
+    row.notes.append(
+        f"package realistic/: {REALISTIC_SO} ({mib} MiB of random bytes) and "
+        f"{len(REALISTIC_PY_FILES)} Python files of about {REALISTIC_PY_BYTES // 1024} KiB "
+        f"(__init__.py among them); curl fetches the same {count} URLs, "
+        "one url/output pair each in its config"
+    )
+    rate = f"flashhub {mb_per_s(size, row.ours.median):.0f} MB/s" if row.ours else ""
+    cpu = f"flashhub CPU {cpu_per_request(ours)}"
+    if bench.curl:
+        curl = results["curl"]
+        row.baseline = _curl_ms(curl)
+        row.notes.append(f"{rate}, curl {mb_per_s(size, row.baseline.median):.0f} MB/s")
+        row.notes.append(f"{cpu}; curl CPU {curl_cpu_per_request(curl, count)}")
+    else:
+        row.notes += [NO_CURL, f"{rate}; {cpu}"]
+    return [ratio_row(row, TARGET_REALISTIC_VS_CURL)]

@@ -1,0 +1,137 @@
+"""Row 3: warm imports of a cached kernel against the same package imported from a plain
+directory on ``sys.path`` (3a, 3b), the requests they make (3c), a cache crowded with other
+kernels (3d) and the HTTP and lock libraries they import (3e)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ..bench import Bench
+from ..common import HTTP_LIBS, LOCK_LIBS, log
+from ..probes import child_first_import, child_reimports, child_warm_libs
+from ..results import Row, Stat, ratio_row
+from ..trees import ORG, WARM_PACKAGE
+
+# The targets (see the package docstring); printed with each row, never asserted.
+TARGET_WARM_VS_PLAIN = 1.5
+TARGET_CROWDED_VS_ALONE = 1.2  # "does not scale": noise, not a factor
+REIMPORTS = 200  # re-imports per run and module in row 3b
+PLAIN_BASELINE = f"import {WARM_PACKAGE} from a plain dir on sys.path"
+
+
+def crowded_cache(warm: Path, crowded: Path, kernels: int) -> Path:
+    """A copy of the warm cache plus ``kernels`` other verified kernels."""
+    shutil.copytree(warm, crowded, dirs_exist_ok=True, symlinks=True)
+    source = next((crowded / "kernels" / ORG).iterdir())
+    for i in range(kernels):
+        shutil.copytree(source, crowded / "kernels" / f"other{i % 10}" / f"kernel-{i}")
+    return crowded
+
+
+def row_warm_import(bench: Bench) -> list[Row]:
+    """Row 3: warm ``import flashhub...`` vs the same package from a plain directory."""
+    kernel = bench.trees.warm
+    cache = bench.warm_cache()
+    env = bench.env(cache)
+    crowded_dir = bench.fresh_dir("crowded-cache")
+    log(f"row 3: copying the cache with {bench.args.crowded_kernels} other kernels")
+    crowded_env = bench.env(crowded_cache(cache, crowded_dir, bench.args.crowded_kernels))
+    bench.server.reset()
+    libs: list[str] = bench.children.run(child_warm_libs, env, kernel.module, kernel.repo_id)
+    results = bench.rounds("row 3: warm imports", _measurements(bench, env, crowded_env))
+    made = sum(bench.server.gets().values())
+    return [
+        ratio_row(_first(kernel.module, results), TARGET_WARM_VS_PLAIN),
+        ratio_row(_again(kernel.module, results["again"]), TARGET_WARM_VS_PLAIN),
+        _requests(made),
+        ratio_row(_crowded(bench, results), TARGET_CROWDED_VS_ALONE),
+        _libs(kernel.module, libs),
+    ]
+
+
+def _measurements(
+    bench: Bench, env: Mapping[str, str], crowded_env: Mapping[str, str]
+) -> dict[str, Callable[[], Any]]:
+    """3a's two first imports, 3b's re-imports in one child and 3d's crowded first import."""
+    module, plain_dir = bench.trees.warm.module, str(bench.trees.plain_dir)
+    run = bench.children.run
+    flip = [False]
+
+    def reimports() -> dict[str, float]:
+        flip[0] = not flip[0]  # alternate which module goes first
+        order = [module, WARM_PACKAGE] if flip[0] else [WARM_PACKAGE, module]
+        result: dict[str, float] = run(child_reimports, env, order, plain_dir, REIMPORTS)
+        return result
+
+    return {
+        "first": partial(run, child_first_import, env, module, None),
+        "plain first": partial(run, child_first_import, env, WARM_PACKAGE, plain_dir),
+        "again": reimports,
+        "crowded": partial(run, child_first_import, crowded_env, module, None),
+    }
+
+
+def _first(module: str, results: Mapping[str, Sequence[float]]) -> Row:
+    note = (
+        f"import {module}, once per fresh process (torch and the flashhub hook "
+        "imported before); includes reading the cache index and receipt and stat-ing every file"
+    )
+    first, plain = Stat.of(results["first"]), Stat.of(results["plain first"])
+    name = "warm import, first in a fresh process"
+    return Row("3a", name, "us", first, PLAIN_BASELINE, plain, notes=[note])
+
+
+def _again(module: str, again: Sequence[Mapping[str, float]]) -> Row:
+    note = (
+        f"median of {REIMPORTS} imports per run in one process, the module and its "
+        "submodules deleted from sys.modules before each"
+    )
+    ours, plain = Stat.of([r[module] for r in again]), Stat.of([r[WARM_PACKAGE] for r in again])
+    name = "warm re-import, fresh module each time"
+    return Row("3b", name, "us", ours, PLAIN_BASELINE, plain, notes=[note])
+
+
+def _requests(made: int) -> Row:
+    return Row(
+        "3c",
+        "HTTP requests made by the warm imports",
+        "requests",
+        Stat.of([made]),
+        target="== 0",
+        passed=made == 0,
+        notes=["counted at the server over every warm load of rows 3a, 3b and 3e"],
+    )
+
+
+def _crowded(bench: Bench, results: Mapping[str, Sequence[float]]) -> Row:
+    note = (
+        "nothing on the warm path may scale with the number of kernels in the cache; "
+        "the CDN is not contacted at all (3c), so what it publishes cannot matter either"
+    )
+    crowded, alone = Stat.of(results["crowded"]), Stat.of(results["first"])
+    name = f"warm import, first, {bench.args.crowded_kernels} other kernels cached"
+    baseline = "the same import, only this kernel cached (3a)"
+    return Row("3d", name, "us", crowded, baseline, alone, notes=[note])
+
+
+def _libs(module: str, libs: Sequence[str]) -> Row:
+    note = (
+        "modules among " + ", ".join((*HTTP_LIBS, *LOCK_LIBS)) + " that import flashhub, "
+        f"a first import of {module} and a warm get_kernel bring in, in a child with "
+        "torch imported (torch imports http.client itself: row 6c checks it without torch); "
+        "a lock library is listed but not judged"
+    )
+    return Row(
+        "3e",
+        "HTTP/lock libs imported by warm loads",
+        "",
+        None,
+        target="no HTTP lib",
+        passed=not [name for name in libs if name in HTTP_LIBS],
+        text=" ".join(libs) or "none",
+        notes=[note],
+    )

@@ -1,0 +1,106 @@
+"""Immutable records that cost next to nothing to define.
+
+The records of the import hook's path (:class:`~flashhub_kernels.RepoInfo`,
+:class:`~flashhub_kernels.LoadedKernel`, the settings, the variant verdicts) were frozen
+dataclasses, and a frozen dataclass compiles its methods with ``exec`` when the class is
+defined: about 0.5 ms each, paid by every process that installs the hook. A
+:class:`Record` subclass declares its fields as a dataclass does, by annotating them in
+order, and writes its ``__init__``; the other methods are shared, and behave as a frozen
+dataclass's do:
+
+- equal to a record of the same class with equal fields, hashed as the tuple of fields;
+- ``repr`` as ``ClassName(field=value, ...)``;
+- assigning or deleting an attribute raises :class:`dataclasses.FrozenInstanceError`;
+- pickled and copied by calling the class with the fields;
+- ``dataclasses.fields``, ``asdict``, ``astuple``, ``replace`` and ``is_dataclass``
+  work: the first of them to look turns the class into a dataclass (its methods left
+  as they are), so only a process that asks pays for it.
+"""
+
+from __future__ import annotations
+
+# Not typing.TYPE_CHECKING: importing typing would cost the hook more than this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from dataclasses import Field
+    from typing import Any, ClassVar
+
+    from typing_extensions import Self
+
+
+def frozen_error(name: str, action: str = "assign to") -> AttributeError:
+    """The error a frozen dataclass raises when a field is assigned (or deleted)."""
+    from dataclasses import FrozenInstanceError  # only on a mistake: dataclasses is slow
+
+    return FrozenInstanceError(f"cannot {action} field {name!r}")
+
+
+class _DataclassFields:
+    """``__dataclass_fields__`` of a record class, made when something first reads it."""
+
+    def __get__(self, instance: object, owner: type[Record]) -> dict[str, Field[Any]]:
+        if owner is Record:
+            raise AttributeError("__dataclass_fields__")  # the base is no dataclass
+        import dataclasses
+
+        # No method is generated (init, repr and eq are off; not frozen): the record's
+        # own stay. This sets the class's own __dataclass_fields__, shadowing this one.
+        dataclasses.dataclass(init=False, repr=False, eq=False)(owner)
+        fields: dict[str, Field[Any]] = owner.__dict__["__dataclass_fields__"]
+        return fields
+
+
+class Record:
+    """Base of an immutable record. A subclass (of ``Record`` itself, not of another
+    record) annotates its fields in order, every class annotation being a field, and
+    has an ``__init__`` that takes them as parameters of the same names, in the same
+    order, and stores them with :meth:`_init`.
+    """
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()  # the names of the fields, in order
+    if TYPE_CHECKING:
+        # What the type checker knows of a dataclass: dataclasses.replace() accepts one.
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+    else:
+        __dataclass_fields__ = _DataclassFields()
+
+    def __init_subclass__(cls) -> None:
+        cls._fields = tuple(cls.__annotations__)
+        cls.__match_args__ = cls._fields  # type: ignore[attr-defined,misc]  # `case` patterns
+
+    def _init(self, *values: object) -> None:
+        """Store ``values`` as the fields, in the order of ``_fields``."""
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[Any, ...]:
+        """The fields, in order."""
+        return tuple([getattr(self, name) for name in self._fields])
+
+    def _replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied to the named fields (as ``NamedTuple._replace``)."""
+        fields = {name: getattr(self, name) for name in self._fields}
+        return type(self)(**{**fields, **changes})
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Record) and other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise frozen_error(name)
+
+    def __delattr__(self, name: str) -> None:
+        raise frozen_error(name, "delete")
+
+    def __reduce__(self) -> tuple[Callable[..., Self], tuple[Any, ...]]:
+        return type(self), self._values()

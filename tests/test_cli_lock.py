@@ -1,0 +1,269 @@
+"""``flashhub lock`` and ``flashhub download``: what they print and write, their options
+(``--json``, ``--all-variants``, ``--variant``), exit codes, and how they behave offline.
+
+Locking and loading what a lock pins, as the library does it, is tested in test_lock.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cdn_server import CdnServer
+from cli_runner import OFFLINE, flashhub, ok_json, refused_offline
+from conftest import run_python
+from flashhub_kernels import get_kernel, get_locked_kernel, load_kernel
+from flashhub_kernels._lock import lock_project
+from flashhub_kernels._lockfile import LOCKFILE_NAME, read_lockfile
+from projects import (
+    CUDA,
+    NOARCH_CUDA,
+    PY_PKG,
+    REPO,
+    UNIVERSAL,
+    change_published_file,
+    entry,
+    lockfile_of,
+    published_hash,
+    write_project,
+)
+from trees import local_variant, write_kernel
+
+LOCAL = local_variant()
+
+
+# -- lock and download ------------------------------------------------------------------------
+
+
+def test_lock_download_then_load_offline(project: Path, cdn: CdnServer) -> None:
+    locked = flashhub("lock", project)
+    assert locked.returncode == 0, locked.stderr
+    assert f"{REPO} >=1,<3: v2 (3 variants)" in locked.stdout
+    assert f"wrote {project / LOCKFILE_NAME}" in locked.stdout
+
+    downloaded = flashhub("download", cwd=project)  # PROJECT_DIR defaults to .
+    assert downloaded.returncode == 0, downloaded.stderr
+    assert downloaded.stdout.split()[:3] == ["downloaded", f"{REPO}@v2", LOCAL]
+
+    cdn.stop()
+    code = f"from flashhub_kernels import load_kernel; print(load_kernel({REPO!r}).marker())"
+    # A fresh interpreter: what this one loaded cannot help the load in the project.
+    output = run_python(code, env=OFFLINE, cwd=project)
+    assert output.strip() == f"{REPO}@v2:{LOCAL}"
+
+
+def test_lock_json(project: Path) -> None:
+    document = ok_json(flashhub("lock", project, "--json"))
+    assert document["lockfile"] == str(project / LOCKFILE_NAME)
+    assert document["version"] == 1
+    [kernel] = document["kernels"]
+    assert (kernel["repo_id"], kernel["version"]) == (REPO, 2)
+    assert set(kernel["variants"]) == {LOCAL, UNIVERSAL, CUDA}
+    assert json.loads((project / LOCKFILE_NAME).read_text())["kernels"] == [kernel]
+
+
+def test_download_all_variants_json(project: Path, cdn: CdnServer) -> None:
+    assert flashhub("lock", project).returncode == 0
+    cdn.clear_log()
+
+    document = ok_json(flashhub("download", project, "--all-variants", "--json"))
+
+    results = {r["variant"]: r for r in document["results"]}
+    assert set(results) == {LOCAL, UNIVERSAL, CUDA}
+    for variant, result in results.items():
+        assert result["status"] == "downloaded"
+        assert Path(result["path"], PY_PKG, "__init__.py").is_file()
+        assert len(cdn.gets(f"/v2/build/{variant}/{PY_PKG}/__init__.py")) == 1
+    again = ok_json(flashhub("download", project, "--all-variants", "--json"))
+    assert {r["status"] for r in again["results"]} == {"cached"}
+
+
+def test_download_detects_an_object_changed_after_locking(project: Path, cdn: CdnServer) -> None:
+    assert flashhub("lock", project).returncode == 0
+    change_published_file(cdn.root, 2, LOCAL)
+
+    result = flashhub("download", project)
+
+    assert result.returncode == 1
+    assert f"error: {REPO}@v2 {LOCAL}: {REPO}@v2 variant {LOCAL}" in result.stderr
+    assert "the lock pins sha256-" in result.stderr
+
+
+def test_download_without_a_lock_fails_with_a_hint(tmp_path: Path) -> None:
+    result = flashhub("download", tmp_path)
+    assert result.returncode == 1
+    assert f"{tmp_path / LOCKFILE_NAME} does not exist" in result.stderr
+    assert "flashhub lock" in result.stderr
+
+
+def test_lock_without_dependencies_fails(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    result = flashhub("lock", tmp_path)
+    assert result.returncode == 1
+    assert "declares no kernels" in result.stderr
+    assert "[tool.flashhub.dependencies]" in result.stderr
+
+
+# -- a version without variants.json ---------------------------------------------------------
+
+
+def test_probed_version_locks_downloads_and_loads_offline(
+    probed_project: Path, cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locked = flashhub("lock", probed_project)
+    assert locked.returncode == 0, locked.stderr
+    downloaded = flashhub("download", probed_project)
+    assert downloaded.returncode == 0, downloaded.stderr
+    cdn.clear_log()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+
+    module = load_kernel(REPO, lockfile=lockfile_of(probed_project))
+    confirmed = flashhub("lock", probed_project)
+    asked_for_more = flashhub("lock", probed_project, "--variant", CUDA)
+
+    assert f"{REPO} ==1: v1 (2 variants, probed: no variants.json)" in locked.stdout
+    kernel = json.loads(lockfile_of(probed_project).read_text())["kernels"][0]
+    assert kernel["variants_source"] == "probed"
+    assert kernel["variants"] == {
+        v: {"hash": published_hash(cdn.root, v)} for v in (LOCAL, UNIVERSAL)
+    }
+    assert downloaded.stdout.split()[:3] == ["downloaded", f"{REPO}@v1", LOCAL]
+    assert module.marker() == f"{REPO}@v1:{LOCAL}"
+    assert (
+        module
+        is get_kernel(REPO, version=1)
+        is get_locked_kernel(REPO, lockfile=lockfile_of(probed_project))
+    )
+    assert "is up to date as far as the cache knows" in confirmed.stdout
+    assert asked_for_more.returncode == 1
+    assert f"{REPO}@v1 is locked, but the requested variant {CUDA} is not" in asked_for_more.stderr
+    assert cdn.requests == []
+
+
+def test_variant_option_and_pyproject_add_variants_this_system_cannot_load(
+    probed_project: Path, cdn: CdnServer
+) -> None:
+    with_option = ok_json(flashhub("lock", probed_project, "--variant", CUDA, "--json"))
+    pyproject = probed_project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + f'[tool.flashhub]\nvariants = ["{NOARCH_CUDA}"]\n')
+    from_pyproject = ok_json(flashhub("lock", probed_project, "--json"))
+    both = lock_project(probed_project, variants=[CUDA])
+
+    assert set(with_option["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, CUDA}
+    assert with_option["kernels"][0]["variants"][CUDA] == {"hash": published_hash(cdn.root, CUDA)}
+    assert set(from_pyproject["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, NOARCH_CUDA}
+    assert set(both.kernel(REPO).variants) == {LOCAL, UNIVERSAL, CUDA, NOARCH_CUDA}
+    assert read_lockfile(lockfile_of(probed_project)).kernel(REPO).probed
+
+
+def test_all_variants_of_a_probed_lock_download_and_prune_keeps_them(
+    probed_project: Path, cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_kernel(cdn.root, REPO, 2, [UNIVERSAL])
+    assert flashhub("lock", probed_project, "--variant", CUDA).returncode == 0
+    assert flashhub("get", REPO, "--version", "2").returncode == 0  # not locked: pruned
+
+    downloaded = ok_json(flashhub("download", probed_project, "--all-variants", "--json"))
+    pruned = ok_json(flashhub("cache", "prune", "--keep-locked", probed_project, "--json"))
+    cdn.clear_log()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+
+    assert sorted((r["variant"], r["status"]) for r in downloaded["results"]) == sorted(
+        (v, "downloaded") for v in (LOCAL, UNIVERSAL, CUDA)
+    )
+    assert [(r["version"], r["variant"]) for r in pruned["removed"]] == [(2, UNIVERSAL)]
+    for variant in (LOCAL, UNIVERSAL, CUDA):
+        assert (entry(1, variant) / PY_PKG / "__init__.py").is_file()
+    module = load_kernel(REPO, lockfile=lockfile_of(probed_project))
+    assert module.marker() == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
+
+
+def test_requested_variant_the_cdn_lacks_is_an_error_naming_it(probed_project: Path) -> None:
+    missing = "torch212-cxx11-cu128-x86_64-linux"
+    result = flashhub("lock", probed_project, "--variant", CUDA, "--variant", missing)
+    malformed = flashhub("lock", probed_project, "--variant", "cu126")
+
+    assert result.returncode == 1
+    assert f"{REPO}@v1 has no variants.json" in result.stderr
+    assert f"the requested variant {missing} is not on the CDN" in result.stderr
+    assert "--variant NAME" in result.stderr
+    assert malformed.returncode == 2
+    assert "'cu126' is not a variant name" in malformed.stderr
+    assert not lockfile_of(probed_project).exists()
+
+
+# -- offline: the lock is confirmed from the cache, never rewritten ---------------------------
+
+
+def lock_state(project: Path) -> tuple[bytes, int]:
+    path = project / "flashhub.lock"
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def test_flashhub_lock_offline_confirms_the_lock_from_the_cache(
+    project: Path, cdn: CdnServer
+) -> None:
+    assert flashhub("lock", project).returncode == 0
+    assert flashhub("download", project).returncode == 0
+    before = lock_state(project)
+    cdn.clear_log()
+
+    text = flashhub("lock", project, env=OFFLINE)
+    document = ok_json(flashhub("lock", project, "--json", env=OFFLINE))
+
+    assert text.returncode == 0, text.stderr
+    assert f"{REPO} >=1,<3: v2 (3 variants)" in text.stdout
+    assert "is up to date as far as the cache knows" in text.stdout
+    assert "wrote" not in text.stdout
+    assert document["written"] is False
+    assert document["kernels"] == json.loads(before[0])["kernels"]
+    assert lock_state(project) == before
+    assert cdn.requests == []
+
+
+def test_flashhub_lock_offline_without_a_cache_is_refused_and_writes_nothing(
+    project: Path, cdn: CdnServer
+) -> None:
+    missing = flashhub("lock", project, env=OFFLINE)
+    assert flashhub("lock", project).returncode == 0
+    before = lock_state(project)
+    cdn.clear_log()
+
+    cold = flashhub("lock", project, env=OFFLINE)
+
+    refused_offline(missing, "flashhub.lock does not exist", "`flashhub lock`")
+    refused_offline(
+        cold, f"the cache does not record the variants.json of {REPO}@v2", "`flashhub lock`"
+    )
+    assert lock_state(project) == before
+    assert cdn.requests == []
+
+
+def test_flashhub_lock_offline_reports_a_stale_lock_and_leaves_it(
+    project: Path, cdn: CdnServer
+) -> None:
+    assert flashhub("lock", project).returncode == 0
+    assert flashhub("download", project).returncode == 0
+    assert flashhub("get", REPO, "--version", "3").returncode == 0  # newer, cached
+    before = lock_state(project)
+    widened = write_project(project, {REPO: ">=1"})
+    cdn.clear_log()
+
+    changed_range = flashhub("lock", widened, env=OFFLINE)
+    assert lock_state(project) == before
+    (project / "pyproject.toml").write_text(
+        (project / "pyproject.toml").read_text().replace('">=1"', '">=1,<4"')
+    )
+    lock_json = json.loads(before[0])
+    lock_json["kernels"][0]["specifier"] = ">=1,<4"
+    (project / "flashhub.lock").write_text(json.dumps(lock_json))
+    rewritten = lock_state(project)
+    newer_cached = flashhub("lock", project, env=OFFLINE)
+
+    refused_offline(changed_range, "is locked for '>=1,<3', but declared as '>=1'")
+    refused_offline(newer_cached, f"{REPO} v3 is in the cache and in the range '>=1,<4'")
+    assert lock_state(project) == rewritten
+    assert cdn.requests == []

@@ -1,0 +1,126 @@
+"""The ``flashhub publish`` command: its JSON and text reports, exit codes and usage errors.
+
+The publisher itself is tested in test_publish.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
+from cli_runner import flashhub
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# No staging or old-version directory of a publish is left behind.
+pytestmark = pytest.mark.usefixtures("no_leftover_staging")
+
+
+def test_cli_publish_json(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    result = flashhub(
+        "publish",
+        kernel,
+        "--repo-id",
+        REPO,
+        "--version",
+        "1",
+        "--out",
+        out,
+        "--prefix",
+        "k",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["versions"] == [1] and report["noop"] is False
+    assert report["version_dir"] == str(out / "k" / "acme" / "my-kern" / "v1")
+    assert [v["name"] for v in report["variants"]] == [UNIVERSAL, CPU]
+    assert sorted(report["written"]) == sorted(tree_bytes(out))
+
+    again = flashhub(
+        "publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out, "--prefix", "k"
+    )
+    assert again.returncode == 0
+    assert "identical content" in again.stdout
+
+
+def test_cli_publish_failure_exits_1(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    assert (
+        flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out).returncode
+        == 0
+    )
+    (package_dir(kernel) / "helpers.py").write_text("X = 2\n")
+    result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: acme/my-kern@v1 is already published")
+    assert "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["publish"],
+        ["publish", "x", "--version", "1", "--out", "o"],
+        ["publish", "x", "--repo-id", "a/b/c", "--version", "1", "--out", "o"],
+        ["publish", "x", "--repo-id", REPO, "--version", "0", "--out", "o"],
+        ["publish", "x", "--repo-id", REPO, "--version", "one", "--out", "o"],
+        ["publish", "x", "--repo-id", REPO, "--version", "1", "--out", "o", "--prefix", "../x"],
+        ["frobnicate"],
+    ],
+)
+def test_cli_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
+    # A real process: `python -m flashhub_kernels` and the exit status a shell sees.
+    result = subprocess.run(
+        [sys.executable, "-m", "flashhub_kernels", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_main_in_process(kernel: Path, tmp_path: Path) -> None:
+    helped = flashhub("--help")
+    assert helped.returncode == 0
+    assert "publish" in helped.stdout
+    published = flashhub("publish", kernel, "--repo-id", REPO, "--version", "2", "--out", tmp_path)
+    assert published.returncode == 0
+    assert published.stdout.startswith("published acme/my-kern@v2")
+    missing = flashhub(
+        "publish",
+        tmp_path / "none",
+        "--repo-id",
+        REPO,
+        "--version",
+        "2",
+        "--out",
+        tmp_path,
+    )
+    assert missing.returncode == 1
+    assert "not a directory" in missing.stderr
+
+
+def test_cli_publish_text_counts_and_sizes(kernel: Path, tmp_path: Path) -> None:
+    result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", tmp_path)
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+
+    universal = sum(len(text) for text in (INIT, ops_source(UNIVERSAL), HELPERS))
+    assert lines[1] == f"  {UNIVERSAL}: 3 files, {universal} B"  # sizes as `flashhub info` shows
+    assert re.fullmatch(rf"  {CPU}: 4 files, \d+\.\d KiB", lines[2]), lines[2]
+    assert re.fullmatch(r"wrote 11 files \(\d+\.\d KiB\)", lines[3]), lines[3]

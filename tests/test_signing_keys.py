@@ -1,0 +1,283 @@
+"""Signing keys: ``flashhub keygen``, key files, key ids and the trusted-key lists
+(``FLASHHUB_TRUSTED_KEYS``) that clients configure."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli_runner import flashhub, ok_json
+from flashhub_kernels._signing import (
+    SigningKey,
+    TrustedKey,
+    key_id_of,
+    load_signing_key,
+    load_trusted_keys,
+    parse_trusted_keys,
+)
+from flashhub_kernels.errors import PublishError
+
+# RFC 8032, section 7.1, test 1: a seed and the public key it gives.
+RFC_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+RFC_PUBLIC = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+RFC_LINE = "flashhub-ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="
+PUBLIC_LINE = re.compile(r"flashhub-ed25519:[A-Za-z0-9+/]{43}=")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def umask_077() -> Iterator[None]:
+    """A umask that would make every new file private: the key files set their modes."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+# --- keygen ----------------------------------------------------------------------------
+
+
+def test_keygen_writes_a_private_key_file_and_prints_one_public_line(
+    tmp_path: Path, umask_077: None
+) -> None:
+    keyfile = tmp_path / "release.key"
+    result = flashhub("keygen", "--out", keyfile)
+    assert result.returncode == 0, result.stderr
+    public_line, key_id_line = result.stdout.splitlines()
+    assert PUBLIC_LINE.fullmatch(public_line)
+    raw = base64.b64decode(public_line.removeprefix("flashhub-ed25519:"))
+    assert key_id_line == f"key id: {hashlib.sha256(raw).hexdigest()[:16]}"
+
+    assert mode(keyfile) == 0o600
+    assert mode(tmp_path / "release.key.pub") == 0o644
+    assert (tmp_path / "release.key.pub").read_text() == public_line + "\n"
+    lines = keyfile.read_text().splitlines()
+    assert lines[0].startswith("#") and key_id_line.split()[-1] in lines[0]
+    assert re.fullmatch(r"flashhub-ed25519-private:[A-Za-z0-9+/]{43}=", lines[1])
+    assert lines[1] not in result.stdout + result.stderr  # the secret is never printed
+
+    key = load_signing_key(keyfile)
+    assert (key.public_line, key.key_id) == (public_line, key_id_line.split()[-1])
+    # The .pub file is what clients may point FLASHHUB_TRUSTED_KEYS at.
+    (trusted,) = load_trusted_keys(str(tmp_path / "release.key.pub"))
+    assert (trusted.key_id, trusted.public_key, trusted.orgs) == (key.key_id, raw, None)
+
+
+def test_keygen_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
+    keyfile = tmp_path / "release.key"
+    first = ok_json(flashhub("keygen", "--out", keyfile, "--json"))
+    before = keyfile.read_bytes()
+
+    refused = flashhub("keygen", "--out", keyfile)
+    assert refused.returncode == 1
+    assert "already exists" in refused.stderr and "--force" in refused.stderr
+    assert keyfile.read_bytes() == before
+
+    (tmp_path / "other.key.pub").write_text("stale\n")  # a leftover .pub counts too
+    assert flashhub("keygen", "--out", tmp_path / "other.key").returncode == 1
+    assert not (tmp_path / "other.key").exists()
+
+    keyfile.chmod(0o644)  # --force writes a new private file: 0600 again
+    second = ok_json(flashhub("keygen", "--out", keyfile, "--force", "--json"))
+    assert second["key_id"] != first["key_id"]
+    assert mode(keyfile) == 0o600
+    assert load_signing_key(keyfile).key_id == second["key_id"]
+    assert (tmp_path / "release.key.pub").read_text() == second["public_key"] + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "other.key.pub",
+        "release.key",
+        "release.key.pub",
+    ]
+
+
+def test_keygen_json(tmp_path: Path) -> None:
+    report = ok_json(flashhub("keygen", "--out", tmp_path / "k", "--json"))
+    assert set(report) == {"key_id", "public_key", "private_key_file", "public_key_file"}
+    assert PUBLIC_LINE.fullmatch(report["public_key"])
+    assert report["public_key_file"] == str(tmp_path / "k.pub")
+
+
+def test_key_id_is_stable() -> None:
+    key = SigningKey(RFC_SEED)
+    assert key.public_key == RFC_PUBLIC
+    assert key.public_line == RFC_LINE
+    assert key.key_id == key_id_of(RFC_PUBLIC) == "21fe31dfa154a261"
+    assert key.key_id == hashlib.sha256(RFC_PUBLIC).hexdigest()[:16]
+    (trusted,) = parse_trusted_keys(RFC_LINE, source="test")
+    assert trusted.key_id == key.key_id
+    assert RFC_SEED.hex() not in repr(key) and "21fe31dfa154a261" in repr(key)
+
+
+# --- key files -------------------------------------------------------------------------
+
+
+def write_key(path: Path, text: str, file_mode: int = 0o600) -> Path:
+    path.write_text(text)
+    path.chmod(file_mode)
+    return path
+
+
+PRIVATE_LINE = "flashhub-ed25519-private:" + base64.b64encode(RFC_SEED).decode()
+
+
+def test_a_key_file_needs_only_its_private_line(tmp_path: Path) -> None:
+    key = load_signing_key(write_key(tmp_path / "k", f"\n  {PRIVATE_LINE}  \n"))
+    assert key.key_id == "21fe31dfa154a261"
+
+
+@pytest.mark.parametrize("file_mode", [0o640, 0o604, 0o660, 0o644])
+def test_a_key_file_others_may_read_is_refused(tmp_path: Path, file_mode: int) -> None:
+    keyfile = write_key(tmp_path / "k", PRIVATE_LINE + "\n", file_mode)
+    with pytest.raises(PublishError, match="accessible by others") as raised:
+        load_signing_key(keyfile)
+    assert raised.value.hint == f"chmod 600 {keyfile}"
+    assert PRIVATE_LINE not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (RFC_LINE + "\n", "is a public key"),
+        ("flashhub-ed25519-private:AAAA\n", "not a flashhub signing key"),
+        (f"{PRIVATE_LINE}\n{PRIVATE_LINE}\n", "not a flashhub signing key"),
+        ("", "not a flashhub signing key"),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----\n", "not a flashhub signing key"),
+    ],
+)
+def test_a_file_that_is_not_a_private_key_is_refused(tmp_path: Path, text: str, says: str) -> None:
+    with pytest.raises(PublishError, match=says) as raised:
+        load_signing_key(write_key(tmp_path / "k", text))
+    assert "KEYFILE.pub" in (raised.value.hint or "")
+    assert PRIVATE_LINE not in str(raised.value)
+
+
+def test_a_missing_key_file_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(PublishError, match="cannot read the signing key") as raised:
+        load_signing_key(tmp_path / "nope.key")
+    assert "flashhub keygen" in (raised.value.hint or "")
+
+
+# --- trusted keys ----------------------------------------------------------------------
+
+
+KEY_A = SigningKey(bytes([1]) * 32)
+KEY_B = SigningKey(bytes([2]) * 32)
+
+
+def test_parse_trusted_keys_scopes_comments_and_separators() -> None:
+    text = f"""
+        # the release key, for every org
+        {KEY_A.public_line},
+        acme:{KEY_B.public_line}   # acme's own key
+        _lab-2:{KEY_B.public_line},,
+    """
+    keys = parse_trusted_keys(text, source="keys.txt")
+    assert keys == (
+        TrustedKey(KEY_A.key_id, KEY_A.public_key, None),
+        TrustedKey(KEY_B.key_id, KEY_B.public_key, frozenset({"acme", "_lab-2"})),
+    )
+    assert keys[0].trusted_for("anyone")
+    assert keys[1].trusted_for("acme") and not keys[1].trusted_for("other")
+    assert keys[1].public_line == KEY_B.public_line
+
+
+def test_an_unscoped_entry_trusts_the_key_for_every_org() -> None:
+    for text in (
+        f"acme:{KEY_A.public_line} {KEY_A.public_line}",
+        f"{KEY_A.public_line} acme:{KEY_A.public_line}",
+    ):
+        (key,) = parse_trusted_keys(text, source="test")
+        assert key.orgs is None
+
+
+def test_no_entries_no_keys() -> None:
+    assert parse_trusted_keys("  # nothing here\n, ,\n", source="test") == ()
+    assert load_trusted_keys("") == load_trusted_keys("  ") == ()
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ("flashhub-ed25519:not-base64!", "not a public key"),
+        ("flashhub-ed25519:" + base64.b64encode(bytes(31)).decode(), "not a public key"),
+        ("flashhub-ed25519:", "not a public key"),
+        ("ssh-ed25519", "must be flashhub-ed25519"),
+        ("9acme:" + KEY_A.public_line, "neither"),
+        ("ac.me:" + KEY_A.public_line, "neither"),
+        ("acme:ssh-ed25519:AAAA", "must be flashhub-ed25519"),
+        ("acme:other:" + KEY_A.public_line, "must be flashhub-ed25519"),
+    ],
+)
+def test_a_bad_entry_names_the_source_and_the_entry(entry: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says) as raised:
+        parse_trusted_keys(f"{KEY_A.public_line}\n{entry}", source="FLASHHUB_TRUSTED_KEYS")
+    message = str(raised.value)
+    assert message.startswith("FLASHHUB_TRUSTED_KEYS: entry ")
+    assert repr(entry) in message
+
+
+def test_a_private_key_among_trusted_keys_is_refused_without_echoing_it() -> None:
+    for entry in (PRIVATE_LINE, f"acme:{PRIVATE_LINE}"):
+        with pytest.raises(ValueError, match="holds a private key") as raised:
+            parse_trusted_keys(f"{KEY_A.public_line} {entry}", source="keys.txt")
+        assert PRIVATE_LINE.split(":")[1] not in str(raised.value)
+
+
+def test_load_trusted_keys_reads_a_file_or_the_value(tmp_path: Path) -> None:
+    listed = tmp_path / "trusted keys.txt"
+    listed.write_text(f"# ours\n{KEY_A.public_line}\nacme:{KEY_B.public_line}\n")
+    from_file = load_trusted_keys(str(listed))
+    assert [k.key_id for k in from_file] == [KEY_A.key_id, KEY_B.key_id]
+    assert load_trusted_keys(f"{KEY_A.public_line},acme:{KEY_B.public_line}") == from_file
+
+    listed.write_text("acme:flashhub-ed25519:AAAA\n")
+    with pytest.raises(ValueError, match=re.escape(f"FLASHHUB_TRUSTED_KEYS file {listed}")):
+        load_trusted_keys(str(listed))
+    with pytest.raises(ValueError, match="neither an existing file nor a list"):
+        load_trusted_keys(str(tmp_path / "missing.txt"))
+
+
+# --- no cryptography at import ---------------------------------------------------------
+
+
+def test_importing_flashhub_kernels_imports_no_cryptography() -> None:
+    code = (
+        "import flashhub_kernels, sys; "
+        "assert not any(m.startswith('cryptography') for m in sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_parsing_keys_and_signatures_imports_no_cryptography() -> None:
+    code = f"""
+import sys
+from flashhub_kernels import cli, _publish
+from flashhub_kernels._signing import parse_trusted_keys, parse_signatures, statement
+parse_trusted_keys({KEY_A.public_line!r}, source="test")
+parse_signatures(b'{{"format": 1, "signatures": []}}', source="test")
+statement("versions", "acme/k", None, None, b"[1]")
+cli.build_parser()
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("cryptography"))))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", "import json\n" + code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert json.loads(result.stdout) == []

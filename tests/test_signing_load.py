@@ -1,0 +1,799 @@
+"""Signed kernels end to end: loading, the warm path, locks, the CLI and key sources, each
+against the loopback CDN and its request log.
+
+The trees are published with ``trees.write_kernel`` and signed with the real command,
+``flashhub sign <cdn root> --key KEYFILE``. The primitives (statements, ``.sig`` parsing,
+key files) are unit-tested in test_signing_verify.py, test_signing_keys.py and
+test_signing_publish.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdn_server import CdnServer
+from cli_runner import OFFLINE, flashhub, ok_json
+from conftest import MakeProject, run_python
+from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
+from flashhub_kernels._config import get_config, reset_config
+from flashhub_kernels._lockfile import read_lockfile
+from flashhub_kernels._signing import SigningKey, generate_signing_key, write_key_pair
+from flashhub_kernels.errors import SignatureError
+from projects import (
+    CUDA,
+    REPO,
+    UNIVERSAL,
+    change_published_file,
+    entry,
+    lockfile_of,
+)
+from trees import local_variant, write_kernel
+
+LOCAL = local_variant()
+MODULE = "flashhub.acme.tensor_tricks.v1"
+IMPORT_V1 = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
+OTHER = "acme/other-tricks"
+TRUSTED = "FLASHHUB_TRUSTED_KEYS"
+REQUIRE = "FLASHHUB_REQUIRE_SIGNATURES"
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def key_pair(tmp_path: Path, name: str) -> tuple[Path, SigningKey]:
+    """A key file ``tmp_path/<name>.key`` (and its ``.pub``), as `flashhub keygen` writes it."""
+    key = generate_signing_key()
+    path = tmp_path / f"{name}.key"
+    write_key_pair(key, path)
+    return path, key
+
+
+def sign(path: Path, keyfile: Path) -> None:
+    """``flashhub sign PATH --key KEYFILE``."""
+    result = flashhub("sign", path, "--key", keyfile)
+    assert result.returncode == 0, result.stderr
+
+
+def trust(monkeypatch: pytest.MonkeyPatch, *entries: str) -> None:
+    """``FLASHHUB_TRUSTED_KEYS`` = ``entries`` (public lines, optionally org-scoped)."""
+    monkeypatch.setenv(TRUSTED, " ".join(entries))
+
+
+def forget_kernels() -> None:
+    """Drop the imported kernel modules and the finder that located them, so that the next
+    load resolves afresh, as in a new process (a finder serves a name it located before
+    from that directory)."""
+    for name in [n for n in sys.modules if n.startswith("flashhub.")]:
+        del sys.modules[name]
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _finder.KernelFinder)]
+    _finder.install()
+
+
+def package_gets(cdn: CdnServer) -> list[str]:
+    """GETs of anything but a document (``.json``) or its signature (``.sig``)."""
+    return [p for p in cdn.gets() if not p.endswith((".json", ".sig"))]
+
+
+def document_gets(cdn: CdnServer) -> list[str]:
+    """The documents fetched, as ``<org>/<pkg>/...`` paths (the ``/kernels/`` prefix cut)."""
+    return sorted(p.removeprefix("/kernels/") for p in cdn.gets() if p.endswith((".json", ".sig")))
+
+
+def cached_signers() -> dict[tuple[str, int, str], str | None]:
+    """``(repo, version, variant) -> signer`` of every cache entry (`flashhub cache list`)."""
+    listed = ok_json(flashhub("cache", "list", "--json"))
+    return {(e["repo_id"], e["version"], e["variant"]): e["signer"] for e in listed["entries"]}
+
+
+def sig_key_ids(document: Path) -> list[str]:
+    sig = document.with_name(document.name + ".sig")
+    return [entry["key_id"] for entry in json.loads(sig.read_text())["signatures"]]
+
+
+def manifest(root: Path, version: int = 1, variant: str = LOCAL, repo: str = REPO) -> Path:
+    return root / "kernels" / repo / f"v{version}" / "build" / variant / "metadata.json"
+
+
+def signed_load_documents(version: int = 1, variant: str = LOCAL) -> list[str]:
+    """What a cold, signature-checked load with variants.json fetches besides the files."""
+    return sorted(
+        [
+            f"{REPO}/v{version}/variants.json",
+            f"{REPO}/v{version}/variants.json.sig",
+            f"{REPO}/v{version}/build/{variant}/metadata.json",
+            f"{REPO}/v{version}/build/{variant}/metadata.json.sig",
+        ]
+    )
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[tuple[Path, SigningKey], tuple[Path, SigningKey]]:
+    """Two key pairs: ``(old_path, old_key), (new_path, new_key)``."""
+    (tmp_path / "keys").mkdir()
+    return key_pair(tmp_path / "keys", "old"), key_pair(tmp_path / "keys", "new")
+
+
+# -- 1. a CDN that swaps the files and re-hashes the manifest ---------------------------------
+
+
+def test_swapped_files_with_a_rehashed_manifest_are_refused_before_any_file_is_fetched(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    change_published_file(cdn.root, 1, LOCAL)  # other bytes, and a manifest that matches them
+    trust(monkeypatch, key.public_line)
+    cdn.clear_log()
+
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+
+    message = str(info.value)
+    assert f"{REPO}/v1/build/{LOCAL}/metadata.json: no signature by a key trusted" in message
+    assert f"(signed by: {key.key_id}; trusted: {key.key_id})" in message
+    assert "changed after it was signed" in message
+    assert package_gets(cdn) == [], "no file of the package is fetched"
+    assert document_gets(cdn) == signed_load_documents()
+    assert MODULE not in sys.modules and not entry(1, LOCAL).exists()
+
+    cdn.clear_log()
+    with pytest.raises(SignatureError, match="no signature by a key trusted"):
+        import flashhub.acme.tensor_tricks.v1  # noqa: F401
+    assert package_gets(cdn) == []
+    assert MODULE not in sys.modules
+
+    # Without keys the swap goes through unnoticed: only the signature stopped it.
+    monkeypatch.delenv(TRUSTED)
+    forget_kernels()
+    assert get_kernel(REPO, version=1)._ops.CHANGED_AFTER_LOCKING is True
+
+
+# -- 2. valid signatures replayed from another path -------------------------------------------
+
+
+def _other_kernel(root: Path) -> Path:
+    """``acme/tensor_tricks`` v1: another repo with the same package name, so its variant
+    is a complete, consistent stand-in for acme/tensor-tricks'."""
+    write_kernel(root, "acme/tensor_tricks", 1)
+    return manifest(root, repo="acme/tensor_tricks").parent
+
+
+def _other_version(root: Path) -> Path:
+    write_kernel(root, REPO, 2)
+    return manifest(root, 2).parent
+
+
+def _other_variant(root: Path) -> Path:
+    write_kernel(root, REPO, 1, [LOCAL, UNIVERSAL])
+    return manifest(root, 1, UNIVERSAL).parent
+
+
+@pytest.mark.parametrize(
+    ("make_source", "marker"),
+    [
+        (_other_kernel, f"acme/tensor_tricks@v1:{LOCAL}"),
+        (_other_version, f"{REPO}@v2:{LOCAL}"),
+        (_other_variant, f"{REPO}@v1:{UNIVERSAL}"),
+    ],
+    ids=["another-kernel", "another-version", "another-variant"],
+)
+def test_a_signed_manifest_replayed_from_another_path_is_refused(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch, make_source, marker: str
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
+    source = make_source(cdn.root)
+    sign(cdn.root, path)
+    target = manifest(cdn.root).parent
+    shutil.rmtree(target)
+    shutil.copytree(source, target)  # the files, metadata.json and its valid .sig
+    assert sig_key_ids(target / "metadata.json") == [key.key_id]
+    trust(monkeypatch, key.public_line)
+    cdn.clear_log()
+
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+
+    assert f"{REPO}/v1/build/{LOCAL}/metadata.json: no signature by a key trusted" in str(
+        info.value
+    )
+    assert f"signed by: {key.key_id}" in str(info.value)
+    assert package_gets(cdn) == []
+    assert not entry(1, LOCAL).exists()
+
+    # The replayed variant is complete: without keys it loads, as the other build.
+    monkeypatch.delenv(TRUSTED)
+    forget_kernels()
+    assert get_kernel(REPO, version=1).marker() == marker
+
+
+def test_variants_json_signature_replayed_from_another_version_is_refused(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    sign(cdn.root, path)
+    v1, v2 = (cdn.root / "kernels" / REPO / f"v{n}" / "variants.json" for n in (1, 2))
+    assert v1.read_bytes() == v2.read_bytes(), "the same bytes: only the version differs"
+    shutil.copyfile(v2.with_name("variants.json.sig"), v1.with_name("variants.json.sig"))
+    trust(monkeypatch, key.public_line)
+    cdn.clear_log()
+
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+
+    assert f"{REPO}/v1/variants.json: no signature by a key trusted" in str(info.value)
+    assert document_gets(cdn) == [f"{REPO}/v1/variants.json", f"{REPO}/v1/variants.json.sig"]
+    assert package_gets(cdn) == []
+    # v2's own signature still holds where it was made.
+    assert get_kernel(REPO, version=2).marker() == f"{REPO}@v2:{LOCAL}"
+
+
+# -- 3. keys scoped to an org -----------------------------------------------------------------
+
+
+def test_a_key_scoped_to_another_org_does_not_vouch(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), (_new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    sign(cdn.root, path)
+
+    # Signatures required: the only key is another org's, so none is trusted for acme.
+    trust(monkeypatch, f"otherorg:{key.public_line}")
+    monkeypatch.setenv(REQUIRE, "1")
+    cdn.clear_log()
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+    assert "no trusted key is configured for the org 'acme'" in str(info.value)
+    assert "acme:flashhub-ed25519:" in str(info.value), "the hint shows how to scope a key"
+    assert package_gets(cdn) == []
+    monkeypatch.delenv(REQUIRE)
+
+    # Another key is trusted for acme; the signer's key is scoped to otherorg only.
+    trust(monkeypatch, f"otherorg:{key.public_line}", f"acme:{new_key.public_line}")
+    cdn.clear_log()
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+    assert f"(signed by: {key.key_id}; trusted: {new_key.key_id})" in str(info.value)
+    assert package_gets(cdn) == []
+
+    # The same key, scoped to the right org: the kernel loads, vouched for by it.
+    trust(monkeypatch, f"acme:{key.public_line}")
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
+
+    # Only another org's key and nothing required: acme's kernels are not checked at all.
+    trust(monkeypatch, f"otherorg:{key.public_line}")
+    cdn.clear_log()
+    assert get_kernel(REPO, version=2).marker() == f"{REPO}@v2:{LOCAL}"
+    assert cdn.gets(".sig") == []
+    assert cached_signers()[(REPO, 2, LOCAL)] is None
+
+
+# -- 4. two trusted keys while keys rotate ----------------------------------------------------
+
+
+def test_kernels_signed_by_either_trusted_key_load(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (old_path, old_key), (new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, OTHER, 1)
+    sign(cdn.root / "kernels" / REPO, old_path)
+    sign(cdn.root / "kernels" / OTHER, new_path)
+    trust(monkeypatch, f"{old_key.public_line}\n{new_key.public_line}")
+
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert get_kernel(OTHER, version=1).marker() == f"{OTHER}@v1:{LOCAL}"
+
+    signers = cached_signers()
+    assert signers[(REPO, 1, LOCAL)] == old_key.key_id
+    assert signers[(OTHER, 1, LOCAL)] == new_key.key_id
+
+
+def test_a_tree_signed_by_both_keys_loads_with_only_the_new_key_trusted(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (old_path, old_key), (new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, old_path)
+    sign(cdn.root, new_path)
+    assert sig_key_ids(manifest(cdn.root)) == [old_key.key_id, new_key.key_id]
+    trust(monkeypatch, new_key.public_line)
+    cdn.clear_log()
+
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+
+    assert document_gets(cdn) == signed_load_documents()
+    assert len(package_gets(cdn)) == 4
+    assert cached_signers()[(REPO, 1, LOCAL)] == new_key.key_id
+
+
+# -- 5. unsigned kernels ----------------------------------------------------------------------
+
+
+def test_an_unsigned_kernel_is_refused_when_signatures_are_required(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (_path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    monkeypatch.setenv(REQUIRE, "1")
+
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+    assert f"{REPO}/v1/variants.json: signatures are required, but no trusted key" in str(
+        info.value
+    )
+    assert f"add the publisher's public key to {TRUSTED}" in str(info.value)
+    assert package_gets(cdn) == []
+
+    trust(monkeypatch, key.public_line)
+    cdn.clear_log()
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+    assert f"{REPO}/v1/variants.json is not signed" in str(info.value)
+    assert key.key_id in str(info.value) and "flashhub sign" in str(info.value)
+    assert package_gets(cdn) == []
+    assert not entry(1, LOCAL).exists()
+
+
+def test_without_keys_an_unsigned_kernel_loads_as_before_and_no_signature_is_asked_for(
+    cdn: CdnServer,
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+
+    assert cdn.gets(".sig") == []
+    assert document_gets(cdn) == [
+        f"{REPO}/v1/build/{LOCAL}/metadata.json",
+        f"{REPO}/v1/variants.json",
+    ]
+    assert len(package_gets(cdn)) == 4
+    assert cached_signers()[(REPO, 1, LOCAL)] is None
+    assert get_config().trusted_keys == ()
+
+
+# -- 6. the warm path --------------------------------------------------------------------------
+
+
+def test_after_a_signed_cold_load_a_fresh_process_makes_no_request(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert document_gets(cdn) == signed_load_documents()
+    cdn.clear_log()
+
+    assert run_python(IMPORT_V1).strip() == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
+
+
+# -- 7. an entry cached before keys were configured --------------------------------------------
+
+
+def test_an_entry_cached_before_keys_is_verified_once_then_stays_warm(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"  # no keys yet
+    assert cdn.gets(".sig") == []
+    assert cached_signers()[(REPO, 1, LOCAL)] is None
+    files = {p: p.stat().st_mtime_ns for p in entry(1, LOCAL).rglob("*.py")}
+
+    trust(monkeypatch, key.public_line)
+    forget_kernels()
+    cdn.clear_log()
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+
+    assert document_gets(cdn) == [
+        f"{REPO}/v1/build/{LOCAL}/metadata.json",
+        f"{REPO}/v1/build/{LOCAL}/metadata.json.sig",
+    ]
+    assert package_gets(cdn) == [], "the cached files are kept, not downloaded again"
+    assert {p: p.stat().st_mtime_ns for p in files} == files
+    assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
+
+    forget_kernels()
+    cdn.clear_log()
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert run_python(IMPORT_V1).strip() == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
+
+
+def test_an_entry_cached_before_keys_is_refused_offline(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    get_kernel(REPO, version=1)  # no keys yet
+    forget_kernels()
+    trust(monkeypatch, key.public_line)
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    cdn.clear_log()
+
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+
+    assert f"the cached copy of {REPO}@v1 cannot be used offline" in str(info.value)
+    assert "no trusted key vouched for it" in str(info.value)
+    assert info.value.hint is not None
+    assert "unset FLASHHUB_OFFLINE once" in info.value.hint
+    assert cdn.requests == []
+    assert MODULE not in sys.modules
+
+    # Online once, it is verified; then offline loads work.
+    monkeypatch.delenv("FLASHHUB_OFFLINE")
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert package_gets(cdn) == []
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    forget_kernels()
+    cdn.clear_log()
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
+
+
+def test_an_entry_re_verified_against_a_re_serialized_manifest_still_passes_cache_verify(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cached unsigned; then the publisher rewrites metadata.json (same files, other bytes:
+    `flashhub publish` writes its canonical form) and signs it. The re-verification keeps
+    the cached files, and what it caches beside them must still check out."""
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    get_kernel(REPO, version=1)  # no keys yet
+    published = manifest(cdn.root)
+    published.write_text(json.dumps(json.loads(published.read_text()), indent=2))
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+    forget_kernels()
+    cdn.clear_log()
+
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert package_gets(cdn) == []
+    assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
+
+    verified = flashhub("cache", "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"{REPO}@v1 {LOCAL}: ok, signed by {key.key_id}" in verified.stdout
+
+
+# -- 8. lock files -----------------------------------------------------------------------------
+
+
+def test_lock_records_the_signer_of_every_variant(
+    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    project = make_project()
+    unsigned = ok_json(flashhub("lock", project, "--json"))
+    assert all("signer" not in pins for pins in unsigned["kernels"][0]["variants"].values())
+
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+    cdn.clear_log()
+    locked = flashhub("lock", project)
+    assert locked.returncode == 0, locked.stderr
+
+    document = json.loads(lockfile_of(project).read_text())
+    variants = document["kernels"][0]["variants"]
+    assert set(variants) == {LOCAL, UNIVERSAL, CUDA}
+    assert {name: pins["signer"] for name, pins in variants.items()} == dict.fromkeys(
+        variants, key.key_id
+    )
+    assert read_lockfile(lockfile_of(project)).kernels[REPO].signers == dict.fromkeys(
+        variants, key.key_id
+    )
+    assert cdn.gets(f"{REPO}/versions.json.sig"), "the versions.json it resolves is checked"
+    assert package_gets(cdn) == []
+
+
+def test_a_locked_load_refuses_a_cdn_re_signed_with_another_trusted_key(
+    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (old_path, old_key), (new_path, new_key) = keys
+    project = make_project()
+    sign(cdn.root, old_path)
+    trust(monkeypatch, old_key.public_line, new_key.public_line)
+    assert flashhub("lock", project).returncode == 0
+    for sig in cdn.root.rglob("*.sig"):
+        sig.unlink()
+    sign(cdn.root, new_path)  # the CDN now carries the other key's signatures only
+    cdn.clear_log()
+
+    with pytest.raises(SignatureError) as info:
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    message = str(info.value)
+    assert f"signed by the key {new_key.key_id}" in message
+    assert f"the lock records the signer {old_key.key_id}" in message
+    assert "nothing was fetched" in message
+    assert package_gets(cdn) == []
+    assert not entry(2, LOCAL).exists()
+    assert "flashhub.acme.tensor_tricks.v2" not in sys.modules
+
+
+def test_a_locked_load_refuses_a_cached_copy_another_key_vouched_for(
+    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked with the old key's signer; the CDN re-signs with the new key, and a plain load
+    (both keys trusted) caches that copy. The locked load must not take it."""
+    (old_path, old_key), (new_path, new_key) = keys
+    project = make_project()
+    sign(cdn.root, old_path)
+    trust(monkeypatch, old_key.public_line, new_key.public_line)
+    assert flashhub("lock", project).returncode == 0
+    for sig in cdn.root.rglob("*.sig"):
+        sig.unlink()
+    sign(cdn.root, new_path)
+    get_kernel(REPO, version=2)
+    assert cached_signers()[(REPO, 2, LOCAL)] == new_key.key_id
+    forget_kernels()
+
+    with pytest.raises(SignatureError) as info:
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert old_key.key_id in str(info.value) and new_key.key_id in str(info.value)
+    assert "flashhub.acme.tensor_tricks.v2" not in sys.modules
+    # `flashhub download` refuses it too, rather than reporting the copy as downloaded.
+    result = flashhub("download", project, "--json")
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["results"][0]["status"] == "failed"
+
+
+def test_a_locked_load_accepts_the_locked_signer_beside_another_trusted_signature(
+    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked while only the new key was trusted, on a tree both keys sign. Trusting the
+    old key too (as a rotating team does) must not make the locked signer's valid
+    signature count for nothing."""
+    (old_path, old_key), (new_path, new_key) = keys
+    project = make_project()
+    sign(cdn.root, old_path)
+    sign(cdn.root, new_path)
+    trust(monkeypatch, new_key.public_line)
+    assert flashhub("lock", project).returncode == 0
+    assert read_lockfile(lockfile_of(project)).kernels[REPO].signers[LOCAL] == new_key.key_id
+
+    trust(monkeypatch, old_key.public_line, new_key.public_line)
+    module = get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert module.marker() == f"{REPO}@v2:{LOCAL}"
+
+
+def test_flashhub_lock_of_a_project_uses_its_trusted_keys_from_any_directory(
+    make_project: MakeProject, cdn: CdnServer, keys: tuple, tmp_path: Path
+) -> None:
+    """`flashhub lock PROJECT_DIR` reads PROJECT_DIR/pyproject.toml for the dependencies;
+    the trusted keys declared next to them must apply as well."""
+    (path, key), _ = keys
+    project = make_project()
+    sign(cdn.root, path)
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text() + f'\n[tool.flashhub]\ntrusted-keys = ["{key.public_line}"]\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    assert flashhub("lock", project, cwd=project).returncode == 0
+    in_project = json.loads(lockfile_of(project).read_text())
+    assert in_project["kernels"][0]["variants"][LOCAL]["signer"] == key.key_id
+
+    assert flashhub("lock", project, cwd=elsewhere).returncode == 0
+    assert json.loads(lockfile_of(project).read_text()) == in_project
+
+
+# -- 9. flashhub info and flashhub variants ---------------------------------------------------
+
+
+def test_info_and_variants_show_the_verified_signer(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+    verified = f"signed by {key.key_id} (verified)"
+
+    info = flashhub("info", REPO, "--version", "1")
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.count(verified) == 2
+    described = ok_json(flashhub("info", REPO, "--version", "1", "--json"))
+    assert {
+        (v["variant"], tuple(v["signed_by"]), v["signature_verified"])
+        for v in described["variants"]
+    } == {(LOCAL, (key.key_id,), True), (UNIVERSAL, (key.key_id,), True)}
+
+    variants = flashhub("variants", REPO, "--version", "1")
+    assert variants.returncode == 0, variants.stderr
+    assert f"  {LOCAL}: {verified}" in variants.stdout
+    assert f"  {UNIVERSAL}: {verified}" in variants.stdout
+    listed = ok_json(flashhub("variants", REPO, "--version", "1", "--json"))
+    assert {
+        v["variant"]: (v["signed_by"], v["signature_verified"]) for v in listed["variants"]
+    } == {
+        LOCAL: ([key.key_id], True),
+        UNIVERSAL: ([key.key_id], True),
+    }
+
+    # Offline only the cache answers: the key that vouched for the cached variant.
+    get_kernel(REPO, version=1)
+    cdn.clear_log()
+    offline = flashhub("variants", REPO, "--version", "1", env=OFFLINE)
+    assert offline.returncode == 0, offline.stderr
+    assert f"  {LOCAL}: {verified}" in offline.stdout
+    assert cdn.requests == []
+
+
+def test_info_and_variants_without_keys_show_unverified_signers_and_unsigned(
+    cdn: CdnServer, keys: tuple
+) -> None:
+    (old_path, old_key), (new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
+    sign(manifest(cdn.root), old_path)  # only this system's variant is signed, by both keys
+    sign(manifest(cdn.root), new_path)
+    both = f"{old_key.key_id}, {new_key.key_id}"
+    unverified = f"signed by {both} (not verified: no trusted key)"
+
+    info = flashhub("info", REPO, "--version", "1")
+    assert info.returncode == 0, info.stderr
+    lines = info.stdout.splitlines()
+    local_at = next(i for i, line in enumerate(lines) if f" {LOCAL}: " in line)
+    universal_at = next(i for i, line in enumerate(lines) if f" {UNIVERSAL}: " in line)
+    assert lines[local_at + 1].strip() == unverified
+    assert lines[universal_at + 1].strip() == "unsigned"
+    described = ok_json(flashhub("info", REPO, "--version", "1", "--json"))
+    by_name = {v["variant"]: v for v in described["variants"]}
+    assert by_name[LOCAL]["signed_by"] == [old_key.key_id, new_key.key_id]
+    assert by_name[LOCAL]["signature_verified"] is False
+    assert (by_name[UNIVERSAL]["signed_by"], by_name[UNIVERSAL]["signature_verified"]) == (
+        [],
+        False,
+    )
+
+    variants = flashhub("variants", REPO, "--version", "1")
+    assert variants.returncode == 0, variants.stderr
+    assert f"  {LOCAL}: {unverified}" in variants.stdout
+    assert f"  {UNIVERSAL}: unsigned" in variants.stdout
+    listed = ok_json(flashhub("variants", REPO, "--version", "1", "--json"))
+    assert {
+        v["variant"]: (v["signed_by"], v["signature_verified"]) for v in listed["variants"]
+    } == {
+        LOCAL: ([old_key.key_id, new_key.key_id], False),
+        UNIVERSAL: ([], False),
+    }
+
+
+# -- 10. flashhub cache verify -----------------------------------------------------------------
+
+
+def test_cache_verify_rechecks_the_cached_signature_against_the_configured_keys(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), (_new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+    get_kernel(REPO, version=1)
+    cdn.clear_log()
+
+    passed = flashhub("cache", "verify")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert f"{REPO}@v1 {LOCAL}: ok, signed by {key.key_id}" in passed.stdout
+
+    trust(monkeypatch, new_key.public_line)
+    failed = flashhub("cache", "verify")
+    assert failed.returncode == 1
+    assert f"{REPO}@v1 {LOCAL}: FAILED: its signature does not check out" in failed.stdout
+    assert f"signed by: {key.key_id}; trusted: {new_key.key_id}" in failed.stdout
+    assert "some cache entries failed verification" in failed.stderr
+    checked = json.loads(flashhub("cache", "verify", "--json").stdout)
+    assert [e["ok"] for e in checked["entries"]] == [False]
+    assert new_key.key_id in checked["entries"][0]["problem"]
+
+    # A cached signature file that was replaced fails even with the right key.
+    trust(monkeypatch, key.public_line)
+    cached_sig = entry(1, LOCAL) / "metadata.json.sig"
+    original = cached_sig.read_bytes()
+    shutil.copyfile(cdn.root / "kernels" / REPO / "v1" / "variants.json.sig", cached_sig)
+    assert flashhub("cache", "verify").returncode == 1
+    cached_sig.write_bytes(original)
+    assert flashhub("cache", "verify").returncode == 0
+    assert cdn.requests == [], "cache verify works from the cache alone"
+
+
+# -- 11. where trusted keys come from ----------------------------------------------------------
+
+
+def _with_trusted_keys(project: Path, *lines: str) -> Path:
+    project.mkdir()
+    listed = ", ".join(json.dumps(line) for line in lines)
+    (project / "pyproject.toml").write_text(f"[tool.flashhub]\ntrusted-keys = [{listed}]\n")
+    return project
+
+
+def test_trusted_keys_from_the_projects_pyproject(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (path, key), (_new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    # Another directory for each list: the keys of a pyproject.toml are cached by its stat.
+    wrong = _with_trusted_keys(tmp_path / "wrong", f"acme:{new_key.public_line}")
+    right = _with_trusted_keys(tmp_path / "right", f"acme:{key.public_line}")
+
+    monkeypatch.chdir(wrong)
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+    assert f"trusted: {new_key.key_id}" in str(info.value)
+    assert package_gets(cdn) == []
+
+    monkeypatch.chdir(right)
+    assert [k.key_id for k in get_config().trusted_keys] == [key.key_id]
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
+
+    # FLASHHUB_TRUSTED_KEYS wins over the project's list.
+    trust(monkeypatch, new_key.public_line)
+    assert [k.key_id for k in get_config().trusted_keys] == [new_key.key_id]
+
+
+def test_trusted_keys_from_configure(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), (_new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    trust(monkeypatch, new_key.public_line)  # configure() wins over the environment
+
+    config = configure(trusted_keys=[f"acme:{key.public_line}"])
+    assert [(k.key_id, k.orgs) for k in config.trusted_keys] == [(key.key_id, {"acme"})]
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert document_gets(cdn) == signed_load_documents()
+
+    configure(trusted_keys=new_key.public_line)
+    forget_kernels()
+    with pytest.raises(SignatureError, match=f"trusted: {new_key.key_id}"):
+        get_kernel(REPO, version=1)
+
+    configure(trusted_keys=[])  # [] trusts no key, not even the environment's
+    assert get_config().trusted_keys == ()
+    reset_config()  # what conftest does between tests: the environment applies again
+    assert [k.key_id for k in get_config().trusted_keys] == [new_key.key_id]
+
+
+def test_trusted_keys_from_a_file_named_by_the_environment(
+    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (path, key), (new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+
+    monkeypatch.setenv(TRUSTED, str(new_path.with_name(new_path.name + ".pub")))
+    with pytest.raises(SignatureError, match=f"trusted: {new_key.key_id}"):
+        get_kernel(REPO, version=1)
+    assert package_gets(cdn) == []
+
+    listed = tmp_path / "trusted-keys.txt"
+    listed.write_text(f"# the release key\nacme:{key.public_line}\n{new_key.public_line}\n")
+    monkeypatch.setenv(TRUSTED, str(listed))
+    assert {k.key_id for k in get_config().trusted_keys} == {key.key_id, new_key.key_id}
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
