@@ -240,10 +240,22 @@ def trusted_keys(project_dir: Path) -> tuple[TrustedKey, ...]:
         return _overrides["trusted_keys"]  # type: ignore[return-value]
     value = os.environ.get(TRUSTED_KEYS_VAR, "")
     if value.strip():
+        return _env_trusted_keys(value)
+    return _project_trusted_keys(project_dir / PYPROJECT_NAME)
+
+
+# FLASHHUB_TRUSTED_KEYS -> its keys: every load reads the settings, and parses nothing
+# twice. A file of keys is thus read once per process.
+_env_keys: dict[str, tuple[TrustedKey, ...]] = {}
+
+
+def _env_trusted_keys(value: str) -> tuple[TrustedKey, ...]:
+    keys = _env_keys.get(value)
+    if keys is None:
         from ._signing import load_trusted_keys  # only a process that trusts keys parses them
 
-        return load_trusted_keys(value, source=TRUSTED_KEYS_VAR)
-    return _project_trusted_keys(project_dir / PYPROJECT_NAME)
+        keys = _env_keys[value] = load_trusted_keys(value, source=TRUSTED_KEYS_VAR)
+    return keys
 
 
 # pyproject.toml -> (its size and mtime, the keys it lists): read again only when it changes.

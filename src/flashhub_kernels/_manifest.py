@@ -28,8 +28,8 @@ MAX_SEGMENT_LENGTH = 255  # bytes of UTF-8: NAME_MAX of the usual file systems
 # Files the cache writes beside a variant's own files; a manifest may not list them.
 MANIFEST_NAME = "metadata.json"
 RECEIPT_NAME = ".flashhub-receipt.json"
-SIGNATURE_SUFFIX = ".sig"  # a document's signatures lie beside it: metadata.json.sig
-MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIGNATURE_SUFFIX
+SIG_SUFFIX = ".sig"  # a document's signatures lie beside it: metadata.json.sig
+MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIG_SUFFIX
 RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME, MANIFEST_SIGNATURE_NAME})
 _RESERVED_KEYS = frozenset(name.casefold() for name in RESERVED_NAMES)
 _HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"
@@ -128,7 +128,8 @@ def _is_reserved(path: str) -> bool:
     return unicodedata.normalize("NFC", first).casefold() in _RESERVED_KEYS
 
 
-def _load_json(data: bytes, what: str) -> Any:
+def load_json(data: bytes, what: str) -> Any:
+    """Parse a CDN document of at most 1 MiB; :class:`ManifestError` naming ``what``."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise ManifestError(f"{what} is {len(data)} bytes, over the 1 MiB limit", hint=_HINT)
     try:
@@ -143,7 +144,7 @@ def _load_json(data: bytes, what: str) -> Any:
 
 def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
     """Validate a ``metadata.json`` document; raise :class:`ManifestError` if unsafe."""
-    document = _load_json(data, source)
+    document = load_json(data, source)
     if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
         raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
     files = document["digest"].get("files")
@@ -215,7 +216,7 @@ def _check_no_file_is_a_directory(files: Mapping[str, bytes], source: str) -> No
 
 def parse_variants(data: bytes, *, source: str = "variants.json") -> list[str]:
     """Validate a ``variants.json``: a list of variant-name strings."""
-    document = _load_json(data, source)
+    document = load_json(data, source)
     if not isinstance(document, list) or not all(isinstance(v, str) for v in document):
         raise ManifestError(f"{source} must be a JSON list of variant names", hint=_HINT)
     if any(not 0 < len(v) <= 200 for v in document):
@@ -225,7 +226,7 @@ def parse_variants(data: bytes, *, source: str = "variants.json") -> list[str]:
 
 def parse_versions(data: bytes, *, source: str = "versions.json") -> list[int]:
     """Validate a ``versions.json``: a list of ints >= 1. Returned sorted, unique."""
-    document = _load_json(data, source)
+    document = load_json(data, source)
     if not isinstance(document, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in document
     ):

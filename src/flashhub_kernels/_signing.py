@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from ._manifest import _load_json, dump_json
+from ._config import TRUSTED_KEYS_VAR
+from ._manifest import SIG_SUFFIX, dump_json, load_json
 from ._names import check_version, parse_repo_id
 from .errors import ManifestError, PublishError, SignatureError
 
@@ -76,11 +77,9 @@ DocumentKind = Literal["metadata", "variants", "versions"]
 
 KEY_PREFIX = "flashhub-ed25519:"
 PRIVATE_KEY_PREFIX = "flashhub-ed25519-private:"
-SIG_SUFFIX = ".sig"
 SIGNATURE_FORMAT = 1
 MAX_SIGNATURE_BYTES = 64 * 1024  # a .sig holds a few entries of ~130 bytes each
 MAX_SIGNATURES = 64
-TRUSTED_KEYS_VAR = "FLASHHUB_TRUSTED_KEYS"
 INSTALL_HINT = "pip install 'flashhub-kernels[signing]'"
 
 _KINDS: tuple[DocumentKind, ...] = ("metadata", "variants", "versions")
@@ -358,7 +357,7 @@ def parse_signatures(data: bytes, *, source: str) -> tuple[SignatureEntry, ...]:
             hint=_TAMPERED_HINT,
         )
     try:
-        document = _load_json(data, source)
+        document = load_json(data, source)
     except ManifestError as exc:
         raise SignatureError(exc.message, hint=_TAMPERED_HINT) from None
     if not isinstance(document, dict):
