@@ -26,12 +26,14 @@ TINY = [
 ROW_NAMES = [
     "cold load, 1 file of 4 MiB",
     "cold load, 10 files of 10 KiB",
+    "cold load, 10 files of 10 KiB, signed, key trusted",
     "cold load, realistic variant: 1 MiB .so + 10 .py files",
     "warm import, first in a fresh process",
     "warm re-import, fresh module each time",
     "HTTP requests made by the warm imports",
     "warm import, first, 10 other kernels cached",
     "HTTP/lock libs imported by warm loads",
+    "warm import, first, signed kernel, key trusted",
     "2 processes cold-load at once: wall",
     "2 processes at once: GETs per file",
     "peak RSS growth, cold load of 4 MiB",
@@ -69,6 +71,11 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert "us/request" in notes  # the client's CPU time per request
     for lib in ("requests", "urllib3", "filelock"):  # what rows 6c and 3e look for
         assert lib in " ".join(by_key["6c"]["notes"]) and lib in " ".join(by_key["3e"]["notes"])
+    # Rows 2c and 3f: signed against unsigned, both sides measured (cryptography is a dev
+    # dependency); warm loads that trust the key import no watched library (no crypto).
+    for key in ("2c", "3f"):
+        assert by_key[key]["ours"] is not None and by_key[key]["baseline"] is not None
+    assert by_key["3f"]["notes"][-1].endswith("a warm get_kernel): none")
     # Row 8: (a), (b) and (c) each measured once, and the overhead put against import torch.
     cost = by_key["8"]
     assert cost["ours"] is not None and cost["baseline"] is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -111,8 +112,11 @@ def signed_load_documents(version: int = 1, variant: str = LOCAL) -> list[str]:
     )
 
 
+Keys = tuple[tuple[Path, SigningKey], tuple[Path, SigningKey]]
+
+
 @pytest.fixture
-def keys(tmp_path: Path) -> tuple[tuple[Path, SigningKey], tuple[Path, SigningKey]]:
+def keys(tmp_path: Path) -> Keys:
     """Two key pairs: ``(old_path, old_key), (new_path, new_key)``."""
     (tmp_path / "keys").mkdir()
     return key_pair(tmp_path / "keys", "old"), key_pair(tmp_path / "keys", "new")
@@ -122,7 +126,7 @@ def keys(tmp_path: Path) -> tuple[tuple[Path, SigningKey], tuple[Path, SigningKe
 
 
 def test_swapped_files_with_a_rehashed_manifest_are_refused_before_any_file_is_fetched(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1)
@@ -184,7 +188,11 @@ def _other_variant(root: Path) -> Path:
     ids=["another-kernel", "another-version", "another-variant"],
 )
 def test_a_signed_manifest_replayed_from_another_path_is_refused(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch, make_source, marker: str
+    cdn: CdnServer,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+    make_source: Callable[[Path], Path],
+    marker: str,
 ) -> None:
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
@@ -214,7 +222,7 @@ def test_a_signed_manifest_replayed_from_another_path_is_refused(
 
 
 def test_variants_json_signature_replayed_from_another_version_is_refused(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1)
@@ -236,11 +244,29 @@ def test_variants_json_signature_replayed_from_another_version_is_refused(
     assert get_kernel(REPO, version=2).marker() == f"{REPO}@v2:{LOCAL}"
 
 
+def test_a_rewritten_versions_json_cannot_point_at_an_unsigned_version(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    write_kernel(cdn.root, REPO, 2)  # unsigned, and listed in a versions.json the .sig misses
+    trust(monkeypatch, key.public_line)
+    cdn.clear_log()
+
+    result = flashhub("get", REPO)
+
+    assert result.returncode == 1
+    assert f"{REPO}/versions.json: no signature by a key trusted" in result.stderr
+    assert document_gets(cdn) == [f"{REPO}/versions.json", f"{REPO}/versions.json.sig"]
+    assert package_gets(cdn) == []
+
+
 # -- 3. keys scoped to an org -----------------------------------------------------------------
 
 
 def test_a_key_scoped_to_another_org_does_not_vouch(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), (_new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1)
@@ -283,7 +309,7 @@ def test_a_key_scoped_to_another_org_does_not_vouch(
 
 
 def test_kernels_signed_by_either_trusted_key_load(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (old_path, old_key), (new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1)
@@ -301,7 +327,7 @@ def test_kernels_signed_by_either_trusted_key_load(
 
 
 def test_a_tree_signed_by_both_keys_loads_with_only_the_new_key_trusted(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (old_path, old_key), (new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1)
@@ -322,7 +348,7 @@ def test_a_tree_signed_by_both_keys_loads_with_only_the_new_key_trusted(
 
 
 def test_an_unsigned_kernel_is_refused_when_signatures_are_required(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (_path, key), _ = keys
     write_kernel(cdn.root, REPO, 1)
@@ -367,7 +393,7 @@ def test_without_keys_an_unsigned_kernel_loads_as_before_and_no_signature_is_ask
 
 
 def test_after_a_signed_cold_load_a_fresh_process_makes_no_request(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1)
@@ -386,7 +412,7 @@ def test_after_a_signed_cold_load_a_fresh_process_makes_no_request(
 
 
 def test_an_entry_cached_before_keys_is_verified_once_then_stays_warm(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1)
@@ -417,7 +443,7 @@ def test_an_entry_cached_before_keys_is_verified_once_then_stays_warm(
 
 
 def test_an_entry_cached_before_keys_is_refused_offline(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1)
@@ -449,8 +475,26 @@ def test_an_entry_cached_before_keys_is_refused_offline(
     assert cdn.requests == []
 
 
+def test_a_re_import_after_keys_are_configured_in_the_process_is_checked(
+    cdn: CdnServer, keys: Keys
+) -> None:
+    """A process imported a kernel before it trusted any key, then trusts one that does not
+    vouch for it: importing the kernel again must not load the unvouched entry."""
+    (path, _key), (_new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    get_kernel(REPO, version=1)  # no keys yet
+    configure(trusted_keys=[new_key.public_line])
+    for name in [n for n in sys.modules if n.startswith("flashhub.")]:
+        del sys.modules[name]  # the finder stays: the same process imports it again
+
+    with pytest.raises(SignatureError, match=f"trusted: {new_key.key_id}"):
+        get_kernel(REPO, version=1)
+    assert MODULE not in sys.modules
+
+
 def test_an_entry_re_verified_against_a_re_serialized_manifest_still_passes_cache_verify(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cached unsigned; then the publisher rewrites metadata.json (same files, other bytes:
     `flashhub publish` writes its canonical form) and signs it. The re-verification keeps
@@ -478,7 +522,7 @@ def test_an_entry_re_verified_against_a_re_serialized_manifest_still_passes_cach
 
 
 def test_lock_records_the_signer_of_every_variant(
-    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), _ = keys
     project = make_project()
@@ -505,7 +549,7 @@ def test_lock_records_the_signer_of_every_variant(
 
 
 def test_a_locked_load_refuses_a_cdn_re_signed_with_another_trusted_key(
-    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (old_path, old_key), (new_path, new_key) = keys
     project = make_project()
@@ -530,7 +574,7 @@ def test_a_locked_load_refuses_a_cdn_re_signed_with_another_trusted_key(
 
 
 def test_a_locked_load_refuses_a_cached_copy_another_key_vouched_for(
-    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Locked with the old key's signer; the CDN re-signs with the new key, and a plain load
     (both keys trusted) caches that copy. The locked load must not take it."""
@@ -558,7 +602,7 @@ def test_a_locked_load_refuses_a_cached_copy_another_key_vouched_for(
 
 
 def test_a_locked_load_accepts_the_locked_signer_beside_another_trusted_signature(
-    make_project: MakeProject, cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Locked while only the new key was trusted, on a tree both keys sign. Trusting the
     old key too (as a rotating team does) must not make the locked signer's valid
@@ -578,7 +622,7 @@ def test_a_locked_load_accepts_the_locked_signer_beside_another_trusted_signatur
 
 
 def test_flashhub_lock_of_a_project_uses_its_trusted_keys_from_any_directory(
-    make_project: MakeProject, cdn: CdnServer, keys: tuple, tmp_path: Path
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, tmp_path: Path
 ) -> None:
     """`flashhub lock PROJECT_DIR` reads PROJECT_DIR/pyproject.toml for the dependencies;
     the trusted keys declared next to them must apply as well."""
@@ -604,7 +648,7 @@ def test_flashhub_lock_of_a_project_uses_its_trusted_keys_from_any_directory(
 
 
 def test_info_and_variants_show_the_verified_signer(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
@@ -642,9 +686,11 @@ def test_info_and_variants_show_the_verified_signer(
     assert cdn.requests == []
 
 
-def test_info_and_variants_without_keys_show_unverified_signers_and_unsigned(
-    cdn: CdnServer, keys: tuple
+def test_info_and_variants_without_keys_show_unverified_signers_and_nothing_for_unsigned(
+    cdn: CdnServer, keys: Keys
 ) -> None:
+    """A signed variant names its signers, marked unverified; an unsigned one gets no
+    signature line or field, so the output of unsigned kernels is as it always was."""
     (old_path, old_key), (new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
     sign(manifest(cdn.root), old_path)  # only this system's variant is signed, by both keys
@@ -658,34 +704,27 @@ def test_info_and_variants_without_keys_show_unverified_signers_and_unsigned(
     local_at = next(i for i, line in enumerate(lines) if f" {LOCAL}: " in line)
     universal_at = next(i for i, line in enumerate(lines) if f" {UNIVERSAL}: " in line)
     assert lines[local_at + 1].strip() == unverified
-    assert lines[universal_at + 1].strip() == "unsigned"
+    assert "signed" not in "\n".join(lines[universal_at:])
     described = ok_json(flashhub("info", REPO, "--version", "1", "--json"))
     by_name = {v["variant"]: v for v in described["variants"]}
     assert by_name[LOCAL]["signed_by"] == [old_key.key_id, new_key.key_id]
     assert by_name[LOCAL]["signature_verified"] is False
-    assert (by_name[UNIVERSAL]["signed_by"], by_name[UNIVERSAL]["signature_verified"]) == (
-        [],
-        False,
-    )
+    assert "signed_by" not in by_name[UNIVERSAL]
 
     variants = flashhub("variants", REPO, "--version", "1")
     assert variants.returncode == 0, variants.stderr
     assert f"  {LOCAL}: {unverified}" in variants.stdout
-    assert f"  {UNIVERSAL}: unsigned" in variants.stdout
+    assert f"  {UNIVERSAL}: signed" not in variants.stdout
     listed = ok_json(flashhub("variants", REPO, "--version", "1", "--json"))
-    assert {
-        v["variant"]: (v["signed_by"], v["signature_verified"]) for v in listed["variants"]
-    } == {
-        LOCAL: ([old_key.key_id, new_key.key_id], False),
-        UNIVERSAL: ([], False),
-    }
+    signed = {v["variant"]: v.get("signed_by") for v in listed["variants"]}
+    assert signed == {LOCAL: [old_key.key_id, new_key.key_id], UNIVERSAL: None}
 
 
 # -- 10. flashhub cache verify -----------------------------------------------------------------
 
 
 def test_cache_verify_rechecks_the_cached_signature_against_the_configured_keys(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), (_new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1)
@@ -730,7 +769,7 @@ def _with_trusted_keys(project: Path, *lines: str) -> Path:
 
 
 def test_trusted_keys_from_the_projects_pyproject(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     (path, key), (_new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1)
@@ -756,7 +795,7 @@ def test_trusted_keys_from_the_projects_pyproject(
 
 
 def test_trusted_keys_from_configure(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (path, key), (_new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1)
@@ -780,7 +819,7 @@ def test_trusted_keys_from_configure(
 
 
 def test_trusted_keys_from_a_file_named_by_the_environment(
-    cdn: CdnServer, keys: tuple, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     (path, key), (new_path, new_key) = keys
     write_kernel(cdn.root, REPO, 1)

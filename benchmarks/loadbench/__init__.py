@@ -14,7 +14,8 @@ Targets:
       process fetching the same URLs (ratio <= 3.00);
   3   warm imports within 1.5x of the same package imported from a plain directory,
       with no HTTP request and no HTTP library imported, and not slowed (<= 1.20x) by
-      ``--crowded-kernels`` (1000) other kernels in the cache;
+      ``--crowded-kernels`` (1000) other kernels in the cache (3d), nor (<= 1.20x) by a
+      signed kernel with its key trusted (3f);
   4b  ``--procs`` processes cold-loading the same kernel at once make 1 GET per file;
   5   peak RSS growth of the big-file cold load under 64 MiB;
   6   ``flashhub --help`` under 150 ms, and ``import flashhub`` / ``import
@@ -36,6 +37,7 @@ starts.
 The modules, in the order a run uses them:
   cli          options, the run from start to end, the report on stdout
   trees        the synthetic kernels, published into a CDN tree
+  signed       the run's signing key: the kernels it signs, the loads that trust it
   servers      the loopback CDN server
   children     the fork server and its fresh children
   probes       the flashhub side, run in a child: loads and imports, timed

@@ -7,7 +7,7 @@ import argparse
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +15,7 @@ from .children import Children
 from .common import log
 from .probes import child_first_import, child_get_kernel
 from .servers import CdnServer
+from .signed import trusting
 from .trees import PREFIX, WARM_PACKAGE, Kernel, Trees
 
 T = TypeVar("T")
@@ -34,16 +35,18 @@ class Bench:
     scratch: Path
     curl: str | None
     _serial: int = 0
-    _warm_cache: Path | None = None
+    _warm_caches: dict[bool, Path] = field(default_factory=dict)  # signed -> cache
 
-    def env(self, cache_dir: Path) -> dict[str, str]:
-        """The ``FLASHHUB_*`` variables of a load from this server into ``cache_dir``."""
-        return {
+    def env(self, cache_dir: Path, *, signed: bool = False) -> dict[str, str]:
+        """The ``FLASHHUB_*`` variables of a load from this server into ``cache_dir``;
+        ``signed``: trusting the run's key, so signatures are verified (rows 2c, 3f)."""
+        env = {
             "FLASHHUB_CDN_URL": self.server.url,
             "FLASHHUB_CDN_PREFIX": PREFIX,
             "FLASHHUB_CACHE_DIR": str(cache_dir),
             "FLASHHUB_DISABLE_PROGRESS_BARS": "1",
         }
+        return (env | trusting(self.trees.trusted_key)) if signed else env
 
     def fresh_dir(self, what: str) -> Path:
         self._serial += 1
@@ -54,30 +57,32 @@ class Bench:
     def url(self, url_path: str) -> str:
         return self.server.url + url_path
 
-    def cold_load(self, kernel: Kernel) -> dict[str, Any]:
+    def cold_load(self, kernel: Kernel, *, signed: bool = False) -> dict[str, Any]:
         """``get_kernel`` in a child with a fresh, empty cache; with the GETs it made."""
         cache = self.fresh_dir("cache")
         settle()
         self.server.reset()
         result: dict[str, Any] = self.children.run(
-            child_get_kernel, self.env(cache), kernel.repo_id
+            child_get_kernel, self.env(cache, signed=signed), kernel.repo_id
         )
         result["requests"] = sum(self.server.gets().values())
         shutil.rmtree(cache)
         return result
 
-    def warm_cache(self) -> Path:
+    def warm_cache(self, *, signed: bool = False) -> Path:
         """A cache holding the warm kernel (rows 3 and 8), filled on the first call by a
         cold load; both copies of its package, the cache's and the plain directory's, have
-        their bytecode compiled by then."""
-        if self._warm_cache is None:
-            log("warm kernel: filling a cache, compiling both copies' bytecode")
+        their bytecode compiled by then. ``signed``: another cache, filled by a cold load
+        that trusted the run's key and so verified the kernel's signatures (row 3f)."""
+        if signed not in self._warm_caches:
+            log("warm kernel: filling a cache" + (", key trusted" if signed else ""))
             cache = self.fresh_dir("warm-cache")
-            env = self.env(cache)
+            env = self.env(cache, signed=signed)
             self.children.run(child_get_kernel, env, self.trees.warm.repo_id)
-            self.children.run(child_first_import, env, WARM_PACKAGE, str(self.trees.plain_dir))
-            self._warm_cache = cache
-        return self._warm_cache
+            if not self._warm_caches:
+                self.children.run(child_first_import, env, WARM_PACKAGE, str(self.trees.plain_dir))
+            self._warm_caches[signed] = cache
+        return self._warm_caches[signed]
 
     def rounds(
         self,

@@ -12,6 +12,8 @@ CHILD_TIMEOUT_S = 900.0
 # a warm load (row 3e, where torch, imported before, has already brought http.client in).
 HTTP_LIBS = ("requests", "urllib3", "http.client")
 LOCK_LIBS = ("filelock",)
+# Imported by a load that verifies signatures (row 2c), and by no warm load (row 3f).
+CRYPTO_LIBS = ("cryptography",)
 
 
 def log(message: str) -> None:

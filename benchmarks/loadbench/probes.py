@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .common import CHILD_TIMEOUT_S, HTTP_LIBS, LOCK_LIBS
+from .common import CHILD_TIMEOUT_S, CRYPTO_LIBS, HTTP_LIBS, LOCK_LIBS
 from .results import median
 from .usage import PeakRss, cpu_seconds
 
@@ -27,13 +27,13 @@ def use_env(env: Mapping[str, str]) -> None:
 
 
 def watched_libs(imported: set[str]) -> list[str]:
-    """The HTTP and lock libraries among the module names ``imported``."""
-    return [name for name in (*HTTP_LIBS, *LOCK_LIBS) if name in imported]
+    """The HTTP, lock and crypto libraries among the module names ``imported``."""
+    return [name for name in (*HTTP_LIBS, *LOCK_LIBS, *CRYPTO_LIBS) if name in imported]
 
 
 def child_get_kernel(env: Mapping[str, str], repo_id: str) -> dict[str, Any]:
     """A cold (or warm) ``get_kernel``: the call alone is timed, with the CPU time (user +
-    system, every thread of the child) it took, the HTTP and lock libraries it imported (a
+    system, every thread of the child) it took, the watched libraries it imported (a
     one-off cost inside that CPU time) and its peak RSS growth."""
     use_env(env)
     import flashhub_kernels
@@ -50,7 +50,7 @@ def child_get_kernel(env: Mapping[str, str], repo_id: str) -> dict[str, Any]:
 
 
 def child_warm_libs(env: Mapping[str, str], module: str, repo_id: str) -> list[str]:
-    """The HTTP and lock libraries that warm loads import: ``import flashhub``, the first
+    """The watched libraries that warm loads import: ``import flashhub``, the first
     import of ``module`` through the hook and a ``get_kernel`` (cache already warm)."""
     use_env(env)
     before = set(sys.modules)

@@ -1,8 +1,9 @@
 """The synthetic CDN trees: kernels written the way the publisher lays them out.
 
 ``build_trees(work, size_mib, small_files, realistic_mib)`` writes every kernel the rows
-load under ``work/cdn`` (serve it with :func:`loadbench.servers.serve`), and the warm
-kernel's package once more as a plain directory for ``sys.path``.
+load under ``work/cdn`` (serve it with :func:`loadbench.servers.serve`), signs the warm and
+the small-files kernels (:mod:`loadbench.signed`), and writes the warm kernel's package
+once more as a plain directory for ``sys.path``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from .common import MIB
+from .signed import sign_kernels
 
 ORG = "bench"
 PREFIX = "kernels"
@@ -98,6 +100,9 @@ class Trees:
     crowd: Kernel  # the large file and the small files together, for the 16 processes
     realistic: Kernel  # one .so and 10 small Python files
     plain_dir: Path  # the warm kernel's package as a plain directory for sys.path
+    # The public line of the key that signed small and warm (None: no cryptography). A load
+    # that does not trust it fetches no .sig: to it, they are unsigned kernels.
+    trusted_key: str | None
 
 
 def b64_sha256(data: bytes) -> str:
@@ -201,4 +206,5 @@ def build_trees(work: Path, size_mib: int, small_files: int, realistic_mib: int)
     crowd_files = {"weights.bin": big_blob, **small_blobs}
     crowd = publish(cdn, "crowd", package("crowd", "big and small files", crowd_files))
     realistic = publish(cdn, "realistic", realistic_files(so_blob))
-    return Trees(cdn, big, small, warm, crowd, realistic, write_plain_dir(work))
+    trusted_key = sign_kernels([cdn / PREFIX / kernel.repo_id for kernel in (small, warm)])
+    return Trees(cdn, big, small, warm, crowd, realistic, write_plain_dir(work), trusted_key)

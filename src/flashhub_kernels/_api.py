@@ -10,7 +10,6 @@ from types import ModuleType
 
 from ._config import get_config, local_kernels
 from ._finder import LoadedKernel, install
-from ._local import find_local_package, local_override
 from ._names import RepoInfo, check_backend, parse_repo_id, requested_version
 from ._variants import VariantAccepted, VariantVerdict, judge_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
@@ -89,6 +88,8 @@ def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
     with an ``__init__.py``. The best variant for this system is used. The module gets a
     unique name derived from the path, so different directories never collide.
     """
+    from ._local import find_local_package  # not imported by kernel loads from the CDN
+
     package_dir = find_local_package(Path(repo_path).resolve()).package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
     module_name = f"flashhub._local.{package_dir.name}_{digest}"
@@ -139,6 +140,8 @@ def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None 
     repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
     """
     if repo_id in local_kernels():
+        from ._local import local_override
+
         try:
             local_override([RepoInfo(repo_id, version or 1)], backend)
         except KernelNotFoundError:

@@ -271,11 +271,27 @@ def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     known = _project_keys.get(path.absolute())
     if known is not None and known[0] == stamp:
         return known[1]
-    from ._lockfile import read_trusted_keys  # TOML is parsed only in a project directory
+    if _may_list_trusted_keys(path):
+        from ._lockfile import read_trusted_keys  # TOML is parsed only in a project directory
 
-    keys = read_trusted_keys(path)
+        keys = read_trusted_keys(path)
+    else:
+        keys = ()
     _project_keys[path.absolute()] = (stamp, keys)
     return keys
+
+
+def _may_list_trusted_keys(path: Path) -> bool:
+    """Whether ``path`` can hold a ``trusted-keys`` key: it spells it, or has an escape
+    sequence, with which a quoted key can spell it too (``"trusted\\u002dkeys"``).
+
+    Most projects' ``pyproject.toml`` has neither: every kernel load in their directory
+    then skips importing the TOML parser and the lock file module (about 5 ms)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return True  # read_trusted_keys says what is wrong
+    return b"trusted-keys" in data or b"\\" in data
 
 
 def configure(

@@ -81,7 +81,9 @@ def fetch_kernel(
             entry, downloaded = download_entry(cache, fetcher, info, variant)
             if downloaded and config.version_check:  # not by every waiter for a download
                 notice_newer_version(fetcher, info)
-            return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry)
+            receipt = cache.read_receipt(entry)
+            signer = receipt.signer if receipt else None
+            return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, signer)
     assert not_found is not None
     raise not_found
 

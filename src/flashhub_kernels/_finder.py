@@ -12,10 +12,10 @@ kernel are found by the standard path finder through the kernel's ``__path__``.
 
 from __future__ import annotations
 
+import _thread
 import importlib._abc
 import importlib.machinery
 import sys
-import threading
 
 from ._names import RepoInfo, cdn_name_candidates, parse_module_name
 from ._record import Record
@@ -118,7 +118,9 @@ class KernelFinder:
     """Maps ``flashhub.*`` names to kernels. One instance lives on ``sys.meta_path``."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # threading.Lock is this lock; importing threading would cost the hook 4 ms
+        # in a process that has not imported it yet.
+        self._lock = _thread.allocate_lock()
         self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, LoadedKernel] = {}
@@ -156,8 +158,9 @@ class KernelFinder:
     ) -> importlib.machinery.ModuleSpec | None:
         known = self._targets.get(fullname)
         # Located before in this process, or a local kernel: one stat, no other I/O. A
-        # cache entry removed since (``flashhub cache clear``) is located afresh.
-        if known is not None and (known.info is None or known.init_file.is_file()):
+        # cache entry removed since (``flashhub cache clear``), or one the keys trusted
+        # now do not vouch for, is located afresh.
+        if known is not None and (known.info is None or _still_valid(known)):
             spec = importlib.machinery.ModuleSpec(
                 fullname, KernelLoader(self, fullname, known), is_package=True
             )
@@ -179,16 +182,19 @@ class KernelFinder:
 
         A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
         """
-        from ._local import local_override
+        from ._config import local_kernels
         from ._store import obtain_kernel
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
         pinned = self._pins.get(fullname)
         candidates = [pinned] if pinned else _candidates(parsed)
-        target = local_override(candidates, parsed.backend) or obtain_kernel(
-            candidates, backend=parsed.backend
-        )
+        target = None
+        if local_kernels():  # only then the module of local overrides is imported
+            from ._local import local_override
+
+            target = local_override(candidates, parsed.backend)
+        target = target or obtain_kernel(candidates, backend=parsed.backend)
         assert target.info is not None
         with self._lock:
             self._targets[fullname] = target
@@ -206,6 +212,15 @@ class KernelFinder:
         )
         with self._lock:
             self._loaded[module.__name__] = record
+
+
+def _still_valid(known: KernelDir) -> bool:
+    """Whether a cache entry located earlier in this process may be imported again."""
+    from ._config import get_config  # a re-import only: the first import never gets here
+
+    assert known.info is not None
+    trusted = get_config().accepts_signer(known.info.org, known.signer)
+    return trusted and known.init_file.is_file()
 
 
 def _candidates(parsed: KernelModuleName) -> list[RepoInfo]:

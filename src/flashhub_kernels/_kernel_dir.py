@@ -21,12 +21,14 @@ class KernelDir(Record):
         variant: The build variant chosen, when known.
         entry: The verified cache entry holding ``package_dir``; ``None`` outside the
             cache (a local directory).
+        signer: The trusted key that vouched for the entry, if one was checked.
     """
 
     package_dir: Path
     info: RepoInfo | None
     variant: str | None
     entry: Path | None
+    signer: str | None
 
     def __init__(
         self,
@@ -34,8 +36,9 @@ class KernelDir(Record):
         info: RepoInfo | None = None,
         variant: str | None = None,
         entry: Path | None = None,
+        signer: str | None = None,
     ) -> None:
-        self._init(package_dir, info, variant, entry)
+        self._init(package_dir, info, variant, entry, signer)
 
     @property
     def init_file(self) -> Path:

@@ -127,7 +127,7 @@ def _warm_lookup(
         return None, f"{entry / changed} differs from its receipt"
     if not config.accepts_signer(info.org, receipt.signer):
         return None, _UNSIGNED_ENTRY
-    return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry), None
+    return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, receipt.signer), None
 
 
 def pick_cached_variant(index: VariantIndex, system: SystemInfo) -> str | None:

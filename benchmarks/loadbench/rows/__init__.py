@@ -16,9 +16,9 @@ from .warm import row_warm_import
 
 ROWS: Sequence[Callable[[Bench], list[Row]]] = (
     row_big_file,  # 1a, 1b, 5
-    row_small_files,  # 2a, 2b
+    row_small_files,  # 2a, 2b, 2c
     row_realistic,  # 7
-    row_warm_import,  # 3a-3e
+    row_warm_import,  # 3a-3f
     row_crowd,  # 4a, 4b
     row_startup,  # 6a-6c
     row_import_cost,  # 8: after 3 and 6, which have compiled its imports' bytecode

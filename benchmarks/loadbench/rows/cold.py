@@ -1,5 +1,6 @@
 """Cold loads against curl and ``requests``: rows 1a and 1b (one big file), 5 (its peak
-RSS), 2a and 2b (many small files) and 7 (a realistic variant)."""
+RSS), 2a and 2b (many small files), 2c (the same, signed, against unsigned) and 7 (a
+realistic variant)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ..baselines import curl_config, curl_file, requests_download
 from ..bench import Bench
 from ..common import MIB
 from ..results import Row, Stat, median, ratio_row
+from ..signed import NO_SIGNING, TRUSTED_KEYS_VAR
 from ..trees import REALISTIC_PY_BYTES, REALISTIC_PY_FILES, REALISTIC_SO
 
 # The targets (see the package docstring); printed with each row, never asserted.
@@ -126,10 +128,13 @@ def _big_rss(
 
 
 def row_small_files(bench: Bench) -> list[Row]:
-    """Row 2: cold load of many small files vs one curl process fetching the same URLs."""
+    """Row 2: cold load of many small files vs one curl process fetching the same URLs;
+    and signed, with its key trusted, vs unsigned (2c)."""
     kernel = bench.trees.small
     count = len(kernel.files)
     measurements: Measurements = {"flashhub": lambda: bench.cold_load(kernel)}
+    if bench.trees.trusted_key is not None:
+        measurements["signed"] = lambda: bench.cold_load(kernel, signed=True)
     if bench.curl:
         measurements["sequential"] = lambda: curl_config(bench, kernel)
         measurements["parallel"] = lambda: curl_config(bench, kernel, CURL_PARALLEL)
@@ -137,16 +142,18 @@ def row_small_files(bench: Bench) -> list[Row]:
 
     name = f"cold load, {count} files of 10 KiB"
     ours = load_ms(results["flashhub"])
+    signed = _small_signed(name, results["flashhub"], results.get("signed"))
     cpu = "client CPU (user+sys of the loading child, during get_kernel): flashhub " + (
         cpu_per_request(results["flashhub"])
     )
     if not bench.curl:
         row = Row("2", name, "ms", ours, "curl -K", target="(skipped)")
         row.notes += ["curl baselines skipped: curl is not on PATH", cpu]
-        return [row]
+        return [row, signed]
     return [
         _small_vs_sequential(name, ours, results["sequential"], count, cpu),
         _small_vs_parallel(name, ours, results["parallel"], count),
+        signed,
     ]
 
 
@@ -176,6 +183,28 @@ def _small_vs_parallel(
     ]
     label = "curl -s --parallel-max 8 -K config"
     return Row("2b", name, "ms", ours, label, _curl_ms(parallel), "(reference)", notes=notes)
+
+
+def _small_signed(
+    name: str,
+    unsigned: Sequence[Mapping[str, Any]],
+    signed: Sequence[Mapping[str, Any]] | None,
+) -> Row:
+    """2c: what verifying signatures adds to the cold load (None: the run signed nothing)."""
+    name += ", signed, key trusted"
+    if signed is None:
+        return Row("2c", name, "ms", None, target=f"({NO_SIGNING})")
+    notes = [
+        f"the 2a load of the kernel signed, with {TRUSTED_KEYS_VAR} set to the run's key: it "
+        "fetches the documents' .sig files and verifies their Ed25519 signatures before any "
+        f"file; GETs per load: {median([load['requests'] for load in signed]):.0f} against "
+        f"{median([load['requests'] for load in unsigned]):.0f} unsigned",
+        f"client CPU: signed {cpu_per_request(signed)}; unsigned {cpu_per_request(unsigned)}",
+    ]
+    baseline = "the same load, unsigned, no key (2a)"
+    return Row(
+        "2c", name, "ms", load_ms(signed), baseline, load_ms(unsigned), "(reference)", notes=notes
+    )
 
 
 # -- row 7: a realistic variant ---------------------------------------------------------------
