@@ -56,6 +56,7 @@ class CommittedEntry(NamedTuple):
 
     path: Path
     downloaded: bool
+    signer: str | None = None  # the trusted key that vouched for it, if one was checked
 
 
 def fetch_kernel(
@@ -78,11 +79,9 @@ def fetch_kernel(
                 "variants.json" if index.complete else "the variants probed",
                 system.describe(),
             )
-            entry, downloaded = download_entry(cache, fetcher, info, variant)
+            entry, downloaded, signer = download_entry(cache, fetcher, info, variant)
             if downloaded and config.version_check:  # not by every waiter for a download
                 notice_newer_version(fetcher, info)
-            receipt = cache.read_receipt(entry)
-            signer = receipt.signer if receipt else None
             return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, signer)
     assert not_found is not None
     raise not_found
@@ -278,17 +277,17 @@ def download_entry(
             and expected_hash in (None, receipt.content_hash)
             and config.accepts_signer(info.org, receipt.signer, locked=expected_signer)
         ):
-            return CommittedEntry(entry, downloaded=False)  # another process finished it
+            return CommittedEntry(entry, False, receipt.signer)  # another process finished it
         document = checked_manifest(fetcher, info, variant, expected_hash, expected_signer)
         if receipt is not None and receipt.content_hash == document.manifest.content_hash:
             # Intact, cached before a key was trusted, and vouched for now: keep the files.
             cache.record_signer(entry, receipt, document)
-            return CommittedEntry(entry, downloaded=False)
+            return CommittedEntry(entry, False, document.signer)
         with cache_errors():
             cache.evict(entry)
             cache.remove_stale_staging(info, variant)
         _download_and_commit(cache, fetcher, info, variant, document)
-    return CommittedEntry(entry, downloaded=True)
+    return CommittedEntry(entry, True, document.signer)
 
 
 def _intact_receipt(cache: Cache, entry: Path, info: RepoInfo) -> Receipt | None:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._config import PYPROJECT_NAME
 from ._manifest import dump_json
 from ._names import RepoInfo, check_version, parse_repo_id
+from ._signing import is_key_id, parse_trusted_keys
 from ._variants import parse_variant
 from .errors import LockfileError
 
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
 LOCKFILE_NAME = "flashhub.lock"
 FORMAT_VERSION = 1
 _HASH = re.compile(r"sha256-[0-9a-f]{64}")
-_KEY_ID = re.compile(r"[0-9a-f]{16}")
 # Variant names become cache directory names; the cache relies on them holding no dots.
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 _REGENERATE = "regenerate it with `flashhub lock` in the project directory"
@@ -234,7 +234,7 @@ def _parse_kernel(item: object) -> LockedKernel:
             raise ValueError(f'{repo_id}, variant {name}: "hash" must be "sha256-<64 hex>"')
         hashes[name] = content_hash
         signer = entry.get("signer")
-        if signer is not None and not (isinstance(signer, str) and _KEY_ID.fullmatch(signer)):
+        if signer is not None and not is_key_id(signer):
             raise ValueError(f'{repo_id}, variant {name}: "signer" must be a key id (16 hex)')
         if signer is not None:
             signers[name] = signer
@@ -293,8 +293,6 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
         ValueError: the file cannot be read, or the list is malformed (like a malformed
             ``FLASHHUB_*`` setting).
     """
-    from ._signing import parse_trusted_keys  # only a project that lists keys parses them
-
     source = f"{path} [tool.flashhub] trusted-keys"
     try:
         keys = _lookup(_load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")

@@ -60,6 +60,7 @@ __all__ = [
     "TrustedKey",
     "dump_signatures",
     "generate_signing_key",
+    "is_key_id",
     "key_id_of",
     "load_signing_key",
     "load_trusted_keys",
@@ -97,6 +98,11 @@ _TAMPERED_HINT = (
 
 
 # --- keys: pure ------------------------------------------------------------------------
+
+
+def is_key_id(text: object) -> bool:
+    """Whether ``text`` is a key id: 16 lowercase hex digits."""
+    return isinstance(text, str) and _KEY_ID.fullmatch(text) is not None
 
 
 def key_id_of(public_key: bytes) -> str:
@@ -519,7 +525,7 @@ def verify_document(
 
 def _shown_key_id(key_id: str) -> str:
     """A key id from a ``.sig`` file, fit for a message: as it is if well-formed, else repr."""
-    return key_id if _KEY_ID.fullmatch(key_id) else repr(key_id[:40])
+    return key_id if is_key_id(key_id) else repr(key_id[:40])
 
 
 # --- signing -----------------------------------------------------------------------------
