@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from cli_runner import flashhub, ok_json
-from flashhub_kernels._signing import (
-    SigningKey,
+from flashhub_kernels._signing import SigningKey, load_signing_key
+from flashhub_kernels._trusted_keys import (
     TrustedKey,
     key_id_of,
-    load_signing_key,
     load_trusted_keys,
     parse_trusted_keys,
 )
@@ -266,7 +265,8 @@ def test_parsing_keys_and_signatures_imports_no_cryptography() -> None:
     code = f"""
 import sys
 from flashhub_kernels import cli, _publish
-from flashhub_kernels._signing import parse_trusted_keys, parse_signatures, statement
+from flashhub_kernels._signing import parse_signatures, statement
+from flashhub_kernels._trusted_keys import parse_trusted_keys
 parse_trusted_keys({KEY_A.public_line!r}, source="test")
 parse_signatures(b'{{"format": 1, "signatures": []}}', source="test")
 statement("versions", "acme/k", None, None, b"[1]")

@@ -15,13 +15,12 @@ from flashhub_kernels._publish import publish, sign_tree
 from flashhub_kernels._signing import (
     DocumentKind,
     SigningKey,
-    TrustedKey,
     generate_signing_key,
     parse_signatures,
-    parse_trusted_keys,
     verify_document,
     write_key_pair,
 )
+from flashhub_kernels._trusted_keys import TrustedKey, parse_trusted_keys
 from flashhub_kernels.errors import PublishError, SignatureError
 
 REPO = "acme/my-kern"

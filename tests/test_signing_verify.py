@@ -16,14 +16,13 @@ from flashhub_kernels._signing import (
     DocumentKind,
     SignatureEntry,
     SigningKey,
-    TrustedKey,
     dump_signatures,
     parse_signatures,
-    parse_trusted_keys,
     sign_document,
     statement,
     verify_document,
 )
+from flashhub_kernels._trusted_keys import TrustedKey, parse_trusted_keys
 from flashhub_kernels.errors import IntegrityError, SignatureError
 
 KEY_A = SigningKey(bytes([1]) * 32)
@@ -277,9 +276,8 @@ def test_without_cryptography_signing_and_verifying_say_what_to_install() -> Non
         f"""
         import sys
         sys.modules["cryptography"] = None  # as if it were not installed
-        from flashhub_kernels._signing import (
-            SigningKey, parse_trusted_keys, verify_document, generate_signing_key,
-        )
+        from flashhub_kernels._signing import SigningKey, verify_document, generate_signing_key
+        from flashhub_kernels._trusted_keys import parse_trusted_keys
         from flashhub_kernels.errors import SignatureError
         from flashhub_kernels.cli import main
 

@@ -17,7 +17,7 @@ from ._names import parse_repo_id
 from ._record import Record
 
 if TYPE_CHECKING:
-    from ._signing import TrustedKey
+    from ._trusted_keys import TrustedKey
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
@@ -252,7 +252,7 @@ _env_keys: dict[str, tuple[TrustedKey, ...]] = {}
 def _env_trusted_keys(value: str) -> tuple[TrustedKey, ...]:
     keys = _env_keys.get(value)
     if keys is None:
-        from ._signing import load_trusted_keys  # only a process that trusts keys parses them
+        from ._trusted_keys import load_trusted_keys  # only a process that trusts keys parses any
 
         keys = _env_keys[value] = load_trusted_keys(value, source=TRUSTED_KEYS_VAR)
     return keys
@@ -323,7 +323,7 @@ def configure(
     if cache_dir is not None:
         _overrides["cache_dir"] = os.fspath(cache_dir)
     if trusted_keys is not None:
-        from ._signing import parse_trusted_keys
+        from ._trusted_keys import parse_trusted_keys
 
         listed = trusted_keys if isinstance(trusted_keys, str) else "\n".join(trusted_keys)
         _overrides["trusted_keys"] = parse_trusted_keys(listed, source="configure(trusted_keys=)")

@@ -47,14 +47,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._config import PYPROJECT_NAME
 from ._manifest import dump_json
 from ._names import RepoInfo, check_version, parse_repo_id
-from ._signing import is_key_id, parse_trusted_keys
+from ._trusted_keys import is_key_id, parse_trusted_keys
 from ._variants import parse_variant
 from .errors import LockfileError
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
-    from ._signing import TrustedKey
+    from ._trusted_keys import TrustedKey
 
 LOCKFILE_NAME = "flashhub.lock"
 FORMAT_VERSION = 1

@@ -12,14 +12,9 @@ document, the repo id, the version, the variant and the sha256 of the document's
 bytes. A signature therefore cannot be replayed for another kernel, version, variant or
 kind of document.
 
-Keys are written as one line of text each:
-
-- public: ``flashhub-ed25519:<base64 of the 32 raw key bytes>``, the form
-  ``FLASHHUB_TRUSTED_KEYS`` takes (optionally scoped to one org: ``<org>:flashhub-ed25519:...``);
-- private (the key file ``flashhub keygen`` writes, mode 0600):
-  ``flashhub-ed25519-private:<base64 of the 32-byte seed>``.
-
-A key id is the first 16 hex digits of the sha256 of the raw public key.
+Public keys, the ones a user trusts, are parsed in :mod:`._trusted_keys`. A private key
+is one line of text too, in the key file ``flashhub keygen`` writes (mode 0600):
+``flashhub-ed25519-private:<base64 of the 32-byte seed>``.
 
 The parsing here is pure and needs no third-party package. Signing and verifying use
 ``cryptography``, imported only inside the functions that need it (the ``signing``
@@ -29,45 +24,42 @@ extra), so importing this module, or flashhub_kernels, never imports it.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
 
 from ._config import TRUSTED_KEYS_VAR
 from ._manifest import SIG_SUFFIX, dump_json, load_json
 from ._names import check_version, parse_repo_id
+from ._trusted_keys import (
+    KEY_PREFIX,
+    TrustedKey,
+    decode_base64,
+    is_key_id,
+    key_id_of,
+    public_key_line,
+)
 from .errors import ManifestError, PublishError, SignatureError
 
 __all__ = [
     "INSTALL_HINT",
-    "KEY_PREFIX",
     "MAX_SIGNATURES",
     "MAX_SIGNATURE_BYTES",
     "PRIVATE_KEY_PREFIX",
     "SIGNATURE_FORMAT",
     "SIG_SUFFIX",
-    "TRUSTED_KEYS_VAR",
     "DocumentKind",
     "SignatureEntry",
     "SigningKey",
-    "TrustedKey",
     "dump_signatures",
     "generate_signing_key",
-    "is_key_id",
-    "key_id_of",
     "load_signing_key",
-    "load_trusted_keys",
     "parse_signatures",
-    "parse_trusted_keys",
     "public_key_file",
-    "public_key_line",
     "sign_document",
     "statement",
     "verify_document",
@@ -76,7 +68,6 @@ __all__ = [
 
 DocumentKind = Literal["metadata", "variants", "versions"]
 
-KEY_PREFIX = "flashhub-ed25519:"
 PRIVATE_KEY_PREFIX = "flashhub-ed25519-private:"
 SIGNATURE_FORMAT = 1
 MAX_SIGNATURE_BYTES = 64 * 1024  # a .sig holds a few entries of ~130 bytes each
@@ -85,8 +76,6 @@ INSTALL_HINT = "pip install 'flashhub-kernels[signing]'"
 
 _KINDS: tuple[DocumentKind, ...] = ("metadata", "variants", "versions")
 _STATEMENT_HEADER = "flashhub-signed-document v1"
-_KEY_ID = re.compile(r"[0-9a-f]{16}")
-_PUBLIC_KEY_BYTES = 32
 _SEED_BYTES = 32
 _SIGNATURE_BYTES = 64
 _MAX_KEY_FILE_BYTES = 64 * 1024
@@ -95,163 +84,6 @@ _PUBLIC_MODE = 0o644
 _TAMPERED_HINT = (
     "the CDN serves a broken or tampered signature file; report it to the kernel's publisher"
 )
-
-
-# --- keys: pure ------------------------------------------------------------------------
-
-
-def is_key_id(text: object) -> bool:
-    """Whether ``text`` is a key id: 16 lowercase hex digits."""
-    return isinstance(text, str) and _KEY_ID.fullmatch(text) is not None
-
-
-def key_id_of(public_key: bytes) -> str:
-    """The key id of a raw Ed25519 public key: the first 16 hex digits of its sha256."""
-    return hashlib.sha256(public_key).hexdigest()[:16]
-
-
-def public_key_line(public_key: bytes) -> str:
-    """``flashhub-ed25519:<base64>``, the one-line form of a public key."""
-    return KEY_PREFIX + base64.b64encode(public_key).decode("ascii")
-
-
-def _b64decode(text: str, size: int) -> bytes | None:
-    """Strict standard base64 of exactly ``size`` bytes, or ``None``."""
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    return raw if len(raw) == size else None
-
-
-@dataclass(frozen=True)
-class TrustedKey:
-    """A public key the user trusts to vouch for kernels.
-
-    Attributes:
-        key_id: The first 16 hex digits of the sha256 of ``public_key``.
-        public_key: The 32 raw bytes of the Ed25519 public key.
-        orgs: The orgs whose kernels the key may vouch for; ``None``: every org.
-    """
-
-    key_id: str
-    public_key: bytes
-    orgs: frozenset[str] | None = None
-
-    @property
-    def public_line(self) -> str:
-        """The key as ``flashhub-ed25519:<base64>``."""
-        return public_key_line(self.public_key)
-
-    def trusted_for(self, org: str) -> bool:
-        """Whether the key may vouch for the kernels of ``org``."""
-        return self.orgs is None or org in self.orgs
-
-
-def _entries(text: str) -> Iterator[str]:
-    """The entries of a trusted-key list: ``#`` starts a comment to the end of its line;
-    commas, spaces and line breaks separate entries."""
-    for line in text.splitlines():
-        yield from (e for e in re.split(r"[,\s]+", line.split("#", 1)[0]) if e)
-
-
-def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
-    """``(raw public key, org or None)`` of one entry; ``ValueError`` naming it if bad."""
-    if "ed25519-private" in entry:
-        # Never echo it: it is a secret that ended up in the wrong place.
-        raise ValueError(
-            f"{source} holds a private key (flashhub-ed25519-private:...); trusted keys are "
-            "public keys (flashhub-ed25519:...): remove it, and treat that key as leaked"
-        )
-    shown = repr(entry if len(entry) <= 120 else entry[:117] + "...")
-    org: str | None = None
-    key_text = entry
-    if not entry.startswith(KEY_PREFIX):
-        org, _, key_text = entry.partition(":")
-        try:
-            parse_repo_id(f"{org}/pkg")
-        except ValueError:
-            raise ValueError(
-                f"{source}: entry {shown} is neither {KEY_PREFIX}<base64> nor "
-                f"<org>:{KEY_PREFIX}<base64> with an org that starts with a letter or '_' and "
-                "holds only letters, digits, '-' and '_'"
-            ) from None
-        if not key_text.startswith(KEY_PREFIX):
-            raise ValueError(
-                f"{source}: entry {shown} must be {KEY_PREFIX}<base64> or "
-                f"<org>:{KEY_PREFIX}<base64>"
-            )
-    raw = _b64decode(key_text.removeprefix(KEY_PREFIX), _PUBLIC_KEY_BYTES)
-    if raw is None:
-        raise ValueError(
-            f"{source}: entry {shown} is not a public key: the part after {KEY_PREFIX!r} must "
-            f"be standard base64 of {_PUBLIC_KEY_BYTES} bytes, as `flashhub keygen` prints it"
-        )
-    return raw, org
-
-
-def parse_trusted_keys(text: str, *, source: str) -> tuple[TrustedKey, ...]:
-    """Parse a list of trusted public keys.
-
-    Entries are separated by commas, spaces or line breaks, and ``#`` starts a comment.
-    Each entry is ``flashhub-ed25519:<base64>`` (trusted for every org) or
-    ``<org>:flashhub-ed25519:<base64>`` (trusted for that org only). A key listed
-    several times is trusted for the union of its orgs (every org if any entry is
-    unscoped). Keys come back in the order of their first entry.
-
-    Args:
-        text: The list.
-        source: Where it comes from, for error messages (``FLASHHUB_TRUSTED_KEYS``, a path).
-
-    Raises:
-        ValueError: An entry is malformed; the message names ``source`` and the entry
-            (never a private key that was pasted by mistake).
-    """
-    scopes: dict[bytes, set[str] | None] = {}
-    for entry in _entries(text):
-        raw, org = _parse_entry(entry, source)
-        if org is None:
-            scopes[raw] = None
-        elif raw not in scopes:
-            scopes[raw] = {org}
-        elif (scope := scopes[raw]) is not None:
-            scope.add(org)
-    return tuple(
-        TrustedKey(key_id_of(raw), raw, None if scope is None else frozenset(scope))
-        for raw, scope in scopes.items()
-    )
-
-
-def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[TrustedKey, ...]:
-    """The keys ``value`` gives: the keys in the file it names, or the keys it lists.
-
-    This is what ``FLASHHUB_TRUSTED_KEYS`` accepts: a path to a file of keys (one per
-    line, as :func:`parse_trusted_keys` reads them; a ``KEYFILE.pub`` works), or the keys
-    themselves. An empty value gives no keys.
-
-    Raises:
-        ValueError: The file cannot be read, or an entry is malformed.
-    """
-    text = value.strip()
-    if not text:
-        return ()
-    path = Path(text).expanduser()
-    try:
-        is_file = KEY_PREFIX not in text and path.is_file()
-    except (OSError, ValueError):  # a name too long, a NUL: not a path
-        is_file = False
-    if is_file:
-        try:
-            data = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
-        return parse_trusted_keys(data, source=f"{source} file {path}")
-    if KEY_PREFIX not in text and (os.sep in text or "/" in text):
-        raise ValueError(
-            f"{source}: {text!r} is neither an existing file nor a list of "
-            f"{KEY_PREFIX}<base64> keys"
-        )
-    return parse_trusted_keys(text, source=source)
 
 
 # --- statements and .sig documents: pure -----------------------------------------------
@@ -335,7 +167,7 @@ class SignatureEntry(NamedTuple):
 
     def decoded(self, source: str) -> bytes:
         """The 64 raw signature bytes; :class:`SignatureError` if they are not."""
-        raw = _b64decode(self.signature, _SIGNATURE_BYTES)
+        raw = decode_base64(self.signature, _SIGNATURE_BYTES)
         if raw is None:
             raise SignatureError(
                 f"{source}: the signature of key {self.key_id} is not base64 of "
@@ -466,7 +298,7 @@ def verify_document(
         kind, repo_id, version, variant: What the client asked for (see :func:`statement`).
         data: The document's exact bytes.
         sig_bytes: The bytes of ``<document>.sig``, or ``None`` when it does not exist.
-        keys: The trusted keys (:func:`load_trusted_keys`).
+        keys: The trusted keys (:func:`._trusted_keys.load_trusted_keys`).
         org: The org of ``repo_id``; only keys trusted for it may vouch.
         require: Refuse the document unless a trusted key signed it, even when no key is
             configured for ``org``.
@@ -660,7 +492,7 @@ def _seed_in(data: bytes) -> bytes | None:
     keys = [line.strip() for line in lines if line.strip().startswith(PRIVATE_KEY_PREFIX)]
     if len(keys) != 1:
         return None
-    return _b64decode(keys[0].removeprefix(PRIVATE_KEY_PREFIX), _SEED_BYTES)
+    return decode_base64(keys[0].removeprefix(PRIVATE_KEY_PREFIX), _SEED_BYTES)
 
 
 def public_key_file(path: str | os.PathLike[str]) -> Path:
