@@ -55,11 +55,14 @@ def trusted(*keys: SigningKey) -> tuple[TrustedKey, ...]:
     return parse_trusted_keys(" ".join(f"acme:{k.public_line}" for k in keys), source="test")
 
 
-def documents(pkg_dir: Path) -> dict[Path, Where]:
-    """Every signable document of the kernel published at ``pkg_dir``."""
+def documents(pkg_dir: Path, only: int | None = None) -> dict[Path, Where]:
+    """Every signable document of the kernel published at ``pkg_dir`` (of its version
+    ``only`` and ``versions.json``, with ``only``)."""
     found: dict[Path, Where] = {pkg_dir / "versions.json": ("versions", None, None)}
     for version_dir in pkg_dir.glob("v[0-9]*"):
         version = int(version_dir.name[1:])
+        if only is not None and version != only:
+            continue
         found[version_dir / "variants.json"] = ("variants", version, None)
         for manifest in version_dir.glob("build/*/metadata.json"):
             found[manifest] = ("metadata", version, manifest.parent.name)
@@ -70,10 +73,12 @@ def sig_of(path: Path) -> Path:
     return path.with_name(path.name + ".sig")
 
 
-def vouchers(pkg_dir: Path, keys: tuple[TrustedKey, ...]) -> dict[str, str | None]:
+def vouchers(
+    pkg_dir: Path, keys: tuple[TrustedKey, ...], only: int | None = None
+) -> dict[str, str | None]:
     """The key id that vouches for each document (``require=True``), by relative path."""
     result = {}
-    for path, (kind, version, variant) in documents(pkg_dir).items():
+    for path, (kind, version, variant) in documents(pkg_dir, only).items():
         sig = sig_of(path)
         result[path.relative_to(pkg_dir).as_posix()] = verify_document(
             kind=kind,
@@ -115,7 +120,7 @@ def test_publish_signs_metadata_variants_and_versions(build: Path, tmp_path: Pat
     }
     assert sigs <= set(report.written)
     assert {p for p in files(out) if p.endswith(".sig")} == sigs
-    assert report.signed_by == key.key_id and report.to_dict()["signed_by"] == key.key_id
+    assert report.signed_by == (key.key_id,) and report.to_dict()["signed_by"] == [key.key_id]
     assert report.bytes_written == sum(len(b) for b in files(out).values())
     assert set(vouchers(pkg, trusted(key)).values()) == {key.key_id}
     for sig in sigs:
@@ -201,6 +206,44 @@ def test_a_new_version_re_signs_versions_json(build: Path, tmp_path: Path) -> No
         f"v2/build/{CPU}/metadata.json": new.key_id,
     }
     assert [p.name for p in pkg.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_new_version_signed_by_both_keys_verifies_with_either_alone(
+    build: Path, tmp_path: Path
+) -> None:
+    """During a rotation, a client that trusts only the old key and one that trusts only
+    the new key both accept the new version and the versions.json that lists it."""
+    old_path, old = keyfile(tmp_path, "old.key")
+    new_path, new = keyfile(tmp_path, "new.key")
+    out = tmp_path / "cdn"
+    pkg = out / "kernels" / REPO
+    publish(build, repo_id=REPO, version=1, out=out, sign=old_path)
+    two = make_build(tmp_path / "v2", "two")
+    report = publish(two, repo_id=REPO, version=2, out=out, sign=[new_path, old, new_path])
+
+    assert report.signed_by == (new.key_id, old.key_id)  # in order, each key once
+    assert signers(pkg / "versions.json") == [new.key_id, old.key_id]
+    assert signers(pkg / "v2" / "variants.json") == [new.key_id, old.key_id]
+    for key in (old, new):
+        vouched = vouchers(pkg, trusted(key), only=2)
+        assert len(vouched) == 4  # versions.json, v2's variants.json and two manifests
+        assert set(vouched.values()) == {key.key_id}
+    assert set(vouchers(pkg, trusted(old)).values()) == {old.key_id}  # v1 too
+
+
+def test_cli_publish_sign_repeated(build: Path, tmp_path: Path) -> None:
+    old_path, old = keyfile(tmp_path, "old.key")
+    new_path, new = keyfile(tmp_path, "new.key")
+    out = tmp_path / "cdn"
+    args = ["publish", build, "--repo-id", REPO, "--version", "1", "--out", out, "--prefix", ""]
+    result = flashhub(*args, "--sign", old_path, "--sign", new_path)
+    assert result.returncode == 0, result.stderr
+    assert f"signed with keys {old.key_id}, {new.key_id}" in result.stdout
+    assert signers(out / REPO / "versions.json") == [old.key_id, new.key_id]
+    for key in (old, new):
+        assert set(vouchers(out / REPO, trusted(key)).values()) == {key.key_id}
+    again = ok_json(flashhub(*args, "--sign", new_path, "--sign", old_path, "--json"))
+    assert again["noop"] is True and again["signed_by"] == [new.key_id, old.key_id]
 
 
 def test_versions_json_is_vouched_for_at_every_step_of_its_update(

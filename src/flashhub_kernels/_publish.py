@@ -17,11 +17,13 @@ A published version is immutable: publishing different content under an existing
 version is refused unless ``force=True``; publishing the same content again changes
 nothing on disk.
 
-With a signing key, each of the three documents gets a ``.sig`` beside it
+With signing keys, each of the three documents gets a ``.sig`` beside it
 (``versions.json.sig``, ``v<N>/variants.json.sig``, ``.../metadata.json.sig``; see
 :mod:`._signing`). The ``.sig`` files of a new version are written in the same staging
 directory as its files; those of a version already in place, and ``versions.json.sig``,
-are replaced one by one. :func:`sign_tree` signs a tree published without a key.
+are replaced one by one. Several keys sign in one publish, so that a new version and
+the ``versions.json`` that lists it carry the old and the new key's signatures while
+keys are rotated. :func:`sign_tree` signs a tree published without a key.
 A signature is not content: adding one never makes a version "different".
 """
 
@@ -35,7 +37,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -134,7 +136,8 @@ class PublishReport:
             ``versions.json`` already listed it, with the same signatures: nothing was
             touched.
         replaced: ``force=True`` replaced a version that held different content.
-        signed_by: The key id of the key that signed the documents, or ``None``.
+        signed_by: The key ids of the keys that signed the documents, in the order
+            given; empty when nothing was signed.
     """
 
     repo_id: str
@@ -146,7 +149,7 @@ class PublishReport:
     bytes_written: int
     noop: bool
     replaced: bool
-    signed_by: str | None = None
+    signed_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""
@@ -160,8 +163,11 @@ class PublishReport:
             "bytes_written": self.bytes_written,
             "noop": self.noop,
             "replaced": self.replaced,
-            "signed_by": self.signed_by,
+            "signed_by": list(self.signed_by),
         }
+
+
+KeySource = str | os.PathLike[str] | SigningKey  # a key, or the path of its key file
 
 
 def publish(
@@ -172,7 +178,7 @@ def publish(
     out: str | os.PathLike[str],
     prefix: str = DEFAULT_PREFIX,
     force: bool = False,
-    sign: str | os.PathLike[str] | SigningKey | None = None,
+    sign: KeySource | Sequence[KeySource] | None = None,
 ) -> PublishReport:
     """Publish a kernel build as version ``version`` of ``repo_id`` into the CDN tree ``out``.
 
@@ -185,10 +191,11 @@ def publish(
         prefix: Path under ``out`` where the kernel tree starts; ``"kernels"`` by default,
             the client's default ``FLASHHUB_CDN_PREFIX`` (``""``: ``out`` itself).
         force: Replace the version if it exists with different content.
-        sign: A signing key, or the path of a key file (``flashhub keygen``): sign the
-            version's ``metadata.json`` and ``variants.json`` files and ``versions.json``
-            (``.sig`` files beside them, keeping the signatures of other keys on
-            documents whose bytes stay the same). ``None``: sign nothing.
+        sign: A signing key, or the path of a key file (``flashhub keygen``), or several:
+            sign the version's ``metadata.json`` and ``variants.json`` files and
+            ``versions.json`` with each (``.sig`` files beside them, keeping the
+            signatures of other keys on documents whose bytes stay the same). ``None``:
+            sign nothing.
 
     Returns:
         A :class:`PublishReport`.
@@ -201,7 +208,7 @@ def publish(
         SignatureError: Signing needs the ``cryptography`` package, which is missing.
     """
     repo = RepoInfo(repo_id, version)
-    key = _signing_key(sign)
+    keys = _signing_keys(sign)
     prefix_parts = [p for p in normalize_prefix(prefix).split("/") if p]
     builds = [_scan_variant(d, repo.py_pkg) for d in _variant_dirs(Path(build_dir))]
     tree = _version_tree(builds)
@@ -210,14 +217,14 @@ def publish(
     pkg_dir = out_path.joinpath(*prefix_parts, repo.org, repo.name)
     version_dir = pkg_dir / f"v{repo.version}"
     old_versions, versions = _merged_versions(pkg_dir / VERSIONS, repo.version)
-    unsigned = _unsigned_refusal(pkg_dir, repo) if key is None else None
+    unsigned = None if keys else _unsigned_refusal(pkg_dir, repo)
     if unsigned is not None and dump_json(versions) != old_versions:
         raise unsigned
     outcome, written = _place_version(
-        tree, version_dir, repo, force=force, key=key, unsigned=unsigned
+        tree, version_dir, repo, force=force, keys=keys, unsigned=unsigned
     )
     # versions.json goes last, so it never lists a version whose files are not in place.
-    written += _write_versions(pkg_dir / VERSIONS, old_versions, versions, repo, key)
+    written += _write_versions(pkg_dir / VERSIONS, old_versions, versions, repo, keys)
     return PublishReport(
         repo_id=repo.repo_id,
         version=repo.version,
@@ -228,14 +235,20 @@ def publish(
         bytes_written=sum(p.stat().st_size for p in written),
         noop=outcome == "unchanged" and not written,
         replaced=outcome == "replaced",
-        signed_by=key.key_id if key is not None else None,
+        signed_by=tuple(k.key_id for k in keys),
     )
 
 
-def _signing_key(sign: str | os.PathLike[str] | SigningKey | None) -> SigningKey | None:
-    if sign is None or isinstance(sign, SigningKey):
-        return sign
-    return load_signing_key(sign)
+def _signing_keys(sign: KeySource | Sequence[KeySource] | None) -> tuple[SigningKey, ...]:
+    """The keys ``sign`` gives, each once, in order (key files read and checked)."""
+    if sign is None:
+        return ()
+    sources = [sign] if isinstance(sign, (str, os.PathLike, SigningKey)) else list(sign)
+    keys: dict[str, SigningKey] = {}
+    for source in sources:
+        key = source if isinstance(source, SigningKey) else load_signing_key(source)
+        keys.setdefault(key.key_id, key)
+    return tuple(keys.values())
 
 
 def _unsigned_refusal(pkg_dir: Path, repo: RepoInfo) -> PublishError | None:
@@ -480,7 +493,7 @@ class SignReport:
         return asdict(self)
 
 
-def sign_tree(path: str | os.PathLike[str], key: str | os.PathLike[str] | SigningKey) -> SignReport:
+def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
     """Sign every document of a published CDN tree with ``key``.
 
     Args:
@@ -498,8 +511,7 @@ def sign_tree(path: str | os.PathLike[str], key: str | os.PathLike[str] | Signin
             the key file cannot be used.
         SignatureError: A ``.sig`` already there is malformed, or ``cryptography`` is missing.
     """
-    signing_key = _signing_key(key)
-    assert signing_key is not None
+    (signing_key,) = _signing_keys(key)
     root = Path(path)
     absolute = root.absolute()
     if root.is_file():
@@ -515,7 +527,7 @@ def sign_tree(path: str | os.PathLike[str], key: str | os.PathLike[str] | Signin
             hint="pass the directory given to `flashhub publish --out`, or one below it "
             "(<org>/<pkg>/versions.json, v<N>/variants.json, build/<variant>/metadata.json)",
         )
-    written = [sig for doc, p in found if (sig := _sign_in_place(doc, p, signing_key))]
+    written = [sig for doc, p in found if (sig := _sign_in_place(doc, p, (signing_key,)))]
     return SignReport(
         key_id=signing_key.key_id,
         documents=tuple(p.relative_to(base).as_posix() for _doc, p in found),
@@ -595,18 +607,29 @@ def _sig_path(path: Path) -> Path:
     return path.with_name(path.name + SIG_SUFFIX)
 
 
-def _signature(document: _Document, path: Path, data: bytes, key: SigningKey) -> bytes:
+def _signed(
+    document: _Document, data: bytes, keys: Sequence[SigningKey], existing: bytes | None
+) -> bytes:
+    """The ``.sig`` of ``data`` once each of ``keys`` has signed it, added to the entries
+    of ``existing`` (``None``: a new ``.sig``)."""
+    assert keys, "signing without a key"
+    signed = existing
+    for key in keys:
+        signed = sign_document(*document, data, key, signed)
+    assert signed is not None
+    return signed
+
+
+def _signature(document: _Document, path: Path, data: bytes, keys: Sequence[SigningKey]) -> bytes:
     """The ``.sig`` of ``data``, to be the document at ``path``: the entries of other
     keys in the ``.sig`` there are kept if the document there has the same bytes."""
     sig_path = _sig_path(path)
     same = path.is_file() and sig_path.is_file() and path.read_bytes() == data
-    kind, repo_id, version, variant = document
-    existing = sig_path.read_bytes() if same else None
-    return sign_document(kind, repo_id, version, variant, data, key, existing)
+    return _signed(document, data, keys, sig_path.read_bytes() if same else None)
 
 
 def _version_signatures(
-    tree: _Tree, version_dir: Path, repo: RepoInfo, key: SigningKey
+    tree: _Tree, version_dir: Path, repo: RepoInfo, keys: Sequence[SigningKey]
 ) -> dict[str, bytes]:
     """The ``.sig`` files of a version about to be written: relative path -> bytes."""
     signatures = {}
@@ -614,7 +637,7 @@ def _version_signatures(
         data = tree[rel]
         assert isinstance(data, bytes)  # the publisher writes its documents itself
         path = version_dir.joinpath(*rel.split("/"))
-        signatures[rel + SIG_SUFFIX] = _signature(document, path, data, key)
+        signatures[rel + SIG_SUFFIX] = _signature(document, path, data, keys)
     return signatures
 
 
@@ -625,7 +648,7 @@ _CHECKS: dict[DocumentKind, Callable[..., object]] = {
 }
 
 
-def _sign_in_place(document: _Document, path: Path, key: SigningKey) -> Path | None:
+def _sign_in_place(document: _Document, path: Path, keys: Sequence[SigningKey]) -> Path | None:
     """Sign the published document at ``path``; the ``.sig`` if it was written."""
     data = path.read_bytes()
     try:
@@ -635,7 +658,7 @@ def _sign_in_place(document: _Document, path: Path, key: SigningKey) -> Path | N
             f"refusing to sign {path}: {exc.message}",
             hint="fix the document, or publish the version again",
         ) from None
-    signed = _signature(document, path, data, key)
+    signed = _signature(document, path, data, keys)
     sig_path = _sig_path(path)
     if sig_path.is_file() and sig_path.read_bytes() == signed:
         return None
@@ -701,23 +724,23 @@ def _place_version(
     repo: RepoInfo,
     *,
     force: bool,
-    key: SigningKey | None,
+    keys: Sequence[SigningKey],
     unsigned: PublishError | None,
 ) -> tuple[_Outcome, list[Path]]:
     """Write ``tree`` as ``version_dir`` unless it already holds exactly that content;
-    sign its documents with ``key``. Returns the outcome and the files written.
+    sign its documents with each of ``keys``. Returns the outcome and the files written.
 
     ``unsigned`` is raised instead of writing the version."""
     existing = _existing_digests(version_dir)
     expected = _expected_digests(tree)
     if existing == expected or _same_files_listed(existing, expected, version_dir, tree):
-        if key is None:
+        if not keys:
             return "unchanged", []
         documents = [
             (doc, version_dir.joinpath(*rel.split("/")))
             for rel, doc in _version_documents(tree, repo)
         ]
-        return "unchanged", [sig for doc, p in documents if (sig := _sign_in_place(doc, p, key))]
+        return "unchanged", [sig for doc, p in documents if (sig := _sign_in_place(doc, p, keys))]
     published = existing is None or bool(existing)  # an empty directory publishes nothing
     if published and not force:
         raise PublishError(
@@ -729,8 +752,8 @@ def _place_version(
         )
     if unsigned is not None:
         raise unsigned
-    if key is not None:
-        tree = {**tree, **_version_signatures(tree, version_dir, repo, key)}
+    if keys:
+        tree = {**tree, **_version_signatures(tree, version_dir, repo, keys)}
     _write_version(tree, version_dir, replace=version_dir.exists() or version_dir.is_symlink())
     return "replaced" if published else "created", [
         version_dir.joinpath(*rel.split("/")) for rel in tree
@@ -864,12 +887,16 @@ def _merged_versions(path: Path, version: int) -> tuple[bytes | None, list[int]]
 
 
 def _write_versions(
-    path: Path, old: bytes | None, versions: list[int], repo: RepoInfo, key: SigningKey | None
+    path: Path,
+    old: bytes | None,
+    versions: list[int],
+    repo: RepoInfo,
+    keys: Sequence[SigningKey],
 ) -> list[Path]:
     """Write ``versions.json`` (and its ``.sig``) if their bytes change; the paths written.
 
     When it changes, its old signatures sign the old bytes: they go. Until the new bytes
-    are in place, the ``.sig`` holds the old entries and the new one, so that a reader
+    are in place, the ``.sig`` holds the old entries and the new ones, so that a reader
     never meets a ``versions.json`` that no signature vouches for, even if this stops
     between the two renames.
     """
@@ -877,11 +904,10 @@ def _write_versions(
     written = []
     sig_path = _sig_path(path)
     signed = old_sig = None
-    if key is not None:
+    if keys:
         old_sig = sig_path.read_bytes() if sig_path.is_file() else None
-        signed = sign_document(
-            "versions", repo.repo_id, None, None, data, key, old_sig if data == old else None
-        )
+        document = _Document("versions", repo.repo_id, None, None)
+        signed = _signed(document, data, keys, old_sig if data == old else None)
         if data != old and old_sig is not None:
             with contextlib.suppress(SignatureError):  # a malformed old .sig vouches for nothing
                 entries = [*parse_signatures(old_sig, source=str(sig_path))]

@@ -112,9 +112,11 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sign",
+        action="append",
         metavar="KEYFILE",
         help="sign metadata.json, variants.json and versions.json with this private key "
-        "(from `flashhub keygen`), writing .sig files beside them",
+        "(from `flashhub keygen`), writing .sig files beside them; repeat it to sign with "
+        "several keys, e.g. the old and the new one while keys are rotated",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -152,7 +154,8 @@ def _describe_publish(report: PublishReport) -> str:
     lines.append(f"wrote {_count(len(report.written), 'file')} ({_size(report.bytes_written)})")
     lines.append(f"versions.json: {list(report.versions)}")
     if report.signed_by:
-        lines.append(f"signed with key {report.signed_by}")
+        keys = "key" if len(report.signed_by) == 1 else "keys"
+        lines.append(f"signed with {keys} {', '.join(report.signed_by)}")
     return "\n".join(lines)
 
 
