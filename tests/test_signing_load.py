@@ -392,9 +392,11 @@ def test_without_keys_an_unsigned_kernel_loads_as_before_and_no_signature_is_ask
 # -- 6. the warm path --------------------------------------------------------------------------
 
 
-def test_after_a_signed_cold_load_a_fresh_process_makes_no_request(
+def test_after_a_signed_cold_load_a_fresh_process_makes_no_request_and_verifies_nothing(
     cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Warm, trusting a key costs the parsing of the key: no request, and neither the
+    signing module nor cryptography is imported."""
     (path, key), _ = keys
     write_kernel(cdn.root, REPO, 1)
     sign(cdn.root, path)
@@ -404,28 +406,13 @@ def test_after_a_signed_cold_load_a_fresh_process_makes_no_request(
     assert document_gets(cdn) == signed_load_documents()
     cdn.clear_log()
 
-    assert run_python(IMPORT_V1).strip() == f"{REPO}@v1:{LOCAL}"
-    assert cdn.requests == []
-
-
-def test_a_warm_signed_load_imports_neither_the_signing_module_nor_cryptography(
-    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Trusting a key costs a warm load the parsing of the key, nothing more."""
-    (path, key), _ = keys
-    write_kernel(cdn.root, REPO, 1)
-    sign(cdn.root, path)
-    trust(monkeypatch, key.public_line)
-    run_python(IMPORT_V1)  # cold: verifies the signatures and records the signer
-    cdn.clear_log()
-
     code = IMPORT_V1 + "\nimport sys; print(sorted(sys.modules))"
     marker, modules = run_python(code).splitlines()
     assert marker == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
     assert "flashhub_kernels._trusted_keys" in modules  # the key was read ...
     for cold in ("flashhub_kernels._signing", "flashhub_kernels._cdn_documents", "cryptography"):
         assert f"'{cold}" not in modules  # ... and nothing verified or fetched
-    assert cdn.requests == []
 
 
 # -- 7. an entry cached before keys were configured --------------------------------------------
