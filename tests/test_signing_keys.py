@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import flashhub, ok_json
+from flashhub_kernels._lockfile import read_trusted_keys
 from flashhub_kernels._signing import SigningKey, load_signing_key
 from flashhub_kernels._trusted_keys import (
     TrustedKey,
@@ -248,6 +249,40 @@ def test_load_trusted_keys_reads_a_file_or_the_value(tmp_path: Path) -> None:
         load_trusted_keys(str(listed))
     with pytest.raises(ValueError, match="neither an existing file nor a list"):
         load_trusted_keys(str(tmp_path / "missing.txt"))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (f'["{KEY_A.public_line}", "acme:{KEY_B.public_line}"]', [KEY_A.key_id, KEY_B.key_id]),
+        (f'"{KEY_A.public_line} acme:{KEY_B.public_line}"', [KEY_A.key_id, KEY_B.key_id]),
+        ("[]", []),
+    ],
+)
+def test_pyproject_trusted_keys_are_a_list_or_one_string(
+    tmp_path: Path, value: str, expected: list[str]
+) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f"[project]\nname = 'app'\n[tool.flashhub]\ntrusted-keys = {value}\n")
+    assert [k.key_id for k in read_trusted_keys(pyproject)] == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("42", "must be a list of strings"),
+        ('["flashhub-ed25519:AAAA"]', "is not a public key"),
+        ("[", "cannot read the trusted keys"),
+    ],
+)
+def test_malformed_pyproject_trusted_keys_name_the_file(
+    tmp_path: Path, value: str, message: str
+) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f"[tool.flashhub]\ntrusted-keys = {value}\n")
+    with pytest.raises(ValueError, match=message) as raised:
+        read_trusted_keys(pyproject)
+    assert str(pyproject) in str(raised.value)
 
 
 # --- no cryptography at import ---------------------------------------------------------

@@ -287,7 +287,8 @@ def read_project(project_dir: Path) -> Project:
 
 def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     """``[tool.flashhub] trusted-keys`` of a ``pyproject.toml``: a list of public keys,
-    each ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>``.
+    each ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (or one
+    string of them, as ``FLASHHUB_TRUSTED_KEYS`` takes it).
 
     Raises:
         ValueError: the file cannot be read, or the list is malformed (like a malformed
@@ -300,6 +301,8 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
         raise ValueError(f"cannot read the trusted keys in {path}: {exc}") from None
     if keys is None:
         return ()
+    if isinstance(keys, str):
+        keys = [keys]
     if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
         raise ValueError(
             f"{source} must be a list of strings, e.g. "
