@@ -511,7 +511,7 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
             the key file cannot be used.
         SignatureError: A ``.sig`` already there is malformed, or ``cryptography`` is missing.
     """
-    (signing_key,) = _signing_keys(key)
+    keys = _signing_keys(key)
     root = Path(path)
     absolute = root.absolute()
     if root.is_file():
@@ -527,9 +527,9 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
             hint="pass the directory given to `flashhub publish --out`, or one below it "
             "(<org>/<pkg>/versions.json, v<N>/variants.json, build/<variant>/metadata.json)",
         )
-    written = [sig for doc, p in found if (sig := _sign_in_place(doc, p, (signing_key,)))]
+    written = [sig for doc, p in found if (sig := _sign_in_place(doc, p, keys))]
     return SignReport(
-        key_id=signing_key.key_id,
+        key_id=keys[0].key_id,
         documents=tuple(p.relative_to(base).as_posix() for _doc, p in found),
         written=tuple(sorted(p.relative_to(base).as_posix() for p in written)),
     )

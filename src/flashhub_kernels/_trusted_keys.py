@@ -4,8 +4,8 @@ A public key is one line, ``flashhub-ed25519:<base64 of the 32 raw key bytes>``,
 ``flashhub keygen`` prints, optionally scoped to one org: ``<org>:flashhub-ed25519:...``.
 Its key id is the first 16 hex digits of the sha256 of the raw key.
 
-A process that trusts keys parses them on every warm load's first look at the settings,
-so this module is kept as light as the import hook: the standard library's ``base64``,
+A process that trusts keys parses them once, at its first load, warm loads included, so
+this module is kept as light as the import hook: the standard library's ``base64``,
 ``hashlib`` and ``os`` only, and no ``re``, ``dataclasses`` or ``typing``. The
 signatures themselves are :mod:`._signing`'s business, on the cold path.
 """
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 KEY_PREFIX = "flashhub-ed25519:"
-PUBLIC_KEY_BYTES = 32
+_PUBLIC_KEY_BYTES = 32
 _HEX_DIGITS = frozenset("0123456789abcdef")
 _KEY_ID_LENGTH = 16
 
@@ -126,11 +126,11 @@ def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
                 f"{source}: entry {shown} must be {KEY_PREFIX}<base64> or "
                 f"<org>:{KEY_PREFIX}<base64>"
             )
-    raw = decode_base64(key_text.removeprefix(KEY_PREFIX), PUBLIC_KEY_BYTES)
+    raw = decode_base64(key_text.removeprefix(KEY_PREFIX), _PUBLIC_KEY_BYTES)
     if raw is None:
         raise ValueError(
             f"{source}: entry {shown} is not a public key: the part after {KEY_PREFIX!r} must "
-            f"be standard base64 of {PUBLIC_KEY_BYTES} bytes, as `flashhub keygen` prints it"
+            f"be standard base64 of {_PUBLIC_KEY_BYTES} bytes, as `flashhub keygen` prints it"
         )
     return raw, org
 
