@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import pty
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,3 +99,87 @@ def test_the_newest_version_or_no_versions_json_is_silent(
     fk.get_kernel("acme/unlisted", version=1)
     assert newer_version_warnings(notices) == []
     assert len(cdn.gets(VERSIONS_JSON)) == 1  # one small request per cold load, at most
+
+
+# -- the notice in the ways users run code ----------------------------------------------
+
+IMPORT_LINE = "import flashhub.acme.tensor_tricks.v1 as k; print('LOADED', k.marker())"
+
+
+def _run_child(how: str, tmp_path: Path, *args: str) -> tuple[int, str]:
+    """Run IMPORT_LINE in a fresh interpreter the way ``how`` names; (returncode, output)."""
+    python = [sys.executable, *args]
+    env = {**os.environ, "PYTHONWARNINGS": ""}
+    if how == "repl":
+        return _run_in_terminal([*python, "-q", "-i"], f"{IMPORT_LINE}\nexit()\n", env)
+    if how == "script":
+        script = tmp_path / "load.py"
+        script.write_text(IMPORT_LINE + "\n")
+        command, stdin = [*python, str(script)], None
+    elif how == "-c":
+        command, stdin = [*python, "-c", IMPORT_LINE], None
+    elif how == "stdin":
+        command, stdin = [*python, "-"], IMPORT_LINE + "\n"
+    elif how == "exec":  # what a notebook cell does
+        command, stdin = [*python, "-c", f"exec(compile({IMPORT_LINE!r}, '<cell>', 'exec'))"], None
+    else:  # a worker started with the spawn method, as DataLoader and torch.multiprocessing do
+        worker = (
+            "import multiprocessing as mp\n"
+            "def work():\n"
+            f"    {IMPORT_LINE}\n"
+            "if __name__ == '__main__':\n"
+            "    p = mp.get_context('spawn').Process(target=work); p.start(); p.join()\n"
+            "    raise SystemExit(p.exitcode)\n"
+        )
+        script = tmp_path / "spawn.py"
+        script.write_text(worker)
+        command, stdin = [*python, str(script)], None
+    result = subprocess.run(
+        command, input=stdin, env=env, capture_output=True, text=True, timeout=120
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def _run_in_terminal(command: list[str], typed: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``command`` on a pseudo-terminal (a real interactive REPL), typing ``typed``."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        command, stdin=terminal, stdout=terminal, stderr=terminal, env=env, close_fds=True
+    )
+    os.close(terminal)
+    os.write(controller, typed.encode())
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    return process.wait(timeout=120), output.decode(errors="replace")
+
+
+@pytest.mark.parametrize("how", ["script", "-c", "stdin", "repl", "exec", "spawn"])
+def test_the_notice_never_fails_a_cold_import_however_the_code_runs(
+    cdn: CdnServer, tmp_path: Path, how: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    returncode, output = _run_child(how, tmp_path)
+    assert returncode == 0, output
+    assert "LOADED acme/tensor-tricks@v1" in output
+    assert output.count("NewerVersionWarning") == 1, output
+    assert "acme/tensor-tricks v2 is published" in output
+
+
+def test_warnings_turned_into_errors_do_not_fail_the_load(cdn: CdnServer, tmp_path: Path) -> None:
+    """``python -W error`` (common in CI) must not make a publisher's new version break
+    the import: the notice is logged instead."""
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    returncode, output = _run_child("-c", tmp_path, "-W", "error")
+    assert returncode == 0, output
+    assert "LOADED acme/tensor-tricks@v1" in output
+    assert "acme/tensor-tricks v2 is published" in output

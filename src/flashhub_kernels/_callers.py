@@ -38,24 +38,36 @@ def caller_package() -> str | None:
 
 def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
     """Warn, pointing at the line that called into the library, wherever in the library
-    the warning is raised."""
+    the warning is raised.
+
+    Never raises: a warning must not fail the load it is about. When the warning filters
+    turn it into an error (``python -W error``), or the warnings machinery fails, the
+    message goes to the ``flashhub_kernels`` logger instead.
+    """
     caller = caller_frame()
-    if caller is None:
-        warnings.warn(message, category, stacklevel=2)
-        return
-    # warn_explicit, not a stacklevel: the frames between here and the caller differ by
-    # path (import hook, get_kernel, the CLI), and a stacklevel silently skips the import
-    # system's bootstrap frames, so a count from this walk would land elsewhere.
-    module_globals = caller.f_globals
-    warnings.warn_explicit(
-        message,
-        category,
-        caller.f_code.co_filename,
-        caller.f_lineno,
-        module=module_globals.get("__name__", "<string>"),
-        registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals,
-    )
+    try:
+        if caller is None:
+            warnings.warn(message, category, stacklevel=2)
+            return
+        # warn_explicit, not a stacklevel: the frames between here and the caller differ
+        # by path (import hook, get_kernel, the CLI), and a stacklevel silently skips the
+        # import system's bootstrap frames, so a count from this walk would land
+        # elsewhere. No module_globals: for `python -c`, stdin and the REPL, __main__'s
+        # loader is BuiltinImporter, which warn_explicit would ask for the source and
+        # fail; linecache reads a real file's line by its name anyway.
+        module_globals = caller.f_globals
+        warnings.warn_explicit(
+            message,
+            category,
+            caller.f_code.co_filename,
+            caller.f_lineno,
+            module=module_globals.get("__name__", "<string>"),
+            registry=module_globals.setdefault("__warningregistry__", {}),
+        )
+    except Exception:
+        import logging
+
+        logging.getLogger("flashhub_kernels").warning("%s: %s", category.__name__, message)
 
 
 def _top_package(frame: FrameType) -> str:

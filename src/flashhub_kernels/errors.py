@@ -132,6 +132,8 @@ class NewerVersionWarning(UserWarning):
     Issued once per repo and process, from a load that downloaded; never offline nor from
     the cache. ``FLASHHUB_NO_VERSION_CHECK=1`` turns the check off, and
     ``warnings.filterwarnings("ignore", category=NewerVersionWarning)`` hides the warning.
+    It never fails the load: where the filters make it an error (``python -W error``), it
+    is logged on the ``flashhub_kernels`` logger instead.
     """
 
 
