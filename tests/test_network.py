@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, chunked, status, trickle
+from cdn_server import CdnServer, chunked, drop_after, status, trickle
 from conftest import MakeCdn, plant_partial
+from flashhub_kernels._config import get_config
+from flashhub_kernels._transport import Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
 from trees import kernel_files, write_variant
 
@@ -129,6 +131,10 @@ def test_when_every_mirror_fails_each_is_named(
 GARBAGE = bytes(range(255, -1, -1)) * (4 * 1024)  # as long as BLOB, other bytes
 
 
+def sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
 def kept_partials(cache_dir: Path) -> list[Path]:
     return list(cache_dir.glob(f"kernels/{REPO}/v1/.partial-*/*"))
 
@@ -166,6 +172,29 @@ def test_when_every_mirror_serves_bad_bytes_each_is_named(
     assert kept_partials(cache_dir) == []  # bad bytes are never kept to resume from
 
 
+def test_bytes_from_a_mirror_that_sent_bad_bytes_are_not_kept(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    a, b = mirrors
+    (a.root / BLOB_PATH).write_bytes(GARBAGE)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    helpers = f"{BUILD}/tensor_tricks/helpers.py"
+    b.inject(helpers, status(404))  # B cannot serve the next file; A breaks off in it
+    a.inject(helpers, *[drop_after(10)] * 6)
+    fetcher = Fetcher(get_config())
+    try:
+        blob = tmp_path / "blob.bin"
+        assert fetcher.download(BLOB_PATH.removeprefix("kernels/"), blob, sha256(BLOB)) == len(BLOB)
+        dest = tmp_path / "helpers.py"
+        digest = sha256((b.root / helpers).read_bytes())
+        with pytest.raises(TransportError, match="broke off 6 times"):
+            fetcher.download(helpers.removeprefix("kernels/"), dest, digest)
+    finally:
+        fetcher.close()
+    assert ranges(b, "helpers.py") == [None] and ranges(a, "helpers.py")[0] is None
+    assert dest.stat().st_size == 0  # A's bytes of it are suspect: none is kept to resume
+
+
 def test_kept_bytes_that_fail_the_digest_do_not_count_against_the_mirror(
     mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch, cache_dir: Path
 ) -> None:
@@ -174,7 +203,7 @@ def test_kept_bytes_that_fail_the_digest_do_not_count_against_the_mirror(
     monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
     # Bytes an earlier run kept, from a mirror that served garbage: they may be at fault,
     # not A, which is asked to continue them. So A is asked again, from scratch, first.
-    plant_partial(cache_dir, VARIANT, hashlib.sha256(BLOB).digest()).write_bytes(GARBAGE[:1000])
+    plant_partial(cache_dir, VARIANT, sha256(BLOB)).write_bytes(GARBAGE[:1000])
     k = fk.get_kernel(REPO, version=1)
     assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
     assert ranges(a, "blob.bin") == ["bytes=1000-", None]
