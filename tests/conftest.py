@@ -28,6 +28,7 @@ import pytest
 from builds import make_kernel
 from cdn_server import CdnServer
 from flashhub_kernels import _download, _finder, get_kernel
+from flashhub_kernels._cache import ensure_dir
 from flashhub_kernels._config import reset_config
 from projects import CUDA, NOARCH_CUDA, REPO, UNIVERSAL, publish_tensor_tricks, write_project
 from trees import ESCAPE, FORGED, local_variant, write_kernel
@@ -326,6 +327,14 @@ def planted_cache(cdn: CdnServer, cache_dir: Path, tmp_path: Path) -> Path:
     init.write_bytes(planted + b"#" * (original.st_size - len(planted)))
     os.utime(init, ns=(original.st_atime_ns, original.st_mtime_ns))
     return marker
+
+
+def plant_partial(cache_dir: Path, variant: str, digest: bytes) -> Path:
+    """Where an interrupted download of acme/tensor-tricks v1 ``variant`` keeps the file
+    that hashes to ``digest``, its directories made as the client makes them (0700); the
+    caller creates the file."""
+    kept = ensure_dir(cache_dir / f"kernels/{REPO}/v1/.partial-{variant}")
+    return kept / digest.hex()
 
 
 # -- a kernel's build directory, for the publisher ---------------------------------------------

@@ -34,7 +34,7 @@ from cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
-from conftest import MakeCdn, free_port
+from conftest import MakeCdn, free_port, plant_partial
 from flashhub_kernels._config import get_config
 from flashhub_kernels._progress import Progress
 from flashhub_kernels._transport import Fetcher, warn_if_insecure
@@ -395,6 +395,21 @@ def test_a_failed_download_keeps_what_arrived_and_the_next_load_continues_it(
     files = [p for p in blob_kernel.gets() if "/build/" in p and not p.endswith("metadata.json")]
     assert len(files) == 5 - (len(kept) - 1)
     assert not list(version_dir.glob(".partial-*"))
+
+
+@pytest.mark.parametrize("outside", ["a first part of the file", "the whole file"])
+def test_a_kept_file_hard_linked_elsewhere_is_replaced_not_written_through(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path, outside: str
+) -> None:
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(BLOB[:1000] if outside.startswith("a first") else BLOB)
+    before = victim.read_bytes()
+    os.link(victim, plant_partial(cache_dir, VARIANT, BLOB_DIGEST))
+    blob = Path(fk.get_kernel(REPO, version=1).__file__).parent / "blob.bin"
+    assert victim.read_bytes() == before  # not appended to, truncated or rewritten
+    assert blob.read_bytes() == BLOB
+    assert blob.stat().st_nlink == 1  # the cache holds its own copy, not the outside file
+    assert ranges(blob_kernel, "blob.bin") == [None]  # the linked bytes were not resumed
 
 
 def test_a_cache_that_cannot_be_created_is_a_cache_error(

@@ -8,9 +8,11 @@ import inspect
 import json
 import pickle
 import shutil
+import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -182,6 +184,60 @@ def test_find_spec_does_no_network_io(cdn: CdnServer, tmp_path: Path) -> None:
         loader.join()
         sys.path.remove(str(tmp_path))
     assert "flashhub.acme.tensor_tricks.v1" in sys.modules
+
+
+FORK_WHILE_DOWNLOADING = """
+import os, sys, threading, time
+from pathlib import Path
+
+go, forked = Path(sys.argv[1]), Path(sys.argv[2])
+
+def load():
+    import flashhub.acme.tensor_tricks.v1
+
+threading.Thread(target=load, daemon=True).start()
+while not go.exists():  # the server holds a file of the download: the thread is in it
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    import flashhub.acme.tensor_tricks.v1 as k
+    print("child:", k.marker(), flush=True)
+    os._exit(0)
+forked.touch()
+deadline = time.monotonic() + 30  # only a hung child takes this long
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.05)
+os.kill(pid, 9)
+print("child: hung", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_child_forked_while_a_thread_downloads_imports_the_kernel(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    downloading, release = threading.Event(), threading.Event()
+    ops = f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/_ops.py"
+    cdn.inject(ops, held(downloading, release))
+    go, forked = tmp_path / "go", tmp_path / "forked"
+    script = [sys.executable, "-c", FORK_WHILE_DOWNLOADING, str(go), str(forked)]
+    with subprocess.Popen(script, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert downloading.wait(30)
+            go.touch()
+            deadline = time.monotonic() + 30
+            while not forked.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            release.set()  # the parent's download completes; the child waits for it
+        output, _ = process.communicate(timeout=60)
+    assert output.strip() == f"child: {REPO}@v1:{local_variant()}"
+    assert process.returncode == 0
+    assert len(cdn.gets("_ops.py")) == 1  # the child found what the parent committed
 
 
 def test_file_url_mirror(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ Faults that a single request suffers (drops, 5xx, tampering) are in test_faults.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import time
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, chunked, status, trickle
-from conftest import MakeCdn
-from flashhub_kernels.errors import TransportError
+from cdn_server import CdnServer, chunked, drop_after, status, trickle
+from conftest import MakeCdn, plant_partial
+from flashhub_kernels._config import get_config
+from flashhub_kernels._transport import Fetcher
+from flashhub_kernels.errors import IntegrityError, TransportError
 from trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -26,10 +29,12 @@ BUILD = f"kernels/{REPO}/v1/build/{VARIANT}"
 BLOB_PATH = f"{BUILD}/tensor_tricks/blob.bin"
 
 
-def publish_blob_kernel(root: Path, extra: dict[str, bytes] | None = None) -> dict[str, bytes]:
+def publish_blob_kernel(
+    root: Path, extra: dict[str, bytes] | None = None, *, with_sizes: bool = False
+) -> dict[str, bytes]:
     files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
     files.update(extra or {})
-    write_variant(root, REPO, 1, VARIANT, files)
+    write_variant(root, REPO, 1, VARIANT, files, with_sizes=with_sizes)
     (root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
     return files
 
@@ -78,9 +83,10 @@ MISSING = [f"{BUILD}/tensor_tricks/helpers.py", f"{BUILD}/tensor_tricks/data/tab
 
 @pytest.fixture
 def mirrors(make_cdn: MakeCdn, tmp_path: Path) -> tuple[CdnServer, CdnServer]:
-    """Mirror A (half-synced: the documents, but not every file) and mirror B (complete)."""
+    """Mirror A and mirror B, the same tree (metadata.json with sizes, as published): each
+    test breaks A (or both) its own way."""
     b = make_cdn(tmp_path / "b")
-    publish_blob_kernel(b.root)
+    publish_blob_kernel(b.root, with_sizes=True)
     shutil.copytree(b.root, tmp_path / "a")
     a = make_cdn(tmp_path / "a")
     return a, b
@@ -120,6 +126,88 @@ def test_when_every_mirror_fails_each_is_named(
     assert "helpers.py" in message
     assert f"127.0.0.1:{a.port}" in message and f"127.0.0.1:{b.port}" in message
     assert "401" in message and "403" in message
+
+
+GARBAGE = bytes(range(255, -1, -1)) * (4 * 1024)  # as long as BLOB, other bytes
+
+
+def sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def kept_partials(cache_dir: Path) -> list[Path]:
+    return list(cache_dir.glob(f"kernels/{REPO}/v1/.partial-*/*"))
+
+
+@pytest.mark.parametrize("copy", ["same size, other bytes", "longer than metadata.json says"])
+def test_a_mirror_serving_a_bad_copy_gives_way_to_the_next(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch, copy: str
+) -> None:
+    a, b = mirrors
+    (a.root / BLOB_PATH).write_bytes(GARBAGE if copy.startswith("same") else BLOB + b"x")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    k = fk.get_kernel(REPO, version=1)
+    assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
+    # One GET of the file per mirror; B starts from byte 0: A's bytes were discarded.
+    assert ranges(a, "blob.bin") == [None]
+    assert ranges(b, "blob.bin") == [None]
+
+
+def test_when_every_mirror_serves_bad_bytes_each_is_named(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch, cache_dir: Path
+) -> None:
+    a, b = mirrors
+    (a.root / BLOB_PATH).write_bytes(GARBAGE)
+    (b.root / BLOB_PATH).write_bytes(BLOB + b"x")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url_for('127.0.0.1', 'ann:s3cret')},{b.url}")
+    with pytest.raises(IntegrityError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert "blob.bin" in message and "s3cret" not in message
+    assert f"{a.url}: " in message and f"{b.url}: " in message
+    assert "does not match metadata.json" in message  # A's answer
+    assert f"metadata.json lists {len(BLOB)} bytes in all" in message  # B's answer
+    assert ranges(a, "blob.bin") == [None] and ranges(b, "blob.bin") == [None]
+    assert not (cache_dir / f"kernels/{REPO}/v1/{VARIANT}").exists()
+    assert kept_partials(cache_dir) == []  # bad bytes are never kept to resume from
+
+
+def test_bytes_from_a_mirror_that_sent_bad_bytes_are_not_kept(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    a, b = mirrors
+    (a.root / BLOB_PATH).write_bytes(GARBAGE)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    helpers = f"{BUILD}/tensor_tricks/helpers.py"
+    b.inject(helpers, status(404))  # B cannot serve the next file; A breaks off in it
+    a.inject(helpers, *[drop_after(10)] * 6)
+    fetcher = Fetcher(get_config())
+    try:
+        blob = tmp_path / "blob.bin"
+        assert fetcher.download(BLOB_PATH.removeprefix("kernels/"), blob, sha256(BLOB)) == len(BLOB)
+        dest = tmp_path / "helpers.py"
+        digest = sha256((b.root / helpers).read_bytes())
+        with pytest.raises(TransportError, match="broke off 6 times"):
+            fetcher.download(helpers.removeprefix("kernels/"), dest, digest)
+    finally:
+        fetcher.close()
+    assert ranges(b, "helpers.py") == [None] and ranges(a, "helpers.py")[0] is None
+    assert dest.stat().st_size == 0  # A's bytes of it are suspect: none is kept to resume
+
+
+def test_kept_bytes_that_fail_the_digest_do_not_count_against_the_mirror(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch, cache_dir: Path
+) -> None:
+    a, b = mirrors
+    (b.root / BLOB_PATH).write_bytes(GARBAGE)  # B is bad; A is good
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    # Bytes an earlier run kept, from a mirror that served garbage: they may be at fault,
+    # not A, which is asked to continue them. So A is asked again, from scratch, first.
+    plant_partial(cache_dir, VARIANT, sha256(BLOB)).write_bytes(GARBAGE[:1000])
+    k = fk.get_kernel(REPO, version=1)
+    assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
+    assert ranges(a, "blob.bin") == ["bytes=1000-", None]
+    assert ranges(b, "blob.bin") == []
 
 
 # -- a server that trickles -----------------------------------------------------------------

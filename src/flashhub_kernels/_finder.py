@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import _thread
 import importlib._abc
+import importlib._bootstrap
 import importlib.machinery
+import os
 import sys
 
 from ._names import RepoInfo, cdn_name_candidates, parse_module_name
@@ -88,7 +90,12 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         if self._target is None:
-            self._locate(spec)
+            downloading = self._finder._downloading
+            downloading[spec.name] = _thread.get_ident()
+            try:
+                self._locate(spec)
+            finally:
+                del downloading[spec.name]
         return None
 
     def exec_module(self, module: ModuleType) -> None:
@@ -124,6 +131,8 @@ class KernelFinder:
         self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, LoadedKernel] = {}
+        # Module name -> the thread locating (maybe downloading) it, under its import lock.
+        self._downloading: dict[str, int] = {}
 
     # -- registration, called by the public API -----------------------------------------
 
@@ -201,6 +210,22 @@ class KernelFinder:
             self._pins.setdefault(fullname, target.info)  # the spelling that existed wins
         return target
 
+    def forget_other_threads(self) -> None:
+        """In a child just forked: drop the locks that threads gone with the fork held.
+
+        A thread that was locating a kernel held Python's import lock of that module
+        name; the child would wait for it forever on importing the name. Nothing of that
+        module exists yet (it is created once located), so the child may start afresh:
+        the cache's download lock then makes it wait for the parent's download.
+        """
+        self._lock = _thread.allocate_lock()
+        module_locks = getattr(importlib._bootstrap, "_module_locks", {})
+        this_thread = _thread.get_ident()
+        for name, thread in list(self._downloading.items()):
+            if thread != this_thread:
+                del self._downloading[name]
+                module_locks.pop(name, None)
+
     def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
         info = target.info
         record = LoadedKernel(
@@ -230,6 +255,16 @@ def _candidates(parsed: KernelModuleName) -> list[RepoInfo]:
         for org in cdn_name_candidates(parsed.org)
         for pkg in cdn_name_candidates(parsed.pkg)
     ]
+
+
+def _after_fork_in_child() -> None:
+    for finder in sys.meta_path:
+        if isinstance(finder, KernelFinder):
+            finder.forget_other_threads()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def install() -> KernelFinder:

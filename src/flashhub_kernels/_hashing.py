@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import stat
 import threading
 from pathlib import Path
 
@@ -72,7 +73,9 @@ class _Sha256:
 class HashingWriter:
     """Append bytes to a file while hashing them, so no second pass is needed.
 
-    The file is never opened through a symlink. If it already holds the first part of
+    The file is never opened through a symlink, nor written while another name links to
+    it (a hard link from outside the cache): such a file is replaced by a new, empty one.
+    If it already holds the first part of
     the download (kept from an interrupted run), those bytes are hashed first and the
     writer continues after them; :meth:`reset` starts over from nothing (a server that
     ignored a ``Range`` request sends the whole body again).
@@ -99,12 +102,11 @@ class HashingWriter:
         self._announced_total = 0  # what progress was told this file's total is
         self.expected_size = expected_size
         self.limit = expected_size if expected_size is not None else limit
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
         self._hash = _Sha256()
         self.size = 0
         self._fd: int | None = None
         try:
-            self._fd = os.open(path, flags, 0o644)
+            self._fd = _open_own(path)
             while chunk := os.read(self._fd, CHUNK_SIZE):  # a kept partial download
                 self._hash.update(chunk)
                 self.size += len(chunk)
@@ -191,6 +193,20 @@ class HashingWriter:
                 "metadata.json; the file was not kept",
                 hint=INTEGRITY_HINT,
             )
+
+
+def _open_own(path: Path) -> int:
+    """Open ``path`` to read and append, created if missing; a file with more than one
+    link (or not a regular file) is unlinked first, so the bytes written, and any
+    ``ftruncate``, reach no file but this one."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o644)
+    st = os.fstat(fd)
+    if st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
+        return fd
+    os.close(fd)
+    os.unlink(path)
+    return os.open(path, flags | os.O_EXCL, 0o644)
 
 
 def sha256_file(path: Path) -> bytes:

@@ -17,7 +17,7 @@ A mirror answers in four ways besides success:
   than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
   another length; the fetcher decides what that means;
 - an :class:`~flashhub_kernels.errors.FlashhubError`: a problem no other mirror can fix
-  (bytes that fail their digest are retried by the fetcher; a full disk is not).
+  (a full disk). Bytes that fail their digest are the fetcher's to judge.
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ Failure policy, per path:
   the next mirror, which continues a file from the bytes already received; a mirror
   that failed goes to the back of the list for the rest of the run;
 - ``NotPublished`` (404 for a document) is an answer, and is given at once;
-- bytes that do not hash to the manifest's digest are fetched once more from scratch
-  (a proxy may have mangled them); a second mismatch is an :class:`IntegrityError`.
-  So is a body longer than the size the manifest states, or announced with another
-  length: nothing past that size is written;
+- bytes that do not hash to the manifest's digest, or a body longer than the size the
+  manifest states or announced with another length (nothing past that size is
+  written), are that mirror failing for the file: the bytes are discarded, the mirror
+  goes to the back of the list, and the next mirror starts the file from scratch (the
+  only mirror is asked once more: a proxy may have mangled them). A file no mirror
+  serves intact is an :class:`IntegrityError` naming each mirror and its answer;
 - without a size in the manifest, a file may not grow past ``FLASHHUB_MAX_FILE_BYTES``
   (a server sending an endless body cannot fill the disk): the mirror that tries
   counts as failed for the file, and the file starts over on the next.
@@ -26,6 +28,7 @@ import math
 import threading
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from queue import Empty, SimpleQueue
@@ -44,7 +47,7 @@ from ._mirrors import (
 )
 from ._progress import NO_PROGRESS, Progress
 from ._urls import is_loopback
-from .errors import IntegrityError, TransportError
+from .errors import FlashhubError, IntegrityError, TransportError
 
 __all__ = ["DownloadJob", "Fetcher", "NotPublished", "parallel_downloads", "warn_if_insecure"]
 
@@ -110,6 +113,7 @@ class Fetcher:
         self._mirrors = open_mirrors(config, pool_size=MAX_PARALLEL_FILES)
         self._mirrors_lock = threading.Lock()
         self._round_trip = math.inf  # the fastest small document fetch so far, in seconds
+        self._sent_bad_bytes: set[Mirror] = set()  # mirrors that sent a file's bytes wrong
 
     def close(self) -> None:
         for mirror in self._mirrors:
@@ -159,29 +163,7 @@ class Fetcher:
                 return writer.size  # the kept part was the whole file
             if writer.limit is not None and writer.size >= writer.limit:
                 writer.reset()  # as long as the file may be, and not it: start over
-
-            def fetch(mirror: Mirror) -> None:
-                start = time.perf_counter()
-                try:
-                    mirror.download(relpath, writer, cancelled)
-                except WrongSize as exc:
-                    writer.reset()
-                    raise _size_error(exc, writer, mirror.url(relpath)) from None
-                writer.verify(digest, source=mirror.url(relpath))
-                logger.info(
-                    "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
-                    relpath,
-                    mirror.label,
-                    writer.size,
-                    time.perf_counter() - start,
-                )
-
-            try:
-                self._from_mirrors(relpath, fetch)
-            except IntegrityError as exc:
-                logger.info("%s: %s; fetching it again from scratch", relpath, exc.message)
-                writer.reset()
-                self._from_mirrors(relpath, fetch)
+            self._download_verified(relpath, writer, digest, cancelled)
         except IntegrityError:
             writer.close()
             dest.unlink(missing_ok=True)
@@ -189,6 +171,75 @@ class Fetcher:
         finally:
             writer.close()
         return writer.size
+
+    def _download_verified(
+        self, relpath: str, writer: HashingWriter, digest: bytes, cancelled: threading.Event
+    ) -> None:
+        """Fill ``writer`` with the bytes that hash to ``digest``, asking mirror after mirror.
+
+        A mirror that fails hands the bytes it sent on to the next one, which continues
+        them; one that sent bad bytes (a wrong digest or size) is the mirror failing for
+        the file too, but its bytes are discarded first. When the bytes that failed were
+        not all that mirror's (kept from an earlier run, or continued from another
+        mirror), the digest cannot tell who is at fault: the same mirror is asked once
+        more, from scratch, before the next one. So is the only mirror: a proxy may have
+        mangled the bytes.
+        """
+        plan = deque(self._healthiest_first())
+        only_one = len(plan) == 1
+        answers = _Answers(relpath)
+        asked_afresh: set[Mirror] = set()
+        while plan:
+            mirror = plan.popleft()
+            continued = writer.size > 0
+            try:
+                self._fetch_file(mirror, relpath, writer, digest, cancelled)
+                return
+            except MirrorFailed as exc:
+                answers.failed(mirror, exc)
+                if mirror in self._sent_bad_bytes:  # its bytes of this file are suspect too
+                    writer.reset()
+            except _BadBytes as exc:
+                writer.reset()
+                answers.bad_bytes(mirror, str(exc))
+                if (continued or only_one) and mirror not in asked_afresh:
+                    asked_afresh.add(mirror)
+                    plan.appendleft(mirror)
+                    continue
+                if not continued:
+                    self._sent_bad_bytes.add(mirror)
+            self._demote(mirror)
+        raise answers.error()
+
+    def _fetch_file(
+        self,
+        mirror: Mirror,
+        relpath: str,
+        writer: HashingWriter,
+        digest: bytes,
+        cancelled: threading.Event,
+    ) -> None:
+        """Continue the file from ``mirror`` and check its digest; :class:`_BadBytes` if the
+        bytes cannot be the file."""
+        start = time.perf_counter()
+        try:
+            mirror.download(relpath, writer, cancelled)
+        except WrongSize as exc:
+            if writer.expected_size is not None:
+                raise _BadBytes(str(exc)) from None
+            writer.reset()  # past the cap on a file of unknown size: the mirror failed
+            raise OverCap(str(exc)) from None
+        if not writer.hashes_to(digest):
+            raise _BadBytes(
+                f"sha256 of the {writer.size} bytes received does not match metadata.json"
+            )
+        logger.info(
+            "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
+            relpath,
+            mirror.label,
+            writer.size,
+            time.perf_counter() - start,
+        )
 
     def download_many(self, jobs: Sequence[DownloadJob], progress: Progress = NO_PROGRESS) -> int:
         """Download several files concurrently; return the total bytes.
@@ -258,21 +309,54 @@ class Fetcher:
                 self._mirrors.append(mirror)
 
     def _from_mirrors(self, relpath: str, fetch: Callable[[Mirror], T]) -> T:
-        failures: list[str] = []
-        proxied = capped = False
+        answers = _Answers(relpath)
         for mirror in self._healthiest_first():
             try:
                 return fetch(mirror)
             except MirrorFailed as exc:
-                via = f" (through the proxy {mirror.via})" if mirror.via else ""
-                proxied = proxied or bool(mirror.via)
-                capped = capped or isinstance(exc, OverCap)
-                failures.append(f"{mirror.label}{via}: {exc}")
-                logger.info("mirror %s could not serve %s: %s", mirror.label, relpath, exc)
+                answers.failed(mirror, exc)
                 self._demote(mirror)
-        raise TransportError(
-            f"could not fetch {relpath!r} from any CDN mirror:\n  " + "\n  ".join(failures),
-            hint=_transport_hint(proxied=proxied, capped=capped),
+        raise answers.error()
+
+
+class _BadBytes(Exception):
+    """A mirror sent bytes that cannot be the file: they fail its digest, or its size in
+    the manifest. The mirror failed for the file, and its bytes are not kept."""
+
+
+class _Answers:
+    """What each mirror answered for one path, for the error raised when none served it."""
+
+    def __init__(self, relpath: str) -> None:
+        self.relpath = relpath
+        self._lines: list[str] = []
+        self._proxied = self._capped = self._bad_bytes = False
+
+    def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
+        via = f" (through the proxy {mirror.via})" if mirror.via else ""
+        self._proxied = self._proxied or bool(mirror.via)
+        self._capped = self._capped or isinstance(exc, OverCap)
+        self._lines.append(f"{mirror.label}{via}: {exc}")
+        logger.info("mirror %s could not serve %s: %s", mirror.label, self.relpath, exc)
+
+    def bad_bytes(self, mirror: Mirror, why: str) -> None:
+        self._bad_bytes = True
+        self._lines.append(f"{mirror.label}: {why}")
+        logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, why)
+
+    def error(self) -> FlashhubError:
+        """An :class:`IntegrityError` when a mirror sent bad bytes, else a
+        :class:`TransportError`; either names each mirror and its answer."""
+        answers = "\n  ".join(self._lines)
+        if self._bad_bytes:
+            return IntegrityError(
+                f"no CDN mirror served {self.relpath!r} intact, and nothing of what they "
+                f"sent was kept:\n  {answers}",
+                hint=INTEGRITY_HINT,
+            )
+        return TransportError(
+            f"could not fetch {self.relpath!r} from any CDN mirror:\n  {answers}",
+            hint=_transport_hint(proxied=self._proxied, capped=self._capped),
         )
 
 
@@ -292,14 +376,6 @@ def _transport_hint(*, proxied: bool, capped: bool) -> str:
         "check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
         "or set FLASHHUB_OFFLINE=1 to use only what is cached"
     )
-
-
-def _size_error(exc: WrongSize, writer: HashingWriter, source: str) -> Exception:
-    """A known size the mirror does not keep to is an integrity failure, like a wrong
-    digest; past the cap on an unknown size, the mirror failed for the file."""
-    if writer.expected_size is not None:
-        return IntegrityError(f"{source}: {exc}; the file was not kept", hint=INTEGRITY_HINT)
-    return OverCap(str(exc))
 
 
 def parallel_downloads(files: int, round_trip: float) -> int:
