@@ -5,7 +5,8 @@ For the transport tests: more CDNs (``make_cdn``: https, auth, gzip), a throwawa
 For the lock and CLI tests: projects that declare kernels (``project``, ``make_project``,
 ``probed_project``). For the cache, terminal and publisher tests: a cache entry with code
 planted in it (``planted_cache``), a version with hostile variant names
-(``hostile_kernel``), and a kernel's build directory (``kernel``).
+(``hostile_kernel``), and a kernel's build directory (``kernel``). The example kernels,
+compiled once per session (``built``).
 """
 
 from __future__ import annotations
@@ -326,6 +327,22 @@ def planted_cache(cdn: CdnServer, cache_dir: Path, tmp_path: Path) -> Path:
     init.write_bytes(planted + b"#" * (original.st_size - len(planted)))
     os.utime(init, ns=(original.st_atime_ns, original.st_mtime_ns))
     return marker
+
+
+# -- the example kernels, compiled ------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+
+
+@pytest.fixture(scope="session")
+def built() -> list[Any]:
+    """Compile the example kernels once per session (cached on disk between sessions):
+    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version."""
+    sys.path.insert(0, str(EXAMPLES))
+    from build_all import build_all
+
+    built: list[Any] = build_all(verbose=False)
+    return built
 
 
 # -- a kernel's build directory, for the publisher ---------------------------------------------
