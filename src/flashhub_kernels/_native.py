@@ -36,7 +36,7 @@ class _Library:
 
     __slots__ = ("_digest", "entry", "module", "name", "path", "relpath", "size")
 
-    def __init__(self, path: str, size: int, module: str, entry: Path | None, relpath: str):
+    def __init__(self, path: str, size: int, module: str, entry: Path | None, relpath: str) -> None:
         self.path, self.size, self.module = path, size, module
         self.entry, self.relpath = entry, relpath  # where its digest is listed, if cached
         self.name = os.path.basename(path)
