@@ -5,7 +5,8 @@ For the transport tests: more CDNs (``make_cdn``: https, auth, gzip), a throwawa
 For the lock and CLI tests: projects that declare kernels (``project``, ``make_project``,
 ``probed_project``). For the cache, terminal and publisher tests: a cache entry with code
 planted in it (``planted_cache``), a version with hostile variant names
-(``hostile_kernel``), and a kernel's build directory (``kernel``).
+(``hostile_kernel``), and a kernel's build directory (``kernel``). The example kernels,
+compiled once per session (``built``).
 """
 
 from __future__ import annotations
@@ -335,6 +336,22 @@ def plant_partial(cache_dir: Path, variant: str, digest: bytes) -> Path:
     caller creates the file."""
     kept = ensure_dir(cache_dir / f"kernels/{REPO}/v1/.partial-{variant}")
     return kept / digest.hex()
+
+
+# -- the example kernels, compiled ------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+
+
+@pytest.fixture(scope="session")
+def built() -> list[Any]:
+    """Compile the example kernels once per session (cached on disk between sessions):
+    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version."""
+    sys.path.insert(0, str(EXAMPLES))
+    from build_all import build_all
+
+    built: list[Any] = build_all(verbose=False)
+    return built
 
 
 # -- a kernel's build directory, for the publisher ---------------------------------------------

@@ -115,6 +115,24 @@ def test_main_in_process(kernel: Path, tmp_path: Path) -> None:
     assert "not a directory" in missing.stderr
 
 
+def test_cli_publish_reports_a_native_library_of_an_earlier_version(
+    kernel: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "cdn"
+    for version in ("1", "2"):
+        result = flashhub("publish", kernel, "--repo-id", REPO, "--version", version, "--out", out)
+        assert result.returncode == 0, result.stderr
+    so_file = f"build/{CPU}/my_kern/_my_kern_cpu_1a2b3c.so"
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
+    assert line.startswith(f"warning: {REPO} v2: {so_file} is byte-identical to v1's {so_file}")
+    assert "cannot be loaded side by side" in line
+    assert "Warning" not in result.stderr  # said once, in the report
+    as_json = flashhub(
+        "publish", kernel, "--repo-id", REPO, "--version", "3", "--out", out, "--json"
+    )
+    assert [s["version"] for s in json.loads(as_json.stdout)["shared_natives"]] == [1, 2]
+
+
 def test_cli_publish_text_counts_and_sizes(kernel: Path, tmp_path: Path) -> None:
     result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", tmp_path)
     assert result.returncode == 0

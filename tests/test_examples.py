@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,17 +11,6 @@ import flashhub_kernels as fk
 from cdn_server import CdnServer
 from flashhub_kernels._publish import publish
 from trees import local_variant
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
-
-
-@pytest.fixture(scope="session")
-def built() -> list:  # type: ignore[type-arg]
-    """Compile the example kernels once per session (cached on disk between sessions)."""
-    sys.path.insert(0, str(EXAMPLES))
-    from build_all import build_all
-
-    return build_all(verbose=False)
 
 
 @pytest.fixture

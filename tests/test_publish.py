@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import stat
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from builds import (
 )
 from flashhub_kernels._manifest import decode_digest, parse_metadata, parse_variants, parse_versions
 from flashhub_kernels._publish import PublishReport, publish
-from flashhub_kernels.errors import PublishError
+from flashhub_kernels.errors import PublishError, SharedNativeLibraryWarning
 
 # No staging or old-version directory of a publish is left behind.
 pytestmark = pytest.mark.usefixtures("no_leftover_staging")
@@ -214,6 +215,7 @@ def test_different_content_is_refused(kernel: Path, tmp_path: Path) -> None:
     assert [p.name for p in (out / "acme" / "my-kern").iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.filterwarnings("ignore::flashhub_kernels.errors.SharedNativeLibraryWarning")
 def test_a_conflict_suggests_the_next_free_version(kernel: Path, tmp_path: Path) -> None:
     out = tmp_path / "cdn"
     pkg = out / "acme" / "my-kern"
@@ -261,6 +263,7 @@ def test_force_replaces_a_version(kernel: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in report.version_dir.parent.iterdir()) == ["v1", "versions.json"]
 
 
+@pytest.mark.filterwarnings("ignore::flashhub_kernels.errors.SharedNativeLibraryWarning")
 def test_versions_json_is_merged(kernel: Path, tmp_path: Path) -> None:
     out = tmp_path / "cdn"
     pkg = out / "acme" / "my-kern"
@@ -272,6 +275,53 @@ def test_versions_json_is_merged(kernel: Path, tmp_path: Path) -> None:
     assert report.versions == (1, 2, 3, 7)
     assert (pkg / "versions.json").read_bytes() == b"[\n  1,\n  2,\n  3,\n  7\n]\n"
     assert sorted(p.name for p in pkg.iterdir()) == ["v1", "v2", "v3", "versions.json"]
+
+
+SO_FILE = f"build/{CPU}/{PY_PKG}/{SO_NAME}"
+
+
+def test_a_version_with_an_earlier_versions_native_library_warns(
+    kernel: Path, tmp_path: Path
+) -> None:
+    """Two versions of one build share its op namespace: they cannot load side by side."""
+    out = tmp_path / "cdn"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to say about a first version
+        assert publish(kernel, repo_id=REPO, version=1, out=out).shared_natives == ()
+    with pytest.warns(SharedNativeLibraryWarning) as caught:
+        report = publish(kernel, repo_id=REPO, version=2, out=out)
+    (warning,) = caught
+    assert warning.filename == __file__  # it points at the publish() call
+    message = str(warning.message)
+    assert message.startswith(f"{REPO} v2: {SO_FILE} is byte-identical to v1's {SO_FILE}")
+    assert "cannot be loaded side by side" in message and "NativeLibraryConflictError" in message
+    assert [(s.file, s.version, s.other_file, s.same_bytes) for s in report.shared_natives] == [
+        (SO_FILE, 1, SO_FILE, True)
+    ]
+    assert report.to_dict()["shared_natives"] == [
+        {"file": SO_FILE, "version": 1, "other_file": SO_FILE, "same_bytes": True}
+    ]
+
+
+def test_a_rebuild_that_kept_the_library_name_warns(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    publish(kernel, repo_id=REPO, version=1, out=out)
+    (package_dir(kernel) / SO_NAME).write_bytes(SO_BYTES + b"rebuilt")
+    with pytest.warns(SharedNativeLibraryWarning, match="both register the op namespace") as c:
+        report = publish(kernel, repo_id=REPO, version=2, out=out)
+    assert "_my_kern_cpu_1a2b3c" in str(c[0].message)
+    assert [s.same_bytes for s in report.shared_natives] == [False]
+
+
+def test_a_new_native_build_publishes_without_a_warning(kernel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cdn"
+    publish(kernel, repo_id=REPO, version=1, out=out)
+    library = package_dir(kernel) / SO_NAME
+    library.rename(library.with_name("_my_kern_cpu_4d5e6f.so"))
+    library.with_name("_my_kern_cpu_4d5e6f.so").write_bytes(SO_BYTES + b"v2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert publish(kernel, repo_id=REPO, version=2, out=out).shared_natives == ()
 
 
 def test_malformed_versions_json_is_refused(kernel: Path, tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from ._kernel_dir import KernelDir
 from ._manifest import Manifest
 from ._names import RepoInfo
 from ._progress import progress_bar
-from ._store import choose_variant, no_variant_error, package_dir_of, pick_cached_variant
+from ._store import cached_kernel, choose_variant, no_variant_error, pick_cached_variant
 from ._transport import DownloadJob, Fetcher
 from ._urls import redact_url
 from ._variants import SystemInfo, candidate_names
@@ -82,7 +82,9 @@ def fetch_kernel(
             entry, downloaded, signer = download_entry(cache, fetcher, info, variant)
             if downloaded and config.version_check:  # not by every waiter for a download
                 notice_newer_version(fetcher, info)
-            return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, signer)
+            receipt = cache.read_receipt(entry)
+            assert receipt is not None, "a committed entry has its receipt"
+            return cached_kernel(entry, info, variant, receipt.files, signer)
     assert not_found is not None
     raise not_found
 

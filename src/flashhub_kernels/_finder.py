@@ -99,7 +99,8 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        if self._target is None:
+        target = self._target
+        if target is None:
             # importlib.reload() calls exec_module without create_module. This spec has
             # no target because the cache entry the module was loaded from is gone
             # (`flashhub cache clear`): locate it afresh, as a fresh import would.
@@ -109,9 +110,12 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
             module.__file__ = self.path
             module.__path__ = [str(target.package_dir)]
             module.__cached__ = spec.cached  # type: ignore[attr-defined]
+        if target.natives != ():  # a cache entry with no native library needs no check
+            from ._native import register
+
+            register(target, module.__name__)
         super().exec_module(module)
-        assert self._target is not None
-        self._finder.record_loaded(module, self._target)
+        self._finder.record_loaded(module, target)
 
     def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
         """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""

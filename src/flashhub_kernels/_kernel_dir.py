@@ -11,6 +11,9 @@ if TYPE_CHECKING:
 
     from ._names import RepoInfo
 
+# The file names of native libraries, which a kernel loads with torch.ops.load_library.
+NATIVE_SUFFIXES = (".so", ".dylib")
+
 
 class KernelDir(Record):
     """A kernel package directory ready to import, and where it came from.
@@ -22,6 +25,9 @@ class KernelDir(Record):
         entry: The verified cache entry holding ``package_dir``; ``None`` outside the
             cache (a local directory).
         signer: The trusted key that vouched for the entry, if one was checked.
+        natives: The native libraries of a cache entry, as ``(path relative to entry,
+            size)`` from its receipt; ``None`` outside the cache, where the directory is
+            looked at when the kernel is loaded.
     """
 
     package_dir: Path
@@ -29,6 +35,7 @@ class KernelDir(Record):
     variant: str | None
     entry: Path | None
     signer: str | None
+    natives: tuple[tuple[str, int], ...] | None
 
     def __init__(
         self,
@@ -37,8 +44,9 @@ class KernelDir(Record):
         variant: str | None = None,
         entry: Path | None = None,
         signer: str | None = None,
+        natives: tuple[tuple[str, int], ...] | None = None,
     ) -> None:
-        self._init(package_dir, info, variant, entry, signer)
+        self._init(package_dir, info, variant, entry, signer, natives)
 
     @property
     def init_file(self) -> Path:

@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,9 +45,11 @@ from typing import Literal, NamedTuple
 
 from ._config import DEFAULT_PREFIX, normalize_prefix
 from ._hashing import CHUNK_SIZE, HashingWriter, sha256_file
+from ._kernel_dir import NATIVE_SUFFIXES
 from ._manifest import (
     MANIFEST_NAME,
     MAX_DOCUMENT_BYTES,
+    Manifest,
     check_relative_path,
     content_hash,
     dump_json,
@@ -66,7 +69,13 @@ from ._signing import (
     sign_document,
 )
 from ._variants import VariantNameError, parse_variant
-from .errors import IntegrityError, ManifestError, PublishError, SignatureError
+from .errors import (
+    IntegrityError,
+    ManifestError,
+    PublishError,
+    SharedNativeLibraryWarning,
+    SignatureError,
+)
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
@@ -121,6 +130,42 @@ class VariantReport:
 
 
 @dataclass(frozen=True)
+class SharedNativeLibrary:
+    """A native library of the published version that another version also ships.
+
+    Attributes:
+        file: The library, relative to the published version's directory
+            (``build/<variant>/<py_pkg>/<name>.so``).
+        version: The other version.
+        other_file: Its library, relative to that version's directory.
+        same_bytes: The two files are identical; else they are different builds of the
+            same file name, and so (by the naming rule) of the same op namespace.
+    """
+
+    file: str
+    version: int
+    other_file: str
+    same_bytes: bool
+
+    def describe(self, repo_id: str, version: int) -> str:
+        """The warning, for version ``version`` of ``repo_id``."""
+        if self.same_bytes:
+            what = f"is byte-identical to v{self.version}'s {self.other_file}"
+        else:
+            namespace = self.file.rpartition("/")[2].partition(".")[0]
+            what = (
+                f"is another build of v{self.version}'s {self.other_file}: by its file name "
+                f"both register the op namespace {namespace}"
+            )
+        return (
+            f"{repo_id} v{version}: {self.file} {what}. Two versions that share one native "
+            f"op namespace cannot be loaded side by side in one process (loading v{version} "
+            f"beside v{self.version} raises NativeLibraryConflictError); rebuild with a "
+            "namespace unique to the build, _<py_pkg>_<backend>_<hash of its sources>"
+        )
+
+
+@dataclass(frozen=True)
 class PublishReport:
     """What :func:`publish` did.
 
@@ -138,6 +183,8 @@ class PublishReport:
         replaced: ``force=True`` replaced a version that held different content.
         signed_by: The key ids of the keys that signed the documents, in the order
             given; empty when nothing was signed.
+        shared_natives: The native libraries this version shares with other versions
+            in ``out`` (each also issued as a :class:`SharedNativeLibraryWarning`).
     """
 
     repo_id: str
@@ -150,6 +197,7 @@ class PublishReport:
     noop: bool
     replaced: bool
     signed_by: tuple[str, ...] = ()
+    shared_natives: tuple[SharedNativeLibrary, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""
@@ -164,6 +212,7 @@ class PublishReport:
             "noop": self.noop,
             "replaced": self.replaced,
             "signed_by": list(self.signed_by),
+            "shared_natives": [asdict(shared) for shared in self.shared_natives],
         }
 
 
@@ -225,6 +274,11 @@ def publish(
     )
     # versions.json goes last, so it never lists a version whose files are not in place.
     written += _write_versions(pkg_dir / VERSIONS, old_versions, versions, repo, keys)
+    shared = tuple(_shared_natives(pkg_dir, repo.version, builds))
+    for library in shared:
+        warnings.warn(
+            library.describe(repo.repo_id, repo.version), SharedNativeLibraryWarning, stacklevel=2
+        )
     return PublishReport(
         repo_id=repo.repo_id,
         version=repo.version,
@@ -236,6 +290,7 @@ def publish(
         noop=outcome == "unchanged" and not written,
         replaced=outcome == "replaced",
         signed_by=tuple(k.key_id for k in keys),
+        shared_natives=shared,
     )
 
 
@@ -449,6 +504,47 @@ def _version_tree(builds: list[_VariantBuild]) -> dict[str, bytes | _SourceFile]
         tree[f"build/{build.name}/{METADATA}"] = build.metadata
         tree.update({f"build/{build.name}/{rel}": src for rel, src in build.files.items()})
     return tree
+
+
+def _shared_natives(
+    pkg_dir: Path, version: int, builds: Sequence[_VariantBuild]
+) -> Iterator[SharedNativeLibrary]:
+    """The native libraries of ``builds`` that another version under ``pkg_dir`` ships:
+    the same bytes in any variant, or the same file name in the same variant."""
+    ours = [
+        (f"build/{build.name}/{rel}", build.name, source.digest)
+        for build in builds
+        for rel, source in sorted(build.files.items())
+        if rel.endswith(NATIVE_SUFFIXES)
+    ]
+    if not ours:
+        return
+    for other_version, variant, manifest in _published_manifests(pkg_dir, exclude=version):
+        for rel, digest in sorted(manifest.files.items()):
+            if not rel.endswith(NATIVE_SUFFIXES):
+                continue
+            theirs = f"build/{variant}/{rel}"
+            for file, our_variant, our_digest in ours:
+                same_bytes = our_digest == digest
+                same_name = (
+                    our_variant == variant and file.rpartition("/")[2] == rel.rpartition("/")[2]
+                )
+                if same_bytes or same_name:
+                    yield SharedNativeLibrary(file, other_version, theirs, same_bytes)
+
+
+def _published_manifests(pkg_dir: Path, *, exclude: int) -> Iterator[tuple[int, str, Manifest]]:
+    """``(version, variant, manifest)`` of every variant published under ``pkg_dir``
+    but those of version ``exclude``; unreadable manifests are passed over."""
+    if not pkg_dir.is_dir():
+        return
+    for child in sorted(pkg_dir.iterdir()):
+        match = _VERSION_DIR.fullmatch(child.name)
+        if match is None or int(match[1]) == exclude or child.is_symlink():
+            continue
+        for path in sorted(child.glob(f"build/*/{METADATA}")):
+            with contextlib.suppress(OSError, ManifestError):
+                yield int(match[1]), path.parent.name, parse_metadata(path.read_bytes())
 
 
 def _variant_report(build: _VariantBuild) -> VariantReport:

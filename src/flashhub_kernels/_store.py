@@ -15,12 +15,12 @@ and shared by both paths, lock files and the offline answers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ._cache import Cache, VariantIndex
 from ._config import Config, get_config
-from ._kernel_dir import KernelDir
+from ._kernel_dir import NATIVE_SUFFIXES, KernelDir
 from ._names import RepoInfo
 from ._variants import (
     SystemInfo,
@@ -47,6 +47,18 @@ def package_dir_of(entry: Path, py_pkg: str) -> Path:
     """
     package = entry / py_pkg
     return package if (package / "__init__.py").is_file() else entry
+
+
+def cached_kernel(
+    entry: Path,
+    info: RepoInfo,
+    variant: str,
+    files: Mapping[str, tuple[int, int]],
+    signer: str | None,
+) -> KernelDir:
+    """The kernel in a verified entry, whose receipt lists ``files`` (path -> size, mtime)."""
+    natives = tuple((rel, sz) for rel, (sz, _) in files.items() if rel.endswith(NATIVE_SUFFIXES))
+    return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, signer, natives)
 
 
 def target_system(backend: str | None) -> SystemInfo:
@@ -127,7 +139,7 @@ def _warm_lookup(
         return None, f"{entry / changed} differs from its receipt"
     if not config.accepts_signer(info.org, receipt.signer):
         return None, _UNSIGNED_ENTRY
-    return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, receipt.signer), None
+    return cached_kernel(entry, info, variant, receipt.files, receipt.signer), None
 
 
 def pick_cached_variant(index: VariantIndex, system: SystemInfo) -> str | None:

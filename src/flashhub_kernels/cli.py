@@ -127,17 +127,22 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     arguments=_publish_arguments,
 )
 def _publish(args: argparse.Namespace) -> int:
-    from ._publish import publish
+    import warnings
 
-    report = publish(
-        args.build_dir,
-        repo_id=args.repo_id,
-        version=args.version,
-        out=args.out,
-        prefix=args.prefix,
-        force=args.force,
-        sign=args.sign,
-    )
+    from ._publish import publish
+    from .errors import SharedNativeLibraryWarning
+
+    with warnings.catch_warnings():  # the report says it, without a warning's source line
+        warnings.simplefilter("ignore", SharedNativeLibraryWarning)
+        report = publish(
+            args.build_dir,
+            repo_id=args.repo_id,
+            version=args.version,
+            out=args.out,
+            prefix=args.prefix,
+            force=args.force,
+            sign=args.sign,
+        )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
@@ -147,8 +152,14 @@ def _publish(args: argparse.Namespace) -> int:
 
 def _describe_publish(report: PublishReport) -> str:
     where = f"{report.repo_id}@v{report.version} at {report.version_dir}"
+    shared = [
+        f"warning: {escape_controls(library.describe(report.repo_id, report.version))}"
+        for library in report.shared_natives
+    ]
     if report.noop:
-        return f"{where} is already published with identical content; nothing written"
+        return "\n".join(
+            [f"{where} is already published with identical content; nothing written", *shared]
+        )
     lines = [f"{'replaced' if report.replaced else 'published'} {where}"]
     lines += [f"  {v.name}: {_count(v.files, 'file')}, {_size(v.bytes)}" for v in report.variants]
     lines.append(f"wrote {_count(len(report.written), 'file')} ({_size(report.bytes_written)})")
@@ -156,7 +167,7 @@ def _describe_publish(report: PublishReport) -> str:
     if report.signed_by:
         keys = "key" if len(report.signed_by) == 1 else "keys"
         lines.append(f"signed with {keys} {', '.join(report.signed_by)}")
-    return "\n".join(lines)
+    return "\n".join(lines + shared)
 
 
 # --- flashhub keygen / sign ----------------------------------------------------------

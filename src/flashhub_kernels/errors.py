@@ -92,6 +92,14 @@ class OfflineError(KernelImportError):
     """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``)."""
 
 
+class NativeLibraryConflictError(KernelImportError):
+    """A kernel's native library would register an op namespace that a library another
+    kernel loaded from another path registered already: the same build loaded twice, or
+    another build that kept its namespace. torch aborts the process when that library is
+    loaded, so the loader refuses it instead.
+    """
+
+
 class LockfileError(FlashhubError):
     """A ``flashhub.lock`` is missing, malformed, or does not match what is cached."""
 
@@ -134,6 +142,15 @@ class NewerVersionWarning(UserWarning):
     ``warnings.filterwarnings("ignore", category=NewerVersionWarning)`` hides the warning.
     It never fails the load: where the filters make it an error (``python -W error``), it
     is logged on the ``flashhub_kernels`` logger instead.
+    """
+
+
+class SharedNativeLibraryWarning(UserWarning):
+    """:func:`~flashhub_kernels._publish.publish` was given a build whose native library
+    is that of another published version of the kernel (the same bytes, or the same file
+    name and so, by the naming rule, the same op namespace). The two versions cannot be
+    loaded side by side in one process; the second load raises
+    :class:`NativeLibraryConflictError`.
     """
 
 

@@ -1,0 +1,195 @@
+"""One native build loaded from two paths in one process.
+
+torch lets one ``TORCH_LIBRARY`` block register an op namespace; a second copy of a
+library (the same build at another path, or another build that kept the namespace)
+calls ``abort()`` from its static initializer when it is loaded. Every load here runs in
+a child process, which such an abort kills with SIGABRT; the loader turns it into an
+``ImportError`` that names both kernels. The kernels are the compiled example
+tensor-tricks, published to the loopback CDN.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdn_server import CdnServer
+from conftest import run_python
+from flashhub_kernels._publish import publish
+
+REPO = "acme/tensor-tricks"
+PY_PKG = "tensor_tricks"
+GUARD = 'if not hasattr(ops, "version"):\n    '
+
+
+@pytest.fixture
+def guarded(built: list[Any]) -> Path:
+    """The build directory of the example tensor-tricks v1: its ``_ops.py`` loads the
+    ``.so`` only when the namespace is not registered yet."""
+    tricks = next(b for b in built if b.repo_id == REPO and b.version == 1)
+    build_dir: Path = tricks.build_dir
+    return build_dir
+
+
+@pytest.fixture
+def unguarded(guarded: Path, tmp_path: Path) -> Path:
+    """A copy of ``guarded`` whose ``_ops.py`` loads the ``.so`` unconditionally."""
+    copy = tmp_path / "unguarded"
+    shutil.copytree(guarded, copy)
+    (ops_file,) = copy.glob(f"*/{PY_PKG}/_ops.py")
+    source = ops_file.read_text()
+    assert GUARD in source
+    ops_file.write_text(source.replace(GUARD, ""))
+    return copy
+
+
+def native_library(build_dir: Path) -> Path:
+    (so,) = build_dir.glob(f"*/{PY_PKG}/*.so")
+    return so
+
+
+def publish_quietly(build_dir: Path, version: int, cdn: CdnServer) -> None:
+    """Publish ``build_dir`` as ``REPO`` v``version`` (the publisher's warning that the
+    build is published twice is tested in test_publish.py)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        publish(build_dir, repo_id=REPO, version=version, out=cdn.root)
+
+
+def run_child(body: str) -> dict[str, Any]:
+    """Run ``body`` in a fresh interpreter; it fills ``result``, printed as JSON.
+
+    ``load(what)`` runs ``what`` and records the ImportError it raises (its class, its
+    message, and whether it is a KernelImportError). ``sha256_file`` calls are counted
+    in ``hashed``.
+    """
+    prelude = textwrap.dedent(
+        """
+        import json, sys
+        import torch
+        import flashhub_kernels as fk
+        from flashhub_kernels import _hashing
+        result = {"hashed": 0, "errors": []}
+        _sha256_file = _hashing.sha256_file
+        def counting(path):
+            result["hashed"] += 1
+            return _sha256_file(path)
+        _hashing.sha256_file = counting
+        def load(what):
+            try:
+                return what()
+            except ImportError as exc:
+                result["errors"].append({
+                    "type": type(exc).__name__,
+                    "kernel_error": isinstance(exc, fk.errors.KernelImportError),
+                    "message": str(exc),
+                })
+        """
+    )
+    out = run_python(prelude + textwrap.dedent(body) + "\nprint(json.dumps(result))\n")
+    result: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return result
+
+
+TWO_VERSIONS = """
+import importlib
+v1 = load(lambda: importlib.import_module("flashhub.acme.tensor_tricks.v1"))
+result["v1"] = float(v1.scale_shift(torch.ones(1), 2.0)[0])
+load(lambda: importlib.import_module("flashhub.acme.tensor_tricks.v2"))
+result["v2_module_left"] = "flashhub.acme.tensor_tricks.v2" in sys.modules
+result["v1_after"] = float(v1.scale_shift(torch.ones(1), 3.0)[0])
+"""
+
+
+def test_one_build_published_as_two_versions_is_an_import_error_not_an_abort(
+    cdn: CdnServer, unguarded: Path, cache_dir: Path
+) -> None:
+    publish_quietly(unguarded, 1, cdn)
+    publish_quietly(unguarded, 2, cdn)
+    so_name = native_library(unguarded).name
+    for load in ("cold", "warm"):
+        result = run_child(TWO_VERSIONS)
+        assert result["v1"] == 3.0 and result["v1_after"] == 4.0, load
+        (error,) = result["errors"]
+        assert error["type"] == "NativeLibraryConflictError" and error["kernel_error"]
+        message = error["message"]
+        assert "flashhub.acme.tensor_tricks.v2" in message
+        assert "flashhub.acme.tensor_tricks.v1" in message
+        for version in (1, 2):
+            assert str(cache_dir / f"kernels/{REPO}/v{version}") in message, message
+        assert so_name in message and "same build" in message
+        assert "hint:" in message and "namespace" in message
+        assert not result["v2_module_left"]
+        # The digests come from the cached manifests: no .so is hashed.
+        assert result["hashed"] == 0, load
+
+
+@pytest.mark.parametrize("local_first", [True, False], ids=["local-first", "cdn-first"])
+def test_a_local_build_and_its_published_copy_do_not_abort(
+    cdn: CdnServer, unguarded: Path, local_first: bool
+) -> None:
+    publish_quietly(unguarded, 1, cdn)
+    local = f"lambda: fk.get_local_kernel({str(unguarded)!r})"
+    remote = f"lambda: fk.get_kernel({REPO!r}, version=1)"
+    first, second = (local, remote) if local_first else (remote, local)
+    result = run_child(
+        f"""
+        first = load({first})
+        result["first"] = float(first.scale_shift(torch.ones(1), 2.0)[0])
+        load({second})
+        result["loaded"] = [k.path.as_posix() for k in fk.get_loaded_kernels()]
+        """
+    )
+    assert result["first"] == 3.0
+    (error,) = result["errors"]
+    assert error["type"] == "NativeLibraryConflictError" and error["kernel_error"]
+    assert str(native_library(unguarded)) in error["message"]
+    assert "flashhub._local.tensor_tricks_" in error["message"]
+    assert "flashhub.acme.tensor_tricks.v1" in error["message"]
+    assert len(result["loaded"]) == 1
+
+
+def test_a_guarded_ops_module_shares_the_library_already_loaded(
+    cdn: CdnServer, guarded: Path
+) -> None:
+    """The ``_ops.py`` of the kernel requirements skips ``load_library`` when its
+    namespace is registered: the second copy then runs on the first one's library."""
+    publish_quietly(guarded, 1, cdn)
+    result = run_child(
+        f"""
+        local = load(lambda: fk.get_local_kernel({str(guarded)!r}))
+        remote = load(lambda: fk.get_kernel({REPO!r}, version=1))
+        result["values"] = [float(k.scale_shift(torch.ones(1), 2.0)[0]) for k in (local, remote)]
+        result["same_namespace"] = local.NAMESPACE == remote.NAMESPACE
+        result["distinct_modules"] = local is not remote
+        """
+    )
+    assert result["errors"] == []
+    assert result["values"] == [3.0, 3.0]
+    assert result["same_namespace"] and result["distinct_modules"]
+
+
+def test_another_build_that_kept_the_namespace_is_an_import_error(
+    cdn: CdnServer, unguarded: Path, tmp_path: Path
+) -> None:
+    """A v2 rebuilt without a new namespace: other bytes, the same TORCH_LIBRARY block."""
+    publish_quietly(unguarded, 1, cdn)
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(unguarded, rebuilt)
+    with native_library(rebuilt).open("ab") as so:
+        so.write(b"\0" * 64)  # past the end of the ELF image: it still loads
+    publish_quietly(rebuilt, 2, cdn)
+    result = run_child(TWO_VERSIONS)
+    assert result["v1"] == 3.0 and result["v1_after"] == 4.0
+    (error,) = result["errors"]
+    assert error["type"] == "NativeLibraryConflictError"
+    namespace = native_library(unguarded).name.removesuffix(".so")
+    assert f"op namespace {namespace}" in error["message"]
+    assert "another build" in error["message"]
+    assert not result["v2_module_left"]
