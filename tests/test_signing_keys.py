@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import flashhub, ok_json
+from flashhub_kernels._config import Config
 from flashhub_kernels._lockfile import read_trusted_keys
 from flashhub_kernels._signing import SigningKey, load_signing_key
 from flashhub_kernels._trusted_keys import (
@@ -193,6 +194,20 @@ def test_parse_trusted_keys_scopes_comments_and_separators() -> None:
     assert keys[0].trusted_for("anyone")
     assert keys[1].trusted_for("acme") and not keys[1].trusted_for("other")
     assert keys[1].public_line == KEY_B.public_line
+
+
+def test_a_key_scoped_to_an_org_covers_both_spellings_of_its_name() -> None:
+    """``acme-corp`` and ``acme_corp`` are both ``flashhub.acme_corp``: one org to a key."""
+    for scope in ("acme-corp", "acme_corp"):
+        (key,) = parse_trusted_keys(f"{scope}:{KEY_A.public_line}", source="test")
+        assert key.orgs == {scope}
+        assert key.trusted_for("acme-corp") and key.trusted_for("acme_corp")
+        assert not key.trusted_for("acmecorp") and not key.trusted_for("acme")
+        config = Config((), "", Path(), trusted_keys=(key,))
+        assert config.checks_signatures("acme-corp") and config.checks_signatures("acme_corp")
+        assert config.accepts_signer("acme-corp", KEY_A.key_id)
+        assert not config.accepts_signer("acme-corp", None)
+        assert not config.accepts_signer("acme_corp", None)
 
 
 def test_an_unscoped_entry_trusts_the_key_for_every_org() -> None:

@@ -18,7 +18,7 @@ import hashlib
 import os
 
 from ._config import TRUSTED_KEYS_VAR
-from ._names import parse_repo_id
+from ._names import module_segment, parse_repo_id
 from ._record import Record
 
 # Not typing.TYPE_CHECKING: importing typing would cost the warm path more than this module.
@@ -89,8 +89,16 @@ class TrustedKey(Record):
         return public_key_line(self.public_key)
 
     def trusted_for(self, org: str) -> bool:
-        """Whether the key may vouch for the kernels of ``org``."""
-        return self.orgs is None or org in self.orgs
+        """Whether the key may vouch for the kernels of ``org``.
+
+        Orgs whose names differ only in ``-`` and ``_`` count as one org: both are
+        ``flashhub.<org>`` to the import hook, which may load either spelling. A key
+        scoped to ``acme_corp`` thus covers ``acme-corp`` too, and the other way round.
+        """
+        if self.orgs is None:
+            return True
+        wanted = module_segment(org)
+        return any(module_segment(scoped) == wanted for scoped in self.orgs)
 
 
 def _entries(text: str) -> Iterator[str]:
