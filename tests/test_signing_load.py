@@ -9,6 +9,7 @@ test_signing_publish.py.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
 from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfile import read_lockfile
 from flashhub_kernels._signing import SigningKey, generate_signing_key, write_key_pair
-from flashhub_kernels.errors import KernelNotFoundError, SignatureError
+from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
 from projects import (
     CUDA,
     REPO,
@@ -316,9 +317,8 @@ CORP_MODULE = "flashhub.acme_corp.tricks.v1"
 
 def plant_unsigned(root: Path, repo_id: str, ran: Path) -> None:
     """Publish ``repo_id`` v1, unsigned, as a kernel whose import writes the file ``ran``."""
-    write_variant(
-        root, repo_id, 1, LOCAL, {"tricks/__init__.py": PLANTED.format(marker=str(ran)).encode()}
-    )
+    init = f"{repo_id.split('/')[1].replace('-', '_')}/__init__.py"
+    write_variant(root, repo_id, 1, LOCAL, {init: PLANTED.format(marker=str(ran)).encode()})
     (root / "kernels" / repo_id / "v1" / "variants.json").write_text(json.dumps([LOCAL]))
 
 
@@ -963,3 +963,46 @@ def test_trusted_keys_from_a_file_named_by_the_environment(
     assert {k.key_id for k in get_config().trusted_keys} == {key.key_id, new_key.key_id}
     assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
     assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["empty file", "comments-only file", "group-writable file", "','", "pyproject []"],
+)
+def test_trusted_key_settings_that_give_no_key_refuse_to_load_rather_than_check_nothing(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setting: str
+) -> None:
+    """A setting meant to trust a key, which yields none, must not turn verification off:
+    the unsigned kernel the CDN serves does not run."""
+    (_path, key), _ = keys
+    ran = tmp_path / "planted-ran"
+    plant_unsigned(cdn.root, REPO, ran)
+    listed = tmp_path / "trusted-keys.txt"
+    listed.write_text(
+        {"empty file": "", "comments-only file": "# the release key\n"}.get(
+            setting, f"{key.public_line}\n"
+        )
+    )
+    listed.chmod(0o664 if setting == "group-writable file" else 0o644)
+    if setting == "','":
+        monkeypatch.setenv(TRUSTED, ",")
+    elif setting == "pyproject []":
+        _with_trusted_keys(tmp_path / "project")
+        monkeypatch.chdir(tmp_path / "project")
+    else:
+        monkeypatch.setenv(TRUSTED, str(listed))
+    cdn.clear_log()
+
+    with pytest.raises(ConfigError) as info:
+        importlib.import_module(MODULE)
+    assert isinstance(info.value, ImportError)
+    named = "[tool.flashhub] trusted-keys" if setting == "pyproject []" else TRUSTED
+    assert named in str(info.value)
+    forget_kernels()
+    with pytest.raises(ConfigError):
+        get_kernel(REPO, version=1)
+    result = flashhub("get", REPO, "--version", "1")
+    assert result.returncode == 1 and named in result.stderr, result.stderr
+    assert cdn.requests == []
+    assert not ran.exists(), "the unsigned kernel did not run"
+    assert MODULE not in sys.modules

@@ -92,6 +92,16 @@ class OfflineError(KernelImportError):
     """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``)."""
 
 
+class ConfigError(KernelImportError, ValueError):
+    """A setting cannot be used as given (a ``FLASHHUB_*`` variable, :func:`configure`, or
+    ``[tool.flashhub]`` in ``pyproject.toml``): for instance trusted keys that name no key,
+    or a file of trusted keys that others may write.
+
+    Also a ``ValueError``, as a malformed setting is, and an ``ImportError``: a kernel
+    import reads the settings, and fails with it.
+    """
+
+
 class LockfileError(FlashhubError):
     """A ``flashhub.lock`` is missing, malformed, or does not match what is cached."""
 
