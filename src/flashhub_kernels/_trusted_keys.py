@@ -38,6 +38,7 @@ __all__ = [
     "no_key_error",
     "parse_trusted_keys",
     "public_key_line",
+    "shown_key_id",
 ]
 
 KEY_PREFIX = "flashhub-ed25519:"
@@ -49,6 +50,12 @@ _KEY_ID_LENGTH = 16
 def is_key_id(text: object) -> bool:
     """Whether ``text`` is a key id: 16 lowercase hex digits."""
     return isinstance(text, str) and len(text) == _KEY_ID_LENGTH and _HEX_DIGITS.issuperset(text)
+
+
+def shown_key_id(key_id: str) -> str:
+    """A key id read from a ``.sig`` file, fit to print: as it is if well-formed, else
+    escaped (its ``repr``, cut to 40 characters); the file is the CDN's, not the user's."""
+    return key_id if is_key_id(key_id) else repr(key_id[:40])
 
 
 def key_id_of(public_key: bytes) -> str:
