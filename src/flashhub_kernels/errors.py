@@ -152,3 +152,13 @@ class SignatureError(IntegrityError):
 
     Also an :class:`IntegrityError` (and so an ``ImportError``): the kernel is not loaded.
     """
+
+
+class RollbackError(IntegrityError):
+    """The CDN offers an older version of a kernel than one already seen: its
+    ``versions.json`` ends below the newest version this machine has seen listed, or
+    ``flashhub lock`` would move a pin down to a lower version that the declared range
+    does not ask for. An edge replaying an old (validly signed) ``versions.json`` does this.
+
+    Also an :class:`IntegrityError` (and so an ``ImportError``).
+    """
