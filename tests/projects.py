@@ -7,6 +7,7 @@ conftest.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from flashhub_kernels._config import get_config
@@ -65,3 +66,20 @@ def change_published_file(cdn_root: Path, version: int, variant: str) -> None:
     manifest = json.loads((directory / "metadata.json").read_text())
     manifest["digest"]["files"][f"{PY_PKG}/_ops.py"] = b64sha256(ops.read_bytes())
     (directory / "metadata.json").write_text(json.dumps(manifest))
+
+
+def replayable_versions(cdn_root: Path) -> Callable[[], None]:
+    """A snapshot of acme/tensor-tricks' ``versions.json`` (and its ``.sig``, if signed) as
+    published now; calling the result serves them again, as an edge replaying them would."""
+    document = cdn_root / "kernels" / REPO / "versions.json"
+    saved = {
+        path: path.read_bytes()
+        for path in (document, document.with_name("versions.json.sig"))
+        if path.exists()
+    }
+
+    def replay() -> None:
+        for path, data in saved.items():
+            path.write_bytes(data)
+
+    return replay

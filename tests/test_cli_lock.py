@@ -13,10 +13,11 @@ import pytest
 
 from cdn_server import CdnServer
 from cli_runner import OFFLINE, flashhub, ok_json, refused_offline
-from conftest import run_python
+from conftest import MakeProject, run_python
 from flashhub_kernels import get_kernel, get_locked_kernel, load_kernel
 from flashhub_kernels._lock import lock_project
 from flashhub_kernels._lockfile import LOCKFILE_NAME, read_lockfile
+from flashhub_kernels._signing import generate_signing_key, write_key_pair
 from projects import (
     CUDA,
     NOARCH_CUDA,
@@ -27,6 +28,7 @@ from projects import (
     entry,
     lockfile_of,
     published_hash,
+    replayable_versions,
     write_project,
 )
 from trees import local_variant, write_kernel
@@ -62,6 +64,46 @@ def test_lock_json(project: Path) -> None:
     assert (kernel["repo_id"], kernel["version"]) == (REPO, 2)
     assert set(kernel["variants"]) == {LOCAL, UNIVERSAL, CUDA}
     assert json.loads((project / LOCKFILE_NAME).read_text())["kernels"] == [kernel]
+
+
+def test_lock_refuses_to_move_a_pin_down_to_a_replayed_signed_versions_json(
+    make_project: MakeProject, cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edge serves the versions.json of the v1 days again, validly signed: re-locking
+    must not quietly move the pin from v2 to v1."""
+    key = generate_signing_key()
+    keyfile = tmp_path / "release.key"
+    write_key_pair(key, keyfile)
+    write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
+    assert flashhub("sign", cdn.root, "--key", keyfile).returncode == 0
+    replay = replayable_versions(cdn.root)  # [1], signed
+    write_kernel(cdn.root, REPO, 2, [LOCAL, UNIVERSAL])
+    assert flashhub("sign", cdn.root, "--key", keyfile).returncode == 0
+    monkeypatch.setenv("FLASHHUB_TRUSTED_KEYS", key.public_line)
+    project = make_project(publish=False)
+    assert flashhub("lock", project).returncode == 0
+    locked = lockfile_of(project).read_bytes()
+    assert read_lockfile(lockfile_of(project)).kernels[REPO].version == 2
+
+    replay()
+    refused = flashhub("lock", project)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "lists v1 as the newest version, but this machine has seen v2" in refused.stderr
+    assert "flashhub lock --allow-downgrade" in refused.stderr
+    assert lockfile_of(project).read_bytes() == locked
+
+    # A machine that never saw v2 (a fresh cache, a CI runner): the lock itself knows.
+    monkeypatch.setenv("FLASHHUB_CACHE_DIR", str(tmp_path / "fresh-cache"))
+    refused = flashhub("lock", project)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"would move {REPO} from v2 down to v1" in refused.stderr
+    assert "flashhub lock --allow-downgrade" in refused.stderr
+    assert lockfile_of(project).read_bytes() == locked
+
+    allowed = flashhub("lock", project, "--allow-downgrade")
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"{REPO} >=1,<3: v1" in allowed.stdout
+    assert read_lockfile(lockfile_of(project)).kernels[REPO].version == 1
 
 
 def test_download_all_variants_json(project: Path, cdn: CdnServer) -> None:

@@ -39,6 +39,7 @@ from flashhub_kernels.errors import (
     LockfileError,
     LockMismatchError,
     NoCompatibleVariantError,
+    RollbackError,
 )
 from projects import (
     CUDA,
@@ -477,6 +478,81 @@ def test_install_kernel_downloads_without_importing(cdn: CdnServer) -> None:
     assert Cache(get_config().cache_dir).read_receipt(path) is not None
     assert newest == entry(3, UNIVERSAL)
     assert not [name for name in sys.modules if name.startswith("flashhub.acme")]
+
+
+def test_install_kernel_never_takes_an_older_versions_json_for_the_newest(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    publish_tensor_tricks(cdn.root)
+    versions = cdn.root / "kernels" / REPO / "versions.json"
+    assert install_kernel(REPO) == entry(3, UNIVERSAL)
+    record = get_config().cache_dir / "versions-seen.json"
+    assert json.loads(record.read_text()) == {REPO: 3}
+
+    versions.write_text("[1, 2]")  # the versions.json of the v2 days, served again
+    cdn.clear_log()
+    with pytest.raises(RollbackError) as info:
+        install_kernel(REPO)
+    assert "lists v2 as the newest version, but this machine has seen v3" in str(info.value)
+    assert str(record) in str(info.value)
+    assert cdn.gets() == [f"/kernels/{REPO}/versions.json"], "nothing of v2 was fetched"
+    assert not entry(2, LOCAL).exists()
+    result = flashhub("get", REPO)
+    assert result.returncode == 1 and "pass --version N" in result.stderr, result.stderr
+    with pytest.raises(RollbackError):
+        flashhub_kernels.get_kernel_variants(REPO)
+    assert json.loads(record.read_text()) == {REPO: 3}, "the record never goes down"
+
+    assert install_kernel(REPO, version=2) == entry(2, LOCAL), "a named version is as asked"
+    cdn.clear_log()
+    code = "import flashhub.acme.tensor_tricks.v2, json, sys; print(json.dumps(list(sys.modules)))"
+    modules = json.loads(run_python(code))
+    assert cdn.requests == []
+    assert "flashhub_kernels._versions_seen" not in modules, "warm loads never read the record"
+
+
+def test_the_versions_record_of_an_untrusted_cache_is_not_used(cdn: CdnServer) -> None:
+    publish_tensor_tricks(cdn.root)
+    cache_dir = get_config().cache_dir
+    cache_dir.mkdir(mode=0o700)
+    record = cache_dir / "versions-seen.json"
+    cache_dir.chmod(0o770)  # anyone in the group could have written the record
+
+    record.write_text(json.dumps({REPO: 1}))
+    assert flashhub_kernels.get_kernel_variants(REPO)
+    assert json.loads(record.read_text()) == {REPO: 1}, "not written: v3 is not recorded"
+    record.write_text(json.dumps({REPO: 9}))
+    assert flashhub_kernels.get_kernel_variants(REPO), "not read: v3 is taken as the newest"
+
+    cache_dir.chmod(0o700)  # trusted, the same record is taken at its word
+    with pytest.raises(RollbackError, match="has seen v9"):
+        flashhub_kernels.get_kernel_variants(REPO)
+
+
+def test_lock_project_refuses_a_downgrade_unless_allowed(
+    project: Path, cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert lock_project(project).kernels[REPO].version == 2
+    locked = lockfile_of(project).read_bytes()
+    versions = cdn.root / "kernels" / REPO / "versions.json"
+    versions.write_text("[1]")  # an old versions.json, served again
+
+    with pytest.raises(RollbackError, match="this machine has seen v3"):
+        lock_project(project)
+    monkeypatch.setenv("FLASHHUB_CACHE_DIR", str(tmp_path / "fresh-cache"))  # never saw v2
+    with pytest.raises(RollbackError, match=f"would move {REPO} from v2 down to v1") as info:
+        lock_project(project)
+    assert info.value.hint is not None and "allow_downgrade=True" in info.value.hint
+    assert lockfile_of(project).read_bytes() == locked, "nothing was written"
+
+    assert lock_project(project, allow_downgrade=True).kernels[REPO].version == 1
+    assert read_lockfile(lockfile_of(project)).kernels[REPO].version == 1
+
+    # A range that no longer admits the locked version moves the pin down as asked.
+    versions.write_text("[1, 2, 3]")
+    assert lock_project(project).kernels[REPO].version == 2
+    write_project(project, {REPO: "==1"})
+    assert lock_project(project).kernels[REPO].version == 1
 
 
 def test_lock_functions_are_public() -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from cli_runner import flashhub, ok_json
+from conftest import NOBODY, needs_root
+from flashhub_kernels._config import Config, configure
 from flashhub_kernels._lockfile import read_trusted_keys
 from flashhub_kernels._signing import SigningKey, load_signing_key
 from flashhub_kernels._trusted_keys import (
@@ -25,7 +27,7 @@ from flashhub_kernels._trusted_keys import (
     load_trusted_keys,
     parse_trusted_keys,
 )
-from flashhub_kernels.errors import PublishError
+from flashhub_kernels.errors import ConfigError, PublishError
 
 # RFC 8032, section 7.1, test 1: a seed and the public key it gives.
 RFC_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
@@ -195,6 +197,20 @@ def test_parse_trusted_keys_scopes_comments_and_separators() -> None:
     assert keys[1].public_line == KEY_B.public_line
 
 
+def test_a_key_scoped_to_an_org_covers_both_spellings_of_its_name() -> None:
+    """``acme-corp`` and ``acme_corp`` are both ``flashhub.acme_corp``: one org to a key."""
+    for scope in ("acme-corp", "acme_corp"):
+        (key,) = parse_trusted_keys(f"{scope}:{KEY_A.public_line}", source="test")
+        assert key.orgs == {scope}
+        assert key.trusted_for("acme-corp") and key.trusted_for("acme_corp")
+        assert not key.trusted_for("acmecorp") and not key.trusted_for("acme")
+        config = Config((), "", Path(), trusted_keys=(key,))
+        assert config.checks_signatures("acme-corp") and config.checks_signatures("acme_corp")
+        assert config.accepts_signer("acme-corp", KEY_A.key_id)
+        assert not config.accepts_signer("acme-corp", None)
+        assert not config.accepts_signer("acme_corp", None)
+
+
 def test_an_unscoped_entry_trusts_the_key_for_every_org() -> None:
     for text in (
         f"acme:{KEY_A.public_line} {KEY_A.public_line}",
@@ -256,7 +272,6 @@ def test_load_trusted_keys_reads_a_file_or_the_value(tmp_path: Path) -> None:
     [
         (f'["{KEY_A.public_line}", "acme:{KEY_B.public_line}"]', [KEY_A.key_id, KEY_B.key_id]),
         (f'"{KEY_A.public_line} acme:{KEY_B.public_line}"', [KEY_A.key_id, KEY_B.key_id]),
-        ("[]", []),
     ],
 )
 def test_pyproject_trusted_keys_are_a_list_or_one_string(
@@ -283,6 +298,75 @@ def test_malformed_pyproject_trusted_keys_name_the_file(
     with pytest.raises(ValueError, match=message) as raised:
         read_trusted_keys(pyproject)
     assert str(pyproject) in str(raised.value)
+
+
+# --- settings that name no key --------------------------------------------------------
+
+
+def _keys_file(tmp_path: Path, text: str, file_mode: int = 0o644) -> Path:
+    listed = tmp_path / "trusted-keys.txt"
+    listed.write_text(text)
+    listed.chmod(file_mode)
+    return listed
+
+
+@pytest.mark.parametrize(
+    "text", ["", "\n\n", "# the release key goes here\n"], ids=["empty", "blank", "comments"]
+)
+def test_a_trusted_keys_file_that_lists_no_key_is_a_config_error(tmp_path: Path, text: str) -> None:
+    listed = _keys_file(tmp_path, text)
+    with pytest.raises(ConfigError) as raised:
+        load_trusted_keys(str(listed))
+    message = str(raised.value)
+    assert message.startswith(f"FLASHHUB_TRUSTED_KEYS names the file {listed}, which lists no key")
+    assert "unset FLASHHUB_TRUSTED_KEYS" in message, "the hint says how to trust no key"
+    assert isinstance(raised.value, ImportError), "raised by an import, it is an ImportError"
+    assert isinstance(raised.value, ValueError), "as every malformed setting is"
+
+
+@pytest.mark.parametrize("value", [",", " , ,", "# no key yet"])
+def test_a_trusted_keys_value_that_lists_no_key_is_a_config_error(value: str) -> None:
+    with pytest.raises(ConfigError, match=f"FLASHHUB_TRUSTED_KEYS={value!r} lists no key"):
+        load_trusted_keys(value)
+    assert load_trusted_keys("") == load_trusted_keys("  ") == (), "empty is unset"
+
+
+@pytest.mark.parametrize("file_mode", [0o664, 0o646, 0o666, 0o622])
+def test_a_trusted_keys_file_others_may_write_is_refused(tmp_path: Path, file_mode: int) -> None:
+    listed = _keys_file(tmp_path, f"{KEY_A.public_line}\n", file_mode)
+    with pytest.raises(ConfigError, match="writable by") as raised:
+        load_trusted_keys(str(listed))
+    assert f"{listed}" in str(raised.value) and f"mode {file_mode:04o}" in str(raised.value)
+    assert raised.value.hint == f"chmod go-w {listed}"
+
+    listed.chmod(0o644)  # readable by all is fine: a public key is no secret
+    assert [k.key_id for k in load_trusted_keys(str(listed))] == [KEY_A.key_id]
+
+
+def test_a_trusted_keys_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    needs_root()
+    listed = _keys_file(tmp_path, f"{KEY_A.public_line}\n")
+    os.chown(listed, NOBODY, -1)
+    with pytest.raises(ConfigError, match="is owned by another user"):
+        load_trusted_keys(str(listed))
+
+
+@pytest.mark.parametrize("value", ["[]", '""', '","', '["# later"]'])
+def test_pyproject_trusted_keys_that_list_no_key_are_a_config_error(
+    tmp_path: Path, value: str
+) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f"[tool.flashhub]\ntrusted-keys = {value}\n")
+    with pytest.raises(ConfigError, match="lists no key") as raised:
+        read_trusted_keys(pyproject)
+    assert f"{pyproject} [tool.flashhub] trusted-keys" in str(raised.value)
+
+
+def test_configure_trusted_keys_that_list_no_key_is_a_config_error() -> None:
+    for value in (",", "", ["# later"], [" "]):
+        with pytest.raises(ConfigError, match=r"configure\(trusted_keys=\) lists no key"):
+            configure(trusted_keys=value)
+    assert configure(trusted_keys=[]).trusted_keys == (), "[] says: trust no key"
 
 
 # --- no cryptography at import ---------------------------------------------------------

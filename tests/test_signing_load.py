@@ -9,8 +9,11 @@ test_signing_publish.py.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,12 +22,12 @@ import pytest
 
 from cdn_server import CdnServer
 from cli_runner import OFFLINE, flashhub, ok_json
-from conftest import MakeProject, run_python
+from conftest import PLANTED, MakeProject, run_python
 from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
 from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfile import read_lockfile
 from flashhub_kernels._signing import SigningKey, generate_signing_key, write_key_pair
-from flashhub_kernels.errors import SignatureError
+from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
 from projects import (
     CUDA,
     REPO,
@@ -33,7 +36,7 @@ from projects import (
     entry,
     lockfile_of,
 )
-from trees import local_variant, write_kernel
+from trees import local_variant, write_kernel, write_variant
 
 LOCAL = local_variant()
 MODULE = "flashhub.acme.tensor_tricks.v1"
@@ -303,6 +306,122 @@ def test_a_key_scoped_to_another_org_does_not_vouch(
     assert get_kernel(REPO, version=2).marker() == f"{REPO}@v2:{LOCAL}"
     assert cdn.gets(".sig") == []
     assert cached_signers()[(REPO, 2, LOCAL)] is None
+
+
+# `import flashhub.acme_corp.tricks.v1` stands for either of these; the hook tries the
+# dashed spelling first, then the literal one.
+DASHED = "acme-corp/tricks"
+UNDERSCORED = "acme_corp/tricks"
+CORP_MODULE = "flashhub.acme_corp.tricks.v1"
+
+
+def plant_unsigned(root: Path, repo_id: str, ran: Path) -> None:
+    """Publish ``repo_id`` v1, unsigned, as a kernel whose import writes the file ``ran``."""
+    init = f"{repo_id.split('/')[1].replace('-', '_')}/__init__.py"
+    write_variant(root, repo_id, 1, LOCAL, {init: PLANTED.format(marker=str(ran)).encode()})
+    (root / "kernels" / repo_id / "v1" / "variants.json").write_text(json.dumps([LOCAL]))
+
+
+def test_a_key_scoped_to_acme_corp_covers_the_dashed_spelling_the_hook_tries_first(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The real kernel is acme_corp/tricks, signed; the CDN also serves an unsigned
+    acme-corp/tricks, which the hook asks for first. A key scoped to acme_corp covers it."""
+    (path, key), _ = keys
+    write_kernel(cdn.root, UNDERSCORED, 1)
+    sign(cdn.root / "kernels" / UNDERSCORED, path)
+    ran = tmp_path / "planted-ran"
+    plant_unsigned(cdn.root, DASHED, ran)
+    trust(monkeypatch, f"acme_corp:{key.public_line}")
+
+    child = subprocess.run(
+        [sys.executable, "-c", f"import {CORP_MODULE}"],
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 1, child.stdout + child.stderr
+    assert "SignatureError" in child.stderr
+    assert f"{DASHED}/v1/variants.json is not signed" in child.stderr
+    assert not ran.exists(), "the unsigned kernel did not run"
+
+    with pytest.raises(SignatureError, match=f"{DASHED}/v1/variants.json is not signed"):
+        import flashhub.acme_corp.tricks.v1  # noqa: F401
+    assert CORP_MODULE not in sys.modules
+    forget_kernels()
+    with pytest.raises(SignatureError, match="keys are trusted for the org 'acme-corp'"):
+        get_kernel(DASHED, version=1)
+    assert not ran.exists()
+    assert package_gets(cdn) == [], "no file of either kernel was fetched"
+
+    # Spelled as the signed kernel is published, it loads, vouched for by the key.
+    forget_kernels()
+    assert get_kernel(UNDERSCORED, version=1).marker() == f"{UNDERSCORED}@v1:{LOCAL}"
+    assert cached_signers()[(UNDERSCORED, 1, LOCAL)] == key.key_id
+    assert not ran.exists()
+
+
+def test_a_key_scoped_to_acme_dash_corp_covers_the_underscored_spelling_a_cdn_falls_back_to(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The real kernel is acme-corp/tricks, signed; the CDN answers 404 for it and serves an
+    unsigned acme_corp/tricks, the hook's second spelling. A key scoped to acme-corp covers it."""
+    (path, key), _ = keys
+    write_kernel(cdn.root, DASHED, 1)
+    sign(cdn.root / "kernels" / DASHED, path)
+    shutil.rmtree(cdn.root / "kernels" / DASHED)  # the CDN drops the real kernel ...
+    ran = tmp_path / "planted-ran"
+    plant_unsigned(cdn.root, UNDERSCORED, ran)  # ... and serves its own under the other name
+    trust(monkeypatch, f"acme-corp:{key.public_line}")
+
+    with pytest.raises(SignatureError, match=f"{UNDERSCORED}/v1/variants.json is not signed"):
+        import flashhub.acme_corp.tricks.v1  # noqa: F401
+    assert CORP_MODULE not in sys.modules
+    forget_kernels()
+    with pytest.raises(SignatureError, match="keys are trusted for the org 'acme_corp'"):
+        get_kernel(UNDERSCORED, version=1)
+    forget_kernels()
+    with pytest.raises(KernelNotFoundError):
+        get_kernel(DASHED, version=1)
+    assert not ran.exists(), "the unsigned kernel did not run"
+    assert package_gets(cdn) == []
+
+    # The key vouches for acme_corp's kernels as well: signed by it, that spelling loads.
+    shutil.rmtree(cdn.root / "kernels" / UNDERSCORED)
+    write_kernel(cdn.root, UNDERSCORED, 1)
+    sign(cdn.root / "kernels" / UNDERSCORED, path)
+    forget_kernels()
+    assert get_kernel(UNDERSCORED, version=1).marker() == f"{UNDERSCORED}@v1:{LOCAL}"
+    assert cached_signers()[(UNDERSCORED, 1, LOCAL)] == key.key_id
+
+
+def test_a_cached_entry_of_the_other_spelling_is_rechecked_on_the_warm_path(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """acme-corp/tricks, unsigned, was imported before a key was scoped to acme_corp: neither
+    a re-import in the process nor a fresh offline load may take the unvouched entry."""
+    (_path, key), _ = keys
+    ran = tmp_path / "planted-ran"
+    plant_unsigned(cdn.root, DASHED, ran)
+    import flashhub.acme_corp.tricks.v1  # no key yet: it loads, as before
+
+    assert ran.exists()
+    ran.unlink()
+
+    configure(trusted_keys=[f"acme_corp:{key.public_line}"])
+    for name in [n for n in sys.modules if n.startswith("flashhub.")]:
+        del sys.modules[name]  # the finder that located it stays
+    with pytest.raises(SignatureError, match=f"{DASHED}/v1/build/{LOCAL}/metadata.json is not"):
+        import flashhub.acme_corp.tricks.v1
+    assert not ran.exists()
+
+    forget_kernels()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+    with pytest.raises(SignatureError, match="cannot be used offline"):
+        import flashhub.acme_corp.tricks.v1  # noqa: F401
+    assert not ran.exists()
+    assert CORP_MODULE not in sys.modules
 
 
 # -- 4. two trusted keys while keys rotate ----------------------------------------------------
@@ -844,3 +963,46 @@ def test_trusted_keys_from_a_file_named_by_the_environment(
     assert {k.key_id for k in get_config().trusted_keys} == {key.key_id, new_key.key_id}
     assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
     assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["empty file", "comments-only file", "group-writable file", "','", "pyproject []"],
+)
+def test_trusted_key_settings_that_give_no_key_refuse_to_load_rather_than_check_nothing(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setting: str
+) -> None:
+    """A setting meant to trust a key, which yields none, must not turn verification off:
+    the unsigned kernel the CDN serves does not run."""
+    (_path, key), _ = keys
+    ran = tmp_path / "planted-ran"
+    plant_unsigned(cdn.root, REPO, ran)
+    listed = tmp_path / "trusted-keys.txt"
+    listed.write_text(
+        {"empty file": "", "comments-only file": "# the release key\n"}.get(
+            setting, f"{key.public_line}\n"
+        )
+    )
+    listed.chmod(0o664 if setting == "group-writable file" else 0o644)
+    if setting == "','":
+        monkeypatch.setenv(TRUSTED, ",")
+    elif setting == "pyproject []":
+        _with_trusted_keys(tmp_path / "project")
+        monkeypatch.chdir(tmp_path / "project")
+    else:
+        monkeypatch.setenv(TRUSTED, str(listed))
+    cdn.clear_log()
+
+    with pytest.raises(ConfigError) as info:
+        importlib.import_module(MODULE)
+    assert isinstance(info.value, ImportError)
+    named = "[tool.flashhub] trusted-keys" if setting == "pyproject []" else TRUSTED
+    assert named in str(info.value)
+    forget_kernels()
+    with pytest.raises(ConfigError):
+        get_kernel(REPO, version=1)
+    result = flashhub("get", REPO, "--version", "1")
+    assert result.returncode == 1 and named in result.stderr, result.stderr
+    assert cdn.requests == []
+    assert not ran.exists(), "the unsigned kernel did not run"
+    assert MODULE not in sys.modules

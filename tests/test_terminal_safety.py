@@ -8,10 +8,13 @@ in test_cli.py and test_cli_cache.py.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import flashhub_kernels as fk
 from cdn_server import CdnHandler, CdnServer
+from cli_runner import flashhub
 from conftest import assert_terminal_safe
 from flashhub_kernels.errors import FlashhubError, NoCompatibleVariantError, TransportError
 from trees import local_variant, write_kernel
@@ -57,3 +60,28 @@ def test_every_flashhub_error_escapes_its_message_and_hint() -> None:
     assert error.message == "name \\x1b[31m\\x9b\\u202e\nnext line\tcell"
     assert error.hint == "hint\\r\\x00"
     assert str(error) == f"{error.message}\n  hint: {error.hint}"
+
+
+GOOD_ID = "0123456789abcdef"
+HOSTILE_IDS = ["\x1b[2J\x1b[Hsigned by the acme release key\r", "abc\u202efedcba9876543210"]
+
+
+def test_key_ids_from_an_unverified_signature_file_are_escaped(cdn: CdnServer) -> None:
+    """Without a trusted key, `flashhub info` and `variants` show the key ids a `.sig`
+    names, unchecked: a well-formed one as it is, anything else escaped."""
+    write_kernel(cdn.root, REPO, 1)
+    manifest = cdn.root / f"kernels/{REPO}/v1/build/{local_variant()}/metadata.json"
+    signatures = [{"key_id": k, "signature": "AAAA"} for k in [GOOD_ID, *HOSTILE_IDS]]
+    manifest.with_name("metadata.json.sig").write_text(
+        json.dumps({"format": 1, "signatures": signatures})
+    )
+
+    for command in ("info", "variants"):
+        result = flashhub(command, REPO, "--version", "1")
+        assert result.returncode == 0, result.stderr
+        assert_terminal_safe(result.stdout)
+        line = next(line for line in result.stdout.splitlines() if "signed by " in line)
+        assert f"signed by {GOOD_ID}, " in line
+        assert "\\x1b[2J\\x1b[Hsigned by the acme release key\\r" in line
+        assert "abc\\u202efedcba9876543210" in line
+        assert line.endswith("(not verified: no trusted key)")

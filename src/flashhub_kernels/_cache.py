@@ -12,6 +12,7 @@ Layout under the cache root::
         .partial-<variant>/<sha256 hex>   files of an interrupted download, to resume
         .locks/<variant>.lock             download lock: one downloader per entry
     .locks/<org>/<pkg>/v<N>.lock          index lock: one fetcher of a version's variants.json
+    versions-seen.json                    the newest version seen listed (see _versions_seen)
 
 An entry appears only by renaming a verified staging directory into place, so readers
 never see a partial one. A published version never changes, so a committed entry is

@@ -312,6 +312,10 @@ def configure(
             string may list several). They replace ``FLASHHUB_TRUSTED_KEYS`` and the
             project's ``[tool.flashhub] trusted-keys``; ``[]`` trusts no key.
 
+    Raises:
+        ConfigError: ``trusted_keys`` is a string, or a list of entries, that names no key.
+        ValueError: A setting is malformed.
+
     Returns:
         The new effective :class:`Config`.
     """
@@ -323,10 +327,14 @@ def configure(
     if cache_dir is not None:
         _overrides["cache_dir"] = os.fspath(cache_dir)
     if trusted_keys is not None:
-        from ._trusted_keys import parse_trusted_keys
+        from ._trusted_keys import no_key_error, parse_trusted_keys
 
+        source = "configure(trusted_keys=)"
         listed = trusted_keys if isinstance(trusted_keys, str) else "\n".join(trusted_keys)
-        _overrides["trusted_keys"] = parse_trusted_keys(listed, source="configure(trusted_keys=)")
+        keys = parse_trusted_keys(listed, source=source)
+        if not keys and (isinstance(trusted_keys, str) or trusted_keys):  # [] means: no key
+            raise no_key_error(source, "pass trusted_keys=[]")
+        _overrides["trusted_keys"] = keys
     return get_config()
 
 

@@ -37,6 +37,7 @@ from ._store import cached_kernel, choose_variant, no_variant_error, pick_cached
 from ._transport import DownloadJob, Fetcher
 from ._urls import redact_url
 from ._variants import SystemInfo, candidate_names
+from ._versions_seen import check_newest
 from .errors import (
     FlashhubError,
     KernelNotFoundError,
@@ -216,6 +217,8 @@ def notice_newer_version(fetcher: Fetcher, info: RepoInfo) -> None:
         _version_checked.add(info.repo_id)
     try:
         versions = published_versions(fetcher, info.repo_id)
+        if versions:
+            check_newest(Cache.from_config(fetcher.config), info.repo_id, versions)
     except FlashhubError:
         return
     if not versions or versions[-1] <= info.version:
@@ -231,7 +234,12 @@ def notice_newer_version(fetcher: Fetcher, info: RepoInfo) -> None:
 
 
 def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
-    """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``."""
+    """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``.
+
+    Raises:
+        RollbackError: that ``versions.json`` ends below a version this machine has seen
+            listed (see :mod:`._versions_seen`).
+    """
     if version is not None:
         return RepoInfo(repo_id, version)
     RepoInfo(repo_id, 1)  # validate the repo id before any request
@@ -241,6 +249,7 @@ def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInf
         why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
     else:
         if versions:
+            check_newest(Cache.from_config(fetcher.config), repo_id, versions)
             return RepoInfo(repo_id, versions[-1])
         why = "lists no versions in its versions.json"
     check = "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"

@@ -27,6 +27,7 @@ from ._manifest import Manifest
 from ._names import RepoInfo
 from ._offline import CachedVariant, cached_variant, cached_variants, published_variants
 from ._store import target_system
+from ._trusted_keys import shown_key_id
 from ._variants import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ class Signature(NamedTuple):
     def describe(self) -> str:
         if self.verified:
             return f"signed by {self.key_ids[0]} (verified)"
-        return f"signed by {', '.join(self.key_ids)} (not verified: no trusted key)"
+        shown = ", ".join(map(shown_key_id, self.key_ids))  # from the CDN's .sig, unchecked
+        return f"signed by {shown} (not verified: no trusted key)"
 
     def to_dict(self) -> dict[str, object]:
         return {"signed_by": list(self.key_ids), "signature_verified": self.verified}

@@ -54,7 +54,14 @@ from ._offline import cached_versions
 from ._store import choose_variant, pick_cached_variant, target_system
 from ._text import escape_controls
 from ._variants import candidate_names, format_trace, judge_variants
-from .errors import FlashhubError, LockfileError, NoCompatibleVariantError, OfflineError
+from ._versions_seen import check_newest
+from .errors import (
+    FlashhubError,
+    LockfileError,
+    NoCompatibleVariantError,
+    OfflineError,
+    RollbackError,
+)
 
 if TYPE_CHECKING:
     from ._transport import Fetcher
@@ -73,7 +80,11 @@ _VARIANT_OPTIONS = "`flashhub lock --variant NAME` or [tool.flashhub] variants i
 
 
 def lock_project(
-    project_dir: StrPath, *, variants: Iterable[str] = (), config: Config | None = None
+    project_dir: StrPath,
+    *,
+    variants: Iterable[str] = (),
+    config: Config | None = None,
+    allow_downgrade: bool = False,
 ) -> Lockfile:
     """Resolve the project's kernel ranges on the CDN and write ``<project_dir>/flashhub.lock``.
 
@@ -87,10 +98,18 @@ def lock_project(
     lock is checked against the project and the cache (:func:`check_lock_offline`) and
     returned.
 
+    A re-lock never moves a kernel to a lower version on its own: unless
+    ``allow_downgrade``, it is refused when the existing lock pins a higher version that
+    the declared range still admits, or when a ``versions.json`` ends below the newest
+    version this machine has seen listed (both are what a replayed, older
+    ``versions.json`` looks like).
+
     Raises:
         ValueError: a name in ``variants`` is not a variant name.
         LockfileError: the project or a range is malformed, nothing matches, or a
             requested variant is not published.
+        RollbackError: the lock would move a kernel down, and not ``allow_downgrade``;
+            nothing is written.
     """
     project = Path(project_dir)
     settings = read_project(project)
@@ -102,13 +121,47 @@ def lock_project(
         )
     with remote(config) as fetcher:
         kernels = {
-            repo_id: lock_kernel(fetcher, repo_id, specifier, variants=wanted)
+            repo_id: lock_kernel(
+                fetcher, repo_id, specifier, variants=wanted, allow_downgrade=allow_downgrade
+            )
             for repo_id, specifier in sorted(settings.dependencies.items())
         }
     path = project / LOCKFILE_NAME
+    if not allow_downgrade:
+        _refuse_downgrades(path, kernels)
     lock = Lockfile(kernels, str(path))
     write_atomic(path, lock.to_bytes())
     return lock
+
+
+def _refuse_downgrades(path: Path, kernels: dict[str, LockedKernel]) -> None:
+    """Refuse to replace the lock at ``path`` when it pins a kernel at a higher version
+    than ``kernels`` do, that the declared range still admits: the CDN's versions.json
+    no longer lists it. A lower version the range now asks for (``==1`` after ``>=1``)
+    is the user's choice, and a lock that cannot be read is replaced as it is."""
+    try:
+        previous = read_lockfile(path) if path.is_file() else None
+    except LockfileError:
+        return
+    if previous is None:
+        return
+    moves = [
+        f"{repo_id} from v{old.version} down to v{new.version}"
+        for repo_id, new in sorted(kernels.items())
+        if (old := previous.kernels.get(repo_id)) is not None
+        and new.version < old.version
+        and parse_specifier(new.specifier).contains(str(old.version))
+    ]
+    if moves:
+        raise RollbackError(
+            f"re-locking {path} would move {'; '.join(moves)}, though the declared range "
+            "still admits the locked version: the CDN's versions.json no longer lists it "
+            "(a mirror that is behind, or an old copy replayed); nothing was written",
+            hint="check the CDN; if the newer version was withdrawn on purpose, lock again "
+            "with allow_downgrade=True",
+            cli_hint="check the CDN; if the newer version was withdrawn on purpose, run "
+            "`flashhub lock --allow-downgrade`",
+        )
 
 
 def check_lock_offline(
@@ -208,13 +261,20 @@ def _offline_index_problems(
 
 
 def lock_kernel(
-    fetcher: Fetcher, repo_id: str, specifier: str, *, variants: Sequence[str] = ()
+    fetcher: Fetcher,
+    repo_id: str,
+    specifier: str,
+    *,
+    variants: Sequence[str] = (),
+    allow_downgrade: bool = False,
 ) -> LockedKernel:
     """Pin the newest version of ``repo_id`` in ``specifier`` and all its variants.
 
     Without ``variants.json`` the version is probed: see :func:`probe_variants`.
+    ``allow_downgrade`` accepts a ``versions.json`` older than one this machine has seen.
     """
-    info = RepoInfo(repo_id, _newest_matching(fetcher, repo_id, specifier))
+    newest = _newest_matching(fetcher, repo_id, specifier, allow_older=allow_downgrade)
+    info = RepoInfo(repo_id, newest)
     names = _published_variant_names(fetcher, info)
     if names is None:
         found = probe_variants(fetcher, info, variants)
@@ -226,13 +286,16 @@ def lock_kernel(
     return LockedKernel(repo_id, info.version, hashes, specifier, source, signers)
 
 
-def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str) -> int:
+def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_older: bool) -> int:
     versions = published_versions(fetcher, repo_id)
     if not versions:
         raise LockfileError(
             f"{repo_id} has no versions.json on the CDN, so {specifier!r} cannot be resolved",
             hint="check the repo id and FLASHHUB_CDN_URL; `flashhub publish` writes versions.json",
         )
+    remedy = ("lock anyway with allow_downgrade=True", "run `flashhub lock --allow-downgrade`")
+    cache = Cache.from_config(fetcher.config)
+    check_newest(cache, repo_id, versions, allow_older=allow_older, remedy=remedy)
     spec = parse_specifier(specifier)
     matching = [v for v in versions if spec.contains(str(v))]
     if not matching:

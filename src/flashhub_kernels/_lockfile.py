@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._config import PYPROJECT_NAME
 from ._manifest import dump_json
 from ._names import RepoInfo, check_version, parse_repo_id
-from ._trusted_keys import is_key_id, parse_trusted_keys
+from ._trusted_keys import is_key_id, no_key_error, parse_trusted_keys
 from ._variants import parse_variant
 from .errors import LockfileError
 
@@ -291,6 +291,7 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     string of them, as ``FLASHHUB_TRUSTED_KEYS`` takes it).
 
     Raises:
+        ConfigError: the setting is there but names no key (``[]``, ``","``).
         ValueError: the file cannot be read, or the list is malformed (like a malformed
             ``FLASHHUB_*`` setting).
     """
@@ -308,7 +309,10 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
             f"{source} must be a list of strings, e.g. "
             '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]'
         )
-    return parse_trusted_keys("\n".join(keys), source=source)
+    parsed = parse_trusted_keys("\n".join(keys), source=source)
+    if not parsed:
+        raise no_key_error(source, "remove the setting")
+    return parsed
 
 
 def _dependencies(document: dict[str, Any], path: Path) -> dict[str, str]:

@@ -39,9 +39,9 @@ from ._trusted_keys import (
     KEY_PREFIX,
     TrustedKey,
     decode_base64,
-    is_key_id,
     key_id_of,
     public_key_line,
+    shown_key_id,
 )
 from .errors import ManifestError, PublishError, SignatureError
 
@@ -346,18 +346,13 @@ def verify_document(
                 key.public_key, entry.decoded(source), message
             ):
                 return key.key_id
-    present = ", ".join(_shown_key_id(e.key_id) for e in entries) or "none"
+    present = ", ".join(shown_key_id(e.key_id) for e in entries) or "none"
     raise SignatureError(
         f"{document}: no signature by a key trusted for the org {org!r} verifies "
         f"(signed by: {present}; trusted: {trusted_ids})",
         hint=f"if the publisher signs with a new key, {add_key}; otherwise the document was "
         "changed after it was signed: report it to the kernel's publisher",
     )
-
-
-def _shown_key_id(key_id: str) -> str:
-    """A key id from a ``.sig`` file, fit for a message: as it is if well-formed, else repr."""
-    return key_id if is_key_id(key_id) else repr(key_id[:40])
 
 
 # --- signing -----------------------------------------------------------------------------

@@ -16,10 +16,12 @@ import base64
 import binascii
 import hashlib
 import os
+import stat
 
 from ._config import TRUSTED_KEYS_VAR
-from ._names import parse_repo_id
+from ._names import module_segment, parse_repo_id
 from ._record import Record
+from .errors import ConfigError
 
 # Not typing.TYPE_CHECKING: importing typing would cost the warm path more than this module.
 TYPE_CHECKING = False
@@ -33,8 +35,10 @@ __all__ = [
     "is_key_id",
     "key_id_of",
     "load_trusted_keys",
+    "no_key_error",
     "parse_trusted_keys",
     "public_key_line",
+    "shown_key_id",
 ]
 
 KEY_PREFIX = "flashhub-ed25519:"
@@ -46,6 +50,12 @@ _KEY_ID_LENGTH = 16
 def is_key_id(text: object) -> bool:
     """Whether ``text`` is a key id: 16 lowercase hex digits."""
     return isinstance(text, str) and len(text) == _KEY_ID_LENGTH and _HEX_DIGITS.issuperset(text)
+
+
+def shown_key_id(key_id: str) -> str:
+    """A key id read from a ``.sig`` file, fit to print: as it is if well-formed, else
+    escaped (its ``repr``, cut to 40 characters); the file is the CDN's, not the user's."""
+    return key_id if is_key_id(key_id) else repr(key_id[:40])
 
 
 def key_id_of(public_key: bytes) -> str:
@@ -89,8 +99,16 @@ class TrustedKey(Record):
         return public_key_line(self.public_key)
 
     def trusted_for(self, org: str) -> bool:
-        """Whether the key may vouch for the kernels of ``org``."""
-        return self.orgs is None or org in self.orgs
+        """Whether the key may vouch for the kernels of ``org``.
+
+        Orgs whose names differ only in ``-`` and ``_`` count as one org: both are
+        ``flashhub.<org>`` to the import hook, which may load either spelling. A key
+        scoped to ``acme_corp`` thus covers ``acme-corp`` too, and the other way round.
+        """
+        if self.orgs is None:
+            return True
+        wanted = module_segment(org)
+        return any(module_segment(scoped) == wanted for scoped in self.orgs)
 
 
 def _entries(text: str) -> Iterator[str]:
@@ -167,14 +185,30 @@ def parse_trusted_keys(text: str, *, source: str) -> tuple[TrustedKey, ...]:
     )
 
 
+def no_key_error(what: str, undo: str) -> ConfigError:
+    """The error for a list of trusted keys that is given but names none.
+
+    Such a list is a mistake (a file emptied, a variable set to ``,``), and taking it for
+    "no key" would switch every signature check off. ``what`` says which list; ``undo``
+    how to trust no key on purpose.
+    """
+    return ConfigError(
+        f"{what} lists no key, so no signature would be checked",
+        hint=f"add the publisher's public key ({KEY_PREFIX}..., as `flashhub keygen` prints "
+        f"it), or {undo} to trust no key",
+    )
+
+
 def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[TrustedKey, ...]:
     """The keys ``value`` gives: the keys in the file it names, or the keys it lists.
 
     This is what ``FLASHHUB_TRUSTED_KEYS`` accepts: a path to a file of keys (one per
     line, as :func:`parse_trusted_keys` reads them; a ``KEYFILE.pub`` works), or the keys
-    themselves. An empty value gives no keys.
+    themselves. An empty value gives no keys, as an unset variable does.
 
     Raises:
+        ConfigError: The value, or the file, lists no key; or the file may be written by
+            another user (refused as ssh refuses such an ``authorized_keys``).
         ValueError: The file cannot be read, or an entry is malformed.
     """
     text = value.strip()
@@ -186,15 +220,41 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
     except (OSError, ValueError):  # a name too long, a NUL: not a path
         is_file = False
     if is_file:
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
-        return parse_trusted_keys(data, source=f"{source} file {path}")
+        keys = parse_trusted_keys(_read_keys_file(path, source), source=f"{source} file {path}")
+        if not keys:
+            raise no_key_error(f"{source} names the file {path}, which", f"unset {source}")
+        return keys
     if KEY_PREFIX not in text and (os.sep in text or "/" in text):
         raise ValueError(
             f"{source}: {text!r} is neither an existing file nor a list of "
             f"{KEY_PREFIX}<base64> keys"
         )
-    return parse_trusted_keys(text, source=source)
+    keys = parse_trusted_keys(text, source=source)
+    if not keys:
+        raise no_key_error(f"{source}={value!r}", f"unset {source}")
+    return keys
+
+
+def _read_keys_file(path: str, source: str) -> str:
+    """The text of a trusted keys file that only its owner (this user or root) may write."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
+    if os.name != "posix":
+        return data
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in (os.getuid(), 0):
+        problem, hint = "is owned by another user", f"chown $USER {path}; chmod go-w {path}"
+    elif mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "its group" if not mode & stat.S_IWOTH else "every user"
+        problem, hint = f"is writable by {who}", f"chmod go-w {path}"
+    else:
+        return data
+    raise ConfigError(
+        f"{source}: refusing the trusted keys file {path}: it {problem} (uid {st.st_uid}, "
+        f"mode {mode:04o}), so whoever can write it could make this process trust their key",
+        hint=hint,
+    )

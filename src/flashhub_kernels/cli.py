@@ -352,6 +352,13 @@ def _lock_arguments(parser: argparse.ArgumentParser) -> None:
         help="for versions without variants.json, also lock this variant (repeatable; "
         "adds to [tool.flashhub] variants), e.g. torch212-cxx11-cu126-x86_64-linux",
     )
+    parser.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="accept a lower version than the lock pins, or than this machine has seen "
+        "listed in versions.json (refused by default: a CDN replaying an old versions.json "
+        "looks like that)",
+    )
     _json_argument(parser)
 
 
@@ -365,7 +372,9 @@ def _lock(args: argparse.Namespace) -> int:
 
     # Offline, lock_project checks the existing lock against the cache and writes nothing.
     written = not get_config().offline
-    lock = lock_project(args.project_dir, variants=args.variants)
+    lock = lock_project(
+        args.project_dir, variants=args.variants, allow_downgrade=args.allow_downgrade
+    )
     if args.json:
         _print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
         return EXIT_OK

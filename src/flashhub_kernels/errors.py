@@ -100,6 +100,16 @@ class NativeLibraryConflictError(KernelImportError):
     """
 
 
+class ConfigError(KernelImportError, ValueError):
+    """A setting cannot be used as given (a ``FLASHHUB_*`` variable, :func:`configure`, or
+    ``[tool.flashhub]`` in ``pyproject.toml``): for instance trusted keys that name no key,
+    or a file of trusted keys that others may write.
+
+    Also a ``ValueError``, as a malformed setting is, and an ``ImportError``: a kernel
+    import reads the settings, and fails with it.
+    """
+
+
 class LockfileError(FlashhubError):
     """A ``flashhub.lock`` is missing, malformed, or does not match what is cached."""
 
@@ -160,4 +170,14 @@ class SignatureError(IntegrityError):
     signatures cannot be checked at all (the ``cryptography`` package is missing).
 
     Also an :class:`IntegrityError` (and so an ``ImportError``): the kernel is not loaded.
+    """
+
+
+class RollbackError(IntegrityError):
+    """The CDN offers an older version of a kernel than one already seen: its
+    ``versions.json`` ends below the newest version this machine has seen listed, or
+    ``flashhub lock`` would move a pin down to a lower version that the declared range
+    does not ask for. An edge replaying an old (validly signed) ``versions.json`` does this.
+
+    Also an :class:`IntegrityError` (and so an ``ImportError``).
     """
