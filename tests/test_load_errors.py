@@ -18,6 +18,7 @@ import pytest
 import cli_runner  # not its flashhub(): an import statement here binds that name
 import flashhub_kernels as fk
 from cdn_server import CdnServer, raw_redirect, redirect
+from conftest import import_in_child
 from flashhub_kernels.errors import (
     CacheError,
     FlashhubError,
@@ -108,6 +109,29 @@ def test_a_typo_in_the_cdn_port_names_the_setting(
     assert "Traceback" not in result.stderr
     [line] = result.stderr.splitlines()
     assert line.startswith("error: ") and "FLASHHUB_CDN_URL" in line and "876S" in line
+    assert cdn.requests == []
+
+
+CYRILLIC_ORG = "flashhub.\u0430cme"  # a Cyrillic a: no CDN name is anything but ASCII
+LONG_ORG = f"flashhub.{'a' * 97}"  # one character over the 96 of a name
+
+
+@pytest.mark.parametrize(
+    ("module", "missing"),
+    [
+        (f"{CYRILLIC_ORG}.tensor_tricks.v1", CYRILLIC_ORG),
+        (f"{LONG_ORG}.tensor_tricks.v1", LONG_ORG),
+        (LONG_ORG, LONG_ORG),
+        (f"flashhub.acme.{'t' * 97}.v1", f"flashhub.acme.{'t' * 97}"),
+    ],
+    ids=["cyrillic-org", "long-org", "long-org-alone", "long-package"],
+)
+def test_a_module_name_no_kernel_can_have_is_a_module_not_found_error(
+    cdn: CdnServer, module: str, missing: str
+) -> None:
+    raised, printed = import_in_child(module)
+    assert raised is ModuleNotFoundError, printed
+    assert f"No module named '{missing}'" in printed
     assert cdn.requests == []
 
 
