@@ -11,7 +11,9 @@ are also :class:`ImportError` subclasses, so code that guards an optional kernel
 ``except ImportError`` keeps working.
 
 Malformed arguments (a bad repo id, ``version=0``) raise the built-in
-:class:`ValueError` before any I/O, as Python code expects.
+:class:`ValueError` before any I/O, as Python code expects. A malformed setting (a
+``FLASHHUB_*`` variable, a project's ``[tool.flashhub]`` table) raises
+:class:`ConfigError`, which is both: it may surface from an ``import`` statement.
 """
 
 from __future__ import annotations
@@ -90,6 +92,15 @@ class CacheError(KernelImportError):
 
 class OfflineError(KernelImportError):
     """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``)."""
+
+
+class ConfigError(KernelImportError, ValueError):
+    """A setting is malformed: ``FLASHHUB_CDN_URL`` (a bad port, a password that is not
+    percent-encoded), a proxy variable, or another ``FLASHHUB_*`` setting.
+
+    Also a ``ValueError``, which is what a malformed setting raised before, and an
+    ``ImportError``: the settings are read by every load, ``import`` statements too.
+    """
 
 
 class LockfileError(FlashhubError):
