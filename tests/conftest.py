@@ -11,6 +11,7 @@ compiled once per session (``built``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -114,6 +115,32 @@ def run_python(
     if result.returncode != 0:
         raise AssertionError(f"child failed ({result.returncode}):\n{result.stderr}")
     return result.stdout
+
+
+def import_in_child(
+    module: str, *, env: dict[str, str] | None = None
+) -> tuple[type[BaseException], str]:
+    """``import module`` in a fresh interpreter, where it must fail: the class of what it
+    raised, and the traceback it printed (with every cause), as a user would see it."""
+    code = (
+        "import sys, traceback\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except BaseException as exc:\n"
+        "    print(type(exc).__module__, type(exc).__qualname__)\n"
+        "    traceback.print_exc()\n"
+        "    sys.exit(1)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, f"the import did not fail:\n{result.stdout}{result.stderr}"
+    module_name, qualname = result.stdout.splitlines()[-1].split()
+    return getattr(importlib.import_module(module_name), qualname), result.stderr
 
 
 def free_port() -> int:

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
+import cli_runner
 import flashhub_kernels as fk
 from cdn_server import CdnServer, basic_auth, redirect
-from conftest import MakeCdn
-from flashhub_kernels.errors import TransportError
+from conftest import MakeCdn, import_in_child
+from flashhub_kernels.errors import ConfigError, TransportError
 from trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
+MODULE = "flashhub.acme.tensor_tricks.v1"
 VARIANTS = f"kernels/{REPO}/v1/variants.json"
 FILES_PER_LOAD = 6
 USER, SECRET = "user", "s3cret-Pa55"
@@ -120,6 +122,32 @@ def test_a_wrong_password_is_not_in_the_printed_traceback(
     printed = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     assert "TransportError" in printed
     assert WRONG not in printed
+
+
+@pytest.mark.parametrize(
+    ("password", "pieces"),
+    [
+        ("pa/ssword", ["pa/ssword", "ssword", "pa/"]),
+        ("p@ss:w/rd", ["p@ss", "ss:w", "w/rd"]),
+        ("pa#ss?wd", ["pa#ss", "ss?wd", "?wd"]),
+    ],
+)
+def test_a_password_that_is_not_percent_encoded_is_refused_and_never_shown(
+    auth_cdn: CdnServer, password: str, pieces: list[str]
+) -> None:
+    # Its '/', '?' or '#' ends the URL's host part: parsed as it stands, 'pa' would be a port.
+    env = {"FLASHHUB_CDN_URL": f"{auth_cdn.url_for('127.0.0.1', f'{USER}:{password}')}/"}
+    raised, printed = import_in_child(MODULE, env=env)
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    command = cli_runner.flashhub("-v", "get", REPO, "--version", "1", env=env)
+    assert command.returncode == 2
+    for shown in (printed, command.stderr + command.stdout):
+        assert f"{USER}:****@127.0.0.1:{auth_cdn.port}" in shown
+        assert "percent-encode" in shown and "FLASHHUB_CDN_URL" in shown
+        assert "invalid port" not in shown
+        for piece in pieces:
+            assert piece not in shown
+    assert auth_cdn.requests == []
 
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])

@@ -18,8 +18,10 @@ import pytest
 import cli_runner  # not its flashhub(): an import statement here binds that name
 import flashhub_kernels as fk
 from cdn_server import CdnServer, raw_redirect, redirect
+from conftest import import_in_child
 from flashhub_kernels.errors import (
     CacheError,
+    ConfigError,
     FlashhubError,
     KernelImportError,
     NoCompatibleVariantError,
@@ -98,16 +100,42 @@ def test_a_typo_in_the_cdn_port_names_the_setting(
     write_kernel(cdn.root, REPO, 1)
     monkeypatch.setenv("FLASHHUB_CDN_URL", "http://127.0.0.1:876S")
 
-    with pytest.raises(ValueError, match="FLASHHUB_CDN_URL"):
-        fk.get_kernel(REPO, version=1)
-    with pytest.raises(ValueError, match="FLASHHUB_CDN_URL"):
-        import flashhub.acme.tensor_tricks.v1  # noqa: F401
+    error = load_error(ConfigError)
+    assert isinstance(error, ValueError)  # what a malformed setting raised before
+    assert "876S" in error.message and "FLASHHUB_CDN_URL" in str(error)
+    raised, printed = import_in_child(MODULE)
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    assert "FLASHHUB_CDN_URL" in printed and "876S" in printed
     result = cli_runner.flashhub("get", REPO, "--version", "1")
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    [line] = result.stderr.splitlines()
-    assert line.startswith("error: ") and "FLASHHUB_CDN_URL" in line and "876S" in line
+    line, hint = result.stderr.splitlines()
+    assert line.startswith("error: ") and "876S" in line
+    assert hint.startswith("  hint: ") and "FLASHHUB_CDN_URL" in hint
+    assert cdn.requests == []
+
+
+CYRILLIC_ORG = "flashhub.\u0430cme"  # a Cyrillic a: no CDN name is anything but ASCII
+LONG_ORG = f"flashhub.{'a' * 97}"  # one character over the 96 of a name
+
+
+@pytest.mark.parametrize(
+    ("module", "missing"),
+    [
+        (f"{CYRILLIC_ORG}.tensor_tricks.v1", CYRILLIC_ORG),
+        (f"{LONG_ORG}.tensor_tricks.v1", LONG_ORG),
+        (LONG_ORG, LONG_ORG),
+        (f"flashhub.acme.{'t' * 97}.v1", f"flashhub.acme.{'t' * 97}"),
+    ],
+    ids=["cyrillic-org", "long-org", "long-org-alone", "long-package"],
+)
+def test_a_module_name_no_kernel_can_have_is_a_module_not_found_error(
+    cdn: CdnServer, module: str, missing: str
+) -> None:
+    raised, printed = import_in_child(module)
+    assert raised is ModuleNotFoundError, printed
+    assert f"No module named '{missing}'" in printed
     assert cdn.requests == []
 
 

@@ -99,6 +99,7 @@ def test_lock_range_without_match_lists_published_versions(project: Path) -> Non
     assert not lockfile_of(project).exists()
 
 
+DEEP = 100_000  # arrays nested this deep
 _DECLARED = '[tool.flashhub.dependencies]\n"acme/x" = 1\n[tool.flashhub]\n'
 
 
@@ -115,6 +116,9 @@ _DECLARED = '[tool.flashhub.dependencies]\n"acme/x" = 1\n[tool.flashhub]\n'
         (_DECLARED + 'variants = "torch-cuda"\n', "variants must be a list"),
         (_DECLARED + 'variants = ["torch-cuda", "cu126"]\n', "'cu126' is not a variant"),
         (_DECLARED + 'variants = ["../x"]\n', "'../x' is not a variant name"),
+        # what Python's TOML parser cannot take: a clear error, not ValueError or RecursionError
+        ('[tool.flashhub.dependencies]\n"acme/x" = ' + "5" * 5000, "integer with too many"),
+        ('[tool.flashhub.dependencies]\n"acme/x" = ' + "[" * DEEP + "]" * DEEP, "too deeply"),
     ],
 )
 def test_bad_dependency_tables_are_explained(
@@ -157,6 +161,12 @@ _HASH = "sha256-" + "ab" * 32
             b' "guessed", "variants": {"x": {"hash": "' + _HASH.encode() + b'"}}}]}',
             '"variants_source" must be "published" or "probed"',
         ),
+        # what Python's JSON parser cannot take: a clear error, not ValueError or RecursionError
+        (
+            b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": ' + b"5" * 5000 + b"}]}",
+            "holds an integer with too many digits",
+        ),
+        (b'{"version": 1, "kernels": ' + b"[" * DEEP + b"]" * DEEP + b"}", "is nested too deeply"),
     ],
 )
 def test_malformed_lock_files_are_rejected(document: bytes, message: str) -> None:

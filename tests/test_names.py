@@ -81,6 +81,7 @@ def test_repo_info_names() -> None:
 def test_name_candidates_dashed_first_then_literal() -> None:
     assert cdn_name_candidates("tensor_tricks") == ["tensor-tricks", "tensor_tricks"]
     assert cdn_name_candidates("sdq") == ["sdq"]
+    assert cdn_name_candidates("_acme") == ["_acme"]  # "-acme" is no repo id's org
 
 
 def test_parse_module_name() -> None:
@@ -95,3 +96,23 @@ def test_parse_module_name() -> None:
         "other.a.b.v1",
     ]:
         assert parse_module_name(name) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "flashhub.\u0430cme.tricks.v1",  # a Cyrillic a
+        "flashhub.acme.tr\u00efcks.v1",
+        "flashhub.\u0430cme",
+        f"flashhub.{'a' * 97}.tricks.v1",  # over the 96 characters of a repo id's org
+        f"flashhub.acme.{'t' * 97}",
+    ],
+)
+def test_module_names_no_repo_id_maps_to_are_not_the_hooks(name: str) -> None:
+    assert parse_module_name(name) is None
+
+
+def test_the_longest_names_a_repo_id_takes_are_the_hooks() -> None:
+    parsed = parse_module_name(f"flashhub.{'a' * 96}.{'t' * 96}.v1")
+    assert parsed is not None
+    assert RepoInfo(f"{parsed.org}/{parsed.pkg}", 1).repo_id == f"{'a' * 96}/{'t' * 96}"

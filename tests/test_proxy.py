@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+import cli_runner
 import flashhub_kernels as fk
 from cdn_server import CdnServer
-from conftest import StartProxy, free_port, run_python
-from flashhub_kernels.errors import TransportError
+from conftest import StartProxy, free_port, import_in_child, run_python
+from flashhub_kernels.errors import ConfigError, TransportError
 from trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
+PROXY_SECRET = "Prx-s3cret"
 FILES_PER_LOAD = 6  # variants.json, metadata.json and the four files of the test kernel
 
 
@@ -162,4 +164,42 @@ def test_a_dead_proxy_is_blamed_not_the_cdn(
     assert "proxy" in message.lower()
     assert proxy.removeprefix("http://") in message
     assert "FLASHHUB_CDN_URL" not in message
+    assert cdn.requests == []
+
+
+def test_a_proxy_setting_without_a_scheme_is_an_http_proxy(
+    cdn: CdnServer, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = start_proxy("http", auth=f"user:{PROXY_SECRET}")
+    monkeypatch.setenv("http_proxy", f"user:{PROXY_SECRET}@127.0.0.1:{proxy.port}")  # as curl takes
+    write_kernel(cdn.root, REPO, 1)
+    loads()
+    assert len(cdn.gets()) == FILES_PER_LOAD
+    assert set(proxy.targets(at_least=1)) == {f"127.0.0.1:{cdn.port}"}
+
+
+def test_a_dead_proxy_without_a_scheme_is_named_without_its_password(cdn: CdnServer) -> None:
+    where = f"127.0.0.1:{free_port()}"
+    env = {"http_proxy": f"user:{PROXY_SECRET}@{where}"}
+    write_kernel(cdn.root, REPO, 1)
+    raised, printed = import_in_child("flashhub.acme.tensor_tricks.v1", env=env)
+    command = cli_runner.flashhub("-v", "get", REPO, "--version", "1", env=env)
+    assert issubclass(raised, TransportError) and command.returncode == 1
+    for shown in (printed, command.stderr):
+        assert f"the proxy http://user:****@{where} failed" in shown
+        assert PROXY_SECRET not in shown
+    assert "could not serve" in command.stderr  # the -v log line names the proxy too
+    assert cdn.requests == []
+
+
+def test_a_proxy_password_that_is_not_percent_encoded_is_refused_unseen(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("http_proxy", f"http://user:Pr/xy-{PROXY_SECRET}@127.0.0.1:3128")
+    write_kernel(cdn.root, REPO, 1)
+    with pytest.raises(ConfigError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert "http://user:****@127.0.0.1:3128" in str(info.value)
+    assert "percent-encode" in str(info.value) and "http_proxy" in str(info.value)
+    assert "Pr/xy" not in str(info.value) and PROXY_SECRET not in str(info.value)
     assert cdn.requests == []

@@ -288,6 +288,9 @@ def test_pyproject_trusted_keys_are_a_list_or_one_string(
         ("42", "must be a list of strings"),
         ('["flashhub-ed25519:AAAA"]', "is not a public key"),
         ("[", "cannot read the trusted keys"),
+        # what Python's TOML parser cannot take: a clear error, not ValueError or RecursionError
+        ("[" * 100_000 + "]" * 100_000, "the file is nested too deeply"),
+        ("5" * 5000, "the file holds an integer with too many digits"),
     ],
 )
 def test_malformed_pyproject_trusted_keys_name_the_file(
@@ -295,9 +298,27 @@ def test_malformed_pyproject_trusted_keys_name_the_file(
 ) -> None:
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(f"[tool.flashhub]\ntrusted-keys = {value}\n")
-    with pytest.raises(ValueError, match=message) as raised:
+    with pytest.raises(ConfigError, match=message) as raised:
         read_trusted_keys(pyproject)
     assert str(pyproject) in str(raised.value)
+    assert isinstance(raised.value, ValueError)  # what a malformed setting raised before
+
+
+def test_trusted_keys_nested_too_deep_fail_an_import_with_an_import_error(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[tool.flashhub]\ntrusted-keys = " + "[" * 100_000 + "]" * 100_000)
+    code = (
+        "try:\n"
+        "    import flashhub.acme.tensor_tricks.v1\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ConfigError cannot read the trusted keys in pyproject.toml")
+    assert "nested too deeply" in result.stdout
 
 
 # --- settings that name no key --------------------------------------------------------

@@ -11,8 +11,13 @@ import pytest
 from flashhub_kernels._config import get_config, parse_cdn_urls
 from flashhub_kernels._http_mirror import MIN_BYTES_PER_SECOND, StallGuard
 from flashhub_kernels._session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
-from flashhub_kernels._urls import redact_text, redact_url, split_credentials
-from flashhub_kernels.errors import TransportError
+from flashhub_kernels._urls import (
+    has_unencoded_credentials,
+    redact_text,
+    redact_url,
+    split_credentials,
+)
+from flashhub_kernels.errors import ConfigError, TransportError
 
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
@@ -35,10 +40,45 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyP
         ("https://token@cdn.example:8443", "https://****@cdn.example:8443"),
         ("https://cdn.example/a@b", "https://cdn.example/a@b"),  # '@' in the path only
         ("file:///srv/mirror", "file:///srv/mirror"),
+        # passwords that are not percent-encoded: hidden whole, whatever they hold
+        ("http://bob:pa/ssword@host", "http://bob:****@host"),
+        ("http://bob:p@ss:w/rd@host/x", "http://bob:****@host/x"),
+        ("http://bob:pa/ss@w/ord@host:81/k", "http://bob:****@host:81/k"),
+        ("http://bob:pa#ss?wd@host/k", "http://bob:****@host/k"),
+        ("http://user:p@ss@host/x", "http://user:****@host/x"),
+        ("http://u:p%2Fw@h/x", "http://u:****@h/x"),
+        ("http://u:p@[::1]:80/x", "http://u:****@[::1]:80/x"),
+        # no scheme, as proxy settings are often written
+        ("user:pw@127.0.0.1:3128", "user:****@127.0.0.1:3128"),
+        # no credentials, an '@' or ':' in the path or query: left as they are
+        ("http://host:8080/a@b", "http://host:8080/a@b"),
+        ("http://host/a:b@c", "http://host/a:b@c"),
+        ("https://cdn.example/@scope/x?who=a@b", "https://cdn.example/@scope/x?who=a@b"),
+        ("http://[::1]:80/x@y", "http://[::1]:80/x@y"),
+        ("file:///srv/a@b:c", "file:///srv/a@b:c"),
+        ("127.0.0.1:3128", "127.0.0.1:3128"),
+        ("http://127.0.0.1:876S", "http://127.0.0.1:876S"),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url, unencoded",
+    [
+        ("http://bob:pa/ssword@host", True),
+        ("http://bob:p@ss:w/rd@host/x", True),
+        ("http://bob:pass?word@host", True),
+        ("http://bob:pass#word@host", True),
+        ("http://bob:p%2Fss@host/x", False),
+        ("http://user:p@ss@host/x", False),  # an '@' alone: parsers split at the last one
+        ("http://host:8080/a@b", False),
+        ("http://127.0.0.1:876S", False),
+    ],
+)
+def test_unencoded_credentials_are_told_from_an_at_in_the_path(url: str, unencoded: bool) -> None:
+    assert has_unencoded_credentials(url) is unencoded
 
 
 def test_redact_text_removes_userinfo_and_named_secrets() -> None:
@@ -46,6 +86,11 @@ def test_redact_text_removes_userinfo_and_named_secrets() -> None:
     assert redact_text(text, ("pw3",)) == (
         "GET http://****@a.example/x failed via socks5://****@proxy:1080; **** leaked"
     )
+
+
+def test_redact_text_hides_a_password_that_is_not_percent_encoded() -> None:
+    text = "ProxyError('http://bob:pa/ss@proxy:80/', x) for 'http://cdn/k/a@b'"
+    assert redact_text(text) == "ProxyError('http://****@proxy:80/', x) for 'http://cdn/k/a@b'"
 
 
 def test_split_credentials_decodes_percent_escapes() -> None:
@@ -64,8 +109,28 @@ def test_config_repr_hides_cdn_credentials(monkeypatch: pytest.MonkeyPatch) -> N
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:876S", "https://cdn.example:99999"])
 def test_a_bad_port_is_caught_when_the_setting_is_read(url: str) -> None:
-    with pytest.raises(ValueError, match="invalid port: fix FLASHHUB_CDN_URL"):
+    with pytest.raises(ConfigError, match="invalid port\n  hint: fix FLASHHUB_CDN_URL"):
         parse_cdn_urls(url)
+
+
+@pytest.mark.parametrize(
+    "value", ["http://bob:pa/ssword@127.0.0.1", "http://bob:p@ss:w/rd@127.0.0.1/k"]
+)
+def test_a_password_that_is_not_percent_encoded_is_refused_unseen(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_cdn_urls(value)
+    message = str(info.value)
+    assert "http://bob:****@127.0.0.1" in message and "percent-encode" in message
+    assert "FLASHHUB_CDN_URL" in message and "invalid port" not in message
+    for fragment in ("pa/ssword", "ssword", "p@ss", "ss:w", "w/rd"):
+        assert fragment not in message
+
+
+def test_a_comma_in_a_password_is_reported_by_the_part_after_it() -> None:
+    # 'http://bob:pa,ss@host' splits into 'http://bob:pa' (a bad port) and 'ss@host'.
+    with pytest.raises(ConfigError, match="must start with") as info:
+        parse_cdn_urls("http://bob:Zq,Xw@127.0.0.1")
+    assert "Zq" not in str(info.value) and "Xw" not in str(info.value)
 
 
 def test_stall_guard_cuts_a_trickle_after_one_window() -> None:

@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING
 
 from ._names import parse_repo_id
 from ._record import Record
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from ._trusted_keys import TrustedKey
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
+_CDN_URL_SETTING = "FLASHHUB_CDN_URL (or the cdn_url passed to configure())"
+_CDN_URL_HINT = f"fix {_CDN_URL_SETTING}"
 TRUSTED_KEYS_VAR = "FLASHHUB_TRUSTED_KEYS"
 REQUIRE_SIGNATURES_VAR = "FLASHHUB_REQUIRE_SIGNATURES"
 PYPROJECT_NAME = "pyproject.toml"
@@ -132,23 +135,38 @@ def _redact(url: str) -> str:
     return redact_url(url)
 
 
+def _malformed(url: str) -> ConfigError:
+    from ._urls import malformed_url_error
+
+    return malformed_url_error(url, "CDN URL", _CDN_URL_SETTING)
+
+
 def parse_cdn_urls(value: str) -> tuple[str, ...]:
-    """Split a comma-separated mirror list; drop blanks and trailing slashes."""
+    """Split a comma-separated mirror list; drop blanks and trailing slashes.
+
+    Raises:
+        ConfigError: a URL is malformed (no scheme, a bad port, credentials that are
+            not percent-encoded); the message shows it with its credentials hidden.
+    """
     urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
     if not urls:
-        raise ValueError(f"no CDN URL in {value!r}: give one or more base URLs separated by ','")
+        raise ConfigError(
+            f"no CDN URL in {value!r}: give one or more base URLs separated by ','",
+            hint=_CDN_URL_HINT,
+        )
+    # Every scheme first: a ',' in a password splits a URL in two, and the part after it
+    # (``secret@host``) must be the one reported, redacted, not the part before.
     for url in urls:
         if not url.startswith(("https://", "http://", "file://")):
-            raise ValueError(
-                f"CDN URL {_redact(url)!r} must start with https://, http:// or file://"
+            raise ConfigError(
+                f"CDN URL {_redact(url)!r} must start with https://, http:// or file://",
+                hint=_CDN_URL_HINT,
             )
+    for url in urls:
         try:
             urllib.parse.urlsplit(url).port  # noqa: B018  # parses the port, or raises
         except ValueError:
-            raise ValueError(
-                f"CDN URL {_redact(url)!r} has an invalid port: fix FLASHHUB_CDN_URL "
-                "(or the cdn_url passed to configure())"
-            ) from None
+            raise _malformed(url) from None
     return urls
 
 
@@ -156,7 +174,10 @@ def normalize_prefix(value: str) -> str:
     """``/kernels/`` -> ``kernels``; an empty prefix means the CDN root."""
     prefix = value.strip().strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise ValueError(f"CDN prefix {value!r} must be a plain relative path such as 'kernels'")
+        raise ConfigError(
+            f"CDN prefix {value!r} must be a plain relative path such as 'kernels'",
+            hint="fix FLASHHUB_CDN_PREFIX (or the prefix passed to configure())",
+        )
     return prefix
 
 
@@ -181,10 +202,12 @@ def _env_seconds(name: str, *, zero_ok: bool = False) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+        raise ConfigError(
+            f"{name}={raw!r} is not a number of seconds", hint=f"fix {name}"
+        ) from None
     if value < 0 or (value == 0 and not zero_ok):
         least = "zero or more" if zero_ok else "a positive number of"
-        raise ValueError(f"{name}={raw!r} must be {least} seconds")
+        raise ConfigError(f"{name}={raw!r} must be {least} seconds", hint=f"fix {name}")
     return value
 
 
@@ -194,7 +217,9 @@ def _env_bytes(name: str) -> int | None:
     if not raw:
         return None
     if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
-        raise ValueError(f"{name}={raw!r} must be a positive whole number of bytes")
+        raise ConfigError(
+            f"{name}={raw!r} must be a positive whole number of bytes", hint=f"fix {name}"
+        )
     return int(raw)
 
 
@@ -360,7 +385,7 @@ def local_kernels() -> dict[str, Path]:
     Read on every call, like the other settings here; unset or empty means none.
 
     Raises:
-        ValueError: the variable is malformed (see :func:`parse_local_kernels`).
+        ConfigError: the variable is malformed (see :func:`parse_local_kernels`).
     """
     return parse_local_kernels(os.environ.get(LOCAL_KERNELS_VAR, ""))
 
@@ -373,7 +398,7 @@ def parse_local_kernels(value: str) -> dict[str, Path]:
     a missing directory is an error when that repo is loaded.
 
     Raises:
-        ValueError: naming ``LOCAL_KERNELS``, for an entry without ``=``, with an
+        ConfigError: naming ``LOCAL_KERNELS``, for an entry without ``=``, with an
             invalid repo id or with an empty path.
     """
     overrides: dict[str, Path] = {}
@@ -382,13 +407,16 @@ def parse_local_kernels(value: str) -> dict[str, Path]:
             continue
         repo_id, sep, path = (part.strip() for part in entry.partition("="))
         if not sep or not path:
-            raise ValueError(
+            raise ConfigError(
                 f"{LOCAL_KERNELS_VAR} entry {entry!r} is not 'org/pkg=/path/to/kernel' "
-                "(separate several entries with ':')"
+                "(separate several entries with ':')",
+                hint=f"fix {LOCAL_KERNELS_VAR}",
             )
         try:
             parse_repo_id(repo_id)
         except ValueError as exc:
-            raise ValueError(f"{LOCAL_KERNELS_VAR} entry {entry!r}: {exc}") from None
+            raise ConfigError(
+                f"{LOCAL_KERNELS_VAR} entry {entry!r}: {exc}", hint=f"fix {LOCAL_KERNELS_VAR}"
+            ) from None
         overrides[repo_id] = Path(path).expanduser()
     return overrides

@@ -57,7 +57,7 @@ def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> Kerne
     tries them. The mapping holds for every version of a repo.
 
     Raises:
-        ValueError: ``LOCAL_KERNELS`` is malformed.
+        ConfigError: ``LOCAL_KERNELS`` is malformed.
         KernelNotFoundError: the mapped directory does not exist or holds no kernel
             package that fits this system.
     """

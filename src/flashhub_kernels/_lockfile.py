@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._config import PYPROJECT_NAME
-from ._manifest import dump_json
+from ._manifest import dump_json, parse_capped
 from ._names import RepoInfo, check_version, parse_repo_id
 from ._trusted_keys import is_key_id, no_key_error, parse_trusted_keys
 from ._variants import parse_variant
-from .errors import LockfileError
+from .errors import ConfigError, LockfileError
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -173,9 +173,9 @@ def read_lockfile(path: Path) -> Lockfile:
 def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
     """Validate a lock document; raise :class:`LockfileError` naming what is wrong."""
     try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LockfileError(f"{source} is not valid JSON: {exc}", hint=_REGENERATE) from None
+        document = parse_capped(data, json.loads, "JSON", json.JSONDecodeError)
+    except ValueError as exc:
+        raise LockfileError(f"{source} {exc}", hint=_REGENERATE) from None
     if not isinstance(document, dict):
         raise LockfileError(f"{source} must hold a JSON object", hint=_REGENERATE)
     _check_format(document.get("version"), source)
@@ -280,8 +280,8 @@ def read_project(project_dir: Path) -> Project:
             f"{path} does not exist",
             hint="pass the project directory that holds pyproject.toml",
         ) from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError and UnicodeDecodeError
-        raise LockfileError(f"{path} is not valid TOML: {exc}") from None
+    except ValueError as exc:
+        raise LockfileError(f"{path} {exc}", hint="fix the file's TOML") from None
     return Project(_dependencies(document, path), _variants(document, path))
 
 
@@ -291,25 +291,35 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     string of them, as ``FLASHHUB_TRUSTED_KEYS`` takes it).
 
     Raises:
-        ConfigError: the setting is there but names no key (``[]``, ``","``).
-        ValueError: the file cannot be read, or the list is malformed (like a malformed
-            ``FLASHHUB_*`` setting).
+        ConfigError: the file cannot be read (not TOML, nested too deeply), the list
+            is malformed, as for a malformed ``FLASHHUB_*`` setting, or it names no key
+            (``[]``, ``","``).
     """
     source = f"{path} [tool.flashhub] trusted-keys"
+    fix = f"fix [tool.flashhub] trusted-keys in {path}"
     try:
         keys = _lookup(_load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the trusted keys in {path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the trusted keys in {path}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot read the trusted keys in {path}: the file {exc}",
+            hint="fix the file's TOML",
+        ) from None
     if keys is None:
         return ()
     if isinstance(keys, str):
         keys = [keys]
     if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
-        raise ValueError(
+        raise ConfigError(
             f"{source} must be a list of strings, e.g. "
-            '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]'
+            '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]',
+            hint=fix,
         )
-    parsed = parse_trusted_keys("\n".join(keys), source=source)
+    try:
+        parsed = parse_trusted_keys("\n".join(keys), source=source)
+    except ValueError as exc:
+        raise ConfigError(str(exc), hint=fix) from None
     if not parsed:
         raise no_key_error(source, "remove the setting")
     return parsed
@@ -375,6 +385,7 @@ def parse_specifier(text: str) -> SpecifierSet:
 
 
 def _load_toml(data: bytes) -> dict[str, Any]:
+    """``data`` as TOML; ``ValueError`` saying why not (see :func:`parse_capped`)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
@@ -385,5 +396,9 @@ def _load_toml(data: bytes) -> dict[str, Any]:
                 "reading pyproject.toml on Python 3.10 needs the 'tomli' package",
                 hint="pip install tomli, or use Python 3.11 or newer",
             ) from None
-    document: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
+
+    def parse(data: bytes) -> Any:
+        return tomllib.loads(data.decode("utf-8"))
+
+    document: dict[str, Any] = parse_capped(data, parse, "TOML", tomllib.TOMLDecodeError)
     return document

@@ -16,7 +16,7 @@ import binascii
 import hashlib
 import json
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from .errors import ManifestError
@@ -130,16 +130,39 @@ def _is_reserved(path: str) -> bool:
 
 def load_json(data: bytes, what: str) -> Any:
     """Parse a CDN document of at most 1 MiB; :class:`ManifestError` naming ``what``."""
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise ManifestError(f"{what} is {len(data)} bytes, over the 1 MiB limit", hint=_HINT)
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{what} is not valid JSON: {exc}", hint=_HINT) from None
-    except ValueError:  # Python's limit on the digits of an int it converts
-        raise ManifestError(f"{what} holds an integer with too many digits", hint=_HINT) from None
+        return parse_capped(data, json.loads, "JSON", json.JSONDecodeError, MAX_DOCUMENT_BYTES)
+    except ValueError as exc:
+        raise ManifestError(f"{what} {exc}", hint=_HINT) from None
+
+
+def parse_capped(
+    data: bytes,
+    parse: Callable[[bytes], Any],
+    language: str,
+    syntax_error: type[ValueError],
+    limit: int | None = None,
+) -> Any:
+    """``parse(data)``, a document in ``language`` (JSON, TOML), within the bounds that
+    input from elsewhere needs: at most ``limit`` bytes, and no integer longer or
+    nesting deeper than Python's parsers take. Past those the parsers raise
+    ``ValueError`` (Python's limit on the digits of an int it converts) and
+    ``RecursionError``, which say nothing of the document.
+
+    Raises:
+        ValueError: saying what is wrong, worded to follow the document's name
+            (``f"{name} {exc}"``): "is not valid JSON: ...", "is nested too deeply".
+    """
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"is {len(data)} bytes, over the {limit >> 20} MiB limit")
+    try:
+        return parse(data)
+    except (UnicodeDecodeError, syntax_error) as exc:
+        raise ValueError(f"is not valid {language}: {exc}") from None
+    except ValueError:
+        raise ValueError("holds an integer with too many digits") from None
     except RecursionError:
-        raise ManifestError(f"{what} nests arrays or objects too deeply", hint=_HINT) from None
+        raise ValueError("is nested too deeply") from None
 
 
 def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:

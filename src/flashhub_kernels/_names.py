@@ -175,9 +175,12 @@ def module_segment(cdn_name: str) -> str:
 
 
 def cdn_name_candidates(segment: str) -> list[str]:
-    """CDN names a module segment may stand for, in the order the hook tries them."""
+    """CDN names a module segment may stand for, in the order the hook tries them.
+
+    The dashed form is left out when it is no name (``_acme`` would be ``-acme``).
+    """
     dashed = segment.replace("_", "-")
-    return [dashed] if dashed == segment else [dashed, segment]
+    return [segment] if dashed == segment or not _is_segment(dashed) else [dashed, segment]
 
 
 class KernelModuleName(Record):
@@ -203,11 +206,13 @@ def parse_module_name(fullname: str) -> KernelModuleName | None:
 
     Kernel submodules (five segments or more) are not ours: they are real files in the
     cache, found by the standard path finder through the kernel package's ``__path__``.
+    Nor is a segment no CDN name maps to (not ASCII, over 96 characters): importing it
+    fails as for any missing module.
     """
     parts = fullname.split(".")
     if parts[0] != ROOT_PACKAGE or not 2 <= len(parts) <= 4:
         return None
-    if not all(part.isidentifier() for part in parts[1:3]):
+    if not all(part.isidentifier() and _is_segment(part) for part in parts[1:3]):
         return None
     if len(parts) == 2:
         return KernelModuleName(parts[1])

@@ -32,13 +32,14 @@ from urllib3.exceptions import InvalidHeader
 from urllib3.util.retry import Retry
 
 from . import __version__
-from ._urls import redact_url, split_credentials
+from ._urls import has_unencoded_credentials, malformed_url_error, redact_url, split_credentials
 from .errors import TransportError
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
 USER_AGENT = f"flashhub-kernels/{__version__}"
 SOCKS_EXTRA_HINT = "pip install 'flashhub-kernels[socks]'"
+PROXY_SETTINGS = "https_proxy / http_proxy / all_proxy"
 
 
 class _Retry(Retry):
@@ -109,12 +110,22 @@ def route_for(mirror_url: str) -> Route:
         netrc = requests.utils.get_netrc_auth(base_url)
         auth = (netrc[0], netrc[1]) if netrc else None
     proxies = {
-        scheme: proxy
+        scheme: _proxy_url(proxy)
         for scheme, proxy in requests.utils.get_environ_proxies(base_url).items()
         if scheme != "no"
     }
     _check_socks_support(proxies)
     return Route(base_url, auth, proxies)
+
+
+def _proxy_url(proxy: str) -> str:
+    """A proxy setting as a URL: ``user:pw@proxy:3128``, a common way to write one, is
+    ``http://user:pw@proxy:3128``, as curl reads it. (requests would take ``user`` for
+    the scheme and fail, quoting the setting, password and all.)"""
+    url = proxy if "://" in proxy else f"http://{proxy}"
+    if has_unencoded_credentials(url):
+        raise malformed_url_error(url, "the proxy", PROXY_SETTINGS)
+    return url
 
 
 def _check_socks_support(proxies: dict[str, str]) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ._config import DEFAULT_PREFIX, get_config, normalize_prefix
 from ._names import check_version, parse_repo_id
 from ._text import escape_controls, escape_message
-from .errors import FlashhubError
+from .errors import ConfigError, FlashhubError
 
 if TYPE_CHECKING:
     from ._cache import Cache
@@ -768,10 +768,13 @@ def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
 def _run(handler: Handler, args: argparse.Namespace) -> int:
     try:
         return handler(args)
+    except ConfigError as exc:  # a malformed setting, e.g. FLASHHUB_CDN_URL
+        _print_error(exc.message, exc.cli_hint or exc.hint)
+        return EXIT_USAGE
     except FlashhubError as exc:
         _print_error(exc.message, exc.cli_hint or exc.hint)  # the options, not version=
         return EXIT_FAILURE
-    except ValueError as exc:  # a malformed setting, e.g. FLASHHUB_CDN_URL
+    except ValueError as exc:  # a malformed argument or setting (LOCAL_KERNELS, trusted keys)
         _print_error(str(exc), None)
         return EXIT_USAGE
     except OSError as exc:

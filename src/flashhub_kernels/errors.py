@@ -11,7 +11,9 @@ are also :class:`ImportError` subclasses, so code that guards an optional kernel
 ``except ImportError`` keeps working.
 
 Malformed arguments (a bad repo id, ``version=0``) raise the built-in
-:class:`ValueError` before any I/O, as Python code expects.
+:class:`ValueError` before any I/O, as Python code expects. A malformed setting (a
+``FLASHHUB_*`` variable, a project's ``[tool.flashhub]`` table) raises
+:class:`ConfigError`, which is both: it may surface from an ``import`` statement.
 """
 
 from __future__ import annotations
@@ -101,12 +103,13 @@ class NativeLibraryConflictError(KernelImportError):
 
 
 class ConfigError(KernelImportError, ValueError):
-    """A setting cannot be used as given (a ``FLASHHUB_*`` variable, :func:`configure`, or
-    ``[tool.flashhub]`` in ``pyproject.toml``): for instance trusted keys that name no key,
-    or a file of trusted keys that others may write.
+    """A setting cannot be used as given (a ``FLASHHUB_*`` variable, a proxy variable,
+    :func:`configure`, or ``[tool.flashhub]`` in ``pyproject.toml``): a bad port or a
+    password that is not percent-encoded in ``FLASHHUB_CDN_URL``, trusted keys that name no
+    key, a file of trusted keys that others may write.
 
-    Also a ``ValueError``, as a malformed setting is, and an ``ImportError``: a kernel
-    import reads the settings, and fails with it.
+    Also a ``ValueError``, which is what a malformed setting raised before, and an
+    ``ImportError``: the settings are read by every load, ``import`` statements too.
     """
 
 
