@@ -1002,7 +1002,7 @@ def test_trusted_key_settings_that_give_no_key_refuse_to_load_rather_than_check_
     with pytest.raises(ConfigError):
         get_kernel(REPO, version=1)
     result = flashhub("get", REPO, "--version", "1")
-    assert result.returncode == 1 and named in result.stderr, result.stderr
+    assert result.returncode == 2 and named in result.stderr, result.stderr
     assert cdn.requests == []
     assert not ran.exists(), "the unsigned kernel did not run"
     assert MODULE not in sys.modules
