@@ -32,7 +32,6 @@ import os
 import shutil
 import socket
 import stat
-import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -108,22 +107,58 @@ class VariantIndex(NamedTuple):
 
 
 class Receipt(NamedTuple):
-    """Written when an entry is verified; lets the warm path trust it with ``stat`` only."""
+    """Written when an entry is verified; lets the warm path trust it with ``stat`` only.
+
+    ``bytecode`` records the ``.pyc`` files compiled from the verified sources before the
+    commit, with their sha256: a damaged or substituted one fails the same ``stat``
+    check as a changed source, and ``flashhub cache verify`` re-hashes them.
+    """
 
     content_hash: str
     files: Mapping[str, tuple[int, int]]  # path -> (size, mtime_ns)
+    bytecode: Mapping[str, tuple[int, int, str]]  # .pyc path -> (size, mtime_ns, sha256 hex)
     signer: str | None = None  # the id of the trusted key that signed the manifest
 
     def changed_file(self, entry: Path) -> str | None:
         """The first file that is missing, not a regular file, or changed; else ``None``."""
         for relpath, (size, mtime_ns) in self.files.items():
-            try:
-                st = os.stat(entry / relpath, follow_symlinks=False)
-            except OSError:
+            if _changed(entry / relpath, size, mtime_ns):
                 return relpath
-            if not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+        for relpath, (size, mtime_ns, _digest) in self.bytecode.items():
+            if _changed(entry / relpath, size, mtime_ns):
                 return relpath
         return None
+
+    def to_json(self) -> dict[str, Any]:
+        receipt: dict[str, Any] = {
+            "content_hash": self.content_hash,
+            "files": {path: list(stamp) for path, stamp in self.files.items()},
+            "bytecode": {path: list(record) for path, record in self.bytecode.items()},
+        }
+        if self.signer is not None:
+            receipt["signer"] = self.signer
+        return receipt
+
+
+def _changed(path: Path, size: int, mtime_ns: int) -> bool:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return True
+    return not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns)
+
+
+def stamp(path: Path) -> tuple[int, int]:
+    """The size and ``mtime_ns`` of a file, as a receipt records them."""
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_size, st.st_mtime_ns
+
+
+def bytecode_record(path: Path) -> tuple[int, int, str]:
+    """What a receipt records of a ``.pyc`` file: its size, ``mtime_ns`` and sha256."""
+    from ._hashing import sha256_file  # the cold path and the cache commands only
+
+    return (*stamp(path), sha256_file(path).hex())
 
 
 class Cache:
@@ -227,8 +262,14 @@ class Cache:
         data = _read_json(entry / RECEIPT_NAME)
         try:
             files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
+            bytecode = {
+                str(p): (int(s), int(m), str(d))
+                for p, (s, m, d) in data.get("bytecode", {}).items()
+            }
             signer = data.get("signer")
-            return Receipt(str(data["content_hash"]), files, str(signer) if signer else None)
+            return Receipt(
+                str(data["content_hash"]), files, bytecode, str(signer) if signer else None
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
@@ -245,19 +286,19 @@ class Cache:
     def seal(self, staging: Path, document: ManifestDocument, files: Iterable[str]) -> None:
         """Write the bytecode, the manifest (with its signatures) and the receipt into a
         verified staging directory."""
-        _compile_bytecode(staging, files)
+        listed = set(files)
+        bytecode = compile_bytecode(staging, _sources_to_compile(listed))
         (staging / MANIFEST_NAME).write_bytes(document.data)
         if document.signature is not None:
             (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
-        receipt_files = {}
-        for relpath in files:
-            st = os.stat(staging / relpath, follow_symlinks=False)
-            receipt_files[relpath] = [st.st_size, st.st_mtime_ns]
-        receipt = {"content_hash": document.manifest.content_hash, "files": receipt_files}
-        if document.signer is not None:
-            receipt["signer"] = document.signer
-        (staging / RECEIPT_NAME).write_bytes(dump_json(receipt))
+        stamps = {relpath: stamp(staging / relpath) for relpath in sorted(listed)}
+        receipt = Receipt(document.manifest.content_hash, stamps, bytecode, document.signer)
+        self.write_receipt(staging, receipt)
         staging.chmod(0o755)
+
+    def write_receipt(self, entry: Path, receipt: Receipt) -> None:
+        """Replace the receipt of ``entry`` (readers see the old one or the new one)."""
+        write_atomic(entry / RECEIPT_NAME, dump_json(receipt.to_json()))
 
     def record_signer(self, entry: Path, receipt: Receipt, document: ManifestDocument) -> None:
         """Record that a trusted key vouches for a committed entry, verified after it was
@@ -270,13 +311,7 @@ class Cache:
         with cache_errors():
             write_atomic(entry / MANIFEST_NAME, document.data)
             write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
-            files = {path: list(size_mtime) for path, size_mtime in receipt.files.items()}
-            signed = {
-                "content_hash": receipt.content_hash,
-                "files": files,
-                "signer": document.signer,
-            }
-            write_atomic(entry / RECEIPT_NAME, dump_json(signed))
+            self.write_receipt(entry, receipt._replace(signer=document.signer))
 
     def commit(self, staging: Path, entry: Path) -> bool:
         """Rename ``staging`` to ``entry``. ``False`` if another process committed first."""
@@ -296,6 +331,8 @@ class Cache:
             os.rename(entry, trash)
         except FileNotFoundError:
             return
+        except OSError as exc:  # a read-only cache: say so, whoever asked
+            raise CacheError.cannot_write(exc, entry.parent) from exc
         remove_tree(trash)
 
     def partial_dir(self, info: RepoInfo, variant: str) -> Path:
@@ -346,25 +383,47 @@ class Cache:
                     remove_tree(child)
 
 
-def _compile_bytecode(staging: Path, files: Iterable[str]) -> None:
-    """Compile the entry's Python files now, while it is being written, so that importing
-    it never writes (a warm load works from a read-only cache, and writes nothing)."""
-    if sys.dont_write_bytecode:  # PYTHONDONTWRITEBYTECODE: imports would not write either
-        return
-    # The cold path only: warm loads never compile.
-    import importlib.util
+def _sources_to_compile(listed: set[str]) -> list[str]:
+    """The Python files of an entry whose bytecode the cache compiles: all but those
+    shipped with their bytecode (verified like any file: not ours to replace)."""
+    import importlib.util  # the cold path only: warm loads never compile
+
+    return [
+        relpath
+        for relpath in sorted(listed)
+        if relpath.endswith(".py")
+        and Path(importlib.util.cache_from_source(relpath)).as_posix() not in listed
+    ]
+
+
+def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int, int, str]]:
+    """Compile the Python files ``sources`` (paths in ``entry``) into ``__pycache__``;
+    return the receipt's record of each ``.pyc`` written.
+
+    The entry's bytecode is compiled while it is written, so that importing it never
+    writes (a warm load works from a read-only cache, and writes nothing), whatever
+    ``PYTHONDONTWRITEBYTECODE`` says: the cache is not a source tree. It is hash-checked
+    (PEP 552): Python re-hashes the source beside it on import and ignores bytecode
+    compiled from other source, whatever its header's timestamps say, and a copy of the
+    cache that loses modification times keeps valid bytecode.
+    """
+    import importlib.util  # the cold path and the cache commands only
     import py_compile
 
-    listed = set(files)
-    for relpath in listed:
-        if not relpath.endswith(".py"):
-            continue
-        bytecode = Path(importlib.util.cache_from_source(str(staging / relpath)))
-        if bytecode.relative_to(staging).as_posix() in listed:
-            continue  # shipped with the kernel, and verified: not ours to replace
+    written = {}
+    for relpath in sources:
+        source = entry / relpath
+        bytecode = Path(importlib.util.cache_from_source(str(source)))
         # A file that does not compile is reported by the import, with its traceback.
         with contextlib.suppress(py_compile.PyCompileError, OSError):
-            py_compile.compile(str(staging / relpath), cfile=str(bytecode), doraise=True)
+            py_compile.compile(
+                str(source),
+                cfile=str(bytecode),
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+            )
+            written[bytecode.relative_to(entry).as_posix()] = bytecode_record(bytecode)
+    return written
 
 
 def _pid_alive(pid: int) -> bool:
