@@ -6,8 +6,9 @@ Layout under the cache root::
         variants-index.json               what this version publishes (see VariantIndex)
         <variant>/                        a committed entry: complete and verified
             metadata.json                 the manifest it was verified against
-            .flashhub-receipt.json        content hash, size and mtime of every file
-            <py_pkg>/...                  the kernel's files
+            .flashhub-receipt.json        content hash, size and mtime of every file,
+                                          and of the bytecode compiled from them
+            <py_pkg>/...                  the kernel's files (and __pycache__/)
         .staging-<variant>.<random>.<pid>.<host>/   a download in progress
         .partial-<variant>/<sha256 hex>   files of an interrupted download, to resume
         .locks/<variant>.lock             download lock: one downloader per entry
@@ -21,6 +22,9 @@ A download stopped by Ctrl-C or a network failure keeps what it received: the
 incomplete files move to ``.partial-<variant>/``, named by the sha256 they must hash
 to, and the next downloader of the entry continues them with ``Range``. They are
 checked against that digest like any other download.
+
+A process that imported an entry holds a shared ``flock`` on its directory while it
+runs (:func:`mark_in_use`), which ``flashhub cache clear`` and ``prune`` respect.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ from ._config import Config
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
 from .errors import CacheError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so entries in use are not marked
+    fcntl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from ._cdn_documents import ManifestDocument
@@ -383,6 +392,89 @@ class Cache:
                     remove_tree(child)
 
 
+# -- entries in use ---------------------------------------------------------------------
+#
+# A process that imports a kernel from the cache holds a shared ``flock`` on the entry's
+# directory until it exits (the kernel drops it however the process ends; a forked child
+# shares it). The directory is opened read-only, so this works on a read-only cache, and
+# costs one ``open`` and one ``flock``. Before removing an entry, ``flashhub cache clear``
+# and ``prune`` try an exclusive lock on it without waiting, and leave it alone while any
+# process holds a shared one, unless told to force it. Advisory and best effort: where
+# ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a directory,
+# nothing is held and nothing is protected.
+
+_held: dict[str, int] = {}  # entry directory -> the descriptor holding its shared lock
+
+
+def mark_in_use(entry: Path) -> bool:
+    """Hold a shared lock on ``entry`` for the rest of this process.
+
+    ``False`` when the entry was moved away before the lock was taken (``flashhub cache
+    clear`` was removing it): look it up again. An entry that cannot be locked is
+    ``True``: it loads, unprotected.
+    """
+    if fcntl is None:
+        return True
+    key = str(entry)
+    held = _held.get(key)
+    if held is not None:
+        if _is_at(held, entry):
+            return True
+        os.close(_held.pop(key))  # removed and cached again since: lock the new one
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while clear or prune moves it aside
+    except OSError:
+        os.close(fd)
+        return True
+    if not _is_at(fd, entry):
+        os.close(fd)
+        return False
+    _held[key] = fd
+    return True
+
+
+@contextmanager
+def unused(entry: Path) -> Iterator[bool]:
+    """Hold ``entry`` exclusively for the block if no process uses it (this one
+    included); yield whether it could. An entry that is gone, or that this file system
+    cannot lock, counts as unused: no process could have marked it either."""
+    if fcntl is None:
+        yield True
+        return
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield True
+        return
+    try:
+        free = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            free = False
+        except OSError:
+            pass
+        yield free
+    finally:
+        os.close(fd)
+
+
+def _is_at(fd: int, entry: Path) -> bool:
+    """Whether the directory open as ``fd`` is still the one at ``entry``."""
+    try:
+        current = os.stat(entry)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)
+
+
 def _sources_to_compile(listed: set[str]) -> list[str]:
     """The Python files of an entry whose bytecode the cache compiles: all but those
     shipped with their bytecode (verified like any file: not ours to replace)."""
@@ -402,10 +494,11 @@ def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int
 
     The entry's bytecode is compiled while it is written, so that importing it never
     writes (a warm load works from a read-only cache, and writes nothing), whatever
-    ``PYTHONDONTWRITEBYTECODE`` says: the cache is not a source tree. It is hash-checked
-    (PEP 552): Python re-hashes the source beside it on import and ignores bytecode
-    compiled from other source, whatever its header's timestamps say, and a copy of the
-    cache that loses modification times keeps valid bytecode.
+    ``PYTHONDONTWRITEBYTECODE`` says: the cache is not a source tree. It is hash-based
+    and unchecked (PEP 552): valid whatever the modification times (a copy of the cache
+    that lost them keeps it), and Python does not re-read the source on each import to
+    check it. The receipt vouches for it instead, as for the sources: the warm path
+    compares each ``.pyc``'s size and mtime, ``flashhub cache verify`` its sha256.
     """
     import importlib.util  # the cold path and the cache commands only
     import py_compile
@@ -420,7 +513,7 @@ def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int
                 str(source),
                 cfile=str(bytecode),
                 doraise=True,
-                invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
             )
             written[bytecode.relative_to(entry).as_posix()] = bytecode_record(bytecode)
     return written

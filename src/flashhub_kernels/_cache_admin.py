@@ -26,12 +26,12 @@ from ._cache import (
     compile_bytecode,
     remove_tree,
     stamp,
+    unused,
 )
 from ._cache_locks import hold_if_free
 from ._cache_trust import distrust
 from ._config import Config, get_config
 from ._hashing import sha256_file
-from ._in_use import unused
 from ._lockfile import Lockfile
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, parse_metadata
 from ._names import RepoInfo

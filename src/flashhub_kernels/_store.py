@@ -18,9 +18,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._cache import Cache, VariantIndex
+from ._cache import Cache, VariantIndex, mark_in_use
 from ._config import Config, get_config
-from ._in_use import mark_in_use
 from ._kernel_dir import KernelDir
 from ._names import RepoInfo
 from ._variants import (
