@@ -428,7 +428,7 @@ def mark_in_use(entry: Path) -> bool:
     except OSError:
         return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while clear or prune moves it aside
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while clear or prune removes it
     except OSError:
         os.close(fd)
         return True
