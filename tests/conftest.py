@@ -29,7 +29,7 @@ import pytest
 
 from builds import make_kernel
 from cdn_server import CdnServer
-from flashhub_kernels import _download, _finder, get_kernel
+from flashhub_kernels import _cache, _download, _finder, get_kernel
 from flashhub_kernels._cache import ensure_dir
 from flashhub_kernels._config import reset_config
 from projects import CUDA, NOARCH_CUDA, REPO, UNIVERSAL, publish_tensor_tricks, write_project
@@ -96,6 +96,8 @@ def _forget_kernels() -> None:
     for name in [n for n in sys.modules if n.startswith("flashhub.")]:
         del sys.modules[name]
     _download._version_checked.clear()  # each test checks for newer versions afresh
+    while _cache._held:  # nor does this process use the entries it imported any more
+        os.close(_cache._held.popitem()[1])
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _finder.KernelFinder)]
     _finder.install()
 

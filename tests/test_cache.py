@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import marshal
 import os
 import stat
 import subprocess
@@ -201,3 +203,76 @@ def test_second_commit_of_an_entry_is_dropped(tmp_path: Path) -> None:
     assert cache.commit(second, entry) is False
     assert (entry / "a").read_text() == "first"
     assert not second.exists()
+
+
+# -- bytecode in an entry ---------------------------------------------------------------------
+
+IMPORT_HELPERS = (
+    "import flashhub.acme.tensor_tricks.v1.helpers as h, flashhub.acme.tensor_tricks.v1 as k\n"
+    "print(h.shout(), k.marker())"
+)
+
+
+def cached_bytecode(cache_dir: Path, module: str) -> Path:
+    """The bytecode the cache compiled for ``tensor_tricks/<module>.py`` of v1."""
+    package = version_dir(cache_dir) / local_variant() / "tensor_tricks"
+    (pyc,) = (package / "__pycache__").glob(f"{module}.*.pyc")
+    return pyc
+
+
+def test_bytecode_is_compiled_hash_based_and_recorded_in_the_receipt(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)  # this process does not write bytecode: the cache does
+    entry = version_dir(cache_dir) / local_variant()
+    receipt = json.loads((entry / ".flashhub-receipt.json").read_text())
+    pyc = cached_bytecode(cache_dir, "helpers")
+    size, mtime_ns, digest = receipt["bytecode"][pyc.relative_to(entry).as_posix()]
+    assert (size, mtime_ns) == (pyc.stat().st_size, pyc.stat().st_mtime_ns)
+    assert digest == hashlib.sha256(pyc.read_bytes()).hexdigest()
+    assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b01  # PEP 552: hash-based, unchecked
+    assert len(receipt["bytecode"]) == 3  # __init__, _ops, helpers
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_damaged_bytecode_is_detected_by_the_warm_check(
+    cdn: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, offline: bool
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    pyc = cached_bytecode(cache_dir, "helpers")
+    genuine = pyc.read_bytes()
+    damaged = genuine[:16] + b"garbage, not marshal data" * 4  # the header intact
+    pyc.write_bytes(damaged)
+    cdn.clear_log()
+    if offline:
+        monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+        result = subprocess.run(
+            [sys.executable, "-c", IMPORT_HELPERS], capture_output=True, text=True
+        )
+        assert result.returncode != 0 and "bad marshal data" not in result.stderr
+        assert "IntegrityError" in result.stderr and pyc.name in result.stderr
+        assert "flashhub cache verify --repair" in result.stderr
+        return
+    out = run_python(IMPORT_HELPERS)
+    assert out.split()[0] == f"{REPO}@v1:{local_variant()}".upper()
+    assert len(cdn.gets(".py")) == 3  # the damaged entry was fetched again
+    assert pyc.read_bytes() != damaged and pyc.read_bytes()[:16] == genuine[:16]
+
+
+def test_substituted_bytecode_with_the_genuine_header_does_not_run(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    pyc = cached_bytecode(cache_dir, "helpers")
+    marker = tmp_path / "substituted-bytecode-ran"
+    evil = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\nshout = str\n"
+    code = compile(evil, str(pyc), "exec")
+    pyc.write_bytes(pyc.read_bytes()[:16] + marshal.dumps(code))  # valid, same header
+
+    out = run_python(IMPORT_HELPERS)
+
+    assert out.split()[0] == f"{REPO}@v1:{local_variant()}".upper()
+    assert not marker.exists()

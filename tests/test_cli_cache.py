@@ -5,6 +5,7 @@ symlink), names with control characters, and a download in progress.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import pytest
 
 from cdn_server import CdnServer, held
 from cli_runner import flashhub, ok_json
-from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root
+from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
 from projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
 from trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
 
@@ -106,7 +107,12 @@ def test_cache_clear_with_nothing_cached_says_so_without_asking(cache_dir: Path)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"no kernels are cached in {cache_dir}; nothing to remove\n"
-    assert document == {"cache_dir": str(cache_dir), "removed": [], "skipped_busy": []}
+    assert document == {
+        "cache_dir": str(cache_dir),
+        "removed": [],
+        "skipped_busy": [],
+        "skipped_in_use": [],
+    }
 
 
 def test_counts_are_pluralized(make_project: MakeProject) -> None:
@@ -185,3 +191,162 @@ def test_cache_maintenance_during_a_download_leaves_it_alone(
         out, err = loader.communicate(timeout=120)
     assert loader.returncode == 0, err
     assert out.strip() == "blob"  # the kernel loaded, its download undisturbed
+
+
+# -- repair: bytecode, and a cache copied without its modification times ----------------------
+
+IMPORT_HELPERS = "import flashhub.acme.tensor_tricks.v1.helpers as h; print(h.shout())"
+SHOUT = f"{REPO}@v1:{LOCAL}".upper()
+
+
+def test_cache_verify_reports_damaged_bytecode_and_repair_recompiles_it(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    (pyc,) = (entry / PY_PKG / "__pycache__").glob("helpers.*.pyc")
+    pyc.write_bytes(b"garbage")
+
+    verified = flashhub("cache", "verify")
+    repaired = flashhub("cache", "verify", "--repair", "--json")
+
+    assert verified.returncode == 1
+    relpath = pyc.relative_to(entry).as_posix()
+    assert f"{REPO}@v1 {LOCAL}: FAILED: {relpath} is not the bytecode compiled" in verified.stdout
+    assert "flashhub cache verify --repair" in verified.stderr
+    (document,) = ok_json(repaired)["entries"]
+    assert document["ok"] and document["repaired"] and relpath in document["problem"]
+    assert pyc.read_bytes()[:4] == importlib.util.MAGIC_NUMBER
+    assert flashhub("cache", "verify").returncode == 0
+    cdn.clear_log()
+    assert run_python(IMPORT_HELPERS, env={"FLASHHUB_OFFLINE": "1"}).strip() == SHOUT
+    assert cdn.requests == []
+
+
+def test_a_cache_copied_without_modification_times_is_repaired_offline(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    assert flashhub("get", REPO, "--version", "1").returncode == 0
+    copy = tmp_path / "copied-cache"
+    subprocess.run(["cp", "-r", str(cache_dir), str(copy)], check=True)  # mtimes not kept
+    offline = {"FLASHHUB_CACHE_DIR": str(copy), "FLASHHUB_OFFLINE": "1"}
+    cdn.clear_log()
+
+    refused = subprocess.run(
+        [sys.executable, "-c", IMPORT_HELPERS],
+        env={**os.environ, **offline},
+        capture_output=True,
+        text=True,
+    )
+    verified = flashhub("cache", "verify", env=offline)
+    repaired = flashhub("cache", "verify", "--repair", env=offline)
+
+    assert refused.returncode == 1 and "flashhub cache verify --repair" in refused.stderr
+    assert verified.returncode == 1 and "has another size or mtime" in verified.stdout
+    assert repaired.returncode == 0, repaired.stderr
+    assert f"{REPO}@v1 {LOCAL}: repaired (" in repaired.stdout
+    assert flashhub("cache", "verify", env=offline).returncode == 0
+    assert run_python(IMPORT_HELPERS, env=offline).strip() == SHOUT
+    assert cdn.requests == []
+
+
+def test_cache_verify_repair_leaves_changed_content_to_prune(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    (entry / PY_PKG / "helpers.py").write_text("def shout():\n    return 'edited'\n")
+
+    repaired = flashhub("cache", "verify", "--repair")
+
+    assert repaired.returncode == 1
+    assert f"FAILED: {PY_PKG}/helpers.py does not match its sha256" in repaired.stdout
+    assert (entry / PY_PKG / "helpers.py").read_text().endswith("'edited'\n")
+
+
+# -- entries a running process uses; a cache that cannot be written ---------------------------
+
+USE_AND_WAIT = """
+import sys
+import flashhub.acme.tensor_tricks.v1 as k
+print(k.marker(), flush=True)
+sys.stdin.readline()
+from flashhub.acme.tensor_tricks.v1 import helpers  # a submodule, imported after the command
+print(helpers.shout(), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
+def test_cache_maintenance_leaves_an_entry_in_use_alone_unless_forced(
+    cdn: CdnServer, command: list[str]
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    user = subprocess.Popen(  # a job using the kernel, in a process of its own
+        [sys.executable, "-c", USE_AND_WAIT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert user.stdin is not None and user.stdout is not None
+    try:
+        assert user.stdout.readline().strip() == f"{REPO}@v1:{LOCAL}"
+        if command == ["prune"]:
+            os.utime(entry / PY_PKG / "data" / "table.txt", (1, 1))  # prune would remove it
+
+        kept = flashhub("cache", *command)
+        user.stdin.write("go\n")
+        user.stdin.flush()
+        shouted = user.stdout.readline().strip()
+        forced = flashhub("cache", *command, "--force", "--json")
+    finally:
+        _out, err = user.communicate("done\n", timeout=60)
+    assert kept.returncode == 0, kept.stderr
+    assert f"skipped {entry}: in use by a running process" in kept.stdout
+    assert "--force" in kept.stdout and "a download is in progress" not in kept.stdout
+    assert shouted == SHOUT, err
+    assert user.returncode == 0, err
+    assert [e["path"] for e in ok_json(forced)["removed"]] == [str(entry)]
+    assert not entry.exists()
+
+
+def test_an_entry_a_finished_process_used_is_removed(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.__file__)"))
+    assert flashhub("cache", "clear", "--yes").returncode == 0
+    assert not entry.exists()
+
+
+def _maintenance_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``flashhub ARGS`` in a process of its own, which cannot write where a directory
+    is read-only: a process running as root can, so it runs without root's right to
+    override permissions (setpriv drops it)."""
+    command = [sys.executable, "-m", "flashhub_kernels", *args]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root writes into read-only directories; setpriv would drop that right")
+        command = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
+def test_cache_maintenance_on_a_read_only_cache_says_it_cannot_write(
+    cdn: CdnServer, cache_dir: Path, command: list[str]
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    os.utime(entry / PY_PKG / "helpers.py", (1, 1))  # so that prune has something to remove
+    modes = {path: path.stat().st_mode for path in [cache_dir, *cache_dir.rglob("*")]}
+    for path, mode in modes.items():  # chmod -R a-w: the lock files too
+        path.chmod(mode & ~0o222)
+    try:
+        result = _maintenance_process("cache", *command)
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+    assert result.returncode == 1, result.stdout
+    assert "a download is in progress" not in result.stdout
+    assert "error: cannot write " in result.stderr and str(entry.parent) in result.stderr
+    assert entry.is_dir()

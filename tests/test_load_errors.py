@@ -219,10 +219,13 @@ def test_reload_after_the_cache_was_removed_downloads_the_kernel_again(
 def test_reload_after_cache_clear_downloads_the_kernel_again(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1)
     module = fk.get_kernel(REPO, version=1)
-    assert cli_runner.flashhub("cache", "clear", "--yes").returncode == 0
+    # --force: this process imported the kernel, so a plain clear leaves it alone
+    assert cli_runner.flashhub("cache", "clear", "--yes", "--force").returncode == 0
+    cdn.clear_log()
 
     assert importlib.reload(module).marker() == f"{REPO}@v1:{LOCAL}"
     assert Path(module.__file__ or "").is_file()
+    assert len(cdn.gets(".py")) == 3, "the kernel was fetched again"
 
 
 def test_reload_after_the_cache_was_removed_offline_is_an_offline_error(

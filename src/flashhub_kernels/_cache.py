@@ -6,8 +6,9 @@ Layout under the cache root::
         variants-index.json               what this version publishes (see VariantIndex)
         <variant>/                        a committed entry: complete and verified
             metadata.json                 the manifest it was verified against
-            .flashhub-receipt.json        content hash, size and mtime of every file
-            <py_pkg>/...                  the kernel's files
+            .flashhub-receipt.json        content hash, size and mtime of every file,
+                                          and of the bytecode compiled from them
+            <py_pkg>/...                  the kernel's files (and __pycache__/)
         .staging-<variant>.<random>.<pid>.<host>/   a download in progress
         .partial-<variant>/<sha256 hex>   files of an interrupted download, to resume
         .locks/<variant>.lock             download lock: one downloader per entry
@@ -22,6 +23,9 @@ A download stopped by Ctrl-C or a network failure keeps what it received: the
 incomplete files move to ``.partial-<variant>/``, named by the sha256 they must hash
 to, and the next downloader of the entry continues them with ``Range``. They are
 checked against that digest like any other download.
+
+A process that imported an entry holds a shared ``flock`` on its directory while it
+runs (:func:`mark_in_use`), which ``flashhub cache clear`` and ``prune`` respect.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import os
 import shutil
 import socket
 import stat
-import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -45,6 +48,11 @@ from ._config import Config
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
 from .errors import CacheError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so entries in use are not marked
+    fcntl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from ._cdn_documents import ManifestDocument
@@ -109,22 +117,58 @@ class VariantIndex(NamedTuple):
 
 
 class Receipt(NamedTuple):
-    """Written when an entry is verified; lets the warm path trust it with ``stat`` only."""
+    """Written when an entry is verified; lets the warm path trust it with ``stat`` only.
+
+    ``bytecode`` records the ``.pyc`` files compiled from the verified sources before the
+    commit, with their sha256: a damaged or substituted one fails the same ``stat``
+    check as a changed source, and ``flashhub cache verify`` re-hashes them.
+    """
 
     content_hash: str
     files: Mapping[str, tuple[int, int]]  # path -> (size, mtime_ns)
+    bytecode: Mapping[str, tuple[int, int, str]]  # .pyc path -> (size, mtime_ns, sha256 hex)
     signer: str | None = None  # the id of the trusted key that signed the manifest
 
     def changed_file(self, entry: Path) -> str | None:
         """The first file that is missing, not a regular file, or changed; else ``None``."""
         for relpath, (size, mtime_ns) in self.files.items():
-            try:
-                st = os.stat(entry / relpath, follow_symlinks=False)
-            except OSError:
+            if _changed(entry / relpath, size, mtime_ns):
                 return relpath
-            if not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+        for relpath, (size, mtime_ns, _digest) in self.bytecode.items():
+            if _changed(entry / relpath, size, mtime_ns):
                 return relpath
         return None
+
+    def to_json(self) -> dict[str, Any]:
+        receipt: dict[str, Any] = {
+            "content_hash": self.content_hash,
+            "files": {path: list(stamp) for path, stamp in self.files.items()},
+            "bytecode": {path: list(record) for path, record in self.bytecode.items()},
+        }
+        if self.signer is not None:
+            receipt["signer"] = self.signer
+        return receipt
+
+
+def _changed(path: Path, size: int, mtime_ns: int) -> bool:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return True
+    return not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns)
+
+
+def stamp(path: Path) -> tuple[int, int]:
+    """The size and ``mtime_ns`` of a file, as a receipt records them."""
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_size, st.st_mtime_ns
+
+
+def bytecode_record(path: Path) -> tuple[int, int, str]:
+    """What a receipt records of a ``.pyc`` file: its size, ``mtime_ns`` and sha256."""
+    from ._hashing import sha256_file  # the cold path and the cache commands only
+
+    return (*stamp(path), sha256_file(path).hex())
 
 
 class Cache:
@@ -228,8 +272,14 @@ class Cache:
         data = _read_json(entry / RECEIPT_NAME)
         try:
             files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
+            bytecode = {
+                str(p): (int(s), int(m), str(d))
+                for p, (s, m, d) in data.get("bytecode", {}).items()
+            }
             signer = data.get("signer")
-            return Receipt(str(data["content_hash"]), files, str(signer) if signer else None)
+            return Receipt(
+                str(data["content_hash"]), files, bytecode, str(signer) if signer else None
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
@@ -246,19 +296,19 @@ class Cache:
     def seal(self, staging: Path, document: ManifestDocument, files: Iterable[str]) -> None:
         """Write the bytecode, the manifest (with its signatures) and the receipt into a
         verified staging directory."""
-        _compile_bytecode(staging, files)
+        listed = set(files)
+        bytecode = compile_bytecode(staging, _sources_to_compile(listed))
         (staging / MANIFEST_NAME).write_bytes(document.data)
         if document.signature is not None:
             (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
-        receipt_files = {}
-        for relpath in files:
-            st = os.stat(staging / relpath, follow_symlinks=False)
-            receipt_files[relpath] = [st.st_size, st.st_mtime_ns]
-        receipt = {"content_hash": document.manifest.content_hash, "files": receipt_files}
-        if document.signer is not None:
-            receipt["signer"] = document.signer
-        (staging / RECEIPT_NAME).write_bytes(dump_json(receipt))
+        stamps = {relpath: stamp(staging / relpath) for relpath in sorted(listed)}
+        receipt = Receipt(document.manifest.content_hash, stamps, bytecode, document.signer)
+        self.write_receipt(staging, receipt)
         staging.chmod(0o755)
+
+    def write_receipt(self, entry: Path, receipt: Receipt) -> None:
+        """Replace the receipt of ``entry`` (readers see the old one or the new one)."""
+        write_atomic(entry / RECEIPT_NAME, dump_json(receipt.to_json()))
 
     def record_signer(self, entry: Path, receipt: Receipt, document: ManifestDocument) -> None:
         """Record that a trusted key vouches for a committed entry, verified after it was
@@ -271,13 +321,7 @@ class Cache:
         with cache_errors():
             write_atomic(entry / MANIFEST_NAME, document.data)
             write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
-            files = {path: list(size_mtime) for path, size_mtime in receipt.files.items()}
-            signed = {
-                "content_hash": receipt.content_hash,
-                "files": files,
-                "signer": document.signer,
-            }
-            write_atomic(entry / RECEIPT_NAME, dump_json(signed))
+            self.write_receipt(entry, receipt._replace(signer=document.signer))
 
     def commit(self, staging: Path, entry: Path) -> bool:
         """Rename ``staging`` to ``entry``. ``False`` if another process committed first."""
@@ -297,6 +341,8 @@ class Cache:
             os.rename(entry, trash)
         except FileNotFoundError:
             return
+        except OSError as exc:  # a read-only cache: say so, whoever asked
+            raise CacheError.cannot_write(exc, entry.parent) from exc
         remove_tree(trash)
 
     def partial_dir(self, info: RepoInfo, variant: str) -> Path:
@@ -347,25 +393,131 @@ class Cache:
                     remove_tree(child)
 
 
-def _compile_bytecode(staging: Path, files: Iterable[str]) -> None:
-    """Compile the entry's Python files now, while it is being written, so that importing
-    it never writes (a warm load works from a read-only cache, and writes nothing)."""
-    if sys.dont_write_bytecode:  # PYTHONDONTWRITEBYTECODE: imports would not write either
+# -- entries in use ---------------------------------------------------------------------
+#
+# A process that imports a kernel from the cache holds a shared ``flock`` on the entry's
+# directory until it exits (the kernel drops it however the process ends; a forked child
+# shares it). The directory is opened read-only, so this works on a read-only cache, and
+# costs one ``open`` and one ``flock``. Before removing an entry, ``flashhub cache clear``
+# and ``prune`` try an exclusive lock on it without waiting, and leave it alone while any
+# process holds a shared one, unless told to force it. Advisory and best effort: where
+# ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a directory,
+# nothing is held and nothing is protected.
+
+_held: dict[str, int] = {}  # entry directory -> the descriptor holding its shared lock
+
+
+def mark_in_use(entry: Path) -> bool:
+    """Hold a shared lock on ``entry`` for the rest of this process.
+
+    ``False`` when the entry was moved away before the lock was taken (``flashhub cache
+    clear`` was removing it): look it up again. An entry that cannot be locked is
+    ``True``: it loads, unprotected.
+    """
+    if fcntl is None:
+        return True
+    key = str(entry)
+    held = _held.get(key)
+    if held is not None:
+        if _is_at(held, entry):
+            return True
+        os.close(_held.pop(key))  # removed and cached again since: lock the new one
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while clear or prune removes it
+    except OSError:
+        os.close(fd)
+        return True
+    if not _is_at(fd, entry):
+        os.close(fd)
+        return False
+    _held[key] = fd
+    return True
+
+
+@contextmanager
+def unused(entry: Path) -> Iterator[bool]:
+    """Hold ``entry`` exclusively for the block if no process uses it (this one
+    included); yield whether it could. An entry that is gone, or that this file system
+    cannot lock, counts as unused: no process could have marked it either."""
+    if fcntl is None:
+        yield True
         return
-    # The cold path only: warm loads never compile.
-    import importlib.util
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield True
+        return
+    try:
+        free = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            free = False
+        except OSError:
+            pass
+        yield free
+    finally:
+        os.close(fd)
+
+
+def _is_at(fd: int, entry: Path) -> bool:
+    """Whether the directory open as ``fd`` is still the one at ``entry``."""
+    try:
+        current = os.stat(entry)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _sources_to_compile(listed: set[str]) -> list[str]:
+    """The Python files of an entry whose bytecode the cache compiles: all but those
+    shipped with their bytecode (verified like any file: not ours to replace)."""
+    import importlib.util  # the cold path only: warm loads never compile
+
+    return [
+        relpath
+        for relpath in sorted(listed)
+        if relpath.endswith(".py")
+        and Path(importlib.util.cache_from_source(relpath)).as_posix() not in listed
+    ]
+
+
+def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int, int, str]]:
+    """Compile the Python files ``sources`` (paths in ``entry``) into ``__pycache__``;
+    return the receipt's record of each ``.pyc`` written.
+
+    The entry's bytecode is compiled while it is written, so that importing it never
+    writes (a warm load works from a read-only cache, and writes nothing), whatever
+    ``PYTHONDONTWRITEBYTECODE`` says: the cache is not a source tree. It is hash-based
+    and unchecked (PEP 552): valid whatever the modification times (a copy of the cache
+    that lost them keeps it), and Python does not re-read the source on each import to
+    check it. The receipt vouches for it instead, as for the sources: the warm path
+    compares each ``.pyc``'s size and mtime, ``flashhub cache verify`` its sha256.
+    """
+    import importlib.util  # the cold path and the cache commands only
     import py_compile
 
-    listed = set(files)
-    for relpath in listed:
-        if not relpath.endswith(".py"):
-            continue
-        bytecode = Path(importlib.util.cache_from_source(str(staging / relpath)))
-        if bytecode.relative_to(staging).as_posix() in listed:
-            continue  # shipped with the kernel, and verified: not ours to replace
+    written = {}
+    for relpath in sources:
+        source = entry / relpath
+        bytecode = Path(importlib.util.cache_from_source(str(source)))
         # A file that does not compile is reported by the import, with its traceback.
         with contextlib.suppress(py_compile.PyCompileError, OSError):
-            py_compile.compile(str(staging / relpath), cfile=str(bytecode), doraise=True)
+            py_compile.compile(
+                str(source),
+                cfile=str(bytecode),
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
+            written[bytecode.relative_to(entry).as_posix()] = bytecode_record(bytecode)
+    return written
 
 
 def _pid_alive(pid: int) -> bool:

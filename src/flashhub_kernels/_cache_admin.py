@@ -8,6 +8,7 @@ never needs any of this: the warm path trusts an entry's receipt (``stat`` only)
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import stat
@@ -15,8 +16,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._cache import PARTIAL_PREFIX, STAGING_PREFIX, TRASH_PREFIX, Cache, remove_tree
-from ._cache_locks import hold
+from ._cache import (
+    PARTIAL_PREFIX,
+    STAGING_PREFIX,
+    TRASH_PREFIX,
+    Cache,
+    Receipt,
+    cache_errors,
+    compile_bytecode,
+    remove_tree,
+    stamp,
+    unused,
+)
+from ._cache_locks import hold_if_free
 from ._cache_trust import distrust
 from ._config import Config, get_config
 from ._hashing import sha256_file
@@ -24,7 +36,7 @@ from ._lockfile import Lockfile
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, parse_metadata
 from ._names import RepoInfo
 from ._signing import verify_document
-from .errors import CacheError, ManifestError, SignatureError
+from .errors import ManifestError, SignatureError
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 
@@ -105,32 +117,116 @@ def untrusted_dirs(cache: Cache) -> list[tuple[Path, str]]:
     return found
 
 
-def verify_entry(cache: Cache, entry: CacheEntry) -> str | None:
-    """Re-hash every file of ``entry`` against its ``metadata.json``; the problem, or ``None``."""
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`verify_entry` found.
+
+    ``problem`` is why the entry fails, or ``None``. ``repairable``: every file holds
+    the verified bytes, and only what the receipt records about them (size, mtime) or
+    the bytecode compiled from them differs. ``repaired``: it was repaired, so it passes.
+    """
+
+    problem: str | None = None
+    repairable: bool = False
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None or self.repaired
+
+
+def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Verdict:
+    """Re-hash every file of ``entry`` against its ``metadata.json``, and its bytecode
+    against the receipt.
+
+    With ``repair``, an entry whose files re-hash right is repaired offline: damaged
+    bytecode is compiled again from the verified sources and the receipt re-stamped
+    with each file's size and mtime now (a copy of the cache that lost its modification
+    times). Anything else is left for ``prune`` to remove and a load to fetch again.
+    """
+    verdict = _verify(cache, entry)
+    if not (repair and verdict.repairable):
+        return verdict
+    # Under the entry's download lock: a load that found it changed would replace it.
+    with cache.download_lock(entry.info, entry.variant), cache_errors():
+        verdict = _verify(cache, entry)  # again: it may have changed meanwhile
+        receipt = cache.read_receipt(entry.path)
+        if not verdict.repairable or receipt is None:
+            return verdict
+        _restamp(cache, entry.path, receipt)
+    return Verdict(verdict.problem, repairable=True, repaired=True)
+
+
+def _verify(cache: Cache, entry: CacheEntry) -> Verdict:
     receipt = cache.read_receipt(entry.path)
     if receipt is None:
-        return "no receipt: the entry was never completely verified"
+        return Verdict("no receipt: the entry was never completely verified")
     try:
         manifest = parse_metadata(
             (entry.path / MANIFEST_NAME).read_bytes(), source=str(entry.path / MANIFEST_NAME)
         )
     except OSError:
-        return f"{MANIFEST_NAME} is missing"
+        return Verdict(f"{MANIFEST_NAME} is missing")
     except ManifestError as exc:
-        return exc.message
+        return Verdict(exc.message)
     if manifest.content_hash != receipt.content_hash:
-        return f"{MANIFEST_NAME} is not the manifest the entry was verified against"
+        return Verdict(f"{MANIFEST_NAME} is not the manifest the entry was verified against")
     for relpath, digest in sorted(manifest.files.items()):
         path = entry.path / relpath
         if path.is_symlink() or not path.is_file():
-            return f"{relpath} is missing or not a regular file"
+            return Verdict(f"{relpath} is missing or not a regular file")
         if sha256_file(path) != digest:
-            return f"{relpath} does not match its sha256 in {MANIFEST_NAME}"
+            return Verdict(f"{relpath} does not match its sha256 in {MANIFEST_NAME}")
+    signature = _signature_problem(entry, get_config())
+    if signature is not None:
+        return Verdict(signature)
+    damaged = _damaged_bytecode(entry.path, receipt)
+    if damaged:
+        return Verdict(
+            f"{damaged[0]} is not the bytecode compiled when the entry was verified",
+            repairable=True,
+        )
     changed = receipt.changed_file(entry.path)
     if changed is not None:
         # Intact bytes, but the warm path would not trust the entry and fetch it again.
-        return f"{changed} has another size or mtime than when it was verified"
-    return _signature_problem(entry, get_config())
+        return Verdict(
+            f"{changed} has another size or mtime than when it was verified", repairable=True
+        )
+    return Verdict()
+
+
+def _damaged_bytecode(entry: Path, receipt: Receipt) -> list[str]:
+    """The ``.pyc`` files of the receipt that are missing or hold other bytes."""
+    damaged = []
+    for relpath, (_size, _mtime, digest) in sorted(receipt.bytecode.items()):
+        path = entry / relpath
+        if path.is_symlink() or not path.is_file() or sha256_file(path).hex() != digest:
+            damaged.append(relpath)
+    return damaged
+
+
+def _restamp(cache: Cache, entry: Path, receipt: Receipt) -> None:
+    """Compile the damaged bytecode of a verified entry again, then record each file's
+    size and mtime as they are now."""
+    damaged = _damaged_bytecode(entry, receipt)
+    bytecode = {path: record for path, record in receipt.bytecode.items() if path not in damaged}
+    sources = []
+    for relpath in damaged:
+        (entry / relpath).unlink(missing_ok=True)
+        source = importlib.util.source_from_cache(relpath)
+        if importlib.util.cache_from_source(source) == relpath:
+            sources.append(source)
+        # else another Python's bytecode: it compiles its own from the source
+    bytecode.update(compile_bytecode(entry, sources))
+    cache.write_receipt(
+        entry,
+        receipt._replace(
+            files={path: stamp(entry / path) for path in receipt.files},
+            bytecode={
+                path: (*stamp(entry / path), digest) for path, (_s, _m, digest) in bytecode.items()
+            },
+        ),
+    )
 
 
 def _signature_problem(entry: CacheEntry, config: Config) -> str | None:
@@ -166,6 +262,7 @@ class PruneReport:
     removed: list[tuple[CacheEntry, str]]
     stale: list[Path]
     busy: list[Path]  # version directories left alone: a download was in progress there
+    in_use: list[Path]  # entries left alone: a running process imported them
 
     @property
     def bytes_freed(self) -> int:
@@ -176,31 +273,49 @@ class PruneReport:
             "removed": [{**entry.to_dict(), "reason": why} for entry, why in self.removed],
             "stale_directories": [str(path) for path in self.stale],
             "skipped_busy": [str(path) for path in self.busy],
+            "skipped_in_use": [str(path) for path in self.in_use],
             "bytes_freed": self.bytes_freed,
         }
 
 
-def prune(cache: Cache, *, keep_locked: Lockfile | None = None) -> PruneReport:
+def prune(cache: Cache, *, keep_locked: Lockfile | None = None, force: bool = False) -> PruneReport:
     """Remove entries that fail :func:`verify_entry`, and leftovers of dead downloads.
 
     With ``keep_locked``, also remove every entry that is not a variant the lock pins
-    with exactly the content it pins.
+    with exactly the content it pins. An entry a running process imported is left
+    alone, unless ``force``.
+
+    Raises:
+        CacheError: the cache cannot be written.
     """
-    removed, busy = [], []
+    removed, busy, in_use = [], [], []
     for entry in list_entries(cache):
-        why = verify_entry(cache, entry)
+        why = verify_entry(cache, entry).problem
         if why is None and keep_locked is not None:
             why = _unlocked_reason(entry, keep_locked)
         if why is None:
             continue
         with _idle(cache, entry.path.parent) as idle:
-            if idle:
-                cache.evict(entry.path)
+            if not idle:
+                busy.append(entry.path.parent)
+            elif _evict_unused(cache, entry, force=force):
                 removed.append((entry, why))
             else:
-                busy.append(entry.path.parent)
+                in_use.append(entry.path)
     stale, busy_now = _remove_stale(cache)
-    return PruneReport(removed, stale, sorted({*busy, *busy_now}))
+    return PruneReport(removed, stale, sorted({*busy, *busy_now}), in_use)
+
+
+def _evict_unused(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
+    """Remove ``entry`` unless a running process uses it (or with ``force``); whether
+    it was removed."""
+    if force:
+        cache.evict(entry.path)
+        return True
+    with unused(entry.path) as free:
+        if free:
+            cache.evict(entry.path)  # atomically: a reader sees the entry or nothing
+        return free
 
 
 def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
@@ -246,49 +361,62 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
 
 @dataclass(frozen=True)
 class ClearReport:
-    """What :func:`clear` removed, and the versions it left alone while they downloaded."""
+    """What :func:`clear` removed, and what it left alone: versions a process was
+    downloading, and entries a running process imported."""
 
     removed: list[CacheEntry]
     busy: list[Path]
+    in_use: list[Path]
 
 
-def clear(cache: Cache) -> ClearReport:
-    """Remove every kernel from the cache, except versions a process is downloading.
+def clear(cache: Cache, *, force: bool = False) -> ClearReport:
+    """Remove every kernel from the cache, except versions a process is downloading and
+    entries a running process imported (those too with ``force``).
 
     Only directories of the cache layout are removed, so a cache root that was pointed
     at a directory holding other files keeps them.
+
+    Raises:
+        CacheError: the cache cannot be written.
     """
-    removed, busy = [], []
+    removed, busy, in_use = [], [], []
     entries = list_entries(cache)
     for _info, version_dir in list(_version_dirs(cache)):
         with _idle(cache, version_dir) as idle:
             if not idle:
                 busy.append(version_dir)
                 continue
+            kept = False
             for entry in entries:
-                if entry.path.parent == version_dir:
-                    cache.evict(entry.path)  # atomically: a reader sees the entry or nothing
+                if entry.path.parent != version_dir:
+                    continue
+                if _evict_unused(cache, entry, force=force):
                     removed.append(entry)
-            remove_tree(version_dir)
+                else:
+                    in_use.append(entry.path)
+                    kept = True
+            if not kept:
+                remove_tree(version_dir)
     kernels = cache.root / "kernels"
     for directory in [*kernels.glob("*/*"), *kernels.glob("*"), kernels]:
         with contextlib.suppress(OSError):
             directory.rmdir()  # only if empty
-    return ClearReport(removed, busy)
+    return ClearReport(removed, busy, in_use)
 
 
 @contextlib.contextmanager
 def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
     """Hold every download lock of a version's entries, if no process holds one; yield
     whether it could. A download in progress keeps its staging files and partial files
-    in the version directory: removing them would break it."""
+    in the version directory: removing them would break it.
 
+    Raises:
+        CacheError: a lock cannot be taken (a read-only cache): not busy, unwritable.
+    """
     lock_files = sorted((version_dir / ".locks").glob("*.lock"))
     with contextlib.ExitStack() as held:
-        try:
-            for lock_file in lock_files:
-                held.enter_context(hold(lock_file, what="cache maintenance", timeout=0))
-        except CacheError:  # busy (or not lockable): leave the version alone
-            yield False
-            return
+        for lock_file in lock_files:
+            if not held.enter_context(hold_if_free(lock_file)):
+                yield False
+                return
         yield True

@@ -17,13 +17,18 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import CacheError
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 logger = logging.getLogger("flashhub_kernels")
 
 WAIT_NOTICE_SECONDS = 2.0  # a wait this long is reported once: it is another download
 _UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP}
+_READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextmanager
@@ -38,11 +43,9 @@ def hold(path: Path, *, what: str, timeout: float | None) -> Iterator[None]:
     Raises:
         CacheError: the wait timed out, or the lock could not be created or taken.
     """
-    from filelock import FileLock, Timeout  # imports asyncio: the cold path pays, once
+    from filelock import Timeout
 
-    if path.is_symlink():  # filelock refuses it too, with a bare ELOOP
-        raise _lock_error(path, OSError(errno.ELOOP, "the lock file is a symlink"))
-    lock = FileLock(path, mode=0o600)
+    lock = _file_lock(path)
     first_wait = WAIT_NOTICE_SECONDS if timeout is None else min(timeout, WAIT_NOTICE_SECONDS)
     try:
         try:
@@ -66,7 +69,42 @@ def hold(path: Path, *, what: str, timeout: float | None) -> Iterator[None]:
         lock.release()
 
 
+@contextmanager
+def hold_if_free(path: Path) -> Iterator[bool]:
+    """Hold the exclusive lock ``path`` for the ``with`` block if no process holds it,
+    without waiting; yield whether it could.
+
+    Raises:
+        CacheError: the lock cannot be taken: the cache cannot be written (read-only),
+            or its file system has no locks. That is not "busy", and is not told as such.
+    """
+    from filelock import Timeout
+
+    lock = _file_lock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        yield False
+        return
+    except OSError as exc:
+        raise _lock_error(path, exc) from exc
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def _file_lock(path: Path) -> FileLock:
+    from filelock import FileLock  # imports asyncio: the cold path pays, once
+
+    if path.is_symlink():  # filelock refuses it too, with a bare ELOOP
+        raise _lock_error(path, OSError(errno.ELOOP, "the lock file is a symlink"))
+    return FileLock(path, mode=0o600)
+
+
 def _lock_error(path: Path, exc: OSError) -> CacheError:
+    if exc.errno in _READ_ONLY:
+        return CacheError.cannot_write(exc, path)
     reason = exc.strerror or str(exc)
     if exc.errno in _UNSUPPORTED:
         return CacheError(

@@ -196,7 +196,7 @@ class KernelFinder:
         A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
         """
         from ._config import local_kernels
-        from ._store import obtain_kernel
+        from ._store import use_kernel
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
@@ -207,7 +207,7 @@ class KernelFinder:
             from ._local import local_override
 
             target = local_override(candidates, parsed.backend)
-        target = target or obtain_kernel(candidates, backend=parsed.backend)
+        target = target or use_kernel(candidates, backend=parsed.backend)
         assert target.info is not None
         with self._lock:
             self._targets[fullname] = target

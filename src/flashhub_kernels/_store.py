@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ._cache import Cache, VariantIndex
+from ._cache import Cache, VariantIndex, mark_in_use
 from ._config import Config, get_config
 from ._kernel_dir import NATIVE_SUFFIXES, KernelDir
 from ._names import RepoInfo
@@ -91,6 +91,18 @@ def obtain_kernel(
     return fetch_kernel(cache, system, candidates, config)
 
 
+def use_kernel(candidates: Sequence[RepoInfo], *, backend: str | None = None) -> KernelDir:
+    """:func:`obtain_kernel` for an import: the entry is marked in use for the rest of
+    the process, so that ``flashhub cache clear`` and ``prune`` leave it alone."""
+    target = obtain_kernel(candidates, backend=backend)
+    assert target.entry is not None, "the store gives cache entries"
+    if not mark_in_use(target.entry):  # removed by `cache clear` meanwhile: fetch it again
+        target = obtain_kernel(candidates, backend=backend)
+        assert target.entry is not None
+        mark_in_use(target.entry)
+    return target
+
+
 # Why a warm load passes over an entry that is intact but vouched for by no trusted key.
 _UNSIGNED_ENTRY = "no trusted key vouched for it when it was cached"
 
@@ -104,8 +116,9 @@ def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
     if damaged:
         return IntegrityError(
             f"the cached copy of {info} was modified after it was verified ({damaged})",
-            hint="unset FLASHHUB_OFFLINE so it can be fetched again "
-            "(`flashhub cache verify` checks the whole cache)",
+            hint="run `flashhub cache verify --repair`: offline, it re-stamps an entry whose "
+            "files are intact (a copy that lost its modification times) and recompiles its "
+            "bytecode; otherwise unset FLASHHUB_OFFLINE so that it is fetched again",
         )
     return OfflineError(
         f"{info} is not in the cache and FLASHHUB_OFFLINE is set",

@@ -594,8 +594,21 @@ def _cache_arguments(parser: argparse.ArgumentParser) -> None:
                 metavar="PROJECT_DIR",
                 help="also remove every entry that PROJECT_DIR/flashhub.lock does not pin",
             )
+        if name == "verify":
+            action.add_argument(
+                "--repair",
+                action="store_true",
+                help="offline, re-stamp entries whose files re-hash right (a copy that lost "
+                "its modification times) and recompile their damaged bytecode",
+            )
         if name == "clear":
             action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if name in ("prune", "clear"):
+            action.add_argument(
+                "--force",
+                action="store_true",
+                help="also remove entries that running processes have imported (breaks them)",
+            )
         _json_argument(action)
 
 
@@ -632,7 +645,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     cache = _local_cache()
     untrusted = untrusted_dirs(cache)
     checked = [
-        (entry, verify_entry(cache, entry))
+        (entry, verify_entry(cache, entry, repair=args.repair))
         for entry in list_entries(cache)
         if all(entry.path != path for path, _why in untrusted)
     ]
@@ -641,7 +654,14 @@ def _cache_verify(args: argparse.Namespace) -> int:
             {
                 "cache_dir": str(cache.root),
                 "entries": [
-                    {**entry.to_dict(), "ok": why is None, "problem": why} for entry, why in checked
+                    {
+                        **entry.to_dict(),
+                        "ok": verdict.ok,
+                        "problem": verdict.problem,
+                        "repairable": verdict.repairable,
+                        "repaired": verdict.repaired,
+                    }
+                    for entry, verdict in checked
                 ],
                 "untrusted": [{"path": str(p), "problem": reason} for p, reason in untrusted],
             }
@@ -649,18 +669,25 @@ def _cache_verify(args: argparse.Namespace) -> int:
     else:
         for path, reason in untrusted:
             print(f"{_shown(path)}: {reason} (FAILED: a load refuses to trust it)")
-        for entry, why in checked:
-            outcome = "ok" if why is None else f"FAILED: {why}"
-            signed = f", signed by {entry.signer}" if entry.signer and why is None else ""
+        for entry, verdict in checked:
+            if verdict.repaired:
+                outcome = f"repaired ({verdict.problem})"
+            else:
+                outcome = "ok" if verdict.ok else f"FAILED: {verdict.problem}"
+            signed = f", signed by {entry.signer}" if entry.signer and verdict.ok else ""
             print(f"{entry.info} {entry.variant}: {outcome}{signed}")
         refused = _count(len(untrusted), "untrusted directory", "untrusted directories")
         print(f"{_entries(len(checked))} checked, {refused}")
-    if untrusted or any(why is not None for _entry, why in checked):
+    failed = [verdict for _entry, verdict in checked if not verdict.ok]
+    if untrusted or failed:
         if not args.json:
-            _print_error(
-                "some cache entries failed verification",
-                "`flashhub cache prune` removes them; they are fetched again on use",
-            )
+            hint = "`flashhub cache prune` removes them; they are fetched again on use"
+            if any(verdict.repairable for verdict in failed):
+                hint = (
+                    "`flashhub cache verify --repair` repairs the entries whose files are "
+                    "intact (only their modification times or bytecode changed); " + hint
+                )
+            _print_error("some cache entries failed verification", hint)
         return EXIT_FAILURE
     return EXIT_OK
 
@@ -669,7 +696,7 @@ def _cache_prune(args: argparse.Namespace) -> int:
     from ._cache_admin import prune
 
     lock = _project_lockfile(args.keep_locked) if args.keep_locked is not None else None
-    report = prune(_local_cache(), keep_locked=lock)
+    report = prune(_local_cache(), keep_locked=lock, force=args.force)
     if args.json:
         _print_json(report.to_dict())
         return EXIT_OK
@@ -677,7 +704,7 @@ def _cache_prune(args: argparse.Namespace) -> int:
         print(f"removed {entry.info} {entry.variant}: {why}")
     for path in report.stale:
         print(f"removed leftover {_shown(path)}")
-    _report_busy(report.busy)
+    _report_skipped(report.busy, report.in_use)
     print(f"{_entries(len(report.removed))} removed, {_size(report.bytes_freed)} freed")
     return EXIT_OK
 
@@ -687,9 +714,14 @@ def _shown(path: Path) -> str:
     return escape_controls(str(path))
 
 
-def _report_busy(busy: list[Path]) -> None:
+def _report_skipped(busy: list[Path], in_use: list[Path]) -> None:
     for path in busy:
         print(f"skipped {_shown(path)}: a download is in progress there; run this again later")
+    for path in in_use:
+        print(
+            f"skipped {_shown(path)}: in use by a running process that imported it; run this "
+            "again once it has exited, or pass --force to remove it anyway (breaking it)"
+        )
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
@@ -709,17 +741,18 @@ def _cache_clear(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return EXIT_OK
-    report = clear(cache)
+    report = clear(cache, force=args.force)
     if args.json:
         _print_json(
             {
                 "cache_dir": str(cache.root),
                 "removed": [e.to_dict() for e in report.removed],
                 "skipped_busy": [str(path) for path in report.busy],
+                "skipped_in_use": [str(path) for path in report.in_use],
             }
         )
     else:
-        _report_busy(report.busy)
+        _report_skipped(report.busy, report.in_use)
         if count or report.removed:
             print(f"removed {_entries(len(report.removed))} from {cache.root}")
         else:
