@@ -239,7 +239,7 @@ def test_no_entries_no_keys() -> None:
     ],
 )
 def test_a_bad_entry_names_the_source_and_the_entry(entry: str, says: str) -> None:
-    with pytest.raises(ValueError, match=says) as raised:
+    with pytest.raises(ConfigError, match=says) as raised:
         parse_trusted_keys(f"{KEY_A.public_line}\n{entry}", source="FLASHHUB_TRUSTED_KEYS")
     message = str(raised.value)
     assert message.startswith("FLASHHUB_TRUSTED_KEYS: entry ")
@@ -319,6 +319,29 @@ def test_trusted_keys_nested_too_deep_fail_an_import_with_an_import_error(tmp_pa
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ConfigError cannot read the trusted keys in pyproject.toml")
     assert "nested too deeply" in result.stdout
+
+
+@pytest.mark.parametrize("value", ["garbage", "acme:flashhub-ed25519:zz", "/no/such/keys"])
+def test_a_malformed_trusted_keys_variable_fails_an_import_with_an_import_error(
+    tmp_path: Path, value: str
+) -> None:
+    code = (
+        "try:\n"
+        "    import flashhub.acme.tensor_tricks.v1\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, "FLASHHUB_TRUSTED_KEYS": value},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ConfigError FLASHHUB_TRUSTED_KEYS: "), result.stdout
+    assert repr(value) in result.stdout
 
 
 # --- settings that name no key --------------------------------------------------------

@@ -119,10 +119,10 @@ def _entries(text: str) -> Iterator[str]:
 
 
 def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
-    """``(raw public key, org or None)`` of one entry; ``ValueError`` naming it if bad."""
+    """``(raw public key, org or None)`` of one entry; ``ConfigError`` naming it if bad."""
     if "ed25519-private" in entry:
         # Never echo it: it is a secret that ended up in the wrong place.
-        raise ValueError(
+        raise ConfigError(
             f"{source} holds a private key (flashhub-ed25519-private:...); trusted keys are "
             "public keys (flashhub-ed25519:...): remove it, and treat that key as leaked"
         )
@@ -134,19 +134,19 @@ def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
         try:
             parse_repo_id(f"{org}/pkg")
         except ValueError:
-            raise ValueError(
+            raise ConfigError(
                 f"{source}: entry {shown} is neither {KEY_PREFIX}<base64> nor "
                 f"<org>:{KEY_PREFIX}<base64> with an org that starts with a letter or '_' and "
                 "holds only letters, digits, '-' and '_'"
             ) from None
         if not key_text.startswith(KEY_PREFIX):
-            raise ValueError(
+            raise ConfigError(
                 f"{source}: entry {shown} must be {KEY_PREFIX}<base64> or "
                 f"<org>:{KEY_PREFIX}<base64>"
             )
     raw = decode_base64(key_text.removeprefix(KEY_PREFIX), _PUBLIC_KEY_BYTES)
     if raw is None:
-        raise ValueError(
+        raise ConfigError(
             f"{source}: entry {shown} is not a public key: the part after {KEY_PREFIX!r} must "
             f"be standard base64 of {_PUBLIC_KEY_BYTES} bytes, as `flashhub keygen` prints it"
         )
@@ -167,7 +167,7 @@ def parse_trusted_keys(text: str, *, source: str) -> tuple[TrustedKey, ...]:
         source: Where it comes from, for error messages (``FLASHHUB_TRUSTED_KEYS``, a path).
 
     Raises:
-        ValueError: An entry is malformed; the message names ``source`` and the entry
+        ConfigError: An entry is malformed; the message names ``source`` and the entry
             (never a private key that was pasted by mistake).
     """
     scopes: dict[bytes, set[str] | None] = {}
@@ -207,9 +207,9 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
     themselves. An empty value gives no keys, as an unset variable does.
 
     Raises:
-        ConfigError: The value, or the file, lists no key; or the file may be written by
-            another user (refused as ssh refuses such an ``authorized_keys``).
-        ValueError: The file cannot be read, or an entry is malformed.
+        ConfigError: The value, or the file, lists no key; the file may be written by
+            another user (refused as ssh refuses such an ``authorized_keys``), or cannot
+            be read; or an entry is malformed.
     """
     text = value.strip()
     if not text:
@@ -225,7 +225,7 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
             raise no_key_error(f"{source} names the file {path}, which", f"unset {source}")
         return keys
     if KEY_PREFIX not in text and (os.sep in text or "/" in text):
-        raise ValueError(
+        raise ConfigError(
             f"{source}: {text!r} is neither an existing file nor a list of "
             f"{KEY_PREFIX}<base64> keys"
         )
@@ -242,7 +242,7 @@ def _read_keys_file(path: str, source: str) -> str:
             st = os.fstat(f.fileno())
             data = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
+        raise ConfigError(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
     if os.name != "posix":
         return data
     mode = stat.S_IMODE(st.st_mode)
