@@ -263,8 +263,8 @@ def trusted_keys(project_dir: Path) -> tuple[TrustedKey, ...]:
     """
     if "trusted_keys" in _overrides:
         return _overrides["trusted_keys"]  # type: ignore[return-value]
-    value = os.environ.get(TRUSTED_KEYS_VAR, "")
-    if value.strip():
+    value = os.environ.get(TRUSTED_KEYS_VAR)
+    if value is not None:  # set but empty is an error, not "unset": see load_trusted_keys
         return _env_trusted_keys(value)
     return _project_trusted_keys(project_dir / PYPROJECT_NAME)
 

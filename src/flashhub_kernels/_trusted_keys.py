@@ -204,7 +204,9 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
 
     This is what ``FLASHHUB_TRUSTED_KEYS`` accepts: a path to a file of keys (one per
     line, as :func:`parse_trusted_keys` reads them; a ``KEYFILE.pub`` works), or the keys
-    themselves. An empty value gives no keys, as an unset variable does.
+    themselves. An empty value is an error, unlike for other ``FLASHHUB_*`` variables: a
+    launcher's ``FLASHHUB_TRUSTED_KEYS=$KEYS`` with ``KEYS`` unset would otherwise switch
+    every signature check off.
 
     Raises:
         ConfigError: The value, or the file, lists no key; the file may be written by
@@ -212,8 +214,6 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
             be read; or an entry is malformed.
     """
     text = value.strip()
-    if not text:
-        return ()
     path = os.path.expanduser(text)
     try:
         is_file = KEY_PREFIX not in text and os.path.isfile(path)
