@@ -304,27 +304,9 @@ def test_malformed_pyproject_trusted_keys_name_the_file(
     assert isinstance(raised.value, ValueError)  # what a malformed setting raised before
 
 
-def test_trusted_keys_nested_too_deep_fail_an_import_with_an_import_error(tmp_path: Path) -> None:
-    pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text("[tool.flashhub]\ntrusted-keys = " + "[" * 100_000 + "]" * 100_000)
-    code = (
-        "try:\n"
-        "    import flashhub.acme.tensor_tricks.v1\n"
-        "except ImportError as exc:\n"
-        "    print(type(exc).__name__, exc)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("ConfigError cannot read the trusted keys in pyproject.toml")
-    assert "nested too deeply" in result.stdout
-
-
-@pytest.mark.parametrize("value", ["garbage", "acme:flashhub-ed25519:zz", "/no/such/keys", ""])
-def test_a_malformed_trusted_keys_variable_fails_an_import_with_an_import_error(
-    tmp_path: Path, value: str
-) -> None:
+def _import_error_of_a_kernel_import(cwd: Path, **env: str) -> str:
+    """``<type> <message>`` of the ImportError that ``import flashhub...`` raises in a
+    fresh interpreter run in ``cwd`` with ``env``."""
     code = (
         "try:\n"
         "    import flashhub.acme.tensor_tricks.v1\n"
@@ -333,15 +315,31 @@ def test_a_malformed_trusted_keys_variable_fails_an_import_with_an_import_error(
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, "FLASHHUB_TRUSTED_KEYS": value},
+        cwd=cwd,
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("ConfigError FLASHHUB_TRUSTED_KEYS"), result.stdout
-    assert repr(value) in result.stdout
+    return result.stdout
+
+
+def test_trusted_keys_nested_too_deep_fail_an_import_with_an_import_error(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[tool.flashhub]\ntrusted-keys = " + "[" * 100_000 + "]" * 100_000)
+    said = _import_error_of_a_kernel_import(tmp_path)
+    assert said.startswith("ConfigError cannot read the trusted keys in pyproject.toml")
+    assert "nested too deeply" in said
+
+
+@pytest.mark.parametrize("value", ["garbage", "acme:flashhub-ed25519:zz", "/no/such/keys", ""])
+def test_a_malformed_trusted_keys_variable_fails_an_import_with_an_import_error(
+    tmp_path: Path, value: str
+) -> None:
+    said = _import_error_of_a_kernel_import(tmp_path, FLASHHUB_TRUSTED_KEYS=value)
+    assert said.startswith("ConfigError FLASHHUB_TRUSTED_KEYS"), said
+    assert repr(value) in said
 
 
 # --- settings that name no key --------------------------------------------------------
