@@ -8,6 +8,7 @@ ran, if any.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import copy
 import json
@@ -872,6 +873,52 @@ def test_layer_names_are_exported_from_the_package_without_importing_torch() -> 
     assert flashhub_kernels.use_kernel_mapping is layers.use_kernel_mapping
     out = run_python("import sys, flashhub_kernels; print('torch' in sys.modules)")
     assert out.strip() == "False"
+
+
+LAYERS_DIR = Path(flashhub_kernels.__file__).parent / "layers"
+
+
+def _imported_layers_modules(path: Path) -> set[str]:
+    """The ``layers`` modules that ``path`` imports, at module or function level.
+
+    Imports under ``if TYPE_CHECKING:`` run at no time, so they do not count.
+    """
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(node)
+        for stmt in ast.walk(tree)
+        if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "TYPE_CHECKING"
+        for node in ast.walk(stmt)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and id(node) not in skipped and node.level == 1:
+            found |= {node.module} if node.module else {a.name for a in node.names}
+    return found & {p.stem for p in LAYERS_DIR.glob("*.py")}
+
+
+def test_the_layers_modules_import_each_other_without_a_cycle() -> None:
+    graph = {p.stem: _imported_layers_modules(p) for p in LAYERS_DIR.glob("*.py")}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(
+            nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt}))
+            for nxt in graph[start]
+        )
+
+    assert graph["_dispatch"], "the import scan found nothing"
+    assert [name for name in sorted(graph) if reaches(name, name, {name})] == []
+
+
+def test_hook_means_only_the_import_hook_not_a_marked_layer() -> None:
+    # "hook" is the sys.meta_path finder; the layer side speaks of marking.
+    for path in LAYERS_DIR.glob("*.py"):
+        assert "hook" not in path.stem
+        names = {
+            getattr(node, "id", None) or getattr(node, "name", None) or getattr(node, "arg", "")
+            for node in ast.walk(ast.parse(path.read_text()))
+        }
+        assert [n for n in names if n and "hook" in n.lower()] == [], path.name
 
 
 def test_docs_example_runs(

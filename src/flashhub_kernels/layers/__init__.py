@@ -28,8 +28,8 @@ from ._func import (
     LockedFuncRepository,
     use_kernel_func_from_hub,
 )
-from ._hooks import replace_kernel_forward_from_hub, use_kernel_forward_from_hub
 from ._mapping import KernelMapping, Mode, register_kernel_mapping, use_kernel_mapping
+from ._marking import replace_kernel_forward_from_hub, use_kernel_forward_from_hub
 from ._repository import (
     BaseLayerRepository,
     LayerRepository,

@@ -19,8 +19,8 @@ from torch import nn
 from .._config import kernel_mapping_disabled
 from ..errors import KernelLayerError
 from ._device import Device
-from ._hooks import Forward, Hook, ModuleT, hook_of
 from ._mapping import Mode, check_request, current_mapping, mode_text, select_repository
+from ._mark import Forward, LayerMark, ModuleT, mark_of
 from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
 from ._validate import validate_layer
@@ -43,44 +43,46 @@ def _runtime_mode(module: nn.Module) -> Mode:
     return mode | Mode.TORCH_COMPILE if _compiling() else mode
 
 
-def dispatch(hook: Hook, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def dispatch(
+    mark: LayerMark, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """Run one call of a marked layer: the mapped kernel layer's forward, or the original."""
     if kernel_mapping_disabled():
-        return hook.original(module, *args, **kwargs)
+        return mark.original(module, *args, **kwargs)
     tensor = _first_tensor(args, kwargs)
     target = target_of(tensor.device) if tensor is not None else None
-    forward = _choose(hook, target, _runtime_mode(module), hook.use_fallback)
+    forward = _choose(mark, target, _runtime_mode(module), mark.use_fallback)
     return forward(module, *args, **kwargs)
 
 
-def _choose(hook: Hook, target: Target | None, mode: Mode, use_fallback: bool) -> Forward:
+def _choose(mark: LayerMark, target: Target | None, mode: Mode, use_fallback: bool) -> Forward:
     """The kernel layer's forward for ``target`` and ``mode``, else the original one."""
-    entries = current_mapping().get(hook.layer_name)
+    entries = current_mapping().get(mark.layer_name)
     selected = select_repository(entries, target, mode) if entries and target else None
     if selected is None:
         if use_fallback:
-            return hook.original
+            return mark.original
         where = f"device {str(target)!r}" if target else "an input without tensors"
         raise KernelLayerError(
-            f"no kernel layer is mapped for {hook.layer_name!r} on {where} in mode "
+            f"no kernel layer is mapped for {mark.layer_name!r} on {where} in mode "
             f"{mode_text(mode)}, and use_fallback=False forbids the original forward",
             hint="map one with register_kernel_mapping or use_kernel_mapping, "
             "or allow the original with use_fallback=True",
         )
     repo, key = selected
     layer = repo.load()
-    if layer not in hook.validated:
-        validate_layer(layer, hook.owner)
-        hook.validated.add(layer)
-    _check_registered_mode(layer, repo, key, hook.layer_name)
+    if layer not in mark.validated:
+        validate_layer(layer, mark.owner)
+        mark.validated.add(layer)
+    _check_registered_mode(layer, repo, key, mark.layer_name)
     lacking = _lacking_support(layer, mode)
     if lacking is None:
         forward: Forward = layer.forward
         return forward
     if use_fallback:
-        return hook.original
+        return mark.original
     raise KernelLayerError(
-        f"kernel layer {repo} for {hook.layer_name!r} does not support {lacking}, which "
+        f"kernel layer {repo} for {mark.layer_name!r} does not support {lacking}, which "
         f"mode {mode_text(mode)} needs, and use_fallback=False forbids the original forward",
         hint="map a kernel that supports it for this mode, or allow the original with "
         "use_fallback=True",
@@ -164,13 +166,13 @@ def kernelize(
     target = parse_target(device) if device is not None else _model_target(model)
     disabled = kernel_mapping_disabled()
     for module in model.modules():
-        hook = hook_of(type(module).forward)
-        if hook is None:
+        mark = mark_of(type(module).forward)
+        if mark is None:
             continue
         chosen = (
-            hook.original
+            mark.original
             if disabled
-            else _choose(hook, target, mode, use_fallback and hook.use_fallback)
+            else _choose(mark, target, mode, use_fallback and mark.use_fallback)
         )
         module.forward = MethodType(chosen, module)
     return model

@@ -91,7 +91,7 @@ def use_kernel_func_from_hub(
         raise ValueError(f"func_name must be a non-empty string, got {func_name!r}")
 
     def decorate(func: Callable[..., Any]) -> nn.Module:
-        from ._hooks import replace_kernel_forward_from_hub
+        from ._marking import replace_kernel_forward_from_hub
 
         if not callable(func) or isinstance(func, type):
             raise TypeError(f"use_kernel_func_from_hub decorates functions, got {func!r}")

@@ -1,43 +1,22 @@
 """Marking layers whose ``forward`` a kernel may replace.
 
 Marking gives a class a ``forward`` that dispatches each call to the kernel layer the
-mapping picks (see ``_dispatch``). Importing this module imports no torch: a library can
-import the decorator before torch, and marking a class (an ``nn.Module``, so torch is
-loaded by then) loads the dispatcher.
+mapping picks (see ``_dispatch``) and carries a :class:`~._mark.LayerMark`, the record of
+the marking. Importing this module imports no torch: a library can import the decorator
+before torch, and marking a class (an ``nn.Module``, so torch is loaded by then) loads
+the dispatcher.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
+
+from ._mark import Forward, LayerMark, ModuleT, mark_of, put_mark
 
 if TYPE_CHECKING:
     from torch import nn
-
-_HOOK_ATTR = "__flashhub_layer__"
-ModuleT = TypeVar("ModuleT", bound="nn.Module")
-Forward = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class Hook:
-    """What marking a class recorded: its layer name, original forward and fallback rule."""
-
-    layer_name: str
-    owner: type[nn.Module]
-    original: Forward
-    use_fallback: bool
-    # Layer classes already checked against ``owner``; a set add is atomic, and a
-    # duplicate check in a race is harmless.
-    validated: set[type[nn.Module]] = field(default_factory=set, compare=False, repr=False)
-
-
-def hook_of(forward: object) -> Hook | None:
-    """The mark of a marked class's ``forward``; ``None`` for any other function."""
-    hook = getattr(forward, _HOOK_ATTR, None)
-    return hook if isinstance(hook, Hook) else None
 
 
 def replace_kernel_forward_from_hub(
@@ -65,16 +44,16 @@ def replace_kernel_forward_from_hub(
     original: Forward = cls.forward
     if original is nn.Module.forward:
         raise TypeError(f"{cls.__qualname__} defines no forward to replace")
-    marked = hook_of(original)
-    if marked is not None:
-        original = marked.original
-    hook = Hook(layer_name, cls, original, use_fallback)
+    earlier = mark_of(original)
+    if earlier is not None:
+        original = earlier.original
+    mark = LayerMark(layer_name, cls, original, use_fallback)
 
     def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        return dispatch(hook, self, args, kwargs)
+        return dispatch(mark, self, args, kwargs)
 
     functools.update_wrapper(forward, original)  # name, docs, and __wrapped__ for inspect
-    setattr(forward, _HOOK_ATTR, hook)
+    put_mark(forward, mark)
     cls.forward = forward
 
 
