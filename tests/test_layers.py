@@ -12,10 +12,12 @@ import ast
 import asyncio
 import copy
 import json
+import logging
 import pickle
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,11 @@ from torch import nn
 import flashhub_kernels
 from cdn_server import CdnServer
 from conftest import run_python
-from flashhub_kernels.errors import KernelLayerError, LayerValidationError
+from flashhub_kernels.errors import (
+    KernelLayerError,
+    KernelWithoutBackwardWarning,
+    LayerValidationError,
+)
 from flashhub_kernels.layers import (
     BaseLayerRepository,
     CUDAProperties,
@@ -1045,6 +1051,62 @@ def test_a_layer_needs_can_torch_compile_for_compiled_runs(tmp_path: Path) -> No
         pytest.raises(KernelLayerError, match=r"in mode INFERENCE\|TORCH_COMPILE"),
     ):
         kernelize(model, mode=Mode.INFERENCE)
+
+
+def test_training_a_model_kernelized_for_inference_warns_once_per_kernel_layer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = local_layers(tmp_path / "a", "a", layer_name="NoBackward")
+    b = local_layers(tmp_path / "b", "b", layer_name="NoBackward")
+    model = nn.Sequential(nn.Linear(8, 16), HubSiluAndMul(), nn.Linear(8, 16), HubSiluAndMul())
+    x = torch.randn(2, 8)
+    with use_kernel_mapping(cpu_mapping(a)):
+        kernelize(model, mode=Mode.INFERENCE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.eval()(x)  # inference: nothing to say
+        with torch.no_grad():
+            model.train()(x)  # no gradients, so no backward is needed
+        model.train()(x)
+        model(x)  # two layers, two calls: one warning for the kernel layer class
+    (warning,) = [w for w in caught if issubclass(w.category, KernelWithoutBackwardWarning)]
+    assert "has_backward = False" in str(warning.message)
+    assert "kernelize(model, mode=Mode.TRAINING)" in str(warning.message)
+    assert calls(a) == ["a"] * 8  # it warns; the kernel it was given still runs
+    with use_kernel_mapping(cpu_mapping(b)):
+        kernelize(model, mode=Mode.INFERENCE)
+        kernelize(model, mode=Mode.TRAINING)  # the original again: no check left behind
+    caplog.set_level(logging.WARNING, logger="flashhub_kernels")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(x)
+        assert (model[1].n_calls, model[3].n_calls) == (1, 1)
+        with use_kernel_mapping(cpu_mapping(b)):
+            kernelize(model, mode=Mode.INFERENCE)
+        model(x)  # the warning is an error here: it is logged, and forward still runs
+    assert calls(b) == ["b", "b"]
+    assert "KernelWithoutBackwardWarning" in caplog.text and "NoBackward" in caplog.text
+
+
+def test_torch_compile_fullgraph_without_kernelize_says_to_kernelize_first(
+    mode_repos: dict[str, LocalLayerRepository], tmp_path: Path, x: torch.Tensor
+) -> None:
+    torch.compiler.reset()  # no compiled code of an earlier test's marked forward
+    mapping = cpu_mapping({Mode.INFERENCE | Mode.TORCH_COMPILE: mode_repos["compile"]})
+    with use_kernel_mapping(mapping):
+        with pytest.raises(RuntimeError, match=r"call kernelize\(\) before torch\.compile"):
+            torch.compile(HubSiluAndMul().eval(), backend="eager", fullgraph=True)(x)
+        model = kernelize(nn.Sequential(HubSiluAndMul()).eval(), device="cpu")
+        out = torch.compile(model, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(out, reference_silu_and_mul(x))
+    assert calls(mode_repos["compile"]) == ["compile"]
+    no_backward = local_layers(tmp_path, "nb", layer_name="NoBackward")
+    with use_kernel_mapping(cpu_mapping(no_backward)):
+        model = kernelize(nn.Sequential(HubSiluAndMul()), device="cpu")
+    # training with gradients: the check of a kernel layer without backward stays out of
+    # the graph, so fullgraph compiles
+    torch.compile(model, backend="eager", fullgraph=True)(x)
+    assert calls(no_backward) == ["nb"]
 
 
 # -- register_kernel_mapping(inherit_mapping=False) ----------------------------------------

@@ -184,3 +184,15 @@ class RollbackError(IntegrityError):
 
     Also an :class:`IntegrityError` (and so an ``ImportError``).
     """
+
+
+class KernelWithoutBackwardWarning(UserWarning):
+    """A kernel layer that declares no backward (``has_backward = False``) runs in a
+    module that is training with gradients enabled: ``kernelize`` chose it for
+    ``Mode.INFERENCE`` and the model was trained afterwards.
+
+    Issued once per kernel layer class and process; the kernel still runs. Kernelize
+    again with ``Mode.TRAINING`` before training. Where the warning filters make it an
+    error (``python -W error``), it is logged on the ``flashhub_kernels`` logger instead:
+    it never fails the forward.
+    """

@@ -2,8 +2,11 @@
 
 A marked class's ``forward`` looks up, on every call, the mapping in effect for the
 input's device and the module's mode and runs the kernel layer's ``forward`` with the
-module as ``self`` (or the original ``forward``). :func:`kernelize` makes that decision
-once per module instead, by binding the chosen ``forward`` to the instance.
+module as ``self`` (or the original ``forward``). Under ``torch.compile`` that lookup
+runs outside the graph, and ``fullgraph=True`` fails with a message to kernelize first.
+:func:`kernelize` makes the decision once per module instead, by binding the chosen
+``forward`` to the instance; a kernel layer without backward bound for inference gets a
+check that warns when the module is trained after all.
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from types import MethodType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
+from .._callers import warn_at_caller
 from .._config import kernel_mapping_disabled
-from ..errors import KernelLayerError
+from ..errors import KernelLayerError, KernelWithoutBackwardWarning
 from ._device import Device
 from ._mapping import Mode, check_request, current_mapping, mode_text, select_repository
 from ._mark import Forward, LayerMark, ModuleT, mark_of
@@ -51,17 +55,56 @@ def dispatch(
         return mark.original(module, *args, **kwargs)
     tensor = _first_tensor(args, kwargs)
     target = target_of(tensor.device) if tensor is not None else None
-    forward = _choose(mark, target, _runtime_mode(module), mark.use_fallback)
+    # The mode is taken here, in the traced code: outside it torch.compile is not compiling.
+    mode = _runtime_mode(module)
+    choose = _choose_outside_graph if Mode.TORCH_COMPILE in mode else _choose
+    forward = choose(mark, target, mode, mark.use_fallback)
     return forward(module, *args, **kwargs)
 
 
 def _choose(mark: LayerMark, target: Target | None, mode: Mode, use_fallback: bool) -> Forward:
     """The kernel layer's forward for ``target`` and ``mode``, else the original one."""
+    layer = _choose_layer(mark, target, mode, use_fallback)
+    forward: Forward = mark.original if layer is None else layer.forward
+    return forward
+
+
+FuncT = TypeVar("FuncT", bound=Forward)
+
+_KERNELIZE_FIRST = (
+    "flashhub_kernels: a marked layer that is not kernelized looks its kernel up on each "
+    "call, which torch.compile cannot trace; call kernelize() before torch.compile, "
+    "e.g. kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)"
+)
+
+
+def _outside_graph(func: FuncT) -> FuncT:
+    """``func``, run eagerly under torch.compile: the graph breaks around it, and with
+    ``fullgraph=True`` compiling fails, naming the reason to kernelize first."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None:  # torch 2.0: nothing compiles it, so nothing to keep it out of
+        return func
+    try:
+        outside: FuncT = disable(func, reason=_KERNELIZE_FIRST)
+    except TypeError:  # an older torch.compiler.disable takes no reason
+        outside = disable(func)
+    return outside
+
+
+# Reading the mapping's ContextVar cannot be traced, and loading a kernel has no place in
+# a graph: under torch.compile the whole choice runs outside it.
+_choose_outside_graph = _outside_graph(_choose)
+
+
+def _choose_layer(
+    mark: LayerMark, target: Target | None, mode: Mode, use_fallback: bool
+) -> type[nn.Module] | None:
+    """The kernel layer to run for ``target`` and ``mode``; ``None`` for the original."""
     entries = current_mapping().get(mark.layer_name)
     selected = select_repository(entries, target, mode) if entries and target else None
     if selected is None:
         if use_fallback:
-            return mark.original
+            return None
         where = f"device {str(target)!r}" if target else "an input without tensors"
         raise KernelLayerError(
             f"no kernel layer is mapped for {mark.layer_name!r} on {where} in mode "
@@ -77,10 +120,9 @@ def _choose(mark: LayerMark, target: Target | None, mode: Mode, use_fallback: bo
     _check_registered_mode(layer, repo, key, mark.layer_name)
     lacking = _lacking_support(layer, mode)
     if lacking is None:
-        forward: Forward = layer.forward
-        return forward
+        return layer
     if use_fallback:
-        return mark.original
+        return None
     raise KernelLayerError(
         f"kernel layer {repo} for {mark.layer_name!r} does not support {lacking}, which "
         f"mode {mode_text(mode)} needs, and use_fallback=False forbids the original forward",
@@ -158,7 +200,9 @@ def kernelize(
     A kernel layer with ``has_backward = False`` is not used in ``TRAINING`` mode, and
     one without ``can_torch_compile = True`` not under ``TORCH_COMPILE``: the original
     forward is bound instead (``use_fallback=False`` raises). Mapped under a key that
-    names such a mode, it raises ``KernelLayerError``.
+    names such a mode, it raises ``KernelLayerError``. One with ``has_backward = False``
+    bound for inference warns (``KernelWithoutBackwardWarning``, once per layer class)
+    if its module is trained with gradients enabled afterwards.
 
     With ``DISABLE_KERNEL_MAPPING=1`` every marked layer gets its original forward.
     """
@@ -169,10 +213,53 @@ def kernelize(
         mark = mark_of(type(module).forward)
         if mark is None:
             continue
-        chosen = (
-            mark.original
+        layer = (
+            None
             if disabled
-            else _choose(mark, target, mode, use_fallback and mark.use_fallback)
+            else _choose_layer(mark, target, mode, use_fallback and mark.use_fallback)
         )
-        module.forward = MethodType(chosen, module)
+        module.forward = MethodType(mark.original if layer is None else layer.forward, module)
+        _watch_training(module, layer)
     return model
+
+
+# Kernel layer classes whose training warning was issued; a set add is atomic, and a
+# second warning in a race is harmless.
+_warned_no_backward: set[type[nn.Module]] = set()
+
+
+class _TrainingCheck:
+    """Forward pre-hook of a module that ``kernelize`` bound to a kernel layer without
+    backward (only a mode without ``TRAINING`` does that): warns, once per layer class,
+    when the module runs in training mode with gradients enabled."""
+
+    def __init__(self, layer: type[nn.Module]) -> None:
+        self.layer = layer
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        # Skipped while torch.compile traces: a warning cannot be traced, and breaking
+        # the graph for it would fail fullgraph=True.
+        if _compiling() or not (module.training and torch.is_grad_enabled()):
+            return
+        if self.layer in _warned_no_backward:
+            return
+        _warned_no_backward.add(self.layer)
+        name = f"{self.layer.__module__}.{self.layer.__qualname__}"
+        warn_at_caller(
+            f"kernel layer {name} has no backward (has_backward = False), but the "
+            f"{type(module).__qualname__} module that runs it is training with gradients "
+            "enabled: kernelize bound it for a mode without Mode.TRAINING, so its gradients "
+            "may be missing or wrong; call kernelize(model, mode=Mode.TRAINING) before "
+            "training, or run it under torch.no_grad()",
+            KernelWithoutBackwardWarning,
+        )
+
+
+def _watch_training(module: nn.Module, layer: type[nn.Module] | None) -> None:
+    """Give ``module`` a training check if ``layer`` has no backward; drop an earlier one."""
+    # Found by type rather than by a kept handle, so a deep copy's check is found too.
+    pre_forward = module._forward_pre_hooks
+    for key in [k for k, check in pre_forward.items() if isinstance(check, _TrainingCheck)]:
+        del pre_forward[key]
+    if layer is not None and not _supports_backward(layer):
+        module.register_forward_pre_hook(_TrainingCheck(layer))
