@@ -424,8 +424,8 @@ def test_cli_help_imports_no_command_module_and_a_command_only_its_own() -> None
         "import sys\nfrom flashhub_kernels.cli import main\n"
         "for argv in (['--help'], ['cache', 'list', '--help']):\n"
         "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-        "    print('loaded:', sorted(m for m in sys.modules if m.startswith('flashhub_kernels.cli.')"
-        " and not m.split('.')[-1].startswith('_')))"
+        "    print('loaded:', sorted(m for m in sys.modules"
+        " if m.startswith('flashhub_kernels.cli.') and not m.split('.')[-1].startswith('_')))"
     )
     loaded = [line for line in run_python(code).splitlines() if line.startswith("loaded: ")]
     assert loaded == ["loaded: []", "loaded: ['flashhub_kernels.cli.cache']"]
