@@ -335,6 +335,7 @@ def test_a_malformed_cdn_url_option_is_a_usage_error() -> None:
     result = flashhub("get", REPO, "--version", "1", "--cdn-url", "http://host:notaport")
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert "hint: check the value of --cdn-url" in result.stderr
 
 
 def test_version_option_prints_the_version() -> None:

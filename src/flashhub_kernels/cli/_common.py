@@ -131,11 +131,10 @@ def apply_settings(args: argparse.Namespace) -> None:
         return
     try:
         configure(**{_SETTINGS[dest][0]: value for dest, value in given.items()})
-    except ConfigError:
-        raise
-    except ValueError as exc:  # a malformed prefix
+    except ValueError as exc:  # its hint names the variable or configure(), not the option
+        message = exc.message if isinstance(exc, FlashhubError) else str(exc)
         options = " and ".join(_SETTINGS[dest][1] for dest in given)
-        raise ConfigError(str(exc), hint=f"check the value of {options}") from None
+        raise ConfigError(message, hint=f"check the value of {options}") from None
 
 
 # --- output ------------------------------------------------------------------------------
