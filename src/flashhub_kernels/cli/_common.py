@@ -126,7 +126,9 @@ _SETTINGS = {
 def apply_settings(args: argparse.Namespace) -> None:
     """``configure()`` the settings given as options; the others stay as the environment
     sets them."""
-    given = {dest: getattr(args, dest) for dest in _SETTINGS if getattr(args, dest, None)}
+    given = {
+        dest: getattr(args, dest) for dest in _SETTINGS if getattr(args, dest, None) is not None
+    }
     if not given:
         return
     try:
