@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import flashhub_kernels as fk
 from cdn_server import CdnServer, drop_after
 from cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
 from conftest import assert_terminal_safe, run_python
@@ -305,6 +306,44 @@ def test_flashhub_v_says_what_the_load_did_without_credentials(cdn: CdnServer) -
     assert "s3cret" not in log
 
 
+def test_v_after_the_subcommand_works_too(cdn: CdnServer) -> None:
+    write_blob_kernel(cdn.root, MIB_BLOB)
+    result = flashhub("get", REPO, "--version", "1", "-v")
+    assert result.returncode == 0, result.stderr
+    assert f"downloaded {REPO}/v1/build/{UNIVERSAL}/tensor_tricks/blob.bin from " in result.stderr
+
+
+def test_cdn_url_and_cache_dir_options_override_the_environment(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    publish_tensor_tricks(cdn.root)
+    elsewhere = tmp_path / "elsewhere"
+    env = {"FLASHHUB_CDN_URL": "http://127.0.0.1:9"}  # nothing listens there
+    options = ["--cdn-url", cdn.url, "--cache-dir", str(elsewhere)]
+
+    got = ok_json(flashhub("get", REPO, "--version", "2", "--json", *options, env=env))
+    listed = ok_json(flashhub("cache", "list", "--json", "--cache-dir", elsewhere))
+    variants = flashhub("variants", REPO, "--version", "2", *options, env=env)
+
+    assert Path(got["path"]).is_relative_to(elsewhere)
+    assert listed["cache_dir"] == str(elsewhere)
+    assert [e["path"] for e in listed["entries"]] == [got["path"]]
+    assert variants.returncode == 0, variants.stderr
+
+
+def test_a_malformed_cdn_url_option_is_a_usage_error() -> None:
+    result = flashhub("get", REPO, "--version", "1", "--cdn-url", "http://host:notaport")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert "hint: check the value of --cdn-url" in result.stderr
+
+
+def test_version_option_prints_the_version() -> None:
+    result = flashhub("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"flashhub {fk.__version__}"
+
+
 # -- usage, help, and the 0.1.2 script ------------------------------------------------------
 
 
@@ -379,6 +418,18 @@ def test_cli_help_imports_neither_torch_nor_requests() -> None:
     )
     # A fresh interpreter: this one has imported torch and requests long since.
     assert run_python(code).strip().splitlines()[-1] == "[]"
+
+
+def test_cli_help_imports_no_command_module_and_a_command_only_its_own() -> None:
+    code = (
+        "import sys\nfrom flashhub_kernels.cli import main\n"
+        "for argv in (['--help'], ['cache', 'list', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "    print('loaded:', sorted(m for m in sys.modules"
+        " if m.startswith('flashhub_kernels.cli.') and not m.split('.')[-1].startswith('_')))"
+    )
+    loaded = [line for line in run_python(code).splitlines() if line.startswith("loaded: ")]
+    assert loaded == ["loaded: []", "loaded: ['flashhub_kernels.cli.cache']"]
 
 
 def test_cli_import_is_light() -> None:

@@ -309,3 +309,28 @@ def test_flashhub_lock_offline_reports_a_stale_lock_and_leaves_it(
     refused_offline(newer_cached, f"{REPO} v3 is in the cache and in the range '>=1,<4'")
     assert lock_state(project) == rewritten
     assert cdn.requests == []
+
+
+def test_download_offline_with_everything_cached_says_so(project: Path, cdn: CdnServer) -> None:
+    assert flashhub("lock", project).returncode == 0
+    assert flashhub("download", project, "--all-variants").returncode == 0
+    cdn.stop()
+
+    text = flashhub("download", project, "--all-variants", env=OFFLINE)
+    document = ok_json(flashhub("download", project, "--json", env=OFFLINE))
+
+    assert text.returncode == 0, text.stderr
+    *entries, summary = text.stdout.splitlines()
+    assert sorted(line.split()[2] for line in entries) == sorted([LOCAL, UNIVERSAL, CUDA])
+    assert all(line.split()[:2] == ["cached", f"{REPO}@v2"] for line in entries), entries
+    assert "already in the cache" in summary and "FLASHHUB_OFFLINE is set" in summary
+    assert [(r["variant"], r["status"]) for r in document["results"]] == [(LOCAL, "cached")]
+
+
+def test_download_offline_with_a_variant_missing_is_refused(project: Path, cdn: CdnServer) -> None:
+    assert flashhub("lock", project).returncode == 0
+    assert flashhub("download", project).returncode == 0  # this machine's variant only
+
+    refused = flashhub("download", project, "--all-variants", env=OFFLINE)
+
+    refused_offline(refused, CUDA, "not in the cache")

@@ -150,3 +150,30 @@ def test_a_lock_timeout_gives_up_with_a_cache_error(big_kernel: CdnServer, cache
     assert "lock" in output.lower()
     assert took < 30  # gave up, did not wait for the first child
     assert len(big_kernel.gets("big.bin")) == 1
+
+
+def test_ctrl_c_in_flashhub_get_prints_the_message_only_and_exits_130(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    reached = threading.Event()
+    big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flashhub_kernels", "get", REPO, "--version", "1"],
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reached.wait(60), "the child never reached the fault"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "Traceback" not in err, err
+    assert "interrupted" in err and "kept" in err, err
+    assert len(err.splitlines()) <= 2, err
+    assert out == ""
+    assert process.returncode == 130

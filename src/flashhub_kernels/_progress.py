@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple, TextIO
 
 ByteCounter = Callable[[int], object]
 
@@ -61,3 +61,31 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
             bar.total = (bar.total or 0) + nbytes
 
         yield Progress(bar.update, expect if total is None else _ignore)
+
+
+def write_beside_bars(line: str, stream: TextIO) -> None:
+    """Write ``line`` and a newline to ``stream`` (stderr) so that it does not run into
+    a progress bar: the bars on the terminal are cleared first and drawn again below it.
+
+    ``tqdm.write`` would also draw the bars still within their delay, making every
+    download show one.
+    """
+    auto = sys.modules.get("tqdm.auto")  # imported by progress_bar(): else there is no bar
+    if auto is None:
+        stream.write(line + "\n")
+        stream.flush()
+        return
+    bars = auto.tqdm
+    with bars.get_lock():
+        drawn = [bar for bar in list(getattr(bars, "_instances", ())) if _drawn(bar)]
+        for bar in drawn:
+            bar.clear(nolock=True)
+        stream.write(line + "\n")
+        stream.flush()
+        for bar in drawn:
+            bar.refresh(nolock=True)
+
+
+def _drawn(bar: Any) -> bool:
+    """Whether a bar is on the screen: it is drawn once its delay has passed."""
+    return bool(bar.last_print_t >= bar.start_t + bar.delay) and not bar.disable

@@ -1,0 +1,270 @@
+"""What the ``flashhub`` commands share: exit codes, option definitions and argument
+types, output formatting, and running a handler with errors printed, not raised."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from .._config import configure, get_config
+from .._names import check_version, parse_repo_id
+from .._text import escape_controls, escape_message
+from ..errors import ConfigError, FlashhubError
+
+if TYPE_CHECKING:
+    from .._cache import Cache
+    from .._lockfile import Lockfile
+
+Handler = Callable[[argparse.Namespace], int]
+ArgumentAdder = Callable[[argparse.ArgumentParser], None]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+# 128 + the signal, as a shell reports a command the signal ended.
+EXIT_INTERRUPTED = 130  # SIGINT: Ctrl-C
+EXIT_BROKEN_PIPE = 141  # SIGPIPE: the reader of stdout went away (`flashhub ... | head`)
+
+
+class Command(NamedTuple):
+    """A subcommand: the function adding its options, and its handler."""
+
+    add_arguments: ArgumentAdder
+    run: Handler
+
+
+# --- argument types: reject bad values as usage errors (exit 2) ------------------------
+
+
+def repo_id_arg(value: str) -> str:
+    try:
+        parse_repo_id(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def version_arg(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a version number such as 1") from None
+    try:
+        return check_version(number)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# --- options shared by several commands -------------------------------------------------
+
+
+def json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print a JSON document instead")
+
+
+def project_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "project_dir",
+        nargs="?",
+        default=".",
+        type=Path,
+        metavar="PROJECT_DIR",
+        help="the directory holding pyproject.toml and flashhub.lock (default: .)",
+    )
+
+
+def kernel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("repo_id", type=repo_id_arg, metavar="ORG/PKG")
+    parser.add_argument(
+        "--version", type=version_arg, metavar="N", help="default: the newest in versions.json"
+    )
+
+
+def backend_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=("cpu",),
+        help="as if torch ran on the CPU: the CPU builds on a GPU machine (backend='cpu')",
+    )
+
+
+def cdn_url_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cdn-url",
+        metavar="URL",
+        help="the CDN's base URL, or several mirrors separated by commas "
+        "(default: $FLASHHUB_CDN_URL)",
+    )
+
+
+def cache_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache-dir", metavar="DIR", help="the local cache root (default: $FLASHHUB_CACHE_DIR)"
+    )
+
+
+def remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--cdn-url`` and ``--cache-dir``, for a command that reads the CDN and the cache."""
+    cdn_url_argument(parser)
+    cache_dir_argument(parser)
+
+
+# The options that act as configure() does: argparse dest -> (setting, option). "cdn_prefix"
+# is the 0.1.2 script's --prefix (`flashhub publish --prefix` is a path in its output tree).
+_SETTINGS = {
+    "cdn_url": ("cdn_url", "--cdn-url"),
+    "cdn_prefix": ("prefix", "--prefix"),
+    "cache_dir": ("cache_dir", "--cache-dir"),
+}
+
+
+def apply_settings(args: argparse.Namespace) -> None:
+    """``configure()`` the settings given as options; the others stay as the environment
+    sets them."""
+    given = {
+        dest: getattr(args, dest) for dest in _SETTINGS if getattr(args, dest, None) is not None
+    }
+    if not given:
+        return
+    try:
+        configure(**{_SETTINGS[dest][0]: value for dest, value in given.items()})
+    except ValueError as exc:  # its hint names the variable or configure(), not the option
+        message = exc.message if isinstance(exc, FlashhubError) else str(exc)
+        options = " and ".join(_SETTINGS[dest][1] for dest in given)
+        raise ConfigError(message, hint=f"check the value of {options}") from None
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 file``, ``2 files``; ``plural`` for a noun that does not just add an s."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def entries(number: int) -> str:
+    return count(number, "entry", "entries")
+
+
+def print_json(document: object) -> None:
+    print(json.dumps(document, indent=2, sort_keys=True))
+
+
+def size(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "?"
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    value, unit = nbytes / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
+def shown(path: Path) -> str:
+    """A path from the cache, whose names another program may have chosen, made safe."""
+    return escape_controls(str(path))
+
+
+def print_error(message: str, hint: str | None) -> None:
+    print(f"error: {escape_message(message)}", file=sys.stderr)
+    if hint:
+        print(f"  hint: {escape_message(hint)}", file=sys.stderr)
+
+
+# --- what several commands read ------------------------------------------------------------
+
+
+def project_lockfile(project_dir: Path) -> Lockfile:
+    from .._lockfile import LOCKFILE_NAME, read_lockfile
+
+    return read_lockfile(project_dir / LOCKFILE_NAME)
+
+
+def local_cache() -> Cache:
+    from .._cache import Cache
+
+    return Cache.from_config(get_config())
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
+    """Parse, turning argparse's ``SystemExit`` (``--help``, usage errors) into a code."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+
+
+def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(handler: Handler, args: argparse.Namespace) -> int:
+    """Run ``handler`` with the settings its options give; print any error, with its hint
+    and without a traceback, and return the exit code."""
+    try:
+        apply_settings(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except KeyboardInterrupt as exc:  # Ctrl-C: what the download says of it, no traceback
+        print(escape_message(str(exc) or "interrupted"), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    except ConfigError as exc:  # a malformed setting, e.g. FLASHHUB_CDN_URL
+        print_error(exc.message, exc.cli_hint or exc.hint)
+        return EXIT_USAGE
+    except FlashhubError as exc:
+        print_error(exc.message, exc.cli_hint or exc.hint)  # the options, not version=
+        return EXIT_FAILURE
+    except ValueError as exc:  # a malformed argument or setting (LOCAL_KERNELS, trusted keys)
+        print_error(str(exc), None)
+        return EXIT_USAGE
+    except OSError as exc:
+        print_error(str(exc), None)
+        return EXIT_FAILURE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that the output still buffered is not flushed
+    into the closed pipe at exit (which prints "Exception ignored ... BrokenPipeError")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file: nothing is flushed at exit
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+def verbose_argument(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``-v``/``--verbose``, counted, before the command (``top``) or after it: each is
+    counted apart (a subcommand's parser starts its namespace afresh), and added up."""
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        dest="verbose" if top else "verbose_after",
+        default=0 if top else argparse.SUPPRESS,
+        help="say what happens on stderr: -v each step of a load (variant, downloads, "
+        "retries, lock waits), -vv also each HTTP connection",
+    )
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """How many ``-v`` were given, before and after the command."""
+    return int(getattr(args, "verbose", 0)) + int(getattr(args, "verbose_after", 0))

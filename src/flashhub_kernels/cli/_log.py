@@ -1,0 +1,39 @@
+"""``flashhub -v``: the library's log on stderr, written around the progress bars."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+from .._progress import write_beside_bars
+
+
+class _BesideBars(logging.StreamHandler[TextIO]):
+    """A stream handler whose lines start on a line of their own, below any bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            write_beside_bars(self.format(record), self.stream)
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def logging_to_stderr(verbosity: int) -> Iterator[None]:
+    """Show the library's log (silent by default) on stderr for ``-v`` / ``-vv``."""
+    handler = _BesideBars()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    loggers = [logging.getLogger("flashhub_kernels")]
+    if verbosity > 1:
+        loggers.append(logging.getLogger("urllib3"))  # connections, retries
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)

@@ -1,0 +1,207 @@
+"""``flashhub cache list|verify|prune|clear``: the local kernel cache, maintained."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .._text import escape_controls
+from ._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    Command,
+    Handler,
+    cache_dir_argument,
+    count,
+    entries,
+    json_argument,
+    local_cache,
+    print_error,
+    print_json,
+    project_lockfile,
+    shown,
+    size,
+    verbose_argument,
+)
+
+
+def _cache_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="cache_action", metavar="ACTION", required=True)
+    for name, run, help_text in (
+        ("list", _cache_list, "list the cached kernel variants"),
+        ("verify", _cache_verify, "re-hash every cached file against its metadata.json"),
+        ("prune", _cache_prune, "remove damaged entries and leftovers of dead downloads"),
+        ("clear", _cache_clear, "remove every kernel from the cache"),
+    ):
+        action = actions.add_parser(name, help=help_text, description=help_text)
+        action.set_defaults(cache_run=run)
+        if name == "prune":
+            action.add_argument(
+                "--keep-locked",
+                type=Path,
+                metavar="PROJECT_DIR",
+                help="also remove every entry that PROJECT_DIR/flashhub.lock does not pin",
+            )
+        if name == "verify":
+            action.add_argument(
+                "--repair",
+                action="store_true",
+                help="offline, re-stamp entries whose files re-hash right (a copy that lost "
+                "its modification times) and recompile their damaged bytecode",
+            )
+        if name == "clear":
+            action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if name in ("prune", "clear"):
+            action.add_argument(
+                "--force",
+                action="store_true",
+                help="also remove entries that running processes have imported (breaks them)",
+            )
+        cache_dir_argument(action)
+        verbose_argument(action)
+        json_argument(action)
+
+
+def _cache(args: argparse.Namespace) -> int:
+    run: Handler = args.cache_run
+    return run(args)
+
+
+def _cache_list(args: argparse.Namespace) -> int:
+    from .._cache_admin import list_entries
+
+    cache = local_cache()
+    listed = list_entries(cache)
+    if args.json:
+        print_json({"cache_dir": str(cache.root), "entries": [e.to_dict() for e in listed]})
+        return EXIT_OK
+    print(f"cache: {cache.root}")
+    for entry in listed:
+        print(
+            f"  {entry.info} {escape_controls(entry.variant)}: {count(entry.files, 'file')}, "
+            f"{size(entry.size)}, {escape_controls(entry.content_hash or 'no receipt')}"
+        )
+    if not listed:
+        print("  (empty)")
+    return EXIT_OK
+
+
+def _cache_verify(args: argparse.Namespace) -> int:
+    from .._cache_admin import list_entries, untrusted_dirs, verify_entry
+
+    cache = local_cache()
+    untrusted = untrusted_dirs(cache)
+    checked = [
+        (entry, verify_entry(cache, entry, repair=args.repair))
+        for entry in list_entries(cache)
+        if all(entry.path != path for path, _why in untrusted)
+    ]
+    if args.json:
+        print_json(
+            {
+                "cache_dir": str(cache.root),
+                "entries": [
+                    {
+                        **entry.to_dict(),
+                        "ok": verdict.ok,
+                        "problem": verdict.problem,
+                        "repairable": verdict.repairable,
+                        "repaired": verdict.repaired,
+                    }
+                    for entry, verdict in checked
+                ],
+                "untrusted": [{"path": str(p), "problem": reason} for p, reason in untrusted],
+            }
+        )
+    else:
+        for path, reason in untrusted:
+            print(f"{shown(path)}: {reason} (FAILED: a load refuses to trust it)")
+        for entry, verdict in checked:
+            if verdict.repaired:
+                outcome = f"repaired ({verdict.problem})"
+            else:
+                outcome = "ok" if verdict.ok else f"FAILED: {verdict.problem}"
+            signed = f", signed by {entry.signer}" if entry.signer and verdict.ok else ""
+            print(f"{entry.info} {entry.variant}: {outcome}{signed}")
+        refused = count(len(untrusted), "untrusted directory", "untrusted directories")
+        print(f"{entries(len(checked))} checked, {refused}")
+    failed = [verdict for _entry, verdict in checked if not verdict.ok]
+    if untrusted or failed:
+        if not args.json:
+            hint = "`flashhub cache prune` removes them; they are fetched again on use"
+            if any(verdict.repairable for verdict in failed):
+                hint = (
+                    "`flashhub cache verify --repair` repairs the entries whose files are "
+                    "intact (only their modification times or bytecode changed); " + hint
+                )
+            print_error("some cache entries failed verification", hint)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _cache_prune(args: argparse.Namespace) -> int:
+    from .._cache_admin import prune
+
+    lock = project_lockfile(args.keep_locked) if args.keep_locked is not None else None
+    report = prune(local_cache(), keep_locked=lock, force=args.force)
+    if args.json:
+        print_json(report.to_dict())
+        return EXIT_OK
+    for entry, why in report.removed:
+        print(f"removed {entry.info} {entry.variant}: {why}")
+    for path in report.stale:
+        print(f"removed leftover {shown(path)}")
+    _report_skipped(report.busy, report.in_use)
+    print(f"{entries(len(report.removed))} removed, {size(report.bytes_freed)} freed")
+    return EXIT_OK
+
+
+def _report_skipped(busy: list[Path], in_use: list[Path]) -> None:
+    for path in busy:
+        print(f"skipped {shown(path)}: a download is in progress there; run this again later")
+    for path in in_use:
+        print(
+            f"skipped {shown(path)}: in use by a running process that imported it; run this "
+            "again once it has exited, or pass --force to remove it anyway (breaking it)"
+        )
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    from .._cache_admin import clear, list_entries
+
+    cache = local_cache()
+    cached = len(list_entries(cache))
+    if cached and not args.yes:  # with no kernel cached there is nothing to confirm
+        if not sys.stdin.isatty():
+            print(
+                "flashhub cache clear: error: pass --yes to clear the cache without a prompt",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        what = count(cached, "cached kernel variant")
+        answer = input(f"remove {what} from {cache.root}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return EXIT_OK
+    report = clear(cache, force=args.force)
+    if args.json:
+        print_json(
+            {
+                "cache_dir": str(cache.root),
+                "removed": [e.to_dict() for e in report.removed],
+                "skipped_busy": [str(path) for path in report.busy],
+                "skipped_in_use": [str(path) for path in report.in_use],
+            }
+        )
+    else:
+        _report_skipped(report.busy, report.in_use)
+        if cached or report.removed:
+            print(f"removed {entries(len(report.removed))} from {cache.root}")
+        else:
+            print(f"no kernels are cached in {cache.root}; nothing to remove")
+    return EXIT_OK
+
+
+COMMANDS = {"cache": Command(_cache_arguments, _cache)}

@@ -1,0 +1,65 @@
+"""``flashhub-kernel-load``, the 0.1.2 release's script: download a kernel and import it,
+or check that it exists."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    cache_dir_argument,
+    cdn_url_argument,
+    parse,
+    repo_id_arg,
+    run,
+    usage_error,
+    version_arg,
+)
+
+
+def _kernel_load_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flashhub-kernel-load",
+        description="Download a kernel from the CDN and import it, or check that it exists.",
+    )
+    parser.add_argument("repo_id", metavar="REPO", type=repo_id_arg, help="ORG/PKG")
+    parser.add_argument(
+        "--version", type=version_arg, metavar="N", help="required unless --has (newest)"
+    )
+    cdn_url_argument(parser)
+    parser.add_argument(
+        "--prefix",
+        dest="cdn_prefix",
+        metavar="P",
+        help="path prefix on the CDN (default: $FLASHHUB_CDN_PREFIX)",
+    )
+    cache_dir_argument(parser)
+    parser.add_argument(
+        "--has", action="store_true", help="print True/False; exit 0 if the kernel exists, else 1"
+    )
+    return parser
+
+
+def _kernel_load(args: argparse.Namespace) -> int:
+    from .._api import get_kernel, has_kernel
+
+    if args.has:
+        present = has_kernel(args.repo_id, version=args.version)
+        print(present)
+        return EXIT_OK if present else EXIT_FAILURE
+    module = get_kernel(args.repo_id, version=args.version)
+    print(module.__name__)
+    print(module.__file__)
+    return EXIT_OK
+
+
+def kernel_load_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``flashhub-kernel-load REPO --version N [...]``; returns the exit code."""
+    parser = _kernel_load_parser()
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    if args.version is None and not args.has:
+        return usage_error(parser, "--version N is required to load a kernel (or pass --has)")
+    return run(_kernel_load, args)

@@ -1,0 +1,151 @@
+"""``flashhub lock`` and ``flashhub download``: a project's kernels locked, and
+downloaded as locked."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from .._config import get_config
+from ._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    Command,
+    count,
+    json_argument,
+    local_cache,
+    print_json,
+    project_argument,
+    project_lockfile,
+    remote_arguments,
+)
+
+if TYPE_CHECKING:
+    from .._lock import LockedDownload
+    from .._lockfile import Lockfile
+
+
+def _variant_arg(value: str) -> str:
+    from .._lockfile import check_lockable_variant
+
+    try:
+        return check_lockable_variant(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _lock_arguments(parser: argparse.ArgumentParser) -> None:
+    project_argument(parser)
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        dest="variants",
+        type=_variant_arg,
+        metavar="NAME",
+        help="for versions without variants.json, also lock this variant (repeatable; "
+        "adds to [tool.flashhub] variants), e.g. torch212-cxx11-cu126-x86_64-linux",
+    )
+    parser.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="accept a lower version than the lock pins, or than this machine has seen "
+        "listed in versions.json (refused by default: a CDN replaying an old versions.json "
+        "looks like that)",
+    )
+    remote_arguments(parser)
+    json_argument(parser)
+
+
+def _lock(args: argparse.Namespace) -> int:
+    from .._lock import lock_project
+
+    # Offline, lock_project checks the existing lock against the cache and writes nothing.
+    written = not get_config().offline
+    lock = lock_project(
+        args.project_dir, variants=args.variants, allow_downgrade=args.allow_downgrade
+    )
+    if args.json:
+        print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
+        return EXIT_OK
+    for repo_id, locked in sorted(lock.kernels.items()):
+        wanted = locked.specifier or "any version"
+        variants = count(len(locked.variants), "variant")
+        probed = ", probed: no variants.json" if locked.probed else ""
+        print(f"{repo_id} {wanted}: v{locked.version} ({variants}{probed})")
+    if written:
+        print(f"wrote {lock.source}")
+    else:
+        print(f"{lock.source} is up to date as far as the cache knows (FLASHHUB_OFFLINE is set)")
+    return EXIT_OK
+
+
+def _download_arguments(parser: argparse.ArgumentParser) -> None:
+    project_argument(parser)
+    parser.add_argument(
+        "--all-variants",
+        action="store_true",
+        help="every locked variant, not only this system's (to bake a cache for several targets)",
+    )
+    remote_arguments(parser)
+    json_argument(parser)
+
+
+def _download(args: argparse.Namespace) -> int:
+    from .._lock import download_locked
+
+    lock = project_lockfile(args.project_dir)
+    offline = get_config().offline
+    if offline:
+        results = _cached_as_locked(lock, all_variants=args.all_variants)
+    else:
+        results = download_locked(lock, all_variants=args.all_variants)
+    if args.json:
+        print_json({"lockfile": lock.source, "results": [r.to_dict() for r in results]})
+    for result in results:
+        where = f"{result.repo_id}@v{result.version} {result.variant or '(no variant)'}"
+        if result.error is not None:
+            print(f"error: {where}: {result.error}", file=sys.stderr)
+        elif not args.json:
+            print(f"{result.status:<10} {where}  {result.path}")
+    if offline and not args.json:
+        print(
+            f"everything {lock.source} pins is already in the cache "
+            "(FLASHHUB_OFFLINE is set: nothing was downloaded)"
+        )
+    return EXIT_FAILURE if any(r.error is not None for r in results) else EXIT_OK
+
+
+def _cached_as_locked(lock: Lockfile, *, all_variants: bool) -> list[LockedDownload]:
+    """Offline: the locked variants a download would fetch, all found in the cache with
+    the locked content; else an :class:`~flashhub_kernels.errors.OfflineError` naming
+    those that are not."""
+    from .._lock import LockedDownload, cached_entry, locked_variant
+    from .._store import target_system
+    from ..errors import OfflineError
+
+    cache = local_cache()
+    system = None if all_variants else target_system(None)
+    results, missing = [], []
+    for repo_id, locked in sorted(lock.kernels.items()):
+        variants = sorted(locked.variants) if system is None else [locked_variant(locked, system)]
+        for variant in variants:
+            entry, why = cached_entry(cache, locked, variant)
+            if entry is None:
+                missing.append(f"{repo_id}@v{locked.version} {variant}: {why}")
+            else:
+                results.append(LockedDownload(repo_id, locked.version, variant, "cached", entry))
+    if missing:
+        raise OfflineError(
+            "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set; "
+            "not cached as locked:\n  " + "\n  ".join(missing),
+            hint="unset FLASHHUB_OFFLINE",
+        )
+    return results
+
+
+COMMANDS = {
+    "lock": Command(_lock_arguments, _lock),
+    "download": Command(_download_arguments, _download),
+}

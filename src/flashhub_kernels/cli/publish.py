@@ -1,0 +1,97 @@
+"""``flashhub publish``: a kernel build turned into the CDN tree of one version."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from .._config import DEFAULT_PREFIX, normalize_prefix
+from .._text import escape_controls
+from ._common import EXIT_OK, Command, count, print_json, repo_id_arg, size, version_arg
+
+if TYPE_CHECKING:
+    from .._publish import PublishReport
+
+
+def _prefix_arg(value: str) -> str:
+    try:
+        return normalize_prefix(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _publish_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "build_dir",
+        metavar="KERNEL_BUILD_DIR",
+        help="a build directory holding <variant>/<py_pkg>/, or a kernel directory holding build/",
+    )
+    parser.add_argument("--repo-id", required=True, type=repo_id_arg, metavar="ORG/PKG")
+    parser.add_argument("--version", required=True, type=version_arg, metavar="N")
+    parser.add_argument("--out", required=True, metavar="CDN_ROOT", help="root of the CDN tree")
+    parser.add_argument(
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        type=_prefix_arg,
+        metavar="P",
+        help=f"path under CDN_ROOT (default: {DEFAULT_PREFIX!r}, as the client expects)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace the version if it holds different content"
+    )
+    parser.add_argument(
+        "--sign",
+        action="append",
+        metavar="KEYFILE",
+        help="sign metadata.json, variants.json and versions.json with this private key "
+        "(from `flashhub keygen`), writing .sig files beside them; repeat it to sign with "
+        "several keys, e.g. the old and the new one while keys are rotated",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _publish(args: argparse.Namespace) -> int:
+    import warnings
+
+    from .._publish import publish
+    from ..errors import SharedNativeLibraryWarning
+
+    with warnings.catch_warnings():  # the report says it, without a warning's source line
+        warnings.simplefilter("ignore", SharedNativeLibraryWarning)
+        report = publish(
+            args.build_dir,
+            repo_id=args.repo_id,
+            version=args.version,
+            out=args.out,
+            prefix=args.prefix,
+            force=args.force,
+            sign=args.sign,
+        )
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(_describe_publish(report))
+    return EXIT_OK
+
+
+def _describe_publish(report: PublishReport) -> str:
+    where = f"{report.repo_id}@v{report.version} at {report.version_dir}"
+    shared = [
+        f"warning: {escape_controls(library.describe(report.repo_id, report.version))}"
+        for library in report.shared_natives
+    ]
+    if report.noop:
+        return "\n".join(
+            [f"{where} is already published with identical content; nothing written", *shared]
+        )
+    lines = [f"{'replaced' if report.replaced else 'published'} {where}"]
+    lines += [f"  {v.name}: {count(v.files, 'file')}, {size(v.bytes)}" for v in report.variants]
+    lines.append(f"wrote {count(len(report.written), 'file')} ({size(report.bytes_written)})")
+    lines.append(f"versions.json: {list(report.versions)}")
+    if report.signed_by:
+        keys = "key" if len(report.signed_by) == 1 else "keys"
+        lines.append(f"signed with {keys} {', '.join(report.signed_by)}")
+    return "\n".join(lines + shared)
+
+
+COMMANDS = {"publish": Command(_publish_arguments, _publish)}

@@ -1,0 +1,84 @@
+"""The ``flashhub`` command as a real process, where the process itself is the point: its
+output piped into a reader that stops early, and its log on a terminal that shows
+progress bars. Ctrl-C is tested in test_interrupt.py."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import threading
+
+from cdn_server import CdnServer, slowly
+from projects import REPO, UNIVERSAL
+from trees import kernel_files, write_blob_kernel, write_variant
+
+FLASHHUB = [sys.executable, "-m", "flashhub_kernels"]
+
+
+def test_output_into_a_pipe_closed_early_exits_quietly(cdn: CdnServer) -> None:
+    # `flashhub info ... | head -1`: far more output than a pipe buffers.
+    files = {f"tensor_tricks/data_{i:04}.bin": b"x" for i in range(3000)}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, {**kernel_files("tensor_tricks", "m"), **files})
+    process = subprocess.Popen(
+        [*FLASHHUB, "info", REPO, "--version", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()  # the reader goes away, as `head -1` does
+    err = process.stderr.read()
+    code = process.wait(timeout=120)
+    assert first.startswith(f"{REPO}@v1 on "), first + err
+    assert err == ""  # no "Broken pipe", no "Exception ignored"
+    assert code == 141  # 128 + SIGPIPE, as a shell reports a command its pipe ended
+
+
+def read_all(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed the terminal's last handle
+            return
+        if not chunk:
+            return
+        into.append(chunk)
+
+
+def test_v_log_lines_on_a_terminal_start_their_own_line_beside_a_bar(cdn: CdnServer) -> None:
+    cdn.inject(write_blob_kernel(cdn.root, bytes(3 << 20)), slowly(2.0))  # a bar appears
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k != "FLASHHUB_DISABLE_PROGRESS_BARS"}
+    process = subprocess.Popen(
+        [*FLASHHUB, "-v", "get", REPO, "--version", "1"],
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        env={**env, "PYTHONWARNINGS": "ignore"},
+    )
+    os.close(terminal)
+    received: list[bytes] = []
+    reader = threading.Thread(target=read_all, args=(controller, received), daemon=True)
+    reader.start()
+    try:
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reader.join(10)
+        os.close(controller)
+        assert process.stdout is not None
+        process.stdout.close()
+    screen = b"".join(received).decode()
+    assert re.search(r"\d+%\|", screen), screen  # a bar was drawn
+    starts = [m.start() for m in re.finditer("flashhub_kernels: ", screen)]
+    assert any("downloaded" in screen[s : s + 40] for s in starts), screen
+    for start in starts:
+        assert start == 0 or screen[start - 1] in "\r\n", repr(screen[max(0, start - 80) : start])
