@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from ._config import DEFAULT_PREFIX, normalize_prefix
+from ._filesystem import write_atomic
 from ._hashing import CHUNK_SIZE, HashingWriter, sha256_file
 from ._kernel_dir import NATIVE_SUFFIXES
 from ._manifest import (
@@ -758,7 +759,7 @@ def _sign_in_place(document: _Document, path: Path, keys: Sequence[SigningKey]) 
     sig_path = _sig_path(path)
     if sig_path.is_file() and sig_path.read_bytes() == signed:
         return None
-    _write_atomic(sig_path, signed)
+    write_atomic(sig_path, signed)
     return sig_path
 
 
@@ -1008,24 +1009,12 @@ def _write_versions(
             with contextlib.suppress(SignatureError):  # a malformed old .sig vouches for nothing
                 entries = [*parse_signatures(old_sig, source=str(sig_path))]
                 entries += parse_signatures(signed, source=str(sig_path))
-                _write_atomic(sig_path, dump_signatures(entries))
+                write_atomic(sig_path, dump_signatures(entries))
     if data != old:
-        _write_atomic(path, data)
+        write_atomic(path, data)
         written.append(path)
     if signed is not None and signed != old_sig:
-        _write_atomic(sig_path, signed)
+        write_atomic(sig_path, signed)
         written.append(sig_path)
     return written
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` in one rename: readers see the old or the new bytes."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), FILE_MODE)
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
