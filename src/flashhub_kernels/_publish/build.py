@@ -30,6 +30,8 @@ _WRITTEN_KEYS = frozenset({"digest", "sizes"})
 
 @dataclass(frozen=True)
 class VariantBuild:
+    """One variant of the build: its files and the ``metadata.json`` to publish."""
+
     name: str
     files: Mapping[str, SourceFile]  # relative to the variant dir, '/' separated
     metadata: bytes
@@ -55,6 +57,7 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
 
 
 def variant_dirs(build_dir: Path) -> list[Path]:
+    """The variant directories of ``build_dir`` (or of its ``build/``), checked."""
     if not build_dir.is_dir():
         raise PublishError(
             f"{build_dir} is not a directory",
@@ -80,6 +83,7 @@ def variant_dirs(build_dir: Path) -> list[Path]:
 
 
 def scan_variant(variant_dir: Path, py_pkg: str) -> VariantBuild:
+    """Read and hash the files of one variant directory."""
     name = variant_dir.name
     try:
         parse_variant(name)
@@ -177,6 +181,7 @@ def _metadata_bytes(
 
 
 def version_tree(builds: list[VariantBuild]) -> dict[str, bytes | SourceFile]:
+    """What goes into the version directory: ``variants.json`` and each variant."""
     tree: dict[str, bytes | SourceFile] = {VARIANTS: dump_json(sorted(b.name for b in builds))}
     for build in builds:
         tree[f"build/{build.name}/{METADATA}"] = build.metadata
@@ -185,6 +190,7 @@ def version_tree(builds: list[VariantBuild]) -> dict[str, bytes | SourceFile]:
 
 
 def variant_report(build: VariantBuild) -> VariantReport:
+    """The report of one published variant."""
     digests = {rel: src.digest for rel, src in build.files.items()}
     return VariantReport(
         name=build.name,

@@ -15,6 +15,7 @@ from .signatures import is_version_signature
 
 
 def expected_digests(tree: Tree) -> dict[str, bytes]:
+    """The sha256 of each file of ``tree``."""
     return {
         rel: hashlib.sha256(item).digest() if isinstance(item, bytes) else item.digest
         for rel, item in tree.items()
@@ -43,6 +44,7 @@ def existing_digests(version_dir: Path) -> dict[str, bytes] | None:
 
 
 def describe_difference(existing: Mapping[str, bytes] | None, expected: Mapping[str, bytes]) -> str:
+    """How the files in place (``existing``) differ from those to publish, in words."""
     if existing is None:
         return "it holds a symlink or a special file"
     changed = sorted(

@@ -32,4 +32,5 @@ Tree = Mapping[str, bytes | SourceFile]
 
 
 def hash_file(path: Path) -> SourceFile:
+    """``path`` as a :class:`SourceFile`, hashed now."""
     return SourceFile(path, sha256_file(path), path.stat().st_size)

@@ -173,6 +173,7 @@ def is_version_signature(rel: str) -> bool:
 
 
 def signature_path(path: Path) -> Path:
+    """Where the ``.sig`` of the document at ``path`` goes."""
     return path.with_name(path.name + SIG_SUFFIX)
 
 
