@@ -205,7 +205,6 @@ def test_second_commit_of_an_entry_is_dropped(tmp_path: Path) -> None:
     assert not second.exists()
 
 
-
 def test_a_failed_index_write_leaves_the_old_index_and_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +227,7 @@ def test_a_failed_index_write_leaves_the_old_index_and_no_temporary_file(
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
     monkeypatch.undo()
     assert stat.S_IMODE((directory / "variants-index.json").stat().st_mode) == 0o644
+
 
 # -- bytecode in an entry ---------------------------------------------------------------------
 

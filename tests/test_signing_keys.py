@@ -146,6 +146,7 @@ def test_keygen_without_force_never_replaces_a_key_that_appears_meanwhile(
     assert keyfile.read_bytes() == theirs
     assert sorted(p.name for p in tmp_path.iterdir()) == ["release.key"]
 
+
 def test_keygen_json(tmp_path: Path) -> None:
     report = ok_json(flashhub("keygen", "--out", tmp_path / "k", "--json"))
     assert set(report) == {"key_id", "public_key", "private_key_file", "public_key_file"}

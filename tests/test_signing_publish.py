@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli_runner import flashhub, ok_json
-from flashhub_kernels._publish import writing as publish_writing
 from flashhub_kernels._publish import publish, sign_tree
+from flashhub_kernels._publish import writing as publish_writing
 from flashhub_kernels._signing import (
     DocumentKind,
     SigningKey,
