@@ -16,6 +16,7 @@ import pytest
 
 from builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
 from cli_runner import flashhub
+from flashhub_kernels.errors import UndeclaredDependencyWarning
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -113,6 +114,28 @@ def test_main_in_process(kernel: Path, tmp_path: Path) -> None:
     )
     assert missing.returncode == 1
     assert "not a directory" in missing.stderr
+
+
+def test_cli_publish_of_a_variant_directory_names_the_directory_to_pass(
+    kernel: Path, tmp_path: Path
+) -> None:
+    args = ("--repo-id", REPO, "--version", "1", "--out", tmp_path / "cdn")
+    result = flashhub("publish", kernel / "build" / CPU, *args)
+    assert result.returncode == 1
+    assert "is the variant directory of the variant" in result.stderr
+    assert f"hint: pass {kernel}, the directory that holds build/" in result.stderr
+    assert flashhub("publish", kernel, *args).returncode == 0
+
+
+def test_cli_publish_json_lists_undeclared_imports(kernel: Path, tmp_path: Path) -> None:
+    (package_dir(kernel) / "extra.py").write_text("import numpy\n")
+    args = ("--repo-id", REPO, "--version", "1", "--out", tmp_path / "cdn", "--json")
+    with pytest.warns(UndeclaredDependencyWarning, match="imports numpy"):
+        result = flashhub("publish", kernel, *args)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["undeclared_imports"] == [
+        {"module": "numpy", "file": f"build/{CPU}/my_kern/extra.py", "line": 1}
+    ]
 
 
 def test_cli_publish_reports_a_native_library_of_an_earlier_version(

@@ -35,7 +35,7 @@ signs, :mod:`.writing` writes; :mod:`.publisher` runs them in order.
 from __future__ import annotations
 
 from .publisher import publish
-from .report import PublishReport, SharedNativeLibrary, VariantReport
+from .report import PublishReport, SharedNativeLibrary, UndeclaredImport, VariantReport
 from .signatures import KeySource, SignReport, sign_tree
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "PublishReport",
     "SharedNativeLibrary",
     "SignReport",
+    "UndeclaredImport",
     "VariantReport",
     "publish",
     "sign_tree",

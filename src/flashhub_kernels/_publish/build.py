@@ -35,6 +35,7 @@ class VariantBuild:
     name: str
     files: Mapping[str, SourceFile]  # relative to the variant dir, '/' separated
     metadata: bytes
+    python_depends: tuple[str, ...]  # as its own metadata.json lists them
 
 
 def _is_junk(name: str) -> bool:
@@ -64,6 +65,8 @@ def variant_dirs(build_dir: Path) -> list[Path]:
             hint="pass a build directory (<variant>/<py_pkg>/...) or a kernel directory "
             "that contains build/",
         )
+    if not (build_dir / "build").is_dir():
+        _refuse_a_variant(build_dir)
     root = build_dir / "build" if (build_dir / "build").is_dir() else build_dir
     dirs: list[Path] = []
     for entry in _entries(root):
@@ -80,6 +83,32 @@ def variant_dirs(build_dir: Path) -> list[Path]:
             hint="build the kernel first; expected <variant>/<py_pkg>/__init__.py under it",
         )
     return dirs
+
+
+def _refuse_a_variant(build_dir: Path) -> None:
+    """Refuse a directory one or two levels too deep: a variant's, or its package's,
+    naming the directory to pass instead."""
+    for variant, what in ((build_dir, "variant"), (build_dir.parent, "package")):
+        if _is_variant_name(variant.name):
+            builds = variant.parent
+            wanted, holding = (
+                (builds.parent, "build/")
+                if builds.name == "build"
+                else (builds, f"{variant.name}/")
+            )
+            raise PublishError(
+                f"{build_dir} is the {what} directory of the variant {variant.name}, not a "
+                "build: publish takes all the variants at once",
+                hint=f"pass {wanted}, the directory that holds {holding}",
+            )
+
+
+def _is_variant_name(name: str) -> bool:
+    try:
+        parse_variant(name)
+    except VariantNameError:
+        return False
+    return True
 
 
 def scan_variant(variant_dir: Path, py_pkg: str) -> VariantBuild:
@@ -100,7 +129,8 @@ def scan_variant(variant_dir: Path, py_pkg: str) -> VariantBuild:
         files = {
             rel: hash_file(path) for rel, path in _walk(_package_dir(variant_dir, py_pkg), py_pkg)
         }
-    return VariantBuild(name, files, _metadata_bytes(name, files, extra))
+    depends = _python_depends(extra, metadata)
+    return VariantBuild(name, files, _metadata_bytes(name, files, extra), depends)
 
 
 def _is_flattened(variant_dir: Path) -> bool:
@@ -165,6 +195,18 @@ def _read_build_metadata(path: Path) -> dict[str, object]:
             hint="fix it or delete it; publish writes the file digests itself",
         )
     return {k: v for k, v in document.items() if k not in _WRITTEN_KEYS}
+
+
+def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ...]:
+    """The ``python-depends`` of a build's own ``metadata.json``: the Python packages the
+    kernel needs besides torch, as kernel builders write them."""
+    depends = metadata.get("python-depends", [])
+    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+        raise PublishError(
+            f'"python-depends" in {path} must be a list of package names',
+            hint='write it as "python-depends": ["einops"], or leave it out',
+        )
+    return tuple(depends)
 
 
 def _metadata_bytes(

@@ -1,10 +1,13 @@
-"""Checks of a build before it is published: its imports, and the native libraries it
-shares with versions already published."""
+"""Checks of a build before it is published: its imports (none of the kernel itself by
+name, none of a package it does not declare), and the native libraries it shares with
+versions already published."""
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import re
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -13,29 +16,48 @@ from .._manifest import Manifest, parse_metadata
 from ..errors import ManifestError, PublishError
 from .build import VariantBuild
 from .layout import METADATA, VERSION_DIR
-from .report import SharedNativeLibrary
+from .report import SharedNativeLibrary, UndeclaredImport
 
 # Top-level modules a kernel must never import absolutely: itself (under its build name)
 # and the import hook's namespace, under which the kernel really lives once loaded.
 _HOOK_ROOT = "flashhub"
+# What a kernel imports without declaring it (its own package, by name, is refused).
+_PROVIDED = frozenset({*sys.stdlib_module_names, "torch", _HOOK_ROOT})
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def check_imports(build: VariantBuild, py_pkg: str) -> None:
+def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
     """Refuse a build whose Python files are not valid Python or import the kernel's own
-    package absolutely."""
+    package absolutely; return the packages they import that the build does not declare.
+
+    What a kernel may import without declaring it: the standard library, torch, and
+    itself (relatively). Each other package must be in the variant's ``python-depends``
+    (compared by normalised name: ``Some-Pkg`` declares ``some_pkg``).
+    """
+    declared = {_normalized(_requirement_name(entry)) for entry in build.python_depends}
+    undeclared: dict[str, UndeclaredImport] = {}
     for rel, source in sorted(build.files.items()):
-        if rel.endswith(".py"):
-            _check_file_imports(source.path, f"{build.name}/{rel}", py_pkg)
+        if not rel.endswith(".py"):
+            continue
+        for line, module in _checked_imports(source.path, f"{build.name}/{rel}", py_pkg):
+            top = module.partition(".")[0]
+            if top in _PROVIDED or top in undeclared or _normalized(top) in declared:
+                continue
+            undeclared[top] = UndeclaredImport(top, f"build/{build.name}/{rel}", line)
+    return list(undeclared.values())
 
 
-def _check_file_imports(path: Path, shown: str, py_pkg: str) -> None:
+def _checked_imports(path: Path, shown: str, py_pkg: str) -> list[tuple[int, str]]:
+    """The absolute imports of the file at ``path``, by line; refused if it is not valid
+    Python or imports the kernel's own package absolutely."""
     try:
         tree = ast.parse(path.read_bytes(), filename=shown)
     except SyntaxError as exc:
         raise PublishError(f"{shown}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    imports = sorted(_absolute_imports(tree))
     bad = [
         f"{shown}:{line}: {module}"
-        for line, module in _absolute_imports(tree)
+        for line, module in imports
         if module.split(".")[0] in (py_pkg, _HOOK_ROOT)
     ]
     if bad:
@@ -45,6 +67,17 @@ def _check_file_imports(path: Path, shown: str, py_pkg: str) -> None:
             hint=f"write 'from . import x' or 'from .x import y' instead of 'import {py_pkg}...': "
             "a loaded kernel lives under a unique module name, not under its package name",
         )
+    return imports
+
+
+def _requirement_name(entry: str) -> str:
+    """The package name of a ``python-depends`` entry (``einops>=0.7`` -> ``einops``)."""
+    match = _REQUIREMENT_NAME.match(entry.strip())
+    return match[0] if match else entry
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def _absolute_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:

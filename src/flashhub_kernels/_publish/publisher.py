@@ -12,9 +12,9 @@ from .._config import DEFAULT_PREFIX, normalize_prefix
 from .._manifest import dump_json
 from .._names import RepoInfo
 from .._signing import SIG_SUFFIX, SigningKey
-from ..errors import PublishError, SharedNativeLibraryWarning
+from ..errors import PublishError, SharedNativeLibraryWarning, UndeclaredDependencyWarning
 from .build import scan_variant, variant_dirs, variant_report, version_tree
-from .checks import check_imports, shared_natives
+from .checks import check_sources, shared_natives
 from .compare import (
     describe_difference,
     existing_digests,
@@ -81,8 +81,7 @@ def publish(
     keys = signing_keys(sign)
     prefix_parts = [p for p in normalize_prefix(prefix).split("/") if p]
     builds = [scan_variant(d, repo.py_pkg) for d in variant_dirs(Path(build_dir))]
-    for build in builds:
-        check_imports(build, repo.py_pkg)
+    undeclared = tuple(u for build in builds for u in check_sources(build, repo.py_pkg))
     tree = version_tree(builds)
 
     out_path = Path(out)
@@ -102,6 +101,10 @@ def publish(
         warnings.warn(
             library.describe(repo.repo_id, repo.version), SharedNativeLibraryWarning, stacklevel=2
         )
+    for found in undeclared:
+        warnings.warn(
+            found.describe(repo.repo_id, repo.version), UndeclaredDependencyWarning, stacklevel=2
+        )
     return PublishReport(
         repo_id=repo.repo_id,
         version=repo.version,
@@ -114,6 +117,7 @@ def publish(
         replaced=outcome == "replaced",
         signed_by=tuple(k.key_id for k in keys),
         shared_natives=shared,
+        undeclared_imports=undeclared,
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .layout import METADATA
+
 
 @dataclass(frozen=True)
 class VariantReport:
@@ -54,6 +56,33 @@ class SharedNativeLibrary:
 
 
 @dataclass(frozen=True)
+class UndeclaredImport:
+    """A package a variant imports but does not list in its ``python-depends``.
+
+    Attributes:
+        module: The top-level name imported (``numpy`` for ``import numpy.linalg``).
+        file: The first file that imports it, relative to the published version's
+            directory (``build/<variant>/...``).
+        line: The line of that import.
+    """
+
+    module: str
+    file: str
+    line: int
+
+    def describe(self, repo_id: str, version: int) -> str:
+        """The warning, for version ``version`` of ``repo_id``."""
+        variant = self.file.split("/")[1]
+        return (
+            f"{repo_id} v{version}: {self.file}:{self.line} imports {self.module}, which "
+            "is not in the standard library, torch or the kernel, and which the variant "
+            "does not declare: a machine without it cannot import the kernel. List its "
+            f'package in "python-depends" of build/{variant}/{METADATA} '
+            f'(e.g. "python-depends": ["{self.module}"]), as kernel builders write it'
+        )
+
+
+@dataclass(frozen=True)
 class PublishReport:
     """What :func:`publish` did.
 
@@ -73,6 +102,9 @@ class PublishReport:
             given; empty when nothing was signed.
         shared_natives: The native libraries this version shares with other versions
             in ``out`` (each also issued as a :class:`SharedNativeLibraryWarning`).
+        undeclared_imports: The packages a variant imports without declaring them in
+            its ``python-depends``, one per package and variant (each also issued as an
+            :class:`UndeclaredDependencyWarning`).
     """
 
     repo_id: str
@@ -86,6 +118,7 @@ class PublishReport:
     replaced: bool
     signed_by: tuple[str, ...] = ()
     shared_natives: tuple[SharedNativeLibrary, ...] = ()
+    undeclared_imports: tuple[UndeclaredImport, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""
@@ -101,4 +134,5 @@ class PublishReport:
             "replaced": self.replaced,
             "signed_by": list(self.signed_by),
             "shared_natives": [asdict(shared) for shared in self.shared_natives],
+            "undeclared_imports": [asdict(found) for found in self.undeclared_imports],
         }
