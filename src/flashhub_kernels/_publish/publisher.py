@@ -76,6 +76,12 @@ def publish(
             the key file cannot be used, or the kernel's ``versions.json`` is signed and
             no key is given while something would change.
         SignatureError: Signing needs the ``cryptography`` package, which is missing.
+
+    Warns:
+        SharedNativeLibraryWarning: A native library of the build is also shipped by
+            another version in ``out``.
+        UndeclaredDependencyWarning: A variant imports a package that its
+            ``python-depends`` does not list.
     """
     repo = RepoInfo(repo_id, version)
     keys = signing_keys(sign)
