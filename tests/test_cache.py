@@ -205,6 +205,30 @@ def test_second_commit_of_an_entry_is_dropped(tmp_path: Path) -> None:
     assert not second.exists()
 
 
+def test_a_failed_index_write_leaves_the_old_index_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rename fails (a full disk, a read-only cache): nothing half-written stays."""
+    from flashhub_kernels._cache import Cache, VariantIndex
+    from flashhub_kernels._names import RepoInfo
+    from flashhub_kernels.errors import CacheError
+
+    cache, info = Cache(tmp_path / "c"), RepoInfo(REPO, 1)
+    cache.record_index(info, VariantIndex(False, frozenset({"torch-universal"})))
+    directory = cache.version_dir(info)
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+
+    def refuse(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(CacheError):
+        cache.record_index(info, VariantIndex(True, frozenset({"torch-universal", "cpu"})))
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+    monkeypatch.undo()
+    assert stat.S_IMODE((directory / "variants-index.json").stat().st_mode) == 0o644
+
+
 # -- bytecode in an entry ---------------------------------------------------------------------
 
 IMPORT_HELPERS = (

@@ -10,12 +10,14 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 from builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
 from cli_runner import flashhub
+from flashhub_kernels.errors import UndeclaredDependencyWarning
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -113,6 +115,35 @@ def test_main_in_process(kernel: Path, tmp_path: Path) -> None:
     )
     assert missing.returncode == 1
     assert "not a directory" in missing.stderr
+
+
+def test_cli_publish_of_a_variant_directory_names_the_directory_to_pass(
+    kernel: Path, tmp_path: Path
+) -> None:
+    args = ("--repo-id", REPO, "--version", "1", "--out", tmp_path / "cdn")
+    result = flashhub("publish", kernel / "build" / CPU, *args)
+    assert result.returncode == 1
+    assert "is the variant directory of the variant" in result.stderr
+    assert f"hint: pass {kernel}, the directory that holds build/" in result.stderr
+    assert flashhub("publish", kernel, *args).returncode == 0
+
+
+def test_cli_publish_lists_undeclared_imports_in_its_report(kernel: Path, tmp_path: Path) -> None:
+    """In the report (a ``warning:`` line, or the JSON), not as a Python warning."""
+    (package_dir(kernel) / "extra.py").write_text("import numpy\n")
+    args = ("--repo-id", REPO, "--version", "1", "--out", tmp_path / "cdn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UndeclaredDependencyWarning)
+        result = flashhub("publish", kernel, *args, "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["undeclared_imports"] == [
+            {"module": "numpy", "file": f"build/{CPU}/my_kern/extra.py", "line": 1}
+        ]
+        result = flashhub("publish", kernel, *args)
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
+    assert line.startswith(f"warning: {REPO} v1: build/{CPU}/my_kern/extra.py:1 imports numpy")
+    assert "UndeclaredDependencyWarning" not in result.stderr
 
 
 def test_cli_publish_reports_a_native_library_of_an_earlier_version(

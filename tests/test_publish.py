@@ -26,7 +26,11 @@ from builds import (
 )
 from flashhub_kernels._manifest import decode_digest, parse_metadata, parse_variants, parse_versions
 from flashhub_kernels._publish import PublishReport, publish
-from flashhub_kernels.errors import PublishError, SharedNativeLibraryWarning
+from flashhub_kernels.errors import (
+    PublishError,
+    SharedNativeLibraryWarning,
+    UndeclaredDependencyWarning,
+)
 
 # No staging or old-version directory of a publish is left behind.
 pytestmark = pytest.mark.usefixtures("no_leftover_staging")
@@ -117,6 +121,76 @@ def test_bare_build_dir_gives_the_same_output(kernel: Path, tmp_path: Path) -> N
     publish(kernel / "build", repo_id=REPO, version=1, prefix="", out=tmp_path / "b")
     assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
     assert len(tree_bytes(tmp_path / "a")) == 11
+
+
+@pytest.mark.parametrize("pointed_at", ["variant", "package"])
+@pytest.mark.parametrize("form", ["kernel", "bare"])
+def test_a_variant_directory_is_refused_naming_the_directory_to_publish(
+    kernel: Path, tmp_path: Path, pointed_at: str, form: str
+) -> None:
+    """Pointed one level too deep: the error names the directory to pass instead."""
+    expected = kernel if form == "kernel" else (kernel / "build").rename(tmp_path / "bare")
+    variant = (kernel / "build" if form == "kernel" else expected) / CPU
+    given = variant if pointed_at == "variant" else variant / PY_PKG
+    with pytest.raises(PublishError) as caught:
+        publish(given, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    assert f"{given} is the {pointed_at} directory of the variant {CPU}" in caught.value.message
+    holding = "build" if form == "kernel" else CPU
+    assert caught.value.hint == f"pass {expected}, the directory that holds {holding}/"
+    assert not (tmp_path / "cdn").exists()
+
+
+def test_imports_of_packages_the_build_does_not_declare_are_warned(
+    kernel: Path, tmp_path: Path
+) -> None:
+    declared = {"python-depends": ["einops", "Some-Pkg>=1.0"]}
+    (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(declared))
+    (package_dir(kernel, UNIVERSAL) / "extra.py").write_text(
+        "import os, json\n"
+        "import einops\n"
+        "import some_pkg.sub\n"
+        "import torch.nn\n"
+        "from . import helpers\n"
+        "from .helpers import double\n"
+        "import numpy as np\n"
+        "\n"
+        "def lazy():\n"
+        "    from triton import language\n"
+        "    import numpy\n"
+    )
+    with pytest.warns(UndeclaredDependencyWarning) as caught:
+        report = publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    extra = f"build/{UNIVERSAL}/{PY_PKG}/extra.py"
+    assert [(u.module, u.file, u.line) for u in report.undeclared_imports] == [
+        ("numpy", extra, 7),
+        ("triton", extra, 10),
+    ]
+    assert report.to_dict()["undeclared_imports"] == [
+        {"module": "numpy", "file": extra, "line": 7},
+        {"module": "triton", "file": extra, "line": 10},
+    ]
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2
+    assert messages[0].startswith(f"{REPO} v1: {extra}:7 imports numpy, which ")
+    assert '"python-depends"' in messages[0]
+    assert f"build/{UNIVERSAL}/metadata.json" in messages[0]
+    # The CPU build, which imports only torch and itself, is not warned about.
+    assert all(CPU not in message for message in messages)
+
+
+def test_a_build_that_declares_what_it_imports_publishes_without_a_warning(
+    kernel: Path, tmp_path: Path
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    assert report.undeclared_imports == ()
+
+
+def test_a_malformed_python_depends_is_refused(kernel: Path, tmp_path: Path) -> None:
+    (kernel / "build" / UNIVERSAL / "metadata.json").write_text('{"python-depends": "einops"}')
+    with pytest.raises(PublishError, match=r"python-depends.*list of package names"):
+        publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
 
 
 def test_build_metadata_keys_are_kept_and_digest_replaced(kernel: Path, tmp_path: Path) -> None:
@@ -433,6 +507,8 @@ def test_missing_build_dir(tmp_path: Path) -> None:
         publish(tmp_path / "nope", repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
 
 
+# my_kern_other is another package, not the kernel: allowed, but warned as undeclared.
+@pytest.mark.filterwarnings("ignore::flashhub_kernels.errors.UndeclaredDependencyWarning")
 def test_allowed_imports_pass(kernel: Path, tmp_path: Path) -> None:
     _write(
         "ok.py",

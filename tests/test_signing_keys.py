@@ -20,7 +20,12 @@ from cli_runner import flashhub, ok_json
 from conftest import NOBODY, needs_root
 from flashhub_kernels._config import Config, configure
 from flashhub_kernels._lockfile import read_trusted_keys
-from flashhub_kernels._signing import SigningKey, load_signing_key
+from flashhub_kernels._signing import (
+    SigningKey,
+    generate_signing_key,
+    load_signing_key,
+    write_key_pair,
+)
 from flashhub_kernels._trusted_keys import (
     TrustedKey,
     key_id_of,
@@ -104,6 +109,42 @@ def test_keygen_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
         "release.key",
         "release.key.pub",
     ]
+
+
+def test_a_failed_keygen_force_keeps_the_old_key_and_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyfile = tmp_path / "release.key"
+    write_key_pair(generate_signing_key(), keyfile)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def refuse(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match="No space"):
+        write_key_pair(generate_signing_key(), keyfile, force=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert mode(keyfile) == 0o600
+
+
+def test_keygen_without_force_never_replaces_a_key_that_appears_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another keygen writes the file after the existence check: its key is kept."""
+    keyfile = tmp_path / "release.key"
+    theirs = b"their key\n"
+    real_link = os.link
+
+    def link_after_them(source: str, target: str) -> None:
+        Path(target).write_bytes(theirs)
+        real_link(source, target)
+
+    monkeypatch.setattr(os, "link", link_after_them)
+    with pytest.raises(FileExistsError):
+        write_key_pair(generate_signing_key(), keyfile)
+    assert keyfile.read_bytes() == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["release.key"]
 
 
 def test_keygen_json(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli_runner import flashhub, ok_json
-from flashhub_kernels import _publish
 from flashhub_kernels._publish import publish, sign_tree
+from flashhub_kernels._publish import writing as publish_writing
 from flashhub_kernels._signing import (
     DocumentKind,
     SigningKey,
@@ -257,7 +257,7 @@ def test_versions_json_is_vouched_for_at_every_step_of_its_update(
     pkg = out / "kernels" / REPO
     publish(build, repo_id=REPO, version=1, out=out, sign=old_path)
     states = []
-    write = _publish._write_atomic
+    write = publish_writing.write_atomic
 
     def recording(path: Path, data: bytes) -> None:
         write(path, data)
@@ -265,7 +265,7 @@ def test_versions_json_is_vouched_for_at_every_step_of_its_update(
             versions = pkg / "versions.json"
             states.append((versions.read_bytes(), sig_of(versions).read_bytes()))
 
-    monkeypatch.setattr(_publish, "_write_atomic", recording)
+    monkeypatch.setattr(publish_writing, "write_atomic", recording)
     publish(make_build(tmp_path / "v2", "two"), repo_id=REPO, version=2, out=out, sign=new)
 
     vouched = []

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._cache_trust import check_dir, check_root
 from ._config import Config
+from ._filesystem import write_atomic
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
 from .errors import CacheError
@@ -71,13 +72,6 @@ def ensure_dir(path: Path) -> Path:
             if not directory.is_dir():
                 directory.mkdir(mode=0o700, exist_ok=True)
     return path
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new file, never half."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _read_json(path: Path) -> Any:

@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ._api import get_kernel
-from ._cache import Cache, VariantIndex, write_atomic
+from ._cache import Cache, VariantIndex
 from ._callers import caller_package
 from ._cdn_documents import (
     ManifestDocument,
@@ -36,6 +36,7 @@ from ._cdn_documents import (
 )
 from ._config import PYPROJECT_NAME, Config, get_config
 from ._download import download_entry, published_versions, remote
+from ._filesystem import write_atomic
 from ._lockfile import (
     LOCKFILE_NAME,
     LockedKernel,

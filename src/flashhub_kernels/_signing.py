@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from ._config import TRUSTED_KEYS_VAR
+from ._filesystem import write_atomic
 from ._manifest import SIG_SUFFIX, dump_json, load_json
 from ._names import check_version, parse_repo_id
 from ._trusted_keys import (
@@ -523,22 +524,6 @@ def write_key_pair(key: SigningKey, path: str | os.PathLike[str], *, force: bool
         f"# flashhub Ed25519 signing key {key.key_id}; public key: {key.public_line}\n"
         f"{key.private_line()}\n"
     ).encode("ascii")
-    _write_new_file(path, secret, _PRIVATE_MODE, replace=force)
-    _write_new_file(public, f"{key.public_line}\n".encode("ascii"), _PUBLIC_MODE, replace=True)
+    write_atomic(path, secret, mode=_PRIVATE_MODE, overwrite=force)
+    write_atomic(public, f"{key.public_line}\n".encode("ascii"), mode=_PUBLIC_MODE)
     return public
-
-
-def _write_new_file(path: Path, data: bytes, mode: int, *, replace: bool) -> None:
-    """Create ``path`` with ``mode`` (whatever the umask) and ``data``; with ``replace``,
-    through a temporary file renamed over it, else refusing an existing file."""
-    target = path.with_name(f".{path.name}.{os.getpid()}.tmp") if replace else path
-    fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(data)
-        if replace:
-            os.replace(target, path)
-    except BaseException:
-        target.unlink(missing_ok=True)
-        raise

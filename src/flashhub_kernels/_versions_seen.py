@@ -22,7 +22,8 @@ import json
 import logging
 from collections.abc import Sequence
 
-from ._cache import Cache, write_atomic
+from ._cache import Cache
+from ._filesystem import write_atomic
 from ._manifest import dump_json
 from .errors import CacheError, RollbackError
 

@@ -167,6 +167,15 @@ class SharedNativeLibraryWarning(UserWarning):
     """
 
 
+class UndeclaredDependencyWarning(UserWarning):
+    """:func:`~flashhub_kernels._publish.publish` was given a build whose Python files
+    import a package that is neither in the standard library, nor torch, nor the kernel
+    itself, and that the variant's ``metadata.json`` does not list in ``python-depends``:
+    a machine without that package fails to import the kernel. The version is published
+    all the same.
+    """
+
+
 class SignatureError(IntegrityError):
     """A signed document cannot be trusted: it is unsigned while a trusted key covers its
     org, no signature by a trusted key verifies, or its ``.sig`` file is malformed; or

@@ -10,7 +10,7 @@ from .._text import escape_controls
 from ._common import EXIT_OK, Command, count, print_json, repo_id_arg, size, version_arg
 
 if TYPE_CHECKING:
-    from .._publish import PublishReport
+    from .._publish import PublishReport, SharedNativeLibrary, UndeclaredImport
 
 
 def _prefix_arg(value: str) -> str:
@@ -54,10 +54,11 @@ def _publish(args: argparse.Namespace) -> int:
     import warnings
 
     from .._publish import publish
-    from ..errors import SharedNativeLibraryWarning
+    from ..errors import SharedNativeLibraryWarning, UndeclaredDependencyWarning
 
-    with warnings.catch_warnings():  # the report says it, without a warning's source line
+    with warnings.catch_warnings():  # the report says them, without a warning's source line
         warnings.simplefilter("ignore", SharedNativeLibraryWarning)
+        warnings.simplefilter("ignore", UndeclaredDependencyWarning)
         report = publish(
             args.build_dir,
             repo_id=args.repo_id,
@@ -76,9 +77,13 @@ def _publish(args: argparse.Namespace) -> int:
 
 def _describe_publish(report: PublishReport) -> str:
     where = f"{report.repo_id}@v{report.version} at {report.version_dir}"
+    findings: list[SharedNativeLibrary | UndeclaredImport] = [
+        *report.shared_natives,
+        *report.undeclared_imports,
+    ]
     shared = [
-        f"warning: {escape_controls(library.describe(report.repo_id, report.version))}"
-        for library in report.shared_natives
+        f"warning: {escape_controls(finding.describe(report.repo_id, report.version))}"
+        for finding in findings
     ]
     if report.noop:
         return "\n".join(

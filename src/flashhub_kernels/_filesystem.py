@@ -1,0 +1,46 @@
+"""Writing a file so that readers see its old bytes or its new ones, never a mix.
+
+Used by the cache, the publisher and ``flashhub keygen``. It imports nothing but ``os``:
+the cache writes through it on the import path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool = True) -> None:
+    """Write ``data`` as ``path`` in one rename, with ``mode`` whatever the umask.
+
+    The bytes go to a new temporary file beside ``path`` (created exclusively, so never
+    one a neighbour prepared), are flushed to disk, then renamed over ``path``. On any
+    failure the temporary file is removed and ``path`` is left as it was.
+
+    Args:
+        path: The file to write; its directory must exist.
+        data: Its new content.
+        mode: Its permission bits (``0o600`` for a secret).
+        overwrite: Replace a file already at ``path``; if false, an existing file is
+            refused with :class:`FileExistsError` (checked by the rename itself, a hard
+            link, so two writers cannot both succeed).
+
+    Raises:
+        OSError: The file cannot be written (``FileExistsError`` without ``overwrite``).
+    """
+    tmp = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if os.name == "posix":  # Windows has no fchmod, and modes mean little there
+                os.fchmod(f.fileno(), mode)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
+        # After a rename there is nothing left to remove; after a link, the second name.
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,242 @@
+"""Reading a build directory: its variants, their files (hashed as they are scanned) and
+the ``metadata.json`` each will be published with."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._manifest import (
+    MAX_DOCUMENT_BYTES,
+    check_relative_path,
+    content_hash,
+    dump_json,
+    encode_digest,
+    parse_metadata,
+)
+from .._variants import VariantNameError, parse_variant
+from ..errors import ManifestError, PublishError
+from .layout import METADATA, VARIANTS, SourceFile, hash_file
+from .report import VariantReport
+
+_JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
+_JUNK_SUFFIXES = (".pyc", ".pyo")
+# The keys of metadata.json that publish writes from the files; a build's own are replaced.
+_WRITTEN_KEYS = frozenset({"digest", "sizes"})
+
+
+@dataclass(frozen=True)
+class VariantBuild:
+    """One variant of the build: its files and the ``metadata.json`` to publish."""
+
+    name: str
+    files: Mapping[str, SourceFile]  # relative to the variant dir, '/' separated
+    metadata: bytes
+    python_depends: tuple[str, ...]  # as its own metadata.json lists them
+
+
+def _is_junk(name: str) -> bool:
+    return name.startswith(".") or name in _JUNK_NAMES or name.endswith(_JUNK_SUFFIXES)
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    """The entries of ``directory`` worth publishing, sorted; symlinks are refused."""
+    with os.scandir(directory) as scan:
+        entries = sorted((e for e in scan if not _is_junk(e.name)), key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_symlink():
+            raise PublishError(
+                f"{entry.path} is a symlink; a published build holds only regular files",
+                hint="copy the file into the build instead of linking to it",
+            )
+        if not (entry.is_dir() or entry.is_file()):
+            raise PublishError(f"{entry.path} is not a regular file or directory")
+    return entries
+
+
+def variant_dirs(build_dir: Path) -> list[Path]:
+    """The variant directories of ``build_dir`` (or of its ``build/``), checked."""
+    if not build_dir.is_dir():
+        raise PublishError(
+            f"{build_dir} is not a directory",
+            hint="pass a build directory (<variant>/<py_pkg>/...) or a kernel directory "
+            "that contains build/",
+        )
+    if not (build_dir / "build").is_dir():
+        _refuse_a_variant(build_dir)
+    root = build_dir / "build" if (build_dir / "build").is_dir() else build_dir
+    dirs: list[Path] = []
+    for entry in _entries(root):
+        if not entry.is_dir():
+            raise PublishError(
+                f"unexpected file {entry.path}: the build directory {root} holds only "
+                "variant directories such as torch-universal/",
+                hint="move or delete the file",
+            )
+        dirs.append(Path(entry.path))
+    if not dirs:
+        raise PublishError(
+            f"no build variants in {root}",
+            hint="build the kernel first; expected <variant>/<py_pkg>/__init__.py under it",
+        )
+    return dirs
+
+
+def _refuse_a_variant(build_dir: Path) -> None:
+    """Refuse a directory one or two levels too deep: a variant's, or its package's,
+    naming the directory to pass instead."""
+    for variant, what in ((build_dir, "variant"), (build_dir.parent, "package")):
+        if _is_variant_name(variant.name):
+            builds = variant.parent
+            wanted, holding = (
+                (builds.parent, "build/")
+                if builds.name == "build"
+                else (builds, f"{variant.name}/")
+            )
+            raise PublishError(
+                f"{build_dir} is the {what} directory of the variant {variant.name}, not a "
+                "build: publish takes all the variants at once",
+                hint=f"pass {wanted}, the directory that holds {holding}",
+            )
+
+
+def _is_variant_name(name: str) -> bool:
+    try:
+        parse_variant(name)
+    except VariantNameError:
+        return False
+    return True
+
+
+def scan_variant(variant_dir: Path, py_pkg: str) -> VariantBuild:
+    """Read and hash the files of one variant directory."""
+    name = variant_dir.name
+    try:
+        parse_variant(name)
+    except VariantNameError as exc:
+        raise PublishError(
+            f"bad variant directory name {name!r} in {variant_dir.parent}: {exc}",
+            hint="rename it to the variant it was built for, e.g. torch213-cxx11-cpu-x86_64-linux",
+        ) from None
+    metadata = variant_dir / METADATA
+    extra = _read_build_metadata(metadata) if metadata.is_file() else {}
+    if _is_flattened(variant_dir):
+        files = {rel: hash_file(path) for rel, path in _walk(variant_dir, "") if rel != METADATA}
+    else:
+        files = {
+            rel: hash_file(path) for rel, path in _walk(_package_dir(variant_dir, py_pkg), py_pkg)
+        }
+    depends = _python_depends(extra, metadata)
+    return VariantBuild(name, files, _metadata_bytes(name, files, extra), depends)
+
+
+def _is_flattened(variant_dir: Path) -> bool:
+    """Whether the build puts the package's files directly in the variant directory, as
+    newer kernel builders do. Such a build may keep a ``<py_pkg>/`` folder beside them for
+    older loaders; everything in the variant directory is then published as it is."""
+    return (variant_dir / "__init__.py").is_file()
+
+
+def _package_dir(variant_dir: Path, py_pkg: str) -> Path:
+    """The variant's one package directory ``<py_pkg>/``, checked."""
+    name = variant_dir.name
+    entries = _entries(variant_dir)
+    for entry in entries:
+        if entry.name != METADATA and (entry.name != py_pkg or not entry.is_dir()):
+            found = ", ".join(repr(e.name) for e in entries if e.name != METADATA)
+            raise PublishError(
+                f"variant {name!r} must hold exactly one package directory {py_pkg!r} "
+                f"(the package name with '-' replaced by '_'), or the package's files "
+                f"directly with an __init__.py; found {found}",
+                hint=f"rename the package directory to {py_pkg!r} or check --repo-id",
+            )
+    package = variant_dir / py_pkg
+    if not package.is_dir():
+        raise PublishError(
+            f"variant {name!r} has no package directory {py_pkg!r}",
+            hint=f"expected {variant_dir}/{py_pkg}/__init__.py, or {variant_dir}/__init__.py",
+        )
+    if not (package / "__init__.py").is_file():
+        raise PublishError(
+            f"variant {name!r}: {py_pkg}/__init__.py is missing; the kernel must be a package",
+            hint=f"add {package / '__init__.py'} (it is what the import hook executes)",
+        )
+    return package
+
+
+def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
+    """``(relative path, path)`` of every file under ``directory``, ``rel`` its own path."""
+    for entry in _entries(directory):
+        child = f"{rel}/{entry.name}" if rel else entry.name
+        try:
+            check_relative_path(child)
+        except ValueError as exc:
+            raise PublishError(f"cannot publish {entry.path}: {exc}") from None
+        if entry.is_dir():
+            yield from _walk(Path(entry.path), child)
+        else:
+            yield child, Path(entry.path)
+
+
+def _read_build_metadata(path: Path) -> dict[str, object]:
+    """Keys of a build's own metadata.json are published as they are, but for the ones
+    publish writes itself (``digest``, ``sizes``)."""
+    data = path.read_bytes()
+    try:
+        document = json.loads(data) if len(data) <= MAX_DOCUMENT_BYTES else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = None
+    if not isinstance(document, dict):
+        raise PublishError(
+            f"{path} is not a JSON object of at most 1 MiB",
+            hint="fix it or delete it; publish writes the file digests itself",
+        )
+    return {k: v for k, v in document.items() if k not in _WRITTEN_KEYS}
+
+
+def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ...]:
+    """The ``python-depends`` of a build's own ``metadata.json``: the Python packages the
+    kernel needs besides torch, as kernel builders write them."""
+    depends = metadata.get("python-depends", [])
+    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+        raise PublishError(
+            f'"python-depends" in {path} must be a list of package names',
+            hint='write it as "python-depends": ["einops"], or leave it out',
+        )
+    return tuple(depends)
+
+
+def _metadata_bytes(
+    variant: str, files: Mapping[str, SourceFile], extra: dict[str, object]
+) -> bytes:
+    digests = {rel: encode_digest(source.digest) for rel, source in sorted(files.items())}
+    sizes = {rel: source.size for rel, source in sorted(files.items())}
+    data = dump_json({**extra, "digest": {"files": digests}, "sizes": sizes})
+    try:
+        parse_metadata(data, source=f"{variant}/{METADATA}")  # what a client will accept
+    except ManifestError as exc:
+        raise PublishError(f"cannot publish variant {variant!r}: {exc.message}") from None
+    return data
+
+
+def version_tree(builds: list[VariantBuild]) -> dict[str, bytes | SourceFile]:
+    """What goes into the version directory: ``variants.json`` and each variant."""
+    tree: dict[str, bytes | SourceFile] = {VARIANTS: dump_json(sorted(b.name for b in builds))}
+    for build in builds:
+        tree[f"build/{build.name}/{METADATA}"] = build.metadata
+        tree.update({f"build/{build.name}/{rel}": src for rel, src in build.files.items()})
+    return tree
+
+
+def variant_report(build: VariantBuild) -> VariantReport:
+    """The report of one published variant."""
+    digests = {rel: src.digest for rel, src in build.files.items()}
+    return VariantReport(
+        name=build.name,
+        files=len(build.files),
+        bytes=sum(src.size for src in build.files.values()),
+        content_hash=content_hash(digests),
+    )

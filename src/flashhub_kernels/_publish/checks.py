@@ -1,0 +1,130 @@
+"""Checks of a build before it is published: its imports (none of the kernel itself by
+name, none of a package it does not declare), and the native libraries it shares with
+versions already published."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from .._kernel_dir import NATIVE_SUFFIXES
+from .._manifest import Manifest, parse_metadata
+from ..errors import ManifestError, PublishError
+from .build import VariantBuild
+from .layout import METADATA, VERSION_DIR
+from .report import SharedNativeLibrary, UndeclaredImport
+
+# Top-level modules a kernel must never import absolutely: itself (under its build name)
+# and the import hook's namespace, under which the kernel really lives once loaded.
+_HOOK_ROOT = "flashhub"
+# What a kernel imports without declaring it (its own package, by name, is refused).
+_PROVIDED = frozenset({*sys.stdlib_module_names, "torch", _HOOK_ROOT})
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
+    """Refuse a build whose Python files are not valid Python or import the kernel's own
+    package absolutely; return the packages they import that the build does not declare.
+
+    What a kernel may import without declaring it: the standard library, torch, and
+    itself (relatively). Each other package must be in the variant's ``python-depends``
+    (compared by normalised name: ``Some-Pkg`` declares ``some_pkg``).
+    """
+    declared = {_normalized(_requirement_name(entry)) for entry in build.python_depends}
+    undeclared: dict[str, UndeclaredImport] = {}
+    for rel, source in sorted(build.files.items()):
+        if not rel.endswith(".py"):
+            continue
+        for line, module in _checked_imports(source.path, f"{build.name}/{rel}", py_pkg):
+            top = module.partition(".")[0]
+            if top in _PROVIDED or top in undeclared or _normalized(top) in declared:
+                continue
+            undeclared[top] = UndeclaredImport(top, f"build/{build.name}/{rel}", line)
+    return list(undeclared.values())
+
+
+def _checked_imports(path: Path, shown: str, py_pkg: str) -> list[tuple[int, str]]:
+    """The absolute imports of the file at ``path``, by line; refused if it is not valid
+    Python or imports the kernel's own package absolutely."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=shown)
+    except SyntaxError as exc:
+        raise PublishError(f"{shown}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    imports = sorted(_absolute_imports(tree))
+    bad = [
+        f"{shown}:{line}: {module}"
+        for line, module in imports
+        if module.split(".")[0] in (py_pkg, _HOOK_ROOT)
+    ]
+    if bad:
+        raise PublishError(
+            "absolute self-import in the kernel (it must import its own modules relatively):\n  "
+            + "\n  ".join(bad),
+            hint=f"write 'from . import x' or 'from .x import y' instead of 'import {py_pkg}...': "
+            "a loaded kernel lives under a unique module name, not under its package name",
+        )
+    return imports
+
+
+def _requirement_name(entry: str) -> str:
+    """The package name of a ``python-depends`` entry (``einops>=0.7`` -> ``einops``)."""
+    match = _REQUIREMENT_NAME.match(entry.strip())
+    return match[0] if match else entry
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _absolute_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+
+
+def shared_natives(
+    pkg_dir: Path, version: int, builds: Sequence[VariantBuild]
+) -> Iterator[SharedNativeLibrary]:
+    """The native libraries of ``builds`` that another version under ``pkg_dir`` ships:
+    the same bytes in any variant, or the same file name in the same variant."""
+    ours = [
+        (f"build/{build.name}/{rel}", build.name, source.digest)
+        for build in builds
+        for rel, source in sorted(build.files.items())
+        if rel.endswith(NATIVE_SUFFIXES)
+    ]
+    if not ours:
+        return
+    for other_version, variant, manifest in _published_manifests(pkg_dir, exclude=version):
+        for rel, digest in sorted(manifest.files.items()):
+            if not rel.endswith(NATIVE_SUFFIXES):
+                continue
+            theirs = f"build/{variant}/{rel}"
+            for file, our_variant, our_digest in ours:
+                same_bytes = our_digest == digest
+                same_name = (
+                    our_variant == variant and file.rpartition("/")[2] == rel.rpartition("/")[2]
+                )
+                if same_bytes or same_name:
+                    yield SharedNativeLibrary(file, other_version, theirs, same_bytes)
+
+
+def _published_manifests(pkg_dir: Path, *, exclude: int) -> Iterator[tuple[int, str, Manifest]]:
+    """``(version, variant, manifest)`` of every variant published under ``pkg_dir``
+    but those of version ``exclude``; unreadable manifests are passed over."""
+    if not pkg_dir.is_dir():
+        return
+    for child in sorted(pkg_dir.iterdir()):
+        match = VERSION_DIR.fullmatch(child.name)
+        if match is None or int(match[1]) == exclude or child.is_symlink():
+            continue
+        for path in sorted(child.glob(f"build/*/{METADATA}")):
+            with contextlib.suppress(OSError, ManifestError):
+                yield int(match[1]), path.parent.name, parse_metadata(path.read_bytes())

@@ -1,0 +1,36 @@
+"""The names, modes and types of a published version's tree, shared by the publisher's
+modules."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._hashing import sha256_file
+
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+METADATA = "metadata.json"
+VARIANTS = "variants.json"
+VERSIONS = "versions.json"
+VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file of a variant in the build directory, hashed when scanned."""
+
+    path: Path
+    digest: bytes
+    size: int
+
+
+# What goes into the version directory: relative path -> literal bytes or a build file.
+Tree = Mapping[str, bytes | SourceFile]
+
+
+def hash_file(path: Path) -> SourceFile:
+    """``path`` as a :class:`SourceFile`, hashed now."""
+    return SourceFile(path, sha256_file(path), path.stat().st_size)

@@ -1,0 +1,138 @@
+"""What :func:`~flashhub_kernels._publish.publish` reports: the published variants and
+the native libraries the version shares with others."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .layout import METADATA
+
+
+@dataclass(frozen=True)
+class VariantReport:
+    """One published variant: its name, file count, total size and content hash."""
+
+    name: str
+    files: int
+    bytes: int
+    content_hash: str  # ``sha256-<hex>`` over its manifest, the value lock files pin
+
+
+@dataclass(frozen=True)
+class SharedNativeLibrary:
+    """A native library of the published version that another version also ships.
+
+    Attributes:
+        file: The library, relative to the published version's directory
+            (``build/<variant>/<py_pkg>/<name>.so``).
+        version: The other version.
+        other_file: Its library, relative to that version's directory.
+        same_bytes: The two files are identical; else they are different builds of the
+            same file name, and so (by the naming rule) of the same op namespace.
+    """
+
+    file: str
+    version: int
+    other_file: str
+    same_bytes: bool
+
+    def describe(self, repo_id: str, version: int) -> str:
+        """The warning, for version ``version`` of ``repo_id``."""
+        if self.same_bytes:
+            what = f"is byte-identical to v{self.version}'s {self.other_file}"
+        else:
+            namespace = self.file.rpartition("/")[2].partition(".")[0]
+            what = (
+                f"is another build of v{self.version}'s {self.other_file}: by its file name "
+                f"both register the op namespace {namespace}"
+            )
+        return (
+            f"{repo_id} v{version}: {self.file} {what}. Two versions that share one native "
+            f"op namespace cannot be loaded side by side in one process (loading v{version} "
+            f"beside v{self.version} raises NativeLibraryConflictError); rebuild with a "
+            "namespace unique to the build, _<py_pkg>_<backend>_<hash of its sources>"
+        )
+
+
+@dataclass(frozen=True)
+class UndeclaredImport:
+    """A package a variant imports but does not list in its ``python-depends``.
+
+    Attributes:
+        module: The top-level name imported (``numpy`` for ``import numpy.linalg``).
+        file: The first file that imports it, relative to the published version's
+            directory (``build/<variant>/...``).
+        line: The line of that import.
+    """
+
+    module: str
+    file: str
+    line: int
+
+    def describe(self, repo_id: str, version: int) -> str:
+        """The warning, for version ``version`` of ``repo_id``."""
+        variant = self.file.split("/")[1]
+        return (
+            f"{repo_id} v{version}: {self.file}:{self.line} imports {self.module}, which "
+            "is not in the standard library, torch or the kernel, and which the variant "
+            "does not declare: a machine without it cannot import the kernel. List its "
+            f'package in "python-depends" of build/{variant}/{METADATA} '
+            f'(e.g. "python-depends": ["{self.module}"]), as kernel builders write it'
+        )
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    """What :func:`publish` did.
+
+    Attributes:
+        repo_id: The kernel, ``<org>/<pkg>``.
+        version: The published version number.
+        version_dir: The ``v<N>`` directory on disk.
+        variants: The published variants, sorted by name.
+        versions: The content of ``versions.json`` after publishing.
+        written: Files created or replaced, relative to ``out``, sorted, ``/`` separated.
+        bytes_written: Total size of the files in ``written``.
+        noop: The version was already published with identical content and
+            ``versions.json`` already listed it, with the same signatures: nothing was
+            touched.
+        replaced: ``force=True`` replaced a version that held different content.
+        signed_by: The key ids of the keys that signed the documents, in the order
+            given; empty when nothing was signed.
+        shared_natives: The native libraries this version shares with other versions
+            in ``out`` (each also issued as a :class:`SharedNativeLibraryWarning`).
+        undeclared_imports: The packages a variant imports without declaring them in
+            its ``python-depends``, one per package and variant (each also issued as an
+            :class:`UndeclaredDependencyWarning`).
+    """
+
+    repo_id: str
+    version: int
+    version_dir: Path
+    variants: tuple[VariantReport, ...]
+    versions: tuple[int, ...]
+    written: tuple[str, ...]
+    bytes_written: int
+    noop: bool
+    replaced: bool
+    signed_by: tuple[str, ...] = ()
+    shared_natives: tuple[SharedNativeLibrary, ...] = ()
+    undeclared_imports: tuple[UndeclaredImport, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready form (what ``flashhub publish --json`` prints)."""
+        return {
+            "repo_id": self.repo_id,
+            "version": self.version,
+            "version_dir": str(self.version_dir),
+            "variants": [asdict(v) for v in self.variants],
+            "versions": list(self.versions),
+            "written": list(self.written),
+            "bytes_written": self.bytes_written,
+            "noop": self.noop,
+            "replaced": self.replaced,
+            "signed_by": list(self.signed_by),
+            "shared_natives": [asdict(shared) for shared in self.shared_natives],
+            "undeclared_imports": [asdict(found) for found in self.undeclared_imports],
+        }

@@ -1,0 +1,236 @@
+"""Signing the documents of a published tree: while publishing, and afterwards
+(:func:`sign_tree`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from .._filesystem import write_atomic
+from .._manifest import parse_metadata, parse_variants, parse_versions
+from .._names import RepoInfo, parse_repo_id
+from .._signing import SIG_SUFFIX, DocumentKind, SigningKey, load_signing_key, sign_document
+from ..errors import ManifestError, PublishError
+from .layout import METADATA, VARIANTS, VERSION_DIR, VERSIONS, Tree
+
+_VARIANT_MANIFEST = re.compile(r"build/([^/]+)/metadata\.json")
+KeySource = str | os.PathLike[str] | SigningKey  # a key, or the path of its key file
+
+
+def signing_keys(sign: KeySource | Sequence[KeySource] | None) -> tuple[SigningKey, ...]:
+    """The keys ``sign`` gives, each once, in order (key files read and checked)."""
+    if sign is None:
+        return ()
+    sources = [sign] if isinstance(sign, (str, os.PathLike, SigningKey)) else list(sign)
+    keys: dict[str, SigningKey] = {}
+    for source in sources:
+        key = source if isinstance(source, SigningKey) else load_signing_key(source)
+        keys.setdefault(key.key_id, key)
+    return tuple(keys.values())
+
+
+class Document(NamedTuple):
+    """What a signed document is, as its statement names it."""
+
+    kind: DocumentKind
+    repo_id: str
+    version: int | None
+    variant: str | None
+
+
+@dataclass(frozen=True)
+class SignReport:
+    """What :func:`sign_tree` did.
+
+    Attributes:
+        key_id: The key id of the key that signed.
+        documents: The documents signed, relative to the path given, sorted.
+        written: The ``.sig`` files created or changed, relative to the path given, sorted
+            (a document this key had signed already keeps its file as it is).
+    """
+
+    key_id: str
+    documents: tuple[str, ...]
+    written: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready form (what ``flashhub sign --json`` prints)."""
+        return asdict(self)
+
+
+def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
+    """Sign every document of a published CDN tree with ``key``.
+
+    Args:
+        path: The root of the tree (the ``out`` of :func:`publish`), any directory below
+            it, or one document. Every ``<org>/<pkg>/versions.json``,
+            ``<org>/<pkg>/v<N>/variants.json`` and
+            ``<org>/<pkg>/v<N>/build/<variant>/metadata.json`` found under it is signed;
+            the repo id, version and variant are read from its path.
+        key: A signing key or the path of a key file.
+
+    Each ``.sig`` is replaced in one rename, keeping the signatures of other keys.
+
+    Raises:
+        PublishError: ``path`` holds no published document, a document is malformed, or
+            the key file cannot be used.
+        SignatureError: A ``.sig`` already there is malformed, or ``cryptography`` is missing.
+    """
+    keys = signing_keys(key)
+    root = Path(path)
+    absolute = root.absolute()
+    if root.is_file():
+        document = _document_at(absolute)
+        found = [(document, absolute)] if document is not None else []
+        base = absolute.parent
+    else:
+        found = sorted(_published_documents(absolute), key=lambda item: item[1])
+        base = absolute
+    if not found:
+        raise PublishError(
+            f"no published kernel documents under {root}",
+            hint="pass the directory given to `flashhub publish --out`, or one below it "
+            "(<org>/<pkg>/versions.json, v<N>/variants.json, build/<variant>/metadata.json)",
+        )
+    written = [sig for doc, p in found if (sig := sign_in_place(doc, p, keys))]
+    return SignReport(
+        key_id=keys[0].key_id,
+        documents=tuple(p.relative_to(base).as_posix() for _doc, p in found),
+        written=tuple(sorted(p.relative_to(base).as_posix() for p in written)),
+    )
+
+
+def _published_documents(root: Path) -> Iterator[tuple[Document, Path]]:
+    """The signable documents under ``root``, an absolute directory. Hidden directories
+    (a publish's staging) and a variant's own files are not searched."""
+    if not root.is_dir():
+        raise PublishError(f"{root} is not a directory or a file")
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if here.parent.name == "build" and VERSION_DIR.fullmatch(here.parent.parent.name):
+            dirnames[:] = []
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            document = _document_at(here / name)
+            if document is not None and not (here / name).is_symlink():
+                yield document, here / name
+
+
+def _document_at(path: Path) -> Document | None:
+    """What the file at ``path`` (absolute) is in a CDN tree, read from its path alone."""
+    parts = path.parts
+    kind: DocumentKind
+    if path.name == VERSIONS and len(parts) >= 3:
+        # A stray versions.json is not a kernel's: that has v<N> directories beside it.
+        if not any(VERSION_DIR.fullmatch(c.name) and c.is_dir() for c in path.parent.iterdir()):
+            return None
+        kind, names, version, variant = "versions", parts[-3:-1], None, None
+    elif path.name == VARIANTS and len(parts) >= 4 and (match := VERSION_DIR.fullmatch(parts[-2])):
+        kind, names, version, variant = "variants", parts[-4:-2], int(match[1]), None
+    elif (
+        path.name == METADATA
+        and len(parts) >= 6
+        and parts[-3] == "build"
+        and (match := VERSION_DIR.fullmatch(parts[-4]))
+    ):
+        kind, names, version, variant = "metadata", parts[-6:-4], int(match[1]), parts[-2]
+    else:
+        return None
+    repo_id = "/".join(names)
+    try:
+        parse_repo_id(repo_id)
+    except ValueError:
+        return None
+    return Document(kind, repo_id, version, variant)
+
+
+def _document_kind(rel: str) -> DocumentKind | None:
+    """The kind of the signed document at ``rel`` in a package or version directory."""
+    if rel == VERSIONS:
+        return "versions"
+    if rel == VARIANTS:
+        return "variants"
+    return "metadata" if _VARIANT_MANIFEST.fullmatch(rel) else None
+
+
+def version_documents(tree: Tree, repo: RepoInfo) -> Iterator[tuple[str, Document]]:
+    """The signed documents of a version's tree: ``(relative path, document)``."""
+    for rel in sorted(tree):
+        kind = _document_kind(rel)
+        if kind is not None and kind != "versions":
+            match = _VARIANT_MANIFEST.fullmatch(rel)
+            yield rel, Document(kind, repo.repo_id, repo.version, match[1] if match else None)
+
+
+def is_version_signature(rel: str) -> bool:
+    """Whether ``rel``, in a version directory, is the ``.sig`` of one of its documents."""
+    signed = rel.removesuffix(SIG_SUFFIX)
+    return signed != rel and _document_kind(signed) in ("variants", "metadata")
+
+
+def signature_path(path: Path) -> Path:
+    """Where the ``.sig`` of the document at ``path`` goes."""
+    return path.with_name(path.name + SIG_SUFFIX)
+
+
+def add_signatures(
+    document: Document, data: bytes, keys: Sequence[SigningKey], existing: bytes | None
+) -> bytes:
+    """The ``.sig`` of ``data`` once each of ``keys`` has signed it, added to the entries
+    of ``existing`` (``None``: a new ``.sig``)."""
+    assert keys, "signing without a key"
+    signed = existing
+    for key in keys:
+        signed = sign_document(*document, data, key, signed)
+    assert signed is not None
+    return signed
+
+
+def _signature(document: Document, path: Path, data: bytes, keys: Sequence[SigningKey]) -> bytes:
+    """The ``.sig`` of ``data``, to be the document at ``path``: the entries of other
+    keys in the ``.sig`` there are kept if the document there has the same bytes."""
+    sig_path = signature_path(path)
+    same = path.is_file() and sig_path.is_file() and path.read_bytes() == data
+    return add_signatures(document, data, keys, sig_path.read_bytes() if same else None)
+
+
+def version_signatures(
+    tree: Tree, version_dir: Path, repo: RepoInfo, keys: Sequence[SigningKey]
+) -> dict[str, bytes]:
+    """The ``.sig`` files of a version about to be written: relative path -> bytes."""
+    signatures = {}
+    for rel, document in version_documents(tree, repo):
+        data = tree[rel]
+        assert isinstance(data, bytes)  # the publisher writes its documents itself
+        path = version_dir.joinpath(*rel.split("/"))
+        signatures[rel + SIG_SUFFIX] = _signature(document, path, data, keys)
+    return signatures
+
+
+_CHECKS: dict[DocumentKind, Callable[..., object]] = {
+    "metadata": parse_metadata,
+    "variants": parse_variants,
+    "versions": parse_versions,
+}
+
+
+def sign_in_place(document: Document, path: Path, keys: Sequence[SigningKey]) -> Path | None:
+    """Sign the published document at ``path``; the ``.sig`` if it was written."""
+    data = path.read_bytes()
+    try:
+        _CHECKS[document.kind](data, source=str(path))
+    except ManifestError as exc:
+        raise PublishError(
+            f"refusing to sign {path}: {exc.message}",
+            hint="fix the document, or publish the version again",
+        ) from None
+    signed = _signature(document, path, data, keys)
+    sig_path = signature_path(path)
+    if sig_path.is_file() and sig_path.read_bytes() == signed:
+        return None
+    write_atomic(sig_path, signed)
+    return sig_path
