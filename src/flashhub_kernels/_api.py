@@ -31,7 +31,9 @@ def get_kernel(
         revision: ``"v1"`` or ``"1"``. Give exactly one of ``revision`` and ``version``.
         version: The version number, ``>= 1``.
         backend: Force a backend's variants, e.g. ``"cpu"`` on a CUDA machine. The kernel
-            is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``.
+            is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``; on a machine
+            that runs ``backend`` already, that is the module ``get_kernel`` without it
+            returns (whichever call comes first names it).
 
     Raises:
         ValueError: ``repo_id``, ``version``/``revision`` or ``backend`` is malformed.
