@@ -19,7 +19,7 @@ import importlib.machinery
 import os
 import sys
 
-from ._names import BACKENDS, RepoInfo, cdn_name_candidates, parse_module_name
+from ._names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidates, parse_module_name
 from ._record import Record
 
 # What this module imports is paid by every process that installs the hook: no typing,
@@ -198,6 +198,10 @@ class KernelFinder:
         parsed = parse_module_name(fullname)
         if parsed is None:
             return None
+        if parsed.org == LOCAL_PACKAGE.partition(".")[2] and parsed.pkg is not None:
+            from ._local import unknown_local_module  # another process's get_local_kernel
+
+            raise unknown_local_module(fullname)
         if parsed.version is None:
             return importlib.machinery.ModuleSpec(
                 fullname, _SyntheticPackageLoader(), is_package=True
