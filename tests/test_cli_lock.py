@@ -309,3 +309,27 @@ def test_flashhub_lock_offline_reports_a_stale_lock_and_leaves_it(
     refused_offline(newer_cached, f"{REPO} v3 is in the cache and in the range '>=1,<4'")
     assert lock_state(project) == rewritten
     assert cdn.requests == []
+
+
+def test_lock_reports_every_bad_entry_of_the_project(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.flashhub.dependencies]\n"
+        '"a/b/c" = ">=1"\n'
+        '"acme/good" = 1\n'
+        '"acme/x" = "latest"\n'
+        '"acme/y" = 0\n'
+        "[tool.flashhub]\n"
+        'variants = ["torch-cuda", "cu126", "../x"]\n'
+    )
+    result = flashhub("lock", tmp_path)
+    assert result.returncode == 1
+    for says in (
+        "'a/b/c': invalid repo id",
+        "'acme/x': 'latest' is not a version range",
+        "'acme/y': version must be >= 1",
+        "'cu126' is not a variant",
+        "'../x' is not a variant name",
+    ):
+        assert says in result.stderr
+    assert "acme/good" not in result.stderr
+    assert not (tmp_path / LOCKFILE_NAME).exists()
