@@ -12,7 +12,7 @@ import pytest
 
 import cli_runner
 import flashhub_kernels as fk
-from cdn_server import CdnServer, basic_auth, redirect
+from cdn_server import CdnServer, basic_auth, redirect, status
 from conftest import MakeCdn, import_in_child
 from flashhub_kernels.errors import ConfigError, TransportError
 from trees import local_variant, write_kernel
@@ -161,3 +161,34 @@ def test_a_redirect_to_another_host_does_not_carry_the_credentials(
     assert other.gets() == [f"/{VARIANTS}"]
     assert [r.authorization for r in other.requests] == [None]
     assert {r.authorization for r in auth_cdn.requests} == {basic_auth(USER, SECRET)}
+
+
+def test_a_refused_load_hints_at_credentials_not_the_network(
+    auth_cdn: CdnServer, make_cdn: MakeCdn
+) -> None:
+    forbidden = make_cdn()  # a second mirror that answers 403 for the same document
+    forbidden.inject(VARIANTS, status(403))
+    fk.configure(cdn_url=f"{auth_cdn.url},{forbidden.url}")
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    hint = info.value.hint or ""
+    assert "401" in str(info.value) and "403" in str(info.value)
+    assert "FLASHHUB_CDN_URL" in hint and "netrc" in hint and "user:password@" in hint
+    assert "check the network" not in hint
+    assert "so it is ignored" not in hint  # there is no netrc file to blame
+
+
+def test_a_malformed_netrc_is_named_in_the_hint(
+    auth_cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine 127.0.0.1 login {USER} pasword {SECRET}\n")  # a typo
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    fk.configure(cdn_url=auth_cdn.url)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    hint = info.value.hint or ""
+    assert f"the netrc file {netrc} does not parse (line 1), so it is ignored" in hint
+    assert SECRET not in str(info.value)
+    assert {r.authorization for r in auth_cdn.requests} == {None}

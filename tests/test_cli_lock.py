@@ -334,3 +334,27 @@ def test_download_offline_with_a_variant_missing_is_refused(project: Path, cdn: 
     refused = flashhub("download", project, "--all-variants", env=OFFLINE)
 
     refused_offline(refused, CUDA, "not in the cache")
+
+
+def test_lock_reports_every_bad_entry_of_the_project(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.flashhub.dependencies]\n"
+        '"a/b/c" = ">=1"\n'
+        '"acme/good" = 1\n'
+        '"acme/x" = "latest"\n'
+        '"acme/y" = 0\n'
+        "[tool.flashhub]\n"
+        'variants = ["torch-cuda", "cu126", "../x"]\n'
+    )
+    result = flashhub("lock", tmp_path)
+    assert result.returncode == 1
+    for says in (
+        "'a/b/c': invalid repo id",
+        "'acme/x': 'latest' is not a version range",
+        "'acme/y': version must be >= 1",
+        "'cu126' is not a variant",
+        "'../x' is not a variant name",
+    ):
+        assert says in result.stderr
+    assert "acme/good" not in result.stderr
+    assert not (tmp_path / LOCKFILE_NAME).exists()

@@ -50,6 +50,27 @@ def test_a_cpu_machine_is_told_which_build_it_needs_not_to_force_a_backend(
         assert "ask the publisher" in error.hint
 
 
+@pytest.mark.parametrize(
+    ("builds", "needs"),
+    [
+        ([CUDA_BUILD, OLD_CUDA_BUILD, "torch-cuda"], "a CUDA build of torch"),
+        ([CUDA_BUILD, "torch212-cxx11-rocm63-x86_64-linux"], "a CUDA or ROCm build of torch"),
+    ],
+    ids=["cuda", "cuda-or-rocm"],
+)
+def test_a_cpu_only_torch_is_told_the_published_builds_need_a_gpu_torch(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, builds: list[str], needs: str
+) -> None:
+    run_as(monkeypatch, CPU_MACHINE)
+    write_kernel(cdn.root, REPO, 1, builds)
+    write_kernel(cdn.root, REPO, 2, [CUDA_BUILD, "torch212-metal-aarch64-darwin"])
+
+    hint = no_variant(1).hint or ""
+    assert f"every published build needs {needs}" in hint
+    assert "ask the publisher" in hint  # the other way out, still
+    assert "needs a" not in (no_variant(2).hint or "")  # a Metal build is no GPU torch to get
+
+
 def test_a_gpu_machine_is_told_to_force_the_cpu_build_that_is_published(
     cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

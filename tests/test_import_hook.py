@@ -21,6 +21,7 @@ import flashhub_kernels as fk
 from cdn_server import CdnServer, held
 from conftest import run_python
 from flashhub_kernels.errors import KernelImportError, KernelNotFoundError, NoCompatibleVariantError
+from machines import CPU_BUILD, CUDA_BUILD, CUDA_MACHINE, run_as
 from trees import local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -269,6 +270,50 @@ def test_backend_cpu_selects_the_cpu_variant(cdn: CdnServer) -> None:
     assert k.marker().endswith(local_variant())
     with pytest.raises(ValueError, match="backend"):
         fk.get_kernel(REPO, version=1, backend="tpu")
+
+
+@pytest.mark.parametrize("forced_first", [True, False], ids=["forced-first", "plain-first"])
+def test_forcing_the_backend_this_machine_runs_gives_the_same_module(
+    cdn: CdnServer, forced_first: bool
+) -> None:
+    # This machine's torch runs on the CPU: forcing "cpu" selects the variant it picks anyway.
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", local_variant()])
+    loads = [
+        lambda: fk.get_kernel(REPO, version=1, backend="cpu"),
+        lambda: fk.get_kernel(REPO, version=1),
+    ]
+    first, second = loads if forced_first else loads[::-1]
+    module = first()
+    assert second() is module
+    assert importlib.import_module("flashhub.acme.tensor_tricks.v1") is module
+    assert importlib.import_module("flashhub.acme.tensor_tricks.v1_cpu") is module
+    assert module.__spec__.name == module.__name__
+    assert [k.module for k in fk.get_loaded_kernels()] == [module]
+    assert len(cdn.gets("_ops.py")) == 1
+
+
+def test_forcing_another_backend_than_the_machine_runs_gives_its_own_module(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_as(monkeypatch, CUDA_MACHINE)
+    write_kernel(cdn.root, REPO, 1, [CUDA_BUILD, CPU_BUILD])
+    plain = fk.get_kernel(REPO, version=1)
+    forced = fk.get_kernel(REPO, version=1, backend="cpu")
+    assert forced is not plain
+    assert (plain.marker(), forced.marker()) == (
+        f"{REPO}@v1:{CUDA_BUILD}",
+        f"{REPO}@v1:{CPU_BUILD}",
+    )
+
+
+def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, [local_variant()])
+    printed = run_python(
+        "import flashhub.acme.tensor_tricks.v1_cpu as forced\n"
+        "import flashhub.acme.tensor_tricks.v1 as plain\n"
+        "print(forced is plain, plain.__name__)"
+    )
+    assert printed.split() == ["True", "flashhub.acme.tensor_tricks.v1_cpu"]
 
 
 def test_get_local_kernel(tmp_path: Path) -> None:

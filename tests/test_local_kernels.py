@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from torch import nn
 
 import flashhub_kernels as fk
 from cdn_server import CdnServer
+from conftest import run_python
 from flashhub_kernels._config import parse_local_kernels
 from flashhub_kernels.errors import KernelNotFoundError
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
@@ -157,3 +161,40 @@ def test_layer_repository_uses_the_local_build(
     assert torch.equal(model(torch.ones(2)), torch.full((2,), 2.0))
     assert repo.load().__module__ == "flashhub.acme.doubler.v1.layers"
     assert cdn.requests == []
+
+
+def test_a_pickle_from_a_local_kernel_needs_the_kernel_loaded_in_the_new_process(
+    tmp_path: Path,
+) -> None:
+    repo = write_build(tmp_path / "my-kernel", "my_kernel", [local_variant()])
+    kernel = fk.get_local_kernel(repo)
+    pickled = tmp_path / "marker.pickle"
+    pickled.write_bytes(pickle.dumps(kernel.marker))  # a function pickles by module name
+    unpickle = f"import pickle; print(pickle.loads(open({str(pickled)!r}, 'rb').read())())"
+
+    caught = (
+        "import pickle\n"
+        "try:\n"
+        f"    pickle.loads(open({str(pickled)!r}, 'rb').read())\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name)\n"
+        "    print(exc)\n"
+    )
+    name, message = run_python(caught).split("\n", 1)
+    assert name == kernel.__name__
+    assert "get_local_kernel(path)" in message and "LOCAL_KERNELS" in message
+    failed = subprocess.run(
+        [sys.executable, "-c", unpickle], capture_output=True, text=True, timeout=120
+    )
+    assert failed.returncode == 1 and "AttributeError" not in failed.stderr
+
+    # What the hint says works: load it first, from the same path.
+    loaded_first = f"import flashhub_kernels as fk; fk.get_local_kernel({str(repo)!r}); {unpickle}"
+    assert run_python(loaded_first).strip() == f"local:{local_variant()}"
+
+
+def test_get_local_kernel_of_a_path_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(KernelNotFoundError) as info:
+        fk.get_local_kernel(missing)
+    assert f"{missing} does not exist" in str(info.value)

@@ -161,6 +161,44 @@ def test_swapped_files_with_a_rehashed_manifest_are_refused_before_any_file_is_f
     assert get_kernel(REPO, version=1)._ops.CHANGED_AFTER_LOCKING is True
 
 
+def test_a_manifest_edited_after_a_trusted_key_signed_it_says_it_does_not_match(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    published = manifest(cdn.root)
+    published.write_bytes(published.read_bytes() + b"\n")  # the same JSON, other bytes
+    trust(monkeypatch, key.public_line)
+
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+
+    error = info.value
+    assert "the document does not match its signature" in error.message
+    assert f"by the trusted key {key.key_id}" in error.message
+    assert "new key" not in (error.hint or "")
+    assert package_gets(cdn) == []
+    assert MODULE not in sys.modules and not entry(1, LOCAL).exists()
+
+
+def test_a_manifest_signed_by_a_key_not_trusted_hints_at_adding_it(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (old_path, _old_key), (_new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, old_path)
+    trust(monkeypatch, new_key.public_line)
+
+    with pytest.raises(SignatureError) as info:
+        get_kernel(REPO, version=1)
+
+    error = info.value
+    assert "does not match its signature" not in error.message
+    assert "if the publisher signs with a new key" in (error.hint or "")
+    assert TRUSTED in (error.hint or "")
+
+
 # -- 2. valid signatures replayed from another path -------------------------------------------
 
 

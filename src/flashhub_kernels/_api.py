@@ -10,7 +10,7 @@ from types import ModuleType
 
 from ._config import get_config, local_kernels
 from ._finder import LoadedKernel, install
-from ._names import RepoInfo, check_backend, parse_repo_id, requested_version
+from ._names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
 from ._variants import VariantAccepted, VariantVerdict, judge_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
 
@@ -31,7 +31,9 @@ def get_kernel(
         revision: ``"v1"`` or ``"1"``. Give exactly one of ``revision`` and ``version``.
         version: The version number, ``>= 1``.
         backend: Force a backend's variants, e.g. ``"cpu"`` on a CUDA machine. The kernel
-            is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``.
+            is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``; on a machine
+            that runs ``backend`` already, that is the module ``get_kernel`` without it
+            returns (whichever call comes first names it).
 
     Raises:
         ValueError: ``repo_id``, ``version``/``revision`` or ``backend`` is malformed.
@@ -87,12 +89,17 @@ def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
     ``build`` directory itself, one ``<variant>`` directory, or a bare package directory
     with an ``__init__.py``. The best variant for this system is used. The module gets a
     unique name derived from the path, so different directories never collide.
+
+    That name means nothing to another process until it calls ``get_local_kernel`` with
+    the same path: unpickling an object of the kernel there raises a
+    ``ModuleNotFoundError`` that says so. ``LOCAL_KERNELS`` gives a local build a name
+    every process can import.
     """
     from ._local import find_local_package  # not imported by kernel loads from the CDN
 
     package_dir = find_local_package(Path(repo_path).resolve()).package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
-    module_name = f"flashhub._local.{package_dir.name}_{digest}"
+    module_name = f"{LOCAL_PACKAGE}.{package_dir.name}_{digest}"
     install().add_local(module_name, package_dir)
     return importlib.import_module(module_name)
 

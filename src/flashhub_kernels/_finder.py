@@ -19,7 +19,7 @@ import importlib.machinery
 import os
 import sys
 
-from ._names import RepoInfo, cdn_name_candidates, parse_module_name
+from ._names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidates, parse_module_name
 from ._record import Record
 
 # What this module imports is paid by every process that installs the hook: no typing,
@@ -76,6 +76,22 @@ class _SyntheticPackageLoader(importlib._abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         pass
+
+
+class _TwinLoader(importlib._abc.Loader):
+    """Another name of a kernel module already imported: ``v<N>`` and ``v<N>_<backend>``
+    on a machine where forcing ``backend`` selects what it would pick anyway. The name
+    gets the module itself, not a second copy of the same files."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._module = module
+        self._spec = module.__spec__
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return self._module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self._spec  # the import system set it to the new name's spec
 
 
 class KernelLoader(importlib.machinery.SourceFileLoader):
@@ -182,13 +198,48 @@ class KernelFinder:
         parsed = parse_module_name(fullname)
         if parsed is None:
             return None
+        if parsed.org == LOCAL_PACKAGE.partition(".")[2] and parsed.pkg is not None:
+            from ._local import unknown_local_module  # another process's get_local_kernel
+
+            raise unknown_local_module(fullname)
         if parsed.version is None:
             return importlib.machinery.ModuleSpec(
                 fullname, _SyntheticPackageLoader(), is_package=True
             )
-        return importlib.machinery.ModuleSpec(
-            fullname, KernelLoader(self, fullname), is_package=True
-        )
+        twin = self._twin(fullname, parsed.backend)
+        loader = _TwinLoader(twin) if twin else KernelLoader(self, fullname)
+        return importlib.machinery.ModuleSpec(fullname, loader, is_package=True)
+
+    def _twin(self, fullname: str, backend: str | None) -> ModuleType | None:
+        """The module imported already under the other name of the same load, if any.
+
+        ``v<N>_<backend>`` and ``v<N>`` load the same variant when this machine runs
+        ``backend``. Only a name already in ``sys.modules`` is considered, so the system
+        was detected by its load and asking again costs nothing.
+        """
+        if backend is not None:
+            pairs = [(fullname.rpartition("_")[0], backend)]
+        else:
+            pairs = [(f"{fullname}_{forced}", forced) for forced in BACKENDS]
+        for name, forced in pairs:
+            module = sys.modules.get(name)
+            if module is None or not self._same_repo(fullname, name):
+                continue
+            from ._store import target_system
+
+            try:
+                same = target_system(forced) == target_system(None)
+            except ValueError:  # a backend this machine cannot run: its own load says so
+                same = False
+            if same:
+                return module
+        return None
+
+    def _same_repo(self, fullname: str, other: str) -> bool:
+        """Whether ``other`` loaded the repo ``get_kernel`` asked ``fullname`` for, if any."""
+        with self._lock:
+            wanted, loaded = self._pins.get(fullname), self._pins.get(other)
+        return wanted is None or loaded is None or wanted.repo_id == loaded.repo_id
 
     def locate(self, fullname: str) -> KernelDir:
         """Find (download if needed) the kernel ``fullname`` names. Called by the loader.

@@ -16,7 +16,8 @@ with backoff and ``Retry-After``):
   cut (a server trickling bytes never trips a read timeout), and the mirror counts as
   failed for the file;
 - 401, 403 and 404 for a file a manifest lists mean this mirror is incomplete or
-  closed to us: the next mirror is tried;
+  closed to us: the next mirror is tried. A 401 or 403 (for a document too) is
+  :class:`AccessDenied`, so the error can point at the credentials;
 - bytes arrive decoded when the object is stored with ``Content-Encoding`` (gzip,
   deflate), so the digest is checked over what lands on disk. Such a body cannot be
   resumed byte-exactly, so a break restarts it.
@@ -37,8 +38,8 @@ import urllib3.exceptions
 
 from ._config import Config
 from ._hashing import CHUNK_SIZE, HashingWriter
-from ._mirrors import DownloadCancelled, Mirror, MirrorFailed, NotPublished
-from ._session import RETRY_STATUSES, DowngradeRefused, route_for
+from ._mirrors import AccessDenied, DownloadCancelled, Mirror, MirrorFailed, NotPublished
+from ._session import RETRY_STATUSES, DowngradeRefused, netrc_problem, route_for
 from ._urls import redact_text
 
 logger = logging.getLogger("flashhub_kernels")
@@ -48,7 +49,7 @@ MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the 
 # What can break a body on the wire: urllib3's errors (timeouts, resets, short bodies,
 # undecodable bytes) and what the socket or http.client raise beneath it.
 _BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
-_MISSING_STATUSES = frozenset({401, 403, 404})
+_DENIED_STATUSES = frozenset({401, 403})
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
 # How one GET of a file ended: the file is complete; the body broke after continuing
 # the file where it stood (a 206 at the offset); or any other break or restart.
@@ -177,12 +178,12 @@ class HttpMirror(Mirror):
             if status == 416 and offset:  # the kept part is longer than the file
                 writer.reset()
                 return "failed"
-            if status in _MISSING_STATUSES:
+            if status == 404:
                 raise MirrorFailed(
-                    f"HTTP {status} {response.reason} for a file its manifest lists "
-                    "(a mirror not fully synced, or closed to us)"
+                    f"HTTP 404 {response.reason} for a file its manifest lists "
+                    "(a mirror not fully synced)"
                 )
-            self._check_status(response)
+            self._check_status(response, " for a file its manifest lists")
             resumed = bool(offset) and _continues_at(response, offset)
             if offset and not resumed:
                 writer.reset()  # a full body, or the wrong part: start over
@@ -217,10 +218,14 @@ class HttpMirror(Mirror):
             # ValueError: a malformed redirect (a bad port, a non-ASCII Location).
             raise MirrorFailed(self._reason(exc)) from None
 
-    def _check_status(self, response: requests.Response) -> None:
+    def _check_status(self, response: requests.Response, what: str = "") -> None:
         status = response.status_code
         if status in (200, 206):
             return
+        if status in _DENIED_STATUSES:
+            # The netrc file matters only when the URL carries no credentials.
+            problem = netrc_problem(self.base_url) if self._route.auth is None else None
+            raise AccessDenied(f"HTTP {status} {response.reason}{what}", netrc_problem=problem)
         retried = " after retries" if status in RETRY_STATUSES else ""
         raise MirrorFailed(f"HTTP {status} {response.reason}{retried}")
 

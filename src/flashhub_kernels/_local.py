@@ -26,6 +26,12 @@ def find_local_package(path: Path, backend: str | None = None) -> KernelDir:
     Raises:
         KernelNotFoundError: ``path`` holds no package, or no variant that fits.
     """
+    if not path.exists():
+        raise KernelNotFoundError(
+            f"{path} does not exist",
+            hint="pass the directory of a kernel repo (holding build/<variant>/<py_pkg>/), "
+            "of one variant, or of the package itself",
+        )
     if (path / "__init__.py").is_file():
         return KernelDir(path)
     packages = (
@@ -88,3 +94,19 @@ def _find_override(repo_id: str, path: Path, backend: str | None) -> KernelDir:
             f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, but {exc.message}",
             hint=f"{exc.hint}; or {remedy}",
         ) from None
+
+
+def unknown_local_module(fullname: str) -> KernelNotFoundError:
+    """The error for importing a :func:`get_local_kernel` module name this process never
+    registered: an object of a local kernel unpickled in another process (a worker, a
+    later run). The name holds a digest of the path, not the path, so it cannot be loaded.
+    """
+    return KernelNotFoundError(
+        f"No module named {fullname!r}: it is a kernel that get_local_kernel(path) loaded "
+        "in another process, and its name does not say from which directory",
+        hint="call get_local_kernel(path) with the same path in this process before "
+        "unpickling (in a worker's initializer, say); or give the build a repo id with "
+        f"{LOCAL_KERNELS_VAR}=org/pkg=/path/to/kernel and load it with get_kernel('org/pkg', "
+        "version=1), a name every process with that setting can import",
+        name=fullname,
+    )

@@ -282,7 +282,16 @@ def read_project(project_dir: Path) -> Project:
         ) from None
     except ValueError as exc:
         raise LockfileError(f"{path} {exc}", hint="fix the file's TOML") from None
-    return Project(_dependencies(document, path), _variants(document, path))
+    problems: list[tuple[str, str]] = []  # (what is wrong, how to write it)
+    project = Project(_dependencies(document, path, problems), _variants(document, problems))
+    if problems:
+        hints = dict.fromkeys(hint for _, hint in problems)
+        listed = "\n  ".join(problem for problem, _ in problems)
+        raise LockfileError(
+            f"{path}: {listed}" if len(problems) == 1 else f"{path}:\n  {listed}",
+            hint="; ".join(hints),
+        )
+    return project
 
 
 def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
@@ -325,7 +334,15 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     return parsed
 
 
-def _dependencies(document: dict[str, Any], path: Path) -> dict[str, str]:
+_DEPENDENCY_HINT = 'write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)'
+_VARIANTS_HINT = 'write variants as ["torch212-cxx11-cu126-x86_64-linux", ...]'
+
+
+def _dependencies(
+    document: dict[str, Any], path: Path, problems: list[tuple[str, str]]
+) -> dict[str, str]:
+    """The dependency table's valid entries; what is wrong with each other one goes to
+    ``problems``, so that one error lists them all."""
     table = _lookup(document, "tool", "flashhub", "dependencies")
     if not isinstance(table, dict) or not table:
         raise LockfileError(
@@ -338,24 +355,25 @@ def _dependencies(document: dict[str, Any], path: Path) -> dict[str, str]:
             parse_repo_id(repo_id)
             dependencies[repo_id] = _specifier(value)
         except ValueError as exc:
-            raise LockfileError(
-                f"{path}: [tool.flashhub.dependencies] {repo_id!r}: {exc}",
-                hint='write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)',
-            ) from None
+            problems.append((f"[tool.flashhub.dependencies] {repo_id!r}: {exc}", _DEPENDENCY_HINT))
     return dependencies
 
 
-def _variants(document: dict[str, Any], path: Path) -> tuple[str, ...]:
+def _variants(document: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, ...]:
+    """``[tool.flashhub] variants``, valid names only; the others go to ``problems``."""
     names = _lookup(document, "tool", "flashhub", "variants")
     if names is None:
         return ()
-    hint = 'write it as variants = ["torch212-cxx11-cu126-x86_64-linux", ...]'
     if not isinstance(names, list):
-        raise LockfileError(f"{path}: [tool.flashhub] variants must be a list", hint=hint)
-    try:
-        return tuple(dict.fromkeys(check_lockable_variant(name) for name in names))
-    except ValueError as exc:
-        raise LockfileError(f"{path}: [tool.flashhub] variants: {exc}", hint=hint) from None
+        problems.append(("[tool.flashhub] variants must be a list", _VARIANTS_HINT))
+        return ()
+    checked = []
+    for name in names:
+        try:
+            checked.append(check_lockable_variant(name))
+        except ValueError as exc:
+            problems.append((f"[tool.flashhub] variants: {exc}", _VARIANTS_HINT))
+    return tuple(dict.fromkeys(checked))
 
 
 def _lookup(document: dict[str, Any], *keys: str) -> object:

@@ -12,7 +12,7 @@ A mirror answers in four ways besides success:
   optional document (``variants.json``, a probed ``metadata.json``) that is an answer;
 - :class:`MirrorFailed`: this mirror cannot serve the path now (connection failure,
   5xx after retries, 401/403/404 for a file a manifest lists, a stalled transfer);
-  the next mirror may;
+  the next mirror may. :class:`AccessDenied` is the 401/403 case;
 - :class:`~._hashing.WrongSize`: the file is longer than its size in the manifest, or
   than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
   another length; the fetcher decides what that means;
@@ -39,6 +39,18 @@ class NotPublished(Exception):
 
 class MirrorFailed(Exception):
     """This mirror could not serve the path; the message says what it answered."""
+
+
+class AccessDenied(MirrorFailed):
+    """The mirror answered 401 or 403: it wants credentials, or refused the ones sent.
+
+    ``netrc_problem`` says why the netrc file gave none, when it exists and cannot be
+    used (requests ignores such a file without a word).
+    """
+
+    def __init__(self, message: str, *, netrc_problem: str | None = None) -> None:
+        super().__init__(message)
+        self.netrc_problem = netrc_problem
 
 
 class OverCap(MirrorFailed):

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 ROOT_PACKAGE = "flashhub"
+# Where get_local_kernel() names its modules: flashhub._local.<py_pkg>_<path digest>.
+LOCAL_PACKAGE = f"{ROOT_PACKAGE}._local"
 
 # A segment must become a Python identifier once '-' is replaced by '_': a letter or '_',
 # then up to 95 letters, digits, '-' and '_' (ASCII). Checked with str methods, not a

@@ -21,6 +21,7 @@ What each mirror gets, as requests itself would decide it:
 
 from __future__ import annotations
 
+import netrc
 import os
 import warnings
 from typing import Any, NamedTuple
@@ -116,6 +117,23 @@ def route_for(mirror_url: str) -> Route:
     }
     _check_socks_support(proxies)
     return Route(base_url, auth, proxies)
+
+
+def netrc_problem(base_url: str) -> str | None:
+    """Why the netrc file gives no credentials for ``base_url``, when it exists but
+    cannot be used: requests skips a file that does not parse, or cannot be read,
+    without a word. Called only to explain a refused request, never on success.
+
+    The parser's own message is left out: it quotes the token it choked on, which may
+    be a password.
+    """
+    try:
+        requests.utils.get_netrc_auth(base_url, raise_errors=True)
+    except netrc.NetrcParseError as exc:
+        return f"the netrc file {exc.filename} does not parse (line {exc.lineno}), so it is ignored"
+    except OSError as exc:
+        return f"the netrc file {exc.filename} cannot be read ({exc.strerror}), so it is ignored"
+    return None
 
 
 def _proxy_url(proxy: str) -> str:

@@ -341,16 +341,32 @@ def verify_document(
         )
     source = f"{document}{SIG_SUFFIX}"
     entries = parse_signatures(sig_bytes, source=source)
+    mismatched: list[str] = []  # trusted keys whose signature is not over these bytes
     for entry in entries:
         for key in trusted:
-            if entry.key_id == key.key_id and _verifies(
-                key.public_key, entry.decoded(source), message
-            ):
+            if entry.key_id != key.key_id:
+                continue
+            if _verifies(key.public_key, entry.decoded(source), message):
                 return key.key_id
+            mismatched.append(key.key_id)
     present = ", ".join(shown_key_id(e.key_id) for e in entries) or "none"
-    raise SignatureError(
+    failed = (
         f"{document}: no signature by a key trusted for the org {org!r} verifies "
-        f"(signed by: {present}; trusted: {trusted_ids})",
+        f"(signed by: {present}; trusted: {trusted_ids})"
+    )
+    if mismatched:
+        # A key the user trusts signed something, but not these bytes at this path: an
+        # edit after signing, or a signature replayed from another document.
+        raise SignatureError(
+            f"{failed}: the document does not match its signature by the trusted key "
+            f"{', '.join(dict.fromkeys(mismatched))}; it was changed after it was signed, "
+            "or the signature is another document's",
+            hint=f"the signer is already in {TRUSTED_KEYS_VAR}, so no key is missing: the CDN "
+            "serves a document other than the one signed; do not use it, and report it to "
+            "the kernel's publisher",
+        )
+    raise SignatureError(
+        failed,
         hint=f"if the publisher signs with a new key, {add_key}; otherwise the document was "
         "changed after it was signed: report it to the kernel's publisher",
     )

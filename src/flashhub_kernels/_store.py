@@ -30,6 +30,7 @@ from ._variants import (
     candidate_names,
     detect_system,
     format_trace,
+    gpu_torch_needed,
     judge_variants,
     with_backend,
 )
@@ -208,7 +209,12 @@ def no_variant_error(
         f"arch): {build_variant_name(system)}, or torch-universal"
     )
     if system.backend == "cpu":
-        return NoCompatibleVariantError(message, hint=wanted)
+        gpu = gpu_torch_needed(published or ())
+        needs = (
+            f"every published build needs a {gpu} build of torch, and this torch is a "
+            f"CPU-only build: install a {gpu} build of torch on a machine with such a GPU"
+        )
+        return NoCompatibleVariantError(message, hint=f"{needs}; or {wanted}" if gpu else wanted)
     if published is None:
         return NoCompatibleVariantError(
             message,

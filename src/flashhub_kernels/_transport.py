@@ -38,6 +38,7 @@ from ._callers import warn_at_caller
 from ._config import Config
 from ._hashing import INTEGRITY_HINT, HashingWriter, WrongSize
 from ._mirrors import (
+    AccessDenied,
     DownloadCancelled,
     Mirror,
     MirrorFailed,
@@ -330,12 +331,17 @@ class _Answers:
     def __init__(self, relpath: str) -> None:
         self.relpath = relpath
         self._lines: list[str] = []
-        self._proxied = self._capped = self._bad_bytes = False
+        self._proxied = self._capped = self._bad_bytes = self._denied = False
+        self._netrc_problems: list[str] = []
 
     def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
         via = f" (through the proxy {mirror.via})" if mirror.via else ""
         self._proxied = self._proxied or bool(mirror.via)
         self._capped = self._capped or isinstance(exc, OverCap)
+        if isinstance(exc, AccessDenied):
+            self._denied = True
+            if exc.netrc_problem and exc.netrc_problem not in self._netrc_problems:
+                self._netrc_problems.append(exc.netrc_problem)
         self._lines.append(f"{mirror.label}{via}: {exc}")
         logger.info("mirror %s could not serve %s: %s", mirror.label, self.relpath, exc)
 
@@ -356,17 +362,32 @@ class _Answers:
             )
         return TransportError(
             f"could not fetch {self.relpath!r} from any CDN mirror:\n  {answers}",
-            hint=_transport_hint(proxied=self._proxied, capped=self._capped),
+            hint=self._hint(),
         )
 
+    def _hint(self) -> str:
+        """What to try when every mirror failed for the path."""
+        if self._capped:
+            return (
+                "if the kernel really ships a file this large, raise FLASHHUB_MAX_FILE_BYTES; "
+                "otherwise the CDN sends a broken answer: report it to the CDN's operator"
+            )
+        if self._denied:
+            return "; ".join([CREDENTIALS_HINT, *self._netrc_problems])
+        return _network_hint(proxied=self._proxied)
 
-def _transport_hint(*, proxied: bool, capped: bool) -> str:
-    """What to try when every mirror failed for a path."""
-    if capped:
-        return (
-            "if the kernel really ships a file this large, raise FLASHHUB_MAX_FILE_BYTES; "
-            "otherwise the CDN sends a broken answer: report it to the CDN's operator"
-        )
+
+# Where requests takes a mirror's credentials from (the URL's win).
+CREDENTIALS_HINT = (
+    "the CDN wants credentials, or refused the ones sent: put them in FLASHHUB_CDN_URL "
+    "(https://user:password@host, percent-encoded) or in ~/.netrc (or the file $NETRC "
+    "names) as 'machine HOST login USER password PASSWORD'; a netrc file that does not "
+    "parse is ignored"
+)
+
+
+def _network_hint(*, proxied: bool) -> str:
+    """What to try when the mirrors could not be reached."""
     if proxied:
         return (
             "check the proxy settings (https_proxy, http_proxy, all_proxy, no_proxy) and "

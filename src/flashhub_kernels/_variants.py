@@ -26,7 +26,7 @@ from ._text import escape_controls
 
 TYPE_CHECKING = False  # not typing's: see _record
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Literal
 
     Tier = Literal["stable-abi", "exact", "tvm-ffi", "noarch", "universal"]
@@ -284,6 +284,19 @@ def as_variant(name: str) -> Variant:
         return parse_variant(name)
     except VariantNameError:
         return Variant._make(name)
+
+
+_GPU_TORCH = {"cuda": "CUDA", "rocm": "ROCm"}
+
+
+def gpu_torch_needed(published: Sequence[str]) -> str | None:
+    """``"CUDA"``, ``"ROCm"`` or ``"CUDA or ROCm"`` when every one of ``published`` is a
+    build for those backends (so only such a build of torch loads any), else ``None``."""
+    backends = {as_variant(name).backend for name in published}
+    gpus = sorted({_GPU_TORCH[b] for b in backends if b is not None and b in _GPU_TORCH})
+    if not gpus or len(gpus) != len(backends):
+        return None
+    return " or ".join(gpus)
 
 
 def build_variant_name(system: SystemInfo, *, abi_tag: bool = True) -> str:
