@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._config import LOCAL_KERNELS_VAR, local_kernels
+from ._config import local_kernels
+from ._env import LOCAL_KERNELS_VAR
 from ._kernel_dir import KernelDir
 from ._names import RepoInfo
 from ._variant_choice import best_variant, target_system
