@@ -39,7 +39,9 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(body: list[ast.stmt], lazy: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+def _imports(
+    body: list[ast.stmt], lazy: bool
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
     """The import statements of ``body`` and whether each runs only inside a function."""
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
