@@ -7,6 +7,7 @@ benchmark's business (``benchmarks/``); these tests pin down the modules.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import importlib.util
@@ -131,6 +132,46 @@ def test_lazy_names_are_listed_and_resolve() -> None:
     assert listed
     assert errors == "flashhub_kernels.errors"
     assert repo_info == "flashhub_kernels._names"
+
+
+def _lazily_exporting_modules() -> list[str]:
+    """The library's modules that define a module ``__getattr__`` (PEP 562)."""
+    src = Path(__file__).resolve().parent.parent / "src"
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        defined = {
+            name.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            for name in ast.walk(target)  # `__getattr__, __dir__ = ...` too
+            if isinstance(name, ast.Name)
+        } | {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        if "__getattr__" in defined:
+            parts = path.relative_to(src).with_suffix("").parts
+            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_every_lazily_exporting_module_lists_its_lazy_names_before_loading_them() -> None:
+    """``dir()`` (tab completion, discovery) shows what ``__all__`` exports, loaded or
+    not; and listing loads nothing (``kernelize`` would import torch)."""
+    modules = _lazily_exporting_modules()
+    assert {"flashhub_kernels", "flashhub_kernels.layers"} <= set(modules)
+    code = textwrap.dedent(
+        f"""
+        import importlib, json, sys
+        missing = {{}}
+        for name in {modules!r}:
+            module = importlib.import_module(name)
+            missing[name] = sorted(set(module.__all__) - set(dir(module)))
+        print(json.dumps([missing, "torch" in sys.modules]))
+        """
+    )
+    missing, torch_imported = json.loads(run_python(code))
+    assert missing == {name: [] for name in modules}
+    assert torch_imported is False
 
 
 # What the tests of this file and of others check a process did not import (or did): a
