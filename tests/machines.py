@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashhub_kernels import _store
+from flashhub_kernels import _variant_choice
 from flashhub_kernels._variants import SystemInfo
 
 CPU_MACHINE = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
@@ -17,4 +17,4 @@ CPU_BUILD = "torch212-cxx11-cpu-x86_64-linux"  # runs on CUDA_MACHINE with backe
 
 def run_as(monkeypatch: pytest.MonkeyPatch, system: SystemInfo) -> None:
     """Make this process resolve kernels as if its torch were ``system``."""
-    monkeypatch.setattr(_store, "detect_system", lambda: system)
+    monkeypatch.setattr(_variant_choice, "detect_system", lambda: system)

@@ -7,12 +7,20 @@ benchmark's business (``benchmarks/``); these tests pin down the modules.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import importlib
+import importlib.util
 import json
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
+import test_cli
+import test_import_hook
+import test_lock
 from cdn_server import CdnServer
 from conftest import run_python
 from trees import write_kernel
@@ -124,3 +132,92 @@ def test_lazy_names_are_listed_and_resolve() -> None:
     assert listed
     assert errors == "flashhub_kernels.errors"
     assert repo_info == "flashhub_kernels._names"
+
+
+def _lazily_exporting_modules() -> list[str]:
+    """The library's modules that define a module ``__getattr__`` (PEP 562)."""
+    src = Path(__file__).resolve().parent.parent / "src"
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        defined = {
+            name.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            for name in ast.walk(target)  # `__getattr__, __dir__ = ...` too
+            if isinstance(name, ast.Name)
+        } | {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        if "__getattr__" in defined:
+            parts = path.relative_to(src).with_suffix("").parts
+            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_every_lazily_exporting_module_lists_its_lazy_names_before_loading_them() -> None:
+    """``dir()`` (tab completion, discovery) shows what ``__all__`` exports, loaded or
+    not; and listing loads nothing (``kernelize`` would import torch)."""
+    modules = _lazily_exporting_modules()
+    assert {"flashhub_kernels", "flashhub_kernels.layers"} <= set(modules)
+    code = textwrap.dedent(
+        f"""
+        import importlib, json, sys
+        missing = {{}}
+        for name in {modules!r}:
+            module = importlib.import_module(name)
+            missing[name] = sorted(set(module.__all__) - set(dir(module)))
+        print(json.dumps([missing, "torch" in sys.modules]))
+        """
+    )
+    missing, torch_imported = json.loads(run_python(code))
+    assert missing == {name: [] for name in modules}
+    assert torch_imported is False
+
+
+# What the tests of this file and of others check a process did not import (or did): a
+# name that no longer exists would make such a check pass whatever gets imported.
+MODULE_LISTS = {
+    "HOOK_MODULES": sorted(HOOK_MODULES),
+    "NOT_WITH_THE_HOOK": NOT_WITH_THE_HOOK,
+    "NOT_WITH_A_WARM_LOAD": NOT_WITH_A_WARM_LOAD,
+    "test_lock.HTTP_MODULES": test_lock.HTTP_MODULES,
+    "test_import_hook.HEAVY": list(test_import_hook.HEAVY),
+    "test_import_hook.WARM_LOAD_LIBRARIES": list(test_import_hook.WARM_LOAD_LIBRARIES),
+    "test_cli.HEAVY_FOR_THE_CLI": list(test_cli.HEAVY_FOR_THE_CLI),
+}
+
+
+@pytest.mark.parametrize("listed", MODULE_LISTS)
+def test_every_module_the_import_checks_name_exists(listed: str) -> None:
+    missing = [name for name in MODULE_LISTS[listed] if importlib.util.find_spec(name) is None]
+    assert missing == []
+
+
+def _resolves(name: str) -> bool:
+    """Whether ``name`` is a module, or an attribute of one
+    (``flashhub_kernels.errors.CacheError``)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        module = ".".join(parts[:end])
+        with contextlib.suppress(ModuleNotFoundError):  # raised below a plain module
+            if importlib.util.find_spec(module) is not None:
+                break
+    value: object = importlib.import_module(module)
+    for attribute in parts[end:]:
+        if not hasattr(value, attribute):
+            return False
+        value = getattr(value, attribute)
+    return True
+
+
+def test_every_name_of_this_library_that_a_test_spells_exists() -> None:
+    """Modules checked in a child's ``sys.modules``, ``monkeypatch`` targets, imports
+    in code run in a child: each dotted ``flashhub_kernels`` name in the tests' text."""
+    tests = Path(__file__).parent
+    spelled = {
+        (path.name, match)
+        for path in sorted(tests.glob("*.py"))
+        for match in re.findall(r"\bflashhub_kernels(?:\.\w+)+", path.read_text())
+    }
+    assert len(spelled) > 20  # the pattern finds them
+    assert sorted((file, name) for file, name in spelled if not _resolves(name)) == []

@@ -25,6 +25,10 @@ from machines import CPU_BUILD, CUDA_BUILD, CUDA_MACHINE, run_as
 from trees import local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
+# What importing the packages and reading the settings must not import.
+HEAVY = ("torch", "requests", "urllib3", "http.client", "filelock", "asyncio")
+# What a warm load must not import: the HTTP stack and the lock library.
+WARM_LOAD_LIBRARIES = ("requests", "urllib3", "filelock")
 
 
 def test_import_statement_loads_the_matching_variant_only(cdn: CdnServer) -> None:
@@ -97,7 +101,7 @@ def test_fresh_interpreter_cold_then_warm_makes_zero_requests(cdn: CdnServer) ->
     assert run_python(code).strip() == f"{REPO}@v1:{local_variant()}"
     assert cdn.requests == []
     # A warm load imports neither the HTTP stack nor the lock library.
-    libraries = "import sys; print(sorted({'requests', 'urllib3', 'filelock'} & set(sys.modules)))"
+    libraries = f"import sys; print(sorted(set({WARM_LOAD_LIBRARIES!r}) & set(sys.modules)))"
     assert run_python(f"{code}\n{libraries}").splitlines()[-1] == "[]"
 
 
@@ -377,11 +381,10 @@ def test_default_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
 
 def test_importing_the_packages_imports_neither_torch_nor_requests() -> None:
     code = textwrap.dedent(
-        """
+        f"""
         import sys, flashhub, flashhub_kernels, flashhub_kernels.errors
         flashhub_kernels.configure(prefix="x"); flashhub_kernels.get_config()
-        heavy = ("torch", "requests", "urllib3", "http.client", "filelock", "asyncio")
-        print(json.dumps([m for m in heavy if m in sys.modules]))
+        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
         """
     )
     assert json.loads(run_python("import json\n" + code)) == []

@@ -19,7 +19,7 @@ import pytest
 from cli_runner import flashhub, ok_json
 from conftest import NOBODY, needs_root
 from flashhub_kernels._config import Config, configure
-from flashhub_kernels._lockfile import read_trusted_keys
+from flashhub_kernels._pyproject import read_trusted_keys
 from flashhub_kernels._signing import (
     SigningKey,
     generate_signing_key,

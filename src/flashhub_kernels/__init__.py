@@ -11,7 +11,7 @@ function) imports torch.
 from __future__ import annotations
 
 from ._finder import install
-from ._lazy import lazy_dir, lazy_getattr
+from ._lazy import lazy_exports
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost more than this package
 if TYPE_CHECKING:
@@ -127,8 +127,7 @@ __all__ = [
 ]
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
-__dir__ = lazy_dir(__name__, _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 install()

@@ -11,6 +11,7 @@ from types import ModuleType
 from ._config import get_config, local_kernels
 from ._finder import LoadedKernel, install
 from ._names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
+from ._variant_choice import target_system
 from ._variants import VariantAccepted, VariantVerdict, judge_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
 
@@ -122,7 +123,6 @@ def get_kernel_variants(
             ``version=None``: only the CDN knows the newest version).
     """
     from ._download import fetch_index, remote, with_version  # the cold path's modules
-    from ._store import target_system
 
     system = target_system(backend)
     config = get_config()
@@ -158,7 +158,6 @@ def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None 
     if config.offline:
         from ._cache import Cache
         from ._offline import has_variant
-        from ._store import target_system
 
         info = _offline_info(repo_id, version)
         return has_variant(Cache.from_config(config), info, target_system(backend))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._env import LOCAL_KERNELS_VAR, REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
 from ._names import parse_repo_id
 from ._record import Record
 from .errors import ConfigError
@@ -24,8 +25,6 @@ DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
 _CDN_URL_SETTING = "FLASHHUB_CDN_URL (or the cdn_url passed to configure())"
 _CDN_URL_HINT = f"fix {_CDN_URL_SETTING}"
-TRUSTED_KEYS_VAR = "FLASHHUB_TRUSTED_KEYS"
-REQUIRE_SIGNATURES_VAR = "FLASHHUB_REQUIRE_SIGNATURES"
 PYPROJECT_NAME = "pyproject.toml"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 60.0
@@ -297,7 +296,7 @@ def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     if known is not None and known[0] == stamp:
         return known[1]
     if _may_list_trusted_keys(path):
-        from ._lockfile import read_trusted_keys  # TOML is parsed only in a project directory
+        from ._pyproject import read_trusted_keys  # TOML is parsed only in a project directory
 
         keys = read_trusted_keys(path)
     else:
@@ -311,7 +310,7 @@ def _may_list_trusted_keys(path: Path) -> bool:
     sequence, with which a quoted key can spell it too (``"trusted\\u002dkeys"``).
 
     Most projects' ``pyproject.toml`` has neither: every kernel load in their directory
-    then skips importing the TOML parser and the lock file module (about 5 ms)."""
+    then skips importing the TOML parser and the key parser."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -374,9 +373,6 @@ def kernel_mapping_disabled() -> bool:
     Read on every call, so it can be flipped at run time, like the other settings here.
     """
     return _env_flag("DISABLE_KERNEL_MAPPING")
-
-
-LOCAL_KERNELS_VAR = "LOCAL_KERNELS"
 
 
 def local_kernels() -> dict[str, Path]:

@@ -29,13 +29,13 @@ from ._cdn_documents import (
     variant_path,
 )
 from ._config import Config
-from ._kernel_dir import KernelDir
+from ._kernel_dir import KernelDir, cached_kernel
 from ._manifest import Manifest
 from ._names import RepoInfo
 from ._progress import progress_bar
-from ._store import cached_kernel, choose_variant, no_variant_error, pick_cached_variant
 from ._transport import DownloadJob, Fetcher
 from ._urls import redact_url
+from ._variant_choice import choose_variant, no_variant_error, pick_cached_variant
 from ._variants import SystemInfo, candidate_names
 from ._versions_seen import check_newest
 from .errors import (

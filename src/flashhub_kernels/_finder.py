@@ -225,7 +225,7 @@ class KernelFinder:
             module = sys.modules.get(name)
             if module is None or not self._same_repo(fullname, name):
                 continue
-            from ._store import target_system
+            from ._variant_choice import target_system
 
             try:
                 same = target_system(forced) == target_system(None)

@@ -26,8 +26,8 @@ from ._download import fetch_index, remote
 from ._manifest import Manifest
 from ._names import RepoInfo
 from ._offline import CachedVariant, cached_variant, cached_variants, published_variants
-from ._store import target_system
 from ._trusted_keys import shown_key_id
+from ._variant_choice import target_system
 from ._variants import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
 
 if TYPE_CHECKING:

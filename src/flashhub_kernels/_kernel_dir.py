@@ -1,5 +1,5 @@
 """Where the files of a kernel module are: the record the finder, the cache and local
-overrides share."""
+overrides share, and how a verified cache entry becomes one."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from ._record import Record
 
 TYPE_CHECKING = False  # not typing's: this module is on the import hook's path
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from ._names import RepoInfo
@@ -51,3 +52,26 @@ class KernelDir(Record):
     @property
     def init_file(self) -> Path:
         return self.package_dir / "__init__.py"
+
+
+def package_dir_of(entry: Path, py_pkg: str) -> Path:
+    """The directory of a verified entry that is imported as the kernel.
+
+    That is ``<py_pkg>/`` when the variant ships it, else the entry itself: a flattened
+    build, whose files (``__init__.py``, ``_ops.py``, ...) lie directly in the variant
+    directory. A build with both layouts loads from ``<py_pkg>/``.
+    """
+    package = entry / py_pkg
+    return package if (package / "__init__.py").is_file() else entry
+
+
+def cached_kernel(
+    entry: Path,
+    info: RepoInfo,
+    variant: str,
+    files: Mapping[str, tuple[int, int]],
+    signer: str | None,
+) -> KernelDir:
+    """The kernel in a verified entry, whose receipt lists ``files`` (path -> size, mtime)."""
+    natives = tuple((rel, sz) for rel, (sz, _) in files.items() if rel.endswith(NATIVE_SUFFIXES))
+    return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, signer, natives)

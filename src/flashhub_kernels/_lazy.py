@@ -12,16 +12,22 @@ import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs more than this whole module
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 
-def lazy_getattr(package: str, table: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package`` that imports ``table[name]`` (a module
-    relative to ``package``) on first access of ``name``, and keeps the value.
+def lazy_exports(
+    package: str, table: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module ``__getattr__`` and ``__dir__`` for ``package``, which exports the names of
+    ``table`` but imports each only on first use::
 
-    A name whose module is ``package.<name>`` itself (``"errors": ".errors"``) gives
-    that submodule.
+        __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+    ``__getattr__`` imports ``table[name]`` (a module relative to ``package``) on first
+    access of ``name``, and keeps the value; a name whose module is ``package.<name>``
+    itself (``"errors": ".errors"``) gives that submodule. ``__dir__`` lists the names
+    before they are loaded, so that ``dir()`` and tab completion show them.
     """
 
     def __getattr__(name: str) -> Any:
@@ -32,13 +38,7 @@ def lazy_getattr(package: str, table: Mapping[str, str]) -> Callable[[str], Any]
         setattr(sys.modules[package], name, value)
         return value
 
-    return __getattr__
-
-
-def lazy_dir(package: str, names: Iterable[str]) -> Callable[[], list[str]]:
-    """A module ``__dir__`` for ``package`` that lists ``names`` before they are loaded."""
-
     def __dir__() -> list[str]:
-        return sorted({*vars(sys.modules[package]), *names})
+        return sorted({*vars(sys.modules[package]), *table})
 
-    return __dir__
+    return __getattr__, __dir__

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._config import LOCAL_KERNELS_VAR, local_kernels
+from ._config import local_kernels
+from ._env import LOCAL_KERNELS_VAR
 from ._kernel_dir import KernelDir
 from ._names import RepoInfo
+from ._variant_choice import best_variant, target_system
 from ._variants import judge_variants
 from .errors import KernelNotFoundError
 
@@ -43,8 +45,6 @@ def find_local_package(path: Path, backend: str | None = None) -> KernelDir:
         return KernelDir(packages[0])
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
-    from ._store import best_variant, target_system
-
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
     chosen = best_variant(judge_variants(variants, target_system(backend)))
     if chosen is not None:

@@ -52,8 +52,8 @@ from ._lockfile import (
 from ._manifest import MANIFEST_NAME
 from ._names import RepoInfo
 from ._offline import cached_versions
-from ._store import choose_variant, pick_cached_variant, target_system
 from ._text import escape_controls
+from ._variant_choice import choose_variant, pick_cached_variant, target_system
 from ._variants import candidate_names, format_trace, judge_variants
 from ._versions_seen import check_newest
 from .errors import (

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,14 +46,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._config import PYPROJECT_NAME
 from ._manifest import dump_json, parse_capped
 from ._names import RepoInfo, check_version, parse_repo_id
-from ._trusted_keys import is_key_id, no_key_error, parse_trusted_keys
+from ._pyproject import load_toml, lookup
+from ._trusted_keys import is_key_id
 from ._variants import parse_variant
-from .errors import ConfigError, LockfileError
+from .errors import LockfileError
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
-
-    from ._trusted_keys import TrustedKey
 
 LOCKFILE_NAME = "flashhub.lock"
 FORMAT_VERSION = 1
@@ -274,7 +272,7 @@ def read_project(project_dir: Path) -> Project:
     """
     path = project_dir / PYPROJECT_NAME
     try:
-        document = _load_toml(path.read_bytes())
+        document = load_toml(path.read_bytes())
     except FileNotFoundError:
         raise LockfileError(
             f"{path} does not exist",
@@ -294,46 +292,6 @@ def read_project(project_dir: Path) -> Project:
     return project
 
 
-def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
-    """``[tool.flashhub] trusted-keys`` of a ``pyproject.toml``: a list of public keys,
-    each ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (or one
-    string of them, as ``FLASHHUB_TRUSTED_KEYS`` takes it).
-
-    Raises:
-        ConfigError: the file cannot be read (not TOML, nested too deeply), the list
-            is malformed, as for a malformed ``FLASHHUB_*`` setting, or it names no key
-            (``[]``, ``","``).
-    """
-    source = f"{path} [tool.flashhub] trusted-keys"
-    fix = f"fix [tool.flashhub] trusted-keys in {path}"
-    try:
-        keys = _lookup(_load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the trusted keys in {path}: {exc}") from None
-    except ValueError as exc:
-        raise ConfigError(
-            f"cannot read the trusted keys in {path}: the file {exc}",
-            hint="fix the file's TOML",
-        ) from None
-    if keys is None:
-        return ()
-    if isinstance(keys, str):
-        keys = [keys]
-    if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
-        raise ConfigError(
-            f"{source} must be a list of strings, e.g. "
-            '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]',
-            hint=fix,
-        )
-    try:
-        parsed = parse_trusted_keys("\n".join(keys), source=source)
-    except ValueError as exc:
-        raise ConfigError(str(exc), hint=fix) from None
-    if not parsed:
-        raise no_key_error(source, "remove the setting")
-    return parsed
-
-
 _DEPENDENCY_HINT = 'write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)'
 _VARIANTS_HINT = 'write variants as ["torch212-cxx11-cu126-x86_64-linux", ...]'
 
@@ -343,7 +301,7 @@ def _dependencies(
 ) -> dict[str, str]:
     """The dependency table's valid entries; what is wrong with each other one goes to
     ``problems``, so that one error lists them all."""
-    table = _lookup(document, "tool", "flashhub", "dependencies")
+    table = lookup(document, "tool", "flashhub", "dependencies")
     if not isinstance(table, dict) or not table:
         raise LockfileError(
             f"{path} declares no kernels",
@@ -361,7 +319,7 @@ def _dependencies(
 
 def _variants(document: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, ...]:
     """``[tool.flashhub] variants``, valid names only; the others go to ``problems``."""
-    names = _lookup(document, "tool", "flashhub", "variants")
+    names = lookup(document, "tool", "flashhub", "variants")
     if names is None:
         return ()
     if not isinstance(names, list):
@@ -374,13 +332,6 @@ def _variants(document: dict[str, Any], problems: list[tuple[str, str]]) -> tupl
         except ValueError as exc:
             problems.append((f"[tool.flashhub] variants: {exc}", _VARIANTS_HINT))
     return tuple(dict.fromkeys(checked))
-
-
-def _lookup(document: dict[str, Any], *keys: str) -> object:
-    value: object = document
-    for key in keys:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
 
 
 def _specifier(value: object) -> str:
@@ -400,23 +351,3 @@ def parse_specifier(text: str) -> SpecifierSet:
         return SpecifierSet(text)
     except InvalidSpecifier:
         raise ValueError(f"{text!r} is not a version range such as '>=1,<3'") from None
-
-
-def _load_toml(data: bytes) -> dict[str, Any]:
-    """``data`` as TOML; ``ValueError`` saying why not (see :func:`parse_capped`)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-        except ModuleNotFoundError:
-            raise LockfileError(
-                "reading pyproject.toml on Python 3.10 needs the 'tomli' package",
-                hint="pip install tomli, or use Python 3.11 or newer",
-            ) from None
-
-    def parse(data: bytes) -> Any:
-        return tomllib.loads(data.decode("utf-8"))
-
-    document: dict[str, Any] = parse_capped(data, parse, "TOML", tomllib.TOMLDecodeError)
-    return document

@@ -3,8 +3,9 @@
 A :class:`Mirror` serves paths relative to ``<base>/<prefix>/``. Two kinds exist:
 :class:`FileMirror` for a ``file://`` tree on disk (here) and ``HttpMirror`` for
 ``http(s)://`` (in ``_http_mirror``, which imports ``requests``: a process that only
-reads a local mirror never imports it). The fetcher above picks mirrors, fails over
-between them and runs downloads in parallel; a mirror only moves bytes.
+reads a local mirror never imports it). The fetcher above (:mod:`._transport`) opens
+the mirrors, fails over between them and runs downloads in parallel; a mirror only
+moves bytes.
 
 A mirror answers in four ways besides success:
 
@@ -28,7 +29,6 @@ import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from ._config import Config
 from ._hashing import CHUNK_SIZE, HashingWriter
 from ._urls import file_url_path, redact_url
 
@@ -149,21 +149,3 @@ class FileMirror(Mirror):
 
     def close(self) -> None:
         pass  # files are opened and closed per read
-
-
-def open_mirrors(config: Config, *, pool_size: int) -> list[Mirror]:
-    """The configured mirrors, in order; the ``http(s)://`` ones share one session
-    whose pool keeps ``pool_size`` connections per host."""
-    if all(url.startswith("file://") for url in config.cdn_urls):
-        return [FileMirror(url, config.prefix) for url in config.cdn_urls]
-    # Imports requests (tens of milliseconds): only a run that goes to the network pays.
-    from ._http_mirror import HttpMirror
-    from ._session import new_session
-
-    session = new_session(pool_size)
-    return [
-        FileMirror(url, config.prefix)
-        if url.startswith("file://")
-        else HttpMirror(url, config, session)
-        for url in config.cdn_urls
-    ]

@@ -22,7 +22,7 @@ from ._cache import Cache, VariantIndex
 from ._lockfile import check_variant_name
 from ._manifest import MANIFEST_NAME, Manifest, parse_metadata
 from ._names import RepoInfo
-from ._store import no_variant_error, pick_cached_variant
+from ._variant_choice import no_variant_error, pick_cached_variant
 from ._variants import SystemInfo, VariantAccepted, candidate_names, judge_variants
 from .errors import FlashhubError, NoCompatibleVariantError, OfflineError
 

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from ._config import TRUSTED_KEYS_VAR
+from ._env import TRUSTED_KEYS_VAR
 from ._filesystem import write_atomic
 from ._manifest import SIG_SUFFIX, dump_json, load_json
 from ._names import check_version, parse_repo_id

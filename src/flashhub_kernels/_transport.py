@@ -40,11 +40,11 @@ from ._hashing import INTEGRITY_HINT, HashingWriter, WrongSize
 from ._mirrors import (
     AccessDenied,
     DownloadCancelled,
+    FileMirror,
     Mirror,
     MirrorFailed,
     NotPublished,
     OverCap,
-    open_mirrors,
 )
 from ._progress import NO_PROGRESS, Progress
 from ._urls import is_loopback
@@ -98,6 +98,24 @@ def warn_if_insecure(base_url: str) -> None:
         "every file is checked against, so anyone on the path can swap kernels. Use https, "
         "or pin the kernel in a lock file."
     )
+
+
+def open_mirrors(config: Config, *, pool_size: int) -> list[Mirror]:
+    """The configured mirrors, in order; the ``http(s)://`` ones share one session
+    whose pool keeps ``pool_size`` connections per host."""
+    if all(url.startswith("file://") for url in config.cdn_urls):
+        return [FileMirror(url, config.prefix) for url in config.cdn_urls]
+    # Imports requests (tens of milliseconds): only a run that goes to the network pays.
+    from ._http_mirror import HttpMirror
+    from ._session import new_session
+
+    session = new_session(pool_size)
+    return [
+        FileMirror(url, config.prefix)
+        if url.startswith("file://")
+        else HttpMirror(url, config, session)
+        for url in config.cdn_urls
+    ]
 
 
 class Fetcher:

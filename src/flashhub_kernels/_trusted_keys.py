@@ -18,7 +18,7 @@ import hashlib
 import os
 import stat
 
-from ._config import TRUSTED_KEYS_VAR
+from ._env import TRUSTED_KEYS_VAR
 from ._names import module_segment, parse_repo_id
 from ._record import Record
 from .errors import ConfigError

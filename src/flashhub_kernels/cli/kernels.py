@@ -35,7 +35,7 @@ def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _variants(args: argparse.Namespace) -> int:
     from .._api import get_kernel_variants
-    from .._store import best_variant, target_system
+    from .._variant_choice import best_variant, target_system
     from .._variants import VariantAccepted, format_trace
 
     version = args.version or _newest_version(args.repo_id, "variants")

@@ -122,7 +122,7 @@ def _cached_as_locked(lock: Lockfile, *, all_variants: bool) -> list[LockedDownl
     the locked content; else an :class:`~flashhub_kernels.errors.OfflineError` naming
     those that are not."""
     from .._lock import LockedDownload, cached_entry, locked_variant
-    from .._store import target_system
+    from .._variant_choice import target_system
     from ..errors import OfflineError
 
     cache = local_cache()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_getattr
+from .._lazy import lazy_exports
 from ._device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties
 from ._func import (
     BaseFuncRepository,
@@ -69,4 +69,4 @@ __all__ = [
 ]
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
