@@ -27,13 +27,20 @@ from typing import Any
 
 import pytest
 
-from builds import make_kernel
-from cdn_server import CdnServer
 from flashhub_kernels import _cache, _download, _finder, get_kernel
 from flashhub_kernels._cache import ensure_dir
 from flashhub_kernels._config import reset_config
-from projects import CUDA, NOARCH_CUDA, REPO, UNIVERSAL, publish_tensor_tricks, write_project
-from trees import ESCAPE, FORGED, local_variant, write_kernel
+from support.builds import make_kernel
+from support.cdn_server import CdnServer
+from support.projects import (
+    CUDA,
+    NOARCH_CUDA,
+    REPO,
+    UNIVERSAL,
+    publish_tensor_tricks,
+    write_project,
+)
+from support.trees import ESCAPE, FORGED, local_variant, write_kernel
 
 
 @pytest.fixture

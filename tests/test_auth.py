@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import cli_runner
 import flashhub_kernels as fk
-from cdn_server import CdnServer, basic_auth, redirect, status
 from conftest import MakeCdn, import_in_child
 from flashhub_kernels.errors import ConfigError, TransportError
-from trees import local_variant, write_kernel
+from support import cli_runner
+from support.cdn_server import CdnServer, basic_auth, redirect, status
+from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 MODULE = "flashhub.acme.tensor_tricks.v1"

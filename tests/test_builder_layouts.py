@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
 from conftest import run_python
 from flashhub_kernels._publish import publish as publish_build
 from flashhub_kernels._variants import build_variant_name, detect_system
-from trees import b64sha256, write_variant
+from support.cdn_server import CdnServer
+from support.trees import b64sha256, write_variant
 
 REPO = "kernels-community/activation"
 MODULE = "flashhub.kernels_community.activation.v1"

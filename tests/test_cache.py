@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, tampered
 from conftest import run_python
 from flashhub_kernels.errors import IntegrityError, ManifestError, OfflineError
-from trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
+from support.cdn_server import CdnServer, tampered
+from support.trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 

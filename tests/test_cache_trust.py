@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
 from conftest import NOBODY, needs_root
 from flashhub_kernels._cache_trust import distrust
-from trees import local_variant, write_kernel
+from support.cdn_server import CdnServer
+from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 LOAD = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"

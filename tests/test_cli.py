@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, drop_after
-from cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
 from conftest import assert_terminal_safe, run_python
-from machines import CPU_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
-from projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
-from trees import (
+from support.cdn_server import CdnServer, drop_after
+from support.cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
+from support.machines import CPU_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
+from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
+from support.trees import (
     ESCAPE,
     FORGED,
     MIB_BLOB,

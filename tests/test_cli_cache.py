@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from cdn_server import CdnServer, held
-from cli_runner import flashhub, ok_json
 from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
-from projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
-from trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
+from support.cdn_server import CdnServer, held
+from support.cli_runner import flashhub, ok_json
+from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
+from support.trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
 
 LOCAL = local_variant()
 

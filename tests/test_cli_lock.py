@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from cdn_server import CdnServer
-from cli_runner import OFFLINE, flashhub, ok_json, refused_offline
 from conftest import MakeProject, run_python
 from flashhub_kernels import get_kernel, get_locked_kernel, load_kernel
 from flashhub_kernels._lock import lock_project
 from flashhub_kernels._lockfile import LOCKFILE_NAME, read_lockfile
 from flashhub_kernels._signing import generate_signing_key, write_key_pair
-from projects import (
+from support.cdn_server import CdnServer
+from support.cli_runner import OFFLINE, flashhub, ok_json, refused_offline
+from support.projects import (
     CUDA,
     NOARCH_CUDA,
     PY_PKG,
@@ -31,7 +31,7 @@ from projects import (
     replayable_versions,
     write_project,
 )
-from trees import local_variant, write_kernel
+from support.trees import local_variant, write_kernel
 
 LOCAL = local_variant()
 

@@ -14,9 +14,9 @@ import sys
 import termios
 import threading
 
-from cdn_server import CdnServer, slowly
-from projects import REPO, UNIVERSAL
-from trees import kernel_files, write_blob_kernel, write_variant
+from support.cdn_server import CdnServer, slowly
+from support.projects import REPO, UNIVERSAL
+from support.trees import kernel_files, write_blob_kernel, write_variant
 
 FLASHHUB = [sys.executable, "-m", "flashhub_kernels"]
 

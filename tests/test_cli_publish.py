@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
-from cli_runner import flashhub
 from flashhub_kernels.errors import UndeclaredDependencyWarning
+from support.builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
+from support.cli_runner import flashhub
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

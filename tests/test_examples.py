@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
 from flashhub_kernels._publish import publish
-from trees import local_variant
+from support.cdn_server import CdnServer
+from support.trees import local_variant
 
 
 @pytest.fixture

@@ -19,7 +19,12 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import (
+from conftest import MakeCdn, free_port, plant_partial
+from flashhub_kernels._config import get_config
+from flashhub_kernels._progress import Progress
+from flashhub_kernels._transport import Fetcher, warn_if_insecure
+from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
+from support.cdn_server import (
     CdnServer,
     delayed,
     drop_after,
@@ -34,12 +39,7 @@ from cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
-from conftest import MakeCdn, free_port, plant_partial
-from flashhub_kernels._config import get_config
-from flashhub_kernels._progress import Progress
-from flashhub_kernels._transport import Fetcher, warn_if_insecure
-from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
-from trees import (
+from support.trees import (
     b64sha256,
     kernel_files,
     local_variant,

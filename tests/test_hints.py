@@ -16,13 +16,20 @@ import warnings
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
-from cli_runner import flashhub
 from flashhub_kernels import _transport
 from flashhub_kernels._variants import build_variant_name
 from flashhub_kernels.errors import KernelNotFoundError, NoCompatibleVariantError
-from machines import CPU_BUILD, CPU_MACHINE, CUDA_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
-from trees import write_kernel
+from support.cdn_server import CdnServer
+from support.cli_runner import flashhub
+from support.machines import (
+    CPU_BUILD,
+    CPU_MACHINE,
+    CUDA_BUILD,
+    CUDA_MACHINE,
+    OLD_CUDA_BUILD,
+    run_as,
+)
+from support.trees import write_kernel
 
 REPO = "acme/tensor-tricks"
 

@@ -21,9 +21,9 @@ import pytest
 import test_cli
 import test_import_hook
 import test_lock
-from cdn_server import CdnServer
 from conftest import run_python
-from trees import write_kernel
+from support.cdn_server import CdnServer
+from support.trees import write_kernel
 
 # All that `import flashhub` imports of this library: the package, the finder and the
 # module-name grammar it parses with.
@@ -216,7 +216,7 @@ def test_every_name_of_this_library_that_a_test_spells_exists() -> None:
     tests = Path(__file__).parent
     spelled = {
         (path.name, match)
-        for path in sorted(tests.glob("*.py"))
+        for path in sorted(tests.rglob("*.py"))
         for match in re.findall(r"\bflashhub_kernels(?:\.\w+)+", path.read_text())
     }
     assert len(spelled) > 20  # the pattern finds them

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, held
 from conftest import run_python
 from flashhub_kernels.errors import KernelImportError, KernelNotFoundError, NoCompatibleVariantError
-from machines import CPU_BUILD, CUDA_BUILD, CUDA_MACHINE, run_as
-from trees import local_variant, write_kernel, write_variant
+from support.cdn_server import CdnServer, held
+from support.machines import CPU_BUILD, CUDA_BUILD, CUDA_MACHINE, run_as
+from support.trees import local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 # What importing the packages and reading the settings must not import.
@@ -322,7 +322,7 @@ def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None
 
 def test_get_local_kernel(tmp_path: Path) -> None:
     repo = tmp_path / "my-kernel"
-    from trees import kernel_files
+    from support.trees import kernel_files
 
     for variant in ("torch-universal", local_variant()):
         for rel, data in kernel_files("my_kernel", variant).items():

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, held, stall
 from conftest import run_python
-from trees import write_blob_kernel
+from support.cdn_server import CdnServer, held, stall
+from support.trees import write_blob_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"

@@ -29,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import flashhub_kernels
-from cdn_server import CdnServer
 from conftest import run_python
 from flashhub_kernels.errors import (
     KernelLayerError,
@@ -57,7 +56,8 @@ from flashhub_kernels.layers import (
     validate_layer,
 )
 from flashhub_kernels.layers._mapping import mode_text
-from trees import write_variant
+from support.cdn_server import CdnServer
+from support.trees import write_variant
 
 LAYERS_PY = '''"""Layers of test kernel {tag}."""
 import torch
@@ -228,7 +228,7 @@ def test_locked_layer_repository_in_a_mapping(
 ) -> None:
     from flashhub_kernels import LockedLayerRepository
     from flashhub_kernels._lock import lock_project
-    from projects import write_project
+    from support.projects import write_project
 
     publish_layers(cdn, "acme/silu-layers", "locked")
     (cdn.root / "kernels/acme/silu-layers/versions.json").write_text("[1]")
@@ -1202,7 +1202,7 @@ def test_function_and_layer_kernels_replace_each_other(
 
 def test_locked_func_repository(cdn: CdnServer, tmp_path: Path) -> None:
     from flashhub_kernels._lock import lock_project
-    from projects import write_project
+    from support.projects import write_project
 
     publish_layers(cdn, "acme/silu-layers", "locked")
     (cdn.root / "kernels/acme/silu-layers/versions.json").write_text("[1]")

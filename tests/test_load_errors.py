@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import cli_runner  # not its flashhub(): an import statement here binds that name
 import flashhub_kernels as fk
-from cdn_server import CdnServer, raw_redirect, redirect
 from conftest import import_in_child
 from flashhub_kernels.errors import (
     CacheError,
@@ -27,7 +25,9 @@ from flashhub_kernels.errors import (
     NoCompatibleVariantError,
     TransportError,
 )
-from trees import local_variant, write_kernel
+from support import cli_runner  # not its flashhub(): an import statement here binds that name
+from support.cdn_server import CdnServer, raw_redirect, redirect
+from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 MODULE = "flashhub.acme.tensor_tricks.v1"

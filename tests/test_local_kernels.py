@@ -13,12 +13,12 @@ import torch
 from torch import nn
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
 from conftest import run_python
 from flashhub_kernels._config import parse_local_kernels
 from flashhub_kernels.errors import KernelNotFoundError
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
-from trees import kernel_files, local_variant, write_kernel
+from support.cdn_server import CdnServer
+from support.trees import kernel_files, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 OTHER_VARIANTS = ["torch-universal", "torch212-cxx11-cu126-x86_64-linux"]

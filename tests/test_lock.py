@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels
-from cdn_server import CdnServer
-from cli_runner import flashhub
 from conftest import MakeProject, run_python
 from flashhub_kernels import (
     LockedLayerRepository,
@@ -41,7 +39,9 @@ from flashhub_kernels.errors import (
     NoCompatibleVariantError,
     RollbackError,
 )
-from projects import (
+from support.cdn_server import CdnServer
+from support.cli_runner import flashhub
+from support.projects import (
     CUDA,
     PY_PKG,
     REPO,
@@ -54,7 +54,7 @@ from projects import (
     variant_dir,
     write_project,
 )
-from trees import local_variant, write_kernel
+from support.trees import local_variant, write_kernel
 
 LOCAL = local_variant()
 MODULE = "flashhub.acme.tensor_tricks.v2"

@@ -8,9 +8,9 @@ import logging
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
-from cli_runner import flashhub
-from trees import MIB_BLOB, write_blob_kernel
+from support.cdn_server import CdnServer
+from support.cli_runner import flashhub
+from support.trees import MIB_BLOB, write_blob_kernel
 
 REPO = "acme/tensor-tricks"
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from cdn_server import CdnServer
 from conftest import run_python
 from flashhub_kernels._publish import publish
+from support.cdn_server import CdnServer
 
 REPO = "acme/tensor-tricks"
 PY_PKG = "tensor_tricks"

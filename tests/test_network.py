@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, chunked, drop_after, status, trickle
 from conftest import MakeCdn, plant_partial
 from flashhub_kernels._config import get_config
 from flashhub_kernels._transport import Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
-from trees import kernel_files, write_variant
+from support.cdn_server import CdnServer, chunked, drop_after, status, trickle
+from support.trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"

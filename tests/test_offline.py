@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
 from flashhub_kernels.errors import OfflineError
-from projects import CUDA, REPO, UNIVERSAL, publish_tensor_tricks
-from trees import local_variant, write_kernel
+from support.cdn_server import CdnServer
+from support.projects import CUDA, REPO, UNIVERSAL, publish_tensor_tricks
+from support.trees import local_variant, write_kernel
 
 LOCAL = local_variant()
 

@@ -10,14 +10,14 @@ import time
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnHandler, CdnServer, Fault, delayed
 from flashhub_kernels._transport import (
     CPU_SECONDS_PER_FILE,
     MAX_PARALLEL_FILES,
     MIN_PARALLEL_FILES,
     parallel_downloads,
 )
-from trees import kernel_files, write_variant
+from support.cdn_server import CdnHandler, CdnServer, Fault, delayed
+from support.trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, slowly
-from trees import kernel_files, write_blob_kernel
+from support.cdn_server import CdnServer, slowly
+from support.trees import kernel_files, write_blob_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"

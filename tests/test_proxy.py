@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import cli_runner
 import flashhub_kernels as fk
-from cdn_server import CdnServer
 from conftest import StartProxy, free_port, import_in_child, run_python
 from flashhub_kernels.errors import ConfigError, TransportError
-from trees import local_variant, write_kernel
+from support import cli_runner
+from support.cdn_server import CdnServer
+from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 PROXY_SECRET = "Prx-s3cret"

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from builds import (
+from flashhub_kernels._manifest import decode_digest, parse_metadata, parse_variants, parse_versions
+from flashhub_kernels._publish import PublishReport, publish
+from flashhub_kernels.errors import (
+    PublishError,
+    SharedNativeLibraryWarning,
+    UndeclaredDependencyWarning,
+)
+from support.builds import (
     CPU,
     PY_PKG,
     REPO,
@@ -23,13 +30,6 @@ from builds import (
     make_kernel,
     package_dir,
     tree_bytes,
-)
-from flashhub_kernels._manifest import decode_digest, parse_metadata, parse_variants, parse_versions
-from flashhub_kernels._publish import PublishReport, publish
-from flashhub_kernels.errors import (
-    PublishError,
-    SharedNativeLibraryWarning,
-    UndeclaredDependencyWarning,
 )
 
 # No staging or old-version directory of a publish is left behind.

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import flashhub, ok_json
 from conftest import NOBODY, needs_root
 from flashhub_kernels._config import Config, configure
 from flashhub_kernels._pyproject import read_trusted_keys
@@ -33,6 +32,7 @@ from flashhub_kernels._trusted_keys import (
     parse_trusted_keys,
 )
 from flashhub_kernels.errors import ConfigError, PublishError
+from support.cli_runner import flashhub, ok_json
 
 # RFC 8032, section 7.1, test 1: a seed and the public key it gives.
 RFC_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from cdn_server import CdnServer
-from cli_runner import OFFLINE, flashhub, ok_json
 from conftest import PLANTED, MakeProject, run_python
 from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
 from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfile import read_lockfile
 from flashhub_kernels._signing import SigningKey, generate_signing_key, write_key_pair
 from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
-from projects import (
+from support.cdn_server import CdnServer
+from support.cli_runner import OFFLINE, flashhub, ok_json
+from support.projects import (
     CUDA,
     REPO,
     UNIVERSAL,
@@ -36,7 +36,7 @@ from projects import (
     entry,
     lockfile_of,
 )
-from trees import local_variant, write_kernel, write_variant
+from support.trees import local_variant, write_kernel, write_variant
 
 LOCAL = local_variant()
 MODULE = "flashhub.acme.tensor_tricks.v1"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import flashhub, ok_json
 from flashhub_kernels._publish import publish, sign_tree
 from flashhub_kernels._publish import writing as publish_writing
 from flashhub_kernels._signing import (
@@ -22,6 +21,7 @@ from flashhub_kernels._signing import (
 )
 from flashhub_kernels._trusted_keys import TrustedKey, parse_trusted_keys
 from flashhub_kernels.errors import PublishError, SignatureError
+from support.cli_runner import flashhub, ok_json
 
 REPO = "acme/my-kern"
 UNIVERSAL = "torch-universal"

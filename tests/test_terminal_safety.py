@@ -13,11 +13,11 @@ import json
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnHandler, CdnServer
-from cli_runner import flashhub
 from conftest import assert_terminal_safe
 from flashhub_kernels.errors import FlashhubError, NoCompatibleVariantError, TransportError
-from trees import local_variant, write_kernel
+from support.cdn_server import CdnHandler, CdnServer
+from support.cli_runner import flashhub
+from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 

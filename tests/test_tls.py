@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer, redirect
 from flashhub_kernels.errors import TransportError
-from trees import local_variant, write_kernel
+from support.cdn_server import CdnServer, redirect
+from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANTS = f"kernels/{REPO}/v1/variants.json"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from cdn_server import CdnServer
 from conftest import _forget_kernels
 from flashhub_kernels.errors import NewerVersionWarning
-from trees import write_kernel
+from support.cdn_server import CdnServer
+from support.trees import write_kernel
 
 REPO = "acme/tensor-tricks"
 VERSIONS_JSON = f"/kernels/{REPO}/versions.json"

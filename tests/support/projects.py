@@ -13,7 +13,7 @@ from pathlib import Path
 from flashhub_kernels._config import get_config
 from flashhub_kernels._lockfile import LOCKFILE_NAME
 from flashhub_kernels._manifest import parse_metadata
-from trees import b64sha256, local_variant, write_kernel
+from support.trees import b64sha256, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 PY_PKG = "tensor_tricks"
