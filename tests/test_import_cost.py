@@ -56,7 +56,7 @@ NOT_WITH_THE_HOOK = [
     "flashhub_kernels._api",
     "flashhub_kernels._config",
     "flashhub_kernels._variants",
-    "flashhub_kernels._store",
+    "flashhub_kernels._obtain",
     "flashhub_kernels._cache",
     "flashhub_kernels._manifest",
     "flashhub_kernels.errors",

@@ -150,5 +150,5 @@ def test_the_reader_sees_module_level_imports_only() -> None:
     assert "flashhub_kernels._lazy" in eager["flashhub_kernels.layers"]  # from .._lazy import
     assert "flashhub_kernels._api" not in eager["flashhub_kernels"]  # TYPE_CHECKING
     assert "flashhub_kernels.errors" not in eager["flashhub_kernels"]  # TYPE_CHECKING
-    assert ("flashhub_kernels._finder", "flashhub_kernels._store") in lazy
-    assert "flashhub_kernels._store" not in eager["flashhub_kernels._finder"]
+    assert ("flashhub_kernels._finder", "flashhub_kernels._obtain") in lazy
+    assert "flashhub_kernels._obtain" not in eager["flashhub_kernels._finder"]

@@ -63,7 +63,7 @@ def install_kernel(
     ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
     """
     from ._download import remote, with_version  # the cold path's modules
-    from ._store import obtain_kernel
+    from ._obtain import obtain_kernel
 
     if backend is not None:
         check_backend(backend)

@@ -247,7 +247,7 @@ class KernelFinder:
         A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
         """
         from ._config import local_kernels
-        from ._store import use_kernel
+        from ._obtain import use_kernel
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
