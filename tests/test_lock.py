@@ -37,6 +37,7 @@ from flashhub_kernels.errors import (
     LockfileError,
     LockMismatchError,
     NoCompatibleVariantError,
+    OfflineError,
     RollbackError,
 )
 from support.cdn_server import CdnServer
@@ -201,6 +202,21 @@ def test_download_then_load_with_the_server_stopped(project: Path, cdn: CdnServe
     assert module is sys.modules[MODULE] is get_kernel(REPO, version=2)
     assert get_locked_kernel(REPO, lockfile=lockfile_of(project)) is module
     assert [r.status for r in download_locked(lock)] == ["cached"]
+
+
+def test_download_locked_offline_reports_the_cache_or_names_what_is_missing(
+    project: Path, cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = lock_project(project)
+    download_locked(lock)
+    cdn.clear_log()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+
+    assert [(r.variant, r.status) for r in download_locked(lock)] == [(LOCAL, "cached")]
+    with pytest.raises(OfflineError, match="not cached as locked") as raised:
+        download_locked(lock, all_variants=True)
+    assert f"{REPO}@v2 {UNIVERSAL}" in str(raised.value)
+    assert cdn.requests == []
 
 
 def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(

@@ -483,20 +483,42 @@ def download_locked(
 
     Downloads the variant this system loads, or with ``all_variants`` every locked
     variant (to bake a cache for several targets). A failure is reported in its result
-    and the other kernels are still downloaded.
+    and the other kernels are still downloaded. Offline (``FLASHHUB_OFFLINE``), every
+    such variant must already be cached as locked: each is reported ``cached``, else an
+    :class:`OfflineError` names those that are not.
     """
     config = config or get_config()
-    if config.offline:
-        raise OfflineError(
-            "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set",
-            hint="unset FLASHHUB_OFFLINE",
-        )
     cache = Cache.from_config(config)
     system = None if all_variants else target_system(None)
+    if config.offline:
+        return _cached_as_locked(cache, lock, system)
     results: list[LockedDownload] = []
     with remote(config) as fetcher:
         for repo_id in sorted(lock.kernels):
             results += _download_kernel(cache, fetcher, lock.kernels[repo_id], system)
+    return results
+
+
+def _cached_as_locked(
+    cache: Cache, lock: Lockfile, system: SystemInfo | None
+) -> list[LockedDownload]:
+    """Offline: the locked variants a download would fetch, all found in the cache with
+    the locked content; else an :class:`OfflineError` naming those that are not."""
+    results, missing = [], []
+    for repo_id, locked in sorted(lock.kernels.items()):
+        variants = sorted(locked.variants) if system is None else [locked_variant(locked, system)]
+        for variant in variants:
+            entry, why = cached_entry(cache, locked, variant)
+            if entry is None:
+                missing.append(f"{repo_id}@v{locked.version} {variant}: {why}")
+            else:
+                results.append(LockedDownload(repo_id, locked.version, variant, "cached", entry))
+    if missing:
+        raise OfflineError(
+            "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set; "
+            "not cached as locked:\n  " + "\n  ".join(missing),
+            hint="unset FLASHHUB_OFFLINE",
+        )
     return results
 
 

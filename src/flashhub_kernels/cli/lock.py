@@ -14,7 +14,6 @@ from ._common import (
     Command,
     count,
     json_argument,
-    local_cache,
     print_json,
     project_argument,
     project_lockfile,
@@ -22,8 +21,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from .._lock import LockedDownload
-    from .._lockfile import Lockfile
+    pass
 
 
 def _variant_arg(value: str) -> str:
@@ -96,11 +94,7 @@ def _download(args: argparse.Namespace) -> int:
     from .._lock import download_locked
 
     lock = project_lockfile(args.project_dir)
-    offline = get_config().offline
-    if offline:
-        results = _cached_as_locked(lock, all_variants=args.all_variants)
-    else:
-        results = download_locked(lock, all_variants=args.all_variants)
+    results = download_locked(lock, all_variants=args.all_variants)
     if args.json:
         print_json({"lockfile": lock.source, "results": [r.to_dict() for r in results]})
     for result in results:
@@ -109,40 +103,12 @@ def _download(args: argparse.Namespace) -> int:
             print(f"error: {where}: {result.error}", file=sys.stderr)
         elif not args.json:
             print(f"{result.status:<10} {where}  {result.path}")
-    if offline and not args.json:
+    if get_config().offline and not args.json:
         print(
             f"everything {lock.source} pins is already in the cache "
             "(FLASHHUB_OFFLINE is set: nothing was downloaded)"
         )
     return EXIT_FAILURE if any(r.error is not None for r in results) else EXIT_OK
-
-
-def _cached_as_locked(lock: Lockfile, *, all_variants: bool) -> list[LockedDownload]:
-    """Offline: the locked variants a download would fetch, all found in the cache with
-    the locked content; else an :class:`~flashhub_kernels.errors.OfflineError` naming
-    those that are not."""
-    from .._lock import LockedDownload, cached_entry, locked_variant
-    from .._variant_choice import target_system
-    from ..errors import OfflineError
-
-    cache = local_cache()
-    system = None if all_variants else target_system(None)
-    results, missing = [], []
-    for repo_id, locked in sorted(lock.kernels.items()):
-        variants = sorted(locked.variants) if system is None else [locked_variant(locked, system)]
-        for variant in variants:
-            entry, why = cached_entry(cache, locked, variant)
-            if entry is None:
-                missing.append(f"{repo_id}@v{locked.version} {variant}: {why}")
-            else:
-                results.append(LockedDownload(repo_id, locked.version, variant, "cached", entry))
-    if missing:
-        raise OfflineError(
-            "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set; "
-            "not cached as locked:\n  " + "\n  ".join(missing),
-            hint="unset FLASHHUB_OFFLINE",
-        )
-    return results
 
 
 COMMANDS = {
