@@ -1,5 +1,5 @@
 """Processes that are interrupted or kept waiting: Ctrl-C in the middle of a download, and
-a second process waiting for the download lock another one holds."""
+a second process waiting for the download mutex another one holds."""
 
 from __future__ import annotations
 

@@ -142,23 +142,23 @@ def test_a_module_name_no_kernel_can_have_is_a_module_not_found_error(
 # -- the cache ------------------------------------------------------------------------------
 
 
-def entry_lock(cache_dir: Path) -> Path:
+def download_mutex(cache_dir: Path) -> Path:
     return cache_dir / "kernels" / REPO / "v1" / ".locks" / f"{LOCAL}.lock"
 
 
-def index_lock(cache_dir: Path) -> Path:
+def index_mutex(cache_dir: Path) -> Path:
     return cache_dir / ".locks" / REPO / "v1.lock"
 
 
-LOCKS = {"entry lock": entry_lock, "index lock": index_lock}
+MUTEXES = {"download mutex": download_mutex, "index mutex": index_mutex}
 
 
-@pytest.mark.parametrize("which", LOCKS)
+@pytest.mark.parametrize("which", MUTEXES)
 def test_a_directory_planted_at_a_lock_path_is_a_cache_error(
     cdn: CdnServer, cache_dir: Path, which: str
 ) -> None:
     write_kernel(cdn.root, REPO, 1)
-    planted = LOCKS[which](cache_dir)
+    planted = MUTEXES[which](cache_dir)
     (planted / "inside").mkdir(parents=True)
 
     error = load_error(CacheError)
@@ -170,7 +170,7 @@ def test_a_directory_planted_at_a_lock_path_is_a_cache_error(
 
 
 @pytest.mark.parametrize("target_exists", [False, True], ids=["dangling", "to-a-file"])
-@pytest.mark.parametrize("which", LOCKS)
+@pytest.mark.parametrize("which", MUTEXES)
 def test_a_symlink_planted_at_a_lock_path_is_a_cache_error_and_its_target_is_untouched(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path, which: str, target_exists: bool
 ) -> None:
@@ -179,7 +179,7 @@ def test_a_symlink_planted_at_a_lock_path_is_a_cache_error_and_its_target_is_unt
     target.parent.mkdir()
     if target_exists:
         target.write_text("keep me")
-    planted = LOCKS[which](cache_dir)
+    planted = MUTEXES[which](cache_dir)
     planted.parent.mkdir(parents=True)
     planted.symlink_to(target)
 

@@ -11,8 +11,8 @@ Layout under the cache root::
             <py_pkg>/...                  the kernel's files (and __pycache__/)
         .staging-<variant>.<random>.<pid>.<host>/   a download in progress
         .partial-<variant>/<sha256 hex>   files of an interrupted download, to resume
-        .locks/<variant>.lock             download lock: one downloader per entry
-    .locks/<org>/<pkg>/v<N>.lock          index lock: one fetcher of a version's variants.json
+        .locks/<variant>.lock             download mutex: one downloader per entry
+    .locks/<org>/<pkg>/v<N>.lock          index mutex: one fetcher of a version's variants.json
     versions-seen.json                    the newest version seen listed (see _versions_seen)
 
 An entry appears only by renaming a verified staging directory into place, so readers
@@ -216,20 +216,20 @@ class Cache:
     def entry_dir(self, info: RepoInfo, variant: str) -> Path:
         return self.version_dir(info) / variant
 
-    def download_lock(self, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
+    def download_mutex(self, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
         """The lock of one entry: one process downloads it, the others wait and reuse it."""
-        from ._cache_locks import hold  # imports filelock: warm loads take no lock
+        from ._mutex import hold  # imports filelock: warm loads take no lock
 
         path = self.private_dir(self.version_dir(info) / ".locks") / f"{variant}.lock"
         return hold(path, what=f"downloading {info} {variant}", timeout=self.lock_timeout)
 
-    def index_lock(self, info: RepoInfo) -> AbstractContextManager[None]:
+    def index_mutex(self, info: RepoInfo) -> AbstractContextManager[None]:
         """The lock of a version's variant index: one process fetches ``variants.json``.
 
         Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
         spelling of a name that does not exist leaves no directory of that name behind.
         """
-        from ._cache_locks import hold  # imports filelock: warm loads take no lock
+        from ._mutex import hold  # imports filelock: warm loads take no lock
 
         locks = self.private_dir(self.root / ".locks" / info.org / info.name)
         path = locks / f"v{info.version}.lock"

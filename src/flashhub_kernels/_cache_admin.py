@@ -28,12 +28,12 @@ from ._cache import (
     stamp,
     unused,
 )
-from ._cache_locks import hold_if_free
 from ._cache_trust import distrust
 from ._config import Config, get_config
 from ._hashing import sha256_file
 from ._lockfile import Lockfile
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, parse_metadata
+from ._mutex import hold_if_free
 from ._names import RepoInfo
 from ._signing import verify_document
 from .errors import ManifestError, SignatureError
@@ -147,8 +147,8 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
     verdict = _verify(cache, entry)
     if not (repair and verdict.repairable):
         return verdict
-    # Under the entry's download lock: a load that found it changed would replace it.
-    with cache.download_lock(entry.info, entry.variant), cache_errors():
+    # Under the entry's download mutex: a load that found it changed would replace it.
+    with cache.download_mutex(entry.info, entry.variant), cache_errors():
         verdict = _verify(cache, entry)  # again: it may have changed meanwhile
         receipt = cache.read_receipt(entry.path)
         if not verdict.repairable or receipt is None:
@@ -406,7 +406,7 @@ def clear(cache: Cache, *, force: bool = False) -> ClearReport:
 
 @contextlib.contextmanager
 def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
-    """Hold every download lock of a version's entries, if no process holds one; yield
+    """Hold every download mutex of a version's entries, if no process holds one; yield
     whether it could. A download in progress keeps its staging files and partial files
     in the version directory: removing them would break it.
 

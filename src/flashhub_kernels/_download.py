@@ -1,8 +1,8 @@
 """The cold path: from the CDN's documents to a verified entry in the cache.
 
 :func:`fetch_kernel` picks the variant from the version's ``variants.json`` (fetched by
-one process under the index lock, and recorded for every other), then
-:func:`download_entry` makes the entry under its download lock: reuse what another
+one process under the index mutex, and recorded for every other), then
+:func:`download_entry` makes the entry under its download mutex: reuse what another
 process committed meanwhile, else fetch and check the manifest, then download every file
 into staging, verified as it streams, and rename the entry into place.
 """
@@ -137,7 +137,7 @@ def shared_index(
 
     Processes that wait for the lock find the index recorded and make no request.
     """
-    with cache.index_lock(info):
+    with cache.index_mutex(info):
         index = cache.read_index(info)
         if index is None or pick_cached_variant(index, system) is None:
             index = cache.record_index(info, fetch_index(fetcher, info, system))
@@ -281,7 +281,7 @@ def download_entry(
     """
     entry = cache.entry_dir(info, variant)
     config = fetcher.config
-    with cache.download_lock(info, variant):
+    with cache.download_mutex(info, variant):
         receipt = _intact_receipt(cache, entry, info)
         if (
             receipt is not None

@@ -271,7 +271,7 @@ class KernelFinder:
         A thread that was locating a kernel held Python's import lock of that module
         name; the child would wait for it forever on importing the name. Nothing of that
         module exists yet (it is created once located), so the child may start afresh:
-        the cache's download lock then makes it wait for the parent's download.
+        the cache's download mutex then makes it wait for the parent's download.
         """
         self._lock = _thread.allocate_lock()
         module_locks = getattr(importlib._bootstrap, "_module_locks", {})

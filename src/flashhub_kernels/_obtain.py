@@ -5,7 +5,7 @@
 - warm (here): the cache's variant index picks the variant, the entry's receipt vouches
   for its files (``stat`` only); no network, and no HTTP or download module is imported;
 - cold (:mod:`._download`): fetch ``variants.json`` (or probe), pick the variant, then
-  under the entry's download lock fetch every file into staging, verify, and rename
+  under the entry's download mutex fetch every file into staging, verify, and rename
   into place.
 
 The variant choice itself is :mod:`._variant_choice`'s, shared by both paths, lock

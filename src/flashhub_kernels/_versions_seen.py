@@ -98,7 +98,7 @@ def _read(cache: Cache) -> dict[str, int] | None:
 def _record(cache: Cache, repo_id: str, version: int) -> None:
     """Raise the recorded version of ``repo_id`` to ``version``; a cache that cannot be
     written keeps its record (the load itself does not need it)."""
-    from ._cache_locks import hold
+    from ._mutex import hold
 
     try:
         locks = cache.private_dir(cache.root / ".locks")

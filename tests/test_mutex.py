@@ -1,4 +1,4 @@
-"""Cache locks (``_cache_locks.hold`` on filelock): exclusion between threads and
+"""Cache locks (``_mutex.hold`` on filelock): exclusion between threads and
 processes, a dead holder's lock freed by the kernel, the wait notice, the timeout, and
 every failure a CacheError; with real threads and child processes."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flashhub_kernels._cache_locks import hold
+from flashhub_kernels._mutex import hold
 from flashhub_kernels.errors import CacheError
 
 
@@ -29,7 +29,7 @@ def locked(path: Path, timeout: float | None = None) -> AbstractContextManager[N
 HOLDER = """
 import sys
 from pathlib import Path
-from flashhub_kernels._cache_locks import hold
+from flashhub_kernels._mutex import hold
 with hold(Path(sys.argv[1]), what="testing", timeout=None):
     print("held", flush=True)
     sys.stdin.readline()

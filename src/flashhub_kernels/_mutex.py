@@ -1,12 +1,16 @@
-"""Exclusive locks between processes on parts of the cache, on ``filelock.FileLock``.
+"""Mutexes between processes on parts of the cache, on ``filelock.FileLock``.
+
+"Mutex" here, so that "lock" keeps one meaning in this project: a lock file
+(``flashhub.lock``) that pins kernels. A mutex's file is ``.locks/<name>.lock`` in the
+cache, a name kept so that clients of every version exclude each other.
 
 While one process downloads an entry (or fetches a version's ``variants.json``), the
 others wait, then find the work done. ``filelock`` uses ``flock`` where the file system
-supports it, so the kernel drops the lock of a process that dies, and falls back to a
-lock file of its own where ``flock`` is missing (``ENOSYS``). Each :func:`hold` opens
-the lock anew, so two threads of one process exclude each other as well.
+supports it, so the kernel frees the mutex of a process that dies, and falls back to a
+file of its own where ``flock`` is missing (``ENOSYS``). Each :func:`hold` opens the
+mutex anew, so two threads of one process exclude each other as well.
 
-Only the cold path takes a lock: a warm load trusts a committed entry's receipt and
+Only the cold path takes a mutex: a warm load trusts a committed entry's receipt and
 never imports ``filelock`` (which imports ``asyncio``).
 """
 
@@ -98,7 +102,7 @@ def _file_lock(path: Path) -> FileLock:
     from filelock import FileLock  # imports asyncio: the cold path pays, once
 
     if path.is_symlink():  # filelock refuses it too, with a bare ELOOP
-        raise _lock_error(path, OSError(errno.ELOOP, "the lock file is a symlink"))
+        raise _lock_error(path, OSError(errno.ELOOP, "the mutex file is a symlink"))
     return FileLock(path, mode=0o600)
 
 
