@@ -382,11 +382,16 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
 @pytest.fixture(scope="session")
 def built() -> list[Any]:
     """Compile the example kernels once per session (cached on disk between sessions):
-    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version."""
+    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version.
+
+    Under a file lock: each pytest-xdist worker has its own session, and the second
+    should find the first one's build rather than compile the same sources beside it."""
     sys.path.insert(0, str(EXAMPLES))
     from build_all import build_all
+    from filelock import FileLock
 
-    built: list[Any] = build_all(verbose=False)
+    with FileLock(EXAMPLES / ".build.lock"):
+        built: list[Any] = build_all(verbose=False)
     return built
 
 
