@@ -387,8 +387,9 @@ def built() -> list[Any]:
     Under a file lock: each pytest-xdist worker has its own session, and the second
     should find the first one's build rather than compile the same sources beside it."""
     sys.path.insert(0, str(EXAMPLES))
-    from build_all import build_all
     from filelock import FileLock
+
+    from build_all import build_all
 
     with FileLock(EXAMPLES / ".build.lock"):
         built: list[Any] = build_all(verbose=False)
