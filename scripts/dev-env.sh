@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or refresh) .venv with the CPU build of torch and this project, editable, with
-# its dev tools. Idempotent: a second run only checks that everything is there.
+# its dev tools, and the example kernels compiled. Idempotent: a second run only checks
+# that everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,3 +17,6 @@ if ! python -c "import torch" 2>/dev/null; then
   pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
 fi
 pip install --quiet --disable-pip-version-check -e '.[dev]'
+# Compile the example kernels (their C++ op, with torch.utils.cpp_extension) once here,
+# so neither the quickstart nor the tests wait for the compiler; cached in their build/.
+python examples/kernels/build_all.py -q
