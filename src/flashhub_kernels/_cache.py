@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._cache_trust import check_dir, check_root
 from ._config import Config
-from ._filesystem import write_atomic
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME, dump_json
 from ._names import RepoInfo
 from .errors import CacheError
@@ -142,6 +141,14 @@ class Receipt(NamedTuple):
         if self.signer is not None:
             receipt["signer"] = self.signer
         return receipt
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """:func:`._filesystem.write_atomic`, imported when the cache first writes: a warm
+    load never does."""
+    from ._filesystem import write_atomic
+
+    write_atomic(path, data)
 
 
 def _changed(path: Path, size: int, mtime_ns: int) -> bool:
@@ -257,7 +264,7 @@ class Cache:
         if merged != old:
             path = self.private_dir(self.version_dir(info)) / INDEX_NAME
             with cache_errors():
-                write_atomic(path, dump_json(merged.to_json()))
+                _write_atomic(path, dump_json(merged.to_json()))
         return merged
 
     # -- entries ----------------------------------------------------------------------
@@ -302,7 +309,7 @@ class Cache:
 
     def write_receipt(self, entry: Path, receipt: Receipt) -> None:
         """Replace the receipt of ``entry`` (readers see the old one or the new one)."""
-        write_atomic(entry / RECEIPT_NAME, dump_json(receipt.to_json()))
+        _write_atomic(entry / RECEIPT_NAME, dump_json(receipt.to_json()))
 
     def record_signer(self, entry: Path, receipt: Receipt, document: ManifestDocument) -> None:
         """Record that a trusted key vouches for a committed entry, verified after it was
@@ -313,8 +320,8 @@ class Cache:
         """
         assert document.signer is not None and document.signature is not None
         with cache_errors():
-            write_atomic(entry / MANIFEST_NAME, document.data)
-            write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
+            _write_atomic(entry / MANIFEST_NAME, document.data)
+            _write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
             self.write_receipt(entry, receipt._replace(signer=document.signer))
 
     def commit(self, staging: Path, entry: Path) -> bool:
