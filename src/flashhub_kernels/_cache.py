@@ -73,7 +73,8 @@ def ensure_dir(path: Path) -> Path:
     return path
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON record of the cache, or ``None`` when it is missing or unreadable."""
     try:
         return json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -246,7 +247,7 @@ class Cache:
 
     def read_index(self, info: RepoInfo) -> VariantIndex | None:
         self.check_trusted(self.version_dir(info))
-        data = _read_json(self.version_dir(info) / INDEX_NAME)
+        data = read_json(self.version_dir(info) / INDEX_NAME)
         if not isinstance(data, dict):
             return None
         try:
@@ -270,7 +271,7 @@ class Cache:
     # -- entries ----------------------------------------------------------------------
 
     def read_receipt(self, entry: Path) -> Receipt | None:
-        data = _read_json(entry / RECEIPT_NAME)
+        data = read_json(entry / RECEIPT_NAME)
         try:
             files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
             bytecode = {

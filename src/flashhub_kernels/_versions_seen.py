@@ -18,11 +18,10 @@ never read it: a load that names its version does not need it.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 
-from ._cache import Cache
+from ._cache import Cache, read_json
 from ._filesystem import write_atomic
 from ._manifest import dump_json
 from .errors import CacheError, RollbackError
@@ -82,10 +81,7 @@ def _read(cache: Cache) -> dict[str, int] | None:
     except CacheError as exc:
         logger.info("not using %s: %s", RECORD_NAME, exc.message)
         return None
-    try:
-        data = json.loads((cache.root / RECORD_NAME).read_bytes())
-    except (OSError, ValueError):
-        return {}
+    data = read_json(cache.root / RECORD_NAME)
     if not isinstance(data, dict):
         return {}
     return {
