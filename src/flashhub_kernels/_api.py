@@ -55,50 +55,90 @@ def install_kernel(
     version: int | None = None,
     revision: str | None = None,
     backend: str | None = None,
+    local_files_only: bool = False,
 ) -> Path:
     """Download and verify the variant of a kernel this system loads, without importing it.
 
     Gives the local variant directory, which holds ``<py_pkg>/`` and ``metadata.json``.
     With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
     ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
+
+    ``local_files_only=True`` answers from the cache alone, as ``FLASHHUB_OFFLINE=1``
+    does, for this call: no request is made, and a kernel not in the cache is an
+    :class:`~flashhub_kernels.errors.OfflineError`.
     """
-    from ._download import remote, with_version  # the cold path's modules
     from ._obtain import obtain_kernel
 
     if backend is not None:
         check_backend(backend)
+    config = get_config()
+    # Why the cache alone must answer, in an error that it cannot.
+    cache_only = (
+        "FLASHHUB_OFFLINE is set"
+        if config.offline
+        else "local_files_only=True allows no download"
+        if local_files_only
+        else None
+    )
     if version is None and revision is None:
         parse_repo_id(repo_id)
-        config = get_config()
-        if config.offline:
+        if cache_only is not None:
             raise OfflineError(
-                f"the newest version of {repo_id} cannot be looked up: FLASHHUB_OFFLINE is set",
+                f"the newest version of {repo_id} cannot be looked up: {cache_only}",
                 hint="pass version=",
             )
+        from ._download import remote, with_version  # the cold path's modules
+
         with remote(config) as fetcher:
             version = with_version(fetcher, repo_id, None).version
     info = RepoInfo(repo_id, requested_version(version, revision))
-    entry = obtain_kernel([info], backend=backend).entry
+    try:
+        entry = obtain_kernel(
+            [info], backend=backend, config=config._replace(offline=cache_only is not None)
+        ).entry
+    except OfflineError:
+        if config.offline:
+            raise
+        raise OfflineError(
+            f"{info} is not in the cache, and {cache_only}",
+            hint="call install_kernel without local_files_only=True to download it",
+        ) from None
     assert entry is not None, "the store gives cache entries"
     return entry
 
 
-def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
+def get_local_kernel(
+    repo_path: str | os.PathLike[str],
+    package_name: str | None = None,
+    *,
+    backend: str | None = None,
+) -> ModuleType:
     """Import a kernel from a local directory, without the CDN or the cache.
 
     ``repo_path`` is a kernel repo holding ``build/<variant>/<py_pkg>/``, such a
     ``build`` directory itself, one ``<variant>`` directory, or a bare package directory
-    with an ``__init__.py``. The best variant for this system is used. The module gets a
-    unique name derived from the path, so different directories never collide.
+    with an ``__init__.py``. The best variant for this system is used, or the one
+    ``backend`` selects, as for :func:`get_kernel`. ``package_name`` names the package
+    folder in the variant (``<py_pkg>``), as older Hugging Face ``kernels`` releases
+    took it; without it the variant's one package is used (or the variant itself, in a
+    flattened build). The module gets a unique name derived from the path, so different
+    directories never collide.
 
     That name means nothing to another process until it calls ``get_local_kernel`` with
     the same path: unpickling an object of the kernel there raises a
     ``ModuleNotFoundError`` that says so. ``LOCAL_KERNELS`` gives a local build a name
     every process can import.
+
+    Raises:
+        ValueError: ``backend`` is malformed, or one this machine cannot select.
+        KernelNotFoundError: ``repo_path`` holds no such package, or no variant that fits.
     """
     from ._local import find_local_package  # not imported by kernel loads from the CDN
 
-    package_dir = find_local_package(Path(repo_path).resolve()).package_dir
+    if backend is not None:
+        check_backend(backend)
+    found = find_local_package(Path(repo_path).resolve(), backend, package_name)
+    package_dir = found.package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
     module_name = f"{LOCAL_PACKAGE}.{package_dir.name}_{digest}"
     install().add_local(module_name, package_dir)
@@ -139,13 +179,24 @@ def get_kernel_variants(
     return judge_variants(sorted(index.present), system)
 
 
-def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None = None) -> bool:
+def has_kernel(
+    repo_id: str,
+    version: int | None = None,
+    *,
+    revision: str | None = None,
+    backend: str | None = None,
+) -> bool:
     """Whether the CDN publishes a variant of the kernel that this system can load.
+
+    ``revision="v1"`` is ``version=1``, as for :func:`get_kernel`; with neither, the
+    newest version in ``versions.json`` is asked about.
 
     With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
     or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
     repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
     """
+    if revision is not None:
+        version = requested_version(version, revision)
     if repo_id in local_kernels():
         from ._local import local_override
 

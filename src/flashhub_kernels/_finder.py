@@ -58,6 +58,14 @@ class LoadedKernel(Record):
     ) -> None:
         self._init(repo_id, version, variant, path, module)
 
+    @property
+    def repo_info(self) -> RepoInfo | None:
+        """The kernel's repo and version, as Hugging Face ``kernels`` names them on its
+        record; ``None`` for a kernel loaded from a local directory."""
+        if self.repo_id is None or self.version is None:
+            return None
+        return RepoInfo(self.repo_id, self.version)
+
 
 def _point_at(spec: importlib.machinery.ModuleSpec, target: KernelDir) -> None:
     """Make ``spec`` describe the kernel package in ``target``, as a spec made by

@@ -19,11 +19,15 @@ from ._variants import judge_variants
 from .errors import KernelNotFoundError
 
 
-def find_local_package(path: Path, backend: str | None = None) -> KernelDir:
+def find_local_package(
+    path: Path, backend: str | None = None, package_name: str | None = None
+) -> KernelDir:
     """The package to import from ``path``, choosing the best variant for this system.
 
-    ``variant`` is the name of the build variant picked from a ``build`` directory, and
-    ``None`` when ``path`` already is a variant or package directory.
+    ``package_name`` names the package folder to look for in the variant (or in
+    ``path``); a flattened variant, whose own directory is the package, is taken as it
+    is. ``variant`` is the name of the build variant picked from a ``build`` directory,
+    and ``None`` when ``path`` already is a variant or package directory.
 
     Raises:
         KernelNotFoundError: ``path`` holds no package, or no variant that fits.
@@ -34,11 +38,13 @@ def find_local_package(path: Path, backend: str | None = None) -> KernelDir:
             hint="pass the directory of a kernel repo (holding build/<variant>/<py_pkg>/), "
             "of one variant, or of the package itself",
         )
+    if package_name is not None and (path / package_name / "__init__.py").is_file():
+        return KernelDir(path / package_name)
     if (path / "__init__.py").is_file():
         return KernelDir(path)
     packages = (
         [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
-        if path.is_dir()
+        if path.is_dir() and package_name is None
         else []
     )
     if len(packages) == 1:
@@ -48,10 +54,13 @@ def find_local_package(path: Path, backend: str | None = None) -> KernelDir:
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
     chosen = best_variant(judge_variants(variants, target_system(backend)))
     if chosen is not None:
-        return KernelDir(find_local_package(base / chosen, backend).package_dir, variant=chosen)
+        found = find_local_package(base / chosen, backend, package_name)
+        return KernelDir(found.package_dir, variant=chosen)
+    named = "" if package_name is None else f" {package_name!r}"
     raise KernelNotFoundError(
-        f"no kernel package found in {path}",
-        hint="point at a directory holding build/<variant>/<py_pkg>/__init__.py, "
+        f"no kernel package{named} found in {path}",
+        hint=f"point at a directory holding build/<variant>/{package_name or '<py_pkg>'}/"
+        "__init__.py, "
         "or at the package itself",
     )
 

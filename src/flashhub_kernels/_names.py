@@ -141,6 +141,11 @@ class RepoInfo(Record):
         return f"{ROOT_PACKAGE}.{org}.{pkg}.v{self.version}{suffix}"
 
     @property
+    def revision(self) -> str:
+        """``"v<N>"``: the version as the ``revision=`` argument spells it."""
+        return f"v{self.version}"
+
+    @property
     def cdn_path(self) -> str:
         """The version directory relative to ``<cdn_url>/<prefix>``."""
         return f"{self.repo_id}/v{self.version}"
