@@ -276,7 +276,7 @@ def test_local_overrides(
     with monkeypatch.context() as m:
         m.setenv(
             "LOCAL_KERNELS",
-            f"kernels-test/activation={str(kernel_path)}:kernels-test/non-existing2=/non/existing",
+            f"kernels-test/activation={kernel_path!s}:kernels-test/non-existing2=/non/existing",
         )
         hub.clear_log()
         assert get_kernel("kernels-test/activation", revision="v1").relu is not None
@@ -286,7 +286,7 @@ def test_local_overrides(
     with monkeypatch.context() as m:
         m.setenv(
             "LOCAL_KERNELS",
-            f"kernels-test/non-existing2=/non/existing:kernels-test/activation={str(kernel_path)}",
+            f"kernels-test/non-existing2=/non/existing:kernels-test/activation={kernel_path!s}",
         )
         get_kernel("kernels-test/activation", revision="v1")
 
