@@ -198,3 +198,22 @@ def test_get_local_kernel_of_a_path_that_does_not_exist_says_so(tmp_path: Path) 
     with pytest.raises(KernelNotFoundError) as info:
         fk.get_local_kernel(missing)
     assert f"{missing} does not exist" in str(info.value)
+
+
+@pytest.mark.parametrize("form", ["repo", "variant"])
+def test_get_local_kernel_takes_the_package_name_older_releases_passed(
+    tmp_path: Path, form: str
+) -> None:
+    repo = write_build(tmp_path / "dev", "first", [local_variant()])
+    write_build(repo, "second", [local_variant()])  # a variant holding two packages
+    path = repo if form == "repo" else repo / "build" / local_variant()
+    with pytest.raises(KernelNotFoundError, match="no kernel package found"):
+        fk.get_local_kernel(path)  # which of the two is not for it to guess
+
+    assert fk.get_local_kernel(path, "second").__file__ == str(
+        repo / "build" / local_variant() / "second" / "__init__.py"
+    )
+    with pytest.raises(KernelNotFoundError) as info:
+        fk.get_local_kernel(path, "third")
+    assert "no kernel package 'third' found" in info.value.message
+    assert "build/<variant>/third/__init__.py" in (info.value.hint or "")
