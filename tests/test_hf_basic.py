@@ -46,7 +46,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import _forget_kernels
+from conftest import _forget_kernels, run_python
 from flashhub_kernels import get_kernel, get_local_kernel, has_kernel, install_kernel
 from flashhub_kernels._signing import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import (
@@ -380,6 +380,16 @@ def test_install_kernel_offline_avoids_network(local_kernel_path: Path, hub: Cdn
     with pytest.raises(OfflineError, match="local_files_only=True allows no download"):
         install_kernel(VERSIONS, revision="v2", local_files_only=True)
     assert hub.requests == []
+
+
+def test_install_kernel_offline_in_a_fresh_process(local_kernel_path: Path, hub: CdnServer) -> None:
+    """Beyond the HF suite: a new interpreter, with the CDN gone, finds the cached entry."""
+    hub.stop()
+    code = (
+        "from flashhub_kernels import install_kernel\n"
+        f"print(install_kernel({RELU!r}, version=1, local_files_only=True))"
+    )
+    assert run_python(code).strip() == str(local_kernel_path)
 
 
 def test_install_kernel_offline_with_version(

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from ._config import get_config, local_kernels
+from ._config import Config, get_config, local_kernels
 from ._finder import LoadedKernel, install
 from ._names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
 from ._variant_choice import target_system
@@ -72,14 +72,7 @@ def install_kernel(
     if backend is not None:
         check_backend(backend)
     config = get_config()
-    # Why the cache alone must answer, in an error that it cannot.
-    cache_only = (
-        "FLASHHUB_OFFLINE is set"
-        if config.offline
-        else "local_files_only=True allows no download"
-        if local_files_only
-        else None
-    )
+    cache_only = _cache_only(config, local_files_only)
     if version is None and revision is None:
         parse_repo_id(repo_id)
         if cache_only is not None:
@@ -97,7 +90,7 @@ def install_kernel(
             [info], backend=backend, config=config._replace(offline=cache_only is not None)
         ).entry
     except OfflineError:
-        if config.offline:
+        if config.offline or not local_files_only:
             raise
         raise OfflineError(
             f"{info} is not in the cache, and {cache_only}",
@@ -105,6 +98,13 @@ def install_kernel(
         ) from None
     assert entry is not None, "the store gives cache entries"
     return entry
+
+
+def _cache_only(config: Config, local_files_only: bool) -> str | None:
+    """Why the cache alone must answer, for an error saying it cannot; ``None``: it need not."""
+    if config.offline:
+        return "FLASHHUB_OFFLINE is set"
+    return "local_files_only=True allows no download" if local_files_only else None
 
 
 def get_local_kernel(
