@@ -237,6 +237,9 @@ def test_hub_errors_are_clear(hub: HubServer, tmp_path: Path) -> None:
     hub.token = TOKEN  # a private repo: no answer without the token
     failed(mirror(out, env={"HF_TOKEN": ""}), f"{REPO} is not on the Hub", "set HF_TOKEN")
     refused_offline(mirror(out, env={"FLASHHUB_OFFLINE": "1"}))
+    hub.clear_log()
+    failed(mirror(out, "--sign", tmp_path / "no-such.key"), "no-such.key")
+    assert hub.requests == []  # a key that cannot be used fails before the Hub is asked
     assert not out.exists()
 
 
@@ -254,14 +257,20 @@ def child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 MAIN = "import sys\nfrom flashhub_kernels.cli import main\n"
 
 
-def test_an_unreachable_hub_is_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("offline", [False, True])
+def test_an_unreachable_hub_is_a_clear_error(tmp_path: Path, offline: bool) -> None:
     endpoint = f"http://mirror-bot:s3cret@127.0.0.1:{free_port()}"
     code = MAIN + f"sys.exit(main(['mirror', {REPO!r}, '--version', '1', '--out', 'cdn']))"
-    result = child(code, HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"))
+    env = {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home")}
+    result = child(code, **env, **({"HF_HUB_OFFLINE": "1"} if offline else {}))
     assert result.returncode == 1, result.stderr
-    shown = endpoint.replace("s3cret", "****")
-    assert result.stderr.startswith(f"error: cannot reach the Hugging Face Hub at {shown}")
-    assert "  hint: check the network connection, and HF_ENDPOINT" in result.stderr
+    if offline:
+        expected = f"error: HF_HUB_OFFLINE is set, and looking up {REPO} needs the Hugging Face Hub"
+    else:
+        shown = endpoint.replace("s3cret", "****")
+        expected = f"error: cannot reach the Hugging Face Hub at {shown}"
+        assert "  hint: check the network connection, and HF_ENDPOINT" in result.stderr
+    assert result.stderr.startswith(expected), result.stderr
     assert "s3cret" not in result.stderr and "Traceback" not in result.stderr
 
 

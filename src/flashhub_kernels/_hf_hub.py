@@ -89,7 +89,7 @@ class HubTree:
 
     source: Provenance
     repo_type: str
-    files: Mapping[str, int]  # path under build/ -> size in bytes, as the Hub lists them
+    files: frozenset[str]  # paths under build/
 
 
 def _import_hub() -> ModuleType:
@@ -147,11 +147,11 @@ class Hub:
         except not_found:
             entries = []
         prefix = f"{BUILD_DIR}/"
-        files = {
-            entry.path[len(prefix) :]: entry.size
+        files = frozenset(
+            entry.path[len(prefix) :]
             for entry in entries
             if isinstance(entry, RepoFile) and entry.path.startswith(prefix)
-        }
+        )
         if not files:
             raise MirrorError(
                 f"{repo_id} at {revision} (commit {commit}) on the Hub at {self.shown} has no "

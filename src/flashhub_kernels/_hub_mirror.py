@@ -18,7 +18,7 @@ import binascii
 import hashlib
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -29,6 +29,7 @@ from ._hf_hub import BUILD_DIR, MIRRORED_FROM, Hub, HubTree, Provenance
 from ._manifest import MANIFEST_NAME, check_relative_path, dump_json, load_json
 from ._names import RepoInfo
 from ._publish import KeySource, PublishReport, publish
+from ._publish.signatures import signing_keys
 from ._variant_choice import best_variant, target_system
 from ._variants import VariantNameError, format_trace, judge_variants, parse_variant
 from .errors import ManifestError, MirrorError
@@ -118,6 +119,7 @@ def mirror(
             f"FLASHHUB_OFFLINE is set, and mirroring {info} reads the Hugging Face Hub",
             hint="unset FLASHHUB_OFFLINE to mirror",
         )
+    keys = signing_keys(sign)  # a key file that cannot be used fails before any download
     hub = Hub()
     tree = hub.build_tree(info.repo_id, revision or f"v{info.version}")
     by_variant = _variant_files(tree.files)
@@ -131,12 +133,12 @@ def mirror(
             out=out,
             prefix=prefix,
             force=force,
-            sign=sign,
+            sign=keys,
         )
     return MirrorReport(tree.source, tuple(sorted(by_variant)), published)
 
 
-def _variant_files(files: Mapping[str, int]) -> dict[str, set[str]]:
+def _variant_files(files: Iterable[str]) -> dict[str, set[str]]:
     """The files of each variant directory of ``build/``, relative to it."""
     by_variant: dict[str, set[str]] = {}
     for path in files:
