@@ -22,7 +22,12 @@ from support.hub_server import HubServer, builder_variant
 from support.projects import CUDA, UNIVERSAL
 from support.trees import local_variant
 
-pytest.importorskip("huggingface_hub")
+hub_constants = pytest.importorskip("huggingface_hub.constants")
+
+# Kernel repos have a type of their own on the Hub; a huggingface_hub older than it finds
+# them where they are still model repos.
+KERNEL_TYPE = "kernel" in getattr(hub_constants, "REPO_TYPES_WITH_KERNEL", ())
+REPO_TYPE = "kernel" if KERNEL_TYPE else "model"
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 REPO = "kernels-community/relu"
@@ -93,7 +98,7 @@ def failed(result: CliResult, *phrases: str) -> None:
 def test_a_mirrored_build_is_verified_published_and_loads_online_and_offline(
     hub: HubServer, cdn: CdnServer
 ) -> None:
-    commit = hub.push(REPO, hub_build(), branch="v1")
+    commit = hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
     report = ok_json(mirror(cdn.root, "--variants", "all", "--json"))
     assert {v["name"] for v in report["variants"]} == {LOCAL, UNIVERSAL, CUDA}
     assert report["not_mirrored"] == [FOREIGN]
@@ -119,9 +124,7 @@ def test_a_mirrored_build_is_verified_published_and_loads_online_and_offline(
     assert all("/build/" in p and not p.endswith((".sigstore", ".pyc")) for p in downloads)
     assert len(downloads) == len(set(downloads)) == 3 * 5
     assert all(
-        r.headers.get("authorization") == f"Bearer {TOKEN}"
-        for r in hub.requests
-        if r.path.startswith((f"/api/kernels/{REPO}", f"/kernels/{REPO}"))
+        r.headers.get("authorization") == f"Bearer {TOKEN}" for r in hub.requests if REPO in r.path
     )
 
     k = fk.get_kernel(REPO, version=1)
@@ -137,7 +140,7 @@ def test_a_mirrored_build_is_verified_published_and_loads_online_and_offline(
 def test_info_shows_where_a_signed_mirror_came_from(
     hub: HubServer, cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    commit = hub.push(REPO, hub_build(), branch="v1")
+    commit = hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
     hub.tag(REPO, "release-1", commit)
     key = generate_signing_key()
     write_key_pair(key, tmp_path / "kernels.key")
@@ -160,7 +163,7 @@ def test_info_shows_where_a_signed_mirror_came_from(
 
 
 def test_variants_auto_a_list_or_a_name_the_hub_lacks(hub: HubServer, tmp_path: Path) -> None:
-    hub.push(REPO, hub_build(), branch="v1")
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
     auto = ok_json(mirror(tmp_path / "auto", "--json"))
     assert [v["name"] for v in auto["variants"]] == [LOCAL]  # the one this machine loads
     listed = ok_json(mirror(tmp_path / "list", "--variants", f"{UNIVERSAL},{CUDA}", "--json"))
@@ -173,7 +176,7 @@ def test_variants_auto_a_list_or_a_name_the_hub_lacks(hub: HubServer, tmp_path: 
 def test_mirroring_again_is_a_noop_and_a_changed_build_is_refused(
     hub: HubServer, tmp_path: Path
 ) -> None:
-    commit = hub.push(REPO, hub_build(), branch="v1")
+    commit = hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
     out = tmp_path / "cdn"
     assert not ok_json(mirror(out, "--json"))["noop"]
     before = tree_bytes(out)
@@ -181,7 +184,7 @@ def test_mirroring_again_is_a_noop_and_a_changed_build_is_refused(
     assert again["noop"] and again["written"] == []
     # The same commit by another name holds the same files: still nothing to write.
     assert ok_json(mirror(out, "--revision", commit, "--json"))["noop"]
-    hub.push(REPO, hub_build("two"), branch="v1")
+    hub.push(REPO, hub_build("two"), branch="v1", repo_type=REPO_TYPE)
     failed(mirror(out), f"{REPO}@v1 is already published", "--version 2")
     assert tree_bytes(out) == before
 
@@ -191,7 +194,7 @@ def test_a_hub_build_that_does_not_match_its_digests_publishes_nothing(
     hub: HubServer, tmp_path: Path, fault: str
 ) -> None:
     out = tmp_path / "cdn"
-    hub.push(REPO, hub_build(), branch="v1")
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
     assert mirror(out).returncode == 0
     before = tree_bytes(out)
     build = hub_build("two")
@@ -200,7 +203,7 @@ def test_a_hub_build_that_does_not_match_its_digests_publishes_nothing(
         build[f"build/{LOCAL}/extra.py"] = b"print('not in the digest')\n"
     elif fault == "missing":
         del build[path]
-    hub.push(REPO, build, branch="v2")
+    hub.push(REPO, build, branch="v2", repo_type=REPO_TYPE)
     if fault == "tampered":
         hub.tamper(path, b"MARKER = 'evil'\n")
     result = flashhub("mirror", REPO, "--version", "2", "--out", out)
@@ -221,15 +224,23 @@ def test_a_model_repo_with_sha512_digests(hub: HubServer, tmp_path: Path) -> Non
     report = ok_json(mirror(tmp_path / "cdn", "--variants", UNIVERSAL, "--json"))
     assert [v["name"] for v in report["variants"]] == [UNIVERSAL]
     looked_up = [r.path for r in hub.requests if r.path.endswith("/revision/v1")]
-    import huggingface_hub.constants as hub_constants
-
-    kernel_type = "kernel" in getattr(hub_constants, "REPO_TYPES_WITH_KERNEL", ())
     models = [f"/api/models/{REPO}/revision/v1"]
-    assert looked_up == ([f"/api/kernels/{REPO}/revision/v1"] if kernel_type else []) + models
+    assert looked_up == ([f"/api/kernels/{REPO}/revision/v1"] if KERNEL_TYPE else []) + models
+
+
+def test_a_huggingface_hub_without_the_kernel_type_says_to_upgrade(
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub.push(REPO, hub_build(), branch="v1", repo_type="kernel")
+    monkeypatch.delattr(hub_constants, "REPO_TYPES_WITH_KERNEL", raising=False)  # as before 1.10
+    failed(mirror(tmp_path / "cdn"), "asked for as a model repo", "'huggingface_hub>=1.10'")
+    assert [r.path for r in hub.requests if "/api/" in r.path] == [
+        f"/api/models/{REPO}/revision/v1"
+    ]
 
 
 def test_hub_errors_are_clear(hub: HubServer, tmp_path: Path) -> None:
-    hub.push(REPO, hub_build(), branch="v1")
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
     out = tmp_path / "cdn"
     no_branch = flashhub("mirror", REPO, "--version", "3", "--out", out)
     failed(no_branch, f"{REPO} on the Hub at {hub.url} has no revision 'v3'", "--revision REV")

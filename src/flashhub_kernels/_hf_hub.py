@@ -26,14 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from . import __version__
 from ._urls import redact_text, redact_url
 from .errors import MirrorError
-
-if TYPE_CHECKING:
-    from types import ModuleType
 
 HUB_EXTRA_HINT = "pip install 'flashhub-kernels[hub]'"
 MIRRORED_FROM = "mirrored-from"
@@ -42,6 +39,12 @@ _PARALLEL_DOWNLOADS = 8
 _TOKEN_HINT = (
     "check ORG/PKG; for a private or gated repo, set HF_TOKEN to a token that may read it, "
     "or log in with `hf auth login`"
+)
+# The first huggingface_hub release that knows the Hub's kernel repo type.
+_KERNEL_TYPE_SINCE = "1.10"
+_OLD_HUB = (
+    "this huggingface_hub predates the Hub's kernel repo type and finds a kernel only "
+    f"where it is still a model repo: pip install -U 'huggingface_hub>={_KERNEL_TYPE_SINCE}'"
 )
 _NETWORK_HINT = (
     "check the network connection, and HF_ENDPOINT if it is set (unset, it is "
@@ -92,29 +95,28 @@ class HubTree:
     files: frozenset[str]  # paths under build/
 
 
-def _import_hub() -> ModuleType:
+def _check_hub_installed() -> None:
     try:
-        import huggingface_hub
+        import huggingface_hub  # noqa: F401
     except ImportError as exc:
         raise MirrorError(
             f"mirroring from the Hugging Face Hub needs the 'huggingface_hub' package, "
             f"which cannot be imported ({exc})",
             hint=f"install the hub extra: {HUB_EXTRA_HINT}",
         ) from None
-    return huggingface_hub
 
 
 class Hub:
     """One Hugging Face Hub, the one ``HF_ENDPOINT`` names (default: huggingface.co)."""
 
     def __init__(self) -> None:
-        hub = _import_hub()
-        from huggingface_hub import constants, errors
+        _check_hub_installed()
+        from huggingface_hub import HfApi, constants, errors
 
         self._errors = errors
         self.endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
         self.shown = redact_url(self.endpoint)
-        self._api = hub.HfApi(
+        self._api = HfApi(
             endpoint=self.endpoint, library_name="flashhub-kernels", library_version=__version__
         )
         kernel_type = "kernel" in getattr(constants, "REPO_TYPES_WITH_KERNEL", ())
@@ -224,7 +226,7 @@ class Hub:
         raise MirrorError(
             f"{repo_id} is not on the Hub at {self.shown}, or the token does not let it be "
             f"read (asked for as a {' and as a '.join(self._repo_types)} repo)",
-            hint=_TOKEN_HINT,
+            hint=_TOKEN_HINT if "kernel" in self._repo_types else f"{_TOKEN_HINT}; {_OLD_HUB}",
         )
 
     @contextmanager
