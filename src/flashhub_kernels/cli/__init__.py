@@ -1,11 +1,11 @@
 """The ``flashhub`` command line, and the legacy ``flashhub-kernel-load`` script.
 
-Each command group is a module of this package (:mod:`.publish`, :mod:`.mirror`,
-:mod:`.keys`, :mod:`.lock`, :mod:`.kernels`, :mod:`.cache`; :mod:`.kernel_load` is the
-0.1.2 script), whose ``COMMANDS`` maps each command's name to the function adding its
-options and its handler. The table below names each command's module and help line, so
-``flashhub --help`` imports no command module and ``flashhub get`` only the one it runs.
-Handlers import what they need (the publisher, the client, torch) when they run.
+Each command group is a module of this package (:mod:`.publish`, :mod:`.mirror`, :mod:`.keys`,
+:mod:`.lock`, :mod:`.kernels`, :mod:`.cache`; :mod:`.kernel_load` is the 0.1.2 script),
+whose ``COMMANDS`` maps each command's name to the function adding its options and its
+handler. The table below names each command's module and help line, so ``flashhub
+--help`` imports no command module and ``flashhub get`` only the one it runs. Handlers
+import what they need (the publisher, the client, torch) when they run.
 
 Exit codes: 0 success, 1 failure (a :class:`~flashhub_kernels.errors.FlashhubError`,
 printed with its hint and no traceback), 2 usage error, 130 interrupted (Ctrl-C), 141
