@@ -268,6 +268,19 @@ def child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 MAIN = "import sys\nfrom flashhub_kernels.cli import main\n"
 
 
+def test_the_token_of_a_login_is_used_without_hf_token(hub: HubServer, tmp_path: Path) -> None:
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
+    hub.token = "hf_savedByTheLogin"  # a private repo, which only that token may read
+    home = tmp_path / "logged-in"
+    home.mkdir()
+    (home / "token").write_text(hub.token)  # where `hf auth login` saves it
+    out = tmp_path / "cdn"
+    argv = ["mirror", REPO, "--version", "1", "--out", str(out), "--variants", "all"]
+    result = child(MAIN + f"sys.exit(main({argv!r}))", HF_TOKEN="", HF_HOME=str(home))
+    assert result.returncode == 0, result.stderr
+    assert (out / "kernels" / REPO / "v1" / "build" / UNIVERSAL).is_dir()
+
+
 @pytest.mark.parametrize("offline", [False, True])
 def test_an_unreachable_hub_is_a_clear_error(tmp_path: Path, offline: bool) -> None:
     endpoint = f"http://mirror-bot:s3cret@127.0.0.1:{free_port()}"
