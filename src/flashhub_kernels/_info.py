@@ -23,6 +23,7 @@ from ._cdn_documents import (
 )
 from ._config import get_config
 from ._download import fetch_index, remote
+from ._hf_hub import Provenance
 from ._manifest import Manifest
 from ._names import RepoInfo
 from ._offline import CachedVariant, cached_variant, cached_variants, published_variants
@@ -64,6 +65,7 @@ class PublishedVariant:
     content_hash: str
     files: dict[str, int | None]  # relative path -> size in bytes, None when unknown
     signature: Signature | None = None  # None: no signer known
+    mirrored_from: Provenance | None = None  # where `flashhub mirror` took it from
 
     @property
     def size(self) -> int | None:
@@ -79,6 +81,7 @@ class PublishedVariant:
             "bytes": self.size,
             "files": [{"path": p, "bytes": s} for p, s in sorted(self.files.items())],
             **(self.signature.to_dict() if self.signature else {}),
+            **({"mirrored_from": self.mirrored_from.to_document()} if self.mirrored_from else {}),
         }
 
 
@@ -219,4 +222,5 @@ def _published(
         content_hash=manifest.content_hash,
         files={path: size_of[(name, path)] for path in sorted(manifest.files)},
         signature=signature,
+        mirrored_from=Provenance.from_document(manifest.document),
     )

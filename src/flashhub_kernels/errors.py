@@ -121,6 +121,13 @@ class PublishError(FlashhubError):
     """A kernel build cannot be published: it is malformed, or its version already exists."""
 
 
+class MirrorError(PublishError):
+    """A kernel build cannot be mirrored from the Hugging Face Hub: ``huggingface_hub``
+    is missing, the Hub cannot be reached or has no such build, or a file does not match
+    the digest its variant's ``metadata.json`` lists. Nothing is published then.
+    """
+
+
 class KernelLayerError(FlashhubError, ValueError):
     """A kernel layer cannot be used: nothing is mapped for a layer that needs a kernel
     (``use_fallback=False``), or the mapped kernel lacks the layer.

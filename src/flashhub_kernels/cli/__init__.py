@@ -1,6 +1,6 @@
 """The ``flashhub`` command line, and the legacy ``flashhub-kernel-load`` script.
 
-Each command group is a module of this package (:mod:`.publish`, :mod:`.keys`,
+Each command group is a module of this package (:mod:`.publish`, :mod:`.mirror`, :mod:`.keys`,
 :mod:`.lock`, :mod:`.kernels`, :mod:`.cache`; :mod:`.kernel_load` is the 0.1.2 script),
 whose ``COMMANDS`` maps each command's name to the function adding its options and its
 handler. The table below names each command's module and help line, so ``flashhub
@@ -31,6 +31,11 @@ class _Listed(NamedTuple):
 
 _COMMANDS = {
     "publish": _Listed("publish", "turn a kernel build into the CDN tree of one version"),
+    "mirror": _Listed(
+        "mirror",
+        "publish a kernel build from the Hugging Face Hub into the CDN tree of one version, "
+        "every file verified first",
+    ),
     "keygen": _Listed("keys", "create an Ed25519 key pair to sign published kernels with"),
     "sign": _Listed(
         "keys",

@@ -121,6 +121,8 @@ def _info(args: argparse.Namespace) -> int:
         )
         if variant.signature:
             print(f"      {variant.signature.describe()}")
+        if variant.mirrored_from:
+            print(f"      mirrored from {escape_controls(variant.mirrored_from.describe())}")
         if variant.reason:
             print(f"      rejected: {escape_controls(variant.reason)}")
         for path, nbytes in variant.files.items():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .._config import DEFAULT_PREFIX, normalize_prefix
@@ -28,6 +30,11 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repo-id", required=True, type=repo_id_arg, metavar="ORG/PKG")
     parser.add_argument("--version", required=True, type=version_arg, metavar="N")
+    output_arguments(parser)
+
+
+def output_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of where and how a version is published (``publish``, ``mirror``)."""
     parser.add_argument("--out", required=True, metavar="CDN_ROOT", help="root of the CDN tree")
     parser.add_argument(
         "--prefix",
@@ -50,15 +57,24 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def _publish(args: argparse.Namespace) -> int:
+@contextmanager
+def findings_in_the_report() -> Iterator[None]:
+    """Silence the publisher's warnings: the report says them, without a warning's
+    source line."""
     import warnings
 
-    from .._publish import publish
     from ..errors import SharedNativeLibraryWarning, UndeclaredDependencyWarning
 
-    with warnings.catch_warnings():  # the report says them, without a warning's source line
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedNativeLibraryWarning)
         warnings.simplefilter("ignore", UndeclaredDependencyWarning)
+        yield
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from .._publish import publish
+
+    with findings_in_the_report():
         report = publish(
             args.build_dir,
             repo_id=args.repo_id,
@@ -71,11 +87,12 @@ def _publish(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_dict())
     else:
-        print(_describe_publish(report))
+        print(describe_publish(report))
     return EXIT_OK
 
 
-def _describe_publish(report: PublishReport) -> str:
+def describe_publish(report: PublishReport) -> str:
+    """What ``flashhub publish`` prints of ``report``."""
     where = f"{report.repo_id}@v{report.version} at {report.version_dir}"
     findings: list[SharedNativeLibrary | UndeclaredImport] = [
         *report.shared_natives,
