@@ -21,6 +21,7 @@ from flashhub_kernels._fsspec_mirror import FsspecMirror
 from flashhub_kernels._hashing import HashingWriter
 from flashhub_kernels._mirrors import MirrorFailed
 from flashhub_kernels._publish import publish
+from flashhub_kernels._signing import generate_signing_key
 from flashhub_kernels.errors import IntegrityError, TransportError
 from support.builds import CPU, PY_PKG, REPO, UNIVERSAL, make_kernel
 from support.cli_runner import flashhub, ok_json
@@ -31,7 +32,7 @@ pytest.importorskip("moto.server")
 
 PKG = f"kernels/{REPO}"
 EXTRA = "pip install 'flashhub-kernels[s3]'"
-# Variants enough for a publish of some length: 4 variants, 17 objects in all.
+# Variants enough for a publish of some length: 4 variants, 26 objects in all, signed.
 MANY = (UNIVERSAL, CPU, "torch212-cxx11-cu126-x86_64-linux", "torch-cuda")
 NETWORK_LIBRARIES = ("fsspec", "s3fs", "aiobotocore", "botocore", "boto3", "requests")
 
@@ -165,7 +166,8 @@ def test_the_files_of_a_publish_that_stopped_before_its_documents_are_replaced(
 def unreachable(exists: Any, read: Any, manifests: list[str], base: str) -> list[str]:
     """What a reader of the kernel at ``base`` could find listed but not fetch: a version
     versions.json lists without its variants.json, a variant variants.json lists without
-    its metadata.json, a file one of ``manifests`` (those there) lists that is missing.
+    its metadata.json, a file one of ``manifests`` (those there) lists that is missing;
+    and a document there without its signatures.
 
     ``read(key)`` is the object's bytes or ``None``; ``exists(key)`` whether it is there.
     Each document is read before what it names is looked for, so on a store that only
@@ -179,6 +181,10 @@ def unreachable(exists: Any, read: Any, manifests: list[str], base: str) -> list
     for variant in json.loads(variants) if variants is not None else []:
         if not exists(f"{base}/v1/build/{variant}/metadata.json"):
             problems.append(f"variants.json lists {variant} without its metadata.json")
+    documents = [f"{base}/versions.json", f"{base}/v1/variants.json", *manifests]
+    problems += [
+        f"{key} without its .sig" for key in documents if exists(key) and not exists(f"{key}.sig")
+    ]
     for key in manifests:
         listed = json.loads(read(key))["digest"]["files"]
         problems += [
@@ -233,6 +239,7 @@ def test_a_reader_during_a_publish_never_sees_a_listed_version_or_file_missing(
             repo_id=REPO,
             version=1,
             out=f"s3://{bucket}/cdn",
+            sign=generate_signing_key(),
         )
     finally:
         published.set()
@@ -260,7 +267,8 @@ def test_a_reader_during_a_publish_never_sees_a_listed_version_or_file_missing(
 
         seen = unreachable(there.__contains__, state, manifests, base)
         assert seen == [], f"after {writes[count - 1] if count else 'nothing'}: {seen}"
-    assert writes[-1] == f"{base}/versions.json" and writes[-2] == f"{base}/v1/variants.json"
+    assert writes[-2:] == [f"{base}/versions.json.sig", f"{base}/versions.json"]
+    assert writes[-4:-2] == [f"{base}/v1/variants.json.sig", f"{base}/v1/variants.json"]
 
 
 # -- reading: failover, verification, resume -------------------------------------------------

@@ -69,25 +69,30 @@ def write_versions(
 ) -> None:
     """Write ``versions.json`` (and its ``.sig``) at ``rel`` if their bytes change.
 
-    When it changes, its old signatures sign the old bytes: they go. Until the new bytes
-    are in place, the ``.sig`` holds the old entries and the new ones, so that a reader
-    never meets a ``versions.json`` that no signature vouches for, even if this stops
-    between the two writes.
+    When it changes, its old signatures sign the old bytes: they go. The ``.sig`` goes
+    first, holding the old entries and the new ones until the new bytes are in place,
+    so that a reader never meets a ``versions.json`` that no signature vouches for,
+    even if this stops between two writes.
     """
     data = dump_json(versions)
     sig_rel = rel + SIG_SUFFIX
-    signed = old_sig = None
-    if keys:
-        old_sig = destination.read(sig_rel)
-        document = Document("versions", repo.repo_id, None, None)
-        signed = add_signatures(document, data, keys, old_sig if data == old else None)
-        if data != old and old_sig is not None:
+    if not keys:
+        if data != old:
+            destination.write(rel, data)
+        return
+    old_sig = destination.read(sig_rel)
+    document = Document("versions", repo.repo_id, None, None)
+    signed = add_signatures(document, data, keys, old_sig if data == old else None)
+    if data != old:
+        interim = signed
+        if old_sig is not None:
             with contextlib.suppress(SignatureError):  # a malformed old .sig vouches for nothing
                 shown = destination.shown(sig_rel)
                 entries = [*parse_signatures(old_sig, source=shown)]
                 entries += parse_signatures(signed, source=shown)
-                destination.write(sig_rel, dump_signatures(entries))
-    if data != old:
+                interim = dump_signatures(entries)
+        destination.write(sig_rel, interim)
         destination.write(rel, data)
-    if signed is not None and signed != old_sig:
+        old_sig = interim
+    if signed != old_sig:
         destination.write(sig_rel, signed)
