@@ -28,7 +28,13 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repo-id", required=True, type=repo_id_arg, metavar="ORG/PKG")
     parser.add_argument("--version", required=True, type=version_arg, metavar="N")
-    parser.add_argument("--out", required=True, metavar="CDN_ROOT", help="root of the CDN tree")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="CDN_ROOT",
+        help="root of the CDN tree: a directory, or an object store URL such as "
+        "s3://bucket/prefix (needs the s3 extra)",
+    )
     parser.add_argument(
         "--prefix",
         default=DEFAULT_PREFIX,
