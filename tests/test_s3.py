@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import threading
@@ -21,8 +22,10 @@ from flashhub_kernels._fsspec_mirror import FsspecMirror
 from flashhub_kernels._hashing import HashingWriter
 from flashhub_kernels._mirrors import MirrorFailed
 from flashhub_kernels._publish import publish
+from flashhub_kernels._publish.destination import open_destination
+from flashhub_kernels._publish.layout import SourceFile
 from flashhub_kernels._signing import generate_signing_key
-from flashhub_kernels.errors import IntegrityError, TransportError
+from flashhub_kernels.errors import IntegrityError, PublishError, TransportError
 from support.builds import CPU, PY_PKG, REPO, UNIVERSAL, make_kernel
 from support.cli_runner import flashhub, ok_json
 from support.s3_server import S3Server
@@ -158,6 +161,18 @@ def test_the_files_of_a_publish_that_stopped_before_its_documents_are_replaced(
     report = publish(universal, repo_id=REPO, version=1, out=f"s3://{bucket}/cdn")
     assert not report.replaced and report.versions == (1,)
     assert stray not in objects(s3, bucket)
+
+
+def test_a_build_file_that_changes_while_it_goes_up_is_refused_and_removed(
+    s3: S3Server, bucket: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "helpers.py"
+    source.write_bytes(b"rebuilt meanwhile")
+    scanned = SourceFile(source, hashlib.sha256(b"as it was scanned").digest(), 17)
+    destination = open_destination(f"s3://{bucket}/cdn")
+    with pytest.raises(PublishError, match="changed while it was being published"):
+        destination.write_version(f"{PKG}/v1", [("helpers.py", scanned)], replace=False)
+    assert objects(s3, bucket) == {}
 
 
 # -- a reader while the version goes up --------------------------------------------------

@@ -51,9 +51,10 @@ class FsspecMirror(Mirror):
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
         try:
             with self._store.reader(relpath) as source:
-                if writer.size > source.size:
-                    writer.reset()  # the part kept is longer than the object: start over
-                writer.announce(source.size - writer.size)
+                if source.size is not None:
+                    if writer.size > source.size:
+                        writer.reset()  # the part kept is longer than the object: start over
+                    writer.announce(source.size - writer.size)
                 for chunk in source.chunks(writer.size):
                     if cancelled.is_set():
                         raise DownloadCancelled

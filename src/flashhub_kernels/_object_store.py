@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from ._urls import redact_text, redact_url
+from .errors import FlashhubError
 
 S3_EXTRA_HINT = "pip install 'flashhub-kernels[s3]'"
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -174,8 +175,9 @@ class Store:
             self._fs.pipe_file(self._path(rel), data)
 
     def upload(self, rel: str, chunks: Iterable[bytes]) -> None:
-        """Store the bytes ``chunks`` yields as the object ``rel``; if it raises, the
-        object is removed again (best effort: nothing that a reader follows names it)."""
+        """Store the bytes ``chunks`` yields as the object ``rel``, in parts; if it (or
+        the upload) raises, what was stored is removed again (best effort: nothing a
+        reader follows names the object yet)."""
         path = self._path(rel)
         try:
             with self._errors(rel, "writing"), self._fs.open(path, "wb") as file:
@@ -197,7 +199,7 @@ class Store:
         """Turn what fsspec (and botocore beneath it) raises into our two exceptions."""
         try:
             yield
-        except (ObjectMissing, StoreError):
+        except (ObjectMissing, StoreError, FlashhubError):  # ours (a publish's check): as they are
             raise
         except FileNotFoundError as exc:
             if _error_code(exc) != "NoSuchBucket":
@@ -235,7 +237,8 @@ class Reader:
         self._store = store
         self._rel = rel
         self._file = file
-        self.size = int(getattr(file, "size", 0))
+        size = getattr(file, "size", None)
+        self.size = int(size) if size is not None else None
 
     def chunks(self, offset: int) -> Iterator[bytes]:
         """The object's bytes from ``offset`` on, a block at a time."""
