@@ -23,6 +23,7 @@ from typing import Any
 REGION = "us-east-1"
 _LISTENING = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
 _REQUEST = re.compile(r'"([A-Z]+) (/[^ ?"]*)(\?[^ "]*)? HTTP/[0-9.]+" (\d{3})')
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # werkzeug colours some lines (a 206, a 404)
 _ALLOW_ALL = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
@@ -104,7 +105,7 @@ class S3Server:
 
     def requests(self) -> list[tuple[str, str, int]]:
         """``(method, path, status)`` of every request answered so far, in order."""
-        text = self.log.read_text(errors="replace")
+        text = _COLOURS.sub("", self.log.read_text(errors="replace"))
         return [(m[1], urllib.request.unquote(m[2]), int(m[4])) for m in _REQUEST.finditer(text)]
 
     def _client(self, service: str, key: str, secret: str) -> Any:
