@@ -7,7 +7,7 @@ of the tree (``/`` separated), and records what it wrote, for the report. Two ki
   rename (:func:`~.._filesystem.write_atomic`), and a new version is assembled in a
   hidden staging directory beside ``v<N>`` and renamed into place whole;
 - :class:`ObjectStoreDestination` (``--out s3://bucket/prefix``, or another fsspec URL,
-  with the ``s3`` extra): each object is written in one request, and the files of a
+  with the ``s3`` extra): each object appears whole once written, and the files of a
   version go up one by one in the order :func:`~.writing.write_order` gives, so that
   the store never lists a version or a variant whose files are not all there.
 
@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from .._filesystem import write_atomic
@@ -194,7 +194,7 @@ def _make_dirs(path: Path) -> None:
         directory.chmod(DIR_MODE)
 
 
-def _write_new(target: Path, chunks: Iterator[bytes] | list[bytes]) -> None:
+def _write_new(target: Path, chunks: Iterable[bytes]) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     with os.fdopen(fd, "wb") as file:
         os.fchmod(file.fileno(), FILE_MODE)
@@ -262,8 +262,9 @@ class ObjectStoreDestination(Destination):
         self.written[rel] = len(data)
 
     def write_version(self, rel: str, items: Sequence[Item], *, replace: bool) -> None:
-        """Write each file in one request, in the order given; with ``replace``, then
-        delete the files of the version there that the new one does not have."""
+        """Write each file as one object (it appears whole, when its upload completes),
+        in the order given; with ``replace``, then delete the files of the version there
+        that the new one does not have."""
         stale = set(self.files(rel)) if replace else set()
         for item_rel, item in items:
             path = f"{rel}/{item_rel}"
