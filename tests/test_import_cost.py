@@ -70,6 +70,8 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._download",
     "flashhub_kernels._cdn_documents",
     "flashhub_kernels._transport",
+    "flashhub_kernels._object_store",  # and fsspec, s3fs, botocore: object stores only
+    "flashhub_kernels._fsspec_mirror",
     "flashhub_kernels._local",
     "flashhub_kernels._lock",
     "flashhub_kernels._lockfile",

@@ -6,11 +6,12 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from flashhub_kernels._publish import destination as publish_destination
 from flashhub_kernels._publish import publish, sign_tree
-from flashhub_kernels._publish import writing as publish_writing
 from flashhub_kernels._signing import (
     DocumentKind,
     SigningKey,
@@ -257,15 +258,15 @@ def test_versions_json_is_vouched_for_at_every_step_of_its_update(
     pkg = out / "kernels" / REPO
     publish(build, repo_id=REPO, version=1, out=out, sign=old_path)
     states = []
-    write = publish_writing.write_atomic
+    write = publish_destination.write_atomic
 
-    def recording(path: Path, data: bytes) -> None:
-        write(path, data)
+    def recording(path: Path, data: bytes, **options: Any) -> None:
+        write(path, data, **options)
         if path.parent == pkg:
             versions = pkg / "versions.json"
             states.append((versions.read_bytes(), sig_of(versions).read_bytes()))
 
-    monkeypatch.setattr(publish_writing, "write_atomic", recording)
+    monkeypatch.setattr(publish_destination, "write_atomic", recording)
     publish(make_build(tmp_path / "v2", "two"), repo_id=REPO, version=2, out=out, sign=new)
 
     vouched = []

@@ -31,6 +31,9 @@ DEFAULT_READ_TIMEOUT = 60.0
 DEFAULT_MAX_FILE_BYTES = 32 << 30
 
 _TRUE = {"1", "true", "yes", "on"}
+# The object stores a CDN URL may name, read through fsspec (the s3 extra for s3://).
+OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss")
+_CDN_SCHEMES = ("https://", "http://", "file://", *(f"{s}://" for s in OBJECT_STORE_SCHEMES))
 
 
 class Config(Record):
@@ -156,9 +159,10 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
     # Every scheme first: a ',' in a password splits a URL in two, and the part after it
     # (``secret@host``) must be the one reported, redacted, not the part before.
     for url in urls:
-        if not url.startswith(("https://", "http://", "file://")):
+        if not url.startswith(_CDN_SCHEMES):
             raise ConfigError(
-                f"CDN URL {_redact(url)!r} must start with https://, http:// or file://",
+                f"CDN URL {_redact(url)!r} must start with https://, http://, file://, or "
+                "name an object store: s3://bucket/prefix (or gs://, az://, abfs://)",
                 hint=_CDN_URL_HINT,
             )
     for url in urls:

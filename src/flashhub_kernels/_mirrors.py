@@ -1,9 +1,11 @@
 """Where the bytes come from: one mirror of the CDN tree, behind one small interface.
 
-A :class:`Mirror` serves paths relative to ``<base>/<prefix>/``. Two kinds exist:
-:class:`FileMirror` for a ``file://`` tree on disk (here) and ``HttpMirror`` for
-``http(s)://`` (in ``_http_mirror``, which imports ``requests``: a process that only
-reads a local mirror never imports it). The fetcher above (:mod:`._transport`) opens
+A :class:`Mirror` serves paths relative to ``<base>/<prefix>/``. Three kinds exist,
+one per kind of URL: :class:`FileMirror` for a ``file://`` tree on disk (here),
+``HttpMirror`` for ``http(s)://`` (in ``_http_mirror``, which imports ``requests``: a
+process that only reads a local mirror never imports it) and ``FsspecMirror`` for an
+object store such as ``s3://bucket/prefix`` (in ``_fsspec_mirror``, which imports
+fsspec, the ``s3`` extra). The fetcher above (:mod:`._transport`) opens
 the mirrors, fails over between them and runs downloads in parallel; a mirror only
 moves bytes.
 
@@ -45,12 +47,17 @@ class AccessDenied(MirrorFailed):
     """The mirror answered 401 or 403: it wants credentials, or refused the ones sent.
 
     ``netrc_problem`` says why the netrc file gave none, when it exists and cannot be
-    used (requests ignores such a file without a word).
+    used (requests ignores such a file without a word). ``hint`` says where this kind
+    of mirror takes credentials from, when that is not the URL or netrc (an object
+    store's).
     """
 
-    def __init__(self, message: str, *, netrc_problem: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, netrc_problem: str | None = None, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.netrc_problem = netrc_problem
+        self.hint = hint
 
 
 class OverCap(MirrorFailed):

@@ -1,8 +1,9 @@
 """Fetching from the CDN's mirrors: failover, parallel downloads, verification, Ctrl-C.
 
 The cache and the import hook import this module only on the cold path, when something
-must actually be downloaded. The mirrors themselves (``file://`` or ``http(s)://``)
-live in ``_mirrors`` and ``_http_mirror``; this module decides which one to ask.
+must actually be downloaded. The mirrors themselves (``file://``, ``http(s)://``, or an
+object store such as ``s3://``) live in ``_mirrors``, ``_http_mirror`` and
+``_fsspec_mirror``; this module decides which one to ask.
 
 Failure policy, per path:
 - a mirror that cannot serve it (:class:`~._mirrors.MirrorFailed`: connection errors,
@@ -103,19 +104,24 @@ def warn_if_insecure(base_url: str) -> None:
 def open_mirrors(config: Config, *, pool_size: int) -> list[Mirror]:
     """The configured mirrors, in order; the ``http(s)://`` ones share one session
     whose pool keeps ``pool_size`` connections per host."""
-    if all(url.startswith("file://") for url in config.cdn_urls):
-        return [FileMirror(url, config.prefix) for url in config.cdn_urls]
-    # Imports requests (tens of milliseconds): only a run that goes to the network pays.
-    from ._http_mirror import HttpMirror
-    from ._session import new_session
+    web = [url for url in config.cdn_urls if url.startswith(("http://", "https://"))]
+    if web:
+        # Imports requests (tens of milliseconds): only a run that goes to the network pays.
+        from ._http_mirror import HttpMirror
+        from ._session import new_session
 
-    session = new_session(pool_size)
-    return [
-        FileMirror(url, config.prefix)
-        if url.startswith("file://")
-        else HttpMirror(url, config, session)
-        for url in config.cdn_urls
-    ]
+        session = new_session(pool_size)
+    mirrors: list[Mirror] = []
+    for url in config.cdn_urls:
+        if url.startswith("file://"):
+            mirrors.append(FileMirror(url, config.prefix))
+        elif url in web:
+            mirrors.append(HttpMirror(url, config, session))
+        else:  # an object store (s3://...): fsspec, imported only for it
+            from ._fsspec_mirror import FsspecMirror
+
+            mirrors.append(FsspecMirror(url, config))
+    return mirrors
 
 
 class Fetcher:
@@ -351,6 +357,7 @@ class _Answers:
         self._lines: list[str] = []
         self._proxied = self._capped = self._bad_bytes = self._denied = False
         self._netrc_problems: list[str] = []
+        self._credential_hints: list[str] = []  # where each refusing mirror takes them from
 
     def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
         via = f" (through the proxy {mirror.via})" if mirror.via else ""
@@ -358,6 +365,8 @@ class _Answers:
         self._capped = self._capped or isinstance(exc, OverCap)
         if isinstance(exc, AccessDenied):
             self._denied = True
+            if (hint := exc.hint or CREDENTIALS_HINT) not in self._credential_hints:
+                self._credential_hints.append(hint)
             if exc.netrc_problem and exc.netrc_problem not in self._netrc_problems:
                 self._netrc_problems.append(exc.netrc_problem)
         self._lines.append(f"{mirror.label}{via}: {exc}")
@@ -391,7 +400,7 @@ class _Answers:
                 "otherwise the CDN sends a broken answer: report it to the CDN's operator"
             )
         if self._denied:
-            return "; ".join([CREDENTIALS_HINT, *self._netrc_problems])
+            return "; ".join([*self._credential_hints, *self._netrc_problems])
         return _network_hint(proxied=self._proxied)
 
 

@@ -5,7 +5,9 @@ The input is either form (a ``build/`` subdirectory, when present, is used)::
     <build_dir>/<variant>/<py_pkg>/...            a bare build directory
     <kernel_dir>/build/<variant>/<py_pkg>/...     a kernel directory holding build/
 
-The output, under ``<out>/<prefix>/<org>/<pkg>/``, is ready to upload to a static host::
+The output, under ``<out>/<prefix>/<org>/<pkg>/``, is ready to upload to a static host
+(``out`` is a directory, or an object store URL such as ``s3://bucket/prefix``, written
+directly: see :mod:`.destination`)::
 
     versions.json                          every published version, merged with what is there
     v<N>/variants.json                     the variant names of this version
@@ -19,8 +21,8 @@ nothing on disk.
 
 With signing keys, each of the three documents gets a ``.sig`` beside it
 (``versions.json.sig``, ``v<N>/variants.json.sig``, ``.../metadata.json.sig``; see
-:mod:`.._signing`). The ``.sig`` files of a new version are written in the same staging
-directory as its files; those of a version already in place, and ``versions.json.sig``,
+:mod:`.._signing`). The ``.sig`` files of a new version are written with its files, each
+just before its document; those of a version already in place, and ``versions.json.sig``,
 are replaced one by one. Several keys sign in one publish, so that a new version and
 the ``versions.json`` that lists it carry the old and the new key's signatures while
 keys are rotated. :func:`sign_tree` signs a tree published without a key.
@@ -29,7 +31,8 @@ A signature is not content: adding one never makes a version "different".
 The modules of this package follow the steps: :mod:`.build` reads the build directory,
 :mod:`.checks` checks its sources and what it shares with published versions,
 :mod:`.compare` compares it with the version already in place, :mod:`.signatures`
-signs, :mod:`.writing` writes; :mod:`.publisher` runs them in order.
+signs, :mod:`.writing` writes (in an order that is safe for readers of an object store)
+through a :mod:`.destination`; :mod:`.publisher` runs them in order.
 """
 
 from __future__ import annotations

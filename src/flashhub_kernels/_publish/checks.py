@@ -15,6 +15,7 @@ from .._kernel_dir import NATIVE_SUFFIXES
 from .._manifest import Manifest, parse_metadata
 from ..errors import ManifestError, PublishError
 from .build import VariantBuild
+from .destination import Destination
 from .layout import METADATA, VERSION_DIR
 from .report import SharedNativeLibrary, UndeclaredImport
 
@@ -90,9 +91,9 @@ def _absolute_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def shared_natives(
-    pkg_dir: Path, version: int, builds: Sequence[VariantBuild]
+    destination: Destination, pkg_rel: str, version: int, builds: Sequence[VariantBuild]
 ) -> Iterator[SharedNativeLibrary]:
-    """The native libraries of ``builds`` that another version under ``pkg_dir`` ships:
+    """The native libraries of ``builds`` that another version under ``pkg_rel`` ships:
     the same bytes in any variant, or the same file name in the same variant."""
     ours = [
         (f"build/{build.name}/{rel}", build.name, source.digest)
@@ -102,7 +103,9 @@ def shared_natives(
     ]
     if not ours:
         return
-    for other_version, variant, manifest in _published_manifests(pkg_dir, exclude=version):
+    for other_version, variant, manifest in _published_manifests(
+        destination, pkg_rel, exclude=version
+    ):
         for rel, digest in sorted(manifest.files.items()):
             if not rel.endswith(NATIVE_SUFFIXES):
                 continue
@@ -116,15 +119,18 @@ def shared_natives(
                     yield SharedNativeLibrary(file, other_version, theirs, same_bytes)
 
 
-def _published_manifests(pkg_dir: Path, *, exclude: int) -> Iterator[tuple[int, str, Manifest]]:
-    """``(version, variant, manifest)`` of every variant published under ``pkg_dir``
+def _published_manifests(
+    destination: Destination, pkg_rel: str, *, exclude: int
+) -> Iterator[tuple[int, str, Manifest]]:
+    """``(version, variant, manifest)`` of every variant published under ``pkg_rel``
     but those of version ``exclude``; unreadable manifests are passed over."""
-    if not pkg_dir.is_dir():
-        return
-    for child in sorted(pkg_dir.iterdir()):
-        match = VERSION_DIR.fullmatch(child.name)
-        if match is None or int(match[1]) == exclude or child.is_symlink():
+    for name in destination.subdirs(pkg_rel):
+        match = VERSION_DIR.fullmatch(name)
+        if match is None or int(match[1]) == exclude:
             continue
-        for path in sorted(child.glob(f"build/*/{METADATA}")):
-            with contextlib.suppress(OSError, ManifestError):
-                yield int(match[1]), path.parent.name, parse_metadata(path.read_bytes())
+        builds = f"{pkg_rel}/{name}/build"
+        for variant in (v for v in destination.subdirs(builds) if not v.startswith(".")):
+            data = destination.read(f"{builds}/{variant}/{METADATA}")
+            if data is not None:
+                with contextlib.suppress(ManifestError):
+                    yield int(match[1]), variant, parse_metadata(data)

@@ -1,17 +1,16 @@
-"""Comparing a version about to be published with what its directory already holds."""
+"""Comparing a version about to be published with what the destination already holds."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from .._manifest import MANIFEST_NAME, parse_metadata, parse_versions
 from ..errors import ManifestError
-from .layout import METADATA, VERSION_DIR, VERSIONS, Tree, hash_file
-from .signatures import is_version_signature
+from .destination import Destination
+from .layout import METADATA, VERSION_DIR, VERSIONS, Tree
+from .signatures import document_kind, is_version_signature
 
 
 def expected_digests(tree: Tree) -> dict[str, bytes]:
@@ -22,24 +21,50 @@ def expected_digests(tree: Tree) -> dict[str, bytes]:
     }
 
 
-def existing_digests(version_dir: Path) -> dict[str, bytes] | None:
-    """Digests of the files under ``version_dir`` but its ``.sig`` files: ``{}`` if absent,
-    ``None`` if not plain."""
-    if not version_dir.exists() and not version_dir.is_symlink():
-        return {}
-    if version_dir.is_symlink() or not version_dir.is_dir():
+# The digest of a file whose content cannot be told: it differs from every sha256.
+UNKNOWN = b""
+
+
+def existing_digests(destination: Destination, version_rel: str) -> dict[str, bytes] | None:
+    """Digests of the files of the version at ``version_rel`` but its ``.sig`` files:
+    ``{}`` if there are none, ``None`` if it is not a plain directory tree.
+
+    Each file is hashed where that is cheap (a directory). Where it is not (an object
+    store: it would mean downloading the whole version), see :func:`_listed_digests`.
+    """
+    found = destination.files(version_rel)
+    if found is None:
         return None
+    files = {rel: size for rel, size in found.items() if not is_version_signature(rel)}
+    digests = {rel: destination.digest(f"{version_rel}/{rel}") for rel in files}
+    hashed = {rel: digest for rel, digest in digests.items() if digest is not None}
+    return hashed if len(hashed) == len(files) else _listed_digests(destination, version_rel, files)
+
+
+def _listed_digests(
+    destination: Destination, version_rel: str, files: Mapping[str, int]
+) -> dict[str, bytes]:
+    """The documents of a version hashed from their bytes, and each other file with the
+    digest that its variant's ``metadata.json`` lists, if it is there at the size that
+    lists (else :data:`UNKNOWN`): the manifests are what readers check the files against."""
     digests: dict[str, bytes] = {}
-    for dirpath, dirnames, filenames in os.walk(version_dir):
-        for name in dirnames + filenames:
-            path = Path(dirpath, name)
-            if path.is_symlink() or not (path.is_dir() or path.is_file()):
-                return None
-        for name in filenames:
-            path = Path(dirpath, name)
-            rel = path.relative_to(version_dir).as_posix()
-            if not is_version_signature(rel):
-                digests[rel] = hash_file(path).digest
+    listed: dict[str, tuple[bytes, int | None]] = {}
+    for rel in files:
+        kind = document_kind(rel)
+        if kind is None:
+            continue
+        data = destination.read(f"{version_rel}/{rel}") or b""
+        digests[rel] = hashlib.sha256(data).digest()
+        if kind == "metadata":
+            variant_dir = rel.removesuffix(METADATA)
+            with contextlib.suppress(ManifestError):
+                manifest = parse_metadata(data, source=rel)
+                for path, digest in manifest.files.items():
+                    listed[variant_dir + path] = (digest, manifest.size_of(path))
+    for rel, size in files.items():
+        if rel not in digests:
+            digest, listed_size = listed.get(rel, (UNKNOWN, None))
+            digests[rel] = digest if listed_size in (None, size) else UNKNOWN
     return digests
 
 
@@ -63,23 +88,24 @@ def describe_difference(existing: Mapping[str, bytes] | None, expected: Mapping[
     return "; ".join(parts)
 
 
-def next_free_version(pkg_dir: Path) -> int:
+def next_free_version(destination: Destination, pkg_rel: str) -> int:
     """One past the highest version ``versions.json`` lists or a ``v<N>`` directory holds."""
     taken = [
         int(match[1])
-        for child in pkg_dir.iterdir()
-        if (match := VERSION_DIR.fullmatch(child.name)) and child.is_dir()
+        for name in destination.subdirs(pkg_rel)
+        if (match := VERSION_DIR.fullmatch(name))
     ]
     # No versions.json, or a malformed one: the directories still count.
-    with contextlib.suppress(OSError, ManifestError):
-        taken += parse_versions((pkg_dir / VERSIONS).read_bytes(), source=VERSIONS)
+    with contextlib.suppress(ManifestError):
+        taken += parse_versions(destination.read(f"{pkg_rel}/{VERSIONS}") or b"", source=VERSIONS)
     return max(taken, default=0) + 1
 
 
 def same_files_listed(
     existing: Mapping[str, bytes] | None,
     expected: Mapping[str, bytes],
-    version_dir: Path,
+    destination: Destination,
+    version_rel: str,
     tree: Tree,
 ) -> bool:
     """Whether only the ``metadata.json`` files differ, and each still lists the same files
@@ -92,8 +118,8 @@ def same_files_listed(
         if not rel.endswith(f"/{MANIFEST_NAME}") or not isinstance(new, bytes):
             return False
         try:
-            old = parse_metadata((version_dir / rel).read_bytes(), source=rel)
-        except (OSError, ManifestError):
+            old = parse_metadata(destination.read(f"{version_rel}/{rel}") or b"", source=rel)
+        except ManifestError:
             return False
         if old.content_hash != parse_metadata(new, source=rel).content_hash:
             return False

@@ -22,10 +22,12 @@ from .compare import (
     next_free_version,
     same_files_listed,
 )
+from .destination import Destination, Directory, open_destination
 from .layout import VERSIONS, Tree
 from .report import PublishReport
 from .signatures import (
     KeySource,
+    document_kind,
     sign_in_place,
     signing_keys,
     version_documents,
@@ -57,7 +59,10 @@ def publish(
             directory holding ``build/<variant>/<py_pkg>/``.
         repo_id: ``<org>/<pkg>``; ``<py_pkg>`` is ``<pkg>`` with ``-`` replaced by ``_``.
         version: The version number, ``>= 1``.
-        out: The root of the CDN tree (created if missing).
+        out: The root of the CDN tree: a directory (created if missing), or an object
+            store URL such as ``s3://bucket/prefix`` (any fsspec URL; needs the ``s3``
+            extra). On a store, immutability is checked against what it holds, and the
+            files go up before the documents that name them (see :mod:`.destination`).
         prefix: Path under ``out`` where the kernel tree starts; ``"kernels"`` by default,
             the client's default ``FLASHHUB_CDN_PREFIX`` (``""``: ``out`` itself).
         force: Replace the version if it exists with different content.
@@ -73,6 +78,8 @@ def publish(
     Raises:
         ValueError: ``repo_id``, ``version`` or ``prefix`` is malformed.
         PublishError: The build is invalid, the version exists with different content,
+            the object store cannot be used (its extra is missing, the bucket does not
+            exist, it refuses the credentials),
             the key file cannot be used, or the kernel's ``versions.json`` is signed and
             no key is given while something would change.
         SignatureError: Signing needs the ``cryptography`` package, which is missing.
@@ -90,19 +97,20 @@ def publish(
     undeclared = tuple(u for build in builds for u in check_sources(build, repo.py_pkg))
     tree = version_tree(builds)
 
-    out_path = Path(out)
-    pkg_dir = out_path.joinpath(*prefix_parts, repo.org, repo.name)
-    version_dir = pkg_dir / f"v{repo.version}"
-    old_versions, versions = merged_versions(pkg_dir / VERSIONS, repo.version)
-    unsigned = None if keys else _unsigned_refusal(pkg_dir, repo)
+    destination = open_destination(out)
+    pkg_rel = "/".join([*prefix_parts, repo.org, repo.name])
+    version_rel = f"{pkg_rel}/v{repo.version}"
+    versions_rel = f"{pkg_rel}/{VERSIONS}"
+    old_versions, versions = merged_versions(destination, versions_rel, repo.version)
+    unsigned = None if keys else _unsigned_refusal(destination, pkg_rel, repo)
     if unsigned is not None and dump_json(versions) != old_versions:
         raise unsigned
-    outcome, written = _place_version(
-        tree, version_dir, repo, force=force, keys=keys, unsigned=unsigned
+    outcome = _place_version(
+        tree, destination, version_rel, repo, force=force, keys=keys, unsigned=unsigned
     )
     # versions.json goes last, so it never lists a version whose files are not in place.
-    written += write_versions(pkg_dir / VERSIONS, old_versions, versions, repo, keys)
-    shared = tuple(shared_natives(pkg_dir, repo.version, builds))
+    write_versions(destination, versions_rel, old_versions, versions, repo, keys)
+    shared = tuple(shared_natives(destination, pkg_rel, repo.version, builds))
     for library in shared:
         warnings.warn(
             library.describe(repo.repo_id, repo.version), SharedNativeLibraryWarning, stacklevel=2
@@ -111,14 +119,15 @@ def publish(
         warnings.warn(
             found.describe(repo.repo_id, repo.version), UndeclaredDependencyWarning, stacklevel=2
         )
+    written = destination.written
     return PublishReport(
         repo_id=repo.repo_id,
         version=repo.version,
-        version_dir=version_dir,
+        version_dir=_location(destination, version_rel),
         variants=tuple(variant_report(b) for b in builds),
         versions=tuple(versions),
-        written=tuple(sorted(p.relative_to(out_path).as_posix() for p in written)),
-        bytes_written=sum(p.stat().st_size for p in written),
+        written=tuple(sorted(written)),
+        bytes_written=sum(written.values()),
         noop=outcome == "unchanged" and not written,
         replaced=outcome == "replaced",
         signed_by=tuple(k.key_id for k in keys),
@@ -127,56 +136,65 @@ def publish(
     )
 
 
-def _unsigned_refusal(pkg_dir: Path, repo: RepoInfo) -> PublishError | None:
+def _location(destination: Destination, rel: str) -> Path | str:
+    """Where ``rel`` is: a path in a directory, else its URL."""
+    return destination.path(rel) if isinstance(destination, Directory) else destination.shown(rel)
+
+
+def _unsigned_refusal(
+    destination: Destination, pkg_rel: str, repo: RepoInfo
+) -> PublishError | None:
     """The error for a publish without a key into a kernel whose ``versions.json`` is
     signed, raised if it would change anything: verifying clients would refuse it."""
-    sig = pkg_dir / (VERSIONS + SIG_SUFFIX)
-    if not sig.exists():
+    sig_rel = f"{pkg_rel}/{VERSIONS}{SIG_SUFFIX}"
+    if destination.read(sig_rel) is None:
         return None
     return PublishError(
-        f"{repo.repo_id} is signed ({sig} exists), and publishing {repo} without a signing "
-        "key would leave documents unsigned or with signatures that no longer match",
+        f"{repo.repo_id} is signed ({destination.shown(sig_rel)} exists), and publishing "
+        f"{repo} without a signing key would leave documents unsigned or with signatures "
+        "that no longer match",
         hint=_UNSIGNED_HINT,
     )
 
 
 def _place_version(
     tree: Tree,
-    version_dir: Path,
+    destination: Destination,
+    version_rel: str,
     repo: RepoInfo,
     *,
     force: bool,
     keys: Sequence[SigningKey],
     unsigned: PublishError | None,
-) -> tuple[_Outcome, list[Path]]:
-    """Write ``tree`` as ``version_dir`` unless it already holds exactly that content;
-    sign its documents with each of ``keys``. Returns the outcome and the files written.
+) -> _Outcome:
+    """Write ``tree`` as ``version_rel`` unless it already holds exactly that content;
+    sign its documents with each of ``keys``.
 
     ``unsigned`` is raised instead of writing the version."""
-    existing = existing_digests(version_dir)
+    existing = existing_digests(destination, version_rel)
     expected = expected_digests(tree)
-    if existing == expected or same_files_listed(existing, expected, version_dir, tree):
-        if not keys:
-            return "unchanged", []
-        documents = [
-            (doc, version_dir.joinpath(*rel.split("/")))
-            for rel, doc in version_documents(tree, repo)
-        ]
-        return "unchanged", [sig for doc, p in documents if (sig := sign_in_place(doc, p, keys))]
-    published = existing is None or bool(existing)  # an empty directory publishes nothing
+    if existing == expected or same_files_listed(
+        existing, expected, destination, version_rel, tree
+    ):
+        for rel, doc in version_documents(tree, repo) if keys else ():
+            sign_in_place(doc, destination, f"{version_rel}/{rel}", keys)
+        return "unchanged"
+    # Published: readers can find it, through a document. A version with none (an empty
+    # directory, or the files of a publish to a store that stopped before its first
+    # document) publishes nothing.
+    published = existing is None or any(document_kind(rel) for rel in existing)
     if published and not force:
+        pkg_rel = version_rel.rpartition("/")[0]
         raise PublishError(
-            f"{repo} is already published at {version_dir} with different content "
-            f"({describe_difference(existing, expected)})",
+            f"{repo} is already published at {destination.shown(version_rel)} with different "
+            f"content ({describe_difference(existing, expected)})",
             hint="published versions are immutable: publish as "
-            f"--version {next_free_version(version_dir.parent)}, or pass --force to replace "
+            f"--version {next_free_version(destination, pkg_rel)}, or pass --force to replace "
             "it (clients that cached it keep the old files)",
         )
     if unsigned is not None:
         raise unsigned
     if keys:
-        tree = {**tree, **version_signatures(tree, version_dir, repo, keys)}
-    write_version(tree, version_dir, replace=version_dir.exists() or version_dir.is_symlink())
-    return "replaced" if published else "created", [
-        version_dir.joinpath(*rel.split("/")) for rel in tree
-    ]
+        tree = {**tree, **version_signatures(tree, destination, version_rel, repo, keys)}
+    write_version(tree, destination, version_rel, replace=existing != {})
+    return "replaced" if published else "created"

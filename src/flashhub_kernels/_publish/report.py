@@ -89,10 +89,11 @@ class PublishReport:
     Attributes:
         repo_id: The kernel, ``<org>/<pkg>``.
         version: The published version number.
-        version_dir: The ``v<N>`` directory on disk.
+        version_dir: The ``v<N>`` directory on disk, or its URL in an object store.
         variants: The published variants, sorted by name.
         versions: The content of ``versions.json`` after publishing.
-        written: Files created or replaced, relative to ``out``, sorted, ``/`` separated.
+        written: Files created or replaced, relative to ``out``, sorted, ``/`` separated
+            (on an object store, the stale files a ``force`` replace deletes are not).
         bytes_written: Total size of the files in ``written``.
         noop: The version was already published with identical content and
             ``versions.json`` already listed it, with the same signatures: nothing was
@@ -109,7 +110,7 @@ class PublishReport:
 
     repo_id: str
     version: int
-    version_dir: Path
+    version_dir: Path | str
     variants: tuple[VariantReport, ...]
     versions: tuple[int, ...]
     written: tuple[str, ...]

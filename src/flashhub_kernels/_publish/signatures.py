@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .._filesystem import write_atomic
 from .._manifest import parse_metadata, parse_variants, parse_versions
 from .._names import RepoInfo, parse_repo_id
 from .._signing import SIG_SUFFIX, DocumentKind, SigningKey, load_signing_key, sign_document
 from ..errors import ManifestError, PublishError
+from .destination import Destination, Directory
 from .layout import METADATA, VARIANTS, VERSION_DIR, VERSIONS, Tree
 
 _VARIANT_MANIFEST = re.compile(r"build/([^/]+)/metadata\.json")
@@ -96,11 +96,13 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
             hint="pass the directory given to `flashhub publish --out`, or one below it "
             "(<org>/<pkg>/versions.json, v<N>/variants.json, build/<variant>/metadata.json)",
         )
-    written = [sig for doc, p in found if (sig := sign_in_place(doc, p, keys))]
+    tree = Directory(base)
+    documents = [(doc, p.relative_to(base).as_posix()) for doc, p in found]
+    written = [sig for doc, rel in documents if (sig := sign_in_place(doc, tree, rel, keys))]
     return SignReport(
         key_id=keys[0].key_id,
-        documents=tuple(p.relative_to(base).as_posix() for _doc, p in found),
-        written=tuple(sorted(p.relative_to(base).as_posix() for p in written)),
+        documents=tuple(rel for _doc, rel in documents),
+        written=tuple(sorted(written)),
     )
 
 
@@ -148,7 +150,7 @@ def _document_at(path: Path) -> Document | None:
     return Document(kind, repo_id, version, variant)
 
 
-def _document_kind(rel: str) -> DocumentKind | None:
+def document_kind(rel: str) -> DocumentKind | None:
     """The kind of the signed document at ``rel`` in a package or version directory."""
     if rel == VERSIONS:
         return "versions"
@@ -160,7 +162,7 @@ def _document_kind(rel: str) -> DocumentKind | None:
 def version_documents(tree: Tree, repo: RepoInfo) -> Iterator[tuple[str, Document]]:
     """The signed documents of a version's tree: ``(relative path, document)``."""
     for rel in sorted(tree):
-        kind = _document_kind(rel)
+        kind = document_kind(rel)
         if kind is not None and kind != "versions":
             match = _VARIANT_MANIFEST.fullmatch(rel)
             yield rel, Document(kind, repo.repo_id, repo.version, match[1] if match else None)
@@ -169,12 +171,7 @@ def version_documents(tree: Tree, repo: RepoInfo) -> Iterator[tuple[str, Documen
 def is_version_signature(rel: str) -> bool:
     """Whether ``rel``, in a version directory, is the ``.sig`` of one of its documents."""
     signed = rel.removesuffix(SIG_SUFFIX)
-    return signed != rel and _document_kind(signed) in ("variants", "metadata")
-
-
-def signature_path(path: Path) -> Path:
-    """Where the ``.sig`` of the document at ``path`` goes."""
-    return path.with_name(path.name + SIG_SUFFIX)
+    return signed != rel and document_kind(signed) in ("variants", "metadata")
 
 
 def add_signatures(
@@ -190,24 +187,35 @@ def add_signatures(
     return signed
 
 
-def _signature(document: Document, path: Path, data: bytes, keys: Sequence[SigningKey]) -> bytes:
-    """The ``.sig`` of ``data``, to be the document at ``path``: the entries of other
+def _signature(
+    document: Document,
+    destination: Destination,
+    rel: str,
+    data: bytes,
+    keys: Sequence[SigningKey],
+) -> bytes:
+    """The ``.sig`` of ``data``, to be the document at ``rel``: the entries of other
     keys in the ``.sig`` there are kept if the document there has the same bytes."""
-    sig_path = signature_path(path)
-    same = path.is_file() and sig_path.is_file() and path.read_bytes() == data
-    return add_signatures(document, data, keys, sig_path.read_bytes() if same else None)
+    same = destination.read(rel) == data
+    existing = destination.read(rel + SIG_SUFFIX) if same else None
+    return add_signatures(document, data, keys, existing)
 
 
 def version_signatures(
-    tree: Tree, version_dir: Path, repo: RepoInfo, keys: Sequence[SigningKey]
+    tree: Tree,
+    destination: Destination,
+    version_rel: str,
+    repo: RepoInfo,
+    keys: Sequence[SigningKey],
 ) -> dict[str, bytes]:
-    """The ``.sig`` files of a version about to be written: relative path -> bytes."""
+    """The ``.sig`` files of a version about to be written into ``version_rel``:
+    relative path -> bytes."""
     signatures = {}
     for rel, document in version_documents(tree, repo):
         data = tree[rel]
         assert isinstance(data, bytes)  # the publisher writes its documents itself
-        path = version_dir.joinpath(*rel.split("/"))
-        signatures[rel + SIG_SUFFIX] = _signature(document, path, data, keys)
+        signed = _signature(document, destination, f"{version_rel}/{rel}", data, keys)
+        signatures[rel + SIG_SUFFIX] = signed
     return signatures
 
 
@@ -218,19 +226,24 @@ _CHECKS: dict[DocumentKind, Callable[..., object]] = {
 }
 
 
-def sign_in_place(document: Document, path: Path, keys: Sequence[SigningKey]) -> Path | None:
-    """Sign the published document at ``path``; the ``.sig`` if it was written."""
-    data = path.read_bytes()
+def sign_in_place(
+    document: Document, destination: Destination, rel: str, keys: Sequence[SigningKey]
+) -> str | None:
+    """Sign the published document at ``rel``; the path of its ``.sig`` if it was written."""
+    data = destination.read(rel)
+    shown = destination.shown(rel)
     try:
-        _CHECKS[document.kind](data, source=str(path))
+        if data is None:
+            raise ManifestError(f"{shown} is missing")
+        _CHECKS[document.kind](data, source=shown)
     except ManifestError as exc:
         raise PublishError(
-            f"refusing to sign {path}: {exc.message}",
+            f"refusing to sign {shown}: {exc.message}",
             hint="fix the document, or publish the version again",
         ) from None
-    signed = _signature(document, path, data, keys)
-    sig_path = signature_path(path)
-    if sig_path.is_file() and sig_path.read_bytes() == signed:
+    signed = _signature(document, destination, rel, data, keys)
+    sig_rel = rel + SIG_SUFFIX
+    if destination.read(sig_rel) == signed:
         return None
-    write_atomic(sig_path, signed)
-    return sig_path
+    destination.write(sig_rel, signed)
+    return sig_rel

@@ -1,103 +1,56 @@
-"""Writing the tree: a new version in one rename, then ``versions.json`` and the
-signatures."""
+"""Writing the tree: a new version, files before the documents that name them, then
+``versions.json`` and the signatures."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
-from .._filesystem import write_atomic
-from .._hashing import CHUNK_SIZE, HashingWriter
 from .._manifest import dump_json, parse_versions
 from .._names import RepoInfo
-from .._signing import SigningKey, dump_signatures, parse_signatures
-from ..errors import IntegrityError, ManifestError, PublishError, SignatureError
-from .layout import DIR_MODE, FILE_MODE, SourceFile, Tree
-from .signatures import Document, add_signatures, signature_path
+from .._signing import SIG_SUFFIX, SigningKey, dump_signatures, parse_signatures
+from ..errors import ManifestError, PublishError, SignatureError
+from .destination import Destination, Item
+from .layout import Tree
+from .signatures import Document, add_signatures, document_kind
+
+# Where each kind of file of a version goes in the order of writing.
+_RANKS = {"metadata": 1, "variants": 2}  # the builds' files: 0
 
 
-def _make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents with mode 0755 regardless of the umask."""
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    for directory in reversed(missing):
-        directory.mkdir(exist_ok=True)
-        directory.chmod(DIR_MODE)
+def write_order(tree: Tree) -> list[Item]:
+    """The files of a version in the order they are written: the builds' files, then
+    each variant's ``metadata.json``, then ``variants.json``; a document's ``.sig``
+    just before it.
+
+    A reader finds a variant through ``variants.json`` or its ``metadata.json``, and a
+    file through the ``metadata.json`` that lists it: on a store that is read while
+    the version is written one file at a time, whatever a reader can find names only
+    files already there. A ``.sig`` before its document: a verifying reader that finds
+    the document finds its signatures too.
+    """
+
+    def rank(rel: str) -> tuple[int, str, bool]:
+        signed = rel.removesuffix(SIG_SUFFIX)
+        rank = _RANKS.get(document_kind(signed) or "", 0)
+        return (rank, signed, signed == rel) if rank else (0, rel, False)
+
+    return [(rel, tree[rel]) for rel in sorted(tree, key=rank)]
 
 
-def write_version(tree: Tree, version_dir: Path, *, replace: bool) -> None:
-    """Build the version in a hidden sibling directory, then rename it into place."""
-    _make_dirs(version_dir.parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version_dir.name}.staging-", dir=version_dir.parent))
+def write_version(tree: Tree, destination: Destination, rel: str, *, replace: bool) -> None:
+    """Write the version ``tree`` as the directory ``rel`` of ``destination``."""
+    destination.write_version(rel, write_order(tree), replace=replace)
+
+
+def merged_versions(
+    destination: Destination, rel: str, version: int
+) -> tuple[bytes | None, list[int]]:
+    """The bytes of ``versions.json`` at ``rel`` (``None`` if absent) and its list with
+    ``version``."""
+    old = destination.read(rel)
     try:
-        staging.chmod(DIR_MODE)
-        for rel, item in sorted(tree.items()):
-            target = staging.joinpath(*rel.split("/"))
-            _make_dirs(target.parent)
-            if isinstance(item, bytes):
-                _write_bytes(target, item)
-            else:
-                _copy_verified(item, target, shown=rel)
-        _commit(staging, version_dir, replace=replace)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _write_bytes(target: Path, data: bytes) -> None:
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    with os.fdopen(fd, "wb") as f:
-        os.fchmod(f.fileno(), FILE_MODE)
-        f.write(data)
-
-
-def _copy_verified(source: SourceFile, target: Path, *, shown: str) -> None:
-    """Copy and re-hash in one pass, so the bytes published are the bytes in the manifest."""
-    writer = HashingWriter(target)
-    try:
-        with source.path.open("rb") as src:
-            while chunk := src.read(CHUNK_SIZE):
-                writer.write(chunk)
-    finally:
-        writer.close()
-    target.chmod(FILE_MODE)
-    try:
-        writer.verify(source.digest, source=shown)
-    except IntegrityError:
-        raise PublishError(
-            f"{source.path} changed while it was being published",
-            hint="wait for the build to finish, then publish again",
-        ) from None
-
-
-def _commit(staging: Path, version_dir: Path, *, replace: bool) -> None:
-    if not replace:
-        try:
-            os.rename(staging, version_dir)
-        except OSError:
-            if version_dir.exists():
-                raise PublishError(
-                    f"{version_dir} appeared while publishing; another publish is running",
-                    hint="run one publish per version at a time, then retry",
-                ) from None
-            raise
-        return
-    # POSIX has no portable atomic swap of two directories: move the old version aside,
-    # rename the new one in, then delete the old. Readers see old or new, never a mix.
-    trash = Path(tempfile.mkdtemp(prefix=f".{version_dir.name}.old-", dir=version_dir.parent))
-    os.rename(version_dir, trash / "old")
-    os.rename(staging, version_dir)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-def merged_versions(path: Path, version: int) -> tuple[bytes | None, list[int]]:
-    """The bytes of ``versions.json`` (``None`` if absent) and its list with ``version``."""
-    old: bytes | None = path.read_bytes() if path.is_file() else None
-    try:
-        versions = parse_versions(old, source=str(path)) if old is not None else []
+        versions = parse_versions(old, source=destination.shown(rel)) if old is not None else []
     except ManifestError as exc:
         raise PublishError(
             exc.message,
@@ -107,36 +60,39 @@ def merged_versions(path: Path, version: int) -> tuple[bytes | None, list[int]]:
 
 
 def write_versions(
-    path: Path,
+    destination: Destination,
+    rel: str,
     old: bytes | None,
     versions: list[int],
     repo: RepoInfo,
     keys: Sequence[SigningKey],
-) -> list[Path]:
-    """Write ``versions.json`` (and its ``.sig``) if their bytes change; the paths written.
+) -> None:
+    """Write ``versions.json`` (and its ``.sig``) at ``rel`` if their bytes change.
 
-    When it changes, its old signatures sign the old bytes: they go. Until the new bytes
-    are in place, the ``.sig`` holds the old entries and the new ones, so that a reader
-    never meets a ``versions.json`` that no signature vouches for, even if this stops
-    between the two renames.
+    When it changes, its old signatures sign the old bytes: they go. The ``.sig`` goes
+    first, holding the old entries and the new ones until the new bytes are in place,
+    so that a reader never meets a ``versions.json`` that no signature vouches for,
+    even if this stops between two writes.
     """
     data = dump_json(versions)
-    written = []
-    sig_path = signature_path(path)
-    signed = old_sig = None
-    if keys:
-        old_sig = sig_path.read_bytes() if sig_path.is_file() else None
-        document = Document("versions", repo.repo_id, None, None)
-        signed = add_signatures(document, data, keys, old_sig if data == old else None)
-        if data != old and old_sig is not None:
-            with contextlib.suppress(SignatureError):  # a malformed old .sig vouches for nothing
-                entries = [*parse_signatures(old_sig, source=str(sig_path))]
-                entries += parse_signatures(signed, source=str(sig_path))
-                write_atomic(sig_path, dump_signatures(entries))
+    sig_rel = rel + SIG_SUFFIX
+    if not keys:
+        if data != old:
+            destination.write(rel, data)
+        return
+    old_sig = destination.read(sig_rel)
+    document = Document("versions", repo.repo_id, None, None)
+    signed = add_signatures(document, data, keys, old_sig if data == old else None)
     if data != old:
-        write_atomic(path, data)
-        written.append(path)
-    if signed is not None and signed != old_sig:
-        write_atomic(sig_path, signed)
-        written.append(sig_path)
-    return written
+        interim = signed
+        if old_sig is not None:
+            with contextlib.suppress(SignatureError):  # a malformed old .sig vouches for nothing
+                shown = destination.shown(sig_rel)
+                entries = [*parse_signatures(old_sig, source=shown)]
+                entries += parse_signatures(signed, source=shown)
+                interim = dump_signatures(entries)
+        destination.write(sig_rel, interim)
+        destination.write(rel, data)
+        old_sig = interim
+    if signed != old_sig:
+        destination.write(sig_rel, signed)

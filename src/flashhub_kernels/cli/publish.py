@@ -35,7 +35,13 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
 
 def output_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of where and how a version is published (``publish``, ``mirror``)."""
-    parser.add_argument("--out", required=True, metavar="CDN_ROOT", help="root of the CDN tree")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="CDN_ROOT",
+        help="root of the CDN tree: a directory, or an object store URL such as "
+        "s3://bucket/prefix (needs the s3 extra)",
+    )
     parser.add_argument(
         "--prefix",
         default=DEFAULT_PREFIX,
