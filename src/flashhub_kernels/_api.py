@@ -12,7 +12,7 @@ from ._config import get_config, local_kernels
 from ._finder import LoadedKernel, install
 from ._names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
 from ._variant_choice import target_system
-from ._variants import VariantAccepted, VariantVerdict, judge_variants
+from ._variants import SystemInfo, VariantAccepted, VariantVerdict, judge_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
 
 
@@ -62,11 +62,19 @@ def install_kernel(
     With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
     ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
     """
+    if backend is not None:
+        check_backend(backend)
+    return install_for(repo_id, version, revision, target_system(backend))
+
+
+def install_for(
+    repo_id: str, version: int | None, revision: str | None, system: SystemInfo
+) -> Path:
+    """:func:`install_kernel` of the variant ``system`` loads, which may be another
+    machine's (``flashhub get --system``): the entry its own loads then find."""
     from ._download import remote, with_version  # the cold path's modules
     from ._obtain import obtain_kernel
 
-    if backend is not None:
-        check_backend(backend)
     if version is None and revision is None:
         parse_repo_id(repo_id)
         config = get_config()
@@ -78,7 +86,7 @@ def install_kernel(
         with remote(config) as fetcher:
             version = with_version(fetcher, repo_id, None).version
     info = RepoInfo(repo_id, requested_version(version, revision))
-    entry = obtain_kernel([info], backend=backend).entry
+    entry = obtain_kernel([info], system=system).entry
     assert entry is not None, "the store gives cache entries"
     return entry
 
@@ -122,21 +130,39 @@ def get_kernel_variants(
         OfflineError: offline, and the cache does not record the answer (or
             ``version=None``: only the CDN knows the newest version).
     """
-    from ._download import fetch_index, remote, with_version  # the cold path's modules
+    return judge_published(repo_id, version, target_system(backend))
 
-    system = target_system(backend)
+
+def judge_published(repo_id: str, version: int | None, system: SystemInfo) -> list[VariantVerdict]:
+    """:func:`get_kernel_variants` for ``system``, which may be another machine's
+    (``flashhub variants --system``).
+
+    Each variant that ``system`` loads by its name, and whose fit depends on the
+    devices its ``metadata.json`` declares, is judged by them too (fetched, or read from
+    the cache offline).
+    """
+    from ._cache import Cache
+    from ._variant_choice import cached_targets, judge_builds
+
     config = get_config()
+    cache = Cache.from_config(config)
     if config.offline:
-        from ._cache import Cache
         from ._offline import published_variants
 
         info = _offline_info(repo_id, version)
-        names = published_variants(Cache.from_config(config), info, system)
-        return judge_variants(names, system)
+        verdicts = judge_variants(published_variants(cache, info, system), system)
+        return judge_builds(verdicts, system, cached_targets(cache, info), first_fit=False)
+    from ._download import ManifestReader, fetch_index, remote, with_version  # cold path
+
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)
         index = fetch_index(fetcher, info, system, probe_all=True)
-    return judge_variants(sorted(index.present), system)
+        reader = ManifestReader(cache, fetcher, info, index)
+        verdicts = judge_variants(sorted(index.present), system)
+        try:
+            return judge_builds(verdicts, system, reader.target, first_fit=False)
+        finally:
+            reader.record()
 
 
 def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None = None) -> bool:

@@ -1,5 +1,5 @@
 """``flashhub variants``, ``info`` and ``get``: what the CDN publishes of one kernel,
-judged against this system, and its variant downloaded."""
+judged against this system (or, with ``--system``, another), and its variant downloaded."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from ._common import (
     print_json,
     remote_arguments,
     size,
+    system_arguments,
+    target_system_of,
 )
 
 if TYPE_CHECKING:
@@ -33,15 +35,21 @@ def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
     json_argument(parser)
 
 
+def _choosing_command_arguments(parser: argparse.ArgumentParser) -> None:
+    _kernel_command_arguments(parser)
+    system_arguments(parser)
+
+
 def _variants(args: argparse.Namespace) -> int:
-    from .._api import get_kernel_variants
-    from .._variant_choice import best_variant, target_system
+    from .._api import judge_published
+    from .._variant_choice import best_variant
     from .._variants import VariantAccepted, format_trace
 
+    target = target_system_of(args)
     version = args.version or _newest_version(args.repo_id, "variants")
-    verdicts = get_kernel_variants(args.repo_id, version, backend=args.backend)
+    verdicts = judge_published(args.repo_id, version, target)
     chosen = best_variant(verdicts)
-    system = target_system(args.backend).describe()
+    system = target.describe()
     signatures = _signatures(args.repo_id, version, [r.variant for r in verdicts])
     if args.json:
         variants = [
@@ -129,10 +137,11 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    from .._api import install_kernel
+    from .._api import install_for
 
+    target = target_system_of(args)
     version = args.version or _newest_version(args.repo_id, "get")
-    path = install_kernel(args.repo_id, version=version, backend=args.backend)
+    path = install_for(args.repo_id, version, None, target)
     if args.json:
         print_json(
             {
@@ -148,7 +157,7 @@ def _get(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "variants": Command(_kernel_command_arguments, _variants),
+    "variants": Command(_choosing_command_arguments, _variants),
     "info": Command(_kernel_command_arguments, _info),
-    "get": Command(_kernel_command_arguments, _get),
+    "get": Command(_choosing_command_arguments, _get),
 }
