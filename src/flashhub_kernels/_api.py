@@ -159,10 +159,7 @@ def judge_published(repo_id: str, version: int | None, system: SystemInfo) -> li
         index = fetch_index(fetcher, info, system, probe_all=True)
         reader = ManifestReader(cache, fetcher, info, index)
         verdicts = judge_variants(sorted(index.present), system)
-        try:
-            return judge_builds(verdicts, system, reader.target, first_fit=False)
-        finally:
-            reader.record()
+        return judge_builds(verdicts, system, reader.target, first_fit=False)
 
 
 def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None = None) -> bool:

@@ -126,15 +126,16 @@ class ManifestReader:
     index records, else the ``metadata.json`` of a cached entry, else the CDN's, each
     fetched at most once and kept (:attr:`documents`) for the download that follows.
 
-    :meth:`record` adds what was read to the cache's index, so that a warm load passes
-    over the variants that do not fit without asking again.
+    :meth:`record` adds ``index`` and what was read to the cache's index, so that a warm
+    load passes over the variants that do not fit without asking again.
     """
 
     def __init__(
         self, cache: Cache, fetcher: Fetcher, info: RepoInfo, index: VariantIndex | None = None
     ) -> None:
         self.cache, self.fetcher, self.info = cache, fetcher, info
-        self.known = dict(index.targets) if index is not None else {}
+        self.index = index or VariantIndex(False, frozenset())
+        self.known = dict(self.index.targets)
         self.documents: dict[str, ManifestDocument] = {}
         self.read: dict[str, BuildTarget] = {}
 
@@ -148,10 +149,9 @@ class ManifestReader:
         return target
 
     def record(self) -> None:
-        if self.read:
-            self.cache.record_index(
-                self.info, VariantIndex(False, frozenset(), frozenset(), self.read)
-            )
+        if self.read or self.index.present:
+            targets = {**self.index.targets, **self.read}
+            self.cache.record_index(self.info, self.index._replace(targets=targets))
 
 
 # How many other versions an error looks through for one with a build for this system.
