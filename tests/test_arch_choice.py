@@ -285,3 +285,12 @@ def test_a_lock_range_without_a_build_for_this_system_takes_the_newest(
     publish(cdn.root, 2, {CU126: None})
     project = write_project(tmp_path / "project", {REPO: ">=1"})
     assert lock_project(project).kernels[REPO].version == 2  # locked for other machines
+
+
+def test_a_local_kernel_repo_passes_over_a_build_for_other_devices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(tmp_path, 1, BUILDS)
+    repo = tmp_path / "kernels" / REPO / "v1"  # holds build/<variant>/ as a kernel repo does
+    run_as(monkeypatch, gpu_node((9, 1)))
+    assert fk.get_local_kernel(repo).marker() == f"{REPO}@v1:{UNIVERSAL}"
