@@ -294,3 +294,12 @@ def test_a_local_kernel_repo_passes_over_a_build_for_other_devices(
     repo = tmp_path / "kernels" / REPO / "v1"  # holds build/<variant>/ as a kernel repo does
     run_as(monkeypatch, gpu_node((9, 1)))
     assert fk.get_local_kernel(repo).marker() == f"{REPO}@v1:{UNIVERSAL}"
+
+
+def test_a_probed_version_without_a_build_names_the_version_that_has_one(
+    cdn: CdnServer,
+) -> None:
+    publish(cdn.root, 1, {UNIVERSAL: None})
+    publish(cdn.root, 2, {CU126: None}, listed=False)
+    with pytest.raises(NoCompatibleVariantError, match=f"{REPO}@v1 is the newest published"):
+        fk.get_kernel(REPO, version=2)

@@ -85,6 +85,8 @@ def fetch_kernel(
             except KernelNotFoundError as exc:
                 not_found = not_found or exc
                 continue
+            except NoCompatibleVariantError as exc:  # probed: none of the candidates exists
+                raise with_fitting_version(exc, fetcher, info, system) from None
             reader = ManifestReader(cache, fetcher, info, index)
             try:
                 variant = choose_variant(index, info, system, reader.target)
