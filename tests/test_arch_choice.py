@@ -303,3 +303,15 @@ def test_a_probed_version_without_a_build_names_the_version_that_has_one(
     publish(cdn.root, 2, {CU126: None}, listed=False)
     with pytest.raises(NoCompatibleVariantError, match=f"{REPO}@v1 is the newest published"):
         fk.get_kernel(REPO, version=2)
+
+
+def test_the_python_api_chooses_for_another_machine(cdn: CdnServer) -> None:
+    publish(cdn.root, 1, BUILDS)
+    h100 = {"system": SYSTEM, "cuda_capability": "9.0"}
+    verdicts = fk.get_kernel_variants(REPO, 1, **h100)
+    assert isinstance(verdicts[0], fk.VariantAccepted) and verdicts[0].variant == CU124
+    (passed_over,) = [r for r in verdicts if isinstance(r, fk.VariantRejected)]
+    assert passed_over.reason == "built for CUDA archs 8.0, 8.6; this device is 9.0"
+    assert fk.install_kernel(REPO, version=1, **h100).name == CU124
+    with pytest.raises(ValueError, match="runs no ROCm"):
+        fk.install_kernel(REPO, version=1, system=SYSTEM, rocm_arch="gfx942")

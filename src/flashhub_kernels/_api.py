@@ -12,7 +12,7 @@ from ._config import get_config, local_kernels
 from ._finder import LoadedKernel, install
 from ._names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
 from ._variant_choice import target_system
-from ._variants import SystemInfo, VariantAccepted, VariantVerdict, judge_variants
+from ._variants import VariantAccepted, VariantVerdict, judge_variants
 from .errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
 
 
@@ -55,26 +55,32 @@ def install_kernel(
     version: int | None = None,
     revision: str | None = None,
     backend: str | None = None,
+    system: str | None = None,
+    cuda_capability: str | None = None,
+    rocm_arch: str | None = None,
 ) -> Path:
     """Download and verify the variant of a kernel this system loads, without importing it.
 
     Gives the local variant directory, which holds ``<py_pkg>/`` and ``metadata.json``.
     With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
     ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
+
+    ``system`` (the exact build another machine loads, e.g.
+    ``"torch213-cxx11-cu126-x86_64-linux"``) and its device, ``cuda_capability``
+    (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
+    loads instead: into the cache entry its own loads then find, offline too.
+
+    Raises:
+        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
     """
-    if backend is not None:
-        check_backend(backend)
-    return install_for(repo_id, version, revision, target_system(backend))
-
-
-def install_for(
-    repo_id: str, version: int | None, revision: str | None, system: SystemInfo
-) -> Path:
-    """:func:`install_kernel` of the variant ``system`` loads, which may be another
-    machine's (``flashhub get --system``): the entry its own loads then find."""
     from ._download import remote, with_version  # the cold path's modules
     from ._obtain import obtain_kernel
 
+    if backend is not None:
+        check_backend(backend)
+    target = target_system(
+        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
+    )
     if version is None and revision is None:
         parse_repo_id(repo_id)
         config = get_config()
@@ -86,7 +92,7 @@ def install_for(
         with remote(config) as fetcher:
             version = with_version(fetcher, repo_id, None).version
     info = RepoInfo(repo_id, requested_version(version, revision))
-    entry = obtain_kernel([info], system=system).entry
+    entry = obtain_kernel([info], system=target).entry
     assert entry is not None, "the store gives cache entries"
     return entry
 
@@ -114,52 +120,56 @@ def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
 
 
 def get_kernel_variants(
-    repo_id: str, version: int | None = None, *, backend: str | None = None
+    repo_id: str,
+    version: int | None = None,
+    *,
+    backend: str | None = None,
+    system: str | None = None,
+    cuda_capability: str | None = None,
+    rocm_arch: str | None = None,
 ) -> list[VariantVerdict]:
     """Judge every published variant of a kernel against this system.
 
     Returns :class:`VariantAccepted` entries (best first) then :class:`VariantRejected`
     entries with a ``reason``. ``version=None`` means the newest version in the repo's
     ``versions.json``. When a version has no ``variants.json``, only the variants this
-    system could load are probed, so only those appear.
+    system could load are probed, so only those appear. A build for this system's GPU
+    backend whose ``metadata.json`` lists device archs is judged by them too (one
+    request each): one whose archs lack the device is rejected, saying so.
+
+    ``system``, ``cuda_capability`` and ``rocm_arch`` judge for another machine, as
+    for :func:`install_kernel`.
 
     With ``FLASHHUB_OFFLINE=1`` no request is made: the answer comes from the variant
     list the cache recorded when the version was loaded or downloaded.
 
     Raises:
+        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
         OfflineError: offline, and the cache does not record the answer (or
             ``version=None``: only the CDN knows the newest version).
-    """
-    return judge_published(repo_id, version, target_system(backend))
-
-
-def judge_published(repo_id: str, version: int | None, system: SystemInfo) -> list[VariantVerdict]:
-    """:func:`get_kernel_variants` for ``system``, which may be another machine's
-    (``flashhub variants --system``).
-
-    Each variant that ``system`` loads by its name, and whose fit depends on the
-    devices its ``metadata.json`` declares, is judged by them too (fetched, or read from
-    the cache offline).
     """
     from ._cache import Cache
     from ._variant_choice import cached_targets, judge_builds
 
+    target = target_system(
+        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
+    )
     config = get_config()
     cache = Cache.from_config(config)
     if config.offline:
         from ._offline import published_variants
 
         info = _offline_info(repo_id, version)
-        verdicts = judge_variants(published_variants(cache, info, system), system)
-        return judge_builds(verdicts, system, cached_targets(cache, info), first_fit=False)
+        verdicts = judge_variants(published_variants(cache, info, target), target)
+        return judge_builds(verdicts, target, cached_targets(cache, info), first_fit=False)
     from ._download import ManifestReader, fetch_index, remote, with_version  # cold path
 
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)
-        index = fetch_index(fetcher, info, system, probe_all=True)
+        index = fetch_index(fetcher, info, target, probe_all=True)
         reader = ManifestReader(cache, fetcher, info, index)
-        verdicts = judge_variants(sorted(index.present), system)
-        return judge_builds(verdicts, system, reader.target, first_fit=False)
+        verdicts = judge_variants(sorted(index.present), target)
+        return judge_builds(verdicts, target, reader.target, first_fit=False)
 
 
 def has_kernel(repo_id: str, version: int | None = None, *, backend: str | None = None) -> bool:

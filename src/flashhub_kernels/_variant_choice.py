@@ -35,8 +35,10 @@ from ._variants import (
     format_trace,
     gpu_torch_needed,
     judge_variants,
+    system_from_variant,
     with_backend,
     with_device,
+    with_device_named,
 )
 from .errors import NoCompatibleVariantError
 
@@ -60,10 +62,27 @@ _FREE_THREADED = (
 )
 
 
-def target_system(backend: str | None) -> SystemInfo:
-    """This machine, or this machine as if it ran ``backend``."""
-    system = detect_system()
-    return with_backend(system, backend) if backend else system
+def target_system(
+    backend: str | None,
+    *,
+    system: str | None = None,
+    cuda_capability: str | None = None,
+    rocm_arch: str | None = None,
+) -> SystemInfo:
+    """This machine, or the one that loads the exact build ``system`` (a variant name),
+    as if it ran ``backend``; with its device named by ``cuda_capability`` (``"9.0"``) or
+    ``rocm_arch`` (``"gfx942"``) rather than asked of torch.
+
+    Raises:
+        ValueError: ``system`` names no machine, or the device is malformed or of
+            another backend (see :func:`~._variants.system_from_variant`).
+    """
+    device = {"cuda_capability": cuda_capability, "rocm_arch": rocm_arch}
+    if system is not None:
+        chosen = system_from_variant(system, **device)
+    else:
+        chosen = with_device_named(detect_system(), **device)
+    return with_backend(chosen, backend) if backend else chosen
 
 
 def needs_target(variant: Variant, system: SystemInfo) -> bool:

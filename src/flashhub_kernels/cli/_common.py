@@ -147,15 +147,18 @@ def target_system_of(args: argparse.Namespace) -> SystemInfo:
         ValueError: a device of another backend than the machine's (a usage error).
     """
     from .._variant_choice import target_system
-    from .._variants import system_from_variant, with_backend, with_device_named
 
-    device = {"cuda_capability": args.cuda_capability, "rocm_arch": args.rocm_arch}
-    if args.system:
-        system = system_from_variant(args.system, **device)
-    else:
-        system = with_device_named(target_system(None), **device)
-    backend = getattr(args, "backend", None)
-    return with_backend(system, backend) if backend else system
+    return target_system(getattr(args, "backend", None), **machine(args))
+
+
+def machine(args: argparse.Namespace) -> dict[str, str | None]:
+    """The options of :func:`system_arguments`, as the keyword arguments of
+    ``get_kernel_variants``, ``install_kernel`` and ``target_system``."""
+    return {
+        "system": args.system,
+        "cuda_capability": args.cuda_capability,
+        "rocm_arch": args.rocm_arch,
+    }
 
 
 def cdn_url_argument(parser: argparse.ArgumentParser) -> None:

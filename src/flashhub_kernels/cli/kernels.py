@@ -17,6 +17,7 @@ from ._common import (
     json_argument,
     kernel_arguments,
     local_cache,
+    machine,
     print_json,
     remote_arguments,
     size,
@@ -41,15 +42,14 @@ def _choosing_command_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _variants(args: argparse.Namespace) -> int:
-    from .._api import judge_published
+    from .._api import get_kernel_variants
     from .._variant_choice import best_variant
     from .._variants import VariantAccepted, format_trace
 
-    target = target_system_of(args)
+    system = target_system_of(args).describe()  # a malformed machine: before any request
     version = args.version or _newest_version(args.repo_id, "variants")
-    verdicts = judge_published(args.repo_id, version, target)
+    verdicts = get_kernel_variants(args.repo_id, version, backend=args.backend, **machine(args))
     chosen = best_variant(verdicts)
-    system = target.describe()
     signatures = _signatures(args.repo_id, version, [r.variant for r in verdicts])
     if args.json:
         variants = [
@@ -137,11 +137,11 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    from .._api import install_for
+    from .._api import install_kernel
 
-    target = target_system_of(args)
+    target_system_of(args)  # a malformed machine: before any request
     version = args.version or _newest_version(args.repo_id, "get")
-    path = install_for(args.repo_id, version, None, target)
+    path = install_kernel(args.repo_id, version=version, backend=args.backend, **machine(args))
     if args.json:
         print_json(
             {
