@@ -13,7 +13,7 @@ import pytest
 import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels._lock import lock_project
-from flashhub_kernels._variants import SystemInfo
+from flashhub_kernels._variants import SystemInfo, detect_system
 from flashhub_kernels.errors import NoCompatibleVariantError
 from support.cdn_server import CdnServer
 from support.cli_runner import OFFLINE, flashhub, ok_json
@@ -233,7 +233,7 @@ def test_free_threaded_python_loads_the_python_build(
 ) -> None:
     native = local_variant()
     publish(cdn.root, 1, {native: None, UNIVERSAL: None})
-    this = fk._variants.detect_system()
+    this = detect_system()
     run_as(monkeypatch, this._replace(free_threaded=True))
     assert fk.get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{UNIVERSAL}"
 

@@ -328,10 +328,8 @@ def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_ol
         )
     # The newest version with a build this machine loads; if none has one, the newest.
     system = target_system(None)
-    return (
-        newest_fitting_version(fetcher, repo_id, matching, system, unlisted_fits=True)
-        or (matching[-1])
-    )
+    fitting = newest_fitting_version(fetcher, repo_id, matching, system, unlisted_fits=True)
+    return fitting or matching[-1]
 
 
 def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | None:
@@ -410,8 +408,8 @@ def locked_variant(
     """The locked variant ``system`` loads: the one the CDN's ``variants.json`` gives it,
     or for a probed version the first locked one in the order a probe asks for them.
     ``target_of`` reads the devices a variant declares (see ``judge_builds``)."""
-    published = VariantIndex(True, frozenset(locked.variants))
     if not locked.probed:
+        published = VariantIndex(True, frozenset(locked.variants))
         return choose_variant(published, locked.info, system, target_of)
     read = target_of or _unknown_target
     in_probe_order = [
