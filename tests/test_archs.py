@@ -3,6 +3,10 @@ devices (pure: no CDN)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
 import pytest
 
 from flashhub_kernels import _variants
@@ -366,3 +370,90 @@ def test_a_named_device_replaces_asking_torch() -> None:
     named = with_device_named(local, cuda_capability="8.6")
     assert named.cuda_capability == (8, 6) and not named.probe_device
     assert with_device_named(local) is local
+
+
+# -- detection: what this machine's torch says ------------------------------------------------
+
+
+def fake_torch(**version: str) -> SimpleNamespace:
+    """A module standing in for ``torch``, of a build whose ``torch.version`` says ``version``."""
+    return SimpleNamespace(
+        version=SimpleNamespace(**{"cuda": None, "hip": None, "xpu": None, **version}),
+        backends=SimpleNamespace(mps=SimpleNamespace(is_available=lambda: False)),
+        _C=SimpleNamespace(),
+    )
+
+
+def test_cuda_rocm_and_cpu_builds_of_torch_are_detected() -> None:
+    assert _variants._detect_backend(fake_torch(cuda="12.6")) == ("cuda", "cu126")
+    assert _variants._detect_backend(fake_torch(hip="6.3.42131-fa1d09cbd")) == ("rocm", "rocm63")
+    assert _variants._detect_backend(fake_torch()) == ("cpu", "cpu")
+
+
+def test_tpu_and_neuron_come_before_the_torch_build_they_load_into() -> None:
+    tpu = fake_torch(cuda="12.6")
+    tpu.backends.tpu = SimpleNamespace()  # what torch_tpu sets when torch loads it
+    assert _variants._detect_backend(tpu) == ("tpu", "tpu")
+    neuron = fake_torch(cuda="12.6")
+    neuron.neuron = SimpleNamespace()
+    assert _variants._detect_backend(neuron) == ("neuron", "neuron")
+
+
+def test_an_ascend_npu_is_detected_with_its_cann_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    npu = fake_torch()
+    npu._C._get_privateuse1_backend_name = lambda: "npu"
+    assert _variants._detect_backend(npu) == ("npu", "cann")  # torch_npu cannot say
+    collect_env = ModuleType("torch_npu.utils.collect_env")
+    collect_env.get_cann_version = lambda: "8.1.RC1"  # type: ignore[attr-defined]
+    for name in ("torch_npu", "torch_npu.utils"):
+        monkeypatch.setitem(sys.modules, name, ModuleType(name))
+    monkeypatch.setitem(sys.modules, "torch_npu.utils.collect_env", collect_env)
+    assert _variants._detect_backend(npu) == ("npu", "cann81")
+    npu._C._get_privateuse1_backend_name = lambda: "privateuseone"
+    assert _variants._detect_backend(npu) == ("cpu", "cpu")
+
+
+def test_tvm_ffi_is_looked_for_and_imported_only_when_installed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert "tvm_ffi" not in sys.modules and _variants._tvm_ffi_version() is None
+    assert "tvm_ffi" not in sys.modules
+    (tmp_path / "tvm_ffi").mkdir()
+    (tmp_path / "tvm_ffi" / "__init__.py").write_text('__version__ = "0.1.4"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tvm_ffi", raising=False)
+    assert _variants._tvm_ffi_version() == (0, 1)
+    monkeypatch.delitem(sys.modules, "tvm_ffi")
+
+
+def test_free_threading_is_the_build_flag_before_python_3_15(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sysconfig
+
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: 1)
+    assert _variants._free_threaded() is (sys.version_info < (3, 15))
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: None)
+    assert _variants._free_threaded() is False
+
+
+def test_the_device_is_asked_of_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    probe = _variants._probed.__wrapped__  # not the per-process cache
+    local = H100._replace(cuda_capability=None, probe_device=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert probe(local) == local._replace(probe_device=False)  # no device: nothing to check
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    assert probe(local) == H100
+    properties = SimpleNamespace(gcnArchName="gfx90a:sramecc+:xnack-")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties)
+    rocm = MI300._replace(rocm_arch=None, probe_device=True)
+    assert probe(rocm).rocm_arch == "gfx90a"
+
+
+def test_this_machine_is_asked_about_its_device_only_when_needed() -> None:
+    this = _variants.detect_system()
+    assert this.probe_device and this.cuda_capability is None and this.rocm_arch is None
