@@ -156,10 +156,11 @@ def pick_cached_variant(
     records, else by ``cached_target`` (the metadata.json of a cached entry); when
     neither knows it, ``None``: ask the CDN.
     """
-    for name in _cached_candidates(index, system):
-        if name is None:
+    for variant in _cached_candidates(index, system):
+        if variant is None:
             return None  # never probed for this system: ask the CDN
-        variant = as_variant(name)
+        # A plain str: it is recorded in receipts and in LoadedKernel.
+        name = str(variant)
         if not needs_target(variant, system):
             return name
         target = index.targets.get(name) or (cached_target(name) if cached_target else None)
@@ -170,16 +171,16 @@ def pick_cached_variant(
     return None
 
 
-def _cached_candidates(index: VariantIndex, system: SystemInfo) -> Iterator[str | None]:
+def _cached_candidates(index: VariantIndex, system: SystemInfo) -> Iterator[Variant | None]:
     """The published variants ``system`` loads by name, best first; ``None`` in place of
     one that a probe never asked about, and nothing after it."""
     if index.complete:
         verdicts = judge_variants(sorted(index.present), system)
-        yield from (str(v.variant) for v in verdicts if isinstance(v, VariantAccepted))
+        yield from (v.variant for v in verdicts if isinstance(v, VariantAccepted))
         return
     for name in candidate_names(system):
         if name in index.present:
-            yield name
+            yield as_variant(name)
         elif name not in index.absent:
             yield None
             return
