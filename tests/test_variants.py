@@ -28,8 +28,11 @@ from flashhub_kernels.layers._device import Device, as_device
 CPU = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
 CUDA = SystemInfo((2, 12), True, "cuda", "cu126", "x86_64", "linux")
 ROCM = SystemInfo((2, 12), True, "rocm", "rocm63", "x86_64", "linux")
-MAC = SystemInfo((2, 12), False, "metal", "metal", "aarch64", "darwin")
+MAC = SystemInfo((2, 12), False, "metal", "metal", "aarch64", "darwin", macos=(26, 1))
 XPU = SystemInfo((2, 12), True, "xpu", "xpu20251", "x86_64", "linux")
+NPU = SystemInfo((2, 9), True, "npu", "cann81", "aarch64", "linux")
+TPU = SystemInfo((2, 13), True, "tpu", "tpu", "x86_64", "linux")
+NEURON = SystemInfo((2, 10), True, "neuron", "neuron", "x86_64", "linux")
 
 
 def verdict(name: str, system: SystemInfo) -> str:
@@ -123,15 +126,35 @@ def test_a_tagless_name_is_preferred_to_a_tagged_one_for_the_same_build() -> Non
         ("tvm-ffi10-metal-aarch64-darwin", (1, 0), "metal"),
     ],
 )
-def test_tvm_ffi_builds_parse_and_are_rejected(
+def test_tvm_ffi_builds_load_where_that_tvm_ffi_is_installed(
     name: str, tvm_ffi: tuple[int, int], backend_tag: str
 ) -> None:
     variant = parse_variant(name)
     assert (variant.tier, variant.tvm_ffi, variant.torch) == ("tvm-ffi", tvm_ffi, None)
     assert variant.backend_tag == backend_tag and variant.abi is None
-    for system in (CPU, CUDA, MAC):
-        reason = verdict(name, system)
-        assert f"tvm-ffi {tvm_ffi[0]}.{tvm_ffi[1]}" in reason and "torch builds only" in reason
+    system = {"cu128": CUDA._replace(backend_tag="cu128"), "cpu": CPU, "metal": MAC}[backend_tag]
+    system = system._replace(arch=variant.arch, os=variant.os)
+    reason = verdict(name, system)
+    assert f"built against tvm-ffi {tvm_ffi[0]}.{tvm_ffi[1]}, which is not installed" == reason
+    assert verdict(name, system._replace(tvm_ffi=tvm_ffi)) == "ok"
+    other = verdict(name, system._replace(tvm_ffi=(tvm_ffi[0], tvm_ffi[1] + 1)))
+    assert (
+        other
+        == f"built against tvm-ffi {tvm_ffi[0]}.{tvm_ffi[1]}, found {tvm_ffi[0]}.{tvm_ffi[1] + 1}"
+    )
+
+
+def test_tvm_ffi_builds_rank_after_torch_builds_and_are_probed_where_installed() -> None:
+    system = CUDA._replace(tvm_ffi=(0, 1))
+    published = ["torch-cuda", "tvm-ffi01-cu126-x86_64-linux", "torch212-cxx11-cu126-x86_64-linux"]
+    accepted = [str(r.variant) for r in judge_variants(published, system)]
+    assert accepted == [
+        "torch212-cxx11-cu126-x86_64-linux",
+        "tvm-ffi01-cu126-x86_64-linux",
+        "torch-cuda",
+    ]
+    assert "tvm-ffi01-cu124-x86_64-linux" in candidate_names(system)
+    assert not any(name.startswith("tvm-ffi") for name in candidate_names(CUDA))
 
 
 @pytest.mark.parametrize(
@@ -145,7 +168,7 @@ def test_tvm_ffi_builds_parse_and_are_rejected(
         ("torch29-cann81-aarch64-linux", "npu", "cann81", "exact"),
     ],
 )
-def test_backends_this_client_never_detects_parse_and_are_rejected(
+def test_npu_tpu_and_neuron_builds_load_on_their_backend_only(
     name: str, backend: str, backend_tag: str | None, tier: str
 ) -> None:
     variant = parse_variant(name)
@@ -155,6 +178,16 @@ def test_backends_this_client_never_detects_parse_and_are_rejected(
         assert f"built for {backend_tag or backend}" in reason and "backend=" not in reason
     verdicts = judge_variants([name, "torch-universal"], CPU)
     assert [type(r) for r in verdicts] == [VariantAccepted, VariantRejected]
+    own = {"npu": NPU, "tpu": TPU, "neuron": NEURON}[backend]
+    own = own._replace(torch=variant.torch or own.torch, arch=variant.arch or own.arch)
+    assert verdict(name, own) == "ok"
+    assert candidate_names(own)[-2:] == [f"torch-{backend}", "torch-universal"]
+
+
+def test_an_npu_build_needs_its_cann_version() -> None:
+    assert "built for cann80, this system has cann81" in verdict(
+        "torch29-cann80-aarch64-linux", NPU
+    )
 
 
 def test_layer_mappings_accept_the_extra_device_types() -> None:
@@ -186,6 +219,11 @@ def test_other_backends_match_exactly() -> None:
     assert verdict("torch212-cxx11-rocm63-x86_64-linux", ROCM) == "ok"
     assert "rocm62" in verdict("torch212-cxx11-rocm62-x86_64-linux", ROCM)
     assert verdict("torch212-metal-aarch64-darwin", MAC) == "ok"
+    for macos in ((15, 7), None):  # Metal builds need macOS 26: the noarch one is taken
+        old_mac = MAC._replace(macos=macos)
+        assert "need macOS 26 or later" in verdict("torch212-metal-aarch64-darwin", old_mac)
+        assert "need macOS 26" in verdict("torch-stable-abi29-metal-aarch64-darwin", old_mac)
+        assert verdict("torch-metal", old_mac) == "ok"
     assert verdict("torch212-cxx11-xpu20251-x86_64-linux", XPU) == "ok"
     assert "xpu20250" in verdict("torch212-cxx11-xpu20250-x86_64-linux", XPU)
 

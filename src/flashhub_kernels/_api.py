@@ -56,6 +56,9 @@ def install_kernel(
     revision: str | None = None,
     backend: str | None = None,
     local_files_only: bool = False,
+    system: str | None = None,
+    cuda_capability: str | None = None,
+    rocm_arch: str | None = None,
 ) -> Path:
     """Download and verify the variant of a kernel this system loads, without importing it.
 
@@ -66,11 +69,22 @@ def install_kernel(
     ``local_files_only=True`` answers from the cache alone, as ``FLASHHUB_OFFLINE=1``
     does, for this call: no request is made, and a kernel not in the cache is an
     :class:`~flashhub_kernels.errors.OfflineError`.
+
+    ``system`` (the exact build another machine loads, e.g.
+    ``"torch213-cxx11-cu126-x86_64-linux"``) and its device, ``cuda_capability``
+    (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
+    loads instead: into the cache entry its own loads then find, offline too.
+
+    Raises:
+        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
     """
     from ._obtain import obtain_kernel
 
     if backend is not None:
         check_backend(backend)
+    target = target_system(
+        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
+    )
     config = get_config()
     cache_only = _cache_only(config, local_files_only)
     if version is None and revision is None:
@@ -87,7 +101,7 @@ def install_kernel(
     info = RepoInfo(repo_id, requested_version(version, revision))
     try:
         entry = obtain_kernel(
-            [info], backend=backend, config=config._replace(offline=cache_only is not None)
+            [info], system=target, config=config._replace(offline=cache_only is not None)
         ).entry
     except OfflineError:
         if config.offline or not local_files_only:
@@ -146,37 +160,56 @@ def get_local_kernel(
 
 
 def get_kernel_variants(
-    repo_id: str, version: int | None = None, *, backend: str | None = None
+    repo_id: str,
+    version: int | None = None,
+    *,
+    backend: str | None = None,
+    system: str | None = None,
+    cuda_capability: str | None = None,
+    rocm_arch: str | None = None,
 ) -> list[VariantVerdict]:
     """Judge every published variant of a kernel against this system.
 
     Returns :class:`VariantAccepted` entries (best first) then :class:`VariantRejected`
     entries with a ``reason``. ``version=None`` means the newest version in the repo's
     ``versions.json``. When a version has no ``variants.json``, only the variants this
-    system could load are probed, so only those appear.
+    system could load are probed, so only those appear. A build for this system's GPU
+    backend whose ``metadata.json`` lists device archs is judged by them too (one
+    request each): one whose archs lack the device is rejected, saying so.
+
+    ``system``, ``cuda_capability`` and ``rocm_arch`` judge for another machine, as
+    for :func:`install_kernel`.
 
     With ``FLASHHUB_OFFLINE=1`` no request is made: the answer comes from the variant
     list the cache recorded when the version was loaded or downloaded.
 
     Raises:
+        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
         OfflineError: offline, and the cache does not record the answer (or
             ``version=None``: only the CDN knows the newest version).
     """
-    from ._download import fetch_index, remote, with_version  # the cold path's modules
+    from ._cache import Cache
+    from ._variant_choice import cached_targets, judge_builds
 
-    system = target_system(backend)
+    target = target_system(
+        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
+    )
     config = get_config()
+    cache = Cache.from_config(config)
     if config.offline:
-        from ._cache import Cache
         from ._offline import published_variants
 
         info = _offline_info(repo_id, version)
-        names = published_variants(Cache.from_config(config), info, system)
-        return judge_variants(names, system)
+        verdicts = judge_variants(published_variants(cache, info, target), target)
+        return judge_builds(verdicts, target, cached_targets(cache, info), first_fit=False)
+    from ._download import ManifestReader, fetch_index, remote, with_version  # cold path
+
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)
-        index = fetch_index(fetcher, info, system, probe_all=True)
-    return judge_variants(sorted(index.present), system)
+        index = fetch_index(fetcher, info, target, probe_all=True)
+        reader = ManifestReader(cache, fetcher, info, index)
+        verdicts = judge_variants(sorted(index.present), target)
+        return judge_builds(verdicts, target, reader.target, first_fit=False)
 
 
 def has_kernel(

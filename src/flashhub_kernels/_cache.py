@@ -37,12 +37,14 @@ import os
 import shutil
 import socket
 import stat
+import types
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ._archs import BuildTarget, read_target, target_from_json
 from ._cache_trust import check_dir, check_root
 from ._config import Config
 from ._manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME, dump_json
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from ._cdn_documents import ManifestDocument
 
 INDEX_NAME = "variants-index.json"
+_NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 PARTIAL_PREFIX = ".partial-"
@@ -89,25 +92,33 @@ class VariantIndex(NamedTuple):
 
     ``complete`` means ``present`` is the whole ``variants.json``; otherwise the CDN was
     probed and only the names in ``present`` and ``absent`` are known either way.
+    ``targets`` holds the devices that variants whose ``metadata.json`` was read while
+    choosing declare (see :mod:`._archs`), so that a warm load passes over a build for
+    other devices without asking the CDN again.
     """
 
     complete: bool
     present: frozenset[str]
     absent: frozenset[str] = frozenset()
+    targets: Mapping[str, BuildTarget] = _NO_TARGETS
 
     def merged(self, other: VariantIndex) -> VariantIndex:
-        if self.complete:
-            return self
-        if other.complete:
-            return other
-        return VariantIndex(False, self.present | other.present, self.absent | other.absent)
+        targets = {**other.targets, **self.targets}
+        if self.complete or other.complete:
+            return (self if self.complete else other)._replace(targets=targets)
+        return VariantIndex(
+            False, self.present | other.present, self.absent | other.absent, targets
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "complete": self.complete,
             "present": sorted(self.present),
             "absent": sorted(self.absent),
         }
+        if self.targets:
+            document["targets"] = {n: t.to_json() for n, t in sorted(self.targets.items())}
+        return document
 
 
 class Receipt(NamedTuple):
@@ -251,11 +262,16 @@ class Cache:
         if not isinstance(data, dict):
             return None
         try:
-            return VariantIndex(
+            index = VariantIndex(
                 bool(data["complete"]), frozenset(data["present"]), frozenset(data["absent"])
             )
         except (KeyError, TypeError):
             return None
+        targets = data.get("targets")
+        if isinstance(targets, dict):
+            read = {name: target_from_json(value) for name, value in targets.items()}
+            index = index._replace(targets={n: t for n, t in read.items() if t is not None})
+        return index
 
     def record_index(self, info: RepoInfo, index: VariantIndex) -> VariantIndex:
         """Merge ``index`` into what is recorded (concurrent writers only add knowledge);
@@ -284,6 +300,13 @@ class Cache:
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
+
+    def read_target(self, info: RepoInfo, variant: str) -> BuildTarget | None:
+        """The devices a committed entry's ``metadata.json`` declares; ``None`` when the
+        entry is not cached."""
+        entry = self.entry_dir(info, variant)
+        data = read_json(entry / MANIFEST_NAME) if (entry / RECEIPT_NAME).is_file() else None
+        return read_target(data) if isinstance(data, dict) else None
 
     def new_staging(self, info: RepoInfo, variant: str) -> Path:
         """A fresh, uniquely named directory beside the entry (same file system)."""

@@ -1,14 +1,17 @@
 """The cold path: from the CDN's documents to a verified entry in the cache.
 
 :func:`fetch_kernel` picks the variant from the version's ``variants.json`` (fetched by
-one process under the index mutex, and recorded for every other), then
-:func:`download_entry` makes the entry under its download mutex: reuse what another
-process committed meanwhile, else fetch and check the manifest, then download every file
-into staging, verified as it streams, and rename the entry into place.
+one process under the index mutex, and recorded for every other) and, where the device
+matters, the ``metadata.json`` of the candidates up to the one taken
+(:class:`ManifestReader`), then :func:`download_entry` makes the entry under its
+download mutex: reuse what another process committed meanwhile, else check the manifest,
+then download every file into staging, verified as it streams, and rename the entry
+into place.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import urllib.parse
@@ -17,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
+from ._archs import BuildTarget, read_target
 from ._cache import Cache, Receipt, VariantIndex, cache_errors, ensure_dir, remove_tree
 from ._callers import warn_at_caller
 from ._cdn_documents import (
@@ -35,8 +39,16 @@ from ._names import RepoInfo
 from ._progress import progress_bar
 from ._transport import DownloadJob, Fetcher
 from ._urls import redact_url
-from ._variant_choice import choose_variant, no_variant_error, pick_cached_variant
-from ._variants import SystemInfo, candidate_names
+from ._variant_choice import (
+    best_variant,
+    build_mismatch,
+    choose_variant,
+    judge_builds,
+    needs_target,
+    no_variant_error,
+    pick_cached_variant,
+)
+from ._variants import SystemInfo, as_variant, candidate_names, judge_variants
 from ._versions_seen import check_newest
 from .errors import (
     FlashhubError,
@@ -44,6 +56,7 @@ from .errors import (
     LockMismatchError,
     ManifestError,
     NewerVersionWarning,
+    NoCompatibleVariantError,
     SignatureError,
     TransportError,
 )
@@ -72,7 +85,15 @@ def fetch_kernel(
             except KernelNotFoundError as exc:
                 not_found = not_found or exc
                 continue
-            variant = choose_variant(index, info, system)
+            except NoCompatibleVariantError as exc:  # probed: none of the candidates exists
+                raise with_fitting_version(exc, fetcher, info, system) from None
+            reader = ManifestReader(cache, fetcher, info, index)
+            try:
+                variant = choose_variant(index, info, system, reader.target)
+            except NoCompatibleVariantError as exc:
+                raise with_fitting_version(exc, fetcher, info, system) from None
+            finally:
+                reader.record()
             logger.info(
                 "%s: variant %s, the best of %s for %s",
                 info,
@@ -80,7 +101,9 @@ def fetch_kernel(
                 "variants.json" if index.complete else "the variants probed",
                 system.describe(),
             )
-            entry, downloaded, signer = download_entry(cache, fetcher, info, variant)
+            entry, downloaded, signer = download_entry(
+                cache, fetcher, info, variant, document=reader.documents.get(variant)
+            )
             if downloaded and config.version_check:  # not by every waiter for a download
                 notice_newer_version(fetcher, info)
             receipt = cache.read_receipt(entry)
@@ -100,6 +123,91 @@ def remote(config: Config) -> Iterator[Fetcher]:
         fetcher.close()
 
 
+class ManifestReader:
+    """The devices variants of ``info`` declare, for :func:`choose_variant`: what the
+    index records, else the ``metadata.json`` of a cached entry, else the CDN's, each
+    fetched at most once and kept (:attr:`documents`) for the download that follows.
+
+    :meth:`record` adds ``index`` and what was read to the cache's index, so that a warm
+    load passes over the variants that do not fit without asking again.
+    """
+
+    def __init__(
+        self, cache: Cache, fetcher: Fetcher, info: RepoInfo, index: VariantIndex | None = None
+    ) -> None:
+        self.cache, self.fetcher, self.info = cache, fetcher, info
+        self.index = index or VariantIndex(False, frozenset())
+        self.known = dict(self.index.targets)
+        self.documents: dict[str, ManifestDocument] = {}
+        self.read: dict[str, BuildTarget] = {}
+
+    def target(self, variant: str) -> BuildTarget:
+        target = self.known.get(variant) or self.cache.read_target(self.info, variant)
+        if target is None:
+            document = get_listed_manifest(self.fetcher, self.info, variant)
+            self.documents[variant] = document
+            target = read_target(document.manifest.document)
+        self.known[variant] = self.read[variant] = target
+        return target
+
+    def record(self) -> None:
+        if self.read or self.index.present:
+            targets = {**self.index.targets, **self.read}
+            self.cache.record_index(self.info, self.index._replace(targets=targets))
+
+
+# How many other versions an error looks through for one with a build for this system.
+_VERSIONS_LOOKED_AT = 8
+
+
+def with_fitting_version(
+    error: NoCompatibleVariantError, fetcher: Fetcher, info: RepoInfo, system: SystemInfo
+) -> NoCompatibleVariantError:
+    """``error``, advising the newest other published version with a build for ``system``
+    when there is one (among the newest few)."""
+    versions = [v for v in published_versions(fetcher, info.repo_id) or [] if v != info.version]
+    try:
+        fitting = newest_fitting_version(fetcher, info.repo_id, versions, system)
+    except FlashhubError:  # the CDN fails to say: the error stands as it is
+        fitting = None
+    if fitting is None:
+        return error
+    other = RepoInfo(info.repo_id, fitting)
+    return NoCompatibleVariantError(
+        f"{error.message}\n{other} is the newest published version with a build for it",
+        hint=f"load version={fitting} ({other.module_name()}); or {error.hint}",
+        cli_hint=f"pass --version {fitting}; or {error.cli_hint or error.hint}",
+    )
+
+
+def newest_fitting_version(
+    fetcher: Fetcher,
+    repo_id: str,
+    versions: Sequence[int],
+    system: SystemInfo,
+    *,
+    unlisted_fits: bool = False,
+) -> int | None:
+    """The newest of ``versions`` whose ``variants.json`` lists a build ``system`` loads,
+    judged as a load judges it; ``None`` when none of the newest few does.
+
+    A version without ``variants.json`` counts as having one if ``unlisted_fits`` (only a
+    probe could tell).
+    """
+    for version in sorted(versions, reverse=True)[:_VERSIONS_LOOKED_AT]:
+        info = RepoInfo(repo_id, version)
+        try:
+            names = get_variant_names(fetcher, info)
+        except NotPublished:
+            if unlisted_fits:
+                return version
+            continue
+        reader = ManifestReader(Cache.from_config(fetcher.config), fetcher, info)
+        if best_variant(judge_builds(judge_variants(names, system), system, reader.target)):
+            return version
+    return None
+
+
 # -- the variant index -------------------------------------------------------------------
 
 
@@ -108,7 +216,8 @@ def fetch_index(
 ) -> VariantIndex:
     """What ``info`` publishes: ``variants.json``, or a probe of ``system``'s candidates.
 
-    Probing stops at the first hit unless ``probe_all`` (used to list variants).
+    Probing stops at the first hit that fits ``system`` unless ``probe_all`` (used to
+    list variants); the devices each hit declares are recorded where they matter.
     """
     try:
         return VariantIndex(True, frozenset(get_variant_names(fetcher, info)))
@@ -116,18 +225,24 @@ def fetch_index(
         tried = redact_url(str(exc))  # the mirror's URL of variants.json
     present: set[str] = set()
     absent: set[str] = set()
+    targets: dict[str, BuildTarget] = {}
     for name in candidate_names(system):
         try:
-            get_manifest(fetcher, info, name)
+            document = get_manifest(fetcher, info, name)
         except NotPublished:
             absent.add(name)
             continue
         present.add(name)
+        variant = as_variant(name)
+        if needs_target(variant, system):
+            targets[name] = read_target(document.manifest.document)
+            if build_mismatch(variant, targets[name], system) is not None:
+                continue  # for other devices: probe on
         if not probe_all:
             break
     if not present:
         _raise_not_published(fetcher, info, system, absent, tried)
-    return VariantIndex(False, frozenset(present), frozenset(absent))
+    return VariantIndex(False, frozenset(present), frozenset(absent), targets)
 
 
 def shared_index(
@@ -139,7 +254,8 @@ def shared_index(
     """
     with cache.index_mutex(info):
         index = cache.read_index(info)
-        if index is None or pick_cached_variant(index, system) is None:
+        cached = functools.partial(cache.read_target, info)
+        if index is None or pick_cached_variant(index, system, cached) is None:
             index = cache.record_index(info, fetch_index(fetcher, info, system))
         return index
 
@@ -272,12 +388,14 @@ def download_entry(
     *,
     expected_hash: str | None = None,
     expected_signer: str | None = None,
+    document: ManifestDocument | None = None,
 ) -> CommittedEntry:
     """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time.
 
     With ``expected_hash`` and ``expected_signer`` (a lock file's pins), an entry verified
     against other content is replaced, and a manifest with another content hash or signer
-    is refused before any file is fetched.
+    is refused before any file is fetched. ``document`` is the variant's manifest when
+    choosing it fetched it already.
     """
     entry = cache.entry_dir(info, variant)
     config = fetcher.config
@@ -289,7 +407,9 @@ def download_entry(
             and config.accepts_signer(info.org, receipt.signer, locked=expected_signer)
         ):
             return CommittedEntry(entry, False, receipt.signer)  # another process finished it
-        document = checked_manifest(fetcher, info, variant, expected_hash, expected_signer)
+        document = checked_manifest(
+            fetcher, info, variant, expected_hash, expected_signer, document=document
+        )
         if receipt is not None and receipt.content_hash == document.manifest.content_hash:
             # Intact, cached before a key was trusted, and vouched for now: keep the files.
             cache.record_signer(entry, receipt, document)
@@ -320,11 +440,18 @@ def checked_manifest(
     variant: str,
     expected_hash: str | None = None,
     expected_signer: str | None = None,
+    *,
+    document: ManifestDocument | None = None,
 ) -> ManifestDocument:
     """The manifest of a listed variant, refused before any file is fetched when it holds
     no importable package, or differs from a lock file's pins (``expected_hash``; and
-    ``expected_signer`` while signatures are checked)."""
-    document = get_listed_manifest(fetcher, info, variant, prefer_signer=expected_signer)
+    ``expected_signer`` while signatures are checked).
+
+    ``document`` is used instead of fetching it again when it was fetched already and
+    vouched for by the expected signer, if any.
+    """
+    if document is None or expected_signer not in (None, document.signer):
+        document = get_listed_manifest(fetcher, info, variant, prefer_signer=expected_signer)
     manifest = document.manifest
     _check_has_package(manifest, info, variant)
     if expected_hash is not None and manifest.content_hash != expected_hash:

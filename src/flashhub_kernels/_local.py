@@ -7,16 +7,23 @@ directory, one ``<variant>`` directory, or the package directory itself.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ._archs import BuildTarget, read_target
 from ._config import local_kernels
 from ._env import LOCAL_KERNELS_VAR
 from ._kernel_dir import KernelDir
+from ._manifest import MANIFEST_NAME
 from ._names import RepoInfo
-from ._variant_choice import best_variant, target_system
+from ._variant_choice import best_variant, judge_builds, target_system
 from ._variants import judge_variants
 from .errors import KernelNotFoundError
+
+if TYPE_CHECKING:
+    from ._variant_choice import TargetOf
 
 
 def find_local_package(
@@ -52,7 +59,9 @@ def find_local_package(
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
-    chosen = best_variant(judge_variants(variants, target_system(backend)))
+    system = target_system(backend)
+    verdicts = judge_builds(judge_variants(variants, system), system, _target_in(base))
+    chosen = best_variant(verdicts)
     if chosen is not None:
         found = find_local_package(base / chosen, backend, package_name)
         return KernelDir(found.package_dir, variant=chosen)
@@ -63,6 +72,19 @@ def find_local_package(
         "__init__.py, "
         "or at the package itself",
     )
+
+
+def _target_in(base: Path) -> TargetOf:
+    """The devices each variant directory under ``base`` declares in its metadata.json."""
+
+    def target(variant: str) -> BuildTarget | None:
+        try:
+            document = json.loads((base / variant / MANIFEST_NAME).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return read_target(document) if isinstance(document, dict) else None
+
+    return target
 
 
 def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> KernelDir | None:

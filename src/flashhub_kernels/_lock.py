@@ -14,6 +14,7 @@ verified against, so comparing it with the lock pins every byte without re-hashi
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.resources
 import os
@@ -35,7 +36,13 @@ from ._cdn_documents import (
     get_variant_names,
 )
 from ._config import PYPROJECT_NAME, Config, get_config
-from ._download import download_entry, published_versions, remote
+from ._download import (
+    ManifestReader,
+    download_entry,
+    newest_fitting_version,
+    published_versions,
+    remote,
+)
 from ._filesystem import write_atomic
 from ._lockfile import (
     LOCKFILE_NAME,
@@ -53,8 +60,21 @@ from ._manifest import MANIFEST_NAME
 from ._names import RepoInfo
 from ._offline import cached_versions
 from ._text import escape_controls
-from ._variant_choice import choose_variant, pick_cached_variant, target_system
-from ._variants import candidate_names, format_trace, judge_variants
+from ._variant_choice import (
+    best_variant,
+    cached_targets,
+    choose_variant,
+    judge_builds,
+    pick_cached_variant,
+    target_system,
+)
+from ._variants import (
+    VariantAccepted,
+    as_variant,
+    candidate_names,
+    format_trace,
+    judge_variants,
+)
 from ._versions_seen import check_newest
 from .errors import (
     FlashhubError,
@@ -66,6 +86,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from ._transport import Fetcher
+    from ._variant_choice import TargetOf
     from ._variants import SystemInfo
 
 StrPath = str | os.PathLike[str]
@@ -305,7 +326,10 @@ def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_ol
             f"(published: {', '.join(map(str, versions))})",
             hint="change the range in [tool.flashhub.dependencies]",
         )
-    return matching[-1]
+    # The newest version with a build this machine loads; if none has one, the newest.
+    system = target_system(None)
+    fitting = newest_fitting_version(fetcher, repo_id, matching, system, unlisted_fits=True)
+    return fitting or matching[-1]
 
 
 def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | None:
@@ -378,20 +402,36 @@ def _probe(fetcher: Fetcher, info: RepoInfo, variant: str) -> ManifestDocument |
 # -- the cache, checked against a lock ----------------------------------------------------
 
 
-def locked_variant(locked: LockedKernel, system: SystemInfo) -> str:
+def locked_variant(
+    locked: LockedKernel, system: SystemInfo, target_of: TargetOf | None = None
+) -> str:
     """The locked variant ``system`` loads: the one the CDN's ``variants.json`` gives it,
-    or for a probed version the first locked one in the order a probe asks for them."""
+    or for a probed version the first locked one in the order a probe asks for them.
+    ``target_of`` reads the devices a variant declares (see ``judge_builds``)."""
     if not locked.probed:
-        return choose_variant(VariantIndex(True, frozenset(locked.variants)), locked.info, system)
-    for name in candidate_names(system):
-        if name in locked.variants:
-            return name
-    trace = format_trace(judge_variants(sorted(locked.variants), system))
+        published = VariantIndex(True, frozenset(locked.variants))
+        return choose_variant(published, locked.info, system, target_of)
+    read = target_of or _unknown_target
+    in_probe_order = [
+        VariantAccepted(as_variant(name))
+        for name in candidate_names(system)
+        if name in locked.variants
+    ]
+    chosen = best_variant(judge_builds(in_probe_order, system, read))
+    if chosen is not None:
+        return chosen
+    verdicts = judge_variants(sorted(locked.variants), system)
+    trace = format_trace(judge_builds(verdicts, system, read, first_fit=False))
     raise NoCompatibleVariantError(
         f"{locked.info} has no variants.json, and none of the variants the lock pins for it "
         f"fits this system ({system.describe()}):\n{trace}",
         hint=f"lock this system's variant too, with {_VARIANT_OPTIONS}",
     )
+
+
+def _unknown_target(variant: str) -> None:
+    """What a lock alone knows of the devices a variant declares: nothing."""
+    return None
 
 
 def _lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
@@ -477,19 +517,24 @@ class LockedDownload:
 
 
 def download_locked(
-    lock: Lockfile, *, all_variants: bool = False, config: Config | None = None
+    lock: Lockfile,
+    *,
+    all_variants: bool = False,
+    config: Config | None = None,
+    system: SystemInfo | None = None,
 ) -> list[LockedDownload]:
     """Put every locked kernel into the cache, each checked against the lock.
 
-    Downloads the variant this system loads, or with ``all_variants`` every locked
-    variant (to bake a cache for several targets). A failure is reported in its result
-    and the other kernels are still downloaded. Offline (``FLASHHUB_OFFLINE``), every
-    such variant must already be cached as locked: each is reported ``cached``, else an
-    :class:`OfflineError` names those that are not.
+    Downloads the variant this system (or ``system``, another machine's: see
+    :func:`~flashhub_kernels._variants.system_from_variant`) loads, or with
+    ``all_variants`` every locked variant (to bake a cache for several targets). A
+    failure is reported in its result and the other kernels are still downloaded.
+    Offline (``FLASHHUB_OFFLINE``), every such variant must already be cached as locked:
+    each is reported ``cached``, else an :class:`OfflineError` names those that are not.
     """
     config = config or get_config()
     cache = Cache.from_config(config)
-    system = None if all_variants else target_system(None)
+    system = None if all_variants else system or target_system(None)
     if config.offline:
         return _cached_as_locked(cache, lock, system)
     results: list[LockedDownload] = []
@@ -506,7 +551,10 @@ def _cached_as_locked(
     the locked content; else an :class:`OfflineError` naming those that are not."""
     results, missing = [], []
     for repo_id, locked in sorted(lock.kernels.items()):
-        variants = sorted(locked.variants) if system is None else [locked_variant(locked, system)]
+        cached = cached_targets(cache, locked.info)
+        variants = (
+            sorted(locked.variants) if system is None else [locked_variant(locked, system, cached)]
+        )
         for variant in variants:
             entry, why = cached_entry(cache, locked, variant)
             if entry is None:
@@ -525,10 +573,16 @@ def _cached_as_locked(
 def _download_kernel(
     cache: Cache, fetcher: Fetcher, locked: LockedKernel, system: SystemInfo | None
 ) -> list[LockedDownload]:
+    reader = ManifestReader(cache, fetcher, locked.info, cache.read_index(locked.info))
     try:
-        variants = sorted(locked.variants) if system is None else [locked_variant(locked, system)]
+        if system is None:
+            variants = sorted(locked.variants)
+        else:
+            variants = [locked_variant(locked, system, reader.target)]
     except FlashhubError as exc:
         return [LockedDownload(locked.repo_id, locked.version, None, "failed", error=str(exc))]
+    finally:
+        reader.record()  # the variants passed over: a load there passes over them too
     results = [_download_variant(cache, fetcher, locked, variant) for variant in variants]
     # Offline loads pick their variant from this index, without asking the CDN.
     cache.record_index(locked.info, _lock_index(locked, system))
@@ -592,7 +646,7 @@ def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> Modul
 def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
     config = get_config()
     cache, system = Cache.from_config(config), target_system(None)
-    variant = locked_variant(locked, system)
+    variant = locked_variant(locked, system, cached_targets(cache, locked.info))
     entry, why = cached_entry(cache, locked, variant)
     if entry is None:
         if not download or config.offline:
@@ -612,7 +666,8 @@ def _import_checked(
     """Import through the hook, whose warm path must pick the entry just checked."""
     cache.record_index(locked.info, _lock_index(locked, system))
     index = cache.read_index(locked.info)
-    picked = pick_cached_variant(index, system) if index is not None else None
+    cached = functools.partial(cache.read_target, locked.info)
+    picked = pick_cached_variant(index, system, cached) if index is not None else None
     if locked.probed and picked is not None and picked not in locked.variants:
         raise LockfileError(
             f"{locked.info} publishes variant {escape_controls(picked)} for this system, "

@@ -14,6 +14,8 @@ files and the offline answers.
 
 from __future__ import annotations
 
+import functools
+
 from ._cache import Cache, mark_in_use
 from ._config import Config, get_config
 from ._kernel_dir import KernelDir, cached_kernel
@@ -29,15 +31,20 @@ if TYPE_CHECKING:
 
 
 def obtain_kernel(
-    candidates: Sequence[RepoInfo], *, backend: str | None = None, config: Config | None = None
+    candidates: Sequence[RepoInfo],
+    *,
+    backend: str | None = None,
+    config: Config | None = None,
+    system: SystemInfo | None = None,
 ) -> KernelDir:
     """Return a verified cache entry for the first candidate that exists, downloading it if needed.
 
     ``candidates`` are the CDN spellings a module name may stand for (see
-    :func:`~flashhub_kernels._names.cdn_name_candidates`), tried in order.
+    :func:`~flashhub_kernels._names.cdn_name_candidates`), tried in order. The entry is
+    the one this machine (as if it ran ``backend``), or ``system``, loads.
     """
     config = config or get_config()
-    cache, system = Cache.from_config(config), target_system(backend)
+    cache, system = Cache.from_config(config), system or target_system(backend)
     damaged: str | None = None
     for info in candidates:
         hit, problem = _warm_lookup(cache, info, system, config)
@@ -100,7 +107,11 @@ def _warm_lookup(
     unfit while signatures are checked: the cold path verifies it once.
     """
     index = cache.read_index(info)
-    variant = pick_cached_variant(index, system) if index else None
+    variant = (
+        pick_cached_variant(index, system, functools.partial(cache.read_target, info))
+        if index
+        else None
+    )
     if variant is None:
         return None, None
     entry = cache.entry_dir(info, variant)

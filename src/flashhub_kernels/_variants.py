@@ -7,13 +7,14 @@ built with. A variant name describes one build of a kernel::
     torch213-cu126-x86_64-linux            the same build without the ABI tag (newer builders)
     torch212-metal-aarch64-darwin          exact build off Linux (no ABI tag)
     torch-stable-abi210-cpu-x86_64-linux   stable ABI: any torch >= 2.10
-    tvm-ffi01-cu128-x86_64-linux           a tvm-ffi 0.1 build: parsed, never loaded here
+    tvm-ffi01-cu128-x86_64-linux           built against tvm-ffi 0.1 (not torch), CUDA 12.8
+    torch210-cann81-aarch64-linux          an Ascend NPU build (torch_npu, CANN 8.1)
     torch-cuda                             noarch for one backend (Python + Triton, say)
+    torch-neuron, torch-tpu, torch-npu     noarch for AWS Neuron, TPU, Ascend NPU
     torch-universal                        pure Python, fits everything
 
-Builds for backends this client cannot detect (``neuron``, ``tpu``, ``npu``: names such
-as ``torch-neuron`` or ``torch210-cann81-aarch64-linux``) parse too, and are rejected
-with a reason like any other build for another backend.
+The name is not all a build's fit: its ``metadata.json`` may list the device archs it
+was compiled for (:mod:`._archs`), which :mod:`._variant_choice` checks.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from __future__ import annotations
 import sys
 from functools import cache
 
+from ._archs import gfx_name, parse_cuda_arch
 from ._record import Record, frozen_error
 from ._text import escape_controls
 
 TYPE_CHECKING = False  # not typing's: see _record
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from types import ModuleType
     from typing import Literal
 
     Tier = Literal["stable-abi", "exact", "tvm-ffi", "noarch", "universal"]
@@ -56,7 +59,7 @@ _NUMBERED_BACKEND_TAGS: tuple[tuple[str, int, int | None], ...] = (
 )
 _PLATFORM_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # arch and OS: 1 to 32 of these
 _PLATFORM_MAX = 32
-# Backends of noarch names; the last three are never detected here, so never accepted.
+# Backends of noarch names.
 NOARCH_BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "neuron", "tpu", "npu")
 
 
@@ -112,8 +115,8 @@ class Variant(str):
         tier: ``"exact"``, ``"stable-abi"``, ``"tvm-ffi"``, ``"noarch"`` or
             ``"universal"``; ``None`` for a published name that does not parse (every
             other field is ``None`` then).
-        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu`` or ``metal``, or one this client
-            never detects (``neuron``, ``tpu``, ``npu``); ``None`` for ``torch-universal``.
+        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu``, ``metal``, ``neuron``, ``tpu`` or
+            ``npu``; ``None`` for ``torch-universal``.
         backend_tag: ``cu126``, ``rocm63``, ``xpu20251``, ``cpu``, ``metal``, ``cann81``
             and so on; ``None`` for noarch names.
         torch: ``(major, minor)`` of torch (the minimum for stable-ABI builds); ``None``
@@ -180,7 +183,22 @@ class Variant(str):
 
 
 class SystemInfo(Record):
-    """What the local torch runtime can load."""
+    """What a torch runtime can load: this machine's (:func:`detect_system`), or another's
+    (:func:`system_from_variant`, for ``flashhub variants --system``).
+
+    Attributes:
+        torch, cxx11_abi, backend, backend_tag, arch, os: as in variant names.
+        cuda_capability: the CUDA device's compute capability, ``(9, 0)``; ``None`` when
+            unknown (then a build's CUDA archs are not checked).
+        rocm_arch: the ROCm device's gfx target (``"gfx942"``), likewise.
+        free_threaded: a free-threaded Python before 3.15, which loads no native build
+            unless the build declares it (see :mod:`._variant_choice`).
+        tvm_ffi: ``(major, minor)`` of the installed tvm-ffi; ``None`` without one.
+        macos: ``(major, minor)`` of macOS on a Mac; ``None`` elsewhere or unknown.
+        probe_device: ask torch for the device's capability or gfx target when a build
+            lists archs (:func:`with_device`). This machine's own record says so: asking
+            initialises the GPU runtime, which a build without archs never needs.
+    """
 
     torch: tuple[int, int]
     cxx11_abi: bool
@@ -188,6 +206,12 @@ class SystemInfo(Record):
     backend_tag: str
     arch: str
     os: str
+    cuda_capability: tuple[int, int] | None
+    rocm_arch: str | None
+    free_threaded: bool
+    tvm_ffi: tuple[int, int] | None
+    macos: tuple[int, int] | None
+    probe_device: bool
 
     def __init__(
         self,
@@ -197,17 +221,52 @@ class SystemInfo(Record):
         backend_tag: str,
         arch: str,
         os: str,
+        cuda_capability: tuple[int, int] | None = None,
+        rocm_arch: str | None = None,
+        free_threaded: bool = False,
+        tvm_ffi: tuple[int, int] | None = None,
+        macos: tuple[int, int] | None = None,
+        probe_device: bool = False,
     ) -> None:
-        self._init(torch, cxx11_abi, backend, backend_tag, arch, os)
+        self._init(
+            torch,
+            cxx11_abi,
+            backend,
+            backend_tag,
+            arch,
+            os,
+            cuda_capability,
+            rocm_arch,
+            free_threaded,
+            tvm_ffi,
+            macos,
+            probe_device,
+        )
 
     @property
     def abi(self) -> str:
         return "cxx11" if self.cxx11_abi else "cxx98"
 
+    @property
+    def knows_device(self) -> bool:
+        """Whether the device's capability (CUDA) or gfx target (ROCm) is known, or can be
+        asked for: then the archs a build lists are checked."""
+        if self.backend == "cuda":
+            return self.probe_device or self.cuda_capability is not None
+        if self.backend == "rocm":
+            return self.probe_device or self.rocm_arch is not None
+        return False
+
     def describe(self) -> str:
+        device = ""
+        if self.backend == "cuda" and self.cuda_capability is not None:
+            device = ", CUDA capability {}.{}".format(*self.cuda_capability)
+        elif self.backend == "rocm" and self.rocm_arch is not None:
+            device = f", {self.rocm_arch}"
+        python = ", free-threaded Python" if self.free_threaded else ""
         return (
             f"torch {self.torch[0]}.{self.torch[1]} ({self.abi}), {self.backend_tag}, "
-            f"{self.arch}-{self.os}"
+            f"{self.arch}-{self.os}{device}{python}"
         )
 
 
@@ -316,9 +375,6 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
         return f"{variant.name!r} is not a variant name"
     if variant.tier == "universal":
         return None
-    if variant.tvm_ffi is not None:
-        major, minor = variant.tvm_ffi
-        return f"a tvm-ffi {major}.{minor} build: this client loads torch builds only"
     if variant.backend != system.backend:
         # Only a CPU build can be forced (with_backend): never advise another backend.
         forcible = variant.backend == "cpu"
@@ -331,6 +387,10 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
         return None
     if (variant.arch, variant.os) != (system.arch, system.os):
         return f"built for {variant.arch}-{variant.os}, this system is {system.arch}-{system.os}"
+    if variant.tvm_ffi is not None:
+        return _check_tvm_ffi(variant.tvm_ffi, system.tvm_ffi) or _check_backend_version(
+            variant, system
+        )
     assert variant.torch is not None
     have, want = system.torch, variant.torch
     if variant.tier == "stable-abi" and want > have:
@@ -340,6 +400,18 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
     if variant.abi is not None and variant.abi != system.abi:
         return f"built with the {variant.abi} C++ ABI, this torch uses {system.abi}"
     return _check_backend_version(variant, system)
+
+
+def _check_tvm_ffi(built: tuple[int, int], have: tuple[int, int] | None) -> str | None:
+    if have is None:
+        return "built against tvm-ffi {}.{}, which is not installed".format(*built)
+    if built != have:
+        return "built against tvm-ffi {}.{}, found {}.{}".format(*built, *have)
+    return None
+
+
+# Metal builds are compiled for Metal 4 (`-std=metal4.0`), which came with macOS 26.
+METAL_MIN_MACOS = (26, 0)
 
 
 def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
@@ -355,6 +427,9 @@ def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
         return None
     if variant.backend_tag != system.backend_tag:
         return f"built for {variant.backend_tag}, this system has {system.backend_tag}"
+    if variant.backend == "metal" and (system.macos or (0, 0)) < METAL_MIN_MACOS:
+        found = "macOS {}.{}".format(*system.macos) if system.macos else "an unknown macOS"
+        return f"Metal builds need macOS {METAL_MIN_MACOS[0]} or later, this system runs {found}"
     return None
 
 
@@ -455,7 +530,7 @@ def candidate_names(system: SystemInfo) -> list[str]:
 
     Only needed when a version has no ``variants.json``. Stable-ABI builds are probed
     back to torch 2.9 (the first release with a usable stable ABI) and CUDA builds back
-    to minor 0 of the system's major.
+    to minor 0 of the system's major; tvm-ffi builds only where tvm-ffi is installed.
     """
     names: list[str] = []
     major, minor = system.torch
@@ -477,8 +552,78 @@ def candidate_names(system: SystemInfo) -> list[str]:
                     f"torch{major}{minor}", f"torch{major}0{minor}", 1
                 )
             )
+    if system.tvm_ffi is not None:
+        tvm_major, tvm_minor = system.tvm_ffi
+        names += [f"tvm-ffi{tvm_major}{tvm_minor}-{t}-{platform_tail}" for t in tags]
     names += [f"torch-{system.backend}", "torch-universal"]
     return names
+
+
+def system_from_variant(
+    name: str, *, cuda_capability: str | None = None, rocm_arch: str | None = None
+) -> SystemInfo:
+    """The machine that loads the exact build ``name`` (``torch213-cxx11-cu126-x86_64-linux``):
+    its torch, C++ ABI (``cxx11`` when the name carries no tag), backend, arch and OS.
+
+    ``cuda_capability`` (``"9.0"``) or ``rocm_arch`` (``"gfx942"``) name its device, so
+    that the archs builds list are checked. A Metal machine is taken to run a macOS that
+    loads Metal builds.
+
+    Raises:
+        VariantNameError: ``name`` is not the name of an exact build.
+        ValueError: the capability or gfx target is malformed, or not of ``name``'s backend.
+    """
+    variant = parse_variant(name)
+    if variant.tier != "exact":
+        raise VariantNameError(
+            f"{name!r} does not name one machine: give the exact build it loads, "
+            "e.g. torch213-cxx11-cu126-x86_64-linux"
+        )
+    assert variant.backend and variant.backend_tag and variant.torch
+    assert variant.arch and variant.os
+    system = SystemInfo(
+        variant.torch,
+        variant.abi != "cxx98",
+        variant.backend,
+        variant.backend_tag,
+        variant.arch,
+        variant.os,
+        macos=METAL_MIN_MACOS if variant.backend == "metal" else None,
+    )
+    return with_device_named(system, cuda_capability=cuda_capability, rocm_arch=rocm_arch)
+
+
+def with_device_named(
+    system: SystemInfo, *, cuda_capability: str | None = None, rocm_arch: str | None = None
+) -> SystemInfo:
+    """``system`` with the device named: ``cuda_capability="9.0"`` or ``rocm_arch="gfx942"``
+    (feature flags such as ``:xnack-`` are dropped).
+
+    Raises:
+        ValueError: the value is malformed, or ``system`` runs another backend.
+    """
+    if cuda_capability is not None:
+        if system.backend != "cuda":
+            raise ValueError(f"a CUDA capability was given, but {system.describe()} runs no CUDA")
+        return system._replace(
+            cuda_capability=parse_capability(cuda_capability), probe_device=False
+        )
+    if rocm_arch is not None:
+        if system.backend != "rocm":
+            raise ValueError(f"a ROCm arch was given, but {system.describe()} runs no ROCm")
+        gfx = gfx_name(rocm_arch)
+        if not (gfx.startswith("gfx") and len(gfx) > 3 and gfx.isascii() and gfx.isalnum()):
+            raise ValueError(f"{rocm_arch!r} is not a ROCm gfx target such as 'gfx942'")
+        return system._replace(rocm_arch=gfx, probe_device=False)
+    return system
+
+
+def parse_capability(text: str) -> tuple[int, int]:
+    """``"9.0"`` -> ``(9, 0)``; :class:`ValueError` for anything but ``MAJOR.MINOR``."""
+    parsed = parse_cuda_arch(text)
+    if parsed is None or parsed[2:] != ("", False):
+        raise ValueError(f"{text!r} is not a CUDA compute capability such as '9.0'")
+    return parsed[0], parsed[1]
 
 
 def with_backend(system: SystemInfo, backend: str) -> SystemInfo:
@@ -493,6 +638,27 @@ def with_backend(system: SystemInfo, backend: str) -> SystemInfo:
     return system._replace(backend="cpu", backend_tag="cpu")
 
 
+def with_device(system: SystemInfo) -> SystemInfo:
+    """``system``, with its device's capability or gfx target asked of torch if
+    ``probe_device`` (once per process). Initialises CUDA (or ROCm) when it asks."""
+    return _probed(system) if system.probe_device else system
+
+
+@cache
+def _probed(system: SystemInfo) -> SystemInfo:
+    import torch
+
+    capability, gfx = system.cuda_capability, system.rocm_arch
+    if system.backend in ("cuda", "rocm") and torch.cuda.is_available():
+        if system.backend == "cuda" and capability is None:
+            major, minor = torch.cuda.get_device_capability()
+            capability = (major, minor)
+        if system.backend == "rocm" and gfx is None:
+            properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+            gfx = gfx_name(properties.gcnArchName)
+    return system._replace(cuda_capability=capability, rocm_arch=gfx, probe_device=False)
+
+
 def _normalize_arch(machine: str) -> str:
     machine = machine.lower()
     return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
@@ -504,36 +670,98 @@ def _normalize_os(platform_name: str) -> str:
     return {"darwin": "darwin", "win32": "windows"}.get(platform_name, platform_name)
 
 
+def _major_minor(version: str) -> tuple[int, int] | None:
+    """``"2.13.0+cpu"`` -> ``(2, 13)``, ``"8.1.RC1"`` -> ``(8, 1)``; ``None`` if unparsable."""
+    parts = version.split(".")[:2]
+    if len(parts) == 2 and all(_is_digits(part) for part in parts):
+        return int(parts[0]), int(parts[1])
+    return None
+
+
 @cache
 def detect_system() -> SystemInfo:
-    """Ask the installed torch what it can load. Imports torch (once per process)."""
+    """Ask the installed torch what it can load. Imports torch (once per process).
+
+    The device itself is asked about only when a build lists archs (:func:`with_device`).
+    """
     import platform
 
     import torch
 
-    try:  # "2.13.0+cpu", "2.14.0a0+git1234": major and minor lead
-        major, minor = (int(part) for part in torch.__version__.split(".")[:2])
-    except ValueError:
-        raise RuntimeError(f"cannot parse the torch version {torch.__version__!r}") from None
-    if torch.version.cuda:
-        cuda_major, cuda_minor = torch.version.cuda.split(".")[:2]
-        backend, tag = "cuda", f"cu{cuda_major}{cuda_minor}"
-    elif getattr(torch.version, "hip", None):
-        hip_major, hip_minor = str(torch.version.hip).split(".")[:2]
-        backend, tag = "rocm", f"rocm{hip_major}{hip_minor}"
-    elif getattr(torch.version, "xpu", None):
-        import re
-
-        backend, tag = "xpu", "xpu" + re.sub(r"\D", "", str(torch.version.xpu))[:5]
-    elif sys.platform == "darwin" and torch.backends.mps.is_available():
-        backend, tag = "metal", "metal"
-    else:
-        backend, tag = "cpu", "cpu"
+    version = _major_minor(torch.__version__)  # "2.13.0+cpu", "2.14.0a0+git1234"
+    if version is None:
+        raise RuntimeError(f"cannot parse the torch version {torch.__version__!r}")
+    backend, tag = _detect_backend(torch)
+    mac = _major_minor(platform.mac_ver()[0]) if sys.platform == "darwin" else None
     return SystemInfo(
-        torch=(major, minor),
+        torch=version,
         cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
         backend=backend,
         backend_tag=tag,
         arch=_normalize_arch(platform.machine()),
         os=_normalize_os(sys.platform),
+        free_threaded=_free_threaded(),
+        tvm_ffi=_tvm_ffi_version(),
+        macos=mac,
+        probe_device=True,
     )
+
+
+def _detect_backend(torch: ModuleType) -> tuple[str, str]:
+    """The backend and its variant tag (``("cuda", "cu126")``) that ``torch`` runs.
+
+    TPU and Neuron come first: their extensions (``torch.backends.tpu``, ``torch.neuron``)
+    load into a torch built for another backend, CUDA's say.
+    """
+    if hasattr(torch.backends, "tpu"):
+        return "tpu", "tpu"
+    if hasattr(torch, "neuron"):
+        return "neuron", "neuron"
+    if torch.version.cuda:
+        cuda_major, cuda_minor = torch.version.cuda.split(".")[:2]
+        return "cuda", f"cu{cuda_major}{cuda_minor}"
+    if getattr(torch.version, "hip", None):
+        hip_major, hip_minor = str(torch.version.hip).split(".")[:2]
+        return "rocm", f"rocm{hip_major}{hip_minor}"
+    if getattr(torch.version, "xpu", None):
+        digits = "".join(c for c in str(torch.version.xpu) if c.isascii() and c.isdigit())
+        return "xpu", "xpu" + digits[:5]
+    if sys.platform == "darwin" and torch.backends.mps.is_available():
+        return "metal", "metal"
+    privateuse = getattr(torch._C, "_get_privateuse1_backend_name", None)
+    if privateuse is not None and privateuse() == "npu":  # torch_npu is imported
+        return "npu", _cann_tag()
+    return "cpu", "cpu"
+
+
+def _cann_tag() -> str:
+    """``cann81`` for CANN 8.1, as torch_npu reports it; ``cann`` when it does not."""
+    try:
+        from torch_npu.utils.collect_env import (  # type: ignore[import-not-found]
+            get_cann_version,
+        )
+
+        version = _major_minor(str(get_cann_version()))
+    except Exception:  # an old or broken torch_npu: the noarch torch-npu still fits
+        version = None
+    return f"cann{version[0]}{version[1]}" if version else "cann"
+
+
+def _free_threaded() -> bool:
+    """A free-threaded build of Python before 3.15 (``python3.13t``): its ABI loads none
+    of the native libraries torch kernels are built as, whether or not the GIL has been
+    switched back on at run time."""
+    import sysconfig
+
+    return sys.version_info < (3, 15) and bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def _tvm_ffi_version() -> tuple[int, int] | None:
+    """The installed tvm-ffi's major and minor; without one, only its spec was looked up."""
+    import importlib.util
+
+    if importlib.util.find_spec("tvm_ffi") is None:
+        return None
+    import tvm_ffi  # type: ignore[import-not-found]
+
+    return _major_minor(str(getattr(tvm_ffi, "__version__", "")))

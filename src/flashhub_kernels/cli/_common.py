@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from .._config import configure, get_config
 from .._names import check_version, parse_repo_id
@@ -19,6 +19,7 @@ from ..errors import ConfigError, FlashhubError
 if TYPE_CHECKING:
     from .._cache import Cache
     from .._lockfile import Lockfile
+    from .._variants import SystemInfo
 
 Handler = Callable[[argparse.Namespace], int]
 ArgumentAdder = Callable[[argparse.ArgumentParser], None]
@@ -90,6 +91,79 @@ def backend_argument(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=("cpu",),
         help="as if torch ran on the CPU: the CPU builds on a GPU machine (backend='cpu')",
+    )
+
+
+def _system_arg(value: str) -> str:
+    from .._variants import system_from_variant
+
+    try:
+        system_from_variant(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _capability_arg(value: str) -> str:
+    from .._variants import parse_capability
+
+    try:
+        parse_capability(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def system_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--system``, ``--cuda-capability`` and ``--rocm-arch``: choose for another machine
+    (see :func:`target_system_of`)."""
+    parser.add_argument(
+        "--system",
+        type=_system_arg,
+        metavar="VARIANT",
+        help="choose for the machine that loads this exact build, not this one, e.g. "
+        "torch213-cxx11-cu126-x86_64-linux (its torch, C++ ABI, backend, arch and OS)",
+    )
+    device = parser.add_mutually_exclusive_group()
+    device.add_argument(
+        "--cuda-capability",
+        type=_capability_arg,
+        metavar="X.Y",
+        help="the CUDA device's compute capability, e.g. 9.0: builds whose archs lack it "
+        "are passed over (default: this machine's device, when a build lists archs)",
+    )
+    device.add_argument(
+        "--rocm-arch",
+        metavar="GFX",
+        help="the ROCm device's gfx target, e.g. gfx942, likewise",
+    )
+
+
+def target_system_of(args: argparse.Namespace) -> SystemInfo:
+    """The machine the options of :func:`system_arguments` (and ``--backend``) name: this
+    one unless ``--system``.
+
+    Raises:
+        ValueError: a device of another backend than the machine's (a usage error).
+    """
+    from .._variant_choice import target_system
+
+    return target_system(getattr(args, "backend", None), **machine(args))
+
+
+class Machine(TypedDict):
+    """The options of :func:`system_arguments`, as the keyword arguments of
+    ``get_kernel_variants``, ``install_kernel`` and ``target_system``."""
+
+    system: str | None
+    cuda_capability: str | None
+    rocm_arch: str | None
+
+
+def machine(args: argparse.Namespace) -> Machine:
+    """The :class:`Machine` that the command line names."""
+    return Machine(
+        system=args.system, cuda_capability=args.cuda_capability, rocm_arch=args.rocm_arch
     )
 
 

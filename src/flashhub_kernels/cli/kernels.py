@@ -1,5 +1,5 @@
 """``flashhub variants``, ``info`` and ``get``: what the CDN publishes of one kernel,
-judged against this system, and its variant downloaded."""
+judged against this system (or, with ``--system``, another), and its variant downloaded."""
 
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ from ._common import (
     json_argument,
     kernel_arguments,
     local_cache,
+    machine,
     print_json,
     remote_arguments,
     size,
+    system_arguments,
+    target_system_of,
 )
 
 if TYPE_CHECKING:
@@ -33,15 +36,20 @@ def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
     json_argument(parser)
 
 
+def _choosing_command_arguments(parser: argparse.ArgumentParser) -> None:
+    _kernel_command_arguments(parser)
+    system_arguments(parser)
+
+
 def _variants(args: argparse.Namespace) -> int:
     from .._api import get_kernel_variants
-    from .._variant_choice import best_variant, target_system
+    from .._variant_choice import best_variant
     from .._variants import VariantAccepted, format_trace
 
+    system = target_system_of(args).describe()  # a malformed machine: before any request
     version = args.version or _newest_version(args.repo_id, "variants")
-    verdicts = get_kernel_variants(args.repo_id, version, backend=args.backend)
+    verdicts = get_kernel_variants(args.repo_id, version, backend=args.backend, **machine(args))
     chosen = best_variant(verdicts)
-    system = target_system(args.backend).describe()
     signatures = _signatures(args.repo_id, version, [r.variant for r in verdicts])
     if args.json:
         variants = [
@@ -133,8 +141,9 @@ def _info(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace) -> int:
     from .._api import install_kernel
 
+    target_system_of(args)  # a malformed machine: before any request
     version = args.version or _newest_version(args.repo_id, "get")
-    path = install_kernel(args.repo_id, version=version, backend=args.backend)
+    path = install_kernel(args.repo_id, version=version, backend=args.backend, **machine(args))
     if args.json:
         print_json(
             {
@@ -150,7 +159,7 @@ def _get(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "variants": Command(_kernel_command_arguments, _variants),
+    "variants": Command(_choosing_command_arguments, _variants),
     "info": Command(_kernel_command_arguments, _info),
-    "get": Command(_kernel_command_arguments, _get),
+    "get": Command(_choosing_command_arguments, _get),
 }

@@ -18,6 +18,8 @@ from ._common import (
     project_argument,
     project_lockfile,
     remote_arguments,
+    system_arguments,
+    target_system_of,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ def _download_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every locked variant, not only this system's (to bake a cache for several targets)",
     )
+    system_arguments(parser)
     remote_arguments(parser)
     json_argument(parser)
 
@@ -93,8 +96,15 @@ def _download_arguments(parser: argparse.ArgumentParser) -> None:
 def _download(args: argparse.Namespace) -> int:
     from .._lock import download_locked
 
+    chooses = args.system or args.cuda_capability or args.rocm_arch
+    if args.all_variants and chooses:
+        raise ValueError(
+            "--all-variants downloads every locked variant: it takes no --system, "
+            "--cuda-capability or --rocm-arch"
+        )
+    system = target_system_of(args) if chooses else None
     lock = project_lockfile(args.project_dir)
-    results = download_locked(lock, all_variants=args.all_variants)
+    results = download_locked(lock, all_variants=args.all_variants, system=system)
     if args.json:
         print_json({"lockfile": lock.source, "results": [r.to_dict() for r in results]})
     for result in results:

@@ -1,0 +1,159 @@
+"""Which devices a build runs on: the ``backend`` of its ``metadata.json``. Pure.
+
+Builders record the device architectures a build was compiled for::
+
+    {"backend": {"type": "cuda", "archs": ["8.0", "9.0a", "10.0f", "9.0+PTX"]}}
+    {"backend": {"type": "rocm", "archs": ["gfx90a", "gfx942"]}}
+
+A CUDA arch ``X.Y`` runs on compute capability ``X.Z`` for ``Z >= Y`` (the same major);
+``X.Ya`` (architecture-specific) on ``X.Y`` only; ``X.Yf`` (family-specific) on the same
+major with a minor at or above ``Y``; ``X.Y+PTX`` on every capability at or above
+``X.Y``, since the driver compiles the PTX for the device. A ROCm build runs on the gfx
+targets it lists; feature flags (``gfx90a:sramecc+:xnack-``) are not compared. When none
+of a build's archs has a form this client knows (a newer builder's, say), the build is
+taken to run anywhere, as when it lists none.
+
+A build may also declare that it loads on a free-threaded Python (``"free-threaded":
+true``, see :mod:`._variant_choice`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+TYPE_CHECKING = False  # not typing's: this module is on the warm path
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+# What of a document is kept: a hostile one cannot make the recorded index large.
+_MAX_ARCHS = 256
+_MAX_ARCH_LENGTH = 64
+# The builder's backend types, as this client names the backends (cann: Ascend NPUs).
+_BACKEND_NAMES = {"cann": "npu"}
+
+
+class BuildTarget(NamedTuple):
+    """The devices one build declares it runs on.
+
+    ``backend`` is the backend as this client names it (``cuda``, ``rocm``, ``npu``...),
+    ``None`` when the document names none; ``archs`` the architectures listed (empty:
+    none declared); ``free_threaded`` whether the build loads on a free-threaded Python.
+    """
+
+    backend: str | None = None
+    archs: tuple[str, ...] = ()
+    free_threaded: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "archs": list(self.archs),
+            "free-threaded": self.free_threaded,
+        }
+
+
+def read_target(document: Mapping[str, Any]) -> BuildTarget:
+    """The :class:`BuildTarget` a ``metadata.json`` document (a JSON object) declares.
+
+    Lenient, as for every optional key of the document: a ``backend`` that is not an
+    object, a ``type`` that is not a string, and archs that are not strings are left out.
+    """
+    backend = document.get("backend")
+    if not isinstance(backend, dict):
+        backend = {}
+    kind = backend.get("type")
+    name = kind.lower() if isinstance(kind, str) and kind.isascii() else None
+    return BuildTarget(
+        _BACKEND_NAMES.get(name, name) if name else None,
+        _archs(backend.get("archs")),
+        document.get("free-threaded") is True,
+    )
+
+
+def target_from_json(data: object) -> BuildTarget | None:
+    """A target recorded by :meth:`BuildTarget.to_json`; ``None`` if ``data`` is not one."""
+    if not isinstance(data, dict):
+        return None
+    backend = data.get("backend")
+    return BuildTarget(
+        backend if isinstance(backend, str) else None,
+        _archs(data.get("archs")),
+        data.get("free-threaded") is True,
+    )
+
+
+def _archs(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    archs = (a for a in value if isinstance(a, str) and 0 < len(a) <= _MAX_ARCH_LENGTH)
+    return tuple(archs)[:_MAX_ARCHS]
+
+
+def parse_cuda_arch(arch: str) -> tuple[int, int, str, bool] | None:
+    """``"9.0a"`` -> ``(9, 0, "a", False)``, ``"8.0+PTX"`` -> ``(8, 0, "", True)``;
+    ``None`` when ``arch`` is not of the form ``X.Y[a|f][+PTX]``."""
+    ptx = arch.endswith("+PTX")
+    arch = arch.removesuffix("+PTX")
+    suffix = arch[-1:] if arch.endswith(("a", "f")) else ""
+    major, dot, minor = arch[: len(arch) - len(suffix)].partition(".")
+    if not (dot and _is_number(major) and _is_number(minor)):
+        return None
+    return int(major), int(minor), suffix, ptx
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def cuda_arch_runs_on(arch: str, capability: tuple[int, int]) -> bool | None:
+    """Whether code built for ``arch`` runs on ``capability``; ``None`` for an unknown form."""
+    parsed = parse_cuda_arch(arch)
+    if parsed is None:
+        return None
+    major, minor, suffix, ptx = parsed
+    if suffix == "a":
+        return capability == (major, minor)
+    if ptx and suffix == "":
+        return capability >= (major, minor)
+    return capability[0] == major and capability[1] >= minor
+
+
+def cuda_archs_support(archs: Iterable[str], capability: tuple[int, int]) -> bool:
+    """Whether a build listing ``archs`` runs on ``capability`` (see the module's rules)."""
+    verdicts = [cuda_arch_runs_on(arch, capability) for arch in archs]
+    return any(verdicts) or all(v is None for v in verdicts)
+
+
+def gfx_name(arch: str) -> str:
+    """``"gfx90a:sramecc+:xnack-"`` -> ``"gfx90a"``: a ROCm target without feature flags."""
+    return arch.split(":", 1)[0].strip().lower()
+
+
+def rocm_archs_support(archs: Iterable[str], gfx: str) -> bool:
+    """Whether a build listing ``archs`` runs on the ROCm target ``gfx``."""
+    known = {gfx_name(arch) for arch in archs if gfx_name(arch).startswith("gfx")}
+    return not known or gfx_name(gfx) in known
+
+
+def arch_mismatch(
+    target: BuildTarget,
+    backend: str,
+    *,
+    cuda_capability: tuple[int, int] | None = None,
+    rocm_arch: str | None = None,
+) -> str | None:
+    """Why a build for ``target`` does not run on a ``backend`` device of that capability
+    or gfx target; ``None`` when it does, or when either side does not say."""
+    if not target.archs or target.backend != backend:
+        return None
+    listed = ", ".join(target.archs)
+    if backend == "cuda" and cuda_capability is not None:
+        if cuda_archs_support(target.archs, cuda_capability):
+            return None
+        major, minor = cuda_capability
+        return f"built for CUDA archs {listed}; this device is {major}.{minor}"
+    if backend == "rocm" and rocm_arch is not None:
+        if rocm_archs_support(target.archs, rocm_arch):
+            return None
+        return f"built for ROCm archs {listed}; this device is {gfx_name(rocm_arch)}"
+    return None
