@@ -182,6 +182,7 @@ def system(
     os: str = "linux",
     torch_version: tuple[int, int] = (2, 10),
     torch_cxx11_abi: bool = True,
+    macos_version: str | None = None,
 ) -> SystemInfo:
     """The system HF's resolver is given: ``CUDA(Version("12.8"))`` is ``"cu128"``."""
     backend = {"cu": "cuda", "ro": "rocm"}.get(backend_tag[:2], backend_tag)
@@ -192,7 +193,13 @@ def system(
         backend_tag=backend_tag,
         arch=cpu,
         os=os,
+        macos=None if macos_version is None else _major_minor(macos_version),
     )
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
 
 
 def resolve(variants: list[Variant], on: SystemInfo) -> tuple[list[Variant], list[VariantVerdict]]:
@@ -279,8 +286,7 @@ def test_resolve_cpu_darwin() -> None:
 
 
 def test_resolve_metal_darwin() -> None:
-    # HF passes macos_version=Version("26.0"): the Metal build's macOS is met.
-    on = system("metal", cpu="aarch64", os="darwin", torch_cxx11_abi=False)
+    on = system("metal", cpu="aarch64", os="darwin", torch_cxx11_abi=False, macos_version="26.0")
     result, trace = resolve(RESOLVE_VARIANTS, on)
     assert result != []
     assert result[0] == "torch210-metal-aarch64-darwin"
@@ -298,15 +304,13 @@ RESOLVE_VARIANTS_METAL = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="SystemInfo has no macOS version: Metal builds for macOS 26 are not gated"
-)
 @pytest.mark.parametrize("macos_version", ["15.7", None])
 def test_resolve_metal_darwin_old_macos(macos_version: str | None) -> None:
     # Metal arch kernels are built for macOS 26+, so they must be rejected
-    # on older systems (falling back to the noarch variant). This SystemInfo cannot
-    # say which macOS it is (macos_version is not passed on).
-    on = system("metal", cpu="aarch64", os="darwin", torch_cxx11_abi=False)
+    # on older systems (falling back to the noarch variant).
+    on = system(
+        "metal", cpu="aarch64", os="darwin", torch_cxx11_abi=False, macos_version=macos_version
+    )
     result, trace = resolve(RESOLVE_VARIANTS_METAL, on)
     assert result != []
     assert result[0] == "torch-metal"
@@ -318,7 +322,7 @@ def test_resolve_metal_darwin_old_macos(macos_version: str | None) -> None:
 
 def test_resolve_metal_darwin_new_macos() -> None:
     # On macOS 26+ the Metal arch kernel is accepted and preferred.
-    on = system("metal", cpu="aarch64", os="darwin", torch_cxx11_abi=False)
+    on = system("metal", cpu="aarch64", os="darwin", torch_cxx11_abi=False, macos_version="26.1")
     result, trace = resolve(RESOLVE_VARIANTS_METAL, on)
     assert result != []
     assert result[0] == "torch210-metal-aarch64-darwin"

@@ -221,8 +221,8 @@ def test_other_backends_match_exactly() -> None:
     assert verdict("torch212-metal-aarch64-darwin", MAC) == "ok"
     for macos in ((15, 7), None):  # Metal builds need macOS 26: the noarch one is taken
         old_mac = MAC._replace(macos=macos)
-        assert "need macOS 26 or later" in verdict("torch212-metal-aarch64-darwin", old_mac)
-        assert "need macOS 26" in verdict("torch-stable-abi29-metal-aarch64-darwin", old_mac)
+        assert "require macOS 26.0 or later" in verdict("torch212-metal-aarch64-darwin", old_mac)
+        assert "require macOS 26.0" in verdict("torch-stable-abi29-metal-aarch64-darwin", old_mac)
         assert verdict("torch-metal", old_mac) == "ok"
     assert verdict("torch212-cxx11-xpu20251-x86_64-linux", XPU) == "ok"
     assert "xpu20250" in verdict("torch212-cxx11-xpu20250-x86_64-linux", XPU)

@@ -429,7 +429,8 @@ def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
         return f"built for {variant.backend_tag}, this system has {system.backend_tag}"
     if variant.backend == "metal" and (system.macos or (0, 0)) < METAL_MIN_MACOS:
         found = "macOS {}.{}".format(*system.macos) if system.macos else "an unknown macOS"
-        return f"Metal builds need macOS {METAL_MIN_MACOS[0]} or later, this system runs {found}"
+        needed = "{}.{}".format(*METAL_MIN_MACOS)
+        return f"Metal builds require macOS {needed} or later, this system runs {found}"
     return None
 
 
