@@ -15,7 +15,13 @@ from __future__ import annotations
 from contextvars import ContextVar
 from types import ModuleType
 
-from ._kernel_metadata import KernelDependency, load_requirements, read_kernel_metadata
+from ._kernel_metadata import (
+    KernelDependency,
+    dependency_label,
+    format_cycle,
+    load_requirements,
+    read_kernel_metadata,
+)
 from ._manifest import MANIFEST_NAME, load_json
 from ._names import parse_module_name
 from ._requirements import check_requirements
@@ -102,7 +108,7 @@ def load_dependencies(
         for dep in depends:
             if str(dep) in chain:
                 raise KernelDependencyError(
-                    f"kernel dependencies form a cycle: {' -> '.join([*chain, str(dep)])}",
+                    f"kernel dependencies form a cycle: {format_cycle([*chain, str(dep)])}",
                     hint="a kernel cannot depend on itself, directly or through others: "
                     "report it to the kernels' publisher",
                 )
@@ -137,6 +143,4 @@ def _describe(target: KernelDir) -> str:
 
 def _label(target: KernelDir) -> str:
     """The kernel in a dependency chain, spelled as a :class:`KernelDependency` is."""
-    if target.info is None:
-        return str(target.package_dir)
-    return str(KernelDependency(target.info.repo_id, target.info.version))
+    return str(target.package_dir) if target.info is None else dependency_label(target.info)

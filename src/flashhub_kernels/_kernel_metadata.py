@@ -28,7 +28,7 @@ versions only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ._names import RepoInfo, check_version
@@ -60,7 +60,7 @@ class KernelDependency(NamedTuple):
         return RepoInfo(self.repo_id, self.version)
 
     def __str__(self) -> str:
-        return f"{self.repo_id} v{self.version}"
+        return dependency_label(self.info)
 
     def to_json(self) -> dict[str, object]:
         return {"repo-id": self.repo_id, "version": self.version}
@@ -199,6 +199,16 @@ def load_requirements(
         or metadata.dirty_sources
     )
     return {key: document[key] for key in LOAD_KEYS if key in document} if acts else {}
+
+
+def dependency_label(info: RepoInfo) -> str:
+    """A kernel as a chain of dependencies names it: ``org/pkg v1``."""
+    return f"{info.repo_id} v{info.version}"
+
+
+def format_cycle(chain: Sequence[str]) -> str:
+    """``a/x v1 -> b/y v2 -> a/x v1``: a chain of kernels, each depending on the next."""
+    return " -> ".join(chain)
 
 
 def parse_release(text: str) -> tuple[int, ...]:
