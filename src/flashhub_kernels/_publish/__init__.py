@@ -9,8 +9,10 @@ The output, under ``<out>/<prefix>/<org>/<pkg>/``, is ready to upload to a stati
 
     versions.json                          every published version, merged with what is there
     v<N>/variants.json                     the variant names of this version
-    v<N>/build/<variant>/metadata.json     {"digest": {"files": {relpath: base64 sha256}},
-                                            "sizes": {relpath: bytes}}
+    v<N>/build/<variant>/metadata.json     the kernel builder's schema (see .metadata):
+                                           {"digest": {"algorithm": "sha256", "files":
+                                            {relpath: base64 sha256}}, "sizes": {...},
+                                            "name", "id", "version", "backend", ...}
     v<N>/build/<variant>/<py_pkg>/...      a copy of every file of the variant
 
 A published version is immutable: publishing different content under an existing
@@ -28,7 +30,7 @@ A signature is not content: adding one never makes a version "different".
 
 The modules of this package follow the steps: :mod:`.build` reads the build directory,
 :mod:`.checks` checks its sources and what it shares with published versions,
-:mod:`.compare` compares it with the version already in place, :mod:`.signatures`
+:mod:`.metadata` writes each variant's ``metadata.json``, :mod:`.compare` compares it with the version already in place, :mod:`.signatures`
 signs, :mod:`.writing` writes; :mod:`.publisher` runs them in order.
 """
 
