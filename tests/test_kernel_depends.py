@@ -439,3 +439,28 @@ def test_a_warm_load_of_a_builder_kernel_with_nothing_to_check_imports_nothing_m
     assert "flashhub.acme.top.v1" in added
     checks = {"_kernel_deps", "_kernel_metadata", "_requirements"}
     assert {f"flashhub_kernels.{name}" for name in checks} & added == set()
+
+
+# -- local builds -----------------------------------------------------------------------------
+
+
+def test_a_local_build_is_checked_from_its_own_metadata(tmp_path: Path, ran_dir: Path) -> None:
+    write_builder_kernel(tmp_path / "local", TOP, 1, python_depends=["flashhub-missing-dep"])
+    version_dir = tmp_path / "local" / "kernels" / TOP / "v1"
+    with pytest.raises(MissingPythonDependencyError, match="pip install flashhub-missing-dep"):
+        fk.get_local_kernel(version_dir)
+    assert ran(ran_dir) == []
+
+
+def test_a_local_override_loads_its_dependencies_from_the_cdn(
+    cdn: CdnServer, tmp_path: Path, ran_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _publish_top_and_base(tmp_path / "local")
+    write_builder_kernel(cdn.root, BASE, 2)
+    local_top = tmp_path / "local" / "kernels" / TOP / "v1"
+    monkeypatch.setenv("LOCAL_KERNELS", f"{TOP}={local_top}")
+    top = fk.get_kernel(TOP, version=1)
+    assert top.__file__ == str(local_top / "build" / "torch-cpu" / "__init__.py")
+    assert top.base.__file__.startswith(str(get_config().cache_dir))
+    assert top.quadruple(1) == 4
+    assert ran(ran_dir) == [ran_label(BASE, 2), ran_label(TOP, 1)]

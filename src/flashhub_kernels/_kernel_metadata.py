@@ -28,11 +28,17 @@ versions only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
-
 from ._names import RepoInfo, check_version
+from ._record import Record
 from .errors import ManifestError
+
+# Records, not NamedTuples, and no typing at run time: a load of a kernel whose
+# metadata.json asks something of it imports this module, and defining five NamedTuples
+# would cost it more than the rest of the checks.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 # The keys a load acts on: their values (when they ask for something) are recorded with
 # a cache entry, so that a warm load checks them without reading metadata.json again.
@@ -49,11 +55,14 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
 
 
-class KernelDependency(NamedTuple):
+class KernelDependency(Record):
     """Another kernel a build needs, at a version: an entry of ``kernel-depends``."""
 
     repo_id: str
     version: int
+
+    def __init__(self, repo_id: str, version: int) -> None:
+        self._init(repo_id, version)
 
     @property
     def info(self) -> RepoInfo:
@@ -66,34 +75,45 @@ class KernelDependency(NamedTuple):
         return {"repo-id": self.repo_id, "version": self.version}
 
 
-class BackendInfo(NamedTuple):
+class BackendInfo(Record):
     """``backend``: the backend a build is for and, when stated, the architectures it
     holds code for (CUDA capabilities such as ``"9.0a"``, ROCm ``gfx`` targets)."""
 
     type: str
-    archs: tuple[str, ...] | None = None
+    archs: tuple[str, ...] | None
+
+    def __init__(self, type: str, archs: tuple[str, ...] | None = None) -> None:
+        self._init(type, archs)
 
     def to_json(self) -> dict[str, object]:
         shown: dict[str, object] = {"type": self.type}
         return shown if self.archs is None else {**shown, "archs": list(self.archs)}
 
 
-class GitState(NamedTuple):
+class GitState(Record):
     """The git state a build came from: its ``HEAD`` commit, and uncommitted changes."""
 
     commit: str
     dirty: bool
 
+    def __init__(self, commit: str, dirty: bool) -> None:
+        self._init(commit, dirty)
+
     def to_json(self) -> dict[str, object]:
         return {"commit": self.commit, "dirty": self.dirty}
 
 
-class Provenance(NamedTuple):
+class Provenance(Record):
     """``provenance``: the builder's version and git state, and the kernel source's."""
 
     builder_version: str
-    builder: GitState | None = None
-    kernel: GitState | None = None
+    builder: GitState | None
+    kernel: GitState | None
+
+    def __init__(
+        self, builder_version: str, builder: GitState | None = None, kernel: GitState | None = None
+    ) -> None:
+        self._init(builder_version, builder, kernel)
 
     @property
     def dirty_sources(self) -> tuple[str, ...]:
@@ -115,21 +135,51 @@ class Provenance(NamedTuple):
         return shown
 
 
-class KernelMetadata(NamedTuple):
+class KernelMetadata(Record):
     """The builder's fields of one variant's ``metadata.json``; ``None`` where absent."""
 
-    name: str | None = None
-    id: str | None = None
-    version: int | None = None
-    license: str | None = None
-    upstream: str | None = None
-    source: str | None = None
-    python_depends: tuple[str, ...] = ()
-    kernel_depends: tuple[KernelDependency, ...] = ()
-    backend: BackendInfo | None = None
-    kernels_minver: str | None = None
-    flashhub_kernels_minver: str | None = None
-    provenance: Provenance | None = None
+    name: str | None
+    id: str | None
+    version: int | None
+    license: str | None
+    upstream: str | None
+    source: str | None
+    python_depends: tuple[str, ...]
+    kernel_depends: tuple[KernelDependency, ...]
+    backend: BackendInfo | None
+    kernels_minver: str | None
+    flashhub_kernels_minver: str | None
+    provenance: Provenance | None
+
+    def __init__(
+        self,
+        name: str | None = None,
+        id: str | None = None,
+        version: int | None = None,
+        license: str | None = None,
+        upstream: str | None = None,
+        source: str | None = None,
+        python_depends: tuple[str, ...] = (),
+        kernel_depends: tuple[KernelDependency, ...] = (),
+        backend: BackendInfo | None = None,
+        kernels_minver: str | None = None,
+        flashhub_kernels_minver: str | None = None,
+        provenance: Provenance | None = None,
+    ) -> None:
+        self._init(
+            name,
+            id,
+            version,
+            license,
+            upstream,
+            source,
+            python_depends,
+            kernel_depends,
+            backend,
+            kernels_minver,
+            flashhub_kernels_minver,
+            provenance,
+        )
 
     @property
     def dirty_sources(self) -> tuple[str, ...]:

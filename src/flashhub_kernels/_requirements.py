@@ -9,7 +9,6 @@ any of the kernel's code runs:
 
 from __future__ import annotations
 
-import shlex
 import sys
 
 from ._api_level import HF_KERNELS_API
@@ -80,6 +79,8 @@ def check_python_depends(depends: tuple[str, ...], kernel: str) -> None:
     for requirement in depends:
         pip, module = python_package(requirement)
         if module is not None and not _installed(module):
+            import shlex  # only to say what to install
+
             line = f"pip install {shlex.quote(pip)}"
             raise MissingPythonDependencyError(
                 f"{kernel} requires the Python package {pip!r} (python-depends in its "

@@ -28,10 +28,11 @@ the ``versions.json`` that lists it carry the old and the new key's signatures w
 keys are rotated. :func:`sign_tree` signs a tree published without a key.
 A signature is not content: adding one never makes a version "different".
 
-The modules of this package follow the steps: :mod:`.build` reads the build directory,
-:mod:`.checks` checks its sources and what it shares with published versions,
-:mod:`.metadata` writes each variant's ``metadata.json``, :mod:`.compare` compares it with the version already in place, :mod:`.signatures`
-signs, :mod:`.writing` writes; :mod:`.publisher` runs them in order.
+The modules of this package follow the steps: :mod:`.build` reads the build directory
+and :mod:`.metadata` makes each variant's ``metadata.json``, :mod:`.checks` checks its
+sources and what it shares with published versions, :mod:`.compare` compares it with
+the version already in place, :mod:`.signatures` signs, :mod:`.writing` writes;
+:mod:`.publisher` runs them in order.
 """
 
 from __future__ import annotations
