@@ -31,6 +31,7 @@ from support.builds import (
     package_dir,
     tree_bytes,
 )
+from support.trees import b64sha256
 
 # No staging or old-version directory of a publish is left behind.
 pytestmark = pytest.mark.usefixtures("no_leftover_staging")
@@ -85,7 +86,18 @@ def test_metadata_digests_match_source_and_published_files(
 
     manifest = parse_metadata(data)  # the client's parser accepts what the publisher writes
     document = json.loads(data)
-    assert list(document) == ["digest", "sizes"]
+    assert list(document) == [
+        "backend",
+        "digest",
+        "id",
+        "kernel-depends",
+        "license",
+        "name",
+        "python-depends",
+        "sizes",
+        "version",
+    ]
+    assert document["digest"]["algorithm"] == "sha256"
     listed = document["digest"]["files"]
     assert list(listed) == sorted(listed)
     source_dir = kernel / "build" / variant
@@ -193,13 +205,23 @@ def test_a_malformed_python_depends_is_refused(kernel: Path, tmp_path: Path) -> 
         publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
 
 
-def test_build_metadata_keys_are_kept_and_digest_replaced(kernel: Path, tmp_path: Path) -> None:
-    stale = {
+def _own_digest(kernel: Path, variant: str) -> dict[str, str]:
+    """The digest a builder writes into the variant's metadata.json: every file of it."""
+    variant_dir = kernel / "build" / variant
+    return {
+        p.relative_to(variant_dir).as_posix(): b64sha256(p.read_bytes())
+        for p in sorted(variant_dir.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and p.name[0] != "."
+    }
+
+
+def test_build_metadata_keys_are_kept_and_sizes_replaced(kernel: Path, tmp_path: Path) -> None:
+    own = {
         "python-depends": ["einops"],
-        "digest": {"files": {"gone.py": "AAAA"}},
+        "digest": {"algorithm": "sha256", "files": _own_digest(kernel, UNIVERSAL)},
         "sizes": {"gone.py": 1},
     }
-    (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(stale))
+    (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(own))
     report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
     data = (report.version_dir / "build" / UNIVERSAL / "metadata.json").read_bytes()
     manifest = parse_metadata(data)
@@ -210,6 +232,25 @@ def test_build_metadata_keys_are_kept_and_digest_replaced(kernel: Path, tmp_path
         f"{PY_PKG}/helpers.py",
     }
     assert manifest.sizes is not None and set(manifest.sizes) == set(manifest.files)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"gone.py": "AAAA"}, "gone.py is listed but not in the build"),
+        ({f"{PY_PKG}/_ops.py": b64sha256(b"other")}, "_ops.py has other content"),
+    ],
+)
+def test_a_build_whose_own_digest_disagrees_with_its_files_is_refused(
+    kernel: Path, tmp_path: Path, change: dict[str, str], message: str
+) -> None:
+    listed = {**_own_digest(kernel, UNIVERSAL), **change}
+    own = {"digest": {"algorithm": "sha256", "files": listed}}
+    (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(own))
+    with pytest.raises(PublishError, match=message) as info:
+        publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    assert "rebuild the kernel" in str(info.value)
+    assert not (tmp_path / "cdn").exists()
 
 
 def test_modes_ignore_the_umask(kernel: Path, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._benchmark import Benchmark
     from ._config import Config, configure, get_config
     from ._finder import LoadedKernel
+    from ._kernel_deps import get_kernel_dep
     from ._lock import get_locked_kernel, load_kernel
     from ._names import RepoInfo
     from ._variants import VariantAccepted, VariantRejected
@@ -70,6 +71,7 @@ _LAZY = {
     "get_local_kernel": "._api",
     "has_kernel": "._api",
     "install_kernel": "._api",
+    "get_kernel_dep": "._kernel_deps",
     "get_locked_kernel": "._lock",
     "load_kernel": "._lock",
     "CUDAProperties": ".layers",
@@ -111,6 +113,7 @@ __all__ = [
     "configure",
     "get_config",
     "get_kernel",
+    "get_kernel_dep",
     "get_kernel_variants",
     "get_loaded_kernels",
     "get_local_kernel",

@@ -133,6 +133,9 @@ class Receipt(NamedTuple):
     files: Mapping[str, tuple[int, int]]  # path -> (size, mtime_ns)
     bytecode: Mapping[str, tuple[int, int, str]]  # .pyc path -> (size, mtime_ns, sha256 hex)
     signer: str | None = None  # the id of the trusted key that signed the manifest
+    # What a load of the entry must check (see _kernel_metadata.load_requirements): {}
+    # for nothing; None in a receipt written before it was recorded.
+    requires: Mapping[str, Any] | None = None
 
     def changed_file(self, entry: Path) -> str | None:
         """The first file that is missing, not a regular file, or changed; else ``None``."""
@@ -152,6 +155,8 @@ class Receipt(NamedTuple):
         }
         if self.signer is not None:
             receipt["signer"] = self.signer
+        if self.requires is not None:
+            receipt["requires"] = dict(self.requires)
         return receipt
 
 
@@ -295,8 +300,13 @@ class Cache:
                 for p, (s, m, d) in data.get("bytecode", {}).items()
             }
             signer = data.get("signer")
+            requires = data.get("requires")
             return Receipt(
-                str(data["content_hash"]), files, bytecode, str(signer) if signer else None
+                str(data["content_hash"]),
+                files,
+                bytecode,
+                str(signer) if signer else None,
+                requires if isinstance(requires, dict) else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -327,7 +337,12 @@ class Cache:
         if document.signature is not None:
             (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
         stamps = {relpath: stamp(staging / relpath) for relpath in sorted(listed)}
-        receipt = Receipt(document.manifest.content_hash, stamps, bytecode, document.signer)
+        from ._kernel_metadata import load_requirements  # the cold path only
+
+        requires = load_requirements(document.manifest.document)
+        receipt = Receipt(
+            document.manifest.content_hash, stamps, bytecode, document.signer, requires
+        )
         self.write_receipt(staging, receipt)
         staging.chmod(0o755)
 

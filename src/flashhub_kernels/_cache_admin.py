@@ -319,8 +319,8 @@ def _evict_unused(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
 
 
 def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
-    locked = lock.kernels.get(entry.info.repo_id)
-    if locked is None or locked.version != entry.info.version:
+    locked = lock.locked(entry.info)
+    if locked is None:
         return f"{entry.info} is not in {lock.source}"
     pinned = locked.variants.get(entry.variant)
     if pinned is None:

@@ -34,7 +34,8 @@ from ._cdn_documents import (
 )
 from ._config import Config
 from ._kernel_dir import KernelDir, cached_kernel
-from ._manifest import Manifest
+from ._kernel_metadata import read_kernel_metadata
+from ._manifest import MANIFEST_NAME, Manifest
 from ._names import RepoInfo
 from ._progress import progress_bar
 from ._transport import DownloadJob, Fetcher
@@ -101,14 +102,14 @@ def fetch_kernel(
                 "variants.json" if index.complete else "the variants probed",
                 system.describe(),
             )
-            entry, downloaded, signer = download_entry(
+            entry, downloaded, _signer = download_entry(
                 cache, fetcher, info, variant, document=reader.documents.get(variant)
             )
             if downloaded and config.version_check:  # not by every waiter for a download
                 notice_newer_version(fetcher, info)
             receipt = cache.read_receipt(entry)
             assert receipt is not None, "a committed entry has its receipt"
-            return cached_kernel(entry, info, variant, receipt.files, signer)
+            return cached_kernel(entry, info, variant, receipt)
     assert not_found is not None
     raise not_found
 
@@ -444,8 +445,9 @@ def checked_manifest(
     document: ManifestDocument | None = None,
 ) -> ManifestDocument:
     """The manifest of a listed variant, refused before any file is fetched when it holds
-    no importable package, or differs from a lock file's pins (``expected_hash``; and
-    ``expected_signer`` while signatures are checked).
+    no importable package, has malformed builder fields (``kernel-depends``, ...), or
+    differs from a lock file's pins (``expected_hash``; and ``expected_signer`` while
+    signatures are checked).
 
     ``document`` is used instead of fetching it again when it was fetched already and
     vouched for by the expected signer, if any.
@@ -454,6 +456,7 @@ def checked_manifest(
         document = get_listed_manifest(fetcher, info, variant, prefer_signer=expected_signer)
     manifest = document.manifest
     _check_has_package(manifest, info, variant)
+    read_kernel_metadata(manifest.document, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
     if expected_hash is not None and manifest.content_hash != expected_hash:
         raise LockMismatchError(
             f"{info} variant {variant}: the CDN serves content {manifest.content_hash}, "

@@ -134,12 +134,21 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
             module.__file__ = self.path
             module.__path__ = [str(target.package_dir)]
             module.__cached__ = spec.cached  # type: ignore[attr-defined]
+        if target.requires == {}:  # its metadata.json asks nothing of the load
+            self._execute(module, target)
+        else:
+            from ._kernel_deps import execute_kernel
+
+            execute_kernel(target, module.__name__, lambda: self._execute(module, target))
+        self._finder.record_loaded(module, target)
+
+    def _execute(self, module: ModuleType, target: KernelDir) -> None:
+        """Run the kernel's code, once its native libraries are known not to conflict."""
         if target.natives != ():  # a cache entry with no native library needs no check
             from ._native import register
 
             register(target, module.__name__)
         super().exec_module(module)
-        self._finder.record_loaded(module, target)
 
     def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
         """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""

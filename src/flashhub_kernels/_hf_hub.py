@@ -13,7 +13,7 @@ Kernel repos have their own repo type on the Hub (``kernel``), which older
 ``huggingface_hub`` releases do not know; they were model repos before. A repo is looked
 up as a kernel first, where ``huggingface_hub`` can, then as a model.
 
-:class:`Provenance` is the record of where a mirrored build came from, kept under
+:class:`MirrorOrigin` is the record of where a mirrored build came from, kept under
 ``"mirrored-from"`` in each published ``metadata.json``.
 """
 
@@ -60,7 +60,7 @@ _TRANSPORT_ERRORS = (
 )
 
 
-class Provenance(NamedTuple):
+class MirrorOrigin(NamedTuple):
     """Where a mirrored build came from: the Hub, the repo, the revision asked for, and
     the commit it resolved to."""
 
@@ -73,7 +73,7 @@ class Provenance(NamedTuple):
         return dict(self._asdict())
 
     @classmethod
-    def from_document(cls, document: Mapping[str, Any]) -> Provenance | None:
+    def from_document(cls, document: Mapping[str, Any]) -> MirrorOrigin | None:
         """The ``"mirrored-from"`` record of a ``metadata.json``; ``None`` when it has
         none, or none of this shape."""
         record = document.get(MIRRORED_FROM)
@@ -90,7 +90,7 @@ class Provenance(NamedTuple):
 class HubTree:
     """The ``build/`` tree of one commit of a kernel repo."""
 
-    source: Provenance
+    source: MirrorOrigin
     repo_type: str
     files: frozenset[str]  # paths under build/
 
@@ -131,7 +131,7 @@ class Hub:
         """The commit ``revision`` (a branch, tag or commit) of ``repo_id`` names, and the
         files of its ``build/`` directory."""
         repo_type, commit = self._commit(repo_id, revision)
-        source = Provenance(self.shown, repo_id, revision, commit)
+        source = MirrorOrigin(self.shown, repo_id, revision, commit)
         from huggingface_hub.hf_api import RepoFile
 
         not_found = self._errors.EntryNotFoundError

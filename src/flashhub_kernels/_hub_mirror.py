@@ -8,7 +8,7 @@ published by :func:`~._publish.publish`, under its rules: the same layout, immut
 ``variants.json`` and ``versions.json``, signatures. A file that does not match, one
 listed but missing, or one present but not listed fails the mirror before anything is
 published. The published ``metadata.json`` keeps the Hub build's own keys, and records
-where the build came from under ``"mirrored-from"`` (see :class:`~._hf_hub.Provenance`).
+where the build came from under ``"mirrored-from"`` (see :class:`~._hf_hub.MirrorOrigin`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from ._config import DEFAULT_PREFIX, get_config
 from ._hashing import CHUNK_SIZE
-from ._hf_hub import BUILD_DIR, MIRRORED_FROM, Hub, HubTree, Provenance
+from ._hf_hub import BUILD_DIR, MIRRORED_FROM, Hub, HubTree, MirrorOrigin
 from ._manifest import MANIFEST_NAME, check_relative_path, dump_json, load_json
 from ._names import RepoInfo
 from ._publish import KeySource, PublishReport, publish
@@ -52,7 +52,7 @@ class MirrorReport:
     """What :func:`mirror` did: where the build came from, the variants the Hub build
     has, and the publisher's report."""
 
-    source: Provenance
+    source: MirrorOrigin
     hub_variants: tuple[str, ...]
     published: PublishReport
 
@@ -226,7 +226,7 @@ def _stage(hub: Hub, tree: HubTree, chosen: Mapping[str, set[str]], staging: Pat
         (root / variant / MANIFEST_NAME).write_bytes(dump_json(document))
 
 
-def _hub_digest(variant_dir: Path, source: Provenance) -> _HubDigest:
+def _hub_digest(variant_dir: Path, source: MirrorOrigin) -> _HubDigest:
     """The digests that the Hub build's ``metadata.json`` in ``variant_dir`` lists."""
     where = f"{variant_dir.name}/{MANIFEST_NAME} of {_described(source)}"
     try:
@@ -268,7 +268,9 @@ def _decode(value: object, size: int) -> bytes:
     return raw
 
 
-def _check_listing(variant: str, digest: _HubDigest, present: set[str], source: Provenance) -> None:
+def _check_listing(
+    variant: str, digest: _HubDigest, present: set[str], source: MirrorOrigin
+) -> None:
     """The files the Hub has of ``variant`` must be those its digest lists."""
     hashed = {rel for rel in present if not _unhashed(rel)}
     missing, unlisted = sorted(digest.files.keys() - hashed), sorted(hashed - digest.files.keys())
@@ -298,7 +300,7 @@ def _file_digest(path: Path, algorithm: str) -> bytes:
     return hasher.digest()
 
 
-def _described(source: Provenance) -> str:
+def _described(source: MirrorOrigin) -> str:
     return f"{source.repo} at {source.revision} (commit {source.commit[:12]})"
 
 

@@ -1,4 +1,6 @@
-"""What a published kernel version holds, for ``flashhub info``: variants, files, sizes.
+"""What a published kernel version holds, for ``flashhub info``: variants, files, sizes,
+and what each variant's ``metadata.json`` says of the build (name, license, backend and
+architectures, dependencies, minimum client versions, provenance).
 
 Reads every variant's ``metadata.json``; file sizes come from ``HEAD`` requests (the
 manifest has digests only), or ``stat`` for a ``file://`` mirror. A server that does not
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from ._cache import Cache
@@ -23,10 +25,12 @@ from ._cdn_documents import (
 )
 from ._config import get_config
 from ._download import fetch_index, remote
-from ._hf_hub import Provenance
-from ._manifest import Manifest
+from ._hf_hub import MirrorOrigin
+from ._kernel_metadata import KernelMetadata, Provenance, read_kernel_metadata
+from ._manifest import MANIFEST_NAME, Manifest
 from ._names import RepoInfo
 from ._offline import CachedVariant, cached_variant, cached_variants, published_variants
+from ._text import escape_controls
 from ._trusted_keys import shown_key_id
 from ._variant_choice import target_system
 from ._variants import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
@@ -65,7 +69,9 @@ class PublishedVariant:
     content_hash: str
     files: dict[str, int | None]  # relative path -> size in bytes, None when unknown
     signature: Signature | None = None  # None: no signer known
-    mirrored_from: Provenance | None = None  # where `flashhub mirror` took it from
+    mirrored_from: MirrorOrigin | None = None  # where `flashhub mirror` took it from
+    # The builder's fields of its metadata.json.
+    metadata: KernelMetadata = field(default_factory=KernelMetadata)
 
     @property
     def size(self) -> int | None:
@@ -82,7 +88,57 @@ class PublishedVariant:
             "files": [{"path": p, "bytes": s} for p, s in sorted(self.files.items())],
             **(self.signature.to_dict() if self.signature else {}),
             **({"mirrored_from": self.mirrored_from.to_document()} if self.mirrored_from else {}),
+            "metadata": {**self.metadata.to_json(), "dirty": bool(self.metadata.dirty_sources)},
         }
+
+
+def metadata_lines(metadata: KernelMetadata) -> list[str]:
+    """What a variant's ``metadata.json`` says of its build, as lines of text; only the
+    fields it states. Text from the CDN is escaped."""
+    shown = escape_controls
+    lines = []
+    if metadata.name is not None or metadata.id is not None:
+        identity = [f"version {metadata.version}"] if metadata.version is not None else []
+        identity += [f"id {shown(metadata.id)}"] if metadata.id is not None else []
+        suffix = f" ({', '.join(identity)})" if identity else ""
+        lines.append(f"name: {shown(metadata.name or '?')}{suffix}")
+    for label, value in (
+        ("license", metadata.license),
+        ("upstream", metadata.upstream),
+        ("source", metadata.source),
+    ):
+        if value is not None:
+            lines.append(f"{label}: {shown(value)}")
+    if metadata.backend is not None:
+        archs = metadata.backend.archs
+        on = f", archs {', '.join(map(shown, archs))}" if archs else ""
+        lines.append(f"backend: {shown(metadata.backend.type)}{on}")
+    if metadata.python_depends:
+        lines.append(f"python-depends: {', '.join(map(shown, metadata.python_depends))}")
+    if metadata.kernel_depends:
+        lines.append(f"kernel-depends: {', '.join(map(str, metadata.kernel_depends))}")
+    needs = []
+    if metadata.flashhub_kernels_minver is not None:
+        needs.append(f"flashhub-kernels>={shown(metadata.flashhub_kernels_minver)}")
+    if metadata.kernels_minver is not None:
+        needs.append(f"Hugging Face kernels API>={shown(metadata.kernels_minver)}")
+    if needs:
+        lines.append(f"requires: {', '.join(needs)}")
+    if metadata.provenance is not None:
+        lines.append(f"provenance: {_provenance(metadata.provenance)}")
+    return lines
+
+
+def _provenance(provenance: Provenance) -> str:
+    built = f"kernel-builder {escape_controls(provenance.builder_version)}"
+    if provenance.builder is not None:
+        built += f" at {provenance.builder.commit[:12]}"
+    if provenance.kernel is not None:
+        built += f", kernel source at {provenance.kernel.commit[:12]}"
+    dirty = provenance.dirty_sources
+    if dirty:
+        built += f"; DIRTY: {' and '.join(dirty)} had uncommitted changes"
+    return built
 
 
 @dataclass(frozen=True)
@@ -130,7 +186,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
             size_of.update(zip(unknown, sizes, strict=True))
     variants = [
-        _published(r, manifests[r.variant], size_of, signatures[r.variant]) for r in verdicts
+        _published(info, r, manifests[r.variant], size_of, signatures[r.variant]) for r in verdicts
     ]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, system.describe(), variants, chosen)
@@ -197,7 +253,9 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
         for path, size in variant.sizes.items()
     }
     variants = [
-        _published(r, cached[r.variant].manifest, size_of, _cached_signature(cached[r.variant]))
+        _published(
+            info, r, cached[r.variant].manifest, size_of, _cached_signature(cached[r.variant])
+        )
         for r in verdicts
     ]
     chosen = next((v.name for v in variants if v.compatible), None)
@@ -209,12 +267,14 @@ def _cached_signature(variant: CachedVariant) -> Signature | None:
 
 
 def _published(
+    info: RepoInfo,
     verdict: VariantVerdict,
     manifest: Manifest,
     size_of: dict[tuple[str, str], int | None],
     signature: Signature | None = None,
 ) -> PublishedVariant:
     name = verdict.variant
+    source = f"{info}/build/{escape_controls(name)}/{MANIFEST_NAME}"
     return PublishedVariant(
         name=name,
         compatible=isinstance(verdict, VariantAccepted),
@@ -222,5 +282,6 @@ def _published(
         content_hash=manifest.content_hash,
         files={path: size_of[(name, path)] for path in sorted(manifest.files)},
         signature=signature,
-        mirrored_from=Provenance.from_document(manifest.document),
+        mirrored_from=MirrorOrigin.from_document(manifest.document),
+        metadata=read_kernel_metadata(manifest.document, source=source),
     )

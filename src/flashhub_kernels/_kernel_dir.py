@@ -9,7 +9,9 @@ TYPE_CHECKING = False  # not typing's: this module is on the import hook's path
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
+    from typing import Any
 
+    from ._cache import Receipt
     from ._names import RepoInfo
 
 # The file names of native libraries, which a kernel loads with torch.ops.load_library.
@@ -29,6 +31,11 @@ class KernelDir(Record):
         natives: The native libraries of a cache entry, as ``(path relative to entry,
             size)`` from its receipt; ``None`` outside the cache, where the directory is
             looked at when the kernel is loaded.
+        requires: What its ``metadata.json`` asks of a load (python-depends,
+            kernel-depends, minimum client versions, a dirty build), as the entry's
+            receipt records it: ``{}`` for nothing; ``None`` when not recorded (a local
+            directory, an entry cached by an older client), where ``metadata.json`` is
+            read when the kernel is loaded.
     """
 
     package_dir: Path
@@ -37,6 +44,7 @@ class KernelDir(Record):
     entry: Path | None
     signer: str | None
     natives: tuple[tuple[str, int], ...] | None
+    requires: Mapping[str, Any] | None
 
     def __init__(
         self,
@@ -46,8 +54,9 @@ class KernelDir(Record):
         entry: Path | None = None,
         signer: str | None = None,
         natives: tuple[tuple[str, int], ...] | None = None,
+        requires: Mapping[str, Any] | None = None,
     ) -> None:
-        self._init(package_dir, info, variant, entry, signer, natives)
+        self._init(package_dir, info, variant, entry, signer, natives, requires)
 
     @property
     def init_file(self) -> Path:
@@ -65,13 +74,10 @@ def package_dir_of(entry: Path, py_pkg: str) -> Path:
     return package if (package / "__init__.py").is_file() else entry
 
 
-def cached_kernel(
-    entry: Path,
-    info: RepoInfo,
-    variant: str,
-    files: Mapping[str, tuple[int, int]],
-    signer: str | None,
-) -> KernelDir:
-    """The kernel in a verified entry, whose receipt lists ``files`` (path -> size, mtime)."""
-    natives = tuple((rel, sz) for rel, (sz, _) in files.items() if rel.endswith(NATIVE_SUFFIXES))
-    return KernelDir(package_dir_of(entry, info.py_pkg), info, variant, entry, signer, natives)
+def cached_kernel(entry: Path, info: RepoInfo, variant: str, receipt: Receipt) -> KernelDir:
+    """The kernel in a verified entry, as its receipt describes it."""
+    natives = tuple(
+        (rel, size) for rel, (size, _) in receipt.files.items() if rel.endswith(NATIVE_SUFFIXES)
+    )
+    package = package_dir_of(entry, info.py_pkg)
+    return KernelDir(package, info, variant, entry, receipt.signer, natives, receipt.requires)

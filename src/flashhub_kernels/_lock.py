@@ -20,7 +20,7 @@ import importlib.resources
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -44,6 +44,7 @@ from ._download import (
     remote,
 )
 from ._filesystem import write_atomic
+from ._kernel_metadata import dependency_label, format_cycle, read_kernel_metadata
 from ._lockfile import (
     LOCKFILE_NAME,
     LockedKernel,
@@ -141,17 +142,25 @@ def lock_project(
         return check_lock_offline(
             project, settings.dependencies, Cache.from_config(config), variants=wanted
         )
+    locked: dict[RepoInfo, LockedKernel] = {}  # every kernel locked, dependencies too
     with remote(config) as fetcher:
         kernels = {
             repo_id: lock_kernel(
-                fetcher, repo_id, specifier, variants=wanted, allow_downgrade=allow_downgrade
+                fetcher,
+                repo_id,
+                specifier,
+                variants=wanted,
+                allow_downgrade=allow_downgrade,
+                locked=locked,
             )
             for repo_id, specifier in sorted(settings.dependencies.items())
         }
     path = project / LOCKFILE_NAME
     if not allow_downgrade:
         _refuse_downgrades(path, kernels)
-    lock = Lockfile(kernels, str(path))
+    declared = {kernel.info for kernel in kernels.values()}
+    dependencies = {info: dep for info, dep in locked.items() if info not in declared}
+    lock = Lockfile(kernels, str(path), dependencies)
     write_atomic(path, lock.to_bytes())
     return lock
 
@@ -289,23 +298,80 @@ def lock_kernel(
     *,
     variants: Sequence[str] = (),
     allow_downgrade: bool = False,
+    locked: dict[RepoInfo, LockedKernel] | None = None,
 ) -> LockedKernel:
-    """Pin the newest version of ``repo_id`` in ``specifier`` and all its variants.
+    """Pin the newest version of ``repo_id`` in ``specifier`` and all its variants, and
+    each kernel they depend on (``kernel-depends``), at the version it names.
 
-    Without ``variants.json`` the version is probed: see :func:`probe_variants`.
+    Without ``variants.json`` a version is probed: see :func:`probe_variants`.
     ``allow_downgrade`` accepts a ``versions.json`` older than one this machine has seen.
+    ``locked`` collects every kernel locked (dependencies too), so that a kernel several
+    others depend on is locked once.
+
+    Raises:
+        LockfileError: as :func:`lock_project`, or the dependencies form a cycle.
     """
     newest = _newest_matching(fetcher, repo_id, specifier, allow_older=allow_downgrade)
     info = RepoInfo(repo_id, newest)
+    pinned = _lock_version(fetcher, info, variants, (), {} if locked is None else locked)
+    return replace(pinned, specifier=specifier)
+
+
+def _lock_version(
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variants: Sequence[str],
+    chain: tuple[str, ...],
+    locked: dict[RepoInfo, LockedKernel],
+) -> LockedKernel:
+    """Lock every variant of ``info``, and (first) the kernels they depend on.
+
+    ``chain`` names the kernels whose dependencies led here, outermost first.
+    """
+    if info in locked:
+        return locked[info]
     names = _published_variant_names(fetcher, info)
     if names is None:
         found = probe_variants(fetcher, info, variants)
     else:
         found = {name: get_listed_manifest(fetcher, info, name) for name in names}
+    chain = (*chain, dependency_label(info))
+    dependencies = []
+    for dep in _kernel_depends(info, found):
+        if dependency_label(dep) in chain:
+            cycle = format_cycle([*chain, dependency_label(dep)])
+            raise LockfileError(
+                f"kernel dependencies form a cycle: {cycle}",
+                hint="a kernel cannot depend on itself, directly or through others: report "
+                "it to the kernels' publisher",
+            )
+        dependencies.append(_lock_version(fetcher, dep, variants, chain, locked))
     hashes = {name: document.manifest.content_hash for name, document in found.items()}
     signers = {name: doc.signer for name, doc in found.items() if doc.signer is not None}
     source: VariantsSource = "published" if names is not None else "probed"
-    return LockedKernel(repo_id, info.version, hashes, specifier, source, signers)
+    pinned = LockedKernel(
+        info.repo_id,
+        info.version,
+        hashes,
+        f"=={info.version}",
+        source,
+        signers,
+        tuple(dependencies),
+    )
+    locked[info] = pinned
+    return pinned
+
+
+def _kernel_depends(info: RepoInfo, found: dict[str, ManifestDocument]) -> list[RepoInfo]:
+    """The kernels any of the variants ``found`` depends on, in repo order."""
+    depends = {
+        dep.info
+        for name, document in found.items()
+        for dep in read_kernel_metadata(
+            document.manifest.document, source=f"{info}/build/{name}/{MANIFEST_NAME}"
+        ).kernel_depends
+    }
+    return sorted(depends)
 
 
 def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_older: bool) -> int:
@@ -539,8 +605,8 @@ def download_locked(
         return _cached_as_locked(cache, lock, system)
     results: list[LockedDownload] = []
     with remote(config) as fetcher:
-        for repo_id in sorted(lock.kernels):
-            results += _download_kernel(cache, fetcher, lock.kernels[repo_id], system)
+        for locked in lock.entries():
+            results += _download_kernel(cache, fetcher, locked, system)
     return results
 
 
@@ -550,7 +616,7 @@ def _cached_as_locked(
     """Offline: the locked variants a download would fetch, all found in the cache with
     the locked content; else an :class:`OfflineError` naming those that are not."""
     results, missing = [], []
-    for repo_id, locked in sorted(lock.kernels.items()):
+    for locked in lock.entries():
         cached = cached_targets(cache, locked.info)
         variants = (
             sorted(locked.variants) if system is None else [locked_variant(locked, system, cached)]
@@ -558,9 +624,11 @@ def _cached_as_locked(
         for variant in variants:
             entry, why = cached_entry(cache, locked, variant)
             if entry is None:
-                missing.append(f"{repo_id}@v{locked.version} {variant}: {why}")
+                missing.append(f"{locked.info} {variant}: {why}")
             else:
-                results.append(LockedDownload(repo_id, locked.version, variant, "cached", entry))
+                results.append(
+                    LockedDownload(locked.repo_id, locked.version, variant, "cached", entry)
+                )
     if missing:
         raise OfflineError(
             "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set; "
@@ -644,26 +712,42 @@ def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> Modul
 
 
 def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
+    """Import a locked kernel once the cache holds the locked bytes of it and of every
+    kernel it depends on (fetched first when ``download``, and not offline)."""
     config = get_config()
     cache, system = Cache.from_config(config), target_system(None)
-    variant = locked_variant(locked, system, cached_targets(cache, locked.info))
-    entry, why = cached_entry(cache, locked, variant)
-    if entry is None:
-        if not download or config.offline:
-            offline = "unset FLASHHUB_OFFLINE, or " if download else ""
-            raise LockfileError(
-                f"locked kernel {locked.info} (variant {variant}) cannot be loaded: {why}",
-                hint=offline + _DOWNLOAD_HINT,
-            )
+    tree = locked.tree()
+    variants = {
+        node.info: locked_variant(node, system, cached_targets(cache, node.info)) for node in tree
+    }
+    missing = []
+    for node in tree:
+        entry, why = cached_entry(cache, node, variants[node.info])
+        if entry is None:
+            missing.append((node, why))
+    if missing and (not download or config.offline):
+        node, why = missing[0]
+        needed = f", which {locked.info} depends on," if node is not locked else ""
+        offline = "unset FLASHHUB_OFFLINE, or " if download else ""
+        raise LockfileError(
+            f"locked kernel {node.info} (variant {variants[node.info]}){needed} cannot be "
+            f"loaded: {why}",
+            hint=offline + _DOWNLOAD_HINT,
+        )
+    if missing:
         with remote(config) as fetcher:
-            fetch_locked(cache, fetcher, locked, variant)
-    return _import_checked(cache, locked, variant, system)
+            for node, _why in missing:
+                fetch_locked(cache, fetcher, node, variants[node.info])
+    for node in tree:
+        _check_cached_choice(cache, node, variants[node.info], system)
+    return get_kernel(locked.repo_id, version=locked.version)
 
 
-def _import_checked(
+def _check_cached_choice(
     cache: Cache, locked: LockedKernel, variant: str, system: SystemInfo
-) -> ModuleType:
-    """Import through the hook, whose warm path must pick the entry just checked."""
+) -> None:
+    """Make the import hook's warm path pick the locked ``variant``, just checked, as the
+    import of the kernel (or of a kernel depending on it) will."""
     cache.record_index(locked.info, _lock_index(locked, system))
     index = cache.read_index(locked.info)
     cached = functools.partial(cache.read_target, locked.info)
@@ -680,7 +764,6 @@ def _import_checked(
             f"the cache's variant list for {locked.info} disagrees with the lock",
             hint="run `flashhub cache clear`, then `flashhub download`",
         )
-    return get_kernel(locked.repo_id, version=locked.version)
 
 
 # -- finding the lock ---------------------------------------------------------------------

@@ -32,6 +32,12 @@ probing, and its entry says so: ``"variants_source": "probed"``. Without the key
 variants are the whole ``variants.json`` (``"published"``), as in every older lock.
 For such versions ``[tool.flashhub] variants = ["<variant>", ...]`` names variants to
 lock besides those the locking machine can load.
+
+A kernel whose variants depend on other kernels (``kernel-depends`` in their
+``metadata.json``) lists them in ``"kernel_depends"``: ``[{"repo_id": ..., "version":
+N}]``. Each is locked too, as an entry of ``"kernels"`` when the project declares that
+version, else of the top-level ``"dependencies"`` (same form, ``"specifier": "==N"``).
+Both keys are left out when nothing depends on anything, so older locks keep their bytes.
 """
 
 from __future__ import annotations
@@ -39,11 +45,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._config import PYPROJECT_NAME
+from ._kernel_metadata import dependency_label, format_cycle
 from ._manifest import dump_json, parse_capped
 from ._names import RepoInfo, check_version, parse_repo_id
 from ._pyproject import load_toml, lookup
@@ -98,6 +105,8 @@ class LockedKernel:
     variants_source: VariantsSource = "published"
     # variant name -> id of the trusted key that signed its manifest when it was locked
     signers: Mapping[str, str] = field(default_factory=dict)
+    # The locked kernels its variants depend on (kernel-depends), in repo order.
+    dependencies: tuple[LockedKernel, ...] = ()
 
     @property
     def info(self) -> RepoInfo:
@@ -117,7 +126,24 @@ class LockedKernel:
         }
         if self.probed:  # absent means published: locks of published versions keep their bytes
             document["variants_source"] = self.variants_source
+        if self.dependencies:
+            document["kernel_depends"] = [
+                {"repo_id": dep.repo_id, "version": dep.version} for dep in self.dependencies
+            ]
         return document
+
+    def tree(self) -> list[LockedKernel]:
+        """This kernel and every kernel it depends on, each once, dependencies first."""
+        ordered: dict[RepoInfo, LockedKernel] = {}
+
+        def visit(locked: LockedKernel) -> None:
+            if locked.info not in ordered:
+                for dep in locked.dependencies:
+                    visit(dep)
+                ordered[locked.info] = locked
+
+        visit(self)
+        return list(ordered.values())
 
     def _variant_json(self, name: str) -> dict[str, str]:
         signer = self.signers.get(name)
@@ -131,6 +157,20 @@ class Lockfile:
 
     kernels: Mapping[str, LockedKernel]
     source: str = LOCKFILE_NAME
+    # The kernels locked only because a locked kernel depends on them.
+    dependencies: Mapping[RepoInfo, LockedKernel] = field(default_factory=dict)
+
+    def entries(self) -> list[LockedKernel]:
+        """Every locked kernel: those declared, then the dependencies, each in repo order."""
+        declared = [self.kernels[repo_id] for repo_id in sorted(self.kernels)]
+        return declared + [self.dependencies[info] for info in sorted(self.dependencies)]
+
+    def locked(self, info: RepoInfo) -> LockedKernel | None:
+        """The entry that pins ``info`` (a declared kernel or a dependency), if any."""
+        declared = self.kernels.get(info.repo_id)
+        if declared is not None and declared.version == info.version:
+            return declared
+        return self.dependencies.get(info)
 
     def kernel(self, repo_id: str) -> LockedKernel:
         """The entry for ``repo_id``; :class:`LockfileError` if the lock does not pin it."""
@@ -147,7 +187,12 @@ class Lockfile:
 
     def to_json(self) -> dict[str, Any]:
         kernels = [self.kernels[repo_id].to_json() for repo_id in sorted(self.kernels)]
-        return {"kernels": kernels, "version": FORMAT_VERSION}
+        document: dict[str, Any] = {"kernels": kernels, "version": FORMAT_VERSION}
+        if self.dependencies:
+            document["dependencies"] = [
+                self.dependencies[info].to_json() for info in sorted(self.dependencies)
+            ]
+        return document
 
     def to_bytes(self) -> bytes:
         return dump_json(self.to_json())
@@ -180,18 +225,74 @@ def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
     items = document.get("kernels")
     if not isinstance(items, list):
         raise LockfileError(f'{source} must list its kernels in "kernels"', hint=_REGENERATE)
-    kernels: dict[str, LockedKernel] = {}
+    extra = document.get("dependencies", [])
+    if not isinstance(extra, list):
+        raise LockfileError(f'{source}: "dependencies" must be a list', hint=_REGENERATE)
+    declared = _parse_entries(items, "kernel", source)
+    repos = [info.repo_id for info in declared]
+    twice = sorted({repo_id for repo_id in repos if repos.count(repo_id) > 1})
+    if twice:
+        raise LockfileError(f"{source} locks {twice[0]} twice", hint=_REGENERATE)
+    dependencies = _parse_entries(extra, "dependency", source)
+    both = sorted(declared.keys() & dependencies.keys())
+    if both:
+        raise LockfileError(f"{source} locks {both[0]} twice", hint=_REGENERATE)
+    linked = _link({**declared, **dependencies}, source)
+    return Lockfile(
+        {info.repo_id: linked[info] for info in declared},
+        source,
+        {info: linked[info] for info in dependencies},
+    )
+
+
+# An entry as parsed, with the kernels it depends on still to be linked to their entries.
+_Parsed = tuple[LockedKernel, tuple[RepoInfo, ...]]
+
+
+def _parse_entries(items: list[Any], what: str, source: str) -> dict[RepoInfo, _Parsed]:
+    entries: dict[RepoInfo, _Parsed] = {}
     for position, item in enumerate(items):
         try:
-            locked = _parse_kernel(item)
+            parsed = _parse_kernel(item)
         except ValueError as exc:
             raise LockfileError(
-                f"{source}, kernel #{position + 1}: {exc}", hint=_REGENERATE
+                f"{source}, {what} #{position + 1}: {exc}", hint=_REGENERATE
             ) from None
-        if locked.repo_id in kernels:
-            raise LockfileError(f"{source} locks {locked.repo_id} twice", hint=_REGENERATE)
-        kernels[locked.repo_id] = locked
-    return Lockfile(kernels, source)
+        info = parsed[0].info
+        if info in entries:
+            raise LockfileError(f"{source} locks {info.repo_id} twice", hint=_REGENERATE)
+        entries[info] = parsed
+    return entries
+
+
+def _link(entries: Mapping[RepoInfo, _Parsed], source: str) -> dict[RepoInfo, LockedKernel]:
+    """Each entry with its ``dependencies``: the entries its ``kernel_depends`` names."""
+    linked: dict[RepoInfo, LockedKernel] = {}
+
+    def link(info: RepoInfo, chain: tuple[RepoInfo, ...]) -> LockedKernel:
+        if info in linked:
+            return linked[info]
+        locked, depends = entries[info]
+        for dep in depends:
+            if dep in chain or dep == info:
+                cycle = format_cycle(
+                    [*map(dependency_label, (*chain, info)), dependency_label(dep)]
+                )
+                raise LockfileError(
+                    f"{source}: kernel dependencies form a cycle: {cycle}", hint=_REGENERATE
+                )
+            if dep not in entries:
+                raise LockfileError(
+                    f"{source}: {info} depends on {dep}, which it does not lock",
+                    hint=_REGENERATE,
+                )
+        deps = tuple(link(dep, (*chain, info)) for dep in depends)
+        linked[info] = replace(locked, dependencies=deps)
+        return linked[info]
+
+    for info in entries:
+        link(info, ())
+    return linked
 
 
 def _check_format(value: object, source: str) -> None:
@@ -209,8 +310,9 @@ def _check_format(value: object, source: str) -> None:
     )
 
 
-def _parse_kernel(item: object) -> LockedKernel:
-    """One entry of ``"kernels"``; ``ValueError`` says what is wrong with it."""
+def _parse_kernel(item: object) -> _Parsed:
+    """One entry of ``"kernels"`` or ``"dependencies"``, and the kernels it depends on;
+    ``ValueError`` says what is wrong with it."""
     if not isinstance(item, dict):
         raise ValueError("must be an object")
     repo_id = item.get("repo_id")
@@ -237,7 +339,21 @@ def _parse_kernel(item: object) -> LockedKernel:
         if signer is not None:
             signers[name] = signer
     source = _variants_source(item, repo_id)
-    return LockedKernel(repo_id, version, hashes, specifier, source, signers)
+    locked = LockedKernel(repo_id, version, hashes, specifier, source, signers)
+    return locked, _kernel_depends(item.get("kernel_depends", []), repo_id)
+
+
+def _kernel_depends(value: object, repo_id: str) -> tuple[RepoInfo, ...]:
+    what = f'{repo_id}: "kernel_depends" must list {{"repo_id": "org/pkg", "version": N}} objects'
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(what)
+    depends = []
+    for entry in value:
+        dep_id = entry.get("repo_id")
+        if not isinstance(dep_id, str):
+            raise ValueError(what)
+        depends.append(RepoInfo(dep_id, check_version(entry.get("version"))))
+    return tuple(sorted(set(depends)))
 
 
 def _variants_source(item: dict[str, Any], repo_id: str) -> VariantsSource:

@@ -2,9 +2,12 @@
 
 ``metadata.json`` is the manifest of one variant::
 
-    {"digest": {"files": {"<relative path>": "<base64 sha256>"}}, "sizes": {"<path>": <bytes>}}
+    {"digest": {"algorithm": "sha256", "files": {"<relative path>": "<base64 sha256>"}},
+     "sizes": {"<path>": <bytes>}}
 
-Exactly the listed files make up the variant; ``sizes`` is optional. Everything here
+Exactly the listed files make up the variant; ``sizes`` is optional, and so is
+``algorithm`` (``sha256``, the only one accepted). The kernel builder's other fields
+(name, dependencies, backend, provenance) are :mod:`._kernel_metadata`'s. Everything here
 treats the documents as hostile input: size, shape, every path, digest and size are
 checked before any of it is used to build a URL or a file name.
 """
@@ -170,6 +173,14 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
     document = load_json(data, source)
     if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
         raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
+    algorithm = document["digest"].get("algorithm", "sha256")
+    if algorithm != "sha256":
+        raise ManifestError(
+            f'{source}: "digest" uses the algorithm {repr(algorithm)[:40]}; this client '
+            "verifies sha256 digests only",
+            hint='publish the kernel with sha256 digests ("algorithm": "sha256", the '
+            "kernel builder's default)",
+        )
     files = document["digest"].get("files")
     if not isinstance(files, dict) or not files:
         raise ManifestError(

@@ -124,4 +124,4 @@ def _warm_lookup(
         return None, f"{entry / changed} differs from its receipt"
     if not config.accepts_signer(info.org, receipt.signer):
         return None, _UNSIGNED_ENTRY
-    return cached_kernel(entry, info, variant, receipt.files, receipt.signer), None
+    return cached_kernel(entry, info, variant, receipt), None

@@ -212,3 +212,42 @@ class KernelWithoutBackwardWarning(UserWarning):
     error (``python -W error``), it is logged on the ``flashhub_kernels`` logger instead:
     it never fails the forward.
     """
+
+
+class MissingPythonDependencyError(KernelImportError):
+    """A Python package the kernel's ``metadata.json`` lists in ``python-depends`` is not
+    installed. Raised before any of the kernel's code runs; the message names the package
+    and the ``pip install`` line. ``package`` is the package to install.
+    """
+
+    def __init__(self, message: str, *, package: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.package = package
+
+
+class ClientTooOldError(KernelImportError):
+    """The kernel needs a newer client than this one: its ``metadata.json`` asks for a
+    newer flashhub-kernels (``flashhub-kernels-minver``) or a newer Hugging Face kernels
+    API level (``kernels-minver``) than this flashhub-kernels implements. Upgrade
+    flashhub-kernels.
+    """
+
+
+class KernelDependencyError(KernelImportError):
+    """The kernels a kernel depends on (``kernel-depends``) cannot be loaded as declared:
+    they depend on each other in a cycle, which the message spells out."""
+
+
+class KernelDependencyLookupError(FlashhubError, RuntimeError):
+    """:func:`~flashhub_kernels.get_kernel_dep` was called outside the import of a kernel,
+    or for a kernel that the importing kernel's ``kernel-depends`` does not list.
+
+    Also a ``RuntimeError``, which is what Hugging Face kernels raises in these cases.
+    """
+
+
+class DirtyBuildWarning(UserWarning):
+    """A kernel variant was built from a git tree with uncommitted changes (its
+    ``provenance`` says ``"dirty": true``): its recorded commit does not fully identify
+    the sources, so the build may not be reproducible. The kernel loads all the same.
+    """

@@ -11,8 +11,10 @@ directly: see :mod:`.destination`)::
 
     versions.json                          every published version, merged with what is there
     v<N>/variants.json                     the variant names of this version
-    v<N>/build/<variant>/metadata.json     {"digest": {"files": {relpath: base64 sha256}},
-                                            "sizes": {relpath: bytes}}
+    v<N>/build/<variant>/metadata.json     the kernel builder's schema (see .metadata):
+                                           {"digest": {"algorithm": "sha256", "files":
+                                            {relpath: base64 sha256}}, "sizes": {...},
+                                            "name", "id", "version", "backend", ...}
     v<N>/build/<variant>/<py_pkg>/...      a copy of every file of the variant
 
 A published version is immutable: publishing different content under an existing
@@ -28,11 +30,12 @@ the ``versions.json`` that lists it carry the old and the new key's signatures w
 keys are rotated. :func:`sign_tree` signs a tree published without a key.
 A signature is not content: adding one never makes a version "different".
 
-The modules of this package follow the steps: :mod:`.build` reads the build directory,
-:mod:`.checks` checks its sources and what it shares with published versions,
-:mod:`.compare` compares it with the version already in place, :mod:`.signatures`
-signs, :mod:`.writing` writes (in an order that is safe for readers of an object store)
-through a :mod:`.destination`; :mod:`.publisher` runs them in order.
+The modules of this package follow the steps: :mod:`.build` reads the build directory
+and :mod:`.metadata` makes each variant's ``metadata.json``, :mod:`.checks` checks its
+sources and what it shares with published versions, :mod:`.compare` compares it with
+the version already in place, :mod:`.signatures` signs, :mod:`.writing` writes (in an
+order that is safe for readers of an object store) through a :mod:`.destination`;
+:mod:`.publisher` runs them in order.
 """
 
 from __future__ import annotations

@@ -14,18 +14,16 @@ from .._manifest import (
     check_relative_path,
     content_hash,
     dump_json,
-    encode_digest,
     parse_metadata,
 )
 from .._variants import VariantNameError, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
+from .metadata import variant_metadata
 from .report import VariantReport
 
 _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
-# The keys of metadata.json that publish writes from the files; a build's own are replaced.
-_WRITTEN_KEYS = frozenset({"digest", "sizes"})
 
 
 @dataclass(frozen=True)
@@ -111,8 +109,9 @@ def _is_variant_name(name: str) -> bool:
     return True
 
 
-def scan_variant(variant_dir: Path, py_pkg: str) -> VariantBuild:
-    """Read and hash the files of one variant directory."""
+def scan_variant(variant_dir: Path, py_pkg: str, defaults: Mapping[str, object]) -> VariantBuild:
+    """Read and hash the files of one variant directory; ``defaults`` are the builder's
+    fields its metadata.json gets where the build's own lacks them."""
     name = variant_dir.name
     try:
         parse_variant(name)
@@ -130,7 +129,8 @@ def scan_variant(variant_dir: Path, py_pkg: str) -> VariantBuild:
             rel: hash_file(path) for rel, path in _walk(_package_dir(variant_dir, py_pkg), py_pkg)
         }
     depends = _python_depends(extra, metadata)
-    return VariantBuild(name, files, _metadata_bytes(name, files, extra), depends)
+    document = variant_metadata(name, files, extra, defaults, py_pkg, metadata)
+    return VariantBuild(name, files, _metadata_bytes(name, document), depends)
 
 
 def _is_flattened(variant_dir: Path) -> bool:
@@ -182,8 +182,7 @@ def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
 
 
 def _read_build_metadata(path: Path) -> dict[str, object]:
-    """Keys of a build's own metadata.json are published as they are, but for the ones
-    publish writes itself (``digest``, ``sizes``)."""
+    """A build's own metadata.json, as a builder wrote it."""
     data = path.read_bytes()
     try:
         document = json.loads(data) if len(data) <= MAX_DOCUMENT_BYTES else None
@@ -194,7 +193,7 @@ def _read_build_metadata(path: Path) -> dict[str, object]:
             f"{path} is not a JSON object of at most 1 MiB",
             hint="fix it or delete it; publish writes the file digests itself",
         )
-    return {k: v for k, v in document.items() if k not in _WRITTEN_KEYS}
+    return document
 
 
 def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ...]:
@@ -209,12 +208,8 @@ def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ..
     return tuple(depends)
 
 
-def _metadata_bytes(
-    variant: str, files: Mapping[str, SourceFile], extra: dict[str, object]
-) -> bytes:
-    digests = {rel: encode_digest(source.digest) for rel, source in sorted(files.items())}
-    sizes = {rel: source.size for rel, source in sorted(files.items())}
-    data = dump_json({**extra, "digest": {"files": digests}, "sizes": sizes})
+def _metadata_bytes(variant: str, document: dict[str, object]) -> bytes:
+    data = dump_json(document)
     try:
         parse_metadata(data, source=f"{variant}/{METADATA}")  # what a client will accept
     except ManifestError as exc:

@@ -24,6 +24,7 @@ from .compare import (
 )
 from .destination import Destination, Directory, open_destination
 from .layout import VERSIONS, Tree
+from .metadata import kernel_defaults
 from .report import PublishReport
 from .signatures import (
     KeySource,
@@ -93,7 +94,8 @@ def publish(
     repo = RepoInfo(repo_id, version)
     keys = signing_keys(sign)
     prefix_parts = [p for p in normalize_prefix(prefix).split("/") if p]
-    builds = [scan_variant(d, repo.py_pkg) for d in variant_dirs(Path(build_dir))]
+    defaults = kernel_defaults(Path(build_dir), repo)
+    builds = [scan_variant(d, repo.py_pkg, defaults) for d in variant_dirs(Path(build_dir))]
     undeclared = tuple(u for build in builds for u in check_sources(build, repo.py_pkg))
     tree = version_tree(builds)
 

@@ -112,7 +112,7 @@ def _newest_version(repo_id: str, command: str) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .._info import describe_kernel
+    from .._info import describe_kernel, metadata_lines
 
     version = args.version or _newest_version(args.repo_id, "info")
     description = describe_kernel(args.repo_id, version, backend=args.backend)
@@ -127,6 +127,8 @@ def _info(args: argparse.Namespace) -> int:
             f"  {mark} {escape_controls(variant.name)}: {count(len(variant.files), 'file')}, "
             f"{size(variant.size)}, {variant.content_hash}"
         )
+        for line in metadata_lines(variant.metadata):
+            print(f"      {line}")
         if variant.signature:
             print(f"      {variant.signature.describe()}")
         if variant.mirrored_from:

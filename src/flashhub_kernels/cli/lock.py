@@ -69,11 +69,13 @@ def _lock(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
         return EXIT_OK
-    for repo_id, locked in sorted(lock.kernels.items()):
+    for locked in lock.entries():
         wanted = locked.specifier or "any version"
         variants = count(len(locked.variants), "variant")
         probed = ", probed: no variants.json" if locked.probed else ""
-        print(f"{repo_id} {wanted}: v{locked.version} ({variants}{probed})")
+        needs = ", ".join(str(dep.info) for dep in locked.dependencies)
+        depends = f", depends on {needs}" if needs else ""
+        print(f"{locked.repo_id} {wanted}: v{locked.version} ({variants}{probed}{depends})")
     if written:
         print(f"wrote {lock.source}")
     else:

@@ -1,0 +1,195 @@
+"""The ``metadata.json`` a variant is published with, in the kernel builder's schema.
+
+Hugging Face's kernels client reads a variant only when its ``metadata.json`` holds
+the builder's identifying fields, so the publisher writes them all::
+
+    name, id, version, license, python-depends, kernel-depends, backend {type[, archs]}
+    digest {"algorithm": "sha256", "files": {...}}, sizes
+
+A field the build's own ``metadata.json`` states (a builder wrote it) is published as
+it is. One it lacks is derived:
+
+- ``name``: ``[general] name`` of the kernel's ``build.toml``, else the repo's package
+  name (lower case, ``_`` -> ``-``); ``license``, ``upstream``, ``source``: from
+  ``build.toml``'s ``[general]``, else the license of ``pyproject.toml``'s
+  ``[project]``, else ``"unknown"`` (no upstream or source);
+- ``version``: the version being published;
+- ``id``: the op namespace of the variant's one native library (its file name up to the
+  first dot, as the builder names both), else ``_<py_pkg>_<backend>_<7 hex>`` from the
+  variant's content hash;
+- ``backend``: the variant name's backend (``torch-universal``, pure Python, as
+  ``cpu``: the schema has no universal backend); ``python-depends`` and
+  ``kernel-depends``: empty.
+
+``build.toml`` and ``pyproject.toml`` are looked for in the kernel directory: the one
+passed, when it holds ``build/``, or the parent of a directory named ``build``.
+
+A build's own ``"digest"`` must list exactly the files published, with the same
+sha256, else the build changed after it was made and is refused; ``sizes`` is always
+written anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .._kernel_dir import NATIVE_SUFFIXES
+from .._kernel_metadata import read_kernel_metadata
+from .._manifest import content_hash, decode_digest, encode_digest
+from .._names import RepoInfo
+from .._pyproject import load_toml, lookup
+from .._variants import parse_variant
+from ..errors import ManifestError, PublishError
+from .layout import METADATA, SourceFile
+
+# The backend each backend of a variant name is published as (the builder's names).
+_BACKEND_TYPES = {"npu": "cann", None: "cpu"}  # None: torch-universal
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def kernel_defaults(build_dir: Path, repo: RepoInfo) -> dict[str, object]:
+    """The fields every variant of the kernel gets unless its own metadata.json has them."""
+    kernel_dir = build_dir if (build_dir / "build").is_dir() else None
+    if kernel_dir is None and build_dir.name == "build":
+        kernel_dir = build_dir.parent
+    general = _toml_table(kernel_dir / "build.toml", "general") if kernel_dir else {}
+    project = _toml_table(kernel_dir / "pyproject.toml", "project") if kernel_dir else {}
+    defaults: dict[str, object] = {
+        "name": _text(general.get("name")) or _kernel_name(repo.name),
+        "version": repo.version,
+        "license": _text(general.get("license")) or _license(project.get("license")),
+        "python-depends": [],
+        "kernel-depends": [],
+    }
+    for key in ("upstream", "source"):
+        value = _text(general.get(key))
+        if value:
+            defaults[key] = value
+    return defaults
+
+
+def variant_metadata(
+    variant: str,
+    files: Mapping[str, SourceFile],
+    own: Mapping[str, Any],
+    defaults: Mapping[str, object],
+    py_pkg: str,
+    path: Path,
+) -> dict[str, object]:
+    """The ``metadata.json`` document of ``variant``: ``own`` (the build's, read from
+    ``path``) with what it lacks derived, and the digests and sizes of ``files``.
+
+    Raises:
+        PublishError: the build's own digests disagree with ``files``, or one of its
+            builder fields is malformed.
+    """
+    if "digest" in own:
+        _check_own_digest(own["digest"], files, path)
+    digests = {rel: source.digest for rel, source in files.items()}
+    derived = {
+        **defaults,
+        "id": _variant_id(files, py_pkg, _backend_type(variant), content_hash(digests)),
+        "backend": {"type": _backend_type(variant)},
+    }
+    document: dict[str, object] = {
+        **derived,
+        **{key: value for key, value in own.items() if key not in ("digest", "sizes")},
+        "digest": {
+            "algorithm": "sha256",
+            "files": {rel: encode_digest(digest) for rel, digest in sorted(digests.items())},
+        },
+        "sizes": {rel: source.size for rel, source in sorted(files.items())},
+    }
+    try:
+        read_kernel_metadata(document, source=str(path))
+    except ManifestError as exc:
+        raise PublishError(exc.message, hint="fix the build's metadata.json") from None
+    return document
+
+
+def _check_own_digest(digest: object, files: Mapping[str, SourceFile], path: Path) -> None:
+    """Refuse a build whose ``metadata.json`` lists other files, or other digests, than
+    the files it holds: the build was changed after the builder hashed it."""
+    listed = digest.get("files") if isinstance(digest, dict) else None
+    if not isinstance(listed, dict):
+        raise PublishError(
+            f'"digest" in {path} must be {{"algorithm": "sha256", "files": {{...}}}}',
+            hint="fix it, or delete the digest: publish writes the file digests itself",
+        )
+    algorithm = digest.get("algorithm", "sha256") if isinstance(digest, dict) else None
+    if algorithm != "sha256":
+        raise PublishError(
+            f"{path} lists {algorithm!r} digests; publish checks a build's own digests "
+            "against sha256 only",
+            hint="build the kernel with sha256 digests, or delete its digest",
+        )
+    changed = _first_difference(listed, files)
+    if changed is not None:
+        raise PublishError(
+            f"the files of {path.parent} do not match the digests of its {METADATA}: {changed}",
+            hint="the build changed after it was made: rebuild the kernel, or restore the "
+            "files it was built with",
+        )
+
+
+def _first_difference(listed: Mapping[str, object], files: Mapping[str, SourceFile]) -> str | None:
+    for rel in sorted(listed.keys() | files.keys()):
+        if rel not in files:
+            return f"{rel} is listed but not in the build"
+        if rel not in listed:
+            return f"{rel} is in the build but not listed"
+        try:
+            if decode_digest(listed[rel]) != files[rel].digest:
+                return f"{rel} has other content than its digest"
+        except ValueError as exc:
+            return f"{rel}: {exc}"
+    return None
+
+
+def _backend_type(variant: str) -> str:
+    backend = parse_variant(variant).backend
+    return _BACKEND_TYPES.get(backend, backend or "cpu")
+
+
+def _variant_id(files: Mapping[str, SourceFile], py_pkg: str, backend: str, digest: str) -> str:
+    natives = {
+        rel.rsplit("/", 1)[-1].partition(".")[0] for rel in files if rel.endswith(NATIVE_SUFFIXES)
+    }
+    if len(natives) == 1:
+        return natives.pop()
+    return f"_{py_pkg}_{backend}_{digest.removeprefix('sha256-')[:7]}"
+
+
+def _kernel_name(pkg: str) -> str:
+    """The repo's package name as the builder's schema spells names: lower case letters,
+    digits and ``-``, starting with a letter."""
+    name = "".join(c for c in pkg.lower().replace("_", "-") if c in _NAME_CHARS)
+    name = name.lstrip("-0123456789").rstrip("-")
+    return name if len(name) >= 2 else "kernel"
+
+
+def _license(value: object) -> str:
+    if isinstance(value, dict):
+        value = value.get("text")
+    return _text(value) or "unknown"
+
+
+def _text(value: object) -> str | None:
+    return (value.strip() or None) if isinstance(value, str) else None
+
+
+def _toml_table(path: Path, table: str) -> dict[str, Any]:
+    """``[table]`` of the TOML file at ``path``; empty when there is no such file."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return {}
+    try:
+        found = lookup(load_toml(data), table)
+    except ValueError as exc:
+        raise PublishError(
+            f"{path} {exc}", hint="fix the file: publish reads the kernel's name and license there"
+        ) from None
+    return found if isinstance(found, dict) else {}
