@@ -17,9 +17,6 @@ differs:
 Left out: ``test_illegal_dep`` and ``test_deps_validated_before_download``: HF refuses
 dependencies missing from its own allow-list (``python_depends.json``), which this
 client does not keep; a kernel may name any package.
-
-The tests that need ``python-depends`` to be read are marked ``xfail(strict=True)``
-until it is.
 """
 
 from __future__ import annotations
@@ -38,10 +35,6 @@ PYTHON_DEP = "kernels-test/python-dep"
 IMPORT_NAMES = {"einops": "einops", "nvidia-cutlass-dsl": "cutlass"}
 RAN = "raise RuntimeError('the kernel ran although a dependency is missing')\n"
 
-needs_python_depends = pytest.mark.xfail(
-    strict=True, reason="python-depends is read with the kernel metadata fields"
-)
-
 
 def publish_python_dep(root: Path, dependency: str) -> None:
     """``kernels-test/python-dep`` v1, declaring ``dependency``; its code imports it."""
@@ -50,7 +43,6 @@ def publish_python_dep(root: Path, dependency: str) -> None:
     write_hf_kernel(root, PYTHON_DEP, 1, this_machine(), files, {"python-depends": [dependency]})
 
 
-@needs_python_depends
 @pytest.mark.parametrize("dependency", ["einops", "nvidia-cutlass-dsl"])
 def test_python_deps(dependency: str, cdn: CdnServer) -> None:
     publish_python_dep(cdn.root, dependency)
@@ -70,7 +62,6 @@ def test_install_kernel_skips_validation_by_default(cdn: CdnServer) -> None:
     assert (variant_path / "metadata.json").exists()
 
 
-@needs_python_depends
 def test_local_kernel_validates_deps(cdn: CdnServer, tmp_path: Path) -> None:
     """``get_local_kernel`` checks the dependencies too."""
     publish_python_dep(cdn.root, "nvidia-cutlass-dsl")

@@ -9,8 +9,6 @@ documents follow the original; what differs:
   directory.
 - The warning must name the kernel (its repo id, or the directory of a local kernel)
   as well as what is dirty; its wording is this client's.
-
-The tests of a warning are marked ``xfail(strict=True)`` until ``provenance`` is read.
 """
 
 from __future__ import annotations
@@ -39,10 +37,6 @@ DIRTY_BUILDER = {
     "kernel-builder": {"version": "0.1.0", "commit": "a" * 40, "dirty": True},
     "kernel": {"commit": "b" * 40, "dirty": False},
 }
-
-needs_provenance = pytest.mark.xfail(
-    strict=True, reason="provenance is read with the kernel metadata fields"
-)
 
 
 def _publish(root: Path, provenance: dict[str, object] | None) -> None:
@@ -84,21 +78,18 @@ def test_no_warning_when_clean(cdn: CdnServer, provenance: dict[str, object] | N
     assert [str(w.message) for w in recwarn] == []
 
 
-@needs_provenance
 def test_warns_on_dirty_kernel_source(cdn: CdnServer) -> None:
     _publish(cdn.root, DIRTY_KERNEL)
     with pytest.warns(UserWarning, match=rf"{ACTIVATION}[\s\S]*dirty"):
         get_kernel(ACTIVATION, version=1)
 
 
-@needs_provenance
 def test_warns_names_dirty_sources(cdn: CdnServer) -> None:
     _publish(cdn.root, DIRTY_BUILDER)
     with pytest.warns(UserWarning, match="kernel-builder"):
         get_kernel(ACTIVATION, version=1)
 
 
-@needs_provenance
 def test_import_from_path_warns_on_dirty(tmp_path: Path) -> None:
     variant_dir = _write_variant(tmp_path, DIRTY_KERNEL)
     with pytest.warns(UserWarning, match="dirty"):
