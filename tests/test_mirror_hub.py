@@ -118,7 +118,7 @@ def test_a_mirrored_build_is_verified_published_and_loads_online_and_offline(
     manifest = json.loads((local / "metadata.json").read_text())
     assert manifest["name"] == "relu" and manifest["license"] == "Apache-2.0"  # the builder's
     assert manifest["mirrored-from"]["commit"] == commit
-    assert "algorithm" not in manifest["digest"]  # the CDN's own digests, sha256
+    assert manifest["digest"]["algorithm"] == "sha256"  # the CDN's own digests
     # Only the build: no repo file, no signature bundle, no bytecode, each file once.
     downloads = [r.path for r in hub.requests if r.method == "GET" and "/resolve/" in r.path]
     assert all("/build/" in p and not p.endswith((".sigstore", ".pyc")) for p in downloads)

@@ -298,8 +298,12 @@ def builder_variant(
         "backend": {"type": "universal" if variant == "torch-universal" else "cpu"},
         "digest": {"algorithm": algorithm, "files": digests},
         "provenance": {
-            "kernel-builder": {"version": "0.17.0", "sha": "d0610aa58db3", "dirty": False},
-            "kernel": {"sha": "d45addadb0c3", "dirty": False},
+            "kernel-builder": {
+                "version": "0.17.0",
+                "sha": "d0610aa58db33b142c86b59598a2a1c730f52996",
+                "dirty": False,
+            },
+            "kernel": {"sha": "d45addadb0c380f3d7cc2813310b3bcd75f8aa9a", "dirty": False},
         },
     }
     tree = {f"build/{variant}/{path}": data for path, data in files.items()}
