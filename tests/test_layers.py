@@ -53,6 +53,7 @@ from flashhub_kernels.layers import (
     use_kernel_forward_from_hub,
     use_kernel_func_from_hub,
     use_kernel_mapping,
+    use_kernelized_func,
     validate_layer,
 )
 from flashhub_kernels.layers._mapping import mode_text
@@ -89,6 +90,15 @@ class NoBackward(nn.Module):
 class NoCompile(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         CALLS.append(TAG)
+        return x[..., : x.shape[-1] // 2]
+
+
+class Half(nn.Module):
+    """No side effect, which torch.compile would guard: compiled code runs it as traced."""
+
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[..., : x.shape[-1] // 2]
 
 
@@ -630,7 +640,13 @@ def test_marked_forward_under_torch_compile_asks_for_a_compile_kernel(
 
 
 @pytest.mark.parametrize(
-    "mode", [Mode.FALLBACK, Mode.INFERENCE | Mode.TRAINING, Mode.TORCH_COMPILE, "inference"]
+    "mode",
+    [
+        Mode.FALLBACK,
+        Mode(Mode.INFERENCE.value | Mode.TRAINING.value),  # `|` refuses to make it
+        Mode.TORCH_COMPILE,
+        "inference",
+    ],
 )
 def test_kernelize_rejects_a_mode_a_model_cannot_run_in(mode: Mode) -> None:
     with pytest.raises((ValueError, TypeError), match="Mode"):
@@ -640,7 +656,8 @@ def test_kernelize_rejects_a_mode_a_model_cannot_run_in(mode: Mode) -> None:
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        (Mode.FALLBACK | Mode.INFERENCE, "cannot be combined"),
+        (Mode(Mode.FALLBACK.value | Mode.INFERENCE.value), "cannot be combined"),
+        (Mode(Mode.INFERENCE.value | Mode.TRAINING.value), "not both"),
         (Mode.TORCH_COMPILE, "must include Mode.INFERENCE or Mode.TRAINING"),
         ("inference", "must be a Mode"),
     ],
@@ -799,6 +816,7 @@ def test_layer_repository_validation() -> None:
         LocalLayerRepository("/tmp/x", "")
 
 
+@pytest.mark.filterwarnings("ignore:LocalFuncRepository is deprecated:DeprecationWarning")
 def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> None:
     path = tmp_path / "local" / "layers_a"
     hf_style = LocalLayerRepository(
@@ -1088,18 +1106,19 @@ def test_training_a_model_kernelized_for_inference_warns_once_per_kernel_layer(
     assert "KernelWithoutBackwardWarning" in caplog.text and "NoBackward" in caplog.text
 
 
-def test_torch_compile_fullgraph_without_kernelize_says_to_kernelize_first(
-    mode_repos: dict[str, LocalLayerRepository], tmp_path: Path, x: torch.Tensor
+def test_torch_compile_fullgraph_runs_the_choice_made_when_tracing(
+    tmp_path: Path, x: torch.Tensor
 ) -> None:
     torch.compiler.reset()  # no compiled code of an earlier test's marked forward
-    mapping = cpu_mapping({Mode.INFERENCE | Mode.TORCH_COMPILE: mode_repos["compile"]})
-    with use_kernel_mapping(mapping):
-        with pytest.raises(RuntimeError, match=r"call kernelize\(\) before torch\.compile"):
-            torch.compile(HubSiluAndMul().eval(), backend="eager", fullgraph=True)(x)
-        model = kernelize(nn.Sequential(HubSiluAndMul()).eval(), device="cpu")
-        out = torch.compile(model, backend="eager", fullgraph=True)(x)
-    torch.testing.assert_close(out, reference_silu_and_mul(x))
-    assert calls(mode_repos["compile"]) == ["compile"]
+    layer = HubSiluAndMul().eval()
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    half = local_layers(tmp_path, "half", layer_name="Half")
+    with use_kernel_mapping(cpu_mapping({Mode.INFERENCE | Mode.TORCH_COMPILE: half})):
+        assert torch.equal(compiled(x), x[..., :8])
+    assert torch.equal(compiled(x), x[..., :8])  # the compiled code keeps its choice
+    layer.train()  # torch.compile guards the mode: it traces again, and chooses anew
+    torch.testing.assert_close(compiled(x), reference_silu_and_mul(x))
+    assert layer.n_calls == 1
     no_backward = local_layers(tmp_path, "nb", layer_name="NoBackward")
     with use_kernel_mapping(cpu_mapping(no_backward)):
         model = kernelize(nn.Sequential(HubSiluAndMul()), device="cpu")
@@ -1107,6 +1126,17 @@ def test_torch_compile_fullgraph_without_kernelize_says_to_kernelize_first(
     # the graph, so fullgraph compiles
     torch.compile(model, backend="eager", fullgraph=True)(x)
     assert calls(no_backward) == ["nb"]
+
+
+def test_an_error_in_a_traced_choice_is_raised_as_it_is(x: torch.Tensor) -> None:
+    torch.compiler.reset()
+    strict = StrictSiluAndMul().eval()  # nothing is mapped, and no fallback is allowed
+    with pytest.raises(KernelLayerError, match="forbids the original forward"):
+        torch.compile(strict, backend="eager")(x)
+    torch.compiler.reset()
+    # fullgraph=True cannot leave the graph to raise it: torch's error names it
+    with pytest.raises(RuntimeError, match=r"KernelLayerError: no kernel layer runs 'SiluAndMul'"):
+        torch.compile(strict, backend="eager", fullgraph=True)(x)
 
 
 # -- register_kernel_mapping(inherit_mapping=False) ----------------------------------------
@@ -1126,13 +1156,13 @@ def test_register_without_inheriting_replaces_the_mapping(tmp_path: Path, x: tor
     assert calls(a) == ["a"] and calls(b) == []
 
 
-# -- function kernels ----------------------------------------------------------------------
+# -- marked functions and function kernels -----------------------------------------------
 
 
 def marked_silu_and_mul() -> nn.Module:
     """A marked function, new for each test: kernelize binds the forward of the one object."""
 
-    @use_kernel_func_from_hub("silu_and_mul")
+    @use_kernel_forward_from_hub("silu_and_mul")
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         """The reference function."""
         return reference_silu_and_mul(x)
@@ -1162,11 +1192,120 @@ def test_a_marked_function_is_still_a_function() -> None:
     assert isinstance(silu_and_mul, nn.Module)
     assert type(silu_and_mul).__name__ == "silu_and_mul"
     assert type(silu_and_mul).__doc__ == "The reference function."
-    with pytest.raises(TypeError, match="decorates functions"):
-        use_kernel_func_from_hub("x")(SiluAndMul)  # type: ignore[arg-type]
+    assert type(silu_and_mul).kernel_layer_name == "silu_and_mul"
+    with pytest.raises(TypeError, match=r"decorates nn\.Module classes and functions"):
+        use_kernel_forward_from_hub("x")(nn.ReLU())  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="layer_name must be a non-empty string"):
+        use_kernel_forward_from_hub("")
+
+
+def test_kernel_layer_name_names_only_marked_classes() -> None:
+    class Overriding(HubSiluAndMul):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    class Inheriting(HubSiluAndMul):
+        pass
+
+    assert HubSiluAndMul.kernel_layer_name == "SiluAndMul"
+    assert HubSiluAndMul().kernel_layer_name == "SiluAndMul"
+    assert Inheriting.kernel_layer_name == "SiluAndMul"
+    assert not hasattr(Overriding, "kernel_layer_name")  # its forward is not the marked one
+    assert not hasattr(SiluAndMul(), "kernel_layer_name")
 
 
 def test_kernelize_swaps_a_marked_function(tmp_path: Path) -> None:
+    repo = local_layers(tmp_path, "a")
+    model = WithFunc()
+    x = torch.randn(3, 8)
+    expected = reference_silu_and_mul(model.linear(x))
+    with use_kernel_mapping({"silu_and_mul": {"cpu": repo}}):  # a layer for a function
+        kernelize(model, mode=Mode.INFERENCE)
+    torch.testing.assert_close(model(x), expected)
+    assert calls(repo) == ["a"]
+    kernelize(model, mode=Mode.INFERENCE)  # nothing mapped now: the original again
+    model(x)
+    assert calls(repo) == ["a"]
+
+
+@use_kernel_forward_from_hub("halve")
+def halve(x: torch.Tensor) -> torch.Tensor:
+    return x[..., : x.shape[-1] // 2] * 0
+
+
+@use_kernelized_func(halve)
+class CallsHalve(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return halve(x)
+
+
+@use_kernelized_func(marked_silu_and_mul())
+class CallsBoth(CallsHalve):
+    pass
+
+
+def test_use_kernelized_func_lets_kernelize_reach_a_function_a_module_calls(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    repo = local_layers(tmp_path, "a", layer_name="NoCompile")
+    model = nn.Sequential(nn.Linear(16, 16), CallsHalve())
+    assert [name for name, _ in model.named_modules()] == ["", "0", "1"]  # not a submodule
+    assert CallsBoth._flashhub_kernel_funcs[0] is halve  # inherited, then its own
+    with use_kernel_mapping({"halve": {"cpu": repo}}):
+        kernelize(model, mode=Mode.INFERENCE)
+    assert torch.equal(model[1](x), x[..., :8])  # the kernel's, not the original's zeros
+    assert calls(repo) == ["a"]
+    kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)  # NoCompile: the original
+    assert torch.equal(model[1](x), x[..., :8] * 0)
+    with pytest.raises(ValueError, match="Function `reference_silu_and_mul` is not decorated"):
+        use_kernelized_func(reference_silu_and_mul)  # type: ignore[arg-type]
+
+
+def test_a_condition_keeps_the_original_forward_where_it_is_false(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    @use_kernel_forward_from_hub("SiluAndMul", lambda module: module.wanted)
+    class Conditional(SiluAndMul):
+        wanted = True
+
+    repo = local_layers(tmp_path, "a")
+    wanted, unwanted = Conditional(), Conditional()
+    unwanted.wanted = False
+    with use_kernel_mapping(cpu_mapping(repo)):
+        wanted(x)
+        unwanted(x)  # per call
+        kernelize(nn.Sequential(wanted, unwanted), device="cpu")
+    assert wanted.forward.__func__ is repo.load().forward
+    assert unwanted.forward.__func__ is SiluAndMul.forward
+    assert (calls(repo), wanted.n_calls, unwanted.n_calls) == (["a"], 0, 1)
+
+
+# Function kernels, deprecated as in Hugging Face kernels: they still work, and warn.
+deprecated = pytest.mark.filterwarnings("ignore:.*is deprecated:DeprecationWarning")
+
+
+def test_the_function_apis_are_deprecated_where_they_are_called(tmp_path: Path) -> None:
+    made = [
+        lambda: FuncRepository("acme/silu-layers", "silu_and_mul", version=1),
+        lambda: LocalFuncRepository(tmp_path, "silu_and_mul"),
+        lambda: LockedFuncRepository("acme/silu-layers", "f", lockfile=tmp_path / "x.lock"),
+        lambda: use_kernel_func_from_hub("silu_and_mul"),
+    ]
+    for make, instead in zip(
+        made,
+        ["LayerRepository", "LocalLayerRepository", "LockedLayerRepository", "use_kernel_forward"],
+        strict=True,
+    ):
+        with pytest.warns(DeprecationWarning, match=f"is deprecated.*{instead}") as caught:
+            make()
+        assert [w.filename for w in caught] == [__file__]
+    with pytest.warns(DeprecationWarning):
+        marked = use_kernel_func_from_hub("silu_and_mul")(reference_silu_and_mul)
+    assert type(marked).kernel_layer_name == "silu_and_mul"
+
+
+@deprecated
+def test_kernelize_swaps_a_marked_function_for_a_function_kernel(tmp_path: Path) -> None:
     local_layers(tmp_path, "a")
     repo = LocalFuncRepository(tmp_path / "local" / "layers_a", "silu_and_mul")
     model = WithFunc()
@@ -1181,6 +1320,7 @@ def test_kernelize_swaps_a_marked_function(tmp_path: Path) -> None:
     assert func_calls(repo) == ["a:func"]
 
 
+@deprecated
 def test_function_and_layer_kernels_replace_each_other(
     cdn: CdnServer, tmp_path: Path, x: torch.Tensor
 ) -> None:
@@ -1200,6 +1340,7 @@ def test_function_and_layer_kernels_replace_each_other(
     assert len(cdn.gets("__init__.py")) == 1
 
 
+@deprecated
 def test_locked_func_repository(cdn: CdnServer, tmp_path: Path) -> None:
     from flashhub_kernels._lock import lock_project
     from support.projects import write_project
@@ -1218,6 +1359,7 @@ def test_locked_func_repository(cdn: CdnServer, tmp_path: Path) -> None:
     assert func_calls(repo) == ["locked:func"]
 
 
+@deprecated
 def test_a_function_kernel_carries_its_markers(tmp_path: Path) -> None:
     local_layers(tmp_path, "a")
     repo = LocalFuncRepository(tmp_path / "local" / "layers_a", "double")
@@ -1234,6 +1376,7 @@ def test_a_function_kernel_carries_its_markers(tmp_path: Path) -> None:
     assert not hasattr(plain, "has_backward") and not hasattr(plain, "can_torch_compile")
 
 
+@deprecated
 def test_func_repository_errors(tmp_path: Path, x: torch.Tensor) -> None:
     with pytest.raises(ValueError, match="exactly one of version= or revision="):
         FuncRepository("acme/silu-layers", "silu_and_mul")
@@ -1241,8 +1384,6 @@ def test_func_repository_errors(tmp_path: Path, x: torch.Tensor) -> None:
         FuncRepository("acme/silu-layers", "silu-and-mul", version=1)
     with pytest.raises(ValueError, match="func_name must be a function name"):
         LockedFuncRepository("acme/silu-layers", "")
-    with pytest.raises(ValueError, match="func_name must be a non-empty string"):
-        use_kernel_func_from_hub("")
     local_layers(tmp_path, "a")
     missing = LocalFuncRepository(tmp_path / "local" / "layers_a", "gelu")
     with (

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         CUDAProperties,
         Device,
         FuncRepository,
+        KernelizeFallback,
         LayerRepository,
         LocalFuncRepository,
         LocalLayerRepository,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         use_kernel_forward_from_hub,
         use_kernel_func_from_hub,
         use_kernel_mapping,
+        use_kernelized_func,
     )
 
 __version__ = "0.2.0"
@@ -75,6 +77,7 @@ _LAZY = {
     "CUDAProperties": ".layers",
     "Device": ".layers",
     "FuncRepository": ".layers",
+    "KernelizeFallback": ".layers",
     "LayerRepository": ".layers",
     "LocalFuncRepository": ".layers",
     "LocalLayerRepository": ".layers",
@@ -88,6 +91,7 @@ _LAZY = {
     "use_kernel_forward_from_hub": ".layers",
     "use_kernel_func_from_hub": ".layers",
     "use_kernel_mapping": ".layers",
+    "use_kernelized_func": ".layers",
 }
 
 __all__ = [
@@ -96,6 +100,7 @@ __all__ = [
     "Config",
     "Device",
     "FuncRepository",
+    "KernelizeFallback",
     "LayerRepository",
     "LoadedKernel",
     "LocalFuncRepository",
@@ -124,6 +129,7 @@ __all__ = [
     "use_kernel_forward_from_hub",
     "use_kernel_func_from_hub",
     "use_kernel_mapping",
+    "use_kernelized_func",
 ]
 
 
