@@ -32,6 +32,7 @@ import flashhub_kernels
 from conftest import run_python
 from flashhub_kernels.errors import (
     KernelLayerError,
+    KernelNotFoundError,
     KernelWithoutBackwardWarning,
     LayerValidationError,
 )
@@ -40,6 +41,7 @@ from flashhub_kernels.layers import (
     CUDAProperties,
     Device,
     FuncRepository,
+    KernelizeFallback,
     LayerRepository,
     LocalFuncRepository,
     LocalLayerRepository,
@@ -719,6 +721,77 @@ def test_use_fallback_false_raises_for_an_unmapped_device(tmp_path: Path, x: tor
         torch.testing.assert_close(StrictSiluAndMul()(x), reference_silu_and_mul(x))
 
 
+def test_each_fallback_case_is_allowed_or_refused_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    repo = local_layers(tmp_path, "a", layer_name="NoCompile")
+    cases = {
+        KernelizeFallback.NO_LAYER: ({}, "the mapping has no entry for it", "cpu"),
+        KernelizeFallback.NO_DEVICE: ({"cuda": repo}, "mapped for cuda only", "cpu"),
+        KernelizeFallback.NO_COMPATIBLE_PROPERTIES: (
+            {Device("cuda", CUDAProperties(80, 90)): repo},
+            "capabilities 80-90, and this GPU's is 70",
+            "cuda",
+        ),
+        KernelizeFallback.NO_COMPATIBLE_MODE: (
+            {"cpu": {Mode.INFERENCE: repo}},
+            "modes INFERENCE, none of which serves it",
+            "cpu",
+        ),
+    }
+    for case, (devices, detail, device) in cases.items():
+        mapping = {"SiluAndMul": devices} if devices else {}
+        model = nn.Sequential(HubSiluAndMul())
+        with use_kernel_mapping(mapping):
+            others = KernelizeFallback.ALL & ~case  # every case but this one
+            with pytest.raises(KernelLayerError, match=rf"{re.escape(detail)}.*{case.name}"):
+                kernelize(model, mode=Mode.TRAINING, device=device, use_fallback=others)
+            kernelize(model, mode=Mode.TRAINING, device=device, use_fallback=case)
+            assert model[0].forward.__func__ is SiluAndMul.forward
+    with use_kernel_mapping(cpu_mapping(repo)):  # a kernel layer that cannot compile
+        model = nn.Sequential(HubSiluAndMul())
+        with pytest.raises(KernelLayerError, match=r"does not support mode INFERENCE\|TORCH"):
+            kernelize(model, mode=INF | CMP, device="cpu", use_fallback=False)
+        kernelize(model, mode=INF | CMP, device="cpu", use_fallback=True)
+        assert model[0].forward.__func__ is SiluAndMul.forward
+    with pytest.raises(TypeError, match="KernelizeFallback"):
+        kernelize(model, device="cpu", use_fallback="all")  # type: ignore[arg-type]
+
+
+def test_a_kernel_that_cannot_load_falls_back_only_when_allowed(
+    cdn: CdnServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = LayerRepository("acme/not-published", "SiluAndMul", version=1)
+    model = nn.Sequential(HubSiluAndMul(), HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(missing)):
+        with pytest.raises(KernelNotFoundError):
+            kernelize(model, device="cpu")  # True is DEFAULT, without CANNOT_LOAD
+        cdn.clear_log()
+        caplog.set_level(logging.WARNING, logger="flashhub_kernels")
+        kernelize(model, device="cpu", use_fallback=KernelizeFallback.ALL)
+    assert [m.forward.__func__ for m in model] == [SiluAndMul.forward] * 2
+    assert len(cdn.gets("variants.json")) == 1  # tried once for both layers
+    (record,) = [r for r in caplog.records if "cannot be loaded" in r.getMessage()]
+    assert "acme/not-published" in record.getMessage() and "CANNOT_LOAD" in record.getMessage()
+    with use_kernel_mapping(cpu_mapping(missing)), pytest.raises(KernelNotFoundError):
+        strict = nn.Sequential(StrictSiluAndMul())
+        kernelize(strict, device="cpu", use_fallback=KernelizeFallback.ALL)
+
+
+def test_kernelize_for_device_types_this_torch_does_not_know(tmp_path: Path) -> None:
+    repos = {kind: local_layers(tmp_path / kind, kind) for kind in ("tpu", "neuron", "npu")}
+    mapping = {"SiluAndMul": {Device(kind): repo for kind, repo in repos.items()}}
+    layer = HubSiluAndMul()
+    with use_kernel_mapping(mapping):
+        for device in ("tpu", "neuron:1", Device("npu")):
+            kernelize(layer, device=device)
+            kind = device.type if isinstance(device, Device) else device.split(":")[0]
+            assert layer.forward.__func__ is repos[kind].load().forward
+    with pytest.raises(ValueError, match=r"give a torch device.*neuron, tpu"):
+        kernelize(layer, device="gpu")
+
+
 def test_kernelize_needs_a_device_for_a_model_without_parameters() -> None:
     with pytest.raises(ValueError, match="pass device="):
         kernelize(HubSiluAndMul())
@@ -897,6 +970,30 @@ def test_layer_names_are_exported_from_the_package_without_importing_torch() -> 
     assert flashhub_kernels.use_kernel_mapping is layers.use_kernel_mapping
     out = run_python("import sys, flashhub_kernels; print('torch' in sys.modules)")
     assert out.strip() == "False"
+
+
+def test_the_layer_module_is_the_layers_api_under_the_hugging_face_name() -> None:
+    code = """
+import json, sys
+import flashhub_kernels.layer as layer
+before = sorted(m for m in ("torch", "flashhub_kernels.layers") if m in sys.modules)
+from flashhub_kernels.layer import KernelizeFallback, Mode, use_kernelized_func
+import flashhub_kernels.layers as layers
+same = [getattr(layer, n) is getattr(layers, n) for n in ("Mode", "KernelizeFallback")]
+star = {}
+exec("from flashhub_kernels.layer import *", star)
+print(json.dumps([before, same, "torch" in sys.modules, sorted(set(star) - {"__builtins__"})]))
+"""
+    before, same, torch_imported, star = json.loads(run_python(code))
+    assert before == [] and same == [True, True]
+    assert torch_imported  # the star import includes kernelize, which needs torch
+    import flashhub_kernels.layer as layer
+    import flashhub_kernels.layers as layers
+
+    assert star == sorted(layers.__all__) and layer.kernelize is layers.kernelize
+    assert sorted(set(dir(layer)) & set(layers.__all__)) == sorted(layers.__all__)
+    with pytest.raises(AttributeError, match="has no attribute '_mapping'"):
+        layer._mapping  # noqa: B018
 
 
 LAYERS_DIR = Path(flashhub_kernels.__file__).parent / "layers"
