@@ -972,6 +972,38 @@ def test_layer_names_are_exported_from_the_package_without_importing_torch() -> 
     assert out.strip() == "False"
 
 
+# The layer and function names of Hugging Face kernels 0.17 (kernels.layer.__all__).
+HF_LAYER_NAMES = [
+    "CUDAProperties",
+    "Device",
+    "FuncRepository",
+    "KernelizeFallback",
+    "LayerRepository",
+    "LocalFuncRepository",
+    "LocalLayerRepository",
+    "LockedFuncRepository",
+    "LockedLayerRepository",
+    "Mode",
+    "ROCMProperties",
+    "kernelize",
+    "register_kernel_mapping",
+    "replace_kernel_forward_from_hub",
+    "use_kernel_forward_from_hub",
+    "use_kernel_func_from_hub",
+    "use_kernel_mapping",
+    "use_kernelized_func",
+]
+
+
+def test_every_hugging_face_layer_name_is_exported_at_both_levels() -> None:
+    import flashhub_kernels.layer as layer
+    import flashhub_kernels.layers as layers
+
+    for name in HF_LAYER_NAMES:
+        assert name in flashhub_kernels.__all__ and name in layers.__all__, name
+        assert getattr(flashhub_kernels, name) is getattr(layers, name) is getattr(layer, name)
+
+
 def test_the_layer_module_is_the_layers_api_under_the_hugging_face_name() -> None:
     code = """
 import json, sys
