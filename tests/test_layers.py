@@ -902,6 +902,10 @@ def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> No
         LocalLayerRepository(path, "SiluAndMul", repo_path=path)
     with pytest.raises(TypeError, match="a path"):
         LocalFuncRepository(func_name="double")
+    local_layers(tmp_path, "a")
+    kernel = flashhub_kernels.get_local_kernel(path, "layers_a")  # get_local_kernel's too
+    assert kernel is flashhub_kernels.get_local_kernel(path)
+    assert hf_style.load_kernel() is kernel
 
 
 def test_repositories_copy_and_pickle_as_values(tmp_path: Path) -> None:

@@ -83,13 +83,17 @@ def install_kernel(
     return entry
 
 
-def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
+def get_local_kernel(
+    repo_path: str | os.PathLike[str], package_name: str | None = None
+) -> ModuleType:
     """Import a kernel from a local directory, without the CDN or the cache.
 
     ``repo_path`` is a kernel repo holding ``build/<variant>/<py_pkg>/``, such a
     ``build`` directory itself, one ``<variant>`` directory, or a bare package directory
     with an ``__init__.py``. The best variant for this system is used. The module gets a
     unique name derived from the path, so different directories never collide.
+    ``package_name``, which Hugging Face kernels' ``get_local_kernel(repo_path,
+    package_name)`` takes, is accepted and not needed: the package is found either way.
 
     That name means nothing to another process until it calls ``get_local_kernel`` with
     the same path: unpickling an object of the kernel there raises a
@@ -98,6 +102,7 @@ def get_local_kernel(repo_path: str | os.PathLike[str]) -> ModuleType:
     """
     from ._local import find_local_package  # not imported by kernel loads from the CDN
 
+    del package_name  # the Hugging Face spelling; the package is found under the path
     package_dir = find_local_package(Path(repo_path).resolve()).package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
     module_name = f"{LOCAL_PACKAGE}.{package_dir.name}_{digest}"
