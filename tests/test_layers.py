@@ -1261,6 +1261,20 @@ def test_torch_compile_fullgraph_runs_the_choice_made_when_tracing(
     assert calls(no_backward) == ["nb"]
 
 
+def test_many_marked_classes_compile_in_one_process(tmp_path: Path, x: torch.Tensor) -> None:
+    # Every marked class shares one marked forward's code, which torch.compile compiles
+    # for each: what differs between them must stay a constant of each graph.
+    torch.compiler.reset()
+    half = local_layers(tmp_path, "half", layer_name="Half")
+    classes = [type(f"Marked{i}", (SiluAndMul,), {}) for i in range(3)]
+    with use_kernel_mapping({f"Marked{i}": {"cpu": half} for i in range(3)}):
+        for i, cls in enumerate(classes):
+            replace_kernel_forward_from_hub(cls, f"Marked{i}")
+            layer = cls().eval()
+            assert torch.equal(torch.compile(layer, backend="eager", fullgraph=True)(x), x[..., :8])
+            assert layer.n_calls == 0
+
+
 def test_an_error_in_a_traced_choice_is_raised_as_it_is(x: torch.Tensor) -> None:
     torch.compiler.reset()
     strict = StrictSiluAndMul().eval()  # nothing is mapped, and no fallback is allowed

@@ -72,14 +72,9 @@ def dispatch(
     tensor = _first_tensor(args, kwargs)
     device = tensor.device if tensor is not None else None
     if _compiling():
-        # Constants only: a device type and index, no torch.device, cross into the choice.
-        choice = _choose_while_tracing(
-            mark.key,
-            None if device is None else device.type,
-            None if device is None else device.index,
-            module.training,
-        )
-        forward = _traced[choice]
+        # Constants only (strings and a bool) cross into the choice, which runs untraced.
+        where = None if device is None else str(device)
+        forward = _traced[_choose_while_tracing(mark.key, where, module.training)]
     else:
         forward = _choose(mark, device, module.training, compiling=False)
     return forward(module, *args, **kwargs)
@@ -145,18 +140,15 @@ def _raiser(error: Exception) -> Forward:
 
 
 @_graph_constant
-def _choose_while_tracing(
-    key: int, device_type: str | None, device_index: int | None, training: bool
-) -> int:
+def _choose_while_tracing(key: str, device: str | None, training: bool) -> int:
     """:func:`_choose` for a call that torch.compile traces, run when tracing: the mapping
-    in effect then decides. Takes and gives constants: the mark's key, the device, and
-    the number of the forward chosen in ``_traced``. An error becomes a forward that
-    raises it, outside the graph (with ``fullgraph=True``, torch's error names it)."""
-    mark = mark_by_key(key)
-    index = "" if device_index is None else f":{device_index}"
-    device = None if device_type is None else torch.device(f"{device_type}{index}")
+    in effect then decides. Takes and gives constants: the mark's key, the device
+    (``"cuda:0"``), and the number of the forward chosen in ``_traced``. An error becomes
+    a forward that raises it, outside the graph (with ``fullgraph=True``, torch's error
+    names it)."""
     try:
-        forward = _choose(mark, device, training, compiling=True)
+        where = None if device is None else torch.device(device)
+        forward = _choose(mark_by_key(key), where, training, compiling=True)
     except Exception as error:  # any error: the traced code raises it, outside the graph
         forward = _raiser(error)
     return _number(forward)

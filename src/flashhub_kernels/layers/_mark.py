@@ -24,10 +24,12 @@ ModuleT = TypeVar("ModuleT", bound="nn.Module")
 Forward = Callable[..., Any]
 Condition = Callable[["nn.Module"], bool]
 
-_keys = itertools.count()
+_numbers = itertools.count()
 # Marks by key: what torch.compile hands the choice of a kernel, which takes only
-# constants (see _dispatch). Weak, so a class that goes away takes its mark along.
-_marks: weakref.WeakValueDictionary[int, LayerMark] = weakref.WeakValueDictionary()
+# constants (see _dispatch). A string: torch.compile would make an int that differs
+# between compilations of the one marked forward a variable. Weak, so a class that goes
+# away takes its mark along.
+_marks: weakref.WeakValueDictionary[str, LayerMark] = weakref.WeakValueDictionary()
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class LayerMark:
     original: Forward
     use_fallback: bool
     condition: Condition | None = None
-    key: int = field(default_factory=lambda: next(_keys))
+    key: str = field(default_factory=lambda: f"mark-{next(_numbers)}")
     # Layer classes already checked against ``owner``; a set add is atomic, and a
     # duplicate check in a race is harmless.
     validated: set[type[nn.Module]] = field(default_factory=set, compare=False, repr=False)
@@ -53,7 +55,7 @@ class LayerMark:
         return self.condition is None or bool(self.condition(module))
 
 
-def mark_by_key(key: int) -> LayerMark:
+def mark_by_key(key: str) -> LayerMark:
     """The mark whose ``key`` is ``key`` (its class still exists: it was just called)."""
     return _marks[key]
 
