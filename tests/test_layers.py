@@ -32,6 +32,7 @@ import flashhub_kernels
 from conftest import run_python
 from flashhub_kernels.errors import (
     KernelLayerError,
+    KernelNotFoundError,
     KernelWithoutBackwardWarning,
     LayerValidationError,
 )
@@ -40,6 +41,7 @@ from flashhub_kernels.layers import (
     CUDAProperties,
     Device,
     FuncRepository,
+    KernelizeFallback,
     LayerRepository,
     LocalFuncRepository,
     LocalLayerRepository,
@@ -53,6 +55,7 @@ from flashhub_kernels.layers import (
     use_kernel_forward_from_hub,
     use_kernel_func_from_hub,
     use_kernel_mapping,
+    use_kernelized_func,
     validate_layer,
 )
 from flashhub_kernels.layers._mapping import mode_text
@@ -89,6 +92,15 @@ class NoBackward(nn.Module):
 class NoCompile(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         CALLS.append(TAG)
+        return x[..., : x.shape[-1] // 2]
+
+
+class Half(nn.Module):
+    """No side effect, which torch.compile would guard: compiled code runs it as traced."""
+
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[..., : x.shape[-1] // 2]
 
 
@@ -630,7 +642,13 @@ def test_marked_forward_under_torch_compile_asks_for_a_compile_kernel(
 
 
 @pytest.mark.parametrize(
-    "mode", [Mode.FALLBACK, Mode.INFERENCE | Mode.TRAINING, Mode.TORCH_COMPILE, "inference"]
+    "mode",
+    [
+        Mode.FALLBACK,
+        Mode(Mode.INFERENCE.value | Mode.TRAINING.value),  # `|` refuses to make it
+        Mode.TORCH_COMPILE,
+        "inference",
+    ],
 )
 def test_kernelize_rejects_a_mode_a_model_cannot_run_in(mode: Mode) -> None:
     with pytest.raises((ValueError, TypeError), match="Mode"):
@@ -640,7 +658,8 @@ def test_kernelize_rejects_a_mode_a_model_cannot_run_in(mode: Mode) -> None:
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        (Mode.FALLBACK | Mode.INFERENCE, "cannot be combined"),
+        (Mode(Mode.FALLBACK.value | Mode.INFERENCE.value), "cannot be combined"),
+        (Mode(Mode.INFERENCE.value | Mode.TRAINING.value), "not both"),
         (Mode.TORCH_COMPILE, "must include Mode.INFERENCE or Mode.TRAINING"),
         ("inference", "must be a Mode"),
     ],
@@ -700,6 +719,77 @@ def test_use_fallback_false_raises_for_an_unmapped_device(tmp_path: Path, x: tor
             kernelize(nn.Sequential(nn.Linear(16, 16), StrictSiluAndMul()))
     with use_kernel_mapping(cpu_mapping(repo)):
         torch.testing.assert_close(StrictSiluAndMul()(x), reference_silu_and_mul(x))
+
+
+def test_each_fallback_case_is_allowed_or_refused_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    repo = local_layers(tmp_path, "a", layer_name="NoCompile")
+    cases = {
+        KernelizeFallback.NO_LAYER: ({}, "the mapping has no entry for it", "cpu"),
+        KernelizeFallback.NO_DEVICE: ({"cuda": repo}, "mapped for cuda only", "cpu"),
+        KernelizeFallback.NO_COMPATIBLE_PROPERTIES: (
+            {Device("cuda", CUDAProperties(80, 90)): repo},
+            "capabilities 80-90, and this GPU's is 70",
+            "cuda",
+        ),
+        KernelizeFallback.NO_COMPATIBLE_MODE: (
+            {"cpu": {Mode.INFERENCE: repo}},
+            "modes INFERENCE, none of which serves it",
+            "cpu",
+        ),
+    }
+    for case, (devices, detail, device) in cases.items():
+        mapping = {"SiluAndMul": devices} if devices else {}
+        model = nn.Sequential(HubSiluAndMul())
+        with use_kernel_mapping(mapping):
+            others = KernelizeFallback.ALL & ~case  # every case but this one
+            with pytest.raises(KernelLayerError, match=rf"{re.escape(detail)}.*{case.name}"):
+                kernelize(model, mode=Mode.TRAINING, device=device, use_fallback=others)
+            kernelize(model, mode=Mode.TRAINING, device=device, use_fallback=case)
+            assert model[0].forward.__func__ is SiluAndMul.forward
+    with use_kernel_mapping(cpu_mapping(repo)):  # a kernel layer that cannot compile
+        model = nn.Sequential(HubSiluAndMul())
+        with pytest.raises(KernelLayerError, match=r"does not support mode INFERENCE\|TORCH"):
+            kernelize(model, mode=INF | CMP, device="cpu", use_fallback=False)
+        kernelize(model, mode=INF | CMP, device="cpu", use_fallback=True)
+        assert model[0].forward.__func__ is SiluAndMul.forward
+    with pytest.raises(TypeError, match="KernelizeFallback"):
+        kernelize(model, device="cpu", use_fallback="all")  # type: ignore[arg-type]
+
+
+def test_a_kernel_that_cannot_load_falls_back_only_when_allowed(
+    cdn: CdnServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = LayerRepository("acme/not-published", "SiluAndMul", version=1)
+    model = nn.Sequential(HubSiluAndMul(), HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(missing)):
+        with pytest.raises(KernelNotFoundError):
+            kernelize(model, device="cpu")  # True is DEFAULT, without CANNOT_LOAD
+        cdn.clear_log()
+        caplog.set_level(logging.WARNING, logger="flashhub_kernels")
+        kernelize(model, device="cpu", use_fallback=KernelizeFallback.ALL)
+    assert [m.forward.__func__ for m in model] == [SiluAndMul.forward] * 2
+    assert len(cdn.gets("variants.json")) == 1  # tried once for both layers
+    (record,) = [r for r in caplog.records if "cannot be loaded" in r.getMessage()]
+    assert "acme/not-published" in record.getMessage() and "CANNOT_LOAD" in record.getMessage()
+    with use_kernel_mapping(cpu_mapping(missing)), pytest.raises(KernelNotFoundError):
+        strict = nn.Sequential(StrictSiluAndMul())
+        kernelize(strict, device="cpu", use_fallback=KernelizeFallback.ALL)
+
+
+def test_kernelize_for_device_types_this_torch_does_not_know(tmp_path: Path) -> None:
+    repos = {kind: local_layers(tmp_path / kind, kind) for kind in ("tpu", "neuron", "npu")}
+    mapping = {"SiluAndMul": {Device(kind): repo for kind, repo in repos.items()}}
+    layer = HubSiluAndMul()
+    with use_kernel_mapping(mapping):
+        for device in ("tpu", "neuron:1", Device("npu")):
+            kernelize(layer, device=device)
+            kind = device.type if isinstance(device, Device) else device.split(":")[0]
+            assert layer.forward.__func__ is repos[kind].load().forward
+    with pytest.raises(ValueError, match=r"give a torch device.*neuron, tpu"):
+        kernelize(layer, device="gpu")
 
 
 def test_kernelize_needs_a_device_for_a_model_without_parameters() -> None:
@@ -799,6 +889,7 @@ def test_layer_repository_validation() -> None:
         LocalLayerRepository("/tmp/x", "")
 
 
+@pytest.mark.filterwarnings("ignore:LocalFuncRepository is deprecated:DeprecationWarning")
 def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> None:
     path = tmp_path / "local" / "layers_a"
     hf_style = LocalLayerRepository(
@@ -811,6 +902,10 @@ def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> No
         LocalLayerRepository(path, "SiluAndMul", repo_path=path)
     with pytest.raises(TypeError, match="a path"):
         LocalFuncRepository(func_name="double")
+    local_layers(tmp_path, "a")
+    kernel = flashhub_kernels.get_local_kernel(path, "layers_a")  # get_local_kernel's too
+    assert kernel is flashhub_kernels.get_local_kernel(path)
+    assert hf_style.load_kernel() is kernel
 
 
 def test_repositories_copy_and_pickle_as_values(tmp_path: Path) -> None:
@@ -879,6 +974,62 @@ def test_layer_names_are_exported_from_the_package_without_importing_torch() -> 
     assert flashhub_kernels.use_kernel_mapping is layers.use_kernel_mapping
     out = run_python("import sys, flashhub_kernels; print('torch' in sys.modules)")
     assert out.strip() == "False"
+
+
+# The layer and function names of Hugging Face kernels 0.17 (kernels.layer.__all__).
+HF_LAYER_NAMES = [
+    "CUDAProperties",
+    "Device",
+    "FuncRepository",
+    "KernelizeFallback",
+    "LayerRepository",
+    "LocalFuncRepository",
+    "LocalLayerRepository",
+    "LockedFuncRepository",
+    "LockedLayerRepository",
+    "Mode",
+    "ROCMProperties",
+    "kernelize",
+    "register_kernel_mapping",
+    "replace_kernel_forward_from_hub",
+    "use_kernel_forward_from_hub",
+    "use_kernel_func_from_hub",
+    "use_kernel_mapping",
+    "use_kernelized_func",
+]
+
+
+def test_every_hugging_face_layer_name_is_exported_at_both_levels() -> None:
+    import flashhub_kernels.layer as layer
+    import flashhub_kernels.layers as layers
+
+    for name in HF_LAYER_NAMES:
+        assert name in flashhub_kernels.__all__ and name in layers.__all__, name
+        assert getattr(flashhub_kernels, name) is getattr(layers, name) is getattr(layer, name)
+
+
+def test_the_layer_module_is_the_layers_api_under_the_hugging_face_name() -> None:
+    code = """
+import json, sys
+import flashhub_kernels.layer as layer
+before = sorted(m for m in ("torch", "flashhub_kernels.layers") if m in sys.modules)
+from flashhub_kernels.layer import KernelizeFallback, Mode, use_kernelized_func
+import flashhub_kernels.layers as layers
+same = [getattr(layer, n) is getattr(layers, n) for n in ("Mode", "KernelizeFallback")]
+star = {}
+exec("from flashhub_kernels.layer import *", star)
+print(json.dumps([before, same, "torch" in sys.modules, sorted(set(star) - {"__builtins__"})]))
+"""
+    before, same, torch_imported, star = json.loads(run_python(code))
+    assert before == [] and same == [True, True]
+    assert torch_imported  # the star import includes kernelize, which needs torch
+    import flashhub_kernels.layer as layer
+    import flashhub_kernels.layers as layers
+
+    assert star == sorted(layers.__all__) and layer.kernelize is layers.kernelize
+    assert sorted(set(dir(layer)) & set(layers.__all__)) == sorted(layers.__all__)
+    with pytest.raises(AttributeError, match="has no attribute '_mapping'"):
+        layer._mapping  # noqa: B018
 
 
 LAYERS_DIR = Path(flashhub_kernels.__file__).parent / "layers"
@@ -1088,18 +1239,19 @@ def test_training_a_model_kernelized_for_inference_warns_once_per_kernel_layer(
     assert "KernelWithoutBackwardWarning" in caplog.text and "NoBackward" in caplog.text
 
 
-def test_torch_compile_fullgraph_without_kernelize_says_to_kernelize_first(
-    mode_repos: dict[str, LocalLayerRepository], tmp_path: Path, x: torch.Tensor
+def test_torch_compile_fullgraph_runs_the_choice_made_when_tracing(
+    tmp_path: Path, x: torch.Tensor
 ) -> None:
     torch.compiler.reset()  # no compiled code of an earlier test's marked forward
-    mapping = cpu_mapping({Mode.INFERENCE | Mode.TORCH_COMPILE: mode_repos["compile"]})
-    with use_kernel_mapping(mapping):
-        with pytest.raises(RuntimeError, match=r"call kernelize\(\) before torch\.compile"):
-            torch.compile(HubSiluAndMul().eval(), backend="eager", fullgraph=True)(x)
-        model = kernelize(nn.Sequential(HubSiluAndMul()).eval(), device="cpu")
-        out = torch.compile(model, backend="eager", fullgraph=True)(x)
-    torch.testing.assert_close(out, reference_silu_and_mul(x))
-    assert calls(mode_repos["compile"]) == ["compile"]
+    layer = HubSiluAndMul().eval()
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    half = local_layers(tmp_path, "half", layer_name="Half")
+    with use_kernel_mapping(cpu_mapping({Mode.INFERENCE | Mode.TORCH_COMPILE: half})):
+        assert torch.equal(compiled(x), x[..., :8])
+    assert torch.equal(compiled(x), x[..., :8])  # the compiled code keeps its choice
+    layer.train()  # torch.compile guards the mode: it traces again, and chooses anew
+    torch.testing.assert_close(compiled(x), reference_silu_and_mul(x))
+    assert layer.n_calls == 1
     no_backward = local_layers(tmp_path, "nb", layer_name="NoBackward")
     with use_kernel_mapping(cpu_mapping(no_backward)):
         model = kernelize(nn.Sequential(HubSiluAndMul()), device="cpu")
@@ -1107,6 +1259,31 @@ def test_torch_compile_fullgraph_without_kernelize_says_to_kernelize_first(
     # the graph, so fullgraph compiles
     torch.compile(model, backend="eager", fullgraph=True)(x)
     assert calls(no_backward) == ["nb"]
+
+
+def test_many_marked_classes_compile_in_one_process(tmp_path: Path, x: torch.Tensor) -> None:
+    # Every marked class shares one marked forward's code, which torch.compile compiles
+    # for each: what differs between them must stay a constant of each graph.
+    torch.compiler.reset()
+    half = local_layers(tmp_path, "half", layer_name="Half")
+    classes = [type(f"Marked{i}", (SiluAndMul,), {}) for i in range(3)]
+    with use_kernel_mapping({f"Marked{i}": {"cpu": half} for i in range(3)}):
+        for i, cls in enumerate(classes):
+            replace_kernel_forward_from_hub(cls, f"Marked{i}")
+            layer = cls().eval()
+            assert torch.equal(torch.compile(layer, backend="eager", fullgraph=True)(x), x[..., :8])
+            assert layer.n_calls == 0
+
+
+def test_an_error_in_a_traced_choice_is_raised_as_it_is(x: torch.Tensor) -> None:
+    torch.compiler.reset()
+    strict = StrictSiluAndMul().eval()  # nothing is mapped, and no fallback is allowed
+    with pytest.raises(KernelLayerError, match="forbids the original forward"):
+        torch.compile(strict, backend="eager")(x)
+    torch.compiler.reset()
+    # fullgraph=True cannot leave the graph to raise it: torch's error names it
+    with pytest.raises(RuntimeError, match=r"KernelLayerError: no kernel layer runs 'SiluAndMul'"):
+        torch.compile(strict, backend="eager", fullgraph=True)(x)
 
 
 # -- register_kernel_mapping(inherit_mapping=False) ----------------------------------------
@@ -1126,13 +1303,13 @@ def test_register_without_inheriting_replaces_the_mapping(tmp_path: Path, x: tor
     assert calls(a) == ["a"] and calls(b) == []
 
 
-# -- function kernels ----------------------------------------------------------------------
+# -- marked functions and function kernels -----------------------------------------------
 
 
 def marked_silu_and_mul() -> nn.Module:
     """A marked function, new for each test: kernelize binds the forward of the one object."""
 
-    @use_kernel_func_from_hub("silu_and_mul")
+    @use_kernel_forward_from_hub("silu_and_mul")
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         """The reference function."""
         return reference_silu_and_mul(x)
@@ -1162,11 +1339,120 @@ def test_a_marked_function_is_still_a_function() -> None:
     assert isinstance(silu_and_mul, nn.Module)
     assert type(silu_and_mul).__name__ == "silu_and_mul"
     assert type(silu_and_mul).__doc__ == "The reference function."
-    with pytest.raises(TypeError, match="decorates functions"):
-        use_kernel_func_from_hub("x")(SiluAndMul)  # type: ignore[arg-type]
+    assert type(silu_and_mul).kernel_layer_name == "silu_and_mul"
+    with pytest.raises(TypeError, match=r"decorates nn\.Module classes and functions"):
+        use_kernel_forward_from_hub("x")(nn.ReLU())  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="layer_name must be a non-empty string"):
+        use_kernel_forward_from_hub("")
+
+
+def test_kernel_layer_name_names_only_marked_classes() -> None:
+    class Overriding(HubSiluAndMul):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    class Inheriting(HubSiluAndMul):
+        pass
+
+    assert HubSiluAndMul.kernel_layer_name == "SiluAndMul"
+    assert HubSiluAndMul().kernel_layer_name == "SiluAndMul"
+    assert Inheriting.kernel_layer_name == "SiluAndMul"
+    assert not hasattr(Overriding, "kernel_layer_name")  # its forward is not the marked one
+    assert not hasattr(SiluAndMul(), "kernel_layer_name")
 
 
 def test_kernelize_swaps_a_marked_function(tmp_path: Path) -> None:
+    repo = local_layers(tmp_path, "a")
+    model = WithFunc()
+    x = torch.randn(3, 8)
+    expected = reference_silu_and_mul(model.linear(x))
+    with use_kernel_mapping({"silu_and_mul": {"cpu": repo}}):  # a layer for a function
+        kernelize(model, mode=Mode.INFERENCE)
+    torch.testing.assert_close(model(x), expected)
+    assert calls(repo) == ["a"]
+    kernelize(model, mode=Mode.INFERENCE)  # nothing mapped now: the original again
+    model(x)
+    assert calls(repo) == ["a"]
+
+
+@use_kernel_forward_from_hub("halve")
+def halve(x: torch.Tensor) -> torch.Tensor:
+    return x[..., : x.shape[-1] // 2] * 0
+
+
+@use_kernelized_func(halve)
+class CallsHalve(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return halve(x)
+
+
+@use_kernelized_func(marked_silu_and_mul())
+class CallsBoth(CallsHalve):
+    pass
+
+
+def test_use_kernelized_func_lets_kernelize_reach_a_function_a_module_calls(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    repo = local_layers(tmp_path, "a", layer_name="NoCompile")
+    model = nn.Sequential(nn.Linear(16, 16), CallsHalve())
+    assert [name for name, _ in model.named_modules()] == ["", "0", "1"]  # not a submodule
+    assert CallsBoth._flashhub_kernel_funcs[0] is halve  # inherited, then its own
+    with use_kernel_mapping({"halve": {"cpu": repo}}):
+        kernelize(model, mode=Mode.INFERENCE)
+    assert torch.equal(model[1](x), x[..., :8])  # the kernel's, not the original's zeros
+    assert calls(repo) == ["a"]
+    kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)  # NoCompile: the original
+    assert torch.equal(model[1](x), x[..., :8] * 0)
+    with pytest.raises(ValueError, match="Function `reference_silu_and_mul` is not decorated"):
+        use_kernelized_func(reference_silu_and_mul)  # type: ignore[arg-type]
+
+
+def test_a_condition_keeps_the_original_forward_where_it_is_false(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    @use_kernel_forward_from_hub("SiluAndMul", lambda module: module.wanted)
+    class Conditional(SiluAndMul):
+        wanted = True
+
+    repo = local_layers(tmp_path, "a")
+    wanted, unwanted = Conditional(), Conditional()
+    unwanted.wanted = False
+    with use_kernel_mapping(cpu_mapping(repo)):
+        wanted(x)
+        unwanted(x)  # per call
+        kernelize(nn.Sequential(wanted, unwanted), device="cpu")
+    assert wanted.forward.__func__ is repo.load().forward
+    assert unwanted.forward.__func__ is SiluAndMul.forward
+    assert (calls(repo), wanted.n_calls, unwanted.n_calls) == (["a"], 0, 1)
+
+
+# Function kernels, deprecated as in Hugging Face kernels: they still work, and warn.
+deprecated = pytest.mark.filterwarnings("ignore:.*is deprecated:DeprecationWarning")
+
+
+def test_the_function_apis_are_deprecated_where_they_are_called(tmp_path: Path) -> None:
+    made = [
+        lambda: FuncRepository("acme/silu-layers", "silu_and_mul", version=1),
+        lambda: LocalFuncRepository(tmp_path, "silu_and_mul"),
+        lambda: LockedFuncRepository("acme/silu-layers", "f", lockfile=tmp_path / "x.lock"),
+        lambda: use_kernel_func_from_hub("silu_and_mul"),
+    ]
+    for make, instead in zip(
+        made,
+        ["LayerRepository", "LocalLayerRepository", "LockedLayerRepository", "use_kernel_forward"],
+        strict=True,
+    ):
+        with pytest.warns(DeprecationWarning, match=f"is deprecated.*{instead}") as caught:
+            make()
+        assert [w.filename for w in caught] == [__file__]
+    with pytest.warns(DeprecationWarning):
+        marked = use_kernel_func_from_hub("silu_and_mul")(reference_silu_and_mul)
+    assert type(marked).kernel_layer_name == "silu_and_mul"
+
+
+@deprecated
+def test_kernelize_swaps_a_marked_function_for_a_function_kernel(tmp_path: Path) -> None:
     local_layers(tmp_path, "a")
     repo = LocalFuncRepository(tmp_path / "local" / "layers_a", "silu_and_mul")
     model = WithFunc()
@@ -1181,6 +1467,7 @@ def test_kernelize_swaps_a_marked_function(tmp_path: Path) -> None:
     assert func_calls(repo) == ["a:func"]
 
 
+@deprecated
 def test_function_and_layer_kernels_replace_each_other(
     cdn: CdnServer, tmp_path: Path, x: torch.Tensor
 ) -> None:
@@ -1200,6 +1487,7 @@ def test_function_and_layer_kernels_replace_each_other(
     assert len(cdn.gets("__init__.py")) == 1
 
 
+@deprecated
 def test_locked_func_repository(cdn: CdnServer, tmp_path: Path) -> None:
     from flashhub_kernels._lock import lock_project
     from support.projects import write_project
@@ -1218,6 +1506,7 @@ def test_locked_func_repository(cdn: CdnServer, tmp_path: Path) -> None:
     assert func_calls(repo) == ["locked:func"]
 
 
+@deprecated
 def test_a_function_kernel_carries_its_markers(tmp_path: Path) -> None:
     local_layers(tmp_path, "a")
     repo = LocalFuncRepository(tmp_path / "local" / "layers_a", "double")
@@ -1234,6 +1523,7 @@ def test_a_function_kernel_carries_its_markers(tmp_path: Path) -> None:
     assert not hasattr(plain, "has_backward") and not hasattr(plain, "can_torch_compile")
 
 
+@deprecated
 def test_func_repository_errors(tmp_path: Path, x: torch.Tensor) -> None:
     with pytest.raises(ValueError, match="exactly one of version= or revision="):
         FuncRepository("acme/silu-layers", "silu_and_mul")
@@ -1241,8 +1531,6 @@ def test_func_repository_errors(tmp_path: Path, x: torch.Tensor) -> None:
         FuncRepository("acme/silu-layers", "silu-and-mul", version=1)
     with pytest.raises(ValueError, match="func_name must be a function name"):
         LockedFuncRepository("acme/silu-layers", "")
-    with pytest.raises(ValueError, match="func_name must be a non-empty string"):
-        use_kernel_func_from_hub("")
     local_layers(tmp_path, "a")
     missing = LocalFuncRepository(tmp_path / "local" / "layers_a", "gelu")
     with (

@@ -47,6 +47,7 @@ TORCH_FREE_LAYER_NAMES = [
     "CUDAProperties",
     "Device",
     "FuncRepository",
+    "KernelizeFallback",
     "LayerRepository",
     "LocalFuncRepository",
     "LocalLayerRepository",
@@ -59,6 +60,7 @@ TORCH_FREE_LAYER_NAMES = [
     "use_kernel_forward_from_hub",
     "use_kernel_func_from_hub",
     "use_kernel_mapping",
+    "use_kernelized_func",
 ]
 
 

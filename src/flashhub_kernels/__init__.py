@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         CUDAProperties,
         Device,
         FuncRepository,
+        KernelizeFallback,
         LayerRepository,
         LocalFuncRepository,
         LocalLayerRepository,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         use_kernel_forward_from_hub,
         use_kernel_func_from_hub,
         use_kernel_mapping,
+        use_kernelized_func,
     )
 
 __version__ = "0.2.0"
@@ -77,6 +79,7 @@ _LAZY = {
     "CUDAProperties": ".layers",
     "Device": ".layers",
     "FuncRepository": ".layers",
+    "KernelizeFallback": ".layers",
     "LayerRepository": ".layers",
     "LocalFuncRepository": ".layers",
     "LocalLayerRepository": ".layers",
@@ -90,6 +93,7 @@ _LAZY = {
     "use_kernel_forward_from_hub": ".layers",
     "use_kernel_func_from_hub": ".layers",
     "use_kernel_mapping": ".layers",
+    "use_kernelized_func": ".layers",
 }
 
 __all__ = [
@@ -98,6 +102,7 @@ __all__ = [
     "Config",
     "Device",
     "FuncRepository",
+    "KernelizeFallback",
     "LayerRepository",
     "LoadedKernel",
     "LocalFuncRepository",
@@ -127,6 +132,7 @@ __all__ = [
     "use_kernel_forward_from_hub",
     "use_kernel_func_from_hub",
     "use_kernel_mapping",
+    "use_kernelized_func",
 ]
 
 

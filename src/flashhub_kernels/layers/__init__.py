@@ -5,9 +5,10 @@ A library marks a layer as replaceable (:func:`use_kernel_forward_from_hub`, or
 layer's name to a layer class in a kernel's ``layers`` module, per device and mode
 (:func:`register_kernel_mapping`, :func:`use_kernel_mapping`). The kernel layer's
 ``forward`` then runs with the original module as ``self``, on each call or, after
-:func:`kernelize`, fixed per module. Plain functions take part the same way
-(:func:`use_kernel_func_from_hub`, :class:`FuncRepository`). ``DISABLE_KERNEL_MAPPING=1``
-turns it all off.
+:func:`kernelize`, fixed per module. Plain functions are marked the same way
+(:func:`use_kernel_forward_from_hub` on a function, :func:`use_kernelized_func`).
+``DISABLE_KERNEL_MAPPING=1`` turns it all off. ``flashhub_kernels.layer`` is this
+package under the name Hugging Face kernels uses (``kernels.layer``).
 
 See ``docs/layers.md``. Importing this module imports no torch: devices, modes,
 repositories, mappings and the marking decorators do without it. :func:`kernelize` and
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 from ._device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties
+from ._fallback import KernelizeFallback
 from ._func import (
     BaseFuncRepository,
     FuncRepository,
@@ -29,7 +31,11 @@ from ._func import (
     use_kernel_func_from_hub,
 )
 from ._mapping import KernelMapping, Mode, register_kernel_mapping, use_kernel_mapping
-from ._marking import replace_kernel_forward_from_hub, use_kernel_forward_from_hub
+from ._marking import (
+    replace_kernel_forward_from_hub,
+    use_kernel_forward_from_hub,
+    use_kernelized_func,
+)
 from ._repository import (
     BaseLayerRepository,
     LayerRepository,
@@ -52,6 +58,7 @@ __all__ = [
     "Device",
     "FuncRepository",
     "KernelMapping",
+    "KernelizeFallback",
     "LayerRepository",
     "LocalFuncRepository",
     "LocalLayerRepository",
@@ -65,6 +72,7 @@ __all__ = [
     "use_kernel_forward_from_hub",
     "use_kernel_func_from_hub",
     "use_kernel_mapping",
+    "use_kernelized_func",
     "validate_layer",
 ]
 

@@ -2,17 +2,21 @@
 
 A marked class's ``forward`` looks up, on every call, the mapping in effect for the
 input's device and the module's mode and runs the kernel layer's ``forward`` with the
-module as ``self`` (or the original ``forward``). Under ``torch.compile`` that lookup
-runs outside the graph, and ``fullgraph=True`` fails with a message to kernelize first.
-:func:`kernelize` makes the decision once per module instead, by binding the chosen
-``forward`` to the instance; a kernel layer without backward bound for inference gets a
-check that warns when the module is trained after all.
+module as ``self`` (or the original ``forward``). While torch.compile traces that call,
+the choice is made once, at trace time, and the compiled code keeps it: the mapping lives
+in a ContextVar, which cannot be traced, so the choice runs as a constant of the graph
+(``assume_constant_result``), and ``fullgraph=True`` compiles. :func:`kernelize` makes
+the decision once per module instead, by binding the chosen ``forward`` to the instance;
+a kernel layer without backward bound for inference gets a check that warns when the
+module is trained after all.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from types import MethodType
 from typing import Any, TypeVar
 
@@ -21,13 +25,21 @@ from torch import nn
 
 from .._callers import warn_at_caller
 from .._config import kernel_mapping_disabled
-from ..errors import KernelLayerError, KernelWithoutBackwardWarning
+from ..errors import (
+    KernelImportError,
+    KernelLayerError,
+    KernelWithoutBackwardWarning,
+    LockfileError,
+)
 from ._device import Device
-from ._mapping import Mode, check_request, current_mapping, mode_text, select_repository
-from ._mark import Forward, LayerMark, ModuleT, mark_of
+from ._fallback import KernelizeFallback, as_fallback, fallback_text
+from ._mapping import Miss, Mode, check_request, current_mapping, mode_text, select_repository
+from ._mark import Forward, LayerMark, ModuleT, kernel_funcs, mark_by_key, mark_of
 from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
 from ._validate import validate_layer
+
+logger = logging.getLogger("flashhub_kernels")
 
 
 def _first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Tensor | None:
@@ -42,78 +54,126 @@ def _compiling() -> bool:
     return bool(is_compiling()) if is_compiling is not None else False
 
 
-def _runtime_mode(module: nn.Module) -> Mode:
-    mode = Mode.TRAINING if module.training else Mode.INFERENCE
-    return mode | Mode.TORCH_COMPILE if _compiling() else mode
+def _mode(training: bool, compiling: bool) -> Mode:
+    mode = Mode.TRAINING if training else Mode.INFERENCE
+    return mode | Mode.TORCH_COMPILE if compiling else mode
+
+
+def _fallback_of(mark: LayerMark) -> KernelizeFallback:
+    return KernelizeFallback.DEFAULT if mark.use_fallback else KernelizeFallback.NONE
 
 
 def dispatch(
     mark: LayerMark, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """Run one call of a marked layer: the mapped kernel layer's forward, or the original."""
-    if kernel_mapping_disabled():
+    if not mark.applies_to(module):
         return mark.original(module, *args, **kwargs)
     tensor = _first_tensor(args, kwargs)
-    target = target_of(tensor.device) if tensor is not None else None
-    # The mode is taken here, in the traced code: outside it torch.compile is not compiling.
-    mode = _runtime_mode(module)
-    choose = _choose_outside_graph if Mode.TORCH_COMPILE in mode else _choose
-    forward = choose(mark, target, mode, mark.use_fallback)
+    device = tensor.device if tensor is not None else None
+    if _compiling():
+        # Constants only (strings and a bool) cross into the choice, which runs untraced.
+        where = None if device is None else str(device)
+        forward = _traced[_choose_while_tracing(mark.key, where, module.training)]
+    else:
+        forward = _choose(mark, device, module.training, compiling=False)
     return forward(module, *args, **kwargs)
 
 
-def _choose(mark: LayerMark, target: Target | None, mode: Mode, use_fallback: bool) -> Forward:
-    """The kernel layer's forward for ``target`` and ``mode``, else the original one."""
-    layer = _choose_layer(mark, target, mode, use_fallback)
+def _choose(
+    mark: LayerMark, device: torch.device | None, training: bool, *, compiling: bool
+) -> Forward:
+    """The kernel layer's forward for a call on ``device``, else the original one."""
+    if kernel_mapping_disabled():
+        return mark.original
+    target = target_of(device) if device is not None else None
+    layer = _choose_layer(mark, target, _mode(training, compiling), _fallback_of(mark))
     forward: Forward = mark.original if layer is None else layer.forward
     return forward
 
 
-FuncT = TypeVar("FuncT", bound=Forward)
-
-_KERNELIZE_FIRST = (
-    "flashhub_kernels: a marked layer that is not kernelized looks its kernel up on each "
-    "call, which torch.compile cannot trace; call kernelize() before torch.compile, "
-    "e.g. kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)"
-)
+FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
 
-def _outside_graph(func: FuncT) -> FuncT:
+def _outside_graph(func: FuncT, reason: str) -> FuncT:
     """``func``, run eagerly under torch.compile: the graph breaks around it, and with
-    ``fullgraph=True`` compiling fails, naming the reason to kernelize first."""
+    ``fullgraph=True`` compiling fails, giving ``reason``."""
     disable = getattr(getattr(torch, "compiler", None), "disable", None)
     if disable is None:  # torch 2.0: nothing compiles it, so nothing to keep it out of
         return func
     try:
-        outside: FuncT = disable(func, reason=_KERNELIZE_FIRST)
+        outside: FuncT = disable(func, reason=reason)
     except TypeError:  # an older torch.compiler.disable takes no reason
         outside = disable(func)
     return outside
 
 
-# Reading the mapping's ContextVar cannot be traced, and loading a kernel has no place in
-# a graph: under torch.compile the whole choice runs outside it.
-_choose_outside_graph = _outside_graph(_choose)
+def _graph_constant(func: FuncT) -> FuncT:
+    """``func`` as a constant of a torch.compile graph: called once, when tracing."""
+    constant = getattr(getattr(torch, "compiler", None), "assume_constant_result", None)
+    return func if constant is None else constant(func)  # torch < 2.1 has no compiler
+
+
+# The forwards chosen while tracing, by the number the traced code gets for each. A dict,
+# not a list: torch.compile guards a list's length, so every addition would recompile.
+_traced: dict[int, Forward] = {}
+_traced_numbers: dict[Forward, int] = {}
+_traced_lock = threading.Lock()
+
+
+def _number(forward: Forward) -> int:
+    with _traced_lock:
+        number = _traced_numbers.get(forward)
+        if number is None:
+            number = _traced_numbers[forward] = len(_traced_numbers)
+            _traced[number] = forward
+        return number
+
+
+def _raiser(error: Exception) -> Forward:
+    """A forward that raises ``error``: where the traced code gets a choice that failed."""
+
+    def raise_error(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        raise error.with_traceback(None)
+
+    return _outside_graph(raise_error, f"flashhub_kernels: {type(error).__name__}: {error}")
+
+
+@_graph_constant
+def _choose_while_tracing(key: str, device: str | None, training: bool) -> int:
+    """:func:`_choose` for a call that torch.compile traces, run when tracing: the mapping
+    in effect then decides. Takes and gives constants: the mark's key, the device
+    (``"cuda:0"``), and the number of the forward chosen in ``_traced``. An error becomes
+    a forward that raises it, outside the graph (with ``fullgraph=True``, torch's error
+    names it)."""
+    try:
+        where = None if device is None else torch.device(device)
+        forward = _choose(mark_by_key(key), where, training, compiling=True)
+    except Exception as error:  # any error: the traced code raises it, outside the graph
+        forward = _raiser(error)
+    return _number(forward)
 
 
 def _choose_layer(
-    mark: LayerMark, target: Target | None, mode: Mode, use_fallback: bool
+    mark: LayerMark,
+    target: Target | None,
+    mode: Mode,
+    fallback: KernelizeFallback,
+    unloadable: set[int] | None = None,
 ) -> type[nn.Module] | None:
-    """The kernel layer to run for ``target`` and ``mode``; ``None`` for the original."""
-    entries = current_mapping().get(mark.layer_name)
-    selected = select_repository(entries, target, mode) if entries and target else None
-    if selected is None:
-        if use_fallback:
-            return None
-        where = f"device {str(target)!r}" if target else "an input without tensors"
-        raise KernelLayerError(
-            f"no kernel layer is mapped for {mark.layer_name!r} on {where} in mode "
-            f"{mode_text(mode)}, and use_fallback=False forbids the original forward",
-            hint="map one with register_kernel_mapping or use_kernel_mapping, "
-            "or allow the original with use_fallback=True",
-        )
+    """The kernel layer to run for ``target`` and ``mode``; ``None`` for the original.
+
+    ``unloadable`` holds the ids of repositories that could not be loaded so far in this
+    ``kernelize``, so that each is tried once.
+    """
+    selected = select_repository(current_mapping().get(mark.layer_name), target, mode)
+    if isinstance(selected, Miss):
+        _fall_back(mark, target, mode, fallback, selected)
+        return None
     repo, key = selected
-    layer = repo.load()
+    layer = _load(repo, mark, fallback, set() if unloadable is None else unloadable)
+    if layer is None:
+        return None
     if layer not in mark.validated:
         validate_layer(layer, mark.owner)
         mark.validated.add(layer)
@@ -121,14 +181,50 @@ def _choose_layer(
     lacking = _lacking_support(layer, mode)
     if lacking is None:
         return layer
-    if use_fallback:
-        return None
-    raise KernelLayerError(
-        f"kernel layer {repo} for {mark.layer_name!r} does not support {lacking}, which "
-        f"mode {mode_text(mode)} needs, and use_fallback=False forbids the original forward",
-        hint="map a kernel that supports it for this mode, or allow the original with "
-        "use_fallback=True",
+    detail = (
+        f"kernel layer {repo} does not support mode {mode_text(mode)}, as it does not "
+        f"support {lacking}"
     )
+    _fall_back(mark, target, mode, fallback, Miss(KernelizeFallback.NO_COMPATIBLE_MODE, detail))
+    return None
+
+
+def _fall_back(
+    mark: LayerMark, target: Target | None, mode: Mode, fallback: KernelizeFallback, miss: Miss
+) -> None:
+    """Return (to run the original forward) if ``fallback`` allows ``miss``; else raise."""
+    if miss.case & fallback:
+        return
+    where = f"device {str(target)!r}" if target else "an input without tensors"
+    raise KernelLayerError(
+        f"no kernel layer runs {mark.layer_name!r} on {where} in mode {mode_text(mode)}: "
+        f"{miss.detail}, and {fallback_text(fallback)} forbids the original forward "
+        f"(KernelizeFallback.{miss.case.name})",
+        hint="map a kernel layer that fits with register_kernel_mapping or "
+        "use_kernel_mapping, or let the original forward run with use_fallback=True",
+    )
+
+
+def _load(
+    repo: BaseLayerRepository, mark: LayerMark, fallback: KernelizeFallback, unloadable: set[int]
+) -> type[nn.Module] | None:
+    """``repo.load()``; ``None`` if it cannot be loaded and ``fallback`` allows that."""
+    if id(repo) in unloadable:
+        return None
+    try:
+        return repo.load()
+    except (KernelImportError, LockfileError) as error:
+        if KernelizeFallback.CANNOT_LOAD not in fallback:
+            raise
+        unloadable.add(id(repo))
+        logger.warning(
+            "kernel layer %s for %r cannot be loaded, so the original forward runs "
+            "(KernelizeFallback.CANNOT_LOAD): %s",
+            repo,
+            mark.layer_name,
+            error,
+        )
+        return None
 
 
 def _supports_backward(layer: type[nn.Module]) -> bool:
@@ -154,7 +250,9 @@ def _check_registered_mode(
     # Mapped explicitly for a mode the layer says it cannot serve: a mistake in the
     # mapping, so it raises rather than quietly running the original. A FALLBACK entry
     # makes no such claim; _lacking_support decides for it.
-    lacking = _lacking_support(layer, key & (Mode.TRAINING | Mode.TORCH_COMPILE))
+    if key == Mode.FALLBACK:
+        return
+    lacking = _lacking_support(layer, key)
     if lacking is not None:
         raise KernelLayerError(
             f"kernel layer {repo} is mapped for {layer_name!r} in mode {mode_text(key)}, "
@@ -172,52 +270,68 @@ def _model_target(model: nn.Module) -> Target:
     )
 
 
+def _marked_modules(model: nn.Module) -> Iterator[tuple[nn.Module, LayerMark]]:
+    """The marked modules of ``model`` and the marked functions attached to its modules'
+    classes (``use_kernelized_func``), each once."""
+    seen: set[int] = set()
+    for module in model.modules():
+        for candidate in (*kernel_funcs(module), module):
+            mark = mark_of(type(candidate).forward)
+            if mark is not None and id(candidate) not in seen:
+                seen.add(id(candidate))
+                yield candidate, mark
+
+
 def kernelize(
     model: ModuleT,
     *,
     mode: Mode = Mode.INFERENCE,
     device: str | torch.device | Device | None = None,
-    use_fallback: bool = True,
+    use_fallback: bool | KernelizeFallback = True,
 ) -> ModuleT:
     """Replace the forward of every marked layer in ``model`` now, and return ``model``.
 
-    Each marked submodule gets the kernel layer's ``forward`` that the mapping in effect
-    picks for ``device`` and ``mode``, bound to that module; a layer with nothing mapped
-    gets its original ``forward``. The choice is fixed until the next ``kernelize``: later
-    mapping changes, moves to another device and ``train()``/``eval()`` do not change it,
-    and no lookup happens per call (which suits ``torch.compile``).
+    Each marked submodule, and each marked function attached to a module's class with
+    ``use_kernelized_func``, gets the kernel layer's ``forward`` that the mapping in
+    effect picks for ``device`` and ``mode``, bound to that module; a layer with nothing
+    mapped gets its original ``forward``. The choice is fixed until the next
+    ``kernelize``: later mapping changes, moves to another device and
+    ``train()``/``eval()`` do not change it, and no lookup happens per call (which suits
+    ``torch.compile``).
 
     Args:
         model: The model; changed in place.
         mode: ``Mode.INFERENCE`` or ``Mode.TRAINING``, optionally ``| Mode.TORCH_COMPILE``.
-        device: The device the model will run on (``"cuda"``, ``"cuda:1"``,
-            ``torch.device``, ``Device``). Default: the device of its first parameter
-            or buffer.
-        use_fallback: Keep the original forward of a layer with nothing mapped. ``False``
-            raises ``KernelLayerError`` instead (as does a layer marked with
-            ``use_fallback=False``).
+        device: The device the model will run on (``"cuda"``, ``"cuda:1"``, ``"rocm"``,
+            ``"tpu"``, ``torch.device``, ``Device``). Default: the device of its first
+            parameter or buffer.
+        use_fallback: When a marked layer may keep its original forward: ``True``
+            (``KernelizeFallback.DEFAULT``: nothing mapped fits the layer, device,
+            capability or mode), ``False`` (``KernelizeFallback.NONE``: never, raise
+            ``KernelLayerError``), or a combination of :class:`KernelizeFallback` cases,
+            such as ``KernelizeFallback.ALL``, which also falls back when the kernel cannot
+            be loaded. A layer marked with ``use_fallback=False`` never falls back.
 
     A kernel layer with ``has_backward = False`` is not used in ``TRAINING`` mode, and
     one without ``can_torch_compile = True`` not under ``TORCH_COMPILE``: the original
-    forward is bound instead (``use_fallback=False`` raises). Mapped under a key that
+    forward is bound instead (unless the fallback forbids it). Mapped under a key that
     names such a mode, it raises ``KernelLayerError``. One with ``has_backward = False``
     bound for inference warns (``KernelWithoutBackwardWarning``, once per layer class)
-    if its module is trained with gradients enabled afterwards.
+    if its module is trained with gradients enabled afterwards. A module for which the
+    ``condition`` given at marking is false gets its original forward.
 
     With ``DISABLE_KERNEL_MAPPING=1`` every marked layer gets its original forward.
     """
     mode = check_request(mode)
+    fallback = as_fallback(use_fallback)
     target = parse_target(device) if device is not None else _model_target(model)
     disabled = kernel_mapping_disabled()
-    for module in model.modules():
-        mark = mark_of(type(module).forward)
-        if mark is None:
-            continue
-        layer = (
-            None
-            if disabled
-            else _choose_layer(mark, target, mode, use_fallback and mark.use_fallback)
-        )
+    unloadable: set[int] = set()
+    for module, mark in _marked_modules(model):
+        layer = None
+        if not disabled and mark.applies_to(module):
+            allowed = fallback if mark.use_fallback else KernelizeFallback.NONE
+            layer = _choose_layer(mark, target, mode, allowed, unloadable)
         module.forward = MethodType(mark.original if layer is None else layer.forward, module)
         _watch_training(module, layer)
     return model

@@ -1,12 +1,13 @@
-"""Function kernels: a kernel's plain function in place of a marked function.
+"""Function kernels: a kernel's plain function in place of a marked layer or function.
 
-:func:`use_kernel_func_from_hub` turns a function into an ``nn.Module`` instance whose
-``forward`` calls it, marked like a layer. The function repositories load a function
-from a kernel's top-level module and wrap it the same way, so mappings, ``kernelize`` and
-validation treat functions as layers: a function may replace a layer's ``forward`` and
-a layer may replace a function.
+The function repositories load a function from a kernel's top-level module and wrap it
+as a layer class (see ``_function``), so mappings, ``kernelize`` and validation treat it
+as a kernel layer. They are deprecated, as in Hugging Face kernels, in favour of layer
+classes in the kernel's ``layers`` module; so is :func:`use_kernel_func_from_hub`, since
+:func:`use_kernel_forward_from_hub` marks functions too. They keep working, with a
+``DeprecationWarning``.
 
-Imports no torch until a function is marked or loaded.
+Imports no torch until a function is loaded.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .._callers import warn_at_caller
 from ..errors import KernelLayerError
+from ._function import func_module
 from ._repository import (
     BaseLayerRepository,
     _FromCdn,
@@ -32,74 +35,32 @@ if TYPE_CHECKING:
     from torch import nn
 
 
-def func_module(func: Callable[..., Any]) -> type[nn.Module]:
-    """An ``nn.Module`` class whose ``forward(self, ...)`` calls ``func(...)``.
+def _deprecated(name: str, instead: str) -> None:
+    warn_at_caller(
+        f"{name} is deprecated and will be removed in a future release, as in Hugging Face "
+        f"kernels: {instead}",
+        DeprecationWarning,
+    )
 
-    ``forward`` reports ``func``'s signature with ``self`` in front, so that
-    ``validate_layer`` compares it with the ``forward`` it replaces, and the class carries
-    ``func``'s ``has_backward`` and ``can_torch_compile`` attributes, if it has them.
-    """
-    from torch import nn
 
-    from ._validate import PROTOCOL_MARKERS
-
-    class Func(nn.Module):
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            return func(*args, **kwargs)
-
-    for marker in sorted(PROTOCOL_MARKERS):
-        if hasattr(func, marker):
-            setattr(Func, marker, getattr(func, marker))
-    signature = inspect.signature(func)
-    this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    parameters = [this, *signature.parameters.values()]
-    Func.forward.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    name = getattr(func, "__name__", Func.__name__)
-    Func.__name__ = name
-    Func.__qualname__ = getattr(func, "__qualname__", name)
-    Func.__module__ = getattr(func, "__module__", None) or Func.__module__
-    Func.__doc__ = func.__doc__
-    return Func
+_USE_A_LAYER = (
+    "export the function from the kernel's layers module as a layer class (an nn.Module "
+    "whose forward calls it) and map it with {}"
+)
 
 
 def use_kernel_func_from_hub(
     func_name: str, *, use_fallback: bool = True
 ) -> Callable[[Callable[..., Any]], nn.Module]:
-    """Decorator: let a mapped kernel function (or layer) named ``func_name`` replace a function.
+    """Deprecated: :func:`use_kernel_forward_from_hub` marks functions the same way.
 
-    The decorated function becomes an ``nn.Module`` instance that calls it; it is still
-    called like the function. ``kernelize`` reaches it when it is a submodule of the
-    model, i.e. assigned as an attribute of one of its modules. Example::
-
-        @use_kernel_func_from_hub("silu_and_mul")
-        def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-            d = x.shape[-1] // 2
-            return F.silu(x[..., :d]) * x[..., d:]
-
-        class MLP(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.act = silu_and_mul
-
-    Without ``kernelize``, each call picks the kernel like a marked layer does; the
-    mode follows the module's ``training`` flag, which ``model.eval()`` sets for a
-    submodule (a function used on its own runs as ``TRAINING`` until ``.eval()``).
-    ``use_fallback`` is as for :func:`use_kernel_forward_from_hub`. Decorating imports
-    torch.
+    Decorator: the decorated function becomes an ``nn.Module`` instance that calls it,
+    marked as the layer ``func_name``. Issues a ``DeprecationWarning``.
     """
-    if not isinstance(func_name, str) or not func_name:
-        raise ValueError(f"func_name must be a non-empty string, got {func_name!r}")
+    from ._marking import use_kernel_forward_from_hub
 
-    def decorate(func: Callable[..., Any]) -> nn.Module:
-        from ._marking import replace_kernel_forward_from_hub
-
-        if not callable(func) or isinstance(func, type):
-            raise TypeError(f"use_kernel_func_from_hub decorates functions, got {func!r}")
-        cls = func_module(func)
-        replace_kernel_forward_from_hub(cls, func_name, use_fallback=use_fallback)
-        return cls()
-
-    return decorate
+    _deprecated("use_kernel_func_from_hub", "mark the function with use_kernel_forward_from_hub")
+    return use_kernel_forward_from_hub(func_name, use_fallback=use_fallback)
 
 
 def _check_func_name(func_name: object) -> None:
@@ -153,6 +114,7 @@ class FuncRepository(_FromCdn, BaseFuncRepository):
     def __post_init__(self) -> None:
         self._check_source()
         _check_func_name(self.func_name)
+        _deprecated("FuncRepository", _USE_A_LAYER.format("LayerRepository"))
 
 
 @dataclass(frozen=True, init=False)
@@ -179,6 +141,7 @@ class LocalFuncRepository(_FromLocalDir, BaseFuncRepository):
         _check_func_name(func_name)
         object.__setattr__(self, "path", directory)
         object.__setattr__(self, "func_name", func_name)
+        _deprecated("LocalFuncRepository", _USE_A_LAYER.format("LocalLayerRepository"))
 
 
 @dataclass(frozen=True, init=False)
@@ -200,3 +163,4 @@ class LockedFuncRepository(_FromLockfile, BaseFuncRepository):
         _check_func_name(func_name)
         self._set_source(repo_id, lockfile)
         object.__setattr__(self, "func_name", func_name)
+        _deprecated("LockedFuncRepository", _USE_A_LAYER.format("LockedLayerRepository"))

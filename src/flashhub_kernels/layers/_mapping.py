@@ -18,9 +18,11 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ._device import Device, as_device
+from ._fallback import KernelizeFallback
 from ._repository import BaseLayerRepository
 
 if TYPE_CHECKING:
@@ -32,10 +34,12 @@ class Mode(enum.Flag):
 
     A request (``kernelize(mode=...)``, or the module's ``training`` flag for a marked
     layer) is ``INFERENCE`` or ``TRAINING``, optionally ``| TORCH_COMPILE``. A mapping
-    key lists what its kernel supports: a ``TRAINING`` kernel also serves ``INFERENCE``,
-    a ``TORCH_COMPILE`` one also serves runs without compiling. ``FALLBACK`` (alone)
-    applies to any request that no other key of the entry serves (see
-    :func:`select_mode` for the order of preference).
+    key names what its kernel supports, in the same terms, or is ``FALLBACK``: the
+    kernel for any request that no other key of the entry serves. See
+    :func:`select_mode` for which keys serve which request.
+
+    ``INFERENCE | TRAINING`` and ``FALLBACK`` with anything else raise ``ValueError``:
+    a run is one or the other, and a fallback is for every mode.
     """
 
     INFERENCE = enum.auto()
@@ -43,8 +47,42 @@ class Mode(enum.Flag):
     TORCH_COMPILE = enum.auto()
     FALLBACK = enum.auto()
 
+    def __or__(self, other: object) -> Mode:
+        union = super().__or__(other)  # type: ignore[operator]
+        if not isinstance(union, Mode):
+            return union  # NotImplemented, for an operand that is no Mode
+        if union.value & _EXCLUSIVE == _EXCLUSIVE:
+            raise ValueError("Mode.INFERENCE and Mode.TRAINING are mutually exclusive")
+        if union.value & _FALLBACK_VALUE and union.value != _FALLBACK_VALUE:
+            raise ValueError(
+                f"Mode.FALLBACK cannot be combined with other modes ({mode_text(union)})"
+            )
+        return union
 
-_RUN_MODES = Mode.INFERENCE | Mode.TRAINING
+
+# Bit values: Mode's own operators cannot combine the members these checks are about.
+_EXCLUSIVE = Mode.INFERENCE.value | Mode.TRAINING.value
+_FALLBACK_VALUE = Mode.FALLBACK.value
+
+# The mapping keys each request tries, best first. A kernel that can train can also
+# infer, and one safe to compile also runs without compiling; the reverse never holds.
+_KEYS_TRIED: dict[Mode, tuple[Mode, ...]] = {
+    Mode.INFERENCE: (
+        Mode.INFERENCE,
+        Mode.INFERENCE | Mode.TORCH_COMPILE,
+        Mode.TRAINING,
+        Mode.TRAINING | Mode.TORCH_COMPILE,
+        Mode.FALLBACK,
+    ),
+    Mode.TRAINING: (Mode.TRAINING, Mode.TRAINING | Mode.TORCH_COMPILE, Mode.FALLBACK),
+    Mode.INFERENCE | Mode.TORCH_COMPILE: (
+        Mode.INFERENCE | Mode.TORCH_COMPILE,
+        Mode.TRAINING | Mode.TORCH_COMPILE,
+        Mode.FALLBACK,
+    ),
+    Mode.TRAINING | Mode.TORCH_COMPILE: (Mode.TRAINING | Mode.TORCH_COMPILE, Mode.FALLBACK),
+}
+
 RepoT = TypeVar("RepoT")
 
 # Keys are ``Device | str``, values a repository or ``{Mode: repository}``. Typed loosely
@@ -65,19 +103,22 @@ _scoped: ContextVar[_Mapping | None] = ContextVar("flashhub_kernel_mapping", def
 
 def mode_text(mode: Mode) -> str:
     """``INFERENCE|TORCH_COMPILE``, the same on every Python version."""
-    return "|".join(str(m.name) for m in Mode if m in mode)
+    return "|".join(str(m.name) for m in Mode if m.value & mode.value)
 
 
 def check_request(mode: object) -> Mode:
     """Return ``mode`` if a model can run in it: ``INFERENCE`` or ``TRAINING`` (+ compile)."""
     if not isinstance(mode, Mode):
         raise TypeError(f"mode must be a Mode such as Mode.INFERENCE, got {mode!r}")
-    if Mode.FALLBACK in mode:
-        raise ValueError("Mode.FALLBACK is for mapping keys; run in Mode.INFERENCE or TRAINING")
-    if (Mode.INFERENCE in mode) == (Mode.TRAINING in mode):
+    if mode.value & _FALLBACK_VALUE:
         raise ValueError(
-            f"mode {mode_text(mode) or 0} must hold exactly one of Mode.INFERENCE and "
-            "Mode.TRAINING, optionally | Mode.TORCH_COMPILE"
+            "Mode.FALLBACK can only be used to register kernel mappings; "
+            "kernelize in Mode.INFERENCE or Mode.TRAINING"
+        )
+    if mode not in _KEYS_TRIED:
+        raise ValueError(
+            f"kernelize mode must contain Mode.INFERENCE or Mode.TRAINING (one of them), "
+            f"optionally | Mode.TORCH_COMPILE, got {mode_text(mode) or 0}"
         )
     return mode
 
@@ -85,11 +126,12 @@ def check_request(mode: object) -> Mode:
 def _check_key(mode: object) -> Mode:
     if not isinstance(mode, Mode):
         raise TypeError(f"a mode key must be a Mode such as Mode.INFERENCE, got {mode!r}")
-    if Mode.FALLBACK in mode and mode != Mode.FALLBACK:
+    if mode.value & _FALLBACK_VALUE and mode != Mode.FALLBACK:
         raise ValueError(f"Mode.FALLBACK cannot be combined with other modes ({mode_text(mode)})")
-    if mode != Mode.FALLBACK and not _RUN_MODES & mode:
+    if mode != Mode.FALLBACK and mode not in _KEYS_TRIED:
         raise ValueError(
-            f"mode key {mode_text(mode) or 0} must include Mode.INFERENCE or Mode.TRAINING"
+            f"mode key {mode_text(mode) or 0} must include Mode.INFERENCE or Mode.TRAINING "
+            "(not both), optionally | Mode.TORCH_COMPILE, or be Mode.FALLBACK"
         )
     return mode
 
@@ -181,31 +223,10 @@ def use_kernel_mapping(mapping: KernelMapping, *, inherit_mapping: bool = True) 
         _scoped.reset(token)
 
 
-def _flag_count(mode: Mode) -> int:
-    return bin(mode.value).count("1")
-
-
-def _serves(key: Mode, mode: Mode) -> bool:
-    """Whether a kernel registered for ``key`` may run a request for ``mode``."""
-    # Flag tests by "&", not "in" or "==": mypy narrows Mode to a union of its literals
-    # and then rejects operators between them. FALLBACK keys hold no other flag.
-    if key & Mode.FALLBACK or mode & ~key & Mode.TORCH_COMPILE:
-        return False
-    # A kernel that can train can also infer; one that only infers cannot train.
-    run = mode & _RUN_MODES
-    return bool(run & key) or (run == Mode.INFERENCE and bool(key & Mode.TRAINING))
-
-
-def _preference(key: Mode, mode: Mode) -> tuple[bool, int]:
-    # Keys that hold the requested run mode come before those standing in for it (a
-    # training kernel for inference); then the key with the fewest flags beyond the request.
-    return (not mode & _RUN_MODES & key, _flag_count(key & ~mode))
-
-
 def select_mode(repos: Mapping[Mode, RepoT], mode: Mode) -> tuple[RepoT, Mode] | None:
     """The repository of ``repos`` that serves ``mode`` best, and the key it was found under.
 
-    For the plain keys this is, in order of preference:
+    The keys tried, in order:
 
     - ``INFERENCE``: ``INFERENCE``, ``INFERENCE|TORCH_COMPILE``, ``TRAINING``,
       ``TRAINING|TORCH_COMPILE``, ``FALLBACK``;
@@ -213,16 +234,19 @@ def select_mode(repos: Mapping[Mode, RepoT], mode: Mode) -> tuple[RepoT, Mode] |
     - ``INFERENCE|TORCH_COMPILE``: ``INFERENCE|TORCH_COMPILE``, ``TRAINING|TORCH_COMPILE``,
       ``FALLBACK``;
     - ``TRAINING|TORCH_COMPILE``: ``TRAINING|TORCH_COMPILE``, ``FALLBACK``.
-
-    On a tie between other keys, the first listed wins.
     """
-    serving = [key for key in repos if _serves(key, mode)]
-    if serving:
-        key = min(serving, key=lambda k: _preference(k, mode))
-        return repos[key], key
-    if Mode.FALLBACK in repos:
-        return repos[Mode.FALLBACK], Mode.FALLBACK
+    for key in _KEYS_TRIED[mode]:
+        if key in repos:
+            return repos[key], key
     return None
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Why a mapping holds no repository for a call: the fallback case, and what it lacks."""
+
+    case: KernelizeFallback
+    detail: str
 
 
 def _breadth(device: Device) -> tuple[int, int, int]:
@@ -232,21 +256,53 @@ def _breadth(device: Device) -> tuple[int, int, int]:
     return (0, props.width, -props.min_capability)
 
 
-def select_repository(
-    entries: _Entries, target: Target, mode: Mode
-) -> tuple[BaseLayerRepository, Mode] | None:
-    """The repository of the most specific device entry that serves ``mode``, and its key.
+def _ranges(devices: list[Device]) -> str:
+    return ", ".join(
+        f"{p.min_capability}-{p.max_capability}" for d in devices if (p := d.properties)
+    )
 
-    A narrower capability range beats a wider one (on a tie, the higher minimum wins),
-    and a range beats an entry without properties. The GPU is asked for its capability
-    only when an entry has a range. Within an entry, :func:`select_mode` picks the key.
+
+def select_repository(
+    entries: _Entries | None, target: Target | None, mode: Mode
+) -> tuple[BaseLayerRepository, Mode] | Miss:
+    """The repository of the most specific device entry that serves ``mode``, and its key;
+    else the :class:`Miss` that says why there is none.
+
+    ``entries`` are a layer's (``None``: it is not mapped); ``target`` is the device it
+    runs on (``None``: a call without tensor arguments). A narrower capability range beats
+    a wider one (on a tie, the higher minimum wins), and a range beats an entry without
+    properties. The GPU is asked for its capability only when an entry has a range.
+    Within an entry, :func:`select_mode` picks the key.
     """
-    candidates = [d for d in entries if d.type == target.type]
+    if entries is None:
+        return Miss(KernelizeFallback.NO_LAYER, "the mapping has no entry for it")
+    if target is None:
+        return Miss(KernelizeFallback.NO_DEVICE, "the call has no tensor argument")
+    of_type = [d for d in entries if d.type == target.type]
+    if not of_type:
+        types = sorted({d.type for d in entries})
+        return Miss(
+            KernelizeFallback.NO_DEVICE,
+            f"it is mapped for {', '.join(types)} only" if types else "it is mapped for no device",
+        )
+    candidates = of_type
     if any(d.properties is not None for d in candidates):
         capability = target.capability()
         candidates = [d for d in candidates if d.matches(capability)]
+        if not candidates:
+            held = "unknown" if capability is None else str(capability)
+            return Miss(
+                KernelizeFallback.NO_COMPATIBLE_PROPERTIES,
+                f"its {target.type} entries hold the capabilities {_ranges(of_type)}, "
+                f"and this GPU's is {held}",
+            )
     for device in sorted(candidates, key=_breadth):
         selected = select_mode(entries[device], mode)
         if selected is not None:
             return selected
-    return None
+    keys = sorted({mode_text(k) for d in candidates for k in entries[d]})
+    return Miss(
+        KernelizeFallback.NO_COMPATIBLE_MODE,
+        f"its {target.type} entries are for the modes {', '.join(keys) or 'none'}, "
+        "none of which serves it",
+    )

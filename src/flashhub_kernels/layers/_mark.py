@@ -1,12 +1,15 @@
 """The mark that marking a layer class leaves on its ``forward``, and how to read it back.
 
-``_marking`` puts a :class:`LayerMark` on the ``forward`` it gives a marked class;
-``_dispatch`` reads it to run that forward and to find the marked modules of a model.
+``_marking`` puts a :class:`LayerMark` on the ``forward`` it gives a marked class, and
+lists on a class the marked functions that ``use_kernelized_func`` attaches to it;
+``_dispatch`` reads both to run that forward and to find what ``kernelize`` swaps.
 Importing this module imports no torch.
 """
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -15,21 +18,46 @@ if TYPE_CHECKING:
     from torch import nn
 
 _MARK_ATTR = "__flashhub_layer__"
+# The class attribute listing the marked functions use_kernelized_func attached to a class.
+_FUNCS_ATTR = "_flashhub_kernel_funcs"
 ModuleT = TypeVar("ModuleT", bound="nn.Module")
 Forward = Callable[..., Any]
+Condition = Callable[["nn.Module"], bool]
+
+_numbers = itertools.count()
+# Marks by key: what torch.compile hands the choice of a kernel, which takes only
+# constants (see _dispatch). A string: torch.compile would make an int that differs
+# between compilations of the one marked forward a variable. Weak, so a class that goes
+# away takes its mark along.
+_marks: weakref.WeakValueDictionary[str, LayerMark] = weakref.WeakValueDictionary()
 
 
 @dataclass(frozen=True)
 class LayerMark:
-    """What marking a class recorded: its layer name, original forward and fallback rule."""
+    """What marking a class recorded: its layer name, original forward, fallback rule and
+    condition, and a ``key`` that names the mark in :func:`mark_by_key`."""
 
     layer_name: str
     owner: type[nn.Module]
     original: Forward
     use_fallback: bool
+    condition: Condition | None = None
+    key: str = field(default_factory=lambda: f"mark-{next(_numbers)}")
     # Layer classes already checked against ``owner``; a set add is atomic, and a
     # duplicate check in a race is harmless.
     validated: set[type[nn.Module]] = field(default_factory=set, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _marks[self.key] = self
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """Whether ``module`` takes a kernel: the condition given at marking holds for it."""
+        return self.condition is None or bool(self.condition(module))
+
+
+def mark_by_key(key: str) -> LayerMark:
+    """The mark whose ``key`` is ``key`` (its class still exists: it was just called)."""
+    return _marks[key]
 
 
 def put_mark(forward: Forward, mark: LayerMark) -> None:
@@ -41,3 +69,15 @@ def mark_of(forward: object) -> LayerMark | None:
     """The mark of a marked class's ``forward``; ``None`` for any other function."""
     mark = getattr(forward, _MARK_ATTR, None)
     return mark if isinstance(mark, LayerMark) else None
+
+
+def attach_funcs(cls: type, funcs: tuple[nn.Module, ...]) -> None:
+    """Attach marked functions to ``cls`` (and its subclasses), for :func:`kernel_funcs`."""
+    attached: tuple[nn.Module, ...] = getattr(cls, _FUNCS_ATTR, ())
+    setattr(cls, _FUNCS_ATTR, attached + tuple(f for f in funcs if f not in attached))
+
+
+def kernel_funcs(module: object) -> tuple[nn.Module, ...]:
+    """The marked functions attached to the class of ``module``."""
+    funcs: tuple[nn.Module, ...] = getattr(type(module), _FUNCS_ATTR, ())
+    return funcs

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ._device import Device
+from ._device import DEVICE_TYPES, Device
 
 _GPU_TYPES = ("cuda", "rocm")
+# Device types of mappings that are no device type of torch itself, or only of a plugin.
+_NAMED_ONLY = ("rocm", "npu", "neuron", "tpu")
 
 
 @dataclass(frozen=True)
@@ -40,17 +42,27 @@ def target_of(device: torch.device) -> Target:
     return Target(kind, device.index)
 
 
+def _named_target(device: str) -> Target | None:
+    """``"rocm"``, ``"tpu:1"``...: a device type mappings name but this torch may not know.
+
+    torch has no ``rocm`` device type (its ROCm GPUs are ``cuda`` devices), and knows
+    ``npu``, ``neuron`` and ``tpu`` only once their plugins are imported.
+    """
+    kind, _, index = device.partition(":")
+    if kind not in _NAMED_ONLY:
+        return None
+    return Target(kind, int(index) if index else None)
+
+
 def parse_target(device: str | torch.device | Device) -> Target:
     """The target a caller names: ``"cuda:1"``, ``torch.device("cpu")`` or ``Device("rocm")``."""
     if isinstance(device, Device):
         return Target(device.type)
     try:
-        if isinstance(device, str) and device.partition(":")[0] == "rocm":
-            # torch has no "rocm" device type; its ROCm GPUs are "cuda" devices.
-            index = device.partition(":")[2]
-            return Target("rocm", int(index) if index else None)
-        return target_of(torch.device(device))
+        named = _named_target(device) if isinstance(device, str) else None
+        return named if named is not None else target_of(torch.device(device))
     except (RuntimeError, TypeError, ValueError):
         raise ValueError(
-            f"invalid device {device!r}: give a torch device such as 'cuda', 'cuda:1' or 'cpu'"
+            f"invalid device {device!r}: give a torch device such as 'cuda', 'cuda:1' or "
+            f"'cpu', or a device type of a mapping ({', '.join(DEVICE_TYPES)})"
         ) from None
