@@ -117,6 +117,7 @@ def test_layer_locked(device: str, layer_locking: Path) -> None:
         assert version() == 2
 
 
+@pytest.mark.filterwarnings("ignore:(use_kernel_func_from_hub|LockedFuncRepository) is deprecated")
 def test_func_locked(device: str, layer_locking: Path) -> None:
     project_dir = layer_locking
 
