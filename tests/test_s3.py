@@ -28,6 +28,7 @@ from flashhub_kernels._signing import generate_signing_key
 from flashhub_kernels.errors import IntegrityError, PublishError, TransportError
 from support.builds import CPU, PY_PKG, REPO, UNIVERSAL, make_kernel
 from support.cli_runner import flashhub, ok_json
+from support.hub_server import HubServer, builder_variant
 from support.s3_server import S3Server
 
 pytest.importorskip("s3fs")
@@ -111,6 +112,31 @@ def test_publish_to_a_bucket_then_load_from_it_and_warm_without_the_network(
     warm += f"{NETWORK_LIBRARIES!r}))\n"
     assert run_python(warm, env=env).splitlines()[-1] == "[]"
     assert len(s3.requests()) == answered  # not one request
+
+
+def test_mirror_from_the_hub_publishes_into_a_bucket_that_then_serves_loads(
+    s3: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("huggingface_hub")
+    files = {
+        "__init__.py": b"def double(x):\n    return x * 2\n",
+        "_ops.py": b"MARKER = 'from the hub'\n",
+    }
+    hub = HubServer().start()
+    try:
+        hub.push(REPO, builder_variant(UNIVERSAL, files, name="my-kern"), branch="v1")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        out = f"s3://{bucket}/cdn"
+        report = ok_json(flashhub("mirror", REPO, "--version", "1", "--out", out, "--json"))
+    finally:
+        hub.stop()
+    assert report["version_dir"] == f"{out}/{PKG}/v1"
+    assert f"cdn/{PKG}/versions.json" in objects(s3, bucket)
+
+    value, _path = run_python(LOAD, env={"FLASHHUB_CDN_URL": out}).split()
+    assert value == "42"
 
 
 def test_the_same_publish_again_is_a_noop_and_a_changed_one_is_refused(
