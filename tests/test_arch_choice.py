@@ -238,6 +238,17 @@ def test_free_threaded_python_loads_the_python_build(
     assert fk.get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{UNIVERSAL}"
 
 
+def test_a_process_whose_gil_is_off_loads_the_python_build(cdn: CdnServer) -> None:
+    publish(cdn.root, 1, {local_variant(): None, UNIVERSAL: None})
+    code = (
+        "import sys\n"
+        "sys._is_gil_enabled = lambda: False  # as on python3.13t\n"
+        "import flashhub_kernels as fk\n"
+        f"print(fk.get_kernel({REPO!r}, version=1).marker())\n"
+    )
+    assert run_python(code).strip() == f"{REPO}@v1:{UNIVERSAL}"
+
+
 # -- the version that has a build ----------------------------------------------------------------
 
 
