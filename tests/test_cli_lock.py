@@ -56,6 +56,21 @@ def test_lock_download_then_load_offline(project: Path, cdn: CdnServer) -> None:
     assert output.strip() == f"{REPO}@v2:{LOCAL}"
 
 
+def test_a_hugging_face_kernels_project_locks_unchanged(project: Path) -> None:
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text().replace(
+        "[tool.flashhub.dependencies]", "[tool.kernels.dependencies]"
+    )
+    pyproject.write_text(text.replace('">=1,<3"', "2"))  # as HF writes it: an exact version
+    document = ok_json(flashhub("lock", project, "--json"))
+    assert [(k["repo_id"], k["version"]) for k in document["kernels"]] == [(REPO, 2)]
+
+    pyproject.write_text(text.replace('">=1,<3"', '"two"'))
+    refused = flashhub("lock", project)
+    assert refused.returncode != 0
+    assert f"[tool.kernels.dependencies] '{REPO}'" in refused.stderr
+
+
 def test_lock_json(project: Path) -> None:
     document = ok_json(flashhub("lock", project, "--json"))
     assert document["lockfile"] == str(project / LOCKFILE_NAME)

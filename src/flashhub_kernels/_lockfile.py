@@ -382,6 +382,9 @@ class Project:
 def read_project(project_dir: Path) -> Project:
     """``[tool.flashhub.dependencies]`` and ``[tool.flashhub] variants`` of the project.
 
+    Without ``[tool.flashhub.dependencies]``, Hugging Face kernels' ``[tool.kernels.dependencies]``
+    is read in its place (the same forms).
+
     A dependency's value is a PEP 440 specifier string (``">=1,<3"``, ``"==2"``, ``""``
     for any) or an integer, which means exactly that version. ``variants`` is a list of
     variant names such as ``"torch212-cxx11-cu126-x86_64-linux"``.
@@ -412,24 +415,32 @@ _DEPENDENCY_HINT = 'write each entry as "org/pkg" = ">=1,<3" (or an exact versio
 _VARIANTS_HINT = 'write variants as ["torch212-cxx11-cu126-x86_64-linux", ...]'
 
 
+# Ours, then Hugging Face kernels' table, so that its projects lock unchanged.
+_DEPENDENCY_TABLES = (("tool", "flashhub", "dependencies"), ("tool", "kernels", "dependencies"))
+
+
 def _dependencies(
     document: dict[str, Any], path: Path, problems: list[tuple[str, str]]
 ) -> dict[str, str]:
     """The dependency table's valid entries; what is wrong with each other one goes to
     ``problems``, so that one error lists them all."""
-    table = lookup(document, "tool", "flashhub", "dependencies")
+    for keys in _DEPENDENCY_TABLES:
+        table = lookup(document, *keys)
+        if table is not None:
+            break
     if not isinstance(table, dict) or not table:
         raise LockfileError(
             f"{path} declares no kernels",
             hint='add them under [tool.flashhub.dependencies], e.g. "org/pkg" = ">=1"',
         )
+    name = ".".join(keys)
     dependencies = {}
     for repo_id, value in table.items():
         try:
             parse_repo_id(repo_id)
             dependencies[repo_id] = _specifier(value)
         except ValueError as exc:
-            problems.append((f"[tool.flashhub.dependencies] {repo_id!r}: {exc}", _DEPENDENCY_HINT))
+            problems.append((f"[{name}] {repo_id!r}: {exc}", _DEPENDENCY_HINT))
     return dependencies
 
 
