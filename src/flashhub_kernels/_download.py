@@ -29,6 +29,7 @@ from ._cdn_documents import (
     variant_path,
 )
 from ._config import Config
+from ._deferred_gc import collection_paused
 from ._kernel_dir import KernelDir, cached_kernel
 from ._manifest import Manifest
 from ._names import RepoInfo
@@ -64,7 +65,7 @@ def fetch_kernel(
     cache: Cache, system: SystemInfo, candidates: Sequence[RepoInfo], config: Config
 ) -> KernelDir:
     """Download the variant ``system`` loads of the first candidate the CDN publishes."""
-    with remote(config) as fetcher:
+    with collection_paused(), remote(config) as fetcher:
         not_found: KernelNotFoundError | None = None
         for info in candidates:
             try:
