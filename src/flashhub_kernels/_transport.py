@@ -252,13 +252,14 @@ class Fetcher:
             raise _BadBytes(
                 f"sha256 of the {writer.size} bytes received does not match metadata.json"
             )
-        logger.info(
-            "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
-            relpath,
-            mirror.label,
-            writer.size,
-            time.perf_counter() - start,
-        )
+        if logger.isEnabledFor(logging.INFO):  # the label is worked out anew each time
+            logger.info(
+                "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
+                relpath,
+                mirror.label,
+                writer.size,
+                time.perf_counter() - start,
+            )
 
     def download_many(self, jobs: Sequence[DownloadJob], progress: Progress = NO_PROGRESS) -> int:
         """Download several files concurrently; return the total bytes.
