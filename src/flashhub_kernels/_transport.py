@@ -274,7 +274,9 @@ class Fetcher:
         if len(jobs) == 1:
             return self._download_job(jobs[0], progress)
         queue: SimpleQueue[DownloadJob] = SimpleQueue()
-        for job in jobs:
+        # The largest first (where the manifest states sizes): the longest transfer starts
+        # at once, and the small files fill the other threads beside it.
+        for job in sorted(jobs, key=lambda job: -(job.size or 0)):
             queue.put(job)
         totals: list[int] = []
         errors: list[BaseException] = []
