@@ -35,7 +35,7 @@ PHASES = (
     "documents",
     "transfers",
     "commit: bytecode",
-    "commit: records (write + fsync)",
+    "commit: records",
     "commit: rename",
     "kernel import",
     "gc pauses",
@@ -162,7 +162,7 @@ def _patch(spans: Spans, name: str, module: Any) -> None:
     elif name == "flashhub_kernels._finder":
         _wrap(spans, module.KernelLoader, "exec_module", "kernel import")
     elif name == "flashhub_kernels._filesystem":
-        _wrap(spans, module, "write_atomic", "commit: records (write + fsync)")
+        _wrap(spans, module, "write_atomic", "commit: records")
 
 
 def install() -> Spans:
