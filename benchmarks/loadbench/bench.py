@@ -107,11 +107,13 @@ class Bench:
         warm_up: bool = True,
     ) -> dict[str, list[T]]:
         """Take every measurement once per run, after one untimed warm-up round (unless
-        ``warm_up`` is False: earlier rows have run the very same code and files).
+        ``warm_up`` is False: earlier rows have run the very same code and files; or
+        ``--no-warm-up``).
 
         Each run starts at a different measurement, so no side always goes first.
         """
         runs = runs or self.args.runs
+        warm_up = warm_up and self.args.warm_up
         names = list(measurements)
         results: dict[str, list[T]] = {name: [] for name in names}
         for run in range(-1 if warm_up else 0, runs):

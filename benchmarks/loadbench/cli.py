@@ -51,6 +51,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="stdlib",
         help="the loopback server's request handler (default: the standard library's)",
     )
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip each row's untimed warm-up round (for a quick check that it runs)",
+    )
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     if args.release_dir is not None and release_version(args.release_dir) is None:

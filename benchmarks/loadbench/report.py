@@ -67,6 +67,7 @@ def format_args(args: argparse.Namespace) -> str:
         f"--small-files {args.small_files} --runs {args.runs} --procs {args.procs} "
         f"--crowded-kernels {args.crowded_kernels} --server {args.server}"
         + (f" --release-dir {args.release_dir}" if args.release_dir else "")
+        + ("" if args.warm_up else " --no-warm-up")
     )
 
 
