@@ -121,3 +121,17 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert cost["target"] == "<= 0.50% of import torch, ideally < 3 ms"
     assert "% of import torch" in cost["text"]
     assert "(a) import torch alone" in " ".join(cost["notes"])
+
+
+def test_the_sync_costs_script_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    script = BENCH.with_name("bench_sync.py")
+    result = subprocess.run(
+        [sys.executable, str(script), "--files", "3", "--runs", "1", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    for way in ("no sync", "fsync of the directory", "fsync of every file"):
+        assert way in result.stdout
+    assert list(tmp_path.iterdir()) == []  # it cleans up after itself
