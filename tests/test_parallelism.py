@@ -1,5 +1,6 @@
-"""How many files are downloaded at once (``parallel_downloads``): sized by the round trip
-to hide, within MIN_PARALLEL_FILES..MAX_PARALLEL_FILES and never more than the files."""
+"""How many files are downloaded at once (``parallel_downloads``): sized by the wait for an
+answer to hide (a document fetch's wall time less its thread's CPU time), within
+MIN_PARALLEL_FILES..MAX_PARALLEL_FILES and never more than the files."""
 
 from __future__ import annotations
 
@@ -21,44 +22,44 @@ from support.trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
-# (files, round trip in seconds, threads): the bounds, one file, and the round trip between.
+# (files, wait in seconds, threads): the bounds, one file, and the waits between.
 TABLE = [
     (1, 0.0, 1),
     (1, math.inf, 1),  # one file: one thread, however far the CDN
     (2, 0.0, MIN_PARALLEL_FILES),
     (200, 0.0, MIN_PARALLEL_FILES),  # nothing to hide: the fewest
     (200, CPU_SECONDS_PER_FILE, MIN_PARALLEL_FILES),
-    (200, 3 * CPU_SECONDS_PER_FILE, 4),  # 1 + round trip / CPU time per file
+    (200, 3 * CPU_SECONDS_PER_FILE, 4),  # 1 + wait / CPU time per file
     (200, 0.01, MAX_PARALLEL_FILES),  # a distant CDN: the most
     (200, math.inf, MAX_PARALLEL_FILES),  # unmeasured: assume distant
     (5, 1.0, 5),  # never more threads than files
 ]
 
 
-@pytest.mark.parametrize(("files", "round_trip", "threads"), TABLE)
-def test_threads_for_files_and_round_trip(files: int, round_trip: float, threads: int) -> None:
-    assert parallel_downloads(files, round_trip) == threads
+@pytest.mark.parametrize(("files", "wait", "threads"), TABLE)
+def test_threads_for_files_and_wait(files: int, wait: float, threads: int) -> None:
+    assert parallel_downloads(files, wait) == threads
 
 
-def test_an_unmeasured_round_trip_gets_the_most_threads_the_files_allow() -> None:
+def test_an_unmeasured_wait_gets_the_most_threads_the_files_allow() -> None:
     assert parallel_downloads(200, math.inf) == MAX_PARALLEL_FILES
     assert parallel_downloads(MAX_PARALLEL_FILES - 1, math.inf) == MAX_PARALLEL_FILES - 1
 
 
-def test_no_round_trip_gets_the_fewest_threads() -> None:
+def test_no_wait_gets_the_fewest_threads() -> None:
     assert parallel_downloads(200, 0.0) == MIN_PARALLEL_FILES
 
 
-def test_a_longer_round_trip_never_gets_fewer_threads() -> None:
+def test_a_longer_wait_never_gets_fewer_threads() -> None:
     steps = [i * CPU_SECONDS_PER_FILE / 4 for i in range(60)] + [0.01, 0.1, 1.0, math.inf]
-    threads = [parallel_downloads(200, round_trip) for round_trip in steps]
+    threads = [parallel_downloads(200, wait) for wait in steps]
     assert threads == sorted(threads)
     assert threads[0] == MIN_PARALLEL_FILES and threads[-1] == MAX_PARALLEL_FILES
     assert len(set(threads)) == MAX_PARALLEL_FILES - MIN_PARALLEL_FILES + 1  # every step taken
 
 
 def test_a_distant_cdn_gets_the_most_downloads_at_once(cdn: CdnServer) -> None:
-    """End to end: a slow round trip on the documents widens the pool for the files."""
+    """End to end: documents that wait long for their answers widen the pool for the files."""
     files = kernel_files("tensor_tricks", "wide")
     files.update({f"tensor_tricks/data/part{i}.bin": bytes([i]) * 100 for i in range(20)})
     write_variant(cdn.root, REPO, 1, VARIANT, files)

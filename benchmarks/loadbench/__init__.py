@@ -11,7 +11,8 @@ Targets:
   1a  a cold load of one big file (``--size-mib``) at least as fast as ``curl -o FILE``
       of the same file (ratio <= 1.00);
   2a  a cold load of ``--small-files`` files of 10 KiB within 3x of one ``curl -K``
-      process fetching the same URLs (ratio <= 3.00);
+      process fetching the same URLs (ratio <= 3.00); 2d: faster than the 0.1.2 release
+      (``--release-dir``) in the same run;
   3   warm imports within 1.5x of the same package imported from a plain directory,
       with no HTTP request and no HTTP library imported, and not slowed (<= 1.20x) by
       ``--crowded-kernels`` (1000) other kernels in the cache (3d), nor (<= 1.20x) by a
@@ -27,18 +28,22 @@ Targets:
       most 0.5% of the time of ``import torch`` (ideally under 3 ms) over importing the
       same package from a plain directory.
 
-Every measured load runs in a fresh process forked from a multiprocessing "forkserver"
-that has already imported torch, so a child starts with torch imported and only the
-call under test is timed. A child also runs the entry script's imports, this package
-(stdlib only, and none that a load would import if torch has not: ``median`` is written
-out to keep ``decimal`` out). Row 8 alone starts bare interpreters, as a user's program
-starts.
+Every cold load (rows 1, 2, 5, 7) is a fresh ``python -c`` process that imports torch,
+then times ``get_kernel`` inside (:mod:`loadbench.fresh`), as a user's program makes it;
+one more per run, with timing spans (:mod:`loadbench.spans`), gives the breakdown of its
+time. The warm rows and row 4 run in processes forked from a multiprocessing
+"forkserver" that has already imported torch, so a child starts with torch imported and
+only the call under test is timed. A forked child also runs the entry script's imports,
+this package (stdlib only, and none that a load would import if torch has not:
+``median`` is written out to keep ``decimal`` out). Row 8 starts bare interpreters.
 
 The modules, in the order a run uses them:
   cli          options, the run from start to end, the report on stdout
   trees        the synthetic kernels, published into a CDN tree
   signed       the run's signing key: the kernels it signs, the loads that trust it
-  servers      the loopback CDN server
+  servers      the loopback CDN server (the stdlib handler, or a lean one)
+  fresh        cold loads in fresh interpreters, this client's or a release's
+  spans        the breakdown of a cold load, timed from outside
   children     the fork server and its fresh children
   probes       the flashhub side, run in a child: loads and imports, timed
   baselines    curl, plain ``requests``, command timing

@@ -45,18 +45,19 @@ def curl_file(bench: Bench, url: str, size: int) -> float:
 
 
 def curl_config(bench: Bench, kernel: Kernel, parallel: Sequence[str] = ()) -> dict[str, float]:
-    """One ``curl -s [parallel] -K config`` process fetching every file of ``kernel``'s
-    variant: the config lists a url/output pair per file. Wall and CPU milliseconds."""
+    """One ``curl -s --create-dirs [parallel] -K config`` process fetching every file of
+    ``kernel``'s variant, each to its path in the variant (the config lists a url/output
+    pair per file), as a client lays the files out. Wall and CPU milliseconds."""
     assert bench.curl is not None
     out = bench.fresh_dir("curl")
     lines = []
-    for i, path in enumerate(kernel.file_paths()):
-        lines += [f'url = "{bench.url(path)}"', f'output = "{out / f"f{i:04d}.bin"}"']
+    for relpath, url_path in zip(kernel.files, kernel.file_paths(), strict=True):
+        lines += [f'url = "{bench.url(url_path)}"', f'output = "{out / "files" / relpath}"']
     config = out / "curl.config"
     config.write_text("\n".join(lines) + "\n")
     settle()
-    result = run_command([bench.curl, "-s", *parallel, "-K", str(config)])
-    fetched = list(out.glob("f*.bin"))
+    result = run_command([bench.curl, "-s", "--create-dirs", *parallel, "-K", str(config)])
+    fetched = [path for path in (out / "files").rglob("*") if path.is_file()]
     if len(fetched) != len(kernel.files):
         raise RuntimeError(f"curl -K fetched {len(fetched)} files, not {len(kernel.files)}")
     written = sum(path.stat().st_size for path in fetched)

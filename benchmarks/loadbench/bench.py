@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from .children import Children
 from .common import log
+from .fresh import fresh_breakdown, fresh_load, this_client
 from .probes import child_first_import, child_get_kernel
 from .servers import CdnServer
 from .signed import trusting
@@ -34,6 +35,7 @@ class Bench:
     children: Children
     scratch: Path
     curl: str | None
+    client: Path = field(default_factory=this_client)  # where this flashhub is imported from
     _serial: int = 0
     _warm_caches: dict[bool, Path] = field(default_factory=dict)  # signed -> cache
 
@@ -57,17 +59,29 @@ class Bench:
     def url(self, url_path: str) -> str:
         return self.server.url + url_path
 
-    def cold_load(self, kernel: Kernel, *, signed: bool = False) -> dict[str, Any]:
-        """``get_kernel`` in a child with a fresh, empty cache; with the GETs it made."""
+    def cold_load(
+        self, kernel: Kernel, *, signed: bool = False, release: bool = False
+    ) -> dict[str, Any]:
+        """``get_kernel`` in a fresh interpreter with torch imported and a fresh, empty
+        cache (see :mod:`loadbench.fresh`); with the GETs it made. ``release``: the
+        release of ``--release-dir`` loads instead of this client."""
         cache = self.fresh_dir("cache")
+        client = self.args.release_dir if release else self.client
         settle()
         self.server.reset()
-        result: dict[str, Any] = self.children.run(
-            child_get_kernel, self.env(cache, signed=signed), kernel.repo_id
-        )
+        result = fresh_load(self.env(cache, signed=signed), kernel.repo_id, client)
         result["requests"] = sum(self.server.gets().values())
         shutil.rmtree(cache)
         return result
+
+    def breakdown(self, kernel: Kernel) -> dict[str, float]:
+        """Milliseconds per phase of a cold load like :meth:`cold_load`'s (not timed
+        alongside it: the spans cost a little; see :mod:`loadbench.spans`)."""
+        cache = self.fresh_dir("cache")
+        settle()
+        phases = fresh_breakdown(self.env(cache), kernel.repo_id, self.client)
+        shutil.rmtree(cache)
+        return phases
 
     def warm_cache(self, *, signed: bool = False) -> Path:
         """A cache holding the warm kernel (rows 3 and 8), filled on the first call by a
@@ -93,11 +107,13 @@ class Bench:
         warm_up: bool = True,
     ) -> dict[str, list[T]]:
         """Take every measurement once per run, after one untimed warm-up round (unless
-        ``warm_up`` is False: earlier rows have run the very same code and files).
+        ``warm_up`` is False: earlier rows have run the very same code and files; or
+        ``--no-warm-up``).
 
         Each run starts at a different measurement, so no side always goes first.
         """
         runs = runs or self.args.runs
+        warm_up = warm_up and self.args.warm_up
         names = list(measurements)
         results: dict[str, list[T]] = {name: [] for name in names}
         for run in range(-1 if warm_up else 0, runs):

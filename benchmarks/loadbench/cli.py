@@ -15,11 +15,12 @@ from pathlib import Path
 from .bench import Bench
 from .children import Children
 from .common import log
+from .fresh import release_version
 from .machine import machine_facts
 from .report import json_document, report
 from .results import Row
 from .rows import ROWS
-from .servers import serve
+from .servers import HANDLERS, serve
 from .trees import build_trees
 
 DESCRIPTION = "Kernel loading against the limits of this machine."
@@ -37,8 +38,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--crowded-kernels", type=int, default=1000, help="other kernels in the cache of row 3d"
     )
+    parser.add_argument(
+        "--release-dir",
+        type=Path,
+        metavar="DIR",
+        help="a directory holding the 0.1.2 release to compare with (pip install --no-deps "
+        "--target DIR flashhub-kernels==0.1.2); without it, its rows are skipped",
+    )
+    parser.add_argument(
+        "--server",
+        choices=HANDLERS,
+        default="stdlib",
+        help="the loopback server's request handler (default: the standard library's)",
+    )
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip each row's untimed warm-up round (for a quick check that it runs)",
+    )
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the rows as JSON")
     args = parser.parse_args(argv)
+    if args.release_dir is not None and release_version(args.release_dir) is None:
+        parser.error(f"--release-dir {args.release_dir}: no flashhub-kernels installed there")
     counts = (args.size_mib, args.realistic_mib, args.runs, args.procs, args.crowded_kernels)
     if min(counts) < 1 or args.small_files < 2:
         parser.error("sizes and counts must be positive (--small-files at least 2)")
@@ -51,7 +73,7 @@ def measure(args: argparse.Namespace, work: Path, curl: str | None) -> list[Row]
     trees = build_trees(work, args.size_mib, args.small_files, args.realistic_mib)
     log("starting the fork server (imports torch once)")
     children = Children()
-    with serve(trees.cdn) as server:
+    with serve(trees.cdn, args.server) as server:
         bench = Bench(args, trees, server, children, work / "scratch", curl)
         return [row for measure_rows in ROWS for row in measure_rows(bench)]
 
@@ -66,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("curl is not on PATH: the curl baselines are skipped")
     with tempfile.TemporaryDirectory(prefix="flashhub-bench-") as tmp:
         work = Path(tmp)
-        facts = machine_facts(work)
+        facts = machine_facts(work, args.server, args.release_dir)
         if no_bytecode:
             facts["bytecode"] = "PYTHONDONTWRITEBYTECODE dropped for the measured processes"
         load_before = os.getloadavg()[0]

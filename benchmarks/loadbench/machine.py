@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .fresh import release_version
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -78,7 +80,13 @@ def _source() -> str:
     return f"git {commit}" + (" + uncommitted changes in src/" if dirty != "?" else "")
 
 
-def machine_facts(work: Path) -> dict[str, str]:
+def _release(release_dir: Path | None) -> str:
+    if release_dir is None:
+        return "not measured (no --release-dir)"
+    return f"flashhub-kernels {release_version(release_dir)} from {release_dir}"
+
+
+def machine_facts(work: Path, handler: str, release_dir: Path | None) -> dict[str, str]:
     return {
         "cpu": _cpu(),
         "memory": _memory(),
@@ -87,6 +95,8 @@ def machine_facts(work: Path) -> dict[str, str]:
         "python": f"{platform.python_version()} ({sys.executable})",
         "packages": _packages(),
         "curl": _curl(),
-        "server": "stdlib ThreadingHTTPServer in this process, bodies by sendfile(2), keep-alive",
+        "server": f"ThreadingHTTPServer in this process, {handler} request handler "
+        "(--server), HTTP/1.1 keep-alive, TCP_NODELAY, Range",
+        "release compared": _release(release_dir),
         "source": _source(),
     }

@@ -2,11 +2,19 @@
 
 ``with serve(trees.cdn) as server:`` starts it on a free port (``server.url``) in a thread
 of this process; ``server.gets()`` and ``server.reset()`` read and clear the GET counts.
+
+Two request handlers, both HTTP/1.1 keep-alive with ``TCP_NODELAY`` and ``Range: bytes=N-``:
+``stdlib`` (the default) is the standard library's ``SimpleHTTPRequestHandler`` with
+``Range`` added, the server a user would start with ``python -m http.server``; ``lean``
+parses requests itself and sends bodies with ``sendfile(2)``, at about a tenth of the
+CPU per request (see :class:`CdnServer`), for measuring the clients alone.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import os
 import re
 import socket
 import sys
@@ -14,27 +22,37 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+HANDLERS = ("stdlib", "lean")
+_RANGE = re.compile(r"bytes=(\d+)-")
 
 
 class CdnServer(ThreadingHTTPServer):
-    """Static files from ``root``: keep-alive, ``Range: bytes=N-``, sendfile bodies, GET counts.
+    """Static files from ``root``: keep-alive, ``Range: bytes=N-``, GET counts.
 
-    The tree is fixed before the server starts, so every file is looked up once, here, and
-    files up to ``INLINE_BYTES`` are held in memory and sent with their headers in one
-    write. With the lean request parsing of :class:`CdnHandler` this cuts the server's CPU
-    time per small response from ~470 us (stock handler, ``Path.resolve`` per request) to
-    ~40 us on the machine of docs/performance.md, so row 2 does not measure the server.
+    With the ``lean`` handler (:class:`CdnHandler`), the tree is fixed before the server
+    starts, so every file is looked up once, here, and files up to ``INLINE_BYTES`` are
+    held in memory and sent with their headers in one write; larger ones by sendfile. With
+    its lean request parsing this cuts the server's CPU time per small response from ~470
+    us (the ``stdlib`` handler, :class:`StdlibHandler`) to ~40 us on the machine of
+    docs/performance.md.
     """
 
     daemon_threads = True
     request_queue_size = 512  # 16 processes x 8 connections may arrive at once
     INLINE_BYTES = 256 * 1024
 
-    def __init__(self, root: Path) -> None:
-        super().__init__(("127.0.0.1", 0), CdnHandler)
+    def __init__(self, root: Path, handler: str = "stdlib") -> None:
+        if handler == "stdlib":
+            handler_class: Any = functools.partial(StdlibHandler, directory=str(root))
+        else:
+            handler_class = CdnHandler
+        super().__init__(("127.0.0.1", 0), handler_class)
+        self.handler = handler
         self.files: dict[str, tuple[Path, int, bytes | None]] = {}
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             size = path.stat().st_size
@@ -69,18 +87,68 @@ class CdnServer(ThreadingHTTPServer):
             self._gets.clear()
 
 
+def _no_delay(connection: socket.socket) -> None:
+    # Large bodies go out as headers then the body: without this, Nagle's algorithm and
+    # the client's delayed ACK could hold the second write back for 40 ms.
+    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class StdlibHandler(SimpleHTTPRequestHandler):
+    """The standard library's static-file handler, HTTP/1.1, with ``Range: bytes=N-``
+    and a GET count; its logging is silenced."""
+
+    server: CdnServer
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        _no_delay(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.server.count(urllib.parse.unquote(self.path.split("?", 1)[0]))
+        super().do_GET()
+
+    def send_head(self) -> IO[bytes] | None:
+        match = _RANGE.fullmatch(self.headers.get("Range", ""))
+        if match is None:
+            return super().send_head()  # type: ignore[no-any-return]
+        path = self.translate_path(self.path)
+        try:
+            body = open(path, "rb")  # noqa: SIM115 (do_GET copies it, then closes it)
+        except OSError:
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
+        size, start = os.fstat(body.fileno()).st_size, int(match.group(1))
+        if start > size:
+            body.close()
+            self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        body.seek(start)
+        self.send_response(HTTPStatus.PARTIAL_CONTENT)
+        self.send_header("Content-Type", self.guess_type(path))
+        self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+        self.send_header("Content-Length", str(size - start))
+        self.end_headers()
+        return body
+
+
 class CdnHandler(BaseHTTPRequestHandler):
-    """GET only. Parses the request line and headers itself: the stdlib's email-based
-    header parser costs about as much per request as curl spends on a whole request."""
+    """The ``lean`` handler. GET only. Parses the request line and headers itself: the
+    stdlib's email-based header parser costs about as much per request as curl spends on
+    a whole request."""
 
     server: CdnServer
     protocol_version = "HTTP/1.1"  # keep-alive: handle() loops until close_connection
 
     def setup(self) -> None:
         super().setup()
-        # Large bodies go out as headers then sendfile: without this, Nagle's algorithm and
-        # the client's delayed ACK could hold the second write back for 40 ms.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _no_delay(self.connection)
 
     def handle_one_request(self) -> None:
         parts = self.rfile.readline(65537).split()
@@ -110,7 +178,7 @@ class CdnHandler(BaseHTTPRequestHandler):
             self._send(404, b"")
             return
         path, size, inline = found
-        match = re.fullmatch(r"bytes=(\d+)-", range_header)
+        match = _RANGE.fullmatch(range_header)
         start = int(match.group(1)) if match else 0
         if start > size:
             self._send(416, b"", f"Content-Range: bytes */{size}\r\n")
@@ -146,9 +214,10 @@ class CdnHandler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(root: Path) -> Iterator[CdnServer]:
-    """Serve ``root`` from a thread of this process until the block ends."""
-    server = CdnServer(root)
+def serve(root: Path, handler: str = "stdlib") -> Iterator[CdnServer]:
+    """Serve ``root`` from a thread of this process until the block ends, with the
+    request handler ``handler`` (one of :data:`HANDLERS`)."""
+    server = CdnServer(root, handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

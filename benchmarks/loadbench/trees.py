@@ -135,7 +135,9 @@ def publish(cdn: Path, name: str, files: Files) -> Kernel:
         else:
             path.write_bytes(content)
             digests[relpath] = b64_sha256(content)
-    (variant_dir / "metadata.json").write_text(json.dumps({"digest": {"files": digests}}))
+    sizes = {relpath: (variant_dir / relpath).stat().st_size for relpath in files}
+    metadata = {"digest": {"files": digests}, "sizes": sizes}
+    (variant_dir / "metadata.json").write_text(json.dumps(metadata))
     (version_dir / "variants.json").write_text(json.dumps([VARIANT]))
     (version_dir.parent / "versions.json").write_text("[1]")
     return Kernel(name, digests)

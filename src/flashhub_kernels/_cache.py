@@ -162,10 +162,18 @@ class Receipt(NamedTuple):
 
 def _write_atomic(path: Path, data: bytes) -> None:
     """:func:`._filesystem.write_atomic`, imported when the cache first writes: a warm
-    load never does."""
+    load never does.
+
+    Not flushed to disk (``durable=False``): an entry's files are not either, since a
+    ``fsync`` per file would cost more than the download (docs/performance.md), so a
+    receipt on disk after a power cut would vouch for nothing. What a power cut leaves
+    instead fails its check when read, and is fetched again: a receipt or an index that
+    does not parse is no receipt or index, a file that lost its bytes differs from its
+    receipt.
+    """
     from ._filesystem import write_atomic
 
-    write_atomic(path, data)
+    write_atomic(path, data, durable=False)
 
 
 def _changed(path: Path, size: int, mtime_ns: int) -> bool:

@@ -15,7 +15,7 @@ import functools
 import logging
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, NoReturn
@@ -33,6 +33,7 @@ from ._cdn_documents import (
     variant_path,
 )
 from ._config import Config
+from ._deferred_gc import collection_paused
 from ._kernel_dir import KernelDir, cached_kernel
 from ._kernel_metadata import read_kernel_metadata
 from ._manifest import MANIFEST_NAME, Manifest
@@ -78,7 +79,7 @@ def fetch_kernel(
     cache: Cache, system: SystemInfo, candidates: Sequence[RepoInfo], config: Config
 ) -> KernelDir:
     """Download the variant ``system`` loads of the first candidate the CDN publishes."""
-    with remote(config) as fetcher:
+    with collection_paused(), remote(config) as fetcher:
         not_found: KernelNotFoundError | None = None
         for info in candidates:
             try:
@@ -102,11 +103,18 @@ def fetch_kernel(
                 "variants.json" if index.complete else "the variants probed",
                 system.describe(),
             )
-            entry, downloaded, _signer = download_entry(
-                cache, fetcher, info, variant, document=reader.documents.get(variant)
-            )
-            if downloaded and config.version_check:  # not by every waiter for a download
-                notice_newer_version(fetcher, info)
+            # Only a load that downloads checks (not every waiter for a download), and it
+            # reads versions.json beside its files, not after them.
+            notice = NewerVersionNotice(fetcher, info)
+            entry = download_entry(
+                cache,
+                fetcher,
+                info,
+                variant,
+                document=reader.documents.get(variant),
+                on_download=notice.start,
+            ).path
+            notice.finish()
             receipt = cache.read_receipt(entry)
             assert receipt is not None, "a committed entry has its receipt"
             return cached_kernel(entry, info, variant, receipt)
@@ -320,34 +328,60 @@ _version_checked: set[str] = set()
 _version_checked_lock = threading.Lock()
 
 
-def notice_newer_version(fetcher: Fetcher, info: RepoInfo) -> None:
-    """Warn (:class:`NewerVersionWarning`) when ``versions.json`` lists a version newer
-    than ``info``'s; called by a load that had to download.
+class NewerVersionNotice:
+    """Warns (:class:`NewerVersionWarning`) when ``versions.json`` lists a version newer
+    than ``info``'s, for a load that downloads: :meth:`start` reads it on a thread of its
+    own while the files download, :meth:`finish` waits for it and warns, on the thread
+    that loads (the warning points at the caller's line).
 
-    At most one request per repo and process, and so at most one warning. A missing or
-    malformed ``versions.json``, or a CDN that fails to serve it, says nothing: the load
-    itself has succeeded.
+    At most one request per repo and process, and so at most one warning; none with
+    ``FLASHHUB_NO_VERSION_CHECK``. A missing or malformed ``versions.json``, or a CDN
+    that fails to serve it, says nothing: the load itself has succeeded.
     """
-    with _version_checked_lock:
-        if info.repo_id in _version_checked:
+
+    def __init__(self, fetcher: Fetcher, info: RepoInfo) -> None:
+        self._fetcher, self._info = fetcher, info
+        self._newest: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if not self._fetcher.config.version_check:
             return
-        _version_checked.add(info.repo_id)
-    try:
-        versions = published_versions(fetcher, info.repo_id)
-        if versions:
-            check_newest(Cache.from_config(fetcher.config), info.repo_id, versions)
-    except FlashhubError:
-        return
-    if not versions or versions[-1] <= info.version:
-        return
-    newer = RepoInfo(info.repo_id, versions[-1])
-    warn_at_caller(
-        f"{info.repo_id} v{newer.version} is published; this process loads v{info.version}. "
-        f"To use it, load get_kernel({info.repo_id!r}, version={newer.version}) or import "
-        f"{newer.module_name()}, after checking what changed. "
-        "FLASHHUB_NO_VERSION_CHECK=1 turns this check off.",
-        NewerVersionWarning,
-    )
+        with _version_checked_lock:
+            if self._info.repo_id in _version_checked:
+                return
+            _version_checked.add(self._info.repo_id)
+        self._thread = threading.Thread(target=self._read_versions, daemon=True)
+        self._thread.start()
+
+    def _read_versions(self) -> None:
+        repo_id = self._info.repo_id
+        try:
+            versions = published_versions(self._fetcher, repo_id)
+            if versions:
+                check_newest(Cache.from_config(self._fetcher.config), repo_id, versions)
+                self._newest = versions[-1]
+        except Exception:  # best effort: a CDN that fails to serve it, or the run's end
+            # A load that failed does not wait for this thread, and closes the session
+            # under it: whatever that raises here is no news for anyone.
+            return
+
+    def finish(self) -> None:
+        if self._thread is None:
+            return
+        self._thread.join()
+        self._thread = None
+        info = self._info
+        if self._newest is None or self._newest <= info.version:
+            return
+        newer = RepoInfo(info.repo_id, self._newest)
+        warn_at_caller(
+            f"{info.repo_id} v{newer.version} is published; this process loads v{info.version}. "
+            f"To use it, load get_kernel({info.repo_id!r}, version={newer.version}) or import "
+            f"{newer.module_name()}, after checking what changed. "
+            "FLASHHUB_NO_VERSION_CHECK=1 turns this check off.",
+            NewerVersionWarning,
+        )
 
 
 def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
@@ -390,13 +424,15 @@ def download_entry(
     expected_hash: str | None = None,
     expected_signer: str | None = None,
     document: ManifestDocument | None = None,
+    on_download: Callable[[], None] | None = None,
 ) -> CommittedEntry:
     """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time.
 
     With ``expected_hash`` and ``expected_signer`` (a lock file's pins), an entry verified
     against other content is replaced, and a manifest with another content hash or signer
     is refused before any file is fetched. ``document`` is the variant's manifest when
-    choosing it fetched it already.
+    choosing it fetched it already. ``on_download`` is called when this call is about to
+    download the files (it found no entry it could reuse).
     """
     entry = cache.entry_dir(info, variant)
     config = fetcher.config
@@ -418,6 +454,8 @@ def download_entry(
         with cache_errors():
             cache.evict(entry)
             cache.remove_stale_staging(info, variant)
+        if on_download is not None:
+            on_download()
         _download_and_commit(cache, fetcher, info, variant, document)
     return CommittedEntry(entry, True, document.signer)
 

@@ -106,8 +106,8 @@ class HashingWriter:
         self.size = 0
         self._fd: int | None = None
         try:
-            self._fd = _open_own(path)
-            while chunk := os.read(self._fd, CHUNK_SIZE):  # a kept partial download
+            self._fd, new = _open_own(path)
+            while not new and (chunk := os.read(self._fd, CHUNK_SIZE)):  # a kept partial
                 self._hash.update(chunk)
                 self.size += len(chunk)
         except OSError as exc:
@@ -195,18 +195,22 @@ class HashingWriter:
             )
 
 
-def _open_own(path: Path) -> int:
+def _open_own(path: Path) -> tuple[int, bool]:
     """Open ``path`` to read and append, created if missing; a file with more than one
     link (or not a regular file) is unlinked first, so the bytes written, and any
-    ``ftruncate``, reach no file but this one."""
+    ``ftruncate``, reach no file but this one. Also whether the file is new (empty)."""
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:  # the usual case, a file not there yet: nothing to look at or to read
+        return os.open(path, flags | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        pass
     fd = os.open(path, flags, 0o644)
     st = os.fstat(fd)
     if st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
-        return fd
+        return fd, False
     os.close(fd)
     os.unlink(path)
-    return os.open(path, flags | os.O_EXCL, 0o644)
+    return os.open(path, flags | os.O_EXCL, 0o644), True
 
 
 def sha256_file(path: Path) -> bytes:

@@ -34,6 +34,9 @@ from collections import deque
 from typing import Literal
 
 import requests
+import requests.adapters
+import requests.cookies
+import requests.hooks
 import urllib3.exceptions
 
 from ._config import Config
@@ -51,6 +54,12 @@ MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the 
 _BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 _DENIED_STATUSES = frozenset({401, 403})
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
+# A URL that requests' prepare_url would leave as it is: an http(s) URL of printable
+# ASCII with nothing to quote or encode (the mirror's base URL was prepared once, and the
+# paths below it are quoted where they are made); any other is prepared in full.
+_PLAIN_URL = re.compile(
+    r"https?://[a-z0-9.:\[\]-]+(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?"
+)
 # How one GET of a file ended: the file is complete; the body broke after continuing
 # the file where it stood (a 206 at the offset); or any other break or restart.
 _Outcome = Literal["done", "resumed", "failed"]
@@ -101,6 +110,12 @@ class HttpMirror(Mirror):
         self._template = session.prepare_request(
             requests.Request("GET", self.base_url, auth=self._route.auth)
         )
+        # Until the mirror answers with a redirect, GETs go straight to the session's
+        # transport adapter: Session.send would look for redirects and cookies to follow
+        # and dispatch the response hooks, which only a redirect needs (10% of the CPU of
+        # a 10 KiB GET). After the first redirect, every GET takes the session's way.
+        self._adapter: requests.adapters.BaseAdapter | None = session.get_adapter(self.base_url)
+        self._verify = True if session.verify is None else session.verify
 
     @property
     def via(self) -> str | None:
@@ -201,13 +216,14 @@ class HttpMirror(Mirror):
     def _get(self, url: str, headers: dict[str, str] | None = None) -> requests.Response:
         """Send a GET whose body the caller streams; connection problems are MirrorFailed."""
         request = self._template.copy()
-        request.prepare_url(url, None)
+        if _PLAIN_URL.fullmatch(url):
+            request.url = url  # what prepare_url would make of it, at a tenth of the cost
+        else:
+            request.prepare_url(url, None)
         if headers:
             request.headers.update(headers)
         try:
-            return self._session.send(
-                request, stream=True, timeout=self._timeout, proxies=self._route.proxies
-            )
+            return self._send(request)
         except DowngradeRefused as exc:
             raise MirrorFailed(str(exc)) from None
         except requests.exceptions.ProxyError as exc:
@@ -217,6 +233,50 @@ class HttpMirror(Mirror):
         except (requests.RequestException, ValueError) as exc:
             # ValueError: a malformed redirect (a bad port, a non-ASCII Location).
             raise MirrorFailed(self._reason(exc)) from None
+
+    def _send(self, request: requests.PreparedRequest) -> requests.Response:
+        """The response to ``request``, its body not yet read, redirects followed."""
+        if self._adapter is None:
+            return self._session.send(
+                request, stream=True, timeout=self._timeout, proxies=self._route.proxies
+            )
+        response = self._adapter.send(
+            request,
+            stream=True,
+            timeout=self._timeout,
+            verify=self._verify,
+            proxies=self._route.proxies,
+        )
+        if not response.is_redirect:
+            return response
+        self._adapter = None  # this mirror redirects: the session sends its GETs from now on
+        return self._follow(request, response)
+
+    def _follow(
+        self, request: requests.PreparedRequest, response: requests.Response
+    ) -> requests.Response:
+        """What ``Session.send`` does with the redirect ``response`` to ``request``: the
+        response hooks (the refusal of https -> http), the cookies, then the redirects."""
+        # requests' stubs leave these two untyped, and type verify= as a bool (a CA bundle
+        # path is documented too).
+        response = requests.hooks.dispatch_hook(  # type: ignore[no-untyped-call]
+            "response", request.hooks, response
+        )
+        requests.cookies.extract_cookies_to_jar(  # type: ignore[no-untyped-call]
+            self._session.cookies, request, response.raw
+        )
+        hops = self._session.resolve_redirects(
+            response,
+            request,
+            stream=True,
+            timeout=self._timeout,
+            verify=self._verify,  # type: ignore[arg-type]
+            proxies=self._route.proxies,
+        )
+        history: list[requests.Response] = [response, *hops]
+        final = history.pop()
+        final.history = history
+        return final
 
     def _check_status(self, response: requests.Response, what: str = "") -> None:
         status = response.status_code

@@ -59,11 +59,13 @@ logger = logging.getLogger("flashhub_kernels")
 # Parallel downloads hide round trips: while one thread waits for the CDN, another
 # works. With no round trip to hide (loopback, a mirror next door) extra threads only
 # contend for the GIL: on 2 cores, 8 threads fetched 200 small files from loopback about
-# 40% slower than 2 did. So the pool is sized by the round trip of the documents fetched
-# just before (Little's law: 1 + round trip / CPU time per file), within these bounds.
+# 40% slower than 2 did. So the pool is sized by how long the documents fetched just
+# before waited for their answers: the wall time of the fetch less the CPU time the
+# fetching thread spent on it, which on loopback is the server's time alone (Little's
+# law: 1 + wait / CPU time per file), within these bounds.
 MIN_PARALLEL_FILES = 2
 MAX_PARALLEL_FILES = 8
-CPU_SECONDS_PER_FILE = 0.0003  # request, response, create, write, hash: a small file
+CPU_SECONDS_PER_FILE = 0.0005  # request, response, create, write, hash: a small file
 # After Ctrl-C, how long the workers get to stop at their next chunk before the
 # interrupt is raised anyway (a worker blocked in a read is a daemon thread).
 STOP_GRACE_SECONDS = 1.0
@@ -137,7 +139,7 @@ class Fetcher:
             warn_if_insecure(base)
         self._mirrors = open_mirrors(config, pool_size=MAX_PARALLEL_FILES)
         self._mirrors_lock = threading.Lock()
-        self._round_trip = math.inf  # the fastest small document fetch so far, in seconds
+        self._wait = math.inf  # the shortest wait for a document's answer so far, in seconds
         self._sent_bad_bytes: set[Mirror] = set()  # mirrors that sent a file's bytes wrong
 
     def close(self) -> None:
@@ -146,9 +148,10 @@ class Fetcher:
 
     def get_bytes(self, relpath: str, *, limit: int) -> bytes:
         """Fetch a small document whole; raise :class:`NotPublished` when it does not exist."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         data = self._from_mirrors(relpath, lambda mirror: mirror.read_document(relpath, limit))
-        self._round_trip = min(self._round_trip, time.perf_counter() - start)
+        cpu = time.thread_time() - cpu
+        self._wait = min(self._wait, max(0.0, time.perf_counter() - start - cpu))
         return data
 
     def size(self, relpath: str) -> int | None:
@@ -258,13 +261,14 @@ class Fetcher:
             raise _BadBytes(
                 f"sha256 of the {writer.size} bytes received does not match metadata.json"
             )
-        logger.info(
-            "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
-            relpath,
-            mirror.label,
-            writer.size,
-            time.perf_counter() - start,
-        )
+        if logger.isEnabledFor(logging.INFO):  # the label is worked out anew each time
+            logger.info(
+                "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
+                relpath,
+                mirror.label,
+                writer.size,
+                time.perf_counter() - start,
+            )
 
     def download_many(self, jobs: Sequence[DownloadJob], progress: Progress = NO_PROGRESS) -> int:
         """Download several files concurrently; return the total bytes.
@@ -276,7 +280,9 @@ class Fetcher:
         if len(jobs) == 1:
             return self._download_job(jobs[0], progress)
         queue: SimpleQueue[DownloadJob] = SimpleQueue()
-        for job in jobs:
+        # The largest first (where the manifest states sizes): the longest transfer starts
+        # at once, and the small files fill the other threads beside it.
+        for job in sorted(jobs, key=lambda job: -(job.size or 0)):
             queue.put(job)
         totals: list[int] = []
         errors: list[BaseException] = []
@@ -299,7 +305,13 @@ class Fetcher:
 
         # Daemon threads, not a ThreadPoolExecutor: after Ctrl-C a worker blocked in a
         # read must not keep the interpreter from exiting until its read times out.
-        count = parallel_downloads(len(jobs), self._round_trip)
+        count = parallel_downloads(len(jobs), self._wait)
+        logger.info(
+            "%d files, %d at once (the documents waited %.2f ms for their answers)",
+            len(jobs),
+            count,
+            self._wait * 1e3,
+        )
         workers = [threading.Thread(target=work, daemon=True) for _ in range(count)]
         for worker in workers:
             worker.start()
@@ -426,10 +438,8 @@ def _network_hint(*, proxied: bool) -> str:
     )
 
 
-def parallel_downloads(files: int, round_trip: float) -> int:
-    """Threads to download ``files`` files: enough to hide a ``round_trip`` (seconds)."""
-    if math.isinf(round_trip):  # nothing measured yet: assume a distant CDN
-        wanted = MAX_PARALLEL_FILES
-    else:
-        wanted = 1 + math.ceil(round_trip / CPU_SECONDS_PER_FILE)
+def parallel_downloads(files: int, wait: float) -> int:
+    """Threads to download ``files`` files: enough to hide a ``wait`` (seconds) for each
+    answer; an infinite one (nothing measured yet) is taken for a distant CDN."""
+    wanted = MAX_PARALLEL_FILES if math.isinf(wait) else 1 + math.ceil(wait / CPU_SECONDS_PER_FILE)
     return max(1, min(files, MAX_PARALLEL_FILES, max(MIN_PARALLEL_FILES, wanted)))

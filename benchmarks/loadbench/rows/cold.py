@@ -1,6 +1,8 @@
-"""Cold loads against curl and ``requests``: rows 1a and 1b (one big file), 5 (its peak
-RSS), 2a and 2b (many small files), 2c (the same, signed, against unsigned) and 7 (a
-realistic variant)."""
+"""Cold loads against curl, ``requests`` and the 0.1.2 release: rows 1a-1c (one big
+file), 5 (its peak RSS), 2a-2d (many small files; 2c the same, signed, against unsigned)
+and 7, 7b (a realistic variant). Every flashhub load runs in a fresh interpreter
+(:mod:`loadbench.fresh`), and one more load per run, with timing spans, gives the
+breakdown of its time printed with rows 1a, 2a and 7."""
 
 from __future__ import annotations
 
@@ -12,17 +14,66 @@ from ..bench import Bench
 from ..common import MIB
 from ..results import Row, Stat, median, ratio_row
 from ..signed import NO_SIGNING, TRUSTED_KEYS_VAR
-from ..trees import REALISTIC_PY_BYTES, REALISTIC_PY_FILES, REALISTIC_SO
+from ..spans import PHASES, THREAD_PARTS
+from ..trees import REALISTIC_PY_BYTES, REALISTIC_PY_FILES, REALISTIC_SO, Kernel
 
 # The targets (see the package docstring); printed with each row, never asserted.
 TARGET_BIG_VS_CURL = 1.0
 TARGET_SMALL_VS_CURL = 3.0
 TARGET_REALISTIC_VS_CURL = 1.2
 TARGET_RSS_MIB = 64.0
+TARGET_SMALL_VS_RELEASE = 1.0  # faster than the release it replaces
 CURL_PARALLEL = ("--parallel", "--parallel-max", "8")
 NO_CURL = "curl baseline skipped: curl is not on PATH"
+NO_RELEASE = "skipped: no --release-dir"
+RELEASE = "0.1.2 (--release-dir), same fresh-interpreter load"
 
 Measurements = dict[str, Callable[[], Any]]
+
+
+def flashhub_measurements(bench: Bench, kernel: Kernel) -> Measurements:
+    """The flashhub side of a cold row: this client's load, its breakdown, and the
+    release's load where ``--release-dir`` names one."""
+    measurements: Measurements = {
+        "flashhub": lambda: bench.cold_load(kernel),
+        "breakdown": lambda: bench.breakdown(kernel),
+    }
+    if bench.args.release_dir is not None:
+        measurements["release"] = lambda: bench.cold_load(kernel, release=True)
+    return measurements
+
+
+def breakdown_note(breakdowns: Sequence[Mapping[str, float]]) -> str:
+    """The medians of :meth:`Bench.breakdown` results: main thread's phases, then what
+    the download threads did, summed over them."""
+
+    def ms(name: str) -> float:
+        return median([b.get(name, 0.0) for b in breakdowns])
+
+    phases = [f"{name} {ms(name):.1f}" for name in PHASES if ms(name) >= 0.05]
+    threads = [f"{name} {ms('threads: ' + name):.1f}" for name in THREAD_PARTS]
+    return (
+        f"breakdown of flashhub's time (ms, medians of {len(breakdowns)} more loads with "
+        f"timing spans, wall {ms('wall'):.1f}): "
+        + ", ".join(phases)
+        + "; inside transfers, summed over the download threads: "
+        + ", ".join(threads)
+    )
+
+
+def vs_release(
+    key: str, name: str, ours: Stat, release: Sequence[Mapping[str, Any]] | None, limit: float
+) -> Row:
+    """flashhub against the release, judged by ``ours / release < limit`` (0: a reference)."""
+    if release is None:
+        return Row(key, name, "ms", ours, target=f"({NO_RELEASE})")
+    row = Row(key, name, "ms", ours, RELEASE, load_ms(release))
+    if not limit:
+        row.target = "(reference)"
+        return row
+    row.target = f"< {limit:.2f}x"
+    row.passed = row.ratio is not None and row.ratio < limit
+    return row
 
 
 def mb_per_s(size: int, milliseconds: float) -> float:
@@ -60,18 +111,23 @@ def row_big_file(bench: Bench) -> list[Row]:
     kernel = bench.trees.big
     weights = bench.url(f"{kernel.variant_path}/big_file/weights.bin")
     size = bench.args.size_mib * MIB
-    measurements: Measurements = {
-        "flashhub": lambda: bench.cold_load(kernel),
-        "requests": lambda: requests_download(bench, weights),
-    }
+    measurements = flashhub_measurements(bench, kernel)
+    measurements["requests"] = lambda: requests_download(bench, weights)
     if bench.curl:
         measurements["curl"] = lambda: curl_file(bench, weights, size)
     results = bench.rounds(f"row 1: cold load of {bench.args.size_mib} MiB", measurements)
     name = f"cold load, 1 file of {bench.args.size_mib} MiB"
     ours = load_ms(results["flashhub"])
+    versus_curl = _big_vs_curl(bench, name, ours, results.get("curl"))
+    versus_curl.notes.append(breakdown_note(results["breakdown"]))
+    release = vs_release("1c", name, ours, results.get("release"), 0)
+    if release.baseline is not None:
+        rate = mb_per_s(size, release.baseline.median)
+        release.notes.append(f"{_flashhub_rate(bench, ours)}, 0.1.2 {rate:.0f} MB/s")
     return [
-        _big_vs_curl(bench, name, ours, results.get("curl")),
+        versus_curl,
         _big_vs_requests(bench, name, ours, results["requests"]),
+        release,
         _big_rss(bench, results["flashhub"], results["requests"]),
     ]
 
@@ -108,7 +164,7 @@ def _big_rss(
     before = Stat.of([r["rss_before_mib"] for r in ours]).median
     note = (
         f"peak RSS during get_kernel minus RSS just before it ({before:.0f} MiB, torch "
-        f"imported), in the row-1 children; peak = {ours[0]['rss_method']}"
+        f"imported), in the row-1a loads; peak = {ours[0]['rss_method']}"
     )
     return Row(
         "5",
@@ -132,7 +188,7 @@ def row_small_files(bench: Bench) -> list[Row]:
     and signed, with its key trusted, vs unsigned (2c)."""
     kernel = bench.trees.small
     count = len(kernel.files)
-    measurements: Measurements = {"flashhub": lambda: bench.cold_load(kernel)}
+    measurements = flashhub_measurements(bench, kernel)
     if bench.trees.trusted_key is not None:
         measurements["signed"] = lambda: bench.cold_load(kernel, signed=True)
     if bench.curl:
@@ -143,18 +199,20 @@ def row_small_files(bench: Bench) -> list[Row]:
     name = f"cold load, {count} files of 10 KiB"
     ours = load_ms(results["flashhub"])
     signed = _small_signed(name, results["flashhub"], results.get("signed"))
-    cpu = "client CPU (user+sys of the loading child, during get_kernel): flashhub " + (
+    cpu = "client CPU (user+sys of the loading process, during get_kernel): flashhub " + (
         cpu_per_request(results["flashhub"])
     )
+    release = vs_release("2d", name, ours, results.get("release"), TARGET_SMALL_VS_RELEASE)
+    if release.baseline is not None:
+        release.notes.append(f"0.1.2 CPU {cpu_per_request(results['release'])}")
+    breakdown = breakdown_note(results["breakdown"])
     if not bench.curl:
-        row = Row("2", name, "ms", ours, "curl -K", target="(skipped)")
-        row.notes += ["curl baselines skipped: curl is not on PATH", cpu]
-        return [row, signed]
-    return [
-        _small_vs_sequential(name, ours, results["sequential"], count, cpu),
-        _small_vs_parallel(name, ours, results["parallel"], count),
-        signed,
-    ]
+        row = Row("2a", name, "ms", ours, "curl -K", target="(skipped)")
+        row.notes += ["curl baselines skipped: curl is not on PATH", cpu, breakdown]
+        return [row, signed, release]
+    sequential = _small_vs_sequential(name, ours, results["sequential"], count, cpu)
+    sequential.notes.append(breakdown)
+    return [sequential, _small_vs_parallel(name, ours, results["parallel"], count), signed, release]
 
 
 def _curl_ms(runs: Sequence[Mapping[str, float]]) -> Stat:
@@ -170,7 +228,7 @@ def _small_vs_sequential(
         f"{cpu}; curl -K {curl_cpu_per_request(sequential, count)}",
     ]
     baseline = _curl_ms(sequential)
-    row = Row("2a", name, "ms", ours, "curl -s -K config", baseline, notes=notes)
+    row = Row("2a", name, "ms", ours, "curl -s --create-dirs -K config", baseline, notes=notes)
     return ratio_row(row, TARGET_SMALL_VS_CURL)
 
 
@@ -181,7 +239,7 @@ def _small_vs_parallel(
         "curl with 8 transfers at once: a stricter comparison, not the target",
         f"curl --parallel CPU: {curl_cpu_per_request(parallel, count)}",
     ]
-    label = "curl -s --parallel-max 8 -K config"
+    label = "curl -s --create-dirs --parallel-max 8 -K config"
     return Row("2b", name, "ms", ours, label, _curl_ms(parallel), "(reference)", notes=notes)
 
 
@@ -215,20 +273,15 @@ def row_realistic(bench: Bench) -> list[Row]:
     kernel = bench.trees.realistic
     mib = bench.args.realistic_mib
     count = len(kernel.files)
-    measurements: Measurements = {"flashhub": lambda: bench.cold_load(kernel)}
+    measurements = flashhub_measurements(bench, kernel)
     if bench.curl:
         measurements["curl"] = lambda: curl_config(bench, kernel)
     results = bench.rounds(f"row 7: cold load of a realistic variant ({mib} MiB)", measurements)
 
     ours = results["flashhub"]
     size = sum(bench.server.size(path) for path in kernel.file_paths())
-    row = Row(
-        "7",
-        f"cold load, realistic variant: {mib} MiB .so + {len(REALISTIC_PY_FILES)} .py files",
-        "ms",
-        load_ms(ours),
-        "curl -s -K config",
-    )
+    name = f"cold load, realistic variant: {mib} MiB .so + {len(REALISTIC_PY_FILES)} .py files"
+    row = Row("7", name, "ms", load_ms(ours), "curl -s --create-dirs -K config")
     row.notes.append(
         f"package realistic/: {REALISTIC_SO} ({mib} MiB of random bytes) and "
         f"{len(REALISTIC_PY_FILES)} Python files of about {REALISTIC_PY_BYTES // 1024} KiB "
@@ -244,4 +297,7 @@ def row_realistic(bench: Bench) -> list[Row]:
         row.notes.append(f"{cpu}; curl CPU {curl_cpu_per_request(curl, count)}")
     else:
         row.notes += [NO_CURL, f"{rate}; {cpu}"]
-    return [ratio_row(row, TARGET_REALISTIC_VS_CURL)]
+    row.notes.append(breakdown_note(results["breakdown"]))
+    assert row.ours is not None
+    release = vs_release("7b", name, row.ours, results.get("release"), 0)
+    return [ratio_row(row, TARGET_REALISTIC_VS_CURL), release]

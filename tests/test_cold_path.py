@@ -1,0 +1,178 @@
+"""What the cold path does to be fast, and that each keeps its guarantee: the cyclic
+garbage collector paused for the load and resumed after it, the files queued largest
+first, the cache's own records renamed into place without an fsync (a record that a
+power cut damages fails its check when read), every other atomic write synced."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from conftest import run_python
+from flashhub_kernels._deferred_gc import collection_paused
+from flashhub_kernels._filesystem import write_atomic
+from flashhub_kernels._transport import MAX_PARALLEL_FILES
+from support.cdn_server import CdnHandler, CdnServer
+from support.trees import kernel_files, write_variant
+
+REPO = "acme/tensor-tricks"
+VARIANT = "torch-universal"
+BASE = f"kernels/{REPO}/v1/build/{VARIANT}"
+
+
+def publish(cdn: CdnServer, files: dict[str, bytes]) -> None:
+    write_variant(cdn.root, REPO, 1, VARIANT, files, with_sizes=True)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """The collector on for the test, and as it was after it."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+# -- the garbage collector -------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_a_cold_load_runs_with_the_collector_paused_and_resumes_it(cdn: CdnServer) -> None:
+    files = kernel_files("tensor_tricks", "paused")
+    publish(cdn, files)
+    seen: list[bool] = []
+
+    def record(handler: CdnHandler, body: bytes) -> None:
+        seen.append(gc.isenabled())  # the server runs in this process: the same collector
+        handler.send_file(body)
+
+    cdn.inject(f"{BASE}/tensor_tricks/__init__.py", record)
+    assert fk.get_kernel(REPO, version=1).marker() == "paused"
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_nested_and_concurrent_pauses_resume_the_collector_once_all_end() -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    def other_load() -> None:
+        with collection_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_load)
+    thread.start()
+    inside.wait(10)
+    with collection_paused():
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread's load is still running
+    release.set()
+    thread.join()
+    assert gc.isenabled()
+
+
+def test_a_collector_the_program_turned_off_stays_off() -> None:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        if was:
+            gc.enable()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_a_failed_load_resumes_the_collector(cdn: CdnServer) -> None:
+    with pytest.raises(fk.errors.KernelNotFoundError):
+        fk.get_kernel(REPO, version=1)  # nothing published
+    assert gc.isenabled()
+
+
+# -- the order of the files --------------------------------------------------------------------
+
+
+def test_the_largest_file_is_fetched_first(cdn: CdnServer) -> None:
+    files = kernel_files("tensor_tricks", "ordered")
+    files.update({f"tensor_tricks/data/part{i:02d}.bin": bytes([i]) * 100 for i in range(16)})
+    big = "tensor_tricks/zz_weights.bin"  # listed last in metadata.json, which is sorted
+    files[big] = b"w" * (1 << 20)
+    publish(cdn, files)
+    assert fk.get_kernel(REPO, version=1).marker() == "ordered"
+    gets = [path for path in cdn.gets() if "/build/" in path and not path.endswith(".json")]
+    assert len(gets) == len(files)
+    # However many threads the pool has, the biggest is among the first requests sent.
+    assert f"/{BASE}/{big}" in gets[:MAX_PARALLEL_FILES]
+
+
+# -- what is synced ----------------------------------------------------------------------------
+
+
+class Syncs:
+    """The files ``os.fsync`` was called on, by path."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paths: list[Path] = []
+        real = os.fsync
+
+        def fsync(fd: int) -> None:
+            self.paths.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_write_atomic_syncs_unless_told_the_record_need_not_be_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    syncs = Syncs(monkeypatch)
+    write_atomic(tmp_path / "synced", b"a")
+    write_atomic(tmp_path / "not-synced", b"b", durable=False)
+    assert [path.name.split(".")[1] for path in syncs.paths] == ["synced"]  # .synced.<hex>.tmp
+    assert (tmp_path / "synced").read_bytes() == b"a"
+    assert (tmp_path / "not-synced").read_bytes() == b"b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-synced", "synced"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_a_cold_load_syncs_nothing_in_the_entry_and_the_warm_path_trusts_it(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, cache_dir: Path
+) -> None:
+    publish(cdn, kernel_files("tensor_tricks", "unsynced"))
+    syncs = Syncs(monkeypatch)
+    assert fk.get_kernel(REPO, version=1).marker() == "unsynced"
+    assert not [path for path in syncs.paths if (cache_dir / "kernels") in path.parents]
+    receipts = list((cache_dir / "kernels").rglob(".flashhub-receipt.json"))
+    assert len(receipts) == 1
+    cdn.clear_log()
+    fk.get_kernel(REPO, version=1)
+    assert cdn.gets() == []  # the unsynced receipt vouches for the entry: warm
+
+
+def test_a_receipt_a_power_cut_emptied_is_no_receipt_and_the_entry_is_fetched_again(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    publish(cdn, kernel_files("tensor_tricks", "refetched"))
+    fk.get_kernel(REPO, version=1)
+    (receipt,) = (cache_dir / "kernels").rglob(".flashhub-receipt.json")
+    receipt.write_bytes(b"")  # what a rename that reached the disk before its bytes leaves
+    cdn.clear_log()
+    out = run_python(
+        f"import flashhub_kernels as fk; print(fk.get_kernel({REPO!r}, version=1).marker())"
+    )
+    assert out.strip() == "refetched"
+    assert f"/{BASE}/tensor_tricks/__init__.py" in cdn.gets()
+    assert receipt.read_bytes()  # written again, whole
