@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, TypeVar
 
 from .._config import configure, get_config
 from .._names import check_version, parse_repo_id
@@ -42,11 +42,20 @@ class Command(NamedTuple):
 # --- argument types: reject bad values as usage errors (exit 2) ------------------------
 
 
-def repo_id_arg(value: str) -> str:
+_V = TypeVar("_V")
+_T = TypeVar("_T")
+
+
+def usage_checked(parse: Callable[[_V], _T], value: _V) -> _T:
+    """``parse(value)``; the ``ValueError`` it raises becomes a usage error (exit 2)."""
     try:
-        parse_repo_id(value)
+        return parse(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def repo_id_arg(value: str) -> str:
+    usage_checked(parse_repo_id, value)
     return value
 
 
@@ -55,10 +64,7 @@ def version_arg(value: str) -> int:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a version number such as 1") from None
-    try:
-        return check_version(number)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return usage_checked(check_version, number)
 
 
 # --- options shared by several commands -------------------------------------------------
@@ -97,20 +103,14 @@ def backend_argument(parser: argparse.ArgumentParser) -> None:
 def _system_arg(value: str) -> str:
     from .._variants import system_from_variant
 
-    try:
-        system_from_variant(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    usage_checked(system_from_variant, value)
     return value
 
 
 def _capability_arg(value: str) -> str:
     from .._variants import parse_capability
 
-    try:
-        parse_capability(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    usage_checked(parse_capability, value)
     return value
 
 

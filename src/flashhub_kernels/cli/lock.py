@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
 from .._config import get_config
 from ._common import (
@@ -20,19 +19,14 @@ from ._common import (
     remote_arguments,
     system_arguments,
     target_system_of,
+    usage_checked,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def _variant_arg(value: str) -> str:
     from .._lockfile import check_lockable_variant
 
-    try:
-        return check_lockable_variant(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return usage_checked(check_lockable_variant, value)
 
 
 def _lock_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,17 +9,23 @@ from typing import TYPE_CHECKING
 
 from .._config import DEFAULT_PREFIX, normalize_prefix
 from .._text import escape_controls
-from ._common import EXIT_OK, Command, count, print_json, repo_id_arg, size, version_arg
+from ._common import (
+    EXIT_OK,
+    Command,
+    count,
+    print_json,
+    repo_id_arg,
+    size,
+    usage_checked,
+    version_arg,
+)
 
 if TYPE_CHECKING:
     from .._publish import PublishReport, SharedNativeLibrary, UndeclaredImport
 
 
 def _prefix_arg(value: str) -> str:
-    try:
-        return normalize_prefix(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return usage_checked(normalize_prefix, value)
 
 
 def _publish_arguments(parser: argparse.ArgumentParser) -> None:
