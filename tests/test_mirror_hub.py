@@ -166,6 +166,11 @@ def test_variants_auto_a_list_or_a_name_the_hub_lacks(hub: HubServer, tmp_path: 
     hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
     auto = ok_json(mirror(tmp_path / "auto", "--json"))
     assert [v["name"] for v in auto["variants"]] == [LOCAL]  # the one this machine loads
+    gpu_node = ("--system", CUDA, "--cuda-capability", "9.0")
+    for_gpus = ok_json(mirror(tmp_path / "for-gpus", *gpu_node, "--json"))
+    assert [v["name"] for v in for_gpus["variants"]] == [CUDA]  # the one a GPU node loads
+    usage = mirror(tmp_path / "bad", "--system", CUDA, "--rocm-arch", "gfx942")
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr, usage.stderr
     listed = ok_json(mirror(tmp_path / "list", "--variants", f"{UNIVERSAL},{CUDA}", "--json"))
     assert sorted(v["name"] for v in listed["variants"]) == sorted([UNIVERSAL, CUDA])
     lacking = mirror(tmp_path / "none", "--variants", f"{UNIVERSAL},torch-rocm")

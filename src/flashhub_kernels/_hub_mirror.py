@@ -31,7 +31,13 @@ from ._names import RepoInfo
 from ._publish import KeySource, PublishReport, publish
 from ._publish.signatures import signing_keys
 from ._variant_choice import best_variant, target_system
-from ._variants import VariantNameError, format_trace, judge_variants, parse_variant
+from ._variants import (
+    SystemInfo,
+    VariantNameError,
+    format_trace,
+    judge_variants,
+    parse_variant,
+)
 from .errors import ManifestError, MirrorError
 
 # The files of a variant that its digest leaves out, as kernel builders hash them: the
@@ -87,6 +93,7 @@ def mirror(
     revision: str | None = None,
     variants: VariantSelection = "auto",
     backend: str | None = None,
+    system: SystemInfo | None = None,
     prefix: str = DEFAULT_PREFIX,
     force: bool = False,
     sign: KeySource | Sequence[KeySource] | None = None,
@@ -100,8 +107,9 @@ def mirror(
         out: The root of the CDN tree, as for :func:`~._publish.publish`.
         revision: A branch, tag or commit on the Hub to read instead of ``v<version>``.
         variants: ``"auto"``: the variant this machine loads (or with ``backend="cpu"``,
-            its CPU build); ``"all"``: every variant whose name this client can load; or
-            a list of names.
+            its CPU build), or ``system`` loads (a machine such as
+            :func:`~._variant_choice.target_system` gives); ``"all"``: every variant whose
+            name this client can load; or a list of names.
         prefix, force, sign: As for :func:`~._publish.publish`.
 
     Returns:
@@ -123,7 +131,7 @@ def mirror(
     hub = Hub()
     tree = hub.build_tree(info.repo_id, revision or f"v{info.version}")
     by_variant = _variant_files(tree.files)
-    chosen = choose_variants(sorted(by_variant), variants, backend=backend)
+    chosen = choose_variants(sorted(by_variant), variants, system or target_system(backend))
     with tempfile.TemporaryDirectory(prefix="flashhub-mirror-") as staging:
         _stage(hub, tree, {name: by_variant[name] for name in chosen}, Path(staging))
         published = publish(
@@ -149,17 +157,16 @@ def _variant_files(files: Iterable[str]) -> dict[str, set[str]]:
 
 
 def choose_variants(
-    published: Sequence[str], wanted: VariantSelection, *, backend: str | None = None
+    published: Sequence[str], wanted: VariantSelection, system: SystemInfo
 ) -> list[str]:
-    """The variants of ``published`` (the Hub build's) that ``wanted`` selects."""
+    """The variants of ``published`` (the Hub build's) that ``wanted`` selects; ``"auto"``
+    is the one ``system`` loads, judged by its name."""
     if wanted == "auto":
-        system = target_system(backend)
         verdicts = judge_variants(published, system)
         best = best_variant(verdicts)
         if best is None:
             raise MirrorError(
-                f"no variant of the Hub build fits this system ({system.describe()}):\n"
-                f"{format_trace(verdicts)}",
+                f"no variant of the Hub build fits {system.describe()}:\n{format_trace(verdicts)}",
                 hint="pass variants='all', or the names of the variants to mirror",
                 cli_hint="pass --variants all, or --variants NAME,NAME for the machines that "
                 "will load it",

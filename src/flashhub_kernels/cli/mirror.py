@@ -7,7 +7,16 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .._text import escape_controls
-from ._common import EXIT_OK, Command, backend_argument, print_json, repo_id_arg, version_arg
+from ._common import (
+    EXIT_OK,
+    Command,
+    backend_argument,
+    print_json,
+    repo_id_arg,
+    system_arguments,
+    target_system_of,
+    version_arg,
+)
 from .publish import describe_publish, findings_in_the_report, output_arguments
 
 if TYPE_CHECKING:
@@ -44,10 +53,11 @@ def _mirror_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         type=_variants_arg,
         metavar="auto|all|NAME,...",
-        help="auto (default): the variant this machine loads; all: every variant this client "
-        "can load; or a comma-separated list of names",
+        help="auto (default): the variant this machine (or --system) loads; all: every "
+        "variant this client can load; or a comma-separated list of names",
     )
     backend_argument(parser)
+    system_arguments(parser)
     output_arguments(parser)
 
 
@@ -61,7 +71,7 @@ def _mirror(args: argparse.Namespace) -> int:
             out=args.out,
             revision=args.revision,
             variants=args.variants,
-            backend=args.backend,
+            system=target_system_of(args),
             prefix=args.prefix,
             force=args.force,
             sign=args.sign,
