@@ -426,13 +426,13 @@ def test_tvm_ffi_is_looked_for_and_imported_only_when_installed(
     monkeypatch.delitem(sys.modules, "tvm_ffi")
 
 
-def test_free_threading_is_the_build_flag_before_python_3_15(
+def test_free_threading_is_the_build_flag_from_python_3_13_to_3_14(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import sysconfig
 
     monkeypatch.setattr(sysconfig, "get_config_var", lambda name: 1)
-    assert _variants._free_threaded() is (sys.version_info < (3, 15))
+    assert _variants._free_threaded() is ((3, 13) <= sys.version_info < (3, 15))
     monkeypatch.setattr(sysconfig, "get_config_var", lambda name: None)
     assert _variants._free_threaded() is False
 

@@ -336,11 +336,22 @@ class Cache:
         staging.mkdir(mode=0o700)
         return staging
 
-    def seal(self, staging: Path, document: ManifestDocument, files: Iterable[str]) -> None:
+    def seal(
+        self,
+        staging: Path,
+        document: ManifestDocument,
+        files: Iterable[str],
+        compiled: Mapping[str, Mapping[str, tuple[int, int, str]]] | None = None,
+    ) -> None:
         """Write the bytecode, the manifest (with its signatures) and the receipt into a
-        verified staging directory."""
+        verified staging directory. ``compiled``: by ``.py`` file, what
+        :func:`compile_bytecode` returned for the sources compiled there already."""
         listed = set(files)
-        bytecode = compile_bytecode(staging, _sources_to_compile(listed))
+        compiled = compiled or {}
+        sources = sources_to_compile(listed)
+        bytecode = compile_bytecode(staging, [s for s in sources if s not in compiled])
+        for source in sources:
+            bytecode.update(compiled.get(source, {}))
         (staging / MANIFEST_NAME).write_bytes(document.data)
         if document.signature is not None:
             (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
@@ -524,7 +535,7 @@ def _is_at(fd: int, entry: Path) -> bool:
     return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)
 
 
-def _sources_to_compile(listed: set[str]) -> list[str]:
+def sources_to_compile(listed: set[str]) -> list[str]:
     """The Python files of an entry whose bytecode the cache compiles: all but those
     shipped with their bytecode (verified like any file: not ours to replace)."""
     import importlib.util  # the cold path only: warm loads never compile

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ._manifest import (
     MANIFEST_NAME,
     MAX_DOCUMENT_BYTES,
+    SIG_SUFFIX,
     Manifest,
     parse_metadata,
     parse_variants,
@@ -33,18 +34,12 @@ from ._manifest import (
 )
 from ._mirrors import NotPublished
 from ._names import RepoInfo
-from ._signing import (
-    MAX_SIGNATURE_BYTES,
-    SIG_SUFFIX,
-    DocumentKind,
-    parse_signatures,
-    verify_document,
-)
 from ._text import escape_controls
 from ._urls import redact_url
 from .errors import SignatureError, TransportError
 
 if TYPE_CHECKING:
+    from ._signing import DocumentKind
     from ._transport import Fetcher
 
 logger = logging.getLogger("flashhub_kernels")
@@ -115,6 +110,8 @@ def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
     For display only (``flashhub info`` with no trusted key): a name in a ``.sig`` proves
     nothing until a trusted key's signature verifies.
     """
+    from ._signing import MAX_SIGNATURE_BYTES, parse_signatures  # only where signatures are
+
     path = variant_path(info, variant, MANIFEST_NAME) + SIG_SUFFIX
     try:
         data = fetcher.get_bytes(path, limit=MAX_SIGNATURE_BYTES)
@@ -144,6 +141,9 @@ def _check_signature(
     org = repo_id.split("/")[0]
     if not config.checks_signatures(org):
         return None, None
+    # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
+    from ._signing import MAX_SIGNATURE_BYTES, verify_document
+
     try:
         signature: bytes | None = fetcher.get_bytes(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
     except NotPublished:

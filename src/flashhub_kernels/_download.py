@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import NamedTuple, NoReturn
 
 from ._archs import BuildTarget, read_target
-from ._cache import Cache, Receipt, VariantIndex, cache_errors, ensure_dir, remove_tree
+from ._cache import (
+    Cache,
+    Receipt,
+    VariantIndex,
+    cache_errors,
+    compile_bytecode,
+    ensure_dir,
+    remove_tree,
+    sources_to_compile,
+)
 from ._callers import warn_at_caller
 from ._cdn_documents import (
     ManifestDocument,
@@ -544,10 +553,21 @@ def _download_and_commit(
                 ensure_dir(directory)
         total = sum(manifest.sizes.values()) if manifest.sizes is not None else None
         bar = progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars, total=total)
+        # Each Python file is compiled by the thread that fetched it, as soon as it is
+        # verified: beside the transfers still running, not after the last of them.
+        sources = {
+            staging / relpath: relpath for relpath in sources_to_compile(set(manifest.files))
+        }
+        compiled: dict[str, dict[str, tuple[int, int, str]]] = {}
+
+        def compile_source(job: DownloadJob) -> None:
+            if (source := sources.get(job.dest)) is not None:
+                compiled[source] = compile_bytecode(staging, [source])
+
         with bar as progress:
-            fetcher.download_many(jobs, progress)
+            fetcher.download_many(jobs, progress, on_done=compile_source)
         with cache_errors():
-            cache.seal(staging, document, manifest.files)
+            cache.seal(staging, document, manifest.files, compiled)
             cache.commit(staging, cache.entry_dir(info, variant))
     except KeyboardInterrupt:
         cache.keep_partials(staging, info, variant, manifest.files)

@@ -270,15 +270,23 @@ class Fetcher:
                 time.perf_counter() - start,
             )
 
-    def download_many(self, jobs: Sequence[DownloadJob], progress: Progress = NO_PROGRESS) -> int:
+    def download_many(
+        self,
+        jobs: Sequence[DownloadJob],
+        progress: Progress = NO_PROGRESS,
+        on_done: Callable[[DownloadJob], None] = lambda job: None,
+    ) -> int:
         """Download several files concurrently; return the total bytes.
 
-        A few workers each take the next job until none is left. The first error stops
-        the others at their next chunk, and is raised. Ctrl-C does the same, within
-        about a second; the partial files stay where they are for the caller to keep.
+        A few workers each take the next job until none is left, and call ``on_done``
+        with each job whose file is complete and verified. The first error stops the
+        others at their next chunk, and is raised. Ctrl-C does the same, within about a
+        second; the partial files stay where they are for the caller to keep.
         """
         if len(jobs) == 1:
-            return self._download_job(jobs[0], progress)
+            size = self._download_job(jobs[0], progress)
+            on_done(jobs[0])
+            return size
         queue: SimpleQueue[DownloadJob] = SimpleQueue()
         # The largest first (where the manifest states sizes): the longest transfer starts
         # at once, and the small files fill the other threads beside it.
@@ -292,7 +300,9 @@ class Fetcher:
             total = 0
             try:
                 while not cancelled.is_set():
-                    total += self._download_job(queue.get_nowait(), progress, cancelled)
+                    job = queue.get_nowait()
+                    total += self._download_job(job, progress, cancelled)
+                    on_done(job)
             except Empty:
                 pass
             except DownloadCancelled:

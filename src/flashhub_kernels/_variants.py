@@ -751,14 +751,19 @@ def _cann_tag() -> str:
 def _free_threaded() -> bool:
     """A free-threaded build of Python before 3.15 (``python3.13t``): its ABI loads none
     of the native libraries torch kernels are built as, whether or not the GIL has been
-    switched back on at run time. A GIL that is off (``sys._is_gil_enabled()``) says so too."""
-    import sysconfig
-
+    switched back on at run time. A GIL that is off (``sys._is_gil_enabled()``) says so too.
+    No such build predates 3.13: earlier versions skip the import of ``sysconfig``
+    (most of a millisecond of every first load)."""
     if sys.version_info >= (3, 15):
         return False
     gil_enabled = getattr(sys, "_is_gil_enabled", None)
-    gil_off = gil_enabled is not None and not gil_enabled()
-    return gil_off or bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    if gil_enabled is not None and not gil_enabled():
+        return True
+    if sys.version_info < (3, 13):
+        return False
+    import sysconfig
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def _tvm_ffi_version() -> tuple[int, int] | None:
