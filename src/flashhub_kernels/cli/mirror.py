@@ -8,16 +8,20 @@ from typing import TYPE_CHECKING
 
 from .._text import escape_controls
 from ._common import (
-    EXIT_OK,
     Command,
     backend_argument,
-    print_json,
     repo_id_arg,
     system_arguments,
     target_system_of,
     version_arg,
 )
-from .publish import describe_publish, findings_in_the_report, output_arguments
+from .publish import (
+    describe_publish,
+    findings_in_the_report,
+    output_arguments,
+    output_options,
+    print_report,
+)
 
 if TYPE_CHECKING:
     from .._hub_mirror import MirrorReport, VariantSelection
@@ -68,19 +72,12 @@ def _mirror(args: argparse.Namespace) -> int:
         report = mirror(
             args.repo_id,
             version=args.version,
-            out=args.out,
             revision=args.revision,
             variants=args.variants,
             system=target_system_of(args),
-            prefix=args.prefix,
-            force=args.force,
-            sign=args.sign,
+            **output_options(args),
         )
-    if args.json:
-        print_json(report.to_dict())
-    else:
-        print(_describe_mirror(report))
-    return EXIT_OK
+    return print_report(args, report, _describe_mirror(report))
 
 
 def _describe_mirror(report: MirrorReport) -> str:

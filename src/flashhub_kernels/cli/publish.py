@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from .._config import DEFAULT_PREFIX, normalize_prefix
 from .._text import escape_controls
@@ -69,6 +69,34 @@ def output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+class Output(TypedDict):
+    """The options of :func:`output_arguments`, as keyword arguments of ``publish`` and
+    ``mirror``."""
+
+    out: str
+    prefix: str
+    force: bool
+    sign: list[str] | None
+
+
+def output_options(args: argparse.Namespace) -> Output:
+    """The :class:`Output` that the command line names."""
+    return Output(out=args.out, prefix=args.prefix, force=args.force, sign=args.sign)
+
+
+class _Report(Protocol):
+    def to_dict(self) -> dict[str, object]: ...
+
+
+def print_report(args: argparse.Namespace, report: _Report, text: str) -> int:
+    """Print ``report`` as JSON with ``--json``, else ``text``; the command's exit status."""
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(text)
+    return EXIT_OK
+
+
 @contextmanager
 def findings_in_the_report() -> Iterator[None]:
     """Silence the publisher's warnings: the report says them, without a warning's
@@ -91,16 +119,9 @@ def _publish(args: argparse.Namespace) -> int:
             args.build_dir,
             repo_id=args.repo_id,
             version=args.version,
-            out=args.out,
-            prefix=args.prefix,
-            force=args.force,
-            sign=args.sign,
+            **output_options(args),
         )
-    if args.json:
-        print_json(report.to_dict())
-    else:
-        print(describe_publish(report))
-    return EXIT_OK
+    return print_report(args, report, describe_publish(report))
 
 
 def describe_publish(report: PublishReport) -> str:
