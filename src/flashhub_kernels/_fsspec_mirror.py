@@ -23,7 +23,7 @@ import threading
 
 from ._config import Config
 from ._hashing import HashingWriter
-from ._mirrors import AccessDenied, DownloadCancelled, Mirror, MirrorFailed, NotPublished
+from ._mirrors import AccessDenied, Mirror, MirrorFailed, NotPublished, write_chunks
 from ._object_store import ObjectMissing, Store, StoreError
 from .errors import TransportError
 
@@ -55,10 +55,7 @@ class FsspecMirror(Mirror):
                     if writer.size > source.size:
                         writer.reset()  # the part kept is longer than the object: start over
                     writer.announce(source.size - writer.size)
-                for chunk in source.chunks(writer.size):
-                    if cancelled.is_set():
-                        raise DownloadCancelled
-                    writer.write(chunk)
+                write_chunks(source.chunks(writer.size), writer, cancelled)
         except ObjectMissing:
             raise MirrorFailed("the file its manifest lists is missing") from None
         except StoreError as exc:

@@ -29,6 +29,7 @@ import os
 import stat
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from pathlib import Path
 
 from ._hashing import CHUNK_SIZE, HashingWriter
@@ -66,6 +67,17 @@ class OverCap(MirrorFailed):
 
 class DownloadCancelled(Exception):
     """Another download of the run failed or was interrupted: stop this one."""
+
+
+def write_chunks(
+    chunks: Iterable[bytes], writer: HashingWriter, cancelled: threading.Event
+) -> None:
+    """Write ``chunks`` into ``writer`` until they end, or raise :class:`DownloadCancelled`
+    as soon as ``cancelled`` is set."""
+    for chunk in chunks:
+        if cancelled.is_set():
+            raise DownloadCancelled
+        writer.write(chunk)
 
 
 class Mirror(ABC):
@@ -141,10 +153,7 @@ class FileMirror(Mirror):
                 if stat.S_ISREG(st.st_mode):  # a device or a pipe has no size to compare
                     writer.announce(st.st_size - writer.size)
                 source.seek(writer.size)
-                while chunk := source.read(CHUNK_SIZE):
-                    if cancelled.is_set():
-                        raise DownloadCancelled
-                    writer.write(chunk)
+                write_chunks(iter(lambda: source.read(CHUNK_SIZE), b""), writer, cancelled)
         except FileNotFoundError:
             raise MirrorFailed("the file its manifest lists is missing") from None
         except OSError as exc:
