@@ -24,11 +24,13 @@ from __future__ import annotations
 import netrc
 import os
 import warnings
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import requests
 import requests.adapters
 import requests.utils
+from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool
 from urllib3.exceptions import InvalidHeader
 from urllib3.util.retry import Retry
 
@@ -78,6 +80,47 @@ def retry_policy() -> Retry:
         raise_on_status=False,
         respect_retry_after_header=True,
     )
+
+
+class PoolPerOrigin(requests.adapters.HTTPAdapter):
+    """requests' transport adapter, finding the connection pool of an origin once.
+
+    ``HTTPAdapter`` looks a request's pool up anew on every send: it parses the URL,
+    selects the proxy, builds the pool's key and takes the pool manager's lock, 8% of
+    the client's instructions for a 10 KiB GET. A download run asks the same origin,
+    through the same proxies and TLS settings, for every file of a variant, so the
+    pool found for the first request serves the others, until the pool manager closes
+    it (it closes the pools it evicts, and all of them with the adapter).
+    """
+
+    def __init__(self, *, pool_connections: int, pool_maxsize: int, max_retries: Retry) -> None:
+        super().__init__(
+            pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=max_retries
+        )
+        self._pools: dict[tuple[object, ...], HTTPConnectionPool] = {}
+
+    def get_connection_with_tls_context(
+        self,
+        request: requests.PreparedRequest,
+        verify: bool | str | None,
+        proxies: Mapping[str, str] | None = None,
+        cert: tuple[str, str] | str | None = None,
+    ) -> ConnectionPool:
+        url = request.url or ""
+        path_at = url.find("/", url.find("//") + 2)
+        origin = url if path_at < 0 else url[:path_at]
+        key = (origin, verify, cert, tuple(proxies.items()) if proxies else ())
+        pool = self._pools.get(key)
+        if pool is not None and pool.pool is not None:  # None once the pool is closed
+            return pool
+        found = super().get_connection_with_tls_context(request, verify, proxies, cert)
+        if isinstance(found, HTTPConnectionPool):  # (and HTTPS): all that HTTPAdapter makes
+            self._pools[key] = found
+        return found
+
+    def close(self) -> None:
+        self._pools.clear()
+        super().close()
 
 
 class Route(NamedTuple):
@@ -192,9 +235,7 @@ def new_session(pool_size: int) -> requests.Session:
     # Bytes exactly as published: a Range offset then means the same in every response.
     # An object stored compressed still arrives with Content-Encoding and is decoded.
     session.headers["Accept-Encoding"] = "identity"
-    adapter = requests.adapters.HTTPAdapter(
-        pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy()
-    )
+    adapter = PoolPerOrigin(pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy())
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     session.hooks["response"].append(_refuse_https_downgrade)
