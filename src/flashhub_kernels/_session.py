@@ -89,8 +89,8 @@ class PoolPerOrigin(requests.adapters.HTTPAdapter):
     selects the proxy, builds the pool's key and takes the pool manager's lock, 8% of
     the client's instructions for a 10 KiB GET. A download run asks the same origin,
     through the same proxies and TLS settings, for every file of a variant, so the
-    pool found for the first request serves the others, until the pool manager closes
-    it (it closes the pools it evicts, and all of them with the adapter).
+    pool found for the first request serves the others for as long as the adapter lives
+    (a pool closed in the meantime is looked up again, as ``HTTPAdapter`` would).
     """
 
     def __init__(self, *, pool_connections: int, pool_maxsize: int, max_retries: Retry) -> None:
