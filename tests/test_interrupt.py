@@ -32,14 +32,25 @@ def big_kernel(cdn: CdnServer) -> CdnServer:
     return cdn
 
 
-def child(code: str = LOAD, **env: str) -> subprocess.Popen[str]:
+def interruptible(argv: list[str], **env: str) -> subprocess.Popen[str]:
+    """Start ``argv`` as a terminal starts a program: Ctrl-C (SIGINT) at its default.
+
+    A suite run as a background job (``cmd &`` in a script, ``nohup``) has SIGINT
+    ignored, and a child inherits that: Python then installs no KeyboardInterrupt
+    handler, and the signal the test sends would do nothing.
+    """
     return subprocess.Popen(
-        [sys.executable, "-c", code],
+        argv,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def child(code: str = LOAD, **env: str) -> subprocess.Popen[str]:
+    return interruptible([sys.executable, "-c", code], **env)
 
 
 def partial_size(cache_dir: Path, name: str) -> int:
@@ -157,12 +168,9 @@ def test_ctrl_c_in_flashhub_get_prints_the_message_only_and_exits_130(
 ) -> None:
     reached = threading.Event()
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
-    process = subprocess.Popen(
+    process = interruptible(
         [sys.executable, "-m", "flashhub_kernels", "get", REPO, "--version", "1"],
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        PYTHONWARNINGS="ignore",
     )
     try:
         assert reached.wait(60), "the child never reached the fault"
