@@ -47,9 +47,9 @@ def _file_creation(work: Path, files: int = 200) -> str:
     """What creating a file costs under ``work``, where the caches and curl's output go.
 
     Every client of the cold rows creates each file it downloads, curl included. On
-    this VM's ext4 the cost of a new file moved between about 15 us and 800 us (kernel
-    time, the same for every process at that moment) from minute to minute and from
-    directory to directory, so the report states it as measured just before the rows.
+    this VM's ext4 the cost of a new file moved between about 15 us and 800 us, mostly
+    kernel time, from minute to minute and from directory to directory, so the report
+    states it as measured here just before the rows.
     """
     probe = work / "creation-probe"
     probe.mkdir()
