@@ -104,6 +104,10 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     for key in ("1c", "2d", "7b"):
         assert by_key[key]["ours"] is not None and by_key[key]["baseline"] is not None
     assert by_key["2d"]["target"] == "< 1.00x" and by_key["2d"]["passed"] is not None
+    # The requests floor of each cold row, measured in the same run.
+    for key in ("1d", "2e", "7c"):
+        assert by_key[key]["ours"] is not None and by_key[key]["baseline"] is not None
+        assert by_key[key]["baseline_name"].startswith("requests floor")
     # The breakdown of each cold load, by phase, from the loads with timing spans.
     for key in ("1a", "2a", "7"):
         breakdown = [n for n in by_key[key]["notes"] if n.startswith("breakdown")]

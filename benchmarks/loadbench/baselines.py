@@ -7,7 +7,6 @@ in :mod:`loadbench.probes` beside the flashhub imports they interleave with.
 from __future__ import annotations
 
 import resource
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -40,7 +39,7 @@ def curl_file(bench: Bench, url: str, size: int) -> float:
     milliseconds = time_command([bench.curl, "-s", "-o", str(out), url])
     if out.stat().st_size != size:
         raise RuntimeError(f"curl wrote {out.stat().st_size} bytes, not {size}")
-    shutil.rmtree(out.parent)
+    bench.discard(out.parent)
     return milliseconds
 
 
@@ -64,7 +63,7 @@ def curl_config(bench: Bench, kernel: Kernel, parallel: Sequence[str] = ()) -> d
     expected = sum(bench.server.size(path) for path in kernel.file_paths())
     if written != expected:
         raise RuntimeError(f"curl -K wrote {written} bytes, not {expected}")
-    shutil.rmtree(out)
+    bench.discard(out)
     return result
 
 
@@ -88,5 +87,5 @@ def requests_download(bench: Bench, url: str) -> dict[str, Any]:
     out = bench.fresh_dir("requests") / "weights.bin"
     settle()
     result: dict[str, Any] = bench.children.run(child_requests_download, url, str(out))
-    shutil.rmtree(out.parent)
+    bench.discard(out.parent)
     return result

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import CHILD_TIMEOUT_S, CRYPTO_LIBS, HTTP_LIBS, LOCK_LIBS
+from .common import CHILD_TIMEOUT_S, CRYPTO_LIBS, HTTP_LIBS, LOCK_LIBS, environ_without_flashhub
 
 # Timed inside: after import torch, until get_kernel returns. Also the CPU time (user +
 # system, every thread), the peak RSS growth (VmHWM reset through clear_refs where the
@@ -79,6 +79,43 @@ print(repr({"wall": seconds * 1e3, **timing.result()}))
 sys.stdout.flush()
 os._exit(0)
 """
+# The floor of any client built on requests: in the same fresh interpreter, import
+# requests, GET the variant's metadata.json on one Session, then stream each file it
+# lists to its path (1 MiB chunks), hashed with sha256 on the way and compared with the
+# digest. No variant choice, no locks, no staging, no version check, no import. Timed
+# like the load above.
+_FLOOR = """
+import os, sys, time
+import torch
+
+cpu = os.times()
+start = time.perf_counter()
+import base64, hashlib, json
+import requests
+
+variant_url, out = sys.argv[1], sys.argv[2]
+with requests.Session() as session:
+    response = session.get(variant_url + "/metadata.json", timeout=60)
+    response.raise_for_status()
+    digests = response.json()["digest"]["files"]
+    for relpath, digest in digests.items():
+        dest = os.path.join(out, relpath)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        sha256 = hashlib.sha256()
+        with session.get(f"{variant_url}/{relpath}", stream=True, timeout=60) as response:
+            response.raise_for_status()
+            with open(dest, "wb") as file:
+                for chunk in response.iter_content(1 << 20):
+                    sha256.update(chunk)
+                    file.write(chunk)
+        if base64.b64encode(sha256.digest()).decode() != digest:
+            raise SystemExit(f"{relpath}: sha256 mismatch")
+seconds = time.perf_counter() - start
+cpu = sum(os.times()[:2]) - sum(cpu[:2])
+print(repr({"seconds": seconds, "cpu_seconds": cpu}))
+sys.stdout.flush()
+os._exit(0)
+"""
 BENCHMARKS = Path(__file__).resolve().parent.parent
 WATCHED = ",".join((*HTTP_LIBS, *LOCK_LIBS, *CRYPTO_LIBS))
 
@@ -114,14 +151,15 @@ def _run(program: str, env: dict[str, str], *args: str) -> dict[str, Any]:
     return value
 
 
-def child_env(flashhub_env: dict[str, str], pythonpath: Path) -> dict[str, str]:
+def child_env(flashhub_env: dict[str, str], pythonpath: Path | None = None) -> dict[str, str]:
     """This process's environment with ``flashhub_env`` and ``pythonpath`` first on the
     path; bytecode written as a normal install does (see :func:`loadbench.cli.main`)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHHUB_")}
+    env = environ_without_flashhub()
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(pythonpath), os.environ.get("PYTHONPATH", "")) if p
-    )
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(pythonpath), os.environ.get("PYTHONPATH", "")) if p
+        )
     return env | flashhub_env
 
 
@@ -129,6 +167,11 @@ def fresh_load(flashhub_env: dict[str, str], repo_id: str, client: Path) -> dict
     """A cold ``get_kernel`` of ``repo_id`` in a fresh interpreter, with the client
     imported from ``client`` (this one's directory, or a release's)."""
     return _run(_LOAD, child_env(flashhub_env, client), repo_id, WATCHED)
+
+
+def fresh_floor(variant_url: str, out: Path) -> dict[str, Any]:
+    """The requests floor (see ``_FLOOR``) of the variant at ``variant_url``, into ``out``."""
+    return _run(_FLOOR, child_env({}), variant_url, str(out))
 
 
 def fresh_breakdown(flashhub_env: dict[str, str], repo_id: str, client: Path) -> dict[str, Any]:

@@ -46,10 +46,10 @@ def _mount_of(path: Path) -> str:
 def _file_creation(work: Path, files: int = 200) -> str:
     """What creating a file costs under ``work``, where the caches and curl's output go.
 
-    Every client of the cold rows creates each file it downloads, curl included. On
-    this VM's ext4 the cost of a new file moved between about 15 us and 800 us, mostly
-    kernel time, from minute to minute and from directory to directory, so the report
-    states it as measured here just before the rows.
+    Every client of the cold rows creates each file it downloads, curl included. On ext4
+    without a journal that cost grows with the inodes freed in the last minute (see
+    :meth:`loadbench.bench.Bench.discard`), so the report states it as measured here
+    just before the rows. The probe's files stay until the benchmark ends, like the rows'.
     """
     probe = work / "creation-probe"
     probe.mkdir()
@@ -57,7 +57,6 @@ def _file_creation(work: Path, files: int = 200) -> str:
     for i in range(files):
         os.close(os.open(probe / f"f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     wall, system = time.perf_counter() - start, os.times().system - cpu.system
-    shutil.rmtree(probe)
     return (
         f"{wall / files * 1e6:.0f} us per new empty file ({files} in a fresh directory, "
         f"{system * 1e3:.0f} ms of system time)"

@@ -1,8 +1,8 @@
-"""Cold loads against curl, ``requests`` and the 0.1.2 release: rows 1a-1c (one big
-file), 5 (its peak RSS), 2a-2d (many small files; 2c the same, signed, against unsigned)
-and 7, 7b (a realistic variant). Every flashhub load runs in a fresh interpreter
-(:mod:`loadbench.fresh`), and one more load per run, with timing spans, gives the
-breakdown of its time printed with rows 1a, 2a and 7."""
+"""Cold loads against curl, ``requests``, the 0.1.2 release and the requests floor:
+rows 1a-1d (one big file), 5 (its peak RSS), 2a-2e (many small files; 2c the same,
+signed, against unsigned) and 7-7c (a realistic variant). Every flashhub load runs in a
+fresh interpreter (:mod:`loadbench.fresh`), and one more load per run, with timing
+spans, gives the breakdown of its time printed with rows 1a, 2a and 7."""
 
 from __future__ import annotations
 
@@ -27,6 +27,13 @@ CURL_PARALLEL = ("--parallel", "--parallel-max", "8")
 NO_CURL = "curl baseline skipped: curl is not on PATH"
 NO_RELEASE = "skipped: no --release-dir"
 RELEASE = "0.1.2 (--release-dir), same fresh-interpreter load"
+FLOOR = "requests floor: Session GETs + sha256, same fresh interpreter"
+FLOOR_NOTE = (
+    "the floor: in the same fresh interpreter, import requests, GET metadata.json on one "
+    "Session, stream each file it lists to its path (iter_content(1 MiB)), sha256 on the "
+    "way, compared with its digest; no variant choice, locks, staging, version check or "
+    "import of the kernel. What any client on requests pays at least"
+)
 
 Measurements = dict[str, Callable[[], Any]]
 
@@ -37,6 +44,7 @@ def flashhub_measurements(bench: Bench, kernel: Kernel) -> Measurements:
     measurements: Measurements = {
         "flashhub": lambda: bench.cold_load(kernel),
         "breakdown": lambda: bench.breakdown(kernel),
+        "floor": lambda: bench.requests_floor(kernel),
     }
     if bench.args.release_dir is not None:
         measurements["release"] = lambda: bench.cold_load(kernel, release=True)
@@ -74,6 +82,17 @@ def vs_release(
     row.target = f"< {limit:.2f}x"
     row.passed = row.ratio is not None and row.ratio < limit
     return row
+
+
+def vs_floor(
+    key: str, name: str, ours: Stat, floor: Sequence[Mapping[str, Any]], *, explain: bool = False
+) -> Row:
+    """flashhub against the requests floor (a reference row), with the floor's CPU time;
+    ``explain``: with the note that says what the floor does."""
+    cpu = median([load["cpu_seconds"] * 1e3 for load in floor])
+    notes = [FLOOR_NOTE] if explain else []
+    notes.append(f"floor CPU {cpu:.1f} ms user+sys")
+    return Row(key, name, "ms", ours, FLOOR, load_ms(floor), "(reference)", notes=notes)
 
 
 def mb_per_s(size: int, milliseconds: float) -> float:
@@ -128,6 +147,7 @@ def row_big_file(bench: Bench) -> list[Row]:
         versus_curl,
         _big_vs_requests(bench, name, ours, results["requests"]),
         release,
+        vs_floor("1d", name, ours, results["floor"]),
         _big_rss(bench, results["flashhub"], results["requests"]),
     ]
 
@@ -206,13 +226,15 @@ def row_small_files(bench: Bench) -> list[Row]:
     if release.baseline is not None:
         release.notes.append(f"0.1.2 CPU {cpu_per_request(results['release'])}")
     breakdown = breakdown_note(results["breakdown"])
+    floor = vs_floor("2e", name, ours, results["floor"], explain=True)
     if not bench.curl:
         row = Row("2a", name, "ms", ours, "curl -K", target="(skipped)")
         row.notes += ["curl baselines skipped: curl is not on PATH", cpu, breakdown]
-        return [row, signed, release]
+        return [row, signed, release, floor]
     sequential = _small_vs_sequential(name, ours, results["sequential"], count, cpu)
     sequential.notes.append(breakdown)
-    return [sequential, _small_vs_parallel(name, ours, results["parallel"], count), signed, release]
+    parallel = _small_vs_parallel(name, ours, results["parallel"], count)
+    return [sequential, parallel, signed, release, floor]
 
 
 def _curl_ms(runs: Sequence[Mapping[str, float]]) -> Stat:
@@ -300,4 +322,5 @@ def row_realistic(bench: Bench) -> list[Row]:
     row.notes.append(breakdown_note(results["breakdown"]))
     assert row.ours is not None
     release = vs_release("7b", name, row.ours, results.get("release"), 0)
-    return [ratio_row(row, TARGET_REALISTIC_VS_CURL), release]
+    floor = vs_floor("7c", name, row.ours, results["floor"])
+    return [ratio_row(row, TARGET_REALISTIC_VS_CURL), release, floor]

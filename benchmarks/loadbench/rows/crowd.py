@@ -3,7 +3,6 @@ GETs per file the server saw (4b: single flight, one GET each)."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,7 +35,7 @@ def crowd_load(bench: Bench) -> dict[str, Any]:
     call = (child_crowd_load, (bench.env(cache), kernel.repo_id, barrier))
     results = bench.children.run_many([call] * procs)
     gets = bench.server.gets()
-    shutil.rmtree(cache)
+    bench.discard(cache)
     metadata = f"{kernel.variant_path}/metadata.json"
     variants = f"/{PREFIX}/{kernel.repo_id}/v1/variants.json"
     return {
