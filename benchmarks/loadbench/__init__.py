@@ -2,7 +2,8 @@
 benchmarks/bench_load.py``; docs/performance.md says what each row means).
 
 It writes synthetic CDN trees into a temporary directory, serves them from a loopback
-HTTP server that sends bodies with sendfile(2), and prints one table: for each row the
+HTTP server (the standard library's request handler, or with ``--server lean`` one that
+sends bodies with sendfile(2)), and prints one table: for each row the
 median, min and max over ``--runs`` runs of flashhub-kernels and of a baseline measured
 in the same run, their ratio, and the row's target with pass/FAIL. Targets are printed,
 never asserted; the exit status is 0 whenever the benchmark itself ran.
@@ -42,12 +43,14 @@ The modules, in the order a run uses them:
   trees        the synthetic kernels, published into a CDN tree
   signed       the run's signing key: the kernels it signs, the loads that trust it
   servers      the loopback CDN server (the stdlib handler, or a lean one)
-  fresh        cold loads in fresh interpreters, this client's or a release's
+  fresh        cold loads in fresh interpreters, this client's or a release's, and
+               the requests floor (the least a client on requests does, 1d/2e/7c)
   spans        the breakdown of a cold load, timed from outside
   children     the fork server and its fresh children
   probes       the flashhub side, run in a child: loads and imports, timed
   baselines    curl, plain ``requests``, command timing
-  bench        the harness: fresh dirs and caches, cold loads, the interleaved rounds
+  bench        the harness: fresh dirs and caches (put aside, their small files
+               deleted at the end), cold loads, the interleaved rounds
   rows         one module per row: cold (1, 2, 5, 7), warm (3), crowd (4),
                startup (6), import_cost (8)
   results      Stat and Row, the measured values
