@@ -108,7 +108,9 @@ class InFlight:
 
 def test_small_files_download_beside_a_large_one_from_a_near_cdn(cdn: CdnServer) -> None:
     """End to end: loopback answers at once, so small files alone would take one thread;
-    beside a large file (its size stated in the manifest) they get a second."""
+    beside a large file (its size stated in the manifest) they get a second. (On a loaded
+    machine loopback may answer slowly enough to earn a third: the exact sizing is
+    ``parallel_downloads``'s, tested above.)"""
     files = kernel_files("tensor_tricks", "beside")
     files["tensor_tricks/weights.bin"] = bytes(range(256)) * (LARGE_FILE_BYTES // 256)
     files.update({f"tensor_tricks/data/part{i}.bin": bytes([i]) * 100 for i in range(5)})
@@ -119,4 +121,4 @@ def test_small_files_download_beside_a_large_one_from_a_near_cdn(cdn: CdnServer)
         cdn.inject(f"kernels/{REPO}/v1/build/{VARIANT}/{relpath}", in_flight.slow_fault(0.1))
 
     assert fk.get_kernel(REPO, version=1).marker() == "beside"
-    assert in_flight.most == 2
+    assert in_flight.most >= 2
