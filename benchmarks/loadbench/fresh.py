@@ -90,7 +90,7 @@ import torch
 
 cpu = os.times()
 start = time.perf_counter()
-import base64, hashlib, json
+import base64, hashlib
 import requests
 
 variant_url, out = sys.argv[1], sys.argv[2]
