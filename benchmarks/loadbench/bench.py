@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 # Files at least this large are deleted as soon as a measurement is done with them (see
 # Bench.discard): there are few of them, and they hold the disk space.
-LARGE_FILE_BYTES = MIB
+DELETED_AT_ONCE_BYTES = MIB
 
 
 def settle() -> None:
@@ -42,10 +42,6 @@ class Bench:
     client: Path = field(default_factory=this_client)  # where this flashhub is imported from
     _serial: int = 0
     _warm_caches: dict[bool, Path] = field(default_factory=dict)  # signed -> cache
-
-    @property
-    def _discarded(self) -> Path:
-        return self.scratch / "discarded"
 
     def env(self, cache_dir: Path, *, signed: bool = False) -> dict[str, str]:
         """The ``FLASHHUB_*`` variables of a load from this server into ``cache_dir``;
@@ -78,10 +74,11 @@ class Bench:
         hold the disk space.
         """
         for file in path.rglob("*"):
-            if file.is_file() and file.stat().st_size >= LARGE_FILE_BYTES:
+            if file.is_file() and file.stat().st_size >= DELETED_AT_ONCE_BYTES:
                 file.unlink()
-        self._discarded.mkdir(exist_ok=True)
-        path.rename(self._discarded / path.name)
+        discarded = self.scratch / "discarded"
+        discarded.mkdir(exist_ok=True)
+        path.rename(discarded / path.name)
 
     def url(self, url_path: str) -> str:
         return self.server.url + url_path
