@@ -7,7 +7,7 @@ from __future__ import annotations
 import requests
 
 from flashhub_kernels._session import PoolPerOrigin, new_session
-from support.cdn_server import CdnServer
+from support.cdn_server import CdnHandler, CdnServer, reply
 
 
 def _get(session: requests.Session, url: str) -> bytes:
@@ -56,4 +56,37 @@ def test_a_closed_pool_is_looked_up_again(cdn: CdnServer) -> None:
     assert _get(session, f"{cdn.url}/f.bin") == b"x" * 10
     again = adapter.get_connection_with_tls_context(request, True, {})
     assert again is not first and again.pool is not None
+    session.close()
+
+
+def test_a_request_carries_two_headers_and_the_path_alone(cdn: CdnServer) -> None:
+    (cdn.root / "dir").mkdir()
+    (cdn.root / "dir" / "f.bin").write_bytes(b"x" * 10)
+    session = new_session(pool_size=1)
+
+    assert _get(session, f"{cdn.url}/dir/f.bin?v=1") == b"x" * 10
+
+    [logged] = cdn.requests
+    assert logged.path == "/dir/f.bin?v=1"  # the target, not the whole URL (no proxy)
+    assert {name.lower() for name in logged.headers} == {"host", "user-agent", "accept-encoding"}
+    assert logged.headers["Accept-Encoding"] == "identity"
+    assert logged.headers["User-Agent"].startswith("flashhub-kernels/")
+    session.close()
+
+
+def test_cookies_a_response_sets_are_still_parsed(cdn: CdnServer) -> None:
+    (cdn.root / "f.bin").write_bytes(b"x" * 10)
+
+    def with_cookie(handler: CdnHandler, body: bytes) -> None:
+        reply(handler, 200, body, {"Set-Cookie": "edge=abc; Path=/"})
+
+    cdn.inject("/f.bin", with_cookie)
+    session = new_session(pool_size=1)
+    with_one = session.get(f"{cdn.url}/f.bin", timeout=5)
+    without = session.get(f"{cdn.url}/f.bin", timeout=5)
+
+    assert with_one.cookies.get("edge") == "abc" and with_one.content == b"x" * 10
+    assert len(without.cookies) == 0 and without.content == b"x" * 10
+    assert without.status_code == 200 and without.reason == "OK"
+    assert without.url == f"{cdn.url}/f.bin" and without.connection is _adapter(session, cdn.url)
     session.close()

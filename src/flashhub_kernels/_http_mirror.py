@@ -204,9 +204,9 @@ class HttpMirror(Mirror):
                 writer.reset()  # a full body, or the wrong part: start over
                 if status != 200:
                     return "failed"
-            _check_length(response, writer)
+            end = _check_length(response, writer)
             try:
-                self._stream(response, writer, guard, cancelled)
+                self._stream(response, writer, guard, cancelled, end)
                 return "done"
             except _BODY_ERRORS:
                 if response.headers.get("Content-Encoding", "identity") != "identity":
@@ -295,11 +295,18 @@ class HttpMirror(Mirror):
         writer: HashingWriter,
         guard: StallGuard,
         cancelled: threading.Event,
+        end: int | None,
     ) -> None:
+        """Write the body to ``writer``; with ``end``, the size the file has once the
+        announced length is in, no read is made past it (urllib3 hands the connection
+        back to the pool with the last byte, and a read to learn that the body has
+        ended would cost as much as a small file's other reads)."""
         # read1 hands over what the socket has (up to CHUNK_SIZE), so a broken transfer
         # keeps every byte received and resumes exactly there.
         read1 = response.raw.read1
-        while chunk := read1(CHUNK_SIZE, decode_content=True):
+        while (end is None or writer.size < end) and (
+            chunk := read1(CHUNK_SIZE, decode_content=True)
+        ):
             if cancelled.is_set():
                 raise DownloadCancelled
             writer.write(chunk)
@@ -335,13 +342,16 @@ def _content_length(response: requests.Response) -> int | None:
     return None
 
 
-def _check_length(response: requests.Response, writer: HashingWriter) -> None:
-    """Refuse, before reading it, a body whose announced length cannot complete the file."""
+def _check_length(response: requests.Response, writer: HashingWriter) -> int | None:
+    """Refuse, before reading it, a body whose announced length cannot complete the file;
+    return the file's size once the body is in, when the answer announces its length."""
     if response.headers.get("Content-Encoding", "identity") != "identity":
-        return  # the length of the encoded bytes, not of the file
+        return None  # the length of the encoded bytes, not of the file
     length = _content_length(response)
-    if length is not None:
-        writer.announce(length)
+    if length is None:
+        return None
+    writer.announce(length)
+    return writer.size + length
 
 
 def _continues_at(response: requests.Response, offset: int) -> bool:
