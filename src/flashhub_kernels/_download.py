@@ -42,7 +42,6 @@ from ._cdn_documents import (
     variant_path,
 )
 from ._config import Config
-from ._deferred_gc import collection_paused
 from ._kernel_dir import KernelDir, cached_kernel
 from ._kernel_metadata import read_kernel_metadata
 from ._manifest import MANIFEST_NAME, Manifest
@@ -88,7 +87,7 @@ def fetch_kernel(
     cache: Cache, system: SystemInfo, candidates: Sequence[RepoInfo], config: Config
 ) -> KernelDir:
     """Download the variant ``system`` loads of the first candidate the CDN publishes."""
-    with collection_paused(), remote(config) as fetcher:
+    with remote(config) as fetcher:
         not_found: KernelNotFoundError | None = None
         for info in candidates:
             try:

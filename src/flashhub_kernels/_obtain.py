@@ -53,10 +53,14 @@ def obtain_kernel(
         damaged = damaged or problem
     if config.offline:
         raise _offline_error(candidates[0], damaged)
-    # Imported here so that warm loads never import the download path's modules.
-    from ._download import fetch_kernel
+    # Imported here so that warm loads never import the download path's modules; their
+    # import is part of the cold path, and so runs with the collector paused too.
+    from ._deferred_gc import collection_paused
 
-    return fetch_kernel(cache, system, candidates, config)
+    with collection_paused():
+        from ._download import fetch_kernel
+
+        return fetch_kernel(cache, system, candidates, config)
 
 
 def use_kernel(candidates: Sequence[RepoInfo], *, backend: str | None = None) -> KernelDir:
