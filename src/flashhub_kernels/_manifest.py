@@ -18,11 +18,14 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from .errors import ManifestError
+
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
 
 MAX_DOCUMENT_BYTES = 1 << 20
 MAX_FILES = 10_000
@@ -98,7 +101,7 @@ def check_relative_path(path: object) -> str:
         raise ValueError(f"file path of {length} bytes is too long (at most {MAX_PATH_LENGTH})")
     if "\\" in path:
         raise ValueError(f"file path {path!r} contains a backslash; paths use '/'")
-    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in path):
+    if _CONTROL_CHARACTER.search(path):
         raise ValueError(f"file path {path!r} contains NUL or a control character")
     if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
         raise ValueError(f"file path {path!r} is absolute; it must be relative to the variant")
