@@ -1,12 +1,17 @@
 """What the cold path does to be fast, and that each keeps its guarantee: the cyclic
 garbage collector paused for the load and resumed after it, the files queued largest
-first, the cache's own records renamed into place without an fsync (a record that a
-power cut damages fails its check when read), every other atomic write synced."""
+first, the disk space of a large file reserved before its bytes arrive (and a cache
+without room for it refused before it is fetched), the cache's own records renamed into
+place without an fsync (a record that a power cut damages fails its check when read),
+every other atomic write synced."""
 
 from __future__ import annotations
 
 import gc
 import os
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +22,11 @@ import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels._deferred_gc import collection_paused
 from flashhub_kernels._filesystem import write_atomic
+from flashhub_kernels._hashing import HashingWriter
+from flashhub_kernels._reserve import MIN_RESERVED_BYTES
 from flashhub_kernels._transport import MAX_PARALLEL_FILES
 from support.cdn_server import CdnHandler, CdnServer
-from support.trees import kernel_files, write_variant
+from support.trees import kernel_files, write_blob_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -115,6 +122,88 @@ def test_the_largest_file_is_fetched_first(cdn: CdnServer) -> None:
     assert len(gets) == len(files)
     # However many threads the pool has, the biggest is among the first requests sent.
     assert f"/{BASE}/{big}" in gets[:MAX_PARALLEL_FILES]
+
+
+# -- reserving disk space ------------------------------------------------------------------------
+
+MIB = 1 << 20
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="fallocate(2) is Linux's")
+
+
+def allocated(path: Path) -> int:
+    """Bytes of disk the file holds, its reserved blocks included."""
+    return path.stat().st_blocks * 512
+
+
+@linux_only
+def test_a_large_file_of_known_size_has_its_space_reserved_and_its_length_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "weights.bin"
+    writer = HashingWriter(path, expected_size=4 * MIB)
+    assert path.stat().st_size == 0  # the length is what was written: resume reads it
+    assert allocated(path) >= 4 * MIB
+    writer.write(b"x" * (3 * MIB // 2))
+    writer.close()
+    assert path.stat().st_size == 3 * MIB // 2
+    resumed = HashingWriter(path, expected_size=4 * MIB)  # continues the kept part
+    assert resumed.size == 3 * MIB // 2
+    resumed.reset()  # a mirror starts the file over: the space is reserved again
+    assert path.stat().st_size == 0 and allocated(path) >= 4 * MIB
+    resumed.close()
+
+
+@linux_only
+def test_small_files_and_files_of_unknown_size_reserve_nothing(tmp_path: Path) -> None:
+    HashingWriter(tmp_path / "small.py", expected_size=MIN_RESERVED_BYTES - 1).close()
+    HashingWriter(tmp_path / "unknown.bin", limit=64 * MIB).close()
+    assert allocated(tmp_path / "small.py") == allocated(tmp_path / "unknown.bin") == 0
+
+
+# The load, in a mount namespace of its own whose cache is a 2 MiB tmpfs.
+NO_ROOM = """
+import os, pathlib
+import flashhub_kernels as fk
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except ImportError as exc:
+    print(type(exc).__name__, exc)
+left = [p.name for p in pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("*.bin")]
+print("left in the cache:", left)
+"""
+
+
+def unshare_mount() -> list[str]:
+    """The command that runs the rest in a mount namespace of its own, as root there."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1), to mount a small tmpfs for the cache")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    command = ["unshare", *user, "--mount", "true"]
+    if subprocess.run(command, capture_output=True, check=False).returncode != 0:
+        pytest.skip("this machine allows no mount namespace (unshare --mount)")
+    return command[:-1]
+
+
+@linux_only
+def test_a_cache_without_room_for_a_file_is_refused_before_the_file_is_fetched(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    blob = bytes(range(256)) * (12 * 1024)  # 3 MiB, more than the 2 MiB the cache holds
+    blob_path = write_blob_kernel(cdn.root, blob, with_sizes=True)
+    cache_dir.mkdir(mode=0o700)
+    mount = f"mount -t tmpfs -o size=2m,mode=0700 tmpfs {cache_dir}"
+    result = subprocess.run(
+        [*unshare_mount(), "sh", "-c", f'{mount} && exec "$0" -c "$1"', sys.executable, NO_ROOM],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.startswith("CacheError cannot write "), result.stderr
+    assert "No space left on device" in result.stdout and "free disk space" in result.stdout
+    assert "left in the cache: []" in result.stdout  # no part of it, staged or kept
+    assert cdn.gets("metadata.json")  # the load got as far as the manifest's sizes ...
+    assert cdn.gets(blob_path) == []  # ... and asked for not one byte of the file
 
 
 # -- what is synced ----------------------------------------------------------------------------

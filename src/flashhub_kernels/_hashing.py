@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from ._progress import NO_PROGRESS, Progress
+from ._reserve import reserve
 from .errors import CacheError, IntegrityError
 
 CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL above 2 KiB
@@ -87,6 +88,10 @@ class HashingWriter:
 
     ``progress`` hears of every byte written (and taken back by :meth:`reset`), and of
     the file's total once an answer announces it, when the manifest states no size.
+
+    With ``expected_size``, the disk space still missing is reserved before any byte is
+    fetched (see ``_reserve``): a cache without room for the file is a
+    :class:`CacheError` at once.
     """
 
     def __init__(
@@ -110,11 +115,17 @@ class HashingWriter:
             while not new and (chunk := os.read(self._fd, CHUNK_SIZE)):  # a kept partial
                 self._hash.update(chunk)
                 self.size += len(chunk)
+            self._reserve()
         except OSError as exc:
             self.close()
             raise CacheError.cannot_write(exc, path) from exc
         if self.size:
             progress.advance(self.size)
+
+    def _reserve(self) -> None:
+        """Reserve the disk space the rest of a file of known size needs."""
+        if self.expected_size is not None and self._fd is not None:
+            reserve(self._fd, self.size, self.expected_size - self.size)
 
     def hashes_to(self, expected: bytes) -> bool:
         """Whether the bytes written so far already hash to ``expected``."""
@@ -171,12 +182,16 @@ class HashingWriter:
     def reset(self) -> None:
         assert self._fd is not None, "reset after close"
         self._hash.stop()
-        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._fd, 0)  # which frees the reserved space too
         os.lseek(self._fd, 0, os.SEEK_SET)
         self._hash = _Sha256()
         if self.size:
             self._progress.advance(-self.size)
         self.size = 0
+        try:
+            self._reserve()
+        except OSError as exc:
+            raise CacheError.cannot_write(exc, self.path) from exc
 
     def close(self) -> None:
         """Close the file (idempotent) once every queued chunk is hashed."""
