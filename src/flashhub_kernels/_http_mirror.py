@@ -129,8 +129,9 @@ class HttpMirror(Mirror):
                     raise NotPublished(url)
                 self._check_status(response)
                 body = bytearray()
+                decode = _encoded(response)
                 try:
-                    while chunk := response.raw.read1(CHUNK_SIZE, decode_content=True):
+                    while chunk := response.raw.read1(CHUNK_SIZE, decode_content=decode):
                         body += chunk
                         if len(body) > limit:  # the caller reports the size; stop reading
                             break
@@ -209,7 +210,7 @@ class HttpMirror(Mirror):
                 self._stream(response, writer, guard, cancelled, end)
                 return "done"
             except _BODY_ERRORS:
-                if response.headers.get("Content-Encoding", "identity") != "identity":
+                if _encoded(response):
                     writer.reset()  # decoded offsets are not the stored object's
                 return "resumed" if resumed else "failed"
 
@@ -304,8 +305,9 @@ class HttpMirror(Mirror):
         # read1 hands over what the socket has (up to CHUNK_SIZE), so a broken transfer
         # keeps every byte received and resumes exactly there.
         read1 = response.raw.read1
+        decode = _encoded(response)
         while (end is None or writer.size < end) and (
-            chunk := read1(CHUNK_SIZE, decode_content=True)
+            chunk := read1(CHUNK_SIZE, decode_content=decode)
         ):
             if cancelled.is_set():
                 raise DownloadCancelled
@@ -328,6 +330,15 @@ class HttpMirror(Mirror):
         return redact_text(text, self._route.secrets)
 
 
+def _encoded(response: requests.Response) -> bool:
+    """Whether the body is sent encoded (``Content-Encoding`` other than ``identity``).
+
+    Only then are its bytes read through urllib3's decoder: with nothing to decode, the
+    decoder's buffer would copy every read that is not exactly ``CHUNK_SIZE`` long.
+    """
+    return response.headers.get("Content-Encoding", "identity") != "identity"
+
+
 def _moved_on(nbytes: int, seconds: float) -> bool:
     """Whether an attempt that wrote ``nbytes`` in ``seconds`` beat the stall guard's floor."""
     return nbytes > 0 and nbytes >= MIN_BYTES_PER_SECOND * seconds
@@ -345,7 +356,7 @@ def _content_length(response: requests.Response) -> int | None:
 def _check_length(response: requests.Response, writer: HashingWriter) -> int | None:
     """Refuse, before reading it, a body whose announced length cannot complete the file;
     return the file's size once the body is in, when the answer announces its length."""
-    if response.headers.get("Content-Encoding", "identity") != "identity":
+    if _encoded(response):
         return None  # the length of the encoded bytes, not of the file
     length = _content_length(response)
     if length is None:
@@ -358,5 +369,5 @@ def _continues_at(response: requests.Response, offset: int) -> bool:
     """Whether a response to ``Range: bytes=<offset>-`` is the rest of the same bytes."""
     content_range = response.headers.get("Content-Range", "")
     start = content_range.removeprefix("bytes ").split("-")[0]
-    encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+    encoded = _encoded(response)
     return response.status_code == 206 and start == str(offset) and not encoded
