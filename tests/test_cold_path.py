@@ -206,6 +206,42 @@ def test_a_cache_without_room_for_a_file_is_refused_before_the_file_is_fetched(
     assert cdn.gets(blob_path) == []  # ... and asked for not one byte of the file
 
 
+# ext4 allocates all the free space it has before fallocate answers ENOSPC: a size past
+# the free space is refused without asking, so a manifest stating an absurd size cannot
+# fill the disk, even for a moment. Run in a 32 MiB ext4 of the test's own.
+ABSURD_SIZE = """
+import os, sys
+from flashhub_kernels._reserve import reserve
+fd = os.open(os.path.join(sys.argv[1], "weights.bin"), os.O_RDWR | os.O_CREAT, 0o644)
+try:
+    reserve(fd, 0, 1 << 40)
+except OSError as exc:
+    print(exc.strerror, os.fstat(fd).st_blocks)
+"""
+
+
+@linux_only
+def test_a_size_past_the_free_space_is_refused_without_allocating_any(tmp_path: Path) -> None:
+    if shutil.which("mkfs.ext4") is None:
+        pytest.skip("needs mkfs.ext4, to make a small ext4 filesystem")
+    image, mounted = tmp_path / "ext4.img", tmp_path / "ext4"
+    mounted.mkdir()
+    with image.open("wb") as file:
+        file.truncate(32 * MIB)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+    mount = f"mount -o loop {image} {mounted} || exit 3"
+    script = f'{mount}; exec "$0" -c "$1" "$2"'
+    result = subprocess.run(
+        [*unshare_mount(), "sh", "-c", script, sys.executable, ABSURD_SIZE, str(mounted)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode == 3:
+        pytest.skip(f"this machine mounts no loop device: {result.stderr.strip()}")
+    assert result.stdout.split() == ["No", "space", "left", "on", "device", "0"], result.stderr
+
+
 # -- what is synced ----------------------------------------------------------------------------
 
 

@@ -36,12 +36,19 @@ def reserve(fd: int, offset: int, length: int) -> None:
 
     Raises:
         OSError: ``ENOSPC`` or ``EDQUOT``: the filesystem, or the user's quota, has no
-            room for the bytes.
+            room for the bytes (more than the filesystem has free is refused without
+            asking it).
     """
-    if length < MIN_RESERVED_BYTES:
-        return
     fallocate = _fallocate()
-    if fallocate is None or fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+    if length < MIN_RESERVED_BYTES or fallocate is None:
+        return
+    # Refused before asking: ext4 allocates all the free space it has before it answers
+    # ENOSPC, so a manifest stating an absurd size would fill the disk, for a moment,
+    # for everyone.
+    free = os.fstatvfs(fd)
+    if length > free.f_bfree * free.f_frsize:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
         return
     import ctypes
 
