@@ -64,7 +64,17 @@ ROW_NAMES = [
     "torch/HTTP/lock libs imported by import flashhub(_kernels)",
     "import cost: flashhub over a plain import, warm",
 ]
-PHASES = ("imports", "locks", "documents", "transfers", "commit: records", "open/create")
+PHASES = (
+    "imports",
+    "locks",
+    "documents",
+    "transfers",
+    "commit: records",
+    "sync",
+    "open/create",
+    "write + hash",
+    "sync, other threads",
+)
 
 
 def stand_in_release(where: Path) -> Path:

@@ -5,7 +5,8 @@ Nothing in flashhub is instrumented for this. :func:`install` wraps the import s
 ``_find_and_load`` (the outermost import of a module is the ``imports`` phase, the
 kernel's own module aside: the load runs inside it) and,
 as each of flashhub's modules is imported, a few of its functions: the documents, the
-cache mutexes, the transfers, the writes, the commit. Time on the main thread goes to
+cache mutexes, the transfers, the writes, the commit; and ``os.fsync`` and
+``os.fdatasync``, wherever they are called (``sync``). Time on the main thread goes to
 the innermost phase open (exclusive: an import during a document fetch is ``imports``);
 what the download threads do inside the ``transfers`` phase is summed per activity over
 the threads. Garbage-collector pauses are a phase too, wherever they land: in a process
@@ -18,6 +19,7 @@ load, so whatever it imported would be missing from the load's ``imports``.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -37,6 +39,7 @@ PHASES = (
     "commit: bytecode",
     "commit: records",
     "commit: rename",
+    "sync",
     "kernel import",
     "gc pauses",
     "other",
@@ -46,6 +49,9 @@ THREAD_PARTS = ("open/create", "write + hash", "verify")
 # Wraps a file's whole download; reported less the parts above (on the main thread, a
 # single file's download, it is exclusive like every phase).
 _WHOLE_FILE = "request + receive"
+# Syncs made on other threads than the main one (the newer-version check's record),
+# summed; the main thread's are its phase "sync".
+SYNC_ELSEWHERE = "sync, other threads"
 
 
 class Spans:
@@ -55,6 +61,7 @@ class Spans:
         self.main = threading.main_thread()
         self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self.threads: dict[str, float] = dict.fromkeys((*THREAD_PARTS, _WHOLE_FILE), 0.0)
+        self.synced_elsewhere = 0.0
         self._stack: list[str] = ["other"]
         self._since = time.perf_counter()
         self._lock = threading.Lock()
@@ -74,9 +81,11 @@ class Spans:
             try:
                 yield
             finally:
-                if name in self.threads:
-                    with self._lock:
+                with self._lock:
+                    if name in self.threads:
                         self.threads[name] += time.perf_counter() - start
+                    elif name == "sync":
+                        self.synced_elsewhere += time.perf_counter() - start
             return
         self._switch(time.perf_counter())
         self._stack.append(name)
@@ -108,6 +117,7 @@ class Spans:
         parts = {name: self.threads[name] * 1e3 for name in THREAD_PARTS}
         parts[_WHOLE_FILE] = self.threads[_WHOLE_FILE] * 1e3 - sum(parts.values())
         out.update({f"threads: {name}": ms for name, ms in parts.items()})
+        out[SYNC_ELSEWHERE] = self.synced_elsewhere * 1e3
         return out
 
 
@@ -170,6 +180,9 @@ def install() -> Spans:
     import importlib._bootstrap as bootstrap  # already imported: the import system itself
 
     spans = Spans()
+    for sync in ("fsync", "fdatasync"):
+        if hasattr(os, sync):
+            _wrap(spans, os, sync, "sync")
     find_and_load = bootstrap._find_and_load
     depth = threading.local()
     patched: set[str] = set()

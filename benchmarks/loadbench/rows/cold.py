@@ -14,7 +14,7 @@ from ..bench import Bench
 from ..common import MIB
 from ..results import Row, Stat, median, ratio_row
 from ..signed import NO_SIGNING, TRUSTED_KEYS_VAR
-from ..spans import PHASES, THREAD_PARTS
+from ..spans import PHASES, SYNC_ELSEWHERE, THREAD_PARTS
 from ..trees import REALISTIC_PY_BYTES, REALISTIC_PY_FILES, REALISTIC_SO, Kernel
 
 # The targets (see the package docstring); printed with each row, never asserted.
@@ -58,7 +58,8 @@ def breakdown_note(breakdowns: Sequence[Mapping[str, float]]) -> str:
     def ms(name: str) -> float:
         return median([b.get(name, 0.0) for b in breakdowns])
 
-    phases = [f"{name} {ms(name):.1f}" for name in PHASES if ms(name) >= 0.05]
+    # Syncing is printed even when nothing was synced: that is a result too.
+    phases = [f"{name} {ms(name):.1f}" for name in PHASES if ms(name) >= 0.05 or name == "sync"]
     threads = [f"{name} {ms('threads: ' + name):.1f}" for name in THREAD_PARTS]
     return (
         f"breakdown of flashhub's time (ms, medians of {len(breakdowns)} more loads with "
@@ -66,6 +67,8 @@ def breakdown_note(breakdowns: Sequence[Mapping[str, float]]) -> str:
         + ", ".join(phases)
         + "; inside transfers, summed over the download threads: "
         + ", ".join(threads)
+        + f"; {SYNC_ELSEWHERE} (the newer-version record, off the critical path) "
+        + f"{ms(SYNC_ELSEWHERE):.1f}"
     )
 
 
