@@ -160,14 +160,15 @@ def test_small_files_and_files_of_unknown_size_reserve_nothing(tmp_path: Path) -
     assert allocated(tmp_path / "small.py") == allocated(tmp_path / "unknown.bin") == 0
 
 
-# The load, in a mount namespace of its own whose cache is a 2 MiB tmpfs.
+# The plainest load, an import statement, in a mount namespace of its own whose cache is
+# a 2 MiB tmpfs.
 NO_ROOM = """
-import os, pathlib
-import flashhub_kernels as fk
+import os, pathlib, sys
 try:
-    fk.get_kernel("acme/tensor-tricks", version=1)
+    import flashhub.acme.tensor_tricks.v1
 except ImportError as exc:
     print(type(exc).__name__, exc)
+print("half-imported:", "flashhub.acme.tensor_tricks.v1" in sys.modules)
 left = [p.name for p in pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("*.bin")]
 print("left in the cache:", left)
 """
@@ -201,6 +202,7 @@ def test_a_cache_without_room_for_a_file_is_refused_before_the_file_is_fetched(
     )
     assert result.stdout.startswith("CacheError cannot write "), result.stderr
     assert "No space left on device" in result.stdout and "free disk space" in result.stdout
+    assert "half-imported: False" in result.stdout
     assert "left in the cache: []" in result.stdout  # no part of it, staged or kept
     assert cdn.gets("metadata.json")  # the load got as far as the manifest's sizes ...
     assert cdn.gets(blob_path) == []  # ... and asked for not one byte of the file
