@@ -39,8 +39,10 @@ def reserve(fd: int, offset: int, length: int) -> None:
             room for the bytes (more than the filesystem has free is refused without
             asking it).
     """
+    if length < MIN_RESERVED_BYTES:
+        return
     fallocate = _fallocate()
-    if length < MIN_RESERVED_BYTES or fallocate is None:
+    if fallocate is None:
         return
     # Refused before asking: ext4 allocates all the free space it has before it answers
     # ENOSPC, so a manifest stating an absurd size would fill the disk, for a moment,
