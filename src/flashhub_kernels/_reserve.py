@@ -50,18 +50,15 @@ def reserve(fd: int, offset: int, length: int) -> None:
     free = os.fstatvfs(fd)
     if length > free.f_bfree * free.f_frsize:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    if fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
-        return
-    import ctypes
-
-    code = ctypes.get_errno()
+    code = fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length)
     if code in _NO_ROOM:
         raise OSError(code, os.strerror(code))
 
 
 @functools.cache
 def _fallocate() -> Callable[[int, int, int, int], int] | None:
-    """The C library's ``fallocate`` with 64-bit offsets, or ``None`` where there is none."""
+    """The C library's ``fallocate`` with 64-bit offsets, as a function that returns 0 or
+    the ``errno`` it failed with; ``None`` where there is none."""
     if sys.platform != "linux":
         return None
     import ctypes
@@ -72,5 +69,8 @@ def _fallocate() -> Callable[[int, int, int, int], int] | None:
         return None
     function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
     function.restype = ctypes.c_int
-    call: Callable[[int, int, int, int], int] = function
-    return call
+
+    def fallocate(fd: int, mode: int, offset: int, length: int) -> int:
+        return 0 if function(fd, mode, offset, length) == 0 else ctypes.get_errno()
+
+    return fallocate
