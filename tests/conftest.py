@@ -411,3 +411,37 @@ def no_leftover_staging(tmp_path: Path) -> Iterator[None]:
     yield
     leftovers = [p for p in tmp_path.rglob(".v*") if ".staging-" in p.name or ".old-" in p.name]
     assert leftovers == []
+
+
+# -- tests that need a GPU ----------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the ``gpu`` tests, saying why, where there is no CUDA GPU to run them on."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    reason = _no_gpu_reason() if gpu_tests else None
+    if reason is None:
+        return
+    for item in gpu_tests:
+        item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
+
+
+def _no_gpu_reason() -> str | None:
+    """Why this machine runs no ``gpu`` test; ``None`` when it can.
+
+    The GPU is counted in a child process: asking torch here would initialize CUDA in
+    the test process, and tests that fork must start without it.
+    """
+    import torch
+
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build"
+    count = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if count.returncode != 0 or count.stdout.strip() in ("", "0"):
+        return f"torch {torch.__version__} sees no CUDA device"
+    return None
