@@ -440,15 +440,21 @@ def test_free_threading_is_the_build_flag_from_python_3_13_to_3_14(
     assert _variants._free_threaded() is False
 
 
-def test_the_device_is_asked_of_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_device_is_asked_of_torch_only_once_it_initialized_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import torch
+
+    from flashhub_kernels import _device_arch, _nvml
 
     probe = _variants._probed.__wrapped__  # not the per-process cache
     local = H100._replace(cuda_capability=None, probe_device=True)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert probe(local) == local._replace(probe_device=False)  # no device: nothing to check
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_nvml, "LIBRARY", "libnvidia-ml-missing.so.1")
+    monkeypatch.setattr(_device_arch, "KFD_NODES", "/no-such-kfd-topology")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    assert probe(local) == local._replace(probe_device=False)  # no driver: nothing to check
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert probe(local) == H100
     properties = SimpleNamespace(gcnArchName="gfx90a:sramecc+:xnack-")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

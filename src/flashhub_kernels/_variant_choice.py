@@ -18,7 +18,7 @@ recorded of them (:func:`pick_cached_variant`).
 
 Pure but for :func:`target_system`, which asks torch (through
 :func:`~._variants.detect_system`) what this machine runs, and
-:func:`~._variants.with_device`, which asks it about the device when a build lists
+:func:`~._variants.with_device`, which reads what the device is when a build lists
 archs. On the warm path: it imports nothing that the variant grammar does not.
 """
 
@@ -94,7 +94,7 @@ def needs_target(variant: Variant, system: SystemInfo) -> bool:
 
 def build_mismatch(variant: Variant, target: BuildTarget, system: SystemInfo) -> str | None:
     """Why the build ``variant``, declaring ``target``, does not run on ``system``; ``None``
-    when it does. Asks torch about the device (once) only when the build lists archs."""
+    when it does. Reads what the device is (once) only when the build lists archs."""
     if system.free_threaded and variant.tier in _NATIVE_TIERS and not target.free_threaded:
         return _FREE_THREADED
     if not target.archs or target.backend != system.backend:

@@ -1,7 +1,8 @@
 """Build variants: the name grammar, system detection, matching and preference order.
 
 Everything here is pure except :func:`detect_system`, which asks torch what it was
-built with. A variant name describes one build of a kernel::
+built with, and :func:`with_device`, which reads what the GPU is. A variant name describes
+one build of a kernel::
 
     torch213-cxx11-cu126-x86_64-linux      exact build: torch 2.13, C++11 ABI, CUDA 12.6
     torch213-cu126-x86_64-linux            the same build without the ABI tag (newer builders)
@@ -195,9 +196,9 @@ class SystemInfo(Record):
             unless the build declares it (see :mod:`._variant_choice`).
         tvm_ffi: ``(major, minor)`` of the installed tvm-ffi; ``None`` without one.
         macos: ``(major, minor)`` of macOS on a Mac; ``None`` elsewhere or unknown.
-        probe_device: ask torch for the device's capability or gfx target when a build
-            lists archs (:func:`with_device`). This machine's own record says so: asking
-            initialises the GPU runtime, which a build without archs never needs.
+        probe_device: read the device's capability or gfx target when a build lists
+            archs (:func:`with_device`). This machine's own record says so; a build
+            without archs never needs the reading.
     """
 
     torch: tuple[int, int]
@@ -640,23 +641,21 @@ def with_backend(system: SystemInfo, backend: str) -> SystemInfo:
 
 
 def with_device(system: SystemInfo) -> SystemInfo:
-    """``system``, with its device's capability or gfx target asked of torch if
-    ``probe_device`` (once per process). Initialises CUDA (or ROCm) when it asks."""
+    """``system``, with its device's capability or gfx target read if ``probe_device``
+    (once per process), without creating a CUDA or HIP context (:mod:`._device_arch`)."""
     return _probed(system) if system.probe_device else system
 
 
 @cache
 def _probed(system: SystemInfo) -> SystemInfo:
-    import torch
+    from ._device_arch import cuda_capability, rocm_gfx
 
     capability, gfx = system.cuda_capability, system.rocm_arch
-    if system.backend in ("cuda", "rocm") and torch.cuda.is_available():
-        if system.backend == "cuda" and capability is None:
-            major, minor = torch.cuda.get_device_capability()
-            capability = (major, minor)
-        if system.backend == "rocm" and gfx is None:
-            properties = torch.cuda.get_device_properties(torch.cuda.current_device())
-            gfx = gfx_name(properties.gcnArchName)
+    if system.backend == "cuda" and capability is None:
+        capability = cuda_capability().capability
+    if system.backend == "rocm" and gfx is None:
+        read = rocm_gfx().gfx
+        gfx = gfx_name(read) if read else None
     return system._replace(cuda_capability=capability, rocm_arch=gfx, probe_device=False)
 
 

@@ -1,0 +1,103 @@
+"""The NVIDIA GPUs of this machine, read from the driver's NVML (``libnvidia-ml.so.1``).
+
+NVML answers without a CUDA context: asking the CUDA runtime (as
+``torch.cuda.get_device_capability()`` does) creates one, which costs about 200 ms and
+some GPU memory, and breaks a process forked afterwards. The library ships with the
+driver, and is reached through ``ctypes``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+LIBRARY = "libnvidia-ml.so.1"
+_SUCCESS = 0
+_UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+
+
+class NvmlError(OSError):
+    """NVML is missing, or answered with an error."""
+
+
+class Gpu(NamedTuple):
+    """One GPU as NVML sees it: its UUID (``GPU-...``), PCI location (domain, bus,
+    device) and CUDA compute capability."""
+
+    uuid: str
+    pci: tuple[int, int, int]
+    capability: tuple[int, int]
+
+
+class _PciInfo(ctypes.Structure):
+    # nvmlPciInfo_t, as nvmlDeviceGetPciInfo_v3 fills it.
+    _fields_ = [
+        ("bus_id_legacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pci_device_id", ctypes.c_uint),
+        ("pci_subsystem_id", ctypes.c_uint),
+        ("bus_id", ctypes.c_char * 32),
+    ]
+
+
+def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[Gpu], dict[str, Gpu]]:
+    """Every GPU NVML sees, and the GPU each of ``mig_uuids`` (MIG instances) is part of.
+
+    Raises:
+        NvmlError: the library cannot be loaded or initialized, or a query fails.
+    """
+    nvml = _load()
+    _check(nvml.nvmlInit_v2(), "nvmlInit_v2")
+    try:
+        count = ctypes.c_uint()
+        _check(nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")
+        gpus = [_gpu(nvml, _handle_by_index(nvml, index)) for index in range(count.value)]
+        return gpus, {uuid: _gpu(nvml, _mig_parent(nvml, uuid)) for uuid in mig_uuids}
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _load() -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(LIBRARY)
+    except OSError as exc:
+        raise NvmlError(f"{LIBRARY} could not be loaded ({exc})") from None
+
+
+def _check(code: int, call: str) -> None:
+    if code != _SUCCESS:
+        raise NvmlError(f"{call} failed with NVML error {code}")
+
+
+def _handle_by_index(nvml: ctypes.CDLL, index: int) -> ctypes.c_void_p:
+    handle = ctypes.c_void_p()
+    code = nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle))
+    _check(code, "nvmlDeviceGetHandleByIndex_v2")
+    return handle
+
+
+def _mig_parent(nvml: ctypes.CDLL, uuid: str) -> ctypes.c_void_p:
+    """The GPU that the MIG instance ``uuid`` is part of."""
+    mig = ctypes.c_void_p()
+    _check(nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(mig)), "by UUID")
+    parent = ctypes.c_void_p()
+    code = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, ctypes.byref(parent))
+    _check(code, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+    return parent
+
+
+def _gpu(nvml: ctypes.CDLL, handle: ctypes.c_void_p) -> Gpu:
+    uuid = ctypes.create_string_buffer(_UUID_BUFFER)
+    _check(nvml.nvmlDeviceGetUUID(handle, uuid, ctypes.c_uint(_UUID_BUFFER)), "nvmlDeviceGetUUID")
+    pci = _PciInfo()
+    _check(nvml.nvmlDeviceGetPciInfo_v3(handle, ctypes.byref(pci)), "nvmlDeviceGetPciInfo_v3")
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    code = nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor))
+    _check(code, "nvmlDeviceGetCudaComputeCapability")
+    return Gpu(
+        uuid.value.decode("ascii", "replace"),
+        (pci.domain, pci.bus, pci.device),
+        (major.value, minor.value),
+    )

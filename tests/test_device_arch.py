@@ -1,0 +1,341 @@
+"""Reading the GPU's arch without creating a CUDA context.
+
+On this machine (no GPU) the decision is tested with stand-ins (tests/support/
+gpu_stand_in.py): a compiled stand-in NVML, and a CUDA torch whose every call that would
+create a context raises and is logged. A kernel publishes builds for CUDA archs 8.0/8.6
+(``CU126``), for 9.0a (``CU124``) and torch-universal, so the build a process loads says
+which capability it read. The ``gpu`` tests at the end check the same on a real device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_python
+from flashhub_kernels import _device_arch, _nvml
+from flashhub_kernels._device_arch import (
+    cuda_capability,
+    cuda_order,
+    gfx_target,
+    kfd_gpus,
+    select_visible,
+)
+from flashhub_kernels._nvml import Gpu
+from support.cdn_server import CdnServer
+from support.gpu_stand_in import (
+    StandInGpu,
+    build_nvml,
+    context_requests,
+    gpu_machine_env,
+    nvml_calls,
+    nvml_gpus,
+)
+from test_arch_choice import BUILDS, CU124, CU126, REPO, UNIVERSAL, publish
+
+H100 = StandInGpu("GPU-9d1f6c0e-h100", 0x3B, "9.0")
+A10 = StandInGpu("GPU-41aa70b2-a10", 0x18, "8.6")
+B200 = StandInGpu("GPU-77c3e5d1-b200", 0x5E, "10.0")
+
+
+@pytest.fixture(scope="session")
+def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the stand-in ``libnvidia-ml.so.1``."""
+    directory = tmp_path_factory.mktemp("nvml")
+    build_nvml(directory)
+    return directory
+
+
+# -- which device: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, pure -----------------------------
+
+UUIDS = ["GPU-aaaa-1111", "GPU-bbbb-2222", "GPU-bbbc-3333"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "visible"),
+    [
+        (None, [0, 1, 2]),
+        ("2,0", [2, 0]),
+        (" 1 , 2 ", [1, 2]),
+        ("GPU-bbbc", [2]),  # a unique prefix of a UUID
+        ("GPU-aaaa-1111,1", [0, 1]),
+        ("GPU-bbb", []),  # a prefix of two: names no device, and ends the list
+        ("0,7,1", [0]),  # the first entry that names no device ends the list, as for CUDA
+        ("", []),
+        ("-1", []),
+        ("MIG-5f0c", [1]),  # a MIG instance: its GPU
+    ],
+)
+def test_visible_devices_are_read_as_cuda_reads_them(spec: str | None, visible: list[int]) -> None:
+    assert select_visible(UUIDS, spec, {"MIG-5f0c": 1}) == visible
+
+
+def test_cuda_orders_the_newest_device_first_unless_told_pci_bus_order() -> None:
+    gpus = [Gpu(g.uuid, (0, g.bus, 0), (9, 0) if g is H100 else (8, 6)) for g in (A10, H100)]
+    assert [g.uuid for g in cuda_order(gpus, None)] == [H100.uuid, A10.uuid]
+    assert [g.uuid for g in cuda_order(gpus, "FASTEST_FIRST")] == [H100.uuid, A10.uuid]
+    assert [g.uuid for g in cuda_order(gpus, "PCI_BUS_ID")] == [A10.uuid, H100.uuid]
+
+
+# -- NVML, through the stand-in library ---------------------------------------------------------
+
+
+@pytest.fixture
+def stand_in_nvml(
+    nvml_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> pytest.MonkeyPatch:
+    """This process reads the stand-in NVML, and torch has not initialized CUDA."""
+    monkeypatch.setattr(_nvml, "LIBRARY", str(nvml_dir / "libnvidia-ml.so.1"))
+    monkeypatch.setenv("STAND_IN_NVML_LOG", str(tmp_path / "nvml.log"))
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "STAND_IN_NVML_INIT_ERROR"):
+        monkeypatch.delenv(name, raising=False)
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("order", "visible", "capability"),
+    [
+        (None, None, (9, 0)),  # CUDA's default order puts the newest first
+        ("PCI_BUS_ID", None, (8, 6)),  # A10 is on bus 0x18, before the H100's 0x3b
+        (None, "1", (8, 6)),
+        ("PCI_BUS_ID", "1", (9, 0)),
+        (None, A10.uuid, (8, 6)),
+        (None, "MIG-3g.40gb-0", (9, 0)),  # a MIG instance of the H100 (NVML's device 0)
+    ],
+)
+def test_nvml_answers_for_the_first_device_this_process_sees(
+    stand_in_nvml: pytest.MonkeyPatch,
+    order: str | None,
+    visible: str | None,
+    capability: tuple[int, int],
+) -> None:
+    stand_in_nvml.setenv("STAND_IN_NVML_GPUS", nvml_gpus(H100, A10))
+    stand_in_nvml.setenv("STAND_IN_NVML_MIGS", "MIG-3g.40gb-0=0")
+    for name, value in (("CUDA_DEVICE_ORDER", order), ("CUDA_VISIBLE_DEVICES", visible)):
+        if value is not None:
+            stand_in_nvml.setenv(name, value)
+    reading = cuda_capability()
+    assert reading.capability == capability, reading.source
+    assert "NVML" in reading.source
+
+
+def test_devices_that_differ_are_said(stand_in_nvml: pytest.MonkeyPatch) -> None:
+    stand_in_nvml.setenv("STAND_IN_NVML_GPUS", nvml_gpus(H100, A10))
+    reading = cuda_capability()
+    assert reading.capability == (9, 0)
+    assert "the visible devices differ (9.0, 8.6)" in reading.source
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"STAND_IN_NVML_INIT_ERROR": "9"}, "nvmlInit_v2 failed with NVML error 9"),
+        ({"CUDA_VISIBLE_DEVICES": ""}, "NVML lists no device this process sees"),
+        ({"STAND_IN_NVML_GPUS": ""}, "NVML lists no device this process sees"),
+    ],
+)
+def test_no_answer_from_nvml_leaves_the_arch_unknown_and_says_why(
+    stand_in_nvml: pytest.MonkeyPatch, env: dict[str, str], why: str
+) -> None:
+    stand_in_nvml.setenv("STAND_IN_NVML_GPUS", nvml_gpus(H100))
+    for name, value in env.items():
+        stand_in_nvml.setenv(name, value)
+    reading = cuda_capability()
+    assert reading.capability is None
+    assert why in reading.source
+
+
+def test_a_machine_without_nvml_leaves_the_arch_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_nvml, "LIBRARY", "libnvidia-ml-missing.so.1")
+    reading = _device_arch._read_cuda_capability()
+    assert reading.capability is None
+    assert "libnvidia-ml-missing.so.1 could not be loaded" in reading.source
+
+
+# -- ROCm: the amdgpu topology in sysfs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [(90010, "gfx90a"), (90402, "gfx942"), (110000, "gfx1100"), (120001, "gfx1201")],
+)
+def test_kfd_target_versions_name_gfx_targets(version: int, name: str) -> None:
+    assert gfx_target(version) == name
+
+
+def _kfd_tree(root: Path, nodes: dict[str, dict[str, int]]) -> Path:
+    for name, properties in nodes.items():
+        (root / name).mkdir(parents=True)
+        lines = [f"{key} {value}" for key, value in properties.items()]
+        (root / name / "properties").write_text("\n".join(["cpu_cores_count 0", *lines]) + "\n")
+    return root
+
+
+def test_rocm_devices_come_from_the_kfd_topology_cpus_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = {
+        "0": {"gfx_target_version": 0, "unique_id": 0},  # the CPU
+        "1": {"gfx_target_version": 90402, "unique_id": 0xAB},
+        "10": {"gfx_target_version": 110000, "unique_id": 0xCD},
+        "2": {"gfx_target_version": 90010, "unique_id": 0xEF},
+    }
+    root = _kfd_tree(tmp_path / "nodes", nodes)
+    assert kfd_gpus(str(root)) == [
+        ("GPU-00000000000000ab", "gfx942"),
+        ("GPU-00000000000000ef", "gfx90a"),
+        ("GPU-00000000000000cd", "gfx1100"),
+    ]
+    monkeypatch.setattr(_device_arch, "KFD_NODES", str(root))
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    assert _device_arch.rocm_gfx().gfx == "gfx942"
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "GPU-00000000000000cd,1")
+    assert _device_arch.rocm_gfx().gfx == "gfx1100"
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")  # of those ROCr leaves
+    assert _device_arch.rocm_gfx().gfx == "gfx90a"
+
+
+# -- a kernel import, in the forms a user runs it -----------------------------------------------
+
+SHOW = """
+import torch
+import flashhub.acme.relu.v1 as k
+print(k.marker(), torch.cuda.is_initialized())
+"""
+
+
+def _chosen(variant: str, version: int = 1) -> str:
+    return f"{REPO}@v{version}:{variant}"
+
+
+def test_an_import_judges_the_device_by_nvml_cold_and_warm_and_starts_no_cuda(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir)
+    cold = run_python(SHOW, env=env)
+    cdn.clear_log()
+    warm = run_python(SHOW, env=env)
+    assert cold.split() == warm.split() == [_chosen(CU124), "False"]  # 9.0a fits the H100
+    assert cdn.gets() == []
+    assert context_requests(tmp_path) == []
+    assert nvml_calls(tmp_path).count("nvmlDeviceGetCudaComputeCapability") == 2
+
+
+def test_a_device_no_build_fits_gets_the_universal_build(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    out = run_python(SHOW, env=gpu_machine_env(tmp_path, B200, nvml=nvml_dir))
+    assert out.split() == [_chosen(UNIVERSAL), "False"]
+    assert context_requests(tmp_path) == []
+
+
+FORKED_AFTER_CUDA = """
+import multiprocessing, torch
+
+def load(queue):
+    try:
+        import flashhub.acme.relu.v2 as k
+        queue.put((k.marker(), torch.cuda.is_initialized()))
+    except BaseException as exc:
+        queue.put(repr(exc))
+
+if __name__ == "__main__":
+    torch.cuda.init()  # the parent uses its GPU, then forks workers
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    worker = context.Process(target=load, args=(queue,))
+    worker.start()
+    print(queue.get(timeout=60))
+    worker.join()
+    import flashhub.acme.relu.v1 as k  # the parent asks torch, CUDA being initialized
+    print(k.marker())
+"""
+
+
+def test_a_worker_forked_after_cuda_was_initialized_imports_a_kernel(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    publish(cdn.root, 2, BUILDS)
+    script = tmp_path / "train.py"
+    script.write_text(FORKED_AFTER_CUDA)
+    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=nvml_dir)}
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    worker, parent = result.stdout.splitlines()
+    assert worker == repr((_chosen(CU124, 2), False))  # NVML: the H100
+    assert parent == _chosen(CU126)  # torch: the stand-in's initialized device, 8.6
+    assert context_requests(tmp_path) == []
+
+
+SPAWNED_UNPICKLE = """
+import multiprocessing, pickle, torch
+import flashhub.acme.relu.v1 as k
+
+if __name__ == "__main__":
+    blob = pickle.dumps(k.Thing(7))
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print(pool.apply(pickle.loads, (blob,)).value)
+"""
+
+
+def test_a_spawned_worker_unpickling_a_kernel_object_starts_no_cuda(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    script = tmp_path / "spawn.py"
+    script.write_text(SPAWNED_UNPICKLE)
+    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=nvml_dir)}
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["7"]
+    assert context_requests(tmp_path) == []
+    # The parent and the worker each judged the device, through NVML.
+    assert nvml_calls(tmp_path).count("nvmlDeviceGetCudaComputeCapability") == 2
+
+
+def test_without_nvml_the_archs_are_not_checked_and_verbose_says_so(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=None)}
+    command = [sys.executable, "-m", "flashhub_kernels", "-v", "get", REPO, "--version", "1"]
+    command += ["--json"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["variant"] == CU126  # the first by name
+    assert "the CUDA device's arch is unknown, so the archs builds list are not checked" in (
+        result.stderr
+    )
+    assert "libnvidia-ml.so.1 could not be loaded" in result.stderr
+    assert context_requests(tmp_path) == []
+
+
+def test_verbose_says_where_the_capability_was_read(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    env = {**os.environ, **gpu_machine_env(tmp_path, A10, nvml=nvml_dir)}
+    command = [sys.executable, "-m", "flashhub_kernels", "-v", "get", REPO, "--version", "1"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()).name == CU126
+    assert f"the CUDA device's arch is 8.6, read from NVML, device 0 of 1 ({A10.uuid})" in (
+        result.stderr
+    )
