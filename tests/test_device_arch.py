@@ -35,12 +35,12 @@ from support.gpu_stand_in import (
     gpu_machine_env,
     nvml_calls,
     nvml_gpus,
+    proc_listing,
 )
-from test_arch_choice import BUILDS, CU124, CU126, REPO, UNIVERSAL, publish
+from test_arch_choice import BUILDS, CU124, CU126, REPO, publish
 
 H100 = StandInGpu("GPU-9d1f6c0e-h100", 0x3B, "9.0")
 A10 = StandInGpu("GPU-41aa70b2-a10", 0x18, "8.6")
-B200 = StandInGpu("GPU-77c3e5d1-b200", 0x5E, "10.0")
 
 
 @pytest.fixture(scope="session")
@@ -137,8 +137,8 @@ def test_devices_that_differ_are_said(stand_in_nvml: pytest.MonkeyPatch) -> None
     ("env", "why"),
     [
         ({"STAND_IN_NVML_INIT_ERROR": "9"}, "nvmlInit_v2 failed with NVML error 9"),
-        ({"CUDA_VISIBLE_DEVICES": ""}, "NVML lists no device this process sees"),
-        ({"STAND_IN_NVML_GPUS": ""}, "NVML lists no device this process sees"),
+        ({"CUDA_VISIBLE_DEVICES": ""}, "NVML: no device this process sees"),
+        ({"STAND_IN_NVML_GPUS": ""}, "NVML: no device this process sees"),
     ],
 )
 def test_no_answer_from_nvml_leaves_the_arch_unknown_and_says_why(
@@ -157,6 +157,57 @@ def test_a_machine_without_nvml_leaves_the_arch_unknown(monkeypatch: pytest.Monk
     reading = _device_arch._read_cuda_capability()
     assert reading.capability is None
     assert "libnvidia-ml-missing.so.1 could not be loaded" in reading.source
+
+
+# -- the record: NVML is asked once per machine ---------------------------------------------------
+
+
+@pytest.fixture
+def listed(stand_in_nvml: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The driver lists the H100 and the A10 (this process's ``PROC_GPUS``), and NVML
+    knows them; returns the stand-in NVML's log."""
+    listing = proc_listing(tmp_path / "proc", H100, A10)
+    stand_in_nvml.setattr(_device_arch, "PROC_GPUS", str(listing))
+    stand_in_nvml.setenv("STAND_IN_NVML_GPUS", nvml_gpus(H100, A10))
+    (tmp_path / "cache").mkdir()
+    return tmp_path / "nvml.log"
+
+
+def test_nvml_is_asked_once_then_the_cache_record_answers(listed: Path, cache_dir: Path) -> None:
+    first = cuda_capability()
+    assert listed.read_text().count("nvmlInit_v2") == 1
+    assert (cache_dir / "gpus").read_text().splitlines() == [f"{H100.uuid} 9.0", f"{A10.uuid} 8.6"]
+    assert (cache_dir / "gpus").stat().st_mode & 0o777 == 0o600
+    second = cuda_capability()
+    assert listed.read_text().count("nvmlInit_v2") == 1  # not asked again
+    assert first.capability == second.capability == (9, 0)
+    assert "NVML's earlier answer" in second.source
+
+
+def test_a_gpu_the_record_does_not_know_is_asked_of_nvml(listed: Path, cache_dir: Path) -> None:
+    (cache_dir / "gpus").write_text(f"{H100.uuid} 9.0\n")  # recorded on another machine
+    assert cuda_capability().capability == (9, 0)
+    assert listed.read_text().count("nvmlInit_v2") == 1
+    assert f"{A10.uuid} 8.6" in (cache_dir / "gpus").read_text().splitlines()
+
+
+def test_a_mig_instance_is_asked_of_nvml(
+    listed: Path, cache_dir: Path, stand_in_nvml: pytest.MonkeyPatch
+) -> None:
+    cuda_capability()
+    stand_in_nvml.setenv("STAND_IN_NVML_MIGS", "MIG-1g.10gb-1=1")
+    stand_in_nvml.setenv("CUDA_VISIBLE_DEVICES", "MIG-1g.10gb-1")
+    assert cuda_capability().capability == (8, 6)  # the A10's
+    assert listed.read_text().count("nvmlInit_v2") == 2
+
+
+def test_a_cache_that_cannot_be_written_keeps_no_record(
+    listed: Path, cache_dir: Path, stand_in_nvml: pytest.MonkeyPatch
+) -> None:
+    stand_in_nvml.setenv("FLASHHUB_CACHE_DIR", str(cache_dir / "missing" / "cache"))
+    assert cuda_capability().capability == (9, 0)
+    assert cuda_capability().capability == (9, 0)
+    assert listed.read_text().count("nvmlInit_v2") == 2
 
 
 # -- ROCm: the amdgpu topology in sysfs ---------------------------------------------------------
@@ -208,7 +259,9 @@ def test_rocm_devices_come_from_the_kfd_topology_cpus_left_out(
 # -- a kernel import, in the forms a user runs it -----------------------------------------------
 
 SHOW = """
-import torch
+import os, torch
+import flashhub_kernels._device_arch
+flashhub_kernels._device_arch.PROC_GPUS = os.environ["STAND_IN_PROC_GPUS"]
 import flashhub.acme.relu.v1 as k
 print(k.marker(), torch.cuda.is_initialized())
 """
@@ -222,23 +275,17 @@ def test_an_import_judges_the_device_by_nvml_cold_and_warm_and_starts_no_cuda(
     cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:
     publish(cdn.root, 1, BUILDS)
-    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir)
+    listing = proc_listing(tmp_path / "proc", H100)
+    extra = {"STAND_IN_PROC_GPUS": str(listing)}
+    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=extra)
     cold = run_python(SHOW, env=env)
     cdn.clear_log()
     warm = run_python(SHOW, env=env)
     assert cold.split() == warm.split() == [_chosen(CU124), "False"]  # 9.0a fits the H100
     assert cdn.gets() == []
     assert context_requests(tmp_path) == []
-    assert nvml_calls(tmp_path).count("nvmlDeviceGetCudaComputeCapability") == 2
-
-
-def test_a_device_no_build_fits_gets_the_universal_build(
-    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
-) -> None:
-    publish(cdn.root, 1, BUILDS)
-    out = run_python(SHOW, env=gpu_machine_env(tmp_path, B200, nvml=nvml_dir))
-    assert out.split() == [_chosen(UNIVERSAL), "False"]
-    assert context_requests(tmp_path) == []
+    # NVML answered the cold load; the warm one read the cache's record of that answer.
+    assert nvml_calls(tmp_path).count("nvmlInit_v2") == 1
 
 
 FORKED_AFTER_CUDA = """

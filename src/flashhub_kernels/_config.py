@@ -226,6 +226,11 @@ def _env_bytes(name: str) -> int | None:
     return int(raw)
 
 
+def cache_root() -> Path:
+    """The cache's root directory: :func:`configure`'s, else the environment's."""
+    return Path(str(_overrides.get("cache_dir") or default_cache_dir())).expanduser()
+
+
 def get_config(*, project_dir: Path | None = None) -> Config:
     """Return the effective settings: :func:`configure` overrides, then the environment.
 
@@ -236,11 +241,10 @@ def get_config(*, project_dir: Path | None = None) -> Config:
     prefix = _overrides.get("prefix")
     if prefix is None:
         prefix = os.environ.get("FLASHHUB_CDN_PREFIX", DEFAULT_PREFIX)
-    cache_dir = _overrides.get("cache_dir") or default_cache_dir()
     return Config(
         cdn_urls=parse_cdn_urls(str(cdn_url)),
         prefix=normalize_prefix(str(prefix)),
-        cache_dir=Path(str(cache_dir)).expanduser(),
+        cache_dir=cache_root(),
         offline=_env_flag("FLASHHUB_OFFLINE"),
         progress_bars=not _env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),
         connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT") or DEFAULT_CONNECT_TIMEOUT,

@@ -27,6 +27,7 @@ the archs builds list are not checked: the build the variant names choose loads,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -35,12 +36,15 @@ from typing import NamedTuple
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from pathlib import Path
 
     from ._nvml import Gpu
 
 logger = logging.getLogger("flashhub_kernels")
 
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+GPU_RECORD = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
 
 
 class DeviceArch(NamedTuple):
@@ -62,21 +66,112 @@ def _read_cuda_capability() -> DeviceArch:
     if torch is not None and torch.cuda.is_initialized():
         major, minor = torch.cuda.get_device_capability()
         return DeviceArch((major, minor), source="torch, CUDA being initialized")
-    from ._nvml import NvmlError, read_gpus
+    from ._nvml import NvmlError
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     migs = tuple(e.strip() for e in (visible or "").split(",") if e.strip().startswith("MIG-"))
     try:
-        gpus, mig_parents = read_gpus(migs)
+        gpus, mig_parents, read_from = _nvidia_gpus(migs)
     except NvmlError as exc:
         return DeviceArch(source=f"NVML cannot tell: {exc}")
     ordered = cuda_order(gpus, os.environ.get("CUDA_DEVICE_ORDER"))
     aliases = {mig: ordered.index(gpu) for mig, gpu in mig_parents.items() if gpu in ordered}
     seen = [ordered[i] for i in select_visible([g.uuid for g in ordered], visible, aliases)]
     if not seen:
-        return DeviceArch(source=f"NVML lists no device this process sees{_shown(visible)}")
-    source = f"NVML, device 0 of {len(seen)} ({seen[0].uuid}){_shown(visible)}"
+        return DeviceArch(source=f"{read_from}: no device this process sees{_shown(visible)}")
+    source = f"{read_from}, device 0 of {len(seen)} ({seen[0].uuid}){_shown(visible)}"
     return DeviceArch(seen[0].capability, source=source + _differ([g.capability for g in seen]))
+
+
+def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]:
+    """This machine's GPUs, the GPU of each of ``migs`` (MIG instances), and where they were
+    read: the cache's record when it knows every GPU the driver lists, else NVML (whose
+    answer is recorded then).
+
+    Raises:
+        NvmlError: NVML was needed, and cannot tell.
+    """
+    from ._config import cache_root
+    from ._nvml import read_gpus
+
+    record = cache_root() / GPU_RECORD
+    known = None if migs else recorded_gpus(PROC_GPUS, read_record(record))
+    if known:
+        return known, {}, f"{record} (NVML's earlier answer)"
+    gpus, mig_parents = read_gpus(migs)
+    write_record(record, gpus)
+    return gpus, mig_parents, "NVML"
+
+
+def recorded_gpus(listing: str, capabilities: Mapping[str, tuple[int, int]]) -> list[Gpu] | None:
+    """The GPUs the driver lists in ``listing`` (``/proc/driver/nvidia/gpus``: a directory
+    per GPU, named by its PCI address), with their capabilities as recorded; ``None``
+    when it lists none, or one the record does not know."""
+    from ._nvml import Gpu
+
+    try:
+        addresses = sorted(os.listdir(listing))
+    except OSError:
+        return None
+    gpus = []
+    for address in addresses:
+        uuid = _listed_uuid(os.path.join(listing, address, "information"))
+        pci = _pci_location(address)
+        if uuid is None or pci is None or uuid not in capabilities:
+            return None
+        gpus.append(Gpu(uuid, pci, capabilities[uuid]))
+    return gpus or None
+
+
+def _listed_uuid(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "GPU UUID":
+            return value.strip()
+    return None
+
+
+def _pci_location(address: str) -> tuple[int, int, int] | None:
+    """``"0000:3b:00.0"`` -> ``(0, 0x3b, 0)``: PCI domain, bus and device."""
+    parts = address.split(".", 1)[0].split(":")
+    try:
+        domain, bus, device = (int(part, 16) for part in parts)
+    except ValueError:
+        return None
+    return domain, bus, device
+
+
+def read_record(path: Path) -> dict[str, tuple[int, int]]:
+    """The capabilities :func:`write_record` wrote, by GPU UUID; empty when there are none.
+
+    A GPU's capability never changes and its UUID names it on every machine, so one
+    record serves a cache that several machines share.
+    """
+    try:
+        lines = path.read_text(encoding="ascii", errors="replace").splitlines()
+    except OSError:
+        return {}
+    record = {}
+    for uuid, _, capability in (line.partition(" ") for line in lines):
+        major, _, minor = capability.partition(".")
+        if major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit():
+            record[uuid] = (int(major), int(minor))
+    return record
+
+
+def write_record(path: Path, gpus: Sequence[Gpu]) -> None:
+    """Add ``gpus`` to the record at ``path``; a cache that cannot be written keeps none."""
+    from ._filesystem import write_atomic
+
+    record = {**read_record(path), **{gpu.uuid: gpu.capability for gpu in gpus}}
+    lines = "".join(f"{uuid} {major}.{minor}\n" for uuid, (major, minor) in record.items())
+    with contextlib.suppress(OSError):
+        write_atomic(path, lines.encode("ascii", "replace"), mode=0o600, durable=False)
 
 
 def cuda_order(gpus: Sequence[Gpu], order: str | None) -> list[Gpu]:

@@ -65,3 +65,15 @@ def nvml_calls(logs: Path) -> list[str]:
     """The NVML functions the stand-in answered, in order."""
     log = logs / "nvml.log"
     return log.read_text().splitlines() if log.exists() else []
+
+
+def proc_listing(directory: Path, *gpus: StandInGpu) -> Path:
+    """A directory laid out as the driver's ``/proc/driver/nvidia/gpus``, listing ``gpus``."""
+    for gpu in gpus:
+        entry = directory / f"0000:{gpu.bus:02x}:00.0"
+        entry.mkdir(parents=True)
+        (entry / "information").write_text(
+            f"Model: \t\t Stand-in GPU {gpu.capability}\nGPU UUID: \t {gpu.uuid}\n"
+            f"Bus Location: \t 0000:{gpu.bus:02x}:00.0\nDevice Minor: \t 0\n"
+        )
+    return directory
