@@ -386,3 +386,78 @@ def test_verbose_says_where_the_capability_was_read(
     assert f"the CUDA device's arch is 8.6, read from NVML, device 0 of 1 ({A10.uuid})" in (
         result.stderr
     )
+
+
+# -- on a real GPU ------------------------------------------------------------------------------
+
+
+def _real_capability() -> str:
+    """The device's capability as torch reads it (in a child: CUDA stays off here)."""
+    code = "import torch; print('{}.{}'.format(*torch.cuda.get_device_capability()))"
+    return run_python(code).strip()
+
+
+REAL_SHOW = """
+import torch
+import flashhub.acme.relu.v{version} as k
+print(k.marker(), torch.cuda.is_initialized())
+"""
+
+
+@pytest.mark.gpu
+def test_nvml_reads_the_capability_torch_reads() -> None:
+    gpus, _ = _nvml.read_gpus()
+    capability = _real_capability()
+    assert gpus, "NVML lists no GPU on a machine where torch sees one"
+    assert {"{}.{}".format(*g.capability) for g in gpus} >= {capability}
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_import_reads_the_device_and_creates_no_cuda_context(cdn: CdnServer) -> None:
+    from support.trees import local_variant
+
+    capability = _real_capability()
+    # The exact build runs on no device; only a reading of this one picks torch-cuda.
+    builds: dict[str, list[str] | None] = {local_variant(): ["5.0a"], "torch-cuda": [capability]}
+    publish(cdn.root, 1, builds)
+    for _ in ("cold", "warm"):
+        out = run_python(REAL_SHOW.format(version=1))
+        assert out.split() == [_chosen("torch-cuda"), "False"]
+
+
+REAL_FORK = """
+import multiprocessing, torch
+
+def load(queue):
+    try:
+        import flashhub.acme.relu.v1 as k
+        queue.put(k.marker())
+    except BaseException as exc:
+        queue.put(repr(exc))
+
+if __name__ == "__main__":
+    torch.zeros(1, device="cuda")  # the parent uses its GPU, then forks a worker
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    worker = context.Process(target=load, args=(queue,))
+    worker.start()
+    print(queue.get(timeout=120))
+    worker.join()
+"""
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_worker_forked_after_cuda_imports_a_kernel(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    from support.trees import local_variant
+
+    builds: dict[str, list[str] | None] = {local_variant(): ["5.0a"], "torch-cuda": None}
+    publish(cdn.root, 1, builds)
+    script = tmp_path / "train.py"
+    script.write_text(REAL_FORK)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [_chosen("torch-cuda")]
