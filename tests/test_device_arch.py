@@ -311,19 +311,29 @@ if __name__ == "__main__":
 """
 
 
+def run_script(directory: Path, source: str, env: dict[str, str] | None = None) -> str:
+    """Run ``source`` as a script file in ``directory`` (multiprocessing's spawn imports
+    the parent's main module by its path) in a fresh interpreter; return its output."""
+    script = directory / "script.py"
+    script.write_text(source)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_a_worker_forked_after_cuda_was_initialized_imports_a_kernel(
     cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:
     publish(cdn.root, 1, BUILDS)
     publish(cdn.root, 2, BUILDS)
-    script = tmp_path / "train.py"
-    script.write_text(FORKED_AFTER_CUDA)
-    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=nvml_dir)}
-    result = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    worker, parent = result.stdout.splitlines()
+    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir)
+    worker, parent = run_script(tmp_path, FORKED_AFTER_CUDA, env).splitlines()
     assert worker == repr((_chosen(CU124, 2), False))  # NVML: the H100
     assert parent == _chosen(CU126)  # torch: the stand-in's initialized device, 8.6
     assert context_requests(tmp_path) == []
@@ -344,14 +354,8 @@ def test_a_spawned_worker_unpickling_a_kernel_object_starts_no_cuda(
     cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:
     publish(cdn.root, 1, BUILDS)
-    script = tmp_path / "spawn.py"
-    script.write_text(SPAWNED_UNPICKLE)
-    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=nvml_dir)}
-    result = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["7"]
+    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir)
+    assert run_script(tmp_path, SPAWNED_UNPICKLE, env).split() == ["7"]
     assert context_requests(tmp_path) == []
     # The parent and the worker each judged the device, through NVML.
     assert nvml_calls(tmp_path).count("nvmlDeviceGetCudaComputeCapability") == 2
@@ -454,10 +458,4 @@ def test_on_a_gpu_a_worker_forked_after_cuda_imports_a_kernel(
 
     builds: dict[str, list[str] | None] = {local_variant(): ["5.0a"], "torch-cuda": None}
     publish(cdn.root, 1, builds)
-    script = tmp_path / "train.py"
-    script.write_text(REAL_FORK)
-    result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [_chosen("torch-cuda")]
+    assert run_script(tmp_path, REAL_FORK).split() == [_chosen("torch-cuda")]

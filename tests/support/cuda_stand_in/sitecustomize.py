@@ -1,6 +1,8 @@
 """A CUDA build of torch on a machine with one GPU, for the processes a test starts with
-this directory on ``PYTHONPATH``: ``torch.cuda`` answers as torch does, and every call
-that would create a CUDA context raises and is written to ``STAND_IN_CUDA_LOG``.
+this directory on ``PYTHONPATH``: torch 2.13 built for CUDA 12.6 on x86_64 Linux, whatever
+the real torch and machine, so the builds a test publishes are judged alike everywhere.
+``torch.cuda`` answers as torch does, and every call that would create a CUDA context
+raises and is written to ``STAND_IN_CUDA_LOG``.
 
 ``torch.cuda.init()`` stands for a context made on purpose: the process that made it
 is initialized (``torch.cuda.get_device_capability()`` then answers
@@ -11,6 +13,7 @@ with "Cannot re-initialize CUDA in forked subprocess".
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 
@@ -40,7 +43,10 @@ def _context(*args: object, **kwargs: object) -> tuple[int, int]:
     raise RuntimeError("stand-in: this call would create a CUDA context")
 
 
+torch.__version__ = "2.13.0+cu126"
 torch.version.cuda = "12.6"
+torch.compiled_with_cxx11_abi = lambda: True
+platform.machine = lambda: "x86_64"
 torch.cuda.init = _init
 torch.cuda.is_initialized = _is_initialized
 torch.cuda.is_available = lambda: True
