@@ -12,7 +12,7 @@ Layout under the cache root::
         .staging-<variant>.<random>.<pid>.<host>/   a download in progress
         .partial-<variant>/<sha256 hex>   files of an interrupted download, to resume
         .locks/<variant>.lock             download mutex: one downloader per entry
-    .locks/<org>/<pkg>/v<N>.lock          index mutex: one fetcher of a version's variants.json
+    .locks/<org>/<pkg>/v<N>.lock          index mutex: one process at a time chooses a variant
     versions-seen.json                    the newest version seen listed (see _versions_seen)
 
 An entry appears only by renaming a verified staging directory into place, so readers
@@ -256,7 +256,9 @@ class Cache:
         return hold(path, what=f"downloading {info} {variant}", timeout=self.lock_timeout)
 
     def index_mutex(self, info: RepoInfo) -> AbstractContextManager[None]:
-        """The lock of a version's variant index: one process fetches ``variants.json``.
+        """The lock of a version's variant index: one process at a time chooses a
+        variant, fetching what the index does not record (``variants.json``, the
+        ``metadata.json`` of candidates), and records it for the others.
 
         Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
         spelling of a name that does not exist leaves no directory of that name behind.
@@ -265,7 +267,7 @@ class Cache:
 
         locks = self.private_dir(self.root / ".locks" / info.org / info.name)
         path = locks / f"v{info.version}.lock"
-        return hold(path, what=f"fetching the variants of {info}", timeout=self.lock_timeout)
+        return hold(path, what=f"choosing the variant of {info}", timeout=self.lock_timeout)
 
     # -- what a version publishes -----------------------------------------------------
 

@@ -1,12 +1,13 @@
 """The cold path: from the CDN's documents to a verified entry in the cache.
 
-:func:`fetch_kernel` picks the variant from the version's ``variants.json`` (fetched by
-one process under the index mutex, and recorded for every other) and, where the device
-matters, the ``metadata.json`` of the candidates up to the one taken
-(:class:`ManifestReader`), then :func:`download_entry` makes the entry under its
-download mutex: reuse what another process committed meanwhile, else check the manifest,
-then download every file into staging, verified as it streams, and rename the entry
-into place.
+:func:`fetch_kernel` chooses the variant under the version's index mutex
+(:func:`chosen_variant`): by the index the cache records when it knows enough, else by
+what one process fetches and records for every other: the version's ``variants.json``
+(or a probe of the candidates' ``metadata.json``) and, where the device matters, the
+``metadata.json`` of the candidates up to the one taken (:class:`ManifestReader`). Then
+:func:`make_entry`, under the entry's download mutex, reuses what another process
+committed meanwhile, else checks the manifest, downloads every file into staging,
+verified as it streams, and renames the entry into place.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import functools
 import logging
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
@@ -90,42 +91,27 @@ def fetch_kernel(
     with remote(config) as fetcher:
         not_found: KernelNotFoundError | None = None
         for info in candidates:
-            try:
-                index = shared_index(cache, fetcher, info, system)
-            except KernelNotFoundError as exc:
-                not_found = not_found or exc
-                continue
-            except NoCompatibleVariantError as exc:  # probed: none of the candidates exists
-                raise with_fitting_version(exc, fetcher, info, system) from None
-            reader = ManifestReader(cache, fetcher, info, index)
-            try:
-                variant = choose_variant(index, info, system, reader.target)
-            except NoCompatibleVariantError as exc:
-                raise with_fitting_version(exc, fetcher, info, system) from None
-            finally:
-                reader.record()
-            logger.info(
-                "%s: variant %s, the best of %s for %s",
-                info,
-                variant,
-                "variants.json" if index.complete else "the variants probed",
-                system.describe(),
-            )
             # Only a load that downloads checks (not every waiter for a download), and it
             # reads versions.json beside its files, not after them.
             notice = NewerVersionNotice(fetcher, info)
-            entry = download_entry(
-                cache,
-                fetcher,
-                info,
-                variant,
-                document=reader.documents.get(variant),
-                on_download=notice.start,
-            ).path
+            with ExitStack() as held:
+                try:
+                    choice = held.enter_context(chosen_variant(cache, fetcher, info, system))
+                except KernelNotFoundError as exc:
+                    not_found = not_found or exc
+                    continue
+                entry = make_entry(
+                    cache,
+                    fetcher,
+                    info,
+                    choice.variant,
+                    document=choice.document,
+                    on_download=notice.start,
+                ).path
             notice.finish()
             receipt = cache.read_receipt(entry)
             assert receipt is not None, "a committed entry has its receipt"
-            return cached_kernel(entry, info, variant, receipt)
+            return cached_kernel(entry, info, choice.variant, receipt)
     assert not_found is not None
     raise not_found
 
@@ -143,19 +129,25 @@ def remote(config: Config) -> Iterator[Fetcher]:
 class ManifestReader:
     """The devices variants of ``info`` declare, for :func:`choose_variant`: what the
     index records, else the ``metadata.json`` of a cached entry, else the CDN's, each
-    fetched at most once and kept (:attr:`documents`) for the download that follows.
+    fetched at most once and kept (:attr:`documents`, which starts with those a probe
+    fetched) for the download that follows.
 
     :meth:`record` adds ``index`` and what was read to the cache's index, so that a warm
     load passes over the variants that do not fit without asking again.
     """
 
     def __init__(
-        self, cache: Cache, fetcher: Fetcher, info: RepoInfo, index: VariantIndex | None = None
+        self,
+        cache: Cache,
+        fetcher: Fetcher,
+        info: RepoInfo,
+        index: VariantIndex | None = None,
+        documents: Mapping[str, ManifestDocument] | None = None,
     ) -> None:
         self.cache, self.fetcher, self.info = cache, fetcher, info
         self.index = index or VariantIndex(False, frozenset())
         self.known = dict(self.index.targets)
-        self.documents: dict[str, ManifestDocument] = {}
+        self.documents = dict(documents or {})
         self.read: dict[str, BuildTarget] = {}
 
     def target(self, variant: str) -> BuildTarget:
@@ -229,12 +221,18 @@ def newest_fitting_version(
 
 
 def fetch_index(
-    fetcher: Fetcher, info: RepoInfo, system: SystemInfo, *, probe_all: bool = False
+    fetcher: Fetcher,
+    info: RepoInfo,
+    system: SystemInfo,
+    *,
+    probe_all: bool = False,
+    documents: dict[str, ManifestDocument] | None = None,
 ) -> VariantIndex:
     """What ``info`` publishes: ``variants.json``, or a probe of ``system``'s candidates.
 
     Probing stops at the first hit that fits ``system`` unless ``probe_all`` (used to
-    list variants); the devices each hit declares are recorded where they matter.
+    list variants); the devices each hit declares are recorded where they matter, and
+    its manifest is kept in ``documents``, when given, for the download that follows.
     """
     try:
         return VariantIndex(True, frozenset(get_variant_names(fetcher, info)))
@@ -250,6 +248,8 @@ def fetch_index(
             absent.add(name)
             continue
         present.add(name)
+        if documents is not None:
+            documents[name] = document
         variant = as_variant(name)
         if needs_target(variant, system):
             targets[name] = read_target(document.manifest.document)
@@ -262,19 +262,69 @@ def fetch_index(
     return VariantIndex(False, frozenset(present), frozenset(absent), targets)
 
 
-def shared_index(
-    cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo
-) -> VariantIndex:
-    """The version's variant index, fetched by one process and recorded for all.
+class Choice(NamedTuple):
+    """The variant a load takes, and its manifest when choosing fetched it."""
 
-    Processes that wait for the lock find the index recorded and make no request.
+    variant: str
+    document: ManifestDocument | None
+
+
+@contextmanager
+def chosen_variant(
+    cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo
+) -> Iterator[Choice]:
+    """The variant of ``info`` that ``system`` loads, chosen by one process at a time
+    (under the version's index mutex); the block holds that variant's download mutex.
+
+    A process that fetched the variant's manifest to choose it takes the download mutex
+    before it lets the index mutex go: the others, which choose by what it recorded,
+    wait for its download rather than fetch that manifest again. A process that fetched
+    nothing of it waits for the download mutex without holding up the others.
     """
-    with cache.index_mutex(info):
-        index = cache.read_index(info)
-        cached = functools.partial(cache.read_target, info)
-        if index is None or pick_cached_variant(index, system, cached) is None:
-            index = cache.record_index(info, fetch_index(fetcher, info, system))
-        return index
+    with ExitStack() as held:
+        try:
+            with cache.index_mutex(info):
+                choice = _choose(cache, fetcher, info, system)
+                if choice.document is not None:
+                    held.enter_context(cache.download_mutex(info, choice.variant))
+        except NoCompatibleVariantError as exc:  # advised without holding up the others
+            raise with_fitting_version(exc, fetcher, info, system) from None
+        if choice.document is None:
+            held.enter_context(cache.download_mutex(info, choice.variant))
+        yield choice
+
+
+def _choose(cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo) -> Choice:
+    """The variant ``system`` loads, by the index the cache records when it knows enough
+    to say (what another process fetched), else by what this process fetches: the
+    index, unless the recorded one is ``variants.json`` already, and the devices the
+    candidates declare, which it records for the others. Under the index mutex.
+    """
+    recorded = cache.read_index(info)
+    cached = functools.partial(cache.read_target, info)
+    picked = pick_cached_variant(recorded, system, cached) if recorded is not None else None
+    if picked is not None:
+        logger.info("%s: variant %s, as the cache records", info, picked)
+        return Choice(picked, None)
+    documents: dict[str, ManifestDocument] = {}
+    index = (
+        recorded
+        if recorded is not None and recorded.complete
+        else fetch_index(fetcher, info, system, documents=documents)
+    )
+    reader = ManifestReader(cache, fetcher, info, index, documents)
+    try:
+        variant = choose_variant(index, info, system, reader.target)
+    finally:
+        reader.record()
+    logger.info(
+        "%s: variant %s, the best of %s for %s",
+        info,
+        variant,
+        "variants.json" if index.complete else "the variants probed",
+        system.describe(),
+    )
+    return Choice(variant, reader.documents.get(variant))
 
 
 def _raise_not_published(
@@ -431,10 +481,33 @@ def download_entry(
     *,
     expected_hash: str | None = None,
     expected_signer: str | None = None,
+) -> CommittedEntry:
+    """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time
+    (:func:`make_entry` under the entry's download mutex)."""
+    with cache.download_mutex(info, variant):
+        return make_entry(
+            cache,
+            fetcher,
+            info,
+            variant,
+            expected_hash=expected_hash,
+            expected_signer=expected_signer,
+        )
+
+
+def make_entry(
+    cache: Cache,
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    *,
+    expected_hash: str | None = None,
+    expected_signer: str | None = None,
     document: ManifestDocument | None = None,
     on_download: Callable[[], None] | None = None,
 ) -> CommittedEntry:
-    """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time.
+    """Make ``cache.entry_dir(info, variant)`` a verified entry; the caller holds its
+    download mutex.
 
     With ``expected_hash`` and ``expected_signer`` (a lock file's pins), an entry verified
     against other content is replaced, and a manifest with another content hash or signer
@@ -443,28 +516,26 @@ def download_entry(
     download the files (it found no entry it could reuse).
     """
     entry = cache.entry_dir(info, variant)
-    config = fetcher.config
-    with cache.download_mutex(info, variant):
-        receipt = _intact_receipt(cache, entry, info)
-        if (
-            receipt is not None
-            and expected_hash in (None, receipt.content_hash)
-            and config.accepts_signer(info.org, receipt.signer, locked=expected_signer)
-        ):
-            return CommittedEntry(entry, False, receipt.signer)  # another process finished it
-        document = checked_manifest(
-            fetcher, info, variant, expected_hash, expected_signer, document=document
-        )
-        if receipt is not None and receipt.content_hash == document.manifest.content_hash:
-            # Intact, cached before a key was trusted, and vouched for now: keep the files.
-            cache.record_signer(entry, receipt, document)
-            return CommittedEntry(entry, False, document.signer)
-        with cache_errors():
-            cache.evict(entry)
-            cache.remove_stale_staging(info, variant)
-        if on_download is not None:
-            on_download()
-        _download_and_commit(cache, fetcher, info, variant, document)
+    receipt = _intact_receipt(cache, entry, info)
+    if (
+        receipt is not None
+        and expected_hash in (None, receipt.content_hash)
+        and fetcher.config.accepts_signer(info.org, receipt.signer, locked=expected_signer)
+    ):
+        return CommittedEntry(entry, False, receipt.signer)  # another process finished it
+    document = checked_manifest(
+        fetcher, info, variant, expected_hash, expected_signer, document=document
+    )
+    if receipt is not None and receipt.content_hash == document.manifest.content_hash:
+        # Intact, cached before a key was trusted, and vouched for now: keep the files.
+        cache.record_signer(entry, receipt, document)
+        return CommittedEntry(entry, False, document.signer)
+    with cache_errors():
+        cache.evict(entry)
+        cache.remove_stale_staging(info, variant)
+    if on_download is not None:
+        on_download()
+    _download_and_commit(cache, fetcher, info, variant, document)
     return CommittedEntry(entry, True, document.signer)
 
 

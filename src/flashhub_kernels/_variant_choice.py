@@ -13,8 +13,9 @@ A variant's name says most of its fit (:func:`~._variants.judge_variants`); its
   loads only if it declares ``"free-threaded": true``.
 
 So choosing reads the ``metadata.json`` of the candidates up to the one taken, which is
-fetched anyway to download it (:func:`judge_builds`); a warm load reads what the cache
-recorded of them (:func:`pick_cached_variant`).
+fetched anyway to download it (:func:`judge_builds`); a warm load, and a cold one that
+waited for another process to choose, reads what the cache recorded of them
+(:func:`pick_cached_variant`).
 
 Pure but for :func:`target_system`, which asks torch (through
 :func:`~._variants.detect_system`) what this machine runs, and

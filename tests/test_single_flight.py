@@ -1,0 +1,186 @@
+"""Many processes load one cold kernel at once, and the CDN serves each URL once per
+cache: the payload files, and the documents too (``variants.json``, each ``metadata.json``
+read to choose the variant, ``versions.json``), whether the version lists its variants or
+is probed, whether the variant's choice needs the builds' metadata, and whether an
+earlier load left the variant partly downloaded.
+
+The loads choose for a GPU node whose device is named (``cuda_capability="9.0"``), so
+that they choose by the CUDA archs each build's ``metadata.json`` declares, on this
+CPU-only machine too.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from flashhub_kernels._cache import Cache
+from flashhub_kernels._config import get_config
+from flashhub_kernels._download import Choice, chosen_variant, remote
+from flashhub_kernels._mutex import hold_if_free
+from flashhub_kernels._names import RepoInfo
+from flashhub_kernels._variant_choice import target_system
+from flashhub_kernels.errors import TransportError
+from support.cdn_server import CdnServer, delayed, drop_after
+from support.trees import b64sha256, kernel_files, write_variant
+
+REPO, PY_PKG = "acme/relu", "relu"
+SYSTEM = "torch213-cxx11-cu126-x86_64-linux"  # the GPU node's torch, as a build name
+CU126 = SYSTEM  # built for CUDA archs 8.0 and 8.6: passed over on a 9.0 device
+CU124 = "torch213-cxx11-cu124-x86_64-linux"  # built for 9.0a: the one a 9.0 device takes
+UNIVERSAL = "torch-universal"
+BUILDS: dict[str, list[str] | None] = {CU126: ["8.0", "8.6"], CU124: ["9.0a"], UNIVERSAL: None}
+GPU_NODE = {"system": SYSTEM, "cuda_capability": "9.0"}
+PROCESSES = 16
+
+V1 = f"/kernels/{REPO}/v1"
+VARIANTS_JSON = f"{V1}/variants.json"
+CHOOSING = [f"{V1}/build/{CU126}/metadata.json", f"{V1}/build/{CU124}/metadata.json"]
+PAYLOAD = sorted(f"{V1}/build/{CU124}/{path}" for path in kernel_files(PY_PKG, ""))
+
+# Each child loads the kernel as the GPU node, once every child is ready.
+LOAD_AS_GPU_NODE = f"""
+import sys
+import flashhub_kernels as fk
+print("ready", flush=True)
+sys.stdin.readline()
+print(fk.install_kernel({REPO!r}, version=1, **{GPU_NODE!r}).name)
+"""
+
+
+def publish(root: Path, *, listed: bool) -> None:
+    """``REPO`` v1 with ``BUILDS``, each ``metadata.json`` declaring its CUDA archs;
+    ``listed``: with a variants.json."""
+    for variant, archs in BUILDS.items():
+        files = kernel_files(PY_PKG, f"{REPO}@v1:{variant}")
+        metadata: dict[str, object] = {
+            "digest": {"files": {path: b64sha256(data) for path, data in sorted(files.items())}}
+        }
+        if archs is not None:
+            metadata["backend"] = {"type": "cuda", "archs": archs}
+        write_variant(root, REPO, 1, variant, files, manifest=metadata)
+    repo_dir = root / "kernels" / REPO
+    if listed:
+        (repo_dir / "v1" / "variants.json").write_text(json.dumps(sorted(BUILDS)))
+    (repo_dir / "versions.json").write_text("[1]")
+
+
+def with_latency(cdn: CdnServer) -> None:
+    """Answer each ``metadata.json`` a while after it is asked for, as a distant CDN
+    does: the other processes are waiting meanwhile."""
+    for variant in BUILDS:
+        cdn.inject(f"kernels/{REPO}/v1/build/{variant}/metadata.json", delayed(0.3))
+
+
+def load_at_once(processes: int = PROCESSES) -> list[str]:
+    """Run :data:`LOAD_AS_GPU_NODE` in ``processes`` fresh interpreters released together:
+    each prints ``ready`` and waits for a line on stdin, which all get once all are
+    ready. What each printed then (the variant it loaded)."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD_AS_GPU_NODE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+        for _ in range(processes)
+    ]
+    for child in children:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n", child.communicate()[1]
+    for child in children:  # the barrier: every child is waiting on its stdin
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    results = [child.communicate(timeout=180) for child in children]
+    assert [c.returncode for c in children] == [0] * processes, [err for _, err in results]
+    return [out.strip() for out, _ in results]
+
+
+def fetched_more_than_once(cdn: CdnServer) -> dict[str, int]:
+    return {url: n for url, n in collections.Counter(cdn.gets()).items() if n > 1}
+
+
+# -- many processes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["variants.json", "probed"])
+def test_processes_choosing_by_device_fetch_each_url_once(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, listed: bool
+) -> None:
+    publish(cdn.root, listed=listed)
+    with_latency(cdn)
+    monkeypatch.delenv("FLASHHUB_NO_VERSION_CHECK")  # the check as users have it: on
+    assert load_at_once() == [CU124] * PROCESSES
+    assert fetched_more_than_once(cdn) == {}
+    # The build passed over and the one taken were read to choose; the payload fetched.
+    assert {*CHOOSING, *PAYLOAD, f"/kernels/{REPO}/versions.json"} <= set(cdn.gets())
+
+
+def test_processes_continuing_a_partly_downloaded_variant_fetch_each_url_once(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    publish(cdn.root, listed=True)
+    ops = f"kernels/{REPO}/v1/build/{CU124}/{PY_PKG}/_ops.py"
+    cdn.inject(ops, *[drop_after(10)] * 6)  # each try breaks off after 10 bytes
+    with pytest.raises(TransportError, match="broke off"):
+        fk.install_kernel(REPO, version=1, **GPU_NODE)
+    assert list(cache_dir.glob(f"kernels/{REPO}/v1/.partial-{CU124}/*"))  # kept to continue
+    cdn.clear_log()
+    with_latency(cdn)
+    assert load_at_once() == [CU124] * PROCESSES
+    assert fetched_more_than_once(cdn) == {}
+    assert [r.range for r in cdn.requests if r.path == "/" + ops] == ["bytes=10-"]
+
+
+# -- one process: what it fetches, and what it leaves the others ----------------------------
+
+
+def test_a_probe_fetches_the_manifest_of_the_variant_it_takes_once(cdn: CdnServer) -> None:
+    publish(cdn.root, listed=False)
+    assert fk.install_kernel(REPO, version=1, **GPU_NODE).name == CU124
+    assert fetched_more_than_once(cdn) == {}
+    assert set(CHOOSING) <= set(cdn.gets())
+
+
+def test_a_recorded_variants_json_is_not_fetched_again_to_read_the_archs(cdn: CdnServer) -> None:
+    publish(cdn.root, listed=True)
+    # A CPU node's load records variants.json, and no archs: it took torch-universal.
+    cpu_node = "torch213-cxx11-cpu-x86_64-linux"
+    assert fk.install_kernel(REPO, version=1, system=cpu_node).name == UNIVERSAL
+    cdn.clear_log()
+    assert fk.install_kernel(REPO, version=1, **GPU_NODE).name == CU124
+    assert sorted(cdn.gets()) == sorted([*CHOOSING, *PAYLOAD])
+
+
+def test_the_process_that_chose_holds_the_download_mutex_and_the_others_need_no_request(
+    cdn: CdnServer,
+) -> None:
+    publish(cdn.root, listed=True)
+    config, info = get_config(), RepoInfo(REPO, 1)
+    cache = Cache.from_config(config)
+    node = target_system(None, **GPU_NODE)
+    index_mutex = cache.root / ".locks" / "acme" / "relu" / "v1.lock"
+    download_mutex = cache.version_dir(info) / ".locks" / f"{CU124}.lock"
+    with remote(config) as fetcher:
+        with chosen_variant(cache, fetcher, info, node) as first:
+            assert first.variant == CU124 and first.document is not None
+            with hold_if_free(index_mutex) as free:
+                assert free  # the others may choose meanwhile...
+            with hold_if_free(download_mutex) as free:
+                assert not free  # ...and then wait for this download
+        assert cdn.gets() == [VARIANTS_JSON, *CHOOSING]
+        cdn.clear_log()
+        # Another process, having waited for the index mutex: the record is enough.
+        with chosen_variant(cache, fetcher, info, node) as second:
+            assert second == Choice(CU124, None)
+    assert cdn.gets() == []
