@@ -45,13 +45,31 @@ VARIANTS_JSON = f"{V1}/variants.json"
 CHOOSING = [f"{V1}/build/{CU126}/metadata.json", f"{V1}/build/{CU124}/metadata.json"]
 PAYLOAD = sorted(f"{V1}/build/{CU124}/{path}" for path in kernel_files(PY_PKG, ""))
 
-# Each child loads the kernel as the GPU node, once every child is ready.
+# One interpreter imports the cold path's modules, then forks the processes, which load
+# the kernel as the GPU node once all are forked: each reads one byte of a pipe, and all
+# the bytes are written at once.
 LOAD_AS_GPU_NODE = f"""
-import sys
+import os, sys, traceback
 import flashhub_kernels as fk
-print("ready", flush=True)
-sys.stdin.readline()
-print(fk.install_kernel({REPO!r}, version=1, **{GPU_NODE!r}).name)
+import flashhub_kernels._download  # imported once, for every process forked below
+gate, release = os.pipe()
+children = []
+for _ in range(int(sys.argv[1])):
+    pid = os.fork()
+    if pid == 0:
+        os.close(release)
+        os.read(gate, 1)
+        try:
+            entry = fk.install_kernel({REPO!r}, version=1, **{GPU_NODE!r})
+            os.write(1, f"{{entry.name}}\\n".encode())  # one write: lines do not mix
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    children.append(pid)
+os.write(release, b"x" * len(children))
+sys.exit(sum(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in children))
 """
 
 
@@ -80,30 +98,17 @@ def with_latency(cdn: CdnServer) -> None:
 
 
 def load_at_once(processes: int = PROCESSES) -> list[str]:
-    """Run :data:`LOAD_AS_GPU_NODE` in ``processes`` fresh interpreters released together:
-    each prints ``ready`` and waits for a line on stdin, which all get once all are
-    ready. What each printed then (the variant it loaded)."""
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", LOAD_AS_GPU_NODE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ),
-        )
-        for _ in range(processes)
-    ]
-    for child in children:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "ready\n", child.communicate()[1]
-    for child in children:  # the barrier: every child is waiting on its stdin
-        assert child.stdin is not None
-        child.stdin.write("go\n")
-        child.stdin.flush()
-    results = [child.communicate(timeout=180) for child in children]
-    assert [c.returncode for c in children] == [0] * processes, [err for _, err in results]
-    return [out.strip() for out, _ in results]
+    """Run :data:`LOAD_AS_GPU_NODE` in ``processes`` processes released together; the
+    variant each loaded."""
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AS_GPU_NODE, str(processes)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
 
 
 def fetched_more_than_once(cdn: CdnServer) -> dict[str, int]:
