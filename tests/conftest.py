@@ -246,6 +246,7 @@ class Proxy:
 
 
 StartProxy = Callable[..., Proxy]
+PPROXY_MAIN = Path(__file__).resolve().parent / "support" / "pproxy_main.py"
 
 
 @pytest.fixture
@@ -261,7 +262,7 @@ def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
         listen = f"{scheme}://127.0.0.1:{port}" + (f"#{auth}" if auth else "")
         with open(log, "wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "pproxy", "-l", listen, "-v"],
+                [sys.executable, str(PPROXY_MAIN), "-l", listen, "-v"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -382,17 +383,28 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
 @pytest.fixture(scope="session")
 def built() -> list[Any]:
     """Compile the example kernels once per session (cached on disk between sessions):
-    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version.
+    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version."""
+    return build_examples(cuda=False)
 
-    Under a file lock: each pytest-xdist worker has its own session, and the second
-    should find the first one's build rather than compile the same sources beside it."""
-    sys.path.insert(0, str(EXAMPLES))
+
+@pytest.fixture(scope="session")
+def built_cuda() -> list[Any]:
+    """The example kernels as ``built``, with their CUDA variants (``build_all --cuda``)."""
+    return build_examples(cuda=True)
+
+
+def build_examples(*, cuda: bool) -> list[Any]:
+    """``build_all(cuda=cuda)`` of the example kernels, under a file lock: each
+    pytest-xdist worker has its own session, and the second should find the first one's
+    build rather than compile the same sources beside it."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     from filelock import FileLock
 
     from build_all import build_all
 
     with FileLock(EXAMPLES / ".build.lock"):
-        built: list[Any] = build_all(verbose=False)
+        built: list[Any] = build_all(verbose=False, cuda=cuda)
     return built
 
 
