@@ -32,6 +32,7 @@ from flashhub_kernels._cache import ensure_dir
 from flashhub_kernels._config import reset_config
 from support.builds import make_kernel
 from support.cdn_server import CdnServer
+from support.machines import run_as_cpu_only
 from support.projects import (
     CUDA,
     NOARCH_CUDA,
@@ -40,7 +41,7 @@ from support.projects import (
     publish_tensor_tricks,
     write_project,
 )
-from support.trees import ESCAPE, FORGED, local_variant, write_kernel
+from support.trees import ESCAPE, FORGED, cpu_variant, local_variant, write_kernel
 
 
 @pytest.fixture
@@ -56,6 +57,14 @@ def cdn(tmp_path: Path) -> Iterator[CdnServer]:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def cpu_only_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolve kernels in this process as this machine would with a CPU-only build of its
+    torch (``machines.run_as_cpu_only``): for a test that expects what such a machine
+    loads, whatever build of torch runs the suite."""
+    run_as_cpu_only(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
@@ -313,10 +322,12 @@ def project(make_project: MakeProject) -> Path:
 
 
 @pytest.fixture
-def probed_project(make_project: MakeProject, cdn: CdnServer) -> Path:
+def probed_project(make_project: MakeProject, cdn: CdnServer, cpu_only_torch: None) -> Path:
     """A project declaring ``acme/tensor-tricks ==1``, whose v1 has no variants.json: this
-    system's build, torch-universal and two CUDA builds (``CUDA``, ``NOARCH_CUDA``)."""
-    variants = [local_variant(), UNIVERSAL, CUDA, NOARCH_CUDA]
+    system's build, torch-universal and two CUDA builds (``CUDA``, ``NOARCH_CUDA``). The
+    system is this machine with a CPU-only torch (``cpu_only_torch``), so its build is
+    ``cpu_variant()`` and it loads neither CUDA build, whatever torch runs the tests."""
+    variants = [cpu_variant(), UNIVERSAL, CUDA, NOARCH_CUDA]
     write_kernel(cdn.root, REPO, 1, variants, with_variants_json=False)
     return make_project({REPO: "==1"}, publish=False)
 
