@@ -32,6 +32,7 @@ from flashhub_kernels._cache import ensure_dir
 from flashhub_kernels._config import reset_config
 from support.builds import make_kernel
 from support.cdn_server import CdnServer
+from support.machines import run_as_cpu_only
 from support.projects import (
     CUDA,
     NOARCH_CUDA,
@@ -40,7 +41,7 @@ from support.projects import (
     publish_tensor_tricks,
     write_project,
 )
-from support.trees import ESCAPE, FORGED, local_variant, write_kernel
+from support.trees import ESCAPE, FORGED, cpu_variant, local_variant, write_kernel
 
 
 @pytest.fixture
@@ -56,6 +57,14 @@ def cdn(tmp_path: Path) -> Iterator[CdnServer]:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def cpu_only_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolve kernels in this process as this machine would with a CPU-only build of its
+    torch (``machines.run_as_cpu_only``): for a test that expects what such a machine
+    loads, whatever build of torch runs the suite."""
+    run_as_cpu_only(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
@@ -246,6 +255,7 @@ class Proxy:
 
 
 StartProxy = Callable[..., Proxy]
+PPROXY_MAIN = Path(__file__).resolve().parent / "support" / "pproxy_main.py"
 
 
 @pytest.fixture
@@ -261,7 +271,7 @@ def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
         listen = f"{scheme}://127.0.0.1:{port}" + (f"#{auth}" if auth else "")
         with open(log, "wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "pproxy", "-l", listen, "-v"],
+                [sys.executable, str(PPROXY_MAIN), "-l", listen, "-v"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -312,10 +322,12 @@ def project(make_project: MakeProject) -> Path:
 
 
 @pytest.fixture
-def probed_project(make_project: MakeProject, cdn: CdnServer) -> Path:
+def probed_project(make_project: MakeProject, cdn: CdnServer, cpu_only_torch: None) -> Path:
     """A project declaring ``acme/tensor-tricks ==1``, whose v1 has no variants.json: this
-    system's build, torch-universal and two CUDA builds (``CUDA``, ``NOARCH_CUDA``)."""
-    variants = [local_variant(), UNIVERSAL, CUDA, NOARCH_CUDA]
+    system's build, torch-universal and two CUDA builds (``CUDA``, ``NOARCH_CUDA``). The
+    system is this machine with a CPU-only torch (``cpu_only_torch``), so its build is
+    ``cpu_variant()`` and it loads neither CUDA build, whatever torch runs the tests."""
+    variants = [cpu_variant(), UNIVERSAL, CUDA, NOARCH_CUDA]
     write_kernel(cdn.root, REPO, 1, variants, with_variants_json=False)
     return make_project({REPO: "==1"}, publish=False)
 
@@ -382,17 +394,28 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
 @pytest.fixture(scope="session")
 def built() -> list[Any]:
     """Compile the example kernels once per session (cached on disk between sessions):
-    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version.
+    one ``BuiltKernel(repo_id, version, build_dir)`` per publishable version."""
+    return build_examples(cuda=False)
 
-    Under a file lock: each pytest-xdist worker has its own session, and the second
-    should find the first one's build rather than compile the same sources beside it."""
-    sys.path.insert(0, str(EXAMPLES))
+
+@pytest.fixture(scope="session")
+def built_cuda() -> list[Any]:
+    """The example kernels as ``built``, with their CUDA variants (``build_all --cuda``)."""
+    return build_examples(cuda=True)
+
+
+def build_examples(*, cuda: bool) -> list[Any]:
+    """``build_all(cuda=cuda)`` of the example kernels, under a file lock: each
+    pytest-xdist worker has its own session, and the second should find the first one's
+    build rather than compile the same sources beside it."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     from filelock import FileLock
 
     from build_all import build_all
 
     with FileLock(EXAMPLES / ".build.lock"):
-        built: list[Any] = build_all(verbose=False)
+        built: list[Any] = build_all(verbose=False, cuda=cuda)
     return built
 
 

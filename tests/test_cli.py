@@ -26,6 +26,7 @@ from support.trees import (
     ESCAPE,
     FORGED,
     MIB_BLOB,
+    cpu_variant,
     kernel_files,
     local_variant,
     write_blob_kernel,
@@ -54,6 +55,7 @@ def test_variants_text_and_json(cdn: CdnServer) -> None:
     assert document["variants"] == [{"variant": UNIVERSAL, "compatible": True, "reason": None}]
 
 
+@pytest.mark.usefixtures("cpu_only_torch")
 def test_variants_exits_1_when_nothing_fits(cdn: CdnServer) -> None:
     write_kernel(cdn.root, "acme/gpu-only", 1, [CUDA])
     result = flashhub("variants", "acme/gpu-only", "--version", "1")
@@ -62,16 +64,18 @@ def test_variants_exits_1_when_nothing_fits(cdn: CdnServer) -> None:
     assert "chosen: none" in result.stdout
 
 
+@pytest.mark.usefixtures("cpu_only_torch")
 def test_info_lists_variants_files_and_sizes(cdn: CdnServer) -> None:
+    local = cpu_variant()  # the build a CPU-only torch loads
     cdn.head = True  # answers HEAD with each file's length
-    files = write_kernel(cdn.root, REPO, 1, [LOCAL, CUDA])
+    files = write_kernel(cdn.root, REPO, 1, [local, CUDA])
 
     document = ok_json(flashhub("info", REPO, "--version", "1", "--json"))
     text = flashhub("info", REPO, "--version", "1")
 
-    assert document["chosen"] == LOCAL
+    assert document["chosen"] == local
     variants = {v["variant"]: v for v in document["variants"]}
-    assert variants[LOCAL]["compatible"] and not variants[CUDA]["compatible"]
+    assert variants[local]["compatible"] and not variants[CUDA]["compatible"]
     assert "cu126" in variants[CUDA]["reason"]
     for name, published in files.items():
         listed = {f["path"]: f["bytes"] for f in variants[name]["files"]}
@@ -79,8 +83,8 @@ def test_info_lists_variants_files_and_sizes(cdn: CdnServer) -> None:
         assert variants[name]["bytes"] == sum(map(len, published.values()))
         assert variants[name]["content_hash"].startswith("sha256-")
     assert text.returncode == 0, text.stderr
-    assert f"chosen variant: {LOCAL}" in text.stdout
-    init_size = len(files[LOCAL][f"{PY_PKG}/__init__.py"])
+    assert f"chosen variant: {local}" in text.stdout
+    init_size = len(files[local][f"{PY_PKG}/__init__.py"])
     assert f"{init_size} B  {PY_PKG}/__init__.py" in text.stdout
     assert "rejected: built for cu126" in text.stdout
 

@@ -31,9 +31,10 @@ from support.projects import (
     replayable_versions,
     write_project,
 )
-from support.trees import local_variant, write_kernel
+from support.trees import cpu_variant, local_variant, write_kernel
 
 LOCAL = local_variant()
+CPU_LOCAL = cpu_variant()  # what a probed_project system loads
 
 
 # -- lock and download ------------------------------------------------------------------------
@@ -184,10 +185,10 @@ def test_probed_version_locks_downloads_and_loads_offline(
     kernel = json.loads(lockfile_of(probed_project).read_text())["kernels"][0]
     assert kernel["variants_source"] == "probed"
     assert kernel["variants"] == {
-        v: {"hash": published_hash(cdn.root, v)} for v in (LOCAL, UNIVERSAL)
+        v: {"hash": published_hash(cdn.root, v)} for v in (CPU_LOCAL, UNIVERSAL)
     }
-    assert downloaded.stdout.split()[:3] == ["downloaded", f"{REPO}@v1", LOCAL]
-    assert module.marker() == f"{REPO}@v1:{LOCAL}"
+    assert downloaded.stdout.split()[:3] == ["downloaded", f"{REPO}@v1", CPU_LOCAL]
+    assert module.marker() == f"{REPO}@v1:{CPU_LOCAL}"
     assert (
         module
         is get_kernel(REPO, version=1)
@@ -208,10 +209,10 @@ def test_variant_option_and_pyproject_add_variants_this_system_cannot_load(
     from_pyproject = ok_json(flashhub("lock", probed_project, "--json"))
     both = lock_project(probed_project, variants=[CUDA])
 
-    assert set(with_option["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, CUDA}
+    assert set(with_option["kernels"][0]["variants"]) == {CPU_LOCAL, UNIVERSAL, CUDA}
     assert with_option["kernels"][0]["variants"][CUDA] == {"hash": published_hash(cdn.root, CUDA)}
-    assert set(from_pyproject["kernels"][0]["variants"]) == {LOCAL, UNIVERSAL, NOARCH_CUDA}
-    assert set(both.kernel(REPO).variants) == {LOCAL, UNIVERSAL, CUDA, NOARCH_CUDA}
+    assert set(from_pyproject["kernels"][0]["variants"]) == {CPU_LOCAL, UNIVERSAL, NOARCH_CUDA}
+    assert set(both.kernel(REPO).variants) == {CPU_LOCAL, UNIVERSAL, CUDA, NOARCH_CUDA}
     assert read_lockfile(lockfile_of(probed_project)).kernel(REPO).probed
 
 
@@ -228,13 +229,13 @@ def test_all_variants_of_a_probed_lock_download_and_prune_keeps_them(
     monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
 
     assert sorted((r["variant"], r["status"]) for r in downloaded["results"]) == sorted(
-        (v, "downloaded") for v in (LOCAL, UNIVERSAL, CUDA)
+        (v, "downloaded") for v in (CPU_LOCAL, UNIVERSAL, CUDA)
     )
     assert [(r["version"], r["variant"]) for r in pruned["removed"]] == [(2, UNIVERSAL)]
-    for variant in (LOCAL, UNIVERSAL, CUDA):
+    for variant in (CPU_LOCAL, UNIVERSAL, CUDA):
         assert (entry(1, variant) / PY_PKG / "__init__.py").is_file()
     module = load_kernel(REPO, lockfile=lockfile_of(probed_project))
-    assert module.marker() == f"{REPO}@v1:{LOCAL}"
+    assert module.marker() == f"{REPO}@v1:{CPU_LOCAL}"
     assert cdn.requests == []
 
 

@@ -1,4 +1,9 @@
-"""The example kernels, built for real, published, served over loopback and loaded."""
+"""The example kernels, built for real, published, served over loopback and loaded.
+
+Their native builds are CPU builds (the CUDA one is built for the gpu tests only), so
+they load as ``backend="cpu"`` names them (``...v1_cpu``): on a CPU-only torch that is
+the module plain ``v1`` gives, and a CUDA torch loads them too.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import torch
 import flashhub_kernels as fk
 from flashhub_kernels._publish import publish
 from support.cdn_server import CdnServer
-from support.trees import local_variant
+from support.trees import cpu_variant
 
 
 @pytest.fixture
@@ -21,9 +26,9 @@ def published(cdn: CdnServer, built: list) -> CdnServer:  # type: ignore[type-ar
 
 
 def test_native_audio_kernel_matches_the_reference(published: CdnServer) -> None:
-    import flashhub.sdq.audio_codebook_primitives.v1 as k
+    import flashhub.sdq.audio_codebook_primitives.v1_cpu as k
 
-    assert fk.get_loaded_kernels()[-1].variant == local_variant()
+    assert fk.get_loaded_kernels()[-1].variant == cpu_variant()
     assert any(p.endswith(".so") for p in published.gets())
     assert not any("torch-universal" in p for p in published.gets())
     torch.manual_seed(0)
@@ -57,7 +62,8 @@ def test_universal_variant_matches_the_reference(
 
 
 def test_two_native_versions_side_by_side(published: CdnServer) -> None:
-    from flashhub.acme.tensor_tricks import v1, v2
+    from flashhub.acme.tensor_tricks import v1_cpu as v1
+    from flashhub.acme.tensor_tricks import v2_cpu as v2
 
     x = torch.randn(17)
     assert torch.allclose(v1.scale_shift(x, 3.0), x * 3.0 + 1)
@@ -78,5 +84,5 @@ def test_publish_round_trips_and_is_immutable(published: CdnServer, built: list)
     tricks_v2 = next(b for b in built if b.repo_id == "acme/tensor-tricks" and b.version == 2)
     with pytest.raises(fk.errors.PublishError):
         publish(tricks_v2.build_dir, repo_id="acme/tensor-tricks", version=1, out=published.root)
-    assert fk.has_kernel("acme/tensor-tricks", version=2)
+    assert fk.has_kernel("acme/tensor-tricks", version=2, backend="cpu")
     assert fk.has_kernel("acme/silu-layers")

@@ -21,8 +21,8 @@ import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels.errors import KernelImportError, KernelNotFoundError, NoCompatibleVariantError
 from support.cdn_server import CdnServer, held
-from support.machines import CPU_BUILD, CUDA_BUILD, CUDA_MACHINE, run_as
-from support.trees import local_variant, write_kernel, write_variant
+from support.machines import CPU_BUILD, CPU_ONLY_CHILD, CUDA_BUILD, CUDA_MACHINE, run_as
+from support.trees import cpu_variant, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 # What importing the packages and reading the settings must not import.
@@ -268,20 +268,21 @@ def test_offline_mode(cdn: CdnServer, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_backend_cpu_selects_the_cpu_variant(cdn: CdnServer) -> None:
-    write_kernel(cdn.root, REPO, 1, ["torch-universal", local_variant()])
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", cpu_variant()])
     k = fk.get_kernel(REPO, version=1, backend="cpu")
     assert k.__name__ == "flashhub.acme.tensor_tricks.v1_cpu"
-    assert k.marker().endswith(local_variant())
+    assert k.marker().endswith(cpu_variant())
     with pytest.raises(ValueError, match="backend"):
         fk.get_kernel(REPO, version=1, backend="tpu")
 
 
 @pytest.mark.parametrize("forced_first", [True, False], ids=["forced-first", "plain-first"])
+@pytest.mark.usefixtures("cpu_only_torch")
 def test_forcing_the_backend_this_machine_runs_gives_the_same_module(
     cdn: CdnServer, forced_first: bool
 ) -> None:
     # This machine's torch runs on the CPU: forcing "cpu" selects the variant it picks anyway.
-    write_kernel(cdn.root, REPO, 1, ["torch-universal", local_variant()])
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", cpu_variant()])
     loads = [
         lambda: fk.get_kernel(REPO, version=1, backend="cpu"),
         lambda: fk.get_kernel(REPO, version=1),
@@ -311,9 +312,9 @@ def test_forcing_another_backend_than_the_machine_runs_gives_its_own_module(
 
 
 def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None:
-    write_kernel(cdn.root, REPO, 1, [local_variant()])
+    write_kernel(cdn.root, REPO, 1, [cpu_variant()])
     printed = run_python(
-        "import flashhub.acme.tensor_tricks.v1_cpu as forced\n"
+        CPU_ONLY_CHILD + "import flashhub.acme.tensor_tricks.v1_cpu as forced\n"
         "import flashhub.acme.tensor_tricks.v1 as plain\n"
         "print(forced is plain, plain.__name__)"
     )
@@ -341,6 +342,7 @@ def test_get_local_kernel(tmp_path: Path) -> None:
         fk.get_local_kernel(tmp_path / "nowhere")
 
 
+@pytest.mark.usefixtures("cpu_only_torch")
 def test_has_kernel_and_variants(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1, ["torch-universal", "torch212-cxx11-cu126-x86_64-linux"])
     write_kernel(cdn.root, REPO, 2, ["torch212-cxx11-cu126-x86_64-linux"])

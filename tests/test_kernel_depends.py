@@ -34,6 +34,7 @@ from flashhub_kernels.errors import (
 from support.builder import (
     RAN_DIR_VAR,
     VARIANTS,
+    loaded_variant,
     provenance,
     ran,
     ran_label,
@@ -45,6 +46,7 @@ from support.projects import write_project
 from support.trees import b64sha256
 
 TOP, BASE = "acme/top", "acme/base"
+LOADED = loaded_variant()  # of the builder's VARIANTS, the one this machine loads
 USES_BASE = 'from flashhub_kernels import get_kernel_dep\n\nbase = get_kernel_dep("acme/base")\n'
 
 
@@ -88,7 +90,7 @@ def test_a_missing_python_dependency_fails_the_import_before_the_kernel_runs(
     assert isinstance(info.value, ImportError)
     assert info.value.package == package
     assert f"requires the Python package {package!r}" in str(info.value)
-    assert "acme/top v1 (variant torch-cpu)" in str(info.value)
+    assert f"acme/top v1 (variant {LOADED})" in str(info.value)
     assert pip_line in str(info.value)
     assert ran(ran_dir) == []
     assert _loaded_modules() == set()
@@ -187,7 +189,7 @@ def test_a_dirty_build_loads_with_a_warning_naming_the_kernel(
         (warning,) = json.loads(run_python(_RECORD_WARNINGS).splitlines()[-1])
         category, message, filename, lineno = warning
         assert category == "DirtyBuildWarning"
-        assert "acme/top v1 (variant torch-cpu) was built from a dirty git tree" in message
+        assert f"acme/top v1 (variant {LOADED}) was built from a dirty git tree" in message
         assert sources in message and "may not be reproducible" in message
         assert (filename, lineno) == ("<string>", 5)  # the import statement
     assert ran(ran_dir) == [ran_label(TOP, 1)] * 2
@@ -219,14 +221,14 @@ def test_an_entry_cached_before_its_requirements_were_recorded_is_checked_all_th
     """A receipt written by an older client lacks them: the entry's metadata.json says."""
     write_builder_kernel(cdn.root, TOP, 1, extra={"provenance": provenance(kernel_dirty=True)})
     run_python("import flashhub.acme.top.v1")
-    entry = get_config().cache_dir / "kernels" / TOP / "v1" / "torch-cpu"
+    entry = get_config().cache_dir / "kernels" / TOP / "v1" / LOADED
     receipt = json.loads((entry / RECEIPT_NAME).read_text())
     assert receipt["requires"]["provenance"]["kernel"]["dirty"] is True
     del receipt["requires"]
     (entry / RECEIPT_NAME).write_text(json.dumps(receipt))
     cdn.clear_log()
     (warning,) = json.loads(run_python(_RECORD_WARNINGS).splitlines()[-1])
-    assert "acme/top v1 (variant torch-cpu) was built from a dirty git tree" in warning[1]
+    assert f"acme/top v1 (variant {LOADED}) was built from a dirty git tree" in warning[1]
     assert cdn.requests == []
 
 
@@ -248,9 +250,9 @@ def test_a_kernel_loads_the_kernels_it_depends_on_first(cdn: CdnServer, ran_dir:
     assert top.quadruple(3) == 12
     assert ran(ran_dir) == [ran_label(BASE, 2), ran_label(TOP, 1)]
     loaded = [(k.repo_id, k.version, k.variant) for k in fk.get_loaded_kernels()]
-    assert loaded == [(BASE, 2, "torch-cpu"), (TOP, 1, "torch-cpu")]
+    assert loaded == [(BASE, 2, LOADED), (TOP, 1, LOADED)]
     for repo_id, version in ((TOP, 1), (BASE, 2)):
-        assert (get_config().cache_dir / "kernels" / repo_id / f"v{version}" / "torch-cpu").is_dir()
+        assert (get_config().cache_dir / "kernels" / repo_id / f"v{version}" / LOADED).is_dir()
 
 
 def test_a_kernel_and_its_dependencies_load_warm_with_zero_requests(
@@ -386,15 +388,15 @@ def test_a_locked_load_downloads_the_dependencies_checked_against_the_lock(
     project = _lock(cdn, tmp_path)
     monkeypatch.chdir(project)
     # The dependency's CDN copy changes after locking, its metadata.json to match.
-    variant = cdn.root / "kernels" / BASE / "v2" / "build" / "torch-cpu"
+    variant = cdn.root / "kernels" / BASE / "v2" / "build" / LOADED
     (variant / "_ops.py").write_text("def double(x):\n    return x * 3\n")
     manifest = json.loads((variant / "metadata.json").read_text())
     manifest["digest"]["files"]["_ops.py"] = b64sha256((variant / "_ops.py").read_bytes())
     (variant / "metadata.json").write_text(json.dumps(manifest))
-    with pytest.raises(LockMismatchError, match="acme/base@v2 variant torch-cpu"):
+    with pytest.raises(LockMismatchError, match=f"acme/base@v2 variant {LOADED}"):
         fk.get_locked_kernel(TOP)
     assert _loaded_modules() == set()
-    with pytest.raises(LockfileError, match=r"acme/base@v2 \(variant torch-cpu\), which acme/top"):
+    with pytest.raises(LockfileError, match=rf"acme/base@v2 \(variant {LOADED}\), which acme/top"):
         fk.load_kernel(TOP)  # the cache only: the dependency is not there
 
 
@@ -425,7 +427,7 @@ def test_prune_keeps_the_locked_dependencies(cdn: CdnServer, tmp_path: Path) -> 
     cache = Cache.from_config(get_config())
     for repo_id, version in ((TOP, 1), (BASE, 2)):
         info = fk.RepoInfo(repo_id, version)
-        assert cache.read_receipt(cache.entry_dir(info, "torch-cpu")) is not None
+        assert cache.read_receipt(cache.entry_dir(info, LOADED)) is not None
 
 
 def test_a_warm_load_of_a_builder_kernel_with_nothing_to_check_imports_nothing_more(
@@ -460,7 +462,7 @@ def test_a_local_override_loads_its_dependencies_from_the_cdn(
     local_top = tmp_path / "local" / "kernels" / TOP / "v1"
     monkeypatch.setenv("LOCAL_KERNELS", f"{TOP}={local_top}")
     top = fk.get_kernel(TOP, version=1)
-    assert top.__file__ == str(local_top / "build" / "torch-cpu" / "__init__.py")
+    assert top.__file__ == str(local_top / "build" / LOADED / "__init__.py")
     assert top.base.__file__.startswith(str(get_config().cache_dir))
     assert top.quadruple(1) == 4
     assert ran(ran_dir) == [ran_label(BASE, 2), ran_label(TOP, 1)]

@@ -249,6 +249,7 @@ def test_flashhub_info_json_holds_the_builder_fields(cdn: CdnServer) -> None:
     assert metadata["dirty"] is True
 
 
+@pytest.mark.usefixtures("cpu_only_torch")  # the builds are CPU builds only
 def test_flashhub_info_offline_shows_the_cached_builder_fields(cdn: CdnServer) -> None:
     write_builder_kernel(cdn.root, "acme/base", 2, variants=["torch-cpu"])
     _publish_builder_kernel(cdn.root)

@@ -55,9 +55,10 @@ from support.projects import (
     variant_dir,
     write_project,
 )
-from support.trees import local_variant, write_kernel
+from support.trees import cpu_variant, local_variant, write_kernel
 
 LOCAL = local_variant()
+CPU_LOCAL = cpu_variant()  # what a probed_project system loads
 MODULE = "flashhub.acme.tensor_tricks.v2"
 # The HTTP layer: the http(s) mirror, its requests session, and what they stand on (not
 # http.client, which torch imports).
@@ -352,17 +353,17 @@ PROBED_MODULE = "flashhub.acme.tensor_tricks.v1"
 @pytest.mark.parametrize(
     ("changed", "error", "named"),
     [
-        ("metadata.json", LockMismatchError, f"{REPO}@v1 variant {LOCAL}"),
-        ("file", IntegrityError, f"{LOCAL}/{PY_PKG}/_ops.py"),
+        ("metadata.json", LockMismatchError, f"{REPO}@v1 variant {CPU_LOCAL}"),
+        ("file", IntegrityError, f"{CPU_LOCAL}/{PY_PKG}/_ops.py"),
     ],
 )
 def test_probed_lock_refuses_an_object_changed_after_locking(
     probed_project: Path, cdn: CdnServer, changed: str, error: type[Exception], named: str
 ) -> None:
     lock_project(probed_project)
-    ops = variant_dir(cdn.root, 1, LOCAL) / PY_PKG / "_ops.py"
+    ops = variant_dir(cdn.root, 1, CPU_LOCAL) / PY_PKG / "_ops.py"
     if changed == "metadata.json":
-        change_published_file(cdn.root, 1, LOCAL)  # the manifest lists the new digest
+        change_published_file(cdn.root, 1, CPU_LOCAL)  # the manifest lists the new digest
     else:
         ops.write_bytes(ops.read_bytes() + b"\nCHANGED_AFTER_LOCKING = True\n")
 
@@ -372,11 +373,12 @@ def test_probed_lock_refuses_an_object_changed_after_locking(
 
     assert named in str(info.value)
     assert result.returncode == 1
-    assert f"error: {REPO}@v1 {LOCAL}: " in result.stderr
+    assert f"error: {REPO}@v1 {CPU_LOCAL}: " in result.stderr
     assert PROBED_MODULE not in sys.modules
-    assert not entry(1, LOCAL).exists()
+    assert not entry(1, CPU_LOCAL).exists()
 
 
+@pytest.mark.usefixtures("cpu_only_torch")
 def test_probed_version_with_nothing_for_this_system_needs_a_named_variant(
     make_project: MakeProject, cdn: CdnServer
 ) -> None:
@@ -425,10 +427,12 @@ def test_probed_lock_without_a_variant_the_cdn_gives_this_system_says_so(
     probed_project: Path, cdn: CdnServer
 ) -> None:
     lockfile = write_probed_lock(probed_project, cdn, [UNIVERSAL, CUDA])
-    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"  # probed: cached
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{CPU_LOCAL}"  # probed: cached
     del sys.modules[PROBED_MODULE]
 
-    with pytest.raises(LockfileError, match=f"publishes variant {LOCAL} for this system") as info:
+    with pytest.raises(
+        LockfileError, match=f"publishes variant {CPU_LOCAL} for this system"
+    ) as info:
         get_locked_kernel(REPO, lockfile=lockfile)
 
     assert "--variant NAME" in str(info.value)

@@ -5,7 +5,8 @@ library (the same build at another path, or another build that kept the namespac
 calls ``abort()`` from its static initializer when it is loaded. Every load here runs in
 a child process, which such an abort kills with SIGABRT; the loader turns it into an
 ``ImportError`` that names both kernels. The kernels are the compiled example
-tensor-tricks, published to the loopback CDN.
+tensor-tricks, published to the loopback CDN. Its native build is a CPU build, loaded as
+``backend="cpu"`` names it (``...v1_cpu``), so that a CUDA build of torch loads it too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from conftest import run_python
 from flashhub_kernels._publish import publish
 from support.cdn_server import CdnServer
+from support.trees import cpu_variant
 
 REPO = "acme/tensor-tricks"
 PY_PKG = "tensor_tricks"
@@ -42,7 +44,7 @@ def unguarded(guarded: Path, tmp_path: Path) -> Path:
     """A copy of ``guarded`` whose ``_ops.py`` loads the ``.so`` unconditionally."""
     copy = tmp_path / "unguarded"
     shutil.copytree(guarded, copy)
-    (ops_file,) = copy.glob(f"*/{PY_PKG}/_ops.py")
+    ops_file = copy / cpu_variant() / PY_PKG / "_ops.py"
     source = ops_file.read_text()
     assert GUARD in source
     ops_file.write_text(source.replace(GUARD, ""))
@@ -50,7 +52,9 @@ def unguarded(guarded: Path, tmp_path: Path) -> Path:
 
 
 def native_library(build_dir: Path) -> Path:
-    (so,) = build_dir.glob(f"*/{PY_PKG}/*.so")
+    """The ``.so`` of this torch's CPU build in ``build_dir`` (which may hold other
+    torches' builds beside it)."""
+    (so,) = (build_dir / cpu_variant() / PY_PKG).glob("*.so")
     return so
 
 
@@ -99,10 +103,10 @@ def run_child(body: str) -> dict[str, Any]:
 
 TWO_VERSIONS = """
 import importlib
-v1 = load(lambda: importlib.import_module("flashhub.acme.tensor_tricks.v1"))
+v1 = load(lambda: importlib.import_module("flashhub.acme.tensor_tricks.v1_cpu"))
 result["v1"] = float(v1.scale_shift(torch.ones(1), 2.0)[0])
-load(lambda: importlib.import_module("flashhub.acme.tensor_tricks.v2"))
-result["v2_module_left"] = "flashhub.acme.tensor_tricks.v2" in sys.modules
+load(lambda: importlib.import_module("flashhub.acme.tensor_tricks.v2_cpu"))
+result["v2_module_left"] = "flashhub.acme.tensor_tricks.v2_cpu" in sys.modules
 result["v1_after"] = float(v1.scale_shift(torch.ones(1), 3.0)[0])
 """
 
@@ -135,8 +139,8 @@ def test_a_local_build_and_its_published_copy_do_not_abort(
     cdn: CdnServer, unguarded: Path, local_first: bool
 ) -> None:
     publish_quietly(unguarded, 1, cdn)
-    local = f"lambda: fk.get_local_kernel({str(unguarded)!r})"
-    remote = f"lambda: fk.get_kernel({REPO!r}, version=1)"
+    local = f"lambda: fk.get_local_kernel({str(unguarded)!r}, backend='cpu')"
+    remote = f"lambda: fk.get_kernel({REPO!r}, version=1, backend='cpu')"
     first, second = (local, remote) if local_first else (remote, local)
     result = run_child(
         f"""
@@ -163,8 +167,8 @@ def test_a_guarded_ops_module_shares_the_library_already_loaded(
     publish_quietly(guarded, 1, cdn)
     result = run_child(
         f"""
-        local = load(lambda: fk.get_local_kernel({str(guarded)!r}))
-        remote = load(lambda: fk.get_kernel({REPO!r}, version=1))
+        local = load(lambda: fk.get_local_kernel({str(guarded)!r}, backend="cpu"))
+        remote = load(lambda: fk.get_kernel({REPO!r}, version=1, backend="cpu"))
         result["values"] = [float(k.scale_shift(torch.ones(1), 2.0)[0]) for k in (local, remote)]
         result["same_namespace"] = local.NAMESPACE == remote.NAMESPACE
         result["distinct_modules"] = local is not remote

@@ -16,7 +16,7 @@ import flashhub_kernels as fk
 from conftest import _forget_kernels
 from flashhub_kernels.errors import NewerVersionWarning
 from support.cdn_server import CdnServer
-from support.trees import write_kernel
+from support.trees import cpu_variant, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 VERSIONS_JSON = f"/kernels/{REPO}/versions.json"
@@ -42,7 +42,8 @@ def newer_version_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
 def test_a_cold_load_of_an_older_version_warns_once_naming_the_newer(
     cdn: CdnServer, tmp_path: Path, notices: list[warnings.WarningMessage]
 ) -> None:
-    write_kernel(cdn.root, REPO, 1)
+    # What a plain load and a backend="cpu" one take (one build where torch is CPU-only).
+    write_kernel(cdn.root, REPO, 1, sorted({local_variant(), cpu_variant()}))
     write_kernel(cdn.root, REPO, 2)  # versions.json: [1, 2]
     fk.get_kernel(REPO, version=1)
     (message,) = newer_version_warnings(notices)

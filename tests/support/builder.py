@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from flashhub_kernels._variants import VariantAccepted, detect_system, judge_variants
 from support.trees import b64sha256
 
 VARIANTS = ("torch-cpu", "torch-cuda")
@@ -53,6 +54,14 @@ def provenance(*, kernel_dirty: bool = False, builder_dirty: bool = False) -> di
         "kernel-builder": {"version": "0.17.0", "commit": BUILDER_COMMIT, "dirty": builder_dirty},
         "kernel": {"commit": KERNEL_COMMIT, "dirty": kernel_dirty},
     }
+
+
+def loaded_variant() -> str:
+    """The one of ``VARIANTS`` this machine loads: ``torch-cuda`` where torch is a CUDA
+    build, else ``torch-cpu``."""
+    best = judge_variants(VARIANTS, detect_system())[0]
+    assert isinstance(best, VariantAccepted), best
+    return str(best.variant)
 
 
 def write_builder_kernel(

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashhub_kernels._variants import as_variant, build_variant_name, detect_system, with_backend
-from support.trees import b64sha256, local_variant
+from flashhub_kernels._variants import as_variant
+from support.trees import b64sha256, cpu_variant, local_variant
 
 RELU = "kernels-community/relu"
 VERSIONS = "kernels-test/versions"
@@ -60,11 +60,6 @@ def device_name() -> str:
 
 
 # -- writing the repos ------------------------------------------------------------------------
-
-
-def cpu_variant() -> str:
-    """The exact CPU build of this machine's torch (what ``backend="cpu"`` loads)."""
-    return build_variant_name(with_backend(detect_system(), "cpu"))
 
 
 def this_machine() -> list[str]:

@@ -7,12 +7,19 @@ import hashlib
 import json
 from pathlib import Path
 
-from flashhub_kernels._variants import build_variant_name, detect_system
+from flashhub_kernels._variants import build_variant_name, detect_system, with_backend
 
 
 def local_variant() -> str:
     """The exact-build variant name of this machine, e.g. torch213-cxx11-cpu-x86_64-linux."""
     return build_variant_name(detect_system())
+
+
+def cpu_variant() -> str:
+    """The exact CPU build of this machine's torch: what ``backend="cpu"`` loads, and what
+    this machine loads as a CPU-only one (``machines.run_as_cpu_only``). It is
+    :func:`local_variant` where torch is a CPU-only build."""
+    return build_variant_name(with_backend(detect_system(), "cpu"))
 
 
 # Variant names a hostile variants.json lists: an ESC colour sequence and a CR, and a
