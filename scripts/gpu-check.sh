@@ -75,7 +75,7 @@ run build 900 "$PYTHON" examples/kernels/build_all.py --cuda
 run gpu-tests 900 "$PYTHON" -m pytest -q -m gpu -n "$WORKERS" -rs
 # The quickstart keeps its mirror and caches beside FLASHHUB_CACHE_DIR: here, under $OUT.
 run quickstart 600 env FLASHHUB_CACHE_DIR="$OUT/cache" "$PYTHON" examples/quickstart.py
-grep -E ' v[0-9]+: (variant|no variant)|    why: |CUDA variants|on (cuda|cpu): ' "$OUT/quickstart.log" \
+grep -E ' v[0-9]+: (variant|no variant)|    why: |CUDA variants| on (cuda|cpu).*codes=' "$OUT/quickstart.log" \
   | sed 's/^/             /' >>"$RESULTS"
 run suite 1200 "$PYTHON" -m pytest -q -m "not gpu" -n "$WORKERS"
 exit "$failed"
