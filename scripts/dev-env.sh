@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create (or refresh) .venv with the CPU build of torch and this project, editable, with
 # its dev tools, and the example kernels compiled. Idempotent: a second run only checks
-# that everything is there.
+# that everything is there. A torch already in .venv (a CUDA build on a GPU machine, say)
+# is kept; FLASHHUB_TORCH_SPEC picks the torch a new .venv gets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,4 +20,6 @@ fi
 pip install --quiet --disable-pip-version-check -e '.[dev]'
 # Compile the example kernels (their C++ op, with torch.utils.cpp_extension) once here,
 # so neither the quickstart nor the tests wait for the compiler; cached in their build/.
+# (The quickstart adds the CUDA variant where it can: a broken CUDA toolchain must not
+# stop the CPU build here.)
 python examples/kernels/build_all.py -q

@@ -8,6 +8,10 @@ which is reused while the sources, flags and torch build stay the same.
 The op namespace, and the ``.so`` name, is ``_<py_pkg>_<cpu|cuda>_<8 hex>`` where the hex
 digits come from a sha256 over the native sources, macro definitions, compiler flags, torch
 version/ABI/CUDA version and machine; C++ receives it as the macro ``FLASHHUB_OPS_NAMESPACE``.
+
+A CUDA build needs no GPU: it compiles for :func:`cuda_arch_list` (``TORCH_CUDA_ARCH_LIST``,
+else the visible GPUs, else every arch torch was built for) and declares those archs in
+the variant's ``metadata.json``.
 """
 
 from __future__ import annotations
@@ -61,6 +65,14 @@ _COMPILE_SCRIPT = """\
 import json, sys
 from torch.utils.cpp_extension import load
 load(**json.loads(sys.argv[1]), is_python_module=False)
+"""
+
+# The compute capabilities of the visible CUDA devices (none: an empty line), asked in a
+# child so that the building process never initializes CUDA.
+_DEVICE_ARCHS_SCRIPT = """\
+import torch
+print(";".join(sorted({"%d.%d" % torch.cuda.get_device_capability(i)
+                       for i in range(torch.cuda.device_count())})))
 """
 
 
@@ -145,8 +157,56 @@ def cuda_backend() -> tuple[str | None, str]:
     nvcc = Path(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else None
     if not (nvcc and nvcc.is_file()) and shutil.which("nvcc") is None:
         return None, "nvcc was not found (set CUDA_HOME)"
+    # torch links the CUDA runtime from CUDA_HOME, which it guesses from where nvcc is
+    # found: a wrapper script outside the toolkit (/usr/local/bin/nvcc) misleads it.
+    home = Path(CUDA_HOME or "/")
+    if not CUDA_HOME or not any(home.glob("lib*/libcudart.so*")):
+        return None, f"CUDA_HOME={CUDA_HOME} has no CUDA runtime (set it to the CUDA toolkit)"
     major, minor = torch.version.cuda.split(".")[:2]
     return f"cu{major}{minor}", ""
+
+
+@functools.cache
+def cuda_arch_list() -> str:
+    """The CUDA archs a build compiles for, as ``TORCH_CUDA_ARCH_LIST`` writes them.
+
+    That variable when set (``"native"``: the visible devices); else the visible devices'
+    capabilities, as torch picks them; else, on a machine without a GPU (where torch
+    could not pick), every arch this torch was built for. A device newer than this torch
+    gets the newest of those, and the last arch also gets PTX, which newer GPUs compile.
+    """
+    import torch
+
+    chosen = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if chosen and chosen != "native":
+        return chosen
+    built_for = sorted(filter(None, map(_sm_capability, torch.cuda.get_arch_list())))
+    proc = subprocess.run(
+        [sys.executable, "-c", _DEVICE_ARCHS_SCRIPT], capture_output=True, text=True
+    )
+    devices = {_dotted_capability(arch) for arch in proc.stdout.split(";") if arch.strip()}
+    if devices and built_for:
+        devices = {min(device, built_for[-1]) for device in devices}
+    archs = sorted(devices) or built_for
+    if proc.returncode != 0 or not archs:
+        raise BuildError(
+            "cannot tell which CUDA archs to compile for: set TORCH_CUDA_ARCH_LIST "
+            f"(e.g. 9.0)\n{proc.stderr.strip()[-2000:]}"
+        )
+    names = [f"{major}.{minor}" for major, minor in archs]
+    return ";".join([*names[:-1], names[-1] + "+PTX"])
+
+
+def _sm_capability(arch: str) -> tuple[int, int] | None:
+    """``"sm_90"`` or ``"sm_90a"`` -> ``(9, 0)``; ``None`` for other names (``compute_90``)."""
+    match = re.fullmatch(r"sm_(\d+)(\d)[a-z]?", arch)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _dotted_capability(arch: str) -> tuple[int, int]:
+    """``"9.0"`` -> ``(9, 0)``."""
+    major, minor = arch.strip().split(".")
+    return int(major), int(minor)
 
 
 def source_digest(parts: Mapping[str, object], files: Sequence[Path]) -> str:
@@ -177,9 +237,11 @@ def compile_native(
     obj_root: Path,
     cflags: Sequence[str],
     cuda_cflags: Sequence[str] = (),
+    cuda_archs: str | None = None,
     verbose: bool = True,
 ) -> tuple[Path, bool]:
-    """Compile ``sources`` into ``obj_root/name/name.so`` unless its stamp matches ``digest``.
+    """Compile ``sources`` into ``obj_root/name/name.so`` unless its stamp matches ``digest``;
+    CUDA sources for ``cuda_archs`` (a ``TORCH_CUDA_ARCH_LIST``).
 
     Returns the ``.so`` path and whether it was compiled now.
     """
@@ -204,6 +266,8 @@ def compile_native(
         }
         env = dict(os.environ)
         env.setdefault("MAX_JOBS", str(max(1, min(os.cpu_count() or 1, 8))))
+        if cuda_archs:
+            env["TORCH_CUDA_ARCH_LIST"] = cuda_archs
         log(f"  compiling {name}.so from {', '.join(s.name for s in sources)} ...", verbose)
         start = time.monotonic()
         proc = subprocess.run(
@@ -287,12 +351,15 @@ def build_native(
 
     ``cuda`` is the backend tag (``"cu130"``) for a CUDA build, ``None`` for CPU. The
     package gets ``python_files``, a generated ``_ops.py`` and ``<NAMESPACE>.so``;
-    ``probe_op`` is an op of the library, used to tell whether it is loaded already.
+    ``probe_op`` is an op of the library, used to tell whether it is loaded already. A
+    CUDA build compiles for :func:`cuda_arch_list` and declares those archs in the
+    variant's ``metadata.json``, so that a client passes it over on other GPUs.
     """
     import torch
 
     backend = cuda or "cpu"
     variant = variant_name(backend)
+    cuda_archs = cuda_arch_list() if cuda else None
     defines = dict(defines or {})
     cflags = [*_CFLAGS, *(f"-D{k}={v}" for k, v in sorted(defines.items()))]
     cuda_cflags = [*_CUDA_CFLAGS, *cflags[len(_CFLAGS) :]] if cuda else []
@@ -304,6 +371,7 @@ def build_native(
         "cuda": torch.version.cuda if cuda else None,
         "cflags": cflags,
         "cuda_cflags": cuda_cflags,
+        "cuda_archs": cuda_archs,
     }
     digest = source_digest(parts, [*sources, *headers])
     namespace = f"_{py_pkg}_{'cuda' if cuda else 'cpu'}_{digest[:8]}"
@@ -315,6 +383,7 @@ def build_native(
         obj_root=obj_root,
         cflags=[*cflags, ns_flag],
         cuda_cflags=[*cuda_cflags, ns_flag] if cuda else (),
+        cuda_archs=cuda_archs,
         verbose=verbose,
     )
     files = _read(python_files)
@@ -322,9 +391,22 @@ def build_native(
     files[f"{namespace}.so"] = so_path.read_bytes()
     dest = build_root / variant / py_pkg
     changed = write_package(dest, files)
+    if cuda_archs:
+        _declare_archs(build_root / variant, cuda_archs)
     state = "compiled" if compiled else "cached"
-    log(f"  {dest}: {'written' if changed else 'up to date'} ({state} {namespace}.so)", verbose)
+    archs = f" for CUDA archs {cuda_archs}" if cuda_archs else ""
+    written = "written" if changed else "up to date"
+    log(f"  {dest}: {written} ({state} {namespace}.so{archs})", verbose)
     return dest
+
+
+def _declare_archs(variant_dir: Path, cuda_archs: str) -> None:
+    """Write the variant's own ``metadata.json``: a CUDA build for ``cuda_archs``."""
+    archs = [arch for arch in cuda_archs.replace(" ", ";").split(";") if arch]
+    document = json.dumps({"backend": {"type": "cuda", "archs": archs}}, indent=2) + "\n"
+    metadata = variant_dir / "metadata.json"
+    if not metadata.is_file() or metadata.read_text() != document:
+        metadata.write_text(document)
 
 
 def run_cli(build: Callable[[], list[BuiltKernel]], *, clean: bool, build_dir: Path) -> int:

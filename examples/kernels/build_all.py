@@ -1,4 +1,4 @@
-"""Build every example kernel (CPU and torch-universal variants).
+"""Build every example kernel (CPU and torch-universal variants; CUDA ones with ``--cuda``).
 
 Run it (``python examples/kernels/build_all.py``) or load it by path and call
 ``build_all()``, which returns one ``BuiltKernel(repo_id, version, build_dir)`` per

@@ -1,4 +1,7 @@
-"""Pure layers for kernel layer swapping: no ``__init__``, no state, only ``forward``."""
+"""Pure layers for kernel layer swapping: no ``__init__``, no state, only ``forward``.
+
+Plain torch operations, so ``torch.compile`` traces them (``can_torch_compile``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ from torch import nn
 class SiluAndMul(nn.Module):
     """``silu(x[..., :d]) * x[..., d:]`` with ``d = x.shape[-1] // 2``."""
 
+    can_torch_compile = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the gated SiLU over the last dimension."""
         d = x.shape[-1] // 2
@@ -18,6 +23,8 @@ class SiluAndMul(nn.Module):
 
 class GeluTanh(nn.Module):
     """GELU with the tanh approximation (as in GPT-2's "fast GELU")."""
+
+    can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply tanh-approximated GELU elementwise."""
