@@ -88,12 +88,12 @@ def build_examples() -> list[BuiltKernel]:
     (saying which CUDA archs, or why there are none)."""
     backend, reason = cuda_backend()
     if backend is None:
-        print(f"  no CUDA variants: {reason}")
+        print(f"  not building CUDA variants: {reason}")
         return build_all(verbose=False)
     try:
         built = build_all(verbose=False, cuda=True)
     except BuildError as exc:  # the CPU and torch-universal variants still load
-        print(f"  no CUDA variants: the CUDA build failed: {str(exc).splitlines()[0]}")
+        print(f"  not building CUDA variants: the CUDA build failed: {str(exc).splitlines()[0]}")
         return build_all(verbose=False)
     print(f"  CUDA variants: {backend}, compiled for CUDA archs {cuda_arch_list()}")
     return built

@@ -24,13 +24,19 @@ failed=0
 
 facts() {
   echo "gpu-check of $(git rev-parse --short HEAD 2>/dev/null || echo 'an unknown commit'), $(date -u '+%Y-%m-%d %H:%M UTC')"
-  "$PYTHON" - <<'EOF' 2>&1 || echo "torch: could not be imported by $PYTHON"
+  "$PYTHON" - <<'EOF' 2>/dev/null || echo "torch: $PYTHON could not import it"
 import subprocess, sys
 import torch
 print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}")
 # the device is asked about in a child, as the tests do
-probe = "import torch; print(torch.cuda.device_count(), *(torch.cuda.get_device_name(0), *torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else ())"
-print("devices, first device, capability:", subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() or "none")
+probe = (
+    "import torch\n"
+    "n = torch.cuda.device_count()\n"
+    "first = (torch.cuda.get_device_name(0), *torch.cuda.get_device_capability(0)) if n else ()\n"
+    "print(n, 'CUDA devices', '(the first: %s, capability %d.%d)' % first if n else '')\n"
+)
+child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+print("torch sees", child.stdout.strip() or f"no CUDA device: {child.stderr.strip()[-300:]}")
 sys.path.insert(0, "examples/kernels")
 from _buildlib import cuda_arch_list, cuda_backend
 backend, why_not = cuda_backend()
