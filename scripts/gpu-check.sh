@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks for a machine with a CUDA GPU, offline: build the example kernels with their
-# CUDA variants, run the gpu tests (pytest -m gpu), the quickstart and the rest of the
-# suite, then write a summary: each step's result and counts, and the torch, CUDA and GPU
+# CUDA variants, run the gpu tests (pytest -m gpu), the quickstart, the warm-import cost of
+# reading the device's arch (benchmarks/bench_device_arch.py) and the rest of the suite,
+# then write a summary: each step's result and counts, and the torch, CUDA and GPU
 # it ran on. Every step runs even when one before it failed; the summary is written
 # however the script ends. Exits 1 when a step failed.
 #
@@ -83,5 +84,8 @@ run gpu-tests 900 "$PYTHON" -m pytest -q -m gpu -n "$WORKERS" -rs
 run quickstart 600 env FLASHHUB_CACHE_DIR="$OUT/cache" "$PYTHON" examples/quickstart.py
 grep -E ' v[0-9]+: (variant|no variant)|    why: |CUDA variants| on (cuda|cpu).*codes=' "$OUT/quickstart.log" \
   | sed 's/^/             /' >>"$RESULTS"
+# What reading the device's arch adds to a warm import, and that no import starts CUDA.
+run device-arch 300 "$PYTHON" benchmarks/bench_device_arch.py --runs 15
+grep -E '^device:|median|over the plain|contexts' "$OUT/device-arch.log" | sed 's/^/             /' >>"$RESULTS"
 run suite 1200 "$PYTHON" -m pytest -q -m "not gpu" -n "$WORKERS"
 exit "$failed"

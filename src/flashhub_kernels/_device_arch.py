@@ -31,14 +31,13 @@ import contextlib
 import logging
 import os
 import sys
-from typing import NamedTuple
+
+from ._record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
-
-    from ._nvml import Gpu
 
 logger = logging.getLogger("flashhub_kernels")
 
@@ -47,13 +46,30 @@ PROC_GPUS = "/proc/driver/nvidia/gpus"
 GPU_RECORD = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
 
 
-class DeviceArch(NamedTuple):
+class Gpu(Record):
+    """One NVIDIA GPU: its UUID (``GPU-...``), PCI location (domain, bus, device) and
+    CUDA compute capability."""
+
+    uuid: str
+    pci: tuple[int, int, int]
+    capability: tuple[int, int]
+
+    def __init__(self, uuid: str, pci: tuple[int, int, int], capability: tuple[int, int]) -> None:
+        self._init(uuid, pci, capability)
+
+
+class DeviceArch(Record):
     """What was read of the device: its compute capability (CUDA) or gfx target (ROCm),
     ``None`` when unknown, and where it came from or why it is unknown."""
 
-    capability: tuple[int, int] | None = None
-    gfx: str | None = None
-    source: str = ""
+    capability: tuple[int, int] | None
+    gfx: str | None
+    source: str
+
+    def __init__(
+        self, capability: tuple[int, int] | None = None, gfx: str | None = None, source: str = ""
+    ) -> None:
+        self._init(capability, gfx, source)
 
 
 def cuda_capability() -> DeviceArch:
@@ -98,17 +114,16 @@ def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]
     known = None if migs else recorded_gpus(PROC_GPUS, read_record(record))
     if known:
         return known, {}, f"{record} (NVML's earlier answer)"
-    gpus, mig_parents = read_gpus(migs)
+    facts, mig_facts = read_gpus(migs)
+    gpus = [Gpu(*gpu) for gpu in facts]
     write_record(record, gpus)
-    return gpus, mig_parents, "NVML"
+    return gpus, {mig: Gpu(*gpu) for mig, gpu in mig_facts.items()}, "NVML"
 
 
 def recorded_gpus(listing: str, capabilities: Mapping[str, tuple[int, int]]) -> list[Gpu] | None:
     """The GPUs the driver lists in ``listing`` (``/proc/driver/nvidia/gpus``: a directory
     per GPU, named by its PCI address), with their capabilities as recorded; ``None``
     when it lists none, or one the record does not know."""
-    from ._nvml import Gpu
-
     try:
         addresses = sorted(os.listdir(listing))
     except OSError:
@@ -125,7 +140,7 @@ def recorded_gpus(listing: str, capabilities: Mapping[str, tuple[int, int]]) -> 
 
 def _listed_uuid(path: str) -> str | None:
     try:
-        with open(path, encoding="ascii", errors="replace") as file:
+        with open(path, encoding="utf-8", errors="replace") as file:
             lines = file.read().splitlines()
     except OSError:
         return None
@@ -153,7 +168,7 @@ def read_record(path: Path) -> dict[str, tuple[int, int]]:
     record serves a cache that several machines share.
     """
     try:
-        lines = path.read_text(encoding="ascii", errors="replace").splitlines()
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return {}
     record = {}
@@ -166,9 +181,12 @@ def read_record(path: Path) -> dict[str, tuple[int, int]]:
 
 def write_record(path: Path, gpus: Sequence[Gpu]) -> None:
     """Add ``gpus`` to the record at ``path``; a cache that cannot be written keeps none."""
+    known = read_record(path)
+    record = {**known, **{gpu.uuid: gpu.capability for gpu in gpus}}
+    if record == known:
+        return
     from ._filesystem import write_atomic
 
-    record = {**read_record(path), **{gpu.uuid: gpu.capability for gpu in gpus}}
     lines = "".join(f"{uuid} {major}.{minor}\n" for uuid, (major, minor) in record.items())
     with contextlib.suppress(OSError):
         write_atomic(path, lines.encode("ascii", "replace"), mode=0o600, durable=False)
@@ -253,7 +271,7 @@ def kfd_gpus(nodes: str) -> list[tuple[str, str]]:
 
 def _kfd_properties(path: str) -> dict[str, int]:
     try:
-        with open(path, encoding="ascii", errors="replace") as file:
+        with open(path, encoding="utf-8", errors="replace") as file:
             lines = file.read().splitlines()
     except OSError:
         return {}

@@ -9,7 +9,12 @@ driver, and is reached through ``ctypes``.
 from __future__ import annotations
 
 import ctypes
-from typing import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    # One GPU: its UUID ("GPU-..."), PCI location (domain, bus, device) and CUDA compute
+    # capability (major, minor).
+    GpuFacts = tuple[str, tuple[int, int, int], tuple[int, int]]
 
 LIBRARY = "libnvidia-ml.so.1"
 _SUCCESS = 0
@@ -18,15 +23,6 @@ _UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
 
 class NvmlError(OSError):
     """NVML is missing, or answered with an error."""
-
-
-class Gpu(NamedTuple):
-    """One GPU as NVML sees it: its UUID (``GPU-...``), PCI location (domain, bus,
-    device) and CUDA compute capability."""
-
-    uuid: str
-    pci: tuple[int, int, int]
-    capability: tuple[int, int]
 
 
 class _PciInfo(ctypes.Structure):
@@ -42,8 +38,9 @@ class _PciInfo(ctypes.Structure):
     ]
 
 
-def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[Gpu], dict[str, Gpu]]:
-    """Every GPU NVML sees, and the GPU each of ``mig_uuids`` (MIG instances) is part of.
+def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[GpuFacts], dict[str, GpuFacts]]:
+    """Every GPU NVML sees, and the GPU each of ``mig_uuids`` (MIG instances) is part of:
+    for each, its UUID, PCI location and compute capability.
 
     Raises:
         NvmlError: the library cannot be loaded or initialized, or a query fails.
@@ -88,7 +85,7 @@ def _mig_parent(nvml: ctypes.CDLL, uuid: str) -> ctypes.c_void_p:
     return parent
 
 
-def _gpu(nvml: ctypes.CDLL, handle: ctypes.c_void_p) -> Gpu:
+def _gpu(nvml: ctypes.CDLL, handle: ctypes.c_void_p) -> GpuFacts:
     uuid = ctypes.create_string_buffer(_UUID_BUFFER)
     _check(nvml.nvmlDeviceGetUUID(handle, uuid, ctypes.c_uint(_UUID_BUFFER)), "nvmlDeviceGetUUID")
     pci = _PciInfo()
@@ -96,7 +93,7 @@ def _gpu(nvml: ctypes.CDLL, handle: ctypes.c_void_p) -> Gpu:
     major, minor = ctypes.c_int(), ctypes.c_int()
     code = nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor))
     _check(code, "nvmlDeviceGetCudaComputeCapability")
-    return Gpu(
+    return (
         uuid.value.decode("ascii", "replace"),
         (pci.domain, pci.bus, pci.device),
         (major.value, minor.value),
