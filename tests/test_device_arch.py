@@ -361,11 +361,14 @@ def test_a_spawned_worker_unpickling_a_kernel_object_starts_no_cuda(
     assert nvml_calls(tmp_path).count("nvmlDeviceGetCudaComputeCapability") == 2
 
 
-def test_without_nvml_the_archs_are_not_checked_and_verbose_says_so(
-    cdn: CdnServer, tmp_path: Path
+def test_when_nvml_cannot_tell_the_archs_are_not_checked_and_verbose_says_so(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:
     publish(cdn.root, 1, BUILDS)
-    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=None)}
+    # The driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED); a machine without the
+    # library at all is test_a_machine_without_nvml_leaves_the_arch_unknown.
+    cannot_tell = {"STAND_IN_NVML_INIT_ERROR": "9"}
+    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=cannot_tell)}
     command = [sys.executable, "-m", "flashhub_kernels", "-v", "get", REPO, "--version", "1"]
     command += ["--json"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
@@ -374,7 +377,7 @@ def test_without_nvml_the_archs_are_not_checked_and_verbose_says_so(
     assert "the CUDA device's arch is unknown, so the archs builds list are not checked" in (
         result.stderr
     )
-    assert "libnvidia-ml.so.1 could not be loaded" in result.stderr
+    assert "NVML cannot tell: nvmlInit_v2 failed with NVML error 9" in result.stderr
     assert context_requests(tmp_path) == []
 
 

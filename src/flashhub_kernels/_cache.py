@@ -14,6 +14,7 @@ Layout under the cache root::
         .locks/<variant>.lock             download mutex: one downloader per entry
     .locks/<org>/<pkg>/v<N>.lock          index mutex: one process at a time chooses a variant
     versions-seen.json                    the newest version seen listed (see _versions_seen)
+    gpus                                  NVML's answer: GPU UUID -> capability (_device_arch)
 
 An entry appears only by renaming a verified staging directory into place, so readers
 never see a partial one. A published version never changes, so a committed entry is

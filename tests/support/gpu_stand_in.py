@@ -36,23 +36,21 @@ def nvml_gpus(*gpus: StandInGpu) -> str:
 
 
 def gpu_machine_env(
-    logs: Path, *gpus: StandInGpu, nvml: Path | None, extra: dict[str, str] | None = None
+    logs: Path, *gpus: StandInGpu, nvml: Path, extra: dict[str, str] | None = None
 ) -> dict[str, str]:
     """The environment of a child process on a machine with ``gpus`` and a CUDA torch:
-    NVML is the stand-in in the directory ``nvml`` (``None``: no NVML at all), and both
+    NVML is the stand-in in the directory ``nvml`` (found before a real one), and both
     stand-ins write what they were asked into files under ``logs`` (see
     :func:`context_requests`)."""
     path = [str(HERE / "cuda_stand_in"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {
+    return {
         "PYTHONPATH": os.pathsep.join(path),
         "STAND_IN_CUDA_LOG": str(logs / "cuda.log"),
         "STAND_IN_NVML_LOG": str(logs / "nvml.log"),
         "STAND_IN_NVML_GPUS": nvml_gpus(*gpus),
+        "LD_LIBRARY_PATH": str(nvml),
         **(extra or {}),
     }
-    if nvml is not None:
-        env["LD_LIBRARY_PATH"] = str(nvml)
-    return env
 
 
 def context_requests(logs: Path) -> list[str]:
