@@ -293,20 +293,23 @@ import multiprocessing, torch
 
 def load(queue):
     try:
-        import flashhub.acme.relu.v2 as k
+        import flashhub.acme.relu.v{version} as k
         queue.put((k.marker(), torch.cuda.is_initialized()))
     except BaseException as exc:
         queue.put(repr(exc))
 
 if __name__ == "__main__":
-    torch.cuda.init()  # the parent uses its GPU, then forks workers
+    {use_cuda}  # the parent uses its GPU, then forks a worker
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     worker = context.Process(target=load, args=(queue,))
     worker.start()
-    print(queue.get(timeout=60))
+    print(queue.get(timeout=120))
     worker.join()
-    import flashhub.acme.relu.v1 as k  # the parent asks torch, CUDA being initialized
+"""
+# Then the parent loads v1 itself, asking torch: CUDA is initialized in it.
+PARENT_LOADS = """
+    import flashhub.acme.relu.v1 as k
     print(k.marker())
 """
 
@@ -333,7 +336,8 @@ def test_a_worker_forked_after_cuda_was_initialized_imports_a_kernel(
     publish(cdn.root, 1, BUILDS)
     publish(cdn.root, 2, BUILDS)
     env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir)
-    worker, parent = run_script(tmp_path, FORKED_AFTER_CUDA, env).splitlines()
+    script = FORKED_AFTER_CUDA.format(version=2, use_cuda="torch.cuda.init()") + PARENT_LOADS
+    worker, parent = run_script(tmp_path, script, env).splitlines()
     assert worker == repr((_chosen(CU124, 2), False))  # NVML: the H100
     assert parent == _chosen(CU126)  # torch: the stand-in's initialized device, 8.6
     assert context_requests(tmp_path) == []
@@ -431,27 +435,6 @@ def test_on_a_gpu_an_import_reads_the_device_and_creates_no_cuda_context(cdn: Cd
         assert out.split() == [_chosen("torch-cuda"), "False"]
 
 
-REAL_FORK = """
-import multiprocessing, torch
-
-def load(queue):
-    try:
-        import flashhub.acme.relu.v1 as k
-        queue.put(k.marker())
-    except BaseException as exc:
-        queue.put(repr(exc))
-
-if __name__ == "__main__":
-    torch.zeros(1, device="cuda")  # the parent uses its GPU, then forks a worker
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    worker = context.Process(target=load, args=(queue,))
-    worker.start()
-    print(queue.get(timeout=120))
-    worker.join()
-"""
-
-
 @pytest.mark.gpu
 def test_on_a_gpu_a_worker_forked_after_cuda_imports_a_kernel(
     cdn: CdnServer, tmp_path: Path
@@ -460,4 +443,5 @@ def test_on_a_gpu_a_worker_forked_after_cuda_imports_a_kernel(
 
     builds: dict[str, list[str] | None] = {local_variant(): ["5.0a"], "torch-cuda": None}
     publish(cdn.root, 1, builds)
-    assert run_script(tmp_path, REAL_FORK).split() == [_chosen("torch-cuda")]
+    script = FORKED_AFTER_CUDA.format(version=1, use_cuda='torch.zeros(1, device="cuda")')
+    assert run_script(tmp_path, script).strip() == repr((_chosen("torch-cuda"), False))
