@@ -146,6 +146,13 @@ def variant_name(backend: str = "cpu") -> str:
     return client
 
 
+_USUAL_CUDA_HOME = "/usr/local/cuda"
+
+
+def _has_cuda_runtime(home: str | None) -> bool:
+    return bool(home) and any(Path(str(home)).glob("lib*/libcudart.so*"))
+
+
 def cuda_backend() -> tuple[str | None, str]:
     """``("cu<MAJ><MIN>", "")`` when a CUDA build is possible, else ``(None, reason)``."""
     import torch
@@ -158,10 +165,13 @@ def cuda_backend() -> tuple[str | None, str]:
     if not (nvcc and nvcc.is_file()) and shutil.which("nvcc") is None:
         return None, "nvcc was not found (set CUDA_HOME)"
     # torch links the CUDA runtime from CUDA_HOME, which it guesses from where nvcc is
-    # found: a wrapper script outside the toolkit (/usr/local/bin/nvcc) misleads it.
-    home = Path(CUDA_HOME or "/")
-    if not CUDA_HOME or not any(home.glob("lib*/libcudart.so*")):
-        return None, f"CUDA_HOME={CUDA_HOME} has no CUDA runtime (set it to the CUDA toolkit)"
+    # found: a wrapper script outside the toolkit (/usr/local/bin/nvcc) misleads it. Then
+    # the toolkit's usual place, where torch looks when nvcc is not on PATH, is tried; the
+    # compiler processes inherit the choice.
+    if not _has_cuda_runtime(CUDA_HOME):
+        if "CUDA_HOME" in os.environ or not _has_cuda_runtime(_USUAL_CUDA_HOME):
+            return None, f"CUDA_HOME={CUDA_HOME} has no CUDA runtime (set it to the CUDA toolkit)"
+        os.environ["CUDA_HOME"] = _USUAL_CUDA_HOME
     major, minor = torch.version.cuda.split(".")[:2]
     return f"cu{major}{minor}", ""
 
