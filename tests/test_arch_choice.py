@@ -182,6 +182,21 @@ def test_download_of_a_lock_for_another_machine_fills_the_cache_its_loads_use_of
     assert ok_json(again)["results"][0]["status"] == "cached"
 
 
+def test_download_for_another_machine_fetches_each_manifest_once(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    project = write_project(tmp_path / "project", {REPO: ">=1"})
+    assert flashhub("lock", project).returncode == 0
+    cdn.clear_log()
+    args = ["download", project, "--system", SYSTEM, "--cuda-capability", "9.0", "--json"]
+    (downloaded,) = ok_json(flashhub(*args))["results"]
+    assert (downloaded["variant"], downloaded["status"]) == (CU124, "downloaded")
+    manifests = cdn.gets("/metadata.json")
+    assert sorted(manifests) == sorted(set(manifests))  # CU126's, passed over, and CU124's
+    assert len(manifests) == 2
+
+
 def test_download_for_all_variants_takes_no_machine(cdn: CdnServer, tmp_path: Path) -> None:
     publish(cdn.root, 1, BUILDS)
     project = write_project(tmp_path / "project", {REPO: ">=1"})

@@ -481,9 +481,11 @@ def download_entry(
     *,
     expected_hash: str | None = None,
     expected_signer: str | None = None,
+    document: ManifestDocument | None = None,
 ) -> CommittedEntry:
     """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time
-    (:func:`make_entry` under the entry's download mutex)."""
+    (:func:`make_entry`, which says what the arguments are, under the entry's download
+    mutex)."""
     with cache.download_mutex(info, variant):
         return make_entry(
             cache,
@@ -492,6 +494,7 @@ def download_entry(
             variant,
             expected_hash=expected_hash,
             expected_signer=expected_signer,
+            document=document,
         )
 
 

@@ -537,11 +537,18 @@ def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path
     return entry, ""
 
 
-def fetch_locked(cache: Cache, fetcher: Fetcher, locked: LockedKernel, variant: str) -> Path:
+def fetch_locked(
+    cache: Cache,
+    fetcher: Fetcher,
+    locked: LockedKernel,
+    variant: str,
+    document: ManifestDocument | None = None,
+) -> Path:
     """Download a locked variant into the cache; raise unless it holds the locked bytes.
 
-    The manifest is checked against the lock before any file is fetched: a CDN object
-    changed after locking is caught even when its ``metadata.json`` was changed to match.
+    The manifest (``document`` when choosing the variant fetched it already) is checked
+    against the lock before any file is fetched: a CDN object changed after locking is
+    caught even when its ``metadata.json`` was changed to match.
     """
     return download_entry(
         cache,
@@ -550,6 +557,7 @@ def fetch_locked(cache: Cache, fetcher: Fetcher, locked: LockedKernel, variant: 
         variant,
         expected_hash=locked.variants[variant],
         expected_signer=locked.signers.get(variant),
+        document=document,
     ).path
 
 
@@ -651,14 +659,21 @@ def _download_kernel(
         return [LockedDownload(locked.repo_id, locked.version, None, "failed", error=str(exc))]
     finally:
         reader.record()  # the variants passed over: a load there passes over them too
-    results = [_download_variant(cache, fetcher, locked, variant) for variant in variants]
+    results = [
+        _download_variant(cache, fetcher, locked, variant, reader.documents.get(variant))
+        for variant in variants
+    ]
     # Offline loads pick their variant from this index, without asking the CDN.
     cache.record_index(locked.info, _lock_index(locked, system))
     return results
 
 
 def _download_variant(
-    cache: Cache, fetcher: Fetcher, locked: LockedKernel, variant: str
+    cache: Cache,
+    fetcher: Fetcher,
+    locked: LockedKernel,
+    variant: str,
+    document: ManifestDocument | None,
 ) -> LockedDownload:
     def result(status: str, path: Path | None = None, error: str | None = None) -> LockedDownload:
         return LockedDownload(locked.repo_id, locked.version, variant, status, path, error)
@@ -667,7 +682,7 @@ def _download_variant(
     if entry is not None:
         return result("cached", entry)
     try:
-        return result("downloaded", fetch_locked(cache, fetcher, locked, variant))
+        return result("downloaded", fetch_locked(cache, fetcher, locked, variant, document))
     except FlashhubError as exc:
         return result("failed", error=str(exc))
 
