@@ -116,6 +116,15 @@ def test_info_from_a_file_mirror_and_without_head_support(cdn: CdnServer) -> Non
     assert variant["bytes"] is None, "the test server answers HEAD with 501: size unknown"
 
 
+def test_info_on_a_probed_version_fetches_each_manifest_once(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL], with_variants_json=False)
+    [variant] = ok_json(flashhub("info", REPO, "--version", "1", "--json"))["variants"]
+    assert variant["variant"] == UNIVERSAL
+    manifests = cdn.gets("/metadata.json")  # the probe's, most of them not found
+    assert f"/kernels/{REPO}/v1/build/{UNIVERSAL}/metadata.json" in manifests
+    assert len(manifests) == len(set(manifests))
+
+
 def test_get_downloads_one_kernel(cdn: CdnServer, cache_dir: Path) -> None:
     publish_tensor_tricks(cdn.root)
 

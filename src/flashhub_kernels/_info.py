@@ -172,10 +172,12 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
     if config.offline:
         return describe_cached(Cache.from_config(config), info, system)
     with remote(config) as fetcher:
-        index = fetch_index(fetcher, info, system, probe_all=True)
+        probed: dict[str, ManifestDocument] = {}  # what a probe fetched already
+        index = fetch_index(fetcher, info, system, probe_all=True, documents=probed)
         verdicts = judge_variants(sorted(index.present), system)
         documents: dict[str, ManifestDocument] = {
-            r.variant: get_listed_manifest(fetcher, info, r.variant) for r in verdicts
+            r.variant: probed.get(r.variant) or get_listed_manifest(fetcher, info, r.variant)
+            for r in verdicts
         }
         manifests = {name: document.manifest for name, document in documents.items()}
         signatures = {name: _signature(fetcher, info, name, doc) for name, doc in documents.items()}
