@@ -259,11 +259,11 @@ def test_rocm_devices_come_from_the_kfd_topology_cpus_left_out(
 # -- a kernel import, in the forms a user runs it -----------------------------------------------
 
 SHOW = """
-import os, torch
+import os, sys, torch
 import flashhub_kernels._device_arch
 flashhub_kernels._device_arch.PROC_GPUS = os.environ["STAND_IN_PROC_GPUS"]
 import flashhub.acme.relu.v1 as k
-print(k.marker(), torch.cuda.is_initialized())
+print(k.marker(), torch.cuda.is_initialized(), "flashhub_kernels._nvml" in sys.modules)
 """
 
 
@@ -281,7 +281,8 @@ def test_an_import_judges_the_device_by_nvml_cold_and_warm_and_starts_no_cuda(
     cold = run_python(SHOW, env=env)
     cdn.clear_log()
     warm = run_python(SHOW, env=env)
-    assert cold.split() == warm.split() == [_chosen(CU124), "False"]  # 9.0a fits the H100
+    assert cold.split() == [_chosen(CU124), "False", "True"]  # 9.0a fits the H100
+    assert warm.split() == [_chosen(CU124), "False", "False"]  # the record: NVML not loaded
     assert cdn.gets() == []
     assert context_requests(tmp_path) == []
     # NVML answered the cold load; the warm one read the cache's record of that answer.

@@ -82,13 +82,11 @@ def _read_cuda_capability() -> DeviceArch:
     if torch is not None and torch.cuda.is_initialized():
         major, minor = torch.cuda.get_device_capability()
         return DeviceArch((major, minor), source="torch, CUDA being initialized")
-    from ._nvml import NvmlError
-
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     migs = tuple(e.strip() for e in (visible or "").split(",") if e.strip().startswith("MIG-"))
     try:
         gpus, mig_parents, read_from = _nvidia_gpus(migs)
-    except NvmlError as exc:
+    except OSError as exc:  # NvmlError: caught as its base, so a warm load skips _nvml
         return DeviceArch(source=f"NVML cannot tell: {exc}")
     ordered = cuda_order(gpus, os.environ.get("CUDA_DEVICE_ORDER"))
     aliases = {mig: ordered.index(gpu) for mig, gpu in mig_parents.items() if gpu in ordered}
@@ -108,12 +106,13 @@ def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]
         NvmlError: NVML was needed, and cannot tell.
     """
     from ._config import cache_root
-    from ._nvml import read_gpus
 
     record = cache_root() / GPU_RECORD
     known = None if migs else recorded_gpus(PROC_GPUS, read_record(record))
     if known:
         return known, {}, f"{record} (NVML's earlier answer)"
+    from ._nvml import read_gpus
+
     facts, mig_facts = read_gpus(migs)
     gpus = [Gpu(*gpu) for gpu in facts]
     write_record(record, gpus)
