@@ -46,12 +46,14 @@ CHOOSING = [f"{V1}/build/{CU126}/metadata.json", f"{V1}/build/{CU124}/metadata.j
 PAYLOAD = sorted(f"{V1}/build/{CU124}/{path}" for path in kernel_files(PY_PKG, ""))
 
 # One interpreter imports the cold path's modules, then forks the processes, which load
-# the kernel as the GPU node once all are forked: each reads one byte of a pipe, and all
-# the bytes are written at once.
-LOAD_AS_GPU_NODE = f"""
-import os, sys, traceback
+# the kernel (as the machine its second argument names, in JSON: install_kernel's
+# arguments) once all are forked: each reads one byte of a pipe, and all the bytes are
+# written at once.
+LOAD_AT_ONCE = f"""
+import json, os, sys, traceback
 import flashhub_kernels as fk
 import flashhub_kernels._download  # imported once, for every process forked below
+machine = json.loads(sys.argv[2])
 gate, release = os.pipe()
 children = []
 for _ in range(int(sys.argv[1])):
@@ -60,7 +62,7 @@ for _ in range(int(sys.argv[1])):
         os.close(release)
         os.read(gate, 1)
         try:
-            entry = fk.install_kernel({REPO!r}, version=1, **{GPU_NODE!r})
+            entry = fk.install_kernel({REPO!r}, version=1, **machine)
             os.write(1, f"{{entry.name}}\\n".encode())  # one write: lines do not mix
         except BaseException:
             traceback.print_exc()
@@ -73,10 +75,11 @@ sys.exit(sum(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in ch
 """
 
 
-def publish(root: Path, *, listed: bool) -> None:
-    """``REPO`` v1 with ``BUILDS``, each ``metadata.json`` declaring its CUDA archs;
-    ``listed``: with a variants.json."""
-    for variant, archs in BUILDS.items():
+def publish(root: Path, *, listed: bool, builds: dict[str, list[str] | None] | None = None) -> None:
+    """``REPO`` v1 with ``builds`` (default ``BUILDS``), each ``metadata.json`` declaring
+    its CUDA archs; ``listed``: with a variants.json."""
+    builds = builds or BUILDS
+    for variant, archs in builds.items():
         files = kernel_files(PY_PKG, f"{REPO}@v1:{variant}")
         metadata: dict[str, object] = {
             "digest": {"files": {path: b64sha256(data) for path, data in sorted(files.items())}}
@@ -86,22 +89,23 @@ def publish(root: Path, *, listed: bool) -> None:
         write_variant(root, REPO, 1, variant, files, manifest=metadata)
     repo_dir = root / "kernels" / REPO
     if listed:
-        (repo_dir / "v1" / "variants.json").write_text(json.dumps(sorted(BUILDS)))
+        (repo_dir / "v1" / "variants.json").write_text(json.dumps(sorted(builds)))
     (repo_dir / "versions.json").write_text("[1]")
 
 
-def with_latency(cdn: CdnServer) -> None:
-    """Answer each ``metadata.json`` a while after it is asked for, as a distant CDN
-    does: the other processes are waiting meanwhile."""
-    for variant in BUILDS:
+def with_latency(cdn: CdnServer, variants: list[str] | None = None) -> None:
+    """Answer each ``metadata.json`` (of ``variants``, default ``BUILDS``'s) a while after
+    it is asked for, as a distant CDN does: the other processes are waiting meanwhile."""
+    for variant in variants or BUILDS:
         cdn.inject(f"kernels/{REPO}/v1/build/{variant}/metadata.json", delayed(0.3))
 
 
-def load_at_once(processes: int = PROCESSES) -> list[str]:
-    """Run :data:`LOAD_AS_GPU_NODE` in ``processes`` processes released together; the
-    variant each loaded."""
+def load_at_once(processes: int = PROCESSES, machine: dict[str, str] | None = None) -> list[str]:
+    """Run :data:`LOAD_AT_ONCE` in ``processes`` processes released together, as
+    ``machine`` (default ``GPU_NODE``; ``{}``: this one); the variant each loaded."""
+    machine = GPU_NODE if machine is None else machine
     result = subprocess.run(
-        [sys.executable, "-c", LOAD_AS_GPU_NODE, str(processes)],
+        [sys.executable, "-c", LOAD_AT_ONCE, str(processes), json.dumps(machine)],
         capture_output=True,
         text=True,
         env=dict(os.environ),
@@ -189,3 +193,27 @@ def test_the_process_that_chose_holds_the_download_mutex_and_the_others_need_no_
         with chosen_variant(cache, fetcher, info, node) as second:
             assert second == Choice(CU124, None)
     assert cdn.gets() == []
+
+
+# -- on a real GPU ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_processes_that_read_the_device_fetch_each_url_once(cdn: CdnServer) -> None:
+    from support.trees import local_variant
+
+    probe = "import torch; print('{}.{}'.format(*torch.cuda.get_device_capability()))"
+    capability = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    # This machine's exact build runs on no device: only a reading of this one, in each
+    # process, takes torch-cuda.
+    builds: dict[str, list[str] | None] = {
+        local_variant(): ["5.0a"],
+        "torch-cuda": [capability],
+        UNIVERSAL: None,
+    }
+    publish(cdn.root, listed=True, builds=builds)
+    with_latency(cdn, list(builds))
+    assert load_at_once(machine={}) == ["torch-cuda"] * PROCESSES
+    assert fetched_more_than_once(cdn) == {}
