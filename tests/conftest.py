@@ -135,6 +135,14 @@ def run_python(
     return result.stdout
 
 
+def device_capability() -> tuple[int, int]:
+    """The compute capability of GPU 0 as torch reads it, asked in a child process (CUDA
+    initialized in a pytest worker would break the tests that fork after it there)."""
+    out = run_python("import torch; print(*torch.cuda.get_device_capability(0))")
+    major, minor = out.split()
+    return int(major), int(minor)
+
+
 def import_in_child(
     module: str, *, env: dict[str, str] | None = None
 ) -> tuple[type[BaseException], str]:

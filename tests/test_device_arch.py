@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_python
+from conftest import device_capability, run_python
 from flashhub_kernels import _device_arch, _nvml
 from flashhub_kernels._device_arch import (
     Gpu,
@@ -404,9 +404,7 @@ def test_verbose_says_where_the_capability_was_read(
 
 
 def _real_capability() -> str:
-    """The device's capability as torch reads it (in a child: CUDA stays off here)."""
-    code = "import torch; print('{}.{}'.format(*torch.cuda.get_device_capability()))"
-    return run_python(code).strip()
+    return "{}.{}".format(*device_capability())
 
 
 REAL_SHOW = """

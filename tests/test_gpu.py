@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, run_python
+from conftest import EXAMPLES, device_capability, run_python
 from flashhub_kernels._archs import arch_mismatch, read_target
 from flashhub_kernels._publish import publish
 from support.cdn_server import CdnServer
@@ -35,13 +35,6 @@ def published_cuda(cdn: CdnServer, built_cuda: list[Any]) -> CdnServer:
     for kernel in built_cuda:
         publish(kernel.build_dir, repo_id=kernel.repo_id, version=kernel.version, out=cdn.root)
     return cdn
-
-
-def device_capability() -> tuple[int, int]:
-    """The compute capability of GPU 0, asked in a child process."""
-    out = run_python("import torch; print(*torch.cuda.get_device_capability(0))")
-    major, minor = out.split()
-    return int(major), int(minor)
 
 
 def test_the_examples_build_a_cuda_variant_for_this_gpu(built_cuda: list[Any]) -> None:

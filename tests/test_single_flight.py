@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
+from conftest import device_capability
 from flashhub_kernels._cache import Cache
 from flashhub_kernels._config import get_config
 from flashhub_kernels._download import Choice, chosen_variant, remote
@@ -202,10 +203,7 @@ def test_the_process_that_chose_holds_the_download_mutex_and_the_others_need_no_
 def test_on_a_gpu_processes_that_read_the_device_fetch_each_url_once(cdn: CdnServer) -> None:
     from support.trees import local_variant
 
-    probe = "import torch; print('{}.{}'.format(*torch.cuda.get_device_capability()))"
-    capability = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    capability = "{}.{}".format(*device_capability())
     # This machine's exact build runs on no device: only a reading of this one, in each
     # process, takes torch-cuda.
     builds: dict[str, list[str] | None] = {

@@ -96,12 +96,13 @@ def parse_cuda_arch(arch: str) -> tuple[int, int, str, bool] | None:
     arch = arch.removesuffix("+PTX")
     suffix = arch[-1:] if arch.endswith(("a", "f")) else ""
     major, dot, minor = arch[: len(arch) - len(suffix)].partition(".")
-    if not (dot and _is_number(major) and _is_number(minor)):
+    if not (dot and is_digits(major) and is_digits(minor)):
         return None
     return int(major), int(minor), suffix, ptx
 
 
-def _is_number(text: str) -> bool:
+def is_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits (``str.isdigit`` alone takes ``²``)."""
     return text.isascii() and text.isdigit()
 
 

@@ -32,6 +32,7 @@ import logging
 import os
 import sys
 
+from ._archs import is_digits, parse_cuda_arch
 from ._record import Record
 
 TYPE_CHECKING = False
@@ -172,9 +173,9 @@ def read_record(path: Path) -> dict[str, tuple[int, int]]:
         return {}
     record = {}
     for uuid, _, capability in (line.partition(" ") for line in lines):
-        major, _, minor = capability.partition(".")
-        if major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit():
-            record[uuid] = (int(major), int(minor))
+        parsed = parse_cuda_arch(capability)
+        if parsed is not None and parsed[2:] == ("", False):  # MAJOR.MINOR, nothing more
+            record[uuid] = parsed[:2]
     return record
 
 
@@ -221,7 +222,7 @@ def select_visible(
 
 
 def _position(entry: str, uuids: Sequence[str], aliases: Mapping[str, int]) -> int | None:
-    if entry.isascii() and entry.isdigit():
+    if is_digits(entry):
         return int(entry) if int(entry) < len(uuids) else None
     if entry in aliases:
         return aliases[entry]
@@ -256,7 +257,7 @@ def kfd_gpus(nodes: str) -> list[tuple[str, str]]:
     """``(uuid, gfx target)`` of each GPU in the amdgpu topology at ``nodes``, in its
     order (CPU nodes, whose ``gfx_target_version`` is 0, left out)."""
     try:
-        names = sorted((n for n in os.listdir(nodes) if n.isdigit()), key=int)
+        names = sorted((n for n in os.listdir(nodes) if is_digits(n)), key=int)
     except OSError:
         return []
     gpus = []
@@ -275,7 +276,7 @@ def _kfd_properties(path: str) -> dict[str, int]:
     except OSError:
         return {}
     pairs = (line.split() for line in lines)
-    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isascii() and p[1].isdigit()}
+    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and is_digits(p[1])}
 
 
 def gfx_target(version: int) -> str:

@@ -473,31 +473,6 @@ def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInf
 # -- the entry ---------------------------------------------------------------------------
 
 
-def download_entry(
-    cache: Cache,
-    fetcher: Fetcher,
-    info: RepoInfo,
-    variant: str,
-    *,
-    expected_hash: str | None = None,
-    expected_signer: str | None = None,
-    document: ManifestDocument | None = None,
-) -> CommittedEntry:
-    """Make ``cache.entry_dir(info, variant)`` a verified entry; one downloader at a time
-    (:func:`make_entry`, which says what the arguments are, under the entry's download
-    mutex)."""
-    with cache.download_mutex(info, variant):
-        return make_entry(
-            cache,
-            fetcher,
-            info,
-            variant,
-            expected_hash=expected_hash,
-            expected_signer=expected_signer,
-            document=document,
-        )
-
-
 def make_entry(
     cache: Cache,
     fetcher: Fetcher,

@@ -38,7 +38,7 @@ from ._cdn_documents import (
 from ._config import PYPROJECT_NAME, Config, get_config
 from ._download import (
     ManifestReader,
-    download_entry,
+    make_entry,
     newest_fitting_version,
     published_versions,
     remote,
@@ -550,15 +550,16 @@ def fetch_locked(
     against the lock before any file is fetched: a CDN object changed after locking is
     caught even when its ``metadata.json`` was changed to match.
     """
-    return download_entry(
-        cache,
-        fetcher,
-        locked.info,
-        variant,
-        expected_hash=locked.variants[variant],
-        expected_signer=locked.signers.get(variant),
-        document=document,
-    ).path
+    with cache.download_mutex(locked.info, variant):
+        return make_entry(
+            cache,
+            fetcher,
+            locked.info,
+            variant,
+            expected_hash=locked.variants[variant],
+            expected_signer=locked.signers.get(variant),
+            document=document,
+        ).path
 
 
 # -- pre-downloading ----------------------------------------------------------------------

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from functools import cache
 
-from ._archs import gfx_name, parse_cuda_arch
+from ._archs import gfx_name, is_digits, parse_cuda_arch
 from ._record import Record, frozen_error
 from ._text import escape_controls
 
@@ -64,11 +64,6 @@ _PLATFORM_MAX = 32
 NOARCH_BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "neuron", "tpu", "npu")
 
 
-def _is_digits(text: str) -> bool:
-    """Whether ``text`` is one or more ASCII digits (``str.isdigit`` alone takes ``²``)."""
-    return text.isascii() and text.isdigit()
-
-
 def _framework_version(
     token: str, prefix: str, *, zero_major: bool = False
 ) -> tuple[int, int] | None:
@@ -76,7 +71,7 @@ def _framework_version(
     (``0`` only if ``zero_major``) and one or two of minor, where ``05`` (the zero-padded
     form of the 0.1.2 release) means 5. ``None`` if ``token`` is not of that form."""
     digits = token[len(prefix) :] if token.startswith(prefix) else ""
-    if not (2 <= len(digits) <= 3 and _is_digits(digits)):
+    if not (2 <= len(digits) <= 3 and is_digits(digits)):
         return None
     if digits[0] == "0" and not zero_major:
         return None
@@ -90,7 +85,7 @@ def _is_backend_tag(tag: str) -> bool:
         if tag.startswith(prefix):
             digits = tag[len(prefix) :]
             fits = least <= len(digits) and (most is None or len(digits) <= most)
-            return fits and (not digits or _is_digits(digits))
+            return fits and (not digits or is_digits(digits))
     return False
 
 
@@ -673,7 +668,7 @@ def _normalize_os(platform_name: str) -> str:
 def _major_minor(version: str) -> tuple[int, int] | None:
     """``"2.13.0+cpu"`` -> ``(2, 13)``, ``"8.1.RC1"`` -> ``(8, 1)``; ``None`` if unparsable."""
     parts = version.split(".")[:2]
-    if len(parts) == 2 and all(_is_digits(part) for part in parts):
+    if len(parts) == 2 and all(is_digits(part) for part in parts):
         return int(parts[0]), int(parts[1])
     return None
 
