@@ -210,6 +210,15 @@ def test_a_cache_that_cannot_be_written_keeps_no_record(
     assert listed.read_text().count("nvmlInit_v2") == 2
 
 
+def test_a_library_without_nvml_s_functions_leaves_the_arch_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_nvml, "LIBRARY", "libc.so.6")  # loads, and holds no NVML
+    reading = _device_arch._read_cuda_capability()
+    assert reading.capability is None
+    assert "libc.so.6 has no nvmlInit_v2" in reading.source
+
+
 # -- ROCm: the amdgpu topology in sysfs ---------------------------------------------------------
 
 

@@ -19,6 +19,17 @@ if TYPE_CHECKING:
 LIBRARY = "libnvidia-ml.so.1"
 _SUCCESS = 0
 _UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+_FUNCTIONS = (
+    "nvmlInit_v2",
+    "nvmlShutdown",
+    "nvmlDeviceGetCount_v2",
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetCudaComputeCapability",
+)
 
 
 class NvmlError(OSError):
@@ -58,9 +69,13 @@ def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[GpuFacts], dict[str
 
 def _load() -> ctypes.CDLL:
     try:
-        return ctypes.CDLL(LIBRARY)
+        nvml = ctypes.CDLL(LIBRARY)
     except OSError as exc:
         raise NvmlError(f"{LIBRARY} could not be loaded ({exc})") from None
+    missing = [name for name in _FUNCTIONS if not hasattr(nvml, name)]
+    if missing:  # a driver older than these calls, or not NVML at all
+        raise NvmlError(f"{LIBRARY} has no {', '.join(missing)}")
+    return nvml
 
 
 def _check(code: int, call: str) -> None:
