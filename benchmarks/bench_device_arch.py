@@ -43,7 +43,7 @@ os._exit(0)  # torch's teardown is slow and not measured
 def publish_kernels(work: Path, capability: str) -> Path:
     """The two kernels in a mirror under ``work``; returns the mirror's directory."""
     from flashhub_kernels._publish import publish
-    from flashhub_kernels._variants import build_variant_name, detect_system
+    from flashhub_kernels._variants.system import build_variant_name, detect_system
 
     variant = build_variant_name(detect_system())
     mirror = work / "mirror"
@@ -84,7 +84,7 @@ def measure(work: Path, runs: int) -> int:
     """Publish, load and time the kernels under ``work`` (see the module docstring)."""
     import torch
 
-    from flashhub_kernels._device_arch import cuda_capability
+    from flashhub_kernels._variants.device_arch import cuda_capability
 
     os.environ["FLASHHUB_CACHE_DIR"] = str(work)  # the GPUs' record too: not the user's cache
     reading = cuda_capability()

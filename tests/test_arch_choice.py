@@ -12,8 +12,8 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
-from flashhub_kernels._lock import lock_project
-from flashhub_kernels._variants import SystemInfo, detect_system
+from flashhub_kernels._lockfiles.locking import lock_project
+from flashhub_kernels._variants.system import SystemInfo, detect_system
 from flashhub_kernels.errors import NoCompatibleVariantError
 from support.cdn_server import CdnServer
 from support.cli_runner import OFFLINE, flashhub, ok_json
@@ -67,8 +67,8 @@ def cached_variants(cache_dir: Path, version: int = 1) -> list[str]:
 def as_gpu_node(capability: tuple[int, int], code: str) -> str:
     """Python code that resolves kernels as a GPU node of ``capability`` would, then ``code``."""
     return (
-        "import flashhub_kernels._variant_choice as choice\n"
-        "from flashhub_kernels._variants import SystemInfo\n"
+        "import flashhub_kernels._variants.choice as choice\n"
+        "from flashhub_kernels._variants.system import SystemInfo\n"
         "node = SystemInfo((2, 13), True, 'cuda', 'cu126', 'x86_64', 'linux', "
         f"{capability!r})\n"
         "choice.detect_system = lambda: node\n" + code

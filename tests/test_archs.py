@@ -9,8 +9,10 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from flashhub_kernels import _variants
-from flashhub_kernels._archs import (
+from flashhub_kernels._cache.layout import VariantIndex
+from flashhub_kernels._models.names import RepoInfo
+from flashhub_kernels._variants import system as _variants
+from flashhub_kernels._variants.archs import (
     BuildTarget,
     arch_mismatch,
     cuda_arch_runs_on,
@@ -19,15 +21,13 @@ from flashhub_kernels._archs import (
     rocm_archs_support,
     target_from_json,
 )
-from flashhub_kernels._cache import VariantIndex
-from flashhub_kernels._names import RepoInfo
-from flashhub_kernels._variant_choice import (
+from flashhub_kernels._variants.choice import (
     best_variant,
     choose_variant,
     judge_builds,
     pick_cached_variant,
 )
-from flashhub_kernels._variants import (
+from flashhub_kernels._variants.system import (
     SystemInfo,
     VariantAccepted,
     VariantNameError,
@@ -445,7 +445,8 @@ def test_the_device_is_asked_of_torch_only_once_it_initialized_cuda(
 ) -> None:
     import torch
 
-    from flashhub_kernels import _device_arch, _nvml
+    from flashhub_kernels._variants import device_arch as _device_arch
+    from flashhub_kernels._variants import nvml as _nvml
 
     probe = _variants._probed.__wrapped__  # not the per-process cache
     local = H100._replace(cuda_capability=None, probe_device=True)

@@ -191,8 +191,8 @@ def test_eight_processes_import_one_cold_kernel_and_each_file_is_fetched_once(
 
 def test_second_commit_of_an_entry_is_dropped(tmp_path: Path) -> None:
     """With flock broken, two processes may both download; the first rename wins."""
-    from flashhub_kernels._cache import Cache
-    from flashhub_kernels._names import RepoInfo
+    from flashhub_kernels._cache.layout import Cache
+    from flashhub_kernels._models.names import RepoInfo
 
     cache, info = Cache(tmp_path / "c"), RepoInfo(REPO, 1)
     entry = cache.entry_dir(info, "torch-universal")
@@ -209,8 +209,8 @@ def test_a_failed_index_write_leaves_the_old_index_and_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rename fails (a full disk, a read-only cache): nothing half-written stays."""
-    from flashhub_kernels._cache import Cache, VariantIndex
-    from flashhub_kernels._names import RepoInfo
+    from flashhub_kernels._cache.layout import Cache, VariantIndex
+    from flashhub_kernels._models.names import RepoInfo
     from flashhub_kernels.errors import CacheError
 
     cache, info = Cache(tmp_path / "c"), RepoInfo(REPO, 1)

@@ -20,11 +20,11 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
-from flashhub_kernels._deferred_gc import collection_paused
-from flashhub_kernels._filesystem import write_atomic
-from flashhub_kernels._hashing import HashingWriter
-from flashhub_kernels._reserve import MIN_RESERVED_BYTES
-from flashhub_kernels._transport import MAX_PARALLEL_FILES
+from flashhub_kernels._network.deferred_gc import collection_paused
+from flashhub_kernels._network.hashing import HashingWriter
+from flashhub_kernels._network.reserve import MIN_RESERVED_BYTES
+from flashhub_kernels._network.transport import MAX_PARALLEL_FILES
+from flashhub_kernels._utils.filesystem import write_atomic
 from support.cdn_server import CdnHandler, CdnServer
 from support.trees import kernel_files, write_blob_kernel, write_variant
 
@@ -213,7 +213,7 @@ def test_a_cache_without_room_for_a_file_is_refused_before_the_file_is_fetched(
 # fill the disk, even for a moment. Run in a 32 MiB ext4 of the test's own.
 ABSURD_SIZE = """
 import os, sys
-from flashhub_kernels._reserve import reserve
+from flashhub_kernels._network.reserve import reserve
 fd = os.open(os.path.join(sys.argv[1], "weights.bin"), os.O_RDWR | os.O_CREAT, 0o644)
 try:
     reserve(fd, 0, 1 << 40)

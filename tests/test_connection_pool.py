@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import requests
 
-from flashhub_kernels._session import PoolPerOrigin, new_session
+from flashhub_kernels._network.session import PoolPerOrigin, new_session
 from support.cdn_server import CdnHandler, CdnServer, reply
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import device_capability, run_python
-from flashhub_kernels import _device_arch, _nvml
-from flashhub_kernels._device_arch import (
+from flashhub_kernels._variants import device_arch as _device_arch
+from flashhub_kernels._variants import nvml as _nvml
+from flashhub_kernels._variants.device_arch import (
     Gpu,
     cuda_capability,
     cuda_order,
@@ -269,10 +270,10 @@ def test_rocm_devices_come_from_the_kfd_topology_cpus_left_out(
 
 SHOW = """
 import os, sys, torch
-import flashhub_kernels._device_arch
-flashhub_kernels._device_arch.PROC_GPUS = os.environ["STAND_IN_PROC_GPUS"]
+import flashhub_kernels._variants.device_arch
+flashhub_kernels._variants.device_arch.PROC_GPUS = os.environ["STAND_IN_PROC_GPUS"]
 import flashhub.acme.relu.v1 as k
-print(k.marker(), torch.cuda.is_initialized(), "flashhub_kernels._nvml" in sys.modules)
+print(k.marker(), torch.cuda.is_initialized(), "flashhub_kernels._variants.nvml" in sys.modules)
 """
 
 

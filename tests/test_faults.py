@@ -21,8 +21,8 @@ import pytest
 import flashhub_kernels as fk
 from conftest import MakeCdn, free_port, plant_partial
 from flashhub_kernels._config import get_config
-from flashhub_kernels._progress import Progress
-from flashhub_kernels._transport import Fetcher, warn_if_insecure
+from flashhub_kernels._network.progress import Progress
+from flashhub_kernels._network.transport import Fetcher, warn_if_insecure
 from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
 from support.cdn_server import (
     CdnServer,
@@ -324,8 +324,8 @@ def test_sigkill_at_any_point_leaves_a_usable_cache(
 def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1, [local_variant(), "torch-cuda"])
     as_cuda = (
-        "import flashhub_kernels._variant_choice as s\n"
-        "from flashhub_kernels._variants import SystemInfo\n"
+        "import flashhub_kernels._variants.choice as s\n"
+        "from flashhub_kernels._variants.system import SystemInfo\n"
         "s.detect_system = lambda: SystemInfo((2, 12), True, 'cuda', 'cu126', 'x86_64', 'linux')\n"
         "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
     )

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from conftest import EXAMPLES, device_capability, run_python
-from flashhub_kernels._archs import arch_mismatch, read_target
 from flashhub_kernels._publish import publish
+from flashhub_kernels._variants.archs import arch_mismatch, read_target
 from support.cdn_server import CdnServer
 from support.trees import local_variant
 

@@ -32,7 +32,7 @@ from flashhub_kernels import (
     use_kernel_mapping,
 )
 from flashhub_kernels._config import get_config
-from flashhub_kernels._lockfile import LOCKFILE_NAME, read_lockfile
+from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, read_lockfile
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
 from support.hf_kernels import (

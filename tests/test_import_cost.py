@@ -32,8 +32,9 @@ HOOK_MODULES = {
     "flashhub_kernels",
     "flashhub_kernels._finder",
     "flashhub_kernels._lazy",
-    "flashhub_kernels._names",
-    "flashhub_kernels._record",
+    "flashhub_kernels._models",
+    "flashhub_kernels._models.names",
+    "flashhub_kernels._models.record",
 }
 
 # Slow to import, or not needed until something is loaded: none of them may come with
@@ -53,12 +54,12 @@ NOT_WITH_THE_HOOK = [
     "urllib3",
     "filelock",
     "http.client",
-    "flashhub_kernels._api",
+    "flashhub_kernels._loading.api",
     "flashhub_kernels._config",
-    "flashhub_kernels._variants",
-    "flashhub_kernels._obtain",
-    "flashhub_kernels._cache",
-    "flashhub_kernels._manifest",
+    "flashhub_kernels._variants.system",
+    "flashhub_kernels._cache.obtain",
+    "flashhub_kernels._cache.layout",
+    "flashhub_kernels._models.manifest",
     "flashhub_kernels.errors",
 ]
 
@@ -67,16 +68,16 @@ NOT_WITH_THE_HOOK = [
 NOT_WITH_A_WARM_LOAD = [
     "packaging",
     "tomllib",
-    "flashhub_kernels._download",
-    "flashhub_kernels._cdn_documents",
-    "flashhub_kernels._transport",
-    "flashhub_kernels._object_store",  # and fsspec, s3fs, botocore: object stores only
-    "flashhub_kernels._fsspec_mirror",
-    "flashhub_kernels._local",
-    "flashhub_kernels._lock",
-    "flashhub_kernels._lockfile",
+    "flashhub_kernels._network.download",
+    "flashhub_kernels._network.documents",
+    "flashhub_kernels._network.transport",
+    "flashhub_kernels._network.object_store",  # and fsspec, s3fs, botocore: object stores only
+    "flashhub_kernels._network.fsspec_mirror",
+    "flashhub_kernels._loading.local",
+    "flashhub_kernels._lockfiles.locking",
+    "flashhub_kernels._lockfiles.format",
     "flashhub_kernels._native",  # the kernel loaded here has no native library
-    "flashhub_kernels._filesystem",  # a warm load writes nothing
+    "flashhub_kernels._utils.filesystem",  # a warm load writes nothing
 ]
 
 
@@ -134,7 +135,7 @@ def test_lazy_names_are_listed_and_resolve() -> None:
     listed, errors, repo_info = json.loads(run_python(code))
     assert listed
     assert errors == "flashhub_kernels.errors"
-    assert repo_info == "flashhub_kernels._names"
+    assert repo_info == "flashhub_kernels._models.names"
 
 
 def _lazily_exporting_modules() -> list[str]:

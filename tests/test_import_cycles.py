@@ -146,9 +146,9 @@ def test_the_reader_sees_module_level_imports_only() -> None:
     eager, lazy = _edges()
     assert "flashhub_kernels._finder" in eager["flashhub"]
     assert "flashhub_kernels._lazy" in eager["flashhub_kernels"]
-    assert "flashhub_kernels" in eager["flashhub_kernels._session"]  # from . import __version__
+    assert "flashhub_kernels._constants" in eager["flashhub_kernels._network.session"]
     assert "flashhub_kernels._lazy" in eager["flashhub_kernels.layers"]  # from .._lazy import
-    assert "flashhub_kernels._api" not in eager["flashhub_kernels"]  # TYPE_CHECKING
+    assert "flashhub_kernels._loading.api" not in eager["flashhub_kernels"]  # TYPE_CHECKING
     assert "flashhub_kernels.errors" not in eager["flashhub_kernels"]  # TYPE_CHECKING
-    assert ("flashhub_kernels._finder", "flashhub_kernels._obtain") in lazy
-    assert "flashhub_kernels._obtain" not in eager["flashhub_kernels._finder"]
+    assert ("flashhub_kernels._finder", "flashhub_kernels._cache.obtain") in lazy
+    assert "flashhub_kernels._cache.obtain" not in eager["flashhub_kernels._finder"]

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import flashhub_kernels as fk
-from flashhub_kernels._kernel_metadata import (
+from flashhub_kernels._loading.requirements import python_package
+from flashhub_kernels._models.kernel_metadata import (
     BackendInfo,
     GitState,
     KernelDependency,
@@ -22,9 +23,8 @@ from flashhub_kernels._kernel_metadata import (
     parse_release,
     read_kernel_metadata,
 )
-from flashhub_kernels._manifest import parse_metadata
+from flashhub_kernels._models.manifest import parse_metadata
 from flashhub_kernels._publish import publish
-from flashhub_kernels._requirements import python_package
 from flashhub_kernels.errors import ManifestError, PublishError
 from support.builder import BUILDER_COMMIT, KERNEL_COMMIT, provenance, write_builder_kernel
 from support.builds import CPU, PY_PKG, REPO, SO_NAME, UNIVERSAL, make_kernel

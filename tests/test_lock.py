@@ -22,16 +22,16 @@ from flashhub_kernels import (
     install_kernel,
     load_kernel,
 )
-from flashhub_kernels._cache import Cache
+from flashhub_kernels._cache.layout import Cache
 from flashhub_kernels._config import get_config
-from flashhub_kernels._lock import download_locked, lock_project
-from flashhub_kernels._lockfile import (
+from flashhub_kernels._lockfiles.format import (
     LOCKFILE_NAME,
     parse_lockfile,
     read_lockfile,
     read_project,
 )
-from flashhub_kernels._manifest import parse_metadata
+from flashhub_kernels._lockfiles.locking import download_locked, lock_project
+from flashhub_kernels._models.manifest import parse_metadata
 from flashhub_kernels.errors import (
     IntegrityError,
     LockfileError,
@@ -62,7 +62,12 @@ CPU_LOCAL = cpu_variant()  # what a probed_project system loads
 MODULE = "flashhub.acme.tensor_tricks.v2"
 # The HTTP layer: the http(s) mirror, its requests session, and what they stand on (not
 # http.client, which torch imports).
-HTTP_MODULES = ["flashhub_kernels._http_mirror", "flashhub_kernels._session", "requests", "urllib3"]
+HTTP_MODULES = [
+    "flashhub_kernels._network.http_mirror",
+    "flashhub_kernels._network.session",
+    "requests",
+    "urllib3",
+]
 
 
 # -- locking ------------------------------------------------------------------------------
@@ -542,7 +547,9 @@ def test_install_kernel_never_takes_an_older_versions_json_for_the_newest(
     code = "import flashhub.acme.tensor_tricks.v2, json, sys; print(json.dumps(list(sys.modules)))"
     modules = json.loads(run_python(code))
     assert cdn.requests == []
-    assert "flashhub_kernels._versions_seen" not in modules, "warm loads never read the record"
+    assert "flashhub_kernels._cache.versions_seen" not in modules, (
+        "warm loads never read the record"
+    )
 
 
 def test_the_versions_record_of_an_untrusted_cache_is_not_used(cdn: CdnServer) -> None:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from flashhub_kernels._manifest import (
+from flashhub_kernels._models.manifest import (
     content_hash,
     decode_digest,
     encode_digest,

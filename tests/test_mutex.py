@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flashhub_kernels._mutex import hold
+from flashhub_kernels._cache.mutex import hold
 from flashhub_kernels.errors import CacheError
 
 
@@ -29,7 +29,7 @@ def locked(path: Path, timeout: float | None = None) -> AbstractContextManager[N
 HOLDER = """
 import sys
 from pathlib import Path
-from flashhub_kernels._mutex import hold
+from flashhub_kernels._cache.mutex import hold
 with hold(Path(sys.argv[1]), what="testing", timeout=None):
     print("held", flush=True)
     sys.stdin.readline()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashhub_kernels._names import (
+from flashhub_kernels._models.names import (
     RepoInfo,
     cdn_name_candidates,
     parse_module_name,

@@ -78,7 +78,7 @@ def run_child(body: str) -> dict[str, Any]:
         import json, sys
         import torch
         import flashhub_kernels as fk
-        from flashhub_kernels import _hashing
+        from flashhub_kernels._network import hashing as _hashing
         result = {"hashed": 0, "errors": []}
         _sha256_file = _hashing.sha256_file
         def counting(path):

@@ -17,7 +17,7 @@ import pytest
 import flashhub_kernels as fk
 from conftest import MakeCdn, plant_partial
 from flashhub_kernels._config import get_config
-from flashhub_kernels._transport import Fetcher
+from flashhub_kernels._network.transport import Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
 from support.cdn_server import CdnServer, chunked, drop_after, status, trickle
 from support.trees import kernel_files, write_variant

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import flashhub_kernels as fk
-from flashhub_kernels._transport import (
+from flashhub_kernels._network.transport import (
     CPU_SECONDS_PER_FILE,
     LARGE_FILE_BYTES,
     MAX_PARALLEL_FILES,

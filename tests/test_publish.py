@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from flashhub_kernels._manifest import decode_digest, parse_metadata, parse_variants, parse_versions
+from flashhub_kernels._models.manifest import (
+    decode_digest,
+    parse_metadata,
+    parse_variants,
+    parse_versions,
+)
 from flashhub_kernels._publish import PublishReport, publish
 from flashhub_kernels.errors import (
     PublishError,

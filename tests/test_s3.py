@@ -18,13 +18,13 @@ import pytest
 from conftest import run_python
 from flashhub_kernels import get_kernel
 from flashhub_kernels._config import get_config
-from flashhub_kernels._fsspec_mirror import FsspecMirror
-from flashhub_kernels._hashing import HashingWriter
-from flashhub_kernels._mirrors import MirrorFailed
+from flashhub_kernels._network.fsspec_mirror import FsspecMirror
+from flashhub_kernels._network.hashing import HashingWriter
+from flashhub_kernels._network.mirrors import MirrorFailed
 from flashhub_kernels._publish import publish
 from flashhub_kernels._publish.destination import open_destination
 from flashhub_kernels._publish.layout import SourceFile
-from flashhub_kernels._signing import generate_signing_key
+from flashhub_kernels._signing.statements import generate_signing_key
 from flashhub_kernels.errors import IntegrityError, PublishError, TransportError
 from support.builds import CPU, PY_PKG, REPO, UNIVERSAL, make_kernel
 from support.cli_runner import flashhub, ok_json

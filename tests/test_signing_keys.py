@@ -18,19 +18,19 @@ import pytest
 
 from conftest import NOBODY, needs_root
 from flashhub_kernels._config import Config, configure
-from flashhub_kernels._pyproject import read_trusted_keys
-from flashhub_kernels._signing import (
+from flashhub_kernels._signing.statements import (
     SigningKey,
     generate_signing_key,
     load_signing_key,
     write_key_pair,
 )
-from flashhub_kernels._trusted_keys import (
+from flashhub_kernels._signing.trusted_keys import (
     TrustedKey,
     key_id_of,
     load_trusted_keys,
     parse_trusted_keys,
 )
+from flashhub_kernels._utils.pyproject import read_trusted_keys
 from flashhub_kernels.errors import ConfigError, PublishError
 from support.cli_runner import flashhub, ok_json
 
@@ -468,8 +468,8 @@ def test_parsing_keys_and_signatures_imports_no_cryptography() -> None:
     code = f"""
 import sys
 from flashhub_kernels import cli, _publish
-from flashhub_kernels._signing import parse_signatures, statement
-from flashhub_kernels._trusted_keys import parse_trusted_keys
+from flashhub_kernels._signing.statements import parse_signatures, statement
+from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
 parse_trusted_keys({KEY_A.public_line!r}, source="test")
 parse_signatures(b'{{"format": 1, "signatures": []}}', source="test")
 statement("versions", "acme/k", None, None, b"[1]")

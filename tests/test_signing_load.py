@@ -23,8 +23,8 @@ import pytest
 from conftest import PLANTED, MakeProject, run_python
 from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
 from flashhub_kernels._config import get_config, reset_config
-from flashhub_kernels._lockfile import read_lockfile
-from flashhub_kernels._signing import SigningKey, generate_signing_key, write_key_pair
+from flashhub_kernels._lockfiles.format import read_lockfile
+from flashhub_kernels._signing.statements import SigningKey, generate_signing_key, write_key_pair
 from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
 from support.cdn_server import CdnServer
 from support.cli_runner import OFFLINE, flashhub, ok_json
@@ -568,8 +568,11 @@ def test_after_a_signed_cold_load_a_fresh_process_makes_no_request_and_verifies_
     modules = set(json.loads(listed))
     assert marker == f"{REPO}@v1:{LOCAL}"
     assert cdn.requests == []
-    assert "flashhub_kernels._trusted_keys" in modules  # the key was read ...
-    assert {"flashhub_kernels._signing", "flashhub_kernels._cdn_documents"}.isdisjoint(modules)
+    assert "flashhub_kernels._signing.trusted_keys" in modules  # the key was read ...
+    assert {
+        "flashhub_kernels._signing.statements",
+        "flashhub_kernels._network.documents",
+    }.isdisjoint(modules)
     assert not [m for m in modules if m.split(".")[0] == "cryptography"]  # ... nothing verified
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from flashhub_kernels._publish import destination as publish_destination
 from flashhub_kernels._publish import publish, sign_tree
-from flashhub_kernels._signing import (
+from flashhub_kernels._signing.statements import (
     DocumentKind,
     SigningKey,
     generate_signing_key,
@@ -20,7 +20,7 @@ from flashhub_kernels._signing import (
     verify_document,
     write_key_pair,
 )
-from flashhub_kernels._trusted_keys import TrustedKey, parse_trusted_keys
+from flashhub_kernels._signing.trusted_keys import TrustedKey, parse_trusted_keys
 from flashhub_kernels.errors import PublishError, SignatureError
 from support.cli_runner import flashhub, ok_json
 

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from flashhub_kernels._signing import (
+from flashhub_kernels._signing.statements import (
     MAX_SIGNATURE_BYTES,
     DocumentKind,
     SignatureEntry,
@@ -22,7 +22,7 @@ from flashhub_kernels._signing import (
     statement,
     verify_document,
 )
-from flashhub_kernels._trusted_keys import TrustedKey, parse_trusted_keys
+from flashhub_kernels._signing.trusted_keys import TrustedKey, parse_trusted_keys
 from flashhub_kernels.errors import IntegrityError, SignatureError
 
 KEY_A = SigningKey(bytes([1]) * 32)
@@ -276,8 +276,10 @@ def test_without_cryptography_signing_and_verifying_say_what_to_install() -> Non
         f"""
         import sys
         sys.modules["cryptography"] = None  # as if it were not installed
-        from flashhub_kernels._signing import SigningKey, verify_document, generate_signing_key
-        from flashhub_kernels._trusted_keys import parse_trusted_keys
+        from flashhub_kernels._signing.statements import (
+            SigningKey, verify_document, generate_signing_key,
+        )
+        from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
         from flashhub_kernels.errors import SignatureError
         from flashhub_kernels.cli import main
 

@@ -22,12 +22,12 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import device_capability
-from flashhub_kernels._cache import Cache
+from flashhub_kernels._cache.layout import Cache
+from flashhub_kernels._cache.mutex import hold_if_free
 from flashhub_kernels._config import get_config
-from flashhub_kernels._download import Choice, chosen_variant, remote
-from flashhub_kernels._mutex import hold_if_free
-from flashhub_kernels._names import RepoInfo
-from flashhub_kernels._variant_choice import target_system
+from flashhub_kernels._models.names import RepoInfo
+from flashhub_kernels._network.download import Choice, chosen_variant, remote
+from flashhub_kernels._variants.choice import target_system
 from flashhub_kernels.errors import TransportError
 from support.cdn_server import CdnServer, delayed, drop_after
 from support.trees import b64sha256, kernel_files, write_variant
@@ -53,7 +53,7 @@ PAYLOAD = sorted(f"{V1}/build/{CU124}/{path}" for path in kernel_files(PY_PKG, "
 LOAD_AT_ONCE = f"""
 import json, os, sys, traceback
 import flashhub_kernels as fk
-import flashhub_kernels._download  # imported once, for every process forked below
+import flashhub_kernels._network.download  # imported once, for every process forked below
 machine = json.loads(sys.argv[2])
 gate, release = os.pipe()
 children = []

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from flashhub_kernels._config import get_config, parse_cdn_urls
-from flashhub_kernels._http_mirror import MIN_BYTES_PER_SECOND, StallGuard
-from flashhub_kernels._session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
-from flashhub_kernels._urls import (
+from flashhub_kernels._network.http_mirror import MIN_BYTES_PER_SECOND, StallGuard
+from flashhub_kernels._network.session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
+from flashhub_kernels._utils.urls import (
     has_unencoded_credentials,
     redact_text,
     redact_url,

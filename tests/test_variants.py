@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from flashhub_kernels._variants import (
+from flashhub_kernels._variants.system import (
     SystemInfo,
     Variant,
     VariantAccepted,

@@ -155,23 +155,23 @@ def _wrap_context(spans: Spans, owner: Any, attr: str, phase: str) -> None:
 
 def _patch(spans: Spans, name: str, module: Any) -> None:
     """Wrap the functions of flashhub's module ``name`` that mark a phase."""
-    if name == "flashhub_kernels._mutex":
+    if name == "flashhub_kernels._cache.mutex":
         _wrap_context(spans, module, "hold", "locks")
-    elif name == "flashhub_kernels._transport":
+    elif name == "flashhub_kernels._network.transport":
         _wrap(spans, module.Fetcher, "get_bytes", "documents")
         _wrap(spans, module.Fetcher, "download_many", "transfers")
         _wrap(spans, module.Fetcher, "download", _WHOLE_FILE)
-    elif name == "flashhub_kernels._hashing":
+    elif name == "flashhub_kernels._network.hashing":
         writer = module.HashingWriter
         _wrap(spans, writer, "__init__", "open/create")
         _wrap(spans, writer, "write", "write + hash")
         _wrap(spans, writer, "hashes_to", "verify")
-    elif name == "flashhub_kernels._cache":
+    elif name == "flashhub_kernels._cache.layout":
         _wrap(spans, module, "compile_bytecode", "commit: bytecode")
         _wrap(spans, module.Cache, "commit", "commit: rename")
     elif name == "flashhub_kernels._finder":
         _wrap(spans, module.KernelLoader, "exec_module", "kernel import")
-    elif name == "flashhub_kernels._filesystem":
+    elif name == "flashhub_kernels._utils.filesystem":
         _wrap(spans, module, "write_atomic", "commit: records")
 
 

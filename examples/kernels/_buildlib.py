@@ -114,7 +114,7 @@ def _client_variant(backend: str) -> str | None:
     if added:
         sys.path.insert(0, src)
     try:
-        from flashhub_kernels import _variants
+        from flashhub_kernels._variants import system as _variants
     except ImportError:
         return None
     finally:
@@ -134,7 +134,7 @@ def _client_variant(backend: str) -> str | None:
 def variant_name(backend: str = "cpu") -> str:
     """Exact-build variant for the local torch, e.g. ``torch213-cxx11-cpu-x86_64-linux``.
 
-    Uses ``flashhub_kernels._variants`` (``build_variant_name(detect_system())``) when
+    Uses ``flashhub_kernels._variants.system`` (``build_variant_name(detect_system())``) when
     importable and it names this backend; otherwise computes the same string itself.
     """
     own = _own_variant(backend)

@@ -16,7 +16,10 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # not typing's: importing typing would cost more than this package
 if TYPE_CHECKING:
     from . import errors as errors
-    from ._api import (
+    from ._benchmark import Benchmark
+    from ._config import Config, configure, get_config
+    from ._finder import LoadedKernel
+    from ._loading.api import (
         get_kernel,
         get_kernel_variants,
         get_loaded_kernels,
@@ -24,13 +27,10 @@ if TYPE_CHECKING:
         has_kernel,
         install_kernel,
     )
-    from ._benchmark import Benchmark
-    from ._config import Config, configure, get_config
-    from ._finder import LoadedKernel
-    from ._kernel_deps import get_kernel_dep
-    from ._lock import get_locked_kernel, load_kernel
-    from ._names import RepoInfo
-    from ._variants import VariantAccepted, VariantRejected
+    from ._loading.kernel_deps import get_kernel_dep
+    from ._lockfiles.locking import get_locked_kernel, load_kernel
+    from ._models.names import RepoInfo
+    from ._variants.system import VariantAccepted, VariantRejected
     from .layers import (
         CUDAProperties,
         Device,
@@ -52,30 +52,29 @@ if TYPE_CHECKING:
         use_kernelized_func,
     )
 
-__version__ = "0.2.0"
-
 # Every public name but install: the hook is all that importing the package does. The
 # modules load on first access (PEP 562): the API and the settings with the variant
 # grammar, the lock functions with the cache and its file locks; kernelize imports torch.
 _LAZY = {
+    "__version__": "._constants",
     "Benchmark": "._benchmark",
     "Config": "._config",
     "configure": "._config",
     "get_config": "._config",
     "LoadedKernel": "._finder",
-    "RepoInfo": "._names",
-    "VariantAccepted": "._variants",
-    "VariantRejected": "._variants",
+    "RepoInfo": "._models.names",
+    "VariantAccepted": "._variants.system",
+    "VariantRejected": "._variants.system",
     "errors": ".errors",
-    "get_kernel": "._api",
-    "get_kernel_variants": "._api",
-    "get_loaded_kernels": "._api",
-    "get_local_kernel": "._api",
-    "has_kernel": "._api",
-    "install_kernel": "._api",
-    "get_kernel_dep": "._kernel_deps",
-    "get_locked_kernel": "._lock",
-    "load_kernel": "._lock",
+    "get_kernel": "._loading.api",
+    "get_kernel_variants": "._loading.api",
+    "get_loaded_kernels": "._loading.api",
+    "get_local_kernel": "._loading.api",
+    "has_kernel": "._loading.api",
+    "install_kernel": "._loading.api",
+    "get_kernel_dep": "._loading.kernel_deps",
+    "get_locked_kernel": "._lockfiles.locking",
+    "load_kernel": "._lockfiles.locking",
     "CUDAProperties": ".layers",
     "Device": ".layers",
     "FuncRepository": ".layers",

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._env import LOCAL_KERNELS_VAR, REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
-from ._names import parse_repo_id
-from ._record import Record
+from ._constants import LOCAL_KERNELS_VAR, REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
+from ._models.names import parse_repo_id
+from ._models.record import Record
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from ._trusted_keys import TrustedKey
+    from ._signing.trusted_keys import TrustedKey
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
@@ -132,13 +132,13 @@ _overrides: dict[str, object] = {}
 
 
 def _redact(url: str) -> str:
-    from ._urls import redact_url  # only a message or a repr needs it: not a load
+    from ._utils.urls import redact_url  # only a message or a repr needs it: not a load
 
     return redact_url(url)
 
 
 def _malformed(url: str) -> ConfigError:
-    from ._urls import malformed_url_error
+    from ._utils.urls import malformed_url_error
 
     return malformed_url_error(url, "CDN URL", _CDN_URL_SETTING)
 
@@ -284,7 +284,9 @@ _env_keys: dict[str, tuple[TrustedKey, ...]] = {}
 def _env_trusted_keys(value: str) -> tuple[TrustedKey, ...]:
     keys = _env_keys.get(value)
     if keys is None:
-        from ._trusted_keys import load_trusted_keys  # only a process that trusts keys parses any
+        from ._signing.trusted_keys import (
+            load_trusted_keys,  # only a process that trusts keys parses any
+        )
 
         keys = _env_keys[value] = load_trusted_keys(value, source=TRUSTED_KEYS_VAR)
     return keys
@@ -304,7 +306,9 @@ def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     if known is not None and known[0] == stamp:
         return known[1]
     if _may_list_trusted_keys(path):
-        from ._pyproject import read_trusted_keys  # TOML is parsed only in a project directory
+        from ._utils.pyproject import (
+            read_trusted_keys,  # TOML is parsed only in a project directory
+        )
 
         keys = read_trusted_keys(path)
     else:
@@ -359,7 +363,7 @@ def configure(
     if cache_dir is not None:
         _overrides["cache_dir"] = os.fspath(cache_dir)
     if trusted_keys is not None:
-        from ._trusted_keys import no_key_error, parse_trusted_keys
+        from ._signing.trusted_keys import no_key_error, parse_trusted_keys
 
         source = "configure(trusted_keys=)"
         listed = trusted_keys if isinstance(trusted_keys, str) else "\n".join(trusted_keys)

@@ -19,8 +19,8 @@ import importlib.machinery
 import os
 import sys
 
-from ._names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidates, parse_module_name
-from ._record import Record
+from ._models.names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidates, parse_module_name
+from ._models.record import Record
 
 # What this module imports is paid by every process that installs the hook: no typing,
 # no dataclasses, no importlib.abc or importlib.util (they import typing and
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import ModuleType
 
-    from ._kernel_dir import KernelDir
-    from ._names import KernelModuleName
+    from ._models.kernel_dir import KernelDir
+    from ._models.names import KernelModuleName
 
 
 class LoadedKernel(Record):
@@ -137,7 +137,7 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
         if target.requires == {}:  # its metadata.json asks nothing of the load
             self._execute(module, target)
         else:
-            from ._kernel_deps import execute_kernel
+            from ._loading.kernel_deps import execute_kernel
 
             execute_kernel(target, module.__name__, lambda: self._execute(module, target))
         self._finder.record_loaded(module, target)
@@ -188,7 +188,7 @@ class KernelFinder:
 
     def add_local(self, module_name: str, package_dir: Path) -> None:
         """Make ``module_name`` load the kernel package in ``package_dir``."""
-        from ._kernel_dir import KernelDir
+        from ._models.kernel_dir import KernelDir
 
         with self._lock:
             self._targets[module_name] = KernelDir(package_dir)
@@ -216,7 +216,7 @@ class KernelFinder:
         if parsed is None:
             return None
         if parsed.org == LOCAL_PACKAGE.partition(".")[2] and parsed.pkg is not None:
-            from ._local import unknown_local_module  # another process's get_local_kernel
+            from ._loading.local import unknown_local_module  # another process's get_local_kernel
 
             raise unknown_local_module(fullname)
         if parsed.version is None:
@@ -242,7 +242,7 @@ class KernelFinder:
             module = sys.modules.get(name)
             if module is None or not self._same_repo(fullname, name):
                 continue
-            from ._variant_choice import target_system
+            from ._variants.choice import target_system
 
             try:
                 same = target_system(forced) == target_system(None)
@@ -263,8 +263,8 @@ class KernelFinder:
 
         A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
         """
+        from ._cache.obtain import use_kernel
         from ._config import local_kernels
-        from ._obtain import use_kernel
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
@@ -272,7 +272,7 @@ class KernelFinder:
         candidates = [pinned] if pinned else _candidates(parsed)
         target = None
         if local_kernels():  # only then the module of local overrides is imported
-            from ._local import local_override
+            from ._loading.local import local_override
 
             target = local_override(candidates, parsed.backend)
         target = target or use_kernel(candidates, backend=parsed.backend)

@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ._kernel_dir import NATIVE_SUFFIXES, KernelDir
+from ._models.kernel_dir import NATIVE_SUFFIXES, KernelDir
 from .errors import NativeLibraryConflictError
 
 
@@ -52,14 +52,14 @@ class _Library:
         return self._digest
 
     def _listed_digest(self) -> bytes:
-        from ._manifest import MANIFEST_NAME, parse_metadata
+        from ._models.manifest import MANIFEST_NAME, parse_metadata
 
         assert self.entry is not None
         manifest = parse_metadata((self.entry / MANIFEST_NAME).read_bytes())
         return manifest.files[self.relpath]
 
     def _hashed(self) -> bytes:
-        from ._hashing import sha256_file
+        from ._network.hashing import sha256_file
 
         return sha256_file(Path(self.path))
 

@@ -18,7 +18,7 @@ Malformed arguments (a bad repo id, ``version=0``) raise the built-in
 
 from __future__ import annotations
 
-from ._text import escape_message
+from ._utils.text import escape_message
 
 
 class FlashhubError(Exception):

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flashhub_kernels._variants import VariantAccepted, detect_system, judge_variants
+from flashhub_kernels._variants.system import VariantAccepted, detect_system, judge_variants
 from support.trees import b64sha256
 
 VARIANTS = ("torch-cpu", "torch-cuda")

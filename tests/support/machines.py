@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from flashhub_kernels import _variant_choice
-from flashhub_kernels._variants import SystemInfo, detect_system, with_backend
+from flashhub_kernels._variants import choice as _variant_choice
+from flashhub_kernels._variants.system import SystemInfo, detect_system, with_backend
 
 CPU_MACHINE = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
 CUDA_MACHINE = SystemInfo((2, 12), True, "cuda", "cu126", "x86_64", "linux")
@@ -22,7 +22,8 @@ CPU_BUILD = "torch212-cxx11-cpu-x86_64-linux"  # runs on CUDA_MACHINE with backe
 
 # The code a child process runs first to resolve kernels as ``run_as_cpu_only`` does.
 CPU_ONLY_CHILD = (
-    "from flashhub_kernels import _variant_choice, _variants\n"
+    "from flashhub_kernels._variants import choice as _variant_choice\n"
+    "from flashhub_kernels._variants import system as _variants\n"
     "_variant_choice.detect_system = "
     "lambda: _variants.with_backend(_variants.detect_system(), 'cpu')\n"
 )

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flashhub_kernels._config import get_config
-from flashhub_kernels._lockfile import LOCKFILE_NAME
-from flashhub_kernels._manifest import parse_metadata
+from flashhub_kernels._lockfiles.format import LOCKFILE_NAME
+from flashhub_kernels._models.manifest import parse_metadata
 from support.trees import b64sha256, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"

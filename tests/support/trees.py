@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from flashhub_kernels._variants import build_variant_name, detect_system, with_backend
+from flashhub_kernels._variants.system import build_variant_name, detect_system, with_backend
 
 
 def local_variant() -> str:

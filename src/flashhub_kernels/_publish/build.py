@@ -9,14 +9,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._manifest import (
+from .._models.manifest import (
     MAX_DOCUMENT_BYTES,
     check_relative_path,
     content_hash,
     dump_json,
     parse_metadata,
 )
-from .._variants import VariantNameError, parse_variant
+from .._variants.system import VariantNameError, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata

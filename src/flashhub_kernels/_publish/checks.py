@@ -11,8 +11,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .._kernel_dir import NATIVE_SUFFIXES
-from .._manifest import Manifest, parse_metadata
+from .._models.kernel_dir import NATIVE_SUFFIXES
+from .._models.manifest import Manifest, parse_metadata
 from ..errors import ManifestError, PublishError
 from .build import VariantBuild
 from .destination import Destination

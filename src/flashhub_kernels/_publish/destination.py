@@ -25,9 +25,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from .._filesystem import write_atomic
-from .._hashing import CHUNK_SIZE
-from .._object_store import ObjectMissing, Store, StoreError, is_url
+from .._network.hashing import CHUNK_SIZE
+from .._network.object_store import ObjectMissing, Store, StoreError, is_url
+from .._utils.filesystem import write_atomic
 from ..errors import PublishError
 from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
 
@@ -87,7 +87,7 @@ def open_destination(out: str | os.PathLike[str]) -> Destination:
     if isinstance(out, os.PathLike) or not is_url(out):
         return Directory(Path(out))
     if out.lower().startswith("file://"):
-        from .._urls import file_url_path
+        from .._utils.urls import file_url_path
 
         return Directory(file_url_path(out))
     return ObjectStoreDestination(out)

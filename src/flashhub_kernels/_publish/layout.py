@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._hashing import sha256_file
+from .._network.hashing import sha256_file
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755

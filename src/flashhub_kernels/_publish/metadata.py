@@ -35,12 +35,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._kernel_dir import NATIVE_SUFFIXES
-from .._kernel_metadata import read_kernel_metadata
-from .._manifest import content_hash, decode_digest, encode_digest
-from .._names import RepoInfo
-from .._pyproject import load_toml, lookup
-from .._variants import parse_variant
+from .._models.kernel_dir import NATIVE_SUFFIXES
+from .._models.kernel_metadata import read_kernel_metadata
+from .._models.manifest import content_hash, decode_digest, encode_digest
+from .._models.names import RepoInfo
+from .._utils.pyproject import load_toml, lookup
+from .._variants.system import parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, SourceFile
 

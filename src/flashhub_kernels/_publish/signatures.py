@@ -10,9 +10,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .._manifest import parse_metadata, parse_variants, parse_versions
-from .._names import RepoInfo, parse_repo_id
-from .._signing import SIG_SUFFIX, DocumentKind, SigningKey, load_signing_key, sign_document
+from .._models.manifest import parse_metadata, parse_variants, parse_versions
+from .._models.names import RepoInfo, parse_repo_id
+from .._signing.statements import (
+    SIG_SUFFIX,
+    DocumentKind,
+    SigningKey,
+    load_signing_key,
+    sign_document,
+)
 from ..errors import ManifestError, PublishError
 from .destination import Destination, Directory
 from .layout import METADATA, VARIANTS, VERSION_DIR, VERSIONS, Tree

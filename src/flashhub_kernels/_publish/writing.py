@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
-from .._manifest import dump_json, parse_versions
-from .._names import RepoInfo
-from .._signing import SIG_SUFFIX, SigningKey, dump_signatures, parse_signatures
+from .._models.manifest import dump_json, parse_versions
+from .._models.names import RepoInfo
+from .._signing.statements import SIG_SUFFIX, SigningKey, dump_signatures, parse_signatures
 from ..errors import ManifestError, PublishError, SignatureError
 from .destination import Destination, Item
 from .layout import Tree

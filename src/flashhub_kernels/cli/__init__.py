@@ -20,7 +20,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from .. import __version__
+from .._constants import __version__
 from ._common import EXIT_USAGE, Command, parse, run, verbose_argument, verbosity
 
 

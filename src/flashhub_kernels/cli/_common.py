@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypedDict, TypeVar
 
 from .._config import configure, get_config
-from .._names import check_version, parse_repo_id
-from .._text import escape_controls, escape_message
+from .._models.names import check_version, parse_repo_id
+from .._utils.text import escape_controls, escape_message
 from ..errors import ConfigError, FlashhubError
 
 if TYPE_CHECKING:
-    from .._cache import Cache
-    from .._lockfile import Lockfile
-    from .._variants import SystemInfo
+    from .._cache.layout import Cache
+    from .._lockfiles.format import Lockfile
+    from .._variants.system import SystemInfo
 
 Handler = Callable[[argparse.Namespace], int]
 ArgumentAdder = Callable[[argparse.ArgumentParser], None]
@@ -101,14 +101,14 @@ def backend_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _system_arg(value: str) -> str:
-    from .._variants import system_from_variant
+    from .._variants.system import system_from_variant
 
     usage_checked(system_from_variant, value)
     return value
 
 
 def _capability_arg(value: str) -> str:
-    from .._variants import parse_capability
+    from .._variants.system import parse_capability
 
     usage_checked(parse_capability, value)
     return value
@@ -146,7 +146,7 @@ def target_system_of(args: argparse.Namespace) -> SystemInfo:
     Raises:
         ValueError: a device of another backend than the machine's (a usage error).
     """
-    from .._variant_choice import target_system
+    from .._variants.choice import target_system
 
     return target_system(getattr(args, "backend", None), **machine(args))
 
@@ -257,13 +257,13 @@ def print_error(message: str, hint: str | None) -> None:
 
 
 def project_lockfile(project_dir: Path) -> Lockfile:
-    from .._lockfile import LOCKFILE_NAME, read_lockfile
+    from .._lockfiles.format import LOCKFILE_NAME, read_lockfile
 
     return read_lockfile(project_dir / LOCKFILE_NAME)
 
 
 def local_cache() -> Cache:
-    from .._cache import Cache
+    from .._cache.layout import Cache
 
     return Cache.from_config(get_config())
 

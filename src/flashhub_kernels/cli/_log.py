@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from .._progress import write_beside_bars
+from .._network.progress import write_beside_bars
 
 
 class _BesideBars(logging.StreamHandler[TextIO]):

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .._text import escape_controls
+from .._utils.text import escape_controls
 from ._common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -70,7 +70,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from .._cache_admin import list_entries
+    from .._cache.admin import list_entries
 
     cache = local_cache()
     listed = list_entries(cache)
@@ -89,7 +89,7 @@ def _cache_list(args: argparse.Namespace) -> int:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from .._cache_admin import list_entries, untrusted_dirs, verify_entry
+    from .._cache.admin import list_entries, untrusted_dirs, verify_entry
 
     cache = local_cache()
     untrusted = untrusted_dirs(cache)
@@ -142,7 +142,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache_prune(args: argparse.Namespace) -> int:
-    from .._cache_admin import prune
+    from .._cache.admin import prune
 
     lock = project_lockfile(args.keep_locked) if args.keep_locked is not None else None
     report = prune(local_cache(), keep_locked=lock, force=args.force)
@@ -169,7 +169,7 @@ def _report_skipped(busy: list[Path], in_use: list[Path]) -> None:
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
-    from .._cache_admin import clear, list_entries
+    from .._cache.admin import clear, list_entries
 
     cache = local_cache()
     cached = len(list_entries(cache))

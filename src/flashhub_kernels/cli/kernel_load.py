@@ -42,7 +42,7 @@ def _kernel_load_parser() -> argparse.ArgumentParser:
 
 
 def _kernel_load(args: argparse.Namespace) -> int:
-    from .._api import get_kernel, has_kernel
+    from .._loading.api import get_kernel, has_kernel
 
     if args.has:
         present = has_kernel(args.repo_id, version=args.version)

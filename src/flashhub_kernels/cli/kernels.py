@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .._config import get_config
-from .._text import escape_controls
+from .._utils.text import escape_controls
 from ._common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -26,7 +26,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from .._info import Signature
+    from .._loading.info import Signature
 
 
 def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +42,9 @@ def _choosing_command_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _variants(args: argparse.Namespace) -> int:
-    from .._api import get_kernel_variants
-    from .._variant_choice import best_variant
-    from .._variants import VariantAccepted, format_trace
+    from .._loading.api import get_kernel_variants
+    from .._variants.choice import best_variant
+    from .._variants.system import VariantAccepted, format_trace
 
     system = target_system_of(args).describe()  # a malformed machine: before any request
     version = args.version or _newest_version(args.repo_id, "variants")
@@ -81,8 +81,8 @@ def _variants(args: argparse.Namespace) -> int:
 
 def _signatures(repo_id: str, version: int, names: list[str]) -> dict[str, Signature]:
     """Who signed each signed variant; offline, the keys that vouched for cached entries."""
-    from .._info import cached_signatures, variant_signatures
-    from .._names import RepoInfo
+    from .._loading.info import cached_signatures, variant_signatures
+    from .._models.names import RepoInfo
 
     info = RepoInfo(repo_id, version)
     if get_config().offline:
@@ -96,11 +96,11 @@ def _chosen(variant: str | None) -> str:
 
 def _newest_version(repo_id: str, command: str) -> int:
     """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
-    from .._download import remote, with_version
+    from .._network.download import remote, with_version
 
     config = get_config()
     if config.offline:
-        from .._offline import newest_version_error
+        from .._loading.offline import newest_version_error
 
         raise newest_version_error(
             repo_id,
@@ -112,7 +112,7 @@ def _newest_version(repo_id: str, command: str) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .._info import describe_kernel, metadata_lines
+    from .._loading.info import describe_kernel, metadata_lines
 
     version = args.version or _newest_version(args.repo_id, "info")
     description = describe_kernel(args.repo_id, version, backend=args.backend)
@@ -141,7 +141,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    from .._api import install_kernel
+    from .._loading.api import install_kernel
 
     target_system_of(args)  # a malformed machine: before any request
     version = args.version or _newest_version(args.repo_id, "get")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .._text import escape_controls
+from .._utils.text import escape_controls
 from ._common import (
     Command,
     backend_argument,
@@ -24,7 +24,7 @@ from .publish import (
 )
 
 if TYPE_CHECKING:
-    from .._hub_mirror import MirrorReport, VariantSelection
+    from .._hub.republish import MirrorReport, VariantSelection
 
 
 def _variants_arg(value: str) -> VariantSelection:
@@ -66,7 +66,7 @@ def _mirror_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _mirror(args: argparse.Namespace) -> int:
-    from .._hub_mirror import mirror
+    from .._hub.republish import mirror
 
     with findings_in_the_report():
         report = mirror(

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from .._callers import warn_at_caller
 from .._config import kernel_mapping_disabled
+from .._utils.callers import warn_at_caller
 from ..errors import (
     KernelImportError,
     KernelLayerError,

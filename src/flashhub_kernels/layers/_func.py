@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .._callers import warn_at_caller
+from .._utils.callers import warn_at_caller
 from ..errors import KernelLayerError
 from ._function import func_module
 from ._repository import (

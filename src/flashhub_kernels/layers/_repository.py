@@ -14,9 +14,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from .._api import get_kernel, get_local_kernel
-from .._callers import caller_package
-from .._names import RepoInfo, parse_repo_id, requested_version
+from .._loading.api import get_kernel, get_local_kernel
+from .._models.names import RepoInfo, parse_repo_id, requested_version
+from .._utils.callers import caller_package
 from ..errors import KernelLayerError
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class _FromLockfile:
 
     def load_kernel(self) -> ModuleType:
         """``get_locked_kernel(repo_id)`` with this object's lock file."""
-        from .._lock import find_lockfile, load_locked
+        from .._lockfiles.locking import find_lockfile, load_locked
 
         lock = find_lockfile(self.lockfile, package=self._package)
         return load_locked(lock.kernel(self.repo_id), download=True)

@@ -1,0 +1,122 @@
+"""Mutexes between processes on parts of the cache, on ``filelock.FileLock``.
+
+"Mutex" here, so that "lock" keeps one meaning in this project: a lock file
+(``flashhub.lock``) that pins kernels. A mutex's file is ``.locks/<name>.lock`` in the
+cache, a name kept so that clients of every version exclude each other.
+
+While one process downloads an entry (or fetches a version's ``variants.json``), the
+others wait, then find the work done. ``filelock`` uses ``flock`` where the file system
+supports it, so the kernel frees the mutex of a process that dies, and falls back to a
+file of its own where ``flock`` is missing (``ENOSYS``). Each :func:`hold` opens the
+mutex anew, so two threads of one process exclude each other as well.
+
+Only the cold path takes a mutex: a warm load trusts a committed entry's receipt and
+never imports ``filelock`` (which imports ``asyncio``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import CacheError
+
+if TYPE_CHECKING:
+    from filelock import FileLock
+
+logger = logging.getLogger("flashhub_kernels")
+
+WAIT_NOTICE_SECONDS = 2.0  # a wait this long is reported once: it is another download
+_UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP}
+_READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+@contextmanager
+def hold(path: Path, *, what: str, timeout: float | None) -> Iterator[None]:
+    """Hold the exclusive lock ``path`` (created 0600) for the ``with`` block.
+
+    ``what`` names what the lock protects, for the messages. After
+    :data:`WAIT_NOTICE_SECONDS` of waiting, one warning on the ``flashhub_kernels``
+    logger says who waits for what. ``timeout`` (seconds, ``None`` for no limit) bounds
+    the whole wait.
+
+    Raises:
+        CacheError: the wait timed out, or the lock could not be created or taken.
+    """
+    from filelock import Timeout
+
+    lock = _file_lock(path)
+    first_wait = WAIT_NOTICE_SECONDS if timeout is None else min(timeout, WAIT_NOTICE_SECONDS)
+    try:
+        try:
+            lock.acquire(timeout=first_wait)
+        except Timeout:
+            if timeout is not None and timeout <= first_wait:
+                raise
+            logger.warning("waiting for another process to finish %s (lock: %s)", what, path)
+            lock.acquire(timeout=-1 if timeout is None else timeout - first_wait)
+    except Timeout:
+        raise CacheError(
+            f"gave up after {timeout:g} s waiting for another process to finish {what} "
+            f"(lock: {path})",
+            hint="let the other process finish, or raise or unset FLASHHUB_LOCK_TIMEOUT",
+        ) from None
+    except OSError as exc:
+        raise _lock_error(path, exc) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
+def hold_if_free(path: Path) -> Iterator[bool]:
+    """Hold the exclusive lock ``path`` for the ``with`` block if no process holds it,
+    without waiting; yield whether it could.
+
+    Raises:
+        CacheError: the lock cannot be taken: the cache cannot be written (read-only),
+            or its file system has no locks. That is not "busy", and is not told as such.
+    """
+    from filelock import Timeout
+
+    lock = _file_lock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        yield False
+        return
+    except OSError as exc:
+        raise _lock_error(path, exc) from exc
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def _file_lock(path: Path) -> FileLock:
+    from filelock import FileLock  # imports asyncio: the cold path pays, once
+
+    if path.is_symlink():  # filelock refuses it too, with a bare ELOOP
+        raise _lock_error(path, OSError(errno.ELOOP, "the mutex file is a symlink"))
+    return FileLock(path, mode=0o600)
+
+
+def _lock_error(path: Path, exc: OSError) -> CacheError:
+    if exc.errno in _READ_ONLY:
+        return CacheError.cannot_write(exc, path)
+    reason = exc.strerror or str(exc)
+    if exc.errno in _UNSUPPORTED:
+        return CacheError(
+            f"cannot lock {path}: {reason}; this file system does not support file locks",
+            hint="point FLASHHUB_CACHE_DIR at a local disk (NFS without lockd has none)",
+        )
+    return CacheError(
+        f"cannot lock {path}: {reason}",
+        hint="fix the permissions of the cache directory, remove what is in the way, "
+        "or point FLASHHUB_CACHE_DIR elsewhere",
+    )

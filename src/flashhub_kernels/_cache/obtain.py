@@ -1,0 +1,131 @@
+"""From a kernel reference to a verified variant directory on disk.
+
+:func:`obtain_kernel` has two paths:
+
+- warm (here): the cache's variant index picks the variant, the entry's receipt vouches
+  for its files (``stat`` only); no network, and no HTTP or download module is imported;
+- cold (:mod:`._download`): fetch ``variants.json`` (or probe), pick the variant, then
+  under the entry's download mutex fetch every file into staging, verify, and rename
+  into place.
+
+The variant choice itself is :mod:`._variant_choice`'s, shared by both paths, lock
+files and the offline answers.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .._config import Config, get_config
+from .._models.kernel_dir import KernelDir, cached_kernel
+from .._variants.choice import pick_cached_variant, target_system
+from ..errors import IntegrityError, OfflineError, SignatureError
+from .layout import Cache, mark_in_use
+
+TYPE_CHECKING = False  # not typing's: this module is on the warm path
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._models.names import RepoInfo
+    from .._variants.system import SystemInfo
+
+
+def obtain_kernel(
+    candidates: Sequence[RepoInfo],
+    *,
+    backend: str | None = None,
+    config: Config | None = None,
+    system: SystemInfo | None = None,
+) -> KernelDir:
+    """Return a verified cache entry for the first candidate that exists, downloading it if needed.
+
+    ``candidates`` are the CDN spellings a module name may stand for (see
+    :func:`~flashhub_kernels._models.names.cdn_name_candidates`), tried in order. The entry is
+    the one this machine (as if it ran ``backend``), or ``system``, loads.
+    """
+    config = config or get_config()
+    cache, system = Cache.from_config(config), system or target_system(backend)
+    damaged: str | None = None
+    for info in candidates:
+        hit, problem = _warm_lookup(cache, info, system, config)
+        if hit is not None:
+            return hit
+        damaged = damaged or problem
+    if config.offline:
+        raise _offline_error(candidates[0], damaged)
+    # Imported here so that warm loads never import the download path's modules; their
+    # import is part of the cold path, and so runs with the collector paused too.
+    from .._network.deferred_gc import collection_paused
+
+    with collection_paused():
+        from .._network.download import fetch_kernel
+
+        return fetch_kernel(cache, system, candidates, config)
+
+
+def use_kernel(candidates: Sequence[RepoInfo], *, backend: str | None = None) -> KernelDir:
+    """:func:`obtain_kernel` for an import: the entry is marked in use for the rest of
+    the process, so that ``flashhub cache clear`` and ``prune`` leave it alone."""
+    target = obtain_kernel(candidates, backend=backend)
+    assert target.entry is not None, "the store gives cache entries"
+    if not mark_in_use(target.entry):  # removed by `cache clear` meanwhile: fetch it again
+        target = obtain_kernel(candidates, backend=backend)
+        assert target.entry is not None
+        mark_in_use(target.entry)
+    return target
+
+
+# Why a warm load passes over an entry that is intact but vouched for by no trusted key.
+_UNSIGNED_ENTRY = "no trusted key vouched for it when it was cached"
+
+
+def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
+    if damaged == _UNSIGNED_ENTRY:
+        return SignatureError(
+            f"the cached copy of {info} cannot be used offline: {damaged}",
+            hint="unset FLASHHUB_OFFLINE once, so that its signature is checked",
+        )
+    if damaged:
+        return IntegrityError(
+            f"the cached copy of {info} was modified after it was verified ({damaged})",
+            hint="run `flashhub cache verify --repair`: offline, it re-stamps an entry whose "
+            "files are intact (a copy that lost its modification times) and recompiles its "
+            "bytecode; otherwise unset FLASHHUB_OFFLINE so that it is fetched again",
+        )
+    return OfflineError(
+        f"{info} is not in the cache and FLASHHUB_OFFLINE is set",
+        hint=f"run `flashhub get {info.repo_id} --version {info.version}` with network access, "
+        "or unset FLASHHUB_OFFLINE",
+    )
+
+
+# -- warm path -------------------------------------------------------------------------
+
+
+def _warm_lookup(
+    cache: Cache, info: RepoInfo, system: SystemInfo, config: Config
+) -> tuple[KernelDir | None, str | None]:
+    """A verified entry, or ``None`` and (when an entry is unfit) why.
+
+    An entry that no trusted key vouched for (cached before the key was configured) is
+    unfit while signatures are checked: the cold path verifies it once.
+    """
+    index = cache.read_index(info)
+    variant = (
+        pick_cached_variant(index, system, functools.partial(cache.read_target, info))
+        if index
+        else None
+    )
+    if variant is None:
+        return None, None
+    entry = cache.entry_dir(info, variant)
+    cache.check_entry(entry)  # read_index checked the directories above it
+    receipt = cache.read_receipt(entry)
+    if receipt is None:
+        return None, None
+    changed = receipt.changed_file(entry)
+    if changed is not None:
+        return None, f"{entry / changed} differs from its receipt"
+    if not config.accepts_signer(info.org, receipt.signer):
+        return None, _UNSIGNED_ENTRY
+    return cached_kernel(entry, info, variant, receipt), None

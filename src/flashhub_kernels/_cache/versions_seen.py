@@ -1,0 +1,108 @@
+"""The highest version of each kernel this machine has seen published, so that "the
+newest version" never goes backwards here.
+
+Published versions are never withdrawn, so a kernel's ``versions.json`` only grows. An
+edge that replays an older copy (validly signed, since it once was) would otherwise
+make ``install_kernel(repo_id)``, ``flashhub get`` or ``flashhub lock`` take an older
+version for the newest, without a word. Each time the cold path reads a
+``versions.json``, its highest version is recorded in ``<cache root>/versions-seen.json``
+(``{"<org>/<pkg>": N, ...}``); a ``versions.json`` whose highest version is below the
+record is refused with :class:`~flashhub_kernels.errors.RollbackError`.
+
+The record is a cache file like the others: never read nor written when the cache's
+directories fail the trust checks (:mod:`._cache_trust`), and written atomically, under
+a file lock so that two processes recording two kernels both keep theirs. A cache that
+cannot be written (read-only, baked into an image) keeps the record it has. Warm loads
+never read it: a load that names its version does not need it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from .._models.manifest import dump_json
+from .._utils.filesystem import write_atomic
+from ..errors import CacheError, RollbackError
+from .layout import Cache, read_json
+
+logger = logging.getLogger("flashhub_kernels")
+
+RECORD_NAME = "versions-seen.json"
+
+
+# What to do instead, in Python's terms and the command line's.
+_LOAD_REMEDY = ("name the version to load (version=)", "pass --version N")
+
+
+def check_newest(
+    cache: Cache,
+    repo_id: str,
+    versions: Sequence[int],
+    *,
+    allow_older: bool = False,
+    remedy: tuple[str, str] = _LOAD_REMEDY,
+) -> None:
+    """Record the newest of ``versions`` (a ``versions.json``, oldest first) for
+    ``repo_id``, or refuse it when this machine has seen a newer one listed.
+
+    Raises:
+        RollbackError: ``versions`` ends below the recorded version, and not
+            ``allow_older`` (the record is kept as it is then). Its hint starts with
+            ``remedy`` (``(hint, cli_hint)``).
+    """
+    if not versions:
+        return
+    record = _read(cache)
+    if record is None:
+        return  # the cache is not trusted: no record to go by, and none is written
+    newest, seen = versions[-1], record.get(repo_id, 0)
+    if newest < seen and not allow_older:
+        rest = (
+            f"check the mirrors in FLASHHUB_CDN_URL; if v{seen} was withdrawn on purpose, "
+            f"delete {cache.root / RECORD_NAME}"
+        )
+        raise RollbackError(
+            f"{repo_id}: the CDN's versions.json lists v{newest} as the newest version, but "
+            f"this machine has seen v{seen} listed before; an older versions.json is being "
+            "served (a mirror that is behind, or an old copy replayed)",
+            hint=f"{remedy[0]}; {rest}",
+            cli_hint=f"{remedy[1]}; {rest}",
+        )
+    if newest > seen:
+        _record(cache, repo_id, newest)
+
+
+def _read(cache: Cache) -> dict[str, int] | None:
+    """The record (``{}`` when there is none, or it is unreadable); ``None`` when the
+    cache root fails the trust checks."""
+    try:
+        cache.check_trusted(cache.root)
+    except CacheError as exc:
+        logger.info("not using %s: %s", RECORD_NAME, exc.message)
+        return None
+    data = read_json(cache.root / RECORD_NAME)
+    if not isinstance(data, dict):
+        return {}
+    return {
+        repo: version
+        for repo, version in data.items()
+        if isinstance(repo, str) and type(version) is int and version > 0
+    }
+
+
+def _record(cache: Cache, repo_id: str, version: int) -> None:
+    """Raise the recorded version of ``repo_id`` to ``version``; a cache that cannot be
+    written keeps its record (the load itself does not need it)."""
+    from .mutex import hold
+
+    try:
+        locks = cache.private_dir(cache.root / ".locks")
+        with hold(locks / f"{RECORD_NAME}.lock", what=RECORD_NAME, timeout=cache.lock_timeout):
+            record = _read(cache) or {}  # again, under the lock: another process may have added
+            if record.get(repo_id, 0) >= version:
+                return
+            record[repo_id] = version
+            write_atomic(cache.root / RECORD_NAME, dump_json(dict(sorted(record.items()))))
+    except (CacheError, OSError) as exc:
+        logger.info("cannot record v%d of %s in %s: %s", version, repo_id, RECORD_NAME, exc)

@@ -1,0 +1,1 @@
+"""The documented functions that load kernels: the API, local directories, offline answers."""

@@ -1,0 +1,266 @@
+"""The documented functions. Every kernel import goes through the one finder."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+
+from .._config import Config, get_config, local_kernels
+from .._finder import LoadedKernel, install
+from .._models.names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
+from .._variants.choice import target_system
+from .._variants.system import VariantAccepted, VariantVerdict, judge_variants
+from ..errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
+
+
+def get_kernel(
+    repo_id: str,
+    revision: str | None = None,
+    version: int | None = None,
+    *,
+    backend: str | None = None,
+) -> ModuleType:
+    """Import a kernel from the CDN (downloading the matching variant when not cached).
+
+    Returns the same module object as ``import flashhub.<org>.<pkg>.v<N>``.
+
+    Args:
+        repo_id: ``"<org>/<pkg>"``, e.g. ``"sdq/audio-codebook-primitives"``.
+        revision: ``"v1"`` or ``"1"``. Give exactly one of ``revision`` and ``version``.
+        version: The version number, ``>= 1``.
+        backend: Force a backend's variants, e.g. ``"cpu"`` on a CUDA machine. The kernel
+            is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``; on a machine
+            that runs ``backend`` already, that is the module ``get_kernel`` without it
+            returns (whichever call comes first names it).
+
+    Raises:
+        ValueError: ``repo_id``, ``version``/``revision`` or ``backend`` is malformed.
+        KernelImportError: the kernel cannot be found, matched, fetched or verified (the
+            subclasses in :mod:`flashhub_kernels.errors` say which).
+    """
+    info = RepoInfo(repo_id, requested_version(version, revision))
+    if backend is not None:
+        check_backend(backend)
+    module_name = info.module_name(backend)
+    install().pin(module_name, info)
+    return importlib.import_module(module_name)
+
+
+def install_kernel(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    backend: str | None = None,
+    local_files_only: bool = False,
+    system: str | None = None,
+    cuda_capability: str | None = None,
+    rocm_arch: str | None = None,
+) -> Path:
+    """Download and verify the variant of a kernel this system loads, without importing it.
+
+    Gives the local variant directory, which holds ``<py_pkg>/`` and ``metadata.json``.
+    With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
+    ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
+
+    ``local_files_only=True`` answers from the cache alone, as ``FLASHHUB_OFFLINE=1``
+    does, for this call: no request is made, and a kernel not in the cache is an
+    :class:`~flashhub_kernels.errors.OfflineError`.
+
+    ``system`` (the exact build another machine loads, e.g.
+    ``"torch213-cxx11-cu126-x86_64-linux"``) and its device, ``cuda_capability``
+    (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
+    loads instead: into the cache entry its own loads then find, offline too.
+
+    Raises:
+        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
+    """
+    from .._cache.obtain import obtain_kernel
+
+    if backend is not None:
+        check_backend(backend)
+    target = target_system(
+        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
+    )
+    config = get_config()
+    cache_only = _cache_only(config, local_files_only)
+    if version is None and revision is None:
+        parse_repo_id(repo_id)
+        if cache_only is not None:
+            raise OfflineError(
+                f"the newest version of {repo_id} cannot be looked up: {cache_only}",
+                hint="pass version=",
+            )
+        from .._network.download import remote, with_version  # the cold path's modules
+
+        with remote(config) as fetcher:
+            version = with_version(fetcher, repo_id, None).version
+    info = RepoInfo(repo_id, requested_version(version, revision))
+    try:
+        entry = obtain_kernel(
+            [info], system=target, config=config._replace(offline=cache_only is not None)
+        ).entry
+    except OfflineError:
+        if config.offline or not local_files_only:
+            raise
+        raise OfflineError(
+            f"{info} is not in the cache, and {cache_only}",
+            hint="call install_kernel without local_files_only=True to download it",
+        ) from None
+    assert entry is not None, "the store gives cache entries"
+    return entry
+
+
+def _cache_only(config: Config, local_files_only: bool) -> str | None:
+    """Why the cache alone must answer, for an error saying it cannot; ``None``: it need not."""
+    if config.offline:
+        return "FLASHHUB_OFFLINE is set"
+    return "local_files_only=True allows no download" if local_files_only else None
+
+
+def get_local_kernel(
+    repo_path: str | os.PathLike[str],
+    package_name: str | None = None,
+    *,
+    backend: str | None = None,
+) -> ModuleType:
+    """Import a kernel from a local directory, without the CDN or the cache.
+
+    ``repo_path`` is a kernel repo holding ``build/<variant>/<py_pkg>/``, such a
+    ``build`` directory itself, one ``<variant>`` directory, or a bare package directory
+    with an ``__init__.py``. The best variant for this system is used, or the one
+    ``backend`` selects, as for :func:`get_kernel`. ``package_name`` names the package
+    folder in the variant (``<py_pkg>``), as older Hugging Face ``kernels`` releases
+    took it; without it the variant's one package is used (or the variant itself, in a
+    flattened build). The module gets a unique name derived from the path, so different
+    directories never collide.
+
+    That name means nothing to another process until it calls ``get_local_kernel`` with
+    the same path: unpickling an object of the kernel there raises a
+    ``ModuleNotFoundError`` that says so. ``LOCAL_KERNELS`` gives a local build a name
+    every process can import.
+
+    Raises:
+        ValueError: ``backend`` is malformed, or one this machine cannot select.
+        KernelNotFoundError: ``repo_path`` holds no such package, or no variant that fits.
+    """
+    from .local import find_local_package  # not imported by kernel loads from the CDN
+
+    if backend is not None:
+        check_backend(backend)
+    found = find_local_package(Path(repo_path).resolve(), backend, package_name)
+    package_dir = found.package_dir
+    digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
+    module_name = f"{LOCAL_PACKAGE}.{package_dir.name}_{digest}"
+    install().add_local(module_name, package_dir)
+    return importlib.import_module(module_name)
+
+
+def get_kernel_variants(
+    repo_id: str,
+    version: int | None = None,
+    *,
+    backend: str | None = None,
+    system: str | None = None,
+    cuda_capability: str | None = None,
+    rocm_arch: str | None = None,
+) -> list[VariantVerdict]:
+    """Judge every published variant of a kernel against this system.
+
+    Returns :class:`VariantAccepted` entries (best first) then :class:`VariantRejected`
+    entries with a ``reason``. ``version=None`` means the newest version in the repo's
+    ``versions.json``. When a version has no ``variants.json``, only the variants this
+    system could load are probed, so only those appear. A build for this system's GPU
+    backend whose ``metadata.json`` lists device archs is judged by them too (one
+    request each): one whose archs lack the device is rejected, saying so.
+
+    ``system``, ``cuda_capability`` and ``rocm_arch`` judge for another machine, as
+    for :func:`install_kernel`.
+
+    With ``FLASHHUB_OFFLINE=1`` no request is made: the answer comes from the variant
+    list the cache recorded when the version was loaded or downloaded.
+
+    Raises:
+        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
+        OfflineError: offline, and the cache does not record the answer (or
+            ``version=None``: only the CDN knows the newest version).
+    """
+    from .._cache.layout import Cache
+    from .._variants.choice import cached_targets, judge_builds
+
+    target = target_system(
+        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
+    )
+    config = get_config()
+    cache = Cache.from_config(config)
+    if config.offline:
+        from .offline import published_variants
+
+        info = _offline_info(repo_id, version)
+        verdicts = judge_variants(published_variants(cache, info, target), target)
+        return judge_builds(verdicts, target, cached_targets(cache, info), first_fit=False)
+    from .._network.download import ManifestReader, fetch_index, remote, with_version  # cold path
+
+    with remote(config) as fetcher:
+        info = with_version(fetcher, repo_id, version)
+        index = fetch_index(fetcher, info, target, probe_all=True)
+        reader = ManifestReader(cache, fetcher, info, index)
+        verdicts = judge_variants(sorted(index.present), target)
+        return judge_builds(verdicts, target, reader.target, first_fit=False)
+
+
+def has_kernel(
+    repo_id: str,
+    version: int | None = None,
+    *,
+    revision: str | None = None,
+    backend: str | None = None,
+) -> bool:
+    """Whether the CDN publishes a variant of the kernel that this system can load.
+
+    ``revision="v1"`` is ``version=1``, as for :func:`get_kernel`; with neither, the
+    newest version in ``versions.json`` is asked about.
+
+    With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
+    or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
+    repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
+    """
+    if revision is not None:
+        version = requested_version(version, revision)
+    if repo_id in local_kernels():
+        from .local import local_override
+
+        try:
+            local_override([RepoInfo(repo_id, version or 1)], backend)
+        except KernelNotFoundError:
+            return False
+        return True
+    config = get_config()
+    if config.offline:
+        from .._cache.layout import Cache
+        from .offline import has_variant
+
+        info = _offline_info(repo_id, version)
+        return has_variant(Cache.from_config(config), info, target_system(backend))
+    try:
+        verdicts = get_kernel_variants(repo_id, version, backend=backend)
+    except (KernelNotFoundError, NoCompatibleVariantError):
+        return False
+    return any(isinstance(r, VariantAccepted) for r in verdicts)
+
+
+def _offline_info(repo_id: str, version: int | None) -> RepoInfo:
+    if version is None:
+        from .offline import newest_version_error
+
+        parse_repo_id(repo_id)
+        raise newest_version_error(repo_id, hint="pass version=, or unset FLASHHUB_OFFLINE")
+    return RepoInfo(repo_id, version)
+
+
+def get_loaded_kernels() -> list[LoadedKernel]:
+    """The kernels imported in this process, in load order."""
+    return install().loaded()

@@ -1,0 +1,146 @@
+"""Kernels that need other kernels: ``kernel-depends`` in a kernel's ``metadata.json``.
+
+Before a kernel's code runs, :func:`execute_kernel` checks what its ``metadata.json``
+asks of the process (:mod:`._requirements`), then imports each kernel it depends on,
+as a module of its own (``flashhub.<org>.<pkg>.v<N>``, located, downloaded and
+verified as any import is; its own dependencies first). While the kernel's code runs,
+:func:`get_kernel_dep` gives it those modules, as in Hugging Face kernels.
+
+The kernels being imported in this thread form a chain (a context variable); a
+dependency already in the chain is a cycle, refused with the chain spelled out.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from types import ModuleType
+
+from .._models.kernel_metadata import (
+    KernelDependency,
+    dependency_label,
+    format_cycle,
+    load_requirements,
+    read_kernel_metadata,
+)
+from .._models.manifest import MANIFEST_NAME, load_json
+from .._models.names import parse_module_name
+from ..errors import KernelDependencyError, KernelDependencyLookupError
+from .requirements import check_requirements
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    from .._models.kernel_dir import KernelDir
+
+# The dependencies of the kernel whose code runs now; None outside a kernel's import.
+_DEPS: ContextVar[Mapping[str, ModuleType] | None] = ContextVar(
+    "flashhub_kernel_deps", default=None
+)
+# The kernels this thread is importing, outermost first ("org/pkg vN").
+_CHAIN: ContextVar[tuple[str, ...]] = ContextVar("flashhub_kernel_chain", default=())
+
+
+def get_kernel_dep(repo_id: str) -> ModuleType:
+    """The module of a kernel that the kernel being imported depends on.
+
+    For a kernel's own code, while it is imported: ``repo_id`` must be listed in the
+    ``kernel-depends`` of the kernel's ``metadata.json`` (at a version), and that version
+    is what is returned, loaded before the kernel's code started.
+
+    Raises:
+        KernelDependencyLookupError: called outside the import of a kernel that lists
+            dependencies, or for a repo its ``kernel-depends`` does not list (also a
+            ``RuntimeError``).
+    """
+    deps = _DEPS.get()
+    if deps is None:
+        raise KernelDependencyLookupError(
+            f"get_kernel_dep({repo_id!r}) works only while a kernel that lists {repo_id} in "
+            "the kernel-depends of its metadata.json is being imported",
+            hint="call it from the kernel's own code at import time (its __init__.py); "
+            "other code loads kernels with get_kernel(repo_id, version=N)",
+        )
+    module = deps.get(repo_id)
+    if module is None:
+        listed = ", ".join(sorted(deps)) or "nothing"
+        raise KernelDependencyLookupError(
+            f"{repo_id} is not a dependency of the kernel being imported (its "
+            f"kernel-depends lists {listed})",
+            hint=f"add {repo_id} to kernel-depends in the kernel's build.toml and rebuild",
+        )
+    return module
+
+
+def execute_kernel(target: KernelDir, module_name: str, execute: Callable[[], None]) -> None:
+    """Run ``execute`` (the kernel's code) once the kernel's requirements are met and its
+    dependencies are loaded, with :func:`get_kernel_dep` answering for them."""
+    requires = target.requires if target.requires is not None else requirements_on_disk(target)
+    if not requires:
+        execute()
+        return
+    metadata = read_kernel_metadata(requires, source=f"{_describe(target)}: {MANIFEST_NAME}")
+    check_requirements(metadata, _describe(target))
+    deps = load_dependencies(metadata.kernel_depends, _label(target), module_name)
+    token = _DEPS.set(deps)
+    try:
+        execute()
+    finally:
+        _DEPS.reset(token)
+
+
+def load_dependencies(
+    depends: tuple[KernelDependency, ...], kernel: str, module_name: str
+) -> dict[str, ModuleType]:
+    """Import each of ``depends``, the dependencies of ``kernel`` (``"org/pkg vN"``),
+    which is imported as ``module_name`` (a forced backend applies to them too)."""
+    if not depends:
+        return {}
+    from .api import get_kernel
+
+    parsed = parse_module_name(module_name)
+    backend = parsed.backend if parsed is not None else None
+    chain = (*_CHAIN.get(), kernel)
+    token = _CHAIN.set(chain)
+    try:
+        loaded = {}
+        for dep in depends:
+            if str(dep) in chain:
+                raise KernelDependencyError(
+                    f"kernel dependencies form a cycle: {format_cycle([*chain, str(dep)])}",
+                    hint="a kernel cannot depend on itself, directly or through others: "
+                    "report it to the kernels' publisher",
+                )
+            loaded[dep.repo_id] = get_kernel(dep.repo_id, version=dep.version, backend=backend)
+        return loaded
+    finally:
+        _CHAIN.reset(token)
+
+
+def requirements_on_disk(target: KernelDir) -> dict[str, Any]:
+    """:func:`load_requirements` of the ``metadata.json`` beside a kernel: of a cache
+    entry whose receipt predates recording them, or of a local build's variant."""
+    places = [target.entry] if target.entry else [target.package_dir, target.package_dir.parent]
+    for directory in places:
+        path = directory / MANIFEST_NAME
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        document = load_json(data, str(path))
+        return load_requirements(document, source=str(path)) if isinstance(document, dict) else {}
+    return {}
+
+
+def _describe(target: KernelDir) -> str:
+    """The kernel, for messages: ``org/pkg v1 (variant ...)``, or a local directory."""
+    if target.info is None:
+        return f"the local kernel {target.package_dir}"
+    variant = f" (variant {target.variant})" if target.variant else ""
+    return f"{target.info.repo_id} v{target.info.version}{variant}"
+
+
+def _label(target: KernelDir) -> str:
+    """The kernel in a dependency chain, spelled as a :class:`KernelDependency` is."""
+    return str(target.package_dir) if target.info is None else dependency_label(target.info)

@@ -1,0 +1,143 @@
+"""Kernels in local directories: :func:`get_local_kernel` and ``LOCAL_KERNELS`` overrides.
+
+A local kernel is read where it lies: no CDN, no cache, no manifest check. The
+directory may be a kernel repo holding ``build/<variant>/<py_pkg>/``, such a ``build``
+directory, one ``<variant>`` directory, or the package directory itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._config import local_kernels
+from .._constants import LOCAL_KERNELS_VAR
+from .._models.kernel_dir import KernelDir
+from .._models.manifest import MANIFEST_NAME
+from .._models.names import RepoInfo
+from .._variants.archs import BuildTarget, read_target
+from .._variants.choice import best_variant, judge_builds, target_system
+from .._variants.system import judge_variants
+from ..errors import KernelNotFoundError
+
+if TYPE_CHECKING:
+    from .._variants.choice import TargetOf
+
+
+def find_local_package(
+    path: Path, backend: str | None = None, package_name: str | None = None
+) -> KernelDir:
+    """The package to import from ``path``, choosing the best variant for this system.
+
+    ``package_name`` names the package folder to look for in the variant (or in
+    ``path``); a flattened variant, whose own directory is the package, is taken as it
+    is. ``variant`` is the name of the build variant picked from a ``build`` directory,
+    and ``None`` when ``path`` already is a variant or package directory.
+
+    Raises:
+        KernelNotFoundError: ``path`` holds no package, or no variant that fits.
+    """
+    if not path.exists():
+        raise KernelNotFoundError(
+            f"{path} does not exist",
+            hint="pass the directory of a kernel repo (holding build/<variant>/<py_pkg>/), "
+            "of one variant, or of the package itself",
+        )
+    if package_name is not None and (path / package_name / "__init__.py").is_file():
+        return KernelDir(path / package_name)
+    if (path / "__init__.py").is_file():
+        return KernelDir(path)
+    packages = (
+        [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
+        if path.is_dir() and package_name is None
+        else []
+    )
+    if len(packages) == 1:
+        return KernelDir(packages[0])
+    base = path / "build" if (path / "build").is_dir() else path
+    variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
+    # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
+    system = target_system(backend)
+    verdicts = judge_builds(judge_variants(variants, system), system, _target_in(base))
+    chosen = best_variant(verdicts)
+    if chosen is not None:
+        found = find_local_package(base / chosen, backend, package_name)
+        return KernelDir(found.package_dir, variant=chosen)
+    named = "" if package_name is None else f" {package_name!r}"
+    raise KernelNotFoundError(
+        f"no kernel package{named} found in {path}",
+        hint=f"point at a directory holding build/<variant>/{package_name or '<py_pkg>'}/"
+        "__init__.py, "
+        "or at the package itself",
+    )
+
+
+def _target_in(base: Path) -> TargetOf:
+    """The devices each variant directory under ``base`` declares in its metadata.json."""
+
+    def target(variant: str) -> BuildTarget | None:
+        try:
+            document = json.loads((base / variant / MANIFEST_NAME).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return read_target(document) if isinstance(document, dict) else None
+
+    return target
+
+
+def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> KernelDir | None:
+    """The local copy of the first candidate ``LOCAL_KERNELS`` maps, or ``None``.
+
+    ``candidates`` are the spellings a module name may stand for, as the CDN lookup
+    tries them. The mapping holds for every version of a repo.
+
+    Raises:
+        ConfigError: ``LOCAL_KERNELS`` is malformed.
+        KernelNotFoundError: the mapped directory does not exist or holds no kernel
+            package that fits this system.
+    """
+    overrides = local_kernels()
+    if not overrides:
+        return None
+    for info in candidates:
+        path = overrides.get(info.repo_id)
+        if path is not None:
+            found = _find_override(info.repo_id, path.resolve(), backend)
+            return found._replace(info=info)
+    return None
+
+
+def _find_override(repo_id: str, path: Path, backend: str | None) -> KernelDir:
+    remedy = (
+        f"fix the path in {LOCAL_KERNELS_VAR}, or drop the entry to load {repo_id} from the CDN"
+    )
+    if not path.exists():
+        raise KernelNotFoundError(
+            f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, which does not exist",
+            hint=remedy,
+        )
+    try:
+        return find_local_package(path, backend)
+    except KernelNotFoundError as exc:
+        raise KernelNotFoundError(
+            f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, but {exc.message}",
+            hint=f"{exc.hint}; or {remedy}",
+        ) from None
+
+
+def unknown_local_module(fullname: str) -> KernelNotFoundError:
+    """The error for importing a :func:`get_local_kernel` module name this process never
+    registered: an object of a local kernel unpickled in another process (a worker, a
+    later run). The name holds a digest of the path, not the path, so it cannot be loaded.
+    """
+    return KernelNotFoundError(
+        f"No module named {fullname!r}: it is a kernel that get_local_kernel(path) loaded "
+        "in another process, and its name does not say from which directory",
+        hint="call get_local_kernel(path) with the same path in this process before "
+        "unpickling (in a worker's initializer, say); or give the build a repo id with "
+        f"{LOCAL_KERNELS_VAR}=org/pkg=/path/to/kernel and load it with get_kernel('org/pkg', "
+        "version=1), a name every process with that setting can import",
+        name=fullname,
+    )

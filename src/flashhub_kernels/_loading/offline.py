@@ -1,0 +1,162 @@
+"""Answers from the cache alone, for ``FLASHHUB_OFFLINE=1``.
+
+With the network off, the questions the CDN normally answers (which variants a version
+publishes, what each one holds) are answered from what earlier loads recorded:
+
+- ``variants-index.json`` of a version: the whole ``variants.json`` (``complete``), or
+  which of the names probed for exist and which do not;
+- a committed entry: its ``metadata.json`` and the receipt written when its files were
+  verified, which records each file's size.
+
+When the cache cannot answer, the functions here raise
+:class:`~flashhub_kernels.errors.OfflineError` saying what is missing. None of them
+imports the HTTP client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from .._cache.layout import Cache, VariantIndex
+from .._lockfiles.format import check_variant_name
+from .._models.manifest import MANIFEST_NAME, Manifest, parse_metadata
+from .._models.names import RepoInfo
+from .._variants.choice import no_variant_error, pick_cached_variant
+from .._variants.system import SystemInfo, VariantAccepted, candidate_names, judge_variants
+from ..errors import FlashhubError, NoCompatibleVariantError, OfflineError
+
+_ONLINE_HINT = "unset FLASHHUB_OFFLINE"
+
+
+def newest_version_error(repo_id: str, *, hint: str) -> OfflineError:
+    """The error for a question about the newest version: only ``versions.json`` knows it."""
+    return OfflineError(
+        f"the newest version of {repo_id} cannot be looked up: FLASHHUB_OFFLINE is set "
+        "and the cache does not record versions.json",
+        hint=hint,
+    )
+
+
+def _not_cached(info: RepoInfo, what: str) -> OfflineError:
+    return OfflineError(
+        f"the cache does not record {what} of {info}, and FLASHHUB_OFFLINE is set",
+        hint=f"run `flashhub get {info.repo_id} --version {info.version}` with network "
+        f"access first (it records them in the cache), or {_ONLINE_HINT}",
+    )
+
+
+def cached_index(cache: Cache, info: RepoInfo) -> VariantIndex:
+    """The variant index the cache recorded for ``info``; :class:`OfflineError` if none."""
+    index = cache.read_index(info)
+    if index is None:
+        raise _not_cached(info, "the published variants")
+    return index
+
+
+def published_variants(cache: Cache, info: RepoInfo, system: SystemInfo) -> list[str]:
+    """The variant names the CDN would list for ``system``, sorted, from the cache.
+
+    A recorded ``variants.json`` lists them all. A probed version lists the names
+    ``system`` could load that exist, which the cache knows only once every one of
+    them was probed.
+
+    Raises:
+        OfflineError: the cache does not know enough.
+        NoCompatibleVariantError: the version has no ``variants.json`` and none of
+            ``system``'s candidates exists.
+    """
+    index = cached_index(cache, info)
+    if index.complete:
+        return sorted(index.present)
+    candidates = candidate_names(system)
+    if any(name not in index.present and name not in index.absent for name in candidates):
+        raise _not_cached(info, "every variant this system could load")
+    present = sorted(name for name in candidates if name in index.present)
+    if not present:
+        raise no_variant_error(
+            f"{info} has no variants.json and none of the variants this system can load "
+            "is published (as recorded in the cache)",
+            system,
+            published=None,
+        )
+    return present
+
+
+def has_variant(cache: Cache, info: RepoInfo, system: SystemInfo) -> bool:
+    """Whether ``info`` publishes a variant ``system`` loads, as far as the cache records.
+
+    Raises:
+        OfflineError: the cache does not know.
+    """
+    index = cached_index(cache, info)
+    if not index.complete and pick_cached_variant(index, system) is not None:
+        return True  # a probe found one; the names it did not try do not matter
+    try:
+        names = published_variants(cache, info, system)
+    except NoCompatibleVariantError:
+        return False
+    return any(isinstance(r, VariantAccepted) for r in judge_variants(names, system))
+
+
+class CachedVariant(NamedTuple):
+    """A cached entry's manifest, each file's size as recorded when it was verified, and
+    the trusted key that vouched for it then (``None``: none was checked)."""
+
+    manifest: Manifest
+    sizes: dict[str, int]
+    signer: str | None = None
+
+
+def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant | None:
+    """The manifest and file sizes of a committed entry, or ``None`` if it is not cached."""
+    try:
+        check_variant_name(variant)  # a name from the CDN: never made a path unchecked
+    except ValueError:
+        return None
+    entry = cache.entry_dir(info, variant)
+    cache.check_trusted(entry)
+    receipt = cache.read_receipt(entry)
+    if receipt is None:
+        return None
+    try:
+        data = (entry / MANIFEST_NAME).read_bytes()
+        manifest = parse_metadata(data, source=f"{entry / MANIFEST_NAME}")
+    except (OSError, FlashhubError):
+        return None
+    if manifest.content_hash != receipt.content_hash or set(receipt.files) != set(manifest.files):
+        return None
+    sizes = {path: size for path, (size, _mtime) in receipt.files.items()}
+    return CachedVariant(manifest, sizes, receipt.signer)
+
+
+def cached_variants(
+    cache: Cache, info: RepoInfo, variants: Sequence[str]
+) -> dict[str, CachedVariant]:
+    """:func:`cached_variant` of each of ``variants``; :class:`OfflineError` naming the
+    ones the cache does not hold."""
+    found = {name: cached_variant(cache, info, name) for name in variants}
+    missing = [name for name, cached in found.items() if cached is None]
+    if missing:
+        raise OfflineError(
+            f"the cache does not hold the metadata.json of {info} "
+            f"{'variant' if len(missing) == 1 else 'variants'} {', '.join(map(repr, missing))}, "
+            "and FLASHHUB_OFFLINE is set",
+            hint=f"run `flashhub get {info.repo_id} --version {info.version}` (this system's "
+            "variant) or `flashhub download --all-variants` (a project's locked variants) "
+            f"with network access first, or {_ONLINE_HINT}",
+        )
+    return {name: cached for name, cached in found.items() if cached is not None}
+
+
+def cached_versions(cache: Cache, repo_id: str) -> list[int]:
+    """The versions of ``repo_id`` whose variant index the cache records, ascending."""
+    repo_dir = cache.version_dir(RepoInfo(repo_id, 1)).parent
+    versions = []
+    for child in repo_dir.glob("v*") if repo_dir.is_dir() else []:
+        number = child.name[1:]
+        if number.isdigit() and not number.startswith("0"):
+            info = RepoInfo(repo_id, int(number))
+            if cache.version_dir(info) == child and cache.read_index(info) is not None:
+                versions.append(info.version)
+    return sorted(versions)

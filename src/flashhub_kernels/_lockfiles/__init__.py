@@ -1,0 +1,1 @@
+"""Lock files: their format, locking a project's kernels, loading what a lock pins."""

@@ -1,0 +1,480 @@
+"""``flashhub.lock`` and ``[tool.flashhub.dependencies]``: format, parsing, validation.
+
+No network here. A project declares version ranges in ``pyproject.toml``::
+
+    [tool.flashhub.dependencies]
+    "sdq/audio-codebook-primitives" = ">=1,<3"
+
+and ``flashhub lock`` pins each one in ``flashhub.lock`` (JSON, stable byte form)::
+
+    {
+      "kernels": [
+        {
+          "repo_id": "sdq/audio-codebook-primitives",
+          "specifier": ">=1,<3",
+          "variants": {
+            "torch-universal": {"hash": "sha256-<hex>"}
+          },
+          "version": 2
+        }
+      ],
+      "version": 1
+    }
+
+The top-level ``version`` is the format. Each variant's ``hash`` is the content hash of
+its manifest (:func:`~flashhub_kernels._models.manifest.content_hash`), which pins the exact
+bytes of every file even if a CDN object changes later. When the locking process
+checked signatures, a variant also records its ``signer``: the id of the trusted key
+that signed its manifest. A load that checks signatures then refuses another signer.
+
+A kernel whose version has no ``variants.json`` is locked with the variants found by
+probing, and its entry says so: ``"variants_source": "probed"``. Without the key the
+variants are the whole ``variants.json`` (``"published"``), as in every older lock.
+For such versions ``[tool.flashhub] variants = ["<variant>", ...]`` names variants to
+lock besides those the locking machine can load.
+
+A kernel whose variants depend on other kernels (``kernel-depends`` in their
+``metadata.json``) lists them in ``"kernel_depends"``: ``[{"repo_id": ..., "version":
+N}]``. Each is locked too, as an entry of ``"kernels"`` when the project declares that
+version, else of the top-level ``"dependencies"`` (same form, ``"specifier": "==N"``).
+Both keys are left out when nothing depends on anything, so older locks keep their bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._config import PYPROJECT_NAME
+from .._models.kernel_metadata import dependency_label, format_cycle
+from .._models.manifest import dump_json, parse_capped
+from .._models.names import RepoInfo, check_version, parse_repo_id
+from .._signing.trusted_keys import is_key_id
+from .._utils.pyproject import load_toml, lookup
+from .._variants.system import parse_variant
+from ..errors import LockfileError
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
+LOCKFILE_NAME = "flashhub.lock"
+FORMAT_VERSION = 1
+_HASH = re.compile(r"sha256-[0-9a-f]{64}")
+# Variant names become cache directory names; the cache relies on them holding no dots.
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+_REGENERATE = "regenerate it with `flashhub lock` in the project directory"
+VariantsSource = Literal["published", "probed"]
+_VARIANTS_SOURCES: tuple[VariantsSource, ...] = ("published", "probed")
+
+
+def check_variant_name(name: object) -> str:
+    """Return ``name`` if it is a safe variant name; raise ``ValueError`` otherwise."""
+    if not isinstance(name, str) or not _VARIANT_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a variant name (letters, digits, '-' and '_')")
+    return name
+
+
+def check_lockable_variant(name: object) -> str:
+    """Return ``name`` if a project may ask to lock it; raise ``ValueError`` otherwise.
+
+    Stricter than :func:`check_variant_name`: the name must follow the variant grammar,
+    since a name no system can load would only be dead weight in a lock.
+    """
+    checked = check_variant_name(name)
+    parse_variant(checked)  # its VariantNameError is a ValueError
+    return checked
+
+
+@dataclass(frozen=True)
+class LockedKernel:
+    """One kernel pinned by a lock: a version and the content hash of each variant.
+
+    ``variants_source`` is ``"published"`` when ``variants`` is the version's whole
+    ``variants.json``, ``"probed"`` when the version has none and the variants were
+    found by requesting candidate names.
+    """
+
+    repo_id: str
+    version: int
+    variants: Mapping[str, str]  # variant name -> "sha256-<hex>"
+    specifier: str = ""
+    variants_source: VariantsSource = "published"
+    # variant name -> id of the trusted key that signed its manifest when it was locked
+    signers: Mapping[str, str] = field(default_factory=dict)
+    # The locked kernels its variants depend on (kernel-depends), in repo order.
+    dependencies: tuple[LockedKernel, ...] = ()
+
+    @property
+    def info(self) -> RepoInfo:
+        return RepoInfo(self.repo_id, self.version)
+
+    @property
+    def probed(self) -> bool:
+        """Whether the locked variants were probed, not read from ``variants.json``."""
+        return self.variants_source == "probed"
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "repo_id": self.repo_id,
+            "specifier": self.specifier,
+            "variants": {name: self._variant_json(name) for name in sorted(self.variants)},
+            "version": self.version,
+        }
+        if self.probed:  # absent means published: locks of published versions keep their bytes
+            document["variants_source"] = self.variants_source
+        if self.dependencies:
+            document["kernel_depends"] = [
+                {"repo_id": dep.repo_id, "version": dep.version} for dep in self.dependencies
+            ]
+        return document
+
+    def tree(self) -> list[LockedKernel]:
+        """This kernel and every kernel it depends on, each once, dependencies first."""
+        ordered: dict[RepoInfo, LockedKernel] = {}
+
+        def visit(locked: LockedKernel) -> None:
+            if locked.info not in ordered:
+                for dep in locked.dependencies:
+                    visit(dep)
+                ordered[locked.info] = locked
+
+        visit(self)
+        return list(ordered.values())
+
+    def _variant_json(self, name: str) -> dict[str, str]:
+        signer = self.signers.get(name)
+        pins = {"hash": self.variants[name]}
+        return pins | {"signer": signer} if signer else pins
+
+
+@dataclass(frozen=True)
+class Lockfile:
+    """A parsed ``flashhub.lock``. ``source`` says where it came from, for messages."""
+
+    kernels: Mapping[str, LockedKernel]
+    source: str = LOCKFILE_NAME
+    # The kernels locked only because a locked kernel depends on them.
+    dependencies: Mapping[RepoInfo, LockedKernel] = field(default_factory=dict)
+
+    def entries(self) -> list[LockedKernel]:
+        """Every locked kernel: those declared, then the dependencies, each in repo order."""
+        declared = [self.kernels[repo_id] for repo_id in sorted(self.kernels)]
+        return declared + [self.dependencies[info] for info in sorted(self.dependencies)]
+
+    def locked(self, info: RepoInfo) -> LockedKernel | None:
+        """The entry that pins ``info`` (a declared kernel or a dependency), if any."""
+        declared = self.kernels.get(info.repo_id)
+        if declared is not None and declared.version == info.version:
+            return declared
+        return self.dependencies.get(info)
+
+    def kernel(self, repo_id: str) -> LockedKernel:
+        """The entry for ``repo_id``; :class:`LockfileError` if the lock does not pin it."""
+        parse_repo_id(repo_id)
+        try:
+            return self.kernels[repo_id]
+        except KeyError:
+            locked = ", ".join(sorted(self.kernels)) or "nothing"
+            raise LockfileError(
+                f"{repo_id} is not locked in {self.source} (it locks {locked})",
+                hint=f'add "{repo_id}" to [tool.flashhub.dependencies] in pyproject.toml '
+                "and run `flashhub lock`",
+            ) from None
+
+    def to_json(self) -> dict[str, Any]:
+        kernels = [self.kernels[repo_id].to_json() for repo_id in sorted(self.kernels)]
+        document: dict[str, Any] = {"kernels": kernels, "version": FORMAT_VERSION}
+        if self.dependencies:
+            document["dependencies"] = [
+                self.dependencies[info].to_json() for info in sorted(self.dependencies)
+            ]
+        return document
+
+    def to_bytes(self) -> bytes:
+        return dump_json(self.to_json())
+
+
+# -- reading a lock ---------------------------------------------------------------------
+
+
+def read_lockfile(path: Path) -> Lockfile:
+    """Read and validate the lock file at ``path``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise LockfileError(
+            f"{path} does not exist",
+            hint="run `flashhub lock` in the project directory to create it",
+        ) from None
+    return parse_lockfile(data, source=str(path))
+
+
+def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
+    """Validate a lock document; raise :class:`LockfileError` naming what is wrong."""
+    try:
+        document = parse_capped(data, json.loads, "JSON", json.JSONDecodeError)
+    except ValueError as exc:
+        raise LockfileError(f"{source} {exc}", hint=_REGENERATE) from None
+    if not isinstance(document, dict):
+        raise LockfileError(f"{source} must hold a JSON object", hint=_REGENERATE)
+    _check_format(document.get("version"), source)
+    items = document.get("kernels")
+    if not isinstance(items, list):
+        raise LockfileError(f'{source} must list its kernels in "kernels"', hint=_REGENERATE)
+    extra = document.get("dependencies", [])
+    if not isinstance(extra, list):
+        raise LockfileError(f'{source}: "dependencies" must be a list', hint=_REGENERATE)
+    declared = _parse_entries(items, "kernel", source)
+    repos = [info.repo_id for info in declared]
+    twice = sorted({repo_id for repo_id in repos if repos.count(repo_id) > 1})
+    if twice:
+        raise LockfileError(f"{source} locks {twice[0]} twice", hint=_REGENERATE)
+    dependencies = _parse_entries(extra, "dependency", source)
+    both = sorted(declared.keys() & dependencies.keys())
+    if both:
+        raise LockfileError(f"{source} locks {both[0]} twice", hint=_REGENERATE)
+    linked = _link({**declared, **dependencies}, source)
+    return Lockfile(
+        {info.repo_id: linked[info] for info in declared},
+        source,
+        {info: linked[info] for info in dependencies},
+    )
+
+
+# An entry as parsed, with the kernels it depends on still to be linked to their entries.
+_Parsed = tuple[LockedKernel, tuple[RepoInfo, ...]]
+
+
+def _parse_entries(items: list[Any], what: str, source: str) -> dict[RepoInfo, _Parsed]:
+    entries: dict[RepoInfo, _Parsed] = {}
+    for position, item in enumerate(items):
+        try:
+            parsed = _parse_kernel(item)
+        except ValueError as exc:
+            raise LockfileError(
+                f"{source}, {what} #{position + 1}: {exc}", hint=_REGENERATE
+            ) from None
+        info = parsed[0].info
+        if info in entries:
+            raise LockfileError(f"{source} locks {info.repo_id} twice", hint=_REGENERATE)
+        entries[info] = parsed
+    return entries
+
+
+def _link(entries: Mapping[RepoInfo, _Parsed], source: str) -> dict[RepoInfo, LockedKernel]:
+    """Each entry with its ``dependencies``: the entries its ``kernel_depends`` names."""
+    linked: dict[RepoInfo, LockedKernel] = {}
+
+    def link(info: RepoInfo, chain: tuple[RepoInfo, ...]) -> LockedKernel:
+        if info in linked:
+            return linked[info]
+        locked, depends = entries[info]
+        for dep in depends:
+            if dep in chain or dep == info:
+                cycle = format_cycle(
+                    [*map(dependency_label, (*chain, info)), dependency_label(dep)]
+                )
+                raise LockfileError(
+                    f"{source}: kernel dependencies form a cycle: {cycle}", hint=_REGENERATE
+                )
+            if dep not in entries:
+                raise LockfileError(
+                    f"{source}: {info} depends on {dep}, which it does not lock",
+                    hint=_REGENERATE,
+                )
+        deps = tuple(link(dep, (*chain, info)) for dep in depends)
+        linked[info] = replace(locked, dependencies=deps)
+        return linked[info]
+
+    for info in entries:
+        link(info, ())
+    return linked
+
+
+def _check_format(value: object, source: str) -> None:
+    if value == FORMAT_VERSION and not isinstance(value, bool):
+        return
+    if isinstance(value, int) and not isinstance(value, bool) and value > FORMAT_VERSION:
+        raise LockfileError(
+            f"{source} has format version {value}; this flashhub-kernels reads version "
+            f"{FORMAT_VERSION}",
+            hint="upgrade flashhub-kernels",
+        )
+    raise LockfileError(
+        f'{source} has no valid format field (expected "version": {FORMAT_VERSION})',
+        hint=_REGENERATE,
+    )
+
+
+def _parse_kernel(item: object) -> _Parsed:
+    """One entry of ``"kernels"`` or ``"dependencies"``, and the kernels it depends on;
+    ``ValueError`` says what is wrong with it."""
+    if not isinstance(item, dict):
+        raise ValueError("must be an object")
+    repo_id = item.get("repo_id")
+    if not isinstance(repo_id, str):
+        raise ValueError('"repo_id" must be a string such as "org/pkg"')
+    parse_repo_id(repo_id)
+    version = check_version(item.get("version"))
+    specifier = item.get("specifier", "")
+    if not isinstance(specifier, str):
+        raise ValueError(f'{repo_id}: "specifier" must be a string')
+    variants = item.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        raise ValueError(f'{repo_id}: "variants" must map each variant to its hash')
+    hashes, signers = {}, {}
+    for name, entry in variants.items():
+        check_variant_name(name)
+        content_hash = entry.get("hash") if isinstance(entry, dict) else None
+        if not isinstance(content_hash, str) or not _HASH.fullmatch(content_hash):
+            raise ValueError(f'{repo_id}, variant {name}: "hash" must be "sha256-<64 hex>"')
+        hashes[name] = content_hash
+        signer = entry.get("signer")
+        if signer is not None and not is_key_id(signer):
+            raise ValueError(f'{repo_id}, variant {name}: "signer" must be a key id (16 hex)')
+        if signer is not None:
+            signers[name] = signer
+    source = _variants_source(item, repo_id)
+    locked = LockedKernel(repo_id, version, hashes, specifier, source, signers)
+    return locked, _kernel_depends(item.get("kernel_depends", []), repo_id)
+
+
+def _kernel_depends(value: object, repo_id: str) -> tuple[RepoInfo, ...]:
+    what = f'{repo_id}: "kernel_depends" must list {{"repo_id": "org/pkg", "version": N}} objects'
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(what)
+    depends = []
+    for entry in value:
+        dep_id = entry.get("repo_id")
+        if not isinstance(dep_id, str):
+            raise ValueError(what)
+        depends.append(RepoInfo(dep_id, check_version(entry.get("version"))))
+    return tuple(sorted(set(depends)))
+
+
+def _variants_source(item: dict[str, Any], repo_id: str) -> VariantsSource:
+    source = item.get("variants_source", "published")
+    for known in _VARIANTS_SOURCES:
+        if source == known:
+            return known
+    raise ValueError(f'{repo_id}: "variants_source" must be "published" or "probed"')
+
+
+# -- reading pyproject.toml -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Project:
+    """What a project's ``pyproject.toml`` asks ``flashhub lock`` for.
+
+    ``dependencies`` maps each repo id to its version specifier; ``variants`` are the
+    variant names to lock besides the probed ones, for versions without ``variants.json``.
+    """
+
+    dependencies: dict[str, str]
+    variants: tuple[str, ...] = ()
+
+
+def read_project(project_dir: Path) -> Project:
+    """``[tool.flashhub.dependencies]`` and ``[tool.flashhub] variants`` of the project.
+
+    Without ``[tool.flashhub.dependencies]``, Hugging Face kernels' ``[tool.kernels.dependencies]``
+    is read in its place (the same forms).
+
+    A dependency's value is a PEP 440 specifier string (``">=1,<3"``, ``"==2"``, ``""``
+    for any) or an integer, which means exactly that version. ``variants`` is a list of
+    variant names such as ``"torch212-cxx11-cu126-x86_64-linux"``.
+    """
+    path = project_dir / PYPROJECT_NAME
+    try:
+        document = load_toml(path.read_bytes())
+    except FileNotFoundError:
+        raise LockfileError(
+            f"{path} does not exist",
+            hint="pass the project directory that holds pyproject.toml",
+        ) from None
+    except ValueError as exc:
+        raise LockfileError(f"{path} {exc}", hint="fix the file's TOML") from None
+    problems: list[tuple[str, str]] = []  # (what is wrong, how to write it)
+    project = Project(_dependencies(document, path, problems), _variants(document, problems))
+    if problems:
+        hints = dict.fromkeys(hint for _, hint in problems)
+        listed = "\n  ".join(problem for problem, _ in problems)
+        raise LockfileError(
+            f"{path}: {listed}" if len(problems) == 1 else f"{path}:\n  {listed}",
+            hint="; ".join(hints),
+        )
+    return project
+
+
+_DEPENDENCY_HINT = 'write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)'
+_VARIANTS_HINT = 'write variants as ["torch212-cxx11-cu126-x86_64-linux", ...]'
+
+
+# Ours, then Hugging Face kernels' table, so that its projects lock unchanged.
+_DEPENDENCY_TABLES = (("tool", "flashhub", "dependencies"), ("tool", "kernels", "dependencies"))
+
+
+def _dependencies(
+    document: dict[str, Any], path: Path, problems: list[tuple[str, str]]
+) -> dict[str, str]:
+    """The dependency table's valid entries; what is wrong with each other one goes to
+    ``problems``, so that one error lists them all."""
+    for keys in _DEPENDENCY_TABLES:
+        table = lookup(document, *keys)
+        if table is not None:
+            break
+    if not isinstance(table, dict) or not table:
+        raise LockfileError(
+            f"{path} declares no kernels",
+            hint='add them under [tool.flashhub.dependencies], e.g. "org/pkg" = ">=1"',
+        )
+    name = ".".join(keys)
+    dependencies = {}
+    for repo_id, value in table.items():
+        try:
+            parse_repo_id(repo_id)
+            dependencies[repo_id] = _specifier(value)
+        except ValueError as exc:
+            problems.append((f"[{name}] {repo_id!r}: {exc}", _DEPENDENCY_HINT))
+    return dependencies
+
+
+def _variants(document: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, ...]:
+    """``[tool.flashhub] variants``, valid names only; the others go to ``problems``."""
+    names = lookup(document, "tool", "flashhub", "variants")
+    if names is None:
+        return ()
+    if not isinstance(names, list):
+        problems.append(("[tool.flashhub] variants must be a list", _VARIANTS_HINT))
+        return ()
+    checked = []
+    for name in names:
+        try:
+            checked.append(check_lockable_variant(name))
+        except ValueError as exc:
+            problems.append((f"[tool.flashhub] variants: {exc}", _VARIANTS_HINT))
+    return tuple(dict.fromkeys(checked))
+
+
+def _specifier(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"=={check_version(value)}"
+    if not isinstance(value, str):
+        raise ValueError(f"the version range must be a string, got {value!r}")
+    parse_specifier(value)
+    return value
+
+
+def parse_specifier(text: str) -> SpecifierSet:
+    """``text`` as a ``packaging`` ``SpecifierSet``; ``ValueError`` if it is not PEP 440."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise ValueError(f"{text!r} is not a version range such as '>=1,<3'") from None

@@ -1,0 +1,83 @@
+"""Where the files of a kernel module are: the record the finder, the cache and local
+overrides share, and how a verified cache entry becomes one."""
+
+from __future__ import annotations
+
+from .record import Record
+
+TYPE_CHECKING = False  # not typing's: this module is on the import hook's path
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Any
+
+    from .._cache.layout import Receipt
+    from .names import RepoInfo
+
+# The file names of native libraries, which a kernel loads with torch.ops.load_library.
+NATIVE_SUFFIXES = (".so", ".dylib")
+
+
+class KernelDir(Record):
+    """A kernel package directory ready to import, and where it came from.
+
+    Attributes:
+        package_dir: The directory imported as the kernel (it holds ``__init__.py``).
+        info: The repo and version; ``None`` for :func:`get_local_kernel` directories.
+        variant: The build variant chosen, when known.
+        entry: The verified cache entry holding ``package_dir``; ``None`` outside the
+            cache (a local directory).
+        signer: The trusted key that vouched for the entry, if one was checked.
+        natives: The native libraries of a cache entry, as ``(path relative to entry,
+            size)`` from its receipt; ``None`` outside the cache, where the directory is
+            looked at when the kernel is loaded.
+        requires: What its ``metadata.json`` asks of a load (python-depends,
+            kernel-depends, minimum client versions, a dirty build), as the entry's
+            receipt records it: ``{}`` for nothing; ``None`` when not recorded (a local
+            directory, an entry cached by an older client), where ``metadata.json`` is
+            read when the kernel is loaded.
+    """
+
+    package_dir: Path
+    info: RepoInfo | None
+    variant: str | None
+    entry: Path | None
+    signer: str | None
+    natives: tuple[tuple[str, int], ...] | None
+    requires: Mapping[str, Any] | None
+
+    def __init__(
+        self,
+        package_dir: Path,
+        info: RepoInfo | None = None,
+        variant: str | None = None,
+        entry: Path | None = None,
+        signer: str | None = None,
+        natives: tuple[tuple[str, int], ...] | None = None,
+        requires: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._init(package_dir, info, variant, entry, signer, natives, requires)
+
+    @property
+    def init_file(self) -> Path:
+        return self.package_dir / "__init__.py"
+
+
+def package_dir_of(entry: Path, py_pkg: str) -> Path:
+    """The directory of a verified entry that is imported as the kernel.
+
+    That is ``<py_pkg>/`` when the variant ships it, else the entry itself: a flattened
+    build, whose files (``__init__.py``, ``_ops.py``, ...) lie directly in the variant
+    directory. A build with both layouts loads from ``<py_pkg>/``.
+    """
+    package = entry / py_pkg
+    return package if (package / "__init__.py").is_file() else entry
+
+
+def cached_kernel(entry: Path, info: RepoInfo, variant: str, receipt: Receipt) -> KernelDir:
+    """The kernel in a verified entry, as its receipt describes it."""
+    natives = tuple(
+        (rel, size) for rel, (size, _) in receipt.files.items() if rel.endswith(NATIVE_SUFFIXES)
+    )
+    package = package_dir_of(entry, info.py_pkg)
+    return KernelDir(package, info, variant, entry, receipt.signer, natives, receipt.requires)

@@ -1,0 +1,276 @@
+"""The CDN's JSON documents: parse, validate, encode digests. Pure functions, no I/O.
+
+``metadata.json`` is the manifest of one variant::
+
+    {"digest": {"algorithm": "sha256", "files": {"<relative path>": "<base64 sha256>"}},
+     "sizes": {"<path>": <bytes>}}
+
+Exactly the listed files make up the variant; ``sizes`` is optional, and so is
+``algorithm`` (``sha256``, the only one accepted). The kernel builder's other fields
+(name, dependencies, backend, provenance) are :mod:`._kernel_metadata`'s. Everything here
+treats the documents as hostile input: size, shape, every path, digest and size are
+checked before any of it is used to build a URL or a file name.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from ..errors import ManifestError
+
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
+
+MAX_DOCUMENT_BYTES = 1 << 20
+MAX_FILES = 10_000
+MAX_PATH_LENGTH = 1024  # bytes of UTF-8, the whole path
+MAX_SEGMENT_LENGTH = 255  # bytes of UTF-8: NAME_MAX of the usual file systems
+# Files the cache writes beside a variant's own files; a manifest may not list them.
+MANIFEST_NAME = "metadata.json"
+RECEIPT_NAME = ".flashhub-receipt.json"
+SIG_SUFFIX = ".sig"  # a document's signatures lie beside it: metadata.json.sig
+MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIG_SUFFIX
+RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME, MANIFEST_SIGNATURE_NAME})
+_RESERVED_KEYS = frozenset(name.casefold() for name in RESERVED_NAMES)
+_HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"
+
+
+class Manifest(NamedTuple):
+    """A validated ``metadata.json``: relative path -> raw 32-byte sha256.
+
+    ``sizes`` maps every listed path to its size in bytes when the document states
+    them (``None`` when it does not). They bound downloads; the content hash leaves
+    them out, so a manifest with or without them names the same content.
+    """
+
+    files: Mapping[str, bytes]
+    document: Mapping[str, Any]  # the whole JSON object, other keys kept
+    sizes: Mapping[str, int] | None = None
+
+    @property
+    def content_hash(self) -> str:
+        """``sha256-<hex>`` over the sorted (path, digest) pairs: what lock files pin."""
+        return content_hash(self.files)
+
+    def size_of(self, path: str) -> int | None:
+        """The size ``metadata.json`` states for ``path``, or ``None`` when it states none."""
+        return None if self.sizes is None else self.sizes[path]
+
+
+def content_hash(files: Mapping[str, bytes]) -> str:
+    """Hash a variant's identity: for each path in order, ``path NUL digest``."""
+    hasher = hashlib.sha256()
+    for path in sorted(files):
+        hasher.update(path.encode("utf-8") + b"\0" + files[path])
+    return f"sha256-{hasher.hexdigest()}"
+
+
+def decode_digest(value: object) -> bytes:
+    """Accept standard, unpadded or URL-safe base64, optionally ``sha256-`` prefixed."""
+    if not isinstance(value, str):
+        raise ValueError(f"digest must be a base64 string, got {type(value).__name__}")
+    text = value.removeprefix("sha256-").strip()
+    text = text.replace("-", "+").replace("_", "/")
+    text += "=" * (-len(text) % 4)
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"digest {value!r} is not valid base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"digest {value!r} decodes to {len(raw)} bytes, a sha256 has 32")
+    return raw
+
+
+def encode_digest(raw: bytes) -> str:
+    """The form writers emit: standard base64 with padding."""
+    return base64.b64encode(raw).decode("ascii")
+
+
+def check_relative_path(path: object) -> str:
+    """Return ``path`` if it is a safe, normalised relative path with ``/`` separators."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"file path {path!r} must be a non-empty string")
+    length = len(_utf8(path))
+    if length > MAX_PATH_LENGTH:
+        raise ValueError(f"file path of {length} bytes is too long (at most {MAX_PATH_LENGTH})")
+    if "\\" in path:
+        raise ValueError(f"file path {path!r} contains a backslash; paths use '/'")
+    if _CONTROL_CHARACTER.search(path):
+        raise ValueError(f"file path {path!r} contains NUL or a control character")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        raise ValueError(f"file path {path!r} is absolute; it must be relative to the variant")
+    for segment in path.split("/"):
+        if segment in ("", ".", ".."):
+            raise ValueError(f"file path {path!r} has an empty, '.' or '..' segment")
+        if len(_utf8(segment)) > MAX_SEGMENT_LENGTH:
+            raise ValueError(
+                f"file path {path[:60]!r}... has a name over {MAX_SEGMENT_LENGTH} bytes, "
+                "longer than a file system allows"
+            )
+    return path
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (JSON allows ``"\\ud800"``) is refused."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"file path {text!r} is not valid Unicode (a lone surrogate)") from None
+
+
+def _is_reserved(path: str) -> bool:
+    """Whether ``path`` is, or lies under, a name the cache writes into an entry.
+
+    Compared as the duplicate check compares paths: a case-insensitive file system
+    stores ``METADATA.JSON`` as ``metadata.json``.
+    """
+    first = path.split("/", 1)[0]
+    return unicodedata.normalize("NFC", first).casefold() in _RESERVED_KEYS
+
+
+def load_json(data: bytes, what: str) -> Any:
+    """Parse a CDN document of at most 1 MiB; :class:`ManifestError` naming ``what``."""
+    try:
+        return parse_capped(data, json.loads, "JSON", json.JSONDecodeError, MAX_DOCUMENT_BYTES)
+    except ValueError as exc:
+        raise ManifestError(f"{what} {exc}", hint=_HINT) from None
+
+
+def parse_capped(
+    data: bytes,
+    parse: Callable[[bytes], Any],
+    language: str,
+    syntax_error: type[ValueError],
+    limit: int | None = None,
+) -> Any:
+    """``parse(data)``, a document in ``language`` (JSON, TOML), within the bounds that
+    input from elsewhere needs: at most ``limit`` bytes, and no integer longer or
+    nesting deeper than Python's parsers take. Past those the parsers raise
+    ``ValueError`` (Python's limit on the digits of an int it converts) and
+    ``RecursionError``, which say nothing of the document.
+
+    Raises:
+        ValueError: saying what is wrong, worded to follow the document's name
+            (``f"{name} {exc}"``): "is not valid JSON: ...", "is nested too deeply".
+    """
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"is {len(data)} bytes, over the {limit >> 20} MiB limit")
+    try:
+        return parse(data)
+    except (UnicodeDecodeError, syntax_error) as exc:
+        raise ValueError(f"is not valid {language}: {exc}") from None
+    except ValueError:
+        raise ValueError("holds an integer with too many digits") from None
+    except RecursionError:
+        raise ValueError("is nested too deeply") from None
+
+
+def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
+    """Validate a ``metadata.json`` document; raise :class:`ManifestError` if unsafe."""
+    document = load_json(data, source)
+    if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
+        raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
+    algorithm = document["digest"].get("algorithm", "sha256")
+    if algorithm != "sha256":
+        raise ManifestError(
+            f'{source}: "digest" uses the algorithm {repr(algorithm)[:40]}; this client '
+            "verifies sha256 digests only",
+            hint='publish the kernel with sha256 digests ("algorithm": "sha256", the '
+            "kernel builder's default)",
+        )
+    files = document["digest"].get("files")
+    if not isinstance(files, dict) or not files:
+        raise ManifestError(
+            f'{source} must list its files in "digest": {{"files": {{...}}}}', hint=_HINT
+        )
+    if len(files) > MAX_FILES:
+        raise ManifestError(
+            f"{source} lists {len(files)} files, over the limit of {MAX_FILES}", hint=_HINT
+        )
+    parsed: dict[str, bytes] = {}
+    seen: dict[str, str] = {}
+    for path, digest in files.items():
+        try:
+            check_relative_path(path)
+            raw = decode_digest(digest)
+        except ValueError as exc:
+            raise ManifestError(f"{source}: {exc}", hint=_HINT) from None
+        if _is_reserved(path):
+            raise ManifestError(
+                f"{source} lists {path!r}, a name the cache keeps for itself", hint=_HINT
+            )
+        # Two names that one file system may store as one file would overwrite each other.
+        key = unicodedata.normalize("NFC", path).casefold()
+        if key in seen:
+            raise ManifestError(
+                f"{source} lists {seen[key]!r} and {path!r}, the same file", hint=_HINT
+            )
+        seen[key] = path
+        parsed[path] = raw
+    _check_no_file_is_a_directory(parsed, source)
+    sizes = _parse_sizes(document["sizes"], parsed, source) if "sizes" in document else None
+    return Manifest(files=parsed, document=document, sizes=sizes)
+
+
+def _parse_sizes(sizes: object, files: Mapping[str, bytes], source: str) -> dict[str, int]:
+    """Validate ``"sizes"``: a size in bytes, an int >= 0, for exactly the listed files."""
+    if not isinstance(sizes, dict):
+        raise ManifestError(f'{source}: "sizes" must map each listed file to its size', hint=_HINT)
+    missing, extra = sorted(files.keys() - sizes.keys()), sorted(sizes.keys() - files.keys())
+    if missing:
+        raise ManifestError(f'{source}: "sizes" gives no size for {missing[0]!r}', hint=_HINT)
+    if extra:
+        raise ManifestError(
+            f'{source}: "sizes" gives a size for {extra[0]!r}, which "digest" does not list',
+            hint=_HINT,
+        )
+    for path, size in sizes.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ManifestError(
+                f"{source}: the size of {path!r} must be a number of bytes >= 0, "
+                f"got {repr(size)[:40]}",
+                hint=_HINT,
+            )
+    return dict(sizes)
+
+
+def _check_no_file_is_a_directory(files: Mapping[str, bytes], source: str) -> None:
+    """``a`` and ``a/b`` cannot both be files."""
+    directories = {key.rsplit("/", 1)[0] for key in files if "/" in key}
+    directories |= {d.rsplit("/", i)[0] for d in directories for i in range(1, d.count("/") + 1)}
+    clash = sorted(directories & files.keys())
+    if clash:
+        raise ManifestError(
+            f"{source} lists {clash[0]!r} both as a file and a directory", hint=_HINT
+        )
+
+
+def parse_variants(data: bytes, *, source: str = "variants.json") -> list[str]:
+    """Validate a ``variants.json``: a list of variant-name strings."""
+    document = load_json(data, source)
+    if not isinstance(document, list) or not all(isinstance(v, str) for v in document):
+        raise ManifestError(f"{source} must be a JSON list of variant names", hint=_HINT)
+    if any(not 0 < len(v) <= 200 for v in document):
+        raise ManifestError(f"{source} holds an empty or over-long variant name", hint=_HINT)
+    return list(dict.fromkeys(document))
+
+
+def parse_versions(data: bytes, *, source: str = "versions.json") -> list[int]:
+    """Validate a ``versions.json``: a list of ints >= 1. Returned sorted, unique."""
+    document = load_json(data, source)
+    if not isinstance(document, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in document
+    ):
+        raise ManifestError(f"{source} must be a JSON list of version numbers >= 1", hint=_HINT)
+    return sorted(set(document))
+
+
+def dump_json(document: object) -> bytes:
+    """The canonical byte form the publisher and the cache write: stable, sorted, newline."""
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")

@@ -1,0 +1,190 @@
+"""The CDN's three documents, each fetched, size-capped and parsed in one function.
+
+========================================  ==================================
+``<org>/<pkg>/versions.json``             :func:`get_versions`
+``<org>/<pkg>/v<N>/variants.json``        :func:`get_variant_names`
+``<org>/<pkg>/v<N>/build/<v>/metadata.json``  :func:`get_manifest`
+========================================  ==================================
+
+Each raises :class:`NotPublished` (its text the URL asked for) when the document does
+not exist: for ``versions.json``, ``variants.json`` and a probed manifest that is an
+answer, and the caller decides what it means.
+
+When the user trusts a key for the kernel's org (or requires signatures), each document
+is also checked against its ``.sig`` here, before the caller sees it: a CDN that serves
+other files together with a matching manifest is refused before any file is fetched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import urllib.parse
+from typing import TYPE_CHECKING, NamedTuple
+
+from .._models.manifest import (
+    MANIFEST_NAME,
+    MAX_DOCUMENT_BYTES,
+    SIG_SUFFIX,
+    Manifest,
+    parse_metadata,
+    parse_variants,
+    parse_versions,
+)
+from .._models.names import RepoInfo
+from .._utils.text import escape_controls
+from .._utils.urls import redact_url
+from ..errors import SignatureError, TransportError
+from .mirrors import NotPublished
+
+if TYPE_CHECKING:
+    from .._signing.statements import DocumentKind
+    from .transport import Fetcher
+
+logger = logging.getLogger("flashhub_kernels")
+
+__all__ = [
+    "ManifestDocument",
+    "NotPublished",
+    "get_listed_manifest",
+    "get_manifest",
+    "get_signers",
+    "get_variant_names",
+    "get_versions",
+    "variant_path",
+]
+
+
+class ManifestDocument(NamedTuple):
+    """A variant's ``metadata.json``: its exact bytes (cached with the entry), parsed, and
+    when signatures were checked, its ``metadata.json.sig`` and the key that vouched."""
+
+    data: bytes
+    manifest: Manifest
+    signature: bytes | None = None
+    signer: str | None = None
+
+
+def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
+    """The CDN path of ``relpath`` in ``variant`` of ``info``."""
+    return f"{info.cdn_path}/build/{variant}/{urllib.parse.quote(relpath)}"
+
+
+def get_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
+    """The versions a repo's ``versions.json`` lists, oldest first."""
+    path = f"{repo_id}/versions.json"
+    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
+    _check_signature(fetcher, path, data, "versions", repo_id, None, None)
+    return parse_versions(data, source=path)
+
+
+def get_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
+    """The variant names a version's ``variants.json`` lists."""
+    path = f"{info.cdn_path}/variants.json"
+    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
+    _check_signature(fetcher, path, data, "variants", info.repo_id, info.version, None)
+    return parse_variants(data, source=f"{info}/variants.json")
+
+
+def get_manifest(
+    fetcher: Fetcher, info: RepoInfo, variant: str, *, prefer_signer: str | None = None
+) -> ManifestDocument:
+    """A variant's ``metadata.json``, validated (and its signature checked, when due).
+
+    When several trusted keys signed it, ``prefer_signer`` (a lock file's signer) is the
+    one reported, if its signature verifies.
+    """
+    path = variant_path(info, variant, MANIFEST_NAME)
+    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
+    signature, signer = _check_signature(
+        fetcher, path, data, "metadata", info.repo_id, info.version, variant, prefer_signer
+    )
+    source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
+    return ManifestDocument(data, parse_metadata(data, source=source), signature, signer)
+
+
+def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
+    """The key ids a variant's ``metadata.json.sig`` names, unverified (``[]``: unsigned).
+
+    For display only (``flashhub info`` with no trusted key): a name in a ``.sig`` proves
+    nothing until a trusted key's signature verifies.
+    """
+    from .._signing.statements import (  # only where signatures are
+        MAX_SIGNATURE_BYTES,
+        parse_signatures,
+    )
+
+    path = variant_path(info, variant, MANIFEST_NAME) + SIG_SUFFIX
+    try:
+        data = fetcher.get_bytes(path, limit=MAX_SIGNATURE_BYTES)
+        return [entry.key_id for entry in parse_signatures(data, source=path)]
+    except (NotPublished, SignatureError):  # none, or none that could be shown
+        return []
+
+
+def _check_signature(
+    fetcher: Fetcher,
+    path: str,
+    data: bytes,
+    kind: DocumentKind,
+    repo_id: str,
+    version: int | None,
+    variant: str | None,
+    prefer_signer: str | None = None,
+) -> tuple[bytes | None, str | None]:
+    """The document's ``.sig`` and the trusted key that vouches for ``data`` (the key
+    ``prefer_signer`` if it is one that does); ``(None, None)`` when the user trusts no
+    key for the org (nothing is fetched then).
+
+    Raises:
+        SignatureError: a trusted key's signature is due and none verifies.
+    """
+    config = fetcher.config
+    org = repo_id.split("/")[0]
+    if not config.checks_signatures(org):
+        return None, None
+    # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
+    from .._signing.statements import MAX_SIGNATURE_BYTES, verify_document
+
+    try:
+        signature: bytes | None = fetcher.get_bytes(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
+    except NotPublished:
+        signature = None
+    verify = functools.partial(
+        verify_document,
+        kind=kind,
+        repo_id=repo_id,
+        version=version,
+        variant=variant,
+        data=data,
+        sig_bytes=signature,
+        org=org,
+        require=config.require_signatures,
+    )
+    preferred = tuple(k for k in config.trusted_keys if k.key_id == prefer_signer)
+    signer = None
+    if preferred:
+        with contextlib.suppress(SignatureError):  # then any trusted key, and its error
+            signer = verify(keys=preferred)
+    signer = signer or verify(keys=config.trusted_keys)
+    logger.info("%s: signed by the trusted key %s", path, signer)
+    return signature, signer
+
+
+def get_listed_manifest(
+    fetcher: Fetcher, info: RepoInfo, variant: str, *, prefer_signer: str | None = None
+) -> ManifestDocument:
+    """The manifest of a variant that ``variants.json`` (or a probe) found.
+
+    Its absence is then the CDN's fault, not an answer: a :class:`TransportError`.
+    """
+    try:
+        return get_manifest(fetcher, info, variant, prefer_signer=prefer_signer)
+    except NotPublished as exc:
+        raise TransportError(
+            f"{info} lists variant {escape_controls(variant)}, but "
+            f"{redact_url(str(exc))} does not exist",
+            hint="the CDN is incomplete: report it to the kernel's publisher, or add a "
+            "complete mirror to FLASHHUB_CDN_URL",
+        ) from None

@@ -1,0 +1,373 @@
+"""An ``http(s)://`` mirror: streaming GETs on a shared ``requests`` session.
+
+Per file, beyond what the session's retry policy does (connection errors and 429/5xx,
+with backoff and ``Retry-After``):
+
+- a body cut off mid-way (dropped connection, read timeout, short body) resumes with
+  ``Range`` from the bytes already written; a ``200`` answer, or a ``206`` at another
+  offset, restarts the file from zero. ``MAX_RESUMES + 1`` attempts that get nowhere
+  fail the mirror; a resume that moves the file on at no less than
+  ``MIN_BYTES_PER_SECOND`` does not count, so a server that hangs up every few
+  kilobytes but honours ``Range`` still delivers the file;
+- a ``Content-Length`` that cannot complete the file (not the rest of the size the
+  manifest states, or past ``FLASHHUB_MAX_FILE_BYTES``) is refused before the body
+  is read, and a body is never written past that size (``WrongSize``);
+- a transfer slower than 1 KiB/s on average over ``FLASHHUB_READ_TIMEOUT`` seconds is
+  cut (a server trickling bytes never trips a read timeout), and the mirror counts as
+  failed for the file;
+- 401, 403 and 404 for a file a manifest lists mean this mirror is incomplete or
+  closed to us: the next mirror is tried. A 401 or 403 (for a document too) is
+  :class:`AccessDenied`, so the error can point at the credentials;
+- bytes arrive decoded when the object is stored with ``Content-Encoding`` (gzip,
+  deflate), so the digest is checked over what lands on disk. Such a body cannot be
+  resumed byte-exactly, so a break restarts it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import re
+import threading
+import time
+from collections import deque
+from typing import Literal
+
+import requests
+import requests.adapters
+import requests.cookies
+import requests.hooks
+import urllib3.exceptions
+
+from .._config import Config
+from .._utils.urls import redact_text
+from .hashing import CHUNK_SIZE, HashingWriter
+from .mirrors import AccessDenied, DownloadCancelled, Mirror, MirrorFailed, NotPublished
+from .session import RETRY_STATUSES, DowngradeRefused, netrc_problem, route_for
+
+logger = logging.getLogger("flashhub_kernels")
+
+MAX_RESUMES = 5
+MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
+# What can break a body on the wire: urllib3's errors (timeouts, resets, short bodies,
+# undecodable bytes) and what the socket or http.client raise beneath it.
+_BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
+_DENIED_STATUSES = frozenset({401, 403})
+_OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
+# A URL that requests' prepare_url would leave as it is: an http(s) URL of printable
+# ASCII with nothing to quote or encode (the mirror's base URL was prepared once, and the
+# paths below it are quoted where they are made); any other is prepared in full.
+_PLAIN_URL = re.compile(
+    r"https?://[a-z0-9.:\[\]-]+(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?"
+)
+# How one GET of a file ended: the file is complete; the body broke after continuing
+# the file where it stood (a 206 at the offset); or any other break or restart.
+_Outcome = Literal["done", "resumed", "failed"]
+
+
+class StallGuard:
+    """Tells when a transfer has averaged under ``MIN_BYTES_PER_SECOND`` for ``window`` s.
+
+    It keeps a few (time, bytes) samples, a quarter of a second apart, reaching back
+    just over one window, and compares the bytes received since the oldest with the
+    minimum rate.
+    """
+
+    SAMPLE_EVERY = 0.25
+
+    def __init__(self, window: float, now: float) -> None:
+        self.window = window
+        self._received = 0
+        self._samples: deque[tuple[float, int]] = deque([(now, 0)])
+
+    def stalled(self, nbytes: int, now: float) -> bool:
+        """Count ``nbytes`` received at ``now``; whether the transfer is too slow."""
+        self._received += nbytes
+        samples = self._samples
+        if now - samples[-1][0] >= self.SAMPLE_EVERY:
+            samples.append((now, self._received))
+        while len(samples) > 1 and samples[1][0] <= now - self.window:
+            samples.popleft()
+        since, received_then = samples[0]
+        elapsed = now - since
+        return elapsed >= self.window and self._received - received_then < (
+            MIN_BYTES_PER_SECOND * elapsed
+        )
+
+
+class HttpMirror(Mirror):
+    """A CDN mirror reached over http(s), on the session shared by the run's mirrors."""
+
+    def __init__(self, base_url: str, config: Config, session: requests.Session) -> None:
+        self._route = route_for(base_url)
+        super().__init__(self._route.base_url, config.prefix)
+        self._session = session
+        self._timeout = (config.connect_timeout, config.read_timeout)
+        self._stall_window = config.read_timeout
+        # What Session.get would work out for every request (the session's headers and
+        # hooks merged in, the credentials encoded), worked out once: each GET copies it
+        # and sets its URL. That merging was 15% of the CPU of a 10 KiB GET.
+        self._template = session.prepare_request(
+            requests.Request("GET", self.base_url, auth=self._route.auth)
+        )
+        # Until the mirror answers with a redirect, GETs go straight to the session's
+        # transport adapter: Session.send would look for redirects and cookies to follow
+        # and dispatch the response hooks, which only a redirect needs (10% of the CPU of
+        # a 10 KiB GET). After the first redirect, every GET takes the session's way.
+        self._adapter: requests.adapters.BaseAdapter | None = session.get_adapter(self.base_url)
+        self._verify = True if session.verify is None else session.verify
+
+    @property
+    def via(self) -> str | None:
+        return self._route.proxy
+
+    def read_document(self, relpath: str, limit: int) -> bytes:
+        url = self.url(relpath)
+        for _attempt in range(MAX_RESUMES + 1):
+            with self._get(url) as response:
+                if response.status_code == 404:
+                    raise NotPublished(url)
+                self._check_status(response)
+                body = bytearray()
+                decode = _encoded(response)
+                try:
+                    while chunk := response.raw.read1(CHUNK_SIZE, decode_content=decode):
+                        body += chunk
+                        if len(body) > limit:  # the caller reports the size; stop reading
+                            break
+                except _BODY_ERRORS:
+                    continue  # the body broke off: read it again
+                return bytes(body)
+        raise MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
+
+    def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
+        url = self.url(relpath)
+        guard = StallGuard(self._stall_window, time.monotonic())
+        # Only attempts that get nowhere count. The loop still ends: an attempt not
+        # counted added bytes, the writer takes no more than the file's size or the cap,
+        # and the stall guard spans every attempt.
+        fruitless = 0
+        while fruitless <= MAX_RESUMES:
+            offset, started = writer.size, time.monotonic()
+            outcome = self._attempt(url, writer, guard, cancelled)
+            if outcome == "done":
+                return
+            elapsed = time.monotonic() - started
+            if outcome == "failed" or not _moved_on(writer.size - offset, elapsed):
+                fruitless += 1
+            logger.info("%s broke off at byte %d; asking again from there", url, writer.size)
+        raise MirrorFailed(
+            f"the transfer broke off {MAX_RESUMES + 1} times (not counting resumes that "
+            "moved it on)"
+        )
+
+    def close(self) -> None:
+        self._session.close()  # shared: closing it twice is harmless
+
+    def size(self, relpath: str) -> int | None:
+        try:
+            response = self._session.head(
+                self.url(relpath),
+                timeout=self._timeout,
+                auth=self._route.auth,
+                proxies=self._route.proxies,
+                allow_redirects=True,
+            )
+        except (requests.RequestException, ValueError):
+            return None
+        length = _content_length(response)
+        return length if response.status_code == 200 else None
+
+    # -- one request ------------------------------------------------------------------
+
+    def _attempt(
+        self,
+        url: str,
+        writer: HashingWriter,
+        guard: StallGuard,
+        cancelled: threading.Event,
+    ) -> _Outcome:
+        """Ask for the rest of the file (all of it when nothing is written) and stream it."""
+        offset = writer.size
+        with self._get(url, {"Range": f"bytes={offset}-"} if offset else {}) as response:
+            status = response.status_code
+            if status == 416 and offset:  # the kept part is longer than the file
+                writer.reset()
+                return "failed"
+            if status == 404:
+                raise MirrorFailed(
+                    f"HTTP 404 {response.reason} for a file its manifest lists "
+                    "(a mirror not fully synced)"
+                )
+            self._check_status(response, " for a file its manifest lists")
+            resumed = bool(offset) and _continues_at(response, offset)
+            if offset and not resumed:
+                writer.reset()  # a full body, or the wrong part: start over
+                if status != 200:
+                    return "failed"
+            end = _check_length(response, writer)
+            try:
+                self._stream(response, writer, guard, cancelled, end)
+                return "done"
+            except _BODY_ERRORS:
+                if _encoded(response):
+                    writer.reset()  # decoded offsets are not the stored object's
+                return "resumed" if resumed else "failed"
+
+    def _get(self, url: str, headers: dict[str, str] | None = None) -> requests.Response:
+        """Send a GET whose body the caller streams; connection problems are MirrorFailed."""
+        request = self._template.copy()
+        if _PLAIN_URL.fullmatch(url):
+            request.url = url  # what prepare_url would make of it, at a tenth of the cost
+        else:
+            request.prepare_url(url, None)
+        if headers:
+            request.headers.update(headers)
+        try:
+            return self._send(request)
+        except DowngradeRefused as exc:
+            raise MirrorFailed(str(exc)) from None
+        except requests.exceptions.ProxyError as exc:
+            raise MirrorFailed(f"the proxy {self.via} failed: {self._reason(exc)}") from None
+        except requests.exceptions.SSLError as exc:
+            raise MirrorFailed(f"TLS failed: {self._reason(exc)}") from None
+        except (requests.RequestException, ValueError) as exc:
+            # ValueError: a malformed redirect (a bad port, a non-ASCII Location).
+            raise MirrorFailed(self._reason(exc)) from None
+
+    def _send(self, request: requests.PreparedRequest) -> requests.Response:
+        """The response to ``request``, its body not yet read, redirects followed."""
+        if self._adapter is None:
+            return self._session.send(
+                request, stream=True, timeout=self._timeout, proxies=self._route.proxies
+            )
+        response = self._adapter.send(
+            request,
+            stream=True,
+            timeout=self._timeout,
+            verify=self._verify,
+            proxies=self._route.proxies,
+        )
+        if not response.is_redirect:
+            return response
+        self._adapter = None  # this mirror redirects: the session sends its GETs from now on
+        return self._follow(request, response)
+
+    def _follow(
+        self, request: requests.PreparedRequest, response: requests.Response
+    ) -> requests.Response:
+        """What ``Session.send`` does with the redirect ``response`` to ``request``: the
+        response hooks (the refusal of https -> http), the cookies, then the redirects."""
+        # requests' stubs leave these two untyped, and type verify= as a bool (a CA bundle
+        # path is documented too).
+        response = requests.hooks.dispatch_hook(  # type: ignore[no-untyped-call]
+            "response", request.hooks, response
+        )
+        requests.cookies.extract_cookies_to_jar(  # type: ignore[no-untyped-call]
+            self._session.cookies, request, response.raw
+        )
+        hops = self._session.resolve_redirects(
+            response,
+            request,
+            stream=True,
+            timeout=self._timeout,
+            verify=self._verify,  # type: ignore[arg-type]
+            proxies=self._route.proxies,
+        )
+        history: list[requests.Response] = [response, *hops]
+        final = history.pop()
+        final.history = history
+        return final
+
+    def _check_status(self, response: requests.Response, what: str = "") -> None:
+        status = response.status_code
+        if status in (200, 206):
+            return
+        if status in _DENIED_STATUSES:
+            # The netrc file matters only when the URL carries no credentials.
+            problem = netrc_problem(self.base_url) if self._route.auth is None else None
+            raise AccessDenied(f"HTTP {status} {response.reason}{what}", netrc_problem=problem)
+        retried = " after retries" if status in RETRY_STATUSES else ""
+        raise MirrorFailed(f"HTTP {status} {response.reason}{retried}")
+
+    def _stream(
+        self,
+        response: requests.Response,
+        writer: HashingWriter,
+        guard: StallGuard,
+        cancelled: threading.Event,
+        end: int | None,
+    ) -> None:
+        """Write the body to ``writer``; with ``end``, the size the file has once the
+        announced length is in, no read is made past it (urllib3 hands the connection
+        back to the pool with the last byte, and a read to learn that the body has
+        ended would cost as much as a small file's other reads)."""
+        # read1 hands over what the socket has (up to CHUNK_SIZE), so a broken transfer
+        # keeps every byte received and resumes exactly there.
+        read1 = response.raw.read1
+        decode = _encoded(response)
+        while (end is None or writer.size < end) and (
+            chunk := read1(CHUNK_SIZE, decode_content=decode)
+        ):
+            if cancelled.is_set():
+                raise DownloadCancelled
+            writer.write(chunk)
+            if guard.stalled(len(chunk), time.monotonic()):
+                raise MirrorFailed(
+                    f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
+                    f"{guard.window:g} s (FLASHHUB_READ_TIMEOUT)"
+                )
+
+    def _reason(self, exc: BaseException) -> str:
+        """The innermost cause of a requests error, short, with no credentials."""
+        reason: object = exc
+        while isinstance(reason, Exception) and reason.args:
+            inner = getattr(reason.args[0], "reason", None) or reason.args[0]
+            if not isinstance(inner, Exception) or inner is reason:
+                break
+            reason = inner
+        text = _OBJECT_AT.sub("", str(reason) or type(reason).__name__)
+        return redact_text(text, self._route.secrets)
+
+
+def _encoded(response: requests.Response) -> bool:
+    """Whether the body is sent encoded (``Content-Encoding`` other than ``identity``).
+
+    Only then are its bytes read through urllib3's decoder: with nothing to decode, the
+    decoder's buffer would copy every read that is not exactly ``CHUNK_SIZE`` long.
+    """
+    return response.headers.get("Content-Encoding", "identity") != "identity"
+
+
+def _moved_on(nbytes: int, seconds: float) -> bool:
+    """Whether an attempt that wrote ``nbytes`` in ``seconds`` beat the stall guard's floor."""
+    return nbytes > 0 and nbytes >= MIN_BYTES_PER_SECOND * seconds
+
+
+def _content_length(response: requests.Response) -> int | None:
+    """The ``Content-Length`` header as a number, or ``None`` when absent or unreadable."""
+    length = response.headers.get("Content-Length", "")
+    # Past 19 digits it is no size a file has; int() would also refuse thousands of them.
+    if length.isascii() and length.isdigit() and len(length) <= 19:
+        return int(length)
+    return None
+
+
+def _check_length(response: requests.Response, writer: HashingWriter) -> int | None:
+    """Refuse, before reading it, a body whose announced length cannot complete the file;
+    return the file's size once the body is in, when the answer announces its length."""
+    if _encoded(response):
+        return None  # the length of the encoded bytes, not of the file
+    length = _content_length(response)
+    if length is None:
+        return None
+    writer.announce(length)
+    return writer.size + length
+
+
+def _continues_at(response: requests.Response, offset: int) -> bool:
+    """Whether a response to ``Range: bytes=<offset>-`` is the rest of the same bytes."""
+    content_range = response.headers.get("Content-Range", "")
+    start = content_range.removeprefix("bytes ").split("-")[0]
+    encoded = _encoded(response)
+    return response.status_code == 206 and start == str(offset) and not encoded

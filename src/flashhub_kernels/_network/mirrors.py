@@ -1,0 +1,167 @@
+"""Where the bytes come from: one mirror of the CDN tree, behind one small interface.
+
+A :class:`Mirror` serves paths relative to ``<base>/<prefix>/``. Three kinds exist,
+one per kind of URL: :class:`FileMirror` for a ``file://`` tree on disk (here),
+``HttpMirror`` for ``http(s)://`` (in ``_http_mirror``, which imports ``requests``: a
+process that only reads a local mirror never imports it) and ``FsspecMirror`` for an
+object store such as ``s3://bucket/prefix`` (in ``_fsspec_mirror``, which imports
+fsspec, the ``s3`` extra). The fetcher above (:mod:`._transport`) opens
+the mirrors, fails over between them and runs downloads in parallel; a mirror only
+moves bytes.
+
+A mirror answers in four ways besides success:
+
+- :class:`NotPublished`: the document is not there (404, or no such file). For an
+  optional document (``variants.json``, a probed ``metadata.json``) that is an answer;
+- :class:`MirrorFailed`: this mirror cannot serve the path now (connection failure,
+  5xx after retries, 401/403/404 for a file a manifest lists, a stalled transfer);
+  the next mirror may. :class:`AccessDenied` is the 401/403 case;
+- :class:`~._hashing.WrongSize`: the file is longer than its size in the manifest, or
+  than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
+  another length; the fetcher decides what that means;
+- an :class:`~flashhub_kernels.errors.FlashhubError`: a problem no other mirror can fix
+  (a full disk). Bytes that fail their digest are the fetcher's to judge.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from pathlib import Path
+
+from .._utils.urls import file_url_path, redact_url
+from .hashing import CHUNK_SIZE, HashingWriter
+
+
+class NotPublished(Exception):
+    """The mirror has no such document (HTTP 404, or no such file on disk)."""
+
+
+class MirrorFailed(Exception):
+    """This mirror could not serve the path; the message says what it answered."""
+
+
+class AccessDenied(MirrorFailed):
+    """The mirror answered 401 or 403: it wants credentials, or refused the ones sent.
+
+    ``netrc_problem`` says why the netrc file gave none, when it exists and cannot be
+    used (requests ignores such a file without a word). ``hint`` says where this kind
+    of mirror takes credentials from, when that is not the URL or netrc (an object
+    store's).
+    """
+
+    def __init__(
+        self, message: str, *, netrc_problem: str | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.netrc_problem = netrc_problem
+        self.hint = hint
+
+
+class OverCap(MirrorFailed):
+    """The mirror sent more of a file of unknown size than ``FLASHHUB_MAX_FILE_BYTES``."""
+
+
+class DownloadCancelled(Exception):
+    """Another download of the run failed or was interrupted: stop this one."""
+
+
+def write_chunks(
+    chunks: Iterable[bytes], writer: HashingWriter, cancelled: threading.Event
+) -> None:
+    """Write ``chunks`` into ``writer`` until they end, or raise :class:`DownloadCancelled`
+    as soon as ``cancelled`` is set."""
+    for chunk in chunks:
+        if cancelled.is_set():
+            raise DownloadCancelled
+        writer.write(chunk)
+
+
+class Mirror(ABC):
+    """One copy of the CDN tree."""
+
+    def __init__(self, base_url: str, prefix: str) -> None:
+        self.base_url = base_url
+        self._prefix = f"{prefix}/" if prefix else ""
+
+    @property
+    def label(self) -> str:
+        """The base URL as shown to people: credentials redacted."""
+        return redact_url(self.base_url)
+
+    def url(self, relpath: str) -> str:
+        return f"{self.base_url}/{self._prefix}{relpath}"
+
+    @property
+    def via(self) -> str | None:
+        """The proxy in the way, if any (credentials redacted)."""
+        return None
+
+    @abstractmethod
+    def read_document(self, relpath: str, limit: int) -> bytes:
+        """A small document, whole; at most ``limit + 1`` bytes are read.
+
+        Raises:
+            NotPublished: it does not exist.
+            MirrorFailed: the mirror could not answer.
+        """
+
+    @abstractmethod
+    def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
+        """Append the file's bytes from ``writer.size`` on; the caller verifies them.
+
+        Stops with :class:`DownloadCancelled` soon after ``cancelled`` is set.
+
+        Raises:
+            MirrorFailed: the mirror could not serve the file (a missing listed file too).
+            WrongSize: the size the mirror states for the file, or the bytes it sends,
+                do not fit ``writer.expected_size`` or ``writer.limit``; nothing past the
+                limit is written (see :class:`~._hashing.HashingWriter`).
+        """
+
+    @abstractmethod
+    def size(self, relpath: str) -> int | None:
+        """The published file's size, or ``None`` when the mirror does not say."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the mirror is not used afterwards."""
+
+
+class FileMirror(Mirror):
+    """A CDN tree on a local or mounted file system (``file://``)."""
+
+    def _path(self, relpath: str) -> Path:
+        return file_url_path(self.url(relpath))
+
+    def read_document(self, relpath: str, limit: int) -> bytes:
+        try:
+            with open(self._path(relpath), "rb") as file:
+                return file.read(limit + 1)
+        except FileNotFoundError:
+            raise NotPublished(self.url(relpath)) from None
+        except OSError as exc:
+            raise MirrorFailed(exc.strerror or str(exc)) from None
+
+    def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
+        try:
+            with open(self._path(relpath), "rb", buffering=0) as source:
+                st = os.fstat(source.fileno())
+                if stat.S_ISREG(st.st_mode):  # a device or a pipe has no size to compare
+                    writer.announce(st.st_size - writer.size)
+                source.seek(writer.size)
+                write_chunks(iter(lambda: source.read(CHUNK_SIZE), b""), writer, cancelled)
+        except FileNotFoundError:
+            raise MirrorFailed("the file its manifest lists is missing") from None
+        except OSError as exc:
+            raise MirrorFailed(exc.strerror or str(exc)) from None
+
+    def size(self, relpath: str) -> int | None:
+        path = self._path(relpath)
+        return path.stat().st_size if path.is_file() else None
+
+    def close(self) -> None:
+        pass  # files are opened and closed per read

@@ -1,0 +1,301 @@
+"""The ``requests`` session of one download run, with the environment resolved once.
+
+``requests`` re-reads the environment on every request of a session that trusts it:
+proxies and ``no_proxy`` (``proxy_bypass`` walks ``os.environ`` each time), the netrc
+file (opened and parsed each time), and the CA bundle variables. For a variant of 200
+small files that is most of the client's CPU per request. So the session here does not
+trust the environment (``trust_env = False``); instead :func:`new_session` and
+:func:`route_for` resolve the same settings, with requests' own functions, once per run
+and once per mirror, and every request passes them explicitly.
+
+What each mirror gets, as requests itself would decide it:
+
+- proxies from ``http_proxy`` / ``https_proxy`` / ``all_proxy`` (any case), unless
+  ``no_proxy`` exempts the host (names, suffixes, ``host:port``, CIDR blocks);
+  ``socks5://`` and ``socks4://`` proxies need the ``socks`` extra (PySocks);
+- credentials from the URL (``https://user:pass@cdn``), else from ``~/.netrc`` (or
+  ``$NETRC``); requests drops them on a redirect to another host;
+- TLS verified against ``REQUESTS_CA_BUNDLE``, else ``CURL_CA_BUNDLE``, else certifi's
+  bundle; a directory of hashed certificates works too.
+"""
+
+from __future__ import annotations
+
+import netrc
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import requests
+import requests.adapters
+import requests.structures
+import requests.utils
+from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool
+from urllib3.exceptions import InvalidHeader
+from urllib3.util.retry import Retry
+
+from .._constants import __version__
+from .._utils.urls import (
+    has_unencoded_credentials,
+    malformed_url_error,
+    redact_url,
+    split_credentials,
+)
+from ..errors import TransportError
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
+USER_AGENT = f"flashhub-kernels/{__version__}"
+SOCKS_EXTRA_HINT = "pip install 'flashhub-kernels[socks]'"
+PROXY_SETTINGS = "https_proxy / http_proxy / all_proxy"
+
+
+class _Retry(Retry):
+    """urllib3's retry policy, with ``Retry-After`` capped and an unreadable one ignored
+    (urllib3 would raise ``InvalidHeader`` and end the request; backing off is better)."""
+
+    def get_retry_after(self, response: Any) -> float | None:
+        try:
+            seconds = super().get_retry_after(response)
+        except InvalidHeader:
+            return None
+        return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
+
+
+def retry_policy() -> Retry:
+    """Two retries of a failed connection, four of a 429/5xx answer, with backoff.
+
+    One more covers a request whose connection broke before any answer came: a
+    kept-alive connection the server closed just as it was reused (or, rarely, a read
+    timeout while waiting for the answer). A 5xx that persists is returned rather than
+    raised, so the caller can name the status and move on to the next mirror. A body
+    cut off mid-way is not retried here: the downloader resumes it with ``Range``.
+    """
+    return _Retry(
+        total=None,
+        connect=2,
+        read=1,
+        other=0,
+        redirect=None,
+        status=4,
+        status_forcelist=RETRY_STATUSES,
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        backoff_factor=0.25,
+        backoff_max=8.0,
+        raise_on_status=False,
+        respect_retry_after_header=True,
+    )
+
+
+class PoolPerOrigin(requests.adapters.HTTPAdapter):
+    """requests' transport adapter, with the work it repeats for every request of a
+    download run done once, or skipped where it has nothing to do.
+
+    Three of ``HTTPAdapter``'s steps are the hooks it documents for subclasses; on a
+    10 KiB GET from loopback they took a quarter of the client's CPU time:
+
+    - the connection pool: ``HTTPAdapter`` looks it up anew on every send (it parses
+      the URL, selects the proxy, builds the pool's key and takes the pool manager's
+      lock). A run asks the same origin, through the same proxies and TLS settings, for
+      every file, so the pool found for the first request serves the others for as
+      long as the adapter lives (a pool closed in the meantime is looked up again);
+    - the request target: without a proxy it is the URL's path, cut off the URL
+      rather than parsed out of it three times;
+    - the response: a response that sets no cookie has none to parse (a CDN's answers
+      set none), so it is built without the cookie jar's parser.
+    """
+
+    def __init__(self, *, pool_connections: int, pool_maxsize: int, max_retries: Retry) -> None:
+        super().__init__(
+            pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=max_retries
+        )
+        self._pools: dict[tuple[object, ...], HTTPConnectionPool] = {}
+
+    def get_connection_with_tls_context(
+        self,
+        request: requests.PreparedRequest,
+        verify: bool | str | None,
+        proxies: Mapping[str, str] | None = None,
+        cert: tuple[str, str] | str | None = None,
+    ) -> ConnectionPool:
+        origin, _path = _split_origin(request.url or "")
+        key = (origin, verify, cert, tuple(proxies.items()) if proxies else ())
+        pool = self._pools.get(key)
+        if pool is not None and pool.pool is not None:  # None once the pool is closed
+            return pool
+        found = super().get_connection_with_tls_context(request, verify, proxies, cert)
+        if isinstance(found, HTTPConnectionPool):  # (and HTTPS): all that HTTPAdapter makes
+            self._pools[key] = found
+        return found
+
+    def request_url(
+        self, request: requests.PreparedRequest, proxies: Mapping[str, str] | None
+    ) -> str:
+        path = _split_origin(request.url or "")[1]
+        if proxies or "#" in path or path.startswith("//"):
+            return super().request_url(request, proxies)
+        return path or "/"
+
+    def build_response(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
+        if "Set-Cookie" in resp.headers or "Set-Cookie2" in resp.headers:
+            return super().build_response(req, resp)
+        response = requests.Response()
+        response.status_code = resp.status
+        response.headers = requests.structures.CaseInsensitiveDict(resp.headers)
+        response.encoding = requests.utils.get_encoding_from_headers(response.headers)
+        response.raw = resp
+        response.reason = resp.reason
+        response.url = req.url or ""
+        response.request = req
+        response.connection = self  # as HTTPAdapter sets it
+        return response
+
+    def close(self) -> None:
+        self._pools.clear()
+        super().close()
+
+
+def _split_origin(url: str) -> tuple[str, str]:
+    """``https://host:port/a/b?q`` -> ``("https://host:port", "/a/b?q")``."""
+    path_at = url.find("/", url.find("//") + 2)
+    return (url, "") if path_at < 0 else (url[:path_at], url[path_at:])
+
+
+class Route(NamedTuple):
+    """How requests to one mirror go: its bare base URL and what to send them with."""
+
+    base_url: str  # without credentials: they travel in ``auth``, never inside a URL
+    auth: tuple[str, str] | None
+    proxies: dict[str, str]  # scheme -> proxy URL, as requests' ``proxies=`` takes it
+
+    @property
+    def proxy(self) -> str | None:
+        """The proxy (credentials redacted) that requests to the base URL go through."""
+        proxy = requests.utils.select_proxy(self.base_url, self.proxies)
+        return redact_url(proxy) if proxy else None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Passwords that must never be shown: the mirror's and its proxies'."""
+        found = [self.auth[1]] if self.auth else []
+        for proxy in self.proxies.values():
+            credentials = split_credentials(proxy)[1]
+            if credentials:
+                found.append(credentials[1])
+        return tuple(found)
+
+
+def route_for(mirror_url: str) -> Route:
+    """Resolve credentials and proxies for one mirror from its URL and the environment."""
+    base_url, auth = split_credentials(mirror_url)
+    if auth is None:
+        netrc = requests.utils.get_netrc_auth(base_url)
+        auth = (netrc[0], netrc[1]) if netrc else None
+    proxies = {
+        scheme: _proxy_url(proxy)
+        for scheme, proxy in requests.utils.get_environ_proxies(base_url).items()
+        if scheme != "no"
+    }
+    _check_socks_support(proxies)
+    return Route(base_url, auth, proxies)
+
+
+def netrc_problem(base_url: str) -> str | None:
+    """Why the netrc file gives no credentials for ``base_url``, when it exists but
+    cannot be used: requests skips a file that does not parse, or cannot be read,
+    without a word. Called only to explain a refused request, never on success.
+
+    The parser's own message is left out: it quotes the token it choked on, which may
+    be a password.
+    """
+    try:
+        requests.utils.get_netrc_auth(base_url, raise_errors=True)
+    except netrc.NetrcParseError as exc:
+        return f"the netrc file {exc.filename} does not parse (line {exc.lineno}), so it is ignored"
+    except OSError as exc:
+        return f"the netrc file {exc.filename} cannot be read ({exc.strerror}), so it is ignored"
+    return None
+
+
+def _proxy_url(proxy: str) -> str:
+    """A proxy setting as a URL: ``user:pw@proxy:3128``, a common way to write one, is
+    ``http://user:pw@proxy:3128``, as curl reads it. (requests would take ``user`` for
+    the scheme and fail, quoting the setting, password and all.)"""
+    url = proxy if "://" in proxy else f"http://{proxy}"
+    if has_unencoded_credentials(url):
+        raise malformed_url_error(url, "the proxy", PROXY_SETTINGS)
+    return url
+
+
+def _check_socks_support(proxies: dict[str, str]) -> None:
+    socks = sorted({p for p in proxies.values() if p.lower().startswith("socks")})
+    if not socks:
+        return
+    try:
+        with warnings.catch_warnings():  # urllib3 warns before it raises; the error says more
+            warnings.simplefilter("ignore")
+            import urllib3.contrib.socks  # noqa: F401  # needs PySocks
+    except ImportError:
+        raise TransportError(
+            f"the proxy {redact_url(socks[0])} is a SOCKS proxy, and SOCKS support is "
+            "not installed",
+            hint=f"{SOCKS_EXTRA_HINT}, or use an http:// proxy",
+        ) from None
+
+
+def ca_bundle() -> str | bool:
+    """The CA bundle to verify TLS with: ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, or
+    ``True`` (certifi's). A path that does not exist is an error now, naming the
+    variable, rather than a TLS failure blamed on the network at every request."""
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        path = os.environ.get(name)
+        if not path:
+            continue
+        if not os.path.exists(path):
+            raise TransportError(
+                f"{name}={path} does not exist, so no TLS certificate can be verified",
+                hint=f"point {name} at a PEM file or a directory of hashed certificates, "
+                "or unset it to use the default bundle",
+            )
+        return path
+    return True
+
+
+def new_session(pool_size: int) -> requests.Session:
+    """A session for one download run: pooled connections, retries, TLS, no env lookups.
+
+    ``pool_size`` is the number of connections kept per host: the parallel downloads.
+    """
+    session = requests.Session()
+    session.trust_env = False  # resolved once by route_for() and ca_bundle()
+    session.verify = ca_bundle()
+    # Two headers in all. Identity: bytes exactly as published, so a Range offset means
+    # the same in every response (an object stored compressed still arrives with
+    # Content-Encoding and is decoded). requests' other defaults say what HTTP/1.1
+    # already means ("Accept: */*", "Connection: keep-alive"), and every header is
+    # parsed again on both sides of every request.
+    session.headers = requests.structures.CaseInsensitiveDict(
+        {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+    )
+    adapter = PoolPerOrigin(pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy())
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.hooks["response"].append(_refuse_https_downgrade)
+    return session
+
+
+class DowngradeRefused(requests.RequestException):
+    """An https URL redirected to plain http."""
+
+
+def _refuse_https_downgrade(response: requests.Response, **_kwargs: object) -> None:
+    """Stop a redirect from https to http before it is followed: the bytes (and the
+    manifest's digests) would then travel unprotected."""
+    if not response.is_redirect or not response.url.startswith("https://"):
+        return
+    location = requests.utils.requote_uri(response.headers.get("Location", ""))
+    if location.lower().startswith("http://"):
+        raise DowngradeRefused(
+            f"{redact_url(response.url)} redirected to plain http ({redact_url(location)}); refused"
+        )

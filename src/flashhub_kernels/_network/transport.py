@@ -1,0 +1,465 @@
+"""Fetching from the CDN's mirrors: failover, parallel downloads, verification, Ctrl-C.
+
+The cache and the import hook import this module only on the cold path, when something
+must actually be downloaded. The mirrors themselves (``file://``, ``http(s)://``, or an
+object store such as ``s3://``) live in ``_mirrors``, ``_http_mirror`` and
+``_fsspec_mirror``; this module decides which one to ask.
+
+Failure policy, per path:
+- a mirror that cannot serve it (:class:`~._mirrors.MirrorFailed`: connection errors,
+  5xx after retries, 401/403/404 for a listed file, a stalled transfer) hands over to
+  the next mirror, which continues a file from the bytes already received; a mirror
+  that failed goes to the back of the list for the rest of the run;
+- ``NotPublished`` (404 for a document) is an answer, and is given at once;
+- bytes that do not hash to the manifest's digest, or a body longer than the size the
+  manifest states or announced with another length (nothing past that size is
+  written), are that mirror failing for the file: the bytes are discarded, the mirror
+  goes to the back of the list, and the next mirror starts the file from scratch (the
+  only mirror is asked once more: a proxy may have mangled them). A file no mirror
+  serves intact is an :class:`IntegrityError` naming each mirror and its answer;
+- without a size in the manifest, a file may not grow past ``FLASHHUB_MAX_FILE_BYTES``
+  (a server sending an endless body cannot fill the disk): the mirror that tries
+  counts as failed for the file, and the file starts over on the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import urllib.parse
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from queue import Empty, SimpleQueue
+from typing import NamedTuple, TypeVar
+
+from .._config import Config
+from .._utils.callers import warn_at_caller
+from .._utils.urls import is_loopback
+from ..errors import FlashhubError, IntegrityError, TransportError
+from .hashing import INTEGRITY_HINT, HashingWriter, WrongSize
+from .mirrors import (
+    AccessDenied,
+    DownloadCancelled,
+    FileMirror,
+    Mirror,
+    MirrorFailed,
+    NotPublished,
+    OverCap,
+)
+from .progress import NO_PROGRESS, Progress
+
+__all__ = ["DownloadJob", "Fetcher", "NotPublished", "parallel_downloads", "warn_if_insecure"]
+
+T = TypeVar("T")
+logger = logging.getLogger("flashhub_kernels")
+
+# Parallel downloads hide round trips: while one thread waits for the CDN, another
+# works. With no round trip to hide (loopback, a mirror next door) extra threads only
+# contend for the GIL: on 2 cores, 8 threads fetched 200 small files from loopback about
+# 40% slower than 2 did, and 2 no faster than 1, for 30-50% more CPU time. So the pool
+# is sized by how long the documents fetched just before waited for their answers: the
+# wall time of the fetch less the CPU time the fetching thread spent on it, which on
+# loopback is the server's time alone. A thread is added for each file's CPU time that
+# fits in that wait (Little's law: 1 + wait / CPU time per file), within these bounds;
+# a large file, whose transfer keeps one thread busy, gets a second beside it.
+MIN_PARALLEL_FILES = 1
+MAX_PARALLEL_FILES = 8
+CPU_SECONDS_PER_FILE = 0.0005  # request, response, create, write, hash: a small file
+LARGE_FILE_BYTES = 4 << 20  # a transfer long enough to leave the small files a thread
+# After Ctrl-C, how long the workers get to stop at their next chunk before the
+# interrupt is raised anyway (a worker blocked in a read is a daemon thread).
+STOP_GRACE_SECONDS = 1.0
+_warned_hosts: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+class DownloadJob(NamedTuple):
+    """One file of a variant to download."""
+
+    relpath: str  # relative to <mirror>/<prefix>/
+    dest: Path
+    digest: bytes  # the raw sha256 the manifest lists
+    size: int | None  # the size the manifest states, when it does
+
+
+def warn_if_insecure(base_url: str) -> None:
+    """Warn once per host about plain http to a host other than this machine.
+
+    The warning points at the line that called into the library (a ``get_kernel(...)``
+    call, an ``import flashhub...`` statement), wherever in the library it is raised.
+    """
+    parts = urllib.parse.urlsplit(base_url)
+    host = parts.hostname or ""
+    if parts.scheme != "http" or is_loopback(host):
+        return
+    with _warn_lock:
+        if host in _warned_hosts:
+            return
+        _warned_hosts.add(host)
+    warn_at_caller(
+        f"fetching kernels over plain http from {host}: metadata.json carries the digests "
+        "every file is checked against, so anyone on the path can swap kernels. Use https, "
+        "or pin the kernel in a lock file."
+    )
+
+
+def open_mirrors(config: Config, *, pool_size: int) -> list[Mirror]:
+    """The configured mirrors, in order; the ``http(s)://`` ones share one session
+    whose pool keeps ``pool_size`` connections per host."""
+    web = [url for url in config.cdn_urls if url.startswith(("http://", "https://"))]
+    if web:
+        # Imports requests (tens of milliseconds): only a run that goes to the network pays.
+        from .http_mirror import HttpMirror
+        from .session import new_session
+
+        session = new_session(pool_size)
+    mirrors: list[Mirror] = []
+    for url in config.cdn_urls:
+        if url.startswith("file://"):
+            mirrors.append(FileMirror(url, config.prefix))
+        elif url in web:
+            mirrors.append(HttpMirror(url, config, session))
+        else:  # an object store (s3://...): fsspec, imported only for it
+            from .fsspec_mirror import FsspecMirror
+
+            mirrors.append(FsspecMirror(url, config))
+    return mirrors
+
+
+class Fetcher:
+    """Fetches paths relative to ``<mirror>/<prefix>/`` from the first mirror that answers.
+
+    One fetcher is one download run: its HTTP session (when a mirror is remote) lives
+    until :meth:`close`.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        for base in config.cdn_urls:
+            warn_if_insecure(base)
+        self._mirrors = open_mirrors(config, pool_size=MAX_PARALLEL_FILES)
+        self._mirrors_lock = threading.Lock()
+        self._wait = math.inf  # the shortest wait for a document's answer so far, in seconds
+        self._sent_bad_bytes: set[Mirror] = set()  # mirrors that sent a file's bytes wrong
+
+    def close(self) -> None:
+        for mirror in self._mirrors:
+            mirror.close()
+
+    def get_bytes(self, relpath: str, *, limit: int) -> bytes:
+        """Fetch a small document whole; raise :class:`NotPublished` when it does not exist."""
+        start, cpu = time.perf_counter(), time.thread_time()
+        data = self._from_mirrors(relpath, lambda mirror: mirror.read_document(relpath, limit))
+        cpu = time.thread_time() - cpu
+        self._wait = min(self._wait, max(0.0, time.perf_counter() - start - cpu))
+        return data
+
+    def size(self, relpath: str) -> int | None:
+        """The size of a published file, from the first mirror that states it.
+
+        ``None`` when no mirror does: HEAD is optional on a static host. Only
+        ``flashhub info`` asks.
+        """
+        for mirror in self._healthiest_first():
+            size = mirror.size(relpath)
+            if size is not None:
+                return size
+        return None
+
+    def download(
+        self,
+        relpath: str,
+        dest: Path,
+        digest: bytes,
+        progress: Progress = NO_PROGRESS,
+        cancelled: threading.Event | None = None,
+        *,
+        size: int | None = None,
+    ) -> int:
+        """Fetch ``relpath`` into ``dest`` and verify it; return its size.
+
+        A partial file already at ``dest`` (kept from an interrupted download) is
+        continued. Bytes that fail the digest are deleted, not kept. ``size``, the
+        manifest's size of the file, bounds the download; without it,
+        ``config.max_file_bytes`` does. Setting ``cancelled`` stops the transfer at its
+        next chunk.
+        """
+        cancelled = cancelled or threading.Event()
+        writer = HashingWriter(dest, progress, expected_size=size, limit=self.config.max_file_bytes)
+        try:
+            if writer.size and writer.hashes_to(digest):
+                return writer.size  # the kept part was the whole file
+            if writer.limit is not None and writer.size >= writer.limit:
+                writer.reset()  # as long as the file may be, and not it: start over
+            self._download_verified(relpath, writer, digest, cancelled)
+        except IntegrityError:
+            writer.close()
+            dest.unlink(missing_ok=True)
+            raise
+        finally:
+            writer.close()
+        return writer.size
+
+    def _download_verified(
+        self, relpath: str, writer: HashingWriter, digest: bytes, cancelled: threading.Event
+    ) -> None:
+        """Fill ``writer`` with the bytes that hash to ``digest``, asking mirror after mirror.
+
+        A mirror that fails hands the bytes it sent on to the next one, which continues
+        them; one that sent bad bytes (a wrong digest or size) is the mirror failing for
+        the file too, but its bytes are discarded first. When the bytes that failed were
+        not all that mirror's (kept from an earlier run, or continued from another
+        mirror), the digest cannot tell who is at fault: the same mirror is asked once
+        more, from scratch, before the next one. So is the only mirror: a proxy may have
+        mangled the bytes.
+        """
+        plan = deque(self._healthiest_first())
+        only_one = len(plan) == 1
+        answers = _Answers(relpath)
+        asked_afresh: set[Mirror] = set()
+        while plan:
+            mirror = plan.popleft()
+            continued = writer.size > 0
+            try:
+                self._fetch_file(mirror, relpath, writer, digest, cancelled)
+                return
+            except MirrorFailed as exc:
+                answers.failed(mirror, exc)
+                if mirror in self._sent_bad_bytes:  # its bytes of this file are suspect too
+                    writer.reset()
+            except _BadBytes as exc:
+                writer.reset()
+                answers.bad_bytes(mirror, str(exc))
+                if (continued or only_one) and mirror not in asked_afresh:
+                    asked_afresh.add(mirror)
+                    plan.appendleft(mirror)
+                    continue
+                if not continued:
+                    self._sent_bad_bytes.add(mirror)
+            self._demote(mirror)
+        raise answers.error()
+
+    def _fetch_file(
+        self,
+        mirror: Mirror,
+        relpath: str,
+        writer: HashingWriter,
+        digest: bytes,
+        cancelled: threading.Event,
+    ) -> None:
+        """Continue the file from ``mirror`` and check its digest; :class:`_BadBytes` if the
+        bytes cannot be the file."""
+        start = time.perf_counter()
+        try:
+            mirror.download(relpath, writer, cancelled)
+        except WrongSize as exc:
+            if writer.expected_size is not None:
+                raise _BadBytes(str(exc)) from None
+            writer.reset()  # past the cap on a file of unknown size: the mirror failed
+            raise OverCap(str(exc)) from None
+        if not writer.hashes_to(digest):
+            raise _BadBytes(
+                f"sha256 of the {writer.size} bytes received does not match metadata.json"
+            )
+        if logger.isEnabledFor(logging.INFO):  # the label is worked out anew each time
+            logger.info(
+                "downloaded %s from %s: %d bytes in %.2f s, sha256 verified",
+                relpath,
+                mirror.label,
+                writer.size,
+                time.perf_counter() - start,
+            )
+
+    def download_many(
+        self,
+        jobs: Sequence[DownloadJob],
+        progress: Progress = NO_PROGRESS,
+        on_done: Callable[[DownloadJob], None] = lambda job: None,
+    ) -> int:
+        """Download several files concurrently; return the total bytes.
+
+        A few workers each take the next job until none is left, and call ``on_done``
+        with each job whose file is complete and verified. The first error stops the
+        others at their next chunk, and is raised. Ctrl-C does the same, within about a
+        second; the partial files stay where they are for the caller to keep.
+        """
+        if len(jobs) == 1:
+            size = self._download_job(jobs[0], progress)
+            on_done(jobs[0])
+            return size
+        queue: SimpleQueue[DownloadJob] = SimpleQueue()
+        # The largest first (where the manifest states sizes): the longest transfer starts
+        # at once, and the small files fill the other threads beside it.
+        for job in sorted(jobs, key=lambda job: -(job.size or 0)):
+            queue.put(job)
+        totals: list[int] = []
+        errors: list[BaseException] = []
+        cancelled = threading.Event()
+
+        def work() -> None:
+            total = 0
+            try:
+                while not cancelled.is_set():
+                    job = queue.get_nowait()
+                    total += self._download_job(job, progress, cancelled)
+                    on_done(job)
+            except Empty:
+                pass
+            except DownloadCancelled:
+                return
+            except BaseException as exc:
+                errors.append(exc)
+                cancelled.set()
+                return
+            totals.append(total)
+
+        # Daemon threads, not a ThreadPoolExecutor: after Ctrl-C a worker blocked in a
+        # read must not keep the interpreter from exiting until its read times out.
+        large_file = any((job.size or 0) >= LARGE_FILE_BYTES for job in jobs)
+        count = parallel_downloads(len(jobs), self._wait, large_file=large_file)
+        logger.info(
+            "%d files, %d at once (the documents waited %.2f ms for their answers)",
+            len(jobs),
+            count,
+            self._wait * 1e3,
+        )
+        workers = [threading.Thread(target=work, daemon=True) for _ in range(count)]
+        for worker in workers:
+            worker.start()
+        try:
+            for worker in workers:
+                worker.join()
+        except KeyboardInterrupt:
+            cancelled.set()
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            for worker in workers:
+                worker.join(max(0.0, deadline - time.monotonic()))
+            raise
+        if errors:
+            raise errors[0]
+        return sum(totals)
+
+    def _download_job(
+        self, job: DownloadJob, progress: Progress, cancelled: threading.Event | None = None
+    ) -> int:
+        return self.download(job.relpath, job.dest, job.digest, progress, cancelled, size=job.size)
+
+    # -- mirrors -------------------------------------------------------------------
+
+    def _healthiest_first(self) -> list[Mirror]:
+        with self._mirrors_lock:
+            return list(self._mirrors)
+
+    def _demote(self, mirror: Mirror) -> None:
+        with self._mirrors_lock:
+            if mirror in self._mirrors:
+                self._mirrors.remove(mirror)
+                self._mirrors.append(mirror)
+
+    def _from_mirrors(self, relpath: str, fetch: Callable[[Mirror], T]) -> T:
+        answers = _Answers(relpath)
+        for mirror in self._healthiest_first():
+            try:
+                return fetch(mirror)
+            except MirrorFailed as exc:
+                answers.failed(mirror, exc)
+                self._demote(mirror)
+        raise answers.error()
+
+
+class _BadBytes(Exception):
+    """A mirror sent bytes that cannot be the file: they fail its digest, or its size in
+    the manifest. The mirror failed for the file, and its bytes are not kept."""
+
+
+class _Answers:
+    """What each mirror answered for one path, for the error raised when none served it."""
+
+    def __init__(self, relpath: str) -> None:
+        self.relpath = relpath
+        self._lines: list[str] = []
+        self._proxied = self._capped = self._bad_bytes = self._denied = False
+        self._netrc_problems: list[str] = []
+        self._credential_hints: list[str] = []  # where each refusing mirror takes them from
+
+    def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
+        via = f" (through the proxy {mirror.via})" if mirror.via else ""
+        self._proxied = self._proxied or bool(mirror.via)
+        self._capped = self._capped or isinstance(exc, OverCap)
+        if isinstance(exc, AccessDenied):
+            self._denied = True
+            if (hint := exc.hint or CREDENTIALS_HINT) not in self._credential_hints:
+                self._credential_hints.append(hint)
+            if exc.netrc_problem and exc.netrc_problem not in self._netrc_problems:
+                self._netrc_problems.append(exc.netrc_problem)
+        self._lines.append(f"{mirror.label}{via}: {exc}")
+        logger.info("mirror %s could not serve %s: %s", mirror.label, self.relpath, exc)
+
+    def bad_bytes(self, mirror: Mirror, why: str) -> None:
+        self._bad_bytes = True
+        self._lines.append(f"{mirror.label}: {why}")
+        logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, why)
+
+    def error(self) -> FlashhubError:
+        """An :class:`IntegrityError` when a mirror sent bad bytes, else a
+        :class:`TransportError`; either names each mirror and its answer."""
+        answers = "\n  ".join(self._lines)
+        if self._bad_bytes:
+            return IntegrityError(
+                f"no CDN mirror served {self.relpath!r} intact, and nothing of what they "
+                f"sent was kept:\n  {answers}",
+                hint=INTEGRITY_HINT,
+            )
+        return TransportError(
+            f"could not fetch {self.relpath!r} from any CDN mirror:\n  {answers}",
+            hint=self._hint(),
+        )
+
+    def _hint(self) -> str:
+        """What to try when every mirror failed for the path."""
+        if self._capped:
+            return (
+                "if the kernel really ships a file this large, raise FLASHHUB_MAX_FILE_BYTES; "
+                "otherwise the CDN sends a broken answer: report it to the CDN's operator"
+            )
+        if self._denied:
+            return "; ".join([*self._credential_hints, *self._netrc_problems])
+        return _network_hint(proxied=self._proxied)
+
+
+# Where requests takes a mirror's credentials from (the URL's win).
+CREDENTIALS_HINT = (
+    "the CDN wants credentials, or refused the ones sent: put them in FLASHHUB_CDN_URL "
+    "(https://user:password@host, percent-encoded) or in ~/.netrc (or the file $NETRC "
+    "names) as 'machine HOST login USER password PASSWORD'; a netrc file that does not "
+    "parse is ignored"
+)
+
+
+def _network_hint(*, proxied: bool) -> str:
+    """What to try when the mirrors could not be reached."""
+    if proxied:
+        return (
+            "check the proxy settings (https_proxy, http_proxy, all_proxy, no_proxy) and "
+            "that the proxy is up, or set FLASHHUB_OFFLINE=1 to use only what is cached"
+        )
+    return (
+        "check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
+        "or set FLASHHUB_OFFLINE=1 to use only what is cached"
+    )
+
+
+def parallel_downloads(files: int, wait: float, *, large_file: bool = False) -> int:
+    """Threads to download ``files`` files: enough to hide a ``wait`` (seconds) for each
+    answer, an infinite one (nothing measured yet) taken for a distant CDN; at least two
+    when one of the files is large (``large_file``), so the others go beside it."""
+    whole_files = (
+        MAX_PARALLEL_FILES if math.isinf(wait) else math.floor(wait / CPU_SECONDS_PER_FILE)
+    )
+    wanted = 1 + whole_files
+    if large_file:
+        wanted = max(wanted, 2)
+    return max(1, min(files, MAX_PARALLEL_FILES, max(MIN_PARALLEL_FILES, wanted)))

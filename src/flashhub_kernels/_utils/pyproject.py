@@ -1,0 +1,87 @@
+"""A project's ``pyproject.toml``: the TOML reader, and the trusted keys it may list.
+
+The settings (:mod:`._config`) read ``[tool.flashhub] trusted-keys`` here, the lock files
+(:mod:`._lockfile`) ``[tool.flashhub.dependencies]`` through :func:`load_toml`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from .._models.manifest import parse_capped
+from .._signing.trusted_keys import no_key_error, parse_trusted_keys
+from ..errors import ConfigError, LockfileError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .._signing.trusted_keys import TrustedKey
+
+
+def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
+    """``[tool.flashhub] trusted-keys`` of a ``pyproject.toml``: a list of public keys,
+    each ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (or one
+    string of them, as ``FLASHHUB_TRUSTED_KEYS`` takes it).
+
+    Raises:
+        ConfigError: the file cannot be read (not TOML, nested too deeply), the list
+            is malformed, as for a malformed ``FLASHHUB_*`` setting, or it names no key
+            (``[]``, ``","``).
+    """
+    source = f"{path} [tool.flashhub] trusted-keys"
+    fix = f"fix [tool.flashhub] trusted-keys in {path}"
+    try:
+        keys = lookup(load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the trusted keys in {path}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot read the trusted keys in {path}: the file {exc}",
+            hint="fix the file's TOML",
+        ) from None
+    if keys is None:
+        return ()
+    if isinstance(keys, str):
+        keys = [keys]
+    if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+        raise ConfigError(
+            f"{source} must be a list of strings, e.g. "
+            '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]',
+            hint=fix,
+        )
+    try:
+        parsed = parse_trusted_keys("\n".join(keys), source=source)
+    except ValueError as exc:
+        raise ConfigError(str(exc), hint=fix) from None
+    if not parsed:
+        raise no_key_error(source, "remove the setting")
+    return parsed
+
+
+def lookup(document: dict[str, Any], *keys: str) -> object:
+    """``document[keys[0]][keys[1]]...``, or ``None`` where a table or key is missing."""
+    value: object = document
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def load_toml(data: bytes) -> dict[str, Any]:
+    """``data`` as TOML; ``ValueError`` saying why not (see :func:`~._manifest.parse_capped`)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+        except ModuleNotFoundError:
+            raise LockfileError(
+                "reading pyproject.toml on Python 3.10 needs the 'tomli' package",
+                hint="pip install tomli, or use Python 3.11 or newer",
+            ) from None
+
+    def parse(data: bytes) -> Any:
+        return tomllib.loads(data.decode("utf-8"))
+
+    document: dict[str, Any] = parse_capped(data, parse, "TOML", tomllib.TOMLDecodeError)
+    return document

@@ -1,0 +1,180 @@
+"""URL helpers that every message goes through: credentials out, loopback in. Pure.
+
+A CDN URL may carry credentials (``https://user:secret@cdn.example``), and so may a proxy
+URL. They authenticate requests, but must never appear in a message, a log line, a
+progress bar or an exception: every URL shown to a person passes :func:`redact_url`,
+and free text that may quote one (an exception from the HTTP library) passes
+:func:`redact_text`.
+
+Where the credentials end is found by hand rather than by ``urllib.parse``, which
+splits the authority at the first ``/``, ``?`` or ``#``: a password holding one of them
+unencoded (``http://bob:pa/ss@host``) would otherwise be shown as a path. See
+:func:`_userinfo_end`.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+
+from ..errors import ConfigError
+
+# Compiled by re on first use: only an error message from the HTTP library needs it.
+_URL_IN_TEXT = r"[A-Za-z][A-Za-z0-9+.-]*://\S*"
+_AUTHORITY_ENDS = "/?#"
+# What a host name may hold besides letters and digits (RFC 3986 reg-name).
+_HOST_CHARS = frozenset("-._~%!$&'()*+,;=")
+SHOWN_SECRET = "****"
+
+
+def redact_url(url: str) -> str:
+    """``https://user:secret@host/path`` -> ``https://user:****@host/path``.
+
+    A lone token (``https://token@host``) becomes ``****``; a URL without credentials is
+    returned unchanged. A password with an unencoded ``/``, ``?``, ``#`` or ``@`` is
+    hidden whole. A URL without a scheme (``user:pw@proxy:3128``, as proxy settings
+    are often written) is read as starting with its credentials.
+    """
+    start, end = _userinfo_span(url)
+    if end is None:
+        return url
+    user, has_password, _password = url[start:end].partition(":")
+    shown = f"{user}:{SHOWN_SECRET}" if has_password else SHOWN_SECRET
+    return url[:start] + shown + url[end:]
+
+
+def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Remove the userinfo of every URL in ``text``, and every string in ``secrets``."""
+    import re
+
+    def hide(match: re.Match[str]) -> str:
+        url = match.group()
+        start, end = _userinfo_span(url)
+        return url if end is None else url[:start] + SHOWN_SECRET + url[end:]
+
+    text = re.sub(_URL_IN_TEXT, hide, text)
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, SHOWN_SECRET)
+    return text
+
+
+def has_unencoded_credentials(url: str) -> bool:
+    """Whether ``url``'s user name or password holds a ``/``, ``?`` or ``#`` that is not
+    percent-encoded, so that a URL parser would take part of it for the host or path.
+
+    ``http://bob:pa/ss@host`` and ``http://bob:p@ss:w/rd@host`` do; ``http://host:8080/a@b``
+    (an ``@`` in the path) does not.
+    """
+    start, end = _userinfo_span(url)
+    return end is not None and any(c in _AUTHORITY_ENDS for c in url[start:end])
+
+
+def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
+    """The error for ``url`` (a ``what``: "CDN URL", "proxy"), read from ``setting``,
+    whose host or port does not parse: a password with an unencoded ``/``, ``?`` or
+    ``#`` when it has one (the usual cause), else a typo in the port.
+
+    The message does not say "password": a test for a leak looks for pieces of one,
+    and ``pa/ssword`` has ``ssword``."""
+    if has_unencoded_credentials(url):
+        return ConfigError(
+            f"{what} {redact_url(url)!r} has credentials (user:secret@) that are not "
+            "percent-encoded: a '/', '?' or '#' in them ends the host part of the URL",
+            hint=f"percent-encode the user name and the secret in {setting}, e.g. with "
+            "urllib.parse.quote(secret, safe=''): '/' is %2F, '?' %3F, '#' %23, "
+            "'@' %40, ':' %3A, ',' %2C",
+        )
+    return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
+
+
+def _userinfo_span(url: str) -> tuple[int, int | None]:
+    """Where the authority of ``url`` starts, and where its userinfo ends (the index of
+    the ``@`` after it; ``None``: no credentials)."""
+    scheme, sep, _rest = url.partition("://")
+    start = len(scheme) + len(sep) if sep and _is_scheme(scheme) else 0
+    at = _userinfo_end(url[start:])
+    return start, None if at is None else start + at
+
+
+def _userinfo_end(rest: str) -> int | None:
+    """The index of the ``@`` that ends the userinfo in ``rest`` (a URL after its
+    ``scheme://``), or ``None`` when it has none.
+
+    As RFC 3986 reads it, the authority ends at the first ``/``, ``?`` or ``#``, and
+    the userinfo at the authority's last ``@``. When what follows that is a host and
+    port, that is the answer: ``http://host:8080/a@b`` has no credentials, its path an
+    ``@``. When it is not (``bob:pa`` of ``http://bob:pa/ss@host``: no port is ``pa``),
+    the URL is broken, and the likeliest reason is a password with one of those
+    characters unencoded; then the userinfo ends at the last ``@`` that a host and port
+    follow, else at the last ``@``. On a broken URL that hides too much rather than
+    too little.
+    """
+    authority = rest[: _authority_end(rest, 0)]
+    at = authority.rfind("@")
+    if _is_hostport(authority[at + 1 :]):
+        return at if at >= 0 else None
+    ats = [i for i, char in enumerate(rest) if char == "@"]
+    for at in reversed(ats):
+        if _is_hostport(rest[at + 1 : _authority_end(rest, at + 1)]):
+            return at
+    return ats[-1] if ats else None
+
+
+def _authority_end(text: str, start: int) -> int:
+    ends = [i for i in (text.find(c, start) for c in _AUTHORITY_ENDS) if i >= 0]
+    return min(ends, default=len(text))
+
+
+def _is_scheme(text: str) -> bool:
+    return (
+        text[:1].isascii()
+        and text[:1].isalpha()
+        and all(c.isascii() and (c.isalnum() or c in "+.-") for c in text)
+    )
+
+
+def _is_hostport(text: str) -> bool:
+    """Whether ``text`` reads as ``host``, ``host:port`` or ``[v6]:port`` (the port may
+    be empty, as ``urllib.parse`` allows)."""
+    if text.startswith("["):
+        close = text.find("]")
+        host_ok, port_part = close > 0, text[close + 1 :]
+        if port_part and not port_part.startswith(":"):
+            return False
+        port = port_part[1:]
+    else:
+        host, _, port = text.partition(":")
+        host_ok = all(c.isalnum() or c in _HOST_CHARS for c in host)
+    return host_ok and (not port or (port.isascii() and port.isdigit()))
+
+
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``http://u:p@host/x`` -> (``http://host/x``, (``u``, ``p``)); percent-escapes decoded."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    hostport = parts.netloc.rpartition("@")[2]
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    return bare, (user, password)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    import ipaddress  # here: _config imports this module on every load, warm ones too
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def file_url_path(url: str) -> Path:
+    """The local path a ``file://`` URL names."""
+    import urllib.request  # pulls in http.client and email: only file:// mirrors need it
+
+    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))

@@ -1,0 +1,320 @@
+"""The architecture of the GPU this process runs on (a CUDA compute capability, a ROCm gfx
+target), read without creating a CUDA or HIP context.
+
+A build's ``metadata.json`` may list the archs it was compiled for; judging them needs
+the device's. Asking torch for it initializes the GPU runtime: about 200 ms and a
+context's GPU memory in every process that imports a kernel, even one that never runs
+it, and a process forked after that cannot use CUDA at all. So torch is asked only once
+it has initialized the runtime itself; otherwise the driver is:
+
+- CUDA: NVML (``libnvidia-ml.so.1``, part of the driver), through :mod:`._nvml`;
+- ROCm: the amdgpu driver's topology in sysfs (``/sys/class/kfd/kfd/topology/nodes``).
+
+Which device is judged: the first of those the process sees, in the runtime's order
+(torch's current device until the program picks another). ``CUDA_VISIBLE_DEVICES``
+(indices, ``GPU-`` and ``MIG-`` UUIDs or their unique prefixes, read up to the first
+entry that names no device, as CUDA does) and ``CUDA_DEVICE_ORDER`` are honoured; CUDA's
+default order (``FASTEST_FIRST``) is taken to be the highest compute capability first,
+then PCI bus order, and ``PCI_BUS_ID`` is PCI bus order. On ROCm, ``ROCR_VISIBLE_DEVICES``
+then ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``) select from the topology's
+GPUs. Where the visible devices differ, a process that uses another than the first
+should be given only the devices it uses.
+
+When no source answers (no driver library, no device visible), the arch is unknown and
+the archs builds list are not checked: the build the variant names choose loads, and
+``flashhub -v`` says why the device was not judged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+from .._models.record import Record
+from .archs import is_digits, parse_cuda_arch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+logger = logging.getLogger("flashhub_kernels")
+
+KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+GPU_RECORD = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
+
+
+class Gpu(Record):
+    """One NVIDIA GPU: its UUID (``GPU-...``), PCI location (domain, bus, device) and
+    CUDA compute capability."""
+
+    uuid: str
+    pci: tuple[int, int, int]
+    capability: tuple[int, int]
+
+    def __init__(self, uuid: str, pci: tuple[int, int, int], capability: tuple[int, int]) -> None:
+        self._init(uuid, pci, capability)
+
+
+class DeviceArch(Record):
+    """What was read of the device: its compute capability (CUDA) or gfx target (ROCm),
+    ``None`` when unknown, and where it came from or why it is unknown."""
+
+    capability: tuple[int, int] | None
+    gfx: str | None
+    source: str
+
+    def __init__(
+        self, capability: tuple[int, int] | None = None, gfx: str | None = None, source: str = ""
+    ) -> None:
+        self._init(capability, gfx, source)
+
+
+def cuda_capability() -> DeviceArch:
+    """The compute capability of the CUDA device this process runs on (module docstring)."""
+    return _reported("CUDA", _read_cuda_capability())
+
+
+def _read_cuda_capability() -> DeviceArch:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability()
+        return DeviceArch((major, minor), source="torch, CUDA being initialized")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    migs = tuple(e.strip() for e in (visible or "").split(",") if e.strip().startswith("MIG-"))
+    try:
+        gpus, mig_parents, read_from = _nvidia_gpus(migs)
+    except OSError as exc:  # NvmlError: caught as its base, so a warm load skips _nvml
+        return DeviceArch(source=f"NVML cannot tell: {exc}")
+    ordered = cuda_order(gpus, os.environ.get("CUDA_DEVICE_ORDER"))
+    aliases = {mig: ordered.index(gpu) for mig, gpu in mig_parents.items() if gpu in ordered}
+    seen = [ordered[i] for i in select_visible([g.uuid for g in ordered], visible, aliases)]
+    if not seen:
+        return DeviceArch(source=f"{read_from}: no device this process sees{_shown(visible)}")
+    source = f"{read_from}, device 0 of {len(seen)} ({seen[0].uuid}){_shown(visible)}"
+    return DeviceArch(seen[0].capability, source=source + _differ([g.capability for g in seen]))
+
+
+def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]:
+    """This machine's GPUs, the GPU of each of ``migs`` (MIG instances), and where they were
+    read: the cache's record when it knows every GPU the driver lists, else NVML (whose
+    answer is recorded then).
+
+    Raises:
+        NvmlError: NVML was needed, and cannot tell.
+    """
+    from .._config import cache_root
+
+    record = cache_root() / GPU_RECORD
+    known = None if migs else recorded_gpus(PROC_GPUS, read_record(record))
+    if known:
+        return known, {}, f"{record} (NVML's earlier answer)"
+    from .nvml import read_gpus
+
+    facts, mig_facts = read_gpus(migs)
+    gpus = [Gpu(*gpu) for gpu in facts]
+    write_record(record, gpus)
+    return gpus, {mig: Gpu(*gpu) for mig, gpu in mig_facts.items()}, "NVML"
+
+
+def recorded_gpus(listing: str, capabilities: Mapping[str, tuple[int, int]]) -> list[Gpu] | None:
+    """The GPUs the driver lists in ``listing`` (``/proc/driver/nvidia/gpus``: a directory
+    per GPU, named by its PCI address), with their capabilities as recorded; ``None``
+    when it lists none, or one the record does not know."""
+    try:
+        addresses = sorted(os.listdir(listing))
+    except OSError:
+        return None
+    gpus = []
+    for address in addresses:
+        uuid = _listed_uuid(os.path.join(listing, address, "information"))
+        pci = _pci_location(address)
+        if uuid is None or pci is None or uuid not in capabilities:
+            return None
+        gpus.append(Gpu(uuid, pci, capabilities[uuid]))
+    return gpus or None
+
+
+def _listed_uuid(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "GPU UUID":
+            return value.strip()
+    return None
+
+
+def _pci_location(address: str) -> tuple[int, int, int] | None:
+    """``"0000:3b:00.0"`` -> ``(0, 0x3b, 0)``: PCI domain, bus and device."""
+    parts = address.split(".", 1)[0].split(":")
+    try:
+        domain, bus, device = (int(part, 16) for part in parts)
+    except ValueError:
+        return None
+    return domain, bus, device
+
+
+def read_record(path: Path) -> dict[str, tuple[int, int]]:
+    """The capabilities :func:`write_record` wrote, by GPU UUID; empty when there are none.
+
+    A GPU's capability never changes and its UUID names it on every machine, so one
+    record serves a cache that several machines share.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    record = {}
+    for uuid, _, capability in (line.partition(" ") for line in lines):
+        parsed = parse_cuda_arch(capability)
+        if parsed is not None and parsed[2:] == ("", False):  # MAJOR.MINOR, nothing more
+            record[uuid] = parsed[:2]
+    return record
+
+
+def write_record(path: Path, gpus: Sequence[Gpu]) -> None:
+    """Add ``gpus`` to the record at ``path``; a cache that cannot be written keeps none."""
+    known = read_record(path)
+    record = {**known, **{gpu.uuid: gpu.capability for gpu in gpus}}
+    if record == known:
+        return
+    from .._utils.filesystem import write_atomic
+
+    lines = "".join(f"{uuid} {major}.{minor}\n" for uuid, (major, minor) in record.items())
+    with contextlib.suppress(OSError):
+        write_atomic(path, lines.encode("ascii", "replace"), mode=0o600, durable=False)
+
+
+def cuda_order(gpus: Sequence[Gpu], order: str | None) -> list[Gpu]:
+    """``gpus`` in the order CUDA numbers them under ``CUDA_DEVICE_ORDER=order``."""
+    if order == "PCI_BUS_ID":
+        return sorted(gpus, key=lambda g: g.pci)
+    return sorted(gpus, key=lambda g: ((-g.capability[0], -g.capability[1]), g.pci))
+
+
+def select_visible(
+    uuids: Sequence[str], spec: str | None, aliases: Mapping[str, int] | None = None
+) -> list[int]:
+    """The positions in ``uuids`` (the devices in the runtime's order) that a
+    ``*_VISIBLE_DEVICES`` value ``spec`` leaves visible, in its order.
+
+    ``None`` (unset) leaves every device. An entry is an index into ``uuids``, a UUID or
+    a prefix of exactly one, or a key of ``aliases`` (a MIG instance: the position of
+    its GPU); the first entry that is none of these ends the list, as it does for CUDA
+    (so ``""`` and ``"-1"`` leave none).
+    """
+    if spec is None:
+        return list(range(len(uuids)))
+    chosen: list[int] = []
+    for entry in (e.strip() for e in spec.split(",")):
+        position = _position(entry, uuids, aliases or {})
+        if position is None:
+            break
+        chosen.append(position)
+    return chosen
+
+
+def _position(entry: str, uuids: Sequence[str], aliases: Mapping[str, int]) -> int | None:
+    if is_digits(entry):
+        return int(entry) if int(entry) < len(uuids) else None
+    if entry in aliases:
+        return aliases[entry]
+    matches = [i for i, uuid in enumerate(uuids) if entry and uuid.startswith(entry)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def rocm_gfx() -> DeviceArch:
+    """The gfx target of the ROCm device this process runs on (module docstring)."""
+    return _reported("ROCm", _read_rocm_gfx())
+
+
+def _read_rocm_gfx() -> DeviceArch:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return DeviceArch(gfx=str(properties.gcnArchName), source="torch, HIP being initialized")
+    seen = kfd_gpus(KFD_NODES)
+    seen = [
+        seen[i]
+        for i in select_visible([u for u, _ in seen], os.environ.get("ROCR_VISIBLE_DEVICES"))
+    ]
+    hip = os.environ.get("HIP_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    seen = [seen[i] for i in select_visible([u for u, _ in seen], hip)]
+    if not seen:
+        return DeviceArch(source=f"{KFD_NODES} lists no device this process sees")
+    gfx = [target for _, target in seen]
+    return DeviceArch(gfx=gfx[0], source=f"{KFD_NODES}, device 0 of {len(gfx)}{_differ(gfx)}")
+
+
+def kfd_gpus(nodes: str) -> list[tuple[str, str]]:
+    """``(uuid, gfx target)`` of each GPU in the amdgpu topology at ``nodes``, in its
+    order (CPU nodes, whose ``gfx_target_version`` is 0, left out)."""
+    try:
+        names = sorted((n for n in os.listdir(nodes) if is_digits(n)), key=int)
+    except OSError:
+        return []
+    gpus = []
+    for name in names:
+        properties = _kfd_properties(os.path.join(nodes, name, "properties"))
+        version = properties.get("gfx_target_version", 0)
+        if version:
+            gpus.append((f"GPU-{properties.get('unique_id', 0):016x}", gfx_target(version)))
+    return gpus
+
+
+def _kfd_properties(path: str) -> dict[str, int]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return {}
+    pairs = (line.split() for line in lines)
+    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and is_digits(p[1])}
+
+
+def gfx_target(version: int) -> str:
+    """KFD's ``gfx_target_version`` as a target name: ``90010`` -> ``gfx90a``, ``90402`` ->
+    ``gfx942``, ``110000`` -> ``gfx1100``."""
+    major, minor, stepping = version // 10000, version // 100 % 100, version % 100
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def _reported(runtime: str, reading: DeviceArch) -> DeviceArch:
+    arch = reading.capability or reading.gfx
+    if arch is None:
+        logger.info(
+            "the %s device's arch is unknown, so the archs builds list are not checked: %s",
+            runtime,
+            reading.source,
+        )
+    else:
+        logger.info(
+            "the %s device's arch is %s, read from %s", runtime, _arch_text(arch), reading.source
+        )
+    return reading
+
+
+def _arch_text(arch: tuple[int, int] | str) -> str:
+    return arch if isinstance(arch, str) else "{}.{}".format(*arch)
+
+
+def _shown(visible: str | None) -> str:
+    return "" if visible is None else f" (CUDA_VISIBLE_DEVICES={visible!r})"
+
+
+def _differ(archs: Sequence[tuple[int, int] | str]) -> str:
+    """A warning, for ``flashhub -v``, when the visible devices are not all alike."""
+    if len(set(archs)) < 2:
+        return ""
+    listed = ", ".join(_arch_text(arch) for arch in archs)
+    return (
+        f"; the visible devices differ ({listed}): builds are judged for device 0, so a "
+        "process that runs on another should see only the devices it uses"
+    )
