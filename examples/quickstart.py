@@ -128,7 +128,7 @@ def explain_choice(module: ModuleType, backend: str | None = None) -> None:
     """Print the variant ``module`` was loaded from and why: the system it was chosen
     for, every published variant that fits it (best first) and why each other does not."""
     import flashhub_kernels
-    from flashhub_kernels._variants.choice import target_system
+    from flashhub_kernels._variants.named_system import target_system
 
     loaded = next(k for k in flashhub_kernels.get_loaded_kernels() if k.module is module)
     assert loaded.repo_id is not None and loaded.version is not None
@@ -167,7 +167,7 @@ def import_tensor_tricks(version: int) -> ModuleType:
     """Import acme/tensor-tricks ``version`` through the hook: the variant this torch
     loads, or else its CPU build (``...v<N>_cpu``, as ``backend="cpu"`` names it)."""
     import flashhub_kernels
-    from flashhub_kernels._variants.choice import target_system
+    from flashhub_kernels._variants.named_system import target_system
 
     backend = None if flashhub_kernels.has_kernel(TRICKS, version) else "cpu"
     if backend:

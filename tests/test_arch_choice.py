@@ -67,11 +67,11 @@ def cached_variants(cache_dir: Path, version: int = 1) -> list[str]:
 def as_gpu_node(capability: tuple[int, int], code: str) -> str:
     """Python code that resolves kernels as a GPU node of ``capability`` would, then ``code``."""
     return (
-        "import flashhub_kernels._variants.choice as choice\n"
+        "import flashhub_kernels._variants.system as system\n"
         "from flashhub_kernels._variants.system import SystemInfo\n"
         "node = SystemInfo((2, 13), True, 'cuda', 'cu126', 'x86_64', 'linux', "
         f"{capability!r})\n"
-        "choice.detect_system = lambda: node\n" + code
+        "system.detect_system = lambda: node\n" + code
     )
 
 

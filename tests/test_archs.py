@@ -21,21 +21,18 @@ from flashhub_kernels._variants.archs import (
     rocm_archs_support,
     target_from_json,
 )
-from flashhub_kernels._variants.choice import (
-    best_variant,
-    choose_variant,
-    judge_builds,
-    pick_cached_variant,
-)
-from flashhub_kernels._variants.system import (
-    SystemInfo,
+from flashhub_kernels._variants.choice import choose_variant
+from flashhub_kernels._variants.compat import pick_cached_variant
+from flashhub_kernels._variants.device_arch import with_device
+from flashhub_kernels._variants.grammar import VariantNameError
+from flashhub_kernels._variants.named_system import system_from_variant, with_device_named
+from flashhub_kernels._variants.probing import candidate_names
+from flashhub_kernels._variants.system import SystemInfo
+from flashhub_kernels._variants.verdicts import (
     VariantAccepted,
-    VariantNameError,
-    candidate_names,
+    best_variant,
+    judge_builds,
     judge_variants,
-    system_from_variant,
-    with_device,
-    with_device_named,
 )
 from flashhub_kernels.errors import NoCompatibleVariantError
 

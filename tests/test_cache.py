@@ -15,6 +15,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
+from flashhub_kernels._cache.staging import commit, new_staging, record_index
 from flashhub_kernels.errors import IntegrityError, ManifestError, OfflineError
 from support.cdn_server import CdnServer, tampered
 from support.trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
@@ -196,11 +197,11 @@ def test_second_commit_of_an_entry_is_dropped(tmp_path: Path) -> None:
 
     cache, info = Cache(tmp_path / "c"), RepoInfo(REPO, 1)
     entry = cache.entry_dir(info, "torch-universal")
-    first, second = (cache.new_staging(info, "torch-universal") for _ in range(2))
+    first, second = (new_staging(cache, info, "torch-universal") for _ in range(2))
     (first / "a").write_text("first")
     (second / "a").write_text("second")
-    assert cache.commit(first, entry) is True
-    assert cache.commit(second, entry) is False
+    assert commit(first, entry) is True
+    assert commit(second, entry) is False
     assert (entry / "a").read_text() == "first"
     assert not second.exists()
 
@@ -214,7 +215,7 @@ def test_a_failed_index_write_leaves_the_old_index_and_no_temporary_file(
     from flashhub_kernels.errors import CacheError
 
     cache, info = Cache(tmp_path / "c"), RepoInfo(REPO, 1)
-    cache.record_index(info, VariantIndex(False, frozenset({"torch-universal"})))
+    record_index(cache, info, VariantIndex(False, frozenset({"torch-universal"})))
     directory = cache.version_dir(info)
     before = {p.name: p.read_bytes() for p in directory.iterdir()}
 
@@ -223,7 +224,7 @@ def test_a_failed_index_write_leaves_the_old_index_and_no_temporary_file(
 
     monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(CacheError):
-        cache.record_index(info, VariantIndex(True, frozenset({"torch-universal", "cpu"})))
+        record_index(cache, info, VariantIndex(True, frozenset({"torch-universal", "cpu"})))
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
     monkeypatch.undo()
     assert stat.S_IMODE((directory / "variants-index.json").stat().st_mode) == 0o644

@@ -19,7 +19,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
-from flashhub_kernels._cache.trust import distrust
+from flashhub_kernels._cache.layout import distrust
 from support.cdn_server import CdnServer
 from support.trees import local_variant, write_kernel
 

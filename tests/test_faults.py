@@ -324,7 +324,7 @@ def test_sigkill_at_any_point_leaves_a_usable_cache(
 def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1, [local_variant(), "torch-cuda"])
     as_cuda = (
-        "import flashhub_kernels._variants.choice as s\n"
+        "import flashhub_kernels._variants.system as s\n"
         "from flashhub_kernels._variants.system import SystemInfo\n"
         "s.detect_system = lambda: SystemInfo((2, 12), True, 'cuda', 'cu126', 'x86_64', 'linux')\n"
         "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"

@@ -22,13 +22,9 @@ from __future__ import annotations
 import pytest
 
 from flashhub_kernels import VariantAccepted, VariantRejected, get_kernel_variants
-from flashhub_kernels._variants.system import (
-    SystemInfo,
-    Variant,
-    VariantVerdict,
-    judge_variants,
-    parse_variant,
-)
+from flashhub_kernels._variants.grammar import Variant, parse_variant
+from flashhub_kernels._variants.system import SystemInfo
+from flashhub_kernels._variants.verdicts import VariantVerdict, judge_variants
 from support.cdn_server import CdnServer
 from support.hf_kernels import RELU, package, write_hf_kernel
 

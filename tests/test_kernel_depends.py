@@ -18,8 +18,8 @@ import flashhub_kernels as fk
 from conftest import import_in_child, run_python
 from flashhub_kernels._cache.layout import Cache
 from flashhub_kernels._config import get_config
+from flashhub_kernels._constants import RECEIPT_NAME
 from flashhub_kernels._lockfiles.format import read_lockfile
-from flashhub_kernels._models.manifest import RECEIPT_NAME
 from flashhub_kernels.errors import (
     ClientTooOldError,
     DirtyBuildWarning,

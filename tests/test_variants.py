@@ -10,18 +10,19 @@ from dataclasses import replace
 
 import pytest
 
-from flashhub_kernels._variants.system import (
-    SystemInfo,
+from flashhub_kernels._variants.grammar import (
     Variant,
-    VariantAccepted,
     VariantNameError,
-    VariantRejected,
     build_variant_name,
-    candidate_names,
+    parse_variant,
+)
+from flashhub_kernels._variants.probing import candidate_names
+from flashhub_kernels._variants.system import SystemInfo, with_backend
+from flashhub_kernels._variants.verdicts import (
+    VariantAccepted,
+    VariantRejected,
     format_trace,
     judge_variants,
-    parse_variant,
-    with_backend,
 )
 from flashhub_kernels.layers._device import Device, as_device
 

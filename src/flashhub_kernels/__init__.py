@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ._loading.kernel_deps import get_kernel_dep
     from ._lockfiles.locking import get_locked_kernel, load_kernel
     from ._models.names import RepoInfo
-    from ._variants.system import VariantAccepted, VariantRejected
+    from ._variants.verdicts import VariantAccepted, VariantRejected
     from .layers import (
         CUDAProperties,
         Device,
@@ -63,8 +63,8 @@ _LAZY = {
     "get_config": "._config",
     "LoadedKernel": "._finder",
     "RepoInfo": "._models.names",
-    "VariantAccepted": "._variants.system",
-    "VariantRejected": "._variants.system",
+    "VariantAccepted": "._variants.verdicts",
+    "VariantRejected": "._variants.verdicts",
     "errors": ".errors",
     "get_kernel": "._loading.api",
     "get_kernel_variants": "._loading.api",

@@ -242,10 +242,10 @@ class KernelFinder:
             module = sys.modules.get(name)
             if module is None or not self._same_repo(fullname, name):
                 continue
-            from ._variants.choice import target_system
+            from ._variants.system import this_system
 
             try:
-                same = target_system(forced) == target_system(None)
+                same = this_system(forced) == this_system()
             except ValueError:  # a backend this machine cannot run: its own load says so
                 same = False
             if same:

@@ -52,7 +52,8 @@ class _Library:
         return self._digest
 
     def _listed_digest(self) -> bytes:
-        from ._models.manifest import MANIFEST_NAME, parse_metadata
+        from ._constants import MANIFEST_NAME
+        from ._models.manifest import parse_metadata
 
         assert self.entry is not None
         manifest = parse_metadata((self.entry / MANIFEST_NAME).read_bytes())

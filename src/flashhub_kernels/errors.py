@@ -18,8 +18,6 @@ Malformed arguments (a bad repo id, ``version=0``) raise the built-in
 
 from __future__ import annotations
 
-from ._utils.text import escape_message
-
 
 class FlashhubError(Exception):
     """Base class of every error flashhub-kernels raises on purpose.
@@ -32,6 +30,8 @@ class FlashhubError(Exception):
     def __init__(
         self, message: str, *, hint: str | None = None, cli_hint: str | None = None
     ) -> None:
+        from ._utils.text import escape_message  # when an error is made: not on every load
+
         self.message = escape_message(message)
         self.hint = escape_message(hint) if hint is not None else None
         self.cli_hint = escape_message(cli_hint) if cli_hint is not None else None

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flashhub_kernels._variants.system import VariantAccepted, detect_system, judge_variants
+from flashhub_kernels._variants.system import detect_system
+from flashhub_kernels._variants.verdicts import VariantAccepted, judge_variants
 from support.trees import b64sha256
 
 VARIANTS = ("torch-cpu", "torch-cuda")

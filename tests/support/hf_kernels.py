@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashhub_kernels._variants.system import as_variant
+from flashhub_kernels._variants.grammar import as_variant
 from support.trees import b64sha256, cpu_variant, local_variant
 
 RELU = "kernels-community/relu"

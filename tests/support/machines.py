@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashhub_kernels._variants import choice as _variant_choice
+from flashhub_kernels._variants import system as _system
 from flashhub_kernels._variants.system import SystemInfo, detect_system, with_backend
 
 CPU_MACHINE = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux")
@@ -22,16 +22,15 @@ CPU_BUILD = "torch212-cxx11-cpu-x86_64-linux"  # runs on CUDA_MACHINE with backe
 
 # The code a child process runs first to resolve kernels as ``run_as_cpu_only`` does.
 CPU_ONLY_CHILD = (
-    "from flashhub_kernels._variants import choice as _variant_choice\n"
-    "from flashhub_kernels._variants import system as _variants\n"
-    "_variant_choice.detect_system = "
-    "lambda: _variants.with_backend(_variants.detect_system(), 'cpu')\n"
+    "from flashhub_kernels._variants import system as _system\n"
+    "_detected = _system.detect_system()\n"
+    "_system.detect_system = lambda: _system.with_backend(_detected, 'cpu')\n"
 )
 
 
 def run_as(monkeypatch: pytest.MonkeyPatch, system: SystemInfo) -> None:
     """Make this process resolve kernels as if its torch were ``system``."""
-    monkeypatch.setattr(_variant_choice, "detect_system", lambda: system)
+    monkeypatch.setattr(_system, "detect_system", lambda: system)
 
 
 def run_as_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:

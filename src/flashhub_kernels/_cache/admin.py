@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._config import Config, get_config
+from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME
 from .._lockfiles.format import Lockfile
-from .._models.manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, parse_metadata
+from .._models.manifest import parse_metadata
 from .._models.names import RepoInfo
 from .._network.hashing import sha256_file
 from .._signing.statements import verify_document
 from ..errors import ManifestError, SignatureError
+from .bytecode import compile_bytecode
 from .layout import (
     PARTIAL_PREFIX,
     STAGING_PREFIX,
@@ -30,13 +32,13 @@ from .layout import (
     Cache,
     Receipt,
     cache_errors,
-    compile_bytecode,
+    distrust,
     remove_tree,
     stamp,
     unused,
 )
-from .mutex import hold_if_free
-from .trust import distrust
+from .mutex import download_mutex, hold_if_free
+from .staging import evict, remove_stale_staging, write_receipt
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 
@@ -148,7 +150,7 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
     if not (repair and verdict.repairable):
         return verdict
     # Under the entry's download mutex: a load that found it changed would replace it.
-    with cache.download_mutex(entry.info, entry.variant), cache_errors():
+    with download_mutex(cache, entry.info, entry.variant), cache_errors():
         verdict = _verify(cache, entry)  # again: it may have changed meanwhile
         receipt = cache.read_receipt(entry.path)
         if not verdict.repairable or receipt is None:
@@ -218,7 +220,7 @@ def _restamp(cache: Cache, entry: Path, receipt: Receipt) -> None:
             sources.append(source)
         # else another Python's bytecode: it compiles its own from the source
     bytecode.update(compile_bytecode(entry, sources))
-    cache.write_receipt(
+    write_receipt(
         entry,
         receipt._replace(
             files={path: stamp(entry / path) for path in receipt.files},
@@ -310,11 +312,11 @@ def _evict_unused(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
     """Remove ``entry`` unless a running process uses it (or with ``force``); whether
     it was removed."""
     if force:
-        cache.evict(entry.path)
+        evict(entry.path)
         return True
     with unused(entry.path) as free:
         if free:
-            cache.evict(entry.path)  # atomically: a reader sees the entry or nothing
+            evict(entry.path)  # atomically: a reader sees the entry or nothing
         return free
 
 
@@ -354,7 +356,7 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
             for p in leftovers
         }
         for variant in sorted(variants):
-            cache.remove_stale_staging(info, variant)
+            remove_stale_staging(cache, info, variant)
         gone += [p for p in leftovers if not p.exists()]
     return gone, busy
 

@@ -1,4 +1,5 @@
-"""The on-disk cache: layout, locks, staging, atomic commit and receipts.
+"""The on-disk cache as a warm load reads it: where everything is, the records an entry
+was verified with, and whether its directories can be trusted.
 
 Layout under the cache root::
 
@@ -13,52 +14,62 @@ Layout under the cache root::
         .partial-<variant>/<sha256 hex>   files of an interrupted download, to resume
         .locks/<variant>.lock             download mutex: one downloader per entry
     .locks/<org>/<pkg>/v<N>.lock          index mutex: one process at a time chooses a variant
-    versions-seen.json                    the newest version seen listed (see _versions_seen)
-    gpus                                  NVML's answer: GPU UUID -> capability (_device_arch)
+    versions-seen.json                    the newest version seen listed (see .versions_seen)
+    gpus                                  NVML's answer: GPU UUID -> capability (see
+                                          flashhub_kernels._variants.device_arch)
 
-An entry appears only by renaming a verified staging directory into place, so readers
-never see a partial one. A published version never changes, so a committed entry is
-never updated in place: a damaged one is moved aside and fetched again.
+Entries are written by :mod:`.staging` and read here. A process that imported an entry
+holds a shared ``flock`` on its directory while it runs (:func:`mark_in_use`), which
+``flashhub cache clear`` and ``prune`` respect.
 
-A download stopped by Ctrl-C or a network failure keeps what it received: the
-incomplete files move to ``.partial-<variant>/``, named by the sha256 they must hash
-to, and the next downloader of the entry continues them with ``Range``. They are
-checked against that digest like any other download.
+Trust: nobody else can have planted code in a cache directory.
 
-A process that imported an entry holds a shared ``flock`` on its directory while it
-runs (:func:`mark_in_use`), which ``flashhub cache clear`` and ``prune`` respect.
+A cached kernel is native code that runs with the importing user's rights, so the cache
+is as sensitive as ``site-packages``. Files there are trusted on the strength of a
+receipt written at verification time; that only holds if no one else could have written
+the receipt, or anything beside it. So before the client reads anything in the cache it
+checks each directory on the way, the way ssh checks ``~/.ssh``:
+
+- the owner is this user or root;
+- the directory is not writable by its group or by others, unless the sticky bit is set
+  (``/tmp``: others may create, not replace);
+- inside the cache, a directory is not a symlink (an entry pointing elsewhere).
+
+The cache root's ancestors are checked too (after resolving symlinks): whoever can
+write one of them can swap the whole cache for theirs.
+
+``FLASHHUB_CACHE_SHARED=1`` relaxes two rules for a cache a group shares on purpose: a
+directory may be writable by its group, and owned by another user if its group is one
+of this user's. Every member of that group can then plant code the others will run.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import shutil
-import socket
 import stat
 import types
-import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._config import Config
-from .._models.manifest import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME, dump_json
-from .._models.names import RepoInfo
-from .._variants.archs import BuildTarget, read_target, target_from_json
+from .._constants import MANIFEST_NAME, RECEIPT_NAME
+from .._models.record import Record
 from ..errors import CacheError
-from .trust import check_dir, check_root
 
 try:
     import fcntl
 except ImportError:  # Windows: no flock, so entries in use are not marked
     fcntl = None  # type: ignore[assignment]
 
+TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
-    from .._network.documents import ManifestDocument
+    from collections.abc import Iterator, Mapping
+    from typing import Any
+
+    from .._config import Config
+    from .._models.names import RepoInfo
+    from .._variants.archs import BuildTarget
 
 INDEX_NAME = "variants-index.json"
 _NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
@@ -85,23 +96,29 @@ def read_json(path: Path) -> Any:
         return None
 
 
-# The records the first kernel import of a process creates are NamedTuples: a frozen
-# dataclass costs about 0.5 ms to define (its methods are compiled with exec), a
-# NamedTuple about 0.2 ms. See docs/performance.md, row 3a.
-class VariantIndex(NamedTuple):
+class VariantIndex(Record):
     """What the cache knows about the variants of one published version.
 
     ``complete`` means ``present`` is the whole ``variants.json``; otherwise the CDN was
     probed and only the names in ``present`` and ``absent`` are known either way.
     ``targets`` holds the devices that variants whose ``metadata.json`` was read while
-    choosing declare (see :mod:`._archs`), so that a warm load passes over a build for
-    other devices without asking the CDN again.
+    choosing declare (see :class:`~flashhub_kernels._variants.archs.BuildTarget`), so
+    that a warm load passes over a build for other devices without asking the CDN again.
     """
 
     complete: bool
     present: frozenset[str]
-    absent: frozenset[str] = frozenset()
-    targets: Mapping[str, BuildTarget] = _NO_TARGETS
+    absent: frozenset[str]
+    targets: Mapping[str, BuildTarget]
+
+    def __init__(
+        self,
+        complete: bool,
+        present: frozenset[str],
+        absent: frozenset[str] = frozenset(),
+        targets: Mapping[str, BuildTarget] = _NO_TARGETS,
+    ) -> None:
+        self._init(complete, present, absent, targets)
 
     def merged(self, other: VariantIndex) -> VariantIndex:
         targets = {**other.targets, **self.targets}
@@ -122,21 +139,33 @@ class VariantIndex(NamedTuple):
         return document
 
 
-class Receipt(NamedTuple):
+class Receipt(Record):
     """Written when an entry is verified; lets the warm path trust it with ``stat`` only.
 
-    ``bytecode`` records the ``.pyc`` files compiled from the verified sources before the
-    commit, with their sha256: a damaged or substituted one fails the same ``stat``
-    check as a changed source, and ``flashhub cache verify`` re-hashes them.
+    ``files`` maps each path to its ``(size, mtime_ns)``; ``bytecode`` each ``.pyc``
+    compiled from the verified sources before the commit to ``(size, mtime_ns, sha256
+    hex)``: a damaged or substituted one fails the same ``stat`` check as a changed
+    source, and ``flashhub cache verify`` re-hashes them. ``signer`` is the id of the
+    trusted key that signed the manifest; ``requires`` what a load of the entry must
+    check (see :func:`~flashhub_kernels._models.kernel_metadata.load_requirements`):
+    ``{}`` for nothing, ``None`` in a receipt written before it was recorded.
     """
 
     content_hash: str
-    files: Mapping[str, tuple[int, int]]  # path -> (size, mtime_ns)
-    bytecode: Mapping[str, tuple[int, int, str]]  # .pyc path -> (size, mtime_ns, sha256 hex)
-    signer: str | None = None  # the id of the trusted key that signed the manifest
-    # What a load of the entry must check (see _kernel_metadata.load_requirements): {}
-    # for nothing; None in a receipt written before it was recorded.
-    requires: Mapping[str, Any] | None = None
+    files: Mapping[str, tuple[int, int]]
+    bytecode: Mapping[str, tuple[int, int, str]]
+    signer: str | None
+    requires: Mapping[str, Any] | None
+
+    def __init__(
+        self,
+        content_hash: str,
+        files: Mapping[str, tuple[int, int]],
+        bytecode: Mapping[str, tuple[int, int, str]],
+        signer: str | None = None,
+        requires: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._init(content_hash, files, bytecode, signer, requires)
 
     def changed_file(self, entry: Path) -> str | None:
         """The first file that is missing, not a regular file, or changed; else ``None``."""
@@ -161,22 +190,6 @@ class Receipt(NamedTuple):
         return receipt
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """:func:`._filesystem.write_atomic`, imported when the cache first writes: a warm
-    load never does.
-
-    Not flushed to disk (``durable=False``): an entry's files are not either, since a
-    ``fsync`` per file would cost more than the download (docs/performance.md), so a
-    receipt on disk after a power cut would vouch for nothing. What a power cut leaves
-    instead fails its check when read, and is fetched again: a receipt or an index that
-    does not parse is no receipt or index, a file that lost its bytes differs from its
-    receipt.
-    """
-    from .._utils.filesystem import write_atomic
-
-    write_atomic(path, data, durable=False)
-
-
 def _changed(path: Path, size: int, mtime_ns: int) -> bool:
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -191,18 +204,11 @@ def stamp(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def bytecode_record(path: Path) -> tuple[int, int, str]:
-    """What a receipt records of a ``.pyc`` file: its size, ``mtime_ns`` and sha256."""
-    from .._network.hashing import sha256_file  # the cold path and the cache commands only
-
-    return (*stamp(path), sha256_file(path).hex())
-
-
 class Cache:
     """Paths and operations of one cache root. Creating it touches nothing on disk.
 
     ``lock_timeout`` bounds each wait for another process's lock (``None``: no bound).
-    ``shared`` trusts directories the user's group may write (see ``_cache_trust``).
+    ``shared`` trusts directories the user's group may write (see :func:`distrust`).
     Nothing is read from, or created under, a directory that fails those checks.
     """
 
@@ -249,29 +255,6 @@ class Cache:
     def entry_dir(self, info: RepoInfo, variant: str) -> Path:
         return self.version_dir(info) / variant
 
-    def download_mutex(self, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
-        """The lock of one entry: one process downloads it, the others wait and reuse it."""
-        from .mutex import hold  # imports filelock: warm loads take no lock
-
-        path = self.private_dir(self.version_dir(info) / ".locks") / f"{variant}.lock"
-        return hold(path, what=f"downloading {info} {variant}", timeout=self.lock_timeout)
-
-    def index_mutex(self, info: RepoInfo) -> AbstractContextManager[None]:
-        """The lock of a version's variant index: one process at a time chooses a
-        variant, fetching what the index does not record (``variants.json``, the
-        ``metadata.json`` of candidates), and records it for the others.
-
-        Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
-        spelling of a name that does not exist leaves no directory of that name behind.
-        """
-        from .mutex import hold  # imports filelock: warm loads take no lock
-
-        locks = self.private_dir(self.root / ".locks" / info.org / info.name)
-        path = locks / f"v{info.version}.lock"
-        return hold(path, what=f"choosing the variant of {info}", timeout=self.lock_timeout)
-
-    # -- what a version publishes -----------------------------------------------------
-
     def read_index(self, info: RepoInfo) -> VariantIndex | None:
         self.check_trusted(self.version_dir(info))
         data = read_json(self.version_dir(info) / INDEX_NAME)
@@ -285,22 +268,11 @@ class Cache:
             return None
         targets = data.get("targets")
         if isinstance(targets, dict):
+            from .._variants.archs import target_from_json  # builds that list archs
+
             read = {name: target_from_json(value) for name, value in targets.items()}
             index = index._replace(targets={n: t for n, t in read.items() if t is not None})
         return index
-
-    def record_index(self, info: RepoInfo, index: VariantIndex) -> VariantIndex:
-        """Merge ``index`` into what is recorded (concurrent writers only add knowledge);
-        return the merged index."""
-        old = self.read_index(info)
-        merged = index if old is None else old.merged(index)
-        if merged != old:
-            path = self.private_dir(self.version_dir(info)) / INDEX_NAME
-            with cache_errors():
-                _write_atomic(path, dump_json(merged.to_json()))
-        return merged
-
-    # -- entries ----------------------------------------------------------------------
 
     def read_receipt(self, entry: Path) -> Receipt | None:
         data = read_json(entry / RECEIPT_NAME)
@@ -327,132 +299,9 @@ class Cache:
         entry is not cached."""
         entry = self.entry_dir(info, variant)
         data = read_json(entry / MANIFEST_NAME) if (entry / RECEIPT_NAME).is_file() else None
+        from .._variants.archs import read_target  # a build whose fit depends on it
+
         return read_target(data) if isinstance(data, dict) else None
-
-    def new_staging(self, info: RepoInfo, variant: str) -> Path:
-        """A fresh, uniquely named directory beside the entry (same file system)."""
-        # Host last: host names may contain dots, variant names never do.
-        name = (
-            f"{STAGING_PREFIX}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
-        )
-        staging = self.private_dir(self.version_dir(info)) / name
-        staging.mkdir(mode=0o700)
-        return staging
-
-    def seal(
-        self,
-        staging: Path,
-        document: ManifestDocument,
-        files: Iterable[str],
-        compiled: Mapping[str, Mapping[str, tuple[int, int, str]]] | None = None,
-    ) -> None:
-        """Write the bytecode, the manifest (with its signatures) and the receipt into a
-        verified staging directory. ``compiled``: by ``.py`` file, what
-        :func:`compile_bytecode` returned for the sources compiled there already."""
-        listed = set(files)
-        compiled = compiled or {}
-        sources = sources_to_compile(listed)
-        bytecode = compile_bytecode(staging, [s for s in sources if s not in compiled])
-        for source in sources:
-            bytecode.update(compiled.get(source, {}))
-        (staging / MANIFEST_NAME).write_bytes(document.data)
-        if document.signature is not None:
-            (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
-        stamps = {relpath: stamp(staging / relpath) for relpath in sorted(listed)}
-        from .._models.kernel_metadata import load_requirements  # the cold path only
-
-        requires = load_requirements(document.manifest.document)
-        receipt = Receipt(
-            document.manifest.content_hash, stamps, bytecode, document.signer, requires
-        )
-        self.write_receipt(staging, receipt)
-        staging.chmod(0o755)
-
-    def write_receipt(self, entry: Path, receipt: Receipt) -> None:
-        """Replace the receipt of ``entry`` (readers see the old one or the new one)."""
-        _write_atomic(entry / RECEIPT_NAME, dump_json(receipt.to_json()))
-
-    def record_signer(self, entry: Path, receipt: Receipt, document: ManifestDocument) -> None:
-        """Record that a trusted key vouches for a committed entry, verified after it was
-        cached: ``document`` is the signed manifest, of the same content as the entry.
-
-        Its bytes replace the cached ``metadata.json`` (they may be serialised otherwise),
-        so that ``flashhub cache verify`` checks the signature against the signed bytes.
-        """
-        assert document.signer is not None and document.signature is not None
-        with cache_errors():
-            _write_atomic(entry / MANIFEST_NAME, document.data)
-            _write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
-            self.write_receipt(entry, receipt._replace(signer=document.signer))
-
-    def commit(self, staging: Path, entry: Path) -> bool:
-        """Rename ``staging`` to ``entry``. ``False`` if another process committed first."""
-        try:
-            os.rename(staging, entry)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            remove_tree(staging)
-            return False
-        return True
-
-    def evict(self, entry: Path) -> None:
-        """Move a damaged entry out of the way atomically, then delete it."""
-        trash = entry.with_name(f"{TRASH_PREFIX}{entry.name}.{uuid.uuid4().hex[:8]}")
-        try:
-            os.rename(entry, trash)
-        except FileNotFoundError:
-            return
-        except OSError as exc:  # a read-only cache: say so, whoever asked
-            raise CacheError.cannot_write(exc, entry.parent) from exc
-        remove_tree(trash)
-
-    def partial_dir(self, info: RepoInfo, variant: str) -> Path:
-        return self.version_dir(info) / f"{PARTIAL_PREFIX}{variant}"
-
-    def keep_partials(
-        self, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
-    ) -> None:
-        """Move the files an interrupted download left in ``staging`` where the next
-        downloader of the entry finds them. Best effort: failing only costs a resume."""
-        kept = self.partial_dir(info, variant)
-        for relpath, digest in digests.items():
-            source = staging / relpath
-            try:
-                if not source.is_symlink() and source.is_file() and source.stat().st_size:
-                    ensure_dir(kept)
-                    os.replace(source, kept / digest.hex())
-            except OSError:
-                continue
-
-    def adopt_partials(
-        self, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
-    ) -> None:
-        """Move kept partial files into a new ``staging``, where downloads continue them."""
-        kept = self.partial_dir(info, variant)
-        if not kept.is_dir():
-            return
-        for relpath, digest in digests.items():
-            source = kept / digest.hex()
-            if source.is_file() and not source.is_symlink():
-                ensure_dir((staging / relpath).parent)
-                with contextlib.suppress(FileNotFoundError):  # pruned meanwhile
-                    os.replace(source, staging / relpath)
-        remove_tree(kept)
-
-    def remove_stale_staging(self, info: RepoInfo, variant: str) -> None:
-        """Delete staging and trash directories left by dead processes on this host."""
-        version_dir = self.version_dir(info)
-        if not version_dir.is_dir():
-            return
-        host = socket.gethostname()
-        for child in version_dir.iterdir():
-            if child.name.startswith(f"{TRASH_PREFIX}{variant}."):
-                remove_tree(child)
-            elif child.name.startswith(f"{STAGING_PREFIX}{variant}."):
-                _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
-                if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
-                    remove_tree(child)
 
 
 # -- entries in use ---------------------------------------------------------------------
@@ -538,60 +387,6 @@ def _is_at(fd: int, entry: Path) -> bool:
     return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)
 
 
-def sources_to_compile(listed: set[str]) -> list[str]:
-    """The Python files of an entry whose bytecode the cache compiles: all but those
-    shipped with their bytecode (verified like any file: not ours to replace)."""
-    import importlib.util  # the cold path only: warm loads never compile
-
-    return [
-        relpath
-        for relpath in sorted(listed)
-        if relpath.endswith(".py")
-        and Path(importlib.util.cache_from_source(relpath)).as_posix() not in listed
-    ]
-
-
-def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int, int, str]]:
-    """Compile the Python files ``sources`` (paths in ``entry``) into ``__pycache__``;
-    return the receipt's record of each ``.pyc`` written.
-
-    The entry's bytecode is compiled while it is written, so that importing it never
-    writes (a warm load works from a read-only cache, and writes nothing), whatever
-    ``PYTHONDONTWRITEBYTECODE`` says: the cache is not a source tree. It is hash-based
-    and unchecked (PEP 552): valid whatever the modification times (a copy of the cache
-    that lost them keeps it), and Python does not re-read the source on each import to
-    check it. The receipt vouches for it instead, as for the sources: the warm path
-    compares each ``.pyc``'s size and mtime, ``flashhub cache verify`` its sha256.
-    """
-    import importlib.util  # the cold path and the cache commands only
-    import py_compile
-
-    written = {}
-    for relpath in sources:
-        source = entry / relpath
-        bytecode = Path(importlib.util.cache_from_source(str(source)))
-        # A file that does not compile is reported by the import, with its traceback.
-        with contextlib.suppress(py_compile.PyCompileError, OSError):
-            py_compile.compile(
-                str(source),
-                cfile=str(bytecode),
-                doraise=True,
-                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-            )
-            written[bytecode.relative_to(entry).as_posix()] = bytecode_record(bytecode)
-    return written
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
@@ -606,3 +401,77 @@ def cache_errors() -> Iterator[None]:
         raise
     except OSError as exc:
         raise CacheError.cannot_write(exc) from exc
+
+
+# -- trust ---------------------------------------------------------------------------
+
+_checked_roots: set[tuple[Path, bool]] = set()
+
+
+def distrust(st: os.stat_result, *, shared: bool, inside: bool) -> str | None:
+    """Why a directory with this ``lstat`` result cannot be trusted, or ``None``.
+
+    ``inside``: the directory is inside the cache, where a symlink is not accepted.
+    """
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink" if inside else None
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid not in (os.getuid(), 0) and not (shared and st.st_gid in _my_groups()):
+        return "is owned by another user"
+    sticky = bool(st.st_mode & stat.S_ISVTX)
+    if st.st_mode & stat.S_IWOTH and not sticky:
+        return "is writable by every user"
+    if st.st_mode & stat.S_IWGRP and not sticky and not shared:
+        return "is writable by its group"
+    return None
+
+
+def check_dir(path: Path, *, shared: bool, inside: bool = True) -> None:
+    """Raise :class:`CacheError` unless ``path`` is absent or a trusted directory."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CacheError.cannot_write(exc, path) from exc
+    reason = distrust(st, shared=shared, inside=inside)
+    if reason is not None:
+        raise untrusted(path, st, reason)
+
+
+def check_root(root: Path, *, shared: bool) -> None:
+    """Check the cache root and every directory above it; once per process and root
+    (once it exists: a root created later is checked then)."""
+    if (root, shared) in _checked_roots:
+        return
+    real = Path(os.path.realpath(root))
+    for directory in [real, *real.parents]:
+        check_dir(directory, shared=shared, inside=False)
+    if real.is_dir():
+        _checked_roots.add((root, shared))
+
+
+def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
+    """The refusal: names the path, its owner and mode, and what to do."""
+    return CacheError(
+        f"refusing to trust the cache: {path} {reason} "
+        f"(owner {_user_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}); "
+        "whoever can write there could plant code that this process would run",
+        hint="use a cache directory of your own (FLASHHUB_CACHE_DIR), or make this one "
+        "yours and private (chown, chmod go-w); for a cache a group shares on purpose, "
+        "set FLASHHUB_CACHE_SHARED=1",
+    )
+
+
+def _my_groups() -> set[int]:
+    return {os.getgid(), *os.getgroups()}
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd  # Unix only, and only to word a refusal
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"

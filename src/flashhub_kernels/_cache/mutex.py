@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,9 @@ from ..errors import CacheError
 
 if TYPE_CHECKING:
     from filelock import FileLock
+
+    from .._models.names import RepoInfo
+    from .layout import Cache
 
 logger = logging.getLogger("flashhub_kernels")
 
@@ -120,3 +123,22 @@ def _lock_error(path: Path, exc: OSError) -> CacheError:
         hint="fix the permissions of the cache directory, remove what is in the way, "
         "or point FLASHHUB_CACHE_DIR elsewhere",
     )
+
+
+def download_mutex(cache: Cache, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
+    """The mutex of one entry: one process downloads it, the others wait and reuse it."""
+    path = cache.private_dir(cache.version_dir(info) / ".locks") / f"{variant}.lock"
+    return hold(path, what=f"downloading {info} {variant}", timeout=cache.lock_timeout)
+
+
+def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
+    """The mutex of a version's variant index: one process at a time chooses a variant,
+    fetching what the index does not record (``variants.json``, the ``metadata.json`` of
+    candidates), and records it for the others.
+
+    Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
+    spelling of a name that does not exist leaves no directory of that name behind.
+    """
+    locks = cache.private_dir(cache.root / ".locks" / info.org / info.name)
+    path = locks / f"v{info.version}.lock"
+    return hold(path, what=f"choosing the variant of {info}", timeout=cache.lock_timeout)

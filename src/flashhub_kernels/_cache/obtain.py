@@ -18,7 +18,8 @@ import functools
 
 from .._config import Config, get_config
 from .._models.kernel_dir import KernelDir, cached_kernel
-from .._variants.choice import pick_cached_variant, target_system
+from .._variants.compat import pick_cached_variant
+from .._variants.system import this_system
 from ..errors import IntegrityError, OfflineError, SignatureError
 from .layout import Cache, mark_in_use
 
@@ -44,7 +45,7 @@ def obtain_kernel(
     the one this machine (as if it ran ``backend``), or ``system``, loads.
     """
     config = config or get_config()
-    cache, system = Cache.from_config(config), system or target_system(backend)
+    cache, system = Cache.from_config(config), system or this_system(backend)
     damaged: str | None = None
     for info in candidates:
         hit, problem = _warm_lookup(cache, info, system, config)

@@ -24,19 +24,16 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from .._config import DEFAULT_PREFIX, get_config
-from .._models.manifest import MANIFEST_NAME, check_relative_path, dump_json, load_json
+from .._constants import MANIFEST_NAME
+from .._models.manifest import check_relative_path, dump_json, load_json
 from .._models.names import RepoInfo
 from .._network.hashing import CHUNK_SIZE
 from .._publish import KeySource, PublishReport, publish
 from .._publish.signatures import signing_keys
-from .._variants.choice import best_variant, target_system
-from .._variants.system import (
-    SystemInfo,
-    VariantNameError,
-    format_trace,
-    judge_variants,
-    parse_variant,
-)
+from .._variants.grammar import VariantNameError, parse_variant
+from .._variants.named_system import target_system
+from .._variants.system import SystemInfo
+from .._variants.verdicts import best_variant, format_trace, judge_variants
 from ..errors import ManifestError, MirrorError
 from .client import BUILD_DIR, MIRRORED_FROM, Hub, HubTree, MirrorOrigin
 

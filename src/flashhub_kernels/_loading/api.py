@@ -11,8 +11,8 @@ from types import ModuleType
 from .._config import Config, get_config, local_kernels
 from .._finder import LoadedKernel, install
 from .._models.names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
-from .._variants.choice import target_system
-from .._variants.system import VariantAccepted, VariantVerdict, judge_variants
+from .._variants.named_system import target_system
+from .._variants.verdicts import VariantAccepted, VariantVerdict, judge_variants
 from ..errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
 
 
@@ -189,7 +189,8 @@ def get_kernel_variants(
             ``version=None``: only the CDN knows the newest version).
     """
     from .._cache.layout import Cache
-    from .._variants.choice import cached_targets, judge_builds
+    from .._variants.choice import cached_targets
+    from .._variants.verdicts import judge_builds
 
     target = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch

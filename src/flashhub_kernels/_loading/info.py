@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .._cache.layout import Cache
 from .._config import get_config
+from .._constants import MANIFEST_NAME
 from .._hub.client import MirrorOrigin
 from .._models.kernel_metadata import KernelMetadata, Provenance, read_kernel_metadata
-from .._models.manifest import MANIFEST_NAME, Manifest
+from .._models.manifest import Manifest
 from .._models.names import RepoInfo
 from .._network.documents import (
     ManifestDocument,
@@ -31,8 +32,8 @@ from .._network.documents import (
 from .._network.download import fetch_index, remote
 from .._signing.trusted_keys import shown_key_id
 from .._utils.text import escape_controls
-from .._variants.choice import target_system
-from .._variants.system import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
+from .._variants.named_system import target_system
+from .._variants.verdicts import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
 from .offline import CachedVariant, cached_variant, cached_variants, published_variants
 
 if TYPE_CHECKING:

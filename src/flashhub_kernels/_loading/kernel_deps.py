@@ -15,6 +15,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from types import ModuleType
 
+from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import (
     KernelDependency,
     dependency_label,
@@ -22,7 +23,7 @@ from .._models.kernel_metadata import (
     load_requirements,
     read_kernel_metadata,
 )
-from .._models.manifest import MANIFEST_NAME, load_json
+from .._models.manifest import load_json
 from .._models.names import parse_module_name
 from ..errors import KernelDependencyError, KernelDependencyLookupError
 from .requirements import check_requirements

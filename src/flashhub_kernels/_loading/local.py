@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._config import local_kernels
-from .._constants import LOCAL_KERNELS_VAR
+from .._constants import LOCAL_KERNELS_VAR, MANIFEST_NAME
 from .._models.kernel_dir import KernelDir
-from .._models.manifest import MANIFEST_NAME
 from .._models.names import RepoInfo
 from .._variants.archs import BuildTarget, read_target
-from .._variants.choice import best_variant, judge_builds, target_system
-from .._variants.system import judge_variants
+from .._variants.named_system import target_system
+from .._variants.verdicts import best_variant, judge_builds, judge_variants
 from ..errors import KernelNotFoundError
 
 if TYPE_CHECKING:
-    from .._variants.choice import TargetOf
+    from .._variants.compat import TargetOf
 
 
 def find_local_package(

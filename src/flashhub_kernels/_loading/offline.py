@@ -19,11 +19,15 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from .._cache.layout import Cache, VariantIndex
+from .._constants import MANIFEST_NAME
 from .._lockfiles.format import check_variant_name
-from .._models.manifest import MANIFEST_NAME, Manifest, parse_metadata
+from .._models.manifest import Manifest, parse_metadata
 from .._models.names import RepoInfo
-from .._variants.choice import no_variant_error, pick_cached_variant
-from .._variants.system import SystemInfo, VariantAccepted, candidate_names, judge_variants
+from .._variants.choice import no_variant_error
+from .._variants.compat import pick_cached_variant
+from .._variants.probing import candidate_names
+from .._variants.system import SystemInfo
+from .._variants.verdicts import VariantAccepted, judge_variants
 from ..errors import FlashhubError, NoCompatibleVariantError, OfflineError
 
 _ONLINE_HINT = "unset FLASHHUB_OFFLINE"

@@ -55,7 +55,7 @@ from .._models.manifest import dump_json, parse_capped
 from .._models.names import RepoInfo, check_version, parse_repo_id
 from .._signing.trusted_keys import is_key_id
 from .._utils.pyproject import load_toml, lookup
-from .._variants.system import parse_variant
+from .._variants.grammar import parse_variant
 from ..errors import LockfileError
 
 if TYPE_CHECKING:

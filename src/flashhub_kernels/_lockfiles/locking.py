@@ -26,12 +26,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache, VariantIndex
+from .._cache.mutex import download_mutex
+from .._cache.staging import record_index
 from .._cache.versions_seen import check_newest
 from .._config import PYPROJECT_NAME, Config, get_config
+from .._constants import MANIFEST_NAME
 from .._loading.api import get_kernel
 from .._loading.offline import cached_versions
 from .._models.kernel_metadata import dependency_label, format_cycle, read_kernel_metadata
-from .._models.manifest import MANIFEST_NAME
 from .._models.names import RepoInfo
 from .._network.documents import (
     ManifestDocument,
@@ -50,19 +52,16 @@ from .._network.download import (
 from .._utils.callers import caller_package
 from .._utils.filesystem import write_atomic
 from .._utils.text import escape_controls
-from .._variants.choice import (
-    best_variant,
-    cached_targets,
-    choose_variant,
-    judge_builds,
-    pick_cached_variant,
-    target_system,
-)
-from .._variants.system import (
+from .._variants.choice import cached_targets, choose_variant
+from .._variants.compat import pick_cached_variant
+from .._variants.grammar import as_variant
+from .._variants.named_system import target_system
+from .._variants.probing import candidate_names
+from .._variants.verdicts import (
     VariantAccepted,
-    as_variant,
-    candidate_names,
+    best_variant,
     format_trace,
+    judge_builds,
     judge_variants,
 )
 from ..errors import (
@@ -87,7 +86,7 @@ from .format import (
 
 if TYPE_CHECKING:
     from .._network.transport import Fetcher
-    from .._variants.choice import TargetOf
+    from .._variants.compat import TargetOf
     from .._variants.system import SystemInfo
 
 StrPath = str | os.PathLike[str]
@@ -550,7 +549,7 @@ def fetch_locked(
     against the lock before any file is fetched: a CDN object changed after locking is
     caught even when its ``metadata.json`` was changed to match.
     """
-    with cache.download_mutex(locked.info, variant):
+    with download_mutex(cache, locked.info, variant):
         return make_entry(
             cache,
             fetcher,
@@ -665,7 +664,7 @@ def _download_kernel(
         for variant in variants
     ]
     # Offline loads pick their variant from this index, without asking the CDN.
-    cache.record_index(locked.info, _lock_index(locked, system))
+    record_index(cache, locked.info, _lock_index(locked, system))
     return results
 
 
@@ -764,7 +763,7 @@ def _check_cached_choice(
 ) -> None:
     """Make the import hook's warm path pick the locked ``variant``, just checked, as the
     import of the kernel (or of a kernel depending on it) will."""
-    cache.record_index(locked.info, _lock_index(locked, system))
+    record_index(cache, locked.info, _lock_index(locked, system))
     index = cache.read_index(locked.info)
     cached = functools.partial(cache.read_target, locked.info)
     picked = pick_cached_variant(index, system, cached) if index is not None else None

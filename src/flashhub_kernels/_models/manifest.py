@@ -23,6 +23,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from ..errors import ManifestError
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
@@ -32,10 +33,6 @@ MAX_FILES = 10_000
 MAX_PATH_LENGTH = 1024  # bytes of UTF-8, the whole path
 MAX_SEGMENT_LENGTH = 255  # bytes of UTF-8: NAME_MAX of the usual file systems
 # Files the cache writes beside a variant's own files; a manifest may not list them.
-MANIFEST_NAME = "metadata.json"
-RECEIPT_NAME = ".flashhub-receipt.json"
-SIG_SUFFIX = ".sig"  # a document's signatures lie beside it: metadata.json.sig
-MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIG_SUFFIX
 RESERVED_NAMES = frozenset({MANIFEST_NAME, RECEIPT_NAME, MANIFEST_SIGNATURE_NAME})
 _RESERVED_KEYS = frozenset(name.casefold() for name in RESERVED_NAMES)
 _HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"

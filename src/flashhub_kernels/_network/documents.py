@@ -23,10 +23,9 @@ import logging
 import urllib.parse
 from typing import TYPE_CHECKING, NamedTuple
 
+from .._constants import MANIFEST_NAME, SIG_SUFFIX
 from .._models.manifest import (
-    MANIFEST_NAME,
     MAX_DOCUMENT_BYTES,
-    SIG_SUFFIX,
     Manifest,
     parse_metadata,
     parse_variants,

@@ -21,35 +21,36 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
-from .._cache.layout import (
-    Cache,
-    Receipt,
-    VariantIndex,
-    cache_errors,
-    compile_bytecode,
-    ensure_dir,
-    remove_tree,
-    sources_to_compile,
+from .._cache.bytecode import compile_bytecode, sources_to_compile
+from .._cache.layout import Cache, Receipt, VariantIndex, cache_errors, ensure_dir, remove_tree
+from .._cache.mutex import download_mutex, index_mutex
+from .._cache.staging import (
+    adopt_partials,
+    commit,
+    evict,
+    keep_partials,
+    new_staging,
+    record_index,
+    record_signer,
+    remove_stale_staging,
+    seal,
 )
 from .._cache.versions_seen import check_newest
 from .._config import Config
+from .._constants import MANIFEST_NAME
 from .._models.kernel_dir import KernelDir, cached_kernel
 from .._models.kernel_metadata import read_kernel_metadata
-from .._models.manifest import MANIFEST_NAME, Manifest
+from .._models.manifest import Manifest
 from .._models.names import RepoInfo
 from .._utils.callers import warn_at_caller
 from .._utils.urls import redact_url
 from .._variants.archs import BuildTarget, read_target
-from .._variants.choice import (
-    best_variant,
-    build_mismatch,
-    choose_variant,
-    judge_builds,
-    needs_target,
-    no_variant_error,
-    pick_cached_variant,
-)
-from .._variants.system import SystemInfo, as_variant, candidate_names, judge_variants
+from .._variants.choice import choose_variant, no_variant_error
+from .._variants.compat import build_mismatch, needs_target, pick_cached_variant
+from .._variants.grammar import as_variant
+from .._variants.probing import candidate_names
+from .._variants.system import SystemInfo
+from .._variants.verdicts import best_variant, judge_builds, judge_variants
 from ..errors import (
     FlashhubError,
     KernelNotFoundError,
@@ -162,7 +163,7 @@ class ManifestReader:
     def record(self) -> None:
         if self.read or self.index.present:
             targets = {**self.index.targets, **self.read}
-            self.cache.record_index(self.info, self.index._replace(targets=targets))
+            record_index(self.cache, self.info, self.index._replace(targets=targets))
 
 
 # How many other versions an error looks through for one with a build for this system.
@@ -283,14 +284,14 @@ def chosen_variant(
     """
     with ExitStack() as held:
         try:
-            with cache.index_mutex(info):
+            with index_mutex(cache, info):
                 choice = _choose(cache, fetcher, info, system)
                 if choice.document is not None:
-                    held.enter_context(cache.download_mutex(info, choice.variant))
+                    held.enter_context(download_mutex(cache, info, choice.variant))
         except NoCompatibleVariantError as exc:  # advised without holding up the others
             raise with_fitting_version(exc, fetcher, info, system) from None
         if choice.document is None:
-            held.enter_context(cache.download_mutex(info, choice.variant))
+            held.enter_context(download_mutex(cache, info, choice.variant))
         yield choice
 
 
@@ -506,11 +507,11 @@ def make_entry(
     )
     if receipt is not None and receipt.content_hash == document.manifest.content_hash:
         # Intact, cached before a key was trusted, and vouched for now: keep the files.
-        cache.record_signer(entry, receipt, document)
+        record_signer(entry, receipt, document)
         return CommittedEntry(entry, False, document.signer)
     with cache_errors():
-        cache.evict(entry)
-        cache.remove_stale_staging(info, variant)
+        evict(entry)
+        remove_stale_staging(cache, info, variant)
     if on_download is not None:
         on_download()
     _download_and_commit(cache, fetcher, info, variant, document)
@@ -584,10 +585,10 @@ def _download_and_commit(
     """
     manifest = document.manifest
     with cache_errors():
-        staging = cache.new_staging(info, variant)
+        staging = new_staging(cache, info, variant)
     try:
         with cache_errors():
-            cache.adopt_partials(staging, info, variant, manifest.files)
+            adopt_partials(cache, staging, info, variant, manifest.files)
             jobs = [
                 DownloadJob(
                     variant_path(info, variant, relpath),
@@ -615,16 +616,16 @@ def _download_and_commit(
         with bar as progress:
             fetcher.download_many(jobs, progress, on_done=compile_source)
         with cache_errors():
-            cache.seal(staging, document, manifest.files, compiled)
-            cache.commit(staging, cache.entry_dir(info, variant))
+            seal(staging, document, manifest.files, compiled)
+            commit(staging, cache.entry_dir(info, variant))
     except KeyboardInterrupt:
-        cache.keep_partials(staging, info, variant, manifest.files)
+        keep_partials(cache, staging, info, variant, manifest.files)
         raise KeyboardInterrupt(
             f"the download of {info} {variant} was interrupted; what arrived is kept, "
             "and the next load continues from there"
         ) from None
     except TransportError:
-        cache.keep_partials(staging, info, variant, manifest.files)
+        keep_partials(cache, staging, info, variant, manifest.files)
         raise
     finally:
         remove_tree(staging)  # a no-op after a successful commit

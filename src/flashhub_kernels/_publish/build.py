@@ -16,7 +16,7 @@ from .._models.manifest import (
     dump_json,
     parse_metadata,
 )
-from .._variants.system import VariantNameError, parse_variant
+from .._variants.grammar import VariantNameError, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata

@@ -6,7 +6,8 @@ import contextlib
 import hashlib
 from collections.abc import Mapping
 
-from .._models.manifest import MANIFEST_NAME, parse_metadata, parse_versions
+from .._constants import MANIFEST_NAME
+from .._models.manifest import parse_metadata, parse_versions
 from ..errors import ManifestError
 from .destination import Destination
 from .layout import METADATA, VERSION_DIR, VERSIONS, Tree

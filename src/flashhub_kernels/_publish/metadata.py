@@ -40,7 +40,7 @@ from .._models.kernel_metadata import read_kernel_metadata
 from .._models.manifest import content_hash, decode_digest, encode_digest
 from .._models.names import RepoInfo
 from .._utils.pyproject import load_toml, lookup
-from .._variants.system import parse_variant
+from .._variants.grammar import parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, SourceFile
 

@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from .._constants import TRUSTED_KEYS_VAR
-from .._models.manifest import SIG_SUFFIX, dump_json, load_json
+from .._constants import SIG_SUFFIX, TRUSTED_KEYS_VAR
+from .._models.manifest import dump_json, load_json
 from .._models.names import check_version, parse_repo_id
 from .._utils.filesystem import write_atomic
 from ..errors import ManifestError, PublishError, SignatureError

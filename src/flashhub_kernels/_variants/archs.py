@@ -14,16 +14,18 @@ of a build's archs has a form this client knows (a newer builder's, say), the bu
 taken to run anywhere, as when it lists none.
 
 A build may also declare that it loads on a free-threaded Python (``"free-threaded":
-true``, see :mod:`._variant_choice`).
+true``, see :func:`~.compat.build_mismatch`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from .._models.record import Record
+from .grammar import is_digits
 
-TYPE_CHECKING = False  # not typing's: this module is on the warm path
+TYPE_CHECKING = False  # not typing's: a warm load of a build that lists archs imports it
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from typing import Any
 
 # What of a document is kept: a hostile one cannot make the recorded index large.
 _MAX_ARCHS = 256
@@ -32,7 +34,7 @@ _MAX_ARCH_LENGTH = 64
 _BACKEND_NAMES = {"cann": "npu"}
 
 
-class BuildTarget(NamedTuple):
+class BuildTarget(Record):
     """The devices one build declares it runs on.
 
     ``backend`` is the backend as this client names it (``cuda``, ``rocm``, ``npu``...),
@@ -40,9 +42,14 @@ class BuildTarget(NamedTuple):
     none declared); ``free_threaded`` whether the build loads on a free-threaded Python.
     """
 
-    backend: str | None = None
-    archs: tuple[str, ...] = ()
-    free_threaded: bool = False
+    backend: str | None
+    archs: tuple[str, ...]
+    free_threaded: bool
+
+    def __init__(
+        self, backend: str | None = None, archs: tuple[str, ...] = (), free_threaded: bool = False
+    ) -> None:
+        self._init(backend, archs, free_threaded)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,9 +108,9 @@ def parse_cuda_arch(arch: str) -> tuple[int, int, str, bool] | None:
     return int(major), int(minor), suffix, ptx
 
 
-def is_digits(text: str) -> bool:
-    """Whether ``text`` is one or more ASCII digits (``str.isdigit`` alone takes ``²``)."""
-    return text.isascii() and text.isdigit()
+def gfx_name(arch: str) -> str:
+    """``"gfx90a:sramecc+:xnack-"`` -> ``"gfx90a"``: a ROCm target without feature flags."""
+    return arch.split(":", 1)[0].strip().lower()
 
 
 def cuda_arch_runs_on(arch: str, capability: tuple[int, int]) -> bool | None:
@@ -123,11 +130,6 @@ def cuda_archs_support(archs: Iterable[str], capability: tuple[int, int]) -> boo
     """Whether a build listing ``archs`` runs on ``capability`` (see the module's rules)."""
     verdicts = [cuda_arch_runs_on(arch, capability) for arch in archs]
     return any(verdicts) or all(v is None for v in verdicts)
-
-
-def gfx_name(arch: str) -> str:
-    """``"gfx90a:sramecc+:xnack-"`` -> ``"gfx90a"``: a ROCm target without feature flags."""
-    return arch.split(":", 1)[0].strip().lower()
 
 
 def rocm_archs_support(archs: Iterable[str], gfx: str) -> bool:

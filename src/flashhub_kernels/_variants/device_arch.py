@@ -31,14 +31,18 @@ import contextlib
 import logging
 import os
 import sys
+from functools import cache
 
 from .._models.record import Record
-from .archs import is_digits, parse_cuda_arch
+from .archs import gfx_name, parse_cuda_arch
+from .grammar import is_digits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
+
+    from .system import SystemInfo
 
 logger = logging.getLogger("flashhub_kernels")
 
@@ -318,3 +322,20 @@ def _differ(archs: Sequence[tuple[int, int] | str]) -> str:
         f"; the visible devices differ ({listed}): builds are judged for device 0, so a "
         "process that runs on another should see only the devices it uses"
     )
+
+
+def with_device(system: SystemInfo) -> SystemInfo:
+    """``system``, with its device's capability or gfx target read if ``probe_device``
+    (once per process), without creating a CUDA or HIP context."""
+    return _probed(system) if system.probe_device else system
+
+
+@cache
+def _probed(system: SystemInfo) -> SystemInfo:
+    capability, gfx = system.cuda_capability, system.rocm_arch
+    if system.backend == "cuda" and capability is None:
+        capability = cuda_capability().capability
+    if system.backend == "rocm" and gfx is None:
+        read = rocm_gfx().gfx
+        gfx = gfx_name(read) if read else None
+    return system._replace(cuda_capability=capability, rocm_arch=gfx, probe_device=False)

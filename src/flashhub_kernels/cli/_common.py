@@ -101,14 +101,14 @@ def backend_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _system_arg(value: str) -> str:
-    from .._variants.system import system_from_variant
+    from .._variants.named_system import system_from_variant
 
     usage_checked(system_from_variant, value)
     return value
 
 
 def _capability_arg(value: str) -> str:
-    from .._variants.system import parse_capability
+    from .._variants.named_system import parse_capability
 
     usage_checked(parse_capability, value)
     return value
@@ -146,7 +146,7 @@ def target_system_of(args: argparse.Namespace) -> SystemInfo:
     Raises:
         ValueError: a device of another backend than the machine's (a usage error).
     """
-    from .._variants.choice import target_system
+    from .._variants.named_system import target_system
 
     return target_system(getattr(args, "backend", None), **machine(args))
 

@@ -43,8 +43,7 @@ def _choosing_command_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _variants(args: argparse.Namespace) -> int:
     from .._loading.api import get_kernel_variants
-    from .._variants.choice import best_variant
-    from .._variants.system import VariantAccepted, format_trace
+    from .._variants.verdicts import VariantAccepted, best_variant, format_trace
 
     system = target_system_of(args).describe()  # a malformed machine: before any request
     version = args.version or _newest_version(args.repo_id, "variants")

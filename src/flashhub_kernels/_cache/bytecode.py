@@ -1,0 +1,61 @@
+"""The bytecode of a cache entry: compiled from its verified sources before the entry is
+committed, and recorded in its receipt."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from .layout import stamp
+
+
+def sources_to_compile(listed: set[str]) -> list[str]:
+    """The Python files of an entry whose bytecode the cache compiles: all but those
+    shipped with their bytecode (verified like any file: not ours to replace)."""
+    import importlib.util  # the cold path only: warm loads never compile
+
+    return [
+        relpath
+        for relpath in sorted(listed)
+        if relpath.endswith(".py")
+        and Path(importlib.util.cache_from_source(relpath)).as_posix() not in listed
+    ]
+
+
+def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int, int, str]]:
+    """Compile the Python files ``sources`` (paths in ``entry``) into ``__pycache__``;
+    return the receipt's record of each ``.pyc`` written.
+
+    The entry's bytecode is compiled while it is written, so that importing it never
+    writes (a warm load works from a read-only cache, and writes nothing), whatever
+    ``PYTHONDONTWRITEBYTECODE`` says: the cache is not a source tree. It is hash-based
+    and unchecked (PEP 552): valid whatever the modification times (a copy of the cache
+    that lost them keeps it), and Python does not re-read the source on each import to
+    check it. The receipt vouches for it instead, as for the sources: the warm path
+    compares each ``.pyc``'s size and mtime, ``flashhub cache verify`` its sha256.
+    """
+    import importlib.util  # the cold path and the cache commands only
+    import py_compile
+
+    written = {}
+    for relpath in sources:
+        source = entry / relpath
+        bytecode = Path(importlib.util.cache_from_source(str(source)))
+        # A file that does not compile is reported by the import, with its traceback.
+        with contextlib.suppress(py_compile.PyCompileError, OSError):
+            py_compile.compile(
+                str(source),
+                cfile=str(bytecode),
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
+            written[bytecode.relative_to(entry).as_posix()] = bytecode_record(bytecode)
+    return written
+
+
+def bytecode_record(path: Path) -> tuple[int, int, str]:
+    """What a receipt records of a ``.pyc`` file: its size, ``mtime_ns`` and sha256."""
+    from .._network.hashing import sha256_file  # the cold path and the cache commands only
+
+    return (*stamp(path), sha256_file(path).hex())

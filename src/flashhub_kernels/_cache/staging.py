@@ -1,0 +1,214 @@
+"""Writing the cache, on the cold path: a download's staging directory, sealed with its
+bytecode, manifest and receipt, committed by one rename; damaged entries evicted, the
+files of an interrupted download kept to resume, and the variant index recorded.
+
+An entry appears only by renaming a verified staging directory into place, so readers
+never see a partial one. A published version never changes, so a committed entry is
+never updated in place: a damaged one is moved aside and fetched again.
+
+A download stopped by Ctrl-C or a network failure keeps what it received: the
+incomplete files move to ``.partial-<variant>/``, named by the sha256 they must hash
+to, and the next downloader of the entry continues them with ``Range``. They are
+checked against that digest like any other download.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
+from .._models.manifest import dump_json
+from ..errors import CacheError
+from .bytecode import compile_bytecode, sources_to_compile
+from .layout import (
+    INDEX_NAME,
+    PARTIAL_PREFIX,
+    STAGING_PREFIX,
+    TRASH_PREFIX,
+    Cache,
+    Receipt,
+    VariantIndex,
+    cache_errors,
+    ensure_dir,
+    remove_tree,
+    stamp,
+)
+
+if TYPE_CHECKING:
+    from .._models.names import RepoInfo
+    from .._network.documents import ManifestDocument
+
+
+def record_index(cache: Cache, info: RepoInfo, index: VariantIndex) -> VariantIndex:
+    """Merge ``index`` into what is recorded (concurrent writers only add knowledge);
+    return the merged index."""
+    old = cache.read_index(info)
+    merged = index if old is None else old.merged(index)
+    if merged != old:
+        path = cache.private_dir(cache.version_dir(info)) / INDEX_NAME
+        with cache_errors():
+            _write_atomic(path, dump_json(merged.to_json()))
+    return merged
+
+
+def new_staging(cache: Cache, info: RepoInfo, variant: str) -> Path:
+    """A fresh, uniquely named directory beside the entry (same file system)."""
+    # Host last: host names may contain dots, variant names never do.
+    name = f"{STAGING_PREFIX}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
+    staging = cache.private_dir(cache.version_dir(info)) / name
+    staging.mkdir(mode=0o700)
+    return staging
+
+
+def seal(
+    staging: Path,
+    document: ManifestDocument,
+    files: Iterable[str],
+    compiled: Mapping[str, Mapping[str, tuple[int, int, str]]] | None = None,
+) -> None:
+    """Write the bytecode, the manifest (with its signatures) and the receipt into a
+    verified staging directory. ``compiled``: by ``.py`` file, what
+    :func:`compile_bytecode` returned for the sources compiled there already."""
+    listed = set(files)
+    compiled = compiled or {}
+    sources = sources_to_compile(listed)
+    bytecode = compile_bytecode(staging, [s for s in sources if s not in compiled])
+    for source in sources:
+        bytecode.update(compiled.get(source, {}))
+    (staging / MANIFEST_NAME).write_bytes(document.data)
+    if document.signature is not None:
+        (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
+    stamps = {relpath: stamp(staging / relpath) for relpath in sorted(listed)}
+    from .._models.kernel_metadata import load_requirements  # the cold path only
+
+    requires = load_requirements(document.manifest.document)
+    receipt = Receipt(document.manifest.content_hash, stamps, bytecode, document.signer, requires)
+    write_receipt(staging, receipt)
+    staging.chmod(0o755)
+
+
+def write_receipt(entry: Path, receipt: Receipt) -> None:
+    """Replace the receipt of ``entry`` (readers see the old one or the new one)."""
+    _write_atomic(entry / RECEIPT_NAME, dump_json(receipt.to_json()))
+
+
+def record_signer(entry: Path, receipt: Receipt, document: ManifestDocument) -> None:
+    """Record that a trusted key vouches for a committed entry, verified after it was
+    cached: ``document`` is the signed manifest, of the same content as the entry.
+
+    Its bytes replace the cached ``metadata.json`` (they may be serialised otherwise),
+    so that ``flashhub cache verify`` checks the signature against the signed bytes.
+    """
+    assert document.signer is not None and document.signature is not None
+    with cache_errors():
+        _write_atomic(entry / MANIFEST_NAME, document.data)
+        _write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
+        write_receipt(entry, receipt._replace(signer=document.signer))
+
+
+def commit(staging: Path, entry: Path) -> bool:
+    """Rename ``staging`` to ``entry``. ``False`` if another process committed first."""
+    try:
+        os.rename(staging, entry)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            raise
+        remove_tree(staging)
+        return False
+    return True
+
+
+def evict(entry: Path) -> None:
+    """Move a damaged entry out of the way atomically, then delete it."""
+    trash = entry.with_name(f"{TRASH_PREFIX}{entry.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(entry, trash)
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a read-only cache: say so, whoever asked
+        raise CacheError.cannot_write(exc, entry.parent) from exc
+    remove_tree(trash)
+
+
+def partial_dir(cache: Cache, info: RepoInfo, variant: str) -> Path:
+    return cache.version_dir(info) / f"{PARTIAL_PREFIX}{variant}"
+
+
+def keep_partials(
+    cache: Cache, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
+) -> None:
+    """Move the files an interrupted download left in ``staging`` where the next
+    downloader of the entry finds them. Best effort: failing only costs a resume."""
+    kept = partial_dir(cache, info, variant)
+    for relpath, digest in digests.items():
+        source = staging / relpath
+        try:
+            if not source.is_symlink() and source.is_file() and source.stat().st_size:
+                ensure_dir(kept)
+                os.replace(source, kept / digest.hex())
+        except OSError:
+            continue
+
+
+def adopt_partials(
+    cache: Cache, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
+) -> None:
+    """Move kept partial files into a new ``staging``, where downloads continue them."""
+    kept = partial_dir(cache, info, variant)
+    if not kept.is_dir():
+        return
+    for relpath, digest in digests.items():
+        source = kept / digest.hex()
+        if source.is_file() and not source.is_symlink():
+            ensure_dir((staging / relpath).parent)
+            with contextlib.suppress(FileNotFoundError):  # pruned meanwhile
+                os.replace(source, staging / relpath)
+    remove_tree(kept)
+
+
+def remove_stale_staging(cache: Cache, info: RepoInfo, variant: str) -> None:
+    """Delete staging and trash directories left by dead processes on this host."""
+    version_dir = cache.version_dir(info)
+    if not version_dir.is_dir():
+        return
+    host = socket.gethostname()
+    for child in version_dir.iterdir():
+        if child.name.startswith(f"{TRASH_PREFIX}{variant}."):
+            remove_tree(child)
+        elif child.name.startswith(f"{STAGING_PREFIX}{variant}."):
+            _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
+            if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
+                remove_tree(child)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """:func:`._filesystem.write_atomic`, imported when the cache first writes: a warm
+    load never does.
+
+    Not flushed to disk (``durable=False``): an entry's files are not either, since a
+    ``fsync`` per file would cost more than the download (docs/performance.md), so a
+    receipt on disk after a power cut would vouch for nothing. What a power cut leaves
+    instead fails its check when read, and is fetched again: a receipt or an index that
+    does not parse is no receipt or index, a file that lost its bytes differs from its
+    receipt.
+    """
+    from .._utils.filesystem import write_atomic
+
+    write_atomic(path, data, durable=False)

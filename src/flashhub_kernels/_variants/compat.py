@@ -1,0 +1,200 @@
+"""Whether a build runs on this system, and which of several runs best. Pure.
+
+A variant's name says most of its fit (:func:`check_compatible`); its ``metadata.json``
+says the rest (:class:`BuildTarget`), for the candidates where it matters
+(:func:`needs_target`):
+
+- on a CUDA or ROCm system whose device is known (or can be asked about), a build for
+  that backend whose archs lack the device is passed over, for the next candidate in
+  preference order: another CUDA build, a stable-ABI one, ``torch-cuda``,
+  ``torch-universal``;
+- on a free-threaded Python before 3.15, a native build (exact, stable-ABI or tvm-ffi)
+  loads only if it declares ``"free-threaded": true``.
+
+Which device archs a build runs on is :mod:`.archs`'s to say.
+
+A warm load picks among the variants a cache's index records (:func:`pick_cached_variant`)
+with what it recorded of their metadata, reading the device only when a build lists archs.
+"""
+
+from __future__ import annotations
+
+from .grammar import as_variant, backend_version
+from .system import METAL_MIN_MACOS
+
+TYPE_CHECKING = False  # not typing's: this module is on the warm path
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from .._cache.layout import VariantIndex
+    from .archs import BuildTarget
+    from .grammar import Tier, Variant
+    from .system import SystemInfo
+
+    # The devices a variant's metadata.json declares; None when it cannot be read.
+    TargetOf = Callable[[str], "BuildTarget | None"]
+
+# Names that do not parse (tier None) are never accepted; they rank last all the same.
+_TIER_RANK: dict[Tier | None, int] = {
+    "stable-abi": 0,
+    "exact": 1,
+    "tvm-ffi": 2,
+    "noarch": 3,
+    "universal": 4,
+    None: 5,
+}
+
+_NATIVE_TIERS = ("exact", "stable-abi", "tvm-ffi")
+
+
+_FREE_THREADED = (
+    "a native build, and this Python is free-threaded: native builds load on it only "
+    'when their metadata.json declares "free-threaded": true (use a Python built with '
+    "the GIL, or Python 3.15+)"
+)
+
+
+def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
+    """``None`` if ``variant`` loads on ``system``, else the reason it does not."""
+    if variant.tier is None:
+        return f"{variant.name!r} is not a variant name"
+    if variant.tier == "universal":
+        return None
+    if variant.backend != system.backend:
+        # Only a CPU build can be forced (with_backend): never advise another backend.
+        forcible = variant.backend == "cpu"
+        return (
+            f"built for {variant.backend_tag or variant.backend}, but this system uses "
+            f"{system.backend_tag}"
+            + (" (pass backend='cpu' to load it anyway)" if forcible else "")
+        )
+    if variant.tier == "noarch":
+        return None
+    if (variant.arch, variant.os) != (system.arch, system.os):
+        return f"built for {variant.arch}-{variant.os}, this system is {system.arch}-{system.os}"
+    if variant.tvm_ffi is not None:
+        return _check_tvm_ffi(variant.tvm_ffi, system.tvm_ffi) or _check_backend_version(
+            variant, system
+        )
+    assert variant.torch is not None
+    have, want = system.torch, variant.torch
+    if variant.tier == "stable-abi" and want > have:
+        return f"needs torch >= {want[0]}.{want[1]} (stable ABI), found {have[0]}.{have[1]}"
+    if variant.tier == "exact" and want != have:
+        return f"built for torch {want[0]}.{want[1]}, found {have[0]}.{have[1]}"
+    if variant.abi is not None and variant.abi != system.abi:
+        return f"built with the {variant.abi} C++ ABI, this torch uses {system.abi}"
+    return _check_backend_version(variant, system)
+
+
+def _check_tvm_ffi(built: tuple[int, int], have: tuple[int, int] | None) -> str | None:
+    if have is None:
+        return "built against tvm-ffi {}.{}, which is not installed".format(*built)
+    if built != have:
+        return "built against tvm-ffi {}.{}, found {}.{}".format(*built, *have)
+    return None
+
+
+def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
+    assert variant.backend_tag is not None
+    if variant.backend == "cuda":
+        built, have = variant.backend_version, backend_version(system.backend_tag)
+        assert built is not None and have is not None
+        if built[0] != have[0] or built[1] > have[1]:
+            return (
+                f"built for CUDA {built[0]}.{built[1]}, this torch has CUDA {have[0]}.{have[1]} "
+                "(needs the same major and a minor at or below it)"
+            )
+        return None
+    if variant.backend_tag != system.backend_tag:
+        return f"built for {variant.backend_tag}, this system has {system.backend_tag}"
+    if variant.backend == "metal" and (system.macos or (0, 0)) < METAL_MIN_MACOS:
+        found = "macOS {}.{}".format(*system.macos) if system.macos else "an unknown macOS"
+        needed = "{}.{}".format(*METAL_MIN_MACOS)
+        return f"Metal builds require macOS {needed} or later, this system runs {found}"
+    return None
+
+
+def preference_key(variant: Variant) -> tuple[int, int, int, bool, str]:
+    """Sort key: stable ABI (newest torch first), exact builds, noarch, universal.
+
+    Within a tier the newest backend version (highest CUDA minor) comes first, and of
+    two names for the same build the one without a C++ ABI tag (what newer builders
+    write) before the tagged one.
+    """
+    torch_minor = variant.torch[1] if variant.torch else 0
+    backend_minor = (variant.backend_version or (0, 0))[1]
+    tagged = variant.abi is not None
+    return (_TIER_RANK[variant.tier], -torch_minor, -backend_minor, tagged, variant.name)
+
+
+def compatible(names: Iterable[str], system: SystemInfo) -> list[Variant]:
+    """The variants of ``names`` that ``system`` loads by their names, best first."""
+    variants = (as_variant(name) for name in dict.fromkeys(names))
+    return sorted((v for v in variants if check_compatible(v, system) is None), key=preference_key)
+
+
+def needs_target(variant: Variant, system: SystemInfo) -> bool:
+    """Whether an accepted ``variant`` fits ``system`` only if its ``metadata.json`` says so."""
+    if system.free_threaded and variant.tier in _NATIVE_TIERS:
+        return True
+    return variant.backend == system.backend and system.knows_device
+
+
+def build_mismatch(variant: Variant, target: BuildTarget, system: SystemInfo) -> str | None:
+    """Why the build ``variant``, declaring ``target``, does not run on ``system``; ``None``
+    when it does. Reads what the device is (once) only when the build lists archs."""
+    if system.free_threaded and variant.tier in _NATIVE_TIERS and not target.free_threaded:
+        return _FREE_THREADED
+    if not target.archs or target.backend != system.backend:
+        return None
+    from .archs import arch_mismatch  # a build that lists archs only
+    from .device_arch import with_device
+
+    device = with_device(system)
+    return arch_mismatch(
+        target,
+        device.backend,
+        cuda_capability=device.cuda_capability,
+        rocm_arch=device.rocm_arch,
+    )
+
+
+def pick_cached_variant(
+    index: VariantIndex, system: SystemInfo, cached_target: TargetOf | None = None
+) -> str | None:
+    """The variant the CDN would give ``system``, if the index knows enough to say.
+
+    A candidate whose fit depends on its metadata is judged by the target the index
+    records, else by ``cached_target`` (the metadata.json of a cached entry); when
+    neither knows it, ``None``: ask the CDN.
+    """
+    for variant in _cached_candidates(index, system):
+        if variant is None:
+            return None  # never probed for this system: ask the CDN
+        # A plain str: it is recorded in receipts and in LoadedKernel.
+        name = str(variant)
+        if not needs_target(variant, system):
+            return name
+        target = index.targets.get(name) or (cached_target(name) if cached_target else None)
+        if target is None:
+            return None
+        if build_mismatch(variant, target, system) is None:
+            return name
+    return None
+
+
+def _cached_candidates(index: VariantIndex, system: SystemInfo) -> Iterator[Variant | None]:
+    """The published variants ``system`` loads by name, best first; ``None`` in place of
+    one that a probe never asked about, and nothing after it."""
+    if index.complete:
+        yield from compatible(sorted(index.present), system)
+        return
+    from .probing import candidate_names  # a version without variants.json only
+
+    for name in candidate_names(system):
+        if name in index.present:
+            yield as_variant(name)
+        elif name not in index.absent:
+            yield None
+            return

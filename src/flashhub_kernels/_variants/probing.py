@@ -1,0 +1,44 @@
+"""Probing a version that publishes no ``variants.json``: the names of the builds this
+system could load, asked for one by one."""
+
+from __future__ import annotations
+
+from .grammar import backend_version, build_variant_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .system import SystemInfo
+
+
+def candidate_names(system: SystemInfo) -> list[str]:
+    """Every variant name ``system`` could load, best first; used to probe a CDN.
+
+    Only needed when a version has no ``variants.json``. Stable-ABI builds are probed
+    back to torch 2.9 (the first release with a usable stable ABI) and CUDA builds back
+    to minor 0 of the system's major; tvm-ffi builds only where tvm-ffi is installed.
+    """
+    names: list[str] = []
+    major, minor = system.torch
+    tags = [system.backend_tag]
+    if system.backend == "cuda":
+        cuda_major, cuda_minor = backend_version(system.backend_tag) or (0, 0)
+        tags = [f"cu{cuda_major}{m}" for m in range(cuda_minor, -1, -1)]
+    platform_tail = f"{system.arch}-{system.os}"
+    for torch_minor in range(minor, 8, -1) if major == 2 else [minor]:
+        names += [f"torch-stable-abi{major}{torch_minor}-{t}-{platform_tail}" for t in tags]
+    for tag in tags:
+        exact = system._replace(backend_tag=tag)
+        if system.os == "linux":
+            names.append(build_variant_name(exact, abi_tag=False))
+        names.append(build_variant_name(exact))
+        if minor < 10:  # the zero-padded spelling of the 0.1.2 release
+            names.append(
+                build_variant_name(exact).replace(
+                    f"torch{major}{minor}", f"torch{major}0{minor}", 1
+                )
+            )
+    if system.tvm_ffi is not None:
+        tvm_major, tvm_minor = system.tvm_ffi
+        names += [f"tvm-ffi{tvm_major}{tvm_minor}-{t}-{platform_tail}" for t in tags]
+    names += [f"torch-{system.backend}", "torch-universal"]
+    return names
