@@ -29,7 +29,7 @@ import pytest
 
 from flashhub_kernels import _finder, get_kernel
 from flashhub_kernels._cache import layout as _cache
-from flashhub_kernels._cache.layout import ensure_dir
+from flashhub_kernels._cache.staging import ensure_dir
 from flashhub_kernels._config import reset_config
 from flashhub_kernels._network import download as _download
 from support.builds import make_kernel

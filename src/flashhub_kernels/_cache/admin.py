@@ -31,14 +31,12 @@ from .layout import (
     TRASH_PREFIX,
     Cache,
     Receipt,
-    cache_errors,
     distrust,
-    remove_tree,
     stamp,
     unused,
 )
 from .mutex import download_mutex, hold_if_free
-from .staging import evict, remove_stale_staging, write_receipt
+from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 

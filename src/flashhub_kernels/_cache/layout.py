@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import types
 from contextlib import contextmanager
@@ -76,16 +75,6 @@ _NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 PARTIAL_PREFIX = ".partial-"
-
-
-def ensure_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents private to this user (0700); return it."""
-    if not path.is_dir():
-        # Path.mkdir(parents=True) would give the parents default permissions.
-        for directory in [*reversed(path.parents), path]:
-            if not directory.is_dir():
-                directory.mkdir(mode=0o700, exist_ok=True)
-    return path
 
 
 def read_json(path: Path) -> Any:
@@ -237,18 +226,6 @@ class Cache:
         above it (the warm path: the chain is not walked twice)."""
         check_dir(entry, shared=self.shared)
 
-    def private_dir(self, path: Path) -> Path:
-        """``path`` under the root, created 0700 where missing, every part trusted.
-
-        Checked before (create nothing inside someone else's directory) and after (what
-        exists now is what will be used).
-        """
-        self.check_trusted(path)
-        with cache_errors():
-            ensure_dir(path)
-        self.check_trusted(path)
-        return path
-
     def version_dir(self, info: RepoInfo) -> Path:
         return self.root / "kernels" / info.org / info.name / f"v{info.version}"
 
@@ -385,22 +362,6 @@ def _is_at(fd: int, entry: Path) -> bool:
         return False
     held = os.fstat(fd)
     return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@contextmanager
-def cache_errors() -> Iterator[None]:
-    """Report an ``OSError`` of the block (creating, writing, renaming in the cache) as a
-    :class:`CacheError`: the cache is at fault, not the network or the kernel."""
-    try:
-        yield
-    except CacheError:
-        raise
-    except OSError as exc:
-        raise CacheError.cannot_write(exc) from exc
 
 
 # -- trust ---------------------------------------------------------------------------

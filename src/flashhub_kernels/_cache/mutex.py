@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import CacheError
+from .staging import private_dir
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -127,7 +128,7 @@ def _lock_error(path: Path, exc: OSError) -> CacheError:
 
 def download_mutex(cache: Cache, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
     """The mutex of one entry: one process downloads it, the others wait and reuse it."""
-    path = cache.private_dir(cache.version_dir(info) / ".locks") / f"{variant}.lock"
+    path = private_dir(cache, cache.version_dir(info) / ".locks") / f"{variant}.lock"
     return hold(path, what=f"downloading {info} {variant}", timeout=cache.lock_timeout)
 
 
@@ -139,6 +140,6 @@ def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
     Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
     spelling of a name that does not exist leaves no directory of that name behind.
     """
-    locks = cache.private_dir(cache.root / ".locks" / info.org / info.name)
+    locks = private_dir(cache, cache.root / ".locks" / info.org / info.name)
     path = locks / f"v{info.version}.lock"
     return hold(path, what=f"choosing the variant of {info}", timeout=cache.lock_timeout)

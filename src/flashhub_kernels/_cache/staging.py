@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,9 +37,6 @@ from .layout import (
     Cache,
     Receipt,
     VariantIndex,
-    cache_errors,
-    ensure_dir,
-    remove_tree,
     stamp,
 )
 
@@ -52,7 +51,7 @@ def record_index(cache: Cache, info: RepoInfo, index: VariantIndex) -> VariantIn
     old = cache.read_index(info)
     merged = index if old is None else old.merged(index)
     if merged != old:
-        path = cache.private_dir(cache.version_dir(info)) / INDEX_NAME
+        path = private_dir(cache, cache.version_dir(info)) / INDEX_NAME
         with cache_errors():
             _write_atomic(path, dump_json(merged.to_json()))
     return merged
@@ -62,7 +61,7 @@ def new_staging(cache: Cache, info: RepoInfo, variant: str) -> Path:
     """A fresh, uniquely named directory beside the entry (same file system)."""
     # Host last: host names may contain dots, variant names never do.
     name = f"{STAGING_PREFIX}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
-    staging = cache.private_dir(cache.version_dir(info)) / name
+    staging = private_dir(cache, cache.version_dir(info)) / name
     staging.mkdir(mode=0o700)
     return staging
 
@@ -212,3 +211,42 @@ def _write_atomic(path: Path, data: bytes) -> None:
     from .._utils.filesystem import write_atomic
 
     write_atomic(path, data, durable=False)
+
+
+def private_dir(cache: Cache, path: Path) -> Path:
+    """``path`` under the root, created 0700 where missing, every part trusted.
+
+    Checked before (create nothing inside someone else's directory) and after (what
+    exists now is what will be used).
+    """
+    cache.check_trusted(path)
+    with cache_errors():
+        ensure_dir(path)
+    cache.check_trusted(path)
+    return path
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents private to this user (0700); return it."""
+    if not path.is_dir():
+        # Path.mkdir(parents=True) would give the parents default permissions.
+        for directory in [*reversed(path.parents), path]:
+            if not directory.is_dir():
+                directory.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def cache_errors() -> Iterator[None]:
+    """Report an ``OSError`` of the block (creating, writing, renaming in the cache) as a
+    :class:`CacheError`: the cache is at fault, not the network or the kernel."""
+    try:
+        yield
+    except CacheError:
+        raise
+    except OSError as exc:
+        raise CacheError.cannot_write(exc) from exc

@@ -25,6 +25,7 @@ from .._models.manifest import dump_json
 from .._utils.filesystem import write_atomic
 from ..errors import CacheError, RollbackError
 from .layout import Cache, read_json
+from .staging import private_dir
 
 logger = logging.getLogger("flashhub_kernels")
 
@@ -97,7 +98,7 @@ def _record(cache: Cache, repo_id: str, version: int) -> None:
     from .mutex import hold
 
     try:
-        locks = cache.private_dir(cache.root / ".locks")
+        locks = private_dir(cache, cache.root / ".locks")
         with hold(locks / f"{RECORD_NAME}.lock", what=RECORD_NAME, timeout=cache.lock_timeout):
             record = _read(cache) or {}  # again, under the lock: another process may have added
             if record.get(repo_id, 0) >= version:

@@ -22,17 +22,20 @@ from pathlib import Path
 from typing import NamedTuple, NoReturn
 
 from .._cache.bytecode import compile_bytecode, sources_to_compile
-from .._cache.layout import Cache, Receipt, VariantIndex, cache_errors, ensure_dir, remove_tree
+from .._cache.layout import Cache, Receipt, VariantIndex
 from .._cache.mutex import download_mutex, index_mutex
 from .._cache.staging import (
     adopt_partials,
+    cache_errors,
     commit,
+    ensure_dir,
     evict,
     keep_partials,
     new_staging,
     record_index,
     record_signer,
     remove_stale_staging,
+    remove_tree,
     seal,
 )
 from .._cache.versions_seen import check_newest
