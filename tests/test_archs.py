@@ -11,6 +11,7 @@ import pytest
 
 from flashhub_kernels._cache.layout import VariantIndex
 from flashhub_kernels._models.names import RepoInfo
+from flashhub_kernels._variants import device_arch as _device_arch
 from flashhub_kernels._variants import system as _variants
 from flashhub_kernels._variants.archs import (
     BuildTarget,
@@ -249,7 +250,7 @@ def test_the_device_is_asked_about_only_when_a_build_lists_archs(
         asked.append(system)
         return system._replace(cuda_capability=(9, 0), probe_device=False)
 
-    monkeypatch.setattr(_variants, "_probed", probed)
+    monkeypatch.setattr(_device_arch, "_probed", probed)
     local = H100._replace(cuda_capability=None, probe_device=True)
     published = [CUDA_BUILD, "torch-universal"]
     verdicts = judge_builds(judge_variants(published, local), local, {CUDA_BUILD: cuda()}.get)
@@ -442,10 +443,9 @@ def test_the_device_is_asked_of_torch_only_once_it_initialized_cuda(
 ) -> None:
     import torch
 
-    from flashhub_kernels._variants import device_arch as _device_arch
     from flashhub_kernels._variants import nvml as _nvml
 
-    probe = _variants._probed.__wrapped__  # not the per-process cache
+    probe = _device_arch._probed.__wrapped__  # not the per-process cache
     local = H100._replace(cuda_capability=None, probe_device=True)
     monkeypatch.setattr(_nvml, "LIBRARY", "libnvidia-ml-missing.so.1")
     monkeypatch.setattr(_device_arch, "KFD_NODES", "/no-such-kfd-topology")

@@ -4,7 +4,7 @@ Ported from Hugging Face kernels 0.17 (Apache-2.0). Test names, variant lists an
 assertions follow the original; what differs:
 
 - ``parse_variant(s).variant_str == s`` is ``parse_variant(s) == s`` with the name parsed
-  (a :class:`~flashhub_kernels._variants.system.Variant` is the name, as a ``str``, carrying
+  (a :class:`~flashhub_kernels._variants.grammar.Variant` is the name, as a ``str``, carrying
   the parsed fields).
 - ``_resolve_variant_for_system(variants, selected_backend=CUDA(Version("12.8")), cpu=,
   os=, torch_version=, torch_cxx11_abi=, ...)`` is :func:`resolve`: the variants judged
