@@ -43,7 +43,7 @@ os._exit(0)  # torch's teardown is slow and not measured
 def publish_kernels(work: Path, capability: str) -> Path:
     """The two kernels in a mirror under ``work``; returns the mirror's directory."""
     from flashhub_kernels._publish import publish
-    from flashhub_kernels._variants.grammar import build_variant_name
+    from flashhub_kernels._variants.probing import build_variant_name
     from flashhub_kernels._variants.system import detect_system
 
     variant = build_variant_name(detect_system())

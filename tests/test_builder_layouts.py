@@ -16,7 +16,7 @@ import pytest
 import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels._publish import publish as publish_build
-from flashhub_kernels._variants.grammar import build_variant_name
+from flashhub_kernels._variants.probing import build_variant_name
 from flashhub_kernels._variants.system import detect_system
 from support.cdn_server import CdnServer
 from support.trees import b64sha256, write_variant

@@ -17,7 +17,7 @@ import pytest
 
 import flashhub_kernels as fk
 from flashhub_kernels._network import transport as _transport
-from flashhub_kernels._variants.grammar import build_variant_name
+from flashhub_kernels._variants.probing import build_variant_name
 from flashhub_kernels.errors import KernelNotFoundError, NoCompatibleVariantError
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub

@@ -114,6 +114,7 @@ def _client_variant(backend: str) -> str | None:
     if added:
         sys.path.insert(0, src)
     try:
+        from flashhub_kernels._variants import probing as _probing
         from flashhub_kernels._variants import system as _variants
     except ImportError:
         return None
@@ -122,9 +123,9 @@ def _client_variant(backend: str) -> str | None:
             sys.path.remove(src)
     try:
         system = _variants.detect_system()
-        if backend == "cpu" and hasattr(_variants, "with_backend"):
+        if backend == "cpu":
             system = _variants.with_backend(system, "cpu")  # a CPU build on a GPU torch
-        return str(_variants.build_variant_name(system))
+        return str(_probing.build_variant_name(system))
     except Exception as exc:  # the client is optional here: fall back, but say so
         print(f"note: flashhub_kernels variant detection failed ({exc!r}); using own")
         return None
@@ -134,7 +135,7 @@ def _client_variant(backend: str) -> str | None:
 def variant_name(backend: str = "cpu") -> str:
     """Exact-build variant for the local torch, e.g. ``torch213-cxx11-cpu-x86_64-linux``.
 
-    Uses ``flashhub_kernels._variants.system`` (``build_variant_name(detect_system())``) when
+    Uses ``flashhub_kernels._variants`` (``build_variant_name(detect_system())``) when
     importable and it names this backend; otherwise computes the same string itself.
     """
     own = _own_variant(backend)

@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from flashhub_kernels._variants.grammar import build_variant_name
+from flashhub_kernels._variants.probing import build_variant_name
 from flashhub_kernels._variants.system import detect_system, with_backend
 
 

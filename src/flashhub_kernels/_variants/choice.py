@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..errors import NoCompatibleVariantError
 from .compat import pick_cached_variant
-from .grammar import as_variant, build_variant_name
+from .grammar import as_variant
+from .probing import build_variant_name
 from .system import with_backend
 from .verdicts import best_variant, format_trace, judge_builds, judge_variants
 

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Literal
 
-    from .system import SystemInfo
-
     Tier = Literal["stable-abi", "exact", "tvm-ffi", "noarch", "universal"]
 
 # The grammar is checked with str methods, not regular expressions: compiling those cost
@@ -240,14 +238,3 @@ def as_variant(name: str) -> Variant:
         return parse_variant(name)
     except VariantNameError:
         return Variant._make(name)
-
-
-def build_variant_name(system: SystemInfo, *, abi_tag: bool = True) -> str:
-    """The exact-build variant name a kernel built on ``system`` gets.
-
-    On Linux it carries the C++ ABI tag unless ``abi_tag`` is false (newer builders
-    leave it out: ``torch213-cpu-x86_64-linux``).
-    """
-    abi = f"-{system.abi}" if system.os == "linux" and abi_tag else ""
-    major, minor = system.torch
-    return f"torch{major}{minor}{abi}-{system.backend_tag}-{system.arch}-{system.os}"

@@ -1,9 +1,9 @@
-"""Probing a version that publishes no ``variants.json``: the names of the builds this
-system could load, asked for one by one."""
+"""The names of the builds a system loads: its own exact build's, and every name it could
+load, best first, to probe a version that publishes no ``variants.json`` for them."""
 
 from __future__ import annotations
 
-from .grammar import backend_version, build_variant_name
+from .grammar import backend_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,3 +42,14 @@ def candidate_names(system: SystemInfo) -> list[str]:
         names += [f"tvm-ffi{tvm_major}{tvm_minor}-{t}-{platform_tail}" for t in tags]
     names += [f"torch-{system.backend}", "torch-universal"]
     return names
+
+
+def build_variant_name(system: SystemInfo, *, abi_tag: bool = True) -> str:
+    """The exact-build variant name a kernel built on ``system`` gets.
+
+    On Linux it carries the C++ ABI tag unless ``abi_tag`` is false (newer builders
+    leave it out: ``torch213-cpu-x86_64-linux``).
+    """
+    abi = f"-{system.abi}" if system.os == "linux" and abi_tag else ""
+    major, minor = system.torch
+    return f"torch{major}{minor}{abi}-{system.backend_tag}-{system.arch}-{system.os}"
