@@ -1,32 +1,45 @@
-"""No import cycles between the library's modules.
+"""No import cycles between the library's modules, counting imports inside functions.
 
-Read from the source (AST), not by importing: an edge is an ``import`` that runs when
-its module is imported. An import inside a function is lazy, and one under
-``if TYPE_CHECKING:`` is no import at all. A module-level cycle fails the test. A lazy
-import that closes a cycle is a cycle broken on purpose: each one is listed below, so
-that none appears by accident and none of them becomes module-level unnoticed.
+Read from the source (AST), not by importing. Every ``import`` statement that can run is
+an edge: at module level, under ``try``, or inside a function (a lazy edge, marked so in
+the report). Only an import under ``if TYPE_CHECKING:`` is none, since it never runs. A
+cycle through any mix of lazy and module-level edges fails: a lazy import hides a cycle
+from the interpreter, not from the reader, and the modules on it still depend on each
+other both ways.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGES = ("flashhub", "flashhub_kernels")
 
-# Lazy imports whose module-level twin would close a cycle: (importer, imported), each
-# with the reason it is lazy.
-ALLOWED_LAZY_EDGES: dict[tuple[str, str], str] = {}
+
+@dataclass(frozen=True)
+class Edge:
+    """Where a module first imports another: a module-level import when it has one."""
+
+    lazy: bool
+    path: Path
+    line: int
 
 
-def _modules() -> dict[str, Path]:
-    """Every module of the packages, by dotted name."""
+# Importer -> imported -> the edge.
+Graph = dict[str, dict[str, Edge]]
+
+
+def _modules(src: Path, packages: Iterable[str]) -> dict[str, Path]:
+    """Every module of the packages under ``src``, by dotted name."""
     found: dict[str, Path] = {}
-    for package in PACKAGES:
-        for path in sorted((SRC / package).rglob("*.py")):
-            parts = list(path.relative_to(SRC).with_suffix("").parts)
+    for package in packages:
+        for path in sorted((src / package).rglob("*.py")):
+            parts = list(path.relative_to(src).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path
@@ -42,7 +55,7 @@ def _is_type_checking(test: ast.expr) -> bool:
 def _imports(
     body: list[ast.stmt], lazy: bool
 ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """The import statements of ``body`` and whether each runs only inside a function."""
+    """The import statements of ``body`` that can run, and whether each is in a function."""
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node, lazy
@@ -62,7 +75,7 @@ def _imports(
 def _targets(
     node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]
 ) -> Iterator[str]:
-    """The library modules an import statement of ``module`` imports."""
+    """The modules of ``known`` that an import statement of ``module`` imports."""
     if isinstance(node, ast.Import):
         names = [alias.name for alias in node.names]
     else:
@@ -84,71 +97,143 @@ def _targets(
             yield name
 
 
-def _edges() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
-    """The module-level edges, by importer, and the lazy edges."""
-    modules = _modules()
+def read_graph(src: Path, packages: Iterable[str]) -> Graph:
+    """The import edges between the modules of ``packages`` under ``src``."""
+    modules = _modules(src, packages)
     known = set(modules)
-    eager: dict[str, set[str]] = {name: set() for name in modules}
-    lazy: set[tuple[str, str]] = set()
+    graph: Graph = {name: {} for name in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), str(path))
-        for node, is_lazy in _imports(tree.body, False):
+        for node, lazy in _imports(tree.body, False):
             for target in _targets(node, name, path.name == "__init__.py", known):
-                if is_lazy:
-                    lazy.add((name, target))
-                else:
-                    eager[name].add(target)
-    return eager, lazy
+                seen = graph[name].get(target)
+                if seen is None or (seen.lazy and not lazy):
+                    graph[name][target] = Edge(lazy, path, node.lineno)
+    return graph
 
 
-def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None:
-    """A path of edges from ``start`` to ``goal``, or None."""
-    paths = {start: [start]}
-    todo = [start]
+def _shortest_path(graph: Graph, start: str, goal: str) -> list[str] | None:
+    """The shortest chain of imports from ``start`` to ``goal``, or None."""
+    previous: dict[str, str] = {}
+    todo = deque([start])
     while todo:
-        node = todo.pop()
+        node = todo.popleft()
         for nxt in sorted(graph[node]):
+            if nxt in previous or nxt == start:
+                continue
+            previous[nxt] = node
             if nxt == goal:
-                return [*paths[node], nxt]
-            if nxt not in paths:
-                paths[nxt] = [*paths[node], nxt]
-                todo.append(nxt)
+                path = [goal]
+                while path[-1] != start:
+                    path.append(previous[path[-1]])
+                return path[::-1]
+            todo.append(nxt)
     return None
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle through each module-level edge that is on one, as module lists."""
+def find_cycles(graph: Graph) -> list[list[str]]:
+    """A shortest cycle through each edge that is on one, as ``[a, b, ..., a]``; a cycle
+    found through several of its edges is listed once."""
     cycles = []
-    seen: set[frozenset[str]] = set()
+    seen: set[frozenset[tuple[str, str]]] = set()
     for importer in sorted(graph):
         for imported in sorted(graph[importer]):
-            path = _reaches(graph, imported, importer)
-            if path is not None and frozenset(path) not in seen:
-                seen.add(frozenset(path))
-                cycles.append([importer, *path])
+            path = _shortest_path(graph, imported, importer)
+            if path is None:
+                continue
+            cycle = [importer, *path]
+            edges = frozenset(pairwise(cycle))
+            if edges not in seen:
+                seen.add(edges)
+                cycles.append(cycle)
     return cycles
 
 
-def test_no_module_level_import_cycle() -> None:
-    eager, _ = _edges()
-    assert [" -> ".join(cycle) for cycle in _cycles(eager)] == []
+def describe(cycle: list[str], graph: Graph, src: Path = SRC) -> str:
+    """``a -> b -[lazy]-> c -> a``, then each edge's file and line."""
+    chain = cycle[0]
+    where = []
+    for importer, imported in pairwise(cycle):
+        edge = graph[importer][imported]
+        chain += f" {'-[lazy]->' if edge.lazy else '->'} {imported}"
+        where.append(f"\n    {edge.path.relative_to(src)}:{edge.line} imports {imported}")
+    return chain + "".join(where)
 
 
-def test_the_lazy_imports_that_break_cycles_are_the_listed_ones() -> None:
-    eager, lazy = _edges()
-    closing = {edge for edge in lazy if _reaches(eager, edge[1], edge[0]) is not None}
-    assert sorted(closing) == sorted(ALLOWED_LAZY_EDGES)
+def _write_package(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
-def test_the_reader_sees_module_level_imports_only() -> None:
+def test_no_import_cycle() -> None:
+    graph = read_graph(SRC, PACKAGES)
+    cycles = [describe(cycle, graph) for cycle in find_cycles(graph)]
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_reader_sees_when_each_import_runs() -> None:
     """The reader itself: a function's import is lazy, TYPE_CHECKING's is none, and
     ``from . import x`` in a package reaches its submodule."""
-    eager, lazy = _edges()
-    assert "flashhub_kernels._finder" in eager["flashhub"]
-    assert "flashhub_kernels._lazy" in eager["flashhub_kernels"]
-    assert "flashhub_kernels._constants" in eager["flashhub_kernels._network.session"]
-    assert "flashhub_kernels._lazy" in eager["flashhub_kernels.layers"]  # from .._lazy import
-    assert "flashhub_kernels._loading.api" not in eager["flashhub_kernels"]  # TYPE_CHECKING
-    assert "flashhub_kernels.errors" not in eager["flashhub_kernels"]  # TYPE_CHECKING
-    assert ("flashhub_kernels._finder", "flashhub_kernels._cache.obtain") in lazy
-    assert "flashhub_kernels._cache.obtain" not in eager["flashhub_kernels._finder"]
+    graph = read_graph(SRC, PACKAGES)
+
+    def eager(importer: str, imported: str) -> bool:
+        edge = graph[importer].get(imported)
+        return edge is not None and not edge.lazy
+
+    assert eager("flashhub", "flashhub_kernels._finder")
+    assert eager("flashhub_kernels", "flashhub_kernels._lazy")
+    assert eager("flashhub_kernels._network.session", "flashhub_kernels._constants")
+    assert eager("flashhub_kernels.layers", "flashhub_kernels._lazy")  # from .._lazy import
+    assert "flashhub_kernels._loading.api" not in graph["flashhub_kernels"]  # TYPE_CHECKING
+    assert "flashhub_kernels.errors" not in graph["flashhub_kernels"]  # TYPE_CHECKING
+    assert graph["flashhub_kernels._finder"]["flashhub_kernels._cache.obtain"].lazy
+
+
+def test_a_cycle_closed_by_lazy_imports_is_found(tmp_path: Path) -> None:
+    _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from . import b\n",
+            "pkg/b.py": "def f():\n    from . import c\n",
+            "pkg/c.py": "def g():\n    from .a import name\n",
+        },
+    )
+    graph = read_graph(tmp_path, ["pkg"])
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+    assert describe(find_cycles(graph)[0], graph, tmp_path) == (
+        "pkg.a -> pkg.b -[lazy]-> pkg.c -[lazy]-> pkg.a"
+        "\n    pkg/a.py:1 imports pkg.b"
+        "\n    pkg/b.py:2 imports pkg.c"
+        "\n    pkg/c.py:2 imports pkg.a"
+    )
+
+
+def test_a_cycle_through_a_try_block_is_found(tmp_path: Path) -> None:
+    _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "try:\n    import pkg.b\nexcept ImportError:\n    pass\n",
+            "pkg/b.py": "from .a import name\n",
+        },
+    )
+    assert find_cycles(read_graph(tmp_path, ["pkg"])) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_a_type_checking_import_closes_no_cycle(tmp_path: Path) -> None:
+    _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from . import a\n",
+            "pkg/a.py": "from . import b\n",
+            "pkg/b.py": "def f():\n    from . import c\n",
+            "pkg/c.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from .a import name\n",
+        },
+    )
+    graph = read_graph(tmp_path, ["pkg"])
+    assert graph["pkg.b"]["pkg.c"].lazy
+    assert graph["pkg.c"] == {}
+    assert find_cycles(graph) == []

@@ -139,7 +139,12 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
         else:
             from ._loading.kernel_deps import execute_kernel
 
-            execute_kernel(target, module.__name__, lambda: self._execute(module, target))
+            execute_kernel(
+                target,
+                module.__name__,
+                lambda: self._execute(module, target),
+                self._finder.import_kernel,
+            )
         self._finder.record_loaded(module, target)
 
     def _execute(self, module: ModuleType, target: KernelDir) -> None:
@@ -185,6 +190,12 @@ class KernelFinder:
                     "the same module name, so the two cannot be loaded in one process"
                 )
             self._pins[module_name] = info
+
+    def import_kernel(self, info: RepoInfo, backend: str | None) -> ModuleType:
+        """Import ``info`` (``backend``'s variants when given) as its kernel module."""
+        module_name = info.module_name(backend)
+        self.pin(module_name, info)
+        return importlib.import_module(module_name)
 
     def add_local(self, module_name: str, package_dir: Path) -> None:
         """Make ``module_name`` load the kernel package in ``package_dir``."""

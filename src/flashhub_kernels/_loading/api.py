@@ -44,9 +44,7 @@ def get_kernel(
     info = RepoInfo(repo_id, requested_version(version, revision))
     if backend is not None:
         check_backend(backend)
-    module_name = info.module_name(backend)
-    install().pin(module_name, info)
-    return importlib.import_module(module_name)
+    return install().import_kernel(info, backend)
 
 
 def install_kernel(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .._models.kernel_dir import KernelDir
+    from .._models.names import RepoInfo
 
 # The dependencies of the kernel whose code runs now; None outside a kernel's import.
 _DEPS: ContextVar[Mapping[str, ModuleType] | None] = ContextVar(
@@ -74,16 +75,25 @@ def get_kernel_dep(repo_id: str) -> ModuleType:
     return module
 
 
-def execute_kernel(target: KernelDir, module_name: str, execute: Callable[[], None]) -> None:
+def execute_kernel(
+    target: KernelDir,
+    module_name: str,
+    execute: Callable[[], None],
+    import_kernel: Callable[[RepoInfo, str | None], ModuleType],
+) -> None:
     """Run ``execute`` (the kernel's code) once the kernel's requirements are met and its
-    dependencies are loaded, with :func:`get_kernel_dep` answering for them."""
+    dependencies are loaded, with :func:`get_kernel_dep` answering for them.
+
+    ``import_kernel(info, backend)`` imports a dependency: the finder's, so that this
+    module, which the finder calls, does not import the finder back.
+    """
     requires = target.requires if target.requires is not None else requirements_on_disk(target)
     if not requires:
         execute()
         return
     metadata = read_kernel_metadata(requires, source=f"{_describe(target)}: {MANIFEST_NAME}")
     check_requirements(metadata, _describe(target))
-    deps = load_dependencies(metadata.kernel_depends, _label(target), module_name)
+    deps = load_dependencies(metadata.kernel_depends, _label(target), module_name, import_kernel)
     token = _DEPS.set(deps)
     try:
         execute()
@@ -92,14 +102,15 @@ def execute_kernel(target: KernelDir, module_name: str, execute: Callable[[], No
 
 
 def load_dependencies(
-    depends: tuple[KernelDependency, ...], kernel: str, module_name: str
+    depends: tuple[KernelDependency, ...],
+    kernel: str,
+    module_name: str,
+    import_kernel: Callable[[RepoInfo, str | None], ModuleType],
 ) -> dict[str, ModuleType]:
     """Import each of ``depends``, the dependencies of ``kernel`` (``"org/pkg vN"``),
     which is imported as ``module_name`` (a forced backend applies to them too)."""
     if not depends:
         return {}
-    from .api import get_kernel
-
     parsed = parse_module_name(module_name)
     backend = parsed.backend if parsed is not None else None
     chain = (*_CHAIN.get(), kernel)
@@ -113,7 +124,7 @@ def load_dependencies(
                     hint="a kernel cannot depend on itself, directly or through others: "
                     "report it to the kernels' publisher",
                 )
-            loaded[dep.repo_id] = get_kernel(dep.repo_id, version=dep.version, backend=backend)
+            loaded[dep.repo_id] = import_kernel(dep.info, backend)
         return loaded
     finally:
         _CHAIN.reset(token)
