@@ -24,13 +24,10 @@ from flashhub_kernels import (
 )
 from flashhub_kernels._cache.layout import Cache
 from flashhub_kernels._config import get_config
-from flashhub_kernels._lockfiles.format import (
-    LOCKFILE_NAME,
-    parse_lockfile,
-    read_lockfile,
-    read_project,
-)
-from flashhub_kernels._lockfiles.locking import download_locked, lock_project
+from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, parse_lockfile, read_lockfile
+from flashhub_kernels._lockfiles.pinning import lock_project
+from flashhub_kernels._lockfiles.predownload import download_locked
+from flashhub_kernels._lockfiles.project import read_project
 from flashhub_kernels._models.manifest import parse_metadata
 from flashhub_kernels.errors import (
     IntegrityError,
