@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
 from .._cache.versions_seen import check_newest
-from .._config import Config, get_config
+from .._config import PYPROJECT_NAME, Config, get_config
 from .._models.kernel_metadata import dependency_label, format_cycle, read_kernel_metadata
 from .._models.manifest import MANIFEST_NAME
 from .._models.names import RepoInfo
@@ -85,7 +85,8 @@ def lock_project(
     Raises:
         ValueError: a name in ``variants`` is not a variant name.
         LockfileError: the project or a range is malformed, nothing matches, or a
-            requested variant is not published.
+            requested variant is not published; one error names every declared kernel
+            that cannot be locked, each with its reason.
         RollbackError: the lock would move a kernel down, and not ``allow_downgrade``;
             nothing is written.
     """
@@ -99,17 +100,14 @@ def lock_project(
         )
     locked: dict[RepoInfo, LockedKernel] = {}  # every kernel locked, dependencies too
     with remote(config) as fetcher:
-        kernels = {
-            repo_id: lock_kernel(
-                fetcher,
-                repo_id,
-                specifier,
-                variants=wanted,
-                allow_downgrade=allow_downgrade,
-                locked=locked,
-            )
-            for repo_id, specifier in sorted(settings.dependencies.items())
-        }
+        kernels = _lock_declared(
+            fetcher,
+            settings.dependencies,
+            project / PYPROJECT_NAME,
+            variants=wanted,
+            allow_downgrade=allow_downgrade,
+            locked=locked,
+        )
     path = project / LOCKFILE_NAME
     if not allow_downgrade:
         _refuse_downgrades(path, kernels)
@@ -118,6 +116,55 @@ def lock_project(
     lock = Lockfile(kernels, str(path), dependencies)
     write_atomic(path, lock.to_bytes())
     return lock
+
+
+def _lock_declared(
+    fetcher: Fetcher,
+    dependencies: dict[str, str],
+    pyproject: Path,
+    *,
+    variants: Sequence[str],
+    allow_downgrade: bool,
+    locked: dict[RepoInfo, LockedKernel],
+) -> dict[str, LockedKernel]:
+    """:func:`lock_kernel` for each declared kernel, by repo id. When some cannot be
+    locked, the error says why for each of them: one's own, or one naming them all."""
+    kernels: dict[str, LockedKernel] = {}
+    errors: list[LockfileError] = []
+    for repo_id, specifier in sorted(dependencies.items()):
+        try:
+            kernels[repo_id] = lock_kernel(
+                fetcher,
+                repo_id,
+                specifier,
+                variants=variants,
+                allow_downgrade=allow_downgrade,
+                locked=locked,
+            )
+        except LockfileError as exc:
+            errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise _all_errors(errors, pyproject)
+    return kernels
+
+
+def _all_errors(errors: Sequence[LockfileError], pyproject: Path) -> LockfileError:
+    """One error listing ``errors``, each about a kernel ``pyproject`` declares, and
+    their hints."""
+    listed = "\n  ".join(error.message.replace("\n", "\n    ") for error in errors)
+    any_cli_hint = any(error.cli_hint for error in errors)
+    return LockfileError(
+        f"{len(errors)} of the kernels {pyproject} declares cannot be locked:\n  {listed}",
+        hint=_joined(error.hint for error in errors),
+        cli_hint=_joined(e.cli_hint or e.hint for e in errors) if any_cli_hint else None,
+    )
+
+
+def _joined(hints: Iterable[str | None]) -> str | None:
+    """The distinct ``hints``, in order, as one; ``None`` when there is none."""
+    return "; ".join(dict.fromkeys(filter(None, hints))) or None
 
 
 def _refuse_downgrades(path: Path, kernels: dict[str, LockedKernel]) -> None:
