@@ -12,7 +12,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
-from flashhub_kernels._lockfiles.locking import lock_project
+from flashhub_kernels._lockfiles.pinning import lock_project
 from flashhub_kernels._variants.system import SystemInfo, detect_system
 from flashhub_kernels.errors import NoCompatibleVariantError
 from support.cdn_server import CdnServer

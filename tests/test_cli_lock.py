@@ -14,7 +14,7 @@ import pytest
 from conftest import MakeProject, run_python
 from flashhub_kernels import get_kernel, get_locked_kernel, load_kernel
 from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, read_lockfile
-from flashhub_kernels._lockfiles.locking import lock_project
+from flashhub_kernels._lockfiles.pinning import lock_project
 from flashhub_kernels._signing.statements import generate_signing_key, write_key_pair
 from support.cdn_server import CdnServer
 from support.cli_runner import OFFLINE, flashhub, ok_json, refused_offline
@@ -374,3 +374,19 @@ def test_lock_reports_every_bad_entry_of_the_project(tmp_path: Path) -> None:
         assert says in result.stderr
     assert "acme/good" not in result.stderr
     assert not (tmp_path / LOCKFILE_NAME).exists()
+
+
+def test_lock_names_every_declared_kernel_the_cdn_cannot_resolve(
+    project: Path, cdn: CdnServer
+) -> None:
+    write_kernel(cdn.root, "acme/other", 1, [UNIVERSAL])
+    write_project(project, {"acme/absent": ">=1", "acme/other": 1, REPO: ">=7"})
+
+    result = flashhub("lock", project)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "2 of the kernels" in result.stderr
+    assert "acme/absent has no versions.json on the CDN" in result.stderr
+    assert f"no published version of {REPO} matches '>=7' (published: 1, 2, 3)" in result.stderr
+    assert "acme/other" not in result.stderr
+    assert not lockfile_of(project).exists()

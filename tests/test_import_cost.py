@@ -74,8 +74,14 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._network.object_store",  # and fsspec, s3fs, botocore: object stores only
     "flashhub_kernels._network.fsspec_mirror",
     "flashhub_kernels._loading.local",
-    "flashhub_kernels._lockfiles.locking",
     "flashhub_kernels._lockfiles.format",
+    "flashhub_kernels._lockfiles.project",
+    "flashhub_kernels._lockfiles.discovery",
+    "flashhub_kernels._lockfiles.cache_check",
+    "flashhub_kernels._lockfiles.locked_loading",
+    "flashhub_kernels._lockfiles.predownload",
+    "flashhub_kernels._lockfiles.pinning",
+    "flashhub_kernels._lockfiles.offline_check",
     "flashhub_kernels._native",  # the kernel loaded here has no native library
     "flashhub_kernels._utils.filesystem",  # a warm load writes nothing
 ]

@@ -239,7 +239,7 @@ def test_locked_layer_repository_in_a_mapping(
     cdn: CdnServer, x: torch.Tensor, tmp_path: Path
 ) -> None:
     from flashhub_kernels import LockedLayerRepository
-    from flashhub_kernels._lockfiles.locking import lock_project
+    from flashhub_kernels._lockfiles.pinning import lock_project
     from support.projects import write_project
 
     publish_layers(cdn, "acme/silu-layers", "locked")
@@ -1489,7 +1489,7 @@ def test_function_and_layer_kernels_replace_each_other(
 
 @deprecated
 def test_locked_func_repository(cdn: CdnServer, tmp_path: Path) -> None:
-    from flashhub_kernels._lockfiles.locking import lock_project
+    from flashhub_kernels._lockfiles.pinning import lock_project
     from support.projects import write_project
 
     publish_layers(cdn, "acme/silu-layers", "locked")

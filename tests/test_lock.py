@@ -24,13 +24,10 @@ from flashhub_kernels import (
 )
 from flashhub_kernels._cache.layout import Cache
 from flashhub_kernels._config import get_config
-from flashhub_kernels._lockfiles.format import (
-    LOCKFILE_NAME,
-    parse_lockfile,
-    read_lockfile,
-    read_project,
-)
-from flashhub_kernels._lockfiles.locking import download_locked, lock_project
+from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, parse_lockfile, read_lockfile
+from flashhub_kernels._lockfiles.pinning import lock_project
+from flashhub_kernels._lockfiles.predownload import download_locked
+from flashhub_kernels._lockfiles.project import read_project
 from flashhub_kernels._models.manifest import parse_metadata
 from flashhub_kernels.errors import (
     IntegrityError,
@@ -240,6 +237,27 @@ def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(
     """
     output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"})
     assert output.split() == [f"{REPO}@v2:{LOCAL}", "True", "[]"]
+
+
+def test_a_warm_load_kernel_imports_no_network_module(project: Path, cdn: CdnServer) -> None:
+    """Online too: the cache-only path never imports the download path."""
+    download_locked(lock_project(project))
+    cdn.clear_log()
+    code = f"""
+        import sys
+        from flashhub_kernels import load_kernel
+        module = load_kernel({REPO!r}, lockfile={str(lockfile_of(project))!r})
+        network = sorted(
+            name
+            for name in sys.modules
+            if name.split(".")[:2] == ["flashhub_kernels", "_network"]
+            or name.split(".")[0] in ("requests", "urllib3")
+        )
+        print(module.marker(), network)
+    """
+    output = run_python(textwrap.dedent(code))
+    assert output.split() == [f"{REPO}@v2:{LOCAL}", "[]"]
+    assert cdn.requests == []
 
 
 def test_load_kernel_with_a_cold_cache_names_flashhub_download(

@@ -91,7 +91,7 @@ def test_layer_names_and_mappings_need_no_torch(tmp_path: Path) -> None:
         }}):
             use_kernel_forward_from_hub("SiluAndMul")
             use_kernel_func_from_hub("silu_and_mul")
-        heavy = {{"torch", "flashhub_kernels._lockfiles.locking"}} & set(sys.modules)
+        heavy = {{"torch", "flashhub_kernels._lockfiles.locked_loading"}} & set(sys.modules)
         assert not heavy, heavy
     """
     run_python(textwrap.dedent(code))

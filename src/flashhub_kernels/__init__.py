@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         install_kernel,
     )
     from ._loading.kernel_deps import get_kernel_dep
-    from ._lockfiles.locking import get_locked_kernel, load_kernel
+    from ._lockfiles.locked_loading import get_locked_kernel, load_kernel
     from ._models.names import RepoInfo
     from ._variants.verdicts import VariantAccepted, VariantRejected
     from .layers import (
@@ -73,8 +73,8 @@ _LAZY = {
     "has_kernel": "._loading.api",
     "install_kernel": "._loading.api",
     "get_kernel_dep": "._loading.kernel_deps",
-    "get_locked_kernel": "._lockfiles.locking",
-    "load_kernel": "._lockfiles.locking",
+    "get_locked_kernel": "._lockfiles.locked_loading",
+    "load_kernel": "._lockfiles.locked_loading",
     "CUDAProperties": ".layers",
     "Device": ".layers",
     "FuncRepository": ".layers",

@@ -1,1 +1,1 @@
-"""Lock files: their format, locking a project's kernels, loading what a lock pins."""
+"""Lock files: their format, locking a project's kernels, fetching and loading what a lock pins."""

@@ -1,11 +1,8 @@
-"""``flashhub.lock`` and ``[tool.flashhub.dependencies]``: format, parsing, validation.
+"""The ``flashhub.lock`` format: the records of a lock, parsing, validation.
 
-No network here. A project declares version ranges in ``pyproject.toml``::
-
-    [tool.flashhub.dependencies]
-    "sdq/audio-codebook-primitives" = ">=1,<3"
-
-and ``flashhub lock`` pins each one in ``flashhub.lock`` (JSON, stable byte form)::
+No network here. ``flashhub lock`` pins each range a project declares (see
+:mod:`~flashhub_kernels._lockfiles.project`) in ``flashhub.lock``, JSON in a stable
+byte form::
 
     {
       "kernels": [
@@ -30,8 +27,6 @@ that signed its manifest. A load that checks signatures then refuses another sig
 A kernel whose version has no ``variants.json`` is locked with the variants found by
 probing, and its entry says so: ``"variants_source": "probed"``. Without the key the
 variants are the whole ``variants.json`` (``"published"``), as in every older lock.
-For such versions ``[tool.flashhub] variants = ["<variant>", ...]`` names variants to
-lock besides those the locking machine can load.
 
 A kernel whose variants depend on other kernels (``kernel-depends`` in their
 ``metadata.json``) lists them in ``"kernel_depends"``: ``[{"repo_id": ..., "version":
@@ -45,21 +40,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from .._config import PYPROJECT_NAME
 from .._models.kernel_metadata import dependency_label, format_cycle
 from .._models.manifest import dump_json, parse_capped
 from .._models.names import RepoInfo, check_version, parse_repo_id
+from .._models.record import Record
 from .._signing.trusted_keys import is_key_id
-from .._utils.pyproject import load_toml, lookup
-from .._variants.grammar import parse_variant
 from ..errors import LockfileError
-
-if TYPE_CHECKING:
-    from packaging.specifiers import SpecifierSet
 
 LOCKFILE_NAME = "flashhub.lock"
 FORMAT_VERSION = 1
@@ -78,19 +67,7 @@ def check_variant_name(name: object) -> str:
     return name
 
 
-def check_lockable_variant(name: object) -> str:
-    """Return ``name`` if a project may ask to lock it; raise ``ValueError`` otherwise.
-
-    Stricter than :func:`check_variant_name`: the name must follow the variant grammar,
-    since a name no system can load would only be dead weight in a lock.
-    """
-    checked = check_variant_name(name)
-    parse_variant(checked)  # its VariantNameError is a ValueError
-    return checked
-
-
-@dataclass(frozen=True)
-class LockedKernel:
+class LockedKernel(Record):
     """One kernel pinned by a lock: a version and the content hash of each variant.
 
     ``variants_source`` is ``"published"`` when ``variants`` is the version's whole
@@ -101,12 +78,25 @@ class LockedKernel:
     repo_id: str
     version: int
     variants: Mapping[str, str]  # variant name -> "sha256-<hex>"
-    specifier: str = ""
-    variants_source: VariantsSource = "published"
+    specifier: str
+    variants_source: VariantsSource
     # variant name -> id of the trusted key that signed its manifest when it was locked
-    signers: Mapping[str, str] = field(default_factory=dict)
+    signers: Mapping[str, str]
     # The locked kernels its variants depend on (kernel-depends), in repo order.
-    dependencies: tuple[LockedKernel, ...] = ()
+    dependencies: tuple[LockedKernel, ...]
+
+    def __init__(
+        self,
+        repo_id: str,
+        version: int,
+        variants: Mapping[str, str],
+        specifier: str = "",
+        variants_source: VariantsSource = "published",
+        signers: Mapping[str, str] | None = None,
+        dependencies: tuple[LockedKernel, ...] = (),
+    ) -> None:
+        signers = {} if signers is None else signers
+        self._init(repo_id, version, variants, specifier, variants_source, signers, dependencies)
 
     @property
     def info(self) -> RepoInfo:
@@ -151,14 +141,21 @@ class LockedKernel:
         return pins | {"signer": signer} if signer else pins
 
 
-@dataclass(frozen=True)
-class Lockfile:
+class Lockfile(Record):
     """A parsed ``flashhub.lock``. ``source`` says where it came from, for messages."""
 
     kernels: Mapping[str, LockedKernel]
-    source: str = LOCKFILE_NAME
+    source: str
     # The kernels locked only because a locked kernel depends on them.
-    dependencies: Mapping[RepoInfo, LockedKernel] = field(default_factory=dict)
+    dependencies: Mapping[RepoInfo, LockedKernel]
+
+    def __init__(
+        self,
+        kernels: Mapping[str, LockedKernel],
+        source: str = LOCKFILE_NAME,
+        dependencies: Mapping[RepoInfo, LockedKernel] | None = None,
+    ) -> None:
+        self._init(kernels, source, {} if dependencies is None else dependencies)
 
     def entries(self) -> list[LockedKernel]:
         """Every locked kernel: those declared, then the dependencies, each in repo order."""
@@ -287,7 +284,7 @@ def _link(entries: Mapping[RepoInfo, _Parsed], source: str) -> dict[RepoInfo, Lo
                     hint=_REGENERATE,
                 )
         deps = tuple(link(dep, (*chain, info)) for dep in depends)
-        linked[info] = replace(locked, dependencies=deps)
+        linked[info] = locked._replace(dependencies=deps)
         return linked[info]
 
     for info in entries:
@@ -362,119 +359,3 @@ def _variants_source(item: dict[str, Any], repo_id: str) -> VariantsSource:
         if source == known:
             return known
     raise ValueError(f'{repo_id}: "variants_source" must be "published" or "probed"')
-
-
-# -- reading pyproject.toml -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Project:
-    """What a project's ``pyproject.toml`` asks ``flashhub lock`` for.
-
-    ``dependencies`` maps each repo id to its version specifier; ``variants`` are the
-    variant names to lock besides the probed ones, for versions without ``variants.json``.
-    """
-
-    dependencies: dict[str, str]
-    variants: tuple[str, ...] = ()
-
-
-def read_project(project_dir: Path) -> Project:
-    """``[tool.flashhub.dependencies]`` and ``[tool.flashhub] variants`` of the project.
-
-    Without ``[tool.flashhub.dependencies]``, Hugging Face kernels' ``[tool.kernels.dependencies]``
-    is read in its place (the same forms).
-
-    A dependency's value is a PEP 440 specifier string (``">=1,<3"``, ``"==2"``, ``""``
-    for any) or an integer, which means exactly that version. ``variants`` is a list of
-    variant names such as ``"torch212-cxx11-cu126-x86_64-linux"``.
-    """
-    path = project_dir / PYPROJECT_NAME
-    try:
-        document = load_toml(path.read_bytes())
-    except FileNotFoundError:
-        raise LockfileError(
-            f"{path} does not exist",
-            hint="pass the project directory that holds pyproject.toml",
-        ) from None
-    except ValueError as exc:
-        raise LockfileError(f"{path} {exc}", hint="fix the file's TOML") from None
-    problems: list[tuple[str, str]] = []  # (what is wrong, how to write it)
-    project = Project(_dependencies(document, path, problems), _variants(document, problems))
-    if problems:
-        hints = dict.fromkeys(hint for _, hint in problems)
-        listed = "\n  ".join(problem for problem, _ in problems)
-        raise LockfileError(
-            f"{path}: {listed}" if len(problems) == 1 else f"{path}:\n  {listed}",
-            hint="; ".join(hints),
-        )
-    return project
-
-
-_DEPENDENCY_HINT = 'write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)'
-_VARIANTS_HINT = 'write variants as ["torch212-cxx11-cu126-x86_64-linux", ...]'
-
-
-# Ours, then Hugging Face kernels' table, so that its projects lock unchanged.
-_DEPENDENCY_TABLES = (("tool", "flashhub", "dependencies"), ("tool", "kernels", "dependencies"))
-
-
-def _dependencies(
-    document: dict[str, Any], path: Path, problems: list[tuple[str, str]]
-) -> dict[str, str]:
-    """The dependency table's valid entries; what is wrong with each other one goes to
-    ``problems``, so that one error lists them all."""
-    for keys in _DEPENDENCY_TABLES:
-        table = lookup(document, *keys)
-        if table is not None:
-            break
-    if not isinstance(table, dict) or not table:
-        raise LockfileError(
-            f"{path} declares no kernels",
-            hint='add them under [tool.flashhub.dependencies], e.g. "org/pkg" = ">=1"',
-        )
-    name = ".".join(keys)
-    dependencies = {}
-    for repo_id, value in table.items():
-        try:
-            parse_repo_id(repo_id)
-            dependencies[repo_id] = _specifier(value)
-        except ValueError as exc:
-            problems.append((f"[{name}] {repo_id!r}: {exc}", _DEPENDENCY_HINT))
-    return dependencies
-
-
-def _variants(document: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, ...]:
-    """``[tool.flashhub] variants``, valid names only; the others go to ``problems``."""
-    names = lookup(document, "tool", "flashhub", "variants")
-    if names is None:
-        return ()
-    if not isinstance(names, list):
-        problems.append(("[tool.flashhub] variants must be a list", _VARIANTS_HINT))
-        return ()
-    checked = []
-    for name in names:
-        try:
-            checked.append(check_lockable_variant(name))
-        except ValueError as exc:
-            problems.append((f"[tool.flashhub] variants: {exc}", _VARIANTS_HINT))
-    return tuple(dict.fromkeys(checked))
-
-
-def _specifier(value: object) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"=={check_version(value)}"
-    if not isinstance(value, str):
-        raise ValueError(f"the version range must be a string, got {value!r}")
-    parse_specifier(value)
-    return value
-
-
-def parse_specifier(text: str) -> SpecifierSet:
-    """``text`` as a ``packaging`` ``SpecifierSet``; ``ValueError`` if it is not PEP 440."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    try:
-        return SpecifierSet(text)
-    except InvalidSpecifier:
-        raise ValueError(f"{text!r} is not a version range such as '>=1,<3'") from None

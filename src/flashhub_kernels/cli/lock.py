@@ -24,7 +24,7 @@ from ._common import (
 
 
 def _variant_arg(value: str) -> str:
-    from .._lockfiles.format import check_lockable_variant
+    from .._lockfiles.project import check_lockable_variant
 
     return usage_checked(check_lockable_variant, value)
 
@@ -53,7 +53,7 @@ def _lock_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _lock(args: argparse.Namespace) -> int:
-    from .._lockfiles.locking import lock_project
+    from .._lockfiles.pinning import lock_project
 
     # Offline, lock_project checks the existing lock against the cache and writes nothing.
     written = not get_config().offline
@@ -90,7 +90,7 @@ def _download_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from .._lockfiles.locking import download_locked
+    from .._lockfiles.predownload import download_locked
 
     chooses = args.system or args.cuda_capability or args.rocm_arch
     if args.all_variants and chooses:

@@ -125,7 +125,8 @@ class _FromLockfile:
 
     def load_kernel(self) -> ModuleType:
         """``get_locked_kernel(repo_id)`` with this object's lock file."""
-        from .._lockfiles.locking import find_lockfile, load_locked
+        from .._lockfiles.discovery import find_lockfile
+        from .._lockfiles.locked_loading import load_locked
 
         lock = find_lockfile(self.lockfile, package=self._package)
         return load_locked(lock.kernel(self.repo_id), download=True)

@@ -1,0 +1,101 @@
+"""The cache checked against a lock: the locked variant a system loads, and its entry.
+
+No network here: loading what a lock pins from the cache (:func:`~flashhub_kernels.load_kernel`)
+needs nothing more. A cache entry's receipt records the content hash of the manifest
+its files were verified against, so comparing it with the lock pins every byte without
+re-hashing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._cache.layout import Cache, VariantIndex
+from .._config import get_config
+from .._variants.choice import choose_variant
+from .._variants.grammar import as_variant
+from .._variants.probing import candidate_names
+from .._variants.verdicts import (
+    VariantAccepted,
+    best_variant,
+    format_trace,
+    judge_builds,
+    judge_variants,
+)
+from ..errors import NoCompatibleVariantError
+from .project import VARIANT_OPTIONS
+
+if TYPE_CHECKING:
+    from .._variants.compat import TargetOf
+    from .._variants.system import SystemInfo
+    from .format import LockedKernel
+
+
+def locked_variant(
+    locked: LockedKernel, system: SystemInfo, target_of: TargetOf | None = None
+) -> str:
+    """The locked variant ``system`` loads: the one the CDN's ``variants.json`` gives it,
+    or for a probed version the first locked one in the order a probe asks for them.
+    ``target_of`` reads the devices a variant declares (see ``judge_builds``)."""
+    if not locked.probed:
+        published = VariantIndex(True, frozenset(locked.variants))
+        return choose_variant(published, locked.info, system, target_of)
+    read = target_of or _unknown_target
+    in_probe_order = [
+        VariantAccepted(as_variant(name))
+        for name in candidate_names(system)
+        if name in locked.variants
+    ]
+    chosen = best_variant(judge_builds(in_probe_order, system, read))
+    if chosen is not None:
+        return chosen
+    verdicts = judge_variants(sorted(locked.variants), system)
+    trace = format_trace(judge_builds(verdicts, system, read, first_fit=False))
+    raise NoCompatibleVariantError(
+        f"{locked.info} has no variants.json, and none of the variants the lock pins for it "
+        f"fits this system ({system.describe()}):\n{trace}",
+        hint=f"lock this system's variant too, with {VARIANT_OPTIONS}",
+    )
+
+
+def _unknown_target(variant: str) -> None:
+    """What a lock alone knows of the devices a variant declares: nothing."""
+    return None
+
+
+def lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
+    """What the lock tells the cache about the variants of the locked version.
+
+    A published lock holds the whole ``variants.json``. A probed one holds variants that
+    exist; for ``system``, the names a probe would ask for before its locked variant are
+    recorded as absent, so that the warm path, and so the import hook, picks the locked
+    variant. On the machine that locked, those names were probed and are absent indeed;
+    elsewhere the lock stands for the CDN.
+    """
+    present = frozenset(locked.variants)
+    if not locked.probed:
+        return VariantIndex(True, present)
+    if system is None:
+        return VariantIndex(False, present)
+    candidates = candidate_names(system)
+    before = candidates[: candidates.index(locked_variant(locked, system))]
+    return VariantIndex(False, present, frozenset(before))
+
+
+def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
+    """The cache entry of a locked variant if it holds the locked bytes; else why not."""
+    entry = cache.entry_dir(locked.info, variant)
+    receipt = cache.read_receipt(entry)
+    if receipt is None:
+        return None, "it is not in the cache"
+    expected = locked.variants[variant]
+    if receipt.content_hash != expected:
+        return None, f"the cached copy is {receipt.content_hash}, the lock pins {expected}"
+    changed = receipt.changed_file(entry)
+    if changed is not None:
+        return None, f"{entry / changed} was modified after it was verified"
+    signer = locked.signers.get(variant)
+    if not get_config().accepts_signer(locked.info.org, receipt.signer, locked=signer):
+        return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
+    return entry, ""

@@ -1,0 +1,125 @@
+"""Loading what a lock pins: :func:`load_kernel` from the cache, :func:`get_locked_kernel`.
+
+Both check the cache entry against the lock, then import the kernel through the import
+hook, so the module is the one ``import flashhub.<org>.<pkg>.v<N>`` gives.
+:func:`load_kernel` never downloads, and imports nothing of the download path: only
+:func:`get_locked_kernel`, when the cache lacks a locked variant, imports
+:mod:`~flashhub_kernels._lockfiles.predownload` and the network modules.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from .._cache.layout import Cache
+from .._cache.staging import record_index
+from .._config import get_config
+from .._loading.api import get_kernel
+from .._utils.callers import caller_package
+from .._utils.text import escape_controls
+from .._variants.choice import cached_targets
+from .._variants.compat import pick_cached_variant
+from .._variants.named_system import target_system
+from ..errors import LockfileError
+from .cache_check import cached_entry, lock_index, locked_variant
+from .discovery import StrPath, find_lockfile
+from .project import VARIANT_OPTIONS
+
+if TYPE_CHECKING:
+    from .._variants.system import SystemInfo
+    from .format import LockedKernel
+
+_DOWNLOAD_HINT = "run `flashhub download` in the project directory, with network access"
+
+
+def load_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> ModuleType:
+    """Import a locked kernel from the cache only; never touches the network.
+
+    The cache entry of the variant this system loads must hold exactly the bytes the
+    lock pins (``flashhub download`` puts it there). Returns the same module object as
+    ``import flashhub.<org>.<pkg>.v<N>``.
+
+    Args:
+        repo_id: ``"<org>/<pkg>"``, as in ``[tool.flashhub.dependencies]``.
+        lockfile: The lock to use. By default, ``flashhub.lock`` shipped in the calling
+            package (package data next to its top-level ``__init__.py``, or in its
+            distribution's metadata), else ``./flashhub.lock``.
+
+    Raises:
+        LockfileError: no lock is found, it does not lock ``repo_id``, or the cache does
+            not hold the locked bytes (the message says which).
+    """
+    locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
+    return load_locked(locked, download=False)
+
+
+def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> ModuleType:
+    """Import a locked kernel, downloading its variant first when the cache lacks it.
+
+    Like :func:`load_kernel`, but fetches a missing variant from the CDN and checks
+    its manifest against the lock before any of its files is imported.
+
+    Raises:
+        LockfileError: no lock is found, or it does not lock ``repo_id``.
+        LockMismatchError: the CDN serves other bytes than the lock pins.
+        KernelImportError: the variant cannot be fetched or verified.
+    """
+    locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
+    return load_locked(locked, download=True)
+
+
+def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
+    """Import a locked kernel once the cache holds the locked bytes of it and of every
+    kernel it depends on (fetched first when ``download``, and not offline)."""
+    config = get_config()
+    cache, system = Cache.from_config(config), target_system(None)
+    tree = locked.tree()
+    variants = {
+        node.info: locked_variant(node, system, cached_targets(cache, node.info)) for node in tree
+    }
+    missing = []
+    for node in tree:
+        entry, why = cached_entry(cache, node, variants[node.info])
+        if entry is None:
+            missing.append((node, why))
+    if missing and (not download or config.offline):
+        node, why = missing[0]
+        needed = f", which {locked.info} depends on," if node is not locked else ""
+        offline = "unset FLASHHUB_OFFLINE, or " if download else ""
+        raise LockfileError(
+            f"locked kernel {node.info} (variant {variants[node.info]}){needed} cannot be "
+            f"loaded: {why}",
+            hint=offline + _DOWNLOAD_HINT,
+        )
+    if missing:
+        from .predownload import fetch_locked_variants  # the download path, and the network
+
+        fetch_locked_variants(config, cache, [(node, variants[node.info]) for node, _ in missing])
+    for node in tree:
+        _check_cached_choice(cache, node, variants[node.info], system)
+    return get_kernel(locked.repo_id, version=locked.version)
+
+
+def _check_cached_choice(
+    cache: Cache, locked: LockedKernel, variant: str, system: SystemInfo
+) -> None:
+    """Make the import hook's warm path pick the locked ``variant``, just checked, as the
+    import of the kernel (or of a kernel depending on it) will."""
+    record_index(cache, locked.info, lock_index(locked, system))
+    index = cache.read_index(locked.info)
+    cached = functools.partial(cache.read_target, locked.info)
+    picked = pick_cached_variant(index, system, cached) if index is not None else None
+    if locked.probed and picked is not None and picked not in locked.variants:
+        raise LockfileError(
+            f"{locked.info} publishes variant {escape_controls(picked)} for this system, "
+            "which the lock does not pin (it has no variants.json, and the lock holds "
+            "the variants a probe found where it was made)",
+            hint=f"lock it too, with {VARIANT_OPTIONS}",
+        )
+    if picked != variant:
+        raise LockfileError(
+            f"the cache's variant list for {locked.info} disagrees with the lock",
+            hint="run `flashhub cache clear`, then `flashhub download`",
+        )

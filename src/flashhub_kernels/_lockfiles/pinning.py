@@ -1,0 +1,364 @@
+"""Locking a project: each declared range pinned on the CDN, with every variant's hash.
+
+:func:`lock_project` resolves ``[tool.flashhub.dependencies]`` against each kernel's
+``versions.json`` and records the content hash of every published variant (or, for a
+version without ``variants.json``, of every variant a probe finds), and of every kernel
+they depend on, in ``flashhub.lock``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._cache.layout import Cache
+from .._cache.versions_seen import check_newest
+from .._config import PYPROJECT_NAME, Config, get_config
+from .._constants import MANIFEST_NAME
+from .._models.kernel_metadata import dependency_label, format_cycle, read_kernel_metadata
+from .._models.names import RepoInfo
+from .._network.documents import (
+    ManifestDocument,
+    NotPublished,
+    get_listed_manifest,
+    get_manifest,
+    get_variant_names,
+)
+from .._network.download import newest_fitting_version, published_versions, remote
+from .._utils.filesystem import write_atomic
+from .._variants.named_system import target_system
+from .._variants.probing import candidate_names
+from ..errors import LockfileError, RollbackError
+from .format import (
+    LOCKFILE_NAME,
+    LockedKernel,
+    Lockfile,
+    VariantsSource,
+    check_variant_name,
+    read_lockfile,
+)
+from .offline_check import check_lock_offline
+from .project import (
+    VARIANT_OPTIONS,
+    check_lockable_variant,
+    parse_specifier,
+    read_project,
+    variants_noun,
+)
+
+if TYPE_CHECKING:
+    from .._network.transport import Fetcher
+    from .discovery import StrPath
+
+# A small server such as `python -m http.server` queues 5 connections; one more than
+# that waits a second for its SYN to be sent again.
+_PARALLEL_PROBES = 4
+
+
+def lock_project(
+    project_dir: StrPath,
+    *,
+    variants: Iterable[str] = (),
+    config: Config | None = None,
+    allow_downgrade: bool = False,
+) -> Lockfile:
+    """Resolve the project's kernel ranges on the CDN and write ``<project_dir>/flashhub.lock``.
+
+    Each range resolves to the newest matching version in the kernel's ``versions.json``;
+    every variant its ``variants.json`` lists is pinned by content hash. A version
+    without ``variants.json`` is locked with the variants this system can load that
+    exist (found by probing), plus ``variants`` and the project's
+    ``[tool.flashhub] variants``, each of which must exist.
+
+    With ``FLASHHUB_OFFLINE=1`` nothing is fetched and nothing is written: the existing
+    lock is checked against the project and the cache
+    (:func:`~flashhub_kernels._lockfiles.offline_check.check_lock_offline`) and returned.
+
+    A re-lock never moves a kernel to a lower version on its own: unless
+    ``allow_downgrade``, it is refused when the existing lock pins a higher version that
+    the declared range still admits, or when a ``versions.json`` ends below the newest
+    version this machine has seen listed (both are what a replayed, older
+    ``versions.json`` looks like).
+
+    Raises:
+        ValueError: a name in ``variants`` is not a variant name.
+        LockfileError: the project or a range is malformed, nothing matches, or a
+            requested variant is not published; one error names every declared kernel
+            that cannot be locked, each with its reason.
+        RollbackError: the lock would move a kernel down, and not ``allow_downgrade``;
+            nothing is written.
+    """
+    project = Path(project_dir)
+    settings = read_project(project)
+    wanted = tuple(dict.fromkeys([*settings.variants, *map(check_lockable_variant, variants)]))
+    config = config or get_config(project_dir=project)  # its [tool.flashhub] trusted-keys
+    if config.offline:
+        return check_lock_offline(
+            project, settings.dependencies, Cache.from_config(config), variants=wanted
+        )
+    locked: dict[RepoInfo, LockedKernel] = {}  # every kernel locked, dependencies too
+    with remote(config) as fetcher:
+        kernels = _lock_declared(
+            fetcher,
+            settings.dependencies,
+            project / PYPROJECT_NAME,
+            variants=wanted,
+            allow_downgrade=allow_downgrade,
+            locked=locked,
+        )
+    path = project / LOCKFILE_NAME
+    if not allow_downgrade:
+        _refuse_downgrades(path, kernels)
+    declared = {kernel.info for kernel in kernels.values()}
+    dependencies = {info: dep for info, dep in locked.items() if info not in declared}
+    lock = Lockfile(kernels, str(path), dependencies)
+    write_atomic(path, lock.to_bytes())
+    return lock
+
+
+def _lock_declared(
+    fetcher: Fetcher,
+    dependencies: dict[str, str],
+    pyproject: Path,
+    *,
+    variants: Sequence[str],
+    allow_downgrade: bool,
+    locked: dict[RepoInfo, LockedKernel],
+) -> dict[str, LockedKernel]:
+    """:func:`lock_kernel` for each declared kernel, by repo id. When some cannot be
+    locked, the error says why for each of them: one's own, or one naming them all."""
+    kernels: dict[str, LockedKernel] = {}
+    errors: list[LockfileError] = []
+    for repo_id, specifier in sorted(dependencies.items()):
+        try:
+            kernels[repo_id] = lock_kernel(
+                fetcher,
+                repo_id,
+                specifier,
+                variants=variants,
+                allow_downgrade=allow_downgrade,
+                locked=locked,
+            )
+        except LockfileError as exc:
+            errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise _all_errors(errors, pyproject)
+    return kernels
+
+
+def _all_errors(errors: Sequence[LockfileError], pyproject: Path) -> LockfileError:
+    """One error listing ``errors``, each about a kernel ``pyproject`` declares, and
+    their hints."""
+    listed = "\n  ".join(error.message.replace("\n", "\n    ") for error in errors)
+    any_cli_hint = any(error.cli_hint for error in errors)
+    return LockfileError(
+        f"{len(errors)} of the kernels {pyproject} declares cannot be locked:\n  {listed}",
+        hint=_joined(error.hint for error in errors),
+        cli_hint=_joined(e.cli_hint or e.hint for e in errors) if any_cli_hint else None,
+    )
+
+
+def _joined(hints: Iterable[str | None]) -> str | None:
+    """The distinct ``hints``, in order, as one; ``None`` when there is none."""
+    return "; ".join(dict.fromkeys(filter(None, hints))) or None
+
+
+def _refuse_downgrades(path: Path, kernels: dict[str, LockedKernel]) -> None:
+    """Refuse to replace the lock at ``path`` when it pins a kernel at a higher version
+    than ``kernels`` do, that the declared range still admits: the CDN's versions.json
+    no longer lists it. A lower version the range now asks for (``==1`` after ``>=1``)
+    is the user's choice, and a lock that cannot be read is replaced as it is."""
+    try:
+        previous = read_lockfile(path) if path.is_file() else None
+    except LockfileError:
+        return
+    if previous is None:
+        return
+    moves = [
+        f"{repo_id} from v{old.version} down to v{new.version}"
+        for repo_id, new in sorted(kernels.items())
+        if (old := previous.kernels.get(repo_id)) is not None
+        and new.version < old.version
+        and parse_specifier(new.specifier).contains(str(old.version))
+    ]
+    if moves:
+        raise RollbackError(
+            f"re-locking {path} would move {'; '.join(moves)}, though the declared range "
+            "still admits the locked version: the CDN's versions.json no longer lists it "
+            "(a mirror that is behind, or an old copy replayed); nothing was written",
+            hint="check the CDN; if the newer version was withdrawn on purpose, lock again "
+            "with allow_downgrade=True",
+            cli_hint="check the CDN; if the newer version was withdrawn on purpose, run "
+            "`flashhub lock --allow-downgrade`",
+        )
+
+
+def lock_kernel(
+    fetcher: Fetcher,
+    repo_id: str,
+    specifier: str,
+    *,
+    variants: Sequence[str] = (),
+    allow_downgrade: bool = False,
+    locked: dict[RepoInfo, LockedKernel] | None = None,
+) -> LockedKernel:
+    """Pin the newest version of ``repo_id`` in ``specifier`` and all its variants, and
+    each kernel they depend on (``kernel-depends``), at the version it names.
+
+    Without ``variants.json`` a version is probed: see :func:`probe_variants`.
+    ``allow_downgrade`` accepts a ``versions.json`` older than one this machine has seen.
+    ``locked`` collects every kernel locked (dependencies too), so that a kernel several
+    others depend on is locked once.
+
+    Raises:
+        LockfileError: as :func:`lock_project`, or the dependencies form a cycle.
+    """
+    newest = _newest_matching(fetcher, repo_id, specifier, allow_older=allow_downgrade)
+    info = RepoInfo(repo_id, newest)
+    pinned = _lock_version(fetcher, info, variants, (), {} if locked is None else locked)
+    return pinned._replace(specifier=specifier)
+
+
+def _lock_version(
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variants: Sequence[str],
+    chain: tuple[str, ...],
+    locked: dict[RepoInfo, LockedKernel],
+) -> LockedKernel:
+    """Lock every variant of ``info``, and (first) the kernels they depend on.
+
+    ``chain`` names the kernels whose dependencies led here, outermost first.
+    """
+    if info in locked:
+        return locked[info]
+    names = _published_variant_names(fetcher, info)
+    if names is None:
+        found = probe_variants(fetcher, info, variants)
+    else:
+        found = {name: get_listed_manifest(fetcher, info, name) for name in names}
+    chain = (*chain, dependency_label(info))
+    dependencies = []
+    for dep in _kernel_depends(info, found):
+        if dependency_label(dep) in chain:
+            cycle = format_cycle([*chain, dependency_label(dep)])
+            raise LockfileError(
+                f"kernel dependencies form a cycle: {cycle}",
+                hint="a kernel cannot depend on itself, directly or through others: report "
+                "it to the kernels' publisher",
+            )
+        dependencies.append(_lock_version(fetcher, dep, variants, chain, locked))
+    hashes = {name: document.manifest.content_hash for name, document in found.items()}
+    signers = {name: doc.signer for name, doc in found.items() if doc.signer is not None}
+    source: VariantsSource = "published" if names is not None else "probed"
+    pinned = LockedKernel(
+        info.repo_id,
+        info.version,
+        hashes,
+        f"=={info.version}",
+        source,
+        signers,
+        tuple(dependencies),
+    )
+    locked[info] = pinned
+    return pinned
+
+
+def _kernel_depends(info: RepoInfo, found: dict[str, ManifestDocument]) -> list[RepoInfo]:
+    """The kernels any of the variants ``found`` depends on, in repo order."""
+    depends = {
+        dep.info
+        for name, document in found.items()
+        for dep in read_kernel_metadata(
+            document.manifest.document, source=f"{info}/build/{name}/{MANIFEST_NAME}"
+        ).kernel_depends
+    }
+    return sorted(depends)
+
+
+def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_older: bool) -> int:
+    versions = published_versions(fetcher, repo_id)
+    if not versions:
+        raise LockfileError(
+            f"{repo_id} has no versions.json on the CDN, so {specifier!r} cannot be resolved",
+            hint="check the repo id and FLASHHUB_CDN_URL; `flashhub publish` writes versions.json",
+        )
+    remedy = ("lock anyway with allow_downgrade=True", "run `flashhub lock --allow-downgrade`")
+    cache = Cache.from_config(fetcher.config)
+    check_newest(cache, repo_id, versions, allow_older=allow_older, remedy=remedy)
+    spec = parse_specifier(specifier)
+    matching = [v for v in versions if spec.contains(str(v))]
+    if not matching:
+        raise LockfileError(
+            f"no published version of {repo_id} matches {specifier!r} "
+            f"(published: {', '.join(map(str, versions))})",
+            hint="change the range in [tool.flashhub.dependencies]",
+        )
+    # The newest version with a build this machine loads; if none has one, the newest.
+    system = target_system(None)
+    fitting = newest_fitting_version(fetcher, repo_id, matching, system, unlisted_fits=True)
+    return fitting or matching[-1]
+
+
+def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | None:
+    """The version's ``variants.json``, or ``None`` when it has none."""
+    source = f"{info}/variants.json"
+    try:
+        names = get_variant_names(fetcher, info)
+    except NotPublished:
+        return None
+    try:
+        for name in names:
+            check_variant_name(name)
+    except ValueError as exc:
+        raise LockfileError(f"{source}: {exc}", hint="report it to the publisher") from None
+    if not names:
+        raise LockfileError(f"{source} lists no variants", hint="report it to the publisher")
+    return names
+
+
+def probe_variants(
+    fetcher: Fetcher, info: RepoInfo, variants: Sequence[str]
+) -> dict[str, ManifestDocument]:
+    """The manifest of each variant of ``info`` that a probe finds: the ones this system
+    can load that exist, and every one of ``variants``.
+
+    Every candidate is requested, not only up to the first one found as a load does, so
+    that the lock holds the variants this system would fall back on too.
+
+    Raises:
+        LockfileError: one of ``variants`` is not published, or nothing is found.
+    """
+    candidates = candidate_names(target_system(None))
+    names = list(dict.fromkeys([*candidates, *variants]))
+    with ThreadPoolExecutor(_PARALLEL_PROBES) as pool:
+        probed = pool.map(lambda name: _probe(fetcher, info, name), names)
+        found = dict(zip(names, probed, strict=True))
+    missing = [name for name in variants if found[name] is None]
+    if missing:
+        what = variants_noun(missing)
+        raise LockfileError(
+            f"{info} has no variants.json, and the requested {what} not on the CDN "
+            f"(no build/<variant>/{MANIFEST_NAME})",
+            hint=f"correct the name, or remove it from {VARIANT_OPTIONS}",
+        )
+    published = {name: document for name, document in found.items() if document is not None}
+    if not published:
+        raise LockfileError(
+            f"{info} has no variants.json, and none of the variants this system can load is "
+            f"published (probed: {', '.join(candidates)})",
+            hint=f"name the variants to lock with {VARIANT_OPTIONS}",
+        )
+    return published
+
+
+def _probe(fetcher: Fetcher, info: RepoInfo, variant: str) -> ManifestDocument | None:
+    """The manifest of ``variant`` if the CDN publishes it, else ``None``."""
+    try:
+        return get_manifest(fetcher, info, variant)
+    except NotPublished:
+        return None

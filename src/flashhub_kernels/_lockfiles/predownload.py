@@ -1,0 +1,195 @@
+"""Filling the cache with what a lock pins (``flashhub download``), each variant checked.
+
+The download path of lock files: :func:`~flashhub_kernels.get_locked_kernel` comes here
+for a variant the cache lacks; :func:`~flashhub_kernels.load_kernel` never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._cache.layout import Cache
+from .._cache.mutex import download_mutex
+from .._cache.staging import record_index
+from .._config import Config, get_config
+from .._models.record import Record
+from .._network.download import ManifestReader, make_entry, remote
+from .._variants.choice import cached_targets
+from .._variants.named_system import target_system
+from ..errors import FlashhubError, OfflineError
+from .cache_check import cached_entry, lock_index, locked_variant
+
+if TYPE_CHECKING:
+    from .._network.documents import ManifestDocument
+    from .._network.transport import Fetcher
+    from .._variants.system import SystemInfo
+    from .format import LockedKernel, Lockfile
+
+
+class LockedDownload(Record):
+    """What :func:`download_locked` did for one locked kernel variant.
+
+    ``status`` is ``"cached"``, ``"downloaded"`` or ``"failed"`` (then ``error`` says
+    why; ``variant`` is ``None`` when no locked variant fits this system).
+    """
+
+    repo_id: str
+    version: int
+    variant: str | None
+    status: str
+    path: Path | None
+    error: str | None
+
+    def __init__(
+        self,
+        repo_id: str,
+        version: int,
+        variant: str | None,
+        status: str,
+        path: Path | None = None,
+        error: str | None = None,
+    ) -> None:
+        self._init(repo_id, version, variant, status, path, error)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "repo_id": self.repo_id,
+            "version": self.version,
+            "variant": self.variant,
+            "status": self.status,
+            "path": str(self.path) if self.path else None,
+            "error": self.error,
+        }
+
+
+def download_locked(
+    lock: Lockfile,
+    *,
+    all_variants: bool = False,
+    config: Config | None = None,
+    system: SystemInfo | None = None,
+) -> list[LockedDownload]:
+    """Put every locked kernel into the cache, each checked against the lock.
+
+    Downloads the variant this system (or ``system``, another machine's: see
+    :func:`~flashhub_kernels._variants.system.system_from_variant`) loads, or with
+    ``all_variants`` every locked variant (to bake a cache for several targets). A
+    failure is reported in its result and the other kernels are still downloaded.
+    Offline (``FLASHHUB_OFFLINE``), every such variant must already be cached as locked:
+    each is reported ``cached``, else an :class:`OfflineError` names those that are not.
+    """
+    config = config or get_config()
+    cache = Cache.from_config(config)
+    system = None if all_variants else system or target_system(None)
+    if config.offline:
+        return _cached_as_locked(cache, lock, system)
+    results: list[LockedDownload] = []
+    with remote(config) as fetcher:
+        for locked in lock.entries():
+            results += _download_kernel(cache, fetcher, locked, system)
+    return results
+
+
+def _cached_as_locked(
+    cache: Cache, lock: Lockfile, system: SystemInfo | None
+) -> list[LockedDownload]:
+    """Offline: the locked variants a download would fetch, all found in the cache with
+    the locked content; else an :class:`OfflineError` naming those that are not."""
+    results, missing = [], []
+    for locked in lock.entries():
+        cached = cached_targets(cache, locked.info)
+        variants = (
+            sorted(locked.variants) if system is None else [locked_variant(locked, system, cached)]
+        )
+        for variant in variants:
+            entry, why = cached_entry(cache, locked, variant)
+            if entry is None:
+                missing.append(f"{locked.info} {variant}: {why}")
+            else:
+                results.append(
+                    LockedDownload(locked.repo_id, locked.version, variant, "cached", entry)
+                )
+    if missing:
+        raise OfflineError(
+            "downloading locked kernels needs the network, and FLASHHUB_OFFLINE is set; "
+            "not cached as locked:\n  " + "\n  ".join(missing),
+            hint="unset FLASHHUB_OFFLINE",
+        )
+    return results
+
+
+def _download_kernel(
+    cache: Cache, fetcher: Fetcher, locked: LockedKernel, system: SystemInfo | None
+) -> list[LockedDownload]:
+    reader = ManifestReader(cache, fetcher, locked.info, cache.read_index(locked.info))
+    try:
+        if system is None:
+            variants = sorted(locked.variants)
+        else:
+            variants = [locked_variant(locked, system, reader.target)]
+    except FlashhubError as exc:
+        return [LockedDownload(locked.repo_id, locked.version, None, "failed", error=str(exc))]
+    finally:
+        reader.record()  # the variants passed over: a load there passes over them too
+    results = [
+        _download_variant(cache, fetcher, locked, variant, reader.documents.get(variant))
+        for variant in variants
+    ]
+    # Offline loads pick their variant from this index, without asking the CDN.
+    record_index(cache, locked.info, lock_index(locked, system))
+    return results
+
+
+def _download_variant(
+    cache: Cache,
+    fetcher: Fetcher,
+    locked: LockedKernel,
+    variant: str,
+    document: ManifestDocument | None,
+) -> LockedDownload:
+    def result(status: str, path: Path | None = None, error: str | None = None) -> LockedDownload:
+        return LockedDownload(locked.repo_id, locked.version, variant, status, path, error)
+
+    entry, _why = cached_entry(cache, locked, variant)
+    if entry is not None:
+        return result("cached", entry)
+    try:
+        return result("downloaded", fetch_locked(cache, fetcher, locked, variant, document))
+    except FlashhubError as exc:
+        return result("failed", error=str(exc))
+
+
+def fetch_locked_variants(
+    config: Config, cache: Cache, wanted: Iterable[tuple[LockedKernel, str]]
+) -> None:
+    """Download each ``(locked kernel, variant)`` of ``wanted``, as :func:`fetch_locked` does."""
+    with remote(config) as fetcher:
+        for locked, variant in wanted:
+            fetch_locked(cache, fetcher, locked, variant)
+
+
+def fetch_locked(
+    cache: Cache,
+    fetcher: Fetcher,
+    locked: LockedKernel,
+    variant: str,
+    document: ManifestDocument | None = None,
+) -> Path:
+    """Download a locked variant into the cache; raise unless it holds the locked bytes.
+
+    The manifest (``document`` when choosing the variant fetched it already) is checked
+    against the lock before any file is fetched: a CDN object changed after locking is
+    caught even when its ``metadata.json`` was changed to match.
+    """
+    with download_mutex(cache, locked.info, variant):
+        return make_entry(
+            cache,
+            fetcher,
+            locked.info,
+            variant,
+            expected_hash=locked.variants[variant],
+            expected_signer=locked.signers.get(variant),
+            document=document,
+        ).path
