@@ -28,7 +28,8 @@ from .._network.documents import (
     get_signers,
     variant_path,
 )
-from .._network.download import fetch_index, remote
+from .._network.transport import remote
+from .._network.variant_index import fetch_index
 from .._signing.trusted_keys import shown_key_id
 from .._utils.text import escape_controls
 from .._variants.choice import target_system

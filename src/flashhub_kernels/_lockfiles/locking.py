@@ -40,13 +40,10 @@ from .._network.documents import (
     get_manifest,
     get_variant_names,
 )
-from .._network.download import (
-    ManifestReader,
-    make_entry,
-    newest_fitting_version,
-    published_versions,
-    remote,
-)
+from .._network.download import make_entry
+from .._network.transport import remote
+from .._network.variant_choice import ManifestReader, newest_fitting_version
+from .._network.versions import published_versions
 from .._utils.callers import caller_package
 from .._utils.filesystem import write_atomic
 from .._utils.text import escape_controls

@@ -21,7 +21,7 @@ import contextlib
 import functools
 import logging
 import urllib.parse
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from .._models.manifest import (
     MANIFEST_NAME,
@@ -33,6 +33,7 @@ from .._models.manifest import (
     parse_versions,
 )
 from .._models.names import RepoInfo
+from .._models.record import Record
 from .._utils.text import escape_controls
 from .._utils.urls import redact_url
 from ..errors import SignatureError, TransportError
@@ -56,14 +57,23 @@ __all__ = [
 ]
 
 
-class ManifestDocument(NamedTuple):
+class ManifestDocument(Record):
     """A variant's ``metadata.json``: its exact bytes (cached with the entry), parsed, and
     when signatures were checked, its ``metadata.json.sig`` and the key that vouched."""
 
     data: bytes
     manifest: Manifest
-    signature: bytes | None = None
-    signer: str | None = None
+    signature: bytes | None
+    signer: str | None
+
+    def __init__(
+        self,
+        data: bytes,
+        manifest: Manifest,
+        signature: bytes | None = None,
+        signer: str | None = None,
+    ) -> None:
+        self._init(data, manifest, signature, signer)
 
 
 def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
