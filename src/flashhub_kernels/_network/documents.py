@@ -120,7 +120,7 @@ def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
     For display only (``flashhub info`` with no trusted key): a name in a ``.sig`` proves
     nothing until a trusted key's signature verifies.
     """
-    from .._signing.statements import (  # only where signatures are
+    from .._signing.signature_files import (  # only where signatures are
         MAX_SIGNATURE_BYTES,
         parse_signatures,
     )
@@ -155,7 +155,8 @@ def _check_signature(
     if not config.checks_signatures(org):
         return None, None
     # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
-    from .._signing.statements import MAX_SIGNATURE_BYTES, verify_document
+    from .._signing.signature_files import MAX_SIGNATURE_BYTES
+    from .._signing.verification import verify_document
 
     try:
         signature: bytes | None = fetcher.get_bytes(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)

@@ -1,5 +1,4 @@
-"""Which variant a load takes, chosen by one process at a time under the version's
-index mutex.
+"""The variant a load takes, chosen by one process at a time under the index mutex.
 
 :func:`chosen_variant` chooses by the index the cache records when it knows enough,
 else by what one process fetches and records for every other: the version's index

@@ -1,10 +1,10 @@
-"""What a version publishes: its ``variants.json``, or without one, a probe of the
-``metadata.json`` of the variants this system could load.
+"""What a version publishes: its ``variants.json``, or a probe of the candidates.
 
-A probe is all a version published without ``variants.json`` offers: it finds the
-candidates that exist, and where the device matters, reads the devices each declares.
-When it finds none, the error says why: no such version (with the versions that are
-published), or a version with no build for this system.
+Without ``variants.json``, :func:`fetch_index` probes the ``metadata.json`` of the
+variants this system could load: it finds the candidates that exist, and where the
+device matters, reads the devices each declares. When it finds none, the error says
+why: no such version (with the versions that are published), or a version with no
+build for this system.
 """
 
 from __future__ import annotations

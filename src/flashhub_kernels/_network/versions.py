@@ -1,8 +1,10 @@
-"""A repo's ``versions.json``: the versions it publishes, the newest of them for a load
-that names none, and the notice of a newer one than a load takes.
+"""A repo's ``versions.json``: the versions it publishes, and the newest of them.
 
-Every read of it records its highest version (:mod:`.._cache.versions_seen`), so that
-the newest version never goes backwards on this machine.
+:func:`with_version` takes the newest for a load that names none;
+:class:`NewerVersionNotice` tells a load that downloads when a version newer than its
+own is published. Every read of it records its highest version
+(:mod:`.._cache.versions_seen`), so that the newest version never goes backwards on
+this machine.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from .._models.manifest import dump_json, parse_versions
 from .._models.names import RepoInfo
-from .._signing.statements import SIG_SUFFIX, SigningKey, dump_signatures, parse_signatures
+from .._signing.signature_files import SIG_SUFFIX, dump_signatures, parse_signatures
+from .._signing.signing_keys import SigningKey
 from ..errors import ManifestError, PublishError, SignatureError
 from .destination import Destination, Item
 from .layout import Tree
