@@ -40,7 +40,7 @@ from _buildlib import BuildError, BuiltKernel, cuda_arch_list, cuda_backend  # n
 from build_all import build_all  # noqa: E402
 from flashhub_kernels._config import default_cache_dir  # noqa: E402
 from flashhub_kernels._publish import publish  # noqa: E402
-from flashhub_kernels._signing.statements import (  # noqa: E402
+from flashhub_kernels._signing.signing_keys import (  # noqa: E402
     SigningKey,
     generate_signing_key,
     load_signing_key,

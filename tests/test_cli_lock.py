@@ -15,7 +15,7 @@ from conftest import MakeProject, run_python
 from flashhub_kernels import get_kernel, get_locked_kernel, load_kernel
 from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, read_lockfile
 from flashhub_kernels._lockfiles.pinning import lock_project
-from flashhub_kernels._signing.statements import generate_signing_key, write_key_pair
+from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from support.cdn_server import CdnServer
 from support.cli_runner import OFFLINE, flashhub, ok_json, refused_offline
 from support.projects import (

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from conftest import _forget_kernels, run_python
 from flashhub_kernels import get_kernel, get_local_kernel, has_kernel, install_kernel
-from flashhub_kernels._signing.statements import generate_signing_key, write_key_pair
+from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import (
     KernelNotFoundError,
     NewerVersionWarning,

@@ -69,6 +69,9 @@ NOT_WITH_A_WARM_LOAD = [
     "packaging",
     "tomllib",
     "flashhub_kernels._network.download",
+    "flashhub_kernels._network.variant_choice",
+    "flashhub_kernels._network.variant_index",
+    "flashhub_kernels._network.versions",
     "flashhub_kernels._network.documents",
     "flashhub_kernels._network.transport",
     "flashhub_kernels._network.object_store",  # and fsspec, s3fs, botocore: object stores only

@@ -1013,7 +1013,9 @@ def test_the_layer_module_is_the_layers_api_under_the_hugging_face_name() -> Non
 import json, sys
 import flashhub_kernels.layer as layer
 before = sorted(m for m in ("torch", "flashhub_kernels.layers") if m in sys.modules)
-from flashhub_kernels.layer import KernelizeFallback, Mode, use_kernelized_func
+from flashhub_kernels.layers._fallback import KernelizeFallback
+from flashhub_kernels.layers._mapping import Mode
+from flashhub_kernels.layers._marking import use_kernelized_func
 import flashhub_kernels.layers as layers
 same = [getattr(layer, n) is getattr(layers, n) for n in ("Mode", "KernelizeFallback")]
 star = {}

@@ -15,7 +15,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import free_port, run_python
-from flashhub_kernels._signing.statements import generate_signing_key, write_key_pair
+from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from support.cdn_server import CdnServer
 from support.cli_runner import CliResult, flashhub, ok_json, refused_offline
 from support.hub_server import HubServer, builder_variant

@@ -24,7 +24,7 @@ from flashhub_kernels._network.mirrors import MirrorFailed
 from flashhub_kernels._publish import publish
 from flashhub_kernels._publish.destination import open_destination
 from flashhub_kernels._publish.layout import SourceFile
-from flashhub_kernels._signing.statements import generate_signing_key
+from flashhub_kernels._signing.signing_keys import generate_signing_key
 from flashhub_kernels.errors import IntegrityError, PublishError, TransportError
 from support.builds import CPU, PY_PKG, REPO, UNIVERSAL, make_kernel
 from support.cli_runner import flashhub, ok_json

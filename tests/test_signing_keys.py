@@ -18,7 +18,7 @@ import pytest
 
 from conftest import NOBODY, needs_root
 from flashhub_kernels._config import Config, configure
-from flashhub_kernels._signing.statements import (
+from flashhub_kernels._signing.signing_keys import (
     SigningKey,
     generate_signing_key,
     load_signing_key,
@@ -468,7 +468,8 @@ def test_parsing_keys_and_signatures_imports_no_cryptography() -> None:
     code = f"""
 import sys
 from flashhub_kernels import cli, _publish
-from flashhub_kernels._signing.statements import parse_signatures, statement
+from flashhub_kernels._signing.signature_files import parse_signatures
+from flashhub_kernels._signing.statements import statement
 from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
 parse_trusted_keys({KEY_A.public_line!r}, source="test")
 parse_signatures(b'{{"format": 1, "signatures": []}}', source="test")

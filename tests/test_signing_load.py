@@ -24,7 +24,7 @@ from conftest import PLANTED, MakeProject, run_python
 from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
 from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfiles.format import read_lockfile
-from flashhub_kernels._signing.statements import SigningKey, generate_signing_key, write_key_pair
+from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key, write_key_pair
 from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
 from support.cdn_server import CdnServer
 from support.cli_runner import OFFLINE, flashhub, ok_json
@@ -571,6 +571,9 @@ def test_after_a_signed_cold_load_a_fresh_process_makes_no_request_and_verifies_
     assert "flashhub_kernels._signing.trusted_keys" in modules  # the key was read ...
     assert {
         "flashhub_kernels._signing.statements",
+        "flashhub_kernels._signing.signature_files",
+        "flashhub_kernels._signing.verification",
+        "flashhub_kernels._signing.ed25519",
         "flashhub_kernels._network.documents",
     }.isdisjoint(modules)
     assert not [m for m in modules if m.split(".")[0] == "cryptography"]  # ... nothing verified

@@ -12,15 +12,11 @@ import pytest
 
 from flashhub_kernels._publish import destination as publish_destination
 from flashhub_kernels._publish import publish, sign_tree
-from flashhub_kernels._signing.statements import (
-    DocumentKind,
-    SigningKey,
-    generate_signing_key,
-    parse_signatures,
-    verify_document,
-    write_key_pair,
-)
+from flashhub_kernels._signing.signature_files import parse_signatures
+from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key, write_key_pair
+from flashhub_kernels._signing.statements import DocumentKind
 from flashhub_kernels._signing.trusted_keys import TrustedKey, parse_trusted_keys
+from flashhub_kernels._signing.verification import verify_document
 from flashhub_kernels.errors import PublishError, SignatureError
 from support.cli_runner import flashhub, ok_json
 

@@ -11,18 +11,17 @@ import textwrap
 
 import pytest
 
-from flashhub_kernels._signing.statements import (
+from flashhub_kernels._signing.signature_files import (
     MAX_SIGNATURE_BYTES,
-    DocumentKind,
     SignatureEntry,
-    SigningKey,
     dump_signatures,
     parse_signatures,
     sign_document,
-    statement,
-    verify_document,
 )
+from flashhub_kernels._signing.signing_keys import SigningKey
+from flashhub_kernels._signing.statements import DocumentKind, statement
 from flashhub_kernels._signing.trusted_keys import TrustedKey, parse_trusted_keys
+from flashhub_kernels._signing.verification import verify_document
 from flashhub_kernels.errors import IntegrityError, SignatureError
 
 KEY_A = SigningKey(bytes([1]) * 32)
@@ -276,9 +275,8 @@ def test_without_cryptography_signing_and_verifying_say_what_to_install() -> Non
         f"""
         import sys
         sys.modules["cryptography"] = None  # as if it were not installed
-        from flashhub_kernels._signing.statements import (
-            SigningKey, verify_document, generate_signing_key,
-        )
+        from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key
+        from flashhub_kernels._signing.verification import verify_document
         from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
         from flashhub_kernels.errors import SignatureError
         from flashhub_kernels.cli import main

@@ -10,13 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from flashhub_kernels._variants.grammar import (
-    Variant,
-    VariantNameError,
-    build_variant_name,
-    parse_variant,
-)
-from flashhub_kernels._variants.probing import candidate_names
+from flashhub_kernels._variants.grammar import Variant, VariantNameError, parse_variant
+from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import SystemInfo, with_backend
 from flashhub_kernels._variants.verdicts import (
     VariantAccepted,

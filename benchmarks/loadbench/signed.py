@@ -19,7 +19,7 @@ def sign_kernels(kernel_dirs: Sequence[Path]) -> str | None:
     kernels published at ``kernel_dirs`` (``<cdn>/<prefix>/<org>/<name>``) with a new key,
     kept in memory; return its public line, or None without ``cryptography``."""
     from flashhub_kernels._publish import sign_tree
-    from flashhub_kernels._signing.statements import generate_signing_key
+    from flashhub_kernels._signing.signing_keys import generate_signing_key
     from flashhub_kernels.errors import SignatureError
 
     try:

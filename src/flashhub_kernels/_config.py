@@ -284,9 +284,7 @@ _env_keys: dict[str, tuple[TrustedKey, ...]] = {}
 def _env_trusted_keys(value: str) -> tuple[TrustedKey, ...]:
     keys = _env_keys.get(value)
     if keys is None:
-        from ._signing.trusted_keys import (
-            load_trusted_keys,  # only a process that trusts keys parses any
-        )
+        from ._signing.trusted_keys import load_trusted_keys
 
         keys = _env_keys[value] = load_trusted_keys(value, source=TRUSTED_KEYS_VAR)
     return keys
@@ -306,9 +304,7 @@ def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     if known is not None and known[0] == stamp:
         return known[1]
     if _may_list_trusted_keys(path):
-        from ._utils.pyproject import (
-            read_trusted_keys,  # TOML is parsed only in a project directory
-        )
+        from ._utils.pyproject import read_trusted_keys
 
         keys = read_trusted_keys(path)
     else:

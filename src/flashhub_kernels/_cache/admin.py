@@ -22,7 +22,7 @@ from .._lockfiles.format import Lockfile
 from .._models.manifest import parse_metadata
 from .._models.names import RepoInfo
 from .._network.hashing import sha256_file
-from .._signing.statements import verify_document
+from .._signing.verification import verify_document
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode
 from .layout import (

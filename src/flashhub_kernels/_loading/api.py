@@ -92,7 +92,8 @@ def install_kernel(
                 f"the newest version of {repo_id} cannot be looked up: {cache_only}",
                 hint="pass version=",
             )
-        from .._network.download import remote, with_version  # the cold path's modules
+        from .._network.transport import remote  # the cold path's modules
+        from .._network.versions import with_version
 
         with remote(config) as fetcher:
             version = with_version(fetcher, repo_id, None).version
@@ -201,7 +202,10 @@ def get_kernel_variants(
         info = _offline_info(repo_id, version)
         verdicts = judge_variants(published_variants(cache, info, target), target)
         return judge_builds(verdicts, target, cached_targets(cache, info), first_fit=False)
-    from .._network.download import ManifestReader, fetch_index, remote, with_version  # cold path
+    from .._network.transport import remote  # the cold path's modules
+    from .._network.variant_choice import ManifestReader
+    from .._network.variant_index import fetch_index
+    from .._network.versions import with_version
 
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)

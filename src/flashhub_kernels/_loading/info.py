@@ -23,13 +23,14 @@ from .._models.manifest import Manifest
 from .._models.names import RepoInfo
 from .._network.documents import (
     ManifestDocument,
-    NotPublished,
     get_listed_manifest,
     get_manifest,
     get_signers,
     variant_path,
 )
-from .._network.download import fetch_index, remote
+from .._network.mirrors import NotPublished
+from .._network.transport import remote
+from .._network.variant_index import fetch_index
 from .._signing.trusted_keys import shown_key_id
 from .._utils.text import escape_controls
 from .._variants.named_system import target_system

@@ -21,12 +21,14 @@ from .._models.kernel_metadata import dependency_label, format_cycle, read_kerne
 from .._models.names import RepoInfo
 from .._network.documents import (
     ManifestDocument,
-    NotPublished,
     get_listed_manifest,
     get_manifest,
     get_variant_names,
 )
-from .._network.download import newest_fitting_version, published_versions, remote
+from .._network.mirrors import NotPublished
+from .._network.transport import remote
+from .._network.variant_choice import newest_fitting_version
+from .._network.versions import published_versions
 from .._utils.filesystem import write_atomic
 from .._variants.named_system import target_system
 from .._variants.probing import candidate_names

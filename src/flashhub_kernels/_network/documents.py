@@ -21,7 +21,7 @@ import contextlib
 import functools
 import logging
 import urllib.parse
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from .._constants import MANIFEST_NAME, SIG_SUFFIX
 from .._models.manifest import (
@@ -32,6 +32,7 @@ from .._models.manifest import (
     parse_versions,
 )
 from .._models.names import RepoInfo
+from .._models.record import Record
 from .._utils.text import escape_controls
 from .._utils.urls import redact_url
 from ..errors import SignatureError, TransportError
@@ -55,14 +56,23 @@ __all__ = [
 ]
 
 
-class ManifestDocument(NamedTuple):
+class ManifestDocument(Record):
     """A variant's ``metadata.json``: its exact bytes (cached with the entry), parsed, and
     when signatures were checked, its ``metadata.json.sig`` and the key that vouched."""
 
     data: bytes
     manifest: Manifest
-    signature: bytes | None = None
-    signer: str | None = None
+    signature: bytes | None
+    signer: str | None
+
+    def __init__(
+        self,
+        data: bytes,
+        manifest: Manifest,
+        signature: bytes | None = None,
+        signer: str | None = None,
+    ) -> None:
+        self._init(data, manifest, signature, signer)
 
 
 def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
@@ -109,10 +119,7 @@ def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
     For display only (``flashhub info`` with no trusted key): a name in a ``.sig`` proves
     nothing until a trusted key's signature verifies.
     """
-    from .._signing.statements import (  # only where signatures are
-        MAX_SIGNATURE_BYTES,
-        parse_signatures,
-    )
+    from .._signing.signature_files import MAX_SIGNATURE_BYTES, parse_signatures
 
     path = variant_path(info, variant, MANIFEST_NAME) + SIG_SUFFIX
     try:
@@ -144,7 +151,8 @@ def _check_signature(
     if not config.checks_signatures(org):
         return None, None
     # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
-    from .._signing.statements import MAX_SIGNATURE_BYTES, verify_document
+    from .._signing.signature_files import MAX_SIGNATURE_BYTES
+    from .._signing.verification import verify_document
 
     try:
         signature: bytes | None = fetcher.get_bytes(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)

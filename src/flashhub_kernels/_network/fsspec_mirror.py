@@ -1,6 +1,6 @@
 """An object store mirror (``s3://bucket/prefix``, or another object store fsspec opens).
 
-It reads through :class:`~._object_store.Store`, which imports fsspec (the ``s3`` extra):
+It reads through :class:`~.object_store.Store`, which imports fsspec (the ``s3`` extra):
 only a download run with such a mirror imports it. Per file:
 
 - the object is read from the bytes already written on (a partial download kept by an

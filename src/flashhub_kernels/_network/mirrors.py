@@ -2,10 +2,10 @@
 
 A :class:`Mirror` serves paths relative to ``<base>/<prefix>/``. Three kinds exist,
 one per kind of URL: :class:`FileMirror` for a ``file://`` tree on disk (here),
-``HttpMirror`` for ``http(s)://`` (in ``_http_mirror``, which imports ``requests``: a
+``HttpMirror`` for ``http(s)://`` (in :mod:`.http_mirror`, which imports ``requests``: a
 process that only reads a local mirror never imports it) and ``FsspecMirror`` for an
-object store such as ``s3://bucket/prefix`` (in ``_fsspec_mirror``, which imports
-fsspec, the ``s3`` extra). The fetcher above (:mod:`._transport`) opens
+object store such as ``s3://bucket/prefix`` (in :mod:`.fsspec_mirror`, which imports
+fsspec, the ``s3`` extra). The fetcher above (:mod:`.transport`) opens
 the mirrors, fails over between them and runs downloads in parallel; a mirror only
 moves bytes.
 
@@ -16,7 +16,7 @@ A mirror answers in four ways besides success:
 - :class:`MirrorFailed`: this mirror cannot serve the path now (connection failure,
   5xx after retries, 401/403/404 for a file a manifest lists, a stalled transfer);
   the next mirror may. :class:`AccessDenied` is the 401/403 case;
-- :class:`~._hashing.WrongSize`: the file is longer than its size in the manifest, or
+- :class:`~.hashing.WrongSize`: the file is longer than its size in the manifest, or
   than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
   another length; the fetcher decides what that means;
 - an :class:`~flashhub_kernels.errors.FlashhubError`: a problem no other mirror can fix
@@ -119,7 +119,7 @@ class Mirror(ABC):
             MirrorFailed: the mirror could not serve the file (a missing listed file too).
             WrongSize: the size the mirror states for the file, or the bytes it sends,
                 do not fit ``writer.expected_size`` or ``writer.limit``; nothing past the
-                limit is written (see :class:`~._hashing.HashingWriter`).
+                limit is written (see :class:`~.hashing.HashingWriter`).
         """
 
     @abstractmethod

@@ -1,6 +1,6 @@
 """An object store (``s3://bucket/prefix``, or another fsspec URL) as a tree of files.
 
-The reader (:mod:`._fsspec_mirror`) and the publisher (:mod:`._publish.destination`)
+The reader (:mod:`.fsspec_mirror`) and the publisher (:mod:`.._publish.destination`)
 both go through :class:`Store`. fsspec, and s3fs beneath it for ``s3://``, come with the
 ``s3`` extra and are imported here only when such a URL is used: a load from the cache,
 or from an ``http(s)://`` CDN, never imports them.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
+
+from .._models.record import Record
 
 ByteCounter = Callable[[int], object]
 
@@ -17,7 +19,7 @@ def _ignore(_n: int) -> None:
     pass
 
 
-class Progress(NamedTuple):
+class Progress(Record):
     """What a download reports, for a bar to show.
 
     ``advance`` gets the bytes written (negative when a file starts over); ``expect``
@@ -25,8 +27,11 @@ class Progress(NamedTuple):
     size the manifest does not state).
     """
 
-    advance: ByteCounter = _ignore
-    expect: ByteCounter = _ignore
+    advance: ByteCounter
+    expect: ByteCounter
+
+    def __init__(self, advance: ByteCounter = _ignore, expect: ByteCounter = _ignore) -> None:
+        self._init(advance, expect)
 
 
 NO_PROGRESS = Progress()

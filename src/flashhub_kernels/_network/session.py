@@ -25,7 +25,7 @@ import netrc
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import requests
 import requests.adapters
@@ -36,6 +36,7 @@ from urllib3.exceptions import InvalidHeader
 from urllib3.util.retry import Retry
 
 from .._constants import __version__
+from .._models.record import Record
 from .._utils.urls import (
     has_unencoded_credentials,
     malformed_url_error,
@@ -162,12 +163,17 @@ def _split_origin(url: str) -> tuple[str, str]:
     return (url, "") if path_at < 0 else (url[:path_at], url[path_at:])
 
 
-class Route(NamedTuple):
+class Route(Record):
     """How requests to one mirror go: its bare base URL and what to send them with."""
 
     base_url: str  # without credentials: they travel in ``auth``, never inside a URL
     auth: tuple[str, str] | None
     proxies: dict[str, str]  # scheme -> proxy URL, as requests' ``proxies=`` takes it
+
+    def __init__(
+        self, base_url: str, auth: tuple[str, str] | None, proxies: dict[str, str]
+    ) -> None:
+        self._init(base_url, auth, proxies)
 
     @property
     def proxy(self) -> str | None:

@@ -2,11 +2,11 @@
 
 The cache and the import hook import this module only on the cold path, when something
 must actually be downloaded. The mirrors themselves (``file://``, ``http(s)://``, or an
-object store such as ``s3://``) live in ``_mirrors``, ``_http_mirror`` and
-``_fsspec_mirror``; this module decides which one to ask.
+object store such as ``s3://``) live in :mod:`.mirrors`, :mod:`.http_mirror` and
+:mod:`.fsspec_mirror`; this module decides which one to ask.
 
 Failure policy, per path:
-- a mirror that cannot serve it (:class:`~._mirrors.MirrorFailed`: connection errors,
+- a mirror that cannot serve it (:class:`~.mirrors.MirrorFailed`: connection errors,
   5xx after retries, 401/403/404 for a listed file, a stalled transfer) hands over to
   the next mirror, which continues a file from the bytes already received; a mirror
   that failed goes to the back of the list for the rest of the run;
@@ -30,12 +30,14 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from .._config import Config
+from .._models.record import Record
 from .._utils.callers import warn_at_caller
 from .._utils.urls import is_loopback
 from ..errors import FlashhubError, IntegrityError, TransportError
@@ -51,7 +53,14 @@ from .mirrors import (
 )
 from .progress import NO_PROGRESS, Progress
 
-__all__ = ["DownloadJob", "Fetcher", "NotPublished", "parallel_downloads", "warn_if_insecure"]
+__all__ = [
+    "DownloadJob",
+    "Fetcher",
+    "NotPublished",
+    "parallel_downloads",
+    "remote",
+    "warn_if_insecure",
+]
 
 T = TypeVar("T")
 logger = logging.getLogger("flashhub_kernels")
@@ -76,13 +85,16 @@ _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
 
 
-class DownloadJob(NamedTuple):
+class DownloadJob(Record):
     """One file of a variant to download."""
 
     relpath: str  # relative to <mirror>/<prefix>/
     dest: Path
     digest: bytes  # the raw sha256 the manifest lists
     size: int | None  # the size the manifest states, when it does
+
+    def __init__(self, relpath: str, dest: Path, digest: bytes, size: int | None) -> None:
+        self._init(relpath, dest, digest, size)
 
 
 def warn_if_insecure(base_url: str) -> None:
@@ -368,6 +380,16 @@ class Fetcher:
                 answers.failed(mirror, exc)
                 self._demote(mirror)
         raise answers.error()
+
+
+@contextmanager
+def remote(config: Config) -> Iterator[Fetcher]:
+    """A :class:`Fetcher` for the configured mirrors, closed on exit."""
+    fetcher = Fetcher(config)
+    try:
+        yield fetcher
+    finally:
+        fetcher.close()
 
 
 class _BadBytes(Exception):

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Literal
 
 from .._config import DEFAULT_PREFIX, normalize_prefix
+from .._constants import SIG_SUFFIX
 from .._models.manifest import dump_json
 from .._models.names import RepoInfo
-from .._signing.statements import SIG_SUFFIX, SigningKey
+from .._signing.signing_keys import SigningKey
 from ..errors import PublishError, SharedNativeLibraryWarning, UndeclaredDependencyWarning
 from .build import scan_variant, variant_dirs, variant_report, version_tree
 from .checks import check_sources, shared_natives

@@ -10,15 +10,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from .._constants import SIG_SUFFIX
 from .._models.manifest import parse_metadata, parse_variants, parse_versions
 from .._models.names import RepoInfo, parse_repo_id
-from .._signing.statements import (
-    SIG_SUFFIX,
-    DocumentKind,
-    SigningKey,
-    load_signing_key,
-    sign_document,
-)
+from .._signing.signature_files import sign_document
+from .._signing.signing_keys import SigningKey, load_signing_key
+from .._signing.statements import DocumentKind
 from ..errors import ManifestError, PublishError
 from .destination import Destination, Directory
 from .layout import METADATA, VARIANTS, VERSION_DIR, VERSIONS, Tree

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
+from .._constants import SIG_SUFFIX
 from .._models.manifest import dump_json, parse_versions
 from .._models.names import RepoInfo
-from .._signing.statements import SIG_SUFFIX, SigningKey, dump_signatures, parse_signatures
+from .._signing.signature_files import dump_signatures, parse_signatures
+from .._signing.signing_keys import SigningKey
 from ..errors import ManifestError, PublishError, SignatureError
 from .destination import Destination, Item
 from .layout import Tree

@@ -1,1 +1,1 @@
-"""Signatures over the CDN's documents: statements, .sig files, keys, trusted keys."""
+"""Signatures over the CDN's documents: statements, .sig files, verification and keys."""

@@ -7,7 +7,7 @@ Its key id is the first 16 hex digits of the sha256 of the raw key.
 A process that trusts keys parses them once, at its first load, warm loads included, so
 this module is kept as light as the import hook: the standard library's ``base64``,
 ``hashlib`` and ``os`` only, and no ``re``, ``dataclasses`` or ``typing``. The
-signatures themselves are :mod:`._signing`'s business, on the cold path.
+signatures themselves are :mod:`.verification`'s business, on the cold path.
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ def _chosen(variant: str | None) -> str:
 
 def _newest_version(repo_id: str, command: str) -> int:
     """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
-    from .._network.download import remote, with_version
+    from .._network.transport import remote
+    from .._network.versions import with_version
 
     config = get_config()
     if config.offline:

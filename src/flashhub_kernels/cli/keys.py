@@ -22,7 +22,7 @@ def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _keygen(args: argparse.Namespace) -> int:
-    from .._signing.statements import generate_signing_key, write_key_pair
+    from .._signing.signing_keys import generate_signing_key, write_key_pair
 
     key = generate_signing_key()
     public = write_key_pair(key, args.out, force=args.force)

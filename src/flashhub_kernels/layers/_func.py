@@ -23,13 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._utils.callers import warn_at_caller
 from ..errors import KernelLayerError
 from ._function import func_module
-from ._repository import (
-    BaseLayerRepository,
-    _FromCdn,
-    _FromLocalDir,
-    _FromLockfile,
-    local_dir,
-)
+from ._repository import BaseLayerRepository, _FromCdn, _FromLocalDir, _FromLockfile, local_dir
 
 if TYPE_CHECKING:
     from torch import nn

@@ -1,0 +1,95 @@
+"""What a version publishes: its ``variants.json``, or a probe of the candidates.
+
+Without ``variants.json``, :func:`fetch_index` probes the ``metadata.json`` of the
+variants this system could load: it finds the candidates that exist, and where the
+device matters, reads the devices each declares. When it finds none, the error says
+why: no such version (with the versions that are published), or a version with no
+build for this system.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from .._cache.layout import VariantIndex
+from .._models.names import RepoInfo
+from .._utils.urls import redact_url
+from .._variants.archs import BuildTarget, read_target
+from .._variants.choice import no_variant_error
+from .._variants.compat import build_mismatch, needs_target
+from .._variants.grammar import as_variant
+from .._variants.probing import candidate_names
+from .._variants.system import SystemInfo
+from ..errors import KernelNotFoundError
+from .documents import ManifestDocument, get_manifest, get_variant_names
+from .mirrors import NotPublished
+from .transport import Fetcher
+from .versions import doubled_prefix_hint, published_versions
+
+
+def fetch_index(
+    fetcher: Fetcher,
+    info: RepoInfo,
+    system: SystemInfo,
+    *,
+    probe_all: bool = False,
+    documents: dict[str, ManifestDocument] | None = None,
+) -> VariantIndex:
+    """What ``info`` publishes: ``variants.json``, or a probe of ``system``'s candidates.
+
+    Probing stops at the first hit that fits ``system`` unless ``probe_all`` (used to
+    list variants); the devices each hit declares are recorded where they matter, and
+    its manifest is kept in ``documents``, when given, for the download that follows.
+    """
+    try:
+        return VariantIndex(True, frozenset(get_variant_names(fetcher, info)))
+    except NotPublished as exc:
+        tried = redact_url(str(exc))  # the mirror's URL of variants.json
+    present: set[str] = set()
+    absent: set[str] = set()
+    targets: dict[str, BuildTarget] = {}
+    for name in candidate_names(system):
+        try:
+            document = get_manifest(fetcher, info, name)
+        except NotPublished:
+            absent.add(name)
+            continue
+        present.add(name)
+        if documents is not None:
+            documents[name] = document
+        variant = as_variant(name)
+        if needs_target(variant, system):
+            targets[name] = read_target(document.manifest.document)
+            if build_mismatch(variant, targets[name], system) is not None:
+                continue  # for other devices: probe on
+        if not probe_all:
+            break
+    if not present:
+        _raise_not_published(fetcher, info, system, absent, tried)
+    return VariantIndex(False, frozenset(present), frozenset(absent), targets)
+
+
+def _raise_not_published(
+    fetcher: Fetcher, info: RepoInfo, system: SystemInfo, probed: set[str], tried: str
+) -> NoReturn:
+    """Raise why nothing was found for ``info``; ``tried`` is the URL of its variants.json."""
+    versions = published_versions(fetcher, info.repo_id)
+    if versions is not None and info.version in versions:
+        raise no_variant_error(
+            f"{info} has no variants.json and none of the variants this system can load "
+            f"is published (probed: {', '.join(sorted(probed))})",
+            system,
+            published=None,
+        )
+    listed = f"; published versions: {', '.join(map(str, versions))}" if versions else ""
+    message = f"{info} was not found on the CDN: {tried} does not exist{listed}"
+    doubled = doubled_prefix_hint(fetcher.config)
+    if doubled is None and versions:
+        raise KernelNotFoundError(
+            message,
+            hint=f"use a published version; the newest is v{versions[-1]}",
+            cli_hint=f"pass a published version, e.g. --version {versions[-1]} (the newest)",
+        )
+    raise KernelNotFoundError(
+        message, hint=doubled or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    )

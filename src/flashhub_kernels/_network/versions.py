@@ -1,0 +1,137 @@
+"""A repo's ``versions.json``: the versions it publishes, and the newest of them.
+
+:func:`with_version` takes the newest for a load that names none;
+:class:`NewerVersionNotice` tells a load that downloads when a version newer than its
+own is published. Every read of it records its highest version
+(:mod:`.._cache.versions_seen`), so that the newest version never goes backwards on
+this machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+
+from .._cache.layout import Cache
+from .._cache.versions_seen import check_newest
+from .._config import Config
+from .._models.names import RepoInfo
+from .._utils.callers import warn_at_caller
+from .._utils.urls import redact_url
+from ..errors import KernelNotFoundError, NewerVersionWarning
+from .documents import get_versions
+from .mirrors import NotPublished
+from .transport import Fetcher
+
+# Repos whose versions.json this process has read for the newer-version notice.
+_version_checked: set[str] = set()
+_version_checked_lock = threading.Lock()
+
+
+def published_versions(fetcher: Fetcher, repo_id: str) -> list[int] | None:
+    """The repo's ``versions.json``, or ``None`` when it has none."""
+    try:
+        return get_versions(fetcher, repo_id)
+    except NotPublished:
+        return None
+
+
+def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInfo:
+    """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``.
+
+    Raises:
+        RollbackError: that ``versions.json`` ends below a version this machine has seen
+            listed (see :mod:`.._cache.versions_seen`).
+    """
+    if version is not None:
+        return RepoInfo(repo_id, version)
+    RepoInfo(repo_id, 1)  # validate the repo id before any request
+    try:
+        versions = get_versions(fetcher, repo_id)
+    except NotPublished as exc:
+        why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
+    else:
+        if versions:
+            check_newest(Cache.from_config(fetcher.config), repo_id, versions)
+            return RepoInfo(repo_id, versions[-1])
+        why = "lists no versions in its versions.json"
+    check = "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    doubled = doubled_prefix_hint(fetcher.config)
+    raise KernelNotFoundError(
+        f"{repo_id} {why}, so its newest version is unknown",
+        hint=doubled or f"{check}; or pass version= if it is published without versions.json",
+        cli_hint=doubled or f"{check}; or pass --version N if it is published without one",
+    )
+
+
+def doubled_prefix_hint(config: Config) -> str | None:
+    """The fix when a CDN URL already ends with the prefix, which every path appends again.
+
+    ``FLASHHUB_CDN_URL=https://host/kernels`` with the default prefix ``kernels`` asks for
+    ``https://host/kernels/kernels/...``: nothing is found, and the URL alone shows why.
+    """
+    if not config.prefix:
+        return None
+    for url in config.cdn_urls:
+        if urllib.parse.urlsplit(url).path.rstrip("/").endswith(f"/{config.prefix}"):
+            return (
+                f"FLASHHUB_CDN_URL already ends with /{config.prefix} and FLASHHUB_CDN_PREFIX "
+                "adds it again: drop one"
+            )
+    return None
+
+
+class NewerVersionNotice:
+    """Warns (:class:`NewerVersionWarning`) when ``versions.json`` lists a version newer
+    than ``info``'s, for a load that downloads: :meth:`start` reads it on a thread of its
+    own while the files download, :meth:`finish` waits for it and warns, on the thread
+    that loads (the warning points at the caller's line).
+
+    At most one request per repo and process, and so at most one warning; none with
+    ``FLASHHUB_NO_VERSION_CHECK``. A missing or malformed ``versions.json``, or a CDN
+    that fails to serve it, says nothing: the load itself has succeeded.
+    """
+
+    def __init__(self, fetcher: Fetcher, info: RepoInfo) -> None:
+        self._fetcher, self._info = fetcher, info
+        self._newest: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if not self._fetcher.config.version_check:
+            return
+        with _version_checked_lock:
+            if self._info.repo_id in _version_checked:
+                return
+            _version_checked.add(self._info.repo_id)
+        self._thread = threading.Thread(target=self._read_versions, daemon=True)
+        self._thread.start()
+
+    def _read_versions(self) -> None:
+        repo_id = self._info.repo_id
+        try:
+            versions = published_versions(self._fetcher, repo_id)
+            if versions:
+                check_newest(Cache.from_config(self._fetcher.config), repo_id, versions)
+                self._newest = versions[-1]
+        except Exception:  # best effort: a CDN that fails to serve it, or the run's end
+            # A load that failed does not wait for this thread, and closes the session
+            # under it: whatever that raises here is no news for anyone.
+            return
+
+    def finish(self) -> None:
+        if self._thread is None:
+            return
+        self._thread.join()
+        self._thread = None
+        info = self._info
+        if self._newest is None or self._newest <= info.version:
+            return
+        newer = RepoInfo(info.repo_id, self._newest)
+        warn_at_caller(
+            f"{info.repo_id} v{newer.version} is published; this process loads v{info.version}. "
+            f"To use it, load get_kernel({info.repo_id!r}, version={newer.version}) or import "
+            f"{newer.module_name()}, after checking what changed. "
+            "FLASHHUB_NO_VERSION_CHECK=1 turns this check off.",
+            NewerVersionWarning,
+        )

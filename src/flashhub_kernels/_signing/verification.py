@@ -1,0 +1,111 @@
+"""Verifying a fetched document against its ``.sig`` and the keys trusted for its org.
+
+The statement is built from what the client asked for (:mod:`.statements`); a trusted
+key's entry in the ``.sig`` (:mod:`.signature_files`) must sign it. ``cryptography`` is
+imported only when a signature is checked (:mod:`.ed25519`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._constants import SIG_SUFFIX, TRUSTED_KEYS_VAR
+from .._models.names import parse_repo_id
+from ..errors import SignatureError
+from .ed25519 import verifies
+from .signature_files import parse_signatures
+from .statements import DocumentKind, document_name, statement
+from .trusted_keys import TrustedKey, shown_key_id
+
+__all__ = ["verify_document"]
+
+
+def verify_document(
+    *,
+    kind: DocumentKind,
+    repo_id: str,
+    version: int | None,
+    variant: str | None,
+    data: bytes,
+    sig_bytes: bytes | None,
+    keys: Sequence[TrustedKey],
+    org: str,
+    require: bool,
+) -> str | None:
+    """Check the signatures of one document the client fetched.
+
+    Args:
+        kind, repo_id, version, variant: What the client asked for (see :func:`statement`).
+        data: The document's exact bytes.
+        sig_bytes: The bytes of ``<document>.sig``, or ``None`` when it does not exist.
+        keys: The trusted keys (:func:`.trusted_keys.load_trusted_keys`).
+        org: The org of ``repo_id``; only keys trusted for it may vouch.
+        require: Refuse the document unless a trusted key signed it, even when no key is
+            configured for ``org``.
+
+    Returns:
+        The key id of the trusted key whose signature verifies, or ``None`` when no key
+        is trusted for ``org`` and ``require`` is false: the document is accepted
+        unsigned, and neither the ``.sig`` nor ``cryptography`` is looked at.
+
+    Raises:
+        SignatureError: A signature is required (a key is trusted for ``org``, or
+            ``require``) and the document is unsigned, no signature by a key trusted for
+            ``org`` verifies, or the ``.sig`` is malformed; or ``cryptography`` is missing.
+        ValueError: The arguments are malformed, or ``org`` is not the org of ``repo_id``.
+    """
+    message = statement(kind, repo_id, version, variant, data)
+    if org != parse_repo_id(repo_id)[0]:
+        raise ValueError(f"org {org!r} is not the org of {repo_id!r}")
+    trusted = [k for k in keys if k.trusted_for(org)]
+    if not trusted and not require:
+        return None
+    document = document_name(kind, repo_id, version, variant)
+    add_key = (
+        f"add the publisher's public key to {TRUSTED_KEYS_VAR} (flashhub-ed25519:... for "
+        f"every org, or {org}:flashhub-ed25519:... for this org only)"
+    )
+    if not trusted:
+        raise SignatureError(
+            f"{document}: signatures are required, but no trusted key is configured for "
+            f"the org {org!r}",
+            hint=add_key,
+        )
+    trusted_ids = ", ".join(sorted({k.key_id for k in trusted}))
+    if sig_bytes is None:
+        raise SignatureError(
+            f"{document} is not signed ({document}.sig does not exist), but keys are trusted "
+            f"for the org {org!r}: {trusted_ids}",
+            hint="ask the kernel's publisher to sign it with `flashhub sign`",
+        )
+    source = f"{document}{SIG_SUFFIX}"
+    entries = parse_signatures(sig_bytes, source=source)
+    mismatched: list[str] = []  # trusted keys whose signature is not over these bytes
+    for entry in entries:
+        for key in trusted:
+            if entry.key_id != key.key_id:
+                continue
+            if verifies(key.public_key, entry.decoded(source), message):
+                return key.key_id
+            mismatched.append(key.key_id)
+    present = ", ".join(shown_key_id(e.key_id) for e in entries) or "none"
+    failed = (
+        f"{document}: no signature by a key trusted for the org {org!r} verifies "
+        f"(signed by: {present}; trusted: {trusted_ids})"
+    )
+    if mismatched:
+        # A key the user trusts signed something, but not these bytes at this path: an
+        # edit after signing, or a signature replayed from another document.
+        raise SignatureError(
+            f"{failed}: the document does not match its signature by the trusted key "
+            f"{', '.join(dict.fromkeys(mismatched))}; it was changed after it was signed, "
+            "or the signature is another document's",
+            hint=f"the signer is already in {TRUSTED_KEYS_VAR}, so no key is missing: the CDN "
+            "serves a document other than the one signed; do not use it, and report it to "
+            "the kernel's publisher",
+        )
+    raise SignatureError(
+        failed,
+        hint=f"if the publisher signs with a new key, {add_key}; otherwise the document was "
+        "changed after it was signed: report it to the kernel's publisher",
+    )
