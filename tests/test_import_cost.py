@@ -87,6 +87,14 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._lockfiles.offline_check",
     "flashhub_kernels._native",  # the kernel loaded here has no native library
     "flashhub_kernels._utils.filesystem",  # a warm load writes nothing
+    "flashhub_kernels._cache.staging",
+    "flashhub_kernels._cache.mutex",  # and filelock: a warm load takes no mutex
+    "flashhub_kernels._cache.bytecode",
+    "flashhub_kernels._models.manifest",  # the CDN's documents are parsed when fetched
+    "flashhub_kernels._variants.verdicts",
+    "flashhub_kernels._variants.choice",
+    "flashhub_kernels._variants.archs",  # the kernel loaded here lists no archs
+    "flashhub_kernels._utils.text",  # an error's text is escaped when it is raised
 ]
 
 
@@ -131,6 +139,33 @@ def test_a_warm_load_imports_neither_the_cold_path_nor_packaging(
     added = _imported_by(load, setup="import torch", cwd=project)
     assert "flashhub.acme.tensor_tricks.v1" in added
     assert [m for m in NOT_WITH_A_WARM_LOAD if m in added] == []
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _readme_lists(start: str, end: str) -> set[str]:
+    """The modules the README's layout section names between ``start`` and ``end``."""
+    text = " ".join(README.read_text().split())
+    listed = text[text.index(start) + len(start) : text.index(end, text.index(start))]
+    names = re.findall(r"`([\w.]+)`", listed)
+    return {name if name.startswith("flashhub") else f"flashhub_kernels.{name}" for name in names}
+
+
+def test_the_readme_lists_what_the_hook_imports() -> None:
+    listed = _readme_lists("`import flashhub` imports ", ", none of which")
+    assert listed == HOOK_MODULES - {"flashhub"}
+
+
+def test_the_readme_lists_what_a_warm_load_imports(cdn: CdnServer) -> None:
+    """Of a kernel without a native library, signatures or archs: the README lists what
+    those add after the first ';'."""
+    write_kernel(cdn.root, "acme/tensor-tricks", 1)
+    load = "import flashhub.acme.tensor_tricks.v1"
+    run_python(load)  # cold: downloads it
+    added = _imported_by(load, setup="import flashhub, torch")
+    library = {m for m in added if m.startswith("flashhub_kernels")}
+    assert library == _readme_lists("A warm load from the cache adds ", ";")
 
 
 def test_lazy_names_are_listed_and_resolve() -> None:

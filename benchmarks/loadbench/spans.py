@@ -166,9 +166,10 @@ def _patch(spans: Spans, name: str, module: Any) -> None:
         _wrap(spans, writer, "__init__", "open/create")
         _wrap(spans, writer, "write", "write + hash")
         _wrap(spans, writer, "hashes_to", "verify")
-    elif name == "flashhub_kernels._cache.layout":
+    elif name == "flashhub_kernels._cache.staging":  # where seal looks it up
         _wrap(spans, module, "compile_bytecode", "commit: bytecode")
-        _wrap(spans, module.Cache, "commit", "commit: rename")
+    elif name == "flashhub_kernels._network.download":  # where the download looks it up
+        _wrap(spans, module, "commit", "commit: rename")
     elif name == "flashhub_kernels._finder":
         _wrap(spans, module.KernelLoader, "exec_module", "kernel import")
     elif name == "flashhub_kernels._utils.filesystem":
