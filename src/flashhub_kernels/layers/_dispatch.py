@@ -33,8 +33,8 @@ from ..errors import (
 )
 from ._device import Device
 from ._fallback import KernelizeFallback, as_fallback, fallback_text
+from ._layer_mark import Forward, LayerMark, ModuleT, kernel_funcs, mark_by_key, mark_of
 from ._mapping import Miss, Mode, check_request, current_mapping, mode_text, select_repository
-from ._mark import Forward, LayerMark, ModuleT, kernel_funcs, mark_by_key, mark_of
 from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
 from ._validate import validate_layer

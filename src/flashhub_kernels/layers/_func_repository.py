@@ -1,8 +1,8 @@
 """Function kernels: a kernel's plain function in place of a marked layer or function.
 
 The function repositories load a function from a kernel's top-level module and wrap it
-as a layer class (see ``_function``), so mappings, ``kernelize`` and validation treat it
-as a kernel layer. They are deprecated, as in Hugging Face kernels, in favour of layer
+as a layer class (see ``_func_module``), so mappings, ``kernelize`` and validation treat
+it as a kernel layer. They are deprecated, as in Hugging Face kernels, in favour of layer
 classes in the kernel's ``layers`` module; so is :func:`use_kernel_func_from_hub`, since
 :func:`use_kernel_forward_from_hub` marks functions too. They keep working, with a
 ``DeprecationWarning``.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._utils.callers import warn_at_caller
 from ..errors import KernelLayerError
-from ._function import func_module
+from ._func_module import func_module
 from ._repository import BaseLayerRepository, _FromCdn, _FromLocalDir, _FromLockfile, local_dir
 
 if TYPE_CHECKING:
