@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from .._models.manifest import (
@@ -16,6 +15,7 @@ from .._models.manifest import (
     dump_json,
     parse_metadata,
 )
+from .._models.record import Record
 from .._variants.grammar import VariantNameError, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
@@ -26,14 +26,24 @@ _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
 
 
-@dataclass(frozen=True)
-class VariantBuild:
-    """One variant of the build: its files and the ``metadata.json`` to publish."""
+class VariantBuild(Record):
+    """One variant of the build: its files (relative to the variant directory, ``/``
+    separated), the ``metadata.json`` to publish, and the ``python-depends`` its own
+    ``metadata.json`` lists."""
 
     name: str
-    files: Mapping[str, SourceFile]  # relative to the variant dir, '/' separated
+    files: Mapping[str, SourceFile]
     metadata: bytes
-    python_depends: tuple[str, ...]  # as its own metadata.json lists them
+    python_depends: tuple[str, ...]
+
+    def __init__(
+        self,
+        name: str,
+        files: Mapping[str, SourceFile],
+        metadata: bytes,
+        python_depends: tuple[str, ...],
+    ) -> None:
+        self._init(name, files, metadata, python_depends)
 
 
 def _is_junk(name: str) -> bool:
@@ -87,7 +97,7 @@ def _refuse_a_variant(build_dir: Path) -> None:
     """Refuse a directory one or two levels too deep: a variant's, or its package's,
     naming the directory to pass instead."""
     for variant, what in ((build_dir, "variant"), (build_dir.parent, "package")):
-        if _is_variant_name(variant.name):
+        if is_variant_name(variant.name):
             builds = variant.parent
             wanted, holding = (
                 (builds.parent, "build/")
@@ -101,7 +111,8 @@ def _refuse_a_variant(build_dir: Path) -> None:
             )
 
 
-def _is_variant_name(name: str) -> bool:
+def is_variant_name(name: str) -> bool:
+    """Whether ``name`` is a variant name this client can load."""
     try:
         parse_variant(name)
     except VariantNameError:
