@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from .._models.kernel_metadata import parse_python_depends
 from .._models.manifest import (
     MAX_DOCUMENT_BYTES,
     check_relative_path,
@@ -210,13 +211,12 @@ def _read_build_metadata(path: Path) -> dict[str, object]:
 def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ...]:
     """The ``python-depends`` of a build's own ``metadata.json``: the Python packages the
     kernel needs besides torch, as kernel builders write them."""
-    depends = metadata.get("python-depends", [])
-    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+    try:
+        return parse_python_depends(metadata.get("python-depends", []))
+    except ValueError as exc:
         raise PublishError(
-            f'"python-depends" in {path} must be a list of package names',
-            hint='write it as "python-depends": ["einops"], or leave it out',
-        )
-    return tuple(depends)
+            f"{path}: {exc}", hint='write it as "python-depends": ["einops"], or leave it out'
+        ) from None
 
 
 def _metadata_bytes(variant: str, document: dict[str, object]) -> bytes:
