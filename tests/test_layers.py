@@ -19,7 +19,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -46,6 +46,7 @@ from flashhub_kernels.layers import (
     LocalFuncRepository,
     LocalLayerRepository,
     LockedFuncRepository,
+    LockedLayerRepository,
     Mode,
     ROCMProperties,
     _mapping,
@@ -818,6 +819,30 @@ def test_device_and_capability_validation() -> None:
         Device("cpu", CUDAProperties(80, 90))
     with pytest.raises(ValueError, match="CUDAProperties or None"):
         Device("cuda", ROCMProperties(90, 94))
+
+
+def test_devices_and_repositories_are_frozen_values(tmp_path: Path) -> None:
+    cuda = Device("cuda", CUDAProperties(80, 90))
+    assert cuda == Device(type="cuda", properties=CUDAProperties(80, 90))
+    assert hash(cuda) == hash(Device("cuda", CUDAProperties(80, 90)))
+    assert CUDAProperties(80, 90) != ROCMProperties(80, 90)  # the kind of range counts
+    assert repr(cuda) == (
+        "Device(type='cuda', properties=CUDAProperties(min_capability=80, max_capability=90))"
+    )
+    assert asdict(ROCMProperties(90, 94)) == {"min_capability": 90, "max_capability": 94}
+    with pytest.raises(FrozenInstanceError):
+        cuda.type = "cpu"  # type: ignore[misc]
+    lock = tmp_path / "flashhub.lock"
+    locked = LockedLayerRepository("acme/silu-layers", "SiluAndMul", lockfile=lock)
+    assert locked == LockedLayerRepository("acme/silu-layers", "SiluAndMul", lockfile=lock)
+    assert repr(locked) == (
+        f"LockedLayerRepository(repo_id='acme/silu-layers', layer_name='SiluAndMul', "
+        f"lockfile={lock!r})"
+    )
+    found = LockedLayerRepository("acme/silu-layers", "SiluAndMul")  # its lock found by package
+    assert pickle.loads(pickle.dumps(found))._package == found._package == "test_layers"
+    with pytest.raises(FrozenInstanceError):
+        locked.lockfile = None  # type: ignore[misc]
 
 
 @pytest.fixture
