@@ -1288,6 +1288,24 @@ def test_torch_compile_fullgraph_runs_the_choice_made_when_tracing(
     assert calls(no_backward) == ["nb"]
 
 
+def test_torch_compile_fullgraph_takes_every_marked_layer_of_a_model_in_one_trace(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    # Each layer's choice is one the traced code has not seen before, made in one trace.
+    torch.compiler.reset()
+
+    class Double(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    replace_kernel_forward_from_hub(Double, "Double")
+    half = local_layers(tmp_path, "half", layer_name="Half")
+    model = nn.Sequential(HubSiluAndMul(), Double()).eval()
+    with use_kernel_mapping(cpu_mapping(half)):
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        assert torch.equal(compiled(x), x[..., :8] * 2)
+
+
 def test_many_marked_classes_compile_in_one_process(tmp_path: Path, x: torch.Tensor) -> None:
     # Every marked class shares one marked forward's code, which torch.compile compiles
     # for each: what differs between them must stay a constant of each graph.
