@@ -26,7 +26,7 @@ from flashhub_kernels import (
     use_kernel_mapping,
     use_kernelized_func,
 )
-from flashhub_kernels.layers._func import LockedFuncRepository
+from flashhub_kernels.layer import LockedFuncRepository
 from support.cdn_server import CdnServer
 from support.hf_layer_kernels import hf_device, publish_hf_layer_kernels
 

@@ -19,7 +19,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -46,6 +46,7 @@ from flashhub_kernels.layers import (
     LocalFuncRepository,
     LocalLayerRepository,
     LockedFuncRepository,
+    LockedLayerRepository,
     Mode,
     ROCMProperties,
     _mapping,
@@ -820,6 +821,30 @@ def test_device_and_capability_validation() -> None:
         Device("cuda", ROCMProperties(90, 94))
 
 
+def test_devices_and_repositories_are_frozen_values(tmp_path: Path) -> None:
+    cuda = Device("cuda", CUDAProperties(80, 90))
+    assert cuda == Device(type="cuda", properties=CUDAProperties(80, 90))
+    assert hash(cuda) == hash(Device("cuda", CUDAProperties(80, 90)))
+    assert CUDAProperties(80, 90) != ROCMProperties(80, 90)  # the kind of range counts
+    assert repr(cuda) == (
+        "Device(type='cuda', properties=CUDAProperties(min_capability=80, max_capability=90))"
+    )
+    assert asdict(ROCMProperties(90, 94)) == {"min_capability": 90, "max_capability": 94}
+    with pytest.raises(FrozenInstanceError):
+        cuda.type = "cpu"  # type: ignore[misc]
+    lock = tmp_path / "flashhub.lock"
+    locked = LockedLayerRepository("acme/silu-layers", "SiluAndMul", lockfile=lock)
+    assert locked == LockedLayerRepository("acme/silu-layers", "SiluAndMul", lockfile=lock)
+    assert repr(locked) == (
+        f"LockedLayerRepository(repo_id='acme/silu-layers', layer_name='SiluAndMul', "
+        f"lockfile={lock!r})"
+    )
+    found = LockedLayerRepository("acme/silu-layers", "SiluAndMul")  # its lock found by package
+    assert pickle.loads(pickle.dumps(found))._package == found._package == "test_layers"
+    with pytest.raises(FrozenInstanceError):
+        locked.lockfile = None  # type: ignore[misc]
+
+
 @pytest.fixture
 def capability_repos(tmp_path: Path) -> dict[str, LocalLayerRepository]:
     names = ["ampere", "hopper", "wide", "any", "rocm"]
@@ -1023,7 +1048,7 @@ exec("from flashhub_kernels.layer import *", star)
 print(json.dumps([before, same, "torch" in sys.modules, sorted(set(star) - {"__builtins__"})]))
 """
     before, same, torch_imported, star = json.loads(run_python(code))
-    assert before == [] and same == [True, True]
+    assert before == ["flashhub_kernels.layers"] and same == [True, True]  # no torch
     assert torch_imported  # the star import includes kernelize, which needs torch
     import flashhub_kernels.layer as layer
     import flashhub_kernels.layers as layers
@@ -1261,6 +1286,24 @@ def test_torch_compile_fullgraph_runs_the_choice_made_when_tracing(
     # the graph, so fullgraph compiles
     torch.compile(model, backend="eager", fullgraph=True)(x)
     assert calls(no_backward) == ["nb"]
+
+
+def test_torch_compile_fullgraph_takes_every_marked_layer_of_a_model_in_one_trace(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    # Each layer's choice is one the traced code has not seen before, made in one trace.
+    torch.compiler.reset()
+
+    class Double(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    replace_kernel_forward_from_hub(Double, "Double")
+    half = local_layers(tmp_path, "half", layer_name="Half")
+    model = nn.Sequential(HubSiluAndMul(), Double()).eval()
+    with use_kernel_mapping(cpu_mapping(half)):
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        assert torch.equal(compiled(x), x[..., :8] * 2)
 
 
 def test_many_marked_classes_compile_in_one_process(tmp_path: Path, x: torch.Tensor) -> None:

@@ -210,6 +210,18 @@ def test_a_malformed_python_depends_is_refused(kernel: Path, tmp_path: Path) -> 
         publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
 
 
+def test_an_empty_python_depends_name_is_refused_as_a_client_would(
+    kernel: Path, tmp_path: Path
+) -> None:
+    metadata = kernel / "build" / UNIVERSAL / "metadata.json"
+    metadata.write_text('{"python-depends": ["einops", ""]}')
+    with pytest.raises(PublishError, match=r"python-depends.*non-empty strings") as raised:
+        publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    assert str(metadata) in raised.value.message
+    assert raised.value.hint == 'write it as "python-depends": ["einops"], or leave it out'
+    assert not (tmp_path / "cdn").exists()
+
+
 def _own_digest(kernel: Path, variant: str) -> dict[str, str]:
     """The digest a builder writes into the variant's metadata.json: every file of it."""
     variant_dir = kernel / "build" / variant

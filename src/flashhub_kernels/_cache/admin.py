@@ -13,7 +13,6 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from .._config import Config, get_config
@@ -21,6 +20,7 @@ from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME
 from .._lockfiles.format import Lockfile
 from .._models.manifest import parse_metadata
 from .._models.names import RepoInfo
+from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import verify_document
 from ..errors import ManifestError, SignatureError
@@ -41,9 +41,9 @@ from .staging import cache_errors, evict, remove_stale_staging, remove_tree, wri
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 
 
-@dataclass(frozen=True)
-class CacheEntry:
-    """One cached variant. ``content_hash`` is ``None`` when it has no readable receipt."""
+class CacheEntry(Record):
+    """One cached variant. ``content_hash`` is ``None`` when it has no readable receipt;
+    ``signer`` is the trusted key that vouched for it, if any."""
 
     info: RepoInfo
     variant: str
@@ -51,7 +51,19 @@ class CacheEntry:
     content_hash: str | None
     files: int
     size: int
-    signer: str | None = None  # the trusted key that vouched for it, if any
+    signer: str | None
+
+    def __init__(
+        self,
+        info: RepoInfo,
+        variant: str,
+        path: Path,
+        content_hash: str | None,
+        files: int,
+        size: int,
+        signer: str | None = None,
+    ) -> None:
+        self._init(info, variant, path, content_hash, files, size, signer)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -117,8 +129,7 @@ def untrusted_dirs(cache: Cache) -> list[tuple[Path, str]]:
     return found
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Record):
     """What :func:`verify_entry` found.
 
     ``problem`` is why the entry fails, or ``None``. ``repairable``: every file holds
@@ -126,9 +137,14 @@ class Verdict:
     the bytecode compiled from them differs. ``repaired``: it was repaired, so it passes.
     """
 
-    problem: str | None = None
-    repairable: bool = False
-    repaired: bool = False
+    problem: str | None
+    repairable: bool
+    repaired: bool
+
+    def __init__(
+        self, problem: str | None = None, repairable: bool = False, repaired: bool = False
+    ) -> None:
+        self._init(problem, repairable, repaired)
 
     @property
     def ok(self) -> bool:
@@ -255,14 +271,24 @@ def _signature_problem(entry: CacheEntry, config: Config) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class PruneReport:
-    """What :func:`prune` removed: entries with the reason, and leftover directories."""
+class PruneReport(Record):
+    """What :func:`prune` removed: entries with the reason, and leftover directories;
+    and what it left alone: version directories a download was in progress in
+    (``busy``), and entries a running process imported (``in_use``)."""
 
     removed: list[tuple[CacheEntry, str]]
     stale: list[Path]
-    busy: list[Path]  # version directories left alone: a download was in progress there
-    in_use: list[Path]  # entries left alone: a running process imported them
+    busy: list[Path]
+    in_use: list[Path]
+
+    def __init__(
+        self,
+        removed: list[tuple[CacheEntry, str]],
+        stale: list[Path],
+        busy: list[Path],
+        in_use: list[Path],
+    ) -> None:
+        self._init(removed, stale, busy, in_use)
 
     @property
     def bytes_freed(self) -> int:
@@ -359,14 +385,16 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
     return gone, busy
 
 
-@dataclass(frozen=True)
-class ClearReport:
+class ClearReport(Record):
     """What :func:`clear` removed, and what it left alone: versions a process was
     downloading, and entries a running process imported."""
 
     removed: list[CacheEntry]
     busy: list[Path]
     in_use: list[Path]
+
+    def __init__(self, removed: list[CacheEntry], busy: list[Path], in_use: list[Path]) -> None:
+        self._init(removed, busy, in_use)
 
 
 def clear(cache: Cache, *, force: bool = False) -> ClearReport:

@@ -24,11 +24,11 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._constants import __version__
+from .._models.record import Record
 from .._utils.urls import redact_text, redact_url
 from ..errors import MirrorError
 
@@ -60,17 +60,20 @@ _TRANSPORT_ERRORS = (
 )
 
 
-class MirrorOrigin(NamedTuple):
-    """Where a mirrored build came from: the Hub, the repo, the revision asked for, and
-    the commit it resolved to."""
+class MirrorOrigin(Record):
+    """Where a mirrored build came from: the Hub (its endpoint, credentials hidden), the
+    repo, the revision asked for, and the commit it resolved to."""
 
-    hub: str  # the endpoint, credentials hidden
+    hub: str
     repo: str
     revision: str
     commit: str
 
+    def __init__(self, hub: str, repo: str, revision: str, commit: str) -> None:
+        self._init(hub, repo, revision, commit)
+
     def to_document(self) -> dict[str, str]:
-        return dict(self._asdict())
+        return dict(zip(self._fields, self._values(), strict=True))
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> MirrorOrigin | None:
@@ -86,13 +89,16 @@ class MirrorOrigin(NamedTuple):
         return f"{self.hub}/{self.repo} at {self.revision} (commit {self.commit})"
 
 
-@dataclass(frozen=True)
-class HubTree:
-    """The ``build/`` tree of one commit of a kernel repo."""
+class HubTree(Record):
+    """The ``build/`` tree of one commit of a kernel repo: where it came from, the repo
+    type it was found as, and the paths of its files under ``build/``."""
 
     source: MirrorOrigin
     repo_type: str
-    files: frozenset[str]  # paths under build/
+    files: frozenset[str]
+
+    def __init__(self, source: MirrorOrigin, repo_type: str, files: frozenset[str]) -> None:
+        self._init(source, repo_type, files)
 
 
 def _check_hub_installed() -> None:

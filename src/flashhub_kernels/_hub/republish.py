@@ -8,7 +8,7 @@ published by :func:`~._publish.publish`, under its rules: the same layout, immut
 ``variants.json`` and ``versions.json``, signatures. A file that does not match, one
 listed but missing, or one present but not listed fails the mirror before anything is
 published. The published ``metadata.json`` keeps the Hub build's own keys, and records
-where the build came from under ``"mirrored-from"`` (see :class:`~._hf_hub.MirrorOrigin`).
+where the build came from under ``"mirrored-from"`` (see :class:`~.client.MirrorOrigin`).
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from .._config import DEFAULT_PREFIX, get_config
 from .._constants import MANIFEST_NAME
 from .._models.manifest import check_relative_path, dump_json, load_json
 from .._models.names import RepoInfo
+from .._models.record import Record
 from .._network.hashing import CHUNK_SIZE
 from .._publish import KeySource, PublishReport, publish
+from .._publish.build import is_variant_name
 from .._publish.signatures import signing_keys
-from .._variants.grammar import VariantNameError, parse_variant
 from .._variants.named_system import target_system
 from .._variants.system import SystemInfo
 from .._variants.verdicts import best_variant, format_trace, judge_variants
@@ -50,14 +50,18 @@ _TAMPERED_HINT = (
 VariantSelection = Literal["auto", "all"] | Sequence[str]
 
 
-@dataclass(frozen=True)
-class MirrorReport:
+class MirrorReport(Record):
     """What :func:`mirror` did: where the build came from, the variants the Hub build
     has, and the publisher's report."""
 
     source: MirrorOrigin
     hub_variants: tuple[str, ...]
     published: PublishReport
+
+    def __init__(
+        self, source: MirrorOrigin, hub_variants: tuple[str, ...], published: PublishReport
+    ) -> None:
+        self._init(source, hub_variants, published)
 
     @property
     def not_mirrored(self) -> tuple[str, ...]:
@@ -74,12 +78,18 @@ class MirrorReport:
         }
 
 
-class _HubDigest(NamedTuple):
-    """A variant's ``metadata.json`` on the Hub: its digests, and the whole document."""
+class _HubDigest(Record):
+    """A variant's ``metadata.json`` on the Hub: its digest algorithm, its digests
+    (relative path -> raw digest), and the whole document."""
 
     algorithm: str
-    files: Mapping[str, bytes]  # relative path -> raw digest
+    files: Mapping[str, bytes]
     document: Mapping[str, Any]
+
+    def __init__(
+        self, algorithm: str, files: Mapping[str, bytes], document: Mapping[str, Any]
+    ) -> None:
+        self._init(algorithm, files, document)
 
 
 def mirror(
@@ -170,13 +180,13 @@ def choose_variants(
             )
         return [best]
     if wanted == "all":
-        loadable = [name for name in published if _loadable(name)]
+        loadable = [name for name in published if is_variant_name(name)]
         if not loadable:
             raise MirrorError(
                 f"the Hub build has no variant this client loads: {', '.join(published)}"
             )
         return loadable
-    unknown = [name for name in wanted if name not in published or not _loadable(name)]
+    unknown = [name for name in wanted if name not in published or not is_variant_name(name)]
     if unknown:
         raise MirrorError(
             f"the Hub build has no variant {unknown[0]!r}; it has {', '.join(published)}",
@@ -184,15 +194,6 @@ def choose_variants(
             cli_hint="name variants the Hub build has, or pass --variants all",
         )
     return list(dict.fromkeys(wanted))
-
-
-def _loadable(name: str) -> bool:
-    """Whether ``name`` is a variant name this client can load (others are skipped)."""
-    try:
-        parse_variant(name)
-    except VariantNameError:
-        return False
-    return True
 
 
 def _stage(hub: Hub, tree: HubTree, chosen: Mapping[str, set[str]], staging: Path) -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
 from .._config import get_config
@@ -21,6 +20,7 @@ from .._hub.client import MirrorOrigin
 from .._models.kernel_metadata import KernelMetadata, Provenance, read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo
+from .._models.record import Record
 from .._network.documents import (
     ManifestDocument,
     get_listed_manifest,
@@ -42,14 +42,18 @@ if TYPE_CHECKING:
     from .._variants.system import SystemInfo
 
 _PARALLEL_HEADS = 8
+_NO_METADATA = KernelMetadata()  # a record, so one can be every default
 
 
-class Signature(NamedTuple):
+class Signature(Record):
     """Who signed a variant's manifest: the key that vouched for it, when a trusted key
     did (``verified``), else the key ids its ``.sig`` names, unchecked."""
 
     key_ids: tuple[str, ...]
     verified: bool
+
+    def __init__(self, key_ids: tuple[str, ...], verified: bool) -> None:
+        self._init(key_ids, verified)
 
     def describe(self) -> str:
         if self.verified:
@@ -61,19 +65,43 @@ class Signature(NamedTuple):
         return {"signed_by": list(self.key_ids), "signature_verified": self.verified}
 
 
-@dataclass(frozen=True)
-class PublishedVariant:
-    """One published variant: whether this system can load it, and its files."""
+class PublishedVariant(Record):
+    """One published variant: whether this system can load it, and its files.
+
+    Attributes:
+        name: The variant.
+        compatible: Whether this system can load it.
+        reason: Why it is rejected; ``None`` when compatible.
+        content_hash: Its content hash, ``sha256-<hex>``.
+        files: Relative path -> size in bytes, ``None`` when unknown.
+        signature: Who signed it; ``None`` when no signer is known.
+        mirrored_from: Where ``flashhub mirror`` took it from, if it did.
+        metadata: The builder's fields of its ``metadata.json``.
+    """
 
     name: str
     compatible: bool
-    reason: str | None  # why it is rejected; None when compatible
+    reason: str | None
     content_hash: str
-    files: dict[str, int | None]  # relative path -> size in bytes, None when unknown
-    signature: Signature | None = None  # None: no signer known
-    mirrored_from: MirrorOrigin | None = None  # where `flashhub mirror` took it from
-    # The builder's fields of its metadata.json.
-    metadata: KernelMetadata = field(default_factory=KernelMetadata)
+    files: dict[str, int | None]
+    signature: Signature | None
+    mirrored_from: MirrorOrigin | None
+    metadata: KernelMetadata
+
+    def __init__(
+        self,
+        name: str,
+        compatible: bool,
+        reason: str | None,
+        content_hash: str,
+        files: dict[str, int | None],
+        signature: Signature | None = None,
+        mirrored_from: MirrorOrigin | None = None,
+        metadata: KernelMetadata = _NO_METADATA,
+    ) -> None:
+        self._init(
+            name, compatible, reason, content_hash, files, signature, mirrored_from, metadata
+        )
 
     @property
     def size(self) -> int | None:
@@ -143,14 +171,19 @@ def _provenance(provenance: Provenance) -> str:
     return built
 
 
-@dataclass(frozen=True)
-class KernelDescription:
-    """A kernel version as the CDN publishes it, judged against one system."""
+class KernelDescription(Record):
+    """A kernel version as the CDN publishes it, judged against one system: its
+    variants, compatible ones first, best first, and the one chosen."""
 
     info: RepoInfo
     system: str
-    variants: list[PublishedVariant]  # compatible ones first, best first
+    variants: list[PublishedVariant]
     chosen: str | None
+
+    def __init__(
+        self, info: RepoInfo, system: str, variants: list[PublishedVariant], chosen: str | None
+    ) -> None:
+        self._init(info, system, variants, chosen)
 
     def to_dict(self) -> dict[str, object]:
         return {

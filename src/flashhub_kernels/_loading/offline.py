@@ -16,13 +16,13 @@ imports the HTTP client.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from .._cache.layout import Cache, VariantIndex
 from .._constants import MANIFEST_NAME
 from .._lockfiles.format import check_variant_name
 from .._models.manifest import Manifest, parse_metadata
 from .._models.names import RepoInfo
+from .._models.record import Record
 from .._variants.choice import no_variant_error
 from .._variants.compat import pick_cached_variant
 from .._variants.probing import candidate_names
@@ -103,13 +103,18 @@ def has_variant(cache: Cache, info: RepoInfo, system: SystemInfo) -> bool:
     return any(isinstance(r, VariantAccepted) for r in judge_variants(names, system))
 
 
-class CachedVariant(NamedTuple):
+class CachedVariant(Record):
     """A cached entry's manifest, each file's size as recorded when it was verified, and
     the trusted key that vouched for it then (``None``: none was checked)."""
 
     manifest: Manifest
     sizes: dict[str, int]
-    signer: str | None = None
+    signer: str | None
+
+    def __init__(
+        self, manifest: Manifest, sizes: dict[str, int], signer: str | None = None
+    ) -> None:
+        self._init(manifest, sizes, signer)
 
 
 def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant | None:

@@ -251,6 +251,18 @@ def load_requirements(
     return {key: document[key] for key in LOAD_KEYS if key in document} if acts else {}
 
 
+def parse_python_depends(value: object) -> tuple[str, ...]:
+    """``python-depends``: a list of package names, none of them empty; the reader of a
+    ``metadata.json`` and the publisher both check it so.
+
+    Raises:
+        ValueError: ``value`` is no such list.
+    """
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError('"python-depends" must be a list of package names (non-empty strings)')
+    return tuple(value)
+
+
 def dependency_label(info: RepoInfo) -> str:
     """A kernel as a chain of dependencies names it: ``org/pkg v1``."""
     return f"{info.repo_id} v{info.version}"
@@ -317,9 +329,10 @@ def _minver(document: Mapping[str, Any], key: str, source: str) -> str | None:
 def _python_depends(value: object, source: str) -> tuple[str, ...]:
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise _error(source, '"python-depends" must be a list of package names')
-    return tuple(value)
+    try:
+        return parse_python_depends(value)
+    except ValueError as exc:
+        raise _error(source, str(exc)) from None
 
 
 def _kernel_depends(value: object, source: str) -> tuple[KernelDependency, ...]:

@@ -21,10 +21,11 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from ..errors import ManifestError
+from .record import Record
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
 
@@ -38,8 +39,9 @@ _RESERVED_KEYS = frozenset(name.casefold() for name in RESERVED_NAMES)
 _HINT = "the CDN serves a broken or tampered document; report it to the kernel's publisher"
 
 
-class Manifest(NamedTuple):
-    """A validated ``metadata.json``: relative path -> raw 32-byte sha256.
+class Manifest(Record):
+    """A validated ``metadata.json``: relative path -> raw 32-byte sha256, and the whole
+    JSON object, other keys kept.
 
     ``sizes`` maps every listed path to its size in bytes when the document states
     them (``None`` when it does not). They bound downloads; the content hash leaves
@@ -47,8 +49,16 @@ class Manifest(NamedTuple):
     """
 
     files: Mapping[str, bytes]
-    document: Mapping[str, Any]  # the whole JSON object, other keys kept
-    sizes: Mapping[str, int] | None = None
+    document: Mapping[str, Any]
+    sizes: Mapping[str, int] | None
+
+    def __init__(
+        self,
+        files: Mapping[str, bytes],
+        document: Mapping[str, Any],
+        sizes: Mapping[str, int] | None = None,
+    ) -> None:
+        self._init(files, document, sizes)
 
     @property
     def content_hash(self) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 # Not typing.TYPE_CHECKING: importing typing would cost the hook more than this module.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from dataclasses import Field
     from typing import Any, ClassVar
 
@@ -52,10 +51,11 @@ class _DataclassFields:
 
 
 class Record:
-    """Base of an immutable record. A subclass (of ``Record`` itself, not of another
-    record) annotates its fields in order, every class annotation being a field, and
-    has an ``__init__`` that takes them as parameters of the same names, in the same
-    order, and stores them with :meth:`_init`.
+    """Base of an immutable record. A subclass annotates its fields in order, every
+    class annotation being a field, and has an ``__init__`` that takes them as
+    parameters of the same names, in the same order, and stores them with :meth:`_init`.
+    A subclass of a record either annotates nothing, and keeps its base's fields (a kind
+    of the same record, unequal to the base's), or subclasses ``Record`` itself.
     """
 
     __slots__ = ()
@@ -67,7 +67,8 @@ class Record:
         __dataclass_fields__ = _DataclassFields()
 
     def __init_subclass__(cls) -> None:
-        cls._fields = tuple(cls.__annotations__)
+        # Its own annotations only (Python >= 3.10), or else the fields of its base.
+        cls._fields = tuple(cls.__annotations__) or cls._fields
         cls.__match_args__ = cls._fields  # type: ignore[attr-defined,misc]  # `case` patterns
 
     def _init(self, *values: object) -> None:
@@ -102,5 +103,5 @@ class Record:
     def __delattr__(self, name: str) -> None:
         raise frozen_error(name, "delete")
 
-    def __reduce__(self) -> tuple[Callable[..., Self], tuple[Any, ...]]:
+    def __reduce__(self) -> str | tuple[Any, ...]:  # typed as object's, which a subclass may keep
         return type(self), self._values()

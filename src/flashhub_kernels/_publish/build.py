@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._models.kernel_metadata import parse_python_depends
 from .._models.manifest import (
     MAX_DOCUMENT_BYTES,
     check_relative_path,
@@ -16,6 +16,7 @@ from .._models.manifest import (
     dump_json,
     parse_metadata,
 )
+from .._models.record import Record
 from .._variants.grammar import VariantNameError, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
@@ -26,14 +27,24 @@ _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
 
 
-@dataclass(frozen=True)
-class VariantBuild:
-    """One variant of the build: its files and the ``metadata.json`` to publish."""
+class VariantBuild(Record):
+    """One variant of the build: its files (relative to the variant directory, ``/``
+    separated), the ``metadata.json`` to publish, and the ``python-depends`` its own
+    ``metadata.json`` lists."""
 
     name: str
-    files: Mapping[str, SourceFile]  # relative to the variant dir, '/' separated
+    files: Mapping[str, SourceFile]
     metadata: bytes
-    python_depends: tuple[str, ...]  # as its own metadata.json lists them
+    python_depends: tuple[str, ...]
+
+    def __init__(
+        self,
+        name: str,
+        files: Mapping[str, SourceFile],
+        metadata: bytes,
+        python_depends: tuple[str, ...],
+    ) -> None:
+        self._init(name, files, metadata, python_depends)
 
 
 def _is_junk(name: str) -> bool:
@@ -87,7 +98,7 @@ def _refuse_a_variant(build_dir: Path) -> None:
     """Refuse a directory one or two levels too deep: a variant's, or its package's,
     naming the directory to pass instead."""
     for variant, what in ((build_dir, "variant"), (build_dir.parent, "package")):
-        if _is_variant_name(variant.name):
+        if is_variant_name(variant.name):
             builds = variant.parent
             wanted, holding = (
                 (builds.parent, "build/")
@@ -101,7 +112,8 @@ def _refuse_a_variant(build_dir: Path) -> None:
             )
 
 
-def _is_variant_name(name: str) -> bool:
+def is_variant_name(name: str) -> bool:
+    """Whether ``name`` is a variant name this client can load."""
     try:
         parse_variant(name)
     except VariantNameError:
@@ -199,13 +211,12 @@ def _read_build_metadata(path: Path) -> dict[str, object]:
 def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ...]:
     """The ``python-depends`` of a build's own ``metadata.json``: the Python packages the
     kernel needs besides torch, as kernel builders write them."""
-    depends = metadata.get("python-depends", [])
-    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+    try:
+        return parse_python_depends(metadata.get("python-depends", []))
+    except ValueError as exc:
         raise PublishError(
-            f'"python-depends" in {path} must be a list of package names',
-            hint='write it as "python-depends": ["einops"], or leave it out',
-        )
-    return tuple(depends)
+            f"{path}: {exc}", hint='write it as "python-depends": ["einops"], or leave it out'
+        ) from None
 
 
 def _metadata_bytes(variant: str, document: dict[str, object]) -> bytes:

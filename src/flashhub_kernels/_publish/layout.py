@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._models.record import Record
 from .._network.hashing import sha256_file
 
 FILE_MODE = 0o644
@@ -18,13 +18,15 @@ VERSIONS = "versions.json"
 VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
 
 
-@dataclass(frozen=True)
-class SourceFile:
+class SourceFile(Record):
     """One file of a variant in the build directory, hashed when scanned."""
 
     path: Path
     digest: bytes
     size: int
+
+    def __init__(self, path: Path, digest: bytes, size: int) -> None:
+        self._init(path, digest, size)
 
 
 # What goes into the version directory: relative path -> literal bytes or a build file.

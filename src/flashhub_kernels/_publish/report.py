@@ -3,24 +3,27 @@ the native libraries the version shares with others."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from .._models.record import Record
 from .layout import METADATA
 
 
-@dataclass(frozen=True)
-class VariantReport:
-    """One published variant: its name, file count, total size and content hash."""
+class VariantReport(Record):
+    """One published variant: its name, file count, total size and content hash
+    (``sha256-<hex>`` over its manifest, the value lock files pin)."""
 
     name: str
     files: int
     bytes: int
-    content_hash: str  # ``sha256-<hex>`` over its manifest, the value lock files pin
+    content_hash: str
+
+    def __init__(self, name: str, files: int, bytes: int, content_hash: str) -> None:
+        self._init(name, files, bytes, content_hash)
 
 
-@dataclass(frozen=True)
-class SharedNativeLibrary:
+class SharedNativeLibrary(Record):
     """A native library of the published version that another version also ships.
 
     Attributes:
@@ -36,6 +39,9 @@ class SharedNativeLibrary:
     version: int
     other_file: str
     same_bytes: bool
+
+    def __init__(self, file: str, version: int, other_file: str, same_bytes: bool) -> None:
+        self._init(file, version, other_file, same_bytes)
 
     def describe(self, repo_id: str, version: int) -> str:
         """The warning, for version ``version`` of ``repo_id``."""
@@ -55,8 +61,7 @@ class SharedNativeLibrary:
         )
 
 
-@dataclass(frozen=True)
-class UndeclaredImport:
+class UndeclaredImport(Record):
     """A package a variant imports but does not list in its ``python-depends``.
 
     Attributes:
@@ -70,6 +75,9 @@ class UndeclaredImport:
     file: str
     line: int
 
+    def __init__(self, module: str, file: str, line: int) -> None:
+        self._init(module, file, line)
+
     def describe(self, repo_id: str, version: int) -> str:
         """The warning, for version ``version`` of ``repo_id``."""
         variant = self.file.split("/")[1]
@@ -82,8 +90,7 @@ class UndeclaredImport:
         )
 
 
-@dataclass(frozen=True)
-class PublishReport:
+class PublishReport(Record):
     """What :func:`publish` did.
 
     Attributes:
@@ -117,9 +124,39 @@ class PublishReport:
     bytes_written: int
     noop: bool
     replaced: bool
-    signed_by: tuple[str, ...] = ()
-    shared_natives: tuple[SharedNativeLibrary, ...] = ()
-    undeclared_imports: tuple[UndeclaredImport, ...] = ()
+    signed_by: tuple[str, ...]
+    shared_natives: tuple[SharedNativeLibrary, ...]
+    undeclared_imports: tuple[UndeclaredImport, ...]
+
+    def __init__(
+        self,
+        repo_id: str,
+        version: int,
+        version_dir: Path | str,
+        variants: tuple[VariantReport, ...],
+        versions: tuple[int, ...],
+        written: tuple[str, ...],
+        bytes_written: int,
+        noop: bool,
+        replaced: bool,
+        signed_by: tuple[str, ...] = (),
+        shared_natives: tuple[SharedNativeLibrary, ...] = (),
+        undeclared_imports: tuple[UndeclaredImport, ...] = (),
+    ) -> None:
+        self._init(
+            repo_id,
+            version,
+            version_dir,
+            variants,
+            versions,
+            written,
+            bytes_written,
+            noop,
+            replaced,
+            signed_by,
+            shared_natives,
+            undeclared_imports,
+        )
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""

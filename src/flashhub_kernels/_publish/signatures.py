@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import NamedTuple
 
 from .._constants import SIG_SUFFIX
 from .._models.manifest import parse_metadata, parse_variants, parse_versions
 from .._models.names import RepoInfo, parse_repo_id
+from .._models.record import Record
 from .._signing.signature_files import sign_document
 from .._signing.signing_keys import SigningKey, load_signing_key
 from .._signing.statements import DocumentKind
@@ -36,7 +36,7 @@ def signing_keys(sign: KeySource | Sequence[KeySource] | None) -> tuple[SigningK
     return tuple(keys.values())
 
 
-class Document(NamedTuple):
+class Document(Record):
     """What a signed document is, as its statement names it."""
 
     kind: DocumentKind
@@ -44,9 +44,13 @@ class Document(NamedTuple):
     version: int | None
     variant: str | None
 
+    def __init__(
+        self, kind: DocumentKind, repo_id: str, version: int | None, variant: str | None
+    ) -> None:
+        self._init(kind, repo_id, version, variant)
 
-@dataclass(frozen=True)
-class SignReport:
+
+class SignReport(Record):
     """What :func:`sign_tree` did.
 
     Attributes:
@@ -59,6 +63,9 @@ class SignReport:
     key_id: str
     documents: tuple[str, ...]
     written: tuple[str, ...]
+
+    def __init__(self, key_id: str, documents: tuple[str, ...], written: tuple[str, ...]) -> None:
+        self._init(key_id, documents, written)
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub sign --json`` prints)."""
@@ -185,7 +192,9 @@ def add_signatures(
     assert keys, "signing without a key"
     signed = existing
     for key in keys:
-        signed = sign_document(*document, data, key, signed)
+        signed = sign_document(
+            document.kind, document.repo_id, document.version, document.variant, data, key, signed
+        )
     assert signed is not None
     return signed
 

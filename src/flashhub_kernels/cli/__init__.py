@@ -18,15 +18,20 @@ import argparse
 import importlib
 import sys
 from collections.abc import Collection, Sequence
-from typing import NamedTuple
 
 from .._constants import __version__
+from .._models.record import Record
 from ._common import EXIT_USAGE, Command, parse, run, verbose_argument, verbosity
 
 
-class _Listed(NamedTuple):
-    module: str  # in this package
+class _Listed(Record):
+    """A command as ``flashhub --help`` lists it: its module in this package, its help."""
+
+    module: str
     help: str
+
+    def __init__(self, module: str, help: str) -> None:
+        self._init(module, help)
 
 
 _COMMANDS = {

@@ -9,10 +9,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from .._config import configure, get_config
 from .._models.names import check_version, parse_repo_id
+from .._models.record import Record
 from .._utils.text import escape_controls, escape_message
 from ..errors import ConfigError, FlashhubError
 
@@ -32,11 +33,14 @@ EXIT_INTERRUPTED = 130  # SIGINT: Ctrl-C
 EXIT_BROKEN_PIPE = 141  # SIGPIPE: the reader of stdout went away (`flashhub ... | head`)
 
 
-class Command(NamedTuple):
+class Command(Record):
     """A subcommand: the function adding its options, and its handler."""
 
     add_arguments: ArgumentAdder
     run: Handler
+
+    def __init__(self, add_arguments: ArgumentAdder, run: Handler) -> None:
+        self._init(add_arguments, run)
 
 
 # --- argument types: reject bad values as usage errors (exit 2) ------------------------

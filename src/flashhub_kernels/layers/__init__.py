@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 from ._device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties
 from ._fallback import KernelizeFallback
-from ._func import (
+from ._func_repository import (
     BaseFuncRepository,
     FuncRepository,
     LocalFuncRepository,

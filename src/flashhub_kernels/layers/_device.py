@@ -5,31 +5,30 @@ Imports no torch: a mapping can be built before torch is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .._models.record import Record
 
 #: Device types a mapping may name. ``rocm`` is a ROCm GPU, which torch calls ``cuda``;
 #: ``npu`` an Ascend NPU (torch_npu), ``neuron`` an AWS Neuron device, ``tpu`` a TPU.
 DEVICE_TYPES = ("cpu", "cuda", "rocm", "mps", "xpu", "npu", "neuron", "tpu")
 
 
-@dataclass(frozen=True)
-class _CapabilityRange:
+class _CapabilityRange(Record):
     min_capability: int
     max_capability: int
 
-    def __post_init__(self) -> None:
+    def __init__(self, min_capability: int, max_capability: int) -> None:
         kind = type(self).__name__
-        for name in ("min_capability", "max_capability"):
-            value = getattr(self, name)
+        for name, value in (("min_capability", min_capability), ("max_capability", max_capability)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{kind}.{name} must be an int such as 80 (sm_80), got {value!r}")
             if value < 0:
                 raise ValueError(f"{kind}.{name} must be >= 0, got {value}")
-        if self.min_capability > self.max_capability:
+        if min_capability > max_capability:
             raise ValueError(
-                f"{kind}(min_capability={self.min_capability}, "
-                f"max_capability={self.max_capability}) is an empty range: min is above max"
+                f"{kind}(min_capability={min_capability}, "
+                f"max_capability={max_capability}) is an empty range: min is above max"
             )
+        self._init(min_capability, max_capability)
 
     def __contains__(self, capability: int) -> bool:
         return self.min_capability <= capability <= self.max_capability
@@ -59,8 +58,7 @@ class ROCMProperties(_CapabilityRange):
 _PROPERTIES = {"cuda": CUDAProperties, "rocm": ROCMProperties}
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(Record):
     """A device type a kernel layer is mapped for, e.g. ``Device("cuda")``.
 
     A plain string (``"cuda"``) is accepted wherever a ``Device`` is. ``properties``
@@ -73,28 +71,34 @@ class Device:
     """
 
     type: str
-    properties: CUDAProperties | ROCMProperties | None = None
+    properties: CUDAProperties | ROCMProperties | None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.type, str):
-            raise TypeError(f"device type must be a string such as 'cuda', got {self.type!r}")
-        if self.type not in DEVICE_TYPES:
-            raise ValueError(
-                f"unknown device type {self.type!r}: use one of {', '.join(DEVICE_TYPES)} "
-                "(the type alone, without an index such as ':0'; Apple GPUs are 'mps')"
-            )
-        expected = _PROPERTIES.get(self.type)
-        if self.properties is not None and type(self.properties) is not expected:
-            wanted = f"{expected.__name__} or None" if expected else "None"
-            raise ValueError(
-                f"Device({self.type!r}) takes properties={wanted}, got {self.properties!r}"
-            )
+    def __init__(
+        self, type: str, properties: CUDAProperties | ROCMProperties | None = None
+    ) -> None:
+        _check_device(type, properties)
+        self._init(type, properties)
 
     def matches(self, capability: int | None) -> bool:
         """Whether this entry applies to a device of its type with ``capability``."""
         if self.properties is None:
             return True
         return capability is not None and capability in self.properties
+
+
+def _check_device(kind: object, properties: object) -> None:
+    """Raise if ``kind`` is no device type of a mapping, or ``properties`` are not its."""
+    if not isinstance(kind, str):
+        raise TypeError(f"device type must be a string such as 'cuda', got {kind!r}")
+    if kind not in DEVICE_TYPES:
+        raise ValueError(
+            f"unknown device type {kind!r}: use one of {', '.join(DEVICE_TYPES)} "
+            "(the type alone, without an index such as ':0'; Apple GPUs are 'mps')"
+        )
+    expected = _PROPERTIES.get(kind)
+    if properties is not None and type(properties) is not expected:
+        wanted = f"{expected.__name__} or None" if expected else "None"
+        raise ValueError(f"Device({kind!r}) takes properties={wanted}, got {properties!r}")
 
 
 def as_device(device: Device | str) -> Device:

@@ -33,8 +33,8 @@ from ..errors import (
 )
 from ._device import Device
 from ._fallback import KernelizeFallback, as_fallback, fallback_text
+from ._layer_mark import Forward, LayerMark, ModuleT, kernel_funcs, mark_by_key, mark_of
 from ._mapping import Miss, Mode, check_request, current_mapping, mode_text, select_repository
-from ._mark import Forward, LayerMark, ModuleT, kernel_funcs, mark_by_key, mark_of
 from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
 from ._validate import validate_layer
@@ -74,7 +74,7 @@ def dispatch(
     if _compiling():
         # Constants only (strings and a bool) cross into the choice, which runs untraced.
         where = None if device is None else str(device)
-        forward = _traced[_choose_while_tracing(mark.key, where, module.training)]
+        forward = getattr(_Traced, _choose_while_tracing(mark.key, where, module.training))
     else:
         forward = _choose(mark, device, module.training, compiling=False)
     return forward(module, *args, **kwargs)
@@ -114,20 +114,24 @@ def _graph_constant(func: FuncT) -> FuncT:
     return func if constant is None else constant(func)  # torch < 2.1 has no compiler
 
 
-# The forwards chosen while tracing, by the number the traced code gets for each. A dict,
-# not a list: torch.compile guards a list's length, so every addition would recompile.
-_traced: dict[int, Forward] = {}
-_traced_numbers: dict[Forward, int] = {}
+class _Traced:
+    """The forwards chosen while tracing, as attributes named by the choice. The traced
+    code reads each one as it gets its name: it would read a dict once per trace, before
+    the choices made later in that trace were added."""
+
+
+_traced_names: dict[Forward, str] = {}
 _traced_lock = threading.Lock()
 
 
-def _number(forward: Forward) -> int:
+def _traced_name(forward: Forward) -> str:
+    """The attribute of :class:`_Traced` that holds ``forward``, added on first use."""
     with _traced_lock:
-        number = _traced_numbers.get(forward)
-        if number is None:
-            number = _traced_numbers[forward] = len(_traced_numbers)
-            _traced[number] = forward
-        return number
+        name = _traced_names.get(forward)
+        if name is None:
+            name = _traced_names[forward] = f"forward_{len(_traced_names)}"
+            setattr(_Traced, name, forward)
+        return name
 
 
 def _raiser(error: Exception) -> Forward:
@@ -140,18 +144,18 @@ def _raiser(error: Exception) -> Forward:
 
 
 @_graph_constant
-def _choose_while_tracing(key: str, device: str | None, training: bool) -> int:
+def _choose_while_tracing(key: str, device: str | None, training: bool) -> str:
     """:func:`_choose` for a call that torch.compile traces, run when tracing: the mapping
     in effect then decides. Takes and gives constants: the mark's key, the device
-    (``"cuda:0"``), and the number of the forward chosen in ``_traced``. An error becomes
-    a forward that raises it, outside the graph (with ``fullgraph=True``, torch's error
-    names it)."""
+    (``"cuda:0"``), and the name of the forward chosen in :class:`_Traced`. An error
+    becomes a forward that raises it, outside the graph (with ``fullgraph=True``, torch's
+    error names it)."""
     try:
         where = None if device is None else torch.device(device)
         forward = _choose(mark_by_key(key), where, training, compiling=True)
     except Exception as error:  # any error: the traced code raises it, outside the graph
         forward = _raiser(error)
-    return _number(forward)
+    return _traced_name(forward)
 
 
 def _choose_layer(

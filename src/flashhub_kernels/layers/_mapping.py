@@ -18,9 +18,9 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+from .._models.record import Record
 from ._device import Device, as_device
 from ._fallback import KernelizeFallback
 from ._repository import BaseLayerRepository
@@ -241,12 +241,14 @@ def select_mode(repos: Mapping[Mode, RepoT], mode: Mode) -> tuple[RepoT, Mode] |
     return None
 
 
-@dataclass(frozen=True)
-class Miss:
+class Miss(Record):
     """Why a mapping holds no repository for a call: the fallback case, and what it lacks."""
 
     case: KernelizeFallback
     detail: str
+
+    def __init__(self, case: KernelizeFallback, detail: str) -> None:
+        self._init(case, detail)
 
 
 def _breadth(device: Device) -> tuple[int, int, int]:

@@ -1,9 +1,9 @@
 """Marking layers and functions whose ``forward`` a kernel may replace.
 
 Marking gives a class a ``forward`` that dispatches each call to the kernel layer the
-mapping picks (see ``_dispatch``) and carries a :class:`~._mark.LayerMark`, the record of
-the marking. A marked function becomes an instance of a marked class whose ``forward``
-calls it. Importing this module imports no torch: a library can import the decorators
+mapping picks (see ``_dispatch``) and carries a :class:`~._layer_mark.LayerMark`, the
+record of the marking. A marked function becomes an instance of a marked class whose
+``forward`` calls it. Importing this module imports no torch: a library can import the decorators
 before torch, and marking a class (an ``nn.Module``, so torch is loaded by then) or a
 function loads the dispatcher.
 """
@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ._mark import Condition, Forward, LayerMark, attach_funcs, mark_of, put_mark
+from ._layer_mark import Condition, Forward, LayerMark, attach_funcs, mark_of, put_mark
 
 if TYPE_CHECKING:
     from torch import nn
@@ -90,7 +90,7 @@ def _mark(target: Any, layer_name: str, condition: Condition | None, fallback: b
         return target
     from torch import nn
 
-    from ._function import func_module
+    from ._func_module import func_module
 
     if not callable(target) or isinstance(target, nn.Module):
         raise TypeError(

@@ -9,13 +9,13 @@ import abc
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from .._loading.api import get_kernel, get_local_kernel
 from .._models.names import RepoInfo, parse_repo_id, requested_version
+from .._models.record import Record
 from .._utils.callers import caller_package
 from ..errors import KernelLayerError
 
@@ -93,6 +93,11 @@ class _FromLocalDir:
         return str(self.path)
 
 
+def lockfile_path(lockfile: str | os.PathLike[str] | None) -> Path | None:
+    """The absolute path of a locked repository's ``lockfile``, when one is given."""
+    return Path(lockfile).absolute() if lockfile else None
+
+
 def local_dir(
     cls: type,
     path: str | os.PathLike[str] | None,
@@ -110,18 +115,17 @@ class _FromLockfile:
     """Where a repository's kernel comes from: the version of ``repo_id`` a lock file pins.
 
     Without ``lockfile`` the lock is looked for, when the kernel is first loaded, in the
-    package that created the repository, then in the working directory.
+    package that created the repository, then in the working directory. That package is
+    no field: it is not compared or shown.
     """
 
     repo_id: str
     lockfile: Path | None
     _package: str | None
 
-    def _set_source(self, repo_id: str, lockfile: str | os.PathLike[str] | None) -> None:
-        parse_repo_id(repo_id)
-        object.__setattr__(self, "repo_id", repo_id)
-        object.__setattr__(self, "lockfile", Path(lockfile).absolute() if lockfile else None)
-        object.__setattr__(self, "_package", None if lockfile else caller_package())
+    def _remember_package(self) -> None:
+        """Note the creating package, where the lock is looked for (``lockfile`` unset)."""
+        object.__setattr__(self, "_package", None if self.lockfile else caller_package())
 
     def load_kernel(self) -> ModuleType:
         """``get_locked_kernel(repo_id)`` with this object's lock file."""
@@ -143,11 +147,16 @@ class BaseLayerRepository(abc.ABC):
 
     :meth:`load` imports the kernel and looks the layer up once per repository object;
     concurrent first calls from several threads load it once. Subclasses are usually
-    frozen dataclasses, so that equal repositories compare and hash equal.
+    records (or frozen dataclasses), so that equal repositories compare and hash equal.
     """
 
     #: The class name of the layer in the kernel's ``layers`` module.
     layer_name: str
+
+    # Pickled and copied as any object, by its state: not by calling the class again, as
+    # a record is, which would warn again of a deprecated class and take a locked
+    # repository's package from the code that unpickles it.
+    __reduce__ = object.__reduce__
 
     @abc.abstractmethod
     def load_kernel(self) -> ModuleType:
@@ -158,7 +167,7 @@ class BaseLayerRepository(abc.ABC):
         return self._memo().get(self._load_layer)
 
     def _memo(self) -> _Memo:
-        # Kept out of the dataclass fields, so subclasses need not declare it; set with
+        # Kept out of the fields, so subclasses need not declare it; set with
         # object.__setattr__ because subclasses are frozen.
         memo: _Memo | None = vars(self).get("_layer_memo")
         if memo is None:
@@ -190,8 +199,7 @@ class BaseLayerRepository(abc.ABC):
         return as_layer_class(layer)
 
 
-@dataclass(frozen=True)
-class LayerRepository(_FromCdn, BaseLayerRepository):
+class LayerRepository(_FromCdn, BaseLayerRepository, Record):
     """The layer ``layer_name`` of the CDN kernel ``repo_id`` at one version.
 
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``).
@@ -203,16 +211,22 @@ class LayerRepository(_FromCdn, BaseLayerRepository):
 
     repo_id: str
     layer_name: str
-    version: int | None = None
-    revision: str | None = None
+    version: int | None
+    revision: str | None
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        repo_id: str,
+        layer_name: str,
+        version: int | None = None,
+        revision: str | None = None,
+    ) -> None:
+        self._init(repo_id, layer_name, version, revision)
         self._check_source()
-        _check_layer_name(self.layer_name)
+        _check_layer_name(layer_name)
 
 
-@dataclass(frozen=True, init=False)
-class LocalLayerRepository(_FromLocalDir, BaseLayerRepository):
+class LocalLayerRepository(_FromLocalDir, BaseLayerRepository, Record):
     """The layer ``layer_name`` of a kernel in a local directory (see ``get_local_kernel``).
 
     ``path`` is a kernel repo with ``build/<variant>/<py_pkg>/``, a ``build`` or variant
@@ -235,12 +249,10 @@ class LocalLayerRepository(_FromLocalDir, BaseLayerRepository):
         del package_name  # accepted for the Hugging Face spelling; not needed
         directory = local_dir(type(self), path, repo_path)
         _check_layer_name(layer_name)
-        object.__setattr__(self, "path", directory)
-        object.__setattr__(self, "layer_name", layer_name)
+        self._init(directory, layer_name)
 
 
-@dataclass(frozen=True, init=False)
-class LockedLayerRepository(_FromLockfile, BaseLayerRepository):
+class LockedLayerRepository(_FromLockfile, BaseLayerRepository, Record):
     """The layer ``layer_name`` of the kernel ``repo_id`` at the version a lock file pins.
 
     The locked form of :class:`LayerRepository`: the kernel is loaded with
@@ -252,11 +264,11 @@ class LockedLayerRepository(_FromLockfile, BaseLayerRepository):
     repo_id: str
     layer_name: str
     lockfile: Path | None
-    _package: str | None = field(repr=False, compare=False)
 
     def __init__(
         self, repo_id: str, layer_name: str, *, lockfile: str | os.PathLike[str] | None = None
     ) -> None:
         _check_layer_name(layer_name)
-        self._set_source(repo_id, lockfile)
-        object.__setattr__(self, "layer_name", layer_name)
+        parse_repo_id(repo_id)
+        self._init(repo_id, layer_name, lockfile_path(lockfile))
+        self._remember_package()

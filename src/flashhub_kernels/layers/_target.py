@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from .._models.record import Record
 from ._device import DEVICE_TYPES, Device
 
 _GPU_TYPES = ("cuda", "rocm")
@@ -13,12 +12,14 @@ _GPU_TYPES = ("cuda", "rocm")
 _NAMED_ONLY = ("rocm", "npu", "neuron", "tpu")
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(Record):
     """The device a forward runs on: its type as mappings name it, and its torch index."""
 
     type: str
-    index: int | None = None
+    index: int | None
+
+    def __init__(self, type: str, index: int | None = None) -> None:
+        self._init(type, index)
 
     def capability(self) -> int | None:
         """``major * 10 + minor`` of a CUDA/ROCm GPU; ``None`` elsewhere or when unknown."""

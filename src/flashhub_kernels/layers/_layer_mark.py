@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._models.record import Record
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,23 +33,35 @@ _numbers = itertools.count()
 _marks: weakref.WeakValueDictionary[str, LayerMark] = weakref.WeakValueDictionary()
 
 
-@dataclass(frozen=True)
-class LayerMark:
+class LayerMark(Record):
     """What marking a class recorded: its layer name, original forward, fallback rule and
-    condition, and a ``key`` that names the mark in :func:`mark_by_key`."""
+    condition, and a ``key`` that names the mark in :func:`mark_by_key` (a new one when
+    none is given)."""
 
     layer_name: str
     owner: type[nn.Module]
     original: Forward
     use_fallback: bool
-    condition: Condition | None = None
-    key: str = field(default_factory=lambda: f"mark-{next(_numbers)}")
-    # Layer classes already checked against ``owner``; a set add is atomic, and a
-    # duplicate check in a race is harmless.
-    validated: set[type[nn.Module]] = field(default_factory=set, compare=False, repr=False)
+    condition: Condition | None
+    key: str
+    if TYPE_CHECKING:  # not a field, so not compared or shown
+        # Layer classes already checked against ``owner``; a set add is atomic, and a
+        # duplicate check in a race is harmless.
+        validated: set[type[nn.Module]]
 
-    def __post_init__(self) -> None:
-        _marks[self.key] = self
+    def __init__(
+        self,
+        layer_name: str,
+        owner: type[nn.Module],
+        original: Forward,
+        use_fallback: bool,
+        condition: Condition | None = None,
+        key: str | None = None,
+    ) -> None:
+        key = f"mark-{next(_numbers)}" if key is None else key
+        self._init(layer_name, owner, original, use_fallback, condition, key)
+        object.__setattr__(self, "validated", set())
+        _marks[key] = self
 
     def applies_to(self, module: nn.Module) -> bool:
         """Whether ``module`` takes a kernel: the condition given at marking holds for it."""

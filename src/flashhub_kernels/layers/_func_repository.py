@@ -1,8 +1,8 @@
 """Function kernels: a kernel's plain function in place of a marked layer or function.
 
 The function repositories load a function from a kernel's top-level module and wrap it
-as a layer class (see ``_function``), so mappings, ``kernelize`` and validation treat it
-as a kernel layer. They are deprecated, as in Hugging Face kernels, in favour of layer
+as a layer class (see ``_func_module``), so mappings, ``kernelize`` and validation treat
+it as a kernel layer. They are deprecated, as in Hugging Face kernels, in favour of layer
 classes in the kernel's ``layers`` module; so is :func:`use_kernel_func_from_hub`, since
 :func:`use_kernel_forward_from_hub` marks functions too. They keep working, with a
 ``DeprecationWarning``.
@@ -15,15 +15,23 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .._models.names import parse_repo_id
+from .._models.record import Record
 from .._utils.callers import warn_at_caller
 from ..errors import KernelLayerError
-from ._function import func_module
-from ._repository import BaseLayerRepository, _FromCdn, _FromLocalDir, _FromLockfile, local_dir
+from ._func_module import func_module
+from ._repository import (
+    BaseLayerRepository,
+    _FromCdn,
+    _FromLocalDir,
+    _FromLockfile,
+    local_dir,
+    lockfile_path,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -88,8 +96,7 @@ class BaseFuncRepository(BaseLayerRepository):
         return func_module(func)
 
 
-@dataclass(frozen=True)
-class FuncRepository(_FromCdn, BaseFuncRepository):
+class FuncRepository(_FromCdn, BaseFuncRepository, Record):
     """The function ``func_name`` of the CDN kernel ``repo_id`` at one version.
 
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``). The
@@ -102,17 +109,23 @@ class FuncRepository(_FromCdn, BaseFuncRepository):
 
     repo_id: str
     func_name: str
-    version: int | None = None
-    revision: str | None = None
+    version: int | None
+    revision: str | None
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        repo_id: str,
+        func_name: str,
+        version: int | None = None,
+        revision: str | None = None,
+    ) -> None:
+        self._init(repo_id, func_name, version, revision)
         self._check_source()
-        _check_func_name(self.func_name)
+        _check_func_name(func_name)
         _deprecated("FuncRepository", _USE_A_LAYER.format("LayerRepository"))
 
 
-@dataclass(frozen=True, init=False)
-class LocalFuncRepository(_FromLocalDir, BaseFuncRepository):
+class LocalFuncRepository(_FromLocalDir, BaseFuncRepository, Record):
     """The function ``func_name`` of a kernel in a local directory (see ``get_local_kernel``).
 
     ``path`` (or ``repo_path=``) is read when the function is first used, as for
@@ -133,13 +146,11 @@ class LocalFuncRepository(_FromLocalDir, BaseFuncRepository):
         del package_name  # accepted for the Hugging Face spelling; not needed
         directory = local_dir(type(self), path, repo_path)
         _check_func_name(func_name)
-        object.__setattr__(self, "path", directory)
-        object.__setattr__(self, "func_name", func_name)
+        self._init(directory, func_name)
         _deprecated("LocalFuncRepository", _USE_A_LAYER.format("LocalLayerRepository"))
 
 
-@dataclass(frozen=True, init=False)
-class LockedFuncRepository(_FromLockfile, BaseFuncRepository):
+class LockedFuncRepository(_FromLockfile, BaseFuncRepository, Record):
     """The function ``func_name`` of the kernel ``repo_id`` at the version a lock file pins.
 
     The locked form of :class:`FuncRepository`, found and checked against the lock as
@@ -149,12 +160,12 @@ class LockedFuncRepository(_FromLockfile, BaseFuncRepository):
     repo_id: str
     func_name: str
     lockfile: Path | None
-    _package: str | None = field(repr=False, compare=False)
 
     def __init__(
         self, repo_id: str, func_name: str, *, lockfile: str | os.PathLike[str] | None = None
     ) -> None:
         _check_func_name(func_name)
-        self._set_source(repo_id, lockfile)
-        object.__setattr__(self, "func_name", func_name)
+        parse_repo_id(repo_id)
+        self._init(repo_id, func_name, lockfile_path(lockfile))
+        self._remember_package()
         _deprecated("LockedFuncRepository", _USE_A_LAYER.format("LockedLayerRepository"))
