@@ -69,7 +69,7 @@ NOT_WITH_A_WARM_LOAD = [
     "packaging",
     "tomllib",
     "flashhub_kernels._network.download",
-    "flashhub_kernels._network.variant_choice",
+    "flashhub_kernels._network.choosing",
     "flashhub_kernels._network.variant_index",
     "flashhub_kernels._network.versions",
     "flashhub_kernels._network.documents",
@@ -94,7 +94,7 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._variants.verdicts",
     "flashhub_kernels._variants.choice",
     "flashhub_kernels._variants.archs",  # the kernel loaded here lists no archs
-    "flashhub_kernels._utils.text",  # an error's text is escaped when it is raised
+    "flashhub_kernels._utils.escaping",  # an error's text is escaped when it is raised
 ]
 
 

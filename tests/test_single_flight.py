@@ -26,8 +26,8 @@ from flashhub_kernels._cache.layout import Cache
 from flashhub_kernels._cache.mutex import hold_if_free
 from flashhub_kernels._config import get_config
 from flashhub_kernels._models.names import RepoInfo
+from flashhub_kernels._network.choosing import Choice, chosen_variant
 from flashhub_kernels._network.transport import remote
-from flashhub_kernels._network.variant_choice import Choice, chosen_variant
 from flashhub_kernels._variants.named_system import target_system
 from flashhub_kernels.errors import TransportError
 from support.cdn_server import CdnServer, delayed, drop_after

@@ -30,7 +30,7 @@ class FlashhubError(Exception):
     def __init__(
         self, message: str, *, hint: str | None = None, cli_hint: str | None = None
     ) -> None:
-        from ._utils.text import escape_message  # when an error is made: not on every load
+        from ._utils.escaping import escape_message  # when an error is made: not on every load
 
         self.message = escape_message(message)
         self.hint = escape_message(hint) if hint is not None else None

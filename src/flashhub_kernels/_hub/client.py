@@ -13,7 +13,7 @@ Kernel repos have their own repo type on the Hub (``kernel``), which older
 ``huggingface_hub`` releases do not know; they were model repos before. A repo is looked
 up as a kernel first, where ``huggingface_hub`` can, then as a model.
 
-:class:`MirrorOrigin` is the record of where a mirrored build came from, kept under
+:class:`HubOrigin` is the record of where a republished build came from, kept under
 ``"mirrored-from"`` in each published ``metadata.json``.
 """
 
@@ -60,8 +60,8 @@ _TRANSPORT_ERRORS = (
 )
 
 
-class MirrorOrigin(Record):
-    """Where a mirrored build came from: the Hub (its endpoint, credentials hidden), the
+class HubOrigin(Record):
+    """Where a republished build came from: the Hub (its endpoint, credentials hidden), the
     repo, the revision asked for, and the commit it resolved to."""
 
     hub: str
@@ -76,7 +76,7 @@ class MirrorOrigin(Record):
         return dict(zip(self._fields, self._values(), strict=True))
 
     @classmethod
-    def from_document(cls, document: Mapping[str, Any]) -> MirrorOrigin | None:
+    def from_document(cls, document: Mapping[str, Any]) -> HubOrigin | None:
         """The ``"mirrored-from"`` record of a ``metadata.json``; ``None`` when it has
         none, or none of this shape."""
         record = document.get(MIRRORED_FROM)
@@ -93,11 +93,11 @@ class HubTree(Record):
     """The ``build/`` tree of one commit of a kernel repo: where it came from, the repo
     type it was found as, and the paths of its files under ``build/``."""
 
-    source: MirrorOrigin
+    source: HubOrigin
     repo_type: str
     files: frozenset[str]
 
-    def __init__(self, source: MirrorOrigin, repo_type: str, files: frozenset[str]) -> None:
+    def __init__(self, source: HubOrigin, repo_type: str, files: frozenset[str]) -> None:
         self._init(source, repo_type, files)
 
 
@@ -137,7 +137,7 @@ class Hub:
         """The commit ``revision`` (a branch, tag or commit) of ``repo_id`` names, and the
         files of its ``build/`` directory."""
         repo_type, commit = self._commit(repo_id, revision)
-        source = MirrorOrigin(self.shown, repo_id, revision, commit)
+        source = HubOrigin(self.shown, repo_id, revision, commit)
         from huggingface_hub.hf_api import RepoFile
 
         not_found = self._errors.EntryNotFoundError

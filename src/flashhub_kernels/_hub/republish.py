@@ -1,14 +1,15 @@
-"""Mirroring a kernel build from the Hugging Face Hub into a CDN tree: :func:`mirror`.
+"""Republishing a kernel build from the Hugging Face Hub into a CDN tree (``flashhub
+mirror``): :func:`republish`.
 
-The variants to mirror are downloaded into a staging directory laid out as a build
+The variants to republish are downloaded into a staging directory laid out as a build
 (``build/<variant>/...``), each file is checked against the digest that its variant's own
 ``metadata.json`` lists (as kernel builders write it: ``{"digest": {"algorithm":
 "sha256"|"sha512", "files": {path: base64}}}``), and the staging directory is then
 published by :func:`~._publish.publish`, under its rules: the same layout, immutability,
 ``variants.json`` and ``versions.json``, signatures. A file that does not match, one
-listed but missing, or one present but not listed fails the mirror before anything is
+listed but missing, or one present but not listed fails the republishing before anything is
 published. The published ``metadata.json`` keeps the Hub build's own keys, and records
-where the build came from under ``"mirrored-from"`` (see :class:`~.client.MirrorOrigin`).
+where the build came from under ``"mirrored-from"`` (see :class:`~.client.HubOrigin`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .._variants.named_system import target_system
 from .._variants.system import SystemInfo
 from .._variants.verdicts import best_variant, format_trace, judge_variants
 from ..errors import ManifestError, MirrorError
-from .client import BUILD_DIR, MIRRORED_FROM, Hub, HubTree, MirrorOrigin
+from .client import BUILD_DIR, MIRRORED_FROM, Hub, HubOrigin, HubTree
 
 # The files of a variant that its digest leaves out, as kernel builders hash them: the
 # manifest, its sigstore signature, and Python bytecode.
@@ -50,16 +51,16 @@ _TAMPERED_HINT = (
 VariantSelection = Literal["auto", "all"] | Sequence[str]
 
 
-class MirrorReport(Record):
-    """What :func:`mirror` did: where the build came from, the variants the Hub build
+class RepublishReport(Record):
+    """What :func:`republish` did: where the build came from, the variants the Hub build
     has, and the publisher's report."""
 
-    source: MirrorOrigin
+    source: HubOrigin
     hub_variants: tuple[str, ...]
     published: PublishReport
 
     def __init__(
-        self, source: MirrorOrigin, hub_variants: tuple[str, ...], published: PublishReport
+        self, source: HubOrigin, hub_variants: tuple[str, ...], published: PublishReport
     ) -> None:
         self._init(source, hub_variants, published)
 
@@ -92,7 +93,7 @@ class _HubDigest(Record):
         self._init(algorithm, files, document)
 
 
-def mirror(
+def republish(
     repo_id: str,
     *,
     version: int,
@@ -104,7 +105,7 @@ def mirror(
     prefix: str = DEFAULT_PREFIX,
     force: bool = False,
     sign: KeySource | Sequence[KeySource] | None = None,
-) -> MirrorReport:
+) -> RepublishReport:
     """Publish the Hugging Face Hub's build of ``repo_id`` as version ``version`` into the
     CDN tree ``out``, every file verified first.
 
@@ -120,7 +121,7 @@ def mirror(
         prefix, force, sign: As for :func:`~._publish.publish`.
 
     Returns:
-        A :class:`MirrorReport`.
+        A :class:`RepublishReport`.
 
     Raises:
         MirrorError: ``huggingface_hub`` is missing; the Hub cannot be reached or has no
@@ -150,7 +151,7 @@ def mirror(
             force=force,
             sign=keys,
         )
-    return MirrorReport(tree.source, tuple(sorted(by_variant)), published)
+    return RepublishReport(tree.source, tuple(sorted(by_variant)), published)
 
 
 def _variant_files(files: Iterable[str]) -> dict[str, set[str]]:
@@ -235,7 +236,7 @@ def _stage(hub: Hub, tree: HubTree, chosen: Mapping[str, set[str]], staging: Pat
         (root / variant / MANIFEST_NAME).write_bytes(dump_json(document))
 
 
-def _hub_digest(variant_dir: Path, source: MirrorOrigin) -> _HubDigest:
+def _hub_digest(variant_dir: Path, source: HubOrigin) -> _HubDigest:
     """The digests that the Hub build's ``metadata.json`` in ``variant_dir`` lists."""
     where = f"{variant_dir.name}/{MANIFEST_NAME} of {_described(source)}"
     try:
@@ -277,9 +278,7 @@ def _decode(value: object, size: int) -> bytes:
     return raw
 
 
-def _check_listing(
-    variant: str, digest: _HubDigest, present: set[str], source: MirrorOrigin
-) -> None:
+def _check_listing(variant: str, digest: _HubDigest, present: set[str], source: HubOrigin) -> None:
     """The files the Hub has of ``variant`` must be those its digest lists."""
     hashed = {rel for rel in present if not _unhashed(rel)}
     missing, unlisted = sorted(digest.files.keys() - hashed), sorted(hashed - digest.files.keys())
@@ -309,7 +308,7 @@ def _file_digest(path: Path, algorithm: str) -> bytes:
     return hasher.digest()
 
 
-def _described(source: MirrorOrigin) -> str:
+def _described(source: HubOrigin) -> str:
     return f"{source.repo} at {source.revision} (commit {source.commit[:12]})"
 
 

@@ -202,8 +202,8 @@ def get_kernel_variants(
         info = _offline_info(repo_id, version)
         verdicts = judge_variants(published_variants(cache, info, target), target)
         return judge_builds(verdicts, target, cached_targets(cache, info), first_fit=False)
+    from .._network.choosing import ManifestReader
     from .._network.transport import remote  # the cold path's modules
-    from .._network.variant_choice import ManifestReader
     from .._network.variant_index import fetch_index
     from .._network.versions import with_version
 

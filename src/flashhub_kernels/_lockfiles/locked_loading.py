@@ -18,7 +18,7 @@ from .._cache.staging import record_index
 from .._config import get_config
 from .._loading.api import get_kernel
 from .._utils.callers import caller_package
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
 from .._variants.compat import pick_cached_variant
 from .._variants.named_system import target_system

@@ -8,7 +8,7 @@ from pathlib import Path
 from .._cache.layout import Cache, VariantIndex
 from .._config import PYPROJECT_NAME
 from .._loading.offline import cached_versions
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from ..errors import OfflineError
 from .format import LOCKFILE_NAME, LockedKernel, Lockfile, read_lockfile
 from .project import parse_specifier, variants_noun

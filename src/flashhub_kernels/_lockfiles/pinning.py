@@ -19,6 +19,7 @@ from .._config import PYPROJECT_NAME, Config, get_config
 from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import dependency_label, format_cycle, read_kernel_metadata
 from .._models.names import RepoInfo
+from .._network.choosing import newest_fitting_version
 from .._network.documents import (
     ManifestDocument,
     get_listed_manifest,
@@ -27,7 +28,6 @@ from .._network.documents import (
 )
 from .._network.mirrors import NotPublished
 from .._network.transport import remote
-from .._network.variant_choice import newest_fitting_version
 from .._network.versions import published_versions
 from .._utils.filesystem import write_atomic
 from .._variants.named_system import target_system

@@ -15,9 +15,9 @@ from .._cache.mutex import download_mutex
 from .._cache.staging import record_index
 from .._config import Config, get_config
 from .._models.record import Record
+from .._network.choosing import ManifestReader
 from .._network.download import make_entry
 from .._network.transport import remote
-from .._network.variant_choice import ManifestReader
 from .._variants.choice import cached_targets
 from .._variants.named_system import target_system
 from ..errors import FlashhubError, OfflineError

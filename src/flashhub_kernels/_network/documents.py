@@ -33,7 +33,7 @@ from .._models.manifest import (
 )
 from .._models.names import RepoInfo
 from .._models.record import Record
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from .._utils.urls import redact_url
 from ..errors import SignatureError, TransportError
 from .mirrors import NotPublished

@@ -47,10 +47,10 @@ from ..errors import (
     SignatureError,
     TransportError,
 )
+from .choosing import chosen_variant
 from .documents import ManifestDocument, get_listed_manifest, variant_path
 from .progress import progress_bar
 from .transport import DownloadJob, Fetcher, remote
-from .variant_choice import chosen_variant
 from .versions import NewerVersionNotice
 
 logger = logging.getLogger("flashhub_kernels")

@@ -7,7 +7,7 @@ error for a version with no build this system loads show.
 from __future__ import annotations
 
 from .._models.record import Record
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from .compat import build_mismatch, check_compatible, needs_target, preference_key
 from .grammar import Variant, VariantNameError, as_variant, parse_variant
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 from .._config import configure, get_config
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
-from .._utils.text import escape_controls, escape_message
+from .._utils.escaping import escape_controls, escape_message
 from ..errors import ConfigError, FlashhubError
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from ._common import (
     EXIT_FAILURE,
     EXIT_OK,

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .._config import get_config
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from ._common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -26,7 +26,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from .._loading.info import Signature
+    from .._loading.version_info import Signature
 
 
 def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +80,7 @@ def _variants(args: argparse.Namespace) -> int:
 
 def _signatures(repo_id: str, version: int, names: list[str]) -> dict[str, Signature]:
     """Who signed each signed variant; offline, the keys that vouched for cached entries."""
-    from .._loading.info import cached_signatures, variant_signatures
+    from .._loading.version_info import cached_signatures, variant_signatures
     from .._models.names import RepoInfo
 
     info = RepoInfo(repo_id, version)
@@ -112,7 +112,7 @@ def _newest_version(repo_id: str, command: str) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .._loading.info import describe_kernel, metadata_lines
+    from .._loading.version_info import describe_kernel, metadata_lines
 
     version = args.version or _newest_version(args.repo_id, "info")
     description = describe_kernel(args.repo_id, version, backend=args.backend)

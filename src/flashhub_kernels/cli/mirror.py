@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from ._common import (
     Command,
     backend_argument,
@@ -24,7 +24,7 @@ from .publish import (
 )
 
 if TYPE_CHECKING:
-    from .._hub.republish import MirrorReport, VariantSelection
+    from .._hub.republish import RepublishReport, VariantSelection
 
 
 def _variants_arg(value: str) -> VariantSelection:
@@ -66,10 +66,10 @@ def _mirror_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _mirror(args: argparse.Namespace) -> int:
-    from .._hub.republish import mirror
+    from .._hub.republish import republish
 
     with findings_in_the_report():
-        report = mirror(
+        report = republish(
             args.repo_id,
             version=args.version,
             revision=args.revision,
@@ -80,7 +80,7 @@ def _mirror(args: argparse.Namespace) -> int:
     return print_report(args, report, _describe_mirror(report))
 
 
-def _describe_mirror(report: MirrorReport) -> str:
+def _describe_mirror(report: RepublishReport) -> str:
     lines = [f"mirrored from {escape_controls(report.source.describe())}"]
     lines.append(describe_publish(report.published))
     if report.not_mirrored:

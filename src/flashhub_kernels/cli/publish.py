@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from .._config import DEFAULT_PREFIX, normalize_prefix
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from ._common import (
     EXIT_OK,
     Command,

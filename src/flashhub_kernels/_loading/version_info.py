@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .._cache.layout import Cache
 from .._config import get_config
 from .._constants import MANIFEST_NAME
-from .._hub.client import MirrorOrigin
+from .._hub.client import HubOrigin
 from .._models.kernel_metadata import KernelMetadata, Provenance, read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo
@@ -32,7 +32,7 @@ from .._network.mirrors import NotPublished
 from .._network.transport import remote
 from .._network.variant_index import fetch_index
 from .._signing.trusted_keys import shown_key_id
-from .._utils.text import escape_controls
+from .._utils.escaping import escape_controls
 from .._variants.named_system import target_system
 from .._variants.verdicts import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
 from .offline import CachedVariant, cached_variant, cached_variants, published_variants
@@ -85,7 +85,7 @@ class PublishedVariant(Record):
     content_hash: str
     files: dict[str, int | None]
     signature: Signature | None
-    mirrored_from: MirrorOrigin | None
+    mirrored_from: HubOrigin | None
     metadata: KernelMetadata
 
     def __init__(
@@ -96,7 +96,7 @@ class PublishedVariant(Record):
         content_hash: str,
         files: dict[str, int | None],
         signature: Signature | None = None,
-        mirrored_from: MirrorOrigin | None = None,
+        mirrored_from: HubOrigin | None = None,
         metadata: KernelMetadata = _NO_METADATA,
     ) -> None:
         self._init(
@@ -319,6 +319,6 @@ def _published(
         content_hash=manifest.content_hash,
         files={path: size_of[(name, path)] for path in sorted(manifest.files)},
         signature=signature,
-        mirrored_from=MirrorOrigin.from_document(manifest.document),
+        mirrored_from=HubOrigin.from_document(manifest.document),
         metadata=read_kernel_metadata(manifest.document, source=source),
     )
