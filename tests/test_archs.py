@@ -10,6 +10,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from flashhub_kernels._cache.layout import VariantIndex
+from flashhub_kernels._cache.staging import index_document, merge_indexes
 from flashhub_kernels._models.names import RepoInfo
 from flashhub_kernels._variants import device_arch as _device_arch
 from flashhub_kernels._variants import system as _variants
@@ -299,10 +300,10 @@ def test_the_warm_pick_reads_a_cached_entry_or_asks_the_cdn() -> None:
 def test_the_index_records_targets_and_merges_them() -> None:
     first = VariantIndex(True, frozenset([CUDA_BUILD]), targets={CUDA_BUILD: cuda("8.0")})
     more = VariantIndex(False, frozenset(), frozenset(), {"torch-cuda": cuda("9.0")})
-    merged = first.merged(more)
+    merged = merge_indexes(first, more)
     assert merged.complete and merged.present == first.present
     assert dict(merged.targets) == {CUDA_BUILD: cuda("8.0"), "torch-cuda": cuda("9.0")}
-    assert merged.to_json()["targets"][CUDA_BUILD]["archs"] == ["8.0"]
+    assert index_document(merged)["targets"][CUDA_BUILD]["archs"] == ["8.0"]
 
 
 # -- free-threaded Python ---------------------------------------------------------------------

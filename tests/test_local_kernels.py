@@ -14,7 +14,7 @@ from torch import nn
 
 import flashhub_kernels as fk
 from conftest import run_python
-from flashhub_kernels._config import parse_local_kernels
+from flashhub_kernels._loading.local import parse_local_kernels
 from flashhub_kernels.errors import KernelNotFoundError
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
 from support.cdn_server import CdnServer

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._constants import LOCAL_KERNELS_VAR, REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
-from ._models.names import parse_repo_id
+from ._constants import REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
 from ._models.record import Record
 from .errors import ConfigError
 
@@ -193,7 +192,8 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "flashhub"
 
 
-def _env_flag(name: str) -> bool:
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to 1, true, yes or on."""
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
@@ -245,16 +245,16 @@ def get_config(*, project_dir: Path | None = None) -> Config:
         cdn_urls=parse_cdn_urls(str(cdn_url)),
         prefix=normalize_prefix(str(prefix)),
         cache_dir=cache_root(),
-        offline=_env_flag("FLASHHUB_OFFLINE"),
-        progress_bars=not _env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),
+        offline=env_flag("FLASHHUB_OFFLINE"),
+        progress_bars=not env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),
         connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT") or DEFAULT_CONNECT_TIMEOUT,
         read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT") or DEFAULT_READ_TIMEOUT,
         lock_timeout=_env_seconds("FLASHHUB_LOCK_TIMEOUT", zero_ok=True),
         max_file_bytes=_env_bytes("FLASHHUB_MAX_FILE_BYTES") or DEFAULT_MAX_FILE_BYTES,
-        cache_shared=_env_flag("FLASHHUB_CACHE_SHARED"),
-        version_check=not _env_flag("FLASHHUB_NO_VERSION_CHECK"),
+        cache_shared=env_flag("FLASHHUB_CACHE_SHARED"),
+        version_check=not env_flag("FLASHHUB_NO_VERSION_CHECK"),
         trusted_keys=trusted_keys(project_dir or Path()),
-        require_signatures=_env_flag(REQUIRE_SIGNATURES_VAR),
+        require_signatures=env_flag(REQUIRE_SIGNATURES_VAR),
     )
 
 
@@ -373,54 +373,3 @@ def configure(
 def reset_config() -> None:
     """Drop every :func:`configure` override; the environment applies again."""
     _overrides.clear()
-
-
-def kernel_mapping_disabled() -> bool:
-    """Whether ``DISABLE_KERNEL_MAPPING=1`` turns kernel layers off.
-
-    Read on every call, so it can be flipped at run time, like the other settings here.
-    """
-    return _env_flag("DISABLE_KERNEL_MAPPING")
-
-
-def local_kernels() -> dict[str, Path]:
-    """The ``LOCAL_KERNELS`` overrides: repo id -> local kernel directory.
-
-    Read on every call, like the other settings here; unset or empty means none.
-
-    Raises:
-        ConfigError: the variable is malformed (see :func:`parse_local_kernels`).
-    """
-    return parse_local_kernels(os.environ.get(LOCAL_KERNELS_VAR, ""))
-
-
-def parse_local_kernels(value: str) -> dict[str, Path]:
-    """Parse ``"org/pkg=/path/to/kernel:org2/pkg2=/other/path"``.
-
-    Entries are separated by ``:`` and split at their first ``=``; blank entries are
-    skipped, and a repo id given twice keeps its last path. Paths are not checked here:
-    a missing directory is an error when that repo is loaded.
-
-    Raises:
-        ConfigError: naming ``LOCAL_KERNELS``, for an entry without ``=``, with an
-            invalid repo id or with an empty path.
-    """
-    overrides: dict[str, Path] = {}
-    for entry in value.split(":"):
-        if not entry.strip():
-            continue
-        repo_id, sep, path = (part.strip() for part in entry.partition("="))
-        if not sep or not path:
-            raise ConfigError(
-                f"{LOCAL_KERNELS_VAR} entry {entry!r} is not 'org/pkg=/path/to/kernel' "
-                "(separate several entries with ':')",
-                hint=f"fix {LOCAL_KERNELS_VAR}",
-            )
-        try:
-            parse_repo_id(repo_id)
-        except ValueError as exc:
-            raise ConfigError(
-                f"{LOCAL_KERNELS_VAR} entry {entry!r}: {exc}", hint=f"fix {LOCAL_KERNELS_VAR}"
-            ) from None
-        overrides[repo_id] = Path(path).expanduser()
-    return overrides

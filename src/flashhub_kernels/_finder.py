@@ -275,14 +275,14 @@ class KernelFinder:
         A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
         """
         from ._cache.obtain import use_kernel
-        from ._config import local_kernels
+        from ._constants import LOCAL_KERNELS_VAR
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
         pinned = self._pins.get(fullname)
         candidates = [pinned] if pinned else _candidates(parsed)
         target = None
-        if local_kernels():  # only then the module of local overrides is imported
+        if os.environ.get(LOCAL_KERNELS_VAR):  # only then local overrides are looked at
             from ._loading.local import local_override
 
             target = local_override(candidates, parsed.backend)

@@ -49,7 +49,6 @@ import json
 import os
 import stat
 import types
-from contextlib import contextmanager
 from pathlib import Path
 
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
@@ -63,7 +62,7 @@ except ImportError:  # Windows: no flock, so entries in use are not marked
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
     from .._config import Config
@@ -109,24 +108,6 @@ class VariantIndex(Record):
     ) -> None:
         self._init(complete, present, absent, targets)
 
-    def merged(self, other: VariantIndex) -> VariantIndex:
-        targets = {**other.targets, **self.targets}
-        if self.complete or other.complete:
-            return (self if self.complete else other)._replace(targets=targets)
-        return VariantIndex(
-            False, self.present | other.present, self.absent | other.absent, targets
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
-            "complete": self.complete,
-            "present": sorted(self.present),
-            "absent": sorted(self.absent),
-        }
-        if self.targets:
-            document["targets"] = {n: t.to_json() for n, t in sorted(self.targets.items())}
-        return document
-
 
 class Receipt(Record):
     """Written when an entry is verified; lets the warm path trust it with ``stat`` only.
@@ -165,18 +146,6 @@ class Receipt(Record):
             if _changed(entry / relpath, size, mtime_ns):
                 return relpath
         return None
-
-    def to_json(self) -> dict[str, Any]:
-        receipt: dict[str, Any] = {
-            "content_hash": self.content_hash,
-            "files": {path: list(stamp) for path, stamp in self.files.items()},
-            "bytecode": {path: list(record) for path, record in self.bytecode.items()},
-        }
-        if self.signer is not None:
-            receipt["signer"] = self.signer
-        if self.requires is not None:
-            receipt["requires"] = dict(self.requires)
-        return receipt
 
 
 def _changed(path: Path, size: int, mtime_ns: int) -> bool:
@@ -326,32 +295,6 @@ def mark_in_use(entry: Path) -> bool:
         return False
     _held[key] = fd
     return True
-
-
-@contextmanager
-def unused(entry: Path) -> Iterator[bool]:
-    """Hold ``entry`` exclusively for the block if no process uses it (this one
-    included); yield whether it could. An entry that is gone, or that this file system
-    cannot lock, counts as unused: no process could have marked it either."""
-    if fcntl is None:
-        yield True
-        return
-    try:
-        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        yield True
-        return
-    try:
-        free = True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            free = False
-        except OSError:
-            pass
-        yield free
-    finally:
-        os.close(fd)
 
 
 def _is_at(fd: int, entry: Path) -> bool:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import dump_json
@@ -49,11 +49,11 @@ def record_index(cache: Cache, info: RepoInfo, index: VariantIndex) -> VariantIn
     """Merge ``index`` into what is recorded (concurrent writers only add knowledge);
     return the merged index."""
     old = cache.read_index(info)
-    merged = index if old is None else old.merged(index)
+    merged = index if old is None else merge_indexes(old, index)
     if merged != old:
         path = private_dir(cache, cache.version_dir(info)) / INDEX_NAME
         with cache_errors():
-            _write_atomic(path, dump_json(merged.to_json()))
+            _write_atomic(path, dump_json(index_document(merged)))
     return merged
 
 
@@ -95,7 +95,7 @@ def seal(
 
 def write_receipt(entry: Path, receipt: Receipt) -> None:
     """Replace the receipt of ``entry`` (readers see the old one or the new one)."""
-    _write_atomic(entry / RECEIPT_NAME, dump_json(receipt.to_json()))
+    _write_atomic(entry / RECEIPT_NAME, dump_json(receipt_document(receipt)))
 
 
 def record_signer(entry: Path, receipt: Receipt, document: ManifestDocument) -> None:
@@ -250,3 +250,37 @@ def cache_errors() -> Iterator[None]:
         raise
     except OSError as exc:
         raise CacheError.cannot_write(exc) from exc
+
+
+def merge_indexes(index: VariantIndex, other: VariantIndex) -> VariantIndex:
+    """What ``index`` and ``other`` know together: concurrent writers only add knowledge."""
+    targets = {**other.targets, **index.targets}
+    if index.complete or other.complete:
+        return (index if index.complete else other)._replace(targets=targets)
+    return VariantIndex(False, index.present | other.present, index.absent | other.absent, targets)
+
+
+def index_document(index: VariantIndex) -> dict[str, Any]:
+    """The JSON document of ``variants-index.json``."""
+    document: dict[str, Any] = {
+        "complete": index.complete,
+        "present": sorted(index.present),
+        "absent": sorted(index.absent),
+    }
+    if index.targets:
+        document["targets"] = {n: t.to_json() for n, t in sorted(index.targets.items())}
+    return document
+
+
+def receipt_document(receipt: Receipt) -> dict[str, Any]:
+    """The JSON document of an entry's receipt."""
+    document: dict[str, Any] = {
+        "content_hash": receipt.content_hash,
+        "files": {path: list(stamp) for path, stamp in receipt.files.items()},
+        "bytecode": {path: list(record) for path, record in receipt.bytecode.items()},
+    }
+    if receipt.signer is not None:
+        document["signer"] = receipt.signer
+    if receipt.requires is not None:
+        document["requires"] = dict(receipt.requires)
+    return document

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from .._config import Config, get_config, local_kernels
+from .._config import Config, get_config
 from .._finder import LoadedKernel, install
 from .._models.names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
 from .._variants.named_system import target_system
@@ -231,11 +231,11 @@ def has_kernel(
     or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
     repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
     """
+    from .local import local_kernels, local_override  # LOCAL_KERNELS, read on every call
+
     if revision is not None:
         version = requested_version(version, revision)
     if repo_id in local_kernels():
-        from .local import local_override
-
         try:
             local_override([RepoInfo(repo_id, version or 1)], backend)
         except KernelNotFoundError:

@@ -8,18 +8,18 @@ directory, one ``<variant>`` directory, or the package directory itself.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._config import local_kernels
 from .._constants import LOCAL_KERNELS_VAR, MANIFEST_NAME
 from .._models.kernel_dir import KernelDir
-from .._models.names import RepoInfo
+from .._models.names import RepoInfo, parse_repo_id
 from .._variants.archs import BuildTarget, read_target
 from .._variants.named_system import target_system
 from .._variants.verdicts import best_variant, judge_builds, judge_variants
-from ..errors import KernelNotFoundError
+from ..errors import ConfigError, KernelNotFoundError
 
 if TYPE_CHECKING:
     from .._variants.compat import TargetOf
@@ -140,3 +140,46 @@ def unknown_local_module(fullname: str) -> KernelNotFoundError:
         "version=1), a name every process with that setting can import",
         name=fullname,
     )
+
+
+def local_kernels() -> dict[str, Path]:
+    """The ``LOCAL_KERNELS`` overrides: repo id -> local kernel directory.
+
+    Read on every call, like the other settings here; unset or empty means none.
+
+    Raises:
+        ConfigError: the variable is malformed (see :func:`parse_local_kernels`).
+    """
+    return parse_local_kernels(os.environ.get(LOCAL_KERNELS_VAR, ""))
+
+
+def parse_local_kernels(value: str) -> dict[str, Path]:
+    """Parse ``"org/pkg=/path/to/kernel:org2/pkg2=/other/path"``.
+
+    Entries are separated by ``:`` and split at their first ``=``; blank entries are
+    skipped, and a repo id given twice keeps its last path. Paths are not checked here:
+    a missing directory is an error when that repo is loaded.
+
+    Raises:
+        ConfigError: naming ``LOCAL_KERNELS``, for an entry without ``=``, with an
+            invalid repo id or with an empty path.
+    """
+    overrides: dict[str, Path] = {}
+    for entry in value.split(":"):
+        if not entry.strip():
+            continue
+        repo_id, sep, path = (part.strip() for part in entry.partition("="))
+        if not sep or not path:
+            raise ConfigError(
+                f"{LOCAL_KERNELS_VAR} entry {entry!r} is not 'org/pkg=/path/to/kernel' "
+                "(separate several entries with ':')",
+                hint=f"fix {LOCAL_KERNELS_VAR}",
+            )
+        try:
+            parse_repo_id(repo_id)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{LOCAL_KERNELS_VAR} entry {entry!r}: {exc}", hint=f"fix {LOCAL_KERNELS_VAR}"
+            ) from None
+        overrides[repo_id] = Path(path).expanduser()
+    return overrides

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from .._config import kernel_mapping_disabled
+from .._config import env_flag
 from .._utils.callers import warn_at_caller
 from ..errors import (
     KernelImportError,
@@ -40,6 +40,14 @@ from ._target import Target, parse_target, target_of
 from ._validate import validate_layer
 
 logger = logging.getLogger("flashhub_kernels")
+
+
+def kernel_mapping_disabled() -> bool:
+    """Whether ``DISABLE_KERNEL_MAPPING=1`` turns kernel layers off.
+
+    Read on every call, so it can be flipped at run time, like the other settings.
+    """
+    return env_flag("DISABLE_KERNEL_MAPPING")
 
 
 def _first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Tensor | None:
