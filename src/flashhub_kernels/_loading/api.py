@@ -44,7 +44,7 @@ def get_kernel(
     info = RepoInfo(repo_id, requested_version(version, revision))
     if backend is not None:
         check_backend(backend)
-    return install().import_kernel(info, backend)
+    return importlib.import_module(install().pin(info, backend))
 
 
 def install_kernel(
