@@ -439,7 +439,7 @@ def test_a_warm_load_of_a_builder_kernel_with_nothing_to_check_imports_nothing_m
     run_python("import flashhub.acme.top.v1")
     added = _imported_by("import flashhub.acme.top.v1", setup="import torch")
     assert "flashhub.acme.top.v1" in added
-    checks = {"_kernel_deps", "_kernel_metadata", "_requirements"}
+    checks = {"_loading.kernel_deps", "_models.kernel_metadata", "_loading.requirements"}
     assert {f"flashhub_kernels.{name}" for name in checks} & added == set()
 
 

@@ -143,7 +143,7 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
                 target,
                 module.__name__,
                 lambda: self._execute(module, target),
-                self._finder.import_kernel,
+                self._finder.pin,
             )
         self._finder.record_loaded(module, target)
 
@@ -178,8 +178,10 @@ class KernelFinder:
 
     # -- registration, called by the public API -----------------------------------------
 
-    def pin(self, module_name: str, info: RepoInfo) -> None:
-        """Make ``module_name`` stand for ``info`` (not another spelling of its name)."""
+    def pin(self, info: RepoInfo, backend: str | None) -> str:
+        """The module name of ``info`` (of ``backend``'s variants when given), made to
+        stand for ``info`` (not another spelling of its name): import it next."""
+        module_name = info.module_name(backend)
         with self._lock:
             known = self._pins.get(module_name) or getattr(
                 self._targets.get(module_name), "info", None
@@ -190,12 +192,7 @@ class KernelFinder:
                     "the same module name, so the two cannot be loaded in one process"
                 )
             self._pins[module_name] = info
-
-    def import_kernel(self, info: RepoInfo, backend: str | None) -> ModuleType:
-        """Import ``info`` (``backend``'s variants when given) as its kernel module."""
-        module_name = info.module_name(backend)
-        self.pin(module_name, info)
-        return importlib.import_module(module_name)
+        return module_name
 
     def add_local(self, module_name: str, package_dir: Path) -> None:
         """Make ``module_name`` load the kernel package in ``package_dir``."""

@@ -44,11 +44,7 @@ def get_kernel(
     info = RepoInfo(repo_id, requested_version(version, revision))
     if backend is not None:
         check_backend(backend)
-    module_name = info.module_name(backend)
-    install().pin(module_name, info)
-    # Imported here rather than through the finder's import_kernel: one frame less in
-    # the traceback of a failed load.
-    return importlib.import_module(module_name)
+    return importlib.import_module(install().pin(info, backend))
 
 
 def install_kernel(

@@ -12,6 +12,7 @@ dependency already in the chain is a cycle, refused with the chain spelled out.
 
 from __future__ import annotations
 
+import importlib
 from contextvars import ContextVar
 from types import ModuleType
 
@@ -79,13 +80,13 @@ def execute_kernel(
     target: KernelDir,
     module_name: str,
     execute: Callable[[], None],
-    import_kernel: Callable[[RepoInfo, str | None], ModuleType],
+    pin: Callable[[RepoInfo, str | None], str],
 ) -> None:
     """Run ``execute`` (the kernel's code) once the kernel's requirements are met and its
     dependencies are loaded, with :func:`get_kernel_dep` answering for them.
 
-    ``import_kernel(info, backend)`` imports a dependency: the finder's, so that this
-    module, which the finder calls, does not import the finder back.
+    ``pin(info, backend)`` is the finder's: the module name to import a dependency as,
+    bound to it. The finder passes it so that this module does not import the finder.
     """
     requires = target.requires if target.requires is not None else requirements_on_disk(target)
     if not requires:
@@ -93,7 +94,7 @@ def execute_kernel(
         return
     metadata = read_kernel_metadata(requires, source=f"{_describe(target)}: {MANIFEST_NAME}")
     check_requirements(metadata, _describe(target))
-    deps = load_dependencies(metadata.kernel_depends, _label(target), module_name, import_kernel)
+    deps = load_dependencies(metadata.kernel_depends, _label(target), module_name, pin)
     token = _DEPS.set(deps)
     try:
         execute()
@@ -105,7 +106,7 @@ def load_dependencies(
     depends: tuple[KernelDependency, ...],
     kernel: str,
     module_name: str,
-    import_kernel: Callable[[RepoInfo, str | None], ModuleType],
+    pin: Callable[[RepoInfo, str | None], str],
 ) -> dict[str, ModuleType]:
     """Import each of ``depends``, the dependencies of ``kernel`` (``"org/pkg vN"``),
     which is imported as ``module_name`` (a forced backend applies to them too)."""
@@ -124,7 +125,7 @@ def load_dependencies(
                     hint="a kernel cannot depend on itself, directly or through others: "
                     "report it to the kernels' publisher",
                 )
-            loaded[dep.repo_id] = import_kernel(dep.info, backend)
+            loaded[dep.repo_id] = importlib.import_module(pin(dep.info, backend))
         return loaded
     finally:
         _CHAIN.reset(token)
