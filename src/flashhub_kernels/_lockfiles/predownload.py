@@ -194,4 +194,4 @@ def fetch_locked(
             expected_hash=locked.variants[variant],
             expected_signer=locked.signers.get(variant),
             document=document,
-        ).path
+        )

@@ -38,7 +38,6 @@ from .._models.kernel_dir import KernelDir, cached_kernel
 from .._models.kernel_metadata import read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo
-from .._models.record import Record
 from .._variants.system import SystemInfo
 from ..errors import (
     KernelNotFoundError,
@@ -79,25 +78,13 @@ def fetch_kernel(
                     choice.variant,
                     document=choice.document,
                     on_download=notice.start,
-                ).path
+                )
             notice.finish()
             receipt = cache.read_receipt(entry)
             assert receipt is not None, "a committed entry has its receipt"
             return cached_kernel(entry, info, choice.variant, receipt)
     assert not_found is not None
     raise not_found
-
-
-class CommittedEntry(Record):
-    """A verified cache entry, and whether this call downloaded it (rather than finding
-    it complete, committed by another process while this one waited for the lock)."""
-
-    path: Path
-    downloaded: bool
-    signer: str | None  # the trusted key that vouched for it, if one was checked
-
-    def __init__(self, path: Path, downloaded: bool, signer: str | None = None) -> None:
-        self._init(path, downloaded, signer)
 
 
 def make_entry(
@@ -110,9 +97,9 @@ def make_entry(
     expected_signer: str | None = None,
     document: ManifestDocument | None = None,
     on_download: Callable[[], None] | None = None,
-) -> CommittedEntry:
-    """Make ``cache.entry_dir(info, variant)`` a verified entry; the caller holds its
-    download mutex.
+) -> Path:
+    """Make ``cache.entry_dir(info, variant)`` a verified entry, and return it; the caller
+    holds its download mutex.
 
     With ``expected_hash`` and ``expected_signer`` (a lock file's pins), an entry verified
     against other content is replaced, and a manifest with another content hash or signer
@@ -127,21 +114,21 @@ def make_entry(
         and expected_hash in (None, receipt.content_hash)
         and fetcher.config.accepts_signer(info.org, receipt.signer, locked=expected_signer)
     ):
-        return CommittedEntry(entry, False, receipt.signer)  # another process finished it
+        return entry  # another process finished it
     document = checked_manifest(
         fetcher, info, variant, expected_hash, expected_signer, document=document
     )
     if receipt is not None and receipt.content_hash == document.manifest.content_hash:
         # Intact, cached before a key was trusted, and vouched for now: keep the files.
         record_signer(entry, receipt, document)
-        return CommittedEntry(entry, False, document.signer)
+        return entry
     with cache_errors():
         evict(entry)
         remove_stale_staging(cache, info, variant)
     if on_download is not None:
         on_download()
     _download_and_commit(cache, fetcher, info, variant, document)
-    return CommittedEntry(entry, True, document.signer)
+    return entry
 
 
 def _intact_receipt(cache: Cache, entry: Path, info: RepoInfo) -> Receipt | None:
