@@ -1331,6 +1331,13 @@ def test_an_error_in_a_traced_choice_is_raised_as_it_is(x: torch.Tensor) -> None
         torch.compile(strict, backend="eager", fullgraph=True)(x)
 
 
+def test_a_failed_traced_choice_under_fullgraph_says_to_kernelize_first(x: torch.Tensor) -> None:
+    torch.compiler.reset()
+    strict = StrictSiluAndMul().eval()  # nothing is mapped, and no fallback is allowed
+    with pytest.raises(RuntimeError, match=r"call kernelize\(\) first"):
+        torch.compile(strict, backend="eager", fullgraph=True)(x)
+
+
 # -- register_kernel_mapping(inherit_mapping=False) ----------------------------------------
 
 

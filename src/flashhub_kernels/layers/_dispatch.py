@@ -148,7 +148,10 @@ def _raiser(error: Exception) -> Forward:
     def raise_error(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         raise error.with_traceback(None)
 
-    return _outside_graph(raise_error, f"flashhub_kernels: {type(error).__name__}: {error}")
+    # With fullgraph=True, torch's error shows this reason: kernelize() would have raised
+    # the error before compiling, or chosen what it allows in its place.
+    reason = f"flashhub_kernels: {type(error).__name__}: {error}; call kernelize() first"
+    return _outside_graph(raise_error, reason)
 
 
 @_graph_constant
