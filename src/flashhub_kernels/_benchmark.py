@@ -6,15 +6,18 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from ._models.record import Record
 
 
-@dataclass(frozen=True)
-class BenchmarkResult:
+class BenchmarkResult(Record):
     """Wall times of one ``benchmark_*`` method, in seconds."""
 
     name: str
     times: tuple[float, ...]
+
+    def __init__(self, name: str, times: tuple[float, ...]) -> None:
+        self._init(name, times)
 
     @property
     def median(self) -> float:
