@@ -4,11 +4,11 @@
 
 - warm (here): the cache's variant index picks the variant, the entry's receipt vouches
   for its files (``stat`` only); no network, and no HTTP or download module is imported;
-- cold (:mod:`._download`): fetch ``variants.json`` (or probe), pick the variant, then
+- cold (:mod:`~.._network.download`): fetch ``variants.json`` (or probe), pick the variant, then
   under the entry's download mutex fetch every file into staging, verify, and rename
   into place.
 
-The variant choice itself is :mod:`._variant_choice`'s, shared by both paths, lock
+The variant choice itself is :mod:`~flashhub_kernels._variants.choice`'s, shared by both paths, lock
 files and the offline answers.
 """
 

@@ -198,7 +198,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """:func:`._filesystem.write_atomic`, imported when the cache first writes: a warm
+    """:func:`~.._utils.filesystem.write_atomic`, imported when the cache first writes: a warm
     load never does.
 
     Not flushed to disk (``durable=False``): an entry's files are not either, since a

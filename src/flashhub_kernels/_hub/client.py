@@ -3,10 +3,10 @@ repo's revision resolved to its commit, the files of its ``build/`` tree, and th
 downloaded.
 
 ``huggingface_hub`` is imported when a :class:`Hub` is made, never before: a missing
-package is a :class:`~.errors.MirrorError` naming the extra. The Hub is the one
+package is a :class:`~flashhub_kernels.errors.MirrorError` naming the extra. The Hub is the one
 ``HF_ENDPOINT`` names (read when the :class:`Hub` is made), and the token is
 ``huggingface_hub``'s own choice: ``HF_TOKEN``, else the one ``hf auth login`` saved.
-Every failure to talk to the Hub becomes a :class:`~.errors.MirrorError` that names the
+Every failure to talk to the Hub becomes a :class:`~..errors.MirrorError` that names the
 endpoint, its credentials hidden.
 
 Kernel repos have their own repo type on the Hub (``kernel``), which older

@@ -5,7 +5,7 @@ The variants to republish are downloaded into a staging directory laid out as a 
 (``build/<variant>/...``), each file is checked against the digest that its variant's own
 ``metadata.json`` lists (as kernel builders write it: ``{"digest": {"algorithm":
 "sha256"|"sha512", "files": {path: base64}}}``), and the staging directory is then
-published by :func:`~._publish.publish`, under its rules: the same layout, immutability,
+published by :func:`~.._publish.publisher.publish`, under its rules: the same layout, immutability,
 ``variants.json`` and ``versions.json``, signatures. A file that does not match, one
 listed but missing, or one present but not listed fails the republishing before anything is
 published. The published ``metadata.json`` keeps the Hub build's own keys, and records
@@ -112,13 +112,13 @@ def republish(
     Args:
         repo_id: ``<org>/<pkg>``, the same on the Hub and on the CDN.
         version: The version to publish, and to read: the Hub's branch ``v<version>``.
-        out: The root of the CDN tree, as for :func:`~._publish.publish`.
+        out: The root of the CDN tree, as for :func:`~flashhub_kernels._publish.publisher.publish`.
         revision: A branch, tag or commit on the Hub to read instead of ``v<version>``.
         variants: ``"auto"``: the variant this machine loads (or with ``backend="cpu"``,
             its CPU build), or ``system`` loads (a machine such as
-            :func:`~._variant_choice.target_system` gives); ``"all"``: every variant whose
+            :func:`~.._variants.named_system.target_system` gives); ``"all"``: every variant whose
             name this client can load; or a list of names.
-        prefix, force, sign: As for :func:`~._publish.publish`.
+        prefix, force, sign: As for :func:`~flashhub_kernels._publish.publisher.publish`.
 
     Returns:
         A :class:`RepublishReport`.
@@ -127,7 +127,7 @@ def republish(
         MirrorError: ``huggingface_hub`` is missing; the Hub cannot be reached or has no
             such build; no variant is chosen; a file is missing or does not match its
             digest (nothing is published then); or ``FLASHHUB_OFFLINE`` is set.
-        PublishError: As :func:`~._publish.publish` raises it.
+        PublishError: As :func:`~flashhub_kernels._publish.publisher.publish` raises it.
     """
     info = RepoInfo(repo_id, version)
     if get_config().offline:

@@ -1,7 +1,7 @@
 """Kernels that need other kernels: ``kernel-depends`` in a kernel's ``metadata.json``.
 
 Before a kernel's code runs, :func:`execute_kernel` checks what its ``metadata.json``
-asks of the process (:mod:`._requirements`), then imports each kernel it depends on,
+asks of the process (:mod:`~.requirements`), then imports each kernel it depends on,
 as a module of its own (``flashhub.<org>.<pkg>.v<N>``, located, downloaded and
 verified as any import is; its own dependencies first). While the kernel's code runs,
 :func:`get_kernel_dep` gives it those modules, as in Hugging Face kernels.

@@ -76,7 +76,7 @@ def download_locked(
     """Put every locked kernel into the cache, each checked against the lock.
 
     Downloads the variant this system (or ``system``, another machine's: see
-    :func:`~flashhub_kernels._variants.system.system_from_variant`) loads, or with
+    :func:`~flashhub_kernels._variants.named_system.system_from_variant`) loads, or with
     ``all_variants`` every locked variant (to bake a cache for several targets). A
     failure is reported in its result and the other kernels are still downloaded.
     Offline (``FLASHHUB_OFFLINE``), every such variant must already be cached as locked:

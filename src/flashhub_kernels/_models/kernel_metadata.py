@@ -1,6 +1,6 @@
 """The kernel builder's fields of ``metadata.json``, read into typed records. Pure.
 
-Besides the file digests (:mod:`._manifest`), a builder writes what identifies a build
+Besides the file digests (:mod:`~.manifest`), a builder writes what identifies a build
 and what loading it needs::
 
     {

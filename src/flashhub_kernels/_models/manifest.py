@@ -7,7 +7,7 @@
 
 Exactly the listed files make up the variant; ``sizes`` is optional, and so is
 ``algorithm`` (``sha256``, the only one accepted). The kernel builder's other fields
-(name, dependencies, backend, provenance) are :mod:`._kernel_metadata`'s. Everything here
+(name, dependencies, backend, provenance) are :mod:`~.kernel_metadata`'s. Everything here
 treats the documents as hostile input: size, shape, every path, digest and size are
 checked before any of it is used to build a URL or a file name.
 """

@@ -1,7 +1,7 @@
 """The cold path: from the CDN's documents to a verified entry in the cache.
 
 :func:`fetch_kernel` takes each candidate in turn: the variant this system loads is
-chosen under the version's index mutex (:mod:`.variant_choice`, which reads the
+chosen under the version's index mutex (:mod:`~flashhub_kernels._network.choosing`, which reads the
 version's ``variants.json`` or probes without it: :mod:`.variant_index`); then
 :func:`make_entry`, under the entry's download mutex, reuses what another process
 committed meanwhile, else checks the manifest, downloads every file into staging,

@@ -5,7 +5,7 @@ only a download run with such a mirror imports it. Per file:
 
 - the object is read from the bytes already written on (a partial download kept by an
   interrupted run, or what a failed mirror sent), in ranged reads of
-  :data:`~._object_store.BLOCK_SIZE` bytes, so a large file never sits in memory;
+  :data:`~.object_store.BLOCK_SIZE` bytes, so a large file never sits in memory;
 - an object whose size cannot complete the file (not the rest of the size the manifest
   states, or past ``FLASHHUB_MAX_FILE_BYTES``) is refused before its bytes are read
   (``WrongSize``), as an ``http(s)://`` mirror refuses a ``Content-Length``;

@@ -90,7 +90,7 @@ class HashingWriter:
     the file's total once an answer announces it, when the manifest states no size.
 
     With ``expected_size``, the disk space still missing is reserved before any byte is
-    fetched (see ``_reserve``): a cache without room for the file is a
+    fetched (see ``.reserve``): a cache without room for the file is a
     :class:`CacheError` at once.
     """
 

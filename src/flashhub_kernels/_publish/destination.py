@@ -4,7 +4,7 @@ A :class:`Destination` reads, lists and writes files by their path relative to t
 of the tree (``/`` separated), and records what it wrote, for the report. Two kinds:
 
 - :class:`Directory` (``--out cdn``, or ``file://``): each document is replaced in one
-  rename (:func:`~.._filesystem.write_atomic`), and a new version is assembled in a
+  rename (:func:`~.._utils.filesystem.write_atomic`), and a new version is assembled in a
   hidden staging directory beside ``v<N>`` and renamed into place whole;
 - :class:`ObjectStoreDestination` (``--out s3://bucket/prefix``, or another fsspec URL,
   with the ``s3`` extra): each object appears whole once written, and the files of a

@@ -1,7 +1,7 @@
 """A project's ``pyproject.toml``: the TOML reader, and the trusted keys it may list.
 
-The settings (:mod:`._config`) read ``[tool.flashhub] trusted-keys`` here, the lock files
-(:mod:`._lockfile`) ``[tool.flashhub.dependencies]`` through :func:`load_toml`.
+The settings (:mod:`~.._config`) read ``[tool.flashhub] trusted-keys`` here, the lock files
+(:mod:`~.._lockfiles.format`) ``[tool.flashhub.dependencies]`` through :func:`load_toml`.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def lookup(document: dict[str, Any], *keys: str) -> object:
 
 
 def load_toml(data: bytes) -> dict[str, Any]:
-    """``data`` as TOML; ``ValueError`` saying why not (see :func:`~._manifest.parse_capped`)."""
+    """``data`` as TOML; ``ValueError`` saying why not (see
+    :func:`~.._models.manifest.parse_capped`)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10

@@ -7,7 +7,7 @@ context's GPU memory in every process that imports a kernel, even one that never
 it, and a process forked after that cannot use CUDA at all. So torch is asked only once
 it has initialized the runtime itself; otherwise the driver is:
 
-- CUDA: NVML (``libnvidia-ml.so.1``, part of the driver), through :mod:`._nvml`;
+- CUDA: NVML (``libnvidia-ml.so.1``, part of the driver), through :mod:`~.nvml`;
 - ROCm: the amdgpu driver's topology in sysfs (``/sys/class/kfd/kfd/topology/nodes``).
 
 Which device is judged: the first of those the process sees, in the runtime's order
@@ -91,7 +91,7 @@ def _read_cuda_capability() -> DeviceArch:
     migs = tuple(e.strip() for e in (visible or "").split(",") if e.strip().startswith("MIG-"))
     try:
         gpus, mig_parents, read_from = _nvidia_gpus(migs)
-    except OSError as exc:  # NvmlError: caught as its base, so a warm load skips _nvml
+    except OSError as exc:  # NvmlError: caught as its base, so a warm load skips .nvml
         return DeviceArch(source=f"NVML cannot tell: {exc}")
     ordered = cuda_order(gpus, os.environ.get("CUDA_DEVICE_ORDER"))
     aliases = {mig: ordered.index(gpu) for mig, gpu in mig_parents.items() if gpu in ordered}

@@ -28,7 +28,7 @@ class SystemInfo(Record):
             unknown (then a build's CUDA archs are not checked).
         rocm_arch: the ROCm device's gfx target (``"gfx942"``), likewise.
         free_threaded: a free-threaded Python before 3.15, which loads no native build
-            unless the build declares it (see :mod:`._variant_choice`).
+            unless the build declares it (see :mod:`~flashhub_kernels._variants.choice`).
         tvm_ffi: ``(major, minor)`` of the installed tvm-ffi; ``None`` without one.
         macos: ``(major, minor)`` of macOS on a Mac; ``None`` elsewhere or unknown.
         probe_device: read the device's capability or gfx target when a build lists
