@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ._constants import REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
 from ._models.record import Record
 from .errors import ConfigError
 
+TYPE_CHECKING = False  # not typing's: a warm load imports this module
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._signing.trusted_keys import TrustedKey
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import _thread
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ._models.kernel_dir import NATIVE_SUFFIXES, KernelDir
 from .errors import NativeLibraryConflictError
+
+TYPE_CHECKING = False  # not typing's: a warm load of a native kernel imports this module
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 
 class _Library:
