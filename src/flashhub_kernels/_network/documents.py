@@ -44,17 +44,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("flashhub_kernels")
 
-__all__ = [
-    "ManifestDocument",
-    "NotPublished",
-    "get_listed_manifest",
-    "get_manifest",
-    "get_signers",
-    "get_variant_names",
-    "get_versions",
-    "variant_path",
-]
-
 
 class ManifestDocument(Record):
     """A variant's ``metadata.json``: its exact bytes (cached with the entry), parsed, and

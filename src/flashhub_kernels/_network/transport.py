@@ -48,19 +48,9 @@ from .mirrors import (
     FileMirror,
     Mirror,
     MirrorFailed,
-    NotPublished,
     OverCap,
 )
 from .progress import NO_PROGRESS, Progress
-
-__all__ = [
-    "DownloadJob",
-    "Fetcher",
-    "NotPublished",
-    "parallel_downloads",
-    "remote",
-    "warn_if_insecure",
-]
 
 T = TypeVar("T")
 logger = logging.getLogger("flashhub_kernels")
@@ -162,7 +152,8 @@ class Fetcher:
             mirror.close()
 
     def get_bytes(self, relpath: str, *, limit: int) -> bytes:
-        """Fetch a small document whole; raise :class:`NotPublished` when it does not exist."""
+        """Fetch a small document whole; raise :class:`~.mirrors.NotPublished` when it does
+        not exist."""
         start, cpu = time.perf_counter(), time.thread_time()
         data = self._from_mirrors(relpath, lambda mirror: mirror.read_document(relpath, limit))
         cpu = time.thread_time() - cpu

@@ -12,8 +12,6 @@ from contextlib import contextmanager
 
 from ..errors import SignatureError
 
-__all__ = ["INSTALL_HINT", "public_key_of", "sign", "verifies"]
-
 INSTALL_HINT = "pip install 'flashhub-kernels[signing]'"
 
 

@@ -26,16 +26,6 @@ from .trusted_keys import decode_base64
 if TYPE_CHECKING:
     from .signing_keys import SigningKey
 
-__all__ = [
-    "MAX_SIGNATURES",
-    "MAX_SIGNATURE_BYTES",
-    "SIGNATURE_FORMAT",
-    "SIG_SUFFIX",
-    "SignatureEntry",
-    "dump_signatures",
-    "parse_signatures",
-    "sign_document",
-]
 
 SIGNATURE_FORMAT = 1
 MAX_SIGNATURE_BYTES = 64 * 1024  # a .sig holds a few entries of ~130 bytes each

@@ -18,15 +18,6 @@ from ..errors import PublishError
 from . import ed25519
 from .trusted_keys import KEY_PREFIX, decode_base64, key_id_of, public_key_line
 
-__all__ = [
-    "PRIVATE_KEY_PREFIX",
-    "SigningKey",
-    "generate_signing_key",
-    "load_signing_key",
-    "public_key_file",
-    "write_key_pair",
-]
-
 PRIVATE_KEY_PREFIX = "flashhub-ed25519-private:"
 
 _SEED_BYTES = 32

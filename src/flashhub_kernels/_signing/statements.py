@@ -14,8 +14,6 @@ from typing import Literal
 
 from .._models.names import check_version, parse_repo_id
 
-__all__ = ["DocumentKind", "document_name", "statement"]
-
 DocumentKind = Literal["metadata", "variants", "versions"]
 
 _KINDS: tuple[DocumentKind, ...] = ("metadata", "variants", "versions")

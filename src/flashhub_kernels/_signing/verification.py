@@ -17,8 +17,6 @@ from .signature_files import parse_signatures
 from .statements import DocumentKind, document_name, statement
 from .trusted_keys import TrustedKey, shown_key_id
 
-__all__ = ["verify_document"]
-
 
 def verify_document(
     *,
