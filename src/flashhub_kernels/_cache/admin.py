@@ -13,7 +13,6 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from .._config import Config, get_config
@@ -34,14 +33,10 @@ from .layout import (
     Receipt,
     distrust,
     stamp,
+    unused,
 )
 from .mutex import download_mutex, hold_if_free
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock, so every entry counts as unused
-    fcntl = None  # type: ignore[assignment]
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 
@@ -453,29 +448,3 @@ def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
                 yield False
                 return
         yield True
-
-
-@contextmanager
-def unused(entry: Path) -> Iterator[bool]:
-    """Hold ``entry`` exclusively for the block if no process uses it (this one
-    included); yield whether it could. An entry that is gone, or that this file system
-    cannot lock, counts as unused: no process could have marked it either."""
-    if fcntl is None:
-        yield True
-        return
-    try:
-        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        yield True
-        return
-    try:
-        free = True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            free = False
-        except OSError:
-            pass
-        yield free
-    finally:
-        os.close(fd)

@@ -49,6 +49,7 @@ import json
 import os
 import stat
 import types
+from contextlib import contextmanager
 from pathlib import Path
 
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
@@ -62,7 +63,7 @@ except ImportError:  # Windows: no flock, so entries in use are not marked
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
     from .._config import Config
@@ -295,6 +296,32 @@ def mark_in_use(entry: Path) -> bool:
         return False
     _held[key] = fd
     return True
+
+
+@contextmanager
+def unused(entry: Path) -> Iterator[bool]:
+    """Hold ``entry`` exclusively for the block if no process uses it (this one
+    included); yield whether it could. An entry that is gone, or that this file system
+    cannot lock, counts as unused: no process could have marked it either."""
+    if fcntl is None:
+        yield True
+        return
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield True
+        return
+    try:
+        free = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            free = False
+        except OSError:
+            pass
+        yield free
+    finally:
+        os.close(fd)
 
 
 def _is_at(fd: int, entry: Path) -> bool:
