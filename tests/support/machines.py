@@ -23,8 +23,8 @@ CPU_BUILD = "torch212-cxx11-cpu-x86_64-linux"  # runs on CUDA_MACHINE with backe
 # The code a child process runs first to resolve kernels as ``run_as_cpu_only`` does.
 CPU_ONLY_CHILD = (
     "from flashhub_kernels._variants import system as _system\n"
-    "_detected = _system.detect_system()\n"
-    "_system.detect_system = lambda: _system.with_backend(_detected, 'cpu')\n"
+    "_detect = _system.detect_system\n"
+    "_system.detect_system = lambda: _system.with_backend(_detect(), 'cpu')\n"
 )
 
 

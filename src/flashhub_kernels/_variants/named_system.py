@@ -96,4 +96,4 @@ def target_system(
         chosen = system_from_variant(system, **device)
     else:
         chosen = with_device_named(this_system(), **device)
-    return with_backend(chosen, backend) if backend else chosen
+    return with_backend(chosen, backend)

@@ -113,13 +113,13 @@ METAL_MIN_MACOS = (26, 0)
 def this_system(backend: str | None = None) -> SystemInfo:
     """This machine, as if its torch ran ``backend`` (``"cpu"`` on a GPU machine) when
     one is given; see :func:`with_backend`."""
-    system = detect_system()
-    return with_backend(system, backend) if backend else system
+    return with_backend(detect_system(), backend)
 
 
-def with_backend(system: SystemInfo, backend: str) -> SystemInfo:
-    """``system`` as if its torch ran ``backend`` (``backend="cpu"`` on a GPU machine)."""
-    if backend == system.backend:
+def with_backend(system: SystemInfo, backend: str | None) -> SystemInfo:
+    """``system`` as if its torch ran ``backend`` (``backend="cpu"`` on a GPU machine);
+    ``None``: as it is."""
+    if backend is None or backend == system.backend:
         return system
     if backend != "cpu":
         raise ValueError(
