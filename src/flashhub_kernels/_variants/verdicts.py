@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._models.record import Record
 from .._utils.escaping import escape_controls
-from .compat import build_mismatch, check_compatible, needs_target, preference_key
+from .compat import build_mismatch, check_compatible, compatible, needs_target
 from .grammar import Variant, VariantNameError, as_variant, parse_variant
 
 TYPE_CHECKING = False
@@ -66,21 +66,20 @@ VariantVerdict = VariantAccepted | VariantRejected
 
 def judge_variants(names: Iterable[str], system: SystemInfo) -> list[VariantVerdict]:
     """Judge every published variant: accepted ones first, in preference order."""
-    accepted: list[VariantAccepted] = []
-    rejected: list[VariantRejected] = []
-    for name in dict.fromkeys(names):
-        try:
-            variant = parse_variant(name)
-        except VariantNameError as exc:
-            rejected.append(VariantRejected(Variant._make(name), str(exc)))
-            continue
-        reason = check_compatible(variant, system)
-        if reason is None:
-            accepted.append(VariantAccepted(variant))
-        else:
-            rejected.append(VariantRejected(variant, reason))
-    accepted.sort(key=lambda a: preference_key(a.variant))
-    return [*accepted, *rejected]
+    names = list(dict.fromkeys(names))
+    accepted = compatible(names, system)
+    rejected = [_rejection(name, system) for name in names if name not in accepted]
+    return [*map(VariantAccepted, accepted), *rejected]
+
+
+def _rejection(name: str, system: SystemInfo) -> VariantRejected:
+    try:
+        variant = parse_variant(name)
+    except VariantNameError as exc:
+        return VariantRejected(Variant._make(name), str(exc))
+    reason = check_compatible(variant, system)
+    assert reason is not None, "a variant compatible() passed over has a reason"
+    return VariantRejected(variant, reason)
 
 
 def judge_builds(
