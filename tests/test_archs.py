@@ -15,16 +15,18 @@ from flashhub_kernels._models.names import RepoInfo
 from flashhub_kernels._variants import device_arch as _device_arch
 from flashhub_kernels._variants import system as _variants
 from flashhub_kernels._variants.archs import (
-    BuildTarget,
     arch_mismatch,
     cuda_arch_runs_on,
     cuda_archs_support,
-    read_target,
     rocm_archs_support,
-    target_from_json,
 )
 from flashhub_kernels._variants.choice import choose_variant
-from flashhub_kernels._variants.compat import pick_cached_variant
+from flashhub_kernels._variants.compat import (
+    BuildTarget,
+    pick_cached_variant,
+    read_target,
+    target_from_json,
+)
 from flashhub_kernels._variants.device_arch import with_device
 from flashhub_kernels._variants.grammar import VariantNameError
 from flashhub_kernels._variants.named_system import system_from_variant, with_device_named

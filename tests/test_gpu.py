@@ -19,7 +19,8 @@ import pytest
 
 from conftest import EXAMPLES, device_capability, run_python
 from flashhub_kernels._publish import publish
-from flashhub_kernels._variants.archs import arch_mismatch, read_target
+from flashhub_kernels._variants.archs import arch_mismatch
+from flashhub_kernels._variants.compat import read_target
 from support.cdn_server import CdnServer
 from support.trees import local_variant
 

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
+from .._variants.compat import read_target, target_from_json
 from ..errors import CacheError
 
 try:
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
 
     from .._config import Config
     from .._models.names import RepoInfo
-    from .._variants.archs import BuildTarget
+    from .._variants.compat import BuildTarget
 
 INDEX_NAME = "variants-index.json"
 _NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
@@ -91,7 +92,7 @@ class VariantIndex(Record):
     ``complete`` means ``present`` is the whole ``variants.json``; otherwise the CDN was
     probed and only the names in ``present`` and ``absent`` are known either way.
     ``targets`` holds the devices that variants whose ``metadata.json`` was read while
-    choosing declare (see :class:`~flashhub_kernels._variants.archs.BuildTarget`), so
+    choosing declare (see :class:`~flashhub_kernels._variants.compat.BuildTarget`), so
     that a warm load passes over a build for other devices without asking the CDN again.
     """
 
@@ -215,8 +216,6 @@ class Cache:
             return None
         targets = data.get("targets")
         if isinstance(targets, dict):
-            from .._variants.archs import target_from_json  # builds that list archs
-
             read = {name: target_from_json(value) for name, value in targets.items()}
             index = index._replace(targets={n: t for n, t in read.items() if t is not None})
         return index
@@ -246,8 +245,6 @@ class Cache:
         entry is not cached."""
         entry = self.entry_dir(info, variant)
         data = read_json(entry / MANIFEST_NAME) if (entry / RECEIPT_NAME).is_file() else None
-        from .._variants.archs import read_target  # a build whose fit depends on it
-
         return read_target(data) if isinstance(data, dict) else None
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .._constants import LOCAL_KERNELS_VAR, MANIFEST_NAME
 from .._models.kernel_dir import KernelDir
 from .._models.names import RepoInfo, parse_repo_id
-from .._variants.archs import BuildTarget, read_target
+from .._variants.compat import BuildTarget, read_target
 from .._variants.named_system import target_system
 from .._variants.verdicts import best_variant, judge_builds, judge_variants
 from ..errors import ConfigError, KernelNotFoundError

@@ -19,9 +19,8 @@ from .._cache.mutex import download_mutex, index_mutex
 from .._cache.staging import record_index
 from .._models.names import RepoInfo
 from .._models.record import Record
-from .._variants.archs import BuildTarget, read_target
 from .._variants.choice import choose_variant
-from .._variants.compat import pick_cached_variant
+from .._variants.compat import BuildTarget, pick_cached_variant, read_target
 from .._variants.system import SystemInfo
 from .._variants.verdicts import best_variant, judge_builds, judge_variants
 from ..errors import FlashhubError, NoCompatibleVariantError

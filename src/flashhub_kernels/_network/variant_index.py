@@ -14,9 +14,8 @@ from typing import NoReturn
 from .._cache.layout import VariantIndex
 from .._models.names import RepoInfo
 from .._utils.urls import redact_url
-from .._variants.archs import BuildTarget, read_target
 from .._variants.choice import no_variant_error
-from .._variants.compat import build_mismatch, needs_target
+from .._variants.compat import BuildTarget, build_mismatch, needs_target, read_target
 from .._variants.grammar import as_variant
 from .._variants.probing import candidate_names
 from .._variants.system import SystemInfo

@@ -1,6 +1,7 @@
-"""Which devices a build runs on: the ``backend`` of its ``metadata.json``. Pure.
+"""Whether the device archs a build lists include this device. Pure.
 
-Builders record the device architectures a build was compiled for::
+Builders record the device architectures a build was compiled for (read into a
+:class:`~.compat.BuildTarget`)::
 
     {"backend": {"type": "cuda", "archs": ["8.0", "9.0a", "10.0f", "9.0+PTX"]}}
     {"backend": {"type": "rocm", "archs": ["gfx90a", "gfx942"]}}
@@ -12,88 +13,17 @@ major with a minor at or above ``Y``; ``X.Y+PTX`` on every capability at or abov
 targets it lists; feature flags (``gfx90a:sramecc+:xnack-``) are not compared. When none
 of a build's archs has a form this client knows (a newer builder's, say), the build is
 taken to run anywhere, as when it lists none.
-
-A build may also declare that it loads on a free-threaded Python (``"free-threaded":
-true``, see :func:`~.compat.build_mismatch`).
 """
 
 from __future__ import annotations
 
-from .._models.record import Record
 from .grammar import is_digits
 
 TYPE_CHECKING = False  # not typing's: a warm load of a build that lists archs imports it
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from typing import Any
+    from collections.abc import Iterable
 
-# What of a document is kept: a hostile one cannot make the recorded index large.
-_MAX_ARCHS = 256
-_MAX_ARCH_LENGTH = 64
-# The builder's backend types, as this client names the backends (cann: Ascend NPUs).
-_BACKEND_NAMES = {"cann": "npu"}
-
-
-class BuildTarget(Record):
-    """The devices one build declares it runs on.
-
-    ``backend`` is the backend as this client names it (``cuda``, ``rocm``, ``npu``...),
-    ``None`` when the document names none; ``archs`` the architectures listed (empty:
-    none declared); ``free_threaded`` whether the build loads on a free-threaded Python.
-    """
-
-    backend: str | None
-    archs: tuple[str, ...]
-    free_threaded: bool
-
-    def __init__(
-        self, backend: str | None = None, archs: tuple[str, ...] = (), free_threaded: bool = False
-    ) -> None:
-        self._init(backend, archs, free_threaded)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "archs": list(self.archs),
-            "free-threaded": self.free_threaded,
-        }
-
-
-def read_target(document: Mapping[str, Any]) -> BuildTarget:
-    """The :class:`BuildTarget` a ``metadata.json`` document (a JSON object) declares.
-
-    Lenient, as for every optional key of the document: a ``backend`` that is not an
-    object, a ``type`` that is not a string, and archs that are not strings are left out.
-    """
-    backend = document.get("backend")
-    if not isinstance(backend, dict):
-        backend = {}
-    kind = backend.get("type")
-    name = kind.lower() if isinstance(kind, str) and kind.isascii() else None
-    return BuildTarget(
-        _BACKEND_NAMES.get(name, name) if name else None,
-        _archs(backend.get("archs")),
-        document.get("free-threaded") is True,
-    )
-
-
-def target_from_json(data: object) -> BuildTarget | None:
-    """A target recorded by :meth:`BuildTarget.to_json`; ``None`` if ``data`` is not one."""
-    if not isinstance(data, dict):
-        return None
-    backend = data.get("backend")
-    return BuildTarget(
-        backend if isinstance(backend, str) else None,
-        _archs(data.get("archs")),
-        data.get("free-threaded") is True,
-    )
-
-
-def _archs(value: object) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        return ()
-    archs = (a for a in value if isinstance(a, str) and 0 < len(a) <= _MAX_ARCH_LENGTH)
-    return tuple(archs)[:_MAX_ARCHS]
+    from .compat import BuildTarget
 
 
 def parse_cuda_arch(arch: str) -> tuple[int, int, str, bool] | None:

@@ -11,7 +11,9 @@ says the rest (:class:`BuildTarget`), for the candidates where it matters
 - on a free-threaded Python before 3.15, a native build (exact, stable-ABI or tvm-ffi)
   loads only if it declares ``"free-threaded": true``.
 
-Which device archs a build runs on is :mod:`.archs`'s to say.
+A build's ``metadata.json`` may declare the device archs it was compiled for, and
+whether it loads on a free-threaded Python (:class:`BuildTarget`); which archs run on
+this device is :mod:`.archs`'s to say, asked only of a build that lists some.
 
 A warm load picks among the variants a cache's index records (:func:`pick_cached_variant`)
 with what it recorded of their metadata, reading the device only when a build lists archs.
@@ -19,15 +21,16 @@ with what it recorded of their metadata, reading the device only when a build li
 
 from __future__ import annotations
 
+from .._models.record import Record
 from .grammar import as_variant, backend_version
 from .system import METAL_MIN_MACOS
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from typing import Any
 
     from .._cache.layout import VariantIndex
-    from .archs import BuildTarget
     from .grammar import Tier, Variant
     from .system import SystemInfo
 
@@ -198,3 +201,72 @@ def _cached_candidates(index: VariantIndex, system: SystemInfo) -> Iterator[Vari
         elif name not in index.absent:
             yield None
             return
+
+
+# What of a document is kept: a hostile one cannot make the recorded index large.
+_MAX_ARCHS = 256
+_MAX_ARCH_LENGTH = 64
+# The builder's backend types, as this client names the backends (cann: Ascend NPUs).
+_BACKEND_NAMES = {"cann": "npu"}
+
+
+class BuildTarget(Record):
+    """The devices one build declares it runs on.
+
+    ``backend`` is the backend as this client names it (``cuda``, ``rocm``, ``npu``...),
+    ``None`` when the document names none; ``archs`` the architectures listed (empty:
+    none declared); ``free_threaded`` whether the build loads on a free-threaded Python.
+    """
+
+    backend: str | None
+    archs: tuple[str, ...]
+    free_threaded: bool
+
+    def __init__(
+        self, backend: str | None = None, archs: tuple[str, ...] = (), free_threaded: bool = False
+    ) -> None:
+        self._init(backend, archs, free_threaded)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "archs": list(self.archs),
+            "free-threaded": self.free_threaded,
+        }
+
+
+def read_target(document: Mapping[str, Any]) -> BuildTarget:
+    """The :class:`BuildTarget` a ``metadata.json`` document (a JSON object) declares.
+
+    Lenient, as for every optional key of the document: a ``backend`` that is not an
+    object, a ``type`` that is not a string, and archs that are not strings are left out.
+    """
+    backend = document.get("backend")
+    if not isinstance(backend, dict):
+        backend = {}
+    kind = backend.get("type")
+    name = kind.lower() if isinstance(kind, str) and kind.isascii() else None
+    return BuildTarget(
+        _BACKEND_NAMES.get(name, name) if name else None,
+        _archs(backend.get("archs")),
+        document.get("free-threaded") is True,
+    )
+
+
+def target_from_json(data: object) -> BuildTarget | None:
+    """A target recorded by :meth:`BuildTarget.to_json`; ``None`` if ``data`` is not one."""
+    if not isinstance(data, dict):
+        return None
+    backend = data.get("backend")
+    return BuildTarget(
+        backend if isinstance(backend, str) else None,
+        _archs(data.get("archs")),
+        data.get("free-threaded") is True,
+    )
+
+
+def _archs(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    archs = (a for a in value if isinstance(a, str) and 0 < len(a) <= _MAX_ARCH_LENGTH)
+    return tuple(archs)[:_MAX_ARCHS]
