@@ -23,7 +23,7 @@ import test_import_hook
 import test_lock
 from conftest import run_python
 from support.cdn_server import CdnServer
-from support.trees import write_kernel
+from support.trees import kernel_files, local_variant, write_kernel, write_variant
 
 # All that `import flashhub` imports of this library: the package, the finder and the
 # module-name grammar it parses with.
@@ -38,12 +38,13 @@ HOOK_MODULES = {
 }
 
 # Slow to import, or not needed until something is loaded: none of them may come with
-# the hook. (typing, re, dataclasses or threading alone cost more than the hook.)
+# the hook. (typing, re, dataclasses, functools or threading alone cost more than the hook.)
 NOT_WITH_THE_HOOK = [
     "packaging",
     "dataclasses",
     "typing",
     "re",
+    "functools",
     "threading",
     "pathlib",
     "importlib.abc",
@@ -86,6 +87,10 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._lockfiles.pinning",
     "flashhub_kernels._lockfiles.offline_check",
     "flashhub_kernels._native",  # the kernel loaded here has no native library
+    "flashhub_kernels._native_conflicts",
+    "flashhub_kernels._twin_names",  # imported under one name only
+    "flashhub_kernels._loading.api",  # the documented functions: not an import statement's
+    "flashhub_kernels._loading.offline",
     "flashhub_kernels._utils.filesystem",  # a warm load writes nothing
     "flashhub_kernels._cache.staging",
     "flashhub_kernels._cache.mutex",  # and filelock: a warm load takes no mutex
@@ -166,6 +171,26 @@ def test_the_readme_lists_what_a_warm_load_imports(cdn: CdnServer) -> None:
     added = _imported_by(load, setup="import flashhub, torch")
     library = {m for m in added if m.startswith("flashhub_kernels")}
     assert library == _readme_lists("A warm load from the cache adds ", ";")
+
+
+# The most lines of library code a warm load of a kernel with a native library may import:
+# every line of them is read, compiled or unmarshalled by every job that loads a kernel.
+WARM_PATH_LINES = 2_800
+
+
+def test_a_warm_load_of_a_native_kernel_stays_within_its_lines(cdn: CdnServer) -> None:
+    files = kernel_files("tensor_tricks", "native") | {"tensor_tricks/_ops_cpu.so": b"\x7fELF"}
+    write_variant(cdn.root, "acme/tensor-tricks", 1, local_variant(), files)
+    variants = cdn.root / "kernels/acme/tensor-tricks/v1/variants.json"
+    variants.write_text(json.dumps([local_variant()]))
+    load = "import flashhub.acme.tensor_tricks.v1"
+    run_python(load)  # cold: downloads it
+    added = _imported_by(load, setup="import torch")  # the hook's modules count too
+    library = sorted(m for m in added if m == "flashhub" or m.startswith("flashhub_kernels"))
+    assert "flashhub_kernels._native" in library  # its native library was noted
+    code = f"import importlib.util\nfor m in {library!r}: print(importlib.util.find_spec(m).origin)"
+    lines = sum(len(Path(path).read_text().splitlines()) for path in run_python(code).split())
+    assert lines <= WARM_PATH_LINES, f"a warm load imports {lines} lines: {library}"
 
 
 def test_lazy_names_are_listed_and_resolve() -> None:

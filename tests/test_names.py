@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from flashhub_kernels._loading.api import parse_revision, requested_version
 from flashhub_kernels._models.names import (
     RepoInfo,
     cdn_name_candidates,
     parse_module_name,
     parse_repo_id,
-    parse_revision,
-    requested_version,
 )
 
 

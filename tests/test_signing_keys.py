@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import NOBODY, needs_root
-from flashhub_kernels._config import Config, configure
+from flashhub_kernels._config import Config
+from flashhub_kernels._loading.api import configure
 from flashhub_kernels._signing.signing_keys import (
     SigningKey,
     generate_signing_key,

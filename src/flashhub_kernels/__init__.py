@@ -17,9 +17,10 @@ TYPE_CHECKING = False  # not typing's: importing typing would cost more than thi
 if TYPE_CHECKING:
     from . import errors as errors
     from ._benchmark import Benchmark
-    from ._config import Config, configure, get_config
+    from ._config import Config, get_config
     from ._finder import LoadedKernel
     from ._loading.api import (
+        configure,
         get_kernel,
         get_kernel_variants,
         get_loaded_kernels,
@@ -59,13 +60,13 @@ _LAZY = {
     "__version__": "._constants",
     "Benchmark": "._benchmark",
     "Config": "._config",
-    "configure": "._config",
     "get_config": "._config",
     "LoadedKernel": "._finder",
     "RepoInfo": "._models.names",
     "VariantAccepted": "._variants.verdicts",
     "VariantRejected": "._variants.verdicts",
     "errors": ".errors",
+    "configure": "._loading.api",
     "get_kernel": "._loading.api",
     "get_kernel_variants": "._loading.api",
     "get_loaded_kernels": "._loading.api",

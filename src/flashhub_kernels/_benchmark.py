@@ -16,9 +16,6 @@ class BenchmarkResult(Record):
     name: str
     times: tuple[float, ...]
 
-    def __init__(self, name: str, times: tuple[float, ...]) -> None:
-        self._init(name, times)
-
     @property
     def median(self) -> float:
         return statistics.median(self.times)

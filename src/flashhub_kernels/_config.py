@@ -2,7 +2,8 @@
 
 The environment is read on every :func:`get_config` call (a handful of dict lookups),
 so a test or launcher that sets ``FLASHHUB_*`` variables after import is honoured.
-Values passed to :func:`configure` win over the environment for the rest of the process.
+Values passed to :func:`~flashhub_kernels.configure` win over the environment for the rest of
+the process (:data:`overrides`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from .errors import ConfigError
 
 TYPE_CHECKING = False  # not typing's: a warm load imports this module
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from ._signing.trusted_keys import TrustedKey
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
@@ -65,48 +64,16 @@ class Config(Record):
     cdn_urls: tuple[str, ...]
     prefix: str
     cache_dir: Path
-    offline: bool
-    progress_bars: bool
-    connect_timeout: float
-    read_timeout: float
-    lock_timeout: float | None
-    max_file_bytes: int
-    cache_shared: bool
-    version_check: bool
-    trusted_keys: tuple[TrustedKey, ...]
-    require_signatures: bool
-
-    def __init__(
-        self,
-        cdn_urls: tuple[str, ...],
-        prefix: str,
-        cache_dir: Path,
-        offline: bool = False,
-        progress_bars: bool = True,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
-        lock_timeout: float | None = None,
-        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-        cache_shared: bool = False,
-        version_check: bool = True,
-        trusted_keys: tuple[TrustedKey, ...] = (),
-        require_signatures: bool = False,
-    ) -> None:
-        self._init(
-            cdn_urls,
-            prefix,
-            cache_dir,
-            offline,
-            progress_bars,
-            connect_timeout,
-            read_timeout,
-            lock_timeout,
-            max_file_bytes,
-            cache_shared,
-            version_check,
-            trusted_keys,
-            require_signatures,
-        )
+    offline: bool = False
+    progress_bars: bool = True
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    lock_timeout: float | None = None
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    cache_shared: bool = False
+    version_check: bool = True
+    trusted_keys: tuple[TrustedKey, ...] = ()
+    require_signatures: bool = False
 
     def checks_signatures(self, org: str) -> bool:
         """Whether the kernels of ``org`` must be signed by a trusted key."""
@@ -128,7 +95,8 @@ class Config(Record):
         return "Config(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
 
-_overrides: dict[str, object] = {}
+# What configure() set for this process: it wins over the environment.
+overrides: dict[str, object] = {}
 
 
 def _redact(url: str) -> str:
@@ -228,18 +196,19 @@ def _env_bytes(name: str) -> int | None:
 
 
 def cache_root() -> Path:
-    """The cache's root directory: :func:`configure`'s, else the environment's."""
-    return Path(str(_overrides.get("cache_dir") or default_cache_dir())).expanduser()
+    """The cache's root directory: :func:`~flashhub_kernels.configure`'s, else the environment's."""
+    return Path(str(overrides.get("cache_dir") or default_cache_dir())).expanduser()
 
 
 def get_config(*, project_dir: Path | None = None) -> Config:
-    """Return the effective settings: :func:`configure` overrides, then the environment.
+    """Return the effective settings: what :func:`~flashhub_kernels.configure` set, then
+    the environment.
 
     ``project_dir`` is where ``pyproject.toml`` may list trusted keys (default: the
     current directory).
     """
-    cdn_url = _overrides.get("cdn_url") or os.environ.get("FLASHHUB_CDN_URL") or DEFAULT_CDN_URL
-    prefix = _overrides.get("prefix")
+    cdn_url = overrides.get("cdn_url") or os.environ.get("FLASHHUB_CDN_URL") or DEFAULT_CDN_URL
+    prefix = overrides.get("prefix")
     if prefix is None:
         prefix = os.environ.get("FLASHHUB_CDN_PREFIX", DEFAULT_PREFIX)
     return Config(
@@ -262,15 +231,15 @@ def get_config(*, project_dir: Path | None = None) -> Config:
 def trusted_keys(project_dir: Path) -> tuple[TrustedKey, ...]:
     """The keys this process trusts, from the first of these sources that gives any:
 
-    1. :func:`configure` ``(trusted_keys=...)``;
+    1. :func:`~flashhub_kernels.configure` ``(trusted_keys=...)``;
     2. ``FLASHHUB_TRUSTED_KEYS``: keys, or the path of a file of keys;
     3. ``[tool.flashhub] trusted-keys`` in ``project_dir``'s ``pyproject.toml``
        (:func:`get_config` passes the current directory, ``flashhub lock`` the project).
 
     With none of them, nothing is verified: the load works as for unsigned kernels.
     """
-    if "trusted_keys" in _overrides:
-        return _overrides["trusted_keys"]  # type: ignore[return-value]
+    if "trusted_keys" in overrides:
+        return overrides["trusted_keys"]  # type: ignore[return-value]
     value = os.environ.get(TRUSTED_KEYS_VAR)
     if value is not None:  # set but empty is an error, not "unset": see load_trusted_keys
         return _env_trusted_keys(value)
@@ -327,50 +296,6 @@ def _may_list_trusted_keys(path: Path) -> bool:
     return b"trusted-keys" in data or b"\\" in data
 
 
-def configure(
-    cdn_url: str | None = None,
-    prefix: str | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    *,
-    trusted_keys: str | Sequence[str] | None = None,
-) -> Config:
-    """Override CDN settings for this process; ``None`` leaves a setting as it is.
-
-    Args:
-        cdn_url: Base URL of the CDN, or several mirrors separated by commas.
-        prefix: Path prefix of the kernel tree on the CDN (``""`` for the root).
-        cache_dir: Local cache root.
-        trusted_keys: Public keys whose signatures vouch for kernels, each
-            ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (one
-            string may list several). They replace ``FLASHHUB_TRUSTED_KEYS`` and the
-            project's ``[tool.flashhub] trusted-keys``; ``[]`` trusts no key.
-
-    Raises:
-        ConfigError: ``trusted_keys`` is a string, or a list of entries, that names no key.
-        ValueError: A setting is malformed.
-
-    Returns:
-        The new effective :class:`Config`.
-    """
-    if cdn_url is not None:
-        parse_cdn_urls(cdn_url)  # validate now, not at the first download
-        _overrides["cdn_url"] = cdn_url
-    if prefix is not None:
-        _overrides["prefix"] = normalize_prefix(prefix)
-    if cache_dir is not None:
-        _overrides["cache_dir"] = os.fspath(cache_dir)
-    if trusted_keys is not None:
-        from ._signing.trusted_keys import no_key_error, parse_trusted_keys
-
-        source = "configure(trusted_keys=)"
-        listed = trusted_keys if isinstance(trusted_keys, str) else "\n".join(trusted_keys)
-        keys = parse_trusted_keys(listed, source=source)
-        if not keys and (isinstance(trusted_keys, str) or trusted_keys):  # [] means: no key
-            raise no_key_error(source, "pass trusted_keys=[]")
-        _overrides["trusted_keys"] = keys
-    return get_config()
-
-
 def reset_config() -> None:
-    """Drop every :func:`configure` override; the environment applies again."""
-    _overrides.clear()
+    """Drop every :func:`~flashhub_kernels.configure` override; the environment applies again."""
+    overrides.clear()

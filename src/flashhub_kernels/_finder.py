@@ -48,16 +48,6 @@ class LoadedKernel(Record):
     path: Path
     module: ModuleType
 
-    def __init__(
-        self,
-        repo_id: str | None,
-        version: int | None,
-        variant: str | None,
-        path: Path,
-        module: ModuleType,
-    ) -> None:
-        self._init(repo_id, version, variant, path, module)
-
     @property
     def repo_info(self) -> RepoInfo | None:
         """The kernel's repo and version, as Hugging Face ``kernels`` names them on its
@@ -84,22 +74,6 @@ class _SyntheticPackageLoader(importlib._abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         pass
-
-
-class _TwinLoader(importlib._abc.Loader):
-    """Another name of a kernel module already imported: ``v<N>`` and ``v<N>_<backend>``
-    on a machine where forcing ``backend`` selects what it would pick anyway. The name
-    gets the module itself, not a second copy of the same files."""
-
-    def __init__(self, module: ModuleType) -> None:
-        self._module = module
-        self._spec = module.__spec__
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return self._module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__ = self._spec  # the import system set it to the new name's spec
 
 
 class KernelLoader(importlib.machinery.SourceFileLoader):
@@ -231,36 +205,15 @@ class KernelFinder:
             return importlib.machinery.ModuleSpec(
                 fullname, _SyntheticPackageLoader(), is_package=True
             )
-        twin = self._twin(fullname, parsed.backend)
-        loader = _TwinLoader(twin) if twin else KernelLoader(self, fullname)
+        loader: importlib._abc.Loader = KernelLoader(self, fullname)
+        others = twin_names(fullname, parsed.backend)
+        if any(name in sys.modules for name, _backend in others):
+            from ._twin_names import twin_loader  # the same load imported under another name
+
+            loader = twin_loader(self, fullname, others) or loader
         return importlib.machinery.ModuleSpec(fullname, loader, is_package=True)
 
-    def _twin(self, fullname: str, backend: str | None) -> ModuleType | None:
-        """The module imported already under the other name of the same load, if any.
-
-        ``v<N>_<backend>`` and ``v<N>`` load the same variant when this machine runs
-        ``backend``. Only a name already in ``sys.modules`` is considered, so the system
-        was detected by its load and asking again costs nothing.
-        """
-        if backend is not None:
-            pairs = [(fullname.rpartition("_")[0], backend)]
-        else:
-            pairs = [(f"{fullname}_{forced}", forced) for forced in BACKENDS]
-        for name, forced in pairs:
-            module = sys.modules.get(name)
-            if module is None or not self._same_repo(fullname, name):
-                continue
-            from ._variants.system import this_system
-
-            try:
-                same = this_system(forced) == this_system()
-            except ValueError:  # a backend this machine cannot run: its own load says so
-                same = False
-            if same:
-                return module
-        return None
-
-    def _same_repo(self, fullname: str, other: str) -> bool:
+    def same_repo(self, fullname: str, other: str) -> bool:
         """Whether ``other`` loaded the repo ``get_kernel`` asked ``fullname`` for, if any."""
         with self._lock:
             wanted, loaded = self._pins.get(fullname), self._pins.get(other)
@@ -317,6 +270,14 @@ class KernelFinder:
         )
         with self._lock:
             self._loaded[module.__name__] = record
+
+
+def twin_names(fullname: str, backend: str | None) -> list[tuple[str, str]]:
+    """The other names of the kernel module ``fullname`` that may load the same variant,
+    each with the backend it forces: ``v<N>`` for ``v<N>_<backend>``, and back."""
+    if backend is not None:
+        return [(fullname.rpartition("_")[0], backend)]
+    return [(f"{fullname}_{forced}", forced) for forced in BACKENDS]
 
 
 def _still_valid(known: KernelDir) -> bool:

@@ -12,7 +12,8 @@ Three ``python -c`` programs, interleaved run by run, time their own imports wit
 (b) and (c) time their ``import torch`` apart from what follows it, so (b) - (a) and
 (c) - (a) are what follows it, measured directly. The overhead, ((b) - (a)) - ((c) - (a))
 from the medians, is what flashhub adds over a plain import of the same package; it is
-reported in ms and as a share of (a).
+reported in ms and as a share of (a). A note says how much library code (b) imports:
+its modules and their lines, which a change to the warm path moves before any timing does.
 """
 
 from __future__ import annotations
@@ -81,6 +82,25 @@ def import_times(program: str, env: Mapping[str, str]) -> ImportTimes:
     return ImportTimes(torch_ms, then_ms)
 
 
+# After (b)'s imports: the library's modules it added, and their lines.
+SIZE_PROGRAM = """\
+import sys, torch
+before = set(sys.modules)
+import flashhub, {module}
+ours = [m for m in set(sys.modules) - before if m == "flashhub" or m.startswith("flashhub_kernels")]
+files = [sys.modules[m].__file__ for m in ours]
+print(len(files), sum(len(open(f).read().splitlines()) for f in files))
+"""
+
+
+def warm_path_size(module: str, env: Mapping[str, str]) -> tuple[int, int]:
+    """The library modules, and their lines, that (b) imports besides the kernel."""
+    argv = [sys.executable, "-c", SIZE_PROGRAM.format(module=module)]
+    done = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+    modules, lines = (int(word) for word in done.stdout.split())
+    return modules, lines
+
+
 def row_import_cost(bench: Bench) -> list[Row]:
     """Row 8: ``import flashhub`` and a warm kernel import, over a plain import, in ms and
     as a share of ``import torch``."""
@@ -95,7 +115,10 @@ def row_import_cost(bench: Bench) -> list[Row]:
     }
     # No warm-up round: rows 3 and 6 have run these imports, bytecode compiled, already.
     results = bench.rounds("row 8: import cost, fresh interpreters", measurements, warm_up=False)
-    return [_cost_row(bench.trees.warm.module, results)]
+    row = _cost_row(bench.trees.warm.module, results)
+    modules, lines = warm_path_size(bench.trees.warm.module, env)
+    row.notes.append(f"(b) imports {modules} library modules, {lines:,} lines, besides the kernel")
+    return [row]
 
 
 def _then(times: Sequence[ImportTimes]) -> Stat:

@@ -24,7 +24,7 @@ from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import verify_document
 from ..errors import ManifestError, SignatureError
-from .bytecode import compile_bytecode
+from .bytecode import compile_bytecode, stamp
 from .layout import (
     PARTIAL_PREFIX,
     STAGING_PREFIX,
@@ -32,11 +32,14 @@ from .layout import (
     Cache,
     Receipt,
     distrust,
-    stamp,
-    unused,
 )
 from .mutex import download_mutex, hold_if_free
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so no entry is known to be in use
+    fcntl = None  # type: ignore[assignment]
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 
@@ -51,19 +54,7 @@ class CacheEntry(Record):
     content_hash: str | None
     files: int
     size: int
-    signer: str | None
-
-    def __init__(
-        self,
-        info: RepoInfo,
-        variant: str,
-        path: Path,
-        content_hash: str | None,
-        files: int,
-        size: int,
-        signer: str | None = None,
-    ) -> None:
-        self._init(info, variant, path, content_hash, files, size, signer)
+    signer: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -137,14 +128,9 @@ class Verdict(Record):
     the bytecode compiled from them differs. ``repaired``: it was repaired, so it passes.
     """
 
-    problem: str | None
-    repairable: bool
-    repaired: bool
-
-    def __init__(
-        self, problem: str | None = None, repairable: bool = False, repaired: bool = False
-    ) -> None:
-        self._init(problem, repairable, repaired)
+    problem: str | None = None
+    repairable: bool = False
+    repaired: bool = False
 
     @property
     def ok(self) -> bool:
@@ -281,15 +267,6 @@ class PruneReport(Record):
     busy: list[Path]
     in_use: list[Path]
 
-    def __init__(
-        self,
-        removed: list[tuple[CacheEntry, str]],
-        stale: list[Path],
-        busy: list[Path],
-        in_use: list[Path],
-    ) -> None:
-        self._init(removed, stale, busy, in_use)
-
     @property
     def bytes_freed(self) -> int:
         return sum(entry.size for entry, _why in self.removed)
@@ -344,6 +321,32 @@ def _evict_unused(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
         return free
 
 
+@contextlib.contextmanager
+def unused(entry: Path) -> Iterator[bool]:
+    """Hold ``entry`` exclusively for the block if no process uses it (this one
+    included); yield whether it could. An entry that is gone, or that this file system
+    cannot lock, counts as unused: no process could have marked it either."""
+    if fcntl is None:
+        yield True
+        return
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield True
+        return
+    try:
+        free = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            free = False
+        except OSError:
+            pass
+        yield free
+    finally:
+        os.close(fd)
+
+
 def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
     locked = lock.locked(entry.info)
     if locked is None:
@@ -392,9 +395,6 @@ class ClearReport(Record):
     removed: list[CacheEntry]
     busy: list[Path]
     in_use: list[Path]
-
-    def __init__(self, removed: list[CacheEntry], busy: list[Path], in_use: list[Path]) -> None:
-        self._init(removed, busy, in_use)
 
 
 def clear(cache: Cache, *, force: bool = False) -> ClearReport:

@@ -4,10 +4,15 @@ committed, and recorded in its receipt."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from .layout import stamp
+
+def stamp(path: Path) -> tuple[int, int]:
+    """The size and ``mtime_ns`` of a file, as a receipt records them."""
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_size, st.st_mtime_ns
 
 
 def sources_to_compile(listed: set[str]) -> list[str]:

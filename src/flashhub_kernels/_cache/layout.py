@@ -49,7 +49,6 @@ import json
 import os
 import stat
 import types
-from contextlib import contextmanager
 from pathlib import Path
 
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
@@ -64,7 +63,7 @@ except ImportError:  # Windows: no flock, so entries in use are not marked
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
     from .._config import Config
@@ -98,17 +97,8 @@ class VariantIndex(Record):
 
     complete: bool
     present: frozenset[str]
-    absent: frozenset[str]
-    targets: Mapping[str, BuildTarget]
-
-    def __init__(
-        self,
-        complete: bool,
-        present: frozenset[str],
-        absent: frozenset[str] = frozenset(),
-        targets: Mapping[str, BuildTarget] = _NO_TARGETS,
-    ) -> None:
-        self._init(complete, present, absent, targets)
+    absent: frozenset[str] = frozenset()
+    targets: Mapping[str, BuildTarget] = _NO_TARGETS
 
 
 class Receipt(Record):
@@ -126,18 +116,8 @@ class Receipt(Record):
     content_hash: str
     files: Mapping[str, tuple[int, int]]
     bytecode: Mapping[str, tuple[int, int, str]]
-    signer: str | None
-    requires: Mapping[str, Any] | None
-
-    def __init__(
-        self,
-        content_hash: str,
-        files: Mapping[str, tuple[int, int]],
-        bytecode: Mapping[str, tuple[int, int, str]],
-        signer: str | None = None,
-        requires: Mapping[str, Any] | None = None,
-    ) -> None:
-        self._init(content_hash, files, bytecode, signer, requires)
+    signer: str | None = None
+    requires: Mapping[str, Any] | None = None
 
     def changed_file(self, entry: Path) -> str | None:
         """The first file that is missing, not a regular file, or changed; else ``None``."""
@@ -156,12 +136,6 @@ def _changed(path: Path, size: int, mtime_ns: int) -> bool:
     except OSError:
         return True
     return not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns)
-
-
-def stamp(path: Path) -> tuple[int, int]:
-    """The size and ``mtime_ns`` of a file, as a receipt records them."""
-    st = os.stat(path, follow_symlinks=False)
-    return st.st_size, st.st_mtime_ns
 
 
 class Cache:
@@ -254,10 +228,10 @@ class Cache:
 # directory until it exits (the kernel drops it however the process ends; a forked child
 # shares it). The directory is opened read-only, so this works on a read-only cache, and
 # costs one ``open`` and one ``flock``. Before removing an entry, ``flashhub cache clear``
-# and ``prune`` try an exclusive lock on it without waiting, and leave it alone while any
-# process holds a shared one, unless told to force it. Advisory and best effort: where
-# ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a directory,
-# nothing is held and nothing is protected.
+# and ``prune`` try an exclusive lock on it without waiting (see ``.admin``), and leave it
+# alone while any process holds a shared one, unless told to force it. Advisory and best
+# effort: where ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a
+# directory, nothing is held and nothing is protected.
 
 _held: dict[str, int] = {}  # entry directory -> the descriptor holding its shared lock
 
@@ -293,32 +267,6 @@ def mark_in_use(entry: Path) -> bool:
         return False
     _held[key] = fd
     return True
-
-
-@contextmanager
-def unused(entry: Path) -> Iterator[bool]:
-    """Hold ``entry`` exclusively for the block if no process uses it (this one
-    included); yield whether it could. An entry that is gone, or that this file system
-    cannot lock, counts as unused: no process could have marked it either."""
-    if fcntl is None:
-        yield True
-        return
-    try:
-        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        yield True
-        return
-    try:
-        free = True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            free = False
-        except OSError:
-            pass
-        yield free
-    finally:
-        os.close(fd)
 
 
 def _is_at(fd: int, entry: Path) -> bool:

@@ -20,7 +20,6 @@ from .._config import Config, get_config
 from .._models.kernel_dir import KernelDir, cached_kernel
 from .._variants.compat import pick_cached_variant
 from .._variants.system import this_system
-from ..errors import IntegrityError, OfflineError, SignatureError
 from .layout import Cache, mark_in_use
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
@@ -53,7 +52,9 @@ def obtain_kernel(
             return hit
         damaged = damaged or problem
     if config.offline:
-        raise _offline_error(candidates[0], damaged)
+        from .._loading.offline import cached_copy_error
+
+        raise cached_copy_error(candidates[0], damaged, unsigned=damaged == _UNSIGNED_ENTRY)
     # Imported here so that warm loads never import the download path's modules; their
     # import is part of the cold path, and so runs with the collector paused too.
     from .._network.deferred_gc import collection_paused
@@ -78,26 +79,6 @@ def use_kernel(candidates: Sequence[RepoInfo], *, backend: str | None = None) ->
 
 # Why a warm load passes over an entry that is intact but vouched for by no trusted key.
 _UNSIGNED_ENTRY = "no trusted key vouched for it when it was cached"
-
-
-def _offline_error(info: RepoInfo, damaged: str | None) -> Exception:
-    if damaged == _UNSIGNED_ENTRY:
-        return SignatureError(
-            f"the cached copy of {info} cannot be used offline: {damaged}",
-            hint="unset FLASHHUB_OFFLINE once, so that its signature is checked",
-        )
-    if damaged:
-        return IntegrityError(
-            f"the cached copy of {info} was modified after it was verified ({damaged})",
-            hint="run `flashhub cache verify --repair`: offline, it re-stamps an entry whose "
-            "files are intact (a copy that lost its modification times) and recompiles its "
-            "bytecode; otherwise unset FLASHHUB_OFFLINE so that it is fetched again",
-        )
-    return OfflineError(
-        f"{info} is not in the cache and FLASHHUB_OFFLINE is set",
-        hint=f"run `flashhub get {info.repo_id} --version {info.version}` with network access, "
-        "or unset FLASHHUB_OFFLINE",
-    )
 
 
 # -- warm path -------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import dump_json
 from ..errors import CacheError
-from .bytecode import compile_bytecode, sources_to_compile
+from .bytecode import compile_bytecode, sources_to_compile, stamp
 from .layout import (
     INDEX_NAME,
     PARTIAL_PREFIX,
@@ -37,7 +37,6 @@ from .layout import (
     Cache,
     Receipt,
     VariantIndex,
-    stamp,
 )
 
 if TYPE_CHECKING:

@@ -69,9 +69,6 @@ class HubOrigin(Record):
     revision: str
     commit: str
 
-    def __init__(self, hub: str, repo: str, revision: str, commit: str) -> None:
-        self._init(hub, repo, revision, commit)
-
     def to_document(self) -> dict[str, str]:
         return dict(zip(self._fields, self._values(), strict=True))
 
@@ -96,9 +93,6 @@ class HubTree(Record):
     source: HubOrigin
     repo_type: str
     files: frozenset[str]
-
-    def __init__(self, source: HubOrigin, repo_type: str, files: frozenset[str]) -> None:
-        self._init(source, repo_type, files)
 
 
 def _check_hub_installed() -> None:

@@ -59,11 +59,6 @@ class RepublishReport(Record):
     hub_variants: tuple[str, ...]
     published: PublishReport
 
-    def __init__(
-        self, source: HubOrigin, hub_variants: tuple[str, ...], published: PublishReport
-    ) -> None:
-        self._init(source, hub_variants, published)
-
     @property
     def not_mirrored(self) -> tuple[str, ...]:
         mirrored = {variant.name for variant in self.published.variants}
@@ -86,11 +81,6 @@ class _HubDigest(Record):
     algorithm: str
     files: Mapping[str, bytes]
     document: Mapping[str, Any]
-
-    def __init__(
-        self, algorithm: str, files: Mapping[str, bytes], document: Mapping[str, Any]
-    ) -> None:
-        self._init(algorithm, files, document)
 
 
 def republish(

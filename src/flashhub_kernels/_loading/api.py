@@ -5,15 +5,89 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from .._config import Config, get_config
+from .._config import Config, get_config, normalize_prefix, overrides, parse_cdn_urls
 from .._finder import LoadedKernel, install
-from .._models.names import LOCAL_PACKAGE, RepoInfo, check_backend, parse_repo_id, requested_version
+from .._models.names import (
+    LOCAL_PACKAGE,
+    RepoInfo,
+    check_backend,
+    check_version,
+    parse_repo_id,
+    positive_number,
+)
 from .._variants.named_system import target_system
 from .._variants.verdicts import VariantAccepted, VariantVerdict, judge_variants
 from ..errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
+
+
+def configure(
+    cdn_url: str | None = None,
+    prefix: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    trusted_keys: str | Sequence[str] | None = None,
+) -> Config:
+    """Override CDN settings for this process; ``None`` leaves a setting as it is.
+
+    Args:
+        cdn_url: Base URL of the CDN, or several mirrors separated by commas.
+        prefix: Path prefix of the kernel tree on the CDN (``""`` for the root).
+        cache_dir: Local cache root.
+        trusted_keys: Public keys whose signatures vouch for kernels, each
+            ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (one
+            string may list several). They replace ``FLASHHUB_TRUSTED_KEYS`` and the
+            project's ``[tool.flashhub] trusted-keys``; ``[]`` trusts no key.
+
+    Raises:
+        ConfigError: ``trusted_keys`` is a string, or a list of entries, that names no key.
+        ValueError: A setting is malformed.
+
+    Returns:
+        The new effective :class:`Config`.
+    """
+    if cdn_url is not None:
+        parse_cdn_urls(cdn_url)  # validate now, not at the first download
+        overrides["cdn_url"] = cdn_url
+    if prefix is not None:
+        overrides["prefix"] = normalize_prefix(prefix)
+    if cache_dir is not None:
+        overrides["cache_dir"] = os.fspath(cache_dir)
+    if trusted_keys is not None:
+        from .._signing.trusted_keys import no_key_error, parse_trusted_keys
+
+        source = "configure(trusted_keys=)"
+        listed = trusted_keys if isinstance(trusted_keys, str) else "\n".join(trusted_keys)
+        keys = parse_trusted_keys(listed, source=source)
+        if not keys and (isinstance(trusted_keys, str) or trusted_keys):  # [] means: no key
+            raise no_key_error(source, "pass trusted_keys=[]")
+        overrides["trusted_keys"] = keys
+    return get_config()
+
+
+def parse_revision(revision: str) -> int:
+    """``"v3"`` or ``"3"`` -> ``3``. Branch names are not revisions on a static CDN."""
+    text = revision.strip() if isinstance(revision, str) else ""
+    number = positive_number(text[1:] if text.startswith("v") else text)
+    if number is None:
+        raise ValueError(
+            f"invalid revision {revision!r}: use a version such as 'v1' or '1' "
+            "(the CDN publishes numbered versions, not branches)"
+        )
+    return number
+
+
+def requested_version(version: int | None, revision: str | None) -> int:
+    """Turn the ``version=`` / ``revision=`` pair of the public API into one version."""
+    if (version is None) == (revision is None):
+        raise ValueError("give exactly one of version= or revision= (e.g. version=1)")
+    if version is not None:
+        return check_version(version)
+    assert revision is not None
+    return parse_revision(revision)
 
 
 def get_kernel(

@@ -28,9 +28,38 @@ from .._variants.compat import pick_cached_variant
 from .._variants.probing import candidate_names
 from .._variants.system import SystemInfo
 from .._variants.verdicts import VariantAccepted, judge_variants
-from ..errors import FlashhubError, NoCompatibleVariantError, OfflineError
+from ..errors import (
+    FlashhubError,
+    IntegrityError,
+    NoCompatibleVariantError,
+    OfflineError,
+    SignatureError,
+)
 
 _ONLINE_HINT = "unset FLASHHUB_OFFLINE"
+
+
+def cached_copy_error(info: RepoInfo, damaged: str | None, *, unsigned: bool) -> Exception:
+    """Why an offline load of ``info`` finds no usable copy in the cache: none is cached,
+    one was ``damaged`` (modified after it was verified), or it is ``unsigned`` (no
+    trusted key vouched for it when it was cached; ``damaged`` then says so)."""
+    if unsigned:
+        return SignatureError(
+            f"the cached copy of {info} cannot be used offline: {damaged}",
+            hint="unset FLASHHUB_OFFLINE once, so that its signature is checked",
+        )
+    if damaged:
+        return IntegrityError(
+            f"the cached copy of {info} was modified after it was verified ({damaged})",
+            hint="run `flashhub cache verify --repair`: offline, it re-stamps an entry whose "
+            "files are intact (a copy that lost its modification times) and recompiles its "
+            "bytecode; otherwise unset FLASHHUB_OFFLINE so that it is fetched again",
+        )
+    return OfflineError(
+        f"{info} is not in the cache and FLASHHUB_OFFLINE is set",
+        hint=f"run `flashhub get {info.repo_id} --version {info.version}` with network access, "
+        "or unset FLASHHUB_OFFLINE",
+    )
 
 
 def newest_version_error(repo_id: str, *, hint: str) -> OfflineError:
@@ -109,12 +138,7 @@ class CachedVariant(Record):
 
     manifest: Manifest
     sizes: dict[str, int]
-    signer: str | None
-
-    def __init__(
-        self, manifest: Manifest, sizes: dict[str, int], signer: str | None = None
-    ) -> None:
-        self._init(manifest, sizes, signer)
+    signer: str | None = None
 
 
 def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant | None:

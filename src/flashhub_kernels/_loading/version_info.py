@@ -52,9 +52,6 @@ class Signature(Record):
     key_ids: tuple[str, ...]
     verified: bool
 
-    def __init__(self, key_ids: tuple[str, ...], verified: bool) -> None:
-        self._init(key_ids, verified)
-
     def describe(self) -> str:
         if self.verified:
             return f"signed by {self.key_ids[0]} (verified)"
@@ -84,24 +81,9 @@ class PublishedVariant(Record):
     reason: str | None
     content_hash: str
     files: dict[str, int | None]
-    signature: Signature | None
-    mirrored_from: HubOrigin | None
-    metadata: KernelMetadata
-
-    def __init__(
-        self,
-        name: str,
-        compatible: bool,
-        reason: str | None,
-        content_hash: str,
-        files: dict[str, int | None],
-        signature: Signature | None = None,
-        mirrored_from: HubOrigin | None = None,
-        metadata: KernelMetadata = _NO_METADATA,
-    ) -> None:
-        self._init(
-            name, compatible, reason, content_hash, files, signature, mirrored_from, metadata
-        )
+    signature: Signature | None = None
+    mirrored_from: HubOrigin | None = None
+    metadata: KernelMetadata = _NO_METADATA
 
     @property
     def size(self) -> int | None:
@@ -179,11 +161,6 @@ class KernelDescription(Record):
     system: str
     variants: list[PublishedVariant]
     chosen: str | None
-
-    def __init__(
-        self, info: RepoInfo, system: str, variants: list[PublishedVariant], chosen: str | None
-    ) -> None:
-        self._init(info, system, variants, chosen)
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -41,19 +41,8 @@ class LockedDownload(Record):
     version: int
     variant: str | None
     status: str
-    path: Path | None
-    error: str | None
-
-    def __init__(
-        self,
-        repo_id: str,
-        version: int,
-        variant: str | None,
-        status: str,
-        path: Path | None = None,
-        error: str | None = None,
-    ) -> None:
-        self._init(repo_id, version, variant, status, path, error)
+    path: Path | None = None
+    error: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -61,10 +61,7 @@ class Project(Record):
     """
 
     dependencies: dict[str, str]
-    variants: tuple[str, ...]
-
-    def __init__(self, dependencies: dict[str, str], variants: tuple[str, ...] = ()) -> None:
-        self._init(dependencies, variants)
+    variants: tuple[str, ...] = ()
 
 
 def read_project(project_dir: Path) -> Project:

@@ -39,24 +39,12 @@ class KernelDir(Record):
     """
 
     package_dir: Path
-    info: RepoInfo | None
-    variant: str | None
-    entry: Path | None
-    signer: str | None
-    natives: tuple[tuple[str, int], ...] | None
-    requires: Mapping[str, Any] | None
-
-    def __init__(
-        self,
-        package_dir: Path,
-        info: RepoInfo | None = None,
-        variant: str | None = None,
-        entry: Path | None = None,
-        signer: str | None = None,
-        natives: tuple[tuple[str, int], ...] | None = None,
-        requires: Mapping[str, Any] | None = None,
-    ) -> None:
-        self._init(package_dir, info, variant, entry, signer, natives, requires)
+    info: RepoInfo | None = None
+    variant: str | None = None
+    entry: Path | None = None
+    signer: str | None = None
+    natives: tuple[tuple[str, int], ...] | None = None
+    requires: Mapping[str, Any] | None = None
 
     @property
     def init_file(self) -> Path:

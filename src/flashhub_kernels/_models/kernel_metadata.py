@@ -61,9 +61,6 @@ class KernelDependency(Record):
     repo_id: str
     version: int
 
-    def __init__(self, repo_id: str, version: int) -> None:
-        self._init(repo_id, version)
-
     @property
     def info(self) -> RepoInfo:
         return RepoInfo(self.repo_id, self.version)
@@ -80,10 +77,7 @@ class BackendInfo(Record):
     holds code for (CUDA capabilities such as ``"9.0a"``, ROCm ``gfx`` targets)."""
 
     type: str
-    archs: tuple[str, ...] | None
-
-    def __init__(self, type: str, archs: tuple[str, ...] | None = None) -> None:
-        self._init(type, archs)
+    archs: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, object]:
         shown: dict[str, object] = {"type": self.type}
@@ -96,9 +90,6 @@ class GitState(Record):
     commit: str
     dirty: bool
 
-    def __init__(self, commit: str, dirty: bool) -> None:
-        self._init(commit, dirty)
-
     def to_json(self) -> dict[str, object]:
         return {"commit": self.commit, "dirty": self.dirty}
 
@@ -107,13 +98,8 @@ class Provenance(Record):
     """``provenance``: the builder's version and git state, and the kernel source's."""
 
     builder_version: str
-    builder: GitState | None
-    kernel: GitState | None
-
-    def __init__(
-        self, builder_version: str, builder: GitState | None = None, kernel: GitState | None = None
-    ) -> None:
-        self._init(builder_version, builder, kernel)
+    builder: GitState | None = None
+    kernel: GitState | None = None
 
     @property
     def dirty_sources(self) -> tuple[str, ...]:
@@ -138,48 +124,18 @@ class Provenance(Record):
 class KernelMetadata(Record):
     """The builder's fields of one variant's ``metadata.json``; ``None`` where absent."""
 
-    name: str | None
-    id: str | None
-    version: int | None
-    license: str | None
-    upstream: str | None
-    source: str | None
-    python_depends: tuple[str, ...]
-    kernel_depends: tuple[KernelDependency, ...]
-    backend: BackendInfo | None
-    kernels_minver: str | None
-    flashhub_kernels_minver: str | None
-    provenance: Provenance | None
-
-    def __init__(
-        self,
-        name: str | None = None,
-        id: str | None = None,
-        version: int | None = None,
-        license: str | None = None,
-        upstream: str | None = None,
-        source: str | None = None,
-        python_depends: tuple[str, ...] = (),
-        kernel_depends: tuple[KernelDependency, ...] = (),
-        backend: BackendInfo | None = None,
-        kernels_minver: str | None = None,
-        flashhub_kernels_minver: str | None = None,
-        provenance: Provenance | None = None,
-    ) -> None:
-        self._init(
-            name,
-            id,
-            version,
-            license,
-            upstream,
-            source,
-            python_depends,
-            kernel_depends,
-            backend,
-            kernels_minver,
-            flashhub_kernels_minver,
-            provenance,
-        )
+    name: str | None = None
+    id: str | None = None
+    version: int | None = None
+    license: str | None = None
+    upstream: str | None = None
+    source: str | None = None
+    python_depends: tuple[str, ...] = ()
+    kernel_depends: tuple[KernelDependency, ...] = ()
+    backend: BackendInfo | None = None
+    kernels_minver: str | None = None
+    flashhub_kernels_minver: str | None = None
+    provenance: Provenance | None = None
 
     @property
     def dirty_sources(self) -> tuple[str, ...]:

@@ -50,15 +50,7 @@ class Manifest(Record):
 
     files: Mapping[str, bytes]
     document: Mapping[str, Any]
-    sizes: Mapping[str, int] | None
-
-    def __init__(
-        self,
-        files: Mapping[str, bytes],
-        document: Mapping[str, Any],
-        sizes: Mapping[str, int] | None = None,
-    ) -> None:
-        self._init(files, document, sizes)
+    sizes: Mapping[str, int] | None = None
 
     @property
     def content_hash(self) -> str:

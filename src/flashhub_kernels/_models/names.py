@@ -1,4 +1,4 @@
-"""Repo ids, versions, revisions and module names. Pure functions, no I/O.
+"""Repo ids, versions and module names. Pure functions, no I/O.
 
 A kernel is addressed by a repo id ``<org>/<pkg>`` and a version ``N >= 1``. In Python
 it lives at ``flashhub.<org>.<pkg>.v<N>``, where the two name segments are the CDN
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from .record import Record
 
-# Not typing.TYPE_CHECKING: the import hook imports this module, and typing is slow.
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing's: the import hook imports this module
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    Fields = tuple[Any, ...]
 
 ROOT_PACKAGE = "flashhub"
 # Where get_local_kernel() names its modules: flashhub._local.<py_pkg>_<path digest>.
@@ -37,7 +39,7 @@ def _is_segment(segment: str) -> bool:
     )
 
 
-def _positive_number(text: str) -> int | None:
+def positive_number(text: str) -> int | None:
     """``"12"`` -> ``12``: one to nine ASCII digits, the first not ``0``; else ``None``."""
     if 0 < len(text) <= _VERSION_MAX_DIGITS and text.isascii() and text.isdigit():
         return int(text) if text[0] != "0" else None
@@ -61,28 +63,6 @@ def check_version(version: object) -> int:
     return version
 
 
-def parse_revision(revision: str) -> int:
-    """``"v3"`` or ``"3"`` -> ``3``. Branch names are not revisions on a static CDN."""
-    text = revision.strip() if isinstance(revision, str) else ""
-    number = _positive_number(text[1:] if text.startswith("v") else text)
-    if number is None:
-        raise ValueError(
-            f"invalid revision {revision!r}: use a version such as 'v1' or '1' "
-            "(the CDN publishes numbered versions, not branches)"
-        )
-    return number
-
-
-def requested_version(version: int | None, revision: str | None) -> int:
-    """Turn the ``version=`` / ``revision=`` pair of the public API into one version."""
-    if (version is None) == (revision is None):
-        raise ValueError("give exactly one of version= or revision= (e.g. version=1)")
-    if version is not None:
-        return check_version(version)
-    assert revision is not None
-    return parse_revision(revision)
-
-
 class RepoInfo(Record):
     """One version of one kernel repository on the CDN: ``repo_id`` at ``version``.
 
@@ -100,26 +80,23 @@ class RepoInfo(Record):
         check_version(version)
 
     # Ordered as a dataclass(order=True) is: by the fields, only against the same class.
-    def _ordered(self, other: object) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    # (Not functools.total_ordering: the hook would import functools for it.)
+    def _compare(self, other: object, op: Callable[[Fields, Fields], bool]) -> bool:
         if isinstance(other, RepoInfo) and other.__class__ is self.__class__:
-            return self._values(), other._values()
-        return None
+            return op(self._values(), other._values())
+        return NotImplemented  # type: ignore[no-any-return]  # Python then asks `other`
 
     def __lt__(self, other: object) -> bool:
-        pair = self._ordered(other)
-        return NotImplemented if pair is None else pair[0] < pair[1]
+        return self._compare(other, tuple.__lt__)
 
     def __le__(self, other: object) -> bool:
-        pair = self._ordered(other)
-        return NotImplemented if pair is None else pair[0] <= pair[1]
+        return self._compare(other, tuple.__le__)
 
     def __gt__(self, other: object) -> bool:
-        pair = self._ordered(other)
-        return NotImplemented if pair is None else pair[0] > pair[1]
+        return self._compare(other, tuple.__gt__)
 
     def __ge__(self, other: object) -> bool:
-        pair = self._ordered(other)
-        return NotImplemented if pair is None else pair[0] >= pair[1]
+        return self._compare(other, tuple.__ge__)
 
     @property
     def org(self) -> str:
@@ -194,18 +171,9 @@ class KernelModuleName(Record):
     """A parsed ``flashhub.<org>.<pkg>[.v<N>]`` module name."""
 
     org: str
-    pkg: str | None
-    version: int | None
-    backend: str | None
-
-    def __init__(
-        self,
-        org: str,
-        pkg: str | None = None,
-        version: int | None = None,
-        backend: str | None = None,
-    ) -> None:
-        self._init(org, pkg, version, backend)
+    pkg: str | None = None
+    version: int | None = None
+    backend: str | None = None
 
 
 def parse_module_name(fullname: str) -> KernelModuleName | None:
@@ -227,7 +195,7 @@ def parse_module_name(fullname: str) -> KernelModuleName | None:
         return KernelModuleName(parts[1], parts[2])
     # v<N>, or v<N>_<backend> to force a backend
     number, forced, backend = parts[3][1:].partition("_")
-    version = _positive_number(number) if parts[3].startswith("v") else None
+    version = positive_number(number) if parts[3].startswith("v") else None
     if version is None or (forced and backend not in BACKENDS):
         return None
     return KernelModuleName(parts[1], parts[2], version, backend or None)

@@ -5,9 +5,10 @@ The records of the import hook's path (:class:`~flashhub_kernels.RepoInfo`,
 dataclasses, and a frozen dataclass compiles its methods with ``exec`` when the class is
 defined: about 0.5 ms each, paid by every process that installs the hook. A
 :class:`Record` subclass declares its fields as a dataclass does, by annotating them in
-order, and writes its ``__init__``; the other methods are shared, and behave as a frozen
-dataclass's do:
+order, with their defaults (``offline: bool = False``); its methods are shared, and
+behave as a frozen dataclass's do:
 
+- made by calling the class with the fields, positionally or by name;
 - equal to a record of the same class with equal fields, hashed as the tuple of fields;
 - ``repr`` as ``ClassName(field=value, ...)``;
 - assigning or deleting an attribute raises :class:`dataclasses.FrozenInstanceError`;
@@ -25,7 +26,12 @@ if TYPE_CHECKING:
     from dataclasses import Field
     from typing import Any, ClassVar
 
-    from typing_extensions import Self
+    # Type checkers then see each record's __init__ as a frozen dataclass's.
+    from typing_extensions import Self, dataclass_transform
+else:
+
+    def dataclass_transform(**options: object) -> object:
+        return lambda cls: cls
 
 
 def frozen_error(name: str, action: str = "assign to") -> AttributeError:
@@ -50,16 +56,22 @@ class _DataclassFields:
         return fields
 
 
+_MISSING = object()
+
+
+@dataclass_transform(frozen_default=True)
 class Record:
     """Base of an immutable record. A subclass annotates its fields in order, every
-    class annotation being a field, and has an ``__init__`` that takes them as
-    parameters of the same names, in the same order, and stores them with :meth:`_init`.
-    A subclass of a record either annotates nothing, and keeps its base's fields (a kind
-    of the same record, unequal to the base's), or subclasses ``Record`` itself.
+    class annotation being a field, a field with a default after those without. One
+    that checks or converts its arguments writes its own ``__init__``, which stores the
+    fields with :meth:`_init`. A subclass of a record either annotates nothing, and keeps
+    its base's fields (a kind of the same record, unequal to the base's), or subclasses
+    ``Record`` itself.
     """
 
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()  # the names of the fields, in order
+    _defaults: ClassVar[dict[str, object]] = {}
     if TYPE_CHECKING:
         # What the type checker knows of a dataclass: dataclasses.replace() accepts one.
         __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
@@ -68,8 +80,30 @@ class Record:
 
     def __init_subclass__(cls) -> None:
         # Its own annotations only (Python >= 3.10), or else the fields of its base.
-        cls._fields = tuple(cls.__annotations__) or cls._fields
+        own = tuple(cls.__annotations__)
+        if own:
+            cls._fields = own
+            # Kept aside, not as class attributes: an instance holds every field itself,
+            # and dataclasses.fields() sees no default it would refuse (a mappingproxy).
+            cls._defaults = {name: cls.__dict__[name] for name in own if name in cls.__dict__}
+            for name in cls._defaults:
+                delattr(cls, name)
         cls.__match_args__ = cls._fields  # type: ignore[attr-defined,misc]  # `case` patterns
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        cls = type(self).__qualname__
+        if len(args) > len(self._fields):
+            raise TypeError(f"{cls}() takes {len(self._fields)} fields, got {len(args)}")
+        values = dict(zip(self._fields, args, strict=False))  # the rest by name, or defaults
+        for name, value in kwargs.items():
+            if name not in self._fields or name in values:
+                raise TypeError(f"{cls}() got an unexpected or repeated field {name!r}")
+            values[name] = value
+        for name in self._fields:
+            value = values.get(name, self._defaults.get(name, _MISSING))
+            if value is _MISSING:
+                raise TypeError(f"{cls}() is missing the field {name!r}")
+            object.__setattr__(self, name, value)
 
     def _init(self, *values: object) -> None:
         """Store ``values`` as the fields, in the order of ``_fields``."""

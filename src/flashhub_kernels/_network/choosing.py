@@ -39,9 +39,6 @@ class Choice(Record):
     variant: str
     document: ManifestDocument | None
 
-    def __init__(self, variant: str, document: ManifestDocument | None) -> None:
-        self._init(variant, document)
-
 
 @contextmanager
 def chosen_variant(

@@ -51,17 +51,8 @@ class ManifestDocument(Record):
 
     data: bytes
     manifest: Manifest
-    signature: bytes | None
-    signer: str | None
-
-    def __init__(
-        self,
-        data: bytes,
-        manifest: Manifest,
-        signature: bytes | None = None,
-        signer: str | None = None,
-    ) -> None:
-        self._init(data, manifest, signature, signer)
+    signature: bytes | None = None
+    signer: str | None = None
 
 
 def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:

@@ -27,11 +27,8 @@ class Progress(Record):
     size the manifest does not state).
     """
 
-    advance: ByteCounter
-    expect: ByteCounter
-
-    def __init__(self, advance: ByteCounter = _ignore, expect: ByteCounter = _ignore) -> None:
-        self._init(advance, expect)
+    advance: ByteCounter = _ignore
+    expect: ByteCounter = _ignore
 
 
 NO_PROGRESS = Progress()

@@ -170,11 +170,6 @@ class Route(Record):
     auth: tuple[str, str] | None
     proxies: dict[str, str]  # scheme -> proxy URL, as requests' ``proxies=`` takes it
 
-    def __init__(
-        self, base_url: str, auth: tuple[str, str] | None, proxies: dict[str, str]
-    ) -> None:
-        self._init(base_url, auth, proxies)
-
     @property
     def proxy(self) -> str | None:
         """The proxy (credentials redacted) that requests to the base URL go through."""

@@ -83,9 +83,6 @@ class DownloadJob(Record):
     digest: bytes  # the raw sha256 the manifest lists
     size: int | None  # the size the manifest states, when it does
 
-    def __init__(self, relpath: str, dest: Path, digest: bytes, size: int | None) -> None:
-        self._init(relpath, dest, digest, size)
-
 
 def warn_if_insecure(base_url: str) -> None:
     """Warn once per host about plain http to a host other than this machine.

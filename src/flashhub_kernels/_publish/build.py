@@ -37,15 +37,6 @@ class VariantBuild(Record):
     metadata: bytes
     python_depends: tuple[str, ...]
 
-    def __init__(
-        self,
-        name: str,
-        files: Mapping[str, SourceFile],
-        metadata: bytes,
-        python_depends: tuple[str, ...],
-    ) -> None:
-        self._init(name, files, metadata, python_depends)
-
 
 def _is_junk(name: str) -> bool:
     return name.startswith(".") or name in _JUNK_NAMES or name.endswith(_JUNK_SUFFIXES)

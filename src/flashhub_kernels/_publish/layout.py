@@ -25,9 +25,6 @@ class SourceFile(Record):
     digest: bytes
     size: int
 
-    def __init__(self, path: Path, digest: bytes, size: int) -> None:
-        self._init(path, digest, size)
-
 
 # What goes into the version directory: relative path -> literal bytes or a build file.
 Tree = Mapping[str, bytes | SourceFile]

@@ -19,9 +19,6 @@ class VariantReport(Record):
     bytes: int
     content_hash: str
 
-    def __init__(self, name: str, files: int, bytes: int, content_hash: str) -> None:
-        self._init(name, files, bytes, content_hash)
-
 
 class SharedNativeLibrary(Record):
     """A native library of the published version that another version also ships.
@@ -39,9 +36,6 @@ class SharedNativeLibrary(Record):
     version: int
     other_file: str
     same_bytes: bool
-
-    def __init__(self, file: str, version: int, other_file: str, same_bytes: bool) -> None:
-        self._init(file, version, other_file, same_bytes)
 
     def describe(self, repo_id: str, version: int) -> str:
         """The warning, for version ``version`` of ``repo_id``."""
@@ -74,9 +68,6 @@ class UndeclaredImport(Record):
     module: str
     file: str
     line: int
-
-    def __init__(self, module: str, file: str, line: int) -> None:
-        self._init(module, file, line)
 
     def describe(self, repo_id: str, version: int) -> str:
         """The warning, for version ``version`` of ``repo_id``."""
@@ -124,39 +115,9 @@ class PublishReport(Record):
     bytes_written: int
     noop: bool
     replaced: bool
-    signed_by: tuple[str, ...]
-    shared_natives: tuple[SharedNativeLibrary, ...]
-    undeclared_imports: tuple[UndeclaredImport, ...]
-
-    def __init__(
-        self,
-        repo_id: str,
-        version: int,
-        version_dir: Path | str,
-        variants: tuple[VariantReport, ...],
-        versions: tuple[int, ...],
-        written: tuple[str, ...],
-        bytes_written: int,
-        noop: bool,
-        replaced: bool,
-        signed_by: tuple[str, ...] = (),
-        shared_natives: tuple[SharedNativeLibrary, ...] = (),
-        undeclared_imports: tuple[UndeclaredImport, ...] = (),
-    ) -> None:
-        self._init(
-            repo_id,
-            version,
-            version_dir,
-            variants,
-            versions,
-            written,
-            bytes_written,
-            noop,
-            replaced,
-            signed_by,
-            shared_natives,
-            undeclared_imports,
-        )
+    signed_by: tuple[str, ...] = ()
+    shared_natives: tuple[SharedNativeLibrary, ...] = ()
+    undeclared_imports: tuple[UndeclaredImport, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""

@@ -44,11 +44,6 @@ class Document(Record):
     version: int | None
     variant: str | None
 
-    def __init__(
-        self, kind: DocumentKind, repo_id: str, version: int | None, variant: str | None
-    ) -> None:
-        self._init(kind, repo_id, version, variant)
-
 
 class SignReport(Record):
     """What :func:`sign_tree` did.
@@ -63,9 +58,6 @@ class SignReport(Record):
     key_id: str
     documents: tuple[str, ...]
     written: tuple[str, ...]
-
-    def __init__(self, key_id: str, documents: tuple[str, ...], written: tuple[str, ...]) -> None:
-        self._init(key_id, documents, written)
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub sign --json`` prints)."""

@@ -43,9 +43,6 @@ class SignatureEntry(Record):
     key_id: str
     signature: str
 
-    def __init__(self, key_id: str, signature: str) -> None:
-        self._init(key_id, signature)
-
     def decoded(self, source: str) -> bytes:
         """The 64 raw signature bytes; :class:`SignatureError` if they are not."""
         raw = decode_base64(self.signature, _SIGNATURE_BYTES)

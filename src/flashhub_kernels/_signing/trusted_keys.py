@@ -88,10 +88,7 @@ class TrustedKey(Record):
 
     key_id: str
     public_key: bytes
-    orgs: frozenset[str] | None
-
-    def __init__(self, key_id: str, public_key: bytes, orgs: frozenset[str] | None = None) -> None:
-        self._init(key_id, public_key, orgs)
+    orgs: frozenset[str] | None = None
 
     @property
     def public_line(self) -> str:

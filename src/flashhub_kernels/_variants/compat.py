@@ -218,14 +218,9 @@ class BuildTarget(Record):
     none declared); ``free_threaded`` whether the build loads on a free-threaded Python.
     """
 
-    backend: str | None
-    archs: tuple[str, ...]
-    free_threaded: bool
-
-    def __init__(
-        self, backend: str | None = None, archs: tuple[str, ...] = (), free_threaded: bool = False
-    ) -> None:
-        self._init(backend, archs, free_threaded)
+    backend: str | None = None
+    archs: tuple[str, ...] = ()
+    free_threaded: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {

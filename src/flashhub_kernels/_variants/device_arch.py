@@ -59,22 +59,14 @@ class Gpu(Record):
     pci: tuple[int, int, int]
     capability: tuple[int, int]
 
-    def __init__(self, uuid: str, pci: tuple[int, int, int], capability: tuple[int, int]) -> None:
-        self._init(uuid, pci, capability)
-
 
 class DeviceArch(Record):
     """What was read of the device: its compute capability (CUDA) or gfx target (ROCm),
     ``None`` when unknown, and where it came from or why it is unknown."""
 
-    capability: tuple[int, int] | None
-    gfx: str | None
-    source: str
-
-    def __init__(
-        self, capability: tuple[int, int] | None = None, gfx: str | None = None, source: str = ""
-    ) -> None:
-        self._init(capability, gfx, source)
+    capability: tuple[int, int] | None = None
+    gfx: str | None = None
+    source: str = ""
 
 
 def cuda_capability() -> DeviceArch:

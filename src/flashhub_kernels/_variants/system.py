@@ -42,42 +42,12 @@ class SystemInfo(Record):
     backend_tag: str
     arch: str
     os: str
-    cuda_capability: tuple[int, int] | None
-    rocm_arch: str | None
-    free_threaded: bool
-    tvm_ffi: tuple[int, int] | None
-    macos: tuple[int, int] | None
-    probe_device: bool
-
-    def __init__(
-        self,
-        torch: tuple[int, int],
-        cxx11_abi: bool,
-        backend: str,
-        backend_tag: str,
-        arch: str,
-        os: str,
-        cuda_capability: tuple[int, int] | None = None,
-        rocm_arch: str | None = None,
-        free_threaded: bool = False,
-        tvm_ffi: tuple[int, int] | None = None,
-        macos: tuple[int, int] | None = None,
-        probe_device: bool = False,
-    ) -> None:
-        self._init(
-            torch,
-            cxx11_abi,
-            backend,
-            backend_tag,
-            arch,
-            os,
-            cuda_capability,
-            rocm_arch,
-            free_threaded,
-            tvm_ffi,
-            macos,
-            probe_device,
-        )
+    cuda_capability: tuple[int, int] | None = None
+    rocm_arch: str | None = None
+    free_threaded: bool = False
+    tvm_ffi: tuple[int, int] | None = None
+    macos: tuple[int, int] | None = None
+    probe_device: bool = False
 
     @property
     def abi(self) -> str:

@@ -30,9 +30,6 @@ class _Listed(Record):
     module: str
     help: str
 
-    def __init__(self, module: str, help: str) -> None:
-        self._init(module, help)
-
 
 _COMMANDS = {
     "publish": _Listed("publish", "turn a kernel build into the CDN tree of one version"),

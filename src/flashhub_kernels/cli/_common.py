@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
-from .._config import configure, get_config
+from .._config import get_config
+from .._loading.api import configure
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.escaping import escape_controls, escape_message
@@ -38,9 +39,6 @@ class Command(Record):
 
     add_arguments: ArgumentAdder
     run: Handler
-
-    def __init__(self, add_arguments: ArgumentAdder, run: Handler) -> None:
-        self._init(add_arguments, run)
 
 
 # --- argument types: reject bad values as usage errors (exit 2) ------------------------

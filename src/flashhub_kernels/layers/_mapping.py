@@ -247,9 +247,6 @@ class Miss(Record):
     case: KernelizeFallback
     detail: str
 
-    def __init__(self, case: KernelizeFallback, detail: str) -> None:
-        self._init(case, detail)
-
 
 def _breadth(device: Device) -> tuple[int, int, int]:
     props = device.properties

@@ -13,8 +13,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from .._loading.api import get_kernel, get_local_kernel
-from .._models.names import RepoInfo, parse_repo_id, requested_version
+from .._loading.api import get_kernel, get_local_kernel, requested_version
+from .._models.names import RepoInfo, parse_repo_id
 from .._models.record import Record
 from .._utils.callers import caller_package
 from ..errors import KernelLayerError

@@ -16,10 +16,7 @@ class Target(Record):
     """The device a forward runs on: its type as mappings name it, and its torch index."""
 
     type: str
-    index: int | None
-
-    def __init__(self, type: str, index: int | None = None) -> None:
-        self._init(type, index)
+    index: int | None = None
 
     def capability(self) -> int | None:
         """``major * 10 + minor`` of a CUDA/ROCm GPU; ``None`` elsewhere or when unknown."""

@@ -1,0 +1,135 @@
+"""Two kernels' native libraries that may be one: whether they conflict, and the guard.
+
+A library meets another kernel's, at another path, when both have the same size and
+digest, or the same file name (a build names its library after its namespace,
+``_<py_pkg>_<backend>_<hash>.so``). Only then is ``torch.ops.load_library`` wrapped, so
+that loading either file while the other is loaded raises
+:class:`~flashhub_kernels.errors.NativeLibraryConflictError`, naming both kernels. An
+``_ops.py`` that skips ``load_library`` when its namespace is registered never calls it,
+and shares the library loaded first.
+
+Digests are read from the entries' manifests (or, for a local directory, hashed) only
+when two sizes match.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import NativeLibraryConflictError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._native import Library
+
+# realpath -> (this library, another one it meets, whether the bytes are the same)
+_meetings: dict[str, list[tuple[Library, Library, bool]]] = {}
+_digests: dict[str, bytes | None] = {}  # path -> its sha256, once read
+
+
+def meet(library: Library, other: Library) -> None:
+    """Guard ``torch.ops.load_library`` against loading both, if they conflict."""
+    same_bytes = library.size == other.size and (
+        (digest := _digest(library)) is not None and digest == _digest(other)
+    )
+    if not (same_bytes or library.name == other.name):
+        return
+    try:
+        if os.path.samefile(library.path, other.path):
+            return  # one file by two paths: the dynamic loader loads it once
+    except OSError:
+        return
+    _install_hook()
+    for one, two in ((library, other), (other, library)):
+        _meetings.setdefault(os.path.realpath(one.path), []).append((one, two, same_bytes))
+
+
+def _digest(library: Library) -> bytes | None:
+    """The sha256 of the file: from the cached entry's manifest, else hashed."""
+    if library.path not in _digests:
+        try:
+            _digests[library.path] = _listed_digest(library) if library.entry else _hashed(library)
+        except (OSError, ValueError):
+            return None  # unreadable: not known to be the same as another
+    return _digests[library.path]
+
+
+def _listed_digest(library: Library) -> bytes:
+    from ._constants import MANIFEST_NAME
+    from ._models.manifest import parse_metadata
+
+    assert library.entry is not None
+    manifest = parse_metadata((library.entry / MANIFEST_NAME).read_bytes())
+    return manifest.files[library.relpath]
+
+
+def _hashed(library: Library) -> bytes:
+    from ._network.hashing import sha256_file
+
+    return sha256_file(Path(library.path))
+
+
+def _namespace(library: Library) -> str:
+    """The op namespace the file name says it registers."""
+    return library.name.partition(".")[0]
+
+
+def _install_hook() -> None:
+    """Wrap ``torch.ops.load_library`` (once) to refuse a library that would abort."""
+    import torch
+
+    original: Callable[[str], None] = torch.ops.load_library
+    if getattr(original, "_flashhub_refuses_conflicts", False):
+        return
+
+    def load_library(path: str) -> None:
+        for library, other, same_bytes in _meetings.get(os.path.realpath(path), ()):
+            if os.path.realpath(other.path) in torch.ops.loaded_libraries and (
+                same_bytes or _registered(_namespace(library))
+            ):
+                raise _conflict(library, other, same_bytes)
+        original(path)
+
+    load_library.__doc__ = original.__doc__
+    load_library._flashhub_refuses_conflicts = True  # type: ignore[attr-defined]
+    torch.ops.load_library = load_library  # type: ignore[method-assign]
+
+
+def _registered(namespace: str) -> bool:
+    """Whether torch's dispatcher holds an op of ``namespace``."""
+    import torch
+
+    prefix = f"{namespace}::"
+    return any(name.startswith(prefix) for name in torch._C._dispatch_get_all_op_names())
+
+
+def _conflict(library: Library, other: Library, same_bytes: bool) -> NativeLibraryConflictError:
+    if same_bytes:
+        what = (
+            f"it is the same build as {other.path}, which {other.module} loaded, and torch "
+            "aborts the process when a second copy registers the library's op namespace"
+        )
+        hint = (
+            f"use {other.module}, which runs the same code, instead of loading both; or "
+            "republish one of them built with an op namespace of its own; an _ops.py that "
+            "skips load_library when its namespace is registered shares the loaded copy "
+            "(see the kernel requirements)"
+        )
+    else:
+        what = (
+            f"{other.module} loaded another build that registers the same op namespace "
+            f"{_namespace(library)} (from {other.path}), and torch aborts the process when "
+            "one namespace is registered twice"
+        )
+        hint = (
+            "load one of the two; to load both, rebuild one with a namespace unique to the "
+            "build (_<py_pkg>_<backend>_<hash of its sources>) and publish it as a new version"
+        )
+    return NativeLibraryConflictError(
+        f"{library.module} cannot load its native library {library.path}: {what}",
+        hint=hint,
+        name=library.module,
+    )
