@@ -54,7 +54,7 @@ LOCKFILE_NAME = "flashhub.lock"
 FORMAT_VERSION = 1
 _HASH = re.compile(r"sha256-[0-9a-f]{64}")
 # Variant names become cache directory names; the cache relies on them holding no dots.
-_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _REGENERATE = "regenerate it with `flashhub lock` in the project directory"
 VariantsSource = Literal["published", "probed"]
 _VARIANTS_SOURCES: tuple[VariantsSource, ...] = ("published", "probed")
@@ -63,7 +63,7 @@ _VARIANTS_SOURCES: tuple[VariantsSource, ...] = ("published", "probed")
 def check_variant_name(name: object) -> str:
     """Return ``name`` if it is a safe variant name; raise ``ValueError`` otherwise."""
     if not isinstance(name, str) or not _VARIANT_NAME.fullmatch(name):
-        raise ValueError(f"{name!r} is not a variant name (letters, digits, '-' and '_')")
+        raise ValueError(f"{name!r} is not a variant name (letters, digits, '.', '-' and '_')")
     return name
 
 

@@ -149,8 +149,10 @@ def _first_difference(listed: Mapping[str, object], files: Mapping[str, SourceFi
 
 
 def _backend_type(variant: str) -> str:
-    backend = parse_variant(variant).backend
-    return _BACKEND_TYPES.get(backend, backend or "cpu")
+    parsed = parse_variant(variant)
+    if parsed.framework == "sdk" and parsed.backend is None:
+        return "agnostic"  # an SDK for any backend, as the builder writes it
+    return _BACKEND_TYPES.get(parsed.backend, parsed.backend or "cpu")
 
 
 def _variant_id(files: Mapping[str, SourceFile], py_pkg: str, backend: str, digest: str) -> str:

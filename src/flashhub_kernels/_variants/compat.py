@@ -22,8 +22,8 @@ with what it recorded of their metadata, reading the device only when a build li
 from __future__ import annotations
 
 from .._models.record import Record
-from .grammar import as_variant, backend_version
-from .system import METAL_MIN_MACOS
+from .grammar import as_variant, backend_of_tag
+from .system import METAL_MIN_MACOS, mlx_installed
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
@@ -31,29 +31,18 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .._cache.layout import VariantIndex
-    from .grammar import Tier, Variant
+    from .grammar import Variant
     from .system import SystemInfo
 
     # The devices a variant's metadata.json declares; None when it cannot be read.
     TargetOf = Callable[[str], "BuildTarget | None"]
 
-# Names that do not parse (tier None) are never accepted; they rank last all the same.
-_TIER_RANK: dict[Tier | None, int] = {
-    "stable-abi": 0,
-    "exact": 1,
-    "tvm-ffi": 2,
-    "noarch": 3,
-    "universal": 4,
-    None: 5,
-}
-
-_NATIVE_TIERS = ("exact", "stable-abi", "tvm-ffi")
-
+_ABIS = ("abi3", "abi3t")  # preferred first: a GIL build loads abi3t from 3.15 too
 
 _FREE_THREADED = (
     "a native build, and this Python is free-threaded: native builds load on it only "
-    'when their metadata.json declares "free-threaded": true (use a Python built with '
-    "the GIL, or Python 3.15+)"
+    'when their name says abi3t or their metadata.json declares "free-threaded": true '
+    "(use a Python built with the GIL)"
 )
 
 
@@ -61,9 +50,9 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
     """``None`` if ``variant`` loads on ``system``, else the reason it does not."""
     if variant.tier is None:
         return f"{variant.name!r} is not a variant name"
-    if variant.tier == "universal":
-        return None
-    if variant.backend != system.backend:
+    if variant.framework == "mlx" and not mlx_installed():
+        return "a build for MLX, which is not installed (pip install mlx)"
+    if variant.backend is not None and variant.backend != system.backend:
         # Only a CPU build can be forced (with_backend): never advise another backend.
         forcible = variant.backend == "cpu"
         return (
@@ -71,15 +60,31 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
             f"{system.backend_tag}"
             + (" (pass backend='cpu' to load it anyway)" if forcible else "")
         )
-    if variant.tier == "noarch":
+    if variant.arch is None:  # no compiled parts: noarch, universal, an SDK without
         return None
     if (variant.arch, variant.os) != (system.arch, system.os):
         return f"built for {variant.arch}-{variant.os}, this system is {system.arch}-{system.os}"
-    if variant.tvm_ffi is not None:
-        return _check_tvm_ffi(variant.tvm_ffi, system.tvm_ffi) or _check_backend_version(
-            variant, system
+    return (
+        _check_python(variant, system)
+        or _check_framework(variant, system)
+        or _check_backend_version(variant, system)
+    )
+
+
+def _check_python(variant: Variant, system: SystemInfo) -> str | None:
+    assert variant.python is not None
+    if variant.python > system.python:
+        return "needs CPython {}.{} or later ({}), this is Python {}.{}".format(
+            *variant.python, variant.python_abi, *system.python
         )
-    assert variant.torch is not None
+    return None
+
+
+def _check_framework(variant: Variant, system: SystemInfo) -> str | None:
+    if variant.tvm_ffi is not None:
+        return _check_tvm_ffi(variant.tvm_ffi, system.tvm_ffi)
+    if variant.torch is None:  # an SDK: no framework
+        return None
     have, want = system.torch, variant.torch
     if variant.tier == "stable-abi" and want > have:
         return f"needs torch >= {want[0]}.{want[1]} (stable ABI), found {have[0]}.{have[1]}"
@@ -87,7 +92,7 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
         return f"built for torch {want[0]}.{want[1]}, found {have[0]}.{have[1]}"
     if variant.abi is not None and variant.abi != system.abi:
         return f"built with the {variant.abi} C++ ABI, this torch uses {system.abi}"
-    return _check_backend_version(variant, system)
+    return None
 
 
 def _check_tvm_ffi(built: tuple[int, int], have: tuple[int, int] | None) -> str | None:
@@ -99,17 +104,16 @@ def _check_tvm_ffi(built: tuple[int, int], have: tuple[int, int] | None) -> str 
 
 
 def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
-    assert variant.backend_tag is not None
-    if variant.backend == "cuda":
-        built, have = variant.backend_version, backend_version(system.backend_tag)
-        assert built is not None and have is not None
+    built, have = variant.backend_version, (backend_of_tag(system.backend_tag) or ("", None))[1]
+    if variant.backend in ("cuda", "rocm") and built and have:
         if built[0] != have[0] or built[1] > have[1]:
+            name = "CUDA" if variant.backend == "cuda" else "ROCm"
             return (
-                f"built for CUDA {built[0]}.{built[1]}, this torch has CUDA {have[0]}.{have[1]} "
-                "(needs the same major and a minor at or below it)"
+                f"built for {name} {built[0]}.{built[1]}, this torch has {name} "
+                f"{have[0]}.{have[1]} (needs the same major and a minor at or below it)"
             )
         return None
-    if variant.backend_tag != system.backend_tag:
+    if variant.backend_tag is not None and built != have:
         return f"built for {variant.backend_tag}, this system has {system.backend_tag}"
     if variant.backend == "metal" and (system.macos or (0, 0)) < METAL_MIN_MACOS:
         found = "macOS {}.{}".format(*system.macos) if system.macos else "an unknown macOS"
@@ -118,17 +122,30 @@ def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
     return None
 
 
-def preference_key(variant: Variant) -> tuple[int, int, int, bool, str]:
-    """Sort key: stable ABI (newest torch first), exact builds, noarch, universal.
+def preference_key(variant: Variant) -> tuple[object, ...]:
+    """Sort key, best first: stable-ABI builds (newest torch first), exact builds (without
+    a C++ ABI tag first), tvm-ffi builds, SDKs with compiled parts (for any backend last),
+    noarch builds, ``torch-universal``, SDKs for one backend, other SDKs.
 
-    Within a tier the newest backend version (highest CUDA minor) comes first, and of
-    two names for the same build the one without a C++ ABI tag (what newer builders
-    write) before the tagged one.
+    Within those, the newest backend minor (CUDA 12.8 before 12.6) comes first, then
+    abi3 before abi3t, then the newest CPython (a legacy name counts as 3.9); a tie left
+    after all of that is broken by the name.
     """
-    torch_minor = variant.torch[1] if variant.torch else 0
-    backend_minor = (variant.backend_version or (0, 0))[1]
-    tagged = variant.abi is not None
-    return (_TIER_RANK[variant.tier], -torch_minor, -backend_minor, tagged, variant.name)
+    minor = -(variant.backend_version or (0, 0))[1]
+    python = _python_key(variant)
+    tier = variant.tier
+    if tier == "stable-abi":
+        assert variant.torch is not None
+        rank: tuple[int, ...] = (0, -variant.torch[0], -variant.torch[1], minor, *python)
+    elif tier in ("exact", "tvm-ffi"):
+        rank = (1 if tier == "exact" else 2, 0, variant.abi is not None, minor, *python)
+    elif tier == "sdk" and variant.python is not None:
+        rank = (3, 0, 0, 1 if variant.backend is None else minor, *python)
+    elif tier in ("noarch", "universal"):
+        rank = (4, 0, 0, tier == "universal")
+    else:  # an SDK without compiled parts; a name that does not parse, last
+        rank = ((5 if variant.backend else 6) if tier else 7,)
+    return (*rank, variant.name)
 
 
 def compatible(names: Iterable[str], system: SystemInfo) -> list[Variant]:
@@ -137,9 +154,16 @@ def compatible(names: Iterable[str], system: SystemInfo) -> list[Variant]:
     return sorted((v for v in variants if check_compatible(v, system) is None), key=preference_key)
 
 
+def _python_key(variant: Variant) -> tuple[int, ...]:
+    """abi3 before abi3t, then the newest CPython first; nothing without compiled parts."""
+    if variant.python is None or variant.python_abi is None:
+        return ()
+    return _ABIS.index(variant.python_abi), -variant.python[0], -variant.python[1]
+
+
 def needs_target(variant: Variant, system: SystemInfo) -> bool:
     """Whether an accepted ``variant`` fits ``system`` only if its ``metadata.json`` says so."""
-    if system.free_threaded and variant.tier in _NATIVE_TIERS:
+    if system.free_threaded and variant.python_abi == "abi3":
         return True
     return variant.backend == system.backend and system.knows_device
 
@@ -147,7 +171,7 @@ def needs_target(variant: Variant, system: SystemInfo) -> bool:
 def build_mismatch(variant: Variant, target: BuildTarget, system: SystemInfo) -> str | None:
     """Why the build ``variant``, declaring ``target``, does not run on ``system``; ``None``
     when it does. Reads what the device is (once) only when the build lists archs."""
-    if system.free_threaded and variant.tier in _NATIVE_TIERS and not target.free_threaded:
+    if system.free_threaded and variant.python_abi == "abi3" and not target.free_threaded:
         return _FREE_THREADED
     if not target.archs or target.backend != system.backend:
         return None

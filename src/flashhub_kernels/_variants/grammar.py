@@ -1,19 +1,26 @@
-"""Variant names and device arch names: their grammar, parsed. Pure.
+"""Variant names: their grammar, parsed. Pure.
 
-A variant name describes one build of a kernel::
+A variant name describes one build of a kernel. Builders write it in two spellings: the
+legacy one, with packed versions, and today's, with dotted versions, full backend names
+and the CPython version and ABI that the build's compiled parts need::
 
-    torch213-cxx11-cu126-x86_64-linux      exact build: torch 2.13, C++11 ABI, CUDA 12.6
-    torch213-cu126-x86_64-linux            the same build without the ABI tag (newer builders)
-    torch212-metal-aarch64-darwin          exact build off Linux (no ABI tag)
-    torch-stable-abi210-cpu-x86_64-linux   stable ABI: any torch >= 2.10
-    tvm-ffi01-cu128-x86_64-linux           built against tvm-ffi 0.1 (not torch), CUDA 12.8
-    torch210-cann81-aarch64-linux          an Ascend NPU build (torch_npu, CANN 8.1)
-    torch-cuda                             noarch for one backend (Python + Triton, say)
-    torch-neuron, torch-tpu, torch-npu     noarch for AWS Neuron, TPU, Ascend NPU
-    torch-universal                        pure Python, fits everything
+    torch213-cxx11-cu126-x86_64-linux        exact build: torch 2.13, C++11 ABI, CUDA 12.6
+    torch213-cu126-x86_64-linux              the same build without the ABI tag
+    torch-2.13-cuda-12.6-cpython-3.11-abi3-x86_64-linux   ... for CPython >= 3.11
+    torch-stable-abi210-cpu-x86_64-linux     stable ABI: any torch >= 2.10
+    tvm-ffi01-cu128-x86_64-linux             built against tvm-ffi 0.1 (not torch)
+    torch210-cann81-aarch64-linux            an Ascend NPU build (torch_npu, CANN 8.1)
+    sdk-cuda-12.8-cpython-3.12-abi3-x86_64-linux   an SDK, no framework (``sdk-cpython-...``
+                                             for any backend; ``sdk-cuda``, ``sdk``: no
+                                             compiled parts)
+    torch-cuda, mlx-metal                    noarch for one backend (Python + Triton, say)
+    torch-universal                          pure Python, fits everything
 
-The name is not all a build's fit: its ``metadata.json`` may list the device archs it
-was compiled for (``9.0a``, ``8.0+PTX``, ``gfx942``), which :mod:`.compat` checks.
+A legacy name stands for ``cpython-3.9-abi3``; ``abi3t`` is the stable ABI of
+free-threaded CPython >= 3.15. Today's spelling writes ``torch-stable-abi-2.10``,
+``tvm-ffi-0.1`` and ``cuda-12.8``, ``rocm-7.14``, ``xpu-2025.1``, ``cann-8.1``. The name is
+not all a build's fit: its ``metadata.json`` may list the device archs it was compiled
+for, which :mod:`.compat` checks.
 """
 
 from __future__ import annotations
@@ -25,25 +32,18 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Literal
 
-    Tier = Literal["stable-abi", "exact", "tvm-ffi", "noarch", "universal"]
+    Tier = Literal["stable-abi", "exact", "tvm-ffi", "sdk", "noarch", "universal"]
 
 # The grammar is checked with str methods, not regular expressions: compiling those cost
 # the first kernel import of every process more than all of its parsing.
-_TORCH_PREFIX = "torch"
-_STABLE_PREFIX = "torch-stable-abi"
-_TVM_FFI_PREFIX = "tvm-ffi"
-# Backend tags: these words, or a prefix and a count of digits (xpu: any number of them).
-_PLAIN_BACKEND_TAGS = ("cpu", "metal", "neuron", "tpu")
-_NUMBERED_BACKEND_TAGS: tuple[tuple[str, int, int | None], ...] = (
-    ("cu", 2, 3),
-    ("rocm", 2, 3),
-    ("xpu", 0, None),
-    ("cann", 2, 3),
-)
-_PLATFORM_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # arch and OS: 1 to 32 of these
-_PLATFORM_MAX = 32
-# Backends of noarch names.
-NOARCH_BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "neuron", "tpu", "npu")
+_PLAIN_BACKENDS = ("cpu", "metal", "neuron", "tpu")
+# Versioned backends: today's name, its legacy tag's prefix, the backend as torch names it.
+_VERSIONED = [("cuda", "cu", "cuda"), ("rocm", "rocm", "rocm"), ("xpu", "xpu", "xpu")]
+_VERSIONED.append(("cann", "cann", "npu"))  # Ascend NPUs: torch_npu's device type
+_ABI_TAGS = ("cxx11", "cxx98")
+_PYTHON_ABIS = ("abi3", "abi3t")  # abi3t: free-threaded CPython >= 3.15
+_LEGACY_PYTHON = (3, 9)
+_WORD_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # arch, OS, noarch backend: 1 to 32
 
 
 def is_digits(text: str) -> bool:
@@ -51,9 +51,11 @@ def is_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _framework_version(
-    token: str, prefix: str, *, zero_major: bool = False
-) -> tuple[int, int] | None:
+def _is_word(word: str) -> bool:
+    return 0 < len(word) <= 32 and not word.strip(_WORD_CHARS)
+
+
+def _packed(token: str, prefix: str, *, zero_major: bool = False) -> tuple[int, int] | None:
     """``("torch213", "torch")`` -> ``(2, 13)``: after ``prefix``, one digit of major
     (``0`` only if ``zero_major``) and one or two of minor, where ``05`` (the zero-padded
     form of the 0.1.2 release) means 5. ``None`` if ``token`` is not of that form."""
@@ -65,26 +67,45 @@ def _framework_version(
     return int(digits[0]), int(digits[1:])
 
 
-def _is_backend_tag(tag: str) -> bool:
-    if tag in _PLAIN_BACKEND_TAGS:
-        return True
-    for prefix, least, most in _NUMBERED_BACKEND_TAGS:
-        if tag.startswith(prefix):
-            digits = tag[len(prefix) :]
-            fits = least <= len(digits) and (most is None or len(digits) <= most)
-            return fits and (not digits or is_digits(digits))
-    return False
+def _dotted(token: str) -> tuple[int, int] | None:
+    """``"12.8"`` -> ``(12, 8)``; ``None`` unless ``MAJOR.MINOR``, each 1 to 4 digits."""
+    major, dot, minor = token.partition(".")
+    if dot and all(0 < len(d) <= 4 and is_digits(d) for d in (major, minor)):
+        return int(major), int(minor)
+    return None
 
 
-def _is_platform_word(word: str) -> bool:
-    return 0 < len(word) <= _PLATFORM_MAX and not word.strip(_PLATFORM_CHARS)
+def backend_of_tag(tag: str) -> tuple[str, tuple[int, int] | None] | None:
+    """A legacy backend tag's backend and version: ``cu126`` -> ``("cuda", (12, 6))``,
+    ``rocm714`` -> ``("rocm", (7, 14))``, ``cann81`` -> ``("npu", (8, 1))``, ``cpu`` ->
+    ``("cpu", None)``; ``None`` when ``tag`` is none. The minor is the last digit (but
+    in ``rocm714``), as builders pack it."""
+    if tag in _PLAIN_BACKENDS:
+        return tag, None
+    for _name, prefix, backend in _VERSIONED:
+        digits = tag[len(prefix) :]
+        if not tag.startswith(prefix) or len(digits) > 8 or (digits and not is_digits(digits)):
+            continue
+        if not digits:  # an xpu torch that reports no version
+            return (backend, None) if prefix == "xpu" else None
+        if len(digits) >= 2:
+            split = 1 if digits == "714" and prefix == "rocm" else len(digits) - 1
+            return backend, (int(digits[:split]), int(digits[split:]))
+    return None
+
+
+def backend_tag(backend: str, version: tuple[int, int]) -> str:
+    """The legacy tag of a versioned backend: ``("cuda", (12, 8))`` -> ``cu128``."""
+    prefix = next(p for name, p, b in _VERSIONED if backend in (name, b))
+    return f"{prefix}{version[0]}{version[1]}"
 
 
 class VariantNameError(ValueError):
     """A string is not a variant name of the grammar above."""
 
 
-_FIELDS = ("tier", "backend", "backend_tag", "torch", "abi", "arch", "os", "tvm_ffi")
+_FIELDS = ["tier", "framework", "backend", "backend_tag", "backend_version", "torch", "abi"]
+_FIELDS += ["arch", "os", "tvm_ffi", "python", "python_abi"]
 
 
 class Variant(str):
@@ -95,51 +116,47 @@ class Variant(str):
     and raises :class:`VariantNameError` when it is not a variant name. Immutable.
 
     Attributes:
-        tier: ``"exact"``, ``"stable-abi"``, ``"tvm-ffi"``, ``"noarch"`` or
+        tier: ``"exact"``, ``"stable-abi"``, ``"tvm-ffi"``, ``"sdk"``, ``"noarch"`` or
             ``"universal"``; ``None`` for a published name that does not parse (every
             other field is ``None`` then).
-        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu``, ``metal``, ``neuron``, ``tpu`` or
-            ``npu``; ``None`` for ``torch-universal``.
-        backend_tag: ``cu126``, ``rocm63``, ``xpu20251``, ``cpu``, ``metal``, ``cann81``
-            and so on; ``None`` for noarch names.
-        torch: ``(major, minor)`` of torch (the minimum for stable-ABI builds); ``None``
-            for noarch and tvm-ffi names.
-        abi: ``cxx11`` or ``cxx98`` on Linux exact builds that carry the tag, else ``None``.
-        arch, os: ``x86_64``, ``linux`` and so on; ``None`` for noarch names.
-        tvm_ffi: ``(major, minor)`` of tvm-ffi for tvm-ffi builds, else ``None``.
+        framework: ``torch``, ``tvm-ffi``, ``mlx`` (noarch only) or ``sdk``.
+        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu``, ``metal``, ``neuron``, ``tpu``,
+            ``npu`` or another noarch backend; ``None`` for ``torch-universal`` and SDKs
+            for any backend.
+        backend_tag, backend_version: the backend's legacy tag (``cu126``, ``cpu``,
+            ``cann81``) and ``(major, minor)`` (``(12, 6)``), whichever spelling the
+            name uses; ``None`` where the name gives none.
+        torch: ``(major, minor)`` of torch (the minimum for stable-ABI builds).
+        abi: ``cxx11`` or ``cxx98`` on exact builds that carry the tag, else ``None``.
+        arch, os: ``x86_64``, ``linux`` and so on; ``None`` without compiled parts.
+        tvm_ffi: ``(major, minor)`` of tvm-ffi for tvm-ffi builds.
+        python, python_abi: the least CPython the compiled parts load on and their ABI
+            (``(3, 9)`` and ``abi3`` for a legacy name); ``None`` without compiled parts.
     """
 
     __slots__ = _FIELDS
     tier: Tier | None
+    framework: str | None
     backend: str | None
     backend_tag: str | None
+    backend_version: tuple[int, int] | None
     torch: tuple[int, int] | None
     abi: str | None
     arch: str | None
     os: str | None
     tvm_ffi: tuple[int, int] | None
+    python: tuple[int, int] | None
+    python_abi: str | None
 
     def __new__(cls, name: str) -> Variant:
         return parse_variant(name)
 
     @classmethod
-    def _make(
-        cls,
-        name: str,
-        tier: Tier | None = None,
-        *,
-        backend: str | None = None,
-        backend_tag: str | None = None,
-        torch: tuple[int, int] | None = None,
-        abi: str | None = None,
-        arch: str | None = None,
-        os: str | None = None,
-        tvm_ffi: tuple[int, int] | None = None,
-    ) -> Variant:
+    def _make(cls, name: str, tier: Tier | None = None, **fields: object) -> Variant:
         self = str.__new__(cls, name)
-        values = (tier, backend, backend_tag, torch, abi, arch, os, tvm_ffi)
-        for field, value in zip(_FIELDS, values, strict=True):
-            object.__setattr__(self, field, value)
+        for field in _FIELDS:
+            object.__setattr__(self, field, tier if field == "tier" else fields.pop(field, None))
+        assert not fields, fields
         return self
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -159,77 +176,130 @@ class Variant(str):
         """The name as a plain ``str``."""
         return str(self)
 
-    @property
-    def backend_version(self) -> tuple[int, int] | None:
-        """``(12, 6)`` for ``cu126``, ``(6, 3)`` for ``rocm63``; ``None`` otherwise."""
-        return backend_version(self.backend_tag) if self.backend_tag else None
-
-
-def backend_version(tag: str) -> tuple[int, int] | None:
-    """``cu126`` -> ``(12, 6)``, ``rocm63`` -> ``(6, 3)``, ``cann81`` -> ``(8, 1)``;
-    ``None`` for unversioned tags."""
-    for prefix in ("cu", "rocm", "cann"):
-        digits = tag[len(prefix) :]
-        if tag.startswith(prefix) and digits.isdigit():
-            return int(digits[:-1]), int(digits[-1])
-    return None
-
-
-def _backend_of(tag: str) -> str:
-    if tag.startswith("cu"):
-        return "cuda"
-    if tag.startswith("rocm"):
-        return "rocm"
-    if tag.startswith("xpu"):
-        return "xpu"
-    if tag.startswith("cann"):
-        return "npu"  # Ascend NPUs: torch_npu's device type, as noarch names say
-    return tag
-
 
 def parse_variant(name: str) -> Variant:
     """Parse a variant name; raise :class:`VariantNameError` saying what is wrong."""
-    if name == "torch-universal":
-        return Variant._make(name, "universal")
-    if name.startswith("torch-") and name[6:] in NOARCH_BACKENDS:
-        return Variant._make(name, "noarch", backend=name[6:])
     parts = name.split("-")
-    tier: Tier
-    abi = None
-    if name.startswith(_STABLE_PREFIX):
-        tier, rest = "stable-abi", parts[3:]
-        version = _framework_version("-".join(parts[:3]), _STABLE_PREFIX)
-    elif name.startswith(_TVM_FFI_PREFIX):
-        tier, rest = "tvm-ffi", parts[2:]
-        version = _framework_version("-".join(parts[:2]), _TVM_FFI_PREFIX, zero_major=True)
-    else:
-        tier, rest = "exact", parts[1:]
-        version = _framework_version(parts[0], _TORCH_PREFIX)
-        abi = rest.pop(0) if rest and rest[0] in ("cxx11", "cxx98") else None
-    if version is None or len(rest) != 3:
-        raise VariantNameError(
-            f"{name!r} is not a variant name: expected e.g. 'torch213-cxx11-cpu-x86_64-linux', "
-            "'torch-stable-abi210-cu126-x86_64-linux', 'torch-cuda' or 'torch-universal'"
+    noarch = parts[0] in ("torch", "mlx") and len(parts) > 1 and not parts[1][:1].isdigit()
+    if noarch and parts[1] != "stable":
+        backend = "-".join(parts[1:])
+        if backend == "universal" and parts[0] == "torch":
+            return Variant._make(name, "universal", framework="torch")
+        if not _is_word(backend):
+            raise _not_a_name(name, f"{backend!r} is no backend such as 'cuda'")
+        return Variant._make(name, "noarch", framework=parts[0], backend=_torch_backend(backend))
+    if parts[0] == "sdk":
+        return _parse_compiled(name, "sdk", None, parts[1:], legacy=False)
+    tier, version, count, legacy = _framework(parts)
+    if version is None:
+        raise _not_a_name(
+            name,
+            "expected e.g. 'torch213-cxx11-cpu-x86_64-linux', 'torch-2.13-cpu-cpython-3.11-"
+            "abi3-x86_64-linux', 'torch-stable-abi210-cu126-x86_64-linux', 'torch-cuda' or "
+            "'torch-universal'",
         )
-    tag, arch, os_name = rest
-    if not (_is_platform_word(arch) and _is_platform_word(os_name)):
-        raise VariantNameError(f"{name!r}: arch and OS must be words such as 'x86_64' and 'linux'")
-    if not _is_backend_tag(tag):
-        raise VariantNameError(
-            f"{name!r}: unknown backend {tag!r} (cpu, cuNNN, rocmNN, xpu, metal, neuron, tpu, "
-            "cannNN)"
+    return _parse_compiled(name, tier, version, parts[count:], legacy=legacy)
+
+
+def _framework(parts: list[str]) -> tuple[Tier, tuple[int, int] | None, int, bool]:
+    """The framework the name starts with: its tier, version, how many parts it takes,
+    and whether it is spelled the legacy way."""
+    if parts[:3] == ["torch", "stable", "abi"] and len(parts) > 3:
+        return "stable-abi", _dotted(parts[3]), 4, False
+    if parts[:2] == ["torch", "stable"] and len(parts) > 2:
+        return "stable-abi", _packed(parts[2], "abi"), 3, True
+    if parts[:2] == ["tvm", "ffi"] and len(parts) > 2:
+        return "tvm-ffi", _dotted(parts[2]), 3, False
+    if parts[0] == "tvm" and len(parts) > 1:
+        return "tvm-ffi", _packed(parts[1], "ffi", zero_major=True), 2, True
+    legacy = parts[0] != "torch"
+    version = _packed(parts[0], "torch") if legacy else _dotted(parts[1] if parts[1:] else "")
+    return "exact", version, 1 if legacy else 2, legacy
+
+
+def _parse_compiled(
+    name: str, tier: Tier, version: tuple[int, int] | None, rest: list[str], *, legacy: bool
+) -> Variant:
+    """The rest of a build with a framework ``version`` (``None``: an SDK): the C++ ABI
+    tag, the backend, the CPython version and ABI, the arch and the OS."""
+    abi = rest.pop(0) if tier == "exact" and rest[:1] in (["cxx11"], ["cxx98"]) else None
+    fields = {"framework": tier if tier in ("sdk", "tvm-ffi") else "torch"}
+    if tier == "sdk" and "cpython" not in rest:  # `sdk`, `sdk-<backend>`: no compiled parts
+        if len(rest) > 1 or not all(_is_word(word) for word in rest):
+            raise _not_a_name(name, "an SDK without compiled parts is 'sdk-<backend>'")
+        backend = _torch_backend(rest[0]) if rest else None
+        return Variant._make(name, "sdk", backend=backend, **fields)
+    python = (_LEGACY_PYTHON, "abi3")
+    if not legacy:
+        marker = rest.index("cpython") if "cpython" in rest else len(rest)
+        python = _python(rest[marker:-2]) or ((0, 0), "")
+        if not python[1]:
+            raise _not_a_name(
+                name, "expected 'cpython-<X.Y>-abi3' (or abi3t, from 3.15) before the arch and OS"
+            )
+        rest = rest[:marker] + rest[-2:]
+    if not (len(rest) >= 2 and _is_word(rest[-2]) and _is_word(rest[-1])):
+        raise _not_a_name(name, "it must end with the arch and OS, such as 'x86_64-linux'")
+    found = _backend(rest[:-2], legacy=legacy, sdk=tier == "sdk")
+    if found is None:
+        raise _not_a_name(
+            name,
+            f"unknown backend {'-'.join(rest[:-2])!r} (cpu, cuda-X.Y or cuXY, rocm-X.Y or "
+            "rocmXY, xpu, metal, neuron, tpu, cann-X.Y or cannXY)",
         )
+    kind, backend_version, tag = found
     return Variant._make(
         name,
         tier,
-        backend=_backend_of(tag),
+        backend=kind,
         backend_tag=tag,
-        torch=None if tier == "tvm-ffi" else version,
-        abi=abi,
-        arch=arch,
-        os=os_name,
+        backend_version=backend_version,
+        torch=version if fields["framework"] == "torch" else None,
         tvm_ffi=version if tier == "tvm-ffi" else None,
+        abi=abi,
+        arch=rest[-2],
+        os=rest[-1],
+        python=python[0],
+        python_abi=python[1],
+        **fields,
     )
+
+
+def _python(words: list[str]) -> tuple[tuple[int, int], str] | None:
+    """``["cpython", "3.12", "abi3"]`` -> ``((3, 12), "abi3")``; ``None`` if malformed."""
+    version = _dotted(words[1]) if len(words) == 3 and words[0] == "cpython" else None
+    if version is None or words[2] not in _PYTHON_ABIS:
+        return None
+    return None if words[2] == "abi3t" and version < (3, 15) else (version, words[2])
+
+
+def _backend(
+    words: list[str], *, legacy: bool, sdk: bool
+) -> tuple[str | None, tuple[int, int] | None, str | None] | None:
+    """The backend, its version and legacy tag from the words a name spells it with:
+    ``["cu126"]`` (legacy), ``["cuda", "12.6"]``, ``["cpu"]``; ``[]`` for an SDK's any
+    backend. ``None`` if the words are no backend."""
+    if legacy:
+        found = backend_of_tag(words[0]) if len(words) == 1 else None
+        return (*found, words[0]) if found else None
+    if not words:
+        return (None, None, None) if sdk else None
+    if words[0] in _PLAIN_BACKENDS and len(words) == 1:
+        return words[0], None, words[0]
+    version = _dotted(words[1]) if len(words) == 2 else None
+    for word, _prefix, backend in _VERSIONED:
+        if word == words[0] and version is not None:
+            return backend, version, backend_tag(backend, version)
+    return None
+
+
+def _not_a_name(name: str, why: str) -> VariantNameError:
+    return VariantNameError(f"{name!r} is not a variant name: {why}")
+
+
+def _torch_backend(word: str) -> str:
+    """A noarch backend as torch names it: ``cann`` (Ascend) is ``npu``."""
+    return "npu" if word == "cann" else word
 
 
 def as_variant(name: str) -> Variant:

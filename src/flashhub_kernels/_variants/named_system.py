@@ -4,6 +4,8 @@ capability or a ROCm gfx target."""
 
 from __future__ import annotations
 
+import sys
+
 from .archs import gfx_name, parse_cuda_arch
 from .grammar import VariantNameError, parse_variant
 from .system import METAL_MIN_MACOS, SystemInfo, this_system, with_backend
@@ -13,7 +15,8 @@ def system_from_variant(
     name: str, *, cuda_capability: str | None = None, rocm_arch: str | None = None
 ) -> SystemInfo:
     """The machine that loads the exact build ``name`` (``torch213-cxx11-cu126-x86_64-linux``):
-    its torch, C++ ABI (``cxx11`` when the name carries no tag), backend, arch and OS.
+    its torch, C++ ABI (``cxx11`` when the name carries no tag), backend, arch and OS, and
+    this Python (or the newer CPython the name asks for).
 
     ``cuda_capability`` (``"9.0"``) or ``rocm_arch`` (``"gfx942"``) name its device, so
     that the archs builds list are checked. A Metal machine is taken to run a macOS that
@@ -30,7 +33,7 @@ def system_from_variant(
             "e.g. torch213-cxx11-cu126-x86_64-linux"
         )
     assert variant.backend and variant.backend_tag and variant.torch
-    assert variant.arch and variant.os
+    assert variant.arch and variant.os and variant.python
     system = SystemInfo(
         variant.torch,
         variant.abi != "cxx98",
@@ -39,6 +42,7 @@ def system_from_variant(
         variant.arch,
         variant.os,
         macos=METAL_MIN_MACOS if variant.backend == "metal" else None,
+        python=max(variant.python, (sys.version_info.major, sys.version_info.minor)),
     )
     return with_device_named(system, cuda_capability=cuda_capability, rocm_arch=rocm_arch)
 

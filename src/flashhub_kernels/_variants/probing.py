@@ -3,7 +3,7 @@ load, best first, to probe a version that publishes no ``variants.json`` for the
 
 from __future__ import annotations
 
-from .grammar import backend_version
+from .grammar import backend_of_tag
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,22 +21,19 @@ def candidate_names(system: SystemInfo) -> list[str]:
     major, minor = system.torch
     tags = [system.backend_tag]
     if system.backend == "cuda":
-        cuda_major, cuda_minor = backend_version(system.backend_tag) or (0, 0)
+        cuda_major, cuda_minor = (backend_of_tag(system.backend_tag) or ("", (0, 0)))[1] or (0, 0)
         tags = [f"cu{cuda_major}{m}" for m in range(cuda_minor, -1, -1)]
     platform_tail = f"{system.arch}-{system.os}"
     for torch_minor in range(minor, 8, -1) if major == 2 else [minor]:
         names += [f"torch-stable-abi{major}{torch_minor}-{t}-{platform_tail}" for t in tags]
-    for tag in tags:
-        exact = system._replace(backend_tag=tag)
-        if system.os == "linux":
-            names.append(build_variant_name(exact, abi_tag=False))
-        names.append(build_variant_name(exact))
-        if minor < 10:  # the zero-padded spelling of the 0.1.2 release
-            names.append(
-                build_variant_name(exact).replace(
-                    f"torch{major}{minor}", f"torch{major}0{minor}", 1
-                )
-            )
+    # Exact builds: untagged names before tagged ones (newer builders leave the C++ ABI tag
+    # out), and the zero-padded spelling of the 0.1.2 release before the plain one.
+    for tagged in (False, True) if system.os == "linux" else (True,):
+        for tag in tags:
+            name = build_variant_name(system._replace(backend_tag=tag), abi_tag=tagged)
+            if tagged and minor < 10:
+                names.append(name.replace(f"torch{major}{minor}", f"torch{major}0{minor}", 1))
+            names.append(name)
     if system.tvm_ffi is not None:
         tvm_major, tvm_minor = system.tvm_ffi
         names += [f"tvm-ffi{tvm_major}{tvm_minor}-{t}-{platform_tail}" for t in tags]

@@ -29,6 +29,7 @@ class SystemInfo(Record):
         rocm_arch: the ROCm device's gfx target (``"gfx942"``), likewise.
         free_threaded: a free-threaded Python before 3.15, which loads no native build
             unless the build declares it (see :mod:`~flashhub_kernels._variants.choice`).
+        python: ``(major, minor)`` of CPython, which a build's name may ask a minimum of.
         tvm_ffi: ``(major, minor)`` of the installed tvm-ffi; ``None`` without one.
         macos: ``(major, minor)`` of macOS on a Mac; ``None`` elsewhere or unknown.
         probe_device: read the device's capability or gfx target when a build lists
@@ -48,6 +49,7 @@ class SystemInfo(Record):
     tvm_ffi: tuple[int, int] | None = None
     macos: tuple[int, int] | None = None
     probe_device: bool = False
+    python: tuple[int, int] = (sys.version_info.major, sys.version_info.minor)
 
     @property
     def abi(self) -> str:
@@ -161,12 +163,12 @@ def _detect_backend(torch: ModuleType) -> tuple[str, str]:
     if torch.version.cuda:
         cuda_major, cuda_minor = torch.version.cuda.split(".")[:2]
         return "cuda", f"cu{cuda_major}{cuda_minor}"
-    if getattr(torch.version, "hip", None):
-        hip_major, hip_minor = str(torch.version.hip).split(".")[:2]
-        return "rocm", f"rocm{hip_major}{hip_minor}"
-    if getattr(torch.version, "xpu", None):
+    if rocm := getattr(torch.version, "rocm", None) or getattr(torch.version, "hip", None):
+        rocm_major, rocm_minor = str(rocm).split("-")[0].split(".")[:2]  # "7.14.0-abc"
+        return "rocm", f"rocm{rocm_major}{rocm_minor}"
+    if getattr(torch.version, "xpu", None):  # "20250101": oneAPI 2025.1, as builds name it
         digits = "".join(c for c in str(torch.version.xpu) if c.isascii() and c.isdigit())
-        return "xpu", "xpu" + digits[:5]
+        return "xpu", "xpu" + digits[:4] + digits[5:6]
     if sys.platform == "darwin" and torch.backends.mps.is_available():
         return "metal", "metal"
     privateuse = getattr(torch._C, "_get_privateuse1_backend_name", None)
@@ -204,6 +206,14 @@ def _free_threaded() -> bool:
     import sysconfig
 
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+@cache
+def mlx_installed() -> bool:
+    """Whether MLX can be imported, which ``mlx-<backend>`` builds need."""
+    import importlib.util
+
+    return importlib.util.find_spec("mlx") is not None
 
 
 def _tvm_ffi_version() -> tuple[int, int] | None:

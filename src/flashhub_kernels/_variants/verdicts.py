@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._models.record import Record
 from .._utils.escaping import escape_controls
-from .compat import build_mismatch, check_compatible, compatible, needs_target
+from .compat import build_mismatch, check_compatible, compatible, needs_target, preference_key
 from .grammar import Variant, VariantNameError, as_variant, parse_variant
 
 TYPE_CHECKING = False
@@ -65,10 +65,12 @@ VariantVerdict = VariantAccepted | VariantRejected
 
 
 def judge_variants(names: Iterable[str], system: SystemInfo) -> list[VariantVerdict]:
-    """Judge every published variant: accepted ones first, in preference order."""
+    """Judge every published variant: accepted ones first, then rejected ones, each in
+    preference order."""
     names = list(dict.fromkeys(names))
     accepted = compatible(names, system)
     rejected = [_rejection(name, system) for name in names if name not in accepted]
+    rejected.sort(key=lambda verdict: preference_key(verdict.variant))
     return [*map(VariantAccepted, accepted), *rejected]
 
 
