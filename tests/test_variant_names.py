@@ -243,3 +243,23 @@ def test_the_publisher_takes_builds_named_in_todays_spelling(
     assert [v.name for v in report.variants] == sorted(["torch-universal", variant])
     metadata = report.version_dir / "build" / variant / "metadata.json"
     assert json.loads(metadata.read_text())["backend"]["type"] == backend_type
+
+
+def test_a_mac_is_detected_as_kernels_0_19_detects_it(cdn: CdnServer) -> None:
+    """The OS from ``platform.system()``, its version from ``platform.mac_ver()``, Metal
+    from MPS: a process that sees a macOS 26.1 Apple-silicon machine lists its Metal build
+    first (here the machine is faked in a child process, as a test of kernels does)."""
+    torch = "{}{}".format(*parse_variant(local_variant()).torch)  # type: ignore[str-format]
+    metal = f"torch{torch}-metal-aarch64-darwin"
+    write_kernel(cdn.root, "acme/tensor-tricks", 1, [f"torch{torch}-cpu-aarch64-darwin", metal])
+    code = """
+import platform, torch
+platform.system = lambda: "Darwin"
+platform.machine = lambda: "arm64"
+platform.mac_ver = lambda: ("26.1", ("", "", ""), "arm64")
+torch.backends.mps.is_available = lambda: True
+import flashhub_kernels as fk
+verdicts = fk.get_kernel_variants("acme/tensor-tricks", version=1)
+print([str(v.variant) for v in verdicts if isinstance(v, fk.VariantAccepted)])
+"""
+    assert run_python(code).strip() == str([metal])  # the CPU build is for another backend

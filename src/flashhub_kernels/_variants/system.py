@@ -106,12 +106,6 @@ def _normalize_arch(machine: str) -> str:
     return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
-def _normalize_os(platform_name: str) -> str:
-    if platform_name.startswith("linux"):
-        return "linux"
-    return {"darwin": "darwin", "win32": "windows"}.get(platform_name, platform_name)
-
-
 def _major_minor(version: str) -> tuple[int, int] | None:
     """``"2.13.0+cpu"`` -> ``(2, 13)``, ``"8.1.RC1"`` -> ``(8, 1)``; ``None`` if unparsable."""
     parts = version.split(".")[:2]
@@ -135,14 +129,15 @@ def detect_system() -> SystemInfo:
     if version is None:
         raise RuntimeError(f"cannot parse the torch version {torch.__version__!r}")
     backend, tag = _detect_backend(torch)
-    mac = _major_minor(platform.mac_ver()[0]) if sys.platform == "darwin" else None
+    os_name = platform.system().lower()  # "linux", "darwin", "windows"; as kernels asks it
+    mac = _major_minor(platform.mac_ver()[0]) if os_name == "darwin" else None
     return SystemInfo(
         torch=version,
         cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
         backend=backend,
         backend_tag=tag,
         arch=_normalize_arch(platform.machine()),
-        os=_normalize_os(sys.platform),
+        os=os_name,
         free_threaded=_free_threaded(),
         tvm_ffi=_tvm_ffi_version(),
         macos=mac,
@@ -166,11 +161,11 @@ def _detect_backend(torch: ModuleType) -> tuple[str, str]:
     if rocm := getattr(torch.version, "rocm", None) or getattr(torch.version, "hip", None):
         rocm_major, rocm_minor = str(rocm).split("-")[0].split(".")[:2]  # "7.14.0-abc"
         return "rocm", f"rocm{rocm_major}{rocm_minor}"
+    if torch.backends.mps.is_available():
+        return "metal", "metal"
     if getattr(torch.version, "xpu", None):  # "20250101": oneAPI 2025.1, as builds name it
         digits = "".join(c for c in str(torch.version.xpu) if c.isascii() and c.isdigit())
         return "xpu", "xpu" + digits[:4] + digits[5:6]
-    if sys.platform == "darwin" and torch.backends.mps.is_available():
-        return "metal", "metal"
     privateuse = getattr(torch._C, "_get_privateuse1_backend_name", None)
     if privateuse is not None and privateuse() == "npu":  # torch_npu is imported
         return "npu", _cann_tag()
