@@ -8,6 +8,7 @@ import itertools
 import os
 from pathlib import Path
 
+from .._constants import RECEIPT_NAME
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .admin import CacheEntry, list_entries
@@ -46,12 +47,17 @@ def cached_versions(cache: Cache) -> list[CachedVersion]:
 
 
 def _times(entry: Path) -> tuple[float, float]:
-    """The newest access and modification time of ``entry`` and the files in it."""
-    stats = [os.lstat(entry)]
+    """The newest access time of the files in ``entry`` but its receipt (which listing the
+    cache reads), and the newest modification time of ``entry`` and its files; with no
+    other file, the entry's modification time for both."""
+    accessed, modified = [], [os.lstat(entry).st_mtime]
     for directory, _dirs, files in os.walk(entry):
         for name in files:
             try:
-                stats.append(os.lstat(os.path.join(directory, name)))
+                st = os.lstat(os.path.join(directory, name))
             except OSError:  # removed meanwhile
                 continue
-    return max(st.st_atime for st in stats), max(st.st_mtime for st in stats)
+            modified.append(st.st_mtime)
+            if name != RECEIPT_NAME or directory != str(entry):
+                accessed.append(st.st_atime)
+    return max(accessed, default=modified[0]), max(modified)

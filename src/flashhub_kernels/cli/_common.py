@@ -92,8 +92,15 @@ def kernel_arguments(parser: argparse.ArgumentParser) -> None:
     version_argument(parser)
 
 
+# What ``--version latest`` parses to: falsy, as the option's default (None) is, so that
+# ``args.version or newest_version(...)`` takes the newest; but not None, so that argparse
+# sees the option given (a mutually exclusive one is refused beside it).
+LATEST = 0
+
+
 def version_argument(parser: argparse._ActionsContainer) -> None:
-    """``--version N``, or ``--version latest`` (``None``), as when it is not given."""
+    """``--version N``, or ``--version latest`` (:data:`LATEST`): the newest, as when it is
+    not given."""
     parser.add_argument(
         "--version",
         type=_version_or_latest,
@@ -102,8 +109,8 @@ def version_argument(parser: argparse._ActionsContainer) -> None:
     )
 
 
-def _version_or_latest(value: str) -> int | None:
-    return None if value == "latest" else version_arg(value)
+def _version_or_latest(value: str) -> int:
+    return LATEST if value == "latest" else version_arg(value)
 
 
 def backend_argument(parser: argparse.ArgumentParser) -> None:

@@ -73,7 +73,7 @@ def _package(args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
     if path.is_dir():
         from .._loading.local import find_local_package
 
-        if args.version is not None:
+        if args.version is not None:  # --version latest too: no directory has versions
             raise ValueError(f"--version names a version on the CDN, not of the directory {path}")
         found = find_local_package(path.resolve(), args.backend)
         return found.package_dir, {"path": str(path), "variant": found.variant}
