@@ -144,7 +144,7 @@ def _print_table(headers: tuple[str, ...], rows: list[list[str]]) -> None:
             cell.rjust(width) if column == right else cell.ljust(width)
             for column, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
-        print(" ".join(cells).rstrip())
+        print("  ".join(cells).rstrip())
 
 
 def _repos_document(versions: list[CachedVersion]) -> list[dict[str, object]]:
