@@ -93,6 +93,10 @@ class Inherits(Base):
     pass
 
 
+class Annotated(Base):
+    has_backward: bool  # annotated, not set: Base's (unset: the default)
+
+
 class Plain(torch.nn.Module):
     def forward(self, x):
         return x
@@ -155,6 +159,7 @@ def layer(name: str, signature: str, doc: str | None, backward: object, compile_
 
 EXPECTED_LAYERS = [
     # Imported into layers from another module of the kernel: kernelize finds it there.
+    layer("Annotated", "(self, x, mask=None)", "Apply with a mask.", True, True),
     layer("Base", "(self, x, mask=None)", "Apply with a mask.", True, True),
     layer("Computed", "(self, x)", None, None, False),  # has_backward = FLAG: unknown
     layer("External", "(self, x)", None, None, None),  # a base outside the kernel
@@ -219,6 +224,9 @@ def test_describe_api_as_a_process_prints_what_hugging_face_kernels_prints(
         "  scaled(x, factor: int=2)",
         "",
         "Layers:",
+        "  Annotated  has_backward=True  can_torch_compile=True",
+        "      forward(self, x, mask=None)",
+        "      Apply with a mask.",
         "  Base  has_backward=True  can_torch_compile=True",
         "      forward(self, x, mask=None)",
         "      Apply with a mask.",

@@ -168,9 +168,10 @@ class _Source:
         self, module: Path, name: str, seen: frozenset[_Imported] = frozenset()
     ) -> _Binding:
         """What ``name`` is in ``module``, following imports within the kernel."""
-        binding = self.bindings(module).get(name)
-        if binding is None and module.name == "__init__.py":
-            return self.module_file(module.parent, name)  # a submodule, imported by name
+        bindings = self.bindings(module)
+        if name not in bindings:  # a submodule, when imported by its full name
+            return self.module_file(module.parent, name) if module.name == "__init__.py" else None
+        binding = bindings[name]
         if not isinstance(binding, _Imported):
             return binding
         if binding in seen:  # imports in a circle: nothing is bound at the end of it
@@ -272,9 +273,12 @@ def _bound_name(alias: ast.alias) -> str:
 
 
 def _assigned(statement: ast.stmt) -> list[str]:
+    """The names an assignment binds (an annotation without a value binds none)."""
     if isinstance(statement, ast.Assign):
         return _names(statement.targets)
-    if isinstance(statement, ast.AnnAssign | ast.AugAssign):
+    if isinstance(statement, ast.AugAssign) or (
+        isinstance(statement, ast.AnnAssign) and statement.value is not None
+    ):
         return _names([statement.target])
     return []
 
