@@ -52,7 +52,9 @@ def test_variants_text_and_json(cdn: CdnServer) -> None:
     assert f"  - {CUDA}: " in text.stdout
     assert f"chosen: {LOCAL}" in text.stdout
     assert (document["version"], document["chosen"]) == (3, UNIVERSAL)
-    assert document["variants"] == [{"variant": UNIVERSAL, "compatible": True, "reason": None}]
+    assert document["variants"] == [
+        {"variant": UNIVERSAL, "compatible": True, "preferred": True, "reason": None}
+    ]
 
 
 @pytest.mark.usefixtures("cpu_only_torch")
@@ -368,6 +370,7 @@ COMMANDS = [
     ["get"],
     ["cache"],
     ["cache", "list"],
+    ["describe-api"],
     ["cache", "verify"],
     ["cache", "prune"],
     ["cache", "clear"],

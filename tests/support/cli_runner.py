@@ -7,7 +7,7 @@ call. The command gets its own environment, working directory, an empty standard
 (no terminal, as in CI) and captured output; the process-wide settings it may change
 (``configure()`` overrides) are reset afterwards. Tests about the process itself (the
 console scripts, ``python -m flashhub_kernels`` and its exit status, start-up time, what
-a fresh interpreter imports) still start one.
+a fresh interpreter imports) still start one (:func:`flashhub_process`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
@@ -67,6 +68,20 @@ def _run(
         code = entry([str(arg) for arg in args])
     reset_config()
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def flashhub_process(*args: str | Path, env: Mapping[str, str] | None = None) -> CliResult:
+    """``flashhub ARGS`` run as a user runs it: the installed console script, in a process
+    of its own, with this test's environment plus ``env``."""
+    script = Path(sys.executable).with_name("flashhub")
+    result = subprocess.run(
+        [script, *map(str, args)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return CliResult(result.returncode, result.stdout, result.stderr)
 
 
 def ok_json(result: CliResult) -> Any:

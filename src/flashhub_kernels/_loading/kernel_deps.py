@@ -19,14 +19,14 @@ from types import ModuleType
 from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import (
     KernelDependency,
+    dependency_cycle,
     dependency_label,
-    format_cycle,
     load_requirements,
     read_kernel_metadata,
 )
 from .._models.manifest import load_json
 from .._models.names import parse_module_name
-from ..errors import KernelDependencyError, KernelDependencyLookupError
+from ..errors import KernelDependencyLookupError
 from .requirements import check_requirements
 
 TYPE_CHECKING = False
@@ -120,11 +120,7 @@ def load_dependencies(
         loaded = {}
         for dep in depends:
             if str(dep) in chain:
-                raise KernelDependencyError(
-                    f"kernel dependencies form a cycle: {format_cycle([*chain, str(dep)])}",
-                    hint="a kernel cannot depend on itself, directly or through others: "
-                    "report it to the kernels' publisher",
-                )
+                raise dependency_cycle([*chain, str(dep)])
             loaded[dep.repo_id] = importlib.import_module(pin(dep.info, backend))
         return loaded
     finally:

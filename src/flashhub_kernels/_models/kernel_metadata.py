@@ -28,7 +28,7 @@ versions only.
 
 from __future__ import annotations
 
-from ..errors import ManifestError
+from ..errors import KernelDependencyError, ManifestError
 from .names import RepoInfo, check_version
 from .record import Record
 
@@ -227,6 +227,16 @@ def dependency_label(info: RepoInfo) -> str:
 def format_cycle(chain: Sequence[str]) -> str:
     """``a/x v1 -> b/y v2 -> a/x v1``: a chain of kernels, each depending on the next."""
     return " -> ".join(chain)
+
+
+def dependency_cycle(chain: Sequence[str]) -> KernelDependencyError:
+    """The error for kernels that depend on each other: ``chain`` (``org/pkg vN``, each
+    depending on the next) ends with the kernel it began with."""
+    return KernelDependencyError(
+        f"kernel dependencies form a cycle: {format_cycle(chain)}",
+        hint="a kernel cannot depend on itself, directly or through others: report it to "
+        "the kernels' publisher",
+    )
 
 
 def parse_release(text: str) -> tuple[int, ...]:

@@ -1,8 +1,8 @@
 """A repo's ``versions.json``: the versions it publishes, and the newest of them.
 
-:func:`with_version` takes the newest for a load that names none;
-:class:`NewerVersionNotice` tells a load that downloads when a version newer than its
-own is published. Every read of it records its highest version
+:func:`with_version` takes the newest for a load that names none, :func:`listed_versions`
+gives them all; :class:`NewerVersionNotice` tells a load that downloads when a version
+newer than its own is published. Every read of it records its highest version
 (:mod:`.._cache.versions_seen`), so that the newest version never goes backwards on
 this machine.
 """
@@ -40,11 +40,21 @@ def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInf
     """``RepoInfo`` for ``version``, or for the newest one in ``versions.json``.
 
     Raises:
-        RollbackError: that ``versions.json`` ends below a version this machine has seen
-            listed (see :mod:`.._cache.versions_seen`).
+        KernelNotFoundError, RollbackError: as :func:`listed_versions`.
     """
     if version is not None:
         return RepoInfo(repo_id, version)
+    return RepoInfo(repo_id, listed_versions(fetcher, repo_id)[-1])
+
+
+def listed_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
+    """The versions ``versions.json`` lists, ascending; never empty.
+
+    Raises:
+        KernelNotFoundError: the repo has no ``versions.json``, or it lists no version.
+        RollbackError: that ``versions.json`` ends below a version this machine has seen
+            listed (see :mod:`.._cache.versions_seen`).
+    """
     RepoInfo(repo_id, 1)  # validate the repo id before any request
     try:
         versions = get_versions(fetcher, repo_id)
@@ -53,7 +63,7 @@ def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInf
     else:
         if versions:
             check_newest(Cache.from_config(fetcher.config), repo_id, versions)
-            return RepoInfo(repo_id, versions[-1])
+            return versions
         why = "lists no versions in its versions.json"
     check = "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
     doubled = doubled_prefix_hint(fetcher.config)

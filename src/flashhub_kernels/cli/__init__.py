@@ -1,11 +1,12 @@
 """The ``flashhub`` command line, and the legacy ``flashhub-kernel-load`` script.
 
-Each command group is a module of this package (:mod:`.publish`, :mod:`.mirror`, :mod:`.keys`,
-:mod:`.lock`, :mod:`.kernels`, :mod:`.cache`; :mod:`.kernel_load` is the 0.1.2 script),
-whose ``COMMANDS`` maps each command's name to the function adding its options and its
-handler. The table below names each command's module and help line, so ``flashhub
---help`` imports no command module and ``flashhub get`` only the one it runs. Handlers
-import what they need (the publisher, the client, torch) when they run.
+Each command group is a module of this package (:mod:`.publish`, :mod:`.mirror`,
+:mod:`.keys`, :mod:`.lock`, :mod:`.variants`, :mod:`.kernels`, :mod:`.describe_api`,
+:mod:`.cache`; :mod:`.kernel_load` is the 0.1.2 script), whose ``COMMANDS`` maps each
+command's name to the function adding its options and its handler. The table below
+names each command's module and help line, so ``flashhub --help`` imports no command
+module and ``flashhub get`` only the one it runs. Handlers import what they need (the
+publisher, the client, torch) when they run.
 
 Exit codes: 0 success, 1 failure (a :class:`~flashhub_kernels.errors.FlashhubError`,
 printed with its hint and no traceback), 2 usage error, 130 interrupted (Ctrl-C), 141
@@ -51,12 +52,18 @@ _COMMANDS = {
         "lock", "download the kernels flashhub.lock pins into the cache, verified against the lock"
     ),
     "variants": _Listed(
-        "kernels",
-        "judge every published variant of a kernel against this system (exit 1: none fits)",
+        "variants",
+        "judge every published variant of a kernel (or of each version) against this system "
+        "(exit 1: none fits)",
     ),
     "info": _Listed(
         "kernels",
-        "show a kernel version's variants, files and sizes, and the variant this system gets",
+        "show a kernel version's variants, files and sizes, and the variant this system gets "
+        "(--dep-tree: the kernels it depends on)",
+    ),
+    "describe-api": _Listed(
+        "describe_api",
+        "list a kernel's public functions and layers, read from its source without running it",
     ),
     "get": _Listed(
         "kernels", "download and verify one kernel's variant for this system; print its directory"

@@ -89,9 +89,28 @@ def project_argument(parser: argparse.ArgumentParser) -> None:
 
 def kernel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo_id", type=repo_id_arg, metavar="ORG/PKG")
+    version_argument(parser)
+
+
+# What ``--version latest`` parses to: falsy, as the option's default (None) is, so that
+# ``args.version or newest_version(...)`` takes the newest; but not None, so that argparse
+# sees the option given (a mutually exclusive one is refused beside it).
+LATEST = 0
+
+
+def version_argument(parser: argparse._ActionsContainer) -> None:
+    """``--version N``, or ``--version latest`` (:data:`LATEST`): the newest, as when it is
+    not given."""
     parser.add_argument(
-        "--version", type=version_arg, metavar="N", help="default: the newest in versions.json"
+        "--version",
+        type=_version_or_latest,
+        metavar="N",
+        help="default (or 'latest'): the newest in versions.json",
     )
+
+
+def _version_or_latest(value: str) -> int:
+    return LATEST if value == "latest" else version_arg(value)
 
 
 def backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -249,6 +268,11 @@ def shown(path: Path) -> str:
     return escape_controls(str(path))
 
 
+def shown_choice(variant: str | None) -> str:
+    """The variant chosen, for ``chosen: ...`` lines: escaped, or why there is none."""
+    return escape_controls(variant) if variant else "none (no variant fits this system)"
+
+
 def print_error(message: str, hint: str | None) -> None:
     print(f"error: {escape_message(message)}", file=sys.stderr)
     if hint:
@@ -268,6 +292,24 @@ def local_cache() -> Cache:
     from .._cache.layout import Cache
 
     return Cache.from_config(get_config())
+
+
+def newest_version(repo_id: str, command: str) -> int:
+    """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
+    from .._network.transport import remote
+    from .._network.versions import with_version
+
+    config = get_config()
+    if config.offline:
+        from .._loading.offline import newest_version_error
+
+        raise newest_version_error(
+            repo_id,
+            hint=f"pass --version N (`flashhub {command} {repo_id} --version 1`), "
+            "or unset FLASHHUB_OFFLINE",
+        )
+    with remote(config) as fetcher:
+        return with_version(fetcher, repo_id, None).version
 
 
 # --- running -------------------------------------------------------------------------------

@@ -1,10 +1,14 @@
-"""``flashhub cache list|verify|prune|clear``: the local kernel cache, maintained."""
+"""``flashhub cache list|verify|prune|clear``: the local kernel cache, maintained
+(``cache ls`` is ``cache list``, as Hugging Face kernels spells it)."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._utils.escaping import escape_controls
 from ._common import (
@@ -26,17 +30,27 @@ from ._common import (
     verbose_argument,
 )
 
+if TYPE_CHECKING:
+    from .._cache.listing import CachedVersion
+
 
 def _cache_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="cache_action", metavar="ACTION", required=True)
     for name, run, help_text in (
-        ("list", _cache_list, "list the cached kernel variants"),
+        ("list", _cache_list, "list the cached kernel versions and their variants (also: ls)"),
         ("verify", _cache_verify, "re-hash every cached file against its metadata.json"),
         ("prune", _cache_prune, "remove damaged entries and leftovers of dead downloads"),
         ("clear", _cache_clear, "remove every kernel from the cache"),
     ):
-        action = actions.add_parser(name, help=help_text, description=help_text)
+        aliases = ["ls"] if name == "list" else []  # Hugging Face kernels' spelling
+        action = actions.add_parser(name, aliases=aliases, help=help_text, description=help_text)
         action.set_defaults(cache_run=run)
+        if name == "list":
+            action.add_argument(
+                "--no-truncate",
+                action="store_true",
+                help="show each content hash in full (the table shows its first 12 digits)",
+            )
         if name == "prune":
             action.add_argument(
                 "--keep-locked",
@@ -70,22 +84,118 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from .._cache.admin import list_entries
+    from .._cache.listing import cached_versions
 
     cache = local_cache()
-    listed = list_entries(cache)
+    versions = cached_versions(cache)
     if args.json:
-        print_json({"cache_dir": str(cache.root), "entries": [e.to_dict() for e in listed]})
-        return EXIT_OK
-    print(f"cache: {cache.root}")
-    for entry in listed:
-        print(
-            f"  {entry.info} {escape_controls(entry.variant)}: {count(entry.files, 'file')}, "
-            f"{size(entry.size)}, {escape_controls(entry.content_hash or 'no receipt')}"
+        print_json(
+            {
+                "cache_dir": str(cache.root),
+                "entries": [entry.to_dict() for v in versions for entry in v.entries],
+                "repos": _repos_document(versions),
+            }
         )
-    if not listed:
-        print("  (empty)")
+    elif not versions:
+        print(f"No cached kernel versions found in {shown(cache.root)}.")
+    else:
+        _print_table(_HEADERS, _version_rows(versions, full_hashes=args.no_truncate))
     return EXIT_OK
+
+
+_HEADERS = ("ID", "SIZE", "LAST_ACCESSED", "LAST_MODIFIED", "VERSION", "VARIANTS", "CONTENT_HASH")
+_SHORT_HASH = len("sha256-") + 12
+
+
+def _version_rows(versions: list[CachedVersion], *, full_hashes: bool) -> list[list[str]]:
+    """A row per version; each further variant of it on a row of its own below, the
+    other columns left blank."""
+    now = time.time()
+    rows = []
+    for version in versions:
+        for index, entry in enumerate(version.entries):
+            content_hash = entry.content_hash or "no receipt"
+            variant = [
+                escape_controls(entry.variant),
+                content_hash if full_hashes else content_hash[:_SHORT_HASH],
+            ]
+            if index:
+                rows.append(["", "", "", "", "", *variant])
+                continue
+            rows.append(
+                [
+                    version.info.repo_id,
+                    size(version.size),
+                    _time_since(version.last_accessed, now),
+                    _time_since(version.last_modified, now),
+                    f"v{version.info.version}",
+                    *variant,
+                ]
+            )
+    return rows
+
+
+def _print_table(headers: tuple[str, ...], rows: list[list[str]]) -> None:
+    """Columns as wide as their widest cell, a rule under the headers; SIZE to the right."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=False)]
+    right = headers.index("SIZE")
+    for row in [list(headers), ["-" * width for width in widths], *rows]:
+        cells = [
+            cell.rjust(width) if column == right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+
+
+def _repos_document(versions: list[CachedVersion]) -> list[dict[str, object]]:
+    """The cache as Hugging Face's ``kernels cache ls --json`` lays it out."""
+    repos = []
+    for repo_id, group in itertools.groupby(versions, key=lambda version: version.info.repo_id):
+        cached = list(group)
+        repos.append(
+            {
+                "repo_id": repo_id,
+                "size_on_disk": sum(version.size for version in cached),
+                "last_accessed": max(version.last_accessed for version in cached),
+                "last_modified": max(version.last_modified for version in cached),
+                "versions": [
+                    {
+                        "version": f"v{version.info.version}",
+                        "size_on_disk": version.size,
+                        "last_accessed": version.last_accessed,
+                        "last_modified": version.last_modified,
+                        "variants": [entry.variant for entry in version.entries],
+                    }
+                    for version in cached
+                ],
+            }
+        )
+    return repos
+
+
+# The units _time_since counts in, and the count at which it moves on to the next one.
+_UNITS = (
+    ("second", 1, 60),
+    ("minute", 60, 60),
+    ("hour", 3600, 24),
+    ("day", 86400, 7),
+    ("week", 7 * 86400, 5),
+    ("month", 30 * 86400, 12),
+)
+
+
+def _time_since(then: float, now: float) -> str:
+    """``a few seconds ago``, ``5 minutes ago``, ``1 day ago``: how long before ``now``
+    ``then`` was, in the largest unit that fits, rounded."""
+    seconds = now - then
+    if seconds < 20:
+        return "a few seconds ago"
+    unit, number = "year", round(seconds / (365 * 86400))
+    for name, length, rollover in _UNITS:
+        if round(seconds / length) < rollover:
+            unit, number = name, round(seconds / length)
+            break
+    return f"{number} {unit}{'' if number == 1 else 's'} ago"
 
 
 def _cache_verify(args: argparse.Namespace) -> int:

@@ -1,32 +1,34 @@
-"""``flashhub variants``, ``info`` and ``get``: what the CDN publishes of one kernel,
-judged against this system (or, with ``--system``, another), and its variant downloaded."""
+"""``flashhub info`` and ``get``: what the CDN publishes of one kernel version (and, with
+``--dep-tree``, the kernels it depends on), judged against this system, and its variant
+downloaded (for this system or, with ``--system``, another)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from .._config import get_config
+from .._models.kernel_metadata import dependency_label
 from .._utils.escaping import escape_controls
 from ._common import (
-    EXIT_FAILURE,
     EXIT_OK,
     Command,
     backend_argument,
     count,
     json_argument,
     kernel_arguments,
-    local_cache,
     machine,
+    newest_version,
     print_json,
     remote_arguments,
+    shown_choice,
     size,
     system_arguments,
     target_system_of,
 )
 
 if TYPE_CHECKING:
-    from .._loading.version_info import Signature
+    from .._loading.dependency_tree import DependencyNode
+    from .._models.names import RepoInfo
 
 
 def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,91 +38,32 @@ def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
     json_argument(parser)
 
 
+def _info_arguments(parser: argparse.ArgumentParser) -> None:
+    _kernel_command_arguments(parser)
+    parser.add_argument(
+        "--dep-tree",
+        action="store_true",
+        help="also show the kernels it depends on (kernel-depends), and theirs, as a tree",
+    )
+
+
 def _choosing_command_arguments(parser: argparse.ArgumentParser) -> None:
     _kernel_command_arguments(parser)
     system_arguments(parser)
 
 
-def _variants(args: argparse.Namespace) -> int:
-    from .._loading.api import get_kernel_variants
-    from .._variants.verdicts import VariantAccepted, best_variant, format_trace
-
-    system = target_system_of(args).describe()  # a malformed machine: before any request
-    version = args.version or _newest_version(args.repo_id, "variants")
-    verdicts = get_kernel_variants(args.repo_id, version, backend=args.backend, **machine(args))
-    chosen = best_variant(verdicts)
-    signatures = _signatures(args.repo_id, version, [r.variant for r in verdicts])
-    if args.json:
-        variants = [
-            {
-                "variant": r.variant,
-                "compatible": isinstance(r, VariantAccepted),
-                "reason": None if isinstance(r, VariantAccepted) else r.reason,
-                **(signatures[r.variant].to_dict() if r.variant in signatures else {}),
-            }
-            for r in verdicts
-        ]
-        print_json(
-            {
-                "repo_id": args.repo_id,
-                "version": version,
-                "system": system,
-                "chosen": chosen,
-                "variants": variants,
-            }
-        )
-    else:
-        print(f"{args.repo_id}@v{version} on {system}:")
-        print(format_trace(verdicts))
-        for name, signature in signatures.items():
-            print(f"  {escape_controls(name)}: {signature.describe()}")
-        print(f"chosen: {_chosen(chosen)}")
-    return EXIT_OK if chosen else EXIT_FAILURE
-
-
-def _signatures(repo_id: str, version: int, names: list[str]) -> dict[str, Signature]:
-    """Who signed each signed variant; offline, the keys that vouched for cached entries."""
-    from .._loading.version_info import cached_signatures, variant_signatures
-    from .._models.names import RepoInfo
-
-    info = RepoInfo(repo_id, version)
-    if get_config().offline:
-        return cached_signatures(local_cache(), info, names)
-    return variant_signatures(info, names)
-
-
-def _chosen(variant: str | None) -> str:
-    return escape_controls(variant) if variant else "none (no variant fits this system)"
-
-
-def _newest_version(repo_id: str, command: str) -> int:
-    """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
-    from .._network.transport import remote
-    from .._network.versions import with_version
-
-    config = get_config()
-    if config.offline:
-        from .._loading.offline import newest_version_error
-
-        raise newest_version_error(
-            repo_id,
-            hint=f"pass --version N (`flashhub {command} {repo_id} --version 1`), "
-            "or unset FLASHHUB_OFFLINE",
-        )
-    with remote(config) as fetcher:
-        return with_version(fetcher, repo_id, None).version
-
-
 def _info(args: argparse.Namespace) -> int:
     from .._loading.version_info import describe_kernel, metadata_lines
 
-    version = args.version or _newest_version(args.repo_id, "info")
+    version = args.version or newest_version(args.repo_id, "info")
     description = describe_kernel(args.repo_id, version, backend=args.backend)
+    tree = _dependency_tree(description.info, args.backend) if args.dep_tree else None
     if args.json:
-        print_json(description.to_dict())
+        shown_tree = {} if tree is None else {"dependency_tree": tree.to_dict()}
+        print_json({**description.to_dict(), **shown_tree})
         return EXIT_OK
     print(f"{description.info} on {description.system}")
-    print(f"chosen variant: {_chosen(description.chosen)}")
+    print(f"chosen variant: {shown_choice(description.chosen)}")
     for variant in description.variants:
         mark = "+" if variant.compatible else "-"
         print(
@@ -137,14 +80,38 @@ def _info(args: argparse.Namespace) -> int:
             print(f"      rejected: {escape_controls(variant.reason)}")
         for path, nbytes in variant.files.items():
             print(f"      {size(nbytes):>10}  {escape_controls(path)}")
+    if tree is not None:
+        print("kernel dependencies:")
+        print(_node_label(tree))
+        _print_dependencies(tree.depends, "")
     return EXIT_OK
+
+
+def _dependency_tree(info: RepoInfo, backend: str | None) -> DependencyNode:
+    from .._loading.dependency_tree import dependency_tree
+
+    return dependency_tree(info, backend=backend)
+
+
+def _print_dependencies(nodes: tuple[DependencyNode, ...], indent: str) -> None:
+    """``nodes`` as the branches of a tree drawn in ASCII, each one's own below it."""
+    for index, node in enumerate(nodes):
+        last = index == len(nodes) - 1
+        print(f"{indent}{'`-- ' if last else '|-- '}{_node_label(node)}")
+        _print_dependencies(node.depends, indent + ("    " if last else "|   "))
+
+
+def _node_label(node: DependencyNode) -> str:
+    """``org/pkg v1 (variant)``, or why its dependencies are unknown."""
+    variant = escape_controls(node.variant) if node.variant else "no variant fits this system"
+    return f"{dependency_label(node.info)} ({variant})"
 
 
 def _get(args: argparse.Namespace) -> int:
     from .._loading.api import install_kernel
 
     target_system_of(args)  # a malformed machine: before any request
-    version = args.version or _newest_version(args.repo_id, "get")
+    version = args.version or newest_version(args.repo_id, "get")
     path = install_kernel(args.repo_id, version=version, backend=args.backend, **machine(args))
     if args.json:
         print_json(
@@ -161,7 +128,6 @@ def _get(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "variants": Command(_choosing_command_arguments, _variants),
-    "info": Command(_kernel_command_arguments, _info),
+    "info": Command(_info_arguments, _info),
     "get": Command(_choosing_command_arguments, _get),
 }

@@ -1,0 +1,122 @@
+"""``flashhub describe-api``: a kernel's public functions and layers, read from the
+source of the variant this system loads (downloaded and verified into the cache when it
+is not there yet) or of a local kernel directory, without running any of it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._utils.escaping import escape_controls
+from ._common import (
+    EXIT_OK,
+    Command,
+    backend_argument,
+    json_argument,
+    newest_version,
+    print_json,
+    remote_arguments,
+    repo_id_arg,
+    version_argument,
+)
+
+if TYPE_CHECKING:
+    from .._loading.api_description import KernelApi
+
+
+def _kernel_arg(value: str) -> str:
+    """A local kernel directory, or a repo id; a path that is no directory is refused."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return value
+    if path.exists() or value.startswith(("/", ".", "~")):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a kernel directory")
+    return repo_id_arg(value)
+
+
+def _describe_api_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "kernel",
+        type=_kernel_arg,
+        metavar="ORG/PKG|PATH",
+        help="a kernel on the CDN, or a local kernel directory (a repo holding "
+        "build/<variant>/, a build directory, a variant or the package itself)",
+    )
+    version_argument(parser)
+    backend_argument(parser)
+    remote_arguments(parser)
+    json_argument(parser)
+
+
+def _describe_api(args: argparse.Namespace) -> int:
+    from .._loading.api_description import describe_package
+
+    package, source = _package(args)
+    api = describe_package(package)
+    if args.json:
+        print_json(
+            {
+                **source,
+                "functions": [function.to_dict() for function in api.functions],
+                "layers": [layer.to_dict() for layer in api.layers],
+            }
+        )
+    else:
+        _print_api(source, api)
+    return EXIT_OK
+
+
+def _package(args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
+    """The package directory to read, and where it came from (for the output)."""
+    path = Path(args.kernel).expanduser()
+    if path.is_dir():
+        from .._loading.local import find_local_package
+
+        if args.version is not None:  # --version latest too: no directory has versions
+            raise ValueError(f"--version names a version on the CDN, not of the directory {path}")
+        found = find_local_package(path.resolve(), args.backend)
+        return found.package_dir, {"path": str(path), "variant": found.variant}
+    from .._loading.api import install_kernel
+    from .._models.kernel_dir import package_dir_of
+    from .._models.names import RepoInfo
+
+    version = args.version or newest_version(args.kernel, "describe-api")
+    entry = install_kernel(args.kernel, version=version, backend=args.backend)
+    source = {"repo_id": args.kernel, "version": version, "variant": entry.name}
+    return package_dir_of(entry, RepoInfo(args.kernel, version).py_pkg), source
+
+
+def _print_api(source: dict[str, object], api: KernelApi) -> None:
+    shown = escape_controls  # the source is the kernel's: its docstrings may hold anything
+    if "repo_id" in source:
+        print(f"Repository: {source['repo_id']}")
+        print(f"Version: {source['version']}")
+    else:
+        print(f"Path: {shown(str(source['path']))}")
+    print(f"Variant: {shown(str(source['variant'] or '-'))}")
+    print("\nFunctions:")
+    for function in api.functions:
+        print(f"  {function.name}{shown(function.signature)}")
+        if function.doc:
+            print(f"      {shown(function.doc)}")
+    if not api.functions:
+        print("  (none)")
+    print("\nLayers:")
+    for layer in api.layers:
+        flags = "  ".join(
+            f"{name}={'unknown' if value is None else value}"
+            for name, value in (
+                ("has_backward", layer.has_backward),
+                ("can_torch_compile", layer.can_torch_compile),
+            )
+        )
+        print(f"  {layer.name}  {flags}")
+        print(f"      forward{shown(layer.signature)}")
+        if layer.doc:
+            print(f"      {shown(layer.doc)}")
+    if not api.layers:
+        print("  (none)")
+
+
+COMMANDS = {"describe-api": Command(_describe_api_arguments, _describe_api)}
