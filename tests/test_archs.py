@@ -35,6 +35,7 @@ from flashhub_kernels._variants.system import SystemInfo
 from flashhub_kernels._variants.verdicts import (
     VariantAccepted,
     best_variant,
+    describe_system,
     judge_builds,
     judge_variants,
 )
@@ -335,7 +336,9 @@ def test_free_threaded_python_takes_no_native_build_unless_it_declares_so() -> N
 def test_a_machine_from_the_build_it_loads() -> None:
     system = system_from_variant(CUDA_BUILD, cuda_capability="9.0")
     assert system == SystemInfo((2, 13), True, "cuda", "cu126", "x86_64", "linux", (9, 0))
-    assert system.describe() == ("torch 2.13 (cxx11), cu126, x86_64-linux, CUDA capability 9.0")
+    assert describe_system(system) == (
+        "torch 2.13 (cxx11), cu126, x86_64-linux, CUDA capability 9.0"
+    )
     assert system_from_variant("torch212-cxx98-cpu-aarch64-linux").abi == "cxx98"
     assert system_from_variant("torch213-cu126-x86_64-linux").cxx11_abi  # no tag: cxx11
     rocm = system_from_variant(ROCM_BUILD, rocm_arch="gfx90a:sramecc+:xnack-")

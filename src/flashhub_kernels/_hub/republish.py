@@ -34,7 +34,7 @@ from .._publish.build import is_variant_name
 from .._publish.signatures import signing_keys
 from .._variants.named_system import target_system
 from .._variants.system import SystemInfo
-from .._variants.verdicts import best_variant, format_trace, judge_variants
+from .._variants.verdicts import best_variant, describe_system, format_trace, judge_variants
 from ..errors import ManifestError, MirrorError
 from .client import BUILD_DIR, MIRRORED_FROM, Hub, HubOrigin, HubTree
 
@@ -164,7 +164,8 @@ def choose_variants(
         best = best_variant(verdicts)
         if best is None:
             raise MirrorError(
-                f"no variant of the Hub build fits {system.describe()}:\n{format_trace(verdicts)}",
+                f"no variant of the Hub build fits {describe_system(system)}:\n"
+                + format_trace(verdicts),
                 hint="pass variants='all', or the names of the variants to mirror",
                 cli_hint="pass --variants all, or --variants NAME,NAME for the machines that "
                 "will load it",

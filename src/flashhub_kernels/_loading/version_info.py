@@ -34,7 +34,13 @@ from .._network.variant_index import fetch_index
 from .._signing.trusted_keys import shown_key_id
 from .._utils.escaping import escape_controls
 from .._variants.named_system import target_system
-from .._variants.verdicts import VariantAccepted, VariantRejected, VariantVerdict, judge_variants
+from .._variants.verdicts import (
+    VariantAccepted,
+    VariantRejected,
+    VariantVerdict,
+    describe_system,
+    judge_variants,
+)
 from .offline import CachedVariant, cached_variant, cached_variants, published_variants
 
 if TYPE_CHECKING:
@@ -203,7 +209,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         _published(info, r, manifests[r.variant], size_of, signatures[r.variant]) for r in verdicts
     ]
     chosen = next((v.name for v in variants if v.compatible), None)
-    return KernelDescription(info, system.describe(), variants, chosen)
+    return KernelDescription(info, describe_system(system), variants, chosen)
 
 
 def variant_signatures(info: RepoInfo, names: Sequence[str]) -> dict[str, Signature]:
@@ -273,7 +279,7 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
         for r in verdicts
     ]
     chosen = next((v.name for v in variants if v.compatible), None)
-    return KernelDescription(info, system.describe(), variants, chosen)
+    return KernelDescription(info, describe_system(system), variants, chosen)
 
 
 def _cached_signature(variant: CachedVariant) -> Signature | None:

@@ -19,6 +19,7 @@ from .._variants.probing import candidate_names
 from .._variants.verdicts import (
     VariantAccepted,
     best_variant,
+    describe_system,
     format_trace,
     judge_builds,
     judge_variants,
@@ -54,7 +55,7 @@ def locked_variant(
     trace = format_trace(judge_builds(verdicts, system, read, first_fit=False))
     raise NoCompatibleVariantError(
         f"{locked.info} has no variants.json, and none of the variants the lock pins for it "
-        f"fits this system ({system.describe()}):\n{trace}",
+        f"fits this system ({describe_system(system)}):\n{trace}",
         hint=f"lock this system's variant too, with {VARIANT_OPTIONS}",
     )
 

@@ -22,7 +22,7 @@ from .._models.record import Record
 from .._variants.choice import choose_variant
 from .._variants.compat import BuildTarget, pick_cached_variant, read_target
 from .._variants.system import SystemInfo
-from .._variants.verdicts import best_variant, judge_builds, judge_variants
+from .._variants.verdicts import best_variant, describe_system, judge_builds, judge_variants
 from ..errors import FlashhubError, NoCompatibleVariantError
 from .documents import ManifestDocument, get_listed_manifest, get_variant_names
 from .mirrors import NotPublished
@@ -93,7 +93,7 @@ def _choose(cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo) 
         info,
         variant,
         "variants.json" if index.complete else "the variants probed",
-        system.describe(),
+        describe_system(system),
     )
     return Choice(variant, reader.documents.get(variant))
 

@@ -15,7 +15,7 @@ from .compat import pick_cached_variant
 from .grammar import as_variant
 from .probing import build_variant_name
 from .system import with_backend
-from .verdicts import best_variant, format_trace, judge_builds, judge_variants
+from .verdicts import best_variant, describe_system, format_trace, judge_builds, judge_variants
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def choose_variant(
             verdicts = judge_builds(probed, system, index.targets.get, first_fit=False)
             raise no_variant_error(
                 f"{info} has no variants.json, and none of the variants found for this "
-                f"system ({system.describe()}) fits it:\n{format_trace(verdicts)}",
+                f"system ({describe_system(system)}) fits it:\n{format_trace(verdicts)}",
                 system,
                 published=None,
             )
@@ -62,7 +62,7 @@ def choose_variant(
     chosen = best_variant(verdicts)
     if chosen is None:
         raise no_variant_error(
-            f"{info} has no variant for this system ({system.describe()}). "
+            f"{info} has no variant for this system ({describe_system(system)}). "
             f"Published variants:\n{format_trace(verdicts)}",
             system,
             published=published,

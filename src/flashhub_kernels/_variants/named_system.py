@@ -9,6 +9,7 @@ import sys
 from .archs import gfx_name, parse_cuda_arch
 from .grammar import VariantNameError, parse_variant
 from .system import METAL_MIN_MACOS, SystemInfo, this_system, with_backend
+from .verdicts import describe_system
 
 
 def system_from_variant(
@@ -58,13 +59,15 @@ def with_device_named(
     """
     if cuda_capability is not None:
         if system.backend != "cuda":
-            raise ValueError(f"a CUDA capability was given, but {system.describe()} runs no CUDA")
+            raise ValueError(
+                f"a CUDA capability was given, but {describe_system(system)} runs no CUDA"
+            )
         return system._replace(
             cuda_capability=parse_capability(cuda_capability), probe_device=False
         )
     if rocm_arch is not None:
         if system.backend != "rocm":
-            raise ValueError(f"a ROCm arch was given, but {system.describe()} runs no ROCm")
+            raise ValueError(f"a ROCm arch was given, but {describe_system(system)} runs no ROCm")
         gfx = gfx_name(rocm_arch)
         if not (gfx.startswith("gfx") and len(gfx) > 3 and gfx.isascii() and gfx.isalnum()):
             raise ValueError(f"{rocm_arch!r} is not a ROCm gfx target such as 'gfx942'")

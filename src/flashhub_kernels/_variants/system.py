@@ -65,18 +65,6 @@ class SystemInfo(Record):
             return self.probe_device or self.rocm_arch is not None
         return False
 
-    def describe(self) -> str:
-        device = ""
-        if self.backend == "cuda" and self.cuda_capability is not None:
-            device = ", CUDA capability {}.{}".format(*self.cuda_capability)
-        elif self.backend == "rocm" and self.rocm_arch is not None:
-            device = f", {self.rocm_arch}"
-        python = ", free-threaded Python" if self.free_threaded else ""
-        return (
-            f"torch {self.torch[0]}.{self.torch[1]} ({self.abi}), {self.backend_tag}, "
-            f"{self.arch}-{self.os}{device}{python}"
-        )
-
 
 # Metal builds are compiled for Metal 4 (`-std=metal4.0`), which came with macOS 26.
 METAL_MIN_MACOS = (26, 0)

@@ -135,3 +135,17 @@ def format_trace(verdicts: Iterable[VariantVerdict]) -> str:
         else:
             lines.append(f"  - {name}: {escape_controls(res.reason)}")
     return "\n".join(lines) or "  (no variants are published)"
+
+
+def describe_system(system: SystemInfo) -> str:
+    """``system`` in a few words, for messages: torch, C++ ABI, backend, platform, device."""
+    device = ""
+    if system.backend == "cuda" and system.cuda_capability is not None:
+        device = ", CUDA capability {}.{}".format(*system.cuda_capability)
+    elif system.backend == "rocm" and system.rocm_arch is not None:
+        device = f", {system.rocm_arch}"
+    python = ", free-threaded Python" if system.free_threaded else ""
+    return (
+        f"torch {system.torch[0]}.{system.torch[1]} ({system.abi}), {system.backend_tag}, "
+        f"{system.arch}-{system.os}{device}{python}"
+    )

@@ -11,6 +11,7 @@ from .._config import get_config
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._utils.escaping import escape_controls
+from .._variants.verdicts import describe_system
 from ._common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -66,7 +67,7 @@ class _Judged(Record):
 
 
 def _variants(args: argparse.Namespace) -> int:
-    system = target_system_of(args).describe()  # a malformed machine: before any request
+    system = describe_system(target_system_of(args))  # a malformed machine: before any request
     if args.all_versions:
         judged = [_judge(args, version, keep_going=True) for version in _all_versions(args.repo_id)]
     else:
