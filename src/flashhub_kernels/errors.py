@@ -1,10 +1,9 @@
 """The exception hierarchy of flashhub-kernels.
 
 Every error the library raises on purpose derives from :class:`FlashhubError` and carries a
-``hint``: one sentence saying what to do next. The hint is part of the message, so it shows up
-in tracebacks and logs without extra work. A hint that names Python arguments (``version=``)
-comes with a ``cli_hint`` saying the same with the ``flashhub`` command's options (``--version
-N``), which the command prints instead.
+``hint``: one sentence saying what to do next, part of the message, so it shows up in tracebacks
+and logs. A hint that names Python arguments (``version=``) comes with a ``cli_hint`` saying the
+same with the ``flashhub`` command's options (``--version N``), which the command prints.
 
 Errors raised while importing a kernel (``import flashhub....`` or ``get_kernel``) are also
 :class:`ImportError` subclasses, so code that guards an optional kernel with ``except
@@ -12,8 +11,7 @@ ImportError`` keeps working; all but :class:`LocalKernelNotFoundError`, a settin
 
 Malformed arguments (a bad repo id, ``version=0``) raise the built-in :class:`ValueError`
 before any I/O, as Python code expects. A malformed setting (a ``FLASHHUB_*`` variable, a
-project's ``[tool.flashhub]`` table) raises :class:`ConfigError`, which is both: it may surface
-from an ``import`` statement.
+project's ``[tool.flashhub]``) raises :class:`ConfigError`, both: it may come from an ``import``.
 """
 
 from __future__ import annotations
