@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -341,3 +342,122 @@ def test_the_python_api_chooses_for_another_machine(cdn: CdnServer) -> None:
     assert fk.install_kernel(REPO, version=1, **h100).name == CU124
     with pytest.raises(ValueError, match="runs no ROCm"):
         fk.install_kernel(REPO, version=1, system=SYSTEM, rocm_arch="gfx942")
+
+
+# -- check_arch=False: the archs builds list are not checked --------------------------------------
+
+ONLY_AMPERE = {CU126: ["8.0", "8.6"]}  # no build for an H100 (9.0)
+
+
+def test_check_arch_false_loads_a_build_whose_archs_lack_the_device(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(cdn.root, 1, ONLY_AMPERE)
+    run_as(monkeypatch, gpu_node((9, 0)))
+    with pytest.raises(NoCompatibleVariantError, match=r"built for CUDA archs 8\.0, 8\.6"):
+        fk.get_kernel(REPO, version=1)
+    assert not fk.has_kernel(REPO, version=1)
+    assert fk.has_kernel(REPO, version=1, check_arch=False)
+    kernel = fk.get_kernel(REPO, version=1, check_arch=False)
+    assert kernel.marker() == f"{REPO}@v1:{CU126}"
+    import flashhub.acme.relu.v1 as by_statement  # the module imported: returned as it is
+
+    assert by_statement is kernel and fk.get_kernel(REPO, version=1) is kernel
+    (loaded,) = fk.get_loaded_kernels()
+    assert (loaded.repo_id, loaded.version, loaded.variant) == (REPO, 1, CU126)
+
+    # Another process loads it from the cache, with no request; offline too.
+    cdn.clear_log()
+    load = (
+        "import flashhub_kernels as fk\n"
+        f"print(fk.get_kernel({REPO!r}, version=1, check_arch=False).marker())"
+    )
+    assert run_python(as_gpu_node((9, 0), load)).strip() == f"{REPO}@v1:{CU126}"
+    assert run_python(as_gpu_node((9, 0), load), env=OFFLINE).strip() == f"{REPO}@v1:{CU126}"
+    assert cdn.gets() == []
+
+
+def test_check_arch_false_takes_the_best_build_by_its_name(
+    cdn: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    run_as(monkeypatch, gpu_node((9, 1)))  # checked, only torch-universal fits
+    assert fk.get_kernel(REPO, version=1, check_arch=False).marker() == f"{REPO}@v1:{CU126}"
+    assert cached_variants(cache_dir) == [CU126]
+    # No metadata.json was asked for to judge the archs: only the one downloaded.
+    assert cdn.gets("metadata.json") == [f"/kernels/{REPO}/v1/build/{CU126}/metadata.json"]
+
+
+def test_check_arch_false_on_local_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cdn: CdnServer
+) -> None:
+    publish(tmp_path, 1, BUILDS)
+    repo = tmp_path / "kernels" / REPO / "v1"  # holds build/<variant>/ as a kernel repo does
+    run_as(monkeypatch, gpu_node((9, 1)))
+    assert fk.get_local_kernel(repo, check_arch=False).marker() == f"{REPO}@v1:{CU126}"
+    layer_repo = fk.LocalLayerRepository(repo, "Relu", check_arch=False)
+    assert layer_repo.load_kernel().marker() == f"{REPO}@v1:{CU126}"
+
+    publish(tmp_path / "ampere", 1, ONLY_AMPERE)
+    monkeypatch.setenv("LOCAL_KERNELS", f"{REPO}={tmp_path / 'ampere' / 'kernels' / REPO / 'v1'}")
+    assert not fk.has_kernel(REPO, version=1)
+    assert fk.has_kernel(REPO, version=1, check_arch=False)
+    assert fk.get_kernel(REPO, version=1, check_arch=False).marker() == f"{REPO}@v1:{CU126}"
+    assert cdn.requests == []
+
+
+def test_check_arch_false_on_locked_kernels(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(cdn.root, 1, ONLY_AMPERE)
+    project = write_project(tmp_path / "project", {REPO: ">=1"})
+    lock_project(project)
+    lockfile = project / "flashhub.lock"
+    run_as(monkeypatch, gpu_node((9, 0)))
+    kernel = fk.get_locked_kernel(REPO, lockfile=lockfile, check_arch=False)
+    assert kernel.marker() == f"{REPO}@v1:{CU126}"
+    assert fk.load_kernel(REPO, lockfile=lockfile, check_arch=False) is kernel
+    layer_repo = fk.LockedLayerRepository(REPO, "Relu", lockfile=lockfile, check_arch=False)
+    assert layer_repo.load_kernel() is kernel
+
+    # From the cache only, in processes that have not imported it: checked, it is refused.
+    code = (
+        "import flashhub_kernels as fk\n"
+        "for check in (True, False):\n"
+        "    try:\n"
+        f"        k = fk.load_kernel({REPO!r}, lockfile={str(lockfile)!r}, check_arch=check)\n"
+        "        print(k.marker())\n"
+        "    except ImportError as exc:\n"
+        "        print(type(exc).__name__)\n"
+    )
+    out = run_python(as_gpu_node((9, 0), code), env=OFFLINE).split()
+    assert out == ["NoCompatibleVariantError", f"{REPO}@v1:{CU126}"]
+
+
+def test_check_arch_false_reaches_the_layer_repository(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(cdn.root, 1, ONLY_AMPERE)
+    run_as(monkeypatch, gpu_node((9, 0)))
+    checked = fk.LayerRepository(REPO, "Relu", version=1)
+    with pytest.raises(NoCompatibleVariantError):
+        checked.load_kernel()
+    unchecked = fk.LayerRepository(REPO, "Relu", version=1, check_arch=False)
+    assert unchecked.load_kernel().marker() == f"{REPO}@v1:{CU126}"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: fk.LayerRepository(REPO, "Relu", version=1, **kw),
+        lambda **kw: fk.LocalLayerRepository("/kernels/relu", "Relu", **kw),
+        lambda **kw: fk.LockedLayerRepository(REPO, "Relu", lockfile="flashhub.lock", **kw),
+    ],
+)
+def test_check_arch_takes_part_in_a_layer_repository_equality(make: Any) -> None:
+    checked, unchecked = make(), make(check_arch=False)
+    assert checked == make(check_arch=True) and hash(checked) == hash(make(check_arch=True))
+    assert checked != unchecked and unchecked == make(check_arch=False)
+    assert len({checked, unchecked}) == 2
+    assert (checked.check_arch, unchecked.check_arch) == (True, False)
+    assert "check_arch=False" in repr(unchecked)

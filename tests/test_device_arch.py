@@ -376,6 +376,34 @@ def test_a_spawned_worker_unpickling_a_kernel_object_starts_no_cuda(
     assert nvml_calls(tmp_path).count("nvmlDeviceGetCudaComputeCapability") == 2
 
 
+CHECK_ARCH = """
+import os, sys, torch
+import flashhub_kernels as fk
+import flashhub_kernels._variants.device_arch
+flashhub_kernels._variants.device_arch.PROC_GPUS = os.environ["STAND_IN_PROC_GPUS"]
+try:
+    k = fk.get_kernel("acme/relu", version=1, check_arch={check_arch})
+    print(k.marker(), torch.cuda.is_initialized(), "flashhub_kernels._variants.nvml" in sys.modules)
+except ImportError as exc:
+    print(type(exc).__name__)
+"""
+
+
+def test_check_arch_false_neither_reads_the_device_nor_checks_its_arch(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    publish(cdn.root, 1, {CU126: ["8.0", "8.6"]})  # no build for the H100
+    extra = {"STAND_IN_PROC_GPUS": str(proc_listing(tmp_path / "proc", H100))}
+    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=extra)
+    unchecked = run_python(CHECK_ARCH.format(check_arch=False), env=env)
+    assert unchecked.split() == [_chosen(CU126), "False", "False"]
+    assert nvml_calls(tmp_path) == [] and context_requests(tmp_path) == []
+    checked = run_python(CHECK_ARCH.format(check_arch=True), env=env)
+    assert checked.split() == ["NoCompatibleVariantError"]
+    assert "nvmlDeviceGetCudaComputeCapability" in nvml_calls(tmp_path)
+    assert context_requests(tmp_path) == []
+
+
 def test_when_nvml_cannot_tell_the_archs_are_not_checked_and_verbose_says_so(
     cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:

@@ -8,8 +8,9 @@ original; what differs:
 - The record's fields are those of this client's ``LoadedKernel`` (kept from its 0.1.2
   release): ``repo_id, version, variant, path, module``, and ``RepoInfo(repo_id,
   version)``. HF's names are there as properties: ``repo_info`` (``None`` for a local
-  kernel) and ``RepoInfo.revision`` (``"v1"``). HF's ``metadata.name.python_name`` is
-  the package folder's name, ``path.name``.
+  kernel), ``metadata`` (its build's ``metadata.json``) and ``RepoInfo.revision``
+  (``"v1"``). HF's ``metadata.name.python_name`` is also the package folder's name,
+  ``path.name``.
 - HF's registry is a dict keyed by variant path; here the finder holds it, and conftest
   gives every test a fresh one (``fresh_registry`` checks that it starts empty).
   Clearing it mid-test is a fresh import state, as in a new process.
@@ -88,7 +89,8 @@ def test_get_kernel_registers_loaded_kernel(fresh_registry: None) -> None:
 
     entry = loaded[0]
     assert entry.module is kernel
-    assert entry.path.name == _PACKAGE_NAME
+    assert entry.metadata.name is not None
+    assert entry.metadata.name.python_name == entry.path.name == _PACKAGE_NAME
     assert entry.variant == cpu_variant()
     assert entry.repo_info is not None
     assert entry.repo_info.repo_id == _REPO_ID
@@ -119,7 +121,8 @@ def test_get_local_kernel_registers_with_null_repo_info(fresh_registry: None) ->
 
     entry = loaded[0]
     assert entry.module is kernel
-    assert entry.path.name == _PACKAGE_NAME
+    assert entry.metadata.name is not None
+    assert entry.metadata.name.python_name == entry.path.name == _PACKAGE_NAME
     assert entry.repo_info is None
 
 

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
+import flashhub_kernels._constants as constants
 from conftest import import_in_child, run_python
 from flashhub_kernels._cache.layout import Cache
 from flashhub_kernels._config import get_config
 from flashhub_kernels._constants import RECEIPT_NAME
 from flashhub_kernels._lockfiles.format import read_lockfile
+from flashhub_kernels._variants.system import SystemInfo
 from flashhub_kernels.errors import (
     ClientTooOldError,
     DirtyBuildWarning,
@@ -30,6 +32,7 @@ from flashhub_kernels.errors import (
     LockMismatchError,
     ManifestError,
     MissingPythonDependencyError,
+    NoCompatibleVariantError,
 )
 from support.builder import (
     RAN_DIR_VAR,
@@ -42,10 +45,12 @@ from support.builder import (
 )
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
+from support.machines import run_as
 from support.projects import write_project
 from support.trees import b64sha256
 
 TOP, BASE = "acme/top", "acme/base"
+H100_BUILD = "torch213-cxx11-cu126-x86_64-linux"  # its metadata.json lists other archs
 LOADED = loaded_variant()  # of the builder's VARIANTS, the one this machine loads
 USES_BASE = 'from flashhub_kernels import get_kernel_dep\n\nbase = get_kernel_dep("acme/base")\n'
 
@@ -124,8 +129,9 @@ def test_installed_python_dependencies_let_the_kernel_load(cdn: CdnServer, ran_d
     ("key", "wanted", "message"),
     [
         ("flashhub-kernels-minver", "99.1", "requires flashhub-kernels>=99.1, but version 0.2.0"),
-        ("kernels-minver", "0.99", "requires the Hugging Face kernels API 0.99 or newer"),
-        ("kernels-minver", "1", "implements 0.17.2"),
+        ("kernels-minver", "0.19.2", "requires kernels>=0.19.2 .*implements kernels 0.19.1"),
+        ("kernels-minver", "0.20", "requires kernels>=0.20 .*implements kernels 0.19.1"),
+        ("kernels-minver", "1", "flashhub-kernels 0.2.0 implements kernels 0.19.1"),
     ],
 )
 def test_a_kernel_needing_a_newer_client_is_refused_before_it_runs(
@@ -139,11 +145,22 @@ def test_a_kernel_needing_a_newer_client_is_refused_before_it_runs(
     assert ran(ran_dir) == []
 
 
+def test_an_unmet_kernels_minver_fails_the_import_statement_of_a_fresh_process(
+    cdn: CdnServer, ran_dir: Path
+) -> None:
+    write_builder_kernel(cdn.root, TOP, 1, extra={"kernels-minver": "0.99.0"})
+    error, printed = import_in_child("flashhub.acme.top.v1")
+    assert issubclass(error, ClientTooOldError) and issubclass(error, ImportError)
+    assert "requires kernels>=0.99.0" in printed and "implements kernels 0.19.1" in printed
+    assert ran(ran_dir) == []
+
+
 @pytest.mark.parametrize(
     "extra",
     [
         {"kernels-minver": "0.17"},
-        {"kernels-minver": "0.17.2.0"},
+        {"kernels-minver": "0.19.1"},
+        {"kernels-minver": "0.19.1.0"},
         {"flashhub-kernels-minver": "0.2"},
         {"flashhub-kernels-minver": "0.1.2", "kernels-minver": "0.10.0"},
     ],
@@ -154,6 +171,34 @@ def test_a_kernel_this_client_is_new_enough_for_loads(
     write_builder_kernel(cdn.root, TOP, 1, extra=extra)
     fk.get_kernel(TOP, version=1)
     assert ran(ran_dir) == [ran_label(TOP, 1)]
+
+
+@pytest.mark.parametrize(
+    ("client", "loads"),
+    [
+        ("0.3.0.dev1", True),  # a development version counts as the release it leads to
+        ("0.3.0rc2", True),
+        ("0.3.0+local.4", True),
+        ("0.3", True),
+        ("0.2.9", False),
+        ("0.2.9.post3", False),
+        ("not a version", True),  # cannot be compared: never fails the load
+        ("0.3.0-dirty", True),
+    ],
+)
+def test_the_client_version_is_compared_by_its_release(
+    cdn: CdnServer, ran_dir: Path, monkeypatch: pytest.MonkeyPatch, client: str, loads: bool
+) -> None:
+    monkeypatch.setattr(constants, "__version__", client)
+    write_builder_kernel(cdn.root, TOP, 1, extra={"flashhub-kernels-minver": "0.3.0"})
+    if loads:
+        fk.get_kernel(TOP, version=1)
+        assert ran(ran_dir) == [ran_label(TOP, 1)]
+        return
+    with pytest.raises(ClientTooOldError) as info:
+        fk.get_kernel(TOP, version=1)
+    assert f"requires flashhub-kernels>=0.3.0, but version {client} is installed" in str(info.value)
+    assert ran(ran_dir) == []
 
 
 # -- provenance -------------------------------------------------------------------------------
@@ -329,6 +374,23 @@ def test_a_missing_dependency_fails_the_import_of_the_kernel(cdn: CdnServer, ran
     with pytest.raises(fk.errors.KernelNotFoundError, match="acme/base@v7"):
         fk.get_kernel(TOP, version=1)
     assert ran(ran_dir) == []
+
+
+def test_check_arch_false_holds_for_the_kernels_a_kernel_depends_on(
+    cdn: CdnServer, ran_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ampere_only = {"backend": {"type": "cuda", "archs": ["8.0"]}}
+    write_builder_kernel(cdn.root, BASE, 2, variants=[H100_BUILD], extra=ampere_only)
+    write_builder_kernel(cdn.root, TOP, 1, body=USES_BASE, kernel_depends=[(BASE, 2)])
+    run_as(monkeypatch, SystemInfo((2, 13), True, "cuda", "cu126", "x86_64", "linux", (9, 0)))
+    with pytest.raises(NoCompatibleVariantError, match=r"this device is 9\.0"):
+        fk.get_kernel(TOP, version=1)
+    assert ran(ran_dir) == []
+
+    top = fk.get_kernel(TOP, version=1, check_arch=False)
+    assert ran(ran_dir) == [ran_label(BASE, 2), ran_label(TOP, 1)]
+    (base,) = [k for k in fk.get_loaded_kernels() if k.repo_id == BASE]
+    assert top.base is base.module and base.variant == H100_BUILD
 
 
 # -- locks ------------------------------------------------------------------------------------

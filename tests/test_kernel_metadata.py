@@ -26,11 +26,17 @@ from flashhub_kernels._models.kernel_metadata import (
 from flashhub_kernels._models.manifest import parse_metadata
 from flashhub_kernels._publish import publish
 from flashhub_kernels.errors import ManifestError, PublishError
-from support.builder import BUILDER_COMMIT, KERNEL_COMMIT, provenance, write_builder_kernel
+from support.builder import (
+    BUILDER_COMMIT,
+    KERNEL_COMMIT,
+    RAN_DIR_VAR,
+    provenance,
+    write_builder_kernel,
+)
 from support.builds import CPU, PY_PKG, REPO, SO_NAME, UNIVERSAL, make_kernel
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
-from support.trees import b64sha256
+from support.trees import b64sha256, write_kernel
 
 DIGEST = {"algorithm": "sha256", "files": {"__init__.py": b64sha256(b"")}}
 BUILDER_DOCUMENT: dict[str, Any] = {
@@ -186,6 +192,98 @@ def test_python_depends_entries_map_to_a_pip_package_and_a_module(
     entry: str, pip: str, module: str | None
 ) -> None:
     assert python_package(entry) == (pip, module)
+
+
+# -- Metadata: a build's metadata.json as Hugging Face kernels shows it --------------------------
+
+
+def test_metadata_has_every_field_by_its_hugging_face_name(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.json"
+    path.write_text(json.dumps({**BUILDER_DOCUMENT, "build-layout": "zip"}))
+    metadata = fk.Metadata.read_from_file(path)
+    assert metadata == fk.Metadata.read_from_file(str(path))
+    assert metadata.id == "_activation_cuda_0f3c2a1" and metadata.version == 1
+    assert metadata.name is not None and str(metadata.name) == "activation"
+    assert fk.Metadata.from_bytes(b'{"name": "flash-attn"}').name.python_name == "flash_attn"
+    assert (metadata.build_layout, metadata.kernels_minver) == ("zip", "0.17")
+    assert (metadata.license, metadata.source) == ("apache-2.0", BUILDER_DOCUMENT["source"])
+    assert metadata.upstream == "https://github.com/vllm-project/vllm.git"
+    assert list(metadata.python_depends) == ["einops"]
+    (dependency,) = metadata.kernel_depends
+    assert (dependency.repo_id, dependency.version) == ("kernels-community/einops", 1)
+    assert metadata.backend is not None and metadata.backend.backend_type == "cuda"
+    assert list(metadata.backend.archs or ()) == ["8.0", "9.0a", "10.0f+PTX"]
+    assert metadata.digest is not None and metadata.digest.algorithm == "sha256"
+    assert metadata.digest.files == DIGEST["files"]
+    provenance = metadata.provenance
+    assert provenance is not None and provenance.dirty
+    assert provenance.kernel_builder.version == "0.17.0"
+    assert provenance.kernel_builder.git == GitState(BUILDER_COMMIT, False)
+    assert provenance.kernel is not None and provenance.kernel.commit == KERNEL_COMMIT
+    assert metadata.flashhub_kernels_minver == "0.2"
+
+
+def test_metadata_of_the_older_form_has_its_fields_absent(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.json"
+    path.write_text(json.dumps({"digest": {"files": DIGEST["files"]}, "sizes": {"__init__.py": 0}}))
+    metadata = fk.Metadata.read_from_file(path)
+    assert metadata == fk.Metadata(digest=metadata.digest)
+    assert (metadata.name, metadata.id, metadata.version, metadata.backend) == (None,) * 4
+    assert (metadata.build_layout, metadata.python_depends) == ("files", ())
+    assert metadata.provenance is None
+    assert metadata.digest is not None and metadata.digest.files == DIGEST["files"]
+    clean = fk.Metadata.from_bytes(json.dumps({"provenance": provenance()}).encode())
+    assert clean.provenance is not None and not clean.provenance.dirty
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (b"[]", "must be a JSON object"),
+        (b"{", "is not valid JSON"),
+        (b'{"version": "1"}', '"version" must be'),
+        (b'{"build-layout": "ZIP"}', '"build-layout" must be "files" or "zip"'),
+        (b'{"digest": {"files": {"../x": "AAAA"}}}', "file path '../x' has an empty, '.' or '..'"),
+    ],
+)
+def test_metadata_of_a_malformed_file_is_a_manifest_error(
+    tmp_path: Path, document: bytes, message: str
+) -> None:
+    path = tmp_path / "metadata.json"
+    path.write_bytes(document)
+    with pytest.raises(ManifestError, match=re.escape(message)) as info:
+        fk.Metadata.read_from_file(path)
+    assert str(path) in str(info.value)
+    with pytest.raises(FileNotFoundError):
+        fk.Metadata.read_from_file(tmp_path / "missing.json")
+
+
+def test_a_loaded_kernel_has_the_metadata_of_its_build(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(RAN_DIR_VAR, str(tmp_path))
+    (document,) = write_builder_kernel(cdn.root, "acme/top", 1, variants=["torch-cpu"]).values()
+    write_kernel(cdn.root, "acme/nested", 1)  # <variant>/<py_pkg>/: metadata.json beside it
+    top = fk.get_kernel("acme/top", version=1, backend="cpu")
+    nested = fk.get_kernel("acme/nested", version=1)
+    loaded = {kernel.module: kernel for kernel in fk.get_loaded_kernels()}
+    metadata = loaded[top].metadata
+    assert metadata.name is not None and metadata.name.python_name == "top"
+    assert (metadata.id, metadata.version) == (document["id"], 1)
+    assert metadata == fk.Metadata.from_bytes(json.dumps(document).encode())
+    nested_files = loaded[nested].metadata.digest
+    assert nested_files is not None and "nested/__init__.py" in nested_files.files
+
+    package = tmp_path / "bare" / "bare_kernel"  # a package without a metadata.json
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    bare = fk.get_local_kernel(package)
+    assert loaded_record(bare).metadata == fk.Metadata()
+
+
+def loaded_record(module: object) -> fk.LoadedKernel:
+    (record,) = [kernel for kernel in fk.get_loaded_kernels() if kernel.module is module]
+    return record
 
 
 # -- flashhub info ----------------------------------------------------------------------------

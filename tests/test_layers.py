@@ -837,7 +837,7 @@ def test_devices_and_repositories_are_frozen_values(tmp_path: Path) -> None:
     assert locked == LockedLayerRepository("acme/silu-layers", "SiluAndMul", lockfile=lock)
     assert repr(locked) == (
         f"LockedLayerRepository(repo_id='acme/silu-layers', layer_name='SiluAndMul', "
-        f"lockfile={lock!r})"
+        f"lockfile={lock!r}, check_arch=True)"
     )
     found = LockedLayerRepository("acme/silu-layers", "SiluAndMul")  # its lock found by package
     assert pickle.loads(pickle.dumps(found))._package == found._package == "test_layers"

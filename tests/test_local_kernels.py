@@ -15,7 +15,7 @@ from torch import nn
 import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels._loading.local import parse_local_kernels
-from flashhub_kernels.errors import KernelNotFoundError
+from flashhub_kernels.errors import KernelNotFoundError, LocalKernelNotFoundError
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
 from support.cdn_server import CdnServer
 from support.trees import kernel_files, local_variant, write_kernel
@@ -129,9 +129,14 @@ def test_a_missing_path_fails_when_that_repo_loads(
     assert fk.get_kernel("acme/other", version=1).marker().startswith("acme/other@v1")
     cdn.clear_log()
 
-    with pytest.raises(KernelNotFoundError, match="LOCAL_KERNELS maps") as info:
+    # A FileNotFoundError, as Hugging Face kernels raises, from the hook and get_kernel.
+    with pytest.raises(LocalKernelNotFoundError, match="LOCAL_KERNELS maps") as info:
         import flashhub.acme.tensor_tricks.v1  # noqa: F401
-    assert str(missing) in str(info.value) and "does not exist" in str(info.value)
+    assert isinstance(info.value, FileNotFoundError)
+    assert f"Cannot find a build variant for this system in {missing}" in str(info.value)
+    assert "does not exist" in str(info.value)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        fk.get_kernel(REPO, version=1)
     assert not fk.has_kernel(REPO, version=1)
 
     missing.mkdir()  # exists, but holds no kernel

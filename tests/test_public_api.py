@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import textwrap
 from pathlib import Path
 
@@ -35,6 +37,48 @@ NAMES_0_1_2 = [
 def test_every_0_1_2_name_is_exported(name: str) -> None:
     assert name in fk.__all__
     assert getattr(fk, name) is not None
+
+
+# What Hugging Face kernels 0.19.1 adds to the loading API: Metadata, and check_arch= on
+# each function and layer repository that loads a kernel.
+CHECK_ARCH_TAKERS = [
+    "get_kernel",
+    "get_local_kernel",
+    "get_locked_kernel",
+    "has_kernel",
+    "load_kernel",
+    "LayerRepository",
+    "LocalLayerRepository",
+    "LockedLayerRepository",
+]
+
+
+@pytest.mark.parametrize("name", CHECK_ARCH_TAKERS)
+def test_check_arch_is_a_keyword_that_defaults_to_checking(name: str) -> None:
+    parameter = inspect.signature(getattr(fk, name)).parameters["check_arch"]
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is True
+
+
+def test_metadata_is_exported_with_hugging_faces_fields() -> None:
+    assert "Metadata" in fk.__all__ and "Metadata" in dir(fk)
+    fields = {field.name for field in dataclasses.fields(fk.Metadata)}
+    assert fields >= {
+        "id",
+        "name",
+        "version",
+        "build_layout",
+        "kernels_minver",
+        "license",
+        "upstream",
+        "source",
+        "python_depends",
+        "kernel_depends",
+        "backend",
+        "digest",
+        "provenance",
+    }
+    assert isinstance(inspect.getattr_static(fk.Metadata, "read_from_file"), staticmethod)
+    assert isinstance(inspect.getattr_static(fk.LoadedKernel, "metadata"), property)
 
 
 def test_all_names_resolve() -> None:

@@ -1,11 +1,10 @@
 """flashhub-kernels: load verified, variant-matched PyTorch kernels from a static CDN.
 
-Importing this package is cheap: it installs the import hook and imports nothing else
-(no torch, no HTTP library, not even ``typing``). The names below load on first access
-(PEP 562). torch is imported when a kernel is first resolved, the HTTP client
-(``http.client``) when something must be downloaded. Of the layer API (``Device``,
-``kernelize``, ...), only ``kernelize`` (and marking a class, an ``nn.Module``, or a
-function) imports torch.
+Importing this package is cheap: it installs the import hook and imports nothing else (no
+torch, no HTTP library, not even ``typing``). The names below load on first access (PEP 562).
+torch is imported when a kernel is first resolved, the HTTP client (``http.client``) when
+something must be downloaded. Of the layer API (``Device``, ``kernelize``, ...), only
+``kernelize`` (and marking a class, an ``nn.Module``, or a function) imports torch.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
         install_kernel,
     )
     from ._loading.kernel_deps import get_kernel_dep
+    from ._loading.metadata import Metadata
     from ._lockfiles.locked_loading import get_locked_kernel, load_kernel
     from ._models.names import RepoInfo
     from ._variants.verdicts import VariantAccepted, VariantRejected
@@ -74,6 +74,7 @@ _LAZY = {
     "has_kernel": "._loading.api",
     "install_kernel": "._loading.api",
     "get_kernel_dep": "._loading.kernel_deps",
+    "Metadata": "._loading.metadata",
     "get_locked_kernel": "._lockfiles.locked_loading",
     "load_kernel": "._lockfiles.locked_loading",
     "CUDAProperties": ".layers",
@@ -109,6 +110,7 @@ __all__ = [
     "LocalLayerRepository",
     "LockedFuncRepository",
     "LockedLayerRepository",
+    "Metadata",
     "Mode",
     "ROCMProperties",
     "RepoInfo",

@@ -1,14 +1,12 @@
-"""Constants several modules share, at the bottom of the import graph: the version, the
-Hugging Face kernels API level, the environment variables and the file names more than
-one module names. Imports nothing.
+"""Constants several modules share, at the bottom of the import graph (it imports nothing):
+the version, the Hugging Face kernels API level, the environment variables and file names.
 """
 
 __version__ = "0.2.0"
 
-# The Hugging Face kernels version whose behaviour this client follows. A kernel's
-# ``metadata.json`` may ask for a minimum one (``kernels-minver``): it loads when that
-# is at most this.
-HF_KERNELS_API = "0.17.2"
+# The Hugging Face kernels release whose API this client implements: a kernel whose
+# ``metadata.json`` asks for a newer one (``kernels-minver``) is refused.
+HF_KERNELS_API = "0.19.1"
 
 # The settings (:mod:`flashhub_kernels._config`) read these; the modules that parse them
 # or advise about them name them in their messages.

@@ -31,16 +31,14 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import ModuleType
 
+    from ._loading.metadata import Metadata
     from ._models.kernel_dir import KernelDir
     from ._models.names import KernelModuleName
 
 
 class LoadedKernel(Record):
-    """A kernel imported in this process (see :func:`get_loaded_kernels`).
-
-    ``repo_id``, ``version`` and ``variant`` are ``None`` for kernels loaded from a
-    local directory with :func:`get_local_kernel`. Immutable, like every record here.
-    """
+    """A kernel imported in this process (see :func:`get_loaded_kernels`). ``repo_id``,
+    ``version`` and ``variant`` are ``None`` for one :func:`get_local_kernel` loaded."""
 
     repo_id: str | None
     version: int | None
@@ -55,6 +53,13 @@ class LoadedKernel(Record):
         if self.repo_id is None or self.version is None:
             return None
         return RepoInfo(self.repo_id, self.version)
+
+    @property
+    def metadata(self) -> Metadata:
+        """Its build's ``metadata.json`` (see :class:`~flashhub_kernels.Metadata`), read now."""
+        from ._loading.metadata import loaded_metadata
+
+        return loaded_metadata(self.path)
 
 
 def _point_at(spec: importlib.machinery.ModuleSpec, target: KernelDir) -> None:
@@ -168,12 +173,10 @@ class KernelFinder:
             self._pins[module_name] = info
         return module_name
 
-    def add_local(self, module_name: str, package_dir: Path) -> None:
-        """Make ``module_name`` load the kernel package in ``package_dir``."""
-        from ._models.kernel_dir import KernelDir
-
+    def add_target(self, module_name: str, target: KernelDir) -> None:
+        """Make ``module_name`` load the kernel package ``target`` (a local one, say)."""
         with self._lock:
-            self._targets[module_name] = KernelDir(package_dir)
+            self._targets[module_name] = target
 
     def loaded(self) -> list[LoadedKernel]:
         with self._lock:
@@ -220,10 +223,8 @@ class KernelFinder:
         return wanted is None or loaded is None or wanted.repo_id == loaded.repo_id
 
     def locate(self, fullname: str) -> KernelDir:
-        """Find (download if needed) the kernel ``fullname`` names. Called by the loader.
-
-        A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
-        """
+        """Find (download if needed) the kernel ``fullname`` names, for the loader; a repo
+        that ``LOCAL_KERNELS`` maps is served from its local directory instead."""
         from ._cache.obtain import use_kernel
         from ._constants import LOCAL_KERNELS_VAR
 
@@ -261,13 +262,8 @@ class KernelFinder:
 
     def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
         info = target.info
-        record = LoadedKernel(
-            repo_id=info.repo_id if info else None,
-            version=info.version if info else None,
-            variant=target.variant,
-            path=target.package_dir,
-            module=module,
-        )
+        repo_id, version = (info.repo_id, info.version) if info else (None, None)
+        record = LoadedKernel(repo_id, version, target.variant, target.package_dir, module)
         with self._lock:
             self._loaded[module.__name__] = record
 

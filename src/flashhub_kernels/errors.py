@@ -1,19 +1,17 @@
 """The exception hierarchy of flashhub-kernels.
 
-Every error the library raises on purpose derives from :class:`FlashhubError` and
-carries a ``hint``: one sentence saying what to do next. The hint is part of the
-message, so it shows up in tracebacks and logs without extra work. A hint that names
-Python arguments (``version=``) comes with a ``cli_hint`` saying the same with the
-``flashhub`` command's options (``--version N``), which the command prints instead.
+Every error the library raises on purpose derives from :class:`FlashhubError` and carries a
+``hint``: one sentence saying what to do next, part of the message, so it shows up in tracebacks
+and logs. A hint that names Python arguments (``version=``) comes with a ``cli_hint`` saying the
+same with the ``flashhub`` command's options (``--version N``), which the command prints.
 
-Errors raised while importing a kernel (``import flashhub....`` or ``get_kernel``)
-are also :class:`ImportError` subclasses, so code that guards an optional kernel with
-``except ImportError`` keeps working.
+Errors raised while importing a kernel (``import flashhub....`` or ``get_kernel``) are also
+:class:`ImportError` subclasses, so code that guards an optional kernel with ``except
+ImportError`` keeps working; all but :class:`LocalKernelNotFoundError`, a setting's mistake.
 
-Malformed arguments (a bad repo id, ``version=0``) raise the built-in
-:class:`ValueError` before any I/O, as Python code expects. A malformed setting (a
-``FLASHHUB_*`` variable, a project's ``[tool.flashhub]`` table) raises
-:class:`ConfigError`, which is both: it may surface from an ``import`` statement.
+Malformed arguments (a bad repo id, ``version=0``) raise the built-in :class:`ValueError`
+before any I/O, as Python code expects. A malformed setting (a ``FLASHHUB_*`` variable, a
+project's ``[tool.flashhub]``) raises :class:`ConfigError`, both: it may come from an ``import``.
 """
 
 from __future__ import annotations
@@ -58,6 +56,11 @@ class KernelImportError(FlashhubError, ImportError):
 
 class KernelNotFoundError(KernelImportError, ModuleNotFoundError):
     """The CDN has no such kernel or version (a ``ModuleNotFoundError``, as for any import)."""
+
+
+class LocalKernelNotFoundError(FlashhubError, FileNotFoundError):
+    """``LOCAL_KERNELS`` maps a repo to a directory that does not exist: a ``FileNotFoundError``
+    as in Hugging Face kernels, not an ``ImportError`` (no class is both), from imports too."""
 
 
 class NoCompatibleVariantError(KernelImportError):

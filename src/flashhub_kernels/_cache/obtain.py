@@ -55,8 +55,7 @@ def obtain_kernel(
         from .._loading.offline import cached_copy_error
 
         raise cached_copy_error(candidates[0], damaged, unsigned=damaged == _UNSIGNED_ENTRY)
-    # Imported here so that warm loads never import the download path's modules; their
-    # import is part of the cold path, and so runs with the collector paused too.
+    # The cold path's modules: a warm load never imports them; imported with the GC paused.
     from .._network.deferred_gc import collection_paused
 
     with collection_paused():
@@ -65,13 +64,14 @@ def obtain_kernel(
         return fetch_kernel(cache, system, candidates, config)
 
 
-def use_kernel(candidates: Sequence[RepoInfo], *, backend: str | None = None) -> KernelDir:
-    """:func:`obtain_kernel` for an import: the entry is marked in use for the rest of
-    the process, so that ``flashhub cache clear`` and ``prune`` leave it alone."""
-    target = obtain_kernel(candidates, backend=backend)
+def use_kernel(
+    candidates: Sequence[RepoInfo], *, backend: str | None = None, system: SystemInfo | None = None
+) -> KernelDir:
+    """:func:`obtain_kernel` for an import, the entry marked in use (``cache clear`` skips it)."""
+    target = obtain_kernel(candidates, backend=backend, system=system)
     assert target.entry is not None, "the store gives cache entries"
     if not mark_in_use(target.entry):  # removed by `cache clear` meanwhile: fetch it again
-        target = obtain_kernel(candidates, backend=backend)
+        target = obtain_kernel(candidates, backend=backend, system=system)
         assert target.entry is not None
         mark_in_use(target.entry)
     return target

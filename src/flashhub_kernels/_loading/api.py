@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
 from .._config import Config, get_config, normalize_prefix, overrides, parse_cdn_urls
-from .._finder import LoadedKernel, install
+from .._finder import LoadedKernel, install, twin_names
+from .._models.kernel_dir import KernelDir
 from .._models.names import (
     LOCAL_PACKAGE,
     RepoInfo,
@@ -20,8 +22,14 @@ from .._models.names import (
     positive_number,
 )
 from .._variants.named_system import target_system
+from .._variants.system import SystemInfo
 from .._variants.verdicts import VariantAccepted, VariantVerdict, judge_variants
-from ..errors import KernelNotFoundError, NoCompatibleVariantError, OfflineError
+from ..errors import (
+    KernelNotFoundError,
+    LocalKernelNotFoundError,
+    NoCompatibleVariantError,
+    OfflineError,
+)
 
 
 def configure(
@@ -96,6 +104,7 @@ def get_kernel(
     version: int | None = None,
     *,
     backend: str | None = None,
+    check_arch: bool = True,
 ) -> ModuleType:
     """Import a kernel from the CDN (downloading the matching variant when not cached).
 
@@ -109,16 +118,56 @@ def get_kernel(
             is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``; on a machine
             that runs ``backend`` already, that is the module ``get_kernel`` without it
             returns (whichever call comes first names it).
+        check_arch: ``False`` chooses the variant without the device archs that builds
+            list in their ``metadata.json`` (CUDA capabilities, ROCm targets), for this
+            kernel and the kernels it depends on: for a kernel that runs on more devices
+            than it declares (a Triton fallback, say). It may then fail or crash on a
+            device it does not support. A kernel this process imported already is
+            returned as it is.
 
     Raises:
         ValueError: ``repo_id``, ``version``/``revision`` or ``backend`` is malformed.
         KernelImportError: the kernel cannot be found, matched, fetched or verified (the
             subclasses in :mod:`flashhub_kernels.errors` say which).
+        LocalKernelNotFoundError: ``LOCAL_KERNELS`` maps ``repo_id`` to a directory
+            that does not exist (a ``FileNotFoundError``).
     """
     info = RepoInfo(repo_id, requested_version(version, revision))
     if backend is not None:
         check_backend(backend)
+    if not check_arch:
+        return _import_unchecked(info, backend)
     return importlib.import_module(install().pin(info, backend))
+
+
+def _import_unchecked(info: RepoInfo, backend: str | None) -> ModuleType:
+    """:func:`get_kernel` with ``check_arch=False``: the finder is handed the variant
+    chosen without the device archs, then imports it as it imports any kernel."""
+    from .._cache.obtain import use_kernel
+    from .local import local_override
+
+    finder = install()
+    module_name = finder.pin(info, backend)
+    names = [module_name, *(name for name, _ in twin_names(module_name, backend))]
+    if not any(name in sys.modules for name in names):  # else that module is the answer
+        system = target_system(backend, check_arch=False)
+        target = local_override([info], backend, check_arch=False)
+        finder.add_target(module_name, target or use_kernel([info], system=system))
+    return _import(module_name, check_arch=False)
+
+
+def _import(module_name: str, *, check_arch: bool) -> ModuleType:
+    """Import a kernel the finder can locate; with ``check_arch=False`` its dependencies
+    (``kernel-depends``) are chosen without the device archs too."""
+    if check_arch:
+        return importlib.import_module(module_name)
+    from .kernel_deps import dependency_importer
+
+    token = dependency_importer.set(_import_unchecked)
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        dependency_importer.reset(token)
 
 
 def install_kernel(
@@ -199,6 +248,7 @@ def get_local_kernel(
     package_name: str | None = None,
     *,
     backend: str | None = None,
+    check_arch: bool = True,
 ) -> ModuleType:
     """Import a kernel from a local directory, without the CDN or the cache.
 
@@ -214,7 +264,8 @@ def get_local_kernel(
     That name means nothing to another process until it calls ``get_local_kernel`` with
     the same path: unpickling an object of the kernel there raises a
     ``ModuleNotFoundError`` that says so. ``LOCAL_KERNELS`` gives a local build a name
-    every process can import.
+    every process can import. ``check_arch=False`` chooses the variant without the
+    device archs builds list, as for :func:`get_kernel`.
 
     Raises:
         ValueError: ``backend`` is malformed, or one this machine cannot select.
@@ -224,12 +275,12 @@ def get_local_kernel(
 
     if backend is not None:
         check_backend(backend)
-    found = find_local_package(Path(repo_path).resolve(), backend, package_name)
-    package_dir = found.package_dir
+    path = Path(repo_path).resolve()
+    package_dir = find_local_package(path, backend, package_name, check_arch=check_arch).package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
     module_name = f"{LOCAL_PACKAGE}.{package_dir.name}_{digest}"
-    install().add_local(module_name, package_dir)
-    return importlib.import_module(module_name)
+    install().add_target(module_name, KernelDir(package_dir))
+    return _import(module_name, check_arch=check_arch)
 
 
 def get_kernel_variants(
@@ -261,13 +312,18 @@ def get_kernel_variants(
         OfflineError: offline, and the cache does not record the answer (or
             ``version=None``: only the CDN knows the newest version).
     """
+    target = target_system(
+        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
+    )
+    return _judged(repo_id, version, target)
+
+
+def _judged(repo_id: str, version: int | None, target: SystemInfo) -> list[VariantVerdict]:
+    """:func:`get_kernel_variants` for the machine ``target``."""
     from .._cache.layout import Cache
     from .._variants.choice import cached_targets
     from .._variants.verdicts import judge_builds
 
-    target = target_system(
-        backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
-    )
     config = get_config()
     cache = Cache.from_config(config)
     if config.offline:
@@ -295,11 +351,13 @@ def has_kernel(
     *,
     revision: str | None = None,
     backend: str | None = None,
+    check_arch: bool = True,
 ) -> bool:
     """Whether the CDN publishes a variant of the kernel that this system can load.
 
     ``revision="v1"`` is ``version=1``, as for :func:`get_kernel`; with neither, the
-    newest version in ``versions.json`` is asked about.
+    newest version in ``versions.json`` is asked about. ``check_arch=False`` counts the
+    builds whose device archs lack this device, as :func:`get_kernel` then loads them.
 
     With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
     or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
@@ -311,19 +369,20 @@ def has_kernel(
         version = requested_version(version, revision)
     if repo_id in local_kernels():
         try:
-            local_override([RepoInfo(repo_id, version or 1)], backend)
-        except KernelNotFoundError:
+            local_override([RepoInfo(repo_id, version or 1)], backend, check_arch=check_arch)
+        except (KernelNotFoundError, LocalKernelNotFoundError):
             return False
         return True
     config = get_config()
+    target = target_system(backend, check_arch=check_arch)
     if config.offline:
         from .._cache.layout import Cache
         from .offline import has_variant
 
         info = _offline_info(repo_id, version)
-        return has_variant(Cache.from_config(config), info, target_system(backend))
+        return has_variant(Cache.from_config(config), info, target)
     try:
-        verdicts = get_kernel_variants(repo_id, version, backend=backend)
+        verdicts = _judged(repo_id, version, target)
     except (KernelNotFoundError, NoCompatibleVariantError):
         return False
     return any(isinstance(r, VariantAccepted) for r in verdicts)

@@ -43,6 +43,11 @@ _DEPS: ContextVar[Mapping[str, ModuleType] | None] = ContextVar(
 )
 # The kernels this thread is importing, outermost first ("org/pkg vN").
 _CHAIN: ContextVar[tuple[str, ...]] = ContextVar("flashhub_kernel_chain", default=())
+# How a dependency is imported instead of by its module name (None): set by a load with
+# check_arch=False, whose dependencies are chosen without the device archs too.
+dependency_importer: ContextVar[Callable[[RepoInfo, str | None], ModuleType] | None] = ContextVar(
+    "flashhub_dependency_importer", default=None
+)
 
 
 def get_kernel_dep(repo_id: str) -> ModuleType:
@@ -115,13 +120,18 @@ def load_dependencies(
     parsed = parse_module_name(module_name)
     backend = parsed.backend if parsed is not None else None
     chain = (*_CHAIN.get(), kernel)
+    importer = dependency_importer.get()
     token = _CHAIN.set(chain)
     try:
         loaded = {}
         for dep in depends:
             if str(dep) in chain:
                 raise dependency_cycle([*chain, str(dep)])
-            loaded[dep.repo_id] = importlib.import_module(pin(dep.info, backend))
+            loaded[dep.repo_id] = (
+                importer(dep.info, backend)
+                if importer is not None
+                else importlib.import_module(pin(dep.info, backend))
+            )
         return loaded
     finally:
         _CHAIN.reset(token)

@@ -19,16 +19,21 @@ from .._models.names import RepoInfo, parse_repo_id
 from .._variants.compat import BuildTarget, read_target
 from .._variants.named_system import target_system
 from .._variants.verdicts import best_variant, judge_builds, judge_variants
-from ..errors import ConfigError, KernelNotFoundError
+from ..errors import ConfigError, KernelNotFoundError, LocalKernelNotFoundError
 
 if TYPE_CHECKING:
     from .._variants.compat import TargetOf
 
 
 def find_local_package(
-    path: Path, backend: str | None = None, package_name: str | None = None
+    path: Path,
+    backend: str | None = None,
+    package_name: str | None = None,
+    *,
+    check_arch: bool = True,
 ) -> KernelDir:
-    """The package to import from ``path``, choosing the best variant for this system.
+    """The package to import from ``path``, choosing the best variant for this system
+    (without the device archs builds list, if not ``check_arch``).
 
     ``package_name`` names the package folder to look for in the variant (or in
     ``path``); a flattened variant, whose own directory is the package, is taken as it
@@ -58,11 +63,11 @@ def find_local_package(
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
-    system = target_system(backend)
+    system = target_system(backend, check_arch=check_arch)
     verdicts = judge_builds(judge_variants(variants, system), system, _target_in(base))
     chosen = best_variant(verdicts)
     if chosen is not None:
-        found = find_local_package(base / chosen, backend, package_name)
+        found = find_local_package(base / chosen, backend, package_name, check_arch=check_arch)
         return KernelDir(found.package_dir, variant=chosen)
     named = "" if package_name is None else f" {package_name!r}"
     raise KernelNotFoundError(
@@ -86,7 +91,9 @@ def _target_in(base: Path) -> TargetOf:
     return target
 
 
-def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> KernelDir | None:
+def local_override(
+    candidates: Sequence[RepoInfo], backend: str | None, *, check_arch: bool = True
+) -> KernelDir | None:
     """The local copy of the first candidate ``LOCAL_KERNELS`` maps, or ``None``.
 
     ``candidates`` are the spellings a module name may stand for, as the CDN lookup
@@ -94,8 +101,9 @@ def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> Kerne
 
     Raises:
         ConfigError: ``LOCAL_KERNELS`` is malformed.
-        KernelNotFoundError: the mapped directory does not exist or holds no kernel
-            package that fits this system.
+        LocalKernelNotFoundError: the mapped directory does not exist (a
+            ``FileNotFoundError``, as in Hugging Face kernels).
+        KernelNotFoundError: it holds no kernel package that fits this system.
     """
     overrides = local_kernels()
     if not overrides:
@@ -103,22 +111,23 @@ def local_override(candidates: Sequence[RepoInfo], backend: str | None) -> Kerne
     for info in candidates:
         path = overrides.get(info.repo_id)
         if path is not None:
-            found = _find_override(info.repo_id, path.resolve(), backend)
+            found = _find_override(info.repo_id, path.resolve(), backend, check_arch)
             return found._replace(info=info)
     return None
 
 
-def _find_override(repo_id: str, path: Path, backend: str | None) -> KernelDir:
+def _find_override(repo_id: str, path: Path, backend: str | None, check_arch: bool) -> KernelDir:
     remedy = (
         f"fix the path in {LOCAL_KERNELS_VAR}, or drop the entry to load {repo_id} from the CDN"
     )
     if not path.exists():
-        raise KernelNotFoundError(
-            f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, which does not exist",
+        raise LocalKernelNotFoundError(
+            f"Cannot find a build variant for this system in {path}, which does not exist "
+            f"({LOCAL_KERNELS_VAR} maps {repo_id} to it)",
             hint=remedy,
         )
     try:
-        return find_local_package(path, backend)
+        return find_local_package(path, backend, check_arch=check_arch)
     except KernelNotFoundError as exc:
         raise KernelNotFoundError(
             f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, but {exc.message}",

@@ -2,7 +2,9 @@
 any of the kernel's code runs:
 
 - ``flashhub-kernels-minver`` and ``kernels-minver``: this client is new enough (our own
-  version, and the Hugging Face kernels API level it implements);
+  version, and the Hugging Face kernels release whose API it implements), as Hugging Face
+  kernels checks its own: by release numbers (``0.3.0.dev1`` and ``0.3.0rc1`` are
+  ``0.3.0``), and never failing a load for a version that cannot be read;
 - ``python-depends``: each Python package is installed (found, not imported);
 - ``provenance``: a build made from a dirty git tree is warned about.
 """
@@ -57,19 +59,22 @@ def check_requirements(metadata: KernelMetadata, kernel: str) -> None:
 
 
 def check_client(metadata: KernelMetadata, kernel: str) -> None:
+    """Raise :class:`ClientTooOldError`, naming both versions, unless this client is at
+    least the ``flashhub-kernels-minver`` and implements the ``kernels-minver`` asked."""
     from .._constants import __version__
 
     wanted = metadata.flashhub_kernels_minver
-    if wanted is not None and parse_release(wanted) > _release_of(__version__):
+    if wanted is not None and _below(__version__, wanted):
         raise ClientTooOldError(
             f"{kernel} requires flashhub-kernels>={wanted}, but version {__version__} is installed",
             hint=f"upgrade flashhub-kernels: {_UPGRADE}",
         )
     wanted = metadata.kernels_minver
-    if wanted is not None and parse_release(wanted) > parse_release(HF_KERNELS_API):
+    if wanted is not None and _below(HF_KERNELS_API, wanted):
         raise ClientTooOldError(
-            f"{kernel} requires the Hugging Face kernels API {wanted} or newer "
-            f"(kernels-minver); flashhub-kernels {__version__} implements {HF_KERNELS_API}",
+            f"{kernel} requires kernels>={wanted} (the Hugging Face kernels API, its "
+            f"kernels-minver), but flashhub-kernels {__version__} implements kernels "
+            f"{HF_KERNELS_API}",
             hint=f"upgrade flashhub-kernels: {_UPGRADE}",
         )
 
@@ -118,10 +123,25 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _release_of(version: str) -> tuple[int, ...]:
-    """The release numbers of a version such as ``0.2.0`` or ``0.3.0.dev1``: pre-release
-    and development suffixes are dropped, as a build only names releases."""
-    end = 0
-    while end < len(version) and (version[end].isdigit() or version[end] == "."):
-        end += 1
-    return parse_release(version[:end].strip(".") or "0")
+def _below(installed: str, wanted: str) -> bool:
+    """Whether the ``installed`` version is older than the release ``wanted``; ``False``
+    when ``installed`` cannot be read (a version from a VCS checkout, say)."""
+    release = _release_of(installed)
+    return release is not None and release < parse_release(wanted)
+
+
+def _release_of(version: str) -> tuple[int, ...] | None:
+    """The release numbers of a version (``0.2.0``; ``0.3.0.dev1``, ``0.3.0rc1`` and
+    ``0.3.0+local`` are ``0.3.0``): a build names releases only, and a development or
+    pre-release version implements the release it leads to. ``None`` when ``version``
+    is not a PEP 440 version."""
+    try:
+        return parse_release(version)  # a release: no need to import packaging
+    except ValueError:
+        pass
+    from packaging.version import Version
+
+    try:
+        return parse_release(".".join(str(part) for part in Version(version).release))
+    except ValueError:  # packaging's InvalidVersion is one
+        return None

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 _DOWNLOAD_HINT = "run `flashhub download` in the project directory, with network access"
 
 
-def load_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> ModuleType:
+def load_kernel(
+    repo_id: str, *, lockfile: StrPath | None = None, check_arch: bool = True
+) -> ModuleType:
     """Import a locked kernel from the cache only; never touches the network.
 
     The cache entry of the variant this system loads must hold exactly the bytes the
@@ -46,20 +48,24 @@ def load_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> ModuleType:
         lockfile: The lock to use. By default, ``flashhub.lock`` shipped in the calling
             package (package data next to its top-level ``__init__.py``, or in its
             distribution's metadata), else ``./flashhub.lock``.
+        check_arch: ``False`` chooses the locked variant without the device archs
+            builds list, as :func:`~flashhub_kernels.get_kernel` does.
 
     Raises:
         LockfileError: no lock is found, it does not lock ``repo_id``, or the cache does
             not hold the locked bytes (the message says which).
     """
     locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
-    return load_locked(locked, download=False)
+    return load_locked(locked, download=False, check_arch=check_arch)
 
 
-def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> ModuleType:
+def get_locked_kernel(
+    repo_id: str, *, lockfile: StrPath | None = None, check_arch: bool = True
+) -> ModuleType:
     """Import a locked kernel, downloading its variant first when the cache lacks it.
 
-    Like :func:`load_kernel`, but fetches a missing variant from the CDN and checks
-    its manifest against the lock before any of its files is imported.
+    Like :func:`load_kernel` (``check_arch`` too), but fetches a missing variant from
+    the CDN and checks its manifest against the lock before any of its files is imported.
 
     Raises:
         LockfileError: no lock is found, or it does not lock ``repo_id``.
@@ -67,14 +73,15 @@ def get_locked_kernel(repo_id: str, *, lockfile: StrPath | None = None) -> Modul
         KernelImportError: the variant cannot be fetched or verified.
     """
     locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
-    return load_locked(locked, download=True)
+    return load_locked(locked, download=True, check_arch=check_arch)
 
 
-def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
+def load_locked(locked: LockedKernel, *, download: bool, check_arch: bool = True) -> ModuleType:
     """Import a locked kernel once the cache holds the locked bytes of it and of every
-    kernel it depends on (fetched first when ``download``, and not offline)."""
+    kernel it depends on (fetched first when ``download``, and not offline), choosing
+    the variants without the device archs if not ``check_arch``."""
     config = get_config()
-    cache, system = Cache.from_config(config), target_system(None)
+    cache, system = Cache.from_config(config), target_system(None, check_arch=check_arch)
     tree = locked.tree()
     variants = {
         node.info: locked_variant(node, system, cached_targets(cache, node.info)) for node in tree
@@ -99,7 +106,7 @@ def load_locked(locked: LockedKernel, *, download: bool) -> ModuleType:
         fetch_locked_variants(config, cache, [(node, variants[node.info]) for node, _ in missing])
     for node in tree:
         _check_cached_choice(cache, node, variants[node.info], system)
-    return get_kernel(locked.repo_id, version=locked.version)
+    return get_kernel(locked.repo_id, version=locked.version, check_arch=check_arch)
 
 
 def _check_cached_choice(

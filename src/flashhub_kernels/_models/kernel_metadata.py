@@ -79,6 +79,11 @@ class BackendInfo(Record):
     type: str
     archs: tuple[str, ...] | None = None
 
+    @property
+    def backend_type(self) -> str:
+        """``type``, by the name Hugging Face kernels gives it."""
+        return self.type
+
     def to_json(self) -> dict[str, object]:
         shown: dict[str, object] = {"type": self.type}
         return shown if self.archs is None else {**shown, "archs": list(self.archs)}
@@ -94,12 +99,29 @@ class GitState(Record):
         return {"commit": self.commit, "dirty": self.dirty}
 
 
+class KernelBuilderVersion(Record):
+    """The kernel builder that made a build: its version, and its git state when known."""
+
+    version: str
+    git: GitState | None = None
+
+
 class Provenance(Record):
     """``provenance``: the builder's version and git state, and the kernel source's."""
 
     builder_version: str
     builder: GitState | None = None
     kernel: GitState | None = None
+
+    @property
+    def kernel_builder(self) -> KernelBuilderVersion:
+        """The builder's version and git state, as Hugging Face kernels groups them."""
+        return KernelBuilderVersion(self.builder_version, self.builder)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the builder's or the kernel's tree had uncommitted changes."""
+        return bool(self.dirty_sources)
 
     @property
     def dirty_sources(self) -> tuple[str, ...]:

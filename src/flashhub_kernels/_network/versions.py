@@ -139,7 +139,8 @@ class NewerVersionNotice:
             return
         newer = RepoInfo(info.repo_id, self._newest)
         warn_at_caller(
-            f"{info.repo_id} v{newer.version} is published; this process loads v{info.version}. "
+            f"You are using version {info.version} of {info.repo_id!r}, but version "
+            f"{newer.version} is available. "
             f"To use it, load get_kernel({info.repo_id!r}, version={newer.version}) or import "
             f"{newer.module_name()}, after checking what changed. "
             "FLASHHUB_NO_VERSION_CHECK=1 turns this check off.",

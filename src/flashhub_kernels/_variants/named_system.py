@@ -89,10 +89,13 @@ def target_system(
     system: str | None = None,
     cuda_capability: str | None = None,
     rocm_arch: str | None = None,
+    check_arch: bool = True,
 ) -> SystemInfo:
     """This machine, or the one that loads the exact build ``system`` (a variant name),
     as if it ran ``backend``; with its device named by ``cuda_capability`` (``"9.0"``) or
-    ``rocm_arch`` (``"gfx942"``) rather than asked of torch.
+    ``rocm_arch`` (``"gfx942"``) rather than asked of torch. ``check_arch=False``: its
+    device unknown, and never asked about, so the device archs builds list are not
+    checked (``get_kernel(..., check_arch=False)``).
 
     Raises:
         ValueError: ``system`` names no machine, or the device is malformed or of
@@ -103,4 +106,7 @@ def target_system(
         chosen = system_from_variant(system, **device)
     else:
         chosen = with_device_named(this_system(), **device)
-    return with_backend(chosen, backend)
+    chosen = with_backend(chosen, backend)
+    if check_arch:
+        return chosen
+    return chosen._replace(cuda_capability=None, rocm_arch=None, probe_device=False)

@@ -56,12 +56,14 @@ class _FromCdn:
     """Where a repository's kernel comes from: the CDN kernel ``repo_id`` at one version.
 
     Layer and function repositories share their kernel sources through these mixins and
-    differ only in what they take from the kernel.
+    differ only in what they take from the kernel. ``check_arch`` is a field of the
+    repositories that take it; the others check the device archs.
     """
 
     repo_id: str
     version: int | None
     revision: str | None
+    check_arch: bool = True
 
     def _check_source(self) -> None:
         parse_repo_id(self.repo_id)
@@ -74,7 +76,7 @@ class _FromCdn:
 
     def load_kernel(self) -> ModuleType:
         """``get_kernel(repo_id, version=...)``: the same module ``import flashhub...`` gives."""
-        return get_kernel(self.repo_id, version=self.info.version)
+        return get_kernel(self.repo_id, version=self.info.version, check_arch=self.check_arch)
 
     def __str__(self) -> str:
         return str(self.info)
@@ -84,10 +86,11 @@ class _FromLocalDir:
     """Where a repository's kernel comes from: a local directory (see ``get_local_kernel``)."""
 
     path: Path
+    check_arch: bool = True
 
     def load_kernel(self) -> ModuleType:
         """``get_local_kernel(path)``."""
-        return get_local_kernel(self.path)
+        return get_local_kernel(self.path, check_arch=self.check_arch)
 
     def __str__(self) -> str:
         return str(self.path)
@@ -122,6 +125,7 @@ class _FromLockfile:
     repo_id: str
     lockfile: Path | None
     _package: str | None
+    check_arch: bool = True
 
     def _remember_package(self) -> None:
         """Note the creating package, where the lock is looked for (``lockfile`` unset)."""
@@ -133,7 +137,7 @@ class _FromLockfile:
         from .._lockfiles.locked_loading import load_locked
 
         lock = find_lockfile(self.lockfile, package=self._package)
-        return load_locked(lock.kernel(self.repo_id), download=True)
+        return load_locked(lock.kernel(self.repo_id), download=True, check_arch=self.check_arch)
 
     def __str__(self) -> str:
         return f"{self.repo_id} (locked)"
@@ -203,6 +207,9 @@ class LayerRepository(_FromCdn, BaseLayerRepository, Record):
     """The layer ``layer_name`` of the CDN kernel ``repo_id`` at one version.
 
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``).
+    ``check_arch=False`` loads the kernel with ``get_kernel(..., check_arch=False)``:
+    without the device archs its builds list. It is a field, so it takes part in
+    equality and hashing, as in Hugging Face kernels.
 
     Raises:
         ValueError: the repo id, the layer name or the version is malformed, or both or
@@ -213,6 +220,7 @@ class LayerRepository(_FromCdn, BaseLayerRepository, Record):
     layer_name: str
     version: int | None
     revision: str | None
+    check_arch: bool
 
     def __init__(
         self,
@@ -220,8 +228,10 @@ class LayerRepository(_FromCdn, BaseLayerRepository, Record):
         layer_name: str,
         version: int | None = None,
         revision: str | None = None,
+        *,
+        check_arch: bool = True,
     ) -> None:
-        self._init(repo_id, layer_name, version, revision)
+        self._init(repo_id, layer_name, version, revision, check_arch)
         self._check_source()
         _check_layer_name(layer_name)
 
@@ -232,11 +242,13 @@ class LocalLayerRepository(_FromLocalDir, BaseLayerRepository, Record):
     ``path`` is a kernel repo with ``build/<variant>/<py_pkg>/``, a ``build`` or variant
     directory, or the package directory itself. It is read when the layer is first used.
     ``repo_path=`` and ``package_name=`` (the Hugging Face kernels spelling) work too; the
-    package is found under the path either way.
+    package is found under the path either way. ``check_arch`` as for
+    :class:`LayerRepository`.
     """
 
     path: Path
     layer_name: str
+    check_arch: bool
 
     def __init__(
         self,
@@ -245,11 +257,12 @@ class LocalLayerRepository(_FromLocalDir, BaseLayerRepository, Record):
         *,
         repo_path: str | os.PathLike[str] | None = None,
         package_name: str | None = None,
+        check_arch: bool = True,
     ) -> None:
         del package_name  # accepted for the Hugging Face spelling; not needed
         directory = local_dir(type(self), path, repo_path)
         _check_layer_name(layer_name)
-        self._init(directory, layer_name)
+        self._init(directory, layer_name, check_arch)
 
 
 class LockedLayerRepository(_FromLockfile, BaseLayerRepository, Record):
@@ -259,16 +272,23 @@ class LockedLayerRepository(_FromLockfile, BaseLayerRepository, Record):
     :func:`~flashhub_kernels.get_locked_kernel` when the layer is first used, so its
     bytes are checked against the lock. Without ``lockfile`` the lock is looked for, at
     that time, in the package that created this object, then in the working directory.
+    ``check_arch`` as for :class:`LayerRepository`.
     """
 
     repo_id: str
     layer_name: str
     lockfile: Path | None
+    check_arch: bool
 
     def __init__(
-        self, repo_id: str, layer_name: str, *, lockfile: str | os.PathLike[str] | None = None
+        self,
+        repo_id: str,
+        layer_name: str,
+        *,
+        lockfile: str | os.PathLike[str] | None = None,
+        check_arch: bool = True,
     ) -> None:
         _check_layer_name(layer_name)
         parse_repo_id(repo_id)
-        self._init(repo_id, layer_name, lockfile_path(lockfile))
+        self._init(repo_id, layer_name, lockfile_path(lockfile), check_arch)
         self._remember_package()

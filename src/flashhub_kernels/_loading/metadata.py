@@ -1,0 +1,130 @@
+"""A build's ``metadata.json`` as Hugging Face kernels shows it: :class:`Metadata`, which
+is also the ``metadata`` of a :class:`~flashhub_kernels.LoadedKernel`.
+
+It is read as a load reads it (the builder's fields by :mod:`.._models.kernel_metadata`,
+the digest by :mod:`.._models.manifest`), so it is as lenient as loading is: a field the
+document lacks is ``None`` (or empty), where Hugging Face's reader requires ``name``,
+``id``, ``version``, ``license``, ``backend`` and ``python-depends``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from .._constants import MANIFEST_NAME
+from .._models.kernel_metadata import (
+    BackendInfo,
+    KernelDependency,
+    KernelMetadata,
+    Provenance,
+    read_kernel_metadata,
+)
+from .._models.manifest import encode_digest, load_json, parse_metadata
+from .._models.record import Record
+from ..errors import ManifestError
+
+_LAYOUTS = ("files", "zip")
+_HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
+
+
+class KernelName(str):
+    """A kernel's name, as its ``metadata.json`` gives it (``"flash-attn"``): a ``str``."""
+
+    __slots__ = ()
+
+    @property
+    def python_name(self) -> str:
+        """The name as a Python identifier, dashes made underscores (``"flash_attn"``)."""
+        return self.replace("-", "_")
+
+
+class Digest(Record):
+    """``digest``: its algorithm (``"sha256"``), and each file's digest in base64."""
+
+    algorithm: str
+    files: Mapping[str, str]
+
+
+class Metadata(Record):
+    """A build variant's ``metadata.json``, with the fields of Hugging Face kernels'
+    ``Metadata``: ``id``, ``name`` (a :class:`KernelName`: ``str(name)``,
+    ``name.python_name``), ``version``, ``build_layout`` (``"files"`` or ``"zip"``),
+    ``kernels_minver``, ``license``, ``upstream``, ``source``, ``python_depends``,
+    ``kernel_depends`` (each with ``repo_id`` and ``version``), ``backend``
+    (``backend_type`` and ``archs``), ``digest`` (``algorithm`` and ``files``) and
+    ``provenance`` (``kernel_builder``, ``kernel``, ``dirty``); and this client's own
+    ``flashhub_kernels_minver``.
+
+    A field the document lacks is ``None``, or empty for the lists. The lists are
+    tuples, and versions and the backend type are the strings the document holds, as
+    ``str()`` of Hugging Face's values gives them. Immutable, and equal by its fields.
+    """
+
+    id: str | None = None
+    name: KernelName | None = None
+    version: int | None = None
+    build_layout: str = "files"
+    kernels_minver: str | None = None
+    license: str | None = None
+    upstream: str | None = None
+    source: str | None = None
+    python_depends: tuple[str, ...] = ()
+    kernel_depends: tuple[KernelDependency, ...] = ()
+    backend: BackendInfo | None = None
+    digest: Digest | None = None
+    provenance: Provenance | None = None
+    flashhub_kernels_minver: str | None = None
+
+    @staticmethod
+    def read_from_file(metadata_path: str | os.PathLike[str]) -> Metadata:
+        """Read the ``metadata.json`` at ``metadata_path``.
+
+        Raises:
+            OSError: the file cannot be read.
+            ManifestError: it is not a valid ``metadata.json``; the message names the
+                field at fault.
+        """
+        path = Path(metadata_path)
+        return Metadata.from_bytes(path.read_bytes(), source=str(path))
+
+    @staticmethod
+    def from_bytes(data: bytes, *, source: str = MANIFEST_NAME) -> Metadata:
+        """Read a ``metadata.json`` document from its bytes; ``source`` names it in errors.
+
+        Raises:
+            ManifestError: it is not a valid ``metadata.json``.
+        """
+        document = load_json(data, source)
+        if not isinstance(document, dict):
+            raise ManifestError(f"{source} must be a JSON object", hint=_HINT)
+        fields = read_kernel_metadata(document, source=source)
+        values = {name: getattr(fields, name) for name in KernelMetadata._fields}
+        values["name"] = None if fields.name is None else KernelName(fields.name)
+        layout = document.get("build-layout", "files")
+        if layout not in _LAYOUTS:
+            raise ManifestError(
+                f'{source}: "build-layout" must be "files" or "zip", got {repr(layout)[:60]}',
+                hint=_HINT,
+            )
+        digest = None
+        if "digest" in document:
+            files = parse_metadata(data, source=source).files
+            digest = Digest("sha256", {path: encode_digest(raw) for path, raw in files.items()})
+        return Metadata(**values, build_layout=layout, digest=digest)
+
+
+def loaded_metadata(package_dir: Path) -> Metadata:
+    """The ``metadata.json`` of the kernel imported from ``package_dir``: its own (a
+    flattened build's) or its variant's; for a local package without one, a
+    :class:`Metadata` whose fields are all absent.
+
+    Raises:
+        OSError, ManifestError: as :meth:`Metadata.read_from_file`.
+    """
+    for directory in (package_dir, package_dir.parent):
+        path = directory / MANIFEST_NAME
+        if path.is_file():
+            return Metadata.read_from_file(path)
+    return Metadata()
