@@ -17,17 +17,16 @@ if TYPE_CHECKING:
     from . import errors as errors
     from ._benchmark import Benchmark
     from ._config import Config, get_config
-    from ._finder import LoadedKernel
     from ._loading.api import (
         configure,
         get_kernel,
         get_kernel_variants,
-        get_loaded_kernels,
         get_local_kernel,
         has_kernel,
         install_kernel,
     )
     from ._loading.kernel_deps import get_kernel_dep
+    from ._loading.loaded import LoadedKernel, get_loaded_kernels
     from ._loading.metadata import Metadata
     from ._lockfiles.locked_loading import get_locked_kernel, load_kernel
     from ._models.names import RepoInfo
@@ -61,7 +60,6 @@ _LAZY = {
     "Benchmark": "._benchmark",
     "Config": "._config",
     "get_config": "._config",
-    "LoadedKernel": "._finder",
     "RepoInfo": "._models.names",
     "VariantAccepted": "._variants.verdicts",
     "VariantRejected": "._variants.verdicts",
@@ -69,7 +67,8 @@ _LAZY = {
     "configure": "._loading.api",
     "get_kernel": "._loading.api",
     "get_kernel_variants": "._loading.api",
-    "get_loaded_kernels": "._loading.api",
+    "LoadedKernel": "._loading.loaded",
+    "get_loaded_kernels": "._loading.loaded",
     "get_local_kernel": "._loading.api",
     "has_kernel": "._loading.api",
     "install_kernel": "._loading.api",

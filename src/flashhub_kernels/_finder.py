@@ -20,7 +20,6 @@ import os
 import sys
 
 from ._models.names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidates, parse_module_name
-from ._models.record import Record
 
 # What this module imports is paid by every process that installs the hook: no typing,
 # no dataclasses, no importlib.abc or importlib.util (they import typing and
@@ -28,38 +27,10 @@ from ._models.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
     from types import ModuleType
 
-    from ._loading.metadata import Metadata
     from ._models.kernel_dir import KernelDir
     from ._models.names import KernelModuleName
-
-
-class LoadedKernel(Record):
-    """A kernel imported in this process (see :func:`get_loaded_kernels`). ``repo_id``,
-    ``version`` and ``variant`` are ``None`` for one :func:`get_local_kernel` loaded."""
-
-    repo_id: str | None
-    version: int | None
-    variant: str | None
-    path: Path
-    module: ModuleType
-
-    @property
-    def repo_info(self) -> RepoInfo | None:
-        """The kernel's repo and version, as Hugging Face ``kernels`` names them on its
-        record; ``None`` for a kernel loaded from a local directory."""
-        if self.repo_id is None or self.version is None:
-            return None
-        return RepoInfo(self.repo_id, self.version)
-
-    @property
-    def metadata(self) -> Metadata:
-        """Its build's ``metadata.json`` (see :class:`~flashhub_kernels.Metadata`), read now."""
-        from ._loading.metadata import loaded_metadata
-
-        return loaded_metadata(self.path)
 
 
 def _point_at(spec: importlib.machinery.ModuleSpec, target: KernelDir) -> None:
@@ -151,7 +122,7 @@ class KernelFinder:
         self._lock = _thread.allocate_lock()
         self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
-        self._loaded: dict[str, LoadedKernel] = {}
+        self._loaded: dict[str, tuple[ModuleType, KernelDir]] = {}  # module name -> its load
         # Module name -> the thread locating (maybe downloading) it, under its import lock.
         self._downloading: dict[str, int] = {}
 
@@ -178,7 +149,8 @@ class KernelFinder:
         with self._lock:
             self._targets[module_name] = target
 
-    def loaded(self) -> list[LoadedKernel]:
+    def loaded(self) -> list[tuple[ModuleType, KernelDir]]:
+        """The kernel modules this process imported, each with where it was found."""
         with self._lock:
             return list(self._loaded.values())
 
@@ -261,11 +233,8 @@ class KernelFinder:
                 module_locks.pop(name, None)
 
     def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
-        info = target.info
-        repo_id, version = (info.repo_id, info.version) if info else (None, None)
-        record = LoadedKernel(repo_id, version, target.variant, target.package_dir, module)
         with self._lock:
-            self._loaded[module.__name__] = record
+            self._loaded[module.__name__] = (module, target)
 
 
 def twin_names(fullname: str, backend: str | None) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .._config import Config, get_config, normalize_prefix, overrides, parse_cdn_urls
-from .._finder import LoadedKernel, install, twin_names
+from .._finder import install, twin_names
 from .._models.kernel_dir import KernelDir
 from .._models.names import (
     LOCAL_PACKAGE,
@@ -395,8 +395,3 @@ def _offline_info(repo_id: str, version: int | None) -> RepoInfo:
         parse_repo_id(repo_id)
         raise newest_version_error(repo_id, hint="pass version=, or unset FLASHHUB_OFFLINE")
     return RepoInfo(repo_id, version)
-
-
-def get_loaded_kernels() -> list[LoadedKernel]:
-    """The kernels imported in this process, in load order."""
-    return install().loaded()
