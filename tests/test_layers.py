@@ -1001,12 +1001,16 @@ def test_layer_names_are_exported_from_the_package_without_importing_torch() -> 
     assert out.strip() == "False"
 
 
-# The layer and function names of Hugging Face kernels 0.17 (kernels.layer.__all__).
+# The layer and function names of Hugging Face kernels 0.19.1 (those of kernels.__all__;
+# 0.17's kernels.layer.__all__ lacked the four of get_kernelized_layers).
 HF_LAYER_NAMES = [
     "CUDAProperties",
     "Device",
     "FuncRepository",
     "KernelizeFallback",
+    "KernelizedFunc",
+    "KernelizedLayer",
+    "KernelizedLayers",
     "LayerRepository",
     "LocalFuncRepository",
     "LocalLayerRepository",
@@ -1014,6 +1018,7 @@ HF_LAYER_NAMES = [
     "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
+    "get_kernelized_layers",
     "kernelize",
     "register_kernel_mapping",
     "replace_kernel_forward_from_hub",
