@@ -12,7 +12,8 @@ layer's name to a layer class in a kernel's ``layers`` module, per device and mo
 package under the name Hugging Face kernels uses (``kernels.layer``).
 
 See ``docs/layers.md``. Importing this module imports no torch: devices, modes,
-repositories, mappings and the marking decorators do without it. :func:`kernelize` and
+repositories, mappings, the marking decorators and :func:`get_kernelized_layers` do
+without it. :func:`kernelize` and
 :func:`validate_layer` load on first access and import torch; so does marking a class,
 which is an ``nn.Module`` and so comes after torch anyway, or a function.
 """

@@ -74,7 +74,8 @@ def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
     - ``no own __init__``: the layer holds no state; it uses the original module's;
     - ``no extra members``: no members besides ``forward``: no helpers, no class
       attributes (annotations are allowed), no overrides of ``nn.Module`` methods. The
-      markers ``has_backward`` and ``can_torch_compile`` are allowed;
+      markers ``has_backward`` and ``can_torch_compile`` are allowed, and
+      ``__deepcopy__``, which the layer class of a kernel function defines;
     - ``same forward arity`` and ``same forward parameter kinds`` as ``check_cls.forward``
       (positional, keyword-only, ``*args``, ...; names may differ).
 
