@@ -7,6 +7,8 @@ builds of the same layers), a revision is a version number (HF's ``revision="mai
 becomes a published version), and the mapping internals and messages are this API's. The tests that
 HF runs on CUDA only because its kernels are CUDA builds run on the ``device`` of this host
 (the CPU here); those that need a device's hardware keep HF's markers and skip without it.
+Where HF 0.19.1 behaves otherwise than the 0.17 tests say, the test follows 0.19.1 and says
+so; what is marked "Added" checks 0.19.1's behaviour beyond HF's own tests.
 """
 
 # ruff: noqa: E501, SIM117, RUF010 - HF's code as it is written, in its line length
@@ -26,6 +28,7 @@ from flashhub_kernels import (
     LayerRepository,
     LocalLayerRepository,
     Mode,
+    get_kernelized_layers,
     install_kernel,
     kernelize,
     register_kernel_mapping,
@@ -408,6 +411,14 @@ def test_rocm_kernel_mapping(device):
         assert rocm_repos[Mode.FALLBACK].repo_id == "kernels-test/silu-and-mul"
         assert rocm_repos[Mode.FALLBACK].layer_name == "SiluAndMul"
 
+        # Added: the layer is kernelized for the device type named, without a ROCm GPU
+        # (this kernel is plain torch, so it runs on this host's tensors).
+        layer = kernelize(SiluAndMulWithKernel(), device="rocm", mode=Mode.INFERENCE)
+        assert get_kernelized_layers(layer).layers[""].repo is rocm_repos[Mode.FALLBACK]
+        X = torch.randn((32, 64))
+        torch.testing.assert_close(layer(X), SiluAndMul()(X))
+        assert layer.n_calls == 0
+
 
 @cuda_only
 def test_capability():
@@ -682,6 +693,9 @@ def test_validate_kernel_layer():
 
 
 def test_invalid_mode_for_mapping_rejected(device):
+    # HF 0.17 refused a kernel layer mapped under a mode it does not support whatever the
+    # fallback; 0.19.1 checks it against the mode asked for only, and falls back unless
+    # use_fallback forbids it (NO_COMPATIBLE_MODE), as this API does.
     linear = TorchLinearWithCounter(32, 32).to(device)
 
     with use_kernel_mapping(
@@ -698,7 +712,10 @@ def test_invalid_mode_for_mapping_rejected(device):
         }
     ):
         with pytest.raises(ValueError, match="does not support backward"):
-            kernelize(linear, mode=Mode.TRAINING)
+            kernelize(linear, mode=Mode.TRAINING, use_fallback=False)
+        kernelize(linear, mode=Mode.TRAINING)
+        linear(torch.randn(10, 32, device=device))
+        assert linear.n_calls == 1
 
 
 def test_kernel_modes(device):
@@ -1287,3 +1304,85 @@ def test_local_overrides_layer(monkeypatch, local_kernel_path, device):
             f"kernels-test/silu-and-mul={str(local_kernel_path)}:kernels-test/non-existing2=/non/existing",
         )
         kernelize(model, device=device, mode=Mode.INFERENCE)
+
+
+# Added: what HF 0.19.1's kernelize does for each device type it accepts (its
+# _validate_device_type), checked here without the device. Its device-only tests
+# (test_hub_forward_neuron, _tpu, _rocm, ...) need the hardware for the tensors; the
+# choice of the kernel layer needs only the device type's name, and these kernels are
+# plain torch, so they run on this host's tensors whatever type they are mapped for.
+HF_DEVICE_TYPES = ["cpu", "cuda", "mps", "neuron", "npu", "rocm", "tpu", "xpu"]
+
+
+@pytest.mark.parametrize("device_type", HF_DEVICE_TYPES)
+def test_kernelize_for_each_hugging_face_device_type(device_type):
+    repo_id = {"neuron": "kernels-test/relu-nki", "tpu": "kernels-test/relu-tpu"}
+    mapping = {
+        "ReLU": {
+            device_type: LayerRepository(
+                repo_id=repo_id.get(device_type, "kernels-test/relu-nki"),
+                layer_name="ReLU",
+                version=1,
+            )
+        }
+    }
+
+    relu = ReLUWithKernel()
+    with use_kernel_mapping(mapping):
+        relu_with_kernel = kernelize(relu, device=device_type, mode=Mode.INFERENCE)
+        X = torch.randn((16, 16))
+        torch.testing.assert_close(relu_with_kernel(X), F.relu(X))
+        assert relu.n_calls == 0
+
+        # Another device type has no mapping: the original forward.
+        other = "cpu" if device_type != "cpu" else "cuda"
+        kernelize(relu, device=other, mode=Mode.INFERENCE)
+        relu(X)
+        assert relu.n_calls == 1
+
+
+@pytest.mark.parametrize("device_type", HF_DEVICE_TYPES)
+def test_kernel_modes_fall_back_on_each_device_type(device_type):
+    """A kernel layer without can_torch_compile (or has_backward) is used for the modes it
+    supports, under whatever mode key it is mapped, and the original forward runs for the
+    others; with use_fallback=False, kernelize raises instead."""
+    linear = TorchLinearWithCounter(32, 32).eval()  # no training with a kernel without backward
+    X = torch.randn(10, 32)
+
+    def runs_kernel(mode):
+        kernelize(linear, device=device_type, mode=mode)
+        before = linear.n_calls
+        linear(X)
+        return linear.n_calls == before
+
+    no_compile = LayerRepository(
+        repo_id="kernels-test/backward-marker-test",
+        layer_name="LinearImplicitBackward",
+        version=1,
+    )
+    compiled_keys = [Mode.INFERENCE | Mode.TORCH_COMPILE, Mode.TRAINING | Mode.TORCH_COMPILE]
+    for key in [Mode.FALLBACK, *compiled_keys]:
+        with use_kernel_mapping({"Linear": {device_type: {key: no_compile}}}):
+            assert not runs_kernel(Mode.INFERENCE | Mode.TORCH_COMPILE)
+            assert not runs_kernel(Mode.TRAINING | Mode.TORCH_COMPILE)
+            assert runs_kernel(Mode.INFERENCE)
+            # TRAINING does not fall back to an INFERENCE | TORCH_COMPILE key
+            assert runs_kernel(Mode.TRAINING) is (key != Mode.INFERENCE | Mode.TORCH_COMPILE)
+            with pytest.raises(ValueError, match=r"does not support torch\.compile"):
+                kernelize(
+                    linear,
+                    device=device_type,
+                    mode=Mode.INFERENCE | Mode.TORCH_COMPILE,
+                    use_fallback=False,
+                )
+
+    no_backward = LayerRepository(
+        repo_id="kernels-test/backward-marker-test",
+        layer_name="LinearNoBackward",
+        version=1,
+    )
+    with use_kernel_mapping({"Linear": {device_type: {Mode.TRAINING: no_backward}}}):
+        assert not runs_kernel(Mode.TRAINING)
+        assert runs_kernel(Mode.INFERENCE)
+        with pytest.raises(ValueError, match="does not support backward"):
+            kernelize(linear, device=device_type, mode=Mode.TRAINING, use_fallback=False)

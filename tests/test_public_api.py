@@ -92,6 +92,9 @@ TORCH_FREE_LAYER_NAMES = [
     "Device",
     "FuncRepository",
     "KernelizeFallback",
+    "KernelizedFunc",
+    "KernelizedLayer",
+    "KernelizedLayers",
     "LayerRepository",
     "LocalFuncRepository",
     "LocalLayerRepository",
@@ -99,6 +102,7 @@ TORCH_FREE_LAYER_NAMES = [
     "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
+    "get_kernelized_layers",
     "register_kernel_mapping",
     "replace_kernel_forward_from_hub",
     "use_kernel_forward_from_hub",
@@ -123,6 +127,8 @@ def test_layer_names_and_mappings_need_no_torch(tmp_path: Path) -> None:
         locked_func = LockedFuncRepository(
             "acme/silu-layers", "silu_and_mul", lockfile={str(tmp_path / "flashhub.lock")!r}
         )
+        assert get_kernelized_layers.__module__ == "flashhub_kernels.layers._inspect"
+        assert KernelizedLayers().layers == {{}} and KernelizedLayers().funcs == {{}}
         register_kernel_mapping({{"SiluAndMul": {{"cpu": local}}}})
         register_kernel_mapping({{"silu_and_mul": {{"cpu": func}}}}, inherit_mapping=False)
         with use_kernel_mapping({{
@@ -162,9 +168,13 @@ def test_kernelize_runs_a_kernel_layer(tmp_path: Path) -> None:
 
     model = nn.Sequential(Identity())
     x = torch.ones(3)
-    with fk.use_kernel_mapping({"Double": {"cpu": fk.LocalLayerRepository(package, "Double")}}):
+    repo = fk.LocalLayerRepository(package, "Double")
+    with fk.use_kernel_mapping({"Double": {"cpu": repo}}):
         assert fk.kernelize(model, mode=fk.Mode.INFERENCE, device="cpu") is model
     assert torch.equal(model(x), x * 2)
+    assert fk.get_kernelized_layers(model) == fk.KernelizedLayers(
+        layers={"0": fk.KernelizedLayer(model[0], repo)}
+    )
 
 
 def test_version_is_newer_than_the_release_it_replaces() -> None:

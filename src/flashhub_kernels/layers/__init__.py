@@ -7,11 +7,13 @@ layer's name to a layer class in a kernel's ``layers`` module, per device and mo
 ``forward`` then runs with the original module as ``self``, on each call or, after
 :func:`kernelize`, fixed per module. Plain functions are marked the same way
 (:func:`use_kernel_forward_from_hub` on a function, :func:`use_kernelized_func`).
+:func:`get_kernelized_layers` tells what ``kernelize`` bound in a model.
 ``DISABLE_KERNEL_MAPPING=1`` turns it all off. ``flashhub_kernels.layer`` is this
 package under the name Hugging Face kernels uses (``kernels.layer``).
 
 See ``docs/layers.md``. Importing this module imports no torch: devices, modes,
-repositories, mappings and the marking decorators do without it. :func:`kernelize` and
+repositories, mappings, the marking decorators and :func:`get_kernelized_layers` do
+without it. :func:`kernelize` and
 :func:`validate_layer` load on first access and import torch; so does marking a class,
 which is an ``nn.Module`` and so comes after torch anyway, or a function.
 """
@@ -30,6 +32,7 @@ from ._func_repository import (
     LockedFuncRepository,
     use_kernel_func_from_hub,
 )
+from ._inspect import KernelizedFunc, KernelizedLayer, KernelizedLayers, get_kernelized_layers
 from ._mapping import KernelMapping, Mode, register_kernel_mapping, use_kernel_mapping
 from ._marking import (
     replace_kernel_forward_from_hub,
@@ -59,6 +62,9 @@ __all__ = [
     "FuncRepository",
     "KernelMapping",
     "KernelizeFallback",
+    "KernelizedFunc",
+    "KernelizedLayer",
+    "KernelizedLayers",
     "LayerRepository",
     "LocalFuncRepository",
     "LocalLayerRepository",
@@ -66,6 +72,7 @@ __all__ = [
     "LockedLayerRepository",
     "Mode",
     "ROCMProperties",
+    "get_kernelized_layers",
     "kernelize",
     "register_kernel_mapping",
     "replace_kernel_forward_from_hub",

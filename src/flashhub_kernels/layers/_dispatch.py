@@ -6,9 +6,11 @@ module as ``self`` (or the original ``forward``). While torch.compile traces tha
 the choice is made once, at trace time, and the compiled code keeps it: the mapping lives
 in a ContextVar, which cannot be traced, so the choice runs as a constant of the graph
 (``assume_constant_result``), and ``fullgraph=True`` compiles. :func:`kernelize` makes
-the decision once per module instead, by binding the chosen ``forward`` to the instance;
-a kernel layer without backward bound for inference gets a check that warns when the
-module is trained after all.
+the decision once per module instead, by binding the chosen ``forward`` to the instance
+(and, for a kernel layer, noting its repository there); a module that is unpickled or
+copied gets that ``forward`` bound again (:func:`restore_kernelized`). A kernel layer
+without backward bound for inference gets a check that warns when the module is trained
+after all.
 """
 
 from __future__ import annotations
@@ -31,9 +33,19 @@ from ..errors import (
     KernelWithoutBackwardWarning,
     LockfileError,
 )
+from ._compiling import compiling
 from ._device import Device
 from ._fallback import KernelizeFallback, as_fallback, fallback_text
-from ._layer_mark import Forward, LayerMark, ModuleT, kernel_funcs, mark_by_key, mark_of
+from ._func_routes import private_instance
+from ._layer_mark import (
+    KERNEL_REPO_ATTR,
+    Forward,
+    LayerMark,
+    ModuleT,
+    kernel_funcs,
+    mark_by_key,
+    mark_of,
+)
 from ._mapping import Miss, Mode, check_request, current_mapping, mode_text, select_repository
 from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
@@ -57,11 +69,6 @@ def _first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Ten
     return None
 
 
-def _compiling() -> bool:
-    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(is_compiling()) if is_compiling is not None else False
-
-
 def _mode(training: bool, compiling: bool) -> Mode:
     mode = Mode.TRAINING if training else Mode.INFERENCE
     return mode | Mode.TORCH_COMPILE if compiling else mode
@@ -74,12 +81,19 @@ def _fallback_of(mark: LayerMark) -> KernelizeFallback:
 def dispatch(
     mark: LayerMark, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """Run one call of a marked layer: the mapped kernel layer's forward, or the original."""
+    """Run one call of a marked layer: the mapped kernel layer's forward, or the original.
+
+    A call of a marked function from the ``forward`` of a module that holds its own,
+    kernelized, instance of it (``use_kernelized_func``) runs that instance.
+    """
+    private = private_instance(mark.key, module)
+    if private is not None:
+        return private(*args, **kwargs)
     if not mark.applies_to(module):
         return mark.original(module, *args, **kwargs)
     tensor = _first_tensor(args, kwargs)
     device = tensor.device if tensor is not None else None
-    if _compiling():
+    if compiling():
         # Constants only (strings and a bool) cross into the choice, which runs untraced.
         where = None if device is None else str(device)
         forward = getattr(_Traced, _choose_while_tracing(mark.key, where, module.training))
@@ -95,8 +109,8 @@ def _choose(
     if kernel_mapping_disabled():
         return mark.original
     target = target_of(device) if device is not None else None
-    layer = _choose_layer(mark, target, _mode(training, compiling), _fallback_of(mark))
-    forward: Forward = mark.original if layer is None else layer.forward
+    chosen = _choose_layer(mark, target, _mode(training, compiling), _fallback_of(mark))
+    forward: Forward = mark.original if chosen is None else chosen[0].forward
     return forward
 
 
@@ -169,14 +183,24 @@ def _choose_while_tracing(key: str, device: str | None, training: bool) -> str:
     return _traced_name(forward)
 
 
+# A kernel layer chosen, and the repository it was loaded from.
+Chosen = tuple[type[nn.Module], BaseLayerRepository]
+
+
 def _choose_layer(
     mark: LayerMark,
     target: Target | None,
     mode: Mode,
     fallback: KernelizeFallback,
     unloadable: set[int] | None = None,
-) -> type[nn.Module] | None:
-    """The kernel layer to run for ``target`` and ``mode``; ``None`` for the original.
+) -> Chosen | None:
+    """The kernel layer to run for ``target`` and ``mode``, and its repository; ``None``
+    for the original.
+
+    As in Hugging Face kernels, what the kernel layer supports is checked against the mode
+    asked for, not the mapping key it was found under: a layer without
+    ``can_torch_compile`` mapped under ``INFERENCE | TORCH_COMPILE`` serves ``INFERENCE``,
+    and falls back (``NO_COMPATIBLE_MODE``) for the mode of its key.
 
     ``unloadable`` holds the ids of repositories that could not be loaded so far in this
     ``kernelize``, so that each is tried once.
@@ -185,23 +209,27 @@ def _choose_layer(
     if isinstance(selected, Miss):
         _fall_back(mark, target, mode, fallback, selected)
         return None
-    repo, key = selected
+    repo, _ = selected
     layer = _load(repo, mark, fallback, set() if unloadable is None else unloadable)
     if layer is None:
         return None
-    if layer not in mark.validated:
-        validate_layer(layer, mark.owner)
-        mark.validated.add(layer)
-    _check_registered_mode(layer, repo, key, mark.layer_name)
+    _validated(layer, mark)
     lacking = _lacking_support(layer, mode)
     if lacking is None:
-        return layer
+        return layer, repo
     detail = (
         f"kernel layer {repo} does not support mode {mode_text(mode)}, as it does not "
         f"support {lacking}"
     )
     _fall_back(mark, target, mode, fallback, Miss(KernelizeFallback.NO_COMPATIBLE_MODE, detail))
     return None
+
+
+def _validated(layer: type[nn.Module], mark: LayerMark) -> None:
+    """Check ``layer`` against the class ``mark`` marked, once per pair."""
+    if layer not in mark.validated:
+        validate_layer(layer, mark.owner)
+        mark.validated.add(layer)
 
 
 def _fall_back(
@@ -259,23 +287,6 @@ def _lacking_support(layer: type[nn.Module], mode: Mode) -> str | None:
     return None
 
 
-def _check_registered_mode(
-    layer: type[nn.Module], repo: BaseLayerRepository, key: Mode, layer_name: str
-) -> None:
-    # Mapped explicitly for a mode the layer says it cannot serve: a mistake in the
-    # mapping, so it raises rather than quietly running the original. A FALLBACK entry
-    # makes no such claim; _lacking_support decides for it.
-    if key == Mode.FALLBACK:
-        return
-    lacking = _lacking_support(layer, key)
-    if lacking is not None:
-        raise KernelLayerError(
-            f"kernel layer {repo} is mapped for {layer_name!r} in mode {mode_text(key)}, "
-            f"but does not support {lacking}",
-            hint="map it under a mode it supports, or declare the support in the kernel layer",
-        )
-
-
 def _model_target(model: nn.Module) -> Target:
     for tensor in itertools.chain(model.parameters(), model.buffers()):
         return target_of(tensor.device)
@@ -285,16 +296,47 @@ def _model_target(model: nn.Module) -> Target:
     )
 
 
-def _marked_modules(model: nn.Module) -> Iterator[tuple[nn.Module, LayerMark]]:
-    """The marked modules of ``model`` and the marked functions attached to its modules'
-    classes (``use_kernelized_func``), each once."""
-    seen: set[int] = set()
-    for module in model.modules():
-        for candidate in (*kernel_funcs(module), module):
-            mark = mark_of(type(candidate).forward)
-            if mark is not None and id(candidate) not in seen:
-                seen.add(id(candidate))
-                yield candidate, mark
+def _marked_in(module: nn.Module) -> Iterator[tuple[nn.Module, LayerMark]]:
+    """The module's own instances of marked functions (``use_kernelized_func``), then the
+    module itself if it is marked, each with its mark."""
+    for candidate in (*kernel_funcs(module).values(), module):
+        mark = mark_of(type(candidate).forward)
+        if mark is not None:
+            yield candidate, mark
+
+
+def _bind(module: nn.Module, mark: LayerMark, chosen: Chosen | None) -> None:
+    """Bind the forward of the chosen kernel layer, or the original, to ``module``, and
+    note the kernel layer's repository on it (for ``get_kernelized_layers``)."""
+    layer, repo = chosen if chosen is not None else (None, None)
+    module.forward = MethodType(mark.original if layer is None else layer.forward, module)
+    if repo is None:
+        module.__dict__.pop(KERNEL_REPO_ATTR, None)
+    else:
+        module.__dict__[KERNEL_REPO_ATTR] = repo
+
+
+def restore_kernelized(module: nn.Module) -> None:
+    """Bind again the ``forward`` that ``kernelize`` bound to ``module``, after it was
+    unpickled or copied (from its ``__setstate__``).
+
+    Unpickled, the bound method comes back bound to the class's dispatching ``forward``:
+    the kernel layer is loaded again from the repository noted on the module (in a new
+    process, through the kernel's own import), or the original bound. A shallow copy
+    holds the method of the module it was copied from: it is bound to the copy.
+    """
+    forward = module.__dict__.get("forward")
+    if not isinstance(forward, MethodType):
+        return
+    mark = mark_of(forward.__func__)
+    if mark is not None:
+        repo: BaseLayerRepository | None = module.__dict__.get(KERNEL_REPO_ATTR)
+        chosen = None if repo is None else (repo.load(), repo)
+        if chosen is not None:
+            _validated(chosen[0], mark)
+        _bind(module, mark, chosen)
+    elif forward.__self__ is not module:
+        module.forward = MethodType(forward.__func__, module)
 
 
 def kernelize(
@@ -306,13 +348,14 @@ def kernelize(
 ) -> ModuleT:
     """Replace the forward of every marked layer in ``model`` now, and return ``model``.
 
-    Each marked submodule, and each marked function attached to a module's class with
-    ``use_kernelized_func``, gets the kernel layer's ``forward`` that the mapping in
-    effect picks for ``device`` and ``mode``, bound to that module; a layer with nothing
-    mapped gets its original ``forward``. The choice is fixed until the next
-    ``kernelize``: later mapping changes, moves to another device and
+    Each marked submodule, and each module's own instance of the marked functions its
+    class was decorated with (``use_kernelized_func``), gets the kernel layer's
+    ``forward`` that the mapping in effect picks for ``device`` and ``mode``, bound to
+    that module; a layer with nothing mapped gets its original ``forward``. The choice is
+    fixed until the next ``kernelize``: later mapping changes, moves to another device and
     ``train()``/``eval()`` do not change it, and no lookup happens per call (which suits
-    ``torch.compile``).
+    ``torch.compile``). It survives pickling and copying the model; see
+    :func:`get_kernelized_layers` for what was bound.
 
     Args:
         model: The model; changed in place.
@@ -328,9 +371,9 @@ def kernelize(
             be loaded. A layer marked with ``use_fallback=False`` never falls back.
 
     A kernel layer with ``has_backward = False`` is not used in ``TRAINING`` mode, and
-    one without ``can_torch_compile = True`` not under ``TORCH_COMPILE``: the original
-    forward is bound instead (unless the fallback forbids it). Mapped under a key that
-    names such a mode, it raises ``KernelLayerError``. One with ``has_backward = False``
+    one without ``can_torch_compile = True`` not under ``TORCH_COMPILE``, whatever mapping
+    key it was found under: the original forward is bound instead (``NO_COMPATIBLE_MODE``;
+    ``KernelLayerError`` where the fallback forbids it). One with ``has_backward = False``
     bound for inference warns (``KernelWithoutBackwardWarning``, once per layer class)
     if its module is trained with gradients enabled afterwards. A module for which the
     ``condition`` given at marking is false gets its original forward.
@@ -342,53 +385,63 @@ def kernelize(
     target = parse_target(device) if device is not None else _model_target(model)
     disabled = kernel_mapping_disabled()
     unloadable: set[int] = set()
-    for module, mark in _marked_modules(model):
-        layer = None
-        if not disabled and mark.applies_to(module):
-            allowed = fallback if mark.use_fallback else KernelizeFallback.NONE
-            layer = _choose_layer(mark, target, mode, allowed, unloadable)
-        module.forward = MethodType(mark.original if layer is None else layer.forward, module)
-        _watch_training(module, layer)
+    for owner in model.modules():
+        without_backward: list[type[nn.Module]] = []
+        for module, mark in _marked_in(owner):
+            chosen = None
+            if not disabled and mark.applies_to(module):
+                allowed = fallback if mark.use_fallback else KernelizeFallback.NONE
+                chosen = _choose_layer(mark, target, mode, allowed, unloadable)
+            _bind(module, mark, chosen)
+            if chosen is not None and not _supports_backward(chosen[0]):
+                without_backward.append(chosen[0])
+        _watch_training(owner, without_backward)
     return model
 
 
-# Kernel layer classes whose training warning was issued; a set add is atomic, and a
-# second warning in a race is harmless.
-_warned_no_backward: set[type[nn.Module]] = set()
+# Kernel layer classes whose training warning was issued, by name; a set add is atomic,
+# and a second warning in a race is harmless.
+_warned_no_backward: set[str] = set()
 
 
 class _TrainingCheck:
-    """Forward pre-hook of a module that ``kernelize`` bound to a kernel layer without
-    backward (only a mode without ``TRAINING`` does that): warns, once per layer class,
-    when the module runs in training mode with gradients enabled."""
+    """Forward pre-hook of a module that ``kernelize`` bound, itself or the instances of
+    marked functions it holds, to kernel layers without backward (only a mode without
+    ``TRAINING`` does that): warns, once per layer class, when the module runs in training
+    mode with gradients enabled. Holds the layers' names, so that it pickles."""
 
-    def __init__(self, layer: type[nn.Module]) -> None:
-        self.layer = layer
+    def __init__(self, layers: list[str]) -> None:
+        self.layers = layers
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         # Skipped while torch.compile traces: a warning cannot be traced, and breaking
         # the graph for it would fail fullgraph=True.
-        if _compiling() or not (module.training and torch.is_grad_enabled()):
+        if compiling() or not (module.training and torch.is_grad_enabled()):
             return
-        if self.layer in _warned_no_backward:
-            return
-        _warned_no_backward.add(self.layer)
-        name = f"{self.layer.__module__}.{self.layer.__qualname__}"
-        warn_at_caller(
-            f"kernel layer {name} has no backward (has_backward = False), but the "
-            f"{type(module).__qualname__} module that runs it is training with gradients "
-            "enabled: kernelize bound it for a mode without Mode.TRAINING, so its gradients "
-            "may be missing or wrong; call kernelize(model, mode=Mode.TRAINING) before "
-            "training, or run it under torch.no_grad()",
-            KernelWithoutBackwardWarning,
-        )
+        for name in self.layers:
+            if name not in _warned_no_backward:
+                _warned_no_backward.add(name)
+                _warn_without_backward(name, module)
 
 
-def _watch_training(module: nn.Module, layer: type[nn.Module] | None) -> None:
-    """Give ``module`` a training check if ``layer`` has no backward; drop an earlier one."""
+def _warn_without_backward(name: str, module: nn.Module) -> None:
+    warn_at_caller(
+        f"kernel layer {name} has no backward (has_backward = False), but the "
+        f"{type(module).__qualname__} module that runs it is training with gradients "
+        "enabled: kernelize bound it for a mode without Mode.TRAINING, so its gradients "
+        "may be missing or wrong; call kernelize(model, mode=Mode.TRAINING) before "
+        "training, or run it under torch.no_grad()",
+        KernelWithoutBackwardWarning,
+    )
+
+
+def _watch_training(module: nn.Module, without_backward: list[type[nn.Module]]) -> None:
+    """Give ``module`` a training check for the kernel layers ``without_backward`` that
+    it runs, if any; drop an earlier one."""
     # Found by type rather than by a kept handle, so a deep copy's check is found too.
     pre_forward = module._forward_pre_hooks
     for key in [k for k, check in pre_forward.items() if isinstance(check, _TrainingCheck)]:
         del pre_forward[key]
-    if layer is not None and not _supports_backward(layer):
-        module.register_forward_pre_hook(_TrainingCheck(layer))
+    if without_backward:
+        names = [f"{layer.__module__}.{layer.__qualname__}" for layer in without_backward]
+        module.register_forward_pre_hook(_TrainingCheck(names))

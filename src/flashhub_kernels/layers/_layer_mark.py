@@ -1,9 +1,11 @@
 """The mark that marking a layer class leaves on its ``forward``, and how to read it back.
 
-``_marking`` puts a :class:`LayerMark` on the ``forward`` it gives a marked class, and
-lists on a class the marked functions that ``use_kernelized_func`` attaches to it;
-``_dispatch`` reads both to run that forward and to find what ``kernelize`` swaps.
-Importing this module imports no torch.
+``_marking`` puts a :class:`LayerMark` on the ``forward`` it gives a marked class;
+``_dispatch`` reads it to run that forward and to find what ``kernelize`` swaps. A module
+of a class decorated with ``use_kernelized_func`` holds its own instances of the marked
+functions (:func:`kernel_funcs`), and ``kernelize`` notes on each module it binds to a
+kernel layer the repository of that layer (:data:`KERNEL_REPO_ATTR`). Importing this
+module imports no torch.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ if TYPE_CHECKING:
     from torch import nn
 
 _MARK_ATTR = "__flashhub_layer__"
-# The class attribute listing the marked functions use_kernelized_func attached to a class.
-_FUNCS_ATTR = "_flashhub_kernel_funcs"
+# Instance attributes, named as Hugging Face kernels names them: the repository of the
+# kernel layer kernelize bound (on the module), and a module's own instances of the
+# marked functions its class was decorated with, by layer name.
+KERNEL_REPO_ATTR = "_kernel_repo"
+KERNEL_FUNCS_ATTR = "_kernel_funcs"
 ModuleT = TypeVar("ModuleT", bound="nn.Module")
 Forward = Callable[..., Any]
 Condition = Callable[["nn.Module"], bool]
@@ -84,13 +89,7 @@ def mark_of(forward: object) -> LayerMark | None:
     return mark if isinstance(mark, LayerMark) else None
 
 
-def attach_funcs(cls: type, funcs: tuple[nn.Module, ...]) -> None:
-    """Attach marked functions to ``cls`` (and its subclasses), for :func:`kernel_funcs`."""
-    attached: tuple[nn.Module, ...] = getattr(cls, _FUNCS_ATTR, ())
-    setattr(cls, _FUNCS_ATTR, attached + tuple(f for f in funcs if f not in attached))
-
-
-def kernel_funcs(module: object) -> tuple[nn.Module, ...]:
-    """The marked functions attached to the class of ``module``."""
-    funcs: tuple[nn.Module, ...] = getattr(type(module), _FUNCS_ATTR, ())
+def kernel_funcs(module: nn.Module) -> dict[str, nn.Module]:
+    """The module's own instances of the marked functions of ``use_kernelized_func``."""
+    funcs: dict[str, nn.Module] = module.__dict__.get(KERNEL_FUNCS_ATTR, {})
     return funcs

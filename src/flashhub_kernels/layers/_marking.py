@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ._layer_mark import Condition, Forward, LayerMark, attach_funcs, mark_of, put_mark
+from ._layer_mark import Condition, Forward, LayerMark, mark_of, put_mark
 
 if TYPE_CHECKING:
     from torch import nn
@@ -35,6 +35,28 @@ class _LayerName:
 
 
 _LAYER_NAME = _LayerName()
+
+# Set on the __setstate__ that marking gives a class, so that a class is given one once.
+_RESTORES_ATTR = "__flashhub_restores__"
+
+
+def _restore_after_setstate(cls: type[nn.Module], restore: Callable[[nn.Module], None]) -> None:
+    """Make unpickling (and copying) a module of ``cls`` call ``restore`` on it, after
+    the class's own ``__setstate__``: a pickled bound method comes back bound to the
+    class's ``forward``, so the ``forward`` that ``kernelize`` bound must be bound again."""
+    if getattr(cls.__setstate__, _RESTORES_ATTR, False):
+        return  # given already, or inherited from a marked class
+    own = cls.__dict__.get("__setstate__")
+
+    def __setstate__(self: nn.Module, state: dict[str, Any]) -> None:
+        if own is not None:
+            own(self, state)
+        else:
+            super(cls, self).__setstate__(state)  # type: ignore[misc]
+        restore(self)
+
+    setattr(__setstate__, _RESTORES_ATTR, True)
+    cls.__setstate__ = __setstate__  # type: ignore[method-assign]
 
 
 def replace_kernel_forward_from_hub(
@@ -59,7 +81,7 @@ def replace_kernel_forward_from_hub(
     """
     from torch import nn
 
-    from ._dispatch import dispatch
+    from ._dispatch import dispatch, restore_kernelized
 
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError(f"only torch.nn.Module subclasses can be marked, got {cls!r}")
@@ -82,6 +104,7 @@ def replace_kernel_forward_from_hub(
     put_mark(forward, mark)
     cls.forward = forward
     cls.kernel_layer_name = _LAYER_NAME  # type: ignore[attr-defined]
+    _restore_after_setstate(cls, restore_kernelized)
 
 
 def _mark(target: Any, layer_name: str, condition: Condition | None, fallback: bool) -> Any:
@@ -150,10 +173,13 @@ def use_kernelized_func(*funcs: nn.Module) -> Callable[[MarkedT], MarkedT]:
     """Class decorator: let ``kernelize`` reach marked functions that the class calls.
 
     A marked function that a module's ``forward`` calls directly, rather than as one of its
-    submodules, is not a module of the model, so ``kernelize`` would not see it. This
-    attaches ``funcs`` (made with :func:`use_kernel_forward_from_hub` on a function) to
-    the class, not as submodules: ``kernelize`` of a model holding one of its modules
-    then kernelizes them too. Example::
+    submodules, is not a module of the model, so ``kernelize`` would not see it. With this
+    decorator, each module of the class holds its own instance of each of ``funcs`` (made
+    with :func:`use_kernel_forward_from_hub` on a function), as a plain attribute, not a
+    submodule; ``kernelize`` of a model holding the module binds those, and while the
+    module's ``forward`` runs, its calls of the function run its own instance. So
+    kernelizing one model changes the function for that model only: other modules of the
+    class, and the function called elsewhere, keep theirs. Example::
 
         @use_kernel_forward_from_hub("silu_and_mul")
         def silu_and_mul(x: torch.Tensor) -> torch.Tensor: ...
@@ -162,6 +188,9 @@ def use_kernelized_func(*funcs: nn.Module) -> Callable[[MarkedT], MarkedT]:
         class MLP(nn.Module):
             def forward(self, x: torch.Tensor) -> torch.Tensor:
                 return silu_and_mul(x)
+
+    The class's ``__init__`` and ``forward`` are wrapped to do this; a marked class stays
+    marked.
 
     Raises:
         ValueError: one of ``funcs`` is not a marked function.
@@ -175,7 +204,16 @@ def use_kernelized_func(*funcs: nn.Module) -> Callable[[MarkedT], MarkedT]:
             )
 
     def decorate(cls: MarkedT) -> MarkedT:
-        attach_funcs(cls, funcs)
+        from ._func_routes import give_private_funcs
+
+        mark = mark_of(cls.forward)
+        if mark is not None:  # routing goes around the original forward, then marked again
+            cls.forward = mark.original
+        give_private_funcs(cls, funcs)
+        if mark is not None:
+            replace_kernel_forward_from_hub(
+                cls, mark.layer_name, mark.condition, use_fallback=mark.use_fallback
+            )
         return cls
 
     return decorate

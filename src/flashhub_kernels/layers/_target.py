@@ -8,8 +8,6 @@ from .._models.record import Record
 from ._device import DEVICE_TYPES, Device
 
 _GPU_TYPES = ("cuda", "rocm")
-# Device types of mappings that are no device type of torch itself, or only of a plugin.
-_NAMED_ONLY = ("rocm", "npu", "neuron", "tpu")
 
 
 class Target(Record):
@@ -41,19 +39,25 @@ def target_of(device: torch.device) -> Target:
 
 
 def _named_target(device: str) -> Target | None:
-    """``"rocm"``, ``"tpu:1"``...: a device type mappings name but this torch may not know.
+    """``"cuda"``, ``"rocm"``, ``"tpu:1"``: a device type of mappings, with an optional
+    index, taken as it is named, as Hugging Face kernels takes a device string.
 
-    torch has no ``rocm`` device type (its ROCm GPUs are ``cuda`` devices), and knows
-    ``npu``, ``neuron`` and ``tpu`` only once their plugins are imported.
+    So ``"cuda"`` is ``cuda`` on a ROCm build of torch too (which calls its GPUs
+    ``cuda``), and a type torch knows only with a plugin (``npu``, ``neuron``, ``tpu``) or
+    not at all (``rocm``) needs none. ``None`` for any other string.
     """
-    kind, _, index = device.partition(":")
-    if kind not in _NAMED_ONLY:
+    kind, colon, index = device.partition(":")
+    if kind not in DEVICE_TYPES or (colon and not index.isdigit()):
         return None
-    return Target(kind, int(index) if index else None)
+    return Target(kind, int(index) if colon else None)
 
 
 def parse_target(device: str | torch.device | Device) -> Target:
-    """The target a caller names: ``"cuda:1"``, ``torch.device("cpu")`` or ``Device("rocm")``."""
+    """The target a caller names: ``"cuda:1"``, ``torch.device("cpu")`` or ``Device("rocm")``.
+
+    A ``torch.device`` is the device of a tensor (see :func:`target_of`); a string that
+    names a device type of mappings is that type (see :func:`_named_target`).
+    """
     if isinstance(device, Device):
         return Target(device.type)
     try:

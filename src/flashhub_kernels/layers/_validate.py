@@ -19,6 +19,8 @@ from ..errors import LayerValidationError
 #: (default ``True``; ``False`` keeps it out of training) and ``can_torch_compile``
 #: (default ``False``; ``True`` lets it run under ``torch.compile``).
 PROTOCOL_MARKERS = frozenset({"has_backward", "can_torch_compile"})
+# What the layer class of a kernel function defines besides (see ``_func_module``).
+_FUNC_MODULE_MEMBERS = frozenset({"__deepcopy__"})
 
 
 def _name(cls: object) -> str:
@@ -59,7 +61,7 @@ def _extra_members(layer: type[nn.Module]) -> list[str]:
     # them. dir(nn.Module) is read each time: torch.compile adds attributes to nn.Module.
     overrides = {name for name in own if not _is_dunder(name)} - {"forward"}
     added = set(dir(layer)) - set(dir(nn.Module))
-    return sorted((overrides | added) - PROTOCOL_MARKERS)
+    return sorted((overrides | added) - PROTOCOL_MARKERS - _FUNC_MODULE_MEMBERS)
 
 
 def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
@@ -72,7 +74,8 @@ def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
     - ``no own __init__``: the layer holds no state; it uses the original module's;
     - ``no extra members``: no members besides ``forward``: no helpers, no class
       attributes (annotations are allowed), no overrides of ``nn.Module`` methods. The
-      markers ``has_backward`` and ``can_torch_compile`` are allowed;
+      markers ``has_backward`` and ``can_torch_compile`` are allowed, and
+      ``__deepcopy__``, which the layer class of a kernel function defines;
     - ``same forward arity`` and ``same forward parameter kinds`` as ``check_cls.forward``
       (positional, keyword-only, ``*args``, ...; names may differ).
 
