@@ -12,8 +12,7 @@ import pytest
 from flashhub_kernels._cache.layout import VariantIndex
 from flashhub_kernels._cache.staging import index_document, merge_indexes
 from flashhub_kernels._models.names import RepoInfo
-from flashhub_kernels._variants import device_arch as _device_arch
-from flashhub_kernels._variants import system as _variants
+from flashhub_kernels._variants import device_arch as _device_arch, system as _variants
 from flashhub_kernels._variants.archs import (
     arch_mismatch,
     cuda_arch_runs_on,

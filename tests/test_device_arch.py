@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import device_capability, run_python
-from flashhub_kernels._variants import device_arch as _device_arch
-from flashhub_kernels._variants import nvml as _nvml
+from flashhub_kernels._variants import device_arch as _device_arch, nvml as _nvml
 from flashhub_kernels._variants.device_arch import (
     Gpu,
     cuda_capability,

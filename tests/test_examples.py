@@ -62,8 +62,7 @@ def test_universal_variant_matches_the_reference(
 
 
 def test_two_native_versions_side_by_side(published: CdnServer) -> None:
-    from flashhub.acme.tensor_tricks import v1_cpu as v1
-    from flashhub.acme.tensor_tricks import v2_cpu as v2
+    from flashhub.acme.tensor_tricks import v1_cpu as v1, v2_cpu as v2
 
     x = torch.randn(17)
     assert torch.allclose(v1.scale_shift(x, 3.0), x * 3.0 + 1)

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from flashhub_kernels._publish import destination as publish_destination
-from flashhub_kernels._publish import publish, sign_tree
+from flashhub_kernels._publish import destination as publish_destination, publish, sign_tree
 from flashhub_kernels._signing.signature_files import parse_signatures
 from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key, write_key_pair
 from flashhub_kernels._signing.statements import DocumentKind

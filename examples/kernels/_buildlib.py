@@ -114,8 +114,7 @@ def _client_variant(backend: str) -> str | None:
     if added:
         sys.path.insert(0, src)
     try:
-        from flashhub_kernels._variants import probing as _probing
-        from flashhub_kernels._variants import system as _variants
+        from flashhub_kernels._variants import probing as _probing, system as _variants
     except ImportError:
         return None
     finally:

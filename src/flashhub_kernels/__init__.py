@@ -14,48 +14,57 @@ from ._lazy import lazy_exports
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost more than this package
 if TYPE_CHECKING:
+    # Each name re-exported as itself, for type checkers (no literal __all__ to read).
     from . import errors as errors
-    from ._benchmark import Benchmark
-    from ._config import Config, get_config
+    from ._benchmark import Benchmark as Benchmark
+    from ._config import Config as Config, get_config as get_config
     from ._loading.api import (
-        configure,
-        get_kernel,
-        get_kernel_variants,
-        get_local_kernel,
-        has_kernel,
-        install_kernel,
+        configure as configure,
+        get_kernel as get_kernel,
+        get_kernel_variants as get_kernel_variants,
+        get_local_kernel as get_local_kernel,
+        has_kernel as has_kernel,
+        install_kernel as install_kernel,
     )
-    from ._loading.kernel_deps import get_kernel_dep
-    from ._loading.loaded import LoadedKernel, get_loaded_kernels
-    from ._loading.metadata import Metadata
-    from ._lockfiles.locked_loading import get_locked_kernel, load_kernel
-    from ._models.names import RepoInfo
-    from ._variants.verdicts import VariantAccepted, VariantRejected
+    from ._loading.kernel_deps import get_kernel_dep as get_kernel_dep
+    from ._loading.loaded import (
+        LoadedKernel as LoadedKernel,
+        get_loaded_kernels as get_loaded_kernels,
+    )
+    from ._loading.metadata import Metadata as Metadata
+    from ._lockfiles.locked_loading import (
+        get_locked_kernel as get_locked_kernel,
+        load_kernel as load_kernel,
+    )
+    from ._models.names import RepoInfo as RepoInfo
+    from ._variants.verdicts import (
+        VariantAccepted as VariantAccepted,
+        VariantRejected as VariantRejected,
+    )
     from .layers import (
-        CUDAProperties,
-        Device,
-        FuncRepository,
-        KernelizedFunc,
-        KernelizedLayer,
-        KernelizedLayers,
-        KernelizeFallback,
-        LayerRepository,
-        LocalFuncRepository,
-        LocalLayerRepository,
-        LockedFuncRepository,
-        LockedLayerRepository,
-        Mode,
-        ROCMProperties,
-        get_kernelized_layers,
-        kernelize,
-        register_kernel_mapping,
-        replace_kernel_forward_from_hub,
-        use_kernel_forward_from_hub,
-        use_kernel_func_from_hub,
-        use_kernel_mapping,
-        use_kernelized_func,
+        CUDAProperties as CUDAProperties,
+        Device as Device,
+        FuncRepository as FuncRepository,
+        KernelizedFunc as KernelizedFunc,
+        KernelizedLayer as KernelizedLayer,
+        KernelizedLayers as KernelizedLayers,
+        KernelizeFallback as KernelizeFallback,
+        LayerRepository as LayerRepository,
+        LocalFuncRepository as LocalFuncRepository,
+        LocalLayerRepository as LocalLayerRepository,
+        LockedFuncRepository as LockedFuncRepository,
+        LockedLayerRepository as LockedLayerRepository,
+        Mode as Mode,
+        ROCMProperties as ROCMProperties,
+        get_kernelized_layers as get_kernelized_layers,
+        kernelize as kernelize,
+        register_kernel_mapping as register_kernel_mapping,
+        replace_kernel_forward_from_hub as replace_kernel_forward_from_hub,
+        use_kernel_forward_from_hub as use_kernel_forward_from_hub,
+        use_kernel_func_from_hub as use_kernel_func_from_hub,
+        use_kernel_mapping as use_kernel_mapping,
+        use_kernelized_func as use_kernelized_func,
     )
-
 # Every public name but install: the hook is all that importing the package does. The
 # modules load on first access (PEP 562): the API and the settings with the variant
 # grammar, the lock functions with the cache and its file locks; kernelize imports torch.
@@ -104,49 +113,7 @@ _LAZY = {
     "use_kernelized_func": ".layers",
 }
 
-__all__ = [
-    "Benchmark",
-    "CUDAProperties",
-    "Config",
-    "Device",
-    "FuncRepository",
-    "KernelizeFallback",
-    "KernelizedFunc",
-    "KernelizedLayer",
-    "KernelizedLayers",
-    "LayerRepository",
-    "LoadedKernel",
-    "LocalFuncRepository",
-    "LocalLayerRepository",
-    "LockedFuncRepository",
-    "LockedLayerRepository",
-    "Metadata",
-    "Mode",
-    "ROCMProperties",
-    "RepoInfo",
-    "VariantAccepted",
-    "VariantRejected",
-    "__version__",
-    "configure",
-    "get_config",
-    "get_kernel",
-    "get_kernel_dep",
-    "get_kernel_variants",
-    "get_kernelized_layers",
-    "get_loaded_kernels",
-    "get_local_kernel",
-    "get_locked_kernel",
-    "has_kernel",
-    "install_kernel",
-    "kernelize",
-    "load_kernel",
-    "register_kernel_mapping",
-    "replace_kernel_forward_from_hub",
-    "use_kernel_forward_from_hub",
-    "use_kernel_func_from_hub",
-    "use_kernel_mapping",
-    "use_kernelized_func",
-]
+__all__ = sorted(_LAZY)  # every public name; install is the hook's own
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -22,25 +22,11 @@ Entries are written by :mod:`.staging` and read here. A process that imported an
 holds a shared ``flock`` on its directory while it runs (:func:`mark_in_use`), which
 ``flashhub cache clear`` and ``prune`` respect.
 
-Trust: nobody else can have planted code in a cache directory.
-
-A cached kernel is native code that runs with the importing user's rights, so the cache
-is as sensitive as ``site-packages``. Files there are trusted on the strength of a
-receipt written at verification time; that only holds if no one else could have written
-the receipt, or anything beside it. So before the client reads anything in the cache it
-checks each directory on the way, the way ssh checks ``~/.ssh``:
-
-- the owner is this user or root;
-- the directory is not writable by its group or by others, unless the sticky bit is set
-  (``/tmp``: others may create, not replace);
-- inside the cache, a directory is not a symlink (an entry pointing elsewhere).
-
-The cache root's ancestors are checked too (after resolving symlinks): whoever can
-write one of them can swap the whole cache for theirs.
-
-``FLASHHUB_CACHE_SHARED=1`` relaxes two rules for a cache a group shares on purpose: a
-directory may be writable by its group, and owned by another user if its group is one
-of this user's. Every member of that group can then plant code the others will run.
+Trust: nobody else can have planted code in a cache directory. A cached kernel is native
+code that runs with the importing user's rights, trusted on the strength of a receipt,
+so before the client reads anything in the cache it checks each directory on the way
+(and the root's ancestors) as ssh checks ``~/.ssh`` (:func:`distrust`; docs/hosting.md
+gives the rules, and what ``FLASHHUB_CACHE_SHARED=1`` relaxes for a cache a group shares).
 """
 
 from __future__ import annotations

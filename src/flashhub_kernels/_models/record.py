@@ -1,12 +1,9 @@
 """Immutable records that cost next to nothing to define.
 
-The records of the import hook's path (:class:`~flashhub_kernels.RepoInfo`,
-:class:`~flashhub_kernels.LoadedKernel`, the settings, the variant verdicts) were frozen
-dataclasses, and a frozen dataclass compiles its methods with ``exec`` when the class is
-defined: about 0.5 ms each, paid by every process that installs the hook. A
-:class:`Record` subclass declares its fields as a dataclass does, by annotating them in
-order, with their defaults (``offline: bool = False``); its methods are shared, and
-behave as a frozen dataclass's do:
+A frozen dataclass compiles its methods with ``exec`` when the class is defined: about
+0.5 ms each, paid by every process that imports it. A :class:`Record` subclass declares
+its fields as a dataclass does, by annotating them in order, with their defaults
+(``offline: bool = False``); its methods are shared, and behave as a frozen dataclass's:
 
 - made by calling the class with the fields, positionally or by name;
 - equal to a record of the same class with equal fields, hashed as the tuple of fields;

@@ -1,22 +1,14 @@
 """Whether a build runs on this system, and which of several runs best. Pure.
 
-A variant's name says most of its fit (:func:`check_compatible`); its ``metadata.json``
-says the rest (:class:`BuildTarget`), for the candidates where it matters
-(:func:`needs_target`):
-
-- on a CUDA or ROCm system whose device is known (or can be asked about), a build for
-  that backend whose archs lack the device is passed over, for the next candidate in
-  preference order: another CUDA build, a stable-ABI one, ``torch-cuda``,
-  ``torch-universal``;
-- on a free-threaded Python before 3.15, a native build (exact, stable-ABI or tvm-ffi)
-  loads only if it declares ``"free-threaded": true``.
-
-A build's ``metadata.json`` may declare the device archs it was compiled for, and
-whether it loads on a free-threaded Python (:class:`BuildTarget`); which archs run on
-this device is :mod:`.archs`'s to say, asked only of a build that lists some.
+A variant's name says most of its fit (:func:`check_compatible`) and its rank
+(:func:`preference_key`); its ``metadata.json`` says the rest (:class:`BuildTarget`)
+where it matters (:func:`needs_target`): the device archs a build for this CUDA or ROCm
+system lists (:mod:`.archs` judges them, asked only of a build that lists some), and on
+a free-threaded Python before 3.15 whether an abi3 build declares ``"free-threaded":
+true``. A build that does not fit is passed over for the next in preference order.
 
 A warm load picks among the variants a cache's index records (:func:`pick_cached_variant`)
-with what it recorded of their metadata, reading the device only when a build lists archs.
+with what it recorded of their metadata.
 """
 
 from __future__ import annotations

@@ -1,26 +1,18 @@
 """Variant names: their grammar, parsed. Pure.
 
-A variant name describes one build of a kernel. Builders write it in two spellings: the
-legacy one, with packed versions, and today's, with dotted versions, full backend names
-and the CPython version and ABI that the build's compiled parts need::
+A variant name describes one build of a kernel, in the legacy spelling (packed versions)
+or in today's (dotted versions, full backend names, and the least CPython and the Python
+ABI of the build's compiled parts; a legacy name stands for ``cpython-3.9-abi3``)::
 
-    torch213-cxx11-cu126-x86_64-linux        exact build: torch 2.13, C++11 ABI, CUDA 12.6
-    torch213-cu126-x86_64-linux              the same build without the ABI tag
-    torch-2.13-cuda-12.6-cpython-3.11-abi3-x86_64-linux   ... for CPython >= 3.11
-    torch-stable-abi210-cpu-x86_64-linux     stable ABI: any torch >= 2.10
-    tvm-ffi01-cu128-x86_64-linux             built against tvm-ffi 0.1 (not torch)
-    torch210-cann81-aarch64-linux            an Ascend NPU build (torch_npu, CANN 8.1)
-    sdk-cuda-12.8-cpython-3.12-abi3-x86_64-linux   an SDK, no framework (``sdk-cpython-...``
-                                             for any backend; ``sdk-cuda``, ``sdk``: no
-                                             compiled parts)
-    torch-cuda, mlx-metal                    noarch for one backend (Python + Triton, say)
-    torch-universal                          pure Python, fits everything
+    torch213-cxx11-cu126-x86_64-linux                    exact build (the ABI tag optional)
+    torch-2.13-cuda-12.6-cpython-3.11-abi3-x86_64-linux  the same, today's spelling
+    torch-stable-abi210-cpu-x86_64-linux                 stable ABI: any torch >= 2.10
+    tvm-ffi01-cu128-x86_64-linux                         built against tvm-ffi 0.1
+    sdk-cuda-12.8-cpython-3.12-abi3-x86_64-linux         an SDK (sdk-cpython-..., sdk-cuda, sdk)
+    torch-cuda, mlx-metal, torch-universal               noarch: Python (+ Triton) only
 
-A legacy name stands for ``cpython-3.9-abi3``; ``abi3t`` is the stable ABI of
-free-threaded CPython >= 3.15. Today's spelling writes ``torch-stable-abi-2.10``,
-``tvm-ffi-0.1`` and ``cuda-12.8``, ``rocm-7.14``, ``xpu-2025.1``, ``cann-8.1``. The name is
-not all a build's fit: its ``metadata.json`` may list the device archs it was compiled
-for, which :mod:`.compat` checks.
+docs/kernel-requirements.md lists every form. A build's ``metadata.json`` may also list
+the device archs it was compiled for, which :mod:`.compat` checks.
 """
 
 from __future__ import annotations
@@ -120,12 +112,10 @@ class Variant(str):
             ``"universal"``; ``None`` for a published name that does not parse (every
             other field is ``None`` then).
         framework: ``torch``, ``tvm-ffi``, ``mlx`` (noarch only) or ``sdk``.
-        backend: ``cpu``, ``cuda``, ``rocm``, ``xpu``, ``metal``, ``neuron``, ``tpu``,
-            ``npu`` or another noarch backend; ``None`` for ``torch-universal`` and SDKs
-            for any backend.
-        backend_tag, backend_version: the backend's legacy tag (``cu126``, ``cpu``,
-            ``cann81``) and ``(major, minor)`` (``(12, 6)``), whichever spelling the
-            name uses; ``None`` where the name gives none.
+        backend: ``cpu``, ``cuda``, ``rocm``, ``npu`` (CANN)...; ``None`` for
+            ``torch-universal`` and SDKs for any backend.
+        backend_tag, backend_version: the backend's legacy tag (``cu126``) and
+            ``(major, minor)``, whichever spelling the name uses.
         torch: ``(major, minor)`` of torch (the minimum for stable-ABI builds).
         abi: ``cxx11`` or ``cxx98`` on exact builds that carry the tag, else ``None``.
         arch, os: ``x86_64``, ``linux`` and so on; ``None`` without compiled parts.
