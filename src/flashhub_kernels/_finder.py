@@ -36,11 +36,9 @@ if TYPE_CHECKING:
 
 
 class LoadedKernel(Record):
-    """A kernel imported in this process (see :func:`get_loaded_kernels`).
-
-    ``repo_id``, ``version`` and ``variant`` are ``None`` for kernels loaded from a
-    local directory with :func:`get_local_kernel`. Immutable, like every record here.
-    """
+    """A kernel imported in this process (see :func:`get_loaded_kernels`); immutable.
+    ``repo_id``, ``version`` and ``variant`` are ``None`` for one that
+    :func:`get_local_kernel` loaded; ``path`` is its package directory, or its archive."""
 
     repo_id: str | None
     version: int | None
@@ -127,7 +125,11 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
             from ._native import register
 
             register(target, module.__name__)
-        super().exec_module(module)
+        if target.package_dir.suffix != ".zip":
+            return super().exec_module(module)
+        from ._loading.zip_layout import exec_archive  # a "zip" build: its archive is the package
+
+        exec_archive(module, target.package_dir)
 
     def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
         """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""
@@ -220,10 +222,8 @@ class KernelFinder:
         return wanted is None or loaded is None or wanted.repo_id == loaded.repo_id
 
     def locate(self, fullname: str) -> KernelDir:
-        """Find (download if needed) the kernel ``fullname`` names. Called by the loader.
-
-        A repo that ``LOCAL_KERNELS`` maps is served from its local directory instead.
-        """
+        """Find (download if needed) the kernel ``fullname`` names, for the loader; a repo
+        that ``LOCAL_KERNELS`` maps is served from its local directory instead."""
         from ._cache.obtain import use_kernel
         from ._constants import LOCAL_KERNELS_VAR
 

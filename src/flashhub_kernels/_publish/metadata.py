@@ -103,9 +103,15 @@ def variant_metadata(
         "sizes": {rel: source.size for rel, source in sorted(files.items())},
     }
     try:
-        read_kernel_metadata(document, source=str(path))
+        archive = read_kernel_metadata(document, source=str(path)).archive
     except ManifestError as exc:
         raise PublishError(exc.message, hint="fix the build's metadata.json") from None
+    if archive is not None and archive not in files:
+        raise PublishError(
+            f'{path} says "build-layout": "zip", but {path.parent} holds no {archive}, the '
+            "archive named after its id",
+            hint='build the kernel again, or fix "id" in its metadata.json',
+        )
     return document
 
 
