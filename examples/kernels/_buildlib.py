@@ -48,16 +48,16 @@ from pathlib import Path
 import torch
 
 NAMESPACE = "{namespace}"
+# The package's first directory holds the library: the package's own, or the variant
+# directory beside the archive of a zip build (whose __file__ lies inside the archive).
+LIBRARY = Path(sys.modules[__package__].__path__[0], NAMESPACE + ".so")
 
 ops = getattr(torch.ops, NAMESPACE)
 # NAMESPACE is unique to this exact build. If it is registered already (the same build
 # loaded from another path), reuse it: a second copy of the .so would abort the process
 # when its TORCH_LIBRARY block registers the namespace again.
 if not hasattr(ops, "{probe_op}"):
-    # The package's first directory holds the library: the package's own, or the variant
-    # directory beside the archive of a zip build (whose __file__ lies inside the archive).
-    package_dir = Path(sys.modules[__package__].__path__[0])
-    torch.ops.load_library(str(package_dir / (NAMESPACE + ".so")))
+    torch.ops.load_library(str(LIBRARY))
 
 
 def add_op_namespace_prefix(name: str) -> str:
