@@ -434,3 +434,22 @@ def test_flashhub_publish_layout_is_files_or_zip(kernel: Path, tmp_path: Path) -
     result = flashhub(*args, "--layout", "tar")
     assert result.returncode == 2 and "invalid choice: 'tar'" in result.stderr
     assert "--layout {files,zip}" in flashhub("publish", "--help").stdout
+
+
+@pytest.mark.parametrize("first", ["with submodules", "__init__.py alone"])
+def test_an_archive_fetched_again_in_one_process_is_read_afresh(
+    cdn: CdnServer, cache_dir: Path, first: str
+) -> None:
+    """Another archive at the path of one this process imported (the version republished
+    with --force, the cache cleared): its modules are read from the new archive."""
+    alone = {"__init__.py": b'"""Zipped kernel first."""\n'}
+    publish_zip_build(cdn.root, alone if first == "__init__.py alone" else package_files("first"))
+    assert fk.get_kernel(REPO, version=1).__doc__ == "Zipped kernel first."
+    republished = package_files("second build")
+    republished["helpers.py"] = b"# a longer file\n" * 50 + republished["helpers.py"]
+    publish_zip_build(cdn.root, republished)
+    shutil.rmtree(entry_of(cache_dir))
+    for name in [n for n in sys.modules if n.startswith(MODULE)]:
+        del sys.modules[name]
+    again = importlib.import_module(MODULE)
+    assert (again.helpers.shout(), again.sub.echo()) == ("SECOND BUILD", "SECOND BUILD")

@@ -29,6 +29,8 @@ writes no bytecode), as it does for Hugging Face ``kernels``.
 from __future__ import annotations
 
 import importlib._abc
+import os
+import sys
 import zipimport
 
 from ..errors import KernelImportError
@@ -44,15 +46,33 @@ if TYPE_CHECKING:
 _INIT = "__init__"
 
 
+# The archives this process imported: zipimport keeps each one's table of contents.
+_imported: set[str] = set()
+
+
 def exec_archive(module: ModuleType, archive: Path) -> None:
     """Run the package in ``archive`` as ``module``, once the module is the archive's:
     its loader, and ``__path__`` with the variant directory first."""
     loader = ArchiveLoader(str(archive))
+    if str(archive) in _imported:
+        # Imported before, maybe from another file (the entry evicted and fetched again
+        # since): what zipimport knows of it is read again.
+        loader.reread()
+        _forget_importers(str(archive))
+    _imported.add(str(archive))
     spec = module.__spec__
     assert spec is not None
     module.__loader__ = spec.loader = loader
     module.__path__ = spec.submodule_search_locations = [str(archive.parent), str(archive)]
     loader.exec_module(module)
+
+
+def _forget_importers(archive: str) -> None:
+    """Drop the path finder's importers of ``archive`` and of its subpackages."""
+    inside = os.path.join(archive, "")
+    for path in [p for p in sys.path_importer_cache if isinstance(p, str)]:
+        if path == archive or path.startswith(inside):
+            del sys.path_importer_cache[path]
 
 
 # importlib._abc.Loader is importlib.abc.Loader, without importlib.abc's imports.
@@ -65,6 +85,11 @@ class ArchiveLoader(importlib._abc.Loader):
             self._zip = zipimport.zipimporter(archive)
         except zipimport.ZipImportError as exc:
             raise _broken(archive, "is not a zip archive") from exc
+
+    def reread(self) -> None:
+        """Read the archive's table of contents again, for this loader and for zipimport's
+        importers made from now on."""
+        self._zip.invalidate_caches()
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None
