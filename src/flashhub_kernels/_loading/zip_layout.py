@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from .zip_resources import ArchiveResources
 
 _INIT = "__init__"
-
-
 # The archives this process imported: zipimport keeps each one's table of contents.
 _imported: set[str] = set()
 
@@ -101,13 +99,13 @@ class ArchiveLoader(importlib._abc.Loader):
         return True
 
     def get_filename(self, fullname: str) -> str:
-        return f"{self.archive}/{_INIT}.py"
+        return os.path.join(self.archive, f"{_INIT}.py")
 
     def get_code(self, fullname: str) -> CodeType:
         try:
             return self._zip.get_code(_INIT)
         except zipimport.ZipImportError as exc:
-            raise _broken(self.archive, "holds no __init__.py at its root") from exc
+            raise _broken(self.archive, f"holds no __init__.py at its root ({exc})") from exc
 
     def get_source(self, fullname: str) -> str | None:
         return self._zip.get_source(_INIT)

@@ -82,8 +82,9 @@ def variant_metadata(
     ``path``) with what it lacks derived, and the digests and sizes of ``files``.
 
     Raises:
-        PublishError: the build's own digests disagree with ``files``, or one of its
-            builder fields is malformed.
+        PublishError: the build's own digests disagree with ``files``, one of its
+            builder fields is malformed, or it says it is a zip build and ``files``
+            lack its archive ``<id>.zip``.
     """
     if "digest" in own:
         _check_own_digest(own["digest"], files, path)
