@@ -100,6 +100,7 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._variants.choice",
     "flashhub_kernels._variants.archs",  # the kernel loaded here lists no archs
     "flashhub_kernels._utils.escaping",  # an error's text is escaped when it is raised
+    "flashhub_kernels._loading.zip_layout",  # the kernel loaded here is not a zip build
 ]
 
 

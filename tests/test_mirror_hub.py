@@ -4,10 +4,12 @@ loaded from there."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,6 +137,26 @@ def test_a_mirrored_build_is_verified_published_and_loads_online_and_offline(
         run_python(f"import {MODULE} as k; print(k.MARKER)", env=offline).strip() == f"one:{LOCAL}"
     )
     assert cdn.requests == []
+
+
+def test_a_hub_zip_build_is_mirrored_as_it_is_and_loads(hub: HubServer, cdn: CdnServer) -> None:
+    """A variant the builder laid out as a zip build: its archive, named after its id."""
+    kernel_id = "_relu_0f3c2a1"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("__init__.py", "from ._ops import MARKER\n")
+        archive.writestr("_ops.py", "MARKER = 'zipped on the hub'\n")
+    tree = builder_variant(UNIVERSAL, {f"{kernel_id}.zip": buffer.getvalue()}, name="relu")
+    metadata = f"build/{UNIVERSAL}/metadata.json"
+    zipped = {**json.loads(tree[metadata]), "id": kernel_id, "build-layout": "zip"}
+    tree[metadata] = json.dumps(zipped).encode()
+    hub.push(REPO, tree, branch="v1", repo_type=REPO_TYPE)
+    ok_json(mirror(cdn.root, "--json"))
+    published = cdn.root / "kernels" / REPO / "v1" / "build" / UNIVERSAL / "metadata.json"
+    manifest = json.loads(published.read_text())
+    assert manifest["build-layout"] == "zip" and manifest["id"] == kernel_id
+    assert list(manifest["digest"]["files"]) == [f"{kernel_id}.zip"]
+    assert fk.get_kernel(REPO, version=1).MARKER == "zipped on the hub"
 
 
 def test_info_shows_where_a_signed_mirror_came_from(

@@ -103,7 +103,11 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
             from ._native import register
 
             register(target, module.__name__)
-        super().exec_module(module)
+        if target.package_dir.suffix != ".zip":
+            return super().exec_module(module)
+        from ._loading.zip_layout import exec_archive  # a "zip" build: its archive is the package
+
+        exec_archive(module, target.package_dir)
 
     def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
         """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""

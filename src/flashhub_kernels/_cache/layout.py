@@ -96,7 +96,8 @@ class Receipt(Record):
     source, and ``flashhub cache verify`` re-hashes them. ``signer`` is the id of the
     trusted key that signed the manifest; ``requires`` what a load of the entry must
     check (see :func:`~flashhub_kernels._models.kernel_metadata.load_requirements`):
-    ``{}`` for nothing, ``None`` in a receipt written before it was recorded.
+    ``{}`` for nothing, ``None`` in a receipt written before it was recorded. ``package``
+    is a ``"zip"`` build's archive, the file imported as the kernel.
     """
 
     content_hash: str
@@ -104,6 +105,7 @@ class Receipt(Record):
     bytecode: Mapping[str, tuple[int, int, str]]
     signer: str | None = None
     requires: Mapping[str, Any] | None = None
+    package: str | None = None
 
     def changed_file(self, entry: Path) -> str | None:
         """The first file that is missing, not a regular file, or changed; else ``None``."""
@@ -135,9 +137,7 @@ class Cache:
     def __init__(
         self, root: Path, lock_timeout: float | None = None, *, shared: bool = False
     ) -> None:
-        self.root = root
-        self.lock_timeout = lock_timeout
-        self.shared = shared
+        self.root, self.lock_timeout, self.shared = root, lock_timeout, shared
 
     @classmethod
     def from_config(cls, config: Config) -> Cache:
@@ -188,14 +188,14 @@ class Cache:
                 str(p): (int(s), int(m), str(d))
                 for p, (s, m, d) in data.get("bytecode", {}).items()
             }
-            signer = data.get("signer")
-            requires = data.get("requires")
+            signer, requires, package = (data.get(k) for k in ("signer", "requires", "package"))
             return Receipt(
                 str(data["content_hash"]),
                 files,
                 bytecode,
                 str(signer) if signer else None,
                 requires if isinstance(requires, dict) else None,
+                str(package) if package else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None

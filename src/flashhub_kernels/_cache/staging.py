@@ -84,10 +84,13 @@ def seal(
     if document.signature is not None:
         (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
     stamps = {relpath: stamp(staging / relpath) for relpath in sorted(listed)}
-    from .._models.kernel_metadata import load_requirements  # the cold path only
+    from .._models.kernel_metadata import load_requirements, read_kernel_metadata  # cold path
 
     requires = load_requirements(document.manifest.document)
-    receipt = Receipt(document.manifest.content_hash, stamps, bytecode, document.signer, requires)
+    package = read_kernel_metadata(document.manifest.document).archive
+    receipt = Receipt(
+        document.manifest.content_hash, stamps, bytecode, document.signer, requires, package
+    )
     write_receipt(staging, receipt)
     staging.chmod(0o755)
 
@@ -282,4 +285,6 @@ def receipt_document(receipt: Receipt) -> dict[str, Any]:
         document["signer"] = receipt.signer
     if receipt.requires is not None:
         document["requires"] = dict(receipt.requires)
+    if receipt.package is not None:
+        document["package"] = receipt.package
     return document

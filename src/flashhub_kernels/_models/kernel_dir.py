@@ -22,7 +22,8 @@ class KernelDir(Record):
     """A kernel package directory ready to import, and where it came from.
 
     Attributes:
-        package_dir: The directory imported as the kernel (it holds ``__init__.py``).
+        package_dir: The directory imported as the kernel (it holds ``__init__.py``), or
+            a ``"zip"`` build's archive (see :mod:`~.._loading.zip_layout`).
         info: The repo and version; ``None`` for :func:`get_local_kernel` directories.
         variant: The build variant chosen, when known.
         entry: The verified cache entry holding ``package_dir``; ``None`` outside the
@@ -52,12 +53,9 @@ class KernelDir(Record):
 
 
 def package_dir_of(entry: Path, py_pkg: str) -> Path:
-    """The directory of a verified entry that is imported as the kernel.
-
-    That is ``<py_pkg>/`` when the variant ships it, else the entry itself: a flattened
-    build, whose files (``__init__.py``, ``_ops.py``, ...) lie directly in the variant
-    directory. A build with both layouts loads from ``<py_pkg>/``.
-    """
+    """The directory of a verified entry imported as the kernel: ``<py_pkg>/`` when the
+    variant ships it, else the entry itself (a flattened build, whose ``__init__.py``,
+    ``_ops.py``, ... lie in the variant directory); ``<py_pkg>/`` when it has both."""
     package = entry / py_pkg
     return package if (package / "__init__.py").is_file() else entry
 
@@ -67,5 +65,5 @@ def cached_kernel(entry: Path, info: RepoInfo, variant: str, receipt: Receipt) -
     natives = tuple(
         (rel, size) for rel, (size, _) in receipt.files.items() if rel.endswith(NATIVE_SUFFIXES)
     )
-    package = package_dir_of(entry, info.py_pkg)
+    package = entry / receipt.package if receipt.package else package_dir_of(entry, info.py_pkg)
     return KernelDir(package, info, variant, entry, receipt.signer, natives, receipt.requires)

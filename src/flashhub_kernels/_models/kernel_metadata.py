@@ -11,6 +11,7 @@ and what loading it needs::
       "backend": {"type": "cuda", "archs": ["8.0", "9.0a"]},
       "kernels-minver": "0.17",
       "flashhub-kernels-minver": "0.2",
+      "build-layout": "files",
       "provenance": {
         "kernel-builder": {"version": "0.17.0", "commit": "<40 hex>", "dirty": false},
         "kernel": {"commit": "<40 hex>", "dirty": true}
@@ -23,7 +24,9 @@ Every field is optional here (trees published before these fields existed hold o
 :class:`ManifestError` names it. ``flashhub-kernels-minver`` is this project's own:
 the oldest flashhub-kernels that loads the build. A ``kernel-depends`` entry that pins
 a git ``revision`` instead of a ``version`` is refused: this CDN publishes numbered
-versions only.
+versions only. ``build-layout`` is ``"files"`` (the default) or ``"zip"``: the package's
+files are then one archive, ``<id>.zip``, in the variant directory
+(:mod:`~flashhub_kernels._loading.zip_layout`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ LOAD_KEYS = (
 _TEXT_KEYS = ("name", "id", "license", "upstream", "source")
 _HEX = frozenset("0123456789abcdefABCDEF")
 _HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
+BUILD_LAYOUTS = ("files", "zip")
 
 
 class KernelDependency(Record):
@@ -158,6 +162,13 @@ class KernelMetadata(Record):
     kernels_minver: str | None = None
     flashhub_kernels_minver: str | None = None
     provenance: Provenance | None = None
+    build_layout: str | None = None
+
+    @property
+    def archive(self) -> str | None:
+        """The file a ``"zip"`` build's package is, ``<id>.zip``; ``None`` for a build of
+        files."""
+        return f"{self.id}.zip" if self.build_layout == "zip" else None
 
     @property
     def dirty_sources(self) -> tuple[str, ...]:
@@ -176,6 +187,7 @@ class KernelMetadata(Record):
                 ("source", self.source),
                 ("kernels-minver", self.kernels_minver),
                 ("flashhub-kernels-minver", self.flashhub_kernels_minver),
+                ("build-layout", self.build_layout),
             )
             if value is not None
         }
@@ -206,6 +218,7 @@ def read_kernel_metadata(
         kernels_minver=_minver(document, "kernels-minver", source),
         flashhub_kernels_minver=_minver(document, "flashhub-kernels-minver", source),
         provenance=_provenance(document.get("provenance"), source),
+        build_layout=_build_layout(document, text["id"], source),
     )
 
 
@@ -312,6 +325,28 @@ def _minver(document: Mapping[str, Any], key: str, source: str) -> str | None:
     except ValueError as exc:
         raise _error(source, f'"{key}": {exc}') from None
     return value
+
+
+def _build_layout(document: Mapping[str, Any], kernel_id: str | None, source: str) -> str | None:
+    """``build-layout``; a ``"zip"`` build names its archive by its ``id``, which must then
+    be a file name."""
+    value = document.get("build-layout")
+    if value is None:
+        return None
+    if value not in BUILD_LAYOUTS:
+        raise ManifestError(
+            f'{source}: "build-layout" is {_shown(value)}; this client loads the layouts '
+            f"{' and '.join(repr(layout) for layout in BUILD_LAYOUTS)}",
+            hint="upgrade flashhub-kernels; if it is the newest, report it to the kernel's "
+            "publisher",
+        )
+    if value == "zip" and (not kernel_id or "/" in kernel_id or "\\" in kernel_id):
+        raise _error(
+            source,
+            f'a "zip" build names its archive <id>.zip, so its "id" must be a file name, '
+            f"got {_shown(kernel_id)}",
+        )
+    return str(value)
 
 
 def _python_depends(value: object, source: str) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ from .._cache.staging import (
 from .._config import Config
 from .._constants import MANIFEST_NAME
 from .._models.kernel_dir import KernelDir, cached_kernel
-from .._models.kernel_metadata import read_kernel_metadata
+from .._models.kernel_metadata import KernelMetadata, read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo
 from .._variants.system import SystemInfo
@@ -164,8 +164,9 @@ def checked_manifest(
     if document is None or expected_signer not in (None, document.signer):
         document = get_listed_manifest(fetcher, info, variant, prefer_signer=expected_signer)
     manifest = document.manifest
-    _check_has_package(manifest, info, variant)
-    read_kernel_metadata(manifest.document, source=f"{info}/build/{variant}/{MANIFEST_NAME}")
+    source = f"{info}/build/{variant}/{MANIFEST_NAME}"
+    metadata = read_kernel_metadata(manifest.document, source=source)
+    _check_has_package(manifest, metadata, info.py_pkg, source)
     if expected_hash is not None and manifest.content_hash != expected_hash:
         raise LockMismatchError(
             f"{info} variant {variant}: the CDN serves content {manifest.content_hash}, "
@@ -244,13 +245,24 @@ def _download_and_commit(
         remove_tree(staging)  # a no-op after a successful commit
 
 
-def _check_has_package(manifest: Manifest, info: RepoInfo, variant: str) -> None:
-    """Refuse a variant with neither ``<py_pkg>/__init__.py`` nor a top-level ``__init__.py``
-    (a flattened build), before any of its files is fetched."""
-    if f"{info.py_pkg}/__init__.py" not in manifest.files and "__init__.py" not in manifest.files:
+def _check_has_package(
+    manifest: Manifest, metadata: KernelMetadata, py_pkg: str, source: str
+) -> None:
+    """Refuse a variant that holds no importable package, before any of its files is
+    fetched: a build of files that lists neither ``<py_pkg>/__init__.py`` nor a top-level
+    ``__init__.py`` (a flattened build), a ``"zip"`` build that does not list its archive."""
+    archive = metadata.archive
+    if archive is not None and archive not in manifest.files:
         raise ManifestError(
-            f"{info}/build/{variant}/metadata.json lists neither {info.py_pkg}/__init__.py "
-            "nor a top-level __init__.py, so the variant holds no importable package",
+            f'{source} says "build-layout": "zip" but does not list {archive}, the archive '
+            "that holds the package",
+            hint="a zip build's archive is named after the id in its metadata.json; report "
+            "it to the kernel's publisher",
+        )
+    if archive is None and not {f"{py_pkg}/__init__.py", "__init__.py"} & manifest.files.keys():
+        raise ManifestError(
+            f"{source} lists neither {py_pkg}/__init__.py nor a top-level __init__.py, so the "
+            "variant holds no importable package",
             hint="the package directory must be named after the repo with '-' -> '_', "
             "or the package's files must lie directly in the variant directory",
         )

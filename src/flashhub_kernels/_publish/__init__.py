@@ -15,7 +15,9 @@ directly: see :mod:`.destination`)::
                                            {"digest": {"algorithm": "sha256", "files":
                                             {relpath: base64 sha256}}, "sizes": {...},
                                             "name", "id", "version", "backend", ...}
-    v<N>/build/<variant>/<py_pkg>/...      a copy of every file of the variant
+    v<N>/build/<variant>/<py_pkg>/...      a copy of every file of the variant (with
+                                           layout="zip": <id>.zip and the native
+                                           libraries, see .zipping)
 
 A published version is immutable: publishing different content under an existing
 version is refused unless ``force=True``; publishing the same content again changes
@@ -31,8 +33,9 @@ keys are rotated. :func:`sign_tree` signs a tree published without a key.
 A signature is not content: adding one never makes a version "different".
 
 The modules of this package follow the steps: :mod:`.build` reads the build directory
-and :mod:`.metadata` makes each variant's ``metadata.json``, :mod:`.checks` checks its
-sources and what it shares with published versions, :mod:`.compare` compares it with
+(:mod:`.zipping` lays a variant out as a zip build) and :mod:`.metadata` makes each
+variant's ``metadata.json``, :mod:`.checks` checks its sources and what it shares with
+published versions, :mod:`.compare` compares it with
 the version already in place, :mod:`.signatures` signs, :mod:`.writing` writes (in an
 order that is safe for readers of an object store) through a :mod:`.destination`;
 :mod:`.publisher` runs them in order.

@@ -22,6 +22,7 @@ from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata
 from .report import VariantReport
+from .zipping import zip_package
 
 _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
@@ -29,13 +30,15 @@ _JUNK_SUFFIXES = (".pyc", ".pyo")
 
 class VariantBuild(Record):
     """One variant of the build: its files (relative to the variant directory, ``/``
-    separated), the ``metadata.json`` to publish, and the ``python-depends`` its own
-    ``metadata.json`` lists."""
+    separated), the ``metadata.json`` to publish, the ``python-depends`` its own
+    ``metadata.json`` lists, and its Python files as the build holds them (those that
+    a zip build publishes in its archive), by the same relative paths."""
 
     name: str
     files: Mapping[str, SourceFile]
     metadata: bytes
     python_depends: tuple[str, ...]
+    sources: Mapping[str, SourceFile]
 
 
 def _is_junk(name: str) -> bool:
@@ -112,9 +115,22 @@ def is_variant_name(name: str) -> bool:
     return True
 
 
-def scan_variant(variant_dir: Path, py_pkg: str, defaults: Mapping[str, object]) -> VariantBuild:
+def scan_variant(
+    variant_dir: Path,
+    py_pkg: str,
+    defaults: Mapping[str, object],
+    *,
+    layout: str | None = None,
+    scratch: Path | None = None,
+) -> VariantBuild:
     """Read and hash the files of one variant directory; ``defaults`` are the builder's
-    fields its metadata.json gets where the build's own lacks them."""
+    fields its metadata.json gets where the build's own lacks them.
+
+    ``layout="zip"`` lays a build of files out as a zip build, its archive written under
+    ``scratch`` (see :mod:`.zipping`); a build that a builder laid out so (its own
+    ``metadata.json`` says ``"build-layout": "zip"``) is published as it is, unless
+    ``layout="files"`` asks for what it is not.
+    """
     name = variant_dir.name
     try:
         parse_variant(name)
@@ -125,7 +141,13 @@ def scan_variant(variant_dir: Path, py_pkg: str, defaults: Mapping[str, object])
         ) from None
     metadata = variant_dir / METADATA
     extra = _read_build_metadata(metadata) if metadata.is_file() else {}
-    if _is_flattened(variant_dir):
+    zipped = extra.get("build-layout") == "zip"
+    if zipped and layout == "files":
+        raise PublishError(
+            f"{metadata} lays the variant {name!r} out as a zip archive, not as files",
+            hint="publish it without --layout files",
+        )
+    if _is_flattened(variant_dir) or zipped:
         files = {rel: hash_file(path) for rel, path in _walk(variant_dir, "") if rel != METADATA}
     else:
         files = {
@@ -133,7 +155,16 @@ def scan_variant(variant_dir: Path, py_pkg: str, defaults: Mapping[str, object])
         }
     depends = _python_depends(extra, metadata)
     document = variant_metadata(name, files, extra, defaults, py_pkg, metadata)
-    return VariantBuild(name, files, _metadata_bytes(name, document), depends)
+    sources = files
+    if layout == "zip" and not zipped:
+        assert scratch is not None, "a build laid out anew is written somewhere"
+        archive = scratch / name / f"{document['id']}.zip"
+        files = zip_package(sources, py_pkg, archive)
+        own = {k: v for k, v in document.items() if k not in ("digest", "sizes")}
+        document = variant_metadata(
+            name, files, {**own, "build-layout": "zip"}, {}, py_pkg, metadata
+        )
+    return VariantBuild(name, files, _metadata_bytes(name, document), depends, sources)
 
 
 def _is_flattened(variant_dir: Path) -> bool:

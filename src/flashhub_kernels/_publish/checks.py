@@ -37,7 +37,7 @@ def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
     """
     declared = {_normalized(_requirement_name(entry)) for entry in build.python_depends}
     undeclared: dict[str, UndeclaredImport] = {}
-    for rel, source in sorted(build.files.items()):
+    for rel, source in sorted(build.sources.items()):
         if not rel.endswith(".py"):
             continue
         for line, module in _checked_imports(source.path, f"{build.name}/{rel}", py_pkg):

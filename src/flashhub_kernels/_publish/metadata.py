@@ -82,8 +82,9 @@ def variant_metadata(
     ``path``) with what it lacks derived, and the digests and sizes of ``files``.
 
     Raises:
-        PublishError: the build's own digests disagree with ``files``, or one of its
-            builder fields is malformed.
+        PublishError: the build's own digests disagree with ``files``, one of its
+            builder fields is malformed, or it says it is a zip build and ``files``
+            lack its archive ``<id>.zip``.
     """
     if "digest" in own:
         _check_own_digest(own["digest"], files, path)
@@ -103,9 +104,15 @@ def variant_metadata(
         "sizes": {rel: source.size for rel, source in sorted(files.items())},
     }
     try:
-        read_kernel_metadata(document, source=str(path))
+        archive = read_kernel_metadata(document, source=str(path)).archive
     except ManifestError as exc:
         raise PublishError(exc.message, hint="fix the build's metadata.json") from None
+    if archive is not None and archive not in files:
+        raise PublishError(
+            f'{path} says "build-layout": "zip", but {path.parent} holds no {archive}, the '
+            "archive named after its id",
+            hint='build the kernel again, or fix "id" in its metadata.json',
+        )
     return document
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from .._models.manifest import dump_json
 from .._models.names import RepoInfo
 from .._signing.signing_keys import SigningKey
 from ..errors import PublishError, SharedNativeLibraryWarning, UndeclaredDependencyWarning
-from .build import scan_variant, variant_dirs, variant_report, version_tree
+from .build import VariantBuild, scan_variant, variant_dirs, variant_report, version_tree
 from .checks import check_sources, shared_natives
 from .compare import (
     describe_difference,
@@ -42,6 +43,8 @@ _UNSIGNED_HINT = (
     "pass --sign KEYFILE (sign= in Python); to stop signing the kernel, delete its .sig files"
 )
 _Outcome = Literal["unchanged", "created", "replaced"]
+Layout = Literal["files", "zip"]
+LAYOUTS: tuple[Layout, ...] = ("files", "zip")
 
 
 def publish(
@@ -53,6 +56,7 @@ def publish(
     prefix: str = DEFAULT_PREFIX,
     force: bool = False,
     sign: KeySource | Sequence[KeySource] | None = None,
+    layout: Layout | None = None,
 ) -> PublishReport:
     """Publish a kernel build as version ``version`` of ``repo_id`` into the CDN tree ``out``.
 
@@ -73,12 +77,16 @@ def publish(
             ``versions.json`` with each (``.sig`` files beside them, keeping the
             signatures of other keys on documents whose bytes stay the same). ``None``:
             sign nothing.
+        layout: ``"zip"``: publish each variant in the zip layout, the package's files
+            in one archive ``<id>.zip`` with its native libraries beside it (see
+            :mod:`.zipping`). ``None`` (and ``"files"``): as the build lays it out.
 
     Returns:
         A :class:`PublishReport`.
 
     Raises:
         ValueError: ``repo_id``, ``version`` or ``prefix`` is malformed.
+        ValueError: ``layout`` is neither ``"files"`` nor ``"zip"``.
         PublishError: The build is invalid, the version exists with different content,
             the object store cannot be used (its extra is missing, the bucket does not
             exist, it refuses the credentials),
@@ -93,10 +101,30 @@ def publish(
             ``python-depends`` does not list.
     """
     repo = RepoInfo(repo_id, version)
+    if layout not in (None, *LAYOUTS):
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     keys = signing_keys(sign)
     prefix_parts = [p for p in normalize_prefix(prefix).split("/") if p]
     defaults = kernel_defaults(Path(build_dir), repo)
-    builds = [scan_variant(d, repo.py_pkg, defaults) for d in variant_dirs(Path(build_dir))]
+    with tempfile.TemporaryDirectory(prefix="flashhub-publish-") as scratch:  # zip archives
+        builds = [
+            scan_variant(d, repo.py_pkg, defaults, layout=layout, scratch=Path(scratch))
+            for d in variant_dirs(Path(build_dir))
+        ]
+        return _publish_builds(builds, repo, out, prefix_parts, force=force, keys=keys)
+
+
+def _publish_builds(
+    builds: list[VariantBuild],
+    repo: RepoInfo,
+    out: str | os.PathLike[str],
+    prefix_parts: list[str],
+    *,
+    force: bool,
+    keys: Sequence[SigningKey],
+) -> PublishReport:
+    """:func:`publish` of the variants read from the build directory; its warnings are
+    the caller's of :func:`publish`."""
     undeclared = tuple(u for build in builds for u in check_sources(build, repo.py_pkg))
     tree = version_tree(builds)
 
@@ -116,11 +144,11 @@ def publish(
     shared = tuple(shared_natives(destination, pkg_rel, repo.version, builds))
     for library in shared:
         warnings.warn(
-            library.describe(repo.repo_id, repo.version), SharedNativeLibraryWarning, stacklevel=2
+            library.describe(repo.repo_id, repo.version), SharedNativeLibraryWarning, stacklevel=3
         )
     for found in undeclared:
         warnings.warn(
-            found.describe(repo.repo_id, repo.version), UndeclaredDependencyWarning, stacklevel=2
+            found.describe(repo.repo_id, repo.version), UndeclaredDependencyWarning, stacklevel=3
         )
     written = destination.written
     return PublishReport(

@@ -36,6 +36,13 @@ def _publish_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repo-id", required=True, type=repo_id_arg, metavar="ORG/PKG")
     parser.add_argument("--version", required=True, type=version_arg, metavar="N")
+    parser.add_argument(
+        "--layout",
+        choices=("files", "zip"),
+        help="zip: put each variant's Python files in one archive, <id>.zip, with its native "
+        "libraries beside it, so that a client fetches them in one request "
+        "(default: as the build lays them out)",
+    )
     output_arguments(parser)
 
 
@@ -119,6 +126,7 @@ def _publish(args: argparse.Namespace) -> int:
             args.build_dir,
             repo_id=args.repo_id,
             version=args.version,
+            layout=args.layout,
             **output_options(args),
         )
     return print_report(args, report, describe_publish(report))

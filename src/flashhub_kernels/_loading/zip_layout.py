@@ -1,0 +1,128 @@
+"""The ``"zip"`` build layout: a kernel whose package is one archive.
+
+A kernel builder may lay a variant out as ``"build-layout": "zip"`` in its
+``metadata.json``: the package's Python files (and data files) are one archive,
+``<id>.zip``, whose root is the package's root (``__init__.py``, ``_ops.py``, ...), and
+the native libraries lie beside it in the variant directory::
+
+    build/<variant>/metadata.json
+    build/<variant>/<id>.zip
+    build/<variant>/<id>.abi3.so
+
+Such a kernel is imported as Hugging Face ``kernels`` imports it:
+
+- ``__file__`` is ``<variant>/<id>.zip/__init__.py``;
+- ``__path__`` is ``[<variant>, <variant>/<id>.zip]``: submodules come from the archive
+  (through Python's zipimport), native libraries from the variant directory, whether
+  the kernel imports one as an extension module (``from . import <ops name>``, as the
+  builder's ``_ops.py`` does) or loads it with ``torch.ops.load_library`` from a path
+  built on ``__path__[0]``;
+- ``__loader__`` (:class:`ArchiveLoader`) reads the archive: ``importlib.resources``
+  sees its root, ``inspect.getsource`` and tracebacks its sources.
+
+The archive is a file of the cache entry like any other: verified against its sha256
+when downloaded, against its receipt (size and mtime) on a warm load, before anything
+here opens it. zipimport compiles the modules from their sources on each load (it
+writes no bytecode), as it does for Hugging Face ``kernels``.
+"""
+
+from __future__ import annotations
+
+import importlib._abc
+import os
+import sys
+import zipimport
+
+from ..errors import KernelImportError
+
+TYPE_CHECKING = False  # not typing's: a warm load of a zip build imports this module
+if TYPE_CHECKING:
+    import importlib.machinery
+    from pathlib import Path
+    from types import CodeType, ModuleType
+
+    from .zip_resources import ArchiveResources
+
+_INIT = "__init__"
+# The archives this process imported: zipimport keeps each one's table of contents.
+_imported: set[str] = set()
+
+
+def exec_archive(module: ModuleType, archive: Path) -> None:
+    """Run the package in ``archive`` as ``module``, once the module is the archive's:
+    its loader, and ``__path__`` with the variant directory first."""
+    loader = ArchiveLoader(str(archive))
+    if str(archive) in _imported:
+        # Imported before, maybe from another file (the entry evicted and fetched again
+        # since): what zipimport knows of it is read again.
+        loader.reread()
+        _forget_importers(str(archive))
+    _imported.add(str(archive))
+    spec = module.__spec__
+    assert spec is not None
+    module.__loader__ = spec.loader = loader
+    module.__path__ = spec.submodule_search_locations = [str(archive.parent), str(archive)]
+    loader.exec_module(module)
+
+
+def _forget_importers(archive: str) -> None:
+    """Drop the path finder's importers of ``archive`` and of its subpackages."""
+    inside = os.path.join(archive, "")
+    for path in [p for p in sys.path_importer_cache if isinstance(p, str)]:
+        if path == archive or path.startswith(inside):
+            del sys.path_importer_cache[path]
+
+
+# importlib._abc.Loader is importlib.abc.Loader, without importlib.abc's imports.
+class ArchiveLoader(importlib._abc.Loader):
+    """The loader of a kernel package that is the root of a zip archive."""
+
+    def __init__(self, archive: str) -> None:
+        self.archive = archive
+        try:
+            self._zip = zipimport.zipimporter(archive)
+        except zipimport.ZipImportError as exc:
+            raise _broken(archive, "is not a zip archive") from exc
+
+    def reread(self) -> None:
+        """Read the archive's table of contents again, for this loader and for zipimport's
+        importers made from now on."""
+        self._zip.invalidate_caches()
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        exec(self.get_code(module.__name__), module.__dict__)
+
+    def is_package(self, fullname: str) -> bool:
+        return True
+
+    def get_filename(self, fullname: str) -> str:
+        return os.path.join(self.archive, f"{_INIT}.py")
+
+    def get_code(self, fullname: str) -> CodeType:
+        try:
+            return self._zip.get_code(_INIT)
+        except zipimport.ZipImportError as exc:
+            raise _broken(self.archive, f"holds no __init__.py at its root ({exc})") from exc
+
+    def get_source(self, fullname: str) -> str | None:
+        return self._zip.get_source(_INIT)
+
+    def get_data(self, path: str) -> bytes:
+        """A file of the archive, by its path (``<archive>/<name>``) or its name in it."""
+        return self._zip.get_data(path)
+
+    def get_resource_reader(self, fullname: str) -> ArchiveResources:
+        from .zip_resources import ArchiveResources  # only when resources are asked for
+
+        return ArchiveResources(self.archive)
+
+
+def _broken(archive: str, problem: str) -> KernelImportError:
+    return KernelImportError(
+        f"the kernel archive {archive} {problem}: a zip build's archive holds the package's "
+        "files at its root",
+        hint="report it to the kernel's publisher",
+    )

@@ -1,0 +1,91 @@
+"""The ``"zip"`` layout of a published variant (``flashhub publish --layout zip``).
+
+The package's files go into one archive, ``<id>.zip``, whose root is the package's root;
+its native libraries stay beside the archive, in the variant directory, where the
+loader finds them (see :mod:`flashhub_kernels._loading.zip_layout`)::
+
+    build/<variant>/metadata.json      "build-layout": "zip", and the archive's digest
+    build/<variant>/<id>.zip           __init__.py, _ops.py, layers.py, data/...
+    build/<variant>/<id>.so
+
+A client then fetches a variant's Python files in one request instead of one each.
+
+The archive is reproducible: members in sorted order, with fixed times and modes, and
+stored (not compressed, so that no zlib's choices make two publishes of one build
+differ): publishing the same build again writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from .._models.kernel_dir import NATIVE_SUFFIXES
+from ..errors import PublishError
+from .layout import SourceFile, hash_file
+
+# The oldest time a zip member can carry, for every member: the archive's bytes depend
+# on the build's files only.
+_MEMBER_TIME = (1980, 1, 1, 0, 0, 0)
+_MEMBER_MODE = 0o644
+_UNIX = 3  # the system a member's mode is meant for
+
+
+def zip_package(
+    files: Mapping[str, SourceFile], py_pkg: str, archive: Path
+) -> dict[str, SourceFile]:
+    """The files of a variant in the zip layout: ``files`` (a build of files, its package
+    in ``<py_pkg>/`` or flattened) with the package's files written into ``archive``
+    and its native libraries beside it.
+
+    A build that ships both forms (the package folder, and its files at the top for
+    older loaders) is zipped from ``<py_pkg>/``, as the loader imports it.
+
+    Raises:
+        PublishError: a native library lies in a subdirectory of the package, where it
+            cannot stay beside the archive; or a file changed since it was scanned.
+    """
+    prefix = f"{py_pkg}/" if f"{py_pkg}/__init__.py" in files else ""
+    members: dict[str, SourceFile] = {}
+    natives: dict[str, SourceFile] = {}
+    for rel, source in files.items():
+        if not rel.startswith(prefix):
+            continue  # the flattened copy beside the package folder
+        name = rel[len(prefix) :]
+        if not name.endswith(NATIVE_SUFFIXES):
+            members[name] = source
+        elif "/" not in name:
+            natives[name] = source
+        else:
+            raise PublishError(
+                f"cannot lay {source.path} out as a zip build: a zip build's native libraries "
+                "lie beside its archive, in the variant directory, and this one is in a "
+                "subdirectory of the package",
+                hint="move the library to the package's top level (and load it from there), "
+                "or publish without --layout zip",
+            )
+    _write_archive(archive, members)
+    return {archive.name: hash_file(archive), **natives}
+
+
+def _write_archive(path: Path, members: Mapping[str, SourceFile]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, source in sorted(members.items()):
+            info = zipfile.ZipInfo(name, date_time=_MEMBER_TIME)
+            info.create_system = _UNIX
+            info.external_attr = _MEMBER_MODE << 16
+            archive.writestr(info, _scanned_bytes(source))
+
+
+def _scanned_bytes(source: SourceFile) -> bytes:
+    """The bytes of ``source``, refused unless they are those it was scanned with."""
+    data = source.path.read_bytes()
+    if hashlib.sha256(data).digest() != source.digest:
+        raise PublishError(
+            f"{source.path} changed while it was being published",
+            hint="wait for the build to finish, then publish again",
+        )
+    return data

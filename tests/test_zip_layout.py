@@ -1,0 +1,454 @@
+"""Zip builds: ``"build-layout": "zip"`` in ``metadata.json``, the package's files in one
+archive ``<id>.zip`` in the variant directory, its native libraries beside it.
+
+Loaded through the hook and ``get_kernel`` as Hugging Face ``kernels`` loads them (the
+module's ``__file__`` inside the archive, ``__path__`` the variant directory then the
+archive), verified before any of it runs, from the cache without a request; and written
+by ``flashhub publish --layout zip``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import inspect
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+import test_import_cost
+from conftest import import_in_child, run_python
+from flashhub_kernels._publish import publish
+from flashhub_kernels.errors import IntegrityError, KernelImportError, ManifestError, PublishError
+from support.builds import CPU, PY_PKG, REPO as REPO_BUILT, SO_NAME, make_kernel
+from support.cdn_server import CdnServer
+from support.cli_runner import flashhub
+from support.trees import b64sha256, write_variant
+
+REPO = "acme/zipped"
+MODULE = "flashhub.acme.zipped.v1"
+KERNEL_ID = "_zipped_0a1b2c3"
+ARCHIVE = f"{KERNEL_ID}.zip"
+UNIVERSAL = "torch-universal"
+LOAD = f"import {MODULE} as k; print(k.helpers.shout())"
+
+
+def package_files(marker: str) -> dict[str, bytes]:
+    """A package as a zip build's archive holds it, at the archive's root: relative
+    imports, a submodule, a subpackage importing its parent's module, a data file."""
+    return {
+        "__init__.py": f'"""Zipped kernel {marker}."""\nfrom . import helpers, sub\n'.encode(),
+        "_ops.py": f"MARKER = {marker!r}\n".encode(),
+        "helpers.py": b"from ._ops import MARKER\n\n\ndef shout():\n    return MARKER.upper()\n",
+        "sub/__init__.py": b"from .deep import echo\n",
+        "sub/deep.py": b"from ..helpers import shout\n\n\ndef echo():\n    return shout()\n",
+        "data/table.txt": f"table of {marker}\n".encode(),
+    }
+
+
+def archive_bytes(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def publish_zip_build(
+    root: Path,
+    files: dict[str, bytes],
+    *,
+    natives: dict[str, bytes] | None = None,
+    served: bytes | None = None,
+    manifest: dict[str, object] | None = None,
+) -> bytes:
+    """``acme/zipped`` v1 as a zip build of ``files`` (``torch-universal``), ``natives``
+    beside its archive; ``served``: other bytes the CDN serves as the archive than those
+    ``metadata.json`` lists. Returns the archive listed."""
+    archive = archive_bytes(files)
+    variant = {ARCHIVE: archive, **(natives or {})}
+    digests = {path: b64sha256(data) for path, data in sorted(variant.items())}
+    document = manifest or {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
+    if served is not None:
+        variant[ARCHIVE] = served
+    write_variant(root, REPO, 1, UNIVERSAL, variant, manifest=document)
+    (root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([UNIVERSAL]))
+    (root / f"kernels/{REPO}/versions.json").write_text("[1]")
+    return archive
+
+
+def entry_of(cache_dir: Path) -> Path:
+    return cache_dir / "kernels" / REPO / "v1" / UNIVERSAL
+
+
+def marker_package(marker: Path) -> dict[str, bytes]:
+    """A package whose ``__init__.py`` writes ``marker`` when it runs."""
+    return {"__init__.py": f"open({str(marker)!r}, 'w').write('ran')\n".encode()}
+
+
+# -- loading ----------------------------------------------------------------------------
+
+
+def test_a_zip_build_loads_as_hugging_face_kernels_loads_it(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    publish_zip_build(cdn.root, package_files("zipped"))
+    k = fk.get_kernel(REPO, version=1)
+    import flashhub.acme.zipped.v1 as by_statement
+
+    assert by_statement is k and k.__name__ == MODULE
+    entry = entry_of(cache_dir)
+    archive = entry / ARCHIVE
+    assert k.__file__ == str(archive / "__init__.py")
+    assert k.__path__ == [str(entry), str(archive)]
+    assert k.__doc__ == "Zipped kernel zipped."
+    # Submodules and a subpackage come from the archive, their relative imports too.
+    assert k.helpers.shout() == "ZIPPED" and k.sub.echo() == "ZIPPED"
+    assert k.helpers.__file__ == str(archive / "helpers.py")
+    assert k.sub.deep.__name__ == f"{MODULE}.sub.deep"
+    assert importlib.import_module(f"{MODULE}._ops").MARKER == "zipped"
+    resources = importlib.resources.files(k)
+    assert resources.joinpath("data/table.txt").read_text() == "table of zipped\n"
+    assert sorted(p.name for p in resources.iterdir()) == [
+        "__init__.py",
+        "_ops.py",
+        "data",
+        "helpers.py",
+        "sub",
+    ]
+    assert inspect.getsource(k).startswith('"""Zipped kernel zipped."""')
+    assert "def shout" in inspect.getsource(k.helpers)
+    loaded = fk.get_loaded_kernels()[-1]
+    assert (loaded.module, loaded.path, loaded.variant) == (k, archive, UNIVERSAL)
+    # Only the archive was fetched of the package: one request for its Python files.
+    fetched = [p.rpartition("/")[2] for p in cdn.gets() if f"/build/{UNIVERSAL}/" in p]
+    assert fetched == ["metadata.json", ARCHIVE]
+
+
+def test_a_zip_build_reloads_and_imports_again_after_it_was_dropped(cdn: CdnServer) -> None:
+    publish_zip_build(cdn.root, package_files("zipped"))
+    k = fk.get_kernel(REPO, version=1)
+    k.extra = "set before the reload"
+    assert importlib.reload(k) is k and k.helpers.shout() == "ZIPPED"
+    assert k.extra == "set before the reload"
+    for name in [n for n in sys.modules if n.startswith(MODULE)]:
+        del sys.modules[name]
+    again = importlib.import_module(MODULE)
+    assert again is not k and again.sub.echo() == "ZIPPED"
+    assert again.__path__ == k.__path__
+
+
+def _compile(source: str, output: Path, *, python: bool) -> None:
+    """Compile the C ``source`` into the shared library ``output`` (a Python extension
+    module with ``python``)."""
+    c_file = output.with_suffix(".c")
+    c_file.write_text(source)
+    include = ["-I", sysconfig.get_paths()["include"]] if python else []
+    command = ["gcc", "-shared", "-fPIC", "-O1", *include, "-o", str(output), str(c_file)]
+    subprocess.run(command, check=True, capture_output=True)
+
+
+EXTENSION = f"""
+#include <Python.h>
+static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "{KERNEL_ID}", NULL, -1, NULL}};
+PyMODINIT_FUNC PyInit_{KERNEL_ID}(void) {{
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL) PyModule_AddIntConstant(m, "ANSWER", 42);
+    return m;
+}}
+"""
+LIBRARY = "int zipped_plain_answer(void) { return 7; }\n"
+# Both ways a kernel's _ops.py reaches a native library beside the archive: importing it
+# as an extension module (the builder's _ops.py), and torch.ops.load_library of a path in
+# the package's first directory.
+NATIVE_OPS = f"""
+import ctypes
+import sys
+from pathlib import Path
+
+import torch
+
+from . import {KERNEL_ID} as extension
+
+library = Path(sys.modules[__package__].__path__[0]) / "libzipped_plain.so"
+torch.ops.load_library(str(library))
+plain = ctypes.CDLL(str(library)).zipped_plain_answer()
+ANSWERS = (extension.ANSWER, plain, str(library) in torch.ops.loaded_libraries)
+"""
+
+
+def test_native_libraries_beside_the_archive_load(cdn: CdnServer, tmp_path: Path) -> None:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    extension, plain = tmp_path / f"{KERNEL_ID}{suffix}", tmp_path / "libzipped_plain.so"
+    _compile(EXTENSION, extension, python=True)
+    _compile(LIBRARY, plain, python=False)
+    files = {**package_files("native"), "_ops.py": NATIVE_OPS.encode()}
+    files["__init__.py"] = b"from ._ops import ANSWERS\n"
+    natives = {extension.name: extension.read_bytes(), plain.name: plain.read_bytes()}
+    publish_zip_build(cdn.root, files, natives=natives)
+    code = f"import {MODULE} as k; print(k.ANSWERS, k._ops.extension.__file__)"
+    answers, where = run_python(code).strip().rsplit(" ", 1)
+    assert answers == "(42, 7, True)"
+    assert where == str(entry_of(Path(os.environ["FLASHHUB_CACHE_DIR"])) / extension.name)
+
+
+# -- verified before any of it runs ------------------------------------------------------
+
+
+def test_a_tampered_archive_on_the_cdn_is_refused_before_it_runs(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    evil = archive_bytes(marker_package(marker))
+    publish_zip_build(cdn.root, package_files("honest"), served=evil)
+    error, stderr = import_in_child(MODULE)
+    assert issubclass(error, IntegrityError) and ARCHIVE in stderr
+    assert not marker.exists(), "the tampered archive ran"
+    assert not entry_of(cache_dir).exists()
+
+
+def test_an_archive_changed_in_the_cache_never_runs(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    publish_zip_build(cdn.root, package_files("honest"))
+    assert run_python(LOAD).strip() == "HONEST"
+    cached = entry_of(cache_dir) / ARCHIVE
+    cached.write_bytes(archive_bytes(marker_package(marker)))  # after it was verified
+    offline = {"FLASHHUB_OFFLINE": "1"}
+    error, stderr = import_in_child(MODULE, env=offline)
+    assert issubclass(error, IntegrityError) and issubclass(error, ImportError)
+    assert f"{cached} differs from its receipt" in stderr and "FLASHHUB_OFFLINE" in stderr
+    assert not marker.exists(), "the changed archive ran"
+    # Online, the entry is fetched again, and verified: the CDN's archive runs.
+    cdn.clear_log()
+    assert run_python(LOAD).strip() == "HONEST"
+    assert cdn.gets(ARCHIVE) == [f"/kernels/{REPO}/v1/build/{UNIVERSAL}/{ARCHIVE}"]
+    assert not marker.exists()
+
+
+def test_a_zip_build_loads_warm_with_zero_requests_and_offline(cdn: CdnServer) -> None:
+    publish_zip_build(cdn.root, package_files("warm"))
+    assert run_python(LOAD).strip() == "WARM"
+    cdn.clear_log()
+    assert run_python(LOAD).strip() == "WARM"
+    assert run_python(LOAD, env={"FLASHHUB_OFFLINE": "1"}).strip() == "WARM"
+    assert cdn.requests == []
+
+
+def test_a_warm_load_of_a_zip_build_imports_only_the_zip_loader_more(cdn: CdnServer) -> None:
+    """Nor zipfile or importlib.resources: resources are read only when asked for."""
+    publish_zip_build(cdn.root, package_files("warm"))
+    run_python(LOAD)  # cold: downloads it
+    added = test_import_cost._imported_by(f"import {MODULE}", setup="import flashhub, torch")
+    library = {m for m in added if m.startswith("flashhub_kernels")}
+    files_build = test_import_cost._readme_lists("A warm load from the cache adds ", ";")
+    zip_loader = {"flashhub_kernels._loading", "flashhub_kernels._loading.zip_layout"}
+    assert library == files_build | zip_loader
+    assert "zipfile" not in added and "importlib.resources" not in added
+
+
+# -- what a zip build's metadata.json must say --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ({"id": KERNEL_ID, "build-layout": "zip"}, f"does not list {KERNEL_ID}.zip"),
+        ({"id": "other", "build-layout": "zip"}, "does not list other.zip"),
+        ({"build-layout": "zip"}, '"id" must be a file name'),
+        ({"id": "a/b", "build-layout": "zip"}, '"id" must be a file name'),
+        ({"id": KERNEL_ID, "build-layout": "tarball"}, "'files' and 'zip'"),
+    ],
+)
+def test_a_malformed_zip_build_is_refused_before_any_file_is_fetched(
+    cdn: CdnServer, manifest: dict[str, object], message: str
+) -> None:
+    stray = b64sha256(b"an archive of another name")
+    document = {**manifest, "digest": {"files": {"stray.zip": stray}}}
+    publish_zip_build(cdn.root, package_files("x"), manifest=document)
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        fk.get_kernel(REPO, version=1)
+    assert cdn.gets(".zip") == []
+
+
+def test_an_archive_without_a_package_at_its_root_is_an_import_error(cdn: CdnServer) -> None:
+    files = {f"zipped/{name}": data for name, data in package_files("nested").items()}
+    publish_zip_build(cdn.root, files)
+    with pytest.raises(KernelImportError, match=r"holds no __init__\.py at its root") as raised:
+        fk.get_kernel(REPO, version=1)
+    assert ARCHIVE in raised.value.message and raised.value.hint
+    assert MODULE not in sys.modules
+
+
+# -- publishing: flashhub publish --layout zip ----------------------------------------------
+
+AUDIO = "sdq/audio-codebook-primitives"
+AUDIO_MODULE = "flashhub.sdq.audio_codebook_primitives.v1_cpu"
+RUN_AUDIO = f"""
+import torch
+import {AUDIO_MODULE} as k
+
+torch.manual_seed(0)
+logits = torch.randn((4, 16), dtype=torch.bfloat16)
+codebook = torch.randn((4, 16, 8), dtype=torch.bfloat16)
+codes, emb = k.delayed_codebook_argmax_embed_bf16(logits, codebook, 2, 1)
+ref_codes, ref_emb = k.reference_delayed_codebook_argmax_embed(logits, codebook, 2, 1)
+assert torch.equal(codes, ref_codes) and torch.equal(emb, ref_emb)
+print(k.__file__)
+print(*sorted(torch.ops.loaded_libraries))
+"""
+
+
+def published_variant(root: Path, repo_id: str, variant: str) -> Path:
+    return root / "kernels" / repo_id / "v1" / "build" / variant
+
+
+def test_publish_layout_zip_round_trips_a_native_kernel(
+    cdn: CdnServer,
+    tmp_path: Path,
+    built: list,  # type: ignore[type-arg]
+) -> None:
+    build = tmp_path / "audio"
+    shutil.copytree(next(b for b in built if b.repo_id == AUDIO).build_dir, build)
+    publish = ("publish", build, "--repo-id", AUDIO, "--version", "1")
+    result = flashhub(*publish, "--layout", "zip", "--out", cdn.root, "--json")
+    assert result.returncode == 0, result.stderr
+    cpu = next(v["name"] for v in json.loads(result.stdout)["variants"] if v["name"] != UNIVERSAL)
+    variant_dir = published_variant(cdn.root, AUDIO, cpu)
+    metadata = json.loads((variant_dir / "metadata.json").read_text())
+    namespace = metadata["id"]
+    assert metadata["build-layout"] == "zip" and namespace.startswith("_audio_codebook")
+    listed = sorted(metadata["digest"]["files"])
+    assert listed == [f"{namespace}.so", f"{namespace}.zip"] == sorted(metadata["sizes"])
+    assert sorted(p.name for p in variant_dir.iterdir()) == [*listed, "metadata.json"]
+    with zipfile.ZipFile(variant_dir / f"{namespace}.zip") as archive:
+        assert sorted(archive.namelist()) == ["__init__.py", "_ops.py", "_reference.py"]
+        assert {info.date_time for info in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+
+    # A fresh process imports it: the op runs from the library beside the archive, and
+    # the Python files came in one request.
+    lines = run_python(RUN_AUDIO).splitlines()
+    entry = Path(os.environ["FLASHHUB_CACHE_DIR"]) / "kernels" / AUDIO / "v1" / cpu
+    assert lines[0] == str(entry / f"{namespace}.zip" / "__init__.py")
+    assert str(entry / f"{namespace}.so") in lines[1].split()
+    fetched = sorted(p.rpartition("/")[2] for p in cdn.gets() if f"/build/{cpu}/" in p)
+    assert fetched == sorted([*listed, "metadata.json"])
+
+    # A second one loads it from the cache without a request, online or offline.
+    cdn.clear_log()
+    assert run_python(RUN_AUDIO).splitlines()[0] == lines[0]
+    assert run_python(RUN_AUDIO, env={"FLASHHUB_OFFLINE": "1"}).splitlines()[0] == lines[0]
+    assert cdn.requests == []
+
+    # The archive is reproducible: publishing the same build again writes nothing, even
+    # with the files' times changed.
+    for source in build.rglob("*.py"):
+        os.utime(source, (1_000_000_000, 1_000_000_000))
+    again = flashhub(*publish, "--layout", "zip", "--out", cdn.root)
+    assert again.returncode == 0 and "identical content" in again.stdout
+
+
+def test_publish_layout_zip_keeps_native_libraries_beside_the_archive(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """A build of files, in its package folder (``make_kernel``) or flattened: the native
+    library at the package's top goes beside the archive, a pure build has none."""
+    kernel = make_kernel(tmp_path / "kernel")
+    flattened = tmp_path / "flattened" / UNIVERSAL
+    shutil.copytree(kernel / "build" / UNIVERSAL / PY_PKG, flattened)
+    for build, repo in ((kernel, REPO_BUILT), (flattened.parent, "acme/flat-kern")):
+        report = publish(build, repo_id=repo, version=1, out=cdn.root, layout="zip")
+        assert all(v.files == (2 if v.name == CPU else 1) for v in report.variants)
+    cpu = published_variant(cdn.root, REPO_BUILT, CPU)
+    kernel_id = json.loads((cpu / "metadata.json").read_text())["id"]
+    assert kernel_id == SO_NAME.removesuffix(".so")  # the builder's rule: the op namespace
+    assert sorted(p.name for p in cpu.iterdir()) == [SO_NAME, f"{kernel_id}.zip", "metadata.json"]
+    for repo in (REPO_BUILT, "acme/flat-kern"):
+        universal = published_variant(cdn.root, repo, UNIVERSAL)
+        (archive,) = universal.glob("*.zip")
+        with zipfile.ZipFile(archive) as members:
+            assert sorted(members.namelist()) == ["__init__.py", "_ops.py", "helpers.py"]
+    assert fk.get_kernel("acme/flat-kern", version=1).double(21) == 42
+
+
+def test_publish_layout_zip_refuses_a_native_library_inside_the_package(tmp_path: Path) -> None:
+    kernel = make_kernel(tmp_path / "kernel", variants=(CPU,))
+    nested = kernel / "build" / CPU / PY_PKG / "lib"
+    nested.mkdir()
+    (kernel / "build" / CPU / PY_PKG / SO_NAME).rename(nested / SO_NAME)
+    with pytest.raises(PublishError, match="in a subdirectory of the package") as raised:
+        publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
+    assert "--layout zip" in (raised.value.hint or "")
+    assert not (tmp_path / "cdn").exists()
+
+
+def builders_zip_build(root: Path, files: dict[str, bytes]) -> Path:
+    """A variant as a kernel builder lays a zip build out: its archive and the builder's
+    metadata.json, digest included."""
+    variant = root / "build" / UNIVERSAL
+    variant.mkdir(parents=True)
+    archive = archive_bytes(files)
+    (variant / ARCHIVE).write_bytes(archive)
+    digest = {"algorithm": "sha256", "files": {ARCHIVE: b64sha256(archive)}}
+    metadata = {"name": "zipped", "id": KERNEL_ID, "build-layout": "zip", "digest": digest}
+    (variant / "metadata.json").write_text(json.dumps(metadata))
+    return root
+
+
+def test_a_builders_zip_build_is_published_as_it_is(cdn: CdnServer, tmp_path: Path) -> None:
+    build = builders_zip_build(tmp_path / "zipped", package_files("built as zip"))
+    for layout in (None, "zip"):
+        report = publish(build, repo_id=REPO, version=1, out=cdn.root, layout=layout)
+        assert [v.files for v in report.variants] == [1]
+    variant = published_variant(cdn.root, REPO, UNIVERSAL)
+    assert sorted(p.name for p in variant.iterdir()) == [ARCHIVE, "metadata.json"]
+    assert json.loads((variant / "metadata.json").read_text())["build-layout"] == "zip"
+    assert fk.get_kernel(REPO, version=1).helpers.shout() == "BUILT AS ZIP"
+    with pytest.raises(PublishError, match="zip archive, not as files"):
+        publish(build, repo_id=REPO, version=2, out=cdn.root, layout="files")
+
+
+def test_a_zip_build_without_its_archive_is_not_published(tmp_path: Path) -> None:
+    build = builders_zip_build(tmp_path / "zipped", package_files("x"))
+    metadata = build / "build" / UNIVERSAL / "metadata.json"
+    document = json.loads(metadata.read_text())
+    metadata.write_text(json.dumps({**document, "id": "_other_id"}))
+    with pytest.raises(PublishError, match=r"holds no _other_id\.zip"):
+        publish(build, repo_id=REPO, version=1, out=tmp_path / "cdn")
+
+
+def test_flashhub_publish_layout_is_files_or_zip(kernel: Path, tmp_path: Path) -> None:
+    args = ("publish", kernel, "--repo-id", REPO_BUILT, "--version", "1", "--out", tmp_path)
+    result = flashhub(*args, "--layout", "tar")
+    assert result.returncode == 2 and "invalid choice: 'tar'" in result.stderr
+    assert "--layout {files,zip}" in flashhub("publish", "--help").stdout
+
+
+@pytest.mark.parametrize("first", ["with submodules", "__init__.py alone"])
+def test_an_archive_fetched_again_in_one_process_is_read_afresh(
+    cdn: CdnServer, cache_dir: Path, first: str
+) -> None:
+    """Another archive at the path of one this process imported (the version republished
+    with --force, the cache cleared): its modules are read from the new archive."""
+    alone = {"__init__.py": b'"""Zipped kernel first."""\n'}
+    publish_zip_build(cdn.root, alone if first == "__init__.py alone" else package_files("first"))
+    assert fk.get_kernel(REPO, version=1).__doc__ == "Zipped kernel first."
+    republished = package_files("second build")
+    republished["helpers.py"] = b"# a longer file\n" * 50 + republished["helpers.py"]
+    publish_zip_build(cdn.root, republished)
+    shutil.rmtree(entry_of(cache_dir))
+    for name in [n for n in sys.modules if n.startswith(MODULE)]:
+        del sys.modules[name]
+    again = importlib.import_module(MODULE)
+    assert (again.helpers.shout(), again.sub.echo()) == ("SECOND BUILD", "SECOND BUILD")
