@@ -242,7 +242,7 @@ def test_metadata_of_the_older_form_has_its_fields_absent(tmp_path: Path) -> Non
         (b"[]", "must be a JSON object"),
         (b"{", "is not valid JSON"),
         (b'{"version": "1"}', '"version" must be'),
-        (b'{"build-layout": "ZIP"}', '"build-layout" must be "files" or "zip"'),
+        (b'{"build-layout": "ZIP"}', "this client loads the layouts 'files' and 'zip'"),
         (b'{"digest": {"files": {"../x": "AAAA"}}}', "file path '../x' has an empty, '.' or '..'"),
     ],
 )

@@ -25,7 +25,6 @@ from .._models.manifest import encode_digest, load_json, parse_metadata
 from .._models.record import Record
 from ..errors import ManifestError
 
-_LAYOUTS = ("files", "zip")
 _HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
 
 
@@ -102,17 +101,12 @@ class Metadata(Record):
         fields = read_kernel_metadata(document, source=source)
         values = {name: getattr(fields, name) for name in KernelMetadata._fields}
         values["name"] = None if fields.name is None else KernelName(fields.name)
-        layout = document.get("build-layout", "files")
-        if layout not in _LAYOUTS:
-            raise ManifestError(
-                f'{source}: "build-layout" must be "files" or "zip", got {repr(layout)[:60]}',
-                hint=_HINT,
-            )
+        values["build_layout"] = fields.build_layout or "files"
         digest = None
         if "digest" in document:
             files = parse_metadata(data, source=source).files
             digest = Digest("sha256", {path: encode_digest(raw) for path, raw in files.items()})
-        return Metadata(**values, build_layout=layout, digest=digest)
+        return Metadata(**values, digest=digest)
 
 
 def loaded_metadata(package_dir: Path) -> Metadata:
