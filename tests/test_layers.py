@@ -780,6 +780,20 @@ def test_a_kernel_that_cannot_load_falls_back_only_when_allowed(
         kernelize(strict, device="cpu", use_fallback=KernelizeFallback.ALL)
 
 
+def test_a_local_kernels_path_that_is_gone_falls_back_when_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Hugging Face kernels: its FileNotFoundError is a kernel that cannot load."""
+    monkeypatch.setenv("LOCAL_KERNELS", f"acme/gone={tmp_path / 'missing'}")
+    gone = LayerRepository("acme/gone", "SiluAndMul", version=1)
+    model = nn.Sequential(HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(gone)):
+        with pytest.raises(FileNotFoundError):
+            kernelize(model, device="cpu")
+        kernelize(model, device="cpu", use_fallback=KernelizeFallback.ALL)
+    assert model[0].forward.__func__ is SiluAndMul.forward
+
+
 def test_kernelize_for_device_types_this_torch_does_not_know(tmp_path: Path) -> None:
     repos = {kind: local_layers(tmp_path / kind, kind) for kind in ("tpu", "neuron", "npu")}
     mapping = {"SiluAndMul": {Device(kind): repo for kind, repo in repos.items()}}

@@ -31,6 +31,7 @@ from ..errors import (
     KernelImportError,
     KernelLayerError,
     KernelWithoutBackwardWarning,
+    LocalKernelNotFoundError,
     LockfileError,
 )
 from ._compiling import compiling
@@ -256,7 +257,7 @@ def _load(
         return None
     try:
         return repo.load()
-    except (KernelImportError, LockfileError) as error:
+    except (KernelImportError, LockfileError, LocalKernelNotFoundError) as error:
         if KernelizeFallback.CANNOT_LOAD not in fallback:
             raise
         unloadable.add(id(repo))
