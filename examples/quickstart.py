@@ -129,6 +129,7 @@ def explain_choice(module: ModuleType, backend: str | None = None) -> None:
     for, every published variant that fits it (best first) and why each other does not."""
     import flashhub_kernels
     from flashhub_kernels._variants.named_system import target_system
+    from flashhub_kernels._variants.verdicts import describe_system
 
     loaded = next(k for k in flashhub_kernels.get_loaded_kernels() if k.module is module)
     assert loaded.repo_id is not None and loaded.version is not None
@@ -139,7 +140,7 @@ def explain_choice(module: ModuleType, backend: str | None = None) -> None:
     print(f"  {loaded.repo_id} v{loaded.version}: variant {loaded.variant}")
     print(
         f"    why: the best{forced} of those that fit this system "
-        f"({target_system(backend).describe()}): {', '.join(fits)}"
+        f"({describe_system(target_system(backend))}): {', '.join(fits)}"
     )
     for verdict in verdicts:
         if isinstance(verdict, flashhub_kernels.VariantRejected):
