@@ -199,9 +199,14 @@ def _todays_name(legacy: str, python: str = "3.9") -> str:
     """This machine's exact build (``torch213-cxx11-cpu-x86_64-linux``) in today's
     spelling: ``torch-2.13-cxx11-cpu-cpython-<python>-abi3-x86_64-linux``."""
     variant = parse_variant(legacy)
-    assert variant.torch is not None and variant.backend_version is None, "a CPU build"
+    assert variant.torch is not None and variant.backend is not None
     torch = "{}.{}".format(*variant.torch)
-    return f"torch-{torch}-{variant.abi}-cpu-cpython-{python}-abi3-{variant.arch}-{variant.os}"
+    abi = f"-{variant.abi}" if variant.abi else ""
+    backend = variant.backend_tag
+    if variant.backend_version is not None:  # cu130 -> cuda-13.0
+        backend = "{}-{}.{}".format(variant.backend, *variant.backend_version)
+    tail = f"cpython-{python}-abi3-{variant.arch}-{variant.os}"
+    return f"torch-{torch}{abi}-{backend}-{tail}"
 
 
 def test_the_import_hook_loads_the_build_kernels_0_19_would(cdn: CdnServer) -> None:
@@ -254,6 +259,7 @@ def test_a_mac_is_detected_as_kernels_0_19_detects_it(cdn: CdnServer) -> None:
     write_kernel(cdn.root, "acme/tensor-tricks", 1, [f"torch{torch}-cpu-aarch64-darwin", metal])
     code = """
 import platform, torch
+torch.version.cuda = torch.version.hip = None  # a CUDA build of torch runs no Metal
 platform.system = lambda: "Darwin"
 platform.machine = lambda: "arm64"
 platform.mac_ver = lambda: ("26.1", ("", "", ""), "arm64")
