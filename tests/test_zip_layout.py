@@ -453,3 +453,34 @@ def test_an_archive_fetched_again_in_one_process_is_read_afresh(
         del sys.modules[name]
     again = importlib.import_module(MODULE)
     assert (again.helpers.shout(), again.sub.echo()) == ("SECOND BUILD", "SECOND BUILD")
+
+
+# -- local builds ----------------------------------------------------------------------------
+
+
+def write_local_zip_build(root: Path, files: dict[str, bytes]) -> Path:
+    """A kernel repo directory holding ``build/torch-universal/`` as a zip build."""
+    variant = root / "build" / UNIVERSAL
+    variant.mkdir(parents=True)
+    (variant / ARCHIVE).write_bytes(archive_bytes(files))
+    (variant / "metadata.json").write_text(json.dumps({"id": KERNEL_ID, "build-layout": "zip"}))
+    return root
+
+
+def test_get_local_kernel_imports_a_local_zip_build(tmp_path: Path) -> None:
+    repo = write_local_zip_build(tmp_path / "zipped", package_files("local"))
+    k = fk.get_local_kernel(repo)
+    archive = repo / "build" / UNIVERSAL / ARCHIVE
+    assert k.__name__.startswith(f"flashhub._local.{KERNEL_ID}_")
+    assert k.__file__ == str(archive / "__init__.py")
+    assert k.helpers.shout() == "LOCAL" and k.sub.echo() == "LOCAL"
+    assert fk.get_local_kernel(repo / "build" / UNIVERSAL) is k  # the variant directory too
+    loaded = next(entry for entry in fk.get_loaded_kernels() if entry.module is k)
+    assert loaded.path == archive and loaded.metadata.build_layout == "zip"
+
+
+def test_local_kernels_maps_a_repo_to_a_local_zip_build(tmp_path: Path) -> None:
+    repo = write_local_zip_build(tmp_path / "zipped", package_files("mapped"))
+    code = f"import {MODULE} as k; print(k.helpers.shout(), k.__file__)"
+    printed = run_python(code, env={"LOCAL_KERNELS": f"{REPO}={repo}"}).split()
+    assert printed == ["MAPPED", str(repo / "build" / UNIVERSAL / ARCHIVE / "__init__.py")]

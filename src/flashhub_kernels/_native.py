@@ -70,7 +70,8 @@ def _libraries(target: KernelDir, module: str) -> Iterator[Library]:
         for relpath, size in target.natives:
             yield Library(f"{entry}/{relpath}", size, module, entry, relpath)
         return
-    for dirpath, _dirs, files in os.walk(target.package_dir):
+    package = target.package_dir  # a "zip" build's libraries lie beside its archive
+    for dirpath, _dirs, files in os.walk(package.parent if package.suffix == ".zip" else package):
         for name in files:
             if name.endswith(NATIVE_SUFFIXES):
                 path = os.path.join(dirpath, name)

@@ -278,7 +278,8 @@ def get_local_kernel(
     path = Path(repo_path).resolve()
     package_dir = find_local_package(path, backend, package_name, check_arch=check_arch).package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
-    module_name = f"{LOCAL_PACKAGE}.{package_dir.name}_{digest}"
+    name = package_dir.name.removesuffix(".zip")  # a "zip" build's archive is its package
+    module_name = f"{LOCAL_PACKAGE}.{name}_{digest}"
     install().add_target(module_name, KernelDir(package_dir))
     return _import(module_name, check_arch=check_arch)
 

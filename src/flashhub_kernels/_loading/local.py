@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._constants import LOCAL_KERNELS_VAR, MANIFEST_NAME
 from .._models.kernel_dir import KernelDir
+from .._models.kernel_metadata import read_kernel_metadata
 from .._models.names import RepoInfo, parse_repo_id
 from .._variants.compat import BuildTarget, read_target
 from .._variants.named_system import target_system
@@ -53,6 +54,9 @@ def find_local_package(
         return KernelDir(path / package_name)
     if (path / "__init__.py").is_file():
         return KernelDir(path)
+    archive = _zip_archive(path)
+    if archive is not None:  # a "zip" build's variant directory: its archive is the package
+        return KernelDir(archive)
     packages = (
         [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
         if path.is_dir() and package_name is None
@@ -76,6 +80,24 @@ def find_local_package(
         "__init__.py, "
         "or at the package itself",
     )
+
+
+def _zip_archive(variant_dir: Path) -> Path | None:
+    """The archive of the ``"zip"`` build in ``variant_dir``, if its ``metadata.json``
+    says it is one and the archive is there.
+
+    Raises:
+        ManifestError: that ``metadata.json`` is malformed.
+    """
+    try:
+        document = json.loads((variant_dir / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("build-layout") != "zip":
+        return None
+    metadata = read_kernel_metadata(document, source=str(variant_dir / MANIFEST_NAME))
+    archive = variant_dir / str(metadata.archive)
+    return archive if archive.is_file() else None
 
 
 def _target_in(base: Path) -> TargetOf:
