@@ -22,7 +22,7 @@ from support.cdn_server import CdnServer
 from support.cli_runner import CliResult, flashhub, ok_json, refused_offline
 from support.hub_server import HubServer, builder_variant
 from support.projects import CUDA, UNIVERSAL
-from support.trees import local_variant
+from support.trees import local_variant, todays_name
 
 hub_constants = pytest.importorskip("huggingface_hub.constants")
 
@@ -157,6 +157,20 @@ def test_a_hub_zip_build_is_mirrored_as_it_is_and_loads(hub: HubServer, cdn: Cdn
     assert manifest["build-layout"] == "zip" and manifest["id"] == kernel_id
     assert list(manifest["digest"]["files"]) == [f"{kernel_id}.zip"]
     assert fk.get_kernel(REPO, version=1).MARKER == "zipped on the hub"
+
+
+def test_a_hub_build_named_in_todays_spelling_is_mirrored_and_loads(
+    hub: HubServer, cdn: CdnServer
+) -> None:
+    today = todays_name(LOCAL)  # torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux, say
+    tree: dict[str, bytes] = {}
+    for variant in (today, UNIVERSAL):
+        tree |= builder_variant(variant, kernel_files(f"today:{variant}"), name="relu")
+    hub.push(REPO, tree, branch="v1", repo_type=REPO_TYPE)
+    report = ok_json(mirror(cdn.root, "--json"))
+    assert [v["name"] for v in report["variants"]] == [today]
+    marker = fk.get_kernel(REPO, version=1).MARKER
+    assert marker == f"today:{today}"
 
 
 def test_info_shows_where_a_signed_mirror_came_from(

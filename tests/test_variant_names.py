@@ -26,7 +26,7 @@ from support.builds import REPO, make_kernel
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
 from support.projects import lockfile_of, write_project
-from support.trees import local_variant, write_kernel
+from support.trees import local_variant, todays_name, write_kernel
 
 CPU = SystemInfo((2, 13), True, "cpu", "cpu", "x86_64", "linux", python=(3, 11))
 CUDA = SystemInfo((2, 12), True, "cuda", "cu128", "x86_64", "linux", python=(3, 11))
@@ -195,23 +195,9 @@ def test_a_machine_named_by_todays_spelling() -> None:
     assert legacy.python == (sys.version_info.major, sys.version_info.minor)
 
 
-def _todays_name(legacy: str, python: str = "3.9") -> str:
-    """This machine's exact build (``torch213-cxx11-cpu-x86_64-linux``) in today's
-    spelling: ``torch-2.13-cxx11-cpu-cpython-<python>-abi3-x86_64-linux``."""
-    variant = parse_variant(legacy)
-    assert variant.torch is not None and variant.backend is not None
-    torch = "{}.{}".format(*variant.torch)
-    abi = f"-{variant.abi}" if variant.abi else ""
-    backend = variant.backend_tag
-    if variant.backend_version is not None:  # cu130 -> cuda-13.0
-        backend = "{}-{}.{}".format(variant.backend, *variant.backend_version)
-    tail = f"cpython-{python}-abi3-{variant.arch}-{variant.os}"
-    return f"torch-{torch}{abi}-{backend}-{tail}"
-
-
 def test_the_import_hook_loads_the_build_kernels_0_19_would(cdn: CdnServer) -> None:
-    best = _todays_name(local_variant())
-    too_new = _todays_name(local_variant(), python="3.99")
+    best = todays_name(local_variant())
+    too_new = todays_name(local_variant(), python="3.99")
     write_kernel(cdn.root, "acme/tensor-tricks", 1, [too_new, "torch-universal", best])
     import flashhub.acme.tensor_tricks.v1 as k
 
@@ -220,7 +206,7 @@ def test_the_import_hook_loads_the_build_kernels_0_19_would(cdn: CdnServer) -> N
 
 
 def test_a_lock_file_pins_and_loads_todays_names(cdn: CdnServer, tmp_path: Path) -> None:
-    best = _todays_name(local_variant())
+    best = todays_name(local_variant())
     write_kernel(cdn.root, "acme/tensor-tricks", 1, [best, "torch-universal"])
     project = write_project(tmp_path / "project", {"acme/tensor-tricks": ">=1"})
     locked = flashhub("lock", project)

@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from flashhub_kernels._variants.grammar import parse_variant
 from flashhub_kernels._variants.probing import build_variant_name
 from flashhub_kernels._variants.system import detect_system, with_backend
 
@@ -135,3 +136,17 @@ def write_blob_kernel(
     write_variant(root, BLOB_REPO, 1, BLOB_VARIANT, files, with_sizes=with_sizes)
     (root / f"kernels/{BLOB_REPO}/v1/variants.json").write_text(f'["{BLOB_VARIANT}"]')
     return f"kernels/{BLOB_REPO}/v1/build/{BLOB_VARIANT}/tensor_tricks/{name}.bin"
+
+
+def todays_name(legacy: str, python: str = "3.9") -> str:
+    """This machine's exact build (``torch213-cxx11-cpu-x86_64-linux``) in today's
+    spelling: ``torch-2.13-cxx11-cpu-cpython-<python>-abi3-x86_64-linux``."""
+    variant = parse_variant(legacy)
+    assert variant.torch is not None and variant.backend is not None
+    torch = "{}.{}".format(*variant.torch)
+    abi = f"-{variant.abi}" if variant.abi else ""
+    backend = variant.backend_tag
+    if variant.backend_version is not None:  # cu130 -> cuda-13.0
+        backend = "{}-{}.{}".format(variant.backend, *variant.backend_version)
+    tail = f"cpython-{python}-abi3-{variant.arch}-{variant.os}"
+    return f"torch-{torch}{abi}-{backend}-{tail}"
