@@ -14,7 +14,7 @@ with what it recorded of their metadata.
 from __future__ import annotations
 
 from .._models.record import Record
-from .grammar import as_variant, backend_of_tag
+from .grammar import as_variant, tag_version
 from .system import METAL_MIN_MACOS, mlx_installed
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
@@ -96,7 +96,7 @@ def _check_tvm_ffi(built: tuple[int, int], have: tuple[int, int] | None) -> str 
 
 
 def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
-    built, have = variant.backend_version, (backend_of_tag(system.backend_tag) or ("", None))[1]
+    built, have = variant.backend_version, tag_version(system.backend_tag)
     if variant.backend in ("cuda", "rocm") and built and have:
         if built[0] != have[0] or built[1] > have[1]:
             name = "CUDA" if variant.backend == "cuda" else "ROCm"

@@ -30,8 +30,12 @@ if TYPE_CHECKING:
 # the first kernel import of every process more than all of its parsing.
 _PLAIN_BACKENDS = ("cpu", "metal", "neuron", "tpu")
 # Versioned backends: today's name, its legacy tag's prefix, the backend as torch names it.
-_VERSIONED = [("cuda", "cu", "cuda"), ("rocm", "rocm", "rocm"), ("xpu", "xpu", "xpu")]
-_VERSIONED.append(("cann", "cann", "npu"))  # Ascend NPUs: torch_npu's device type
+_VERSIONED: tuple[tuple[str, str, str], ...] = (
+    ("cuda", "cu", "cuda"),
+    ("rocm", "rocm", "rocm"),
+    ("xpu", "xpu", "xpu"),
+    ("cann", "cann", "npu"),  # Ascend NPUs: torch_npu's device type
+)
 _ABI_TAGS = ("cxx11", "cxx98")
 _PYTHON_ABIS = ("abi3", "abi3t")  # abi3t: free-threaded CPython >= 3.15
 _LEGACY_PYTHON = (3, 9)
@@ -84,6 +88,12 @@ def backend_of_tag(tag: str) -> tuple[str, tuple[int, int] | None] | None:
             split = 1 if digits == "714" and prefix == "rocm" else len(digits) - 1
             return backend, (int(digits[:split]), int(digits[split:]))
     return None
+
+
+def tag_version(tag: str) -> tuple[int, int] | None:
+    """The version a legacy backend tag packs (``cu126`` -> ``(12, 6)``); ``None`` if none."""
+    found = backend_of_tag(tag)
+    return found[1] if found else None
 
 
 def backend_tag(backend: str, version: tuple[int, int]) -> str:

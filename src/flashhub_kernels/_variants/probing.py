@@ -3,7 +3,7 @@ load, best first, to probe a version that publishes no ``variants.json`` for the
 
 from __future__ import annotations
 
-from .grammar import backend_of_tag
+from .grammar import tag_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def candidate_names(system: SystemInfo) -> list[str]:
     major, minor = system.torch
     tags = [system.backend_tag]
     if system.backend == "cuda":
-        cuda_major, cuda_minor = (backend_of_tag(system.backend_tag) or ("", (0, 0)))[1] or (0, 0)
+        cuda_major, cuda_minor = tag_version(system.backend_tag) or (0, 0)
         tags = [f"cu{cuda_major}{m}" for m in range(cuda_minor, -1, -1)]
     platform_tail = f"{system.arch}-{system.os}"
     for torch_minor in range(minor, 8, -1) if major == 2 else [minor]:
