@@ -14,11 +14,11 @@ from pathlib import Path
 
 from ._constants import REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
 from ._models.record import Record
-from .errors import ConfigError
 
 TYPE_CHECKING = False  # not typing's: a warm load imports this module
 if TYPE_CHECKING:
     from ._signing.trusted_keys import TrustedKey
+    from .errors import ConfigError
 
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
@@ -99,6 +99,14 @@ class Config(Record):
 overrides: dict[str, object] = {}
 
 
+def config_error(message: str, *, hint: str) -> ConfigError:
+    """A :class:`~flashhub_kernels.errors.ConfigError`: the errors are imported only when
+    a setting is wrong, not by every load."""
+    from .errors import ConfigError
+
+    return ConfigError(message, hint=hint)
+
+
 def _redact(url: str) -> str:
     from ._utils.urls import redact_url  # only a message or a repr needs it: not a load
 
@@ -120,7 +128,7 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
     """
     urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
     if not urls:
-        raise ConfigError(
+        raise config_error(
             f"no CDN URL in {value!r}: give one or more base URLs separated by ','",
             hint=_CDN_URL_HINT,
         )
@@ -128,7 +136,7 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
     # (``secret@host``) must be the one reported, redacted, not the part before.
     for url in urls:
         if not url.startswith(_CDN_SCHEMES):
-            raise ConfigError(
+            raise config_error(
                 f"CDN URL {_redact(url)!r} must start with https://, http://, file://, or "
                 "name an object store: s3://bucket/prefix (or gs://, az://, abfs://)",
                 hint=_CDN_URL_HINT,
@@ -145,7 +153,7 @@ def normalize_prefix(value: str) -> str:
     """``/kernels/`` -> ``kernels``; an empty prefix means the CDN root."""
     prefix = value.strip().strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise ConfigError(
+        raise config_error(
             f"CDN prefix {value!r} must be a plain relative path such as 'kernels'",
             hint="fix FLASHHUB_CDN_PREFIX (or the prefix passed to configure())",
         )
@@ -174,12 +182,12 @@ def _env_seconds(name: str, *, zero_ok: bool = False) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(
+        raise config_error(
             f"{name}={raw!r} is not a number of seconds", hint=f"fix {name}"
         ) from None
     if value < 0 or (value == 0 and not zero_ok):
         least = "zero or more" if zero_ok else "a positive number of"
-        raise ConfigError(f"{name}={raw!r} must be {least} seconds", hint=f"fix {name}")
+        raise config_error(f"{name}={raw!r} must be {least} seconds", hint=f"fix {name}")
     return value
 
 
@@ -189,7 +197,7 @@ def _env_bytes(name: str) -> int | None:
     if not raw:
         return None
     if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
-        raise ConfigError(
+        raise config_error(
             f"{name}={raw!r} must be a positive whole number of bytes", hint=f"fix {name}"
         )
     return int(raw)

@@ -40,7 +40,6 @@ from pathlib import Path
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
 from .._variants.compat import read_target, target_from_json
-from ..errors import CacheError
 
 try:
     import fcntl
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
     from .._config import Config
     from .._models.names import RepoInfo
     from .._variants.compat import BuildTarget
+    from ..errors import CacheError
 
 INDEX_NAME = "variants-index.json"
 _NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
@@ -296,6 +296,8 @@ def check_dir(path: Path, *, shared: bool, inside: bool = True) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
+        from ..errors import CacheError  # only on a refusal: a load does not import errors
+
         raise CacheError.cannot_write(exc, path) from exc
     reason = distrust(st, shared=shared, inside=inside)
     if reason is not None:
@@ -316,6 +318,8 @@ def check_root(root: Path, *, shared: bool) -> None:
 
 def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
     """The refusal: names the path, its owner and mode, and what to do."""
+    from ..errors import CacheError
+
     return CacheError(
         f"refusing to trust the cache: {path} {reason} "
         f"(owner {_user_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}); "
