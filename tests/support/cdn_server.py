@@ -140,6 +140,7 @@ class _Server(ThreadingHTTPServer):
     (a client that never finishes its handshake must not block the accept loop)."""
 
     daemon_threads = True
+    request_queue_size = 64  # as a CDN, many clients' connections at once
     cdn: CdnServer
 
     def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]

@@ -63,9 +63,14 @@ logger = logging.getLogger("flashhub_kernels")
 # wall time of the fetch less the CPU time the fetching thread spent on it, which on
 # loopback is the server's time alone. A thread is added for each file's CPU time that
 # fits in that wait (Little's law: 1 + wait / CPU time per file), within these bounds;
-# a large file, whose transfer keeps one thread busy, gets a second beside it.
+# a large file, whose transfer keeps one thread busy, gets a second beside it. At the
+# most 16: a CDN 20 ms away answers 200 small files in 13 rounds instead of the 25 that
+# 8 connections (a browser's or curl --parallel's usual count) take.
 MIN_PARALLEL_FILES = 1
-MAX_PARALLEL_FILES = 8
+MAX_PARALLEL_FILES = 16
+# The pool keeps a connection for each download thread, the documents' thread and the
+# newer-version check's, so that none is opened only to be discarded.
+POOL_SIZE = MAX_PARALLEL_FILES + 2
 CPU_SECONDS_PER_FILE = 0.0005  # request, response, create, write, hash: a small file
 LARGE_FILE_BYTES = 4 << 20  # a transfer long enough to leave the small files a thread
 # After Ctrl-C, how long the workers get to stop at their next chunk before the
@@ -139,7 +144,7 @@ class Fetcher:
         self.config = config
         for base in config.cdn_urls:
             warn_if_insecure(base)
-        self._mirrors = open_mirrors(config, pool_size=MAX_PARALLEL_FILES)
+        self._mirrors = open_mirrors(config, pool_size=POOL_SIZE)
         self._mirrors_lock = threading.Lock()
         self._wait = math.inf  # the shortest wait for a document's answer so far, in seconds
         self._sent_bad_bytes: set[Mirror] = set()  # mirrors that sent a file's bytes wrong
