@@ -41,9 +41,10 @@ class Link:
         """The time ``size`` bytes take on the link (its rate alone, no delay)."""
         return size * 8 / (self.mbit * 1e6)
 
-    def least_seconds(self, size: int) -> float:
-        """The least time a client needs for ``size`` bytes: the rate and one delay."""
-        return self.seconds(size) + self.delay_ms / 1e3
+    def least_seconds(self, size: int, delays: int = 1) -> float:
+        """The least time a client needs for ``size`` bytes: the rate, and ``delays``
+        responses one after the other (one: all requests sent at once)."""
+        return self.seconds(size) + delays * self.delay_ms / 1e3
 
     def delay(self) -> None:
         """The round trip before a response: between the request and the status line."""
