@@ -63,6 +63,9 @@ ROW_NAMES = [
     "flashhub --help",
     "torch/HTTP/lock libs imported by import flashhub(_kernels)",
     "import cost: flashhub over a plain import, warm",
+    "cold load over a slow link, realistic variant: 1 MiB .so + 10 .py files",
+    "cold load over a slow link, 10 files of 10 KiB",
+    "cold load, 10 files of 10 KiB as a zip build",
 ]
 PHASES = (
     "imports",
@@ -118,8 +121,18 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     for key in ("1d", "2e", "7c"):
         assert by_key[key]["ours"] is not None and by_key[key]["baseline"] is not None
         assert by_key[key]["baseline_name"].startswith("requests floor")
+    # Rows 10 (over the slow link) and 11 (a zip build): every side measured, the targets
+    # judged.
+    for key in ("10a", "10b"):
+        assert by_key[key]["target"] == "<= 1.00x"
+        assert "GETs per load" in " ".join(by_key[key]["notes"])
+    for key in ("10c", "10d", "11"):
+        assert by_key[key]["ours"] is not None and by_key[key]["baseline"] is not None
+        assert by_key[key]["target"] == "< 1.00x" and by_key[key]["passed"] is not None
+    if shutil.which("curl"):
+        assert by_key["10a"]["baseline"] is not None and by_key["10b"]["passed"] is not None
     # The breakdown of each cold load, by phase, from the loads with timing spans.
-    for key in ("1a", "2a", "7"):
+    for key in ("1a", "2a", "7", "10a", "10b"):
         breakdown = [n for n in by_key[key]["notes"] if n.startswith("breakdown")]
         assert len(breakdown) == 1 and all(phase in breakdown[0] for phase in PHASES)
     for lib in ("requests", "urllib3", "filelock"):  # what rows 6c and 3e look for

@@ -27,7 +27,13 @@ Targets:
       10 small Python files) within 1.2x of one ``curl -K`` process (ratio <= 1.20);
   8   in fresh interpreters, ``import flashhub`` and a first warm kernel import add at
       most 0.5% of the time of ``import torch`` (ideally under 3 ms) over importing the
-      same package from a plain directory.
+      same package from a plain directory;
+  10  over a slow link (a second server on the same tree: ``--link-delay-ms`` before each
+      response, all bodies through one ``--link-mbit`` link), cold loads of the realistic
+      variant (10a) and the small files (10b) within 1.0x of one ``curl --parallel``
+      process, and faster than the 0.1.2 release (10c, 10d);
+  11  a cold load of the small files published as a zip build faster than the 0.1.2
+      release's load of them as files.
 
 Every cold load (rows 1, 2, 5, 7) is a fresh ``python -c`` process that imports torch,
 then times ``get_kernel`` inside (:mod:`loadbench.fresh`), as a user's program makes it;
@@ -42,7 +48,9 @@ The modules, in the order a run uses them:
   cli          options, the run from start to end, the report on stdout
   trees        the synthetic kernels, published into a CDN tree
   signed       the run's signing key: the kernels it signs, the loads that trust it
+  zip_tree     the small files published again as a zip build (row 11)
   servers      the loopback CDN server (the stdlib handler, or a lean one)
+  link         the slow link: a delay per response, one paced link for all bodies
   fresh        cold loads in fresh interpreters, this client's or a release's, and
                the requests floor (the least a client on requests does, 1d/2e/7c)
   spans        the breakdown of a cold load, timed from outside
@@ -52,7 +60,7 @@ The modules, in the order a run uses them:
   bench        the harness: fresh dirs and caches (put aside, their small files
                deleted at the end), cold loads, the interleaved rounds
   rows         one module per row: cold (1, 2, 5, 7), warm (3), crowd (4),
-               startup (6), import_cost (8)
+               startup (6), import_cost (8), slow_link (10), zip_layout (11)
   results      Stat and Row, the measured values
   report       the table, the notes and the JSON document
   usage, machine, common   CPU time and peak RSS; the machine facts; shared constants

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,6 +42,7 @@ class Bench:
     client: Path = field(default_factory=this_client)  # where this flashhub is imported from
     _serial: int = 0
     _warm_caches: dict[bool, Path] = field(default_factory=dict)  # signed -> cache
+    link_server: CdnServer | None = None  # the same tree over a slow link (rows 10)
 
     def env(self, cache_dir: Path, *, signed: bool = False) -> dict[str, str]:
         """The ``FLASHHUB_*`` variables of a load from this server into ``cache_dir``;
@@ -79,6 +80,15 @@ class Bench:
         discarded = self.scratch / "discarded"
         discarded.mkdir(exist_ok=True)
         path.rename(discarded / path.name)
+
+    def over_link(self) -> Bench:
+        """This bench with the slow link's server in place of the loopback one: its cold
+        loads, breakdowns, curl runs and GET counts go there; its directories under a
+        scratch directory of their own."""
+        assert self.link_server is not None, "no slow-link server"
+        self._serial += 1
+        scratch = self.scratch / f"link-{self._serial}"
+        return replace(self, server=self.link_server, scratch=scratch, link_server=None)
 
     def url(self, url_path: str) -> str:
         return self.server.url + url_path

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import shutil
+import string
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from .bench import Bench
 from .children import Children
 from .common import log
 from .fresh import release_version
+from .link import Link, add_link_options
 from .machine import machine_facts
 from .report import json_document, report
 from .results import Row
@@ -57,6 +59,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_false",
         help="skip each row's untimed warm-up round (for a quick check that it runs)",
     )
+    add_link_options(parser)
+    parser.add_argument(
+        "--rows",
+        type=row_numbers,
+        metavar="N,N,...",
+        help="measure only these rows, by number (e.g. 10,11; default: every row)",
+    )
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     if args.release_dir is not None and release_version(args.release_dir) is None:
@@ -64,18 +73,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     counts = (args.size_mib, args.realistic_mib, args.runs, args.procs, args.crowded_kernels)
     if min(counts) < 1 or args.small_files < 2:
         parser.error("sizes and counts must be positive (--small-files at least 2)")
+    if args.link_mbit <= 0 or args.link_delay_ms < 0:
+        parser.error("--link-mbit must be positive, --link-delay-ms at least 0")
     return args
 
 
+def row_numbers(text: str) -> tuple[int, ...]:
+    """The ``--rows`` list: row numbers, comma-separated."""
+    try:
+        return tuple(sorted({int(number) for number in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") from None
+
+
 def measure(args: argparse.Namespace, work: Path, curl: str | None) -> list[Row]:
-    """Every row, measured against trees and a server set up under ``work``."""
+    """Every row (of ``--rows``), measured against trees and servers set up under ``work``:
+    the loopback server, and the same tree over a slow link (rows 10)."""
     log(f"writing the CDN trees under {work}")
     trees = build_trees(work, args.size_mib, args.small_files, args.realistic_mib)
     log("starting the fork server (imports torch once)")
     children = Children()
-    with serve(trees.cdn, args.server) as server:
-        bench = Bench(args, trees, server, children, work / "scratch", curl)
-        return [row for measure_rows in ROWS for row in measure_rows(bench)]
+    link = Link(args.link_mbit, args.link_delay_ms)
+    with serve(trees.cdn, args.server) as server, serve(trees.cdn, args.server, link) as paced:
+        bench = Bench(args, trees, server, children, work / "scratch", curl, link_server=paced)
+        chosen = [
+            rows for numbers, rows in ROWS if args.rows is None or set(args.rows) & set(numbers)
+        ]
+        return [row for measure_rows in chosen for row in measure_rows(bench)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts["load before the run"] = (
         f"{load_before:.2f} (1-minute load average: other processes on these cores add noise)"
     )
-    rows.sort(key=lambda row: row.key)
+    rows.sort(key=lambda row: (int(row.key.rstrip(string.ascii_lowercase)), row.key))
     print(report(rows, facts, args), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(json_document(rows, facts, args), indent=2) + "\n")

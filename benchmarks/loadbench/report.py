@@ -65,7 +65,9 @@ def format_args(args: argparse.Namespace) -> str:
     return (
         f"--size-mib {args.size_mib} --realistic-mib {args.realistic_mib} "
         f"--small-files {args.small_files} --runs {args.runs} --procs {args.procs} "
-        f"--crowded-kernels {args.crowded_kernels} --server {args.server}"
+        f"--crowded-kernels {args.crowded_kernels} --server {args.server} "
+        f"--link-delay-ms {args.link_delay_ms:g} --link-mbit {args.link_mbit:g}"
+        + (f" --rows {','.join(map(str, args.rows))}" if args.rows else "")
         + (f" --release-dir {args.release_dir}" if args.release_dir else "")
         + ("" if args.warm_up else " --no-warm-up")
     )

@@ -8,6 +8,10 @@ Two request handlers, both HTTP/1.1 keep-alive with ``TCP_NODELAY`` and ``Range:
 ``Range`` added, the server a user would start with ``python -m http.server``; ``lean``
 parses requests itself and sends bodies with ``sendfile(2)``, at about a tenth of the
 CPU per request (see :class:`CdnServer`), for measuring the clients alone.
+
+With a :class:`loadbench.link.Link` (the slow-link rows), either handler waits the
+link's delay before each response and sends bodies through the link, paced: the lean
+handler then writes them instead of using sendfile.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
+
+from .link import Link
 
 HANDLERS = ("stdlib", "lean")
 _RANGE = re.compile(r"bytes=(\d+)-")
@@ -46,13 +52,14 @@ class CdnServer(ThreadingHTTPServer):
     request_queue_size = 512  # 16 processes x 8 connections may arrive at once
     INLINE_BYTES = 256 * 1024
 
-    def __init__(self, root: Path, handler: str = "stdlib") -> None:
+    def __init__(self, root: Path, handler: str = "stdlib", link: Link | None = None) -> None:
         if handler == "stdlib":
             handler_class: Any = functools.partial(StdlibHandler, directory=str(root))
         else:
             handler_class = CdnHandler
         super().__init__(("127.0.0.1", 0), handler_class)
         self.handler = handler
+        self.link = link  # None: unpaced, at loopback speed
         self.files: dict[str, tuple[Path, int, bytes | None]] = {}
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             size = path.stat().st_size
@@ -109,7 +116,17 @@ class StdlibHandler(SimpleHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.count(urllib.parse.unquote(self.path.split("?", 1)[0]))
+        if self.server.link is not None:
+            self.server.link.delay()
         super().do_GET()
+
+    def copyfile(self, source: Any, outputfile: Any) -> None:
+        link = self.server.link
+        if link is None:
+            super().copyfile(source, outputfile)
+            return
+        length = os.fstat(source.fileno()).st_size - source.tell()
+        link.send_file(self.connection, source, length)
 
     def send_head(self) -> IO[bytes] | None:
         match = _RANGE.fullmatch(self.headers.get("Range", ""))
@@ -162,6 +179,8 @@ class CdnHandler(BaseHTTPRequestHandler):
             return
         url_path = urllib.parse.unquote(parts[1].decode("latin-1").split("?", 1)[0])
         self.server.count(url_path)
+        if self.server.link is not None:
+            self.server.link.delay()
         self._serve(url_path, headers.get(b"range", b"").decode("latin-1"))
 
     def _read_headers(self) -> dict[bytes, bytes]:
@@ -190,7 +209,10 @@ class CdnHandler(BaseHTTPRequestHandler):
             return
         self._send(status, b"", extra, length=size - start)
         with open(path, "rb") as body:
-            if size > start:
+            if self.server.link is not None:
+                body.seek(start)
+                self.server.link.send_file(self.connection, body, size - start)
+            elif size > start:
                 self.connection.sendfile(body, start, size - start)
 
     def _send(
@@ -210,14 +232,17 @@ class CdnHandler(BaseHTTPRequestHandler):
             + ("Connection: close\r\n" if close else "")
             + "\r\n"
         )
-        self.connection.sendall(head.encode("latin-1") + body)
+        if self.server.link is not None and body:
+            self.server.link.send(self.connection, body, head.encode("latin-1"))
+        else:
+            self.connection.sendall(head.encode("latin-1") + body)
 
 
 @contextmanager
-def serve(root: Path, handler: str = "stdlib") -> Iterator[CdnServer]:
+def serve(root: Path, handler: str = "stdlib", link: Link | None = None) -> Iterator[CdnServer]:
     """Serve ``root`` from a thread of this process until the block ends, with the
-    request handler ``handler`` (one of :data:`HANDLERS`)."""
-    server = CdnServer(root, handler)
+    request handler ``handler`` (one of :data:`HANDLERS`), paced by ``link`` if given."""
+    server = CdnServer(root, handler, link)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -2,8 +2,9 @@
 
 ``build_trees(work, size_mib, small_files, realistic_mib)`` writes every kernel the rows
 load under ``work/cdn`` (serve it with :func:`loadbench.servers.serve`), signs the warm and
-the small-files kernels (:mod:`loadbench.signed`), and writes the warm kernel's package
-once more as a plain directory for ``sys.path``.
+the small-files kernels (:mod:`loadbench.signed`), publishes the small files once more as
+a zip build (:mod:`loadbench.zip_tree`), and writes the warm kernel's package once more
+as a plain directory for ``sys.path``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TypeAlias
 
 from .common import MIB
 from .signed import sign_kernels
+from .zip_tree import publish_zip
 
 ORG = "bench"
 PREFIX = "kernels"
@@ -103,6 +105,7 @@ class Trees:
     # The public line of the key that signed small and warm (None: no cryptography). A load
     # that does not trust it fetches no .sig: to it, they are unsigned kernels.
     trusted_key: str | None
+    small_zip: Kernel  # the files of small, in the zip build layout (row 11)
 
 
 def b64_sha256(data: bytes) -> str:
@@ -209,4 +212,16 @@ def build_trees(work: Path, size_mib: int, small_files: int, realistic_mib: int)
     crowd = publish(cdn, "crowd", package("crowd", "big and small files", crowd_files))
     realistic = publish(cdn, "realistic", realistic_files(so_blob))
     trusted_key = sign_kernels([cdn / PREFIX / kernel.repo_id for kernel in (small, warm)])
-    return Trees(cdn, big, small, warm, crowd, realistic, write_plain_dir(work), trusted_key)
+    zip_files = package("small_files_zip", "small files", small_blobs)
+    small_zip = zip_kernel(cdn, "small-files-zip", zip_files)
+    plain_dir = write_plain_dir(work)
+    return Trees(cdn, big, small, warm, crowd, realistic, plain_dir, trusted_key, small_zip)
+
+
+def zip_kernel(cdn: Path, name: str, files: Files) -> Kernel:
+    """``files`` published as a zip build (see :mod:`loadbench.zip_tree`)."""
+    paths = {
+        rel: content.path if isinstance(content, Blob) else content
+        for rel, content in files.items()
+    }
+    return Kernel(name, publish_zip(cdn, PREFIX, f"{ORG}/{name}", VARIANT, paths))
