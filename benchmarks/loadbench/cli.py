@@ -17,6 +17,7 @@ from .children import Children
 from .common import log
 from .fresh import release_version
 from .machine import machine_facts
+from .peer import HF_KERNELS, HfVenv, default_venv, hf_venv
 from .report import json_document, report
 from .results import Row
 from .rows import ROWS
@@ -57,8 +58,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_false",
         help="skip each row's untimed warm-up round (for a quick check that it runs)",
     )
+    parser.add_argument(
+        "--hf-venv",
+        type=Path,
+        metavar="DIR",
+        help=f"the venv of HF kernels {HF_KERNELS} for rows 9, installed there if it is not "
+        f"(default: {default_venv()})",
+    )
+    parser.add_argument(
+        "--no-hf", dest="hf", action="store_false", help="skip rows 9 (against HF kernels)"
+    )
+    parser.add_argument(
+        "--rows",
+        type=lambda text: text.split(","),
+        default=list(ROWS),
+        metavar="N,N",
+        help=f"only these groups of rows, run in the usual order (groups: {','.join(ROWS)}; "
+        "1 gives 5 too)",
+    )
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the rows as JSON")
     args = parser.parse_args(argv)
+    if unknown := set(args.rows) - set(ROWS):
+        parser.error(f"--rows: no group {', '.join(sorted(unknown))} (groups: {','.join(ROWS)})")
     if args.release_dir is not None and release_version(args.release_dir) is None:
         parser.error(f"--release-dir {args.release_dir}: no flashhub-kernels installed there")
     counts = (args.size_mib, args.realistic_mib, args.runs, args.procs, args.crowded_kernels)
@@ -67,15 +88,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def measure(args: argparse.Namespace, work: Path, curl: str | None) -> list[Row]:
-    """Every row, measured against trees and a server set up under ``work``."""
+def peer(args: argparse.Namespace) -> HfVenv | str:
+    """HF kernels for rows 9 (installed on the first run), or why they are skipped."""
+    if not args.hf:
+        return "--no-hf"
+    if "9" not in args.rows:
+        return "not among --rows"
+    return hf_venv(args.hf_venv)
+
+
+def measure(args: argparse.Namespace, work: Path, curl: str | None, hf: HfVenv | str) -> list[Row]:
+    """The rows of ``--rows``, measured against trees and a server set up under ``work``."""
     log(f"writing the CDN trees under {work}")
     trees = build_trees(work, args.size_mib, args.small_files, args.realistic_mib)
     log("starting the fork server (imports torch once)")
     children = Children()
     with serve(trees.cdn, args.server) as server:
-        bench = Bench(args, trees, server, children, work / "scratch", curl)
-        return [row for measure_rows in ROWS for row in measure_rows(bench)]
+        bench = Bench(args, trees, server, children, work / "scratch", curl, hf)
+        groups = [measure_rows for group, measure_rows in ROWS.items() if group in args.rows]
+        return [row for measure_rows in groups for row in measure_rows(bench)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,16 +114,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Without bytecode caching every import compiles from source (flashhub's own modules
     # in an editable install, and every kernel), which no normal install does.
     no_bytecode = os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None
-    curl = shutil.which("curl")
+    curl = shutil.which("curl") if shutil.which("sha256sum") else None
     if curl is None:
-        log("curl is not on PATH: the curl baselines are skipped")
+        log("curl or sha256sum is not on PATH: the curl baselines are skipped")
+    hf = peer(args)
     with tempfile.TemporaryDirectory(prefix="flashhub-bench-") as tmp:
         work = Path(tmp)
         facts = machine_facts(work, args.server, args.release_dir)
+        facts["HF kernels (rows 9)"] = hf.describe() if isinstance(hf, HfVenv) else f"skipped: {hf}"
         if no_bytecode:
             facts["bytecode"] = "PYTHONDONTWRITEBYTECODE dropped for the measured processes"
         load_before = os.getloadavg()[0]
-        rows = measure(args, work, curl)
+        rows = measure(args, work, curl, hf)
     facts["load before the run"] = (
         f"{load_before:.2f} (1-minute load average: other processes on these cores add noise)"
     )

@@ -68,6 +68,9 @@ def format_args(args: argparse.Namespace) -> str:
         f"--crowded-kernels {args.crowded_kernels} --server {args.server}"
         + (f" --release-dir {args.release_dir}" if args.release_dir else "")
         + ("" if args.warm_up else " --no-warm-up")
+        + (f" --hf-venv {args.hf_venv}" if args.hf_venv else "")
+        + ("" if args.hf else " --no-hf")
+        + f" --rows {','.join(args.rows)}"
     )
 
 
