@@ -120,6 +120,8 @@ def _python(argv: Sequence[str | Path]) -> subprocess.CompletedProcess[str]:
 
 def _site_packages(python: Path) -> Path:
     found = _python([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    if found.returncode != 0 or not found.stdout.strip():
+        raise OSError(f"{python} does not say where its site-packages are")
     return Path(found.stdout.strip())
 
 
@@ -153,6 +155,13 @@ def hf_venv(path: Path | None) -> HfVenv | str:
     """The HF venv at ``path`` (default: :func:`default_venv`), installed there first if
     HF kernels is not; or why it cannot be used (the rows then say skipped)."""
     path = (path or default_venv()).absolute()
+    try:
+        return _set_up(path)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"HF kernels cannot be set up in {path}: {error}"
+
+
+def _set_up(path: Path) -> HfVenv | str:
     python = path / "bin" / "python"
     versions = _python([python, "-c", _VERSIONS]) if python.exists() else None
     if versions is None or versions.returncode != 0 or versions.stdout.split()[0] != HF_KERNELS:
