@@ -3,6 +3,7 @@
     python benchmarks/bench_load.py [--size-mib 512] [--realistic-mib 128]
                                     [--small-files 200] [--runs 5] [--procs 16]
                                     [--crowded-kernels 1000] [--json OUT]
+                                    [--rows 1,2,7,3,4,6,8,9] [--no-hf | --hf-venv DIR]
 
 The benchmark is the package beside this file, ``loadbench`` (its docstring lists the
 rows and their targets; docs/performance.md says what they mean); this script runs it.

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from .children import Children
 from .common import MIB, log
 from .fresh import fresh_breakdown, fresh_floor, fresh_load, this_client
+from .peer import HfVenv
 from .probes import child_first_import, child_get_kernel
 from .servers import CdnServer
 from .signed import trusting
@@ -39,6 +40,7 @@ class Bench:
     children: Children
     scratch: Path
     curl: str | None
+    peer: HfVenv | str = "not set up"  # HF kernels for rows 9, or why they are skipped
     client: Path = field(default_factory=this_client)  # where this flashhub is imported from
     _serial: int = 0
     _warm_caches: dict[bool, Path] = field(default_factory=dict)  # signed -> cache

@@ -19,6 +19,7 @@ from .common import log
 from .fresh import release_version
 from .link import Link, add_link_options
 from .machine import machine_facts
+from .peer import HF_KERNELS, HfVenv, default_venv, hf_venv
 from .report import json_document, report
 from .results import Row
 from .rows import ROWS
@@ -59,6 +60,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_false",
         help="skip each row's untimed warm-up round (for a quick check that it runs)",
     )
+    parser.add_argument(
+        "--hf-venv",
+        type=Path,
+        metavar="DIR",
+        help=f"the venv of HF kernels {HF_KERNELS} for rows 9, installed there if it is not "
+        f"(default: {default_venv()})",
+    )
+    parser.add_argument(
+        "--no-hf", dest="hf", action="store_false", help="skip rows 9 (against HF kernels)"
+    )
     add_link_options(parser)
     parser.add_argument(
         "--rows",
@@ -68,6 +79,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the rows as JSON")
     args = parser.parse_args(argv)
+    known = sorted({number for numbers, _measure in ROWS for number in numbers})
+    if args.rows is not None and (unknown := set(args.rows) - set(known)):
+        parser.error(f"--rows: no row {sorted(unknown)} (rows: {','.join(map(str, known))})")
     if args.release_dir is not None and release_version(args.release_dir) is None:
         parser.error(f"--release-dir {args.release_dir}: no flashhub-kernels installed there")
     counts = (args.size_mib, args.realistic_mib, args.runs, args.procs, args.crowded_kernels)
@@ -86,7 +100,16 @@ def row_numbers(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") from None
 
 
-def measure(args: argparse.Namespace, work: Path, curl: str | None) -> list[Row]:
+def peer(args: argparse.Namespace) -> HfVenv | str:
+    """HF kernels for rows 9 (installed on the first run), or why they are skipped."""
+    if not args.hf:
+        return "--no-hf"
+    if args.rows is not None and 9 not in args.rows:
+        return "not among --rows"
+    return hf_venv(args.hf_venv)
+
+
+def measure(args: argparse.Namespace, work: Path, curl: str | None, hf: HfVenv | str) -> list[Row]:
     """Every row (of ``--rows``), measured against trees and servers set up under ``work``:
     the loopback server, and the same tree over a slow link (rows 10)."""
     log(f"writing the CDN trees under {work}")
@@ -95,7 +118,7 @@ def measure(args: argparse.Namespace, work: Path, curl: str | None) -> list[Row]
     children = Children()
     link = Link(args.link_mbit, args.link_delay_ms)
     with serve(trees.cdn, args.server) as server, serve(trees.cdn, args.server, link) as paced:
-        bench = Bench(args, trees, server, children, work / "scratch", curl, link_server=paced)
+        bench = Bench(args, trees, server, children, work / "scratch", curl, hf, link_server=paced)
         chosen = [
             rows for numbers, rows in ROWS if args.rows is None or set(args.rows) & set(numbers)
         ]
@@ -107,16 +130,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Without bytecode caching every import compiles from source (flashhub's own modules
     # in an editable install, and every kernel), which no normal install does.
     no_bytecode = os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None
-    curl = shutil.which("curl")
+    curl = shutil.which("curl") if shutil.which("sha256sum") else None
     if curl is None:
-        log("curl is not on PATH: the curl baselines are skipped")
+        log("curl or sha256sum is not on PATH: the curl baselines are skipped")
+    hf = peer(args)
     with tempfile.TemporaryDirectory(prefix="flashhub-bench-") as tmp:
         work = Path(tmp)
         facts = machine_facts(work, args.server, args.release_dir)
+        facts["HF kernels (rows 9)"] = hf.describe() if isinstance(hf, HfVenv) else f"skipped: {hf}"
         if no_bytecode:
             facts["bytecode"] = "PYTHONDONTWRITEBYTECODE dropped for the measured processes"
         load_before = os.getloadavg()[0]
-        rows = measure(args, work, curl)
+        rows = measure(args, work, curl, hf)
     facts["load before the run"] = (
         f"{load_before:.2f} (1-minute load average: other processes on these cores add noise)"
     )

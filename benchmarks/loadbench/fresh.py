@@ -136,9 +136,13 @@ def release_version(release_dir: Path) -> str | None:
     return None
 
 
-def _run(program: str, env: dict[str, str], *args: str) -> dict[str, Any]:
+def run_program(
+    program: str, env: dict[str, str], *args: str, python: str = sys.executable
+) -> dict[str, Any]:
+    """Run ``program`` in a fresh ``python -c`` and return the dict literal it prints last
+    (``python``: another interpreter, such as the peer's, :mod:`loadbench.peer`)."""
     result = subprocess.run(
-        [sys.executable, "-c", program, *args],
+        [python, "-c", program, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -166,14 +170,14 @@ def child_env(flashhub_env: dict[str, str], pythonpath: Path | None = None) -> d
 def fresh_load(flashhub_env: dict[str, str], repo_id: str, client: Path) -> dict[str, Any]:
     """A cold ``get_kernel`` of ``repo_id`` in a fresh interpreter, with the client
     imported from ``client`` (this one's directory, or a release's)."""
-    return _run(_LOAD, child_env(flashhub_env, client), repo_id, WATCHED)
+    return run_program(_LOAD, child_env(flashhub_env, client), repo_id, WATCHED)
 
 
 def fresh_floor(variant_url: str, out: Path) -> dict[str, Any]:
     """The requests floor (see ``_FLOOR``) of the variant at ``variant_url``, into ``out``."""
-    return _run(_FLOOR, child_env({}), variant_url, str(out))
+    return run_program(_FLOOR, child_env({}), variant_url, str(out))
 
 
 def fresh_breakdown(flashhub_env: dict[str, str], repo_id: str, client: Path) -> dict[str, Any]:
     """Milliseconds per phase of a cold ``get_kernel`` (see :mod:`loadbench.spans`)."""
-    return _run(_BREAKDOWN, child_env(flashhub_env, client), repo_id, str(BENCHMARKS))
+    return run_program(_BREAKDOWN, child_env(flashhub_env, client), repo_id, str(BENCHMARKS))

@@ -70,6 +70,8 @@ def format_args(args: argparse.Namespace) -> str:
         + (f" --rows {','.join(map(str, args.rows))}" if args.rows else "")
         + (f" --release-dir {args.release_dir}" if args.release_dir else "")
         + ("" if args.warm_up else " --no-warm-up")
+        + (f" --hf-venv {args.hf_venv}" if args.hf_venv else "")
+        + ("" if args.hf else " --no-hf")
     )
 
 

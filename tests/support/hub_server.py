@@ -24,6 +24,7 @@ for a private repo.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import threading
@@ -51,8 +52,13 @@ class HubRepo:
     refs: dict[str, str] = field(default_factory=dict)  # branch or tag -> sha
 
 
+@functools.cache
 def git_blob_id(data: bytes) -> str:
-    """The git object id of a file: what the Hub reports as a small file's ``oid``/ETag."""
+    """The git object id of a file: what the Hub reports as a small file's ``oid``/ETag.
+
+    Computed once per file, when it is pushed, as the Hub stores it: the tree listings and
+    every download's ETag ask again, and the benchmark serves a file of 128 MiB.
+    """
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 

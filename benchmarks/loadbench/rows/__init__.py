@@ -12,6 +12,7 @@ from ..results import Row
 from .cold import row_big_file, row_realistic, row_small_files
 from .crowd import row_crowd
 from .import_cost import row_import_cost
+from .peer import row_peer
 from .slow_link import row_slow_link
 from .startup import row_startup
 from .warm import row_warm_import
@@ -25,6 +26,7 @@ ROWS: Sequence[tuple[tuple[int, ...], Callable[[Bench], list[Row]]]] = (
     ((4,), row_crowd),  # 4a, 4b
     ((6,), row_startup),  # 6a-6c
     ((8,), row_import_cost),  # 8: after 3 and 6, which have compiled its imports' bytecode
+    ((9,), row_peer),  # 9a-9d: against HF kernels
     ((10,), row_slow_link),  # 10a-10d
     ((11,), row_zip_layout),  # 11
 )
