@@ -39,7 +39,6 @@ from pathlib import Path
 
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
-from .._variants.compat import read_target, target_from_json
 
 try:
     import fcntl
@@ -58,6 +57,7 @@ if TYPE_CHECKING:
 
 INDEX_NAME = "variants-index.json"
 _NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
+_NO_PICKS: Mapping[str, str] = types.MappingProxyType({})
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 PARTIAL_PREFIX = ".partial-"
@@ -79,12 +79,17 @@ class VariantIndex(Record):
     ``targets`` holds the devices that variants whose ``metadata.json`` was read while
     choosing declare (see :class:`~flashhub_kernels._variants.compat.BuildTarget`), so
     that a warm load passes over a build for other devices without asking the CDN again.
+    ``picks`` maps a system's :attr:`~flashhub_kernels._variants.system.SystemInfo.key`
+    to the variant its loads take, where the names alone decide it
+    (:func:`~flashhub_kernels._variants.compat.pick_by_name`): a warm load of that system
+    then judges nothing.
     """
 
     complete: bool
     present: frozenset[str]
     absent: frozenset[str] = frozenset()
     targets: Mapping[str, BuildTarget] = _NO_TARGETS
+    picks: Mapping[str, str] = _NO_PICKS
 
 
 class Receipt(Record):
@@ -174,10 +179,15 @@ class Cache:
             )
         except (KeyError, TypeError):
             return None
-        targets = data.get("targets")
-        if isinstance(targets, dict):
+        targets, picks = data.get("targets"), data.get("picks")
+        if isinstance(targets, dict) and targets:
+            from .._variants.compat import target_from_json  # builds judged by their metadata
+
             read = {name: target_from_json(value) for name, value in targets.items()}
             index = index._replace(targets={n: t for n, t in read.items() if t is not None})
+        if isinstance(picks, dict):
+            kept = {k: v for k, v in picks.items() if isinstance(v, str) and v in index.present}
+            index = index._replace(picks=kept)
         return index
 
     def read_receipt(self, entry: Path) -> Receipt | None:
@@ -203,6 +213,8 @@ class Cache:
     def read_target(self, info: RepoInfo, variant: str) -> BuildTarget | None:
         """The devices a committed entry's ``metadata.json`` declares; ``None`` when the
         entry is not cached."""
+        from .._variants.compat import read_target
+
         entry = self.entry_dir(info, variant)
         data = read_json(entry / MANIFEST_NAME) if (entry / RECEIPT_NAME).is_file() else None
         return read_target(data) if isinstance(data, dict) else None

@@ -18,7 +18,6 @@ import functools
 
 from .._config import Config, get_config
 from .._models.kernel_dir import KernelDir, cached_kernel
-from .._variants.compat import pick_cached_variant
 from .._variants.system import this_system
 from .layout import Cache, mark_in_use
 
@@ -93,11 +92,13 @@ def _warm_lookup(
     unfit while signatures are checked: the cold path verifies it once.
     """
     index = cache.read_index(info)
-    variant = (
-        pick_cached_variant(index, system, functools.partial(cache.read_target, info))
-        if index
-        else None
-    )
+    if index is None:
+        return None, None
+    variant = index.picks.get(system.key)
+    if variant is None:  # no pick recorded for this system: judge the variants recorded
+        from .._variants.compat import pick_cached_variant
+
+        variant = pick_cached_variant(index, system, functools.partial(cache.read_target, info))
     if variant is None:
         return None, None
     entry = cache.entry_dir(info, variant)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import dump_json
+from .._variants.compat import pick_by_name
 from ..errors import CacheError
 from .bytecode import compile_bytecode, sources_to_compile, stamp
 from .layout import (
@@ -42,13 +43,19 @@ from .layout import (
 if TYPE_CHECKING:
     from .._models.names import RepoInfo
     from .._network.documents import ManifestDocument
+    from .._variants.system import SystemInfo
 
 
-def record_index(cache: Cache, info: RepoInfo, index: VariantIndex) -> VariantIndex:
+def record_index(
+    cache: Cache, info: RepoInfo, index: VariantIndex, system: SystemInfo | None = None
+) -> VariantIndex:
     """Merge ``index`` into what is recorded (concurrent writers only add knowledge);
-    return the merged index."""
+    return the merged index. With ``system``, the variant it loads is recorded too,
+    where the names alone decide it (see :attr:`VariantIndex.picks`)."""
     old = cache.read_index(info)
     merged = index if old is None else merge_indexes(old, index)
+    if system is not None and (pick := pick_by_name(merged, system)) is not None:
+        merged = merged._replace(picks={**merged.picks, system.key: pick})
     if merged != old:
         path = private_dir(cache, cache.version_dir(info)) / INDEX_NAME
         with cache_errors():
@@ -255,11 +262,22 @@ def cache_errors() -> Iterator[None]:
 
 
 def merge_indexes(index: VariantIndex, other: VariantIndex) -> VariantIndex:
-    """What ``index`` and ``other`` know together: concurrent writers only add knowledge."""
+    """What ``index`` and ``other`` know together: concurrent writers only add knowledge.
+
+    The picks ``index`` records for systems stand while the variants known stay the same;
+    once they change, none does (:func:`record_index` records the writer's anew)."""
     targets = {**other.targets, **index.targets}
     if index.complete or other.complete:
-        return (index if index.complete else other)._replace(targets=targets)
-    return VariantIndex(False, index.present | other.present, index.absent | other.absent, targets)
+        merged = (index if index.complete else other)._replace(targets=targets)
+    else:
+        present, absent = index.present | other.present, index.absent | other.absent
+        merged = VariantIndex(False, present, absent, targets)
+    return merged._replace(picks=index.picks if _names(index) == _names(merged) else {})
+
+
+def _names(index: VariantIndex) -> tuple[bool, frozenset[str], frozenset[str]]:
+    """What a pick by name depends on (see :func:`~.._variants.compat.pick_by_name`)."""
+    return index.complete, index.present, index.absent
 
 
 def index_document(index: VariantIndex) -> dict[str, Any]:
@@ -271,6 +289,8 @@ def index_document(index: VariantIndex) -> dict[str, Any]:
     }
     if index.targets:
         document["targets"] = {n: t.to_json() for n, t in sorted(index.targets.items())}
+    if index.picks:
+        document["picks"] = dict(sorted(index.picks.items()))
     return document
 
 

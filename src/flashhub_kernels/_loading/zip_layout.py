@@ -33,14 +33,13 @@ import os
 import sys
 import zipimport
 
-from ..errors import KernelImportError
-
 TYPE_CHECKING = False  # not typing's: a warm load of a zip build imports this module
 if TYPE_CHECKING:
     import importlib.machinery
     from pathlib import Path
     from types import CodeType, ModuleType
 
+    from ..errors import KernelImportError
     from .zip_resources import ArchiveResources
 
 _INIT = "__init__"
@@ -121,6 +120,8 @@ class ArchiveLoader(importlib._abc.Loader):
 
 
 def _broken(archive: str, problem: str) -> KernelImportError:
+    from ..errors import KernelImportError  # only for a broken archive
+
     return KernelImportError(
         f"the kernel archive {archive} {problem}: a zip build's archive holds the package's "
         "files at its root",

@@ -39,9 +39,14 @@ def _is_segment(segment: str) -> bool:
     )
 
 
+def is_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits (``str.isdigit`` alone takes ``²``)."""
+    return text.isascii() and text.isdigit()
+
+
 def positive_number(text: str) -> int | None:
     """``"12"`` -> ``12``: one to nine ASCII digits, the first not ``0``; else ``None``."""
-    if 0 < len(text) <= _VERSION_MAX_DIGITS and text.isascii() and text.isdigit():
+    if len(text) <= _VERSION_MAX_DIGITS and is_digits(text):
         return int(text) if text[0] != "0" else None
     return None
 

@@ -76,6 +76,8 @@ def _choose(cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo) 
     picked = pick_cached_variant(recorded, system, cached) if recorded is not None else None
     if picked is not None:
         logger.info("%s: variant %s, as the cache records", info, picked)
+        if recorded is not None and system.key not in recorded.picks:
+            record_index(cache, info, recorded, system)  # this system's warm loads take it
         return Choice(picked, None)
     documents: dict[str, ManifestDocument] = {}
     index = (
@@ -87,7 +89,7 @@ def _choose(cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo) 
     try:
         variant = choose_variant(index, info, system, reader.target)
     finally:
-        reader.record()
+        reader.record(system)
     logger.info(
         "%s: variant %s, the best of %s for %s",
         info,
@@ -131,10 +133,12 @@ class ManifestReader:
         self.known[variant] = self.read[variant] = target
         return target
 
-    def record(self) -> None:
+    def record(self, system: SystemInfo | None = None) -> None:
+        """Add what was read to the cache's index; with ``system``, the variant it loads
+        too, where the names alone decide it."""
         if self.read or self.index.present:
             targets = {**self.index.targets, **self.read}
-            record_index(self.cache, self.info, self.index._replace(targets=targets))
+            record_index(self.cache, self.info, self.index._replace(targets=targets), system)
 
 
 # How many other versions an error looks through for one with a build for this system.

@@ -17,7 +17,7 @@ taken to run anywhere, as when it lists none.
 
 from __future__ import annotations
 
-from .grammar import is_digits
+from .._models.names import is_digits
 
 TYPE_CHECKING = False  # not typing's: a warm load of a build that lists archs imports it
 if TYPE_CHECKING:

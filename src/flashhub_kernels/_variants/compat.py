@@ -8,7 +8,8 @@ a free-threaded Python before 3.15 whether an abi3 build declares ``"free-thread
 true``. A build that does not fit is passed over for the next in preference order.
 
 A warm load picks among the variants a cache's index records (:func:`pick_cached_variant`)
-with what it recorded of their metadata.
+with what it recorded of their metadata, or takes the pick the index records for its
+system (:func:`pick_by_name`), without importing this module.
 """
 
 from __future__ import annotations
@@ -188,6 +189,32 @@ def pick_cached_variant(
     records, else by ``cached_target`` (the metadata.json of a cached entry); when
     neither knows it, ``None``: ask the CDN.
     """
+
+    def target_of(name: str) -> BuildTarget | None:
+        return index.targets.get(name) or (cached_target(name) if cached_target else None)
+
+    return _pick(index, system, target_of, device=True)
+
+
+def pick_by_name(index: VariantIndex, system: SystemInfo) -> str | None:
+    """:func:`pick_cached_variant`'s pick when the device takes no part in it: the names
+    decide, with the metadata the index records where a build's fit depends on it.
+    ``None`` when a build that lists device archs for ``system``'s backend comes up (the
+    device decides) or its metadata is not recorded. The index records such a pick for
+    the warm loads of ``system`` (by :attr:`~.system.SystemInfo.key`)."""
+    return _pick(index, system, index.targets.get, device=False)
+
+
+def _pick(
+    index: VariantIndex,
+    system: SystemInfo,
+    target_of: TargetOf,
+    *,
+    device: bool,
+) -> str | None:
+    """The best variant of ``index`` that fits ``system``; ``None`` when it takes what
+    is not known: a probe never made, a target not read, or (``device=False``) the
+    device's archs."""
     for variant in _cached_candidates(index, system):
         if variant is None:
             return None  # never probed for this system: ask the CDN
@@ -195,8 +222,8 @@ def pick_cached_variant(
         name = str(variant)
         if not needs_target(variant, system):
             return name
-        target = index.targets.get(name) or (cached_target(name) if cached_target else None)
-        if target is None:
+        target = target_of(name)
+        if target is None or (not device and target.archs and target.backend == system.backend):
             return None
         if build_mismatch(variant, target, system) is None:
             return name

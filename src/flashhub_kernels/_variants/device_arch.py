@@ -33,9 +33,9 @@ import os
 import sys
 from functools import cache
 
+from .._models.names import is_digits
 from .._models.record import Record
 from .archs import gfx_name, parse_cuda_arch
-from .grammar import is_digits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

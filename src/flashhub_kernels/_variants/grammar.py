@@ -17,6 +17,7 @@ the device archs it was compiled for, which :mod:`.compat` checks.
 
 from __future__ import annotations
 
+from .._models.names import is_digits
 from .._models.record import frozen_error
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
@@ -40,11 +41,6 @@ _ABI_TAGS = ("cxx11", "cxx98")
 _PYTHON_ABIS = ("abi3", "abi3t")  # abi3t: free-threaded CPython >= 3.15
 _LEGACY_PYTHON = (3, 9)
 _WORD_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # arch, OS, noarch backend: 1 to 32
-
-
-def is_digits(text: str) -> bool:
-    """Whether ``text`` is one or more ASCII digits (``str.isdigit`` alone takes ``²``)."""
-    return text.isascii() and text.isdigit()
 
 
 def _is_word(word: str) -> bool:

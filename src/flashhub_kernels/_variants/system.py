@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from functools import cache
 
+from .._models.names import is_digits
 from .._models.record import Record
-from .grammar import is_digits
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
@@ -50,6 +50,12 @@ class SystemInfo(Record):
     macos: tuple[int, int] | None = None
     probe_device: bool = False
     python: tuple[int, int] = (sys.version_info.major, sys.version_info.minor)
+
+    @property
+    def key(self) -> str:
+        """This system in the cache's records: the variant index keeps the variant picked
+        for it by this key (every field, so another torch or device is another key)."""
+        return repr(self)
 
     @property
     def abi(self) -> str:
