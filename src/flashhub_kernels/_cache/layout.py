@@ -168,11 +168,20 @@ class Cache:
     def entry_dir(self, info: RepoInfo, variant: str) -> Path:
         return self.version_dir(info) / variant
 
+    def read_pick(self, info: RepoInfo, key: str) -> str | None:
+        """The variant the index of ``info`` records for the system ``key`` takes (see
+        :attr:`VariantIndex.picks`), read without the rest; ``None`` when none is."""
+        data = self._index_data(info)
+        picks, present = data.get("picks"), data.get("present")
+        pick = picks.get(key) if isinstance(picks, dict) else None
+        return (
+            pick
+            if isinstance(pick, str) and isinstance(present, list) and pick in present
+            else None
+        )
+
     def read_index(self, info: RepoInfo) -> VariantIndex | None:
-        self.check_trusted(self.version_dir(info))
-        data = read_json(self.version_dir(info) / INDEX_NAME)
-        if not isinstance(data, dict):
-            return None
+        data = self._index_data(info)
         try:
             index = VariantIndex(
                 bool(data["complete"]), frozenset(data["present"]), frozenset(data["absent"])
@@ -189,6 +198,12 @@ class Cache:
             kept = {k: v for k, v in picks.items() if isinstance(v, str) and v in index.present}
             index = index._replace(picks=kept)
         return index
+
+    def _index_data(self, info: RepoInfo) -> dict[str, Any]:
+        """The JSON object of the index of ``info``; empty when there is none to read."""
+        self.check_trusted(self.version_dir(info))
+        data = read_json(self.version_dir(info) / INDEX_NAME)
+        return data if isinstance(data, dict) else {}
 
     def read_receipt(self, entry: Path) -> Receipt | None:
         data = read_json(entry / RECEIPT_NAME)

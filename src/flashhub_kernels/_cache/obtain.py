@@ -91,14 +91,7 @@ def _warm_lookup(
     An entry that no trusted key vouched for (cached before the key was configured) is
     unfit while signatures are checked: the cold path verifies it once.
     """
-    index = cache.read_index(info)
-    if index is None:
-        return None, None
-    variant = index.picks.get(system.key)
-    if variant is None:  # no pick recorded for this system: judge the variants recorded
-        from .._variants.compat import pick_cached_variant
-
-        variant = pick_cached_variant(index, system, functools.partial(cache.read_target, info))
+    variant = cache.read_pick(info, system.key) or _judged_pick(cache, info, system)
     if variant is None:
         return None, None
     entry = cache.entry_dir(info, variant)
@@ -112,3 +105,14 @@ def _warm_lookup(
     if not config.accepts_signer(info.org, receipt.signer):
         return None, _UNSIGNED_ENTRY
     return cached_kernel(entry, info, variant, receipt), None
+
+
+def _judged_pick(cache: Cache, info: RepoInfo, system: SystemInfo) -> str | None:
+    """The variant ``system`` takes among those the index records, judged: the index
+    records no pick for it (see :attr:`~.layout.VariantIndex.picks`)."""
+    from .._variants.compat import pick_cached_variant
+
+    index = cache.read_index(info)
+    if index is None:
+        return None
+    return pick_cached_variant(index, system, functools.partial(cache.read_target, info))
