@@ -21,12 +21,13 @@ import stat
 from .._constants import TRUSTED_KEYS_VAR
 from .._models.names import module_segment, parse_repo_id
 from .._models.record import Record
-from ..errors import ConfigError
 
 # Not typing.TYPE_CHECKING: importing typing would cost the warm path more than this module.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from ..errors import ConfigError
 
 __all__ = [
     "KEY_PREFIX",
@@ -108,6 +109,14 @@ class TrustedKey(Record):
         return any(module_segment(scoped) == wanted for scoped in self.orgs)
 
 
+def _refused(message: str, *, hint: str | None = None) -> ConfigError:
+    """A :class:`~flashhub_kernels.errors.ConfigError`: the errors are imported only when
+    a list of keys is wrong, not by every load that parses a right one."""
+    from ..errors import ConfigError
+
+    return ConfigError(message, hint=hint)
+
+
 def _entries(text: str) -> Iterator[str]:
     """The entries of a trusted-key list: ``#`` starts a comment to the end of its line;
     commas, spaces and line breaks separate entries."""
@@ -119,7 +128,7 @@ def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
     """``(raw public key, org or None)`` of one entry; ``ConfigError`` naming it if bad."""
     if "ed25519-private" in entry:
         # Never echo it: it is a secret that ended up in the wrong place.
-        raise ConfigError(
+        raise _refused(
             f"{source} holds a private key (flashhub-ed25519-private:...); trusted keys are "
             "public keys (flashhub-ed25519:...): remove it, and treat that key as leaked"
         )
@@ -131,19 +140,19 @@ def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
         try:
             parse_repo_id(f"{org}/pkg")
         except ValueError:
-            raise ConfigError(
+            raise _refused(
                 f"{source}: entry {shown} is neither {KEY_PREFIX}<base64> nor "
                 f"<org>:{KEY_PREFIX}<base64> with an org that starts with a letter or '_' and "
                 "holds only letters, digits, '-' and '_'"
             ) from None
         if not key_text.startswith(KEY_PREFIX):
-            raise ConfigError(
+            raise _refused(
                 f"{source}: entry {shown} must be {KEY_PREFIX}<base64> or "
                 f"<org>:{KEY_PREFIX}<base64>"
             )
     raw = decode_base64(key_text.removeprefix(KEY_PREFIX), _PUBLIC_KEY_BYTES)
     if raw is None:
-        raise ConfigError(
+        raise _refused(
             f"{source}: entry {shown} is not a public key: the part after {KEY_PREFIX!r} must "
             f"be standard base64 of {_PUBLIC_KEY_BYTES} bytes, as `flashhub keygen` prints it"
         )
@@ -189,7 +198,7 @@ def no_key_error(what: str, undo: str) -> ConfigError:
     "no key" would switch every signature check off. ``what`` says which list; ``undo``
     how to trust no key on purpose.
     """
-    return ConfigError(
+    return _refused(
         f"{what} lists no key, so no signature would be checked",
         hint=f"add the publisher's public key ({KEY_PREFIX}..., as `flashhub keygen` prints "
         f"it), or {undo} to trust no key",
@@ -222,7 +231,7 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
             raise no_key_error(f"{source} names the file {path}, which", f"unset {source}")
         return keys
     if KEY_PREFIX not in text and (os.sep in text or "/" in text):
-        raise ConfigError(
+        raise _refused(
             f"{source}: {text!r} is neither an existing file nor a list of "
             f"{KEY_PREFIX}<base64> keys"
         )
@@ -239,7 +248,7 @@ def _read_keys_file(path: str, source: str) -> str:
             st = os.fstat(f.fileno())
             data = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
+        raise _refused(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
     if os.name != "posix":
         return data
     mode = stat.S_IMODE(st.st_mode)
@@ -250,7 +259,7 @@ def _read_keys_file(path: str, source: str) -> str:
         problem, hint = f"is writable by {who}", f"chmod go-w {path}"
     else:
         return data
-    raise ConfigError(
+    raise _refused(
         f"{source}: refusing the trusted keys file {path}: it {problem} (uid {st.st_uid}, "
         f"mode {mode:04o}), so whoever can write it could make this process trust their key",
         hint=hint,
