@@ -56,23 +56,25 @@ T = TypeVar("T")
 logger = logging.getLogger("flashhub_kernels")
 
 # Parallel downloads hide round trips: while one thread waits for the CDN, another
-# works. With no round trip to hide (loopback, a mirror next door) extra threads only
+# works. With no round trip to hide (loopback, a mirror next door) many threads only
 # contend for the GIL: on 2 cores, 8 threads fetched 200 small files from loopback about
-# 40% slower than 2 did, and 2 no faster than 1, for 30-50% more CPU time. So the pool
-# is sized by how long the documents fetched just before waited for their answers: the
-# wall time of the fetch less the CPU time the fetching thread spent on it, which on
-# loopback is the server's time alone. A thread is added for each file's CPU time that
-# fits in that wait (Little's law: 1 + wait / CPU time per file), within these bounds;
-# a large file, whose transfer keeps one thread busy, gets a second beside it. At the
-# most 16: a CDN 20 ms away answers 200 small files in 13 rounds instead of the 25 that
-# 8 connections (a browser's or curl --parallel's usual count) take.
-MIN_PARALLEL_FILES = 1
+# 40% slower than 2 did. So the pool is sized by how long the documents fetched just
+# before waited for their answers: the wall time of the fetch less the CPU time the
+# fetching thread spent on it, which on loopback is the server's time alone. A thread
+# is added for each file's CPU time that fits in that wait (Little's law: 1 + wait / CPU
+# time per file), within these bounds. At least 2: creating and writing a file waits on
+# the disk, and the answer on the server, even on loopback, and a second thread fills
+# those waits (200 small files from loopback, on a disk where a new file costs 150 us:
+# 2 threads 228-241 ms against 1 thread's 258-281, for 10% more CPU time); a large
+# file's transfer keeps one busy, and the small files go beside it. At the most 16: a
+# CDN 20 ms away answers 200 small files in 13 rounds instead of the 25 that 8
+# connections (a browser's or curl --parallel's usual count) take.
+MIN_PARALLEL_FILES = 2
 MAX_PARALLEL_FILES = 16
 # The pool keeps a connection for each download thread, the documents' thread and the
 # newer-version check's, so that none is opened only to be discarded.
 POOL_SIZE = MAX_PARALLEL_FILES + 2
 CPU_SECONDS_PER_FILE = 0.0005  # request, response, create, write, hash: a small file
-LARGE_FILE_BYTES = 4 << 20  # a transfer long enough to leave the small files a thread
 # After Ctrl-C, how long the workers get to stop at their next chunk before the
 # interrupt is raised anyway (a worker blocked in a read is a daemon thread).
 STOP_GRACE_SECONDS = 1.0
@@ -323,8 +325,7 @@ class Fetcher:
 
         # Daemon threads, not a ThreadPoolExecutor: after Ctrl-C a worker blocked in a
         # read must not keep the interpreter from exiting until its read times out.
-        large_file = any((job.size or 0) >= LARGE_FILE_BYTES for job in jobs)
-        count = parallel_downloads(len(jobs), self._wait, large_file=large_file)
+        count = parallel_downloads(len(jobs), self._wait)
         logger.info(
             "%d files, %d at once (the documents waited %.2f ms for their answers)",
             len(jobs),
@@ -467,14 +468,11 @@ def _network_hint(*, proxied: bool) -> str:
     )
 
 
-def parallel_downloads(files: int, wait: float, *, large_file: bool = False) -> int:
+def parallel_downloads(files: int, wait: float) -> int:
     """Threads to download ``files`` files: enough to hide a ``wait`` (seconds) for each
-    answer, an infinite one (nothing measured yet) taken for a distant CDN; at least two
-    when one of the files is large (``large_file``), so the others go beside it."""
+    answer, an infinite one (nothing measured yet) taken for a distant CDN."""
     whole_files = (
         MAX_PARALLEL_FILES if math.isinf(wait) else math.floor(wait / CPU_SECONDS_PER_FILE)
     )
     wanted = 1 + whole_files
-    if large_file:
-        wanted = max(wanted, 2)
     return max(1, min(files, MAX_PARALLEL_FILES, max(MIN_PARALLEL_FILES, wanted)))
