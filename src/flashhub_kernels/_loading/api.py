@@ -1,4 +1,9 @@
-"""The documented functions. Every kernel import goes through the one finder."""
+"""The documented functions. Every kernel import goes through the one finder.
+
+:func:`get_kernel` imports what an import statement does, and no more: what the other
+functions need (judging variants, naming another machine, the errors they raise) is
+imported by them.
+"""
 
 from __future__ import annotations
 
@@ -21,15 +26,11 @@ from .._models.names import (
     parse_repo_id,
     positive_number,
 )
-from .._variants.named_system import target_system
-from .._variants.system import SystemInfo
-from .._variants.verdicts import VariantAccepted, VariantVerdict, judge_variants
-from ..errors import (
-    KernelNotFoundError,
-    LocalKernelNotFoundError,
-    NoCompatibleVariantError,
-    OfflineError,
-)
+
+TYPE_CHECKING = False  # not typing's: get_kernel imports this module
+if TYPE_CHECKING:
+    from .._variants.system import SystemInfo
+    from .._variants.verdicts import VariantVerdict
 
 
 def configure(
@@ -144,6 +145,7 @@ def _import_unchecked(info: RepoInfo, backend: str | None) -> ModuleType:
     """:func:`get_kernel` with ``check_arch=False``: the finder is handed the variant
     chosen without the device archs, then imports it as it imports any kernel."""
     from .._cache.obtain import use_kernel
+    from .._variants.named_system import target_system
     from .local import local_override
 
     finder = install()
@@ -200,6 +202,8 @@ def install_kernel(
         ValueError: an argument is malformed, or the device is not of ``system``'s backend.
     """
     from .._cache.obtain import obtain_kernel
+    from .._variants.named_system import target_system
+    from ..errors import OfflineError
 
     if backend is not None:
         check_backend(backend)
@@ -313,6 +317,8 @@ def get_kernel_variants(
         OfflineError: offline, and the cache does not record the answer (or
             ``version=None``: only the CDN knows the newest version).
     """
+    from .._variants.named_system import target_system
+
     target = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
@@ -323,7 +329,7 @@ def _judged(repo_id: str, version: int | None, target: SystemInfo) -> list[Varia
     """:func:`get_kernel_variants` for the machine ``target``."""
     from .._cache.layout import Cache
     from .._variants.choice import cached_targets
-    from .._variants.verdicts import judge_builds
+    from .._variants.verdicts import judge_builds, judge_variants
 
     config = get_config()
     cache = Cache.from_config(config)
@@ -364,6 +370,9 @@ def has_kernel(
     or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
     repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
     """
+    from .._variants.named_system import target_system
+    from .._variants.verdicts import VariantAccepted
+    from ..errors import KernelNotFoundError, LocalKernelNotFoundError, NoCompatibleVariantError
     from .local import local_kernels, local_override  # LOCAL_KERNELS, read on every call
 
     if revision is not None:
