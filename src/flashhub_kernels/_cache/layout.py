@@ -131,6 +131,39 @@ def _changed(path: Path, size: int, mtime_ns: int) -> bool:
     return not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns)
 
 
+def parse_index(document: Mapping[str, Any]) -> VariantIndex | None:
+    """The :class:`VariantIndex` an index's JSON object records; ``None`` when it is not one."""
+    try:
+        index = VariantIndex(
+            bool(document["complete"]),
+            frozenset(document["present"]),
+            frozenset(document["absent"]),
+        )
+    except (KeyError, TypeError):
+        return None
+    targets = document.get("targets")
+    if isinstance(targets, dict) and targets:
+        from .._variants.compat import target_from_json  # builds judged by their metadata
+
+        read = {name: target_from_json(value) for name, value in targets.items()}
+        index = index._replace(targets={n: t for n, t in read.items() if t is not None})
+    return index._replace(picks=_recorded_picks(document))
+
+
+def recorded_pick(document: Mapping[str, Any], key: str) -> str | None:
+    """The variant an index's JSON object records for the system ``key`` (see
+    :attr:`VariantIndex.picks`), read without parsing the rest; ``None`` when none is."""
+    return _recorded_picks(document).get(key)
+
+
+def _recorded_picks(document: Mapping[str, Any]) -> dict[str, str]:
+    """The picks of an index's JSON object that name a variant it lists."""
+    picks, present = document.get("picks"), document.get("present")
+    if not isinstance(picks, dict) or not isinstance(present, list):
+        return {}
+    return {key: name for key, name in picks.items() if isinstance(name, str) and name in present}
+
+
 class Cache:
     """Paths and operations of one cache root. Creating it touches nothing on disk.
 
@@ -168,39 +201,12 @@ class Cache:
     def entry_dir(self, info: RepoInfo, variant: str) -> Path:
         return self.version_dir(info) / variant
 
-    def read_pick(self, info: RepoInfo, key: str) -> str | None:
-        """The variant the index of ``info`` records for the system ``key`` takes (see
-        :attr:`VariantIndex.picks`), read without the rest; ``None`` when none is."""
-        data = self._index_data(info)
-        picks, present = data.get("picks"), data.get("present")
-        pick = picks.get(key) if isinstance(picks, dict) else None
-        return (
-            pick
-            if isinstance(pick, str) and isinstance(present, list) and pick in present
-            else None
-        )
-
     def read_index(self, info: RepoInfo) -> VariantIndex | None:
-        data = self._index_data(info)
-        try:
-            index = VariantIndex(
-                bool(data["complete"]), frozenset(data["present"]), frozenset(data["absent"])
-            )
-        except (KeyError, TypeError):
-            return None
-        targets, picks = data.get("targets"), data.get("picks")
-        if isinstance(targets, dict) and targets:
-            from .._variants.compat import target_from_json  # builds judged by their metadata
+        return parse_index(self.index_document(info))
 
-            read = {name: target_from_json(value) for name, value in targets.items()}
-            index = index._replace(targets={n: t for n, t in read.items() if t is not None})
-        if isinstance(picks, dict):
-            kept = {k: v for k, v in picks.items() if isinstance(v, str) and v in index.present}
-            index = index._replace(picks=kept)
-        return index
-
-    def _index_data(self, info: RepoInfo) -> dict[str, Any]:
-        """The JSON object of the index of ``info``; empty when there is none to read."""
+    def index_document(self, info: RepoInfo) -> dict[str, Any]:
+        """The JSON object of the index of ``info``, unparsed (see :func:`parse_index`
+        and :func:`recorded_pick`); empty when there is none to read."""
         self.check_trusted(self.version_dir(info))
         data = read_json(self.version_dir(info) / INDEX_NAME)
         return data if isinstance(data, dict) else {}

@@ -19,11 +19,12 @@ import functools
 from .._config import Config, get_config
 from .._models.kernel_dir import KernelDir, cached_kernel
 from .._variants.system import this_system
-from .layout import Cache, mark_in_use
+from .layout import Cache, mark_in_use, parse_index, recorded_pick
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
     from .._models.names import RepoInfo
     from .._variants.system import SystemInfo
@@ -91,7 +92,8 @@ def _warm_lookup(
     An entry that no trusted key vouched for (cached before the key was configured) is
     unfit while signatures are checked: the cold path verifies it once.
     """
-    variant = cache.read_pick(info, system.key) or _judged_pick(cache, info, system)
+    document = cache.index_document(info)
+    variant = recorded_pick(document, system.key) or _judged_pick(cache, info, document, system)
     if variant is None:
         return None, None
     entry = cache.entry_dir(info, variant)
@@ -107,12 +109,14 @@ def _warm_lookup(
     return cached_kernel(entry, info, variant, receipt), None
 
 
-def _judged_pick(cache: Cache, info: RepoInfo, system: SystemInfo) -> str | None:
-    """The variant ``system`` takes among those the index records, judged: the index
-    records no pick for it (see :attr:`~.layout.VariantIndex.picks`)."""
+def _judged_pick(
+    cache: Cache, info: RepoInfo, document: Mapping[str, Any], system: SystemInfo
+) -> str | None:
+    """The variant ``system`` takes among those the index ``document`` records, judged:
+    it records no pick for it (see :attr:`~.layout.VariantIndex.picks`)."""
     from .._variants.compat import pick_cached_variant
 
-    index = cache.read_index(info)
+    index = parse_index(document)
     if index is None:
         return None
     return pick_cached_variant(index, system, functools.partial(cache.read_target, info))
