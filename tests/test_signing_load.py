@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfiles.format import read_lockfile
 from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key, write_key_pair
 from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
-from support.cdn_server import CdnServer
+from support.cdn_server import CdnHandler, CdnServer, Fault, held
 from support.cli_runner import OFFLINE, flashhub, ok_json
 from support.projects import (
     CUDA,
@@ -499,6 +500,42 @@ def test_a_tree_signed_by_both_keys_loads_with_only_the_new_key_trusted(
     assert document_gets(cdn) == signed_load_documents()
     assert len(package_gets(cdn)) == 4
     assert cached_signers()[(REPO, 1, LOCAL)] == new_key.key_id
+
+
+def answered_once_asked(asked: threading.Event, seen: list[bool]) -> Fault:
+    """Serve the file once ``asked`` is set (at most 10 s later), noting in ``seen``
+    whether it was."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        seen.append(asked.wait(10))
+        handler.send_file(body)
+
+    return fault
+
+
+def test_a_document_and_its_signature_are_asked_for_together(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checking a signature costs no round trip: the CDN holds each document's answer
+    until the request for its ``.sig`` has arrived, and a load that asked for them one
+    after the other would keep it waiting."""
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+    sig_asked_first: list[bool] = []
+    for document in (f"{REPO}/v1/variants.json", f"{REPO}/v1/build/{LOCAL}/metadata.json"):
+        sig_asked, served_at_once = threading.Event(), threading.Event()
+        served_at_once.set()
+        cdn.inject(f"kernels/{document}", answered_once_asked(sig_asked, sig_asked_first))
+        cdn.inject(f"kernels/{document}.sig", held(sig_asked, served_at_once))
+    cdn.clear_log()
+
+    assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+
+    assert sig_asked_first == [True, True]
+    assert document_gets(cdn) == signed_load_documents()
+    assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
 
 
 # -- 5. unsigned kernels ----------------------------------------------------------------------

@@ -12,7 +12,8 @@ answer, and the caller decides what it means.
 
 When the user trusts a key for the kernel's org (or requires signatures), each document
 is also checked against its ``.sig`` here, before the caller sees it: a CDN that serves
-other files together with a matching manifest is refused before any file is fetched.
+other files together with a matching manifest is refused before any file is fetched. The
+``.sig`` is fetched beside its document, not after it, so checking costs no round trip.
 """
 
 from __future__ import annotations
@@ -63,16 +64,14 @@ def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
 def get_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
     """The versions a repo's ``versions.json`` lists, oldest first."""
     path = f"{repo_id}/versions.json"
-    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
-    _check_signature(fetcher, path, data, "versions", repo_id, None, None)
+    data, _, _ = _fetch_checked(fetcher, path, "versions", repo_id, None, None)
     return parse_versions(data, source=path)
 
 
 def get_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
     """The variant names a version's ``variants.json`` lists."""
     path = f"{info.cdn_path}/variants.json"
-    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
-    _check_signature(fetcher, path, data, "variants", info.repo_id, info.version, None)
+    data, _, _ = _fetch_checked(fetcher, path, "variants", info.repo_id, info.version, None)
     return parse_variants(data, source=f"{info}/variants.json")
 
 
@@ -85,9 +84,8 @@ def get_manifest(
     one reported, if its signature verifies.
     """
     path = variant_path(info, variant, MANIFEST_NAME)
-    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
-    signature, signer = _check_signature(
-        fetcher, path, data, "metadata", info.repo_id, info.version, variant, prefer_signer
+    data, signature, signer = _fetch_checked(
+        fetcher, path, "metadata", info.repo_id, info.version, variant, prefer_signer
     )
     source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
     return ManifestDocument(data, parse_metadata(data, source=source), signature, signer)
@@ -109,33 +107,38 @@ def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
         return []
 
 
-def _check_signature(
+def _fetch_checked(
     fetcher: Fetcher,
     path: str,
-    data: bytes,
     kind: DocumentKind,
     repo_id: str,
     version: int | None,
     variant: str | None,
     prefer_signer: str | None = None,
-) -> tuple[bytes | None, str | None]:
-    """The document's ``.sig`` and the trusted key that vouches for ``data`` (the key
-    ``prefer_signer`` if it is one that does); ``(None, None)`` when the user trusts no
-    key for the org (nothing is fetched then).
+) -> tuple[bytes, bytes | None, str | None]:
+    """The document at ``path``; and when the user trusts a key for the org, its ``.sig``
+    and the trusted key that vouches for it (the key ``prefer_signer`` if it is one that
+    does), else ``None`` and ``None`` (no ``.sig`` is fetched then).
+
+    The ``.sig`` is asked for together with the document: both answers come in one
+    round trip.
 
     Raises:
+        NotPublished: the document does not exist.
         SignatureError: a trusted key's signature is due and none verifies.
     """
     config = fetcher.config
     org = repo_id.split("/")[0]
     if not config.checks_signatures(org):
-        return None, None
+        return fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES), None, None
     # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
     from .._signing.signature_files import MAX_SIGNATURE_BYTES
     from .._signing.verification import verify_document
 
+    pending = fetcher.get_bytes_soon(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
+    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
     try:
-        signature: bytes | None = fetcher.get_bytes(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
+        signature: bytes | None = pending.result()
     except NotPublished:
         signature = None
     verify = functools.partial(
@@ -156,7 +159,7 @@ def _check_signature(
             signer = verify(keys=preferred)
     signer = signer or verify(keys=config.trusted_keys)
     logger.info("%s: signed by the trusted key %s", path, signer)
-    return signature, signer
+    return data, signature, signer
 
 
 def get_listed_manifest(
