@@ -80,6 +80,7 @@ ROW_NAMES = [
     "import cost: flashhub over a plain import, warm",
     "cold load over a slow link, realistic variant: 1 MiB .so + 10 .py files",
     "cold load over a slow link, 10 files of 10 KiB",
+    "cold load over a slow link, 10 files of 10 KiB, signed, key trusted",
     "cold load, 10 files of 10 KiB as a zip build",
     *HF_ROWS.values(),
 ]
@@ -159,10 +160,11 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
         assert len(breakdown) == 1 and all(phase in breakdown[0] for phase in PHASES)
     for lib in ("requests", "urllib3", "filelock"):  # what rows 6c and 3e look for
         assert lib in " ".join(by_key["6c"]["notes"]) and lib in " ".join(by_key["3e"]["notes"])
-    # Rows 2c and 3f: signed against unsigned, both sides measured (cryptography is a dev
-    # dependency); warm loads that trust the key import no watched library (no crypto).
-    for key in ("2c", "3f"):
+    # Rows 2c, 3f and 10e: signed against unsigned, both sides measured (cryptography is a
+    # dev dependency); warm loads that trust the key import no watched library (no crypto).
+    for key in ("2c", "3f", "10e"):
         assert by_key[key]["ours"] is not None and by_key[key]["baseline"] is not None
+    assert by_key["10e"]["baseline_name"] == "the same load, unsigned, no key (10b)"
     assert by_key["3f"]["notes"][-1].endswith("a warm get_kernel): none")
     # Row 8: (a), (b) and (c) each measured once, and the overhead put against import torch.
     cost = by_key["8"]

@@ -37,7 +37,8 @@ Targets:
   10  over a slow link (a second server on the same tree: ``--link-delay-ms`` before each
       response, all bodies through one ``--link-mbit`` link), cold loads of the realistic
       variant (10a) and the small files (10b) within 1.0x of one ``curl --parallel``
-      process, and faster than the 0.1.2 release (10c, 10d);
+      process, and faster than the 0.1.2 release (10c, 10d); the small files signed,
+      the key trusted, against unsigned (10e, a reference: what signatures add);
   11  a cold load of the small files published as a zip build faster than the 0.1.2
       release's load of them as files (ratio < 1.00).
 

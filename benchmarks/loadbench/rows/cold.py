@@ -243,7 +243,7 @@ def row_small_files(bench: Bench) -> list[Row]:
 
     name = f"cold load, {count} files of 10 KiB"
     ours = load_ms(results["flashhub"])
-    signed = _small_signed(name, results["flashhub"], results.get("signed"))
+    signed = signed_row("2c", name, results["flashhub"], results.get("signed"), "2a")
     cpu = "client CPU (user+sys of the loading process, during get_kernel): flashhub " + (
         cpu_per_request(results["flashhub"])
     )
@@ -290,25 +290,29 @@ def _small_vs_parallel(
     return Row("2b", name, "ms", ours, label, _curl_ms(parallel), "(reference)", notes=notes)
 
 
-def _small_signed(
+def signed_row(
+    key: str,
     name: str,
     unsigned: Sequence[Mapping[str, Any]],
     signed: Sequence[Mapping[str, Any]] | None,
+    unsigned_key: str,
 ) -> Row:
-    """2c: what verifying signatures adds to the cold load (None: the run signed nothing)."""
+    """Row ``key``: what verifying signatures adds to the cold load of row
+    ``unsigned_key`` (``signed`` None: the run signed nothing)."""
     name += ", signed, key trusted"
     if signed is None:
-        return Row("2c", name, "ms", None, target=f"({NO_SIGNING})")
+        return Row(key, name, "ms", None, target=f"({NO_SIGNING})")
     notes = [
-        f"the 2a load of the kernel signed, with {TRUSTED_KEYS_VAR} set to the run's key: it "
-        "fetches the documents' .sig files and verifies their Ed25519 signatures before any "
-        f"file; GETs per load: {median([load['requests'] for load in signed]):.0f} against "
+        f"the {unsigned_key} load of the kernel signed, with {TRUSTED_KEYS_VAR} set to the "
+        "run's key: it fetches each document's .sig beside it and verifies their Ed25519 "
+        f"signatures before any file; GETs per load: "
+        f"{median([load['requests'] for load in signed]):.0f} against "
         f"{median([load['requests'] for load in unsigned]):.0f} unsigned",
         f"client CPU: signed {cpu_per_request(signed)}; unsigned {cpu_per_request(unsigned)}",
     ]
-    baseline = "the same load, unsigned, no key (2a)"
+    baseline = f"the same load, unsigned, no key ({unsigned_key})"
     return Row(
-        "2c", name, "ms", load_ms(signed), baseline, load_ms(unsigned), "(reference)", notes=notes
+        key, name, "ms", load_ms(signed), baseline, load_ms(unsigned), "(reference)", notes=notes
     )
 
 

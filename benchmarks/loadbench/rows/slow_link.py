@@ -1,10 +1,12 @@
-"""Rows 10a-10d: cold loads over a slow link. The same tree, served by a second loopback
+"""Rows 10a-10e: cold loads over a slow link. The same tree, served by a second loopback
 server that waits a round trip before each response and sends every body through one
 shared link (:mod:`loadbench.link`, ``--link-delay-ms``, ``--link-mbit``): the realistic
 variant (10a, 10c; as row 7) and the small-files kernel (10b, 10d; as row 2), each
 against one ``curl --parallel`` process fetching the same URLs (10a, 10b) and against the
-0.1.2 release (10c, 10d). Where the loopback rows measure a client's work per byte and per
-file, these measure its round trips: what it waits for before the first byte of a file."""
+0.1.2 release (10c, 10d); and the small files signed, with the key trusted, against
+unsigned (10e, as row 2c: the round trips a signature check adds). Where the loopback
+rows measure a client's work per byte and per file, these measure its round trips: what
+it waits for before the first byte of a file."""
 
 from __future__ import annotations
 
@@ -15,7 +17,15 @@ from ..baselines import curl_config
 from ..bench import Bench
 from ..results import Row, Stat, median, ratio_row
 from ..trees import REALISTIC_PY_FILES, Kernel
-from .cold import CURL_PARALLEL, NO_CURL, Measurements, breakdown_note, load_ms, vs_release
+from .cold import (
+    CURL_PARALLEL,
+    NO_CURL,
+    Measurements,
+    breakdown_note,
+    load_ms,
+    signed_row,
+    vs_release,
+)
 
 TARGET_VS_CURL = 1.0
 TARGET_VS_RELEASE = 1.0  # faster than the release it replaces
@@ -35,16 +45,23 @@ def row_slow_link(bench: Bench) -> list[Row]:
         f"realistic variant: {mib} MiB .so + {len(REALISTIC_PY_FILES)} .py files",
     )
     count = len(bench.trees.small.files)
-    small = _over_link(slow, bench.trees.small, ("10b", "10d"), f"{count} files of 10 KiB")
+    small = _over_link(
+        slow, bench.trees.small, ("10b", "10d", "10e"), f"{count} files of 10 KiB", signed=True
+    )
     return [*realistic, *small]
 
 
-def _over_link(slow: Bench, kernel: Kernel, keys: tuple[str, str], what: str) -> list[Row]:
-    """The two rows of one kernel: against curl --parallel, and against the release."""
+def _over_link(
+    slow: Bench, kernel: Kernel, keys: tuple[str, ...], what: str, *, signed: bool = False
+) -> list[Row]:
+    """The rows of one kernel: against curl --parallel, against the release, and with
+    ``signed``, signed against unsigned (keys in that order)."""
     measurements: Measurements = {
         "flashhub": lambda: slow.cold_load(kernel),
         "breakdown": lambda: slow.breakdown(kernel),
     }
+    if signed and slow.trees.trusted_key is not None:
+        measurements["signed"] = lambda: slow.cold_load(kernel, signed=True)
     if slow.args.release_dir is not None:
         measurements["release"] = lambda: slow.cold_load(kernel, release=True)
     if slow.curl:
@@ -65,7 +82,11 @@ def _over_link(slow: Bench, kernel: Kernel, keys: tuple[str, str], what: str) ->
     release = vs_release(keys[1], name, ours, results.get("release"), TARGET_VS_RELEASE)
     if "release" in results:
         release.notes.append(f"GETs per load: 0.1.2 {_gets(results['release'])}")
-    return [ratio_row(versus_curl, TARGET_VS_CURL), release]
+    rows = [ratio_row(versus_curl, TARGET_VS_CURL), release]
+    if signed:
+        unsigned = results["flashhub"]
+        rows.append(signed_row(keys[2], name, unsigned, results.get("signed"), keys[0]))
+    return rows
 
 
 def _link_note(slow: Bench, kernel: Kernel, ours: Sequence[Mapping[str, Any]]) -> str:
