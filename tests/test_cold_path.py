@@ -1,5 +1,6 @@
 """What the cold path does to be fast, and that each keeps its guarantee: the cyclic
-garbage collector paused for the load and resumed after it, the files queued largest
+garbage collector paused for the load and resumed after it (what the load kept moved to
+the oldest generation, unless the program froze objects of its own), the files queued largest
 first, the disk space of a large file reserved before its bytes arrive (and a cache
 without room for it refused before it is fetched), the cache's own records renamed into
 place without an fsync (a record that a power cut damages fails its check when read),
@@ -12,7 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,6 +102,53 @@ def test_a_collector_the_program_turned_off_stays_off() -> None:
     finally:
         if was:
             gc.enable()
+
+
+class Node:
+    """A container the collector tracks."""
+
+    link: Node | None = None
+
+
+@pytest.mark.skipif(
+    bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    reason="a free-threaded build keeps what a pause allocated where it is: its gc.freeze "
+    "walks the whole heap",
+)
+@pytest.mark.usefixtures("collector_on")
+def test_what_a_pause_kept_goes_to_the_oldest_generation() -> None:
+    """So the first allocations after a cold load run no young collection over every
+    module, class and function it imported."""
+    with collection_paused():
+        kept = [Node() for _ in range(2000)]
+    oldest = {id(thing) for thing in gc.get_objects(generation=2)}
+    assert all(id(node) in oldest for node in kept) and id(kept) in oldest
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_objects_the_program_froze_stay_frozen() -> None:
+    gc.freeze()  # as a server does before it forks its workers
+    try:
+        frozen = gc.get_freeze_count()
+        with collection_paused():
+            kept = [Node() for _ in range(2000)]
+        assert gc.get_freeze_count() == frozen
+        assert len(kept) == 2000
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_cyclic_garbage_made_during_a_pause_is_still_collected() -> None:
+    with collection_paused():
+        node = Node()
+        node.link = node
+        ref = weakref.ref(node)
+        del node
+    assert ref() is not None  # a cycle: only the collector frees it
+    gc.collect()
+    assert ref() is None
 
 
 @pytest.mark.usefixtures("collector_on")
