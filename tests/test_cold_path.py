@@ -27,7 +27,10 @@ from flashhub_kernels._network.deferred_gc import collection_paused
 from flashhub_kernels._network.hashing import HashingWriter
 from flashhub_kernels._network.reserve import MIN_RESERVED_BYTES
 from flashhub_kernels._network.transport import MAX_PARALLEL_FILES
+from flashhub_kernels._network.variant_index import PROBES_AT_ONCE
 from flashhub_kernels._utils.filesystem import write_atomic
+from flashhub_kernels._variants.probing import candidate_names
+from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnHandler, CdnServer
 from support.trees import kernel_files, write_blob_kernel, write_variant
 
@@ -172,6 +175,44 @@ def test_the_largest_file_is_fetched_first(cdn: CdnServer) -> None:
     assert len(gets) == len(files)
     # However many threads the pool has, the biggest is among the first requests sent.
     assert f"/{BASE}/{big}" in gets[:MAX_PARALLEL_FILES]
+
+
+# -- probing a version without variants.json -----------------------------------------------------
+
+
+def manifest_of(name: str) -> str:
+    return f"kernels/{REPO}/v1/build/{name}/metadata.json"
+
+
+def test_a_probe_asks_for_a_wave_of_candidates_at_once(cdn: CdnServer) -> None:
+    """Without variants.json, the candidates' metadata.json are asked for several at a
+    time: the CDN holds its 404 for the best candidate until the request for the last
+    of that wave has arrived, which a probe asking one after the other would never send
+    first."""
+    write_variant(cdn.root, REPO, 1, VARIANT, kernel_files("tensor_tricks", "probed"))
+    wave = candidate_names(this_system())[:PROBES_AT_ONCE]
+    assert VARIANT not in wave[:-1]  # the kernel's build comes later, or last
+    last_asked = threading.Event()
+    best_waited: list[bool] = []
+
+    def best(handler: CdnHandler, body: bytes) -> None:
+        best_waited.append(last_asked.wait(10))
+        handler.send_simple(404, b"not found")
+
+    def last(handler: CdnHandler, body: bytes) -> None:
+        last_asked.set()
+        if body:  # the kernel's own build, where it is the wave's last
+            handler.send_file(body)
+        else:
+            handler.send_simple(404, b"not found")
+
+    cdn.inject(manifest_of(wave[0]), best)
+    cdn.inject(manifest_of(wave[-1]), last)
+
+    assert fk.get_kernel(REPO, version=1).marker() == "probed"
+
+    assert best_waited == [True]
+    assert {f"/{manifest_of(name)}" for name in wave} <= set(cdn.gets())
 
 
 # -- reserving disk space ------------------------------------------------------------------------

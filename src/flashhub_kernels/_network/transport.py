@@ -31,7 +31,6 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, SimpleQueue
@@ -164,22 +163,6 @@ class Fetcher:
         cpu = time.thread_time() - cpu
         self._wait = min(self._wait, max(0.0, time.perf_counter() - start - cpu))
         return data
-
-    def get_bytes_soon(self, relpath: str, *, limit: int) -> Future[bytes]:
-        """:meth:`get_bytes` on a thread of its own, for a document wanted beside another:
-        the two wait for their answers together, one round trip instead of two. The
-        future's ``result()`` returns the bytes or raises what :meth:`get_bytes` raised."""
-        future: Future[bytes] = Future()
-
-        def fetch() -> None:
-            try:
-                future.set_result(self.get_bytes(relpath, limit=limit))
-            except BaseException as exc:  # handed to whoever waits for the result
-                future.set_exception(exc)
-
-        # A daemon thread, as the download workers are: it never holds up the exit.
-        threading.Thread(target=fetch, daemon=True).start()
-        return future
 
     def size(self, relpath: str) -> int | None:
         """The size of a published file, from the first mirror that states it.

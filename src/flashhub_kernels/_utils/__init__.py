@@ -1,1 +1,2 @@
-"""Small helpers with no concern of their own: text, URLs, callers, files, pyproject."""
+"""Small helpers with no concern of their own: text, URLs, callers, files, pyproject,
+threads."""
