@@ -1,2 +1,1 @@
-"""Small helpers with no concern of their own: text, URLs, callers, files, pyproject,
-threads."""
+"""Small helpers with no concern of their own: text, URLs, callers, files, pyproject, threads."""
