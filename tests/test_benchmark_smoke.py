@@ -81,6 +81,7 @@ ROW_NAMES = [
     "cold load over a slow link, realistic variant: 1 MiB .so + 10 .py files",
     "cold load over a slow link, 10 files of 10 KiB",
     "cold load over a slow link, 10 files of 10 KiB, signed, key trusted",
+    "cold load over a slow link, 3 files, no variants.json (probed)",
     "cold load, 10 files of 10 KiB as a zip build",
     *HF_ROWS.values(),
 ]
@@ -165,6 +166,10 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     for key in ("2c", "3f", "10e"):
         assert by_key[key]["ours"] is not None and by_key[key]["baseline"] is not None
     assert by_key["10e"]["baseline_name"] == "the same load, unsigned, no key (10b)"
+    # Row 10f: a version without variants.json, probed, against the same files listed.
+    probed = by_key["10f"]
+    assert probed["ours"] is not None and probed["baseline"] is not None
+    assert "the client probes the metadata.json of the" in " ".join(probed["notes"])
     assert by_key["3f"]["notes"][-1].endswith("a warm get_kernel): none")
     # Row 8: (a), (b) and (c) each measured once, and the overhead put against import torch.
     cost = by_key["8"]

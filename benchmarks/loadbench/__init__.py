@@ -38,7 +38,8 @@ Targets:
       response, all bodies through one ``--link-mbit`` link), cold loads of the realistic
       variant (10a) and the small files (10b) within 1.0x of one ``curl --parallel``
       process, and faster than the 0.1.2 release (10c, 10d); the small files signed,
-      the key trusted, against unsigned (10e, a reference: what signatures add);
+      the key trusted, against unsigned (10e, a reference: what signatures add); a
+      version without ``variants.json``, probed, against one with it (10f, a reference);
   11  a cold load of the small files published as a zip build faster than the 0.1.2
       release's load of them as files (ratio < 1.00).
 

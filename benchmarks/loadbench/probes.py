@@ -62,6 +62,16 @@ def child_warm_libs(env: Mapping[str, str], module: str, repo_id: str) -> list[s
     return watched_libs(set(sys.modules) - before)
 
 
+def child_probing() -> tuple[int, int]:
+    """How many variant names this system probes for on a version without
+    ``variants.json``, and how many at a time."""
+    from flashhub_kernels._network.variant_index import PROBES_AT_ONCE
+    from flashhub_kernels._variants.probing import candidate_names
+    from flashhub_kernels._variants.system import this_system
+
+    return len(candidate_names(this_system())), PROBES_AT_ONCE
+
+
 def child_crowd_load(env: Mapping[str, str], repo_id: str, barrier: Any) -> dict[str, float]:
     """One of ``--procs`` processes that start ``get_kernel`` together at a barrier."""
     use_env(env)

@@ -106,6 +106,8 @@ class Trees:
     # that does not trust it fetches no .sig: to it, they are unsigned kernels.
     trusted_key: str | None
     small_zip: Kernel  # the files of small, in the zip build layout (row 11)
+    # warm's files in a package of its own, published without variants.json (row 10f)
+    unlisted: Kernel
 
 
 def b64_sha256(data: bytes) -> str:
@@ -124,8 +126,9 @@ def random_blob(path: Path, size: int) -> Blob:
     return Blob(path, base64.b64encode(hasher.digest()).decode())
 
 
-def publish(cdn: Path, name: str, files: Files) -> Kernel:
-    """Write a kernel the way the publisher lays it out: files, metadata.json, index files."""
+def publish(cdn: Path, name: str, files: Files, *, listed: bool = True) -> Kernel:
+    """Write a kernel the way the publisher lays it out: files, metadata.json, index files
+    (``listed``: ``variants.json`` too; without it, a client probes for the variant)."""
     version_dir = cdn / PREFIX / ORG / name / "v1"
     variant_dir = version_dir / "build" / VARIANT
     digests: dict[str, str] = {}
@@ -141,7 +144,8 @@ def publish(cdn: Path, name: str, files: Files) -> Kernel:
     sizes = {relpath: (variant_dir / relpath).stat().st_size for relpath in files}
     metadata = {"digest": {"files": digests}, "sizes": sizes}
     (variant_dir / "metadata.json").write_text(json.dumps(metadata))
-    (version_dir / "variants.json").write_text(json.dumps([VARIANT]))
+    if listed:
+        (version_dir / "variants.json").write_text(json.dumps([VARIANT]))
     (version_dir.parent / "versions.json").write_text("[1]")
     return Kernel(name, digests)
 
@@ -215,7 +219,11 @@ def build_trees(work: Path, size_mib: int, small_files: int, realistic_mib: int)
     zip_files = package("small_files_zip", "small files", small_blobs)
     small_zip = zip_kernel(cdn, "small-files-zip", zip_files)
     plain_dir = write_plain_dir(work)
-    return Trees(cdn, big, small, warm, crowd, realistic, plain_dir, trusted_key, small_zip)
+    unlisted_files = {f"unlisted/{rel}": data for rel, data in WARM_FILES.items()}
+    unlisted = publish(cdn, "unlisted", unlisted_files, listed=False)
+    return Trees(
+        cdn, big, small, warm, crowd, realistic, plain_dir, trusted_key, small_zip, unlisted
+    )
 
 
 def zip_kernel(cdn: Path, name: str, files: Files) -> Kernel:

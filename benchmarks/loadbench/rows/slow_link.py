@@ -3,8 +3,10 @@ server that waits a round trip before each response and sends every body through
 shared link (:mod:`loadbench.link`, ``--link-delay-ms``, ``--link-mbit``): the realistic
 variant (10a, 10c; as row 7) and the small-files kernel (10b, 10d; as row 2), each
 against one ``curl --parallel`` process fetching the same URLs (10a, 10b) and against the
-0.1.2 release (10c, 10d); and the small files signed, with the key trusted, against
-unsigned (10e, as row 2c: the round trips a signature check adds). Where the loopback
+0.1.2 release (10c, 10d); the small files signed, with the key trusted, against
+unsigned (10e, as row 2c: the round trips a signature check adds); and the warm
+kernel's 3 files from a version without ``variants.json``, which the client probes
+for, against the same files listed (10f). Where the loopback
 rows measure a client's work per byte and per file, these measure its round trips: what
 it waits for before the first byte of a file."""
 
@@ -15,8 +17,9 @@ from typing import Any
 
 from ..baselines import curl_config
 from ..bench import Bench
+from ..probes import child_probing
 from ..results import Row, Stat, median, ratio_row
-from ..trees import REALISTIC_PY_FILES, Kernel
+from ..trees import REALISTIC_PY_FILES, VARIANT, Kernel
 from .cold import (
     CURL_PARALLEL,
     NO_CURL,
@@ -48,7 +51,33 @@ def row_slow_link(bench: Bench) -> list[Row]:
     small = _over_link(
         slow, bench.trees.small, ("10b", "10d", "10e"), f"{count} files of 10 KiB", signed=True
     )
-    return [*realistic, *small]
+    return [*realistic, *small, _unlisted(slow)]
+
+
+def _unlisted(slow: Bench) -> Row:
+    """10f: a version without variants.json, probed, against one with it."""
+    unlisted, listed = slow.trees.unlisted, slow.trees.warm
+    results = slow.rounds(
+        "row 10f: a version without variants.json over a slow link",
+        {"unlisted": lambda: slow.cold_load(unlisted), "listed": lambda: slow.cold_load(listed)},
+    )
+    candidates, at_once = slow.children.run(child_probing)
+    notes = [
+        f"the {len(unlisted.files)} files of the warm kernel, published without variants.json: "
+        f"the client probes the metadata.json of the {candidates} variant names this system "
+        f"could load, best first, {at_once} at a time ({VARIANT} is the last); GETs "
+        f"per load: unlisted {_gets(results['unlisted'])}, listed {_gets(results['listed'])}",
+    ]
+    return Row(
+        "10f",
+        f"cold load over a slow link, {len(unlisted.files)} files, no variants.json (probed)",
+        "ms",
+        load_ms(results["unlisted"]),
+        "the same files, variants.json published",
+        load_ms(results["listed"]),
+        "(reference)",
+        notes=notes,
+    )
 
 
 def _over_link(
