@@ -54,8 +54,9 @@ def _age_young_objects() -> None:
     """Move every object of the young generations to the oldest, where the next full
     collection looks at it (``gc.freeze`` then ``gc.unfreeze``: two list splices).
 
-    Not where the program froze objects of its own, which ``unfreeze`` would let go
-    (before a fork, say); nor on a free-threaded build, whose ``freeze`` walks the heap.
+    Not where objects are frozen already, which ``unfreeze`` would let go: the
+    program's own (before a fork, say), or the few hundred CPython 3.12 freezes at
+    start-up; nor on a free-threaded build, whose ``freeze`` walks the heap.
     """
     if gc.get_freeze_count() == 0 and not _free_threaded_build():
         gc.freeze()
