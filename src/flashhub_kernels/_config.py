@@ -13,6 +13,7 @@ import urllib.parse
 from pathlib import Path
 
 from ._constants import REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
+from ._models.names import is_digits
 from ._models.record import Record
 
 TYPE_CHECKING = False  # not typing's: a warm load imports this module
@@ -196,7 +197,7 @@ def _env_bytes(name: str) -> int | None:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return None
-    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
+    if not is_digits(raw) or int(raw) == 0:
         raise config_error(
             f"{name}={raw!r} must be a positive whole number of bytes", hint=f"fix {name}"
         )

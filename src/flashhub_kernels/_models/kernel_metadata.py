@@ -32,7 +32,7 @@ files are then one archive, ``<id>.zip``, in the variant directory
 from __future__ import annotations
 
 from ..errors import KernelDependencyError, ManifestError
-from .names import RepoInfo, check_version
+from .names import RepoInfo, check_version, is_digits
 from .record import Record
 
 # Records, not NamedTuples, and no typing at run time: a load of a kernel whose
@@ -281,7 +281,7 @@ def parse_release(text: str) -> tuple[int, ...]:
         ValueError: ``text`` is not dotted numbers.
     """
     parts = text.split(".")
-    if not all(part.isascii() and part.isdigit() and len(part) <= 9 for part in parts):
+    if not all(is_digits(part) and len(part) <= 9 for part in parts):
         raise ValueError(f"{text!r} is not a version of dotted numbers such as '0.17'")
     release = [int(part) for part in parts]
     while release and release[-1] == 0:

@@ -21,10 +21,11 @@ stays off.
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from .._variants.system import free_threaded_build
 
 _lock = threading.Lock()
 _depth = 0  # blocks open, in every thread
@@ -58,14 +59,6 @@ def _age_young_objects() -> None:
     program's own (before a fork, say), or the few hundred CPython 3.12 freezes at
     start-up; nor on a free-threaded build, whose ``freeze`` walks the heap.
     """
-    if gc.get_freeze_count() == 0 and not _free_threaded_build():
+    if gc.get_freeze_count() == 0 and not free_threaded_build():
         gc.freeze()
         gc.unfreeze()
-
-
-def _free_threaded_build() -> bool:
-    if sys.version_info < (3, 13):  # no free-threaded build before 3.13
-        return False
-    import sysconfig
-
-    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))

@@ -40,6 +40,7 @@ import requests.hooks
 import urllib3.exceptions
 
 from .._config import Config
+from .._models.names import is_digits
 from .._utils.urls import redact_text
 from .hashing import CHUNK_SIZE, HashingWriter
 from .mirrors import AccessDenied, DownloadCancelled, Mirror, MirrorFailed, NotPublished
@@ -348,7 +349,7 @@ def _content_length(response: requests.Response) -> int | None:
     """The ``Content-Length`` header as a number, or ``None`` when absent or unreadable."""
     length = response.headers.get("Content-Length", "")
     # Past 19 digits it is no size a file has; int() would also refuse thousands of them.
-    if length.isascii() and length.isdigit() and len(length) <= 19:
+    if is_digits(length) and len(length) <= 19:
         return int(length)
     return None
 

@@ -182,14 +182,19 @@ def _cann_tag() -> str:
 def _free_threaded() -> bool:
     """A free-threaded build of Python before 3.15 (``python3.13t``): its ABI loads none
     of the native libraries torch kernels are built as, whether or not the GIL has been
-    switched back on at run time. A GIL that is off (``sys._is_gil_enabled()``) says so too.
-    No such build predates 3.13: earlier versions skip the import of ``sysconfig``
-    (most of a millisecond of every first load)."""
+    switched back on at run time. A GIL that is off (``sys._is_gil_enabled()``) says so too."""
     if sys.version_info >= (3, 15):
         return False
     gil_enabled = getattr(sys, "_is_gil_enabled", None)
     if gil_enabled is not None and not gil_enabled():
         return True
+    return free_threaded_build()
+
+
+def free_threaded_build() -> bool:
+    """Whether this Python is a free-threaded build (``Py_GIL_DISABLED``), whatever its GIL
+    does at run time. No such build predates 3.13: earlier versions skip the import of
+    ``sysconfig`` (most of a millisecond of every first load)."""
     if sys.version_info < (3, 13):
         return False
     import sysconfig
