@@ -35,6 +35,7 @@ from flashhub_kernels._network import versions as _versions
 from support.builds import make_kernel
 from support.cdn_server import CdnServer
 from support.machines import run_as_cpu_only
+from support.preloaded import run_code
 from support.projects import (
     CUDA,
     NOARCH_CUDA,
@@ -121,17 +122,18 @@ def _forget_kernels() -> None:
 
 
 def run_python(
-    code: str, *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+    code: str,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+    fresh: bool = False,
 ) -> str:
-    """Run ``code`` in a fresh interpreter with this test's FLASHHUB_* environment (in ``cwd``)."""
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run ``code`` as ``python -c`` with this test's FLASHHUB_* environment (in ``cwd``):
+    in a process forked with torch imported (``support.preloaded``), or with ``fresh``
+    in a new interpreter (for what its start imports)."""
+    child_env = {**os.environ, **(env or {})}
+    result = run_code(code, env=child_env, cwd=cwd, timeout=timeout, fresh=fresh)
     if result.returncode != 0:
         raise AssertionError(f"child failed ({result.returncode}):\n{result.stderr}")
     return result.stdout
@@ -159,13 +161,7 @@ def import_in_child(
         "    traceback.print_exc()\n"
         "    sys.exit(1)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_code(code, env={**os.environ, **(env or {})})
     assert result.returncode == 1, f"the import did not fail:\n{result.stdout}{result.stderr}"
     module_name, qualname = result.stdout.splitlines()[-1].split()
     return getattr(importlib.import_module(module_name), qualname), result.stderr

@@ -18,6 +18,7 @@ from conftest import run_python
 from flashhub_kernels._cache.staging import commit, new_staging, record_index
 from flashhub_kernels.errors import IntegrityError, ManifestError, OfflineError
 from support.cdn_server import CdnServer, tampered
+from support.preloaded import run_code
 from support.trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -138,9 +139,7 @@ def test_modified_cached_file_offline_is_refused(
     ops.write_text(ops.read_text() + "# edited\n")
     monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
     code = "import flashhub.acme.tensor_tricks.v1"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
-    )
+    result = run_code(code, env=dict(os.environ))
     assert result.returncode != 0
     assert "IntegrityError" in result.stderr and "modified after it was verified" in result.stderr
 
@@ -273,9 +272,7 @@ def test_damaged_bytecode_is_detected_by_the_warm_check(
     cdn.clear_log()
     if offline:
         monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
-        result = subprocess.run(
-            [sys.executable, "-c", IMPORT_HELPERS], capture_output=True, text=True
-        )
+        result = run_code(IMPORT_HELPERS, env=dict(os.environ))
         assert result.returncode != 0 and "bad marshal data" not in result.stderr
         assert "IntegrityError" in result.stderr and pyc.name in result.stderr
         assert "flashhub cache verify --repair" in result.stderr

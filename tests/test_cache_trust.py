@@ -12,7 +12,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
 from flashhub_kernels._cache.layout import distrust
 from support.cdn_server import CdnServer
+from support.preloaded import run_code
 from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -28,13 +28,7 @@ LOAD = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
 
 
 def load_in_child(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", LOAD],
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_code(LOAD, env={**os.environ, **(env or {})})
 
 
 def refused(result: subprocess.CompletedProcess[str], path: Path, marker: Path) -> str:
@@ -143,24 +137,9 @@ def test_a_warm_load_writes_nothing(cdn: CdnServer) -> None:
     # in both processes, as it is by default.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     write_kernel(cdn.root, REPO, 1)
-    cold = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"import flashhub_kernels as fk; fk.install_kernel({REPO!r}, version=1)",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    install = f"import flashhub_kernels as fk; fk.install_kernel({REPO!r}, version=1)"
+    cold = run_code(install, env=env)
     assert cold.returncode == 0, cold.stderr
-    warm = subprocess.run(
-        [sys.executable, "-c", WATCH_WRITES],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    warm = run_code(WATCH_WRITES, env=env)
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout.strip().splitlines()[-1] == "[]"

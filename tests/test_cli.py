@@ -437,7 +437,7 @@ def test_cli_help_imports_neither_torch_nor_requests() -> None:
         f"print(sorted(set({HEAVY_FOR_THE_CLI!r}) & set(sys.modules)))"
     )
     # A fresh interpreter: this one has imported torch and requests long since.
-    assert run_python(code).strip().splitlines()[-1] == "[]"
+    assert run_python(code, fresh=True).strip().splitlines()[-1] == "[]"
 
 
 def test_cli_help_imports_no_command_module_and_a_command_only_its_own() -> None:
@@ -457,4 +457,4 @@ def test_cli_import_is_light() -> None:
         "import sys, flashhub_kernels.cli; "
         f"heavy = set({HEAVY_FOR_THE_CLI!r}) & set(sys.modules); assert not heavy, heavy"
     )
-    run_python(code)  # a fresh interpreter, as above
+    run_python(code, fresh=True)  # a fresh interpreter, as above

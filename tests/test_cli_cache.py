@@ -19,6 +19,7 @@ import pytest
 from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
 from support.cdn_server import CdnServer, held
 from support.cli_runner import flashhub, ok_json
+from support.preloaded import run_code
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
 from support.trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
 
@@ -233,12 +234,7 @@ def test_a_cache_copied_without_modification_times_is_repaired_offline(
     offline = {"FLASHHUB_CACHE_DIR": str(copy), "FLASHHUB_OFFLINE": "1"}
     cdn.clear_log()
 
-    refused = subprocess.run(
-        [sys.executable, "-c", IMPORT_HELPERS],
-        env={**os.environ, **offline},
-        capture_output=True,
-        text=True,
-    )
+    refused = run_code(IMPORT_HELPERS, env={**os.environ, **offline})
     verified = flashhub("cache", "verify", env=offline)
     repaired = flashhub("cache", "verify", "--repair", env=offline)
 

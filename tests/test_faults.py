@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import MakeCdn, free_port, plant_partial
+from conftest import MakeCdn, free_port, plant_partial, run_python
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.progress import Progress
 from flashhub_kernels._network.transport import Fetcher, warn_if_insecure
@@ -39,6 +39,7 @@ from support.cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
+from support.preloaded import run_code
 from support.trees import (
     b64sha256,
     kernel_files,
@@ -243,17 +244,8 @@ def test_symlink_in_the_cache_is_detected_and_refetched(
     helpers.symlink_to(evil)
     os.utime(helpers, follow_symlinks=False)
     cdn.clear_log()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import flashhub.acme.tensor_tricks.v1 as k; print(k.helpers.__file__)",
-        ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        check=True,
-    ).stdout.strip()
+    code = "import flashhub.acme.tensor_tricks.v1 as k; print(k.helpers.__file__)"
+    out = run_python(code).strip()
     assert not Path(out).is_symlink()
     assert cdn.gets("helpers.py")
 
@@ -335,14 +327,7 @@ def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> No
         (as_cpu, local_variant()),
         (as_cuda, "torch-cuda"),
     ]:
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            env=dict(os.environ),
-            check=True,
-        )
-        assert out.stdout.strip().endswith(variant)
+        assert run_python(code).strip().endswith(variant)
     entries = sorted(
         p.name
         for p in (cache_dir / "kernels/acme/tensor-tricks/v1").iterdir()
@@ -367,9 +352,7 @@ def test_a_full_disk_is_a_cache_error_not_a_transfer_to_retry(
     blob_kernel: CdnServer, cache_dir: Path
 ) -> None:
     # RLIMIT_FSIZE makes the 3 MiB blob fail to write as a full disk would, for real.
-    output = subprocess.run(
-        [sys.executable, "-c", FULL_DISK], env=dict(os.environ), capture_output=True, text=True
-    ).stdout
+    output = run_code(FULL_DISK, env=dict(os.environ)).stdout
     assert output.startswith("CacheError True cannot write ")
     assert "blob.bin" in output and "FLASHHUB_CACHE_DIR" in output
     assert blob_kernel.gets("blob.bin") == [f"/{BLOB_PATH}"]  # no resume, no other mirror

@@ -246,7 +246,7 @@ def test_every_lazily_exporting_module_lists_its_lazy_names_before_loading_them(
         print(json.dumps([missing, "torch" in sys.modules]))
         """
     )
-    missing, torch_imported = json.loads(run_python(code))
+    missing, torch_imported = json.loads(run_python(code, fresh=True))
     assert missing == {name: [] for name in modules}
     assert torch_imported is False
 

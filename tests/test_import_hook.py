@@ -389,7 +389,7 @@ def test_importing_the_packages_imports_neither_torch_nor_requests() -> None:
         print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
         """
     )
-    assert json.loads(run_python("import json\n" + code)) == []
+    assert json.loads(run_python("import json\n" + code, fresh=True)) == []
 
 
 def test_kernel_import_errors_are_import_errors() -> None:

@@ -1011,7 +1011,7 @@ def test_layer_names_are_exported_from_the_package_without_importing_torch() -> 
     for name in ["replace_kernel_forward_from_hub", "use_kernel_forward_from_hub"]:
         assert getattr(flashhub_kernels, name) is getattr(layers, name)
     assert flashhub_kernels.use_kernel_mapping is layers.use_kernel_mapping
-    out = run_python("import sys, flashhub_kernels; print('torch' in sys.modules)")
+    out = run_python("import sys, flashhub_kernels; print('torch' in sys.modules)", fresh=True)
     assert out.strip() == "False"
 
 
@@ -1066,7 +1066,7 @@ star = {}
 exec("from flashhub_kernels.layer import *", star)
 print(json.dumps([before, same, "torch" in sys.modules, sorted(set(star) - {"__builtins__"})]))
 """
-    before, same, torch_imported, star = json.loads(run_python(code))
+    before, same, torch_imported, star = json.loads(run_python(code, fresh=True))
     assert before == ["flashhub_kernels.layers"] and same == [True, True]  # no torch
     assert torch_imported  # the star import includes kernelize, which needs torch
     import flashhub_kernels.layer as layer

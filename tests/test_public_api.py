@@ -144,7 +144,7 @@ def test_layer_names_and_mappings_need_no_torch(tmp_path: Path) -> None:
         heavy = {{"torch", "flashhub_kernels._lockfiles.locked_loading"}} & set(sys.modules)
         assert not heavy, heavy
     """
-    run_python(textwrap.dedent(code))
+    run_python(textwrap.dedent(code), fresh=True)  # a new interpreter: no torch yet
 
 
 def test_kernelize_runs_a_kernel_layer(tmp_path: Path) -> None:
