@@ -7,7 +7,6 @@ import json
 import marshal
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from conftest import run_python
 from flashhub_kernels._cache.staging import commit, new_staging, record_index
 from flashhub_kernels.errors import IntegrityError, ManifestError, OfflineError
 from support.cdn_server import CdnServer, tampered
-from support.preloaded import run_code
+from support.preloaded import run_code, start_code
 from support.trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -169,15 +168,7 @@ def test_eight_processes_import_one_cold_kernel_and_each_file_is_fetched_once(
     import time
 
     start = str(time.time() + 3)
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", CONCURRENT_IMPORT, start],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(8)
-    ]
+    children = [start_code(CONCURRENT_IMPORT, start, env=dict(os.environ)) for _ in range(8)]
     results = [child.communicate(timeout=180) for child in children]
     assert [c.returncode for c in children] == [0] * 8, [err for _, err in results]
     assert {out.strip() for out, _ in results} == {f"{REPO}@v1:{local_variant()}"}

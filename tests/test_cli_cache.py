@@ -19,7 +19,7 @@ import pytest
 from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
 from support.cdn_server import CdnServer, held
 from support.cli_runner import flashhub, ok_json
-from support.preloaded import run_code
+from support.preloaded import run_code, start_code
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
 from support.trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
 
@@ -175,13 +175,7 @@ def test_cache_maintenance_during_a_download_leaves_it_alone(
     started, release = threading.Event(), threading.Event()
     cdn.inject(blob_path, held(started, release))
     load = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
-    loader = subprocess.Popen(  # a real process: its download runs while the command does
-        [sys.executable, "-c", load],
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    loader = start_code(load, env=dict(os.environ))  # its download runs while the command does
     try:
         assert started.wait(60), "the download never reached the held file"
         maintenance = flashhub("cache", *command)

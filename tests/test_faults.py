@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -39,7 +37,7 @@ from support.cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
-from support.preloaded import run_code
+from support.preloaded import run_code, start_code
 from support.trees import (
     b64sha256,
     kernel_files,
@@ -295,7 +293,7 @@ def test_sigkill_at_any_point_leaves_a_usable_cache(
     else:
         where = "variants.json" if point == "variants.json" else f"build/{VARIANT}/metadata.json"
         blob_kernel.inject(f"kernels/{REPO}/v1/{where}", delayed(30, reached))
-    child = subprocess.Popen([sys.executable, "-c", KILLABLE], env=dict(os.environ))
+    child = start_code(KILLABLE, env=dict(os.environ))
     try:
         assert reached.wait(60), "the child never reached the fault"
     finally:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +29,7 @@ from flashhub_kernels._network.transport import remote
 from flashhub_kernels._variants.named_system import target_system
 from flashhub_kernels.errors import TransportError
 from support.cdn_server import CdnServer, delayed, drop_after
+from support.preloaded import run_code
 from support.trees import b64sha256, kernel_files, write_variant
 
 REPO, PY_PKG = "acme/relu", "relu"
@@ -106,13 +105,8 @@ def load_at_once(processes: int = PROCESSES, machine: dict[str, str] | None = No
     """Run :data:`LOAD_AT_ONCE` in ``processes`` processes released together, as
     ``machine`` (default ``GPU_NODE``; ``{}``: this one); the variant each loaded."""
     machine = GPU_NODE if machine is None else machine
-    result = subprocess.run(
-        [sys.executable, "-c", LOAD_AT_ONCE, str(processes), json.dumps(machine)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=180,
-    )
+    args = str(processes), json.dumps(machine)
+    result = run_code(LOAD_AT_ONCE, *args, env=dict(os.environ), timeout=180)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
 

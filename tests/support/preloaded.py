@@ -10,36 +10,38 @@ interpreter's shutdown) in the environment and directory asked for.
 
 A child whose environment differs from the server's in a variable that the interpreter or
 torch reads when they start (``PYTHONPATH``, ``LD_PRELOAD``, ``CUDA_VISIBLE_DEVICES``...) is
-started as a real interpreter instead (:func:`preloadable`), as is any child while the
-server is busy with another. A test that judges the interpreter's start itself (what
-``import torch`` or ``import flashhub`` brings in, say) runs a real one explicitly.
+started as a real interpreter instead, and so is a child whose test judges the
+interpreter's start itself (what ``import torch`` or ``import flashhub`` brings in, say).
+:func:`run_code` is ``subprocess.run``'s counterpart, :func:`start_code` ``Popen``'s, for
+children that run at the same time (their output is read once they exit).
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
-import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from support.builder import RAN_DIR_VAR
 
 # The server: imports torch, then forks a child per request line (JSON) on its stdin and
-# answers on its stdout with the child's pid, then its exit status. Objects of the server
-# are frozen before it forks: the children's collections leave them alone, and their
-# pages stay shared. A child then shuts down as `python -c` does, up to the teardown of
-# the modules, which for torch's takes half a second of CPU and shows nothing: threads
-# are joined, atexit handlers run and streams flushed.
+# answers on its stdout with the child's pid, and with its exit status once the child
+# has exited; several children may run at once. Objects of the server are frozen before
+# it forks: the children's collections leave them alone, and their pages stay shared. A
+# child shuts down as `python -c` does up to the teardown of the modules, which for
+# torch's takes half a second of CPU and shows nothing: threads are joined, atexit
+# handlers run and streams flushed.
 _SERVER = r"""
-import atexit, builtins, gc, json, os, sys, threading, types
+import atexit, builtins, gc, json, os, select, signal, sys, threading, types
 import torch
 
 def answer(**fields):
@@ -50,16 +52,16 @@ def child(request):
     os.setpgid(0, 0)  # its own process group, which a timeout kills whole
     for fd, path, flags in (
         (0, os.devnull, os.O_RDONLY),
-        (1, request["stdout"], os.O_WRONLY | os.O_TRUNC),
-        (2, request["stderr"], os.O_WRONLY | os.O_TRUNC),
+        (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     ):
-        opened = os.open(path, flags)
+        opened = os.open(path, flags, 0o600)
         os.dup2(opened, fd)
         os.close(opened)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = ["-c"]
+    sys.argv = ["-c", *request["args"]]
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
@@ -83,16 +85,40 @@ def shut_down(code):
         stream.flush()
     os._exit(code or 0)
 
+def start(request, wakeup):
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in wakeup:
+            os.close(fd)
+        shut_down(child(request))
+    answer(id=request["id"], pid=pid)
+    return pid
+
 def main():
+    wakeup = os.pipe()  # a child's exit (SIGCHLD) wakes the select below
+    os.set_blocking(wakeup[1], False)
+    signal.set_wakeup_fd(wakeup[1])
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    running, pending = {}, b""
     answer(ready=True)
     gc.freeze()
-    while line := sys.stdin.readline():
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            shut_down(child(request))
-        answer(pid=pid)
-        answer(status=os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    while True:
+        readable = select.select([0, wakeup[0]], [], [])[0]
+        if wakeup[0] in readable:
+            os.read(wakeup[0], 4096)
+        while running and (exited := os.waitpid(-1, os.WNOHANG))[0]:
+            pid, status = exited
+            answer(id=running.pop(pid), status=os.waitstatus_to_exitcode(status))
+        if 0 in readable:
+            chunk = os.read(0, 65536)
+            if not chunk:  # the tests are done
+                return
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                request = json.loads(line)
+                running[start(request, wakeup)] = request["id"]
 
 main()
 """
@@ -115,8 +141,53 @@ def _read_when_used(name: str) -> bool:
     )
 
 
+class PreloadedChild:
+    """A child forked by the server: what the tests use of ``subprocess.Popen``, its
+    output read once it has exited (:meth:`communicate`)."""
+
+    def __init__(self, server: _Server, number: int, args: list[str]) -> None:
+        self.args = args
+        self.returncode: int | None = None
+        self._server, self._number = server, number
+        self._started, self._exited = threading.Event(), threading.Event()
+        self._pid = 0
+
+    @property
+    def pid(self) -> int:
+        self._started.wait()
+        return self._pid
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._exited.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self._server.output(self._number)
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.killpg(self.pid, signum)  # the child and what it started
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _answered(self, answer: Mapping[str, int]) -> None:
+        if "pid" in answer:
+            self._pid = answer["pid"]
+            self._started.set()
+        else:
+            self.returncode = answer["status"]
+            self._exited.set()
+
+
 class _Server:
-    """One server interpreter with torch imported; one child at a time."""
+    """One server interpreter with torch imported, and the children it forked."""
 
     def __init__(self) -> None:
         self.env = dict(os.environ)
@@ -128,58 +199,59 @@ class _Server:
             env=self.env,
             text=True,
         )
-        self.busy = threading.Lock()
-        self._buffer = ""
-        self._answer(time.monotonic() + 300)  # "ready": torch imported
+        self.scratch = Path(tempfile.mkdtemp(prefix="preloaded-"))
+        self._numbers = itertools.count()
+        self._children: dict[int, PreloadedChild] = {}
+        self._lock = threading.Lock()
+        assert self.process.stdout is not None
+        if self.process.stdout.readline() == "":
+            raise RuntimeError("the preloaded server did not start")
+        threading.Thread(target=self._read_answers, daemon=True).start()
 
     def preloadable(self, env: Mapping[str, str]) -> bool:
         names = set(env) | set(self.env)
         changed = [name for name in names if env.get(name) != self.env.get(name)]
         return self.process.poll() is None and all(_read_when_used(n) for n in changed)
 
-    def run(
-        self, code: str, env: Mapping[str, str], cwd: Path | None, timeout: float
-    ) -> subprocess.CompletedProcess[str]:
-        with tempfile.TemporaryDirectory(prefix="preloaded-") as scratch:
-            out, err = Path(scratch, "stdout"), Path(scratch, "stderr")
-            out.touch()
-            err.touch()
-            request = {"code": code, "env": dict(env), "cwd": str(cwd or Path.cwd())}
-            request.update(stdout=str(out), stderr=str(err))
+    def start(
+        self, code: str, args: list[str], env: Mapping[str, str], cwd: Path | None
+    ) -> PreloadedChild:
+        number = next(self._numbers)
+        child = PreloadedChild(self, number, ["python", "-c", code, *args])
+        request = {"id": number, "code": code, "args": args, "env": dict(env)}
+        request.update(cwd=str(cwd or Path.cwd()), **self._outputs(number))
+        with self._lock:
+            self._children[number] = child
             assert self.process.stdin is not None
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
-            deadline = time.monotonic() + timeout
-            pid = self._answer(deadline)["pid"]
-            try:
-                status = self._answer(deadline)["status"]
-            except subprocess.TimeoutExpired:
-                os.killpg(pid, signal.SIGKILL)
-                self._answer(time.monotonic() + 30)
-                raise subprocess.TimeoutExpired(["python", "-c", code], timeout) from None
-            return subprocess.CompletedProcess(
-                ["python", "-c", code], status, out.read_text(), err.read_text()
-            )
+        return child
 
-    def _answer(self, deadline: float) -> dict[str, int]:
-        """The server's next line, waiting until ``deadline`` at most."""
+    def output(self, number: int) -> tuple[str, str]:
+        """What child ``number`` wrote to its stdout and stderr; removed once read."""
+        paths = self._outputs(number)
+        out, err = (Path(paths[name]).read_text() for name in ("stdout", "stderr"))
+        for path in paths.values():
+            Path(path).unlink()
+        return out, err
+
+    def _outputs(self, number: int) -> dict[str, str]:
+        return {name: str(self.scratch / f"{number}.{name}") for name in ("stdout", "stderr")}
+
+    def _read_answers(self) -> None:
         assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        while "\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise subprocess.TimeoutExpired("preloaded server", left)
-            chunk = os.read(fd, 65536).decode()
-            if not chunk:
-                raise RuntimeError("the preloaded server exited")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split("\n", 1)
-        answer: dict[str, int] = json.loads(line)
-        return answer
+        for line in self.process.stdout:
+            answer = json.loads(line)
+            with self._lock:
+                child = self._children[answer["id"]]
+                if "status" in answer:
+                    del self._children[answer["id"]]
+            child._answered(answer)
 
     def close(self) -> None:
         self.process.kill()
         self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 _server: _Server | None = None
@@ -195,23 +267,42 @@ def _the_server() -> _Server:
         return _server
 
 
+def start_code(
+    code: str, *args: str, env: Mapping[str, str], cwd: Path | None = None
+) -> PreloadedChild | subprocess.Popen[str]:
+    """``python -c code *args`` started in ``env`` and ``cwd``: forked from the preloaded
+    server where ``env`` allows it, else a new interpreter (its output piped)."""
+    server = _the_server()
+    if server.preloadable(env):
+        return server.start(code, list(args), env, cwd)
+    argv = [sys.executable, "-c", code, *args]
+    pipe = subprocess.PIPE
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
+
+
 def run_code(
     code: str,
-    *,
+    *args: str,
     env: Mapping[str, str],
     cwd: Path | None = None,
     timeout: float = 120,
     fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -c code`` in ``env`` and ``cwd``, forked from the preloaded server where
+    """``python -c code *args`` in ``env`` and ``cwd``, forked from the preloaded server where
     ``env`` allows it, else (and with ``fresh``) in a new interpreter; as
     ``subprocess.run`` with ``capture_output=True, text=True`` would (``TimeoutExpired``
     after ``timeout`` seconds)."""
-    server = None if fresh else _the_server()
-    if server and server.preloadable(env) and server.busy.acquire(blocking=False):
-        try:
-            return server.run(code, env, cwd, timeout)
-        finally:
-            server.busy.release()
-    argv = [sys.executable, "-c", code]
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if fresh:
+        argv = [sys.executable, "-c", code, *args]
+        return subprocess.run(
+            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    child = start_code(code, *args, env=env, cwd=cwd)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise
+    assert child.returncode is not None
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
