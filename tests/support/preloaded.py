@@ -5,8 +5,9 @@ Importing torch costs 2-3 s of CPU, and most tests that run a child only need a 
 where flashhub starts afresh (its modules, its in-process tables, its locks), as it does
 in a user's script after ``import torch``. Such a child is forked from the server
 instead of started: a new process, with nothing of flashhub imported, that runs the code
-as ``python -c`` would (``__main__``, ``sys.argv``, ``sys.path[0]``, exit status, the
-interpreter's shutdown) in the environment and directory asked for.
+as ``python -c`` would (``__main__``, ``sys.argv``, ``sys.path[0]``, the exit status,
+the interpreter's shutdown up to the teardown of its modules) in the environment and
+directory asked for.
 
 A child whose environment differs from the server's in a variable that the interpreter or
 torch reads when they start (``PYTHONPATH``, ``LD_PRELOAD``, ``CUDA_VISIBLE_DEVICES``...) is
@@ -125,7 +126,7 @@ main()
 
 # What the server's children may be given that differs from the server's environment:
 # variables read when used, after the interpreter and torch have started.
-_READ_WHEN_USED = ("FLASHHUB_", "HF_", "AWS_", "XDG_", "PYTEST_")
+_READ_WHEN_USED = ("FLASHHUB_", "HF_", "AWS_", "XDG_", "PYTEST_", "TORCHINDUCTOR_")
 _READ_WHEN_USED_NAMES = {
     *("LOCAL_KERNELS", "NETRC", "HOME", "NO_COLOR", "TERM", "COLUMNS"),
     RAN_DIR_VAR,  # where the test kernels record that they ran
@@ -139,6 +140,10 @@ def _read_when_used(name: str) -> bool:
         or name in _READ_WHEN_USED_NAMES
         or name.lower().endswith(_NETWORK)
     )
+
+
+# The server's environment: the session's, as it was before any test changed it.
+_SESSION_ENV = dict(os.environ)
 
 
 class PreloadedChild:
@@ -190,7 +195,7 @@ class _Server:
     """One server interpreter with torch imported, and the children it forked."""
 
     def __init__(self) -> None:
-        self.env = dict(os.environ)
+        self.env = _SESSION_ENV
         self.process = subprocess.Popen(
             [sys.executable, "-c", _SERVER],
             stdin=subprocess.PIPE,
