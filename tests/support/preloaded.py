@@ -146,6 +146,12 @@ def _read_when_used(name: str) -> bool:
 _SESSION_ENV = dict(os.environ)
 
 
+def _preloadable(env: Mapping[str, str]) -> bool:
+    """Whether a child in ``env`` may be forked from the server."""
+    names = set(env) | set(_SESSION_ENV)
+    return all(_read_when_used(n) for n in names if env.get(n) != _SESSION_ENV.get(n))
+
+
 class PreloadedChild:
     """A child forked by the server: what the tests use of ``subprocess.Popen``, its
     output read once it has exited (:meth:`communicate`)."""
@@ -188,6 +194,7 @@ class PreloadedChild:
             self._started.set()
         else:
             self.returncode = answer["status"]
+            self._started.set()  # (when the server died before it answered with a pid)
             self._exited.set()
 
 
@@ -195,13 +202,12 @@ class _Server:
     """One server interpreter with torch imported, and the children it forked."""
 
     def __init__(self) -> None:
-        self.env = _SESSION_ENV
         self.process = subprocess.Popen(
             [sys.executable, "-c", _SERVER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=self.env,
+            env=_SESSION_ENV,
             text=True,
         )
         self.scratch = Path(tempfile.mkdtemp(prefix="preloaded-"))
@@ -212,11 +218,6 @@ class _Server:
         if self.process.stdout.readline() == "":
             raise RuntimeError("the preloaded server did not start")
         threading.Thread(target=self._read_answers, daemon=True).start()
-
-    def preloadable(self, env: Mapping[str, str]) -> bool:
-        names = set(env) | set(self.env)
-        changed = [name for name in names if env.get(name) != self.env.get(name)]
-        return self.process.poll() is None and all(_read_when_used(n) for n in changed)
 
     def start(
         self, code: str, args: list[str], env: Mapping[str, str], cwd: Path | None
@@ -252,6 +253,10 @@ class _Server:
                 if "status" in answer:
                     del self._children[answer["id"]]
             child._answered(answer)
+        with self._lock:  # the server is gone, and with it what it knew of its children
+            gone, self._children = list(self._children.values()), {}
+        for child in gone:
+            child._answered({"status": -signal.SIGKILL})
 
     def close(self) -> None:
         self.process.kill()
@@ -277,9 +282,8 @@ def start_code(
 ) -> PreloadedChild | subprocess.Popen[str]:
     """``python -c code *args`` started in ``env`` and ``cwd``: forked from the preloaded
     server where ``env`` allows it, else a new interpreter (its output piped)."""
-    server = _the_server()
-    if server.preloadable(env):
-        return server.start(code, list(args), env, cwd)
+    if _preloadable(env):
+        return _the_server().start(code, list(args), env, cwd)
     argv = [sys.executable, "-c", code, *args]
     pipe = subprocess.PIPE
     return subprocess.Popen(argv, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
