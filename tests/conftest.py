@@ -150,7 +150,7 @@ def device_capability() -> tuple[int, int]:
 def import_in_child(
     module: str, *, env: dict[str, str] | None = None
 ) -> tuple[type[BaseException], str]:
-    """``import module`` in a fresh interpreter, where it must fail: the class of what it
+    """``import module`` in a fresh process, where it must fail: the class of what it
     raised, and the traceback it printed (with every cause), as a user would see it."""
     code = (
         "import sys, traceback\n"
