@@ -46,9 +46,9 @@ def test_a_child_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path)
     marker = tmp_path / "grandchild"
     code = textwrap.dedent(
         f"""
-        import subprocess, sys, time
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        open({str(marker)!r}, "w").close()
+        import pathlib, subprocess, sys, time
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        pathlib.Path({str(marker)!r}).write_text(str(grandchild.pid))
         time.sleep(60)
         """
     )
@@ -56,16 +56,27 @@ def test_a_child_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path)
     assert isinstance(child, PreloadedChild)
     with pytest.raises(subprocess.TimeoutExpired):
         child.communicate(timeout=0.5)
-    while not marker.exists():
+    deadline = time.monotonic() + 60
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the child never started its own"
         time.sleep(0.05)
-    group = child.pid
+    grandchild = int(marker.read_text())
     child.kill()
     assert child.wait(30) == -signal.SIGKILL
-    with pytest.raises(ProcessLookupError):
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # the grandchild goes with its group
-            os.killpg(group, 0)
-            time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while _running(grandchild):  # it went with the child's process group
+        assert time.monotonic() < deadline, "the grandchild outlived the kill"
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, which no init may have reaped yet,
+    is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
 
 
 def test_an_environment_that_start_up_reads_gets_a_new_interpreter() -> None:
