@@ -128,7 +128,12 @@ main()
 # variables read when used, after the interpreter and torch have started.
 _READ_WHEN_USED = ("FLASHHUB_", "HF_", "AWS_", "XDG_", "PYTEST_", "TORCHINDUCTOR_")
 _READ_WHEN_USED_NAMES = {
-    *("LOCAL_KERNELS", "NETRC", "HOME", "NO_COLOR", "TERM", "COLUMNS"),
+    "LOCAL_KERNELS",
+    "NETRC",
+    "HOME",
+    "NO_COLOR",
+    "TERM",
+    "COLUMNS",
     RAN_DIR_VAR,  # where the test kernels record that they ran
 }
 _NETWORK = ("_proxy", "_ca_bundle", "ssl_cert_file", "ssl_cert_dir")
@@ -278,11 +283,12 @@ def _the_server() -> _Server:
 
 
 def start_code(
-    code: str, *args: str, env: Mapping[str, str], cwd: Path | None = None
+    code: str, *args: str, env: Mapping[str, str], cwd: Path | None = None, fresh: bool = False
 ) -> PreloadedChild | subprocess.Popen[str]:
     """``python -c code *args`` started in ``env`` and ``cwd``: forked from the preloaded
-    server where ``env`` allows it, else a new interpreter (its output piped)."""
-    if _preloadable(env):
+    server where ``env`` allows it, else (and with ``fresh``) a new interpreter, its
+    output piped."""
+    if not fresh and _preloadable(env):
         return _the_server().start(code, list(args), env, cwd)
     argv = [sys.executable, "-c", code, *args]
     pipe = subprocess.PIPE
@@ -297,16 +303,10 @@ def run_code(
     timeout: float = 120,
     fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -c code *args`` in ``env`` and ``cwd``, forked from the preloaded server where
-    ``env`` allows it, else (and with ``fresh``) in a new interpreter; as
-    ``subprocess.run`` with ``capture_output=True, text=True`` would (``TimeoutExpired``
-    after ``timeout`` seconds)."""
-    if fresh:
-        argv = [sys.executable, "-c", code, *args]
-        return subprocess.run(
-            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-        )
-    child = start_code(code, *args, env=env, cwd=cwd)
+    """:func:`start_code`, then wait for it, as ``subprocess.run`` with
+    ``capture_output=True, text=True`` does (``TimeoutExpired`` after ``timeout``
+    seconds, the child killed)."""
+    child = start_code(code, *args, env=env, cwd=cwd, fresh=fresh)
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
