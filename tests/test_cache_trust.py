@@ -18,7 +18,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
-from flashhub_kernels._cache.layout import distrust
+from flashhub_kernels._cache.trust import distrust
 from support.cdn_server import CdnServer
 from support.preloaded import run_code
 from support.trees import local_variant, write_kernel

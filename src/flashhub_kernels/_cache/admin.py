@@ -31,10 +31,10 @@ from .layout import (
     TRASH_PREFIX,
     Cache,
     Receipt,
-    distrust,
 )
 from .mutex import download_mutex, hold_if_free
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
+from .trust import distrust
 
 try:
     import fcntl

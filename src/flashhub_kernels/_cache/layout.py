@@ -1,5 +1,5 @@
-"""The on-disk cache as a warm load reads it: where everything is, the records an entry
-was verified with, and whether its directories can be trusted.
+"""The on-disk cache as a warm load reads it: where everything is, and the records an
+entry was verified with.
 
 Layout under the cache root::
 
@@ -15,18 +15,15 @@ Layout under the cache root::
         .locks/<variant>.lock             download mutex: one downloader per entry
     .locks/<org>/<pkg>/v<N>.lock          index mutex: one process at a time chooses a variant
     versions-seen.json                    the newest version seen listed (see .versions_seen)
+    import-table.json                     module name -> the entry its last import loaded
+                                          (see .import_table)
     gpus                                  NVML's answer: GPU UUID -> capability (see
                                           flashhub_kernels._variants.device_arch)
 
 Entries are written by :mod:`.staging` and read here. A process that imported an entry
-holds a shared ``flock`` on its directory while it runs (:func:`mark_in_use`), which
-``flashhub cache clear`` and ``prune`` respect.
-
-Trust: nobody else can have planted code in a cache directory. A cached kernel is native
-code that runs with the importing user's rights, trusted on the strength of a receipt,
-so before the client reads anything in the cache it checks each directory on the way
-(and the root's ancestors) as ssh checks ``~/.ssh`` (:func:`distrust`; docs/hosting.md
-gives the rules, and what ``FLASHHUB_CACHE_SHARED=1`` relaxes for a cache a group shares).
+holds a shared ``flock`` on its directory while it runs (:mod:`.in_use`), which
+``flashhub cache clear`` and ``prune`` respect. Nothing is read below a directory that
+fails the trust checks of :mod:`.trust`.
 """
 
 from __future__ import annotations
@@ -39,11 +36,7 @@ from pathlib import Path
 
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock, so entries in use are not marked
-    fcntl = None  # type: ignore[assignment]
+from .trust import check_dir, check_root
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
@@ -53,7 +46,6 @@ if TYPE_CHECKING:
     from .._config import Config
     from .._models.names import RepoInfo
     from .._variants.compat import BuildTarget
-    from ..errors import CacheError
 
 INDEX_NAME = "variants-index.json"
 _NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
@@ -168,7 +160,7 @@ class Cache:
     """Paths and operations of one cache root. Creating it touches nothing on disk.
 
     ``lock_timeout`` bounds each wait for another process's lock (``None``: no bound).
-    ``shared`` trusts directories the user's group may write (see :func:`distrust`).
+    ``shared`` trusts directories the user's group may write (see :func:`~.trust.distrust`).
     Nothing is read from, or created under, a directory that fails those checks.
     """
 
@@ -239,138 +231,3 @@ class Cache:
         entry = self.entry_dir(info, variant)
         data = read_json(entry / MANIFEST_NAME) if (entry / RECEIPT_NAME).is_file() else None
         return read_target(data) if isinstance(data, dict) else None
-
-
-# -- entries in use ---------------------------------------------------------------------
-#
-# A process that imports a kernel from the cache holds a shared ``flock`` on the entry's
-# directory until it exits (the kernel drops it however the process ends; a forked child
-# shares it). The directory is opened read-only, so this works on a read-only cache, and
-# costs one ``open`` and one ``flock``. Before removing an entry, ``flashhub cache clear``
-# and ``prune`` try an exclusive lock on it without waiting (see ``.admin``), and leave it
-# alone while any process holds a shared one, unless told to force it. Advisory and best
-# effort: where ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a
-# directory, nothing is held and nothing is protected.
-
-_held: dict[str, int] = {}  # entry directory -> the descriptor holding its shared lock
-
-
-def mark_in_use(entry: Path) -> bool:
-    """Hold a shared lock on ``entry`` for the rest of this process.
-
-    ``False`` when the entry was moved away before the lock was taken (``flashhub cache
-    clear`` was removing it): look it up again. An entry that cannot be locked is
-    ``True``: it loads, unprotected.
-    """
-    if fcntl is None:
-        return True
-    key = str(entry)
-    held = _held.get(key)
-    if held is not None:
-        if _is_at(held, entry):
-            return True
-        os.close(_held.pop(key))  # removed and cached again since: lock the new one
-    try:
-        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while clear or prune removes it
-    except OSError:
-        os.close(fd)
-        return True
-    if not _is_at(fd, entry):
-        os.close(fd)
-        return False
-    _held[key] = fd
-    return True
-
-
-def _is_at(fd: int, entry: Path) -> bool:
-    """Whether the directory open as ``fd`` is still the one at ``entry``."""
-    try:
-        current = os.stat(entry)
-    except OSError:
-        return False
-    held = os.fstat(fd)
-    return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)
-
-
-# -- trust ---------------------------------------------------------------------------
-
-_checked_roots: set[tuple[Path, bool]] = set()
-
-
-def distrust(st: os.stat_result, *, shared: bool, inside: bool) -> str | None:
-    """Why a directory with this ``lstat`` result cannot be trusted, or ``None``.
-
-    ``inside``: the directory is inside the cache, where a symlink is not accepted.
-    """
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symlink" if inside else None
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a directory"
-    if st.st_uid not in (os.getuid(), 0) and not (shared and st.st_gid in _my_groups()):
-        return "is owned by another user"
-    sticky = bool(st.st_mode & stat.S_ISVTX)
-    if st.st_mode & stat.S_IWOTH and not sticky:
-        return "is writable by every user"
-    if st.st_mode & stat.S_IWGRP and not sticky and not shared:
-        return "is writable by its group"
-    return None
-
-
-def check_dir(path: Path, *, shared: bool, inside: bool = True) -> None:
-    """Raise :class:`CacheError` unless ``path`` is absent or a trusted directory."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        from ..errors import CacheError  # only on a refusal: a load does not import errors
-
-        raise CacheError.cannot_write(exc, path) from exc
-    reason = distrust(st, shared=shared, inside=inside)
-    if reason is not None:
-        raise untrusted(path, st, reason)
-
-
-def check_root(root: Path, *, shared: bool) -> None:
-    """Check the cache root and every directory above it; once per process and root
-    (once it exists: a root created later is checked then)."""
-    if (root, shared) in _checked_roots:
-        return
-    real = Path(os.path.realpath(root))
-    for directory in [real, *real.parents]:
-        check_dir(directory, shared=shared, inside=False)
-    if real.is_dir():
-        _checked_roots.add((root, shared))
-
-
-def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
-    """The refusal: names the path, its owner and mode, and what to do."""
-    from ..errors import CacheError
-
-    return CacheError(
-        f"refusing to trust the cache: {path} {reason} "
-        f"(owner {_user_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}); "
-        "whoever can write there could plant code that this process would run",
-        hint="use a cache directory of your own (FLASHHUB_CACHE_DIR), or make this one "
-        "yours and private (chown, chmod go-w); for a cache a group shares on purpose, "
-        "set FLASHHUB_CACHE_SHARED=1",
-    )
-
-
-def _my_groups() -> set[int]:
-    return {os.getgid(), *os.getgroups()}
-
-
-def _user_name(uid: int) -> str:
-    try:
-        import pwd  # Unix only, and only to word a refusal
-
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"

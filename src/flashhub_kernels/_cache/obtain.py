@@ -19,7 +19,8 @@ import functools
 from .._config import Config, get_config
 from .._models.kernel_dir import KernelDir, cached_kernel
 from .._variants.system import this_system
-from .layout import Cache, mark_in_use, parse_index, recorded_pick
+from .in_use import mark_in_use
+from .layout import Cache, parse_index, recorded_pick
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ version for the newest, without a word. Each time the cold path reads a
 record is refused with :class:`~flashhub_kernels.errors.RollbackError`.
 
 The record is a cache file like the others: never read nor written when the cache's
-directories fail the trust checks (:func:`~.layout.check_dir`), and written atomically, under
+directories fail the trust checks (:func:`~.trust.check_dir`), and written atomically, under
 a file lock so that two processes recording two kernels both keep theirs. A cache that
 cannot be written (read-only, baked into an image) keeps the record it has. Warm loads
 never read it: a load that names its version does not need it.

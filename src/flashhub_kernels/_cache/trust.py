@@ -1,0 +1,93 @@
+"""Whether the cache's directories can be trusted: nobody else can have planted code there.
+
+A cached kernel is native code that runs with the importing user's rights, trusted on
+the strength of a receipt, so before the client reads anything in the cache it checks
+each directory on the way (and the root's ancestors) as ssh checks ``~/.ssh``
+(:func:`distrust`; docs/hosting.md gives the rules, and what ``FLASHHUB_CACHE_SHARED=1``
+relaxes for a cache a group shares).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: this module is on the warm path
+if TYPE_CHECKING:
+    from ..errors import CacheError
+
+_checked_roots: set[tuple[Path, bool]] = set()
+
+
+def distrust(st: os.stat_result, *, shared: bool, inside: bool) -> str | None:
+    """Why a directory with this ``lstat`` result cannot be trusted, or ``None``.
+
+    ``inside``: the directory is inside the cache, where a symlink is not accepted.
+    """
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink" if inside else None
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid not in (os.getuid(), 0) and not (shared and st.st_gid in _my_groups()):
+        return "is owned by another user"
+    sticky = bool(st.st_mode & stat.S_ISVTX)
+    if st.st_mode & stat.S_IWOTH and not sticky:
+        return "is writable by every user"
+    if st.st_mode & stat.S_IWGRP and not sticky and not shared:
+        return "is writable by its group"
+    return None
+
+
+def check_dir(path: Path, *, shared: bool, inside: bool = True) -> None:
+    """Raise :class:`CacheError` unless ``path`` is absent or a trusted directory."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        from ..errors import CacheError  # only on a refusal: a load does not import errors
+
+        raise CacheError.cannot_write(exc, path) from exc
+    reason = distrust(st, shared=shared, inside=inside)
+    if reason is not None:
+        raise untrusted(path, st, reason)
+
+
+def check_root(root: Path, *, shared: bool) -> None:
+    """Check the cache root and every directory above it; once per process and root
+    (once it exists: a root created later is checked then)."""
+    if (root, shared) in _checked_roots:
+        return
+    real = Path(os.path.realpath(root))
+    for directory in [real, *real.parents]:
+        check_dir(directory, shared=shared, inside=False)
+    if real.is_dir():
+        _checked_roots.add((root, shared))
+
+
+def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
+    """The refusal: names the path, its owner and mode, and what to do."""
+    from ..errors import CacheError
+
+    return CacheError(
+        f"refusing to trust the cache: {path} {reason} "
+        f"(owner {_user_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}); "
+        "whoever can write there could plant code that this process would run",
+        hint="use a cache directory of your own (FLASHHUB_CACHE_DIR), or make this one "
+        "yours and private (chown, chmod go-w); for a cache a group shares on purpose, "
+        "set FLASHHUB_CACHE_SHARED=1",
+    )
+
+
+def _my_groups() -> set[int]:
+    return {os.getgid(), *os.getgroups()}
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd  # Unix only, and only to word a refusal
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
