@@ -18,6 +18,7 @@ import flashhub_kernels as fk
 import flashhub_kernels._constants as constants
 from conftest import import_in_child, run_python
 from flashhub_kernels._cache.layout import Cache
+from flashhub_kernels._cache.receipt import read_receipt
 from flashhub_kernels._config import get_config
 from flashhub_kernels._constants import RECEIPT_NAME
 from flashhub_kernels._lockfiles.format import read_lockfile
@@ -489,7 +490,7 @@ def test_prune_keeps_the_locked_dependencies(cdn: CdnServer, tmp_path: Path) -> 
     cache = Cache.from_config(get_config())
     for repo_id, version in ((TOP, 1), (BASE, 2)):
         info = fk.RepoInfo(repo_id, version)
-        assert cache.read_receipt(cache.entry_dir(info, LOADED)) is not None
+        assert read_receipt(cache.entry_dir(info, LOADED)) is not None
 
 
 def test_a_warm_load_of_a_builder_kernel_with_nothing_to_check_imports_nothing_more(

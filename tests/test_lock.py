@@ -22,7 +22,7 @@ from flashhub_kernels import (
     install_kernel,
     load_kernel,
 )
-from flashhub_kernels._cache.layout import Cache
+from flashhub_kernels._cache.receipt import read_receipt
 from flashhub_kernels._config import get_config
 from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, parse_lockfile, read_lockfile
 from flashhub_kernels._lockfiles.pinning import lock_project
@@ -532,7 +532,7 @@ def test_install_kernel_downloads_without_importing(cdn: CdnServer) -> None:
 
     assert path == entry(2, LOCAL)
     assert (path / PY_PKG / "__init__.py").is_file()
-    assert Cache(get_config().cache_dir).read_receipt(path) is not None
+    assert read_receipt(path) is not None
     assert newest == entry(3, UNIVERSAL)
     assert not [name for name in sys.modules if name.startswith("flashhub.acme")]
 

@@ -12,7 +12,7 @@ import os
 import urllib.parse
 from pathlib import Path
 
-from ._constants import REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR
+from ._constants import REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR, default_cache_dir
 from ._models.names import is_digits
 from ._models.record import Record
 
@@ -159,15 +159,6 @@ def normalize_prefix(value: str) -> str:
             hint="fix FLASHHUB_CDN_PREFIX (or the prefix passed to configure())",
         )
     return prefix
-
-
-def default_cache_dir() -> Path:
-    """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub``, else ``~/.cache/flashhub``."""
-    if env := os.environ.get("FLASHHUB_CACHE_DIR"):
-        return Path(env).expanduser()
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "flashhub"
-    return Path.home() / ".cache" / "flashhub"
 
 
 def env_flag(name: str) -> bool:

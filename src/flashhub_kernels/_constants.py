@@ -1,6 +1,10 @@
-"""Constants several modules share, at the bottom of the import graph (it imports nothing):
-the version, the Hugging Face kernels API level, the environment variables and file names.
+"""Constants several modules share, at the bottom of the import graph (it imports nothing
+of this project): the version, the Hugging Face kernels API level, the environment
+variables and file names, and where the cache is by default.
 """
+
+import os
+from pathlib import Path
 
 __version__ = "0.2.0"
 
@@ -20,3 +24,13 @@ MANIFEST_NAME = "metadata.json"
 SIG_SUFFIX = ".sig"
 MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIG_SUFFIX
 RECEIPT_NAME = ".flashhub-receipt.json"
+
+
+def default_cache_dir() -> Path:
+    """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub``, else ``~/.cache/flashhub``
+    (read when called: a launcher may set them after the import)."""
+    if env := os.environ.get("FLASHHUB_CACHE_DIR"):
+        return Path(env).expanduser()
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg).expanduser() / "flashhub"
+    return Path.home() / ".cache" / "flashhub"

@@ -30,9 +30,9 @@ from .layout import (
     STAGING_PREFIX,
     TRASH_PREFIX,
     Cache,
-    Receipt,
 )
 from .mutex import download_mutex, hold_if_free
+from .receipt import Receipt, read_receipt
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
 from .trust import distrust
 
@@ -91,7 +91,7 @@ def list_entries(cache: Cache) -> list[CacheEntry]:
         for child in sorted(version_dir.iterdir()):
             if child.name.startswith(".") or child.is_symlink() or not child.is_dir():
                 continue  # staging, trash and lock directories, and the variant index
-            receipt = cache.read_receipt(child)
+            receipt = read_receipt(child)
             sizes = [size for size, _mtime in receipt.files.values()] if receipt else []
             content_hash = receipt.content_hash if receipt else None
             signer = receipt.signer if receipt else None
@@ -152,7 +152,7 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
     # Under the entry's download mutex: a load that found it changed would replace it.
     with download_mutex(cache, entry.info, entry.variant), cache_errors():
         verdict = _verify(cache, entry)  # again: it may have changed meanwhile
-        receipt = cache.read_receipt(entry.path)
+        receipt = read_receipt(entry.path)
         if not verdict.repairable or receipt is None:
             return verdict
         _restamp(cache, entry.path, receipt)
@@ -160,7 +160,7 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
 
 
 def _verify(cache: Cache, entry: CacheEntry) -> Verdict:
-    receipt = cache.read_receipt(entry.path)
+    receipt = read_receipt(entry.path)
     if receipt is None:
         return Verdict("no receipt: the entry was never completely verified")
     try:

@@ -29,14 +29,12 @@ fails the trust checks of :mod:`.trust`.
 from __future__ import annotations
 
 import json
-import os
-import stat
 import types
 from pathlib import Path
 
 from .._constants import MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
-from .trust import check_dir, check_root
+from .trust import check_chain, check_dir
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
@@ -82,45 +80,6 @@ class VariantIndex(Record):
     absent: frozenset[str] = frozenset()
     targets: Mapping[str, BuildTarget] = _NO_TARGETS
     picks: Mapping[str, str] = _NO_PICKS
-
-
-class Receipt(Record):
-    """Written when an entry is verified; lets the warm path trust it with ``stat`` only.
-
-    ``files`` maps each path to its ``(size, mtime_ns)``; ``bytecode`` each ``.pyc``
-    compiled from the verified sources before the commit to ``(size, mtime_ns, sha256
-    hex)``: a damaged or substituted one fails the same ``stat`` check as a changed
-    source, and ``flashhub cache verify`` re-hashes them. ``signer`` is the id of the
-    trusted key that signed the manifest; ``requires`` what a load of the entry must
-    check (see :func:`~flashhub_kernels._models.kernel_metadata.load_requirements`):
-    ``{}`` for nothing, ``None`` in a receipt written before it was recorded. ``package``
-    is a ``"zip"`` build's archive, the file imported as the kernel.
-    """
-
-    content_hash: str
-    files: Mapping[str, tuple[int, int]]
-    bytecode: Mapping[str, tuple[int, int, str]]
-    signer: str | None = None
-    requires: Mapping[str, Any] | None = None
-    package: str | None = None
-
-    def changed_file(self, entry: Path) -> str | None:
-        """The first file that is missing, not a regular file, or changed; else ``None``."""
-        for relpath, (size, mtime_ns) in self.files.items():
-            if _changed(entry / relpath, size, mtime_ns):
-                return relpath
-        for relpath, (size, mtime_ns, _digest) in self.bytecode.items():
-            if _changed(entry / relpath, size, mtime_ns):
-                return relpath
-        return None
-
-
-def _changed(path: Path, size: int, mtime_ns: int) -> bool:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return True
-    return not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns)
 
 
 def parse_index(document: Mapping[str, Any]) -> VariantIndex | None:
@@ -176,11 +135,7 @@ class Cache:
     def check_trusted(self, path: Path) -> None:
         """Raise :class:`CacheError` unless the root, its ancestors and every existing
         directory from the root down to ``path`` are trusted (absent ones are fine)."""
-        check_root(self.root, shared=self.shared)
-        current = self.root
-        for part in path.relative_to(self.root).parts:
-            current = current / part
-            check_dir(current, shared=self.shared)
+        check_chain(self.root, path, shared=self.shared)
 
     def check_entry(self, entry: Path) -> None:
         """Check one entry directory, once :meth:`read_index` has checked every directory
@@ -202,26 +157,6 @@ class Cache:
         self.check_trusted(self.version_dir(info))
         data = read_json(self.version_dir(info) / INDEX_NAME)
         return data if isinstance(data, dict) else {}
-
-    def read_receipt(self, entry: Path) -> Receipt | None:
-        data = read_json(entry / RECEIPT_NAME)
-        try:
-            files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
-            bytecode = {
-                str(p): (int(s), int(m), str(d))
-                for p, (s, m, d) in data.get("bytecode", {}).items()
-            }
-            signer, requires, package = (data.get(k) for k in ("signer", "requires", "package"))
-            return Receipt(
-                str(data["content_hash"]),
-                files,
-                bytecode,
-                str(signer) if signer else None,
-                requires if isinstance(requires, dict) else None,
-                str(package) if package else None,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
 
     def read_target(self, info: RepoInfo, variant: str) -> BuildTarget | None:
         """The devices a committed entry's ``metadata.json`` declares; ``None`` when the

@@ -21,6 +21,7 @@ from .._models.kernel_dir import KernelDir, cached_kernel
 from .._variants.system import this_system
 from .in_use import mark_in_use
 from .layout import Cache, parse_index, recorded_pick
+from .receipt import read_receipt
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _warm_lookup(
         return None, None
     entry = cache.entry_dir(info, variant)
     cache.check_entry(entry)  # read_index checked the directories above it
-    receipt = cache.read_receipt(entry)
+    receipt = read_receipt(entry)
     if receipt is None:
         return None, None
     changed = receipt.changed_file(entry)

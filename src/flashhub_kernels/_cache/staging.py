@@ -36,9 +36,9 @@ from .layout import (
     STAGING_PREFIX,
     TRASH_PREFIX,
     Cache,
-    Receipt,
     VariantIndex,
 )
+from .receipt import Receipt
 
 if TYPE_CHECKING:
     from .._models.names import RepoInfo

@@ -66,6 +66,15 @@ def check_root(root: Path, *, shared: bool) -> None:
         _checked_roots.add((root, shared))
 
 
+def check_chain(root: Path, path: Path, *, shared: bool) -> None:
+    """Check ``root`` (:func:`check_root`) and every directory from it down to ``path``."""
+    check_root(root, shared=shared)
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        check_dir(current, shared=shared)
+
+
 def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
     """The refusal: names the path, its owner and mode, and what to do."""
     from ..errors import CacheError

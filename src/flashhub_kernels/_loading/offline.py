@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._cache.layout import Cache, VariantIndex
+from .._cache.receipt import read_receipt
 from .._constants import MANIFEST_NAME
 from .._lockfiles.format import check_variant_name
 from .._models.manifest import Manifest, parse_metadata
@@ -149,7 +150,7 @@ def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant 
         return None
     entry = cache.entry_dir(info, variant)
     cache.check_trusted(entry)
-    receipt = cache.read_receipt(entry)
+    receipt = read_receipt(entry)
     if receipt is None:
         return None
     try:

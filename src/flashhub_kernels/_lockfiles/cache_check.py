@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache, VariantIndex
+from .._cache.receipt import read_receipt
 from .._config import get_config
 from .._variants.choice import choose_variant
 from .._variants.grammar import as_variant
@@ -87,7 +88,7 @@ def lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
 def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
     """The cache entry of a locked variant if it holds the locked bytes; else why not."""
     entry = cache.entry_dir(locked.info, variant)
-    receipt = cache.read_receipt(entry)
+    receipt = read_receipt(entry)
     if receipt is None:
         return None, "it is not in the cache"
     expected = locked.variants[variant]

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._cache.layout import Cache, VariantIndex
+from .._cache.receipt import read_receipt
 from .._config import PYPROJECT_NAME
 from .._loading.offline import cached_versions
 from .._utils.escaping import escape_controls
@@ -68,7 +69,7 @@ def _offline_lock_problems(
     if problems:
         return problems
     for variant, pinned_hash in sorted(locked.variants.items()):
-        receipt = cache.read_receipt(cache.entry_dir(locked.info, variant))
+        receipt = read_receipt(cache.entry_dir(locked.info, variant))
         if receipt is not None and receipt.content_hash != pinned_hash:
             problems.append(
                 f"{locked.info} {variant}: the cached copy is {receipt.content_hash}, "

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from .._cache.layout import Receipt
+    from .._cache.receipt import Receipt
     from .names import RepoInfo
 
 # The file names of native libraries, which a kernel loads with torch.ops.load_library.

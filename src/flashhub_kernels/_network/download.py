@@ -18,7 +18,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from .._cache.bytecode import compile_bytecode, sources_to_compile
-from .._cache.layout import Cache, Receipt
+from .._cache.layout import Cache
+from .._cache.receipt import Receipt, read_receipt
 from .._cache.staging import (
     adopt_partials,
     cache_errors,
@@ -80,7 +81,7 @@ def fetch_kernel(
                     on_download=notice.start,
                 )
             notice.finish()
-            receipt = cache.read_receipt(entry)
+            receipt = read_receipt(entry)
             assert receipt is not None, "a committed entry has its receipt"
             return cached_kernel(entry, info, choice.variant, receipt)
     assert not_found is not None
@@ -133,7 +134,7 @@ def make_entry(
 
 def _intact_receipt(cache: Cache, entry: Path, info: RepoInfo) -> Receipt | None:
     """The receipt of ``entry`` if every file is as it was verified, else ``None``."""
-    receipt = cache.read_receipt(entry)
+    receipt = read_receipt(entry)
     if receipt is not None and receipt.changed_file(entry) is not None:
         logger.info(
             "%s: the cached entry %s changed after it was verified; fetching it again",
