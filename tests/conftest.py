@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from flashhub_kernels import _finder, get_kernel
-from flashhub_kernels._cache import in_use
+from flashhub_kernels._cache import imports
 from flashhub_kernels._cache.staging import ensure_dir
 from flashhub_kernels._config import reset_config
 from flashhub_kernels._network import versions as _versions
@@ -115,8 +115,8 @@ def _forget_kernels() -> None:
     for name in [n for n in sys.modules if n.startswith("flashhub.")]:
         del sys.modules[name]
     _versions._version_checked.clear()  # each test checks for newer versions afresh
-    while in_use._held:  # nor does this process use the entries it imported any more
-        os.close(in_use._held.popitem()[1])
+    while imports._held:  # nor does this process use the entries it imported any more
+        os.close(imports._held.popitem()[1])
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _finder.KernelFinder)]
     _finder.install()
 

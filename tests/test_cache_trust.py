@@ -8,6 +8,7 @@ the kernel. What ``flashhub cache verify`` reports of such a cache is in test_cl
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import stat
@@ -18,6 +19,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
+from flashhub_kernels._cache.imports import TABLE_NAME
 from flashhub_kernels._cache.trust import distrust
 from support.cdn_server import CdnServer
 from support.preloaded import run_code
@@ -131,15 +133,28 @@ print(writes)
 """
 
 
-def test_a_warm_load_writes_nothing(cdn: CdnServer) -> None:
-    # The download imports nothing; the warm load below imports the package and a
+def test_a_warm_load_writes_nothing_but_its_row_of_the_import_table(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    # The download imports nothing; the warm loads below import the package and a
     # submodule, so their bytecode must already be in the entry. Bytecode writing is on
-    # in both processes, as it is by default.
+    # in these processes, as it is by default.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     write_kernel(cdn.root, REPO, 1)
     install = f"import flashhub_kernels as fk; fk.install_kernel({REPO!r}, version=1)"
     cold = run_code(install, env=env)
     assert cold.returncode == 0, cold.stderr
-    warm = run_code(WATCH_WRITES, env=env)
-    assert warm.returncode == 0, warm.stderr
-    assert warm.stdout.strip().splitlines()[-1] == "[]"
+    # The first warm import looks the kernel up in full, and records the answer: a new
+    # file beside the table, renamed over it.
+    first = run_code(WATCH_WRITES, env=env)
+    assert first.returncode == 0, first.stderr
+    writes = ast.literal_eval(first.stdout.strip().splitlines()[-1])
+    named = {w.split(" ", 1)[1] for w in writes} - {str(fd) for fd in range(1024)}
+    assert len(named) == 1, writes  # one file, and the descriptor it was opened as
+    (new,) = named
+    assert Path(new).parent == cache_dir and Path(new).name.startswith(f".{TABLE_NAME}.")
+    assert f"os.rename {new}" in writes and (cache_dir / TABLE_NAME).is_file()
+    # The next one is answered by the table, and writes nothing.
+    second = run_code(WATCH_WRITES, env=env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().splitlines()[-1] == "[]"

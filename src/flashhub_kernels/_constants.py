@@ -4,7 +4,6 @@ variables and file names, and where the cache is by default.
 """
 
 import os
-from pathlib import Path
 
 __version__ = "0.2.0"
 
@@ -24,13 +23,15 @@ MANIFEST_NAME = "metadata.json"
 SIG_SUFFIX = ".sig"
 MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIG_SUFFIX
 RECEIPT_NAME = ".flashhub-receipt.json"
+# The cache's record of a version's variants, in its version directory.
+INDEX_NAME = "variants-index.json"
 
 
-def default_cache_dir() -> Path:
+def default_cache_dir() -> str:
     """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub``, else ``~/.cache/flashhub``
     (read when called: a launcher may set them after the import)."""
     if env := os.environ.get("FLASHHUB_CACHE_DIR"):
-        return Path(env).expanduser()
+        return os.path.expanduser(env)
     if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "flashhub"
-    return Path.home() / ".cache" / "flashhub"
+        return os.path.join(os.path.expanduser(xdg), "flashhub")
+    return os.path.join(os.path.expanduser("~"), ".cache", "flashhub")

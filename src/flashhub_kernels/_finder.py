@@ -201,7 +201,6 @@ class KernelFinder:
     def locate(self, fullname: str) -> KernelDir:
         """Find (download if needed) the kernel ``fullname`` names, for the loader; a repo
         that ``LOCAL_KERNELS`` maps is served from its local directory instead."""
-        from ._cache.obtain import use_kernel
         from ._constants import LOCAL_KERNELS_VAR
 
         parsed = parse_module_name(fullname)
@@ -213,7 +212,7 @@ class KernelFinder:
             from ._loading.local import local_override
 
             target = local_override(candidates, parsed.backend)
-        target = target or use_kernel(candidates, backend=parsed.backend)
+        target = target or _from_the_cache(fullname, candidates, parsed.backend)
         assert target.info is not None
         with self._lock:
             self._targets[fullname] = target
@@ -256,6 +255,27 @@ def _still_valid(known: KernelDir) -> bool:
     assert known.info is not None
     trusted = get_config().accepts_signer(known.info.org, known.signer)
     return trusted and known.init_file.is_file()
+
+
+def _from_the_cache(
+    fullname: str, candidates: Sequence[RepoInfo], backend: str | None
+) -> KernelDir:
+    """The cache entry ``fullname`` loads: the import table's answer when its inputs
+    are as they were, else the full lookup's (downloading if needed), then recorded."""
+    from ._cache import imports
+
+    key = imports.key_of(fullname, candidates, backend)
+    target = imports.lookup(key) if key is not None else None
+    if target is not None:
+        return target
+    from ._cache.obtain import use_kernel
+
+    target = use_kernel(candidates, backend=backend)
+    if key is not None:
+        from ._cache.table_writer import record
+
+        record(key, target)
+    return target
 
 
 def _candidates(parsed: KernelModuleName) -> list[RepoInfo]:

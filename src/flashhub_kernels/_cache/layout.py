@@ -16,12 +16,12 @@ Layout under the cache root::
     .locks/<org>/<pkg>/v<N>.lock          index mutex: one process at a time chooses a variant
     versions-seen.json                    the newest version seen listed (see .versions_seen)
     import-table.json                     module name -> the entry its last import loaded
-                                          (see .import_table)
+                                          (see .imports)
     gpus                                  NVML's answer: GPU UUID -> capability (see
                                           flashhub_kernels._variants.device_arch)
 
 Entries are written by :mod:`.staging` and read here. A process that imported an entry
-holds a shared ``flock`` on its directory while it runs (:mod:`.in_use`), which
+holds a shared ``flock`` on its directory while it runs (:mod:`.imports`), which
 ``flashhub cache clear`` and ``prune`` respect. Nothing is read below a directory that
 fails the trust checks of :mod:`.trust`.
 """
@@ -32,7 +32,7 @@ import json
 import types
 from pathlib import Path
 
-from .._constants import MANIFEST_NAME, RECEIPT_NAME
+from .._constants import INDEX_NAME, MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
 from .trust import check_chain, check_dir
 
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from .._models.names import RepoInfo
     from .._variants.compat import BuildTarget
 
-INDEX_NAME = "variants-index.json"
 _NO_TARGETS: Mapping[str, BuildTarget] = types.MappingProxyType({})
 _NO_PICKS: Mapping[str, str] = types.MappingProxyType({})
 STAGING_PREFIX = ".staging-"
@@ -143,7 +142,7 @@ class Cache:
         check_dir(entry, shared=self.shared)
 
     def version_dir(self, info: RepoInfo) -> Path:
-        return self.root / "kernels" / info.org / info.name / f"v{info.version}"
+        return self.root / info.cache_path
 
     def entry_dir(self, info: RepoInfo, variant: str) -> Path:
         return self.version_dir(info) / variant

@@ -19,7 +19,7 @@ import functools
 from .._config import Config, get_config
 from .._models.kernel_dir import KernelDir, cached_kernel
 from .._variants.system import this_system
-from .in_use import mark_in_use
+from .imports import mark_in_use
 from .layout import Cache, parse_index, recorded_pick
 from .receipt import read_receipt
 

@@ -25,13 +25,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
+from .._constants import INDEX_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import dump_json
 from .._variants.compat import pick_by_name
 from ..errors import CacheError
 from .bytecode import compile_bytecode, sources_to_compile, stamp
 from .layout import (
-    INDEX_NAME,
     PARTIAL_PREFIX,
     STAGING_PREFIX,
     TRASH_PREFIX,

@@ -132,6 +132,11 @@ class RepoInfo(Record):
         """The version directory relative to ``<cdn_url>/<prefix>``."""
         return f"{self.repo_id}/v{self.version}"
 
+    @property
+    def cache_path(self) -> str:
+        """The version directory relative to the cache root."""
+        return f"kernels/{self.cdn_path}"
+
     def __str__(self) -> str:
         return f"{self.repo_id}@v{self.version}"
 

@@ -1,0 +1,296 @@
+"""The cache's records of kernel imports: the import table, and the entries in use.
+
+The import table (``import-table.json`` in the cache root) keeps the entry each kernel
+module name loaded last, for the next process that imports the name: keyed by what
+decided it, and stamped with what the full lookup (:mod:`.obtain`) read and checked, so
+that any change is a miss. :mod:`.table_writer` writes it; docs/design.md ("The import
+table") gives the rules.
+
+A process that imports a kernel from the cache holds a shared ``flock`` on the entry's
+directory until it exits (the kernel drops it however the process ends; a forked child
+shares it). The directory is opened read-only, so this works on a read-only cache, and
+costs one ``open`` and one ``flock``. Before removing an entry, ``flashhub cache clear``
+and ``prune`` try an exclusive lock on it without waiting (see ``.admin``), and leave it
+alone while any process holds a shared one, unless told to force it. Advisory and best
+effort: where ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a
+directory, nothing is held and nothing is protected.
+
+Both are on the path of every warm import, so they share a module: each module a warm
+import loads costs it about 0.1 ms.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+from .._constants import INDEX_NAME, TRUSTED_KEYS_VAR, __version__, default_cache_dir
+from .._models.kernel_dir import KernelDir
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so entries in use are not marked
+    fcntl = None  # type: ignore[assignment]
+
+TYPE_CHECKING = False  # not typing's: this module is on the warm path
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+    from typing import Any
+
+    from .._models.names import RepoInfo
+    from .._variants.system import SystemInfo
+
+TABLE_NAME = "import-table.json"
+FORMAT = 1
+_MOST_BYTES = 4 << 20  # a larger table is not read: the writer keeps it far smaller
+_PLACING = ("XDG_CACHE_HOME", "HOME")  # what places the cache, besides FLASHHUB_* variables
+
+Stamp = list[int]  # as JSON keeps it
+
+
+class TableKey:
+    """One import's key (``digest``: of all that decides its lookup), and the stamps of
+    each candidate repo's version directory and variant index, taken before it ran."""
+
+    __slots__ = ("backend", "candidates", "digest", "indexes", "module", "root", "versions")
+
+    def __init__(self, module: str, candidates: Sequence[RepoInfo], backend: str | None) -> None:
+        self.module, self.candidates, self.backend = module, tuple(candidates), backend
+        self.root = default_cache_dir()
+        versions = [os.path.join(self.root, info.cache_path) for info in candidates]
+        self.versions = [stamp(path) for path in versions]
+        self.indexes = [stamp(os.path.join(path, INDEX_NAME)) for path in versions]
+        self.digest = _digest(module, self.candidates, backend)
+
+
+def key_of(module: str, candidates: Sequence[RepoInfo], backend: str | None) -> TableKey | None:
+    """The key of importing ``module``, which stands for ``candidates`` (``backend``
+    forced, if given); ``None`` once :func:`~flashhub_kernels.configure` set a setting,
+    which the key does not cover: then every import looks its kernel up in full."""
+    settings = sys.modules.get("flashhub_kernels._config")  # configure() imports it
+    if (settings is not None and settings.overrides) or not hasattr(os, "getuid"):
+        return None
+    return TableKey(module, candidates, backend)
+
+
+def lookup(key: TableKey) -> KernelDir | None:
+    """The entry the table records for ``key``, marked in use; ``None``: look it up in full."""
+    row = read_table(key.root).get(key.module, {}).get(key.digest)
+    try:
+        position = int(row["repo"])
+        before = (row["versions"], row["index"])
+        dirs = [(str(path), identity) for path, identity in row["dirs"]]
+        stamped = [(str(path), recorded) for path, recorded in row["stamped"]]
+        packages = [(str(name), recorded) for name, recorded in row["installed"].items()]
+        kernel = _kernel_of(row, key.root, key.candidates[position])
+    except (TypeError, KeyError, ValueError, IndexError):
+        return None
+    if before != (key.versions[:position], key.indexes[position]):
+        return None
+    if any(identity_of(path) != identity for path, identity in dirs):
+        return None
+    if any(stamp(path) != recorded for path, recorded in stamped):
+        return None
+    if any(installed(name) != recorded for name, recorded in packages):
+        return None
+    if row["device"] is not None and device_reading(key.backend) != row["device"]:
+        return None
+    assert kernel.entry is not None
+    return kernel if mark_in_use(kernel.entry) else None
+
+
+def read_table(root: str) -> dict[str, Any]:
+    """The table's rows by module name and key digest; empty when there is none, or none
+    that only this user (or root) could have written (a planted row could name a trusted
+    signer for an unsigned entry)."""
+    import json
+
+    flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(os.path.join(root, TABLE_NAME), flags)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        mine = st.st_uid in (os.getuid(), 0)  # type: ignore[attr-defined,unused-ignore]
+        private = mine and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if not (stat.S_ISREG(st.st_mode) and private) or st.st_size > _MOST_BYTES:
+            return {}
+        data = json.loads(os.read(fd, st.st_size + 1))
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+    modules = data.get("modules") if isinstance(data, dict) else None
+    if not isinstance(modules, dict) or data.get("format") != FORMAT:
+        return {}
+    return {name: rows for name, rows in modules.items() if isinstance(rows, dict)}
+
+
+def device_reading(backend: str | None) -> str | None:
+    """What the variant choice reads of this system's device, as text (``None`` without
+    one whose archs builds may list)."""
+    from .._variants.system import this_system
+
+    system = this_system(backend)
+    if not system.knows_device:
+        return None
+    from .._variants.device_arch import with_device
+
+    return with_device(system).key
+
+
+def installed(package: str) -> Stamp | None:
+    """Where ``package`` is installed, stamped; ``None`` where it is not."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        return None
+    return stamp(spec.origin or next(iter(spec.submodule_search_locations or ()), ""))
+
+
+def stamp(path: str) -> Stamp | None:
+    """What changes when anything about the file at ``path`` does (ctime cannot be set
+    back); ``None`` when there is none."""
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    identity = [st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid]
+    return [*identity, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def identity_of(path: str) -> Stamp | None:
+    """Which directory is at ``path``, its owner and mode: what the trust checks judge,
+    not its times, which change as entries come and go."""
+    found = stamp(path)
+    return found and found[:5]
+
+
+def _digest(module: str, candidates: tuple[RepoInfo, ...], backend: str | None) -> str:
+    import hashlib
+
+    keys = os.environ.get(TRUSTED_KEYS_VAR)
+    inputs = (
+        __version__,
+        module,
+        [(info.repo_id, info.version) for info in candidates],
+        os.getuid(),  # type: ignore[attr-defined,unused-ignore]  # key_of checked it exists
+        os.getgroups(),
+        sorted(
+            (name, value)
+            for name, value in os.environ.items()
+            if name.startswith("FLASHHUB_") or name in _PLACING
+        ),
+        stamp("pyproject.toml"),
+        stamp(os.path.expanduser(keys.strip())) if keys else None,
+        _system_inputs(backend),
+    )
+    return hashlib.blake2b(repr(inputs).encode(), digest_size=16).hexdigest()
+
+
+def _system_inputs(backend: str | None) -> tuple[object, ...]:
+    """What :func:`~.._variants.system.detect_system` reads, unjudged (judging imports
+    more than the rest of a hit costs): whatever it comes to read, this reads too, but
+    for the packages some builds need (tvm-ffi), which a row checks where they count."""
+    import torch
+
+    version, privateuse = torch.version, getattr(torch._C, "_get_privateuse1_backend_name", None)
+    gil = getattr(sys, "_is_gil_enabled", None)
+    return (
+        backend,
+        sys.version,
+        os.uname(),
+        gil() if gil else None,
+        torch.__version__,
+        torch.compiled_with_cxx11_abi(),
+        hasattr(torch.backends, "tpu"),
+        hasattr(torch, "neuron"),
+        version.cuda,
+        getattr(version, "rocm", None) or getattr(version, "hip", None),
+        sys.platform == "darwin" and torch.backends.mps.is_available(),  # else never
+        getattr(version, "xpu", None),
+        privateuse() if privateuse else None,
+        _judged_system(backend) if privateuse and privateuse() == "npu" else None,
+    )
+
+
+def _judged_system(backend: str | None) -> SystemInfo:
+    """This system's record, judged: Ascend's reads the installed CANN's version too."""
+    from .._variants.system import this_system
+
+    return this_system(backend)
+
+
+def _kernel_of(row: dict[str, Any], root: str, info: RepoInfo) -> KernelDir:
+    """The :class:`KernelDir` a row records."""
+    from pathlib import Path
+
+    variant, kernel = str(row["variant"]), row["kernel"]
+    package = Path(str(kernel["package"]))
+    if len(Path(variant).parts) != 1 or variant == ".." or package.is_absolute():
+        raise ValueError(f"not a path inside the version: {variant!r}, {package}")
+    if ".." in package.parts:
+        raise ValueError(f"not a path inside the entry: {package}")
+    entry = Path(root, info.cache_path, variant)
+    natives, requires = kernel["natives"], kernel["requires"]
+    return KernelDir(
+        entry / package,
+        info,
+        variant,
+        entry,
+        kernel["signer"] and str(kernel["signer"]),
+        None if natives is None else tuple((str(path), int(size)) for path, size in natives),
+        None if requires is None else dict(requires),
+    )
+
+
+# -- entries in use --------------------------------------------------------------------
+
+_held: dict[str, int] = {}  # entry directory -> the descriptor holding its shared lock
+
+
+def mark_in_use(entry: Path) -> bool:
+    """Hold a shared lock on ``entry`` for the rest of this process.
+
+    ``False`` when the entry was moved away before the lock was taken (``flashhub cache
+    clear`` was removing it): look it up again. An entry that cannot be locked is
+    ``True``: it loads, unprotected.
+    """
+    if fcntl is None:
+        return True
+    key = str(entry)
+    held = _held.get(key)
+    if held is not None:
+        if _is_at(held, entry):
+            return True
+        os.close(_held.pop(key))  # removed and cached again since: lock the new one
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while clear or prune removes it
+    except OSError:
+        os.close(fd)
+        return True
+    if not _is_at(fd, entry):
+        os.close(fd)
+        return False
+    _held[key] = fd
+    return True
+
+
+def _is_at(fd: int, entry: Path) -> bool:
+    """Whether the directory open as ``fd`` is still the one at ``entry``."""
+    try:
+        current = os.stat(entry)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)

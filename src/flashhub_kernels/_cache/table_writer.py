@@ -1,0 +1,135 @@
+"""Recording the answers of full lookups in the import table (:mod:`.imports`).
+
+After a full lookup the finder records its answer under the import's key, with stamps
+of everything the lookup read and checked: the variant index it picked from and the
+version directories of the repos tried before it (taken before the lookup ran, so a
+change made meanwhile is a miss), the identity, owner and mode of every directory the
+trust checks judged, the receipt and every file it vouches for (each checked against
+the receipt first), and the device's reading where the device took part in the choice.
+
+Recording is best effort: a cache that cannot be written keeps no table, and of two
+processes recording at once, one row may be lost (that import looks its kernel up in
+full again, and records it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from .._config import get_config
+from .._constants import RECEIPT_NAME
+from .._utils.filesystem import write_atomic
+from .._variants.system import this_system
+from .imports import (
+    FORMAT,
+    TABLE_NAME,
+    device_reading,
+    identity_of,
+    installed,
+    read_table,
+    stamp,
+)
+from .layout import Cache, parse_index, recorded_pick
+from .receipt import Receipt, read_receipt
+from .trust import check_chain
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from .._models.kernel_dir import KernelDir
+    from .imports import TableKey
+
+# Keys kept per module name, the latest last: a few settings or systems used in turn.
+KEYS_PER_NAME = 4
+# The packages whose presence the variant choice reads, by the framework of the builds
+# that need them.
+_NEEDING = {"tvm_ffi": "tvm-ffi", "mlx": "mlx"}
+
+
+def record(key: TableKey, target: KernelDir) -> None:
+    """Record ``target``, the full lookup's answer for ``key``, for the next import."""
+    row = _row(key, target)
+    if row is None:
+        return
+    table = read_table(key.root)
+    rows = table.setdefault(key.module, {})
+    if rows.get(key.digest) == row:
+        return
+    rows.pop(key.digest, None)
+    rows[key.digest] = row
+    for digest in list(rows)[:-KEYS_PER_NAME]:
+        del rows[digest]
+    data = json.dumps({"format": FORMAT, "modules": table}, separators=(",", ":"))
+    with contextlib.suppress(OSError):  # a read-only cache: each import looks up in full
+        write_atomic(Path(key.root, TABLE_NAME), data.encode(), mode=0o600, durable=False)
+
+
+def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
+    """The row of ``target``, found by a full lookup for ``key``; ``None`` for a cold
+    load (it wrote the index that the key stamped as missing), and where the entry does
+    not pass the checks that lookup made (it changed since)."""
+    info, variant, entry = target.info, target.variant, target.entry
+    if info not in key.candidates or variant is None or entry is None:
+        return None
+    position = key.candidates.index(info)
+    cache = Cache.from_config(get_config())
+    receipt = read_receipt(entry)
+    if key.indexes[position] is None or cache.root != Path(key.root) or receipt is None:
+        return None
+    check_chain(cache.root, entry, shared=cache.shared)
+    if receipt.changed_file(entry) is not None:
+        return None
+    document = cache.index_document(info)
+    judged = recorded_pick(document, this_system(key.backend).key) != variant
+    # A pick judged by the builds' metadata read that of the version's other entries too.
+    stamped = [str(entry.parent)] if judged else []
+    return {
+        "repo": position,
+        "variant": variant,
+        "versions": key.versions[:position],
+        "index": key.indexes[position],
+        "device": device_reading(key.backend) if judged else None,
+        "installed": {name: installed(name) for name in _packages_that_count(document)},
+        "dirs": [[path, identity_of(path)] for path in _judged_dirs(cache.root, entry)],
+        "stamped": [[path, stamp(path)] for path in [*stamped, *_vouched_files(entry, receipt)]],
+        "kernel": {
+            "package": os.path.relpath(target.package_dir, entry),
+            "signer": target.signer,
+            "natives": target.natives,
+            "requires": target.requires,
+        },
+    }
+
+
+def _packages_that_count(document: Mapping[str, Any]) -> list[str]:
+    """The packages some builds need (tvm-ffi's, MLX's) whose presence can change the
+    pick from this index: where it lists such a build, or not every build (a probe would
+    try them when the package is installed)."""
+    from .._variants.grammar import as_variant
+
+    index = parse_index(document)
+    if index is None or not index.complete:
+        return list(_NEEDING)
+    frameworks = {as_variant(name).framework for name in index.present}
+    return [package for package, framework in _NEEDING.items() if framework in frameworks]
+
+
+def _judged_dirs(root: Path, entry: Path) -> list[str]:
+    """The directories the trust checks judged: from the file system's root down to the
+    cache root, resolved, then the root as named and every directory down to the entry."""
+    above = [os.path.realpath(root)]
+    while os.path.dirname(above[-1]) != above[-1]:
+        above.append(os.path.dirname(above[-1]))
+    parts = entry.relative_to(root).parts
+    below = [root, *(root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1))]
+    return [*reversed(above), *map(str, below)]
+
+
+def _vouched_files(entry: Path, receipt: Receipt) -> list[str]:
+    """The receipt and every file it vouches for."""
+    return [str(entry / name) for name in (RECEIPT_NAME, *receipt.files, *receipt.bytecode)]
