@@ -64,8 +64,17 @@ NOT_WITH_THE_HOOK = [
     "flashhub_kernels.errors",
 ]
 
-# Modules of the cold path, of local directories and of lock files: a warm load from
-# the cache imports none of them.
+# What a warm load that the cache's import table answers adds to the hook's modules, for a
+# kernel without a native library, signatures or archs.
+TABLE_HIT_MODULES = {
+    "flashhub_kernels._constants",
+    "flashhub_kernels._cache",
+    "flashhub_kernels._cache.imports",
+    "flashhub_kernels._models.kernel_dir",
+}
+
+# Modules of the cold path, of local directories and of lock files: no warm load from the
+# cache imports them, not even one that looks its kernel up in full and records it.
 NOT_WITH_A_WARM_LOAD = [
     "packaging",
     "tomllib",
@@ -91,7 +100,6 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._twin_names",  # imported under one name only
     "flashhub_kernels._loading.api",  # the documented functions: not an import statement's
     "flashhub_kernels._loading.offline",
-    "flashhub_kernels._utils.filesystem",  # a warm load writes nothing
     "flashhub_kernels._cache.staging",
     "flashhub_kernels._cache.mutex",  # and filelock: a warm load takes no mutex
     "flashhub_kernels._cache.bytecode",
@@ -102,7 +110,6 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._utils.escaping",  # an error's text is escaped when it is raised
     "flashhub_kernels._loading.zip_layout",  # the kernel loaded here is not a zip build
     "flashhub_kernels._variants.compat",  # the index records the variant this system takes
-    "flashhub_kernels._variants.grammar",  # so no variant name is parsed
     "flashhub_kernels.errors",  # imported when something fails
 ]
 
@@ -140,7 +147,8 @@ def test_import_flashhub_kernels_imports_no_more_than_the_hook() -> None:
 def test_a_warm_load_imports_neither_the_cold_path_nor_packaging(
     cdn: CdnServer, tmp_path: Path, pyproject: str | None
 ) -> None:
-    """Nor TOML, in a project whose pyproject.toml lists no trusted keys."""
+    """Nor TOML, in a project whose pyproject.toml lists no trusted keys. The first warm
+    load there looks the kernel up in full; the next one is the import table's."""
     write_kernel(cdn.root, "acme/tensor-tricks", 1)
     load = "import flashhub.acme.tensor_tricks.v1"
     run_python(load)  # cold: downloads it
@@ -148,9 +156,13 @@ def test_a_warm_load_imports_neither_the_cold_path_nor_packaging(
     project.mkdir()
     if pyproject is not None:
         (project / "pyproject.toml").write_text(pyproject)
-    added = _imported_by(load, setup="import torch", cwd=project)
-    assert "flashhub.acme.tensor_tricks.v1" in added
-    assert [m for m in NOT_WITH_A_WARM_LOAD if m in added] == []
+    in_full = _imported_by(load, setup="import torch", cwd=project)
+    assert "flashhub.acme.tensor_tricks.v1" in in_full
+    assert "flashhub_kernels._cache.obtain" in in_full
+    assert [m for m in NOT_WITH_A_WARM_LOAD if m in in_full] == []
+    from_the_table = _imported_by(load, setup="import flashhub, torch", cwd=project)
+    assert "flashhub.acme.tensor_tricks.v1" in from_the_table
+    assert {m for m in from_the_table if m.startswith("flashhub_kernels")} == TABLE_HIT_MODULES
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -171,17 +183,23 @@ def test_the_readme_lists_what_the_hook_imports() -> None:
 
 def test_the_readme_lists_what_a_warm_load_imports(cdn: CdnServer) -> None:
     """Of a kernel without a native library, signatures or archs: the README lists what
-    those add after the first ';'."""
+    those add after."""
     write_kernel(cdn.root, "acme/tensor-tricks", 1)
     load = "import flashhub.acme.tensor_tricks.v1"
     run_python(load)  # cold: downloads it
-    added = _imported_by(load, setup="import flashhub, torch")
-    library = {m for m in added if m.startswith("flashhub_kernels")}
-    assert library == _readme_lists("A warm load from the cache adds ", ";")
+    in_full = _imported_by(load, setup="import flashhub, torch")
+    from_the_table = _imported_by(load, setup="import flashhub, torch")
+    looks_up = _readme_lists("looks its kernel up in full adds ", ", then records")
+    records = _readme_lists("then records the answer with ", ". Either adds")
+    assert {m for m in in_full if m.startswith("flashhub_kernels")} == looks_up | records
+    answered = _readme_lists("and torch) adds ", "; a warm load")
+    assert answered == TABLE_HIT_MODULES
+    assert {m for m in from_the_table if m.startswith("flashhub_kernels")} == answered
 
 
-# The most lines of library code a warm load of a kernel with a native library may import:
-# every line of them is read, compiled or unmarshalled by every job that loads a kernel.
+# The most lines of library code a warm load of a kernel with a native library may import,
+# the hook's included, where the import table answers it: every line of them is read,
+# compiled or unmarshalled by every job that loads a kernel.
 WARM_PATH_LINES = 2_100
 
 
@@ -192,7 +210,9 @@ def test_a_warm_load_of_a_native_kernel_stays_within_its_lines(cdn: CdnServer) -
     variants.write_text(json.dumps([local_variant()]))
     load = "import flashhub.acme.tensor_tricks.v1"
     run_python(load)  # cold: downloads it
+    run_python(load)  # warm: looks it up in full, and records the answer
     added = _imported_by(load, setup="import torch")  # the hook's modules count too
+    assert "flashhub_kernels._cache.obtain" not in added  # the table's answer
     library = sorted(m for m in added if m == "flashhub" or m.startswith("flashhub_kernels"))
     assert "flashhub_kernels._native" in library  # its native library was noted
     code = f"import importlib.util\nfor m in {library!r}: print(importlib.util.find_spec(m).origin)"
@@ -259,6 +279,7 @@ def test_every_lazily_exporting_module_lists_its_lazy_names_before_loading_them(
 MODULE_LISTS = {
     "HOOK_MODULES": sorted(HOOK_MODULES),
     "NOT_WITH_THE_HOOK": NOT_WITH_THE_HOOK,
+    "TABLE_HIT_MODULES": sorted(TABLE_HIT_MODULES),
     "NOT_WITH_A_WARM_LOAD": NOT_WITH_A_WARM_LOAD,
     "test_lock.HTTP_MODULES": test_lock.HTTP_MODULES,
     "test_import_hook.HEAVY": list(test_import_hook.HEAVY),

@@ -199,20 +199,32 @@ class KernelFinder:
         return wanted is None or loaded is None or wanted.repo_id == loaded.repo_id
 
     def locate(self, fullname: str) -> KernelDir:
-        """Find (download if needed) the kernel ``fullname`` names, for the loader; a repo
-        that ``LOCAL_KERNELS`` maps is served from its local directory instead."""
+        """Find (download if needed) the kernel ``fullname`` names, for the loader: a repo
+        that ``LOCAL_KERNELS`` maps is served from its local directory; else the cache's
+        import table answers, when what decided its answer is as it was; else the cache
+        is searched in full (and the answer recorded in the table)."""
+        from ._cache import imports
         from ._constants import LOCAL_KERNELS_VAR
 
         parsed = parse_module_name(fullname)
         assert parsed is not None and parsed.version is not None
         pinned = self._pins.get(fullname)
         candidates = [pinned] if pinned else _candidates(parsed)
-        target = None
+        target, key = None, None
         if os.environ.get(LOCAL_KERNELS_VAR):  # only then local overrides are looked at
             from ._loading.local import local_override
 
             target = local_override(candidates, parsed.backend)
-        target = target or _from_the_cache(fullname, candidates, parsed.backend)
+        if target is None and (key := imports.key_of(fullname, candidates, parsed.backend)):
+            target = imports.lookup(key)
+        if target is None:
+            from ._cache.obtain import use_kernel
+
+            target = use_kernel(candidates, backend=parsed.backend)
+            if key is not None:
+                from ._cache.table_writer import record
+
+                record(key, target)
         assert target.info is not None
         with self._lock:
             self._targets[fullname] = target
@@ -255,27 +267,6 @@ def _still_valid(known: KernelDir) -> bool:
     assert known.info is not None
     trusted = get_config().accepts_signer(known.info.org, known.signer)
     return trusted and known.init_file.is_file()
-
-
-def _from_the_cache(
-    fullname: str, candidates: Sequence[RepoInfo], backend: str | None
-) -> KernelDir:
-    """The cache entry ``fullname`` loads: the import table's answer when its inputs
-    are as they were, else the full lookup's (downloading if needed), then recorded."""
-    from ._cache import imports
-
-    key = imports.key_of(fullname, candidates, backend)
-    target = imports.lookup(key) if key is not None else None
-    if target is not None:
-        return target
-    from ._cache.obtain import use_kernel
-
-    target = use_kernel(candidates, backend=backend)
-    if key is not None:
-        from ._cache.table_writer import record
-
-        record(key, target)
-    return target
 
 
 def _candidates(parsed: KernelModuleName) -> list[RepoInfo]:
