@@ -1,0 +1,283 @@
+"""The import table: a warm import answered from the entry the same import loaded last,
+only while everything that decided that answer, and everything the full lookup checked,
+is as it was.
+
+Each case fills the cache with a cold load and records a row with a warm one (each in a
+process of its own), then changes one thing and imports again in a fresh process, which
+says whether the full lookup ran (``flashhub_kernels._cache.obtain`` imported) and what
+it loaded. The attacks stage a table that another user could have written, rows naming
+paths outside the cache, and files changed under a recorded row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from conftest import NOBODY, needs_root, run_python
+from flashhub_kernels._cache import imports
+from support.cdn_server import CdnServer
+from support.preloaded import run_code
+from support.trees import local_variant, write_kernel
+from test_signing_load import TRUSTED, key_pair, sign
+
+REPO = "acme/tensor-tricks"
+MODULE = "flashhub.acme.tensor_tricks.v1"
+# What one import in a fresh process reports: whether it looked its kernel up in full, and
+# the kernel's marker and file.
+IMPORT = f"""
+import json, sys
+import {MODULE} as k
+print(json.dumps(["flashhub_kernels._cache.obtain" in sys.modules, k.marker(), k.__file__]))
+"""
+
+
+def import_once(
+    env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[bool, str, str]:
+    """(looked up in full, marker, file) of one import in a fresh process."""
+    in_full, marker, file = json.loads(run_python(IMPORT, env=env, cwd=cwd).splitlines()[-1])
+    return in_full, marker, file
+
+
+@pytest.fixture
+def recorded(cdn: CdnServer, cache_dir: Path) -> Path:
+    """A kernel cached by a cold load, its row recorded by a warm one; the table's path."""
+    write_kernel(cdn.root, REPO, 1)
+    assert import_once()[0]  # cold
+    assert import_once()[0]  # warm, looked up in full: recorded
+    table = cache_dir / imports.TABLE_NAME
+    assert table.is_file()
+    return table
+
+
+def entry_dir(cache_dir: Path) -> Path:
+    return cache_dir / f"kernels/{REPO}/v1/{local_variant()}"
+
+
+def test_the_table_answers_the_next_import_and_the_same_files_load(
+    recorded: Path, cache_dir: Path, cdn: CdnServer
+) -> None:
+    cdn.clear_log()
+    in_full, marker, file = import_once()
+    assert not in_full
+    assert marker.startswith("acme/tensor-tricks@v1")
+    assert Path(file) == entry_dir(cache_dir) / "tensor_tricks/__init__.py"
+    assert cdn.requests == []
+    assert recorded.stat().st_mode & 0o777 == 0o600  # the user's own record
+
+
+def test_get_kernel_is_answered_by_the_table_too(cdn: CdnServer, cache_dir: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    code = f"""
+import json, sys, flashhub_kernels as fk
+k = fk.get_kernel({REPO!r}, version=1)
+print(json.dumps("flashhub_kernels._cache.obtain" in sys.modules))
+"""
+    looked_up = [json.loads(run_python(code).splitlines()[-1]) for _ in range(3)]
+    assert looked_up == [True, True, False]  # cold, recorded, answered
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"FLASHHUB_READ_TIMEOUT": "7"}, id="a FLASHHUB_ setting"),
+        pytest.param({"FLASHHUB_CACHE_SHARED": "1"}, id="the shared-cache setting"),
+        pytest.param({"HOME": "/nonexistent-home"}, id="what places the cache"),
+    ],
+)
+def test_another_setting_is_another_key(recorded: Path, change: dict[str, str]) -> None:
+    assert import_once(env=change)[0]  # looked up in full, and recorded under its key
+    assert not import_once(env=change)[0]
+    assert not import_once()[0]  # the first key's row is kept beside it
+
+
+def test_a_project_file_changed_is_another_key(recorded: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    import_once(cwd=project)  # recorded for this directory, if its key is another
+    assert not import_once(cwd=project)[0]
+    (project / "pyproject.toml").write_text('[project]\nname = "app"\n')
+    assert import_once(cwd=project)[0]
+    assert not import_once(cwd=project)[0]
+    (project / "pyproject.toml").write_text('[project]\nname = "app2"\n')
+    assert import_once(cwd=project)[0]
+
+
+def test_a_rewritten_index_is_a_miss(recorded: Path, cache_dir: Path) -> None:
+    index = cache_dir / f"kernels/{REPO}/v1/variants-index.json"
+    index.write_bytes(index.read_bytes())  # the same bytes, written again
+    assert import_once()[0]
+    assert not import_once()[0]
+
+
+def test_a_changed_file_is_a_miss_and_the_full_lookup_repairs_it(
+    recorded: Path, cache_dir: Path
+) -> None:
+    init = entry_dir(cache_dir) / "tensor_tricks/__init__.py"
+    original = init.read_bytes()
+    init.write_bytes(original + b"\nraise SystemExit('planted code ran')\n")
+    in_full, marker, _file = import_once()
+    assert in_full and marker.startswith("acme/tensor-tricks@v1")
+    assert init.read_bytes() == original  # fetched again, verified
+
+
+def test_a_changed_file_offline_fails_as_the_full_lookup_fails(
+    recorded: Path, cache_dir: Path
+) -> None:
+    init = entry_dir(cache_dir) / "tensor_tricks/__init__.py"
+    init.write_bytes(init.read_bytes() + b"\nraise SystemExit('planted code ran')\n")
+    result = run_code(IMPORT, env={**os.environ, "FLASHHUB_OFFLINE": "1"})
+    assert result.returncode == 1 and "planted code ran" not in result.stderr
+    assert "differs from its receipt" in result.stderr
+    assert "IntegrityError" in result.stderr and issubclass(fk.errors.IntegrityError, ImportError)
+
+
+def test_a_removed_entry_is_fetched_again(recorded: Path, cache_dir: Path) -> None:
+    shutil.rmtree(entry_dir(cache_dir))
+    in_full, marker, _file = import_once()
+    assert in_full and marker.startswith("acme/tensor-tricks@v1")
+
+
+def test_a_directory_opened_to_others_is_refused_as_by_the_full_lookup(
+    recorded: Path, cache_dir: Path
+) -> None:
+    version = cache_dir / f"kernels/{REPO}/v1"
+    version.chmod(0o777)
+    result = run_code(IMPORT, env=dict(os.environ))
+    assert result.returncode == 1
+    assert "refusing to trust the cache" in result.stderr and str(version) in result.stderr
+
+
+def test_a_table_that_cannot_be_written_leaves_every_import_to_the_full_lookup(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """As on a read-only cache: recording fails, quietly, and the imports work."""
+    write_kernel(cdn.root, REPO, 1)
+    assert import_once()[0]
+    (cache_dir / imports.TABLE_NAME).mkdir()  # in the way of the rename, even for root
+    assert [import_once()[0] for _ in range(2)] == [True, True]
+
+
+def test_configure_turns_the_table_off_for_the_process(recorded: Path) -> None:
+    code = f"""
+import json, sys, flashhub_kernels as fk
+fk.configure(prefix="kernels")  # what the environment says too
+import {MODULE}
+print(json.dumps("flashhub_kernels._cache.obtain" in sys.modules))
+"""
+    assert json.loads(run_python(code).splitlines()[-1]) is True
+
+
+def test_the_table_never_lifts_a_signature_check(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """A row recorded while the publisher's key was trusted does not answer an import that
+    trusts another key only: that one looks up in full, and is refused."""
+    (signing, key), (_other_file, other) = key_pair(tmp_path, "a"), key_pair(tmp_path, "b")
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, signing)
+    trusting_a, trusting_b = {TRUSTED: key.public_line}, {TRUSTED: other.public_line}
+    assert [import_once(env=trusting_a)[0] for _ in range(3)] == [True, True, False]
+    result = run_code(IMPORT, env={**os.environ, **trusting_b})
+    assert result.returncode == 1 and "SignatureError" in result.stderr
+    assert "no signature by a key trusted" in result.stderr
+
+
+# -- a table that cannot be trusted is not read ------------------------------------------
+
+
+def test_a_table_others_could_write_is_not_read(recorded: Path) -> None:
+    recorded.chmod(0o666)
+    assert import_once()[0]
+
+
+def test_a_table_owned_by_another_user_is_not_read(recorded: Path) -> None:
+    needs_root()
+    os.chown(recorded, NOBODY, NOBODY)
+    assert import_once()[0]
+
+
+def test_a_symlinked_table_is_not_read(recorded: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.json"
+    recorded.rename(elsewhere)
+    recorded.symlink_to(elsewhere)
+    assert import_once()[0]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("variant", "../../../.."),
+        ("variant", ".."),
+        ("package", "../../../../../../tmp"),
+        ("package", "/tmp"),
+        ("repo", 7),
+    ],
+)
+def test_a_row_naming_a_path_outside_its_entry_is_not_used(
+    recorded: Path, field: str, value: object
+) -> None:
+    document = json.loads(recorded.read_text())
+    (row,) = document["modules"][MODULE].values()
+    if field == "package":
+        row["kernel"]["package"] = value
+    else:
+        row[field] = value
+    recorded.write_text(json.dumps(document))
+    recorded.chmod(0o600)
+    in_full, marker, _file = import_once()
+    assert in_full and marker.startswith("acme/tensor-tricks@v1")
+
+
+def test_a_table_that_does_not_parse_is_a_miss_and_is_written_again(recorded: Path) -> None:
+    recorded.write_text("{not json")
+    assert import_once()[0]
+    assert json.loads(recorded.read_text())["format"] == imports.FORMAT
+    assert not import_once()[0]
+
+
+# -- the key reads what the variant choice reads -------------------------------------------
+
+
+def _digest(monkeypatch: pytest.MonkeyPatch, torch_attributes: dict[str, object]) -> str:
+    import torch
+
+    for dotted, value in torch_attributes.items():
+        owner: object = torch
+        *path, name = dotted.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        monkeypatch.setattr(owner, name, value, raising=False)
+    key = imports.key_of(MODULE, [fk.RepoInfo(REPO, 1)], None)
+    assert key is not None
+    return key.digest
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"version.cuda": "12.6"},
+        {"version.hip": "6.3.1"},
+        {"version.xpu": "20250101"},
+        {"__version__": "2.99.0"},
+        {"neuron": object()},
+        {"backends.tpu": object()},
+        {"compiled_with_cxx11_abi": lambda: False},
+    ],
+    ids=lambda attributes: ",".join(attributes),
+)
+def test_what_the_system_is_judged_from_is_in_the_key(
+    monkeypatch: pytest.MonkeyPatch, attributes: dict[str, object]
+) -> None:
+    from flashhub_kernels._variants.system import detect_system
+
+    before, judged = _digest(monkeypatch, {}), detect_system.__wrapped__()  # type: ignore[attr-defined]
+    after = _digest(monkeypatch, attributes)
+    assert detect_system.__wrapped__() != judged  # type: ignore[attr-defined]  # it counts
+    assert after != before
