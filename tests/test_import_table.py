@@ -116,6 +116,19 @@ def test_a_rewritten_index_is_a_miss(recorded: Path, cache_dir: Path) -> None:
     assert not import_once()[0]
 
 
+def test_a_judged_pick_is_a_miss_once_its_version_changes(recorded: Path, cache_dir: Path) -> None:
+    """Where the index records no pick for this system, the lookup judged the builds by
+    the metadata of the version's entries: an entry added there is a miss."""
+    index = cache_dir / f"kernels/{REPO}/v1/variants-index.json"
+    document = json.loads(index.read_text())
+    del document["picks"]
+    index.write_text(json.dumps(document))
+    assert import_once()[0]  # judged, and recorded
+    assert not import_once()[0]
+    (index.parent / "torch-universal").mkdir()  # what a commit of another build does to it
+    assert import_once()[0]
+
+
 def test_a_changed_file_is_a_miss_and_the_full_lookup_repairs_it(
     recorded: Path, cache_dir: Path
 ) -> None:

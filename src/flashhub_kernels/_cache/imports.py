@@ -80,14 +80,16 @@ def lookup(key: TableKey) -> KernelDir | None:
     row = read_table(key.root).get(key.module, {}).get(key.digest)
     try:
         position = int(row["repo"])
-        before = (row["versions"], row["index"])
+        versions, index = list(row["versions"]), row["index"]
         dirs = [(str(path), identity) for path, identity in row["dirs"]]
         stamped = [(str(path), recorded) for path, recorded in row["stamped"]]
         packages = [(str(name), recorded) for name, recorded in row["installed"].items()]
+        device = row["device"]
         kernel = _kernel_of(row, key.root, key.candidates[position])
     except (TypeError, KeyError, ValueError, IndexError):
         return None
-    if before != (key.versions[:position], key.indexes[position]):
+    depended = len(versions) in (position, position + 1)  # its own too, if judged
+    if not depended or versions != key.versions[: len(versions)] or index != key.indexes[position]:
         return None
     if any(identity_of(path) != identity for path, identity in dirs):
         return None
@@ -95,7 +97,7 @@ def lookup(key: TableKey) -> KernelDir | None:
         return None
     if any(installed(name) != recorded for name, recorded in packages):
         return None
-    if row["device"] is not None and device_reading(key.backend) != row["device"]:
+    if device is not None and device_reading(key.backend) != device:
         return None
     assert kernel.entry is not None
     return kernel if mark_in_use(kernel.entry) else None

@@ -1,11 +1,13 @@
 """Recording the answers of full lookups in the import table (:mod:`.imports`).
 
 After a full lookup the finder records its answer under the import's key, with stamps
-of everything the lookup read and checked: the variant index it picked from and the
-version directories of the repos tried before it (taken before the lookup ran, so a
-change made meanwhile is a miss), the identity, owner and mode of every directory the
-trust checks judged, the receipt and every file it vouches for (each checked against
-the receipt first), and the device's reading where the device took part in the choice.
+of everything the lookup read and checked: the variant index it picked from, the
+version directories of the repos tried before it and its own where the pick was judged
+by the metadata of the version's entries (taken before the lookup ran, so a change made
+meanwhile is a miss), the identity, owner and mode of every directory the trust checks
+judged, the receipt and every file it vouches for (each checked against the receipt
+first), where some builds' packages (tvm-ffi, MLX) are installed if one of those builds
+could be picked, and the device's reading where the device took part in the choice.
 
 Recording is best effort: a cache that cannot be written keeps no table, and of two
 processes recording at once, one row may be lost (that import looks its kernel up in
@@ -87,16 +89,16 @@ def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
     document = cache.index_document(info)
     judged = recorded_pick(document, this_system(key.backend).key) != variant
     # A pick judged by the builds' metadata read that of the version's other entries too.
-    stamped = [str(entry.parent)] if judged else []
+    versions = key.versions[: position + 1] if judged else key.versions[:position]
     return {
         "repo": position,
         "variant": variant,
-        "versions": key.versions[:position],
+        "versions": versions,
         "index": key.indexes[position],
         "device": device_reading(key.backend) if judged else None,
         "installed": {name: installed(name) for name in _packages_that_count(document)},
         "dirs": [[path, identity_of(path)] for path in _judged_dirs(cache.root, entry)],
-        "stamped": [[path, stamp(path)] for path in [*stamped, *_vouched_files(entry, receipt)]],
+        "stamped": [[path, stamp(path)] for path in _vouched_files(entry, receipt)],
         "kernel": {
             "package": os.path.relpath(target.package_dir, entry),
             "signer": target.signer,
