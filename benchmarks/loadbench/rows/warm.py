@@ -109,7 +109,8 @@ def _measurements(
 def _first(module: str, results: Mapping[str, Sequence[float]]) -> Row:
     note = (
         f"import {module}, once per fresh process (torch and the flashhub hook "
-        "imported before); includes reading the cache index and receipt and stat-ing every file"
+        "imported before), answered by the cache's import table, whose row the warm loads "
+        "before recorded: its key, and an lstat of every file and directory the row stamps"
     )
     first, plain = Stat.of(results["first"]), Stat.of(results["plain first"])
     name = "warm import, first in a fresh process"
