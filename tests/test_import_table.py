@@ -272,6 +272,11 @@ def _digest(monkeypatch: pytest.MonkeyPatch, torch_attributes: dict[str, object]
     return key.digest
 
 
+# Judged on a torch built for no GPU backend, whatever this one runs: a CUDA build's
+# backend would hide ROCm's and XPU's facts, as it does in detect_system.
+CPU_TORCH = {"version.cuda": None, "version.hip": None, "version.xpu": None}
+
+
 @pytest.mark.parametrize(
     "attributes",
     [
@@ -290,7 +295,9 @@ def test_what_the_system_is_judged_from_is_in_the_key(
 ) -> None:
     from flashhub_kernels._variants.system import detect_system
 
-    before, judged = _digest(monkeypatch, {}), detect_system.__wrapped__()  # type: ignore[attr-defined]
+    judge = detect_system.__wrapped__  # type: ignore[attr-defined]  # not the process's cache
+    before = _digest(monkeypatch, CPU_TORCH)
+    judged = judge()
     after = _digest(monkeypatch, attributes)
-    assert detect_system.__wrapped__() != judged  # type: ignore[attr-defined]  # it counts
+    assert judge() != judged  # it counts
     assert after != before

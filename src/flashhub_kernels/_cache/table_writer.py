@@ -34,7 +34,7 @@ from .imports import (
     read_table,
     stamp,
 )
-from .layout import Cache, parse_index, recorded_pick
+from .layout import Cache, recorded_pick
 from .receipt import Receipt, read_receipt
 from .trust import check_chain
 
@@ -114,10 +114,10 @@ def _packages_that_count(document: Mapping[str, Any]) -> list[str]:
     try them when the package is installed)."""
     from .._variants.grammar import as_variant
 
-    index = parse_index(document)
-    if index is None or not index.complete:
+    present = document.get("present")  # read as recorded_pick reads it: no judge imported
+    if document.get("complete") is not True or not isinstance(present, list):
         return list(_NEEDING)
-    frameworks = {as_variant(name).framework for name in index.present}
+    frameworks = {as_variant(str(name)).framework for name in present}
     return [package for package, framework in _NEEDING.items() if framework in frameworks]
 
 
