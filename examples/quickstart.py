@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE / "kernels"))
 
 from _buildlib import BuildError, BuiltKernel, cuda_arch_list, cuda_backend  # noqa: E402
 from build_all import build_all  # noqa: E402
-from flashhub_kernels._config import default_cache_dir  # noqa: E402
+from flashhub_kernels._constants import default_cache_dir  # noqa: E402
 from flashhub_kernels._publish import publish  # noqa: E402
 from flashhub_kernels._signing.signing_keys import (  # noqa: E402
     SigningKey,
@@ -47,7 +47,7 @@ from flashhub_kernels._signing.signing_keys import (  # noqa: E402
     write_key_pair,
 )
 
-WORKDIR = default_cache_dir().parent / "flashhub-quickstart"
+WORKDIR = Path(default_cache_dir()).parent / "flashhub-quickstart"
 MIRROR = WORKDIR / "mirror"
 CACHE = WORKDIR / "cache"
 PUBLISHER_KEY = WORKDIR / "publisher.key"
