@@ -17,7 +17,7 @@ import pytest
 import flashhub_kernels as fk
 from conftest import MakeCdn, plant_partial
 from flashhub_kernels._config import get_config
-from flashhub_kernels._network.transport import Fetcher
+from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
 from support.cdn_server import CdnServer, chunked, drop_after, status, trickle
 from support.trees import kernel_files, write_variant
@@ -253,7 +253,10 @@ def test_files_share_kept_alive_connections(cdn: CdnServer) -> None:
     k = fk.get_kernel(REPO, version=1)
     assert len(cached_files(k)) == 45
     assert len(cdn.gets()) == 47  # the two documents, 45 files, nothing twice
-    assert cdn.connections <= 10  # a pool of a few workers' connections, not one per file
+    # One connection per download thread and document, not one per file. The threads are
+    # as many as the server's measured wait asks for, more on a loaded machine: within
+    # the pool's size, whatever the load.
+    assert cdn.connections <= POOL_SIZE < len(extra)
 
 
 def test_a_kept_alive_connection_the_server_closed_is_replaced(
