@@ -79,9 +79,11 @@ def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
     if info not in key.candidates or variant is None or entry is None:
         return None
     position = key.candidates.index(info)
+    if key.indexes[position] is None:
+        return None  # a cold load: it wrote the index after the key stamped it
     cache = Cache.from_config(get_config())
     receipt = read_receipt(entry)
-    if key.indexes[position] is None or cache.root != Path(key.root) or receipt is None:
+    if cache.root != Path(key.root) or receipt is None:
         return None
     check_chain(cache.root, entry, shared=cache.shared)
     if receipt.changed_file(entry) is not None:
