@@ -298,6 +298,32 @@ def test_an_import_judges_the_device_by_nvml_cold_and_warm_and_starts_no_cuda(
     assert nvml_calls(tmp_path).count("nvmlInit_v2") == 1
 
 
+SHOW_LOOKUP = SHOW.replace(
+    "import flashhub.acme.relu.v1 as k\n",
+    "import flashhub.acme.relu.v1 as k\nprint('flashhub_kernels._cache.obtain' in sys.modules)\n",
+)
+
+
+def test_the_import_table_reads_the_device_again_for_a_pick_it_decided(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    """The builds list archs, so the device took part in the choice: the table's answer
+    holds only while the device reads the same, and reading it starts no CUDA either."""
+    publish(cdn.root, 1, BUILDS)
+    h100 = {"STAND_IN_PROC_GPUS": str(proc_listing(tmp_path / "h100", H100))}
+    a10 = {"STAND_IN_PROC_GPUS": str(proc_listing(tmp_path / "a10", A10))}
+    on_h100 = gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=h100)
+    on_a10 = gpu_machine_env(tmp_path, A10, nvml=nvml_dir, extra=a10)
+    loads = [run_python(SHOW_LOOKUP, env=on_h100).split() for _ in range(3)]
+    # cold, then looked up in full and recorded, then the table's answer
+    assert [load[0] for load in loads] == ["True", "True", "False"]
+    assert {load[1] for load in loads} == {_chosen(CU124)}  # 9.0a fits the H100
+    assert {load[2] for load in loads} == {"False"}  # no CUDA context
+    swapped = run_python(SHOW_LOOKUP, env=on_a10).split()
+    assert swapped[:3] == ["True", _chosen(CU126), "False"]  # the A10 is 8.6: judged again
+    assert context_requests(tmp_path) == []
+
+
 FORKED_AFTER_CUDA = """
 import multiprocessing, torch
 
