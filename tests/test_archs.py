@@ -9,6 +9,7 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+from flashhub_kernels import _constants
 from flashhub_kernels._cache.layout import VariantIndex
 from flashhub_kernels._cache.staging import index_document, merge_indexes
 from flashhub_kernels._models.names import RepoInfo
@@ -453,7 +454,7 @@ def test_the_device_is_asked_of_torch_only_once_it_initialized_cuda(
     probe = _device_arch._probed.__wrapped__  # not the per-process cache
     local = H100._replace(cuda_capability=None, probe_device=True)
     monkeypatch.setattr(_nvml, "LIBRARY", "libnvidia-ml-missing.so.1")
-    monkeypatch.setattr(_device_arch, "KFD_NODES", "/no-such-kfd-topology")
+    monkeypatch.setattr(_constants, "KFD_NODES", "/no-such-kfd-topology")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
     assert probe(local) == local._replace(probe_device=False)  # no driver: nothing to check

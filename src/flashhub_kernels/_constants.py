@@ -25,6 +25,10 @@ MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIG_SUFFIX
 RECEIPT_NAME = ".flashhub-receipt.json"
 # The cache's record of a version's variants, in its version directory.
 INDEX_NAME = "variants-index.json"
+# Where the drivers list the GPUs, read at each use (tests point them elsewhere): NVIDIA's,
+# a directory per GPU named by its PCI address; amdgpu's topology, a directory per node.
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 
 def default_cache_dir() -> str:

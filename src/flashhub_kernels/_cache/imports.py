@@ -25,6 +25,7 @@ import os
 import stat
 import sys
 
+from .. import _constants
 from .._constants import INDEX_NAME, TRUSTED_KEYS_VAR, __version__, default_cache_dir
 from .._models.kernel_dir import KernelDir
 
@@ -46,6 +47,14 @@ TABLE_NAME = "import-table.json"
 FORMAT = 1
 _MOST_BYTES = 4 << 20  # a larger table is not read: the writer keeps it far smaller
 _PLACING = ("XDG_CACHE_HOME", "HOME")  # what places the cache, besides FLASHHUB_* variables
+# What selects and orders the devices a process sees.
+_SELECTING = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+)
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 Stamp = list[int]  # as JSON keeps it
 
@@ -84,7 +93,7 @@ def lookup(key: TableKey) -> KernelDir | None:
         dirs = [(str(path), identity) for path, identity in row["dirs"]]
         stamped = [(str(path), recorded) for path, recorded in row["stamped"]]
         packages = [(str(name), recorded) for name, recorded in row["installed"].items()]
-        device = row["device"]
+        device, read_from = row["device"], row["device_inputs"]
         kernel = _kernel_of(row, key.root, key.candidates[position])
     except (TypeError, KeyError, ValueError, IndexError):
         return None
@@ -97,7 +106,7 @@ def lookup(key: TableKey) -> KernelDir | None:
         return None
     if any(installed(name) != recorded for name, recorded in packages):
         return None
-    if device is not None and device_reading(key.backend) != device:
+    if device is not None and not _same_device(key.backend, device, read_from):
         return None
     assert kernel.entry is not None
     return kernel if mark_in_use(kernel.entry) else None
@@ -142,6 +151,41 @@ def device_reading(backend: str | None) -> str | None:
     from .._variants.device_arch import with_device
 
     return with_device(system).key
+
+
+def device_inputs() -> list[object] | None:
+    """What the device's reading (:func:`device_reading`) is read from, unread: the
+    variables that select and order the devices, the devices the drivers list (each by
+    name and identity) and this boot (a GPU is changed only across one); ``None`` where
+    the reading asks more (torch has initialized the GPU runtime, a MIG instance is
+    selected)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return None
+    selecting = [os.environ.get(name) for name in _SELECTING]
+    if "MIG-" in (selecting[0] or ""):
+        return None
+    try:
+        with open(_BOOT_ID, encoding="ascii") as file:
+            boot: str | None = file.read().strip()
+    except OSError:
+        boot = None
+    return [selecting, _listing(_constants.PROC_GPUS), _listing(_constants.KFD_NODES), boot]
+
+
+def _same_device(backend: str | None, reading: str, read_from: object) -> bool:
+    """Whether this system's device still reads as ``reading``: unread where what it is
+    read from is as it was (``read_from``), else read again."""
+    inputs = device_inputs()
+    return (inputs is not None and inputs == read_from) or device_reading(backend) == reading
+
+
+def _listing(directory: str) -> list[list[object]] | None:
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return None
+    return [[name, identity_of(os.path.join(directory, name))] for name in names]
 
 
 def installed(package: str) -> Stamp | None:

@@ -28,6 +28,7 @@ from .._variants.system import this_system
 from .imports import (
     FORMAT,
     TABLE_NAME,
+    device_inputs,
     device_reading,
     identity_of,
     installed,
@@ -90,6 +91,7 @@ def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
         return None
     document = cache.index_document(info)
     judged = recorded_pick(document, this_system(key.backend).key) != variant
+    read_from = device_inputs() if judged else None  # before the reading it stands for
     # A pick judged by the builds' metadata read that of the version's other entries too.
     versions = key.versions[: position + 1] if judged else key.versions[:position]
     return {
@@ -98,6 +100,7 @@ def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
         "versions": versions,
         "index": key.indexes[position],
         "device": device_reading(key.backend) if judged else None,
+        "device_inputs": read_from,
         "installed": {name: installed(name) for name in _packages_that_count(document)},
         "dirs": [[path, identity_of(path)] for path in _judged_dirs(cache.root, entry)],
         "stamped": [[path, stamp(path)] for path in _vouched_files(entry, receipt)],

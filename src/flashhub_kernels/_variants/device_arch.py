@@ -33,6 +33,7 @@ import os
 import sys
 from functools import cache
 
+from .. import _constants
 from .._models.names import is_digits
 from .._models.record import Record
 from .archs import gfx_name, parse_cuda_arch
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("flashhub_kernels")
 
-KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
-PROC_GPUS = "/proc/driver/nvidia/gpus"
 GPU_RECORD = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
 
 
@@ -105,7 +104,7 @@ def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]
     from .._config import cache_root
 
     record = cache_root() / GPU_RECORD
-    known = None if migs else recorded_gpus(PROC_GPUS, read_record(record))
+    known = None if migs else recorded_gpus(_constants.PROC_GPUS, read_record(record))
     if known:
         return known, {}, f"{record} (NVML's earlier answer)"
     from .nvml import read_gpus
@@ -236,7 +235,7 @@ def _read_rocm_gfx() -> DeviceArch:
     if torch is not None and torch.cuda.is_initialized():
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
         return DeviceArch(gfx=str(properties.gcnArchName), source="torch, HIP being initialized")
-    seen = kfd_gpus(KFD_NODES)
+    seen = kfd_gpus(_constants.KFD_NODES)
     seen = [
         seen[i]
         for i in select_visible([u for u, _ in seen], os.environ.get("ROCR_VISIBLE_DEVICES"))
@@ -244,9 +243,10 @@ def _read_rocm_gfx() -> DeviceArch:
     hip = os.environ.get("HIP_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     seen = [seen[i] for i in select_visible([u for u, _ in seen], hip)]
     if not seen:
-        return DeviceArch(source=f"{KFD_NODES} lists no device this process sees")
+        return DeviceArch(source=f"{_constants.KFD_NODES} lists no device this process sees")
     gfx = [target for _, target in seen]
-    return DeviceArch(gfx=gfx[0], source=f"{KFD_NODES}, device 0 of {len(gfx)}{_differ(gfx)}")
+    source = f"{_constants.KFD_NODES}, device 0 of {len(gfx)}{_differ(gfx)}"
+    return DeviceArch(gfx=gfx[0], source=source)
 
 
 def kfd_gpus(nodes: str) -> list[tuple[str, str]]:
