@@ -66,8 +66,12 @@ def cached_variants(cache_dir: Path, version: int = 1) -> list[str]:
 
 
 def as_gpu_node(capability: tuple[int, int], code: str) -> str:
-    """Python code that resolves kernels as a GPU node of ``capability`` would, then ``code``."""
+    """Python code that resolves kernels as a GPU node of ``capability`` would, then ``code``.
+    The node sees a device of its own: another node, on another boot, would see another
+    (what the cache's import table reads the device from)."""
     return (
+        "import os\n"
+        f"os.environ['CUDA_VISIBLE_DEVICES'] = 'GPU-node-{capability[0]}{capability[1]}'\n"
         "import flashhub_kernels._variants.system as system\n"
         "from flashhub_kernels._variants.system import SystemInfo\n"
         "node = SystemInfo((2, 13), True, 'cuda', 'cu126', 'x86_64', 'linux', "
