@@ -51,7 +51,7 @@ def recorded(cdn: CdnServer, cache_dir: Path) -> Path:
     write_kernel(cdn.root, REPO, 1)
     assert import_once()[0]  # cold
     assert import_once()[0]  # warm, looked up in full: recorded
-    table = cache_dir / imports.TABLE_NAME
+    table = Path(imports.table_file(str(cache_dir), MODULE))
     assert table.is_file()
     return table
 
@@ -173,7 +173,9 @@ def test_a_table_that_cannot_be_written_leaves_every_import_to_the_full_lookup(
     """As on a read-only cache: recording fails, quietly, and the imports work."""
     write_kernel(cdn.root, REPO, 1)
     assert import_once()[0]
-    (cache_dir / imports.TABLE_NAME).mkdir()  # in the way of the rename, even for root
+    Path(imports.table_file(str(cache_dir), MODULE)).mkdir(
+        parents=True
+    )  # in the way, even for root
     assert [import_once()[0] for _ in range(2)] == [True, True]
 
 
@@ -210,6 +212,20 @@ def test_a_table_others_could_write_is_not_read(recorded: Path) -> None:
     assert import_once()[0]
 
 
+def test_a_table_directory_others_could_write_is_not_read(recorded: Path) -> None:
+    recorded.parent.chmod(0o777)  # anyone could have replaced the file in it
+    assert import_once()[0]
+
+
+def test_an_import_reads_the_rows_of_its_name_alone(recorded: Path) -> None:
+    """What other kernels' imports recorded costs this one nothing: even a table of other
+    names too large to read leaves its answer alone."""
+    other = recorded.with_name("flashhub.acme.other.v1.json")
+    other.write_bytes(b"x" * (4 << 20))
+    other.chmod(0o600)
+    assert not import_once()[0]
+
+
 def test_a_table_owned_by_another_user_is_not_read(recorded: Path) -> None:
     needs_root()
     os.chown(recorded, NOBODY, NOBODY)
@@ -237,7 +253,7 @@ def test_a_row_naming_a_path_outside_its_entry_is_not_used(
     recorded: Path, field: str, value: object
 ) -> None:
     document = json.loads(recorded.read_text())
-    (row,) = document["modules"][MODULE].values()
+    (row,) = document["rows"].values()
     if field == "package":
         row["kernel"]["package"] = value
     else:

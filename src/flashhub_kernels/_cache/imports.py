@@ -1,7 +1,8 @@
 """The cache's records of kernel imports: the import table, and the entries in use.
 
-The import table (``import-table.json`` in the cache root) keeps the entry each kernel
-module name loaded last, for the next process that imports the name: keyed by what
+The import table (``import-table/<module name>.json`` in the cache root: a hit reads its
+name's rows alone) keeps the entry each kernel module name loaded last, for the next
+process that imports the name: keyed by what
 decided it, and stamped with what the full lookup (:mod:`.obtain`) read and checked, so
 that any change is a miss. :mod:`.table_writer` writes it; docs/design.md ("The import
 table") gives the rules.
@@ -43,9 +44,9 @@ if TYPE_CHECKING:
     from .._models.names import RepoInfo
     from .._variants.system import SystemInfo
 
-TABLE_NAME = "import-table.json"
+TABLE_DIR = "import-table"
 FORMAT = 1
-_MOST_BYTES = 4 << 20  # a larger table is not read: the writer keeps it far smaller
+_MOST_BYTES = 1 << 20  # a name's rows are not read past this: the writer keeps 4 keys
 _PLACING = ("XDG_CACHE_HOME", "HOME")  # what places the cache, besides FLASHHUB_* variables
 # What selects and orders the devices a process sees.
 _SELECTING = (
@@ -86,7 +87,7 @@ def key_of(module: str, candidates: Sequence[RepoInfo], backend: str | None) -> 
 
 def lookup(key: TableKey) -> KernelDir | None:
     """The entry the table records for ``key``, marked in use; ``None``: look it up in full."""
-    row = read_table(key.root).get(key.module, {}).get(key.digest)
+    row: Any = read_rows(key.root, key.module).get(key.digest)  # checked as it is read
     try:
         position = int(row["repo"])
         versions, index = list(row["versions"]), row["index"]
@@ -112,32 +113,50 @@ def lookup(key: TableKey) -> KernelDir | None:
     return kernel if mark_in_use(kernel.entry) else None
 
 
-def read_table(root: str) -> dict[str, Any]:
-    """The table's rows by module name and key digest; empty when there is none, or none
-    that only this user (or root) could have written (a planted row could name a trusted
-    signer for an unsigned entry)."""
+def table_file(root: str, module: str) -> str:
+    """The file of the table that holds the rows of ``module`` (a dotted identifier)."""
+    return os.path.join(root, TABLE_DIR, f"{module}.json")
+
+
+def read_rows(root: str, module: str) -> dict[str, Any]:
+    """The rows of ``module`` by key digest; empty when there are none, or none that only
+    this user (or root) could have written, file and directory (a planted row could name
+    a trusted signer for an unsigned entry)."""
     import json
 
     flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(os.path.join(root, TABLE_NAME), flags)
+        directory = os.open(os.path.join(root, TABLE_DIR), flags | os.O_DIRECTORY)
     except OSError:
         return {}
     try:
+        if not _private(os.fstat(directory), stat.S_IFDIR):
+            return {}
+        fd = os.open(f"{module}.json", flags, dir_fd=directory)
+    except OSError:
+        return {}
+    finally:
+        os.close(directory)
+    try:
         st = os.fstat(fd)
-        mine = st.st_uid in (os.getuid(), 0)  # type: ignore[attr-defined,unused-ignore]
-        private = mine and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if not (stat.S_ISREG(st.st_mode) and private) or st.st_size > _MOST_BYTES:
+        if not _private(st, stat.S_IFREG) or st.st_size > _MOST_BYTES:
             return {}
         data = json.loads(os.read(fd, st.st_size + 1))
     except (OSError, ValueError):
         return {}
     finally:
         os.close(fd)
-    modules = data.get("modules") if isinstance(data, dict) else None
-    if not isinstance(modules, dict) or data.get("format") != FORMAT:
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, dict) or data.get("format") != FORMAT:
         return {}
-    return {name: rows for name, rows in modules.items() if isinstance(rows, dict)}
+    return rows
+
+
+def _private(st: os.stat_result, kind: int) -> bool:
+    """A file of ``kind`` that only this user (or root) could have written."""
+    mine = st.st_uid in (os.getuid(), 0)  # type: ignore[attr-defined,unused-ignore]
+    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return stat.S_IFMT(st.st_mode) == kind and mine and not writable
 
 
 def device_reading(backend: str | None) -> str | None:

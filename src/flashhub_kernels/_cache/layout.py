@@ -15,7 +15,7 @@ Layout under the cache root::
         .locks/<variant>.lock             download mutex: one downloader per entry
     .locks/<org>/<pkg>/v<N>.lock          index mutex: one process at a time chooses a variant
     versions-seen.json                    the newest version seen listed (see .versions_seen)
-    import-table.json                     module name -> the entry its last import loaded
+    import-table/<module name>.json       the entry that name's last import loaded
                                           (see .imports)
     gpus                                  NVML's answer: GPU UUID -> capability (see
                                           flashhub_kernels._variants.device_arch)

@@ -27,13 +27,14 @@ from .._utils.filesystem import write_atomic
 from .._variants.system import this_system
 from .imports import (
     FORMAT,
-    TABLE_NAME,
+    TABLE_DIR,
     device_inputs,
     device_reading,
     identity_of,
     installed,
-    read_table,
+    read_rows,
     stamp,
+    table_file,
 )
 from .layout import Cache, recorded_pick
 from .receipt import Receipt, read_receipt
@@ -59,17 +60,19 @@ def record(key: TableKey, target: KernelDir) -> None:
     row = _row(key, target)
     if row is None:
         return
-    table = read_table(key.root)
-    rows = table.setdefault(key.module, {})
+    rows = read_rows(key.root, key.module)
     if rows.get(key.digest) == row:
         return
     rows.pop(key.digest, None)
     rows[key.digest] = row
     for digest in list(rows)[:-KEYS_PER_NAME]:
         del rows[digest]
-    data = json.dumps({"format": FORMAT, "modules": table}, separators=(",", ":"))
+    data = json.dumps({"format": FORMAT, "rows": rows}, separators=(",", ":"))
     with contextlib.suppress(OSError):  # a read-only cache: each import looks up in full
-        write_atomic(Path(key.root, TABLE_NAME), data.encode(), mode=0o600, durable=False)
+        os.makedirs(Path(key.root, TABLE_DIR), mode=0o700, exist_ok=True)
+        write_atomic(
+            Path(table_file(key.root, key.module)), data.encode(), mode=0o600, durable=False
+        )
 
 
 def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
