@@ -38,7 +38,7 @@ from .imports import (
 )
 from .layout import Cache, recorded_pick
 from .receipt import Receipt, read_receipt
-from .trust import check_chain
+from .trust import check_chain, dirs_below, root_chain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -130,14 +130,9 @@ def _packages_that_count(document: Mapping[str, Any]) -> list[str]:
 
 
 def _judged_dirs(root: Path, entry: Path) -> list[str]:
-    """The directories the trust checks judged: from the file system's root down to the
-    cache root, resolved, then the root as named and every directory down to the entry."""
-    above = [os.path.realpath(root)]
-    while os.path.dirname(above[-1]) != above[-1]:
-        above.append(os.path.dirname(above[-1]))
-    parts = entry.relative_to(root).parts
-    below = [root, *(root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1))]
-    return [*reversed(above), *map(str, below)]
+    """The directories the trust checks judged on the way to ``entry`` (the root as
+    named too: a symlink replaced there is another cache)."""
+    return [str(path) for path in (*root_chain(root), root, *dirs_below(root, entry))]
 
 
 def _vouched_files(entry: Path, receipt: Receipt) -> list[str]:

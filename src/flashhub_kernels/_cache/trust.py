@@ -59,20 +59,30 @@ def check_root(root: Path, *, shared: bool) -> None:
     (once it exists: a root created later is checked then)."""
     if (root, shared) in _checked_roots:
         return
-    real = Path(os.path.realpath(root))
-    for directory in [real, *real.parents]:
+    chain = root_chain(root)
+    for directory in chain:
         check_dir(directory, shared=shared, inside=False)
-    if real.is_dir():
+    if chain[0].is_dir():
         _checked_roots.add((root, shared))
 
 
 def check_chain(root: Path, path: Path, *, shared: bool) -> None:
     """Check ``root`` (:func:`check_root`) and every directory from it down to ``path``."""
     check_root(root, shared=shared)
-    current = root
-    for part in path.relative_to(root).parts:
-        current = current / part
-        check_dir(current, shared=shared)
+    for directory in dirs_below(root, path):
+        check_dir(directory, shared=shared)
+
+
+def root_chain(root: Path) -> list[Path]:
+    """The directories :func:`check_root` judges: the root, resolved, and those above it."""
+    real = Path(os.path.realpath(root))
+    return [real, *real.parents]
+
+
+def dirs_below(root: Path, path: Path) -> list[Path]:
+    """The directories :func:`check_chain` judges below ``root``, down to ``path``."""
+    parts = path.relative_to(root).parts
+    return [root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1)]
 
 
 def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
