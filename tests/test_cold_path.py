@@ -9,6 +9,7 @@ every other atomic write synced."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -29,9 +30,10 @@ from flashhub_kernels._network.reserve import MIN_RESERVED_BYTES
 from flashhub_kernels._network.transport import MAX_PARALLEL_FILES
 from flashhub_kernels._network.variant_index import PROBES_AT_ONCE
 from flashhub_kernels._utils.filesystem import write_atomic
-from flashhub_kernels._variants.probing import candidate_names
+from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
-from support.cdn_server import CdnHandler, CdnServer
+from flashhub_kernels.errors import TransportError
+from support.cdn_server import CdnHandler, CdnServer, status
 from support.trees import kernel_files, write_blob_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -218,6 +220,83 @@ def test_a_probe_asks_for_a_wave_of_candidates_at_once(cdn: CdnServer) -> None:
 
     assert best_waited == [True]
     assert {f"/{manifest_of(name)}" for name in wave} <= set(cdn.gets())
+
+
+# -- the manifest of this system's own build, asked for beside variants.json ----------------------
+
+
+def test_the_manifest_of_this_systems_build_is_asked_for_beside_variants_json(
+    cdn: CdnServer,
+) -> None:
+    """The CDN holds its answer to variants.json until the request for the metadata.json
+    of the build this system would make has arrived: a load that asked for it only
+    after reading variants.json would never send it first. Each is asked for once."""
+    own = build_variant_name(this_system())
+    write_variant(cdn.root, REPO, 1, own, kernel_files("tensor_tricks", "own build"))
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([own, VARIANT]))
+    manifest_asked = threading.Event()
+    index_waited: list[bool] = []
+
+    def index(handler: CdnHandler, body: bytes) -> None:
+        index_waited.append(manifest_asked.wait(10))
+        handler.send_file(body)
+
+    def manifest(handler: CdnHandler, body: bytes) -> None:
+        manifest_asked.set()
+        handler.send_file(body)
+
+    cdn.inject(f"kernels/{REPO}/v1/variants.json", index)
+    cdn.inject(manifest_of(own), manifest)
+
+    assert fk.get_kernel(REPO, version=1).marker() == "own build"
+
+    assert index_waited == [True]
+    assert cdn.gets("/metadata.json") == [f"/{manifest_of(own)}"]
+    assert cdn.gets("/variants.json") == [f"/kernels/{REPO}/v1/variants.json"]
+
+
+def test_a_guessed_manifest_that_variants_json_does_not_list_is_never_used(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """The CDN serves a kernel at the name of this system's own build, but variants.json
+    lists only the universal build: that is the one loaded, and nothing of the other
+    is fetched past its metadata.json or kept."""
+    own = build_variant_name(this_system())
+    write_variant(cdn.root, REPO, 1, own, kernel_files("tensor_tricks", "unlisted"))
+    publish(cdn, kernel_files("tensor_tricks", "listed"))
+
+    assert fk.get_kernel(REPO, version=1).marker() == "listed"
+
+    fetched = [path for path in cdn.gets() if f"/build/{own}/" in path]
+    assert fetched in ([], [f"/{manifest_of(own)}"])  # dropped before or after it was sent
+    assert not (cache_dir / f"kernels/{REPO}/v1/{own}").exists()
+    assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}").is_dir()
+
+
+def test_a_listed_build_whose_guessed_manifest_is_missing_fails_as_listed(
+    cdn: CdnServer,
+) -> None:
+    """variants.json lists the build this system would make, but its metadata.json,
+    asked for beside it, is missing: the CDN is incomplete, said as for any listed
+    build, and that manifest is not asked for twice."""
+    own = build_variant_name(this_system())
+    write_variant(cdn.root, REPO, 1, own, kernel_files("tensor_tricks", "never"))
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([own]))
+    cdn.inject(manifest_of(own), status(404))
+
+    with pytest.raises(TransportError, match=f"lists variant {own}, but .* does not exist"):
+        fk.get_kernel(REPO, version=1)
+    assert cdn.gets("/metadata.json") == [f"/{manifest_of(own)}"]
+
+
+def test_a_probe_asks_for_the_guessed_manifest_once(cdn: CdnServer) -> None:
+    """Without variants.json, the probe uses the fetch of this system's own build
+    already started, rather than asking for it a second time."""
+    own = build_variant_name(this_system())
+    write_variant(cdn.root, REPO, 1, own, kernel_files("tensor_tricks", "probed own"))
+
+    assert fk.get_kernel(REPO, version=1).marker() == "probed own"
+    assert cdn.gets(f"/{own}/metadata.json") == [f"/{manifest_of(own)}"]
 
 
 # -- reserving disk space ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
 from support.cdn_server import CdnServer, chunked, drop_after, status, trickle
-from support.trees import kernel_files, write_variant
+from support.trees import is_guess, kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -73,7 +73,7 @@ def test_a_compressed_cdn_is_decoded_and_verified(
         server.root / BUILD / "metadata.json"
     ).read_bytes()
     assert len(server.gets("blob.bin")) == 1  # right the first time: no digest retry
-    assert {r.status for r in server.requests} == {200}
+    assert {r.status for r in server.requests if not is_guess(r.path)} == {200}
 
 
 # -- mirrors --------------------------------------------------------------------------------
@@ -252,7 +252,8 @@ def test_files_share_kept_alive_connections(cdn: CdnServer) -> None:
     publish_blob_kernel(cdn.root, extra)
     k = fk.get_kernel(REPO, version=1)
     assert len(cached_files(k)) == 45
-    assert len(cdn.gets()) == 47  # the two documents, 45 files, nothing twice
+    asked = [path for path in cdn.gets() if not is_guess(path)]
+    assert len(asked) == 47  # the two documents, 45 files, nothing twice
     # One connection per download thread and document, not one per file. The threads are
     # as many as the server's measured wait asks for, more on a loaded machine: within
     # the pool's size, whatever the load.
@@ -271,7 +272,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced(
     k = fk.get_kernel(REPO, version=1)
     assert cached_files(k) == files
     assert server.dropped == 1  # the race happened
-    paths = server.gets()
+    paths = [path for path in server.gets() if not is_guess(path)]
     assert len(paths) == len(set(paths)) == len(files) + 2  # each answered once
 
 

@@ -37,7 +37,7 @@ from support.projects import (
     entry,
     lockfile_of,
 )
-from support.trees import local_variant, write_kernel, write_variant
+from support.trees import is_guess, local_variant, write_kernel, write_variant
 
 LOCAL = local_variant()
 MODULE = "flashhub.acme.tensor_tricks.v1"
@@ -280,7 +280,8 @@ def test_variants_json_signature_replayed_from_another_version_is_refused(
         get_kernel(REPO, version=1)
 
     assert f"{REPO}/v1/variants.json: no signature by a key trusted" in str(info.value)
-    assert document_gets(cdn) == [f"{REPO}/v1/variants.json", f"{REPO}/v1/variants.json.sig"]
+    refused = [f"{REPO}/v1/variants.json", f"{REPO}/v1/variants.json.sig"]
+    assert [path for path in document_gets(cdn) if not is_guess(path)] == refused
     assert package_gets(cdn) == []
     # v2's own signature still holds where it was made.
     assert get_kernel(REPO, version=2).marker() == f"{REPO}@v2:{LOCAL}"

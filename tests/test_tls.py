@@ -114,7 +114,7 @@ def test_a_redirect_from_http_to_https_is_followed(
     cdn.inject(VARIANTS, redirect(f"{tls_cdn.url}/{VARIANTS}"))
     loads()
     assert tls_cdn.gets() == [f"/{VARIANTS}"]
-    assert cdn.gets()[0] == f"/{VARIANTS}" and len(cdn.gets()) == FILES_PER_LOAD
+    assert f"/{VARIANTS}" in cdn.gets() and len(cdn.gets()) == FILES_PER_LOAD
 
 
 def test_a_redirect_from_https_to_http_is_refused(

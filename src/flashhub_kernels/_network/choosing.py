@@ -27,7 +27,7 @@ from ..errors import FlashhubError, NoCompatibleVariantError
 from .documents import ManifestDocument, get_listed_manifest, get_variant_names
 from .mirrors import NotPublished
 from .transport import Fetcher
-from .variant_index import fetch_index
+from .variant_index import Started, fetch_index, start_guess
 from .versions import published_versions
 
 logger = logging.getLogger("flashhub_kernels")
@@ -80,12 +80,13 @@ def _choose(cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo) 
             record_index(cache, info, recorded, system)  # this system's warm loads take it
         return Choice(picked, None)
     documents: dict[str, ManifestDocument] = {}
-    index = (
-        recorded
-        if recorded is not None and recorded.complete
-        else fetch_index(fetcher, info, system, documents=documents)
-    )
-    reader = ManifestReader(cache, fetcher, info, index, documents)
+    started: Started = {}
+    if recorded is not None and recorded.complete:
+        index = recorded
+    else:
+        started = start_guess(fetcher, info, system)
+        index = fetch_index(fetcher, info, system, documents=documents, started=started)
+    reader = ManifestReader(cache, fetcher, info, index, documents, started)
     try:
         variant = choose_variant(index, info, system, reader.target)
     finally:
@@ -97,14 +98,15 @@ def _choose(cache: Cache, fetcher: Fetcher, info: RepoInfo, system: SystemInfo) 
         "variants.json" if index.complete else "the variants probed",
         describe_system(system),
     )
-    return Choice(variant, reader.documents.get(variant))
+    return Choice(variant, reader.fetched(variant))
 
 
 class ManifestReader:
     """The devices variants of ``info`` declare, for :func:`choose_variant`: what the
     index records, else the ``metadata.json`` of a cached entry, else the CDN's, each
     fetched at most once and kept (:attr:`documents`, which starts with those a probe
-    fetched) for the download that follows.
+    fetched) for the download that follows. A manifest ``started`` asked for already
+    is read from that fetch, where the index lists its variant.
 
     :meth:`record` adds ``index`` and what was read to the cache's index, so that a warm
     load passes over the variants that do not fit without asking again.
@@ -117,21 +119,37 @@ class ManifestReader:
         info: RepoInfo,
         index: VariantIndex | None = None,
         documents: Mapping[str, ManifestDocument] | None = None,
+        started: Started | None = None,
     ) -> None:
         self.cache, self.fetcher, self.info = cache, fetcher, info
         self.index = index or VariantIndex(False, frozenset())
         self.known = dict(self.index.targets)
         self.documents = dict(documents or {})
+        self.started = {
+            name: fetch
+            for name, fetch in (started or {}).items()
+            if name in self.index.present and name not in self.documents
+        }
         self.read: dict[str, BuildTarget] = {}
 
     def target(self, variant: str) -> BuildTarget:
         target = self.known.get(variant) or self.cache.read_target(self.info, variant)
         if target is None:
-            document = get_listed_manifest(self.fetcher, self.info, variant)
-            self.documents[variant] = document
-            target = read_target(document.manifest.document)
+            target = read_target(self.fetch(variant).manifest.document)
         self.known[variant] = self.read[variant] = target
         return target
+
+    def fetch(self, variant: str) -> ManifestDocument:
+        """The CDN's manifest of listed ``variant``, fetched once."""
+        if variant not in self.documents:
+            self.documents[variant] = get_listed_manifest(
+                self.fetcher, self.info, variant, started=self.started.get(variant)
+            )
+        return self.documents[variant]
+
+    def fetched(self, variant: str) -> ManifestDocument | None:
+        """The manifest of ``variant`` if choosing asked for it, else ``None``."""
+        return self.fetch(variant) if variant in self.started else self.documents.get(variant)
 
     def record(self, system: SystemInfo | None = None) -> None:
         """Add what was read to the cache's index; with ``system``, the variant it loads

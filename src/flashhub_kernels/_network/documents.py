@@ -41,6 +41,8 @@ from ..errors import SignatureError, TransportError
 from .mirrors import NotPublished
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from .._signing.statements import DocumentKind
     from .transport import Fetcher
 
@@ -166,13 +168,21 @@ def _fetch_checked(
 
 
 def get_listed_manifest(
-    fetcher: Fetcher, info: RepoInfo, variant: str, *, prefer_signer: str | None = None
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    *,
+    prefer_signer: str | None = None,
+    started: Future[ManifestDocument] | None = None,
 ) -> ManifestDocument:
-    """The manifest of a variant that ``variants.json`` (or a probe) found.
+    """The manifest of a variant that ``variants.json`` (or a probe) found; the answer
+    of ``started``, a :func:`get_manifest` of it on the way, when given.
 
     Its absence is then the CDN's fault, not an answer: a :class:`TransportError`.
     """
     try:
+        if started is not None:
+            return started.result()
         return get_manifest(fetcher, info, variant, prefer_signer=prefer_signer)
     except NotPublished as exc:
         raise TransportError(

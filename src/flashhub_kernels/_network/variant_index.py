@@ -1,5 +1,11 @@
 """What a version publishes: its ``variants.json``, or a probe of the candidates.
 
+A load asks for the ``metadata.json`` of the build this system would make beside
+``variants.json`` (:func:`start_guess`): it is the build usually taken, and the load
+then waits one round trip for both documents instead of one for each. Its answer counts
+only where ``variants.json`` lists that build, or a probe asks for it; elsewhere it was
+one request more.
+
 Without ``variants.json``, :func:`fetch_index` probes the ``metadata.json`` of the
 variants this system could load, best first and several at once: it finds the
 candidates that exist, and where the device matters, reads the devices each declares.
@@ -21,7 +27,7 @@ from .._utils.urls import redact_url
 from .._variants.choice import no_variant_error
 from .._variants.compat import BuildTarget, build_mismatch, needs_target, read_target
 from .._variants.grammar import as_variant
-from .._variants.probing import candidate_names
+from .._variants.probing import build_variant_name, candidate_names
 from .._variants.system import SystemInfo
 from ..errors import KernelNotFoundError
 from .documents import ManifestDocument, get_manifest, get_variant_names
@@ -35,6 +41,8 @@ from .versions import doubled_prefix_hint, published_versions
 # the connection pool.
 PROBES_AT_ONCE = MAX_PARALLEL_FILES // 2
 
+Started = dict[str, Future[ManifestDocument]]  # manifests asked for already, by variant name
+
 
 def fetch_index(
     fetcher: Fetcher,
@@ -43,12 +51,14 @@ def fetch_index(
     *,
     probe_all: bool = False,
     documents: dict[str, ManifestDocument] | None = None,
+    started: Started | None = None,
 ) -> VariantIndex:
     """What ``info`` publishes: ``variants.json``, or a probe of ``system``'s candidates.
 
     Probing stops at the first hit that fits ``system`` unless ``probe_all`` (used to
     list variants); the devices each hit declares are recorded where they matter, and
     its manifest is kept in ``documents``, when given, for the download that follows.
+    A probe does not ask again for the manifest ``started`` asked for.
     """
     try:
         return VariantIndex(True, frozenset(get_variant_names(fetcher, info)))
@@ -57,7 +67,7 @@ def fetch_index(
     present: set[str] = set()
     absent: set[str] = set()
     targets: dict[str, BuildTarget] = {}
-    for name, probe in _probes(fetcher, info, candidate_names(system)):
+    for name, probe in _probes(fetcher, info, candidate_names(system), started or {}):
         try:
             document = probe.result()
         except NotPublished:
@@ -78,16 +88,27 @@ def fetch_index(
     return VariantIndex(False, frozenset(present), frozenset(absent), targets)
 
 
+def start_guess(fetcher: Fetcher, info: RepoInfo, system: SystemInfo) -> Started:
+    """Start fetching the ``metadata.json`` of the build ``system`` would make (its
+    exact build's name), to ask for it beside the version's index."""
+    name = build_variant_name(system)
+    return {name: soon(partial(get_manifest, fetcher, info, name))}
+
+
 def _probes(
-    fetcher: Fetcher, info: RepoInfo, names: list[str]
+    fetcher: Fetcher, info: RepoInfo, names: list[str], started: Started
 ) -> Iterator[tuple[str, Future[ManifestDocument]]]:
-    """Each of ``names`` with the fetch of its ``metadata.json``, in order; the fetches
-    start :data:`PROBES_AT_ONCE` at a time, a wave when the caller reaches it, so that
-    a probe waits one round trip per wave, not per name. A caller that stops early
-    leaves the rest of its wave unanswered (dropped) and starts no other wave."""
+    """Each of ``names`` with the fetch of its ``metadata.json``, in order (one
+    ``started`` already is not asked for again); the fetches start
+    :data:`PROBES_AT_ONCE` at a time, a wave when the caller reaches it, so that a probe
+    waits one round trip per wave, not per name. A caller that stops early leaves the
+    rest of its wave unanswered (dropped) and starts no other wave."""
     for start in range(0, len(names), PROBES_AT_ONCE):
         wave = names[start : start + PROBES_AT_ONCE]
-        yield from [(name, soon(partial(get_manifest, fetcher, info, name))) for name in wave]
+        yield from [
+            (name, started.get(name) or soon(partial(get_manifest, fetcher, info, name)))
+            for name in wave
+        ]
 
 
 def _raise_not_published(
