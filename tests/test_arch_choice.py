@@ -149,9 +149,10 @@ def test_get_for_another_machine_fills_the_cache_its_loads_use_offline(
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip()).name == CU124
     assert cached_variants(cache_dir) == [CU124]
-    # The metadata.json of the build passed over once, of the one taken once (not again).
+    # The metadata.json of the build passed over once, of the one taken once (not again),
+    # and the universal build's, asked for beside variants.json.
     assert sorted(cdn.gets("metadata.json")) == sorted(
-        f"/kernels/{REPO}/v1/build/{v}/metadata.json" for v in (CU126, CU124)
+        f"/kernels/{REPO}/v1/build/{v}/metadata.json" for v in (CU126, CU124, UNIVERSAL)
     )
     load = "import flashhub.acme.relu.v1 as k; print(k.marker())"
     out = run_python(as_gpu_node((9, 0), load), env=OFFLINE)
@@ -388,8 +389,11 @@ def test_check_arch_false_takes_the_best_build_by_its_name(
     run_as(monkeypatch, gpu_node((9, 1)))  # checked, only torch-universal fits
     assert fk.get_kernel(REPO, version=1, check_arch=False).marker() == f"{REPO}@v1:{CU126}"
     assert cached_variants(cache_dir) == [CU126]
-    # No metadata.json was asked for to judge the archs: only the one downloaded.
-    assert cdn.gets("metadata.json") == [f"/kernels/{REPO}/v1/build/{CU126}/metadata.json"]
+    # No metadata.json was asked for to judge the archs: only the two asked for beside
+    # variants.json (this node's own build, which was downloaded, and the universal one).
+    assert sorted(cdn.gets("metadata.json")) == [
+        f"/kernels/{REPO}/v1/build/{v}/metadata.json" for v in sorted((CU126, UNIVERSAL))
+    ]
 
 
 def test_check_arch_false_on_local_kernels(

@@ -19,8 +19,8 @@ from conftest import MakeCdn, plant_partial
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
-from support.cdn_server import CdnServer, chunked, drop_after, status, trickle
-from support.trees import is_guess, kernel_files, write_variant
+from support.cdn_server import CdnServer, chunked, drop_after, is_guess, status, trickle
+from support.trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -252,7 +252,7 @@ def test_files_share_kept_alive_connections(cdn: CdnServer) -> None:
     publish_blob_kernel(cdn.root, extra)
     k = fk.get_kernel(REPO, version=1)
     assert len(cached_files(k)) == 45
-    asked = [path for path in cdn.gets() if not is_guess(path)]
+    asked = cdn.gets(missed_guesses=False)
     assert len(asked) == 47  # the two documents, 45 files, nothing twice
     # One connection per download thread and document, not one per file. The threads are
     # as many as the server's measured wait asks for, more on a loaded machine: within
@@ -272,7 +272,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced(
     k = fk.get_kernel(REPO, version=1)
     assert cached_files(k) == files
     assert server.dropped == 1  # the race happened
-    paths = [path for path in server.gets() if not is_guess(path)]
+    paths = server.gets(missed_guesses=False)
     assert len(paths) == len(set(paths)) == len(files) + 2  # each answered once
 
 

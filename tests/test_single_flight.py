@@ -183,8 +183,10 @@ def test_the_process_that_chose_holds_the_download_mutex_and_the_others_need_no_
                 assert free  # the others may choose meanwhile...
             with hold_if_free(download_mutex) as free:
                 assert not free  # ...and then wait for this download
-        # CU126's manifest (this node's own build) was asked for beside variants.json.
-        assert sorted(cdn.gets()) == sorted([VARIANTS_JSON, *CHOOSING])
+        # CU126's manifest (this node's own build) and the universal build's were asked for
+        # beside variants.json.
+        universal = f"{V1}/build/{UNIVERSAL}/metadata.json"
+        assert sorted(cdn.gets()) == sorted([VARIANTS_JSON, *CHOOSING, universal])
         cdn.clear_log()
         # Another process, having waited for the index mutex: the record is enough.
         with chosen_variant(cache, fetcher, info, node) as second:

@@ -33,6 +33,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from flashhub_kernels._variants.probing import UNIVERSAL
+from support.trees import local_variant
+
 Fault = Callable[["CdnHandler", bytes], None]
 
 
@@ -120,10 +123,19 @@ class CdnServer:
             self.dropped += 1
             return True
 
-    def gets(self, suffix: str = "") -> list[str]:
-        """Paths of the GET requests so far (ending in ``suffix``)."""
+    def gets(self, suffix: str = "", *, missed_guesses: bool = True) -> list[str]:
+        """Paths of the GET requests so far (ending in ``suffix``); without
+        ``missed_guesses``, less those for a build the CDN does not have (404) of the
+        manifests a cold load asks for beside variants.json on the chance that it has
+        them (:func:`is_guess`), for a test that counts the others."""
         with self._lock:
-            return [r.path for r in self.requests if r.method == "GET" and r.path.endswith(suffix)]
+            return [
+                r.path
+                for r in self.requests
+                if r.method == "GET"
+                and r.path.endswith(suffix)
+                and (missed_guesses or r.status != 404 or not is_guess(r.path))
+            ]
 
     def clear_log(self) -> None:
         with self._lock:
@@ -245,6 +257,12 @@ class CdnHandler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
         self.wfile.flush()
         self.close_connection = True
+
+
+def is_guess(path: str) -> bool:
+    """Whether the URL ``path`` is the manifest (or its ``.sig``) of a build a cold load
+    asks for beside variants.json: this machine's exact build, or torch-universal."""
+    return any(f"/build/{name}/metadata.json" in path for name in (local_variant(), UNIVERSAL))
 
 
 def reply(

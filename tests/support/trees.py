@@ -17,13 +17,6 @@ def local_variant() -> str:
     return build_variant_name(detect_system())
 
 
-def is_guess(path: str, variant: str | None = None) -> bool:
-    """Whether the URL ``path`` is the metadata.json (or its .sig) of this machine's own
-    exact build (of ``variant`` for another system), which a cold load asks for beside
-    variants.json, whatever the version publishes: for tests about the other requests."""
-    return f"/build/{variant or local_variant()}/metadata.json" in path
-
-
 def cpu_variant() -> str:
     """The exact CPU build of this machine's torch: what ``backend="cpu"`` loads, and what
     this machine loads as a CPU-only one (``machines.run_as_cpu_only``). It is

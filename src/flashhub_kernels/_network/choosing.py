@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 
 from .._cache.layout import Cache, VariantIndex
@@ -140,10 +141,13 @@ class ManifestReader:
         return target
 
     def fetch(self, variant: str) -> ManifestDocument:
-        """The CDN's manifest of listed ``variant``, fetched once."""
+        """The CDN's manifest of listed ``variant``, fetched once: the answer of the fetch
+        of it ``started`` before the index listed it, else fetched now. A started fetch
+        that failed is not the answer: it may have asked a mirror that the index's fetch
+        found failing, and moved to the back, by the time it answered."""
         if variant not in self.documents:
-            self.documents[variant] = get_listed_manifest(
-                self.fetcher, self.info, variant, started=self.started.get(variant)
+            self.documents[variant] = _answer(self.started.get(variant)) or get_listed_manifest(
+                self.fetcher, self.info, variant
             )
         return self.documents[variant]
 
@@ -157,6 +161,16 @@ class ManifestReader:
         if self.read or self.index.present:
             targets = {**self.index.targets, **self.read}
             record_index(self.cache, self.info, self.index._replace(targets=targets), system)
+
+
+def _answer(fetch: Future[ManifestDocument] | None) -> ManifestDocument | None:
+    """The document ``fetch`` got, or ``None`` when there is none or it failed."""
+    if fetch is None:
+        return None
+    try:
+        return fetch.result()
+    except (FlashhubError, NotPublished):
+        return None
 
 
 # How many other versions an error looks through for one with a build for this system.

@@ -41,8 +41,6 @@ from ..errors import SignatureError, TransportError
 from .mirrors import NotPublished
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from .._signing.statements import DocumentKind
     from .transport import Fetcher
 
@@ -168,21 +166,13 @@ def _fetch_checked(
 
 
 def get_listed_manifest(
-    fetcher: Fetcher,
-    info: RepoInfo,
-    variant: str,
-    *,
-    prefer_signer: str | None = None,
-    started: Future[ManifestDocument] | None = None,
+    fetcher: Fetcher, info: RepoInfo, variant: str, *, prefer_signer: str | None = None
 ) -> ManifestDocument:
-    """The manifest of a variant that ``variants.json`` (or a probe) found; the answer
-    of ``started``, a :func:`get_manifest` of it on the way, when given.
+    """The manifest of a variant that ``variants.json`` (or a probe) found.
 
     Its absence is then the CDN's fault, not an answer: a :class:`TransportError`.
     """
     try:
-        if started is not None:
-            return started.result()
         return get_manifest(fetcher, info, variant, prefer_signer=prefer_signer)
     except NotPublished as exc:
         raise TransportError(

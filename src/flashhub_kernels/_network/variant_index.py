@@ -1,10 +1,11 @@
 """What a version publishes: its ``variants.json``, or a probe of the candidates.
 
-A load asks for the ``metadata.json`` of the build this system would make beside
-``variants.json`` (:func:`start_guess`): it is the build usually taken, and the load
-then waits one round trip for both documents instead of one for each. Its answer counts
-only where ``variants.json`` lists that build, or a probe asks for it; elsewhere it was
-one request more.
+A load asks for two ``metadata.json`` beside ``variants.json`` (:func:`start_guess`):
+that of the build this system would make (a native kernel's usual pick) and that of
+``torch-universal`` (a pure-Python kernel's only build). When the version publishes
+the one it takes, the load waits one round trip for its documents instead of two. An
+answer counts only where ``variants.json`` lists that build, or a probe asks for it;
+elsewhere it was one request more.
 
 Without ``variants.json``, :func:`fetch_index` probes the ``metadata.json`` of the
 variants this system could load, best first and several at once: it finds the
@@ -27,7 +28,7 @@ from .._utils.urls import redact_url
 from .._variants.choice import no_variant_error
 from .._variants.compat import BuildTarget, build_mismatch, needs_target, read_target
 from .._variants.grammar import as_variant
-from .._variants.probing import build_variant_name, candidate_names
+from .._variants.probing import UNIVERSAL, build_variant_name, candidate_names
 from .._variants.system import SystemInfo
 from ..errors import KernelNotFoundError
 from .documents import ManifestDocument, get_manifest, get_variant_names
@@ -89,10 +90,11 @@ def fetch_index(
 
 
 def start_guess(fetcher: Fetcher, info: RepoInfo, system: SystemInfo) -> Started:
-    """Start fetching the ``metadata.json`` of the build ``system`` would make (its
-    exact build's name), to ask for it beside the version's index."""
-    name = build_variant_name(system)
-    return {name: soon(partial(get_manifest, fetcher, info, name))}
+    """Start fetching the ``metadata.json`` of the builds a load most often takes (the
+    one ``system`` would make, and ``torch-universal``), to ask for them beside the
+    version's index."""
+    names = [build_variant_name(system), UNIVERSAL]
+    return {name: soon(partial(get_manifest, fetcher, info, name)) for name in names}
 
 
 def _probes(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from .grammar import tag_version
 
+UNIVERSAL = "torch-universal"  # a pure-Python build, for every system
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .system import SystemInfo
@@ -37,7 +39,7 @@ def candidate_names(system: SystemInfo) -> list[str]:
     if system.tvm_ffi is not None:
         tvm_major, tvm_minor = system.tvm_ffi
         names += [f"tvm-ffi{tvm_major}{tvm_minor}-{t}-{platform_tail}" for t in tags]
-    names += [f"torch-{system.backend}", "torch-universal"]
+    names += [f"torch-{system.backend}", UNIVERSAL]
     return names
 
 
