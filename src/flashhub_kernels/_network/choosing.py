@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 
 from .._cache.layout import Cache, VariantIndex
@@ -28,7 +27,7 @@ from ..errors import FlashhubError, NoCompatibleVariantError
 from .documents import ManifestDocument, get_listed_manifest, get_variant_names
 from .mirrors import NotPublished
 from .transport import Fetcher
-from .variant_index import Started, fetch_index, start_guess
+from .variant_index import Started, answer, fetch_index, start_guess
 from .versions import published_versions
 
 logger = logging.getLogger("flashhub_kernels")
@@ -141,12 +140,10 @@ class ManifestReader:
         return target
 
     def fetch(self, variant: str) -> ManifestDocument:
-        """The CDN's manifest of listed ``variant``, fetched once: the answer of the fetch
-        of it ``started`` before the index listed it, else fetched now. A started fetch
-        that failed is not the answer: it may have asked a mirror that the index's fetch
-        found failing, and moved to the back, by the time it answered."""
+        """The CDN's manifest of listed ``variant``, fetched once: what the fetch of it
+        ``started`` before the index listed it got, else fetched now."""
         if variant not in self.documents:
-            self.documents[variant] = _answer(self.started.get(variant)) or get_listed_manifest(
+            self.documents[variant] = answer(self.started.get(variant)) or get_listed_manifest(
                 self.fetcher, self.info, variant
             )
         return self.documents[variant]
@@ -161,16 +158,6 @@ class ManifestReader:
         if self.read or self.index.present:
             targets = {**self.index.targets, **self.read}
             record_index(self.cache, self.info, self.index._replace(targets=targets), system)
-
-
-def _answer(fetch: Future[ManifestDocument] | None) -> ManifestDocument | None:
-    """The document ``fetch`` got, or ``None`` when there is none or it failed."""
-    if fetch is None:
-        return None
-    try:
-        return fetch.result()
-    except (FlashhubError, NotPublished):
-        return None
 
 
 # How many other versions an error looks through for one with a build for this system.

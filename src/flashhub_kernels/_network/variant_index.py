@@ -5,7 +5,8 @@ that of the build this system would make (a native kernel's usual pick) and that
 ``torch-universal`` (a pure-Python kernel's only build). When the version publishes
 the one it takes, the load waits one round trip for its documents instead of two. An
 answer counts only where ``variants.json`` lists that build, or a probe asks for it;
-elsewhere it was one request more.
+elsewhere it was one request more. A guess that failed counts for nothing (see
+:func:`answer`): the build is asked for again where it is needed.
 
 Without ``variants.json``, :func:`fetch_index` probes the ``metadata.json`` of the
 variants this system could load, best first and several at once: it finds the
@@ -30,7 +31,7 @@ from .._variants.compat import BuildTarget, build_mismatch, needs_target, read_t
 from .._variants.grammar import as_variant
 from .._variants.probing import UNIVERSAL, build_variant_name, candidate_names
 from .._variants.system import SystemInfo
-from ..errors import KernelNotFoundError
+from ..errors import FlashhubError, KernelNotFoundError
 from .documents import ManifestDocument, get_manifest, get_variant_names
 from .mirrors import NotPublished
 from .transport import MAX_PARALLEL_FILES, Fetcher
@@ -59,7 +60,7 @@ def fetch_index(
     Probing stops at the first hit that fits ``system`` unless ``probe_all`` (used to
     list variants); the devices each hit declares are recorded where they matter, and
     its manifest is kept in ``documents``, when given, for the download that follows.
-    A probe does not ask again for the manifest ``started`` asked for.
+    A probe takes the manifests ``started`` got instead of asking for them again.
     """
     try:
         return VariantIndex(True, frozenset(get_variant_names(fetcher, info)))
@@ -97,20 +98,37 @@ def start_guess(fetcher: Fetcher, info: RepoInfo, system: SystemInfo) -> Started
     return {name: soon(partial(get_manifest, fetcher, info, name)) for name in names}
 
 
+def answer(fetch: Future[ManifestDocument] | None) -> ManifestDocument | None:
+    """The manifest a fetch :func:`start_guess` started got, or ``None`` when there is
+    none or it failed. A failed guess is no answer, not even a ``404``: it may have asked
+    a mirror that the index's fetch then found failing and moved to the back."""
+    if fetch is None:
+        return None
+    try:
+        return fetch.result()
+    except (FlashhubError, NotPublished):
+        return None
+
+
 def _probes(
     fetcher: Fetcher, info: RepoInfo, names: list[str], started: Started
 ) -> Iterator[tuple[str, Future[ManifestDocument]]]:
-    """Each of ``names`` with the fetch of its ``metadata.json``, in order (one
-    ``started`` already is not asked for again); the fetches start
-    :data:`PROBES_AT_ONCE` at a time, a wave when the caller reaches it, so that a probe
-    waits one round trip per wave, not per name. A caller that stops early leaves the
-    rest of its wave unanswered (dropped) and starts no other wave."""
+    """Each of ``names`` with the fetch of its ``metadata.json``, in order; the fetches
+    start :data:`PROBES_AT_ONCE` at a time, a wave when the caller reaches it, so that
+    a probe waits one round trip per wave, not per name. A caller that stops early
+    leaves the rest of its wave unanswered (dropped) and starts no other wave."""
     for start in range(0, len(names), PROBES_AT_ONCE):
         wave = names[start : start + PROBES_AT_ONCE]
         yield from [
-            (name, started.get(name) or soon(partial(get_manifest, fetcher, info, name)))
-            for name in wave
+            (name, soon(partial(_probe, fetcher, info, name, started.get(name)))) for name in wave
         ]
+
+
+def _probe(
+    fetcher: Fetcher, info: RepoInfo, name: str, started: Future[ManifestDocument] | None
+) -> ManifestDocument:
+    """The manifest of ``name``: what the fetch ``started`` got, else fetched now."""
+    return answer(started) or get_manifest(fetcher, info, name)
 
 
 def _raise_not_published(
