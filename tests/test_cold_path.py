@@ -1,10 +1,12 @@
 """What the cold path does to be fast, and that each keeps its guarantee: the cyclic
 garbage collector paused for the load and resumed after it (what the load kept moved to
-the oldest generation, unless the program froze objects of its own), the files queued largest
-first, the disk space of a large file reserved before its bytes arrive (and a cache
-without room for it refused before it is fetched), the cache's own records renamed into
-place without an fsync (a record that a power cut damages fails its check when read),
-every other atomic write synced."""
+the oldest generation, unless the program froze objects of its own), the files queued
+largest first, the manifests a load most often takes asked for beside variants.json
+(used only where it lists their build; one that failed is no answer), the disk space of
+a large file reserved before its bytes arrive (and a cache without room for it refused
+before it is fetched), the cache's own records renamed into place without an fsync (a
+record that a power cut damages fails its check when read), every other atomic write
+synced."""
 
 from __future__ import annotations
 
@@ -221,7 +223,7 @@ def test_a_probe_asks_for_a_wave_of_candidates_at_once(cdn: CdnServer) -> None:
     assert {f"/{manifest_of(name)}" for name in wave} <= set(cdn.gets())
 
 
-# -- the manifest of this system's own build, asked for beside variants.json ----------------------
+# -- the manifests asked for beside variants.json ------------------------------------------------
 
 
 @pytest.mark.parametrize("taken", ["own", VARIANT])
