@@ -301,18 +301,23 @@ def test_a_probe_asks_for_the_guessed_manifest_once(cdn: CdnServer) -> None:
     assert cdn.gets(f"/{own}/metadata.json") == [f"/{manifest_of(own)}"]
 
 
+def hang_up(handler: CdnHandler, body: bytes) -> None:
+    """Answer nothing: close the connection."""
+    handler.close_connection = True
+
+
 def test_a_probe_asks_again_for_a_guess_a_failing_mirror_answered(
     cdn: CdnServer, tmp_path: Path
 ) -> None:
-    """Mirror A fails variants.json (503) and has no builds (404); mirror B publishes this
-    system's own build, without variants.json. The guess beside variants.json got A's
-    404 before A was moved to the back: that is no answer, and the probe asks B."""
+    """Mirror A hangs up on variants.json and has no builds (404); mirror B publishes
+    this system's own build, without variants.json. The guess beside variants.json got
+    A's 404 before A was moved to the back: that is no answer, and the probe asks B."""
     own = build_variant_name(this_system())
     write_variant(cdn.root, REPO, 1, own, kernel_files("tensor_tricks", "from B"))
     (tmp_path / "empty").mkdir()
     failing = CdnServer(tmp_path / "empty").start()
     try:
-        failing.inject(f"kernels/{REPO}/v1/variants.json", *[status(503)] * 50)
+        failing.inject(f"kernels/{REPO}/v1/variants.json", *[hang_up] * 10)
         fk.configure(cdn_url=f"{failing.url},{cdn.url}")
         assert fk.get_kernel(REPO, version=1).marker() == "from B"
         assert f"/{manifest_of(own)}" in failing.gets()  # the guess went to A first
