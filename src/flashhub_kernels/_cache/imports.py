@@ -162,9 +162,7 @@ def _private(st: os.stat_result, kind: int) -> bool:
 def device_reading(backend: str | None) -> str | None:
     """What the variant choice reads of this system's device, as text (``None`` without
     one whose archs builds may list)."""
-    from .._variants.system import this_system
-
-    system = this_system(backend)
+    system = _judged_system(backend)
     if not system.knows_device:
         return None
     from .._variants.device_arch import with_device
@@ -284,7 +282,8 @@ def _system_inputs(backend: str | None) -> tuple[object, ...]:
 
 
 def _judged_system(backend: str | None) -> SystemInfo:
-    """This system's record, judged: Ascend's reads the installed CANN's version too."""
+    """This system's record, judged (the judge is imported only where a row needs it:
+    a device's reading, Ascend's system, which reads the installed CANN's version too)."""
     from .._variants.system import this_system
 
     return this_system(backend)
