@@ -34,7 +34,7 @@ from flashhub_kernels._network.variant_index import PROBES_AT_ONCE
 from flashhub_kernels._utils.filesystem import write_atomic
 from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
-from support.cdn_server import CdnHandler, CdnServer, status
+from support.cdn_server import CdnHandler, CdnServer, delayed, status
 from support.trees import kernel_files, write_blob_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -272,7 +272,7 @@ def test_a_guessed_manifest_that_variants_json_does_not_list_is_never_used(
     assert fk.get_kernel(REPO, version=1).marker() == "listed"
 
     fetched = [path for path in cdn.gets() if f"/build/{own}/" in path]
-    assert fetched in ([], [f"/{manifest_of(own)}"])  # dropped before or after it was sent
+    assert fetched == [f"/{manifest_of(own)}"]
     assert not (cache_dir / f"kernels/{REPO}/v1/{own}").exists()
     assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}").is_dir()
 
@@ -299,6 +299,20 @@ def test_a_probe_asks_for_the_guessed_manifest_once(cdn: CdnServer) -> None:
 
     assert fk.get_kernel(REPO, version=1).marker() == "probed own"
     assert cdn.gets(f"/{own}/metadata.json") == [f"/{manifest_of(own)}"]
+
+
+def test_a_load_returns_once_the_guesses_it_did_not_take_are_answered(cdn: CdnServer) -> None:
+    """The CDN answers the universal build's guessed metadata.json late: the load, which
+    takes this system's own build, returns only once that request has ended, so that no
+    request of a load reaches the CDN (or counts against it) after the load."""
+    own = build_variant_name(this_system())
+    write_variant(cdn.root, REPO, 1, own, kernel_files("tensor_tricks", "own"))
+    write_variant(cdn.root, REPO, 1, VARIANT, kernel_files("tensor_tricks", "universal"))
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([own, VARIANT]))
+    cdn.inject(manifest_of(VARIANT), delayed(0.5))  # logged when answered
+
+    assert fk.get_kernel(REPO, version=1).marker() == "own"
+    assert cdn.gets("/metadata.json") == [f"/{manifest_of(own)}", f"/{manifest_of(VARIANT)}"]
 
 
 def hang_up(handler: CdnHandler, body: bytes) -> None:

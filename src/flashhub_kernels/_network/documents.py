@@ -35,7 +35,6 @@ from .._models.manifest import (
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._utils.escaping import escape_controls
-from .._utils.threads import soon
 from .._utils.urls import redact_url
 from ..errors import SignatureError, TransportError
 from .mirrors import NotPublished
@@ -136,7 +135,7 @@ def _fetch_checked(
     from .._signing.signature_files import MAX_SIGNATURE_BYTES
     from .._signing.verification import verify_document
 
-    pending = soon(
+    pending = fetcher.soon(
         functools.partial(fetcher.get_bytes, path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
     )
     data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)

@@ -31,14 +31,16 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .._config import Config
 from .._models.record import Record
 from .._utils.callers import warn_at_caller
+from .._utils.threads import soon
 from .._utils.urls import is_loopback
 from ..errors import FlashhubError, IntegrityError, TransportError
 from .hashing import INTEGRITY_HINT, HashingWriter, WrongSize
@@ -139,7 +141,7 @@ class Fetcher:
     """Fetches paths relative to ``<mirror>/<prefix>/`` from the first mirror that answers.
 
     One fetcher is one download run: its HTTP session (when a mirror is remote) lives
-    until :meth:`close`.
+    until :meth:`close`, and no request it started outlives the run.
     """
 
     def __init__(self, config: Config) -> None:
@@ -150,8 +152,20 @@ class Fetcher:
         self._mirrors_lock = threading.Lock()
         self._wait = math.inf  # the shortest wait for a document's answer so far, in seconds
         self._sent_bad_bytes: set[Mirror] = set()  # mirrors that sent a file's bytes wrong
+        self._started: list[Future[Any]] = []  # by soon(), for close() to wait for
 
-    def close(self) -> None:
+    def soon(self, call: Callable[[], T]) -> Future[T]:
+        """Start ``call()``, which fetches, on a thread of its own and return its future
+        (:func:`~.._utils.threads.soon`); :meth:`close` waits for it to end."""
+        future = soon(call)
+        self._started.append(future)
+        return future
+
+    def close(self, *, wait: bool = True) -> None:
+        """Close the mirrors, with ``wait`` once every fetch :meth:`soon` started has
+        ended (whether or not anyone took its answer): a run's requests end with it."""
+        while wait and self._started:
+            self._started.pop().exception()  # waits; the error, if any, was no one's answer
         for mirror in self._mirrors:
             mirror.close()
 
@@ -378,12 +392,15 @@ class Fetcher:
 
 @contextmanager
 def remote(config: Config) -> Iterator[Fetcher]:
-    """A :class:`Fetcher` for the configured mirrors, closed on exit."""
+    """A :class:`Fetcher` for the configured mirrors, closed on exit: once its requests
+    have ended, unless an interrupt (Ctrl-C) ends the block."""
     fetcher = Fetcher(config)
     try:
         yield fetcher
-    finally:
-        fetcher.close()
+    except BaseException as exc:
+        fetcher.close(wait=isinstance(exc, Exception))
+        raise
+    fetcher.close()
 
 
 class _BadBytes(Exception):

@@ -24,7 +24,6 @@ from typing import NoReturn
 
 from .._cache.layout import VariantIndex
 from .._models.names import RepoInfo
-from .._utils.threads import soon
 from .._utils.urls import redact_url
 from .._variants.choice import no_variant_error
 from .._variants.compat import BuildTarget, build_mismatch, needs_target, read_target
@@ -95,7 +94,7 @@ def start_guess(fetcher: Fetcher, info: RepoInfo, system: SystemInfo) -> Started
     one ``system`` would make, and ``torch-universal``), to ask for them beside the
     version's index."""
     names = [build_variant_name(system), UNIVERSAL]
-    return {name: soon(partial(get_manifest, fetcher, info, name)) for name in names}
+    return {name: fetcher.soon(partial(get_manifest, fetcher, info, name)) for name in names}
 
 
 def answer(fetch: Future[ManifestDocument] | None) -> ManifestDocument | None:
@@ -120,7 +119,8 @@ def _probes(
     for start in range(0, len(names), PROBES_AT_ONCE):
         wave = names[start : start + PROBES_AT_ONCE]
         yield from [
-            (name, soon(partial(_probe, fetcher, info, name, started.get(name)))) for name in wave
+            (name, fetcher.soon(partial(_probe, fetcher, info, name, started.get(name))))
+            for name in wave
         ]
 
 
