@@ -18,6 +18,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import assert_terminal_safe, run_python
+from flashhub_kernels._loading.version_info import _PARALLEL_HEADS
 from support.cdn_server import CdnServer, drop_after
 from support.cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
 from support.machines import CPU_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
@@ -116,6 +117,20 @@ def test_info_from_a_file_mirror_and_without_head_support(cdn: CdnServer) -> Non
     assert {"path": f"{PY_PKG}/_ops.py", "bytes": size} in variant["files"]
     [variant] = no_head["variants"]
     assert variant["bytes"] is None, "the test server answers HEAD with 501: size unknown"
+
+
+def test_info_stops_asking_a_mirror_without_head_for_sizes(cdn: CdnServer) -> None:
+    """A static host that answers HEAD with 501 does so for every file: once it has said
+    so, the other files' sizes are not asked for (only the HEADs already in flight)."""
+    files = {f"{PY_PKG}/data_{i:02}.bin": b"x" for i in range(40)}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, {**kernel_files(PY_PKG, "m"), **files})
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([UNIVERSAL]))
+
+    [variant] = ok_json(flashhub("info", REPO, "--version", "1", "--json"))["variants"]
+
+    assert variant["bytes"] is None and len(variant["files"]) > 40
+    heads = [r for r in cdn.requests if r.method == "HEAD"]
+    assert 1 <= len(heads) <= _PARALLEL_HEADS and {r.status for r in heads} == {501}
 
 
 def test_info_on_a_probed_version_fetches_each_manifest_once(cdn: CdnServer) -> None:

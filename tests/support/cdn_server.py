@@ -212,11 +212,13 @@ class CdnHandler(BaseHTTPRequestHandler):
         self.send_file(body)
 
     def do_HEAD(self) -> None:
+        file = self.cdn.root / self.path.split("?")[0].lstrip("/")
+        status = (200 if file.is_file() else 404) if self.cdn.head else 501
+        self.cdn.log(LoggedRequest("HEAD", self.path, None, status, headers=dict(self.headers)))
         if not self.cdn.head:  # what BaseHTTPRequestHandler answers a method it lacks
             self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
             return
-        file = self.cdn.root / self.path.split("?")[0].lstrip("/")
-        self.send_response(200 if file.is_file() else 404)
+        self.send_response(status)
         self.send_header("Content-Length", str(file.stat().st_size if file.is_file() else 0))
         self.end_headers()
 

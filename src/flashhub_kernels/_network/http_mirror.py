@@ -54,6 +54,7 @@ MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the 
 # undecodable bytes) and what the socket or http.client raise beneath it.
 _BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 _DENIED_STATUSES = frozenset({401, 403})
+_NO_HEAD = frozenset({405, 501})  # Method Not Allowed, Not Implemented: for every file
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
 # A URL that requests' prepare_url would leave as it is: an http(s) URL of printable
 # ASCII with nothing to quote or encode (the mirror's base URL was prepared once, and the
@@ -117,6 +118,7 @@ class HttpMirror(Mirror):
         # a 10 KiB GET). After the first redirect, every GET takes the session's way.
         self._adapter: requests.adapters.BaseAdapter | None = session.get_adapter(self.base_url)
         self._verify = True if session.verify is None else session.verify
+        self._answers_head = True  # until it says it does not (501, 405)
 
     @property
     def via(self) -> str | None:
@@ -166,6 +168,8 @@ class HttpMirror(Mirror):
         self._session.close()  # shared: closing it twice is harmless
 
     def size(self, relpath: str) -> int | None:
+        if not self._answers_head:
+            return None
         try:
             response = self._session.head(
                 self.url(relpath),
@@ -176,6 +180,8 @@ class HttpMirror(Mirror):
             )
         except (requests.RequestException, ValueError):
             return None
+        if response.status_code in _NO_HEAD:  # a static host may not do HEAD at all
+            self._answers_head = False
         length = _content_length(response)
         return length if response.status_code == 200 else None
 
