@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_load.py"
+BENCH = Path(__file__).resolve().parent.parent / "bench_load.py"
 sys.path.insert(0, str(BENCH.parent))  # the benchmark's package, for where its HF venv lies
 from loadbench.peer import HF_KERNELS, default_venv  # noqa: E402
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadbench.link import CHUNK_BYTES, Link
 from loadbench.servers import CdnServer, serve
