@@ -16,6 +16,8 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
+from flashhub_kernels._variants.probing import build_variant_name
+from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnServer, held, stall
 from support.trees import write_blob_kernel
 
@@ -93,6 +95,37 @@ def test_ctrl_c_mid_download_exits_at_once_and_keeps_the_partial_file(
     first = next(r for r in big_kernel.requests if r.path.endswith("big.bin"))
     match = re.fullmatch(r"bytes=(\d+)-", first.range or "")
     assert match and 0 < int(match.group(1)) <= 1 << 20, first.range
+
+
+def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """The CDN holds its answer to the guessed metadata.json of this system's own build
+    (the load takes the universal one). A load waits for its requests to end before it
+    returns, but Ctrl-C ends that wait at once: the kernel is in the cache by then."""
+    own = build_variant_name(this_system())
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(f"kernels/{REPO}/v1/build/{own}/metadata.json", held(started, release))
+    process = child(PYTHONWARNINGS="ignore")
+    entry = cache_dir / f"kernels/{REPO}/v1/{VARIANT}"
+    try:
+        assert started.wait(60), "the child never asked for the guess"
+        deadline = time.monotonic() + 30
+        while not entry.is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert entry.is_dir(), "the load never committed its entry"
+        process.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        _out, err = process.communicate(timeout=15)
+        took = time.monotonic() - start
+    finally:
+        release.set()
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert took < 5, f"Ctrl-C took {took:.1f} s"
+    assert process.returncode != 0 and "KeyboardInterrupt" in err
+    assert "Exception in thread" not in err, err
 
 
 def test_a_waiting_process_says_which_lock_it_waits_for(
