@@ -204,6 +204,45 @@ def test_the_table_never_lifts_a_signature_check(
     assert "no signature by a key trusted" in result.stderr
 
 
+def test_a_keys_file_behind_a_link_edited_in_place_is_another_key(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """FLASHHUB_TRUSTED_KEYS names a link (a dotfile kept elsewhere); the file it leads to
+    is edited to revoke the publisher's key: the next import looks up in full and is
+    refused, as the settings read the file the link leads to."""
+    (signing, key), (_other_file, other) = key_pair(tmp_path, "a"), key_pair(tmp_path, "b")
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, signing)
+    real, link = tmp_path / "keys.real", tmp_path / "keys.link"
+    real.write_text(key.public_line + "\n")
+    real.chmod(0o600)
+    link.symlink_to(real)
+    trusting = {TRUSTED: str(link)}
+    assert [import_once(env=trusting)[0] for _ in range(3)] == [True, True, False]
+    real.write_text(other.public_line + "\n")  # the same size: only its times change
+    result = run_code(IMPORT, env={**os.environ, **trusting})
+    assert result.returncode == 1 and "no signature by a key trusted" in result.stderr
+
+
+def test_a_project_file_behind_a_link_edited_in_place_is_another_key(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """The project's pyproject.toml is a link; the file it leads to comes to trust a key,
+    which the (unsigned) kernel lacks a signature of: the next import is refused."""
+    _other_file, other = key_pair(tmp_path, "b")
+    write_kernel(cdn.root, REPO, 1)
+    project, shared = tmp_path / "project", tmp_path / "shared.toml"
+    project.mkdir()
+    shared.write_text('[project]\nname = "app"\n')
+    (project / "pyproject.toml").symlink_to(shared)
+    assert [import_once(cwd=project)[0] for _ in range(3)] == [True, True, False]
+    shared.write_text(
+        f'[project]\nname = "app"\n[tool.flashhub]\ntrusted-keys = ["{other.public_line}"]\n'
+    )
+    result = run_code(IMPORT, env=dict(os.environ), cwd=project)
+    assert result.returncode == 1 and "SignatureError" in result.stderr
+
+
 # -- a table that cannot be trusted is not read ------------------------------------------
 
 

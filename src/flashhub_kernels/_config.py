@@ -12,7 +12,7 @@ import os
 import urllib.parse
 from pathlib import Path
 
-from ._constants import REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR, default_cache_dir
+from ._constants import PYPROJECT_NAME, REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR, default_cache_dir
 from ._models.names import is_digits
 from ._models.record import Record
 
@@ -25,7 +25,6 @@ DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
 _CDN_URL_SETTING = "FLASHHUB_CDN_URL (or the cdn_url passed to configure())"
 _CDN_URL_HINT = f"fix {_CDN_URL_SETTING}"
-PYPROJECT_NAME = "pyproject.toml"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 60.0
 DEFAULT_MAX_FILE_BYTES = 32 << 30

@@ -14,6 +14,7 @@ HF_KERNELS_API = "0.19.1"
 # The settings (:mod:`flashhub_kernels._config`) read these; the modules that parse them
 # or advise about them name them in their messages.
 TRUSTED_KEYS_VAR = "FLASHHUB_TRUSTED_KEYS"
+PYPROJECT_NAME = "pyproject.toml"  # in the current directory: may list trusted keys
 REQUIRE_SIGNATURES_VAR = "FLASHHUB_REQUIRE_SIGNATURES"
 LOCAL_KERNELS_VAR = "LOCAL_KERNELS"
 

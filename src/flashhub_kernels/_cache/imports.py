@@ -27,7 +27,13 @@ import stat
 import sys
 
 from .. import _constants
-from .._constants import INDEX_NAME, TRUSTED_KEYS_VAR, __version__, default_cache_dir
+from .._constants import (
+    INDEX_NAME,
+    PYPROJECT_NAME,
+    TRUSTED_KEYS_VAR,
+    __version__,
+    default_cache_dir,
+)
 from .._models.kernel_dir import KernelDir
 
 try:
@@ -212,14 +218,17 @@ def installed(package: str) -> Stamp | None:
     spec = importlib.util.find_spec(package)
     if spec is None:
         return None
-    return stamp(spec.origin or next(iter(spec.submodule_search_locations or ()), ""))
+    origin = spec.origin or next(iter(spec.submodule_search_locations or ()), "")
+    return stamp(origin, follow_symlinks=True)
 
 
-def stamp(path: str) -> Stamp | None:
+def stamp(path: str, *, follow_symlinks: bool = False) -> Stamp | None:
     """What changes when anything about the file at ``path`` does (ctime cannot be set
-    back); ``None`` when there is none."""
+    back); ``None`` when there is none. With ``follow_symlinks``, of the file a link at
+    ``path`` leads to, as a reader that opens ``path`` sees it (a setting's file);
+    without, of the link itself (the cache's own files, which hold no links)."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path, follow_symlinks=follow_symlinks)
     except (OSError, ValueError):
         return None
     identity = [st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid]
@@ -248,8 +257,8 @@ def _digest(module: str, candidates: tuple[RepoInfo, ...], backend: str | None) 
             for name, value in os.environ.items()
             if name.startswith("FLASHHUB_") or name in _PLACING
         ),
-        stamp("pyproject.toml"),
-        stamp(os.path.expanduser(keys.strip())) if keys else None,
+        stamp(PYPROJECT_NAME, follow_symlinks=True),
+        stamp(os.path.expanduser(keys.strip()), follow_symlinks=True) if keys else None,
         _system_inputs(backend),
     )
     return hashlib.blake2b(repr(inputs).encode(), digest_size=16).hexdigest()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .._cache.layout import Cache, VariantIndex
 from .._cache.receipt import read_receipt
-from .._config import PYPROJECT_NAME
+from .._constants import PYPROJECT_NAME
 from .._loading.offline import cached_versions
 from .._utils.escaping import escape_controls
 from ..errors import OfflineError

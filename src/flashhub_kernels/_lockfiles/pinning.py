@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
 from .._cache.versions_seen import check_newest
-from .._config import PYPROJECT_NAME, Config, get_config
-from .._constants import MANIFEST_NAME
+from .._config import Config, get_config
+from .._constants import MANIFEST_NAME, PYPROJECT_NAME
 from .._models.kernel_metadata import dependency_label, format_cycle, read_kernel_metadata
 from .._models.names import RepoInfo
 from .._network.choosing import newest_fitting_version

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._config import PYPROJECT_NAME
+from .._constants import PYPROJECT_NAME
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.pyproject import load_toml, lookup
