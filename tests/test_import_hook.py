@@ -19,7 +19,12 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
-from flashhub_kernels.errors import KernelImportError, KernelNotFoundError, NoCompatibleVariantError
+from flashhub_kernels.errors import (
+    BackendUnavailableError,
+    KernelImportError,
+    KernelNotFoundError,
+    NoCompatibleVariantError,
+)
 from support.cdn_server import CdnServer, held
 from support.machines import CPU_BUILD, CPU_ONLY_CHILD, CUDA_BUILD, CUDA_MACHINE, run_as
 from support.trees import cpu_variant, local_variant, write_kernel, write_variant
@@ -320,6 +325,36 @@ def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None
         "print(forced is plain, plain.__name__)"
     )
     assert printed.split() == ["True", "flashhub.acme.tensor_tricks.v1_cpu"]
+
+
+@pytest.mark.usefixtures("cpu_only_torch")
+def test_a_backend_this_torch_cannot_run_is_an_import_error_and_a_value_error(
+    cdn: CdnServer,
+) -> None:
+    """Asked for by a module name (``except ImportError`` guards it), or by get_kernel's
+    ``backend=`` (a ``ValueError``, as Hugging Face kernels raises)."""
+    write_kernel(cdn.root, REPO, 1, [cpu_variant()])
+    with pytest.raises(BackendUnavailableError, match="cannot select backend 'cuda'") as info:
+        import flashhub.acme.tensor_tricks.v1_cuda  # noqa: F401
+    assert isinstance(info.value, ImportError) and info.value.hint
+    with pytest.raises(ValueError, match="cannot select backend 'cuda'"):
+        fk.get_kernel(REPO, version=1, backend="cuda")
+    assert fk.get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{cpu_variant()}"
+
+
+def test_a_spelling_that_failed_does_not_stand_in_the_way_of_the_published_one(
+    cdn: CdnServer,
+) -> None:
+    """acme/tensor_tricks is published; get_kernel of acme/tensor-tricks (the same module
+    name) fails first. The published spelling then loads, by get_kernel and by import."""
+    write_kernel(cdn.root, "acme/tensor_tricks", 1)
+    with pytest.raises(KernelNotFoundError):
+        fk.get_kernel("acme/tensor-tricks", version=1)
+    k = fk.get_kernel("acme/tensor_tricks", version=1)
+    assert k.marker().startswith("acme/tensor_tricks@v1")
+    assert importlib.import_module("flashhub.acme.tensor_tricks.v1") is k
+    with pytest.raises(ValueError, match="already bound to acme/tensor_tricks"):
+        fk.get_kernel("acme/tensor-tricks", version=1)  # once loaded, the name is taken
 
 
 def test_get_local_kernel(tmp_path: Path) -> None:

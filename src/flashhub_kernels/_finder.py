@@ -148,6 +148,13 @@ class KernelFinder:
             self._pins[module_name] = info
         return module_name
 
+    def unpin(self, module_name: str, info: RepoInfo) -> None:
+        """Undo :meth:`pin` when no kernel was found under ``module_name`` (its import
+        failed before): another spelling of the name may yet be the one published."""
+        with self._lock:
+            if module_name not in self._targets and self._pins.get(module_name) == info:
+                del self._pins[module_name]
+
     def add_target(self, module_name: str, target: KernelDir) -> None:
         """Make ``module_name`` load the kernel package ``target`` (a local one, say)."""
         with self._lock:

@@ -67,6 +67,13 @@ class NoCompatibleVariantError(KernelImportError):
     """The kernel is published, but no build fits this system."""
 
 
+class BackendUnavailableError(KernelImportError, ValueError):
+    """The builds of a backend this torch does not run were asked for (``get_kernel(...,
+    backend="cuda")`` or ``import flashhub.<org>.<pkg>.v1_cuda`` with a CPU-only torch):
+    only ``"cpu"`` can be forced on another backend's machine. Also a ``ValueError``, as
+    Hugging Face kernels raises for it."""
+
+
 class IntegrityError(KernelImportError):
     """Downloaded or cached bytes do not match the manifest, or the manifest is unsafe."""
 

@@ -11,7 +11,8 @@ import hashlib
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -138,7 +139,22 @@ def get_kernel(
         check_backend(backend)
     if not check_arch:
         return _import_unchecked(info, backend)
-    return importlib.import_module(install().pin(info, backend))
+    with _pinned(info, backend) as module_name:
+        return importlib.import_module(module_name)
+
+
+@contextmanager
+def _pinned(info: RepoInfo, backend: str | None) -> Iterator[str]:
+    """The module name ``info`` is imported as, bound to ``info`` for the block (see
+    :meth:`~.._finder.KernelFinder.pin`), and no longer when it fails before a kernel
+    was found (a misspelt name must not stand in the way of the published one)."""
+    finder = install()
+    module_name = finder.pin(info, backend)
+    try:
+        yield module_name
+    except BaseException:
+        finder.unpin(module_name, info)
+        raise
 
 
 def _import_unchecked(info: RepoInfo, backend: str | None) -> ModuleType:
@@ -148,14 +164,13 @@ def _import_unchecked(info: RepoInfo, backend: str | None) -> ModuleType:
     from .._variants.named_system import target_system
     from .local import local_override
 
-    finder = install()
-    module_name = finder.pin(info, backend)
-    names = [module_name, *(name for name, _ in twin_names(module_name, backend))]
-    if not any(name in sys.modules for name in names):  # else that module is the answer
-        system = target_system(backend, check_arch=False)
-        target = local_override([info], backend, check_arch=False)
-        finder.add_target(module_name, target or use_kernel([info], system=system))
-    return _import(module_name, check_arch=False)
+    with _pinned(info, backend) as module_name:
+        names = [module_name, *(name for name, _ in twin_names(module_name, backend))]
+        if not any(name in sys.modules for name in names):  # else that module is the answer
+            system = target_system(backend, check_arch=False)
+            target = local_override([info], backend, check_arch=False)
+            install().add_target(module_name, target or use_kernel([info], system=system))
+        return _import(module_name, check_arch=False)
 
 
 def _import(module_name: str, *, check_arch: bool) -> ModuleType:

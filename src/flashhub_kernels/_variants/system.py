@@ -88,9 +88,13 @@ def with_backend(system: SystemInfo, backend: str | None) -> SystemInfo:
     if backend is None or backend == system.backend:
         return system
     if backend != "cpu":
-        raise ValueError(
+        from ..errors import BackendUnavailableError
+
+        raise BackendUnavailableError(
             f"cannot select backend {backend!r}: this torch runs {system.backend_tag}; "
-            "only 'cpu' can be forced on another backend's machine"
+            "only 'cpu' can be forced on another backend's machine",
+            hint=f"load the kernel without the backend (or with 'cpu'), or run a "
+            f"{backend} build of torch",
         )
     return system._replace(backend="cpu", backend_tag="cpu")
 
