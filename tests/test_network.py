@@ -19,7 +19,7 @@ from conftest import MakeCdn, plant_partial
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
-from support.cdn_server import CdnServer, chunked, drop_after, is_guess, status, trickle
+from support.cdn_server import CdnServer, chunked, drop_after, is_guess, slowly, status, trickle
 from support.trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -242,6 +242,36 @@ def test_a_trickling_mirror_gives_way_to_a_healthy_one(
     assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
     assert healthy.gets("blob.bin")
     assert cdn.gets("blob.bin")  # it was tried first
+
+
+def test_a_trickling_document_gives_way_to_a_healthy_mirror(
+    cdn: CdnServer, make_cdn: MakeCdn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """variants.json trickles from the first mirror: the stall guard cuts it as it cuts a
+    file, and the next mirror answers (else the load, and every process waiting on the
+    version's index mutex, would wait a read timeout per byte)."""
+    healthy = make_cdn()  # the same files
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "2")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{cdn.url},{healthy.url}")
+    publish_blob_kernel(cdn.root)
+    cdn.inject(f"kernels/{REPO}/v1/variants.json", *[trickle(0.5)] * 10)
+    k = fk.get_kernel(REPO, version=1)
+    assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
+    assert cdn.gets("variants.json") and healthy.gets("variants.json")
+
+
+def test_the_wait_a_retry_after_asks_for_is_no_stall(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 429 asks the client to wait longer than the stall guard's window; the answer that
+    follows sends its body at a fair rate in small pieces. The guard judges the body
+    from its headers on, so the wait is not taken for a stalled transfer."""
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "2")
+    publish_blob_kernel(cdn.root)
+    cdn.inject(BLOB_PATH, status(429, retry_after=2.5), slowly(1.0, pieces=1024))
+    k = fk.get_kernel(REPO, version=1)
+    assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
+    assert [r.status for r in cdn.requests if r.path.endswith("blob.bin")] == [429, 200]
 
 
 # -- connections and bodies (what the old hand-written client was tested for) ---------------

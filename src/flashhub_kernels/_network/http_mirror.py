@@ -72,7 +72,8 @@ class StallGuard:
 
     It keeps a few (time, bytes) samples, a quarter of a second apart, reaching back
     just over one window, and compares the bytes received since the oldest with the
-    minimum rate.
+    minimum rate. One guards one response's body, from its headers on: the wait for an
+    answer (a ``Retry-After`` included) is the read timeout's and the retries' business.
     """
 
     SAMPLE_EVERY = 0.25
@@ -95,6 +96,15 @@ class StallGuard:
         return elapsed >= self.window and self._received - received_then < (
             MIN_BYTES_PER_SECOND * elapsed
         )
+
+    def check(self, nbytes: int) -> None:
+        """Count ``nbytes`` received now; raise :class:`MirrorFailed` if the transfer is
+        too slow."""
+        if self.stalled(nbytes, time.monotonic()):
+            raise MirrorFailed(
+                f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
+                f"{self.window:g} s (FLASHHUB_READ_TIMEOUT)"
+            )
 
 
 class HttpMirror(Mirror):
@@ -133,8 +143,10 @@ class HttpMirror(Mirror):
                 self._check_status(response)
                 body = bytearray()
                 decode = _encoded(response)
+                guard = StallGuard(self._stall_window, time.monotonic())
                 try:
                     while chunk := response.raw.read1(CHUNK_SIZE, decode_content=decode):
+                        guard.check(len(chunk))
                         body += chunk
                         if len(body) > limit:  # the caller reports the size; stop reading
                             break
@@ -145,14 +157,13 @@ class HttpMirror(Mirror):
 
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
         url = self.url(relpath)
-        guard = StallGuard(self._stall_window, time.monotonic())
         # Only attempts that get nowhere count. The loop still ends: an attempt not
-        # counted added bytes, the writer takes no more than the file's size or the cap,
-        # and the stall guard spans every attempt.
+        # counted added bytes at the stall guard's rate or better, and the writer takes
+        # no more than the file's size or the cap.
         fruitless = 0
         while fruitless <= MAX_RESUMES:
             offset, started = writer.size, time.monotonic()
-            outcome = self._attempt(url, writer, guard, cancelled)
+            outcome = self._attempt(url, writer, cancelled)
             if outcome == "done":
                 return
             elapsed = time.monotonic() - started
@@ -187,13 +198,7 @@ class HttpMirror(Mirror):
 
     # -- one request ------------------------------------------------------------------
 
-    def _attempt(
-        self,
-        url: str,
-        writer: HashingWriter,
-        guard: StallGuard,
-        cancelled: threading.Event,
-    ) -> _Outcome:
+    def _attempt(self, url: str, writer: HashingWriter, cancelled: threading.Event) -> _Outcome:
         """Ask for the rest of the file (all of it when nothing is written) and stream it."""
         offset = writer.size
         with self._get(url, {"Range": f"bytes={offset}-"} if offset else {}) as response:
@@ -214,7 +219,7 @@ class HttpMirror(Mirror):
                     return "failed"
             end = _check_length(response, writer)
             try:
-                self._stream(response, writer, guard, cancelled, end)
+                self._stream(response, writer, cancelled, end)
                 return "done"
             except _BODY_ERRORS:
                 if _encoded(response):
@@ -301,7 +306,6 @@ class HttpMirror(Mirror):
         self,
         response: requests.Response,
         writer: HashingWriter,
-        guard: StallGuard,
         cancelled: threading.Event,
         end: int | None,
     ) -> None:
@@ -313,17 +317,14 @@ class HttpMirror(Mirror):
         # keeps every byte received and resumes exactly there.
         read1 = response.raw.read1
         decode = _encoded(response)
+        guard = StallGuard(self._stall_window, time.monotonic())
         while (end is None or writer.size < end) and (
             chunk := read1(CHUNK_SIZE, decode_content=decode)
         ):
             if cancelled.is_set():
                 raise DownloadCancelled
             writer.write(chunk)
-            if guard.stalled(len(chunk), time.monotonic()):
-                raise MirrorFailed(
-                    f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
-                    f"{guard.window:g} s (FLASHHUB_READ_TIMEOUT)"
-                )
+            guard.check(len(chunk))
 
     def _reason(self, exc: BaseException) -> str:
         """The innermost cause of a requests error, short, with no credentials."""
