@@ -234,6 +234,7 @@ def test_flashhub_info_offline(project: Path, cdn: CdnServer) -> None:
 
     refused_offline(cold, f"`flashhub get {REPO} --version 2`")
     refused_offline(one_cached, repr(UNIVERSAL), repr(CUDA), "flashhub download --all-variants")
+    assert "Variant(" not in one_cached.stderr
     for variant in online["variants"]:  # the test CDN answers no HEAD: sizes unknown online
         variant["bytes"] = None
         for file in variant["files"]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -133,6 +134,38 @@ def test_cache_clear_needs_yes_without_a_terminal(cdn: CdnServer, cache_dir: Pat
     assert result.returncode == 2
     assert "pass --yes" in result.stderr
     assert (cache_dir / "kernels" / REPO / "v3" / UNIVERSAL).is_dir()
+
+
+@pytest.mark.parametrize(
+    ("answer", "removed"),
+    [(b"y\n", True), (b"n\n", False), (b"\x04", False)],
+    ids=["yes", "no", "eof"],
+)
+def test_cache_clear_asks_on_the_terminal_and_keeps_json_clean(
+    cdn: CdnServer, cache_dir: Path, answer: bytes, removed: bool
+) -> None:
+    """stdin is a terminal, stdout a pipe (``| jq``): the question goes to stderr and the
+    JSON document alone to stdout. Ctrl-D (end of input) answers no, without a traceback."""
+    publish_tensor_tricks(cdn.root)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flashhub_kernels", "cache", "clear", "--json"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    os.close(terminal)
+    try:
+        os.write(controller, answer)
+        out, err = process.communicate(timeout=60)
+    finally:
+        os.close(controller)
+    assert process.returncode == 0, err
+    assert "[y/N]" in err.decode() and "Traceback" not in err.decode()
+    document = json.loads(out)
+    assert bool(document["removed"]) == removed
+    assert (cache_dir / "kernels" / REPO / "v3" / UNIVERSAL).is_dir() != removed
 
 
 # -- entries a load would refuse, hostile names, a download in progress ---------------------

@@ -172,9 +172,10 @@ def cached_variants(
     found = {name: cached_variant(cache, info, name) for name in variants}
     missing = [name for name, cached in found.items() if cached is None]
     if missing:
+        named = ", ".join(repr(str(name)) for name in missing)  # a Variant's own repr says more
         raise OfflineError(
             f"the cache does not hold the metadata.json of {info} "
-            f"{'variant' if len(missing) == 1 else 'variants'} {', '.join(map(repr, missing))}, "
+            f"{'variant' if len(missing) == 1 else 'variants'} {named}, "
             "and FLASHHUB_OFFLINE is set",
             hint=f"run `flashhub get {info.repo_id} --version {info.version}` (this system's "
             "variant) or `flashhub download --all-variants` (a project's locked variants) "

@@ -31,6 +31,8 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
+    from .._cache.admin import ClearReport
+    from .._cache.layout import Cache
     from .._cache.listing import CachedVersion
 
 
@@ -279,7 +281,7 @@ def _report_skipped(busy: list[Path], in_use: list[Path]) -> None:
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
-    from .._cache.admin import clear, list_entries
+    from .._cache.admin import ClearReport, clear, list_entries
 
     cache = local_cache()
     cached = len(list_entries(cache))
@@ -291,20 +293,15 @@ def _cache_clear(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         what = count(cached, "cached kernel variant")
-        answer = input(f"remove {what} from {cache.root}? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            print("nothing removed")
+        if not _confirmed(f"remove {what} from {cache.root}? [y/N] "):
+            if args.json:
+                _print_cleared_json(cache, ClearReport([], [], []))
+            else:
+                print("nothing removed")
             return EXIT_OK
     report = clear(cache, force=args.force)
     if args.json:
-        print_json(
-            {
-                "cache_dir": str(cache.root),
-                "removed": [e.to_dict() for e in report.removed],
-                "skipped_busy": [str(path) for path in report.busy],
-                "skipped_in_use": [str(path) for path in report.in_use],
-            }
-        )
+        _print_cleared_json(cache, report)
     else:
         _report_skipped(report.busy, report.in_use)
         if cached or report.removed:
@@ -312,6 +309,27 @@ def _cache_clear(args: argparse.Namespace) -> int:
         else:
             print(f"no kernels are cached in {cache.root}; nothing to remove")
     return EXIT_OK
+
+
+def _print_cleared_json(cache: Cache, report: ClearReport) -> None:
+    print_json(
+        {
+            "cache_dir": str(cache.root),
+            "removed": [e.to_dict() for e in report.removed],
+            "skipped_busy": [str(path) for path in report.busy],
+            "skipped_in_use": [str(path) for path in report.in_use],
+        }
+    )
+
+
+def _confirmed(question: str) -> bool:
+    """Whether the user at the terminal answers ``question`` yes. Asked on stderr, as
+    stdout may be a pipe or a ``--json`` document; end of input (Ctrl-D) is a no."""
+    print(question, end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    if not answer:
+        print(file=sys.stderr)  # the terminal's line, left open by Ctrl-D
+    return answer.strip().lower() in ("y", "yes")
 
 
 COMMANDS = {"cache": Command(_cache_arguments, _cache)}
