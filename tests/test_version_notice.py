@@ -14,8 +14,8 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import _forget_kernels
-from flashhub_kernels.errors import NewerVersionWarning
-from support.cdn_server import CdnServer
+from flashhub_kernels.errors import NewerVersionWarning, TransportError
+from support.cdn_server import CdnServer, delayed
 from support.trees import cpu_variant, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -58,6 +58,19 @@ def test_a_cold_load_of_an_older_version_warns_once_naming_the_newer(
     fk.configure(cache_dir=tmp_path / "another-cache")
     fk.get_kernel(REPO, version=1, backend="cpu")
     assert len(newer_version_warnings(notices)) == 1 and len(cdn.gets(VERSIONS_JSON)) == 1
+
+
+def test_a_failed_load_ends_its_version_check_before_it_raises(cdn: CdnServer) -> None:
+    """The CDN answers versions.json late, and a file of the build not at all: the load
+    fails, and by then the request for versions.json has ended too (none of a load's
+    requests reaches the CDN after it)."""
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    cdn.inject(VERSIONS_JSON, delayed(0.5))  # logged when answered
+    (cdn.root / f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/_ops.py").unlink()
+    with pytest.raises(TransportError):
+        fk.get_kernel(REPO, version=1)
+    assert cdn.gets(VERSIONS_JSON) == [VERSIONS_JSON]
 
 
 @pytest.mark.parametrize("offline", [False, True])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
+from concurrent.futures import Future
 
 from .._cache.layout import Cache
 from .._cache.versions_seen import check_newest
@@ -105,7 +106,7 @@ class NewerVersionNotice:
     def __init__(self, fetcher: Fetcher, info: RepoInfo) -> None:
         self._fetcher, self._info = fetcher, info
         self._newest: int | None = None
-        self._thread: threading.Thread | None = None
+        self._reading: Future[None] | None = None
 
     def start(self) -> None:
         if not self._fetcher.config.version_check:
@@ -114,8 +115,7 @@ class NewerVersionNotice:
             if self._info.repo_id in _version_checked:
                 return
             _version_checked.add(self._info.repo_id)
-        self._thread = threading.Thread(target=self._read_versions, daemon=True)
-        self._thread.start()
+        self._reading = self._fetcher.soon(self._read_versions)  # ends with the run
 
     def _read_versions(self) -> None:
         repo_id = self._info.repo_id
@@ -124,16 +124,14 @@ class NewerVersionNotice:
             if versions:
                 check_newest(Cache.from_config(self._fetcher.config), repo_id, versions)
                 self._newest = versions[-1]
-        except Exception:  # best effort: a CDN that fails to serve it, or the run's end
-            # A load that failed does not wait for this thread, and closes the session
-            # under it: whatever that raises here is no news for anyone.
+        except Exception:  # best effort: a CDN that fails to serve it is no news for anyone
             return
 
     def finish(self) -> None:
-        if self._thread is None:
+        if self._reading is None:
             return
-        self._thread.join()
-        self._thread = None
+        self._reading.result()
+        self._reading = None
         info = self._info
         if self._newest is None or self._newest <= info.version:
             return
