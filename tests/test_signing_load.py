@@ -1100,3 +1100,31 @@ def test_trusted_key_settings_that_give_no_key_refuse_to_load_rather_than_check_
     assert cdn.requests == []
     assert not ran.exists(), "the unsigned kernel did not run"
     assert MODULE not in sys.modules
+
+
+def test_a_sig_missing_on_a_mirror_that_then_fails_the_document_is_asked_for_again(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mirror A has no .sig (404) and hangs up on variants.json; mirror B serves both,
+    signed. The .sig came from A, asked beside the document, before A failed it: that
+    is no verdict on B's document, and the .sig is asked for again, from B."""
+    (tmp_path / "keys").mkdir()
+    path, key = key_pair(tmp_path / "keys", "k")
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+    (tmp_path / "empty").mkdir()
+    failing = CdnServer(tmp_path / "empty").start()
+    try:
+        failing.inject(f"kernels/{REPO}/v1/variants.json", *[hang_up] * 10)
+        configure(cdn_url=f"{failing.url},{cdn.url}")
+        assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+        assert f"/kernels/{REPO}/v1/variants.json.sig" in failing.gets()
+        assert cdn.gets("/variants.json.sig") == [f"/kernels/{REPO}/v1/variants.json.sig"]
+    finally:
+        failing.stop()
+
+
+def hang_up(handler: CdnHandler, body: bytes) -> None:
+    """Answer nothing: close the connection."""
+    handler.close_connection = True

@@ -40,7 +40,10 @@ from ..errors import SignatureError, TransportError
 from .mirrors import NotPublished
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from .._signing.statements import DocumentKind
+    from .._signing.trusted_keys import TrustedKey
     from .transport import Fetcher
 
 logger = logging.getLogger("flashhub_kernels")
@@ -121,7 +124,8 @@ def _fetch_checked(
     does), else ``None`` and ``None`` (no ``.sig`` is fetched then).
 
     The ``.sig`` is asked for together with the document: both answers come in one
-    round trip.
+    round trip. When they do not verify and a mirror failed meanwhile, the ``.sig`` is
+    asked for again: its answer may have come from the mirror that then failed.
 
     Raises:
         NotPublished: the document does not exist.
@@ -132,17 +136,12 @@ def _fetch_checked(
     if not config.checks_signatures(org):
         return fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES), None, None
     # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
-    from .._signing.signature_files import MAX_SIGNATURE_BYTES
     from .._signing.verification import verify_document
 
-    pending = fetcher.soon(
-        functools.partial(fetcher.get_bytes, path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
-    )
+    failures = fetcher.mirror_failures
+    pending = fetcher.soon(functools.partial(_get_signature, fetcher, path))
     data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
-    try:
-        signature: bytes | None = pending.result()
-    except NotPublished:
-        signature = None
+    signature = pending.result()
     verify = functools.partial(
         verify_document,
         kind=kind,
@@ -150,18 +149,52 @@ def _fetch_checked(
         version=version,
         variant=variant,
         data=data,
-        sig_bytes=signature,
         org=org,
         require=config.require_signatures,
     )
-    preferred = tuple(k for k in config.trusted_keys if k.key_id == prefer_signer)
-    signer = None
-    if preferred:
-        with contextlib.suppress(SignatureError):  # then any trusted key, and its error
-            signer = verify(keys=preferred)
-    signer = signer or verify(keys=config.trusted_keys)
+    try:
+        signer = _signer(verify, signature, config.trusted_keys, prefer_signer)
+    except SignatureError:
+        if fetcher.mirror_failures == failures:
+            raise
+        # A mirror failed meanwhile: the .sig may be the answer of one that then failed
+        # the document. Ask again, the document's mirror now first.
+        signature = _get_signature(fetcher, path)
+        signer = _signer(verify, signature, config.trusted_keys, prefer_signer)
     logger.info("%s: signed by the trusted key %s", path, signer)
     return data, signature, signer
+
+
+def _get_signature(fetcher: Fetcher, path: str) -> bytes | None:
+    """The ``.sig`` of the document at ``path``; ``None`` when there is none."""
+    from .._signing.signature_files import MAX_SIGNATURE_BYTES
+
+    try:
+        return fetcher.get_bytes(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
+    except NotPublished:
+        return None
+
+
+def _signer(
+    verify: Callable[..., str | None],
+    signature: bytes | None,
+    keys: Sequence[TrustedKey],
+    prefer_signer: str | None,
+) -> str | None:
+    """The key of ``keys`` that vouches, by ``signature``, for the document ``verify``
+    checks (:func:`~.._signing.verification.verify_document`): ``prefer_signer`` if it
+    is one that does.
+
+    Raises:
+        SignatureError: a trusted key's signature is due and none verifies.
+    """
+    preferred = tuple(k for k in keys if k.key_id == prefer_signer)
+    if preferred:
+        with contextlib.suppress(SignatureError):  # then any trusted key, and its error
+            signer = verify(sig_bytes=signature, keys=preferred)
+            if signer:
+                return signer
+    return verify(sig_bytes=signature, keys=keys)
 
 
 def get_listed_manifest(

@@ -153,6 +153,7 @@ class Fetcher:
         self._wait = math.inf  # the shortest wait for a document's answer so far, in seconds
         self._sent_bad_bytes: set[Mirror] = set()  # mirrors that sent a file's bytes wrong
         self._started: list[Future[Any]] = []  # by soon(), for close() to wait for
+        self.mirror_failures = 0  # how often a mirror failed and went to the back so far
 
     def soon(self, call: Callable[[], T]) -> Future[T]:
         """Start ``call()``, which fetches, on a thread of its own and return its future
@@ -375,6 +376,7 @@ class Fetcher:
 
     def _demote(self, mirror: Mirror) -> None:
         with self._mirrors_lock:
+            self.mirror_failures += 1
             if mirror in self._mirrors:
                 self._mirrors.remove(mirror)
                 self._mirrors.append(mirror)
