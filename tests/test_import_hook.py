@@ -25,6 +25,7 @@ from flashhub_kernels.errors import (
     KernelNotFoundError,
     NoCompatibleVariantError,
 )
+from support.builder import RAN_DIR_VAR, loaded_variant, write_builder_kernel
 from support.cdn_server import CdnServer, held
 from support.machines import CPU_BUILD, CPU_ONLY_CHILD, CUDA_BUILD, CUDA_MACHINE, run_as
 from support.trees import cpu_variant, local_variant, write_kernel, write_variant
@@ -197,22 +198,20 @@ def test_find_spec_does_no_network_io(cdn: CdnServer, tmp_path: Path) -> None:
     assert "flashhub.acme.tensor_tricks.v1" in sys.modules
 
 
+# A thread imports argv[3] and is held in a download; the process forks; the child
+# imports argv[4] and prints its name.
 FORK_WHILE_DOWNLOADING = """
-import os, sys, threading, time
+import importlib, os, sys, threading, time
 from pathlib import Path
 
-go, forked = Path(sys.argv[1]), Path(sys.argv[2])
-
-def load():
-    import flashhub.acme.tensor_tricks.v1
-
-threading.Thread(target=load, daemon=True).start()
+go, forked, loading, wanted = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+threading.Thread(target=importlib.import_module, args=(loading,), daemon=True).start()
 while not go.exists():  # the server holds a file of the download: the thread is in it
     time.sleep(0.01)
 pid = os.fork()
 if pid == 0:
-    import flashhub.acme.tensor_tricks.v1 as k
-    print("child:", k.marker(), flush=True)
+    k = importlib.import_module(wanted)
+    print("child:", k.__name__, flush=True)
     os._exit(0)
 forked.touch()
 deadline = time.monotonic() + 30  # only a hung child takes this long
@@ -227,15 +226,13 @@ sys.exit(1)
 """
 
 
-def test_a_child_forked_while_a_thread_downloads_imports_the_kernel(
-    cdn: CdnServer, tmp_path: Path
-) -> None:
-    write_kernel(cdn.root, REPO, 1)
+def fork_while_downloading(cdn: CdnServer, held_file: str, loading: str, wanted: str) -> str:
+    """Run :data:`FORK_WHILE_DOWNLOADING` while the CDN holds ``held_file``, released once
+    the child is forked; what the child printed."""
     downloading, release = threading.Event(), threading.Event()
-    ops = f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/_ops.py"
-    cdn.inject(ops, held(downloading, release))
-    go, forked = tmp_path / "go", tmp_path / "forked"
-    script = [sys.executable, "-c", FORK_WHILE_DOWNLOADING, str(go), str(forked)]
+    cdn.inject(held_file, held(downloading, release))
+    go, forked = cdn.root.parent / "go", cdn.root.parent / "forked"
+    script = [sys.executable, "-c", FORK_WHILE_DOWNLOADING, str(go), str(forked), loading, wanted]
     with subprocess.Popen(script, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert downloading.wait(30)
@@ -246,9 +243,29 @@ def test_a_child_forked_while_a_thread_downloads_imports_the_kernel(
         finally:
             release.set()  # the parent's download completes; the child waits for it
         output, _ = process.communicate(timeout=60)
-    assert output.strip() == f"child: {REPO}@v1:{local_variant()}"
-    assert process.returncode == 0
+    assert process.returncode == 0, output
+    return output.strip()
+
+
+def test_a_child_forked_while_a_thread_downloads_imports_the_kernel(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    ops = f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/_ops.py"
+    name = "flashhub.acme.tensor_tricks.v1"
+    assert fork_while_downloading(cdn, ops, name, name) == f"child: {name}"
     assert len(cdn.gets("_ops.py")) == 1  # the child found what the parent committed
+
+
+@pytest.mark.parametrize("wanted", ["flashhub.acme.top.v1", "flashhub.acme.base.v1"])
+def test_a_child_forked_while_a_kernel_downloads_what_it_depends_on_imports_either(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wanted: str
+) -> None:
+    """The thread runs acme/top's code, which loads acme/base first (kernel-depends),
+    held in its download: the child starts acme/top afresh, not the half-made module."""
+    monkeypatch.setenv(RAN_DIR_VAR, str(tmp_path))
+    write_builder_kernel(cdn.root, "acme/base", 1)
+    write_builder_kernel(cdn.root, "acme/top", 1, kernel_depends=[("acme/base", 1)])
+    ops = f"kernels/acme/base/v1/build/{loaded_variant()}/_ops.py"
+    assert fork_while_downloading(cdn, ops, "flashhub.acme.top.v1", wanted) == f"child: {wanted}"
 
 
 def test_file_url_mirror(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from ._models.names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidate
 # importlib.resources), and nothing of the cache, which only a kernel import needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from types import ModuleType
 
     from ._models.kernel_dir import KernelDir
@@ -64,15 +64,14 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         if self._target is None:
-            downloading = self._finder._downloading
-            downloading[spec.name] = _thread.get_ident()
-            try:
-                self._locate(spec)
-            finally:
-                del downloading[spec.name]
+            self._finder.while_loading(spec.name, lambda: self._locate(spec))
         return None
 
     def exec_module(self, module: ModuleType) -> None:
+        # Its code may download the kernels it depends on.
+        self._finder.while_loading(module.__name__, lambda: self._exec_kernel(module))
+
+    def _exec_kernel(self, module: ModuleType) -> None:
         target = self._target
         if target is None:
             # importlib.reload() calls exec_module without create_module. This spec has
@@ -127,8 +126,9 @@ class KernelFinder:
         self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, tuple[ModuleType, KernelDir]] = {}  # module name -> its load
-        # Module name -> the thread locating (maybe downloading) it, under its import lock.
-        self._downloading: dict[str, int] = {}
+        # Module name -> the thread locating (maybe downloading) or executing it, under
+        # its import lock.
+        self._loading: dict[str, int] = {}
 
     # -- registration, called by the public API -----------------------------------------
 
@@ -238,21 +238,30 @@ class KernelFinder:
             self._pins.setdefault(fullname, target.info)  # the spelling that existed wins
         return target
 
-    def forget_other_threads(self) -> None:
-        """In a child just forked: drop the locks that threads gone with the fork held.
+    def while_loading(self, fullname: str, step: Callable[[], object]) -> None:
+        """Run ``step()``, ``fullname`` marked as this thread's to load meanwhile."""
+        self._loading[fullname] = _thread.get_ident()
+        try:
+            step()
+        finally:
+            del self._loading[fullname]
 
-        A thread that was locating a kernel held Python's import lock of that module
-        name; the child would wait for it forever on importing the name. Nothing of that
-        module exists yet (it is created once located), so the child may start afresh:
-        the cache's download mutex then makes it wait for the parent's download.
+    def forget_other_threads(self) -> None:
+        """In a child just forked: drop what threads gone with the fork held.
+
+        A thread locating a kernel, or running its code (which may download the kernels
+        it depends on), held Python's import lock of that name: the child would wait for
+        it forever. The lock goes, and the module half made (if any): the child starts
+        afresh, and the cache's download mutex makes it wait for the parent's download.
         """
         self._lock = _thread.allocate_lock()
         module_locks = getattr(importlib._bootstrap, "_module_locks", {})
         this_thread = _thread.get_ident()
-        for name, thread in list(self._downloading.items()):
+        for name, thread in list(self._loading.items()):
             if thread != this_thread:
-                del self._downloading[name]
+                del self._loading[name]
                 module_locks.pop(name, None)
+                sys.modules.pop(name, None)
 
     def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
         with self._lock:

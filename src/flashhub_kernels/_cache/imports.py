@@ -224,9 +224,7 @@ def installed(package: str) -> Stamp | None:
 
 def stamp(path: str, *, follow_symlinks: bool = False) -> Stamp | None:
     """What changes when anything about the file at ``path`` does (ctime cannot be set
-    back); ``None`` when there is none. With ``follow_symlinks``, of the file a link at
-    ``path`` leads to, as a reader that opens ``path`` sees it (a setting's file);
-    without, of the link itself (the cache's own files, which hold no links)."""
+    back); ``None`` when there is none. ``follow_symlinks`` for a file read through a link."""
     try:
         st = os.stat(path, follow_symlinks=follow_symlinks)
     except (OSError, ValueError):
