@@ -310,6 +310,16 @@ def test_a_table_that_does_not_parse_is_a_miss_and_is_written_again(recorded: Pa
     assert not import_once()[0]
 
 
+@pytest.mark.parametrize("field", ["installed", "dirs", "stamped", "versions"])
+def test_a_row_whose_fields_have_other_shapes_is_a_miss(recorded: Path, field: str) -> None:
+    """A row damaged in place (a field of another type): the import looks up in full."""
+    table = json.loads(recorded.read_text())
+    for row in table["rows"].values():
+        row[field] = 7 if field != "installed" else ["not", "a", "mapping"]
+    recorded.write_text(json.dumps(table))
+    assert import_once()[0]
+
+
 # -- the key reads what the variant choice reads -------------------------------------------
 
 

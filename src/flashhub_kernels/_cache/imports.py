@@ -102,7 +102,7 @@ def lookup(key: TableKey) -> KernelDir | None:
         packages = [(str(name), recorded) for name, recorded in row["installed"].items()]
         device, read_from = row["device"], row["device_inputs"]
         kernel = _kernel_of(row, key.root, key.candidates[position])
-    except (TypeError, KeyError, ValueError, IndexError):
+    except (TypeError, KeyError, ValueError, IndexError, AttributeError):  # a damaged row
         return None
     depended = len(versions) in (position, position + 1)  # its own too, if judged
     if not depended or versions != key.versions[: len(versions)] or index != key.indexes[position]:
