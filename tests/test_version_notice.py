@@ -16,6 +16,7 @@ import flashhub_kernels as fk
 from conftest import _forget_kernels
 from flashhub_kernels.errors import NewerVersionWarning, TransportError
 from support.cdn_server import CdnServer, delayed
+from support.cli_runner import flashhub
 from support.trees import cpu_variant, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -71,6 +72,18 @@ def test_a_failed_load_ends_its_version_check_before_it_raises(cdn: CdnServer) -
     with pytest.raises(TransportError):
         fk.get_kernel(REPO, version=1)
     assert cdn.gets(VERSIONS_JSON) == [VERSIONS_JSON]
+
+
+def test_the_cli_prints_the_notice_as_its_own_warning_line(cdn: CdnServer) -> None:
+    """``flashhub get`` of an older version: one ``warning:`` line, not Python's format
+    (the library's file and line, the category, the source line of the caller)."""
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    result = flashhub("get", REPO, "--version", "1")
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "version 2 is available" in line]
+    assert line.startswith("warning: You are using version 1 of 'acme/tensor-tricks'")
+    assert "NewerVersionWarning" not in result.stderr and ".py:" not in result.stderr
 
 
 @pytest.mark.parametrize("offline", [False, True])

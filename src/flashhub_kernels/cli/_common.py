@@ -7,9 +7,10 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypedDict, TypeVar
 
 from .._config import get_config
 from .._loading.api import configure
@@ -333,8 +334,10 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     """Run ``handler`` with the settings its options give; print any error, with its hint
     and without a traceback, and return the exit code."""
     try:
-        apply_settings(args)
-        code = handler(args)
+        with warnings.catch_warnings():  # restores showwarning, for a caller in this process
+            warnings.showwarning = _print_warning
+            apply_settings(args)
+            code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
     except KeyboardInterrupt as exc:  # Ctrl-C: what the download says of it, no traceback
@@ -355,6 +358,19 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     except OSError as exc:
         print_error(str(exc), None)
         return EXIT_FAILURE
+
+
+def _print_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Print a warning as the command's other messages are printed (``warning: ...``),
+    without the library's file, line and category, which mean nothing to a command."""
+    print(f"warning: {escape_message(str(message))}", file=sys.stderr)
 
 
 def _discard_stdout() -> None:
