@@ -376,6 +376,14 @@ def test_lock_reports_every_bad_entry_of_the_project(tmp_path: Path) -> None:
     assert not (tmp_path / LOCKFILE_NAME).exists()
 
 
+def test_lock_with_the_prefix_doubled_in_the_cdn_url_says_so(project: Path, cdn: CdnServer) -> None:
+    write_project(project, {REPO: ">=1"})
+    result = flashhub("lock", project, env={"FLASHHUB_CDN_URL": f"{cdn.url}/kernels"})
+    assert result.returncode == 1
+    assert f"{cdn.url}/kernels/kernels/{REPO}/versions.json does not exist" in result.stderr
+    assert "FLASHHUB_CDN_URL already ends with /kernels" in result.stderr
+
+
 def test_lock_names_every_declared_kernel_the_cdn_cannot_resolve(
     project: Path, cdn: CdnServer
 ) -> None:
@@ -387,6 +395,7 @@ def test_lock_names_every_declared_kernel_the_cdn_cannot_resolve(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "2 of the kernels" in result.stderr
     assert "acme/absent has no versions.json on the CDN" in result.stderr
+    assert f"({cdn.url}/kernels/acme/absent/versions.json does not exist)" in result.stderr
     assert f"no published version of {REPO} matches '>=7' (published: 1, 2, 3)" in result.stderr
     assert "acme/other" not in result.stderr
     assert not lockfile_of(project).exists()

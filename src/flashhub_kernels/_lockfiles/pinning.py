@@ -25,11 +25,13 @@ from .._network.documents import (
     get_listed_manifest,
     get_manifest,
     get_variant_names,
+    get_versions,
 )
 from .._network.mirrors import NotPublished
 from .._network.transport import remote
-from .._network.versions import published_versions
+from .._network.versions import doubled_prefix_hint
 from .._utils.filesystem import write_atomic
+from .._utils.urls import redact_url
 from .._variants.named_system import target_system
 from .._variants.probing import candidate_names
 from ..errors import LockfileError, RollbackError
@@ -283,11 +285,19 @@ def _kernel_depends(info: RepoInfo, found: dict[str, ManifestDocument]) -> list[
 
 
 def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_older: bool) -> int:
-    versions = published_versions(fetcher, repo_id)
+    versions: list[int] = []
+    try:
+        versions = get_versions(fetcher, repo_id)
+    except NotPublished as exc:  # the URL shows a wrong CDN URL or prefix at a glance
+        why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
+    else:
+        why = "lists no versions in its versions.json"
     if not versions:
         raise LockfileError(
-            f"{repo_id} has no versions.json on the CDN, so {specifier!r} cannot be resolved",
-            hint="check the repo id and FLASHHUB_CDN_URL; `flashhub publish` writes versions.json",
+            f"{repo_id} {why}, so {specifier!r} cannot be resolved",
+            hint=doubled_prefix_hint(fetcher.config)
+            or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX; "
+            "`flashhub publish` writes versions.json",
         )
     remedy = ("lock anyway with allow_downgrade=True", "run `flashhub lock --allow-downgrade`")
     cache = Cache.from_config(fetcher.config)
