@@ -26,7 +26,7 @@ from ._models.names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidate
 # importlib.resources), and nothing of the cache, which only a kernel import needs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from types import ModuleType
 
     from ._models.kernel_dir import KernelDir
@@ -64,12 +64,13 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         if self._target is None:
-            self._finder.while_loading(spec.name, lambda: self._locate(spec))
+            with _Loading(self._finder._loading, spec.name):
+                self._locate(spec)
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        # Its code may download the kernels it depends on.
-        self._finder.while_loading(module.__name__, lambda: self._exec_kernel(module))
+        with _Loading(self._finder._loading, module.__name__):  # may download its deps
+            self._exec_kernel(module)
 
     def _exec_kernel(self, module: ModuleType) -> None:
         target = self._target
@@ -126,9 +127,7 @@ class KernelFinder:
         self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, tuple[ModuleType, KernelDir]] = {}  # module name -> its load
-        # Module name -> the thread locating (maybe downloading) or executing it, under
-        # its import lock.
-        self._loading: dict[str, int] = {}
+        self._loading: dict[str, int] = {}  # module name -> the thread locating or running it
 
     # -- registration, called by the public API -----------------------------------------
 
@@ -149,8 +148,7 @@ class KernelFinder:
         return module_name
 
     def unpin(self, module_name: str, info: RepoInfo) -> None:
-        """Undo :meth:`pin` when no kernel was found under ``module_name`` (its import
-        failed before): another spelling of the name may yet be the one published."""
+        """Undo :meth:`pin` if no kernel was found: another spelling may be published."""
         with self._lock:
             if module_name not in self._targets and self._pins.get(module_name) == info:
                 del self._pins[module_name]
@@ -238,22 +236,10 @@ class KernelFinder:
             self._pins.setdefault(fullname, target.info)  # the spelling that existed wins
         return target
 
-    def while_loading(self, fullname: str, step: Callable[[], object]) -> None:
-        """Run ``step()``, ``fullname`` marked as this thread's to load meanwhile."""
-        self._loading[fullname] = _thread.get_ident()
-        try:
-            step()
-        finally:
-            del self._loading[fullname]
-
     def forget_other_threads(self) -> None:
-        """In a child just forked: drop what threads gone with the fork held.
-
-        A thread locating a kernel, or running its code (which may download the kernels
-        it depends on), held Python's import lock of that name: the child would wait for
-        it forever. The lock goes, and the module half made (if any): the child starts
-        afresh, and the cache's download mutex makes it wait for the parent's download.
-        """
+        """In a child just forked: drop the import locks (and half-made modules) of the
+        kernels threads gone with the fork were loading, which the child would wait for
+        forever; it starts them afresh (the download mutex waits for the parent's)."""
         self._lock = _thread.allocate_lock()
         module_locks = getattr(importlib._bootstrap, "_module_locks", {})
         this_thread = _thread.get_ident()
@@ -266,6 +252,19 @@ class KernelFinder:
     def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
         with self._lock:
             self._loaded[module.__name__] = (module, target)
+
+
+class _Loading:
+    """``with``: this thread loads the kernel ``name`` (see ``forget_other_threads``)."""
+
+    def __init__(self, table: dict[str, int], name: str) -> None:
+        self.table, self.name = table, name
+
+    def __enter__(self) -> None:
+        self.table[self.name] = _thread.get_ident()
+
+    def __exit__(self, *_exc: object) -> None:
+        del self.table[self.name]
 
 
 def twin_names(fullname: str, backend: str | None) -> list[tuple[str, str]]:
