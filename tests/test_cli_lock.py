@@ -149,6 +149,27 @@ def test_download_detects_an_object_changed_after_locking(project: Path, cdn: Cd
     assert "the lock pins sha256-" in result.stderr
 
 
+def test_download_for_a_machine_no_locked_variant_fits_advises_what_download_can_do(
+    project: Path, cdn: CdnServer
+) -> None:
+    """The lock pins a CPU build only; the machine named is a CUDA one. A load there may
+    force the CPU backend, but download has no such option: its hint names the one it
+    has (--all-variants), in the command's words, in the text and in the JSON."""
+    write_kernel(cdn.root, "acme/cpu-only", 1, [CPU_LOCAL])
+    write_project(project, {"acme/cpu-only": 1})
+    assert flashhub("lock", project).returncode == 0
+    cuda = ("--system", CPU_LOCAL.replace("-cpu-", "-cu126-"), "--cuda-capability", "9.0")
+    text = flashhub("download", project, *cuda)
+    document = json.loads(flashhub("download", project, *cuda, "--json").stdout)
+    assert text.returncode == 1
+    assert "hint: pass --all-variants to download every variant the lock pins" in text.stderr
+    [result] = document["results"]
+    assert "--all-variants" in result["error"]
+    for said in (text.stderr, result["error"]):
+        hint = said.split("hint: ")[-1]
+        assert "backend" not in hint and "all_variants=" not in hint
+
+
 def test_download_without_a_lock_fails_with_a_hint(tmp_path: Path) -> None:
     result = flashhub("download", tmp_path)
     assert result.returncode == 1

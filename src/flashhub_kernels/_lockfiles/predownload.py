@@ -20,12 +20,13 @@ from .._network.download import make_entry
 from .._network.transport import remote
 from .._variants.choice import cached_targets
 from .._variants.named_system import target_system
-from ..errors import FlashhubError, OfflineError
+from ..errors import FlashhubError, NoCompatibleVariantError, OfflineError
 from .cache_check import cached_entry, lock_index, locked_variant
 
 if TYPE_CHECKING:
     from .._network.documents import ManifestDocument
     from .._network.transport import Fetcher
+    from .._variants.compat import TargetOf
     from .._variants.system import SystemInfo
     from .format import LockedKernel, Lockfile
 
@@ -34,7 +35,8 @@ class LockedDownload(Record):
     """What :func:`download_locked` did for one locked kernel variant.
 
     ``status`` is ``"cached"``, ``"downloaded"`` or ``"failed"`` (then ``error`` says
-    why; ``variant`` is ``None`` when no locked variant fits this system).
+    why, with a hint, and ``cli_error`` the same with the ``flashhub`` command's options;
+    ``variant`` is ``None`` when no locked variant fits this system).
     """
 
     repo_id: str
@@ -43,16 +45,42 @@ class LockedDownload(Record):
     status: str
     path: Path | None = None
     error: str | None = None
+    cli_error: str | None = None
 
     def to_dict(self) -> dict[str, object]:
+        """What ``flashhub download --json`` prints of it."""
         return {
             "repo_id": self.repo_id,
             "version": self.version,
             "variant": self.variant,
             "status": self.status,
             "path": str(self.path) if self.path else None,
-            "error": self.error,
+            "error": self.cli_error,
         }
+
+
+def _failed(locked: LockedKernel, variant: str | None, exc: FlashhubError) -> LockedDownload:
+    """The download of ``variant`` failed with ``exc``: said as the API and the command say it."""
+    cli_hint = exc.cli_hint or exc.hint
+    cli_error = f"{exc.message}\n  hint: {cli_hint}" if cli_hint else exc.message
+    return LockedDownload(
+        locked.repo_id, locked.version, variant, "failed", error=str(exc), cli_error=cli_error
+    )
+
+
+def _variant_to_download(locked: LockedKernel, system: SystemInfo, target_of: TargetOf) -> str:
+    """:func:`~.cache_check.locked_variant`, with what a download can do when no locked
+    variant fits ``system`` (forcing a backend is a load's choice, not a download's)."""
+    try:
+        return locked_variant(locked, system, target_of)
+    except NoCompatibleVariantError as exc:
+        raise NoCompatibleVariantError(
+            exc.message,
+            hint="download every variant the lock pins with all_variants=True, or lock a "
+            "variant for this system",
+            cli_hint="pass --all-variants to download every variant the lock pins, or lock "
+            "a variant for this system",
+        ) from None
 
 
 def download_locked(
@@ -92,7 +120,9 @@ def _cached_as_locked(
     for locked in lock.entries():
         cached = cached_targets(cache, locked.info)
         variants = (
-            sorted(locked.variants) if system is None else [locked_variant(locked, system, cached)]
+            sorted(locked.variants)
+            if system is None
+            else [_variant_to_download(locked, system, cached)]
         )
         for variant in variants:
             entry, why = cached_entry(cache, locked, variant)
@@ -119,9 +149,9 @@ def _download_kernel(
         if system is None:
             variants = sorted(locked.variants)
         else:
-            variants = [locked_variant(locked, system, reader.target)]
+            variants = [_variant_to_download(locked, system, reader.target)]
     except FlashhubError as exc:
-        return [LockedDownload(locked.repo_id, locked.version, None, "failed", error=str(exc))]
+        return [_failed(locked, None, exc)]
     finally:
         reader.record()  # the variants passed over: a load there passes over them too
     results = [
@@ -140,8 +170,8 @@ def _download_variant(
     variant: str,
     document: ManifestDocument | None,
 ) -> LockedDownload:
-    def result(status: str, path: Path | None = None, error: str | None = None) -> LockedDownload:
-        return LockedDownload(locked.repo_id, locked.version, variant, status, path, error)
+    def result(status: str, path: Path) -> LockedDownload:
+        return LockedDownload(locked.repo_id, locked.version, variant, status, path)
 
     entry, _why = cached_entry(cache, locked, variant)
     if entry is not None:
@@ -149,7 +179,7 @@ def _download_variant(
     try:
         return result("downloaded", fetch_locked(cache, fetcher, locked, variant, document))
     except FlashhubError as exc:
-        return result("failed", error=str(exc))
+        return _failed(locked, variant, exc)
 
 
 def fetch_locked_variants(

@@ -105,8 +105,8 @@ def _download(args: argparse.Namespace) -> int:
         print_json({"lockfile": lock.source, "results": [r.to_dict() for r in results]})
     for result in results:
         where = f"{result.repo_id}@v{result.version} {result.variant or '(no variant)'}"
-        if result.error is not None:
-            print(f"error: {where}: {result.error}", file=sys.stderr)
+        if result.cli_error is not None:
+            print(f"error: {where}: {result.cli_error}", file=sys.stderr)
         elif not args.json:
             print(f"{result.status:<10} {where}  {result.path}")
     if get_config().offline and not args.json:
