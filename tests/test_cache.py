@@ -289,3 +289,25 @@ def test_substituted_bytecode_with_the_genuine_header_does_not_run(
 
     assert out.split()[0] == f"{REPO}@v1:{local_variant()}".upper()
     assert not marker.exists()
+
+
+def test_a_relative_cache_dir_is_taken_from_where_the_load_runs_and_survives_a_chdir(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """FLASHHUB_CACHE_DIR=cache, relative: the kernel loads from <cwd>/cache, by absolute
+    paths, so that its resources and a warm import still work after the process moves."""
+    write_kernel(cdn.root, REPO, 1)
+    (tmp_path / "elsewhere").mkdir()
+    code = (
+        "import importlib.resources, os\n"
+        "import flashhub.acme.tensor_tricks.v1 as k\n"
+        f"os.chdir({str(tmp_path / 'elsewhere')!r})\n"
+        "print(os.path.isabs(k.__file__), importlib.resources.files(k).joinpath("
+        "'data/table.txt').read_text().strip())\n"
+    )
+    env = {"FLASHHUB_CACHE_DIR": "cache"}
+    for _cold_then_warm in range(2):
+        printed = run_python(code, env=env, cwd=tmp_path)
+        assert printed.strip().splitlines()[-1] == f"True table of {REPO}@v1:{local_variant()}"
+    assert (tmp_path / "cache" / "kernels" / REPO).is_dir()
+    assert not (tmp_path / "elsewhere" / "cache").exists()
