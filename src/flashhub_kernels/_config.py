@@ -197,7 +197,7 @@ def _env_bytes(name: str) -> int | None:
 def cache_root() -> Path:
     """The cache's root directory: :func:`~flashhub_kernels.configure`'s, else the environment's."""
     root = Path(str(overrides.get("cache_dir") or default_cache_dir())).expanduser()
-    return Path(os.path.abspath(root))  # a relative one from the current directory
+    return Path(os.path.abspath(root))  # configure(cache_dir=) may be relative
 
 
 def get_config(*, project_dir: Path | None = None) -> Config:

@@ -33,10 +33,9 @@ KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 
 def default_cache_dir() -> str:
-    """``$FLASHHUB_CACHE_DIR`` (made absolute), else ``$XDG_CACHE_HOME/flashhub``, else
-    ``~/.cache/flashhub`` (read when called: a launcher may set them after the import)."""
-    if env := os.environ.get("FLASHHUB_CACHE_DIR"):
-        return os.path.abspath(os.path.expanduser(env))
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return os.path.join(os.path.expanduser(xdg), "flashhub")
-    return os.path.join(os.path.expanduser("~"), ".cache", "flashhub")
+    """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub``, else ``~/.cache/flashhub``,
+    absolute (read when called: a launcher may set them after the import)."""
+    path = os.environ.get("FLASHHUB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "flashhub"
+    )
+    return os.path.abspath(os.path.expanduser(path))

@@ -34,9 +34,8 @@ if TYPE_CHECKING:
 class LockedDownload(Record):
     """What :func:`download_locked` did for one locked kernel variant.
 
-    ``status`` is ``"cached"``, ``"downloaded"`` or ``"failed"`` (then ``error`` says
-    why, with a hint, and ``cli_error`` the same with the ``flashhub`` command's options;
-    ``variant`` is ``None`` when no locked variant fits this system).
+    ``status`` is ``"cached"``, ``"downloaded"`` or ``"failed"`` (then ``failure`` is
+    why; ``variant`` is ``None`` when no locked variant fits this system).
     """
 
     repo_id: str
@@ -44,8 +43,20 @@ class LockedDownload(Record):
     variant: str | None
     status: str
     path: Path | None = None
-    error: str | None = None
-    cli_error: str | None = None
+    failure: FlashhubError | None = None
+
+    @property
+    def error(self) -> str | None:
+        """Why it failed, with a hint; ``None`` unless it did."""
+        return None if self.failure is None else str(self.failure)
+
+    @property
+    def cli_error(self) -> str | None:
+        """:attr:`error` in the ``flashhub`` command's words (its options in the hint)."""
+        if self.failure is None:
+            return None
+        hint = self.failure.cli_hint or self.failure.hint
+        return f"{self.failure.message}\n  hint: {hint}" if hint else self.failure.message
 
     def to_dict(self) -> dict[str, object]:
         """What ``flashhub download --json`` prints of it."""
@@ -57,15 +68,6 @@ class LockedDownload(Record):
             "path": str(self.path) if self.path else None,
             "error": self.cli_error,
         }
-
-
-def _failed(locked: LockedKernel, variant: str | None, exc: FlashhubError) -> LockedDownload:
-    """The download of ``variant`` failed with ``exc``: said as the API and the command say it."""
-    cli_hint = exc.cli_hint or exc.hint
-    cli_error = f"{exc.message}\n  hint: {cli_hint}" if cli_hint else exc.message
-    return LockedDownload(
-        locked.repo_id, locked.version, variant, "failed", error=str(exc), cli_error=cli_error
-    )
 
 
 def _variant_to_download(locked: LockedKernel, system: SystemInfo, target_of: TargetOf) -> str:
@@ -151,7 +153,7 @@ def _download_kernel(
         else:
             variants = [_variant_to_download(locked, system, reader.target)]
     except FlashhubError as exc:
-        return [_failed(locked, None, exc)]
+        return [LockedDownload(locked.repo_id, locked.version, None, "failed", failure=exc)]
     finally:
         reader.record()  # the variants passed over: a load there passes over them too
     results = [
@@ -170,8 +172,10 @@ def _download_variant(
     variant: str,
     document: ManifestDocument | None,
 ) -> LockedDownload:
-    def result(status: str, path: Path) -> LockedDownload:
-        return LockedDownload(locked.repo_id, locked.version, variant, status, path)
+    def result(
+        status: str, path: Path | None = None, failure: FlashhubError | None = None
+    ) -> LockedDownload:
+        return LockedDownload(locked.repo_id, locked.version, variant, status, path, failure)
 
     entry, _why = cached_entry(cache, locked, variant)
     if entry is not None:
@@ -179,7 +183,7 @@ def _download_variant(
     try:
         return result("downloaded", fetch_locked(cache, fetcher, locked, variant, document))
     except FlashhubError as exc:
-        return _failed(locked, variant, exc)
+        return result("failed", failure=exc)
 
 
 def fetch_locked_variants(

@@ -115,7 +115,8 @@ def _probes(
     """Each of ``names`` with the fetch of its ``metadata.json``, in order; the fetches
     start :data:`PROBES_AT_ONCE` at a time, a wave when the caller reaches it, so that
     a probe waits one round trip per wave, not per name. A caller that stops early
-    leaves the rest of its wave unanswered (dropped) and starts no other wave."""
+    leaves the rest of its wave unread (the run waits for it at its end) and starts no
+    other wave."""
     for start in range(0, len(names), PROBES_AT_ONCE):
         wave = names[start : start + PROBES_AT_ONCE]
         yield from [
