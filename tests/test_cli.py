@@ -235,6 +235,7 @@ def test_flashhub_info_offline(project: Path, cdn: CdnServer) -> None:
     refused_offline(cold, f"`flashhub get {REPO} --version 2`")
     refused_offline(one_cached, repr(UNIVERSAL), repr(CUDA), "flashhub download --all-variants")
     assert "Variant(" not in one_cached.stderr
+    assert "flashhub get" not in one_cached.stderr  # it would get what is cached already
     for variant in online["variants"]:  # the test CDN answers no HEAD: sizes unknown online
         variant["bytes"] = None
         for file in variant["files"]:

@@ -15,7 +15,7 @@ imports the HTTP client.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from .._cache.layout import Cache, VariantIndex
 from .._cache.receipt import read_receipt
@@ -165,23 +165,43 @@ def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant 
 
 
 def cached_variants(
-    cache: Cache, info: RepoInfo, variants: Sequence[str]
+    cache: Cache,
+    info: RepoInfo,
+    variants: Sequence[str],
+    *,
+    gettable: Collection[str] | None = None,
 ) -> dict[str, CachedVariant]:
     """:func:`cached_variant` of each of ``variants``; :class:`OfflineError` naming the
-    ones the cache does not hold."""
+    ones the cache does not hold. ``gettable``: those of ``variants`` that ``flashhub
+    get`` would cache on this machine (default: all), so that its hint suggests it only
+    where it helps."""
     found = {name: cached_variant(cache, info, name) for name in variants}
     missing = [name for name, cached in found.items() if cached is None]
     if missing:
         named = ", ".join(repr(str(name)) for name in missing)  # a Variant's own repr says more
+        helps = gettable is None or any(name in gettable for name in missing)
         raise OfflineError(
             f"the cache does not hold the metadata.json of {info} "
             f"{'variant' if len(missing) == 1 else 'variants'} {named}, "
             "and FLASHHUB_OFFLINE is set",
-            hint=f"run `flashhub get {info.repo_id} --version {info.version}` (this system's "
-            "variant) or `flashhub download --all-variants` (a project's locked variants) "
-            f"with network access first, or {_ONLINE_HINT}",
+            hint=_get_hint(info) if helps else _DOWNLOAD_ALL_HINT,
         )
     return {name: cached for name, cached in found.items() if cached is not None}
+
+
+def _get_hint(info: RepoInfo) -> str:
+    return (
+        f"run `flashhub get {info.repo_id} --version {info.version}` (this system's "
+        "variant) with network access first, or `flashhub download --all-variants` (a "
+        f"project's locked variants), or {_ONLINE_HINT}"
+    )
+
+
+# Other machines' variants: only a project's lock file gets them into this cache.
+_DOWNLOAD_ALL_HINT = (
+    "lock the kernel in a project (`flashhub lock`) and run `flashhub download "
+    f"--all-variants` with network access first, to cache every variant it locks; or {_ONLINE_HINT}"
+)
 
 
 def cached_versions(cache: Cache, repo_id: str) -> list[int]:

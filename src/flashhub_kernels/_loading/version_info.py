@@ -266,7 +266,8 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
         OfflineError: the cache does not record the variant list, or lacks a variant.
     """
     verdicts = judge_variants(published_variants(cache, info, system), system)
-    cached = cached_variants(cache, info, [r.variant for r in verdicts])
+    this_system = [r.variant for r in verdicts if isinstance(r, VariantAccepted)][:1]
+    cached = cached_variants(cache, info, [r.variant for r in verdicts], gettable=this_system)
     size_of: dict[tuple[str, str], int | None] = {
         (name, path): size
         for name, variant in cached.items()
