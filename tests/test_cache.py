@@ -291,6 +291,31 @@ def test_substituted_bytecode_with_the_genuine_header_does_not_run(
     assert not marker.exists()
 
 
+def test_another_python_sharing_the_cache_adds_its_bytecode_and_fetches_nothing(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """Two Pythons (one cache tag each, as 3.11 and 3.12 on one home directory) share a
+    cached entry: the other one writes its own bytecode beside the cache's, which makes
+    the entry neither damaged nor fetched again, for either of them."""
+    write_kernel(cdn.root, REPO, 1)
+    as_another_python = (
+        "import sys\n"
+        "sys.implementation.cache_tag = 'cpython-399'\n"
+        "sys.dont_write_bytecode = False\n"
+        f"{IMPORT_HELPERS}\n"
+    )
+    expected = f"{REPO}@v1:{local_variant()}".upper()
+    assert run_python(IMPORT_HELPERS).split()[0] == expected  # cold: this Python's bytecode
+    cdn.clear_log()
+
+    for python in (as_another_python, IMPORT_HELPERS, as_another_python, IMPORT_HELPERS):
+        assert run_python(python).split()[0] == expected
+
+    assert cdn.requests == []
+    package = version_dir(cache_dir) / local_variant() / "tensor_tricks"
+    assert (package / "__pycache__" / "helpers.cpython-399.pyc").is_file()
+
+
 def test_a_relative_cache_dir_is_taken_from_where_the_load_runs_and_survives_a_chdir(
     cdn: CdnServer, tmp_path: Path
 ) -> None:

@@ -75,6 +75,7 @@ def test_cli_publish_failure_exits_1(kernel: Path, tmp_path: Path) -> None:
         ["publish"],
         ["publish", "x", "--version", "1", "--out", "o"],
         ["publish", "x", "--repo-id", "a/b/c", "--version", "1", "--out", "o"],
+        ["publish", "x", "--repo-id", "_local/b", "--version", "1", "--out", "o"],
         ["publish", "x", "--repo-id", REPO, "--version", "0", "--out", "o"],
         ["publish", "x", "--repo-id", REPO, "--version", "one", "--out", "o"],
         ["publish", "x", "--repo-id", REPO, "--version", "1", "--out", "o", "--prefix", "../x"],

@@ -198,6 +198,15 @@ def test_a_pickle_from_a_local_kernel_needs_the_kernel_loaded_in_the_new_process
     assert run_python(loaded_first).strip() == f"local:{local_variant()}"
 
 
+def test_a_repo_in_the_org_local_kernels_are_named_under_is_refused(cdn: CdnServer) -> None:
+    """``flashhub._local`` holds get_local_kernel()'s modules, so no CDN kernel could be
+    imported from an org named ``_local``: its repo id is refused, before any request."""
+    write_kernel(cdn.root, "_local/tensor-tricks", 1)
+    with pytest.raises(ValueError, match="org '_local' is reserved; use another"):
+        fk.get_kernel("_local/tensor-tricks", version=1)
+    assert cdn.requests == []
+
+
 def test_get_local_kernel_of_a_path_that_does_not_exist_says_so(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     with pytest.raises(KernelNotFoundError) as info:

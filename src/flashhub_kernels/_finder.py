@@ -19,7 +19,7 @@ import importlib.machinery
 import os
 import sys
 
-from ._models.names import BACKENDS, LOCAL_PACKAGE, RepoInfo, cdn_name_candidates, parse_module_name
+from ._models.names import BACKENDS, LOCAL_ORG, RepoInfo, cdn_name_candidates, parse_module_name
 
 # What this module imports is paid by every process that installs the hook: no typing,
 # no dataclasses, no importlib.abc or importlib.util (they import typing and
@@ -181,7 +181,7 @@ class KernelFinder:
         parsed = parse_module_name(fullname)
         if parsed is None:
             return None
-        if parsed.org == LOCAL_PACKAGE.partition(".")[2] and parsed.pkg is not None:
+        if parsed.org == LOCAL_ORG and parsed.pkg is not None:
             from ._loading.local import unknown_local_module  # another process's get_local_kernel
 
             raise unknown_local_module(fullname)

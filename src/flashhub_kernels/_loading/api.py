@@ -20,7 +20,8 @@ from .._config import Config, get_config, normalize_prefix, overrides, parse_cdn
 from .._finder import install, twin_names
 from .._models.kernel_dir import KernelDir
 from .._models.names import (
-    LOCAL_PACKAGE,
+    LOCAL_ORG,
+    ROOT_PACKAGE,
     RepoInfo,
     check_backend,
     check_version,
@@ -298,7 +299,7 @@ def get_local_kernel(
     package_dir = find_local_package(path, backend, package_name, check_arch=check_arch).package_dir
     digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
     name = package_dir.name.removesuffix(".zip")  # a "zip" build's archive is its package
-    module_name = f"{LOCAL_PACKAGE}.{name}_{digest}"
+    module_name = f"{ROOT_PACKAGE}.{LOCAL_ORG}.{name}_{digest}"
     install().add_target(module_name, KernelDir(package_dir))
     return _import(module_name, check_arch=check_arch)
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 ROOT_PACKAGE = "flashhub"
 # Where get_local_kernel() names its modules: flashhub._local.<py_pkg>_<path digest>.
-LOCAL_PACKAGE = f"{ROOT_PACKAGE}._local"
+LOCAL_ORG = "_local"
 
 # A segment must become a Python identifier once '-' is replaced by '_': a letter or '_',
 # then up to 95 letters, digits, '-' and '_' (ASCII). Checked with str methods, not a
@@ -160,6 +160,8 @@ def parse_repo_id(repo_id: str) -> tuple[str, str]:
         )
     _check_segment(parts[0], "org", repo_id)
     _check_segment(parts[1], "package name", repo_id)
+    if parts[0] == LOCAL_ORG:
+        raise ValueError(f"invalid repo id {repo_id!r}: org {LOCAL_ORG!r} is reserved; use another")
     return parts[0], parts[1]
 
 
