@@ -4,7 +4,9 @@ only, and not at all with FLASHHUB_DISABLE_PROGRESS_BARS=1."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -73,3 +75,19 @@ def test_no_bar_when_stderr_is_not_a_terminal(
     stderr_to(not_a_terminal, monkeypatch)
     fk.get_kernel(REPO, version=1)
     assert not_a_terminal.getvalue() == ""
+
+
+def test_a_load_in_a_process_without_stderr_downloads_without_a_bar(cdn: CdnServer) -> None:
+    # Started with stderr closed (`2>&-`, pythonw, some services): sys.stderr is None.
+    write_blob_kernel(cdn.root, BLOB)
+    env = {k: v for k, v in os.environ.items() if k != "FLASHHUB_DISABLE_PROGRESS_BARS"}
+    load = f"import flashhub_kernels as fk; print(fk.get_kernel({REPO!r}, version=1).marker())"
+    result = subprocess.run(
+        [sys.executable, "-c", load],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(2),
+    )
+    assert (result.returncode, result.stdout) == (0, "blob\n")

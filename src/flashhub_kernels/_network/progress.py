@@ -43,7 +43,7 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
     bytes, the percentage and the time left once the total is known: ``total`` from the
     manifest's sizes, or the sum of the lengths the answers announce.
     """
-    if not (enabled and sys.stderr.isatty()):
+    if not (enabled and _on_a_terminal(sys.stderr)):
         yield NO_PROGRESS
         return
     from tqdm.auto import tqdm
@@ -63,6 +63,15 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
             bar.total = (bar.total or 0) + nbytes
 
         yield Progress(bar.update, expect if total is None else _ignore)
+
+
+def _on_a_terminal(stream: TextIO | None) -> bool:
+    """Whether ``stream`` is a terminal. ``sys.stderr`` is ``None`` when the process
+    started without one (``2>&-``, pythonw, some services), and may have been closed."""
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, OSError, ValueError):  # closed, or an object without isatty()
+        return False
 
 
 def write_beside_bars(line: str, stream: TextIO) -> None:
