@@ -13,10 +13,11 @@ import subprocess
 import sys
 import termios
 import threading
+from pathlib import Path
 
 from support.cdn_server import CdnServer, slowly
 from support.projects import REPO, UNIVERSAL
-from support.trees import kernel_files, write_blob_kernel, write_variant
+from support.trees import kernel_files, write_blob_kernel, write_kernel, write_variant
 
 FLASHHUB = [sys.executable, "-m", "flashhub_kernels"]
 
@@ -39,6 +40,41 @@ def test_output_into_a_pipe_closed_early_exits_quietly(cdn: CdnServer) -> None:
     assert first.startswith(f"{REPO}@v1 on "), first + err
     assert err == ""  # no "Broken pipe", no "Exception ignored"
     assert code == 141  # 128 + SIGPIPE, as a shell reports a command its pipe ended
+
+
+def test_with_stderr_closed_the_output_holds_only_the_path(cdn: CdnServer, cache_dir: Path) -> None:
+    # `DIR=$(flashhub get ... 2>&-)`: Python starts with sys.stderr None, and what is
+    # printed to None goes to stdout. v1 has a newer version: a notice is due.
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL])
+    write_kernel(cdn.root, REPO, 2, [UNIVERSAL])
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_PROGRESS_BARS", "_CHECK"))}
+
+    def get(version: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*FLASHHUB, "get", REPO, "--version", version],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: os.close(2),
+        )
+
+    loaded, missing = get("1"), get("3")
+    assert loaded.returncode == 0
+    assert loaded.stdout == f"{cache_dir / 'kernels' / REPO / 'v1' / UNIVERSAL}\n"
+    assert (missing.returncode, missing.stdout) == (1, "")
+
+
+def test_with_stdout_closed_a_command_ends_without_a_traceback(cdn: CdnServer) -> None:
+    write_blob_kernel(cdn.root, bytes(1 << 10))
+    result = subprocess.run(
+        [*FLASHHUB, "get", REPO, "--version", "1"],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert (result.returncode, result.stderr) == (0, "")
 
 
 def read_all(fd: int, into: list[bytes]) -> None:

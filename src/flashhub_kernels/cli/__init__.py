@@ -22,7 +22,15 @@ from collections.abc import Collection, Sequence
 
 from .._constants import __version__
 from .._models.record import Record
-from ._common import EXIT_USAGE, Command, parse, run, verbose_argument, verbosity
+from ._common import (
+    EXIT_USAGE,
+    Command,
+    open_missing_streams,
+    parse,
+    run,
+    verbose_argument,
+    verbosity,
+)
 
 
 class _Listed(Record):
@@ -106,6 +114,7 @@ def _named_command(argv: Sequence[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``flashhub`` and ``python -m flashhub_kernels``; returns the exit code."""
+    open_missing_streams()
     arguments = sys.argv[1:] if argv is None else argv
     parser = build_parser(_named_command(arguments))
     args = parse(parser, arguments)

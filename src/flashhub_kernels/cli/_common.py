@@ -316,6 +316,20 @@ def newest_version(repo_id: str, command: str) -> int:
 # --- running -------------------------------------------------------------------------------
 
 
+def open_missing_streams() -> None:
+    """Point a missing ``sys.stdout`` or ``sys.stderr`` at the null device.
+
+    Python sets one to ``None`` when the process starts with its descriptor closed
+    (``flashhub get ... 2>&-``, pythonw). ``print(file=None)`` writes to stdout, so the
+    errors and warnings would land in the output a script reads (``DIR=$(flashhub get
+    ...)``), and flushing a missing stdout would end the command in a traceback.
+    """
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # open until the process exits
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
     """Parse, turning argparse's ``SystemExit`` (``--help``, usage errors) into a code."""
     try:

@@ -10,6 +10,7 @@ from ._common import (
     EXIT_OK,
     cache_dir_argument,
     cdn_url_argument,
+    open_missing_streams,
     parse,
     repo_id_arg,
     run,
@@ -56,6 +57,7 @@ def _kernel_load(args: argparse.Namespace) -> int:
 
 def kernel_load_main(argv: list[str] | None = None) -> int:
     """Entry point of ``flashhub-kernel-load REPO --version N [...]``; returns the exit code."""
+    open_missing_streams()
     parser = _kernel_load_parser()
     args = parse(parser, argv)
     if isinstance(args, int):
