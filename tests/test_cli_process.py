@@ -77,6 +77,26 @@ def test_with_stdout_closed_a_command_ends_without_a_traceback(cdn: CdnServer) -
     assert (result.returncode, result.stderr) == (0, "")
 
 
+def test_a_path_stdout_cannot_encode_fails_saying_how_to_show_it(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL])
+    result = subprocess.run(
+        [*FLASHHUB, "get", REPO, "--version", "1"],
+        env={
+            **os.environ,
+            "PYTHONIOENCODING": "ascii",
+            "FLASHHUB_CACHE_DIR": str(tmp_path / "c\xe4che"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "stdout's encoding (ascii) cannot show" in result.stderr
+    assert "hint: set PYTHONIOENCODING=utf-8" in result.stderr
+
+
 def read_all(fd: int, into: list[bytes]) -> None:
     while True:
         try:

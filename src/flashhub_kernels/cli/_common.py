@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypedDict, TypeGuard, TypeVar
 
 from .._config import get_config
 from .._loading.api import configure
@@ -367,11 +367,32 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
         print_error(exc.message, exc.cli_hint or exc.hint)  # the options, not version=
         return EXIT_FAILURE
     except ValueError as exc:  # a malformed argument or setting (LOCAL_KERNELS, trusted keys)
+        if _unprintable_output(exc):
+            print_error(
+                f"stdout's encoding ({exc.encoding}) cannot show "
+                f"{exc.object[exc.start : exc.end]!r}, which is part of the output",
+                "set PYTHONIOENCODING=utf-8, or run in a UTF-8 locale (LC_ALL=C.UTF-8)",
+            )
+            return EXIT_FAILURE
         print_error(str(exc), None)
         return EXIT_USAGE
     except OSError as exc:
         print_error(str(exc), None)
         return EXIT_FAILURE
+
+
+def _unprintable_output(exc: ValueError) -> TypeGuard[UnicodeEncodeError]:
+    """Whether ``exc`` is stdout's encoding failing on what a command prints: a path or
+    a name that an ASCII or Latin-1 stdout cannot hold (``PYTHONIOENCODING=ascii``)."""
+    encoding = getattr(sys.stdout, "encoding", None)
+    if not isinstance(exc, UnicodeEncodeError) or not encoding:
+        return False
+    import codecs
+
+    try:
+        return codecs.lookup(exc.encoding).name == codecs.lookup(encoding).name
+    except LookupError:
+        return False
 
 
 def _print_warning(
