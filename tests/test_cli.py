@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import assert_terminal_safe, run_python
+from conftest import MakeCdn, assert_terminal_safe, run_python
 from flashhub_kernels._loading.version_info import _PARALLEL_HEADS
-from support.cdn_server import CdnServer, drop_after
+from support.cdn_server import CdnServer, drop_after, redirect
 from support.cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
 from support.machines import CPU_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
@@ -336,6 +336,18 @@ def test_flashhub_v_says_what_the_load_did_without_credentials(cdn: CdnServer) -
     assert f"127.0.0.1:{cdn.port}: {len(MIB_BLOB)} bytes in " in log
     assert "broke off at byte 1000; asking again from there" in log
     assert "s3cret" not in log
+
+
+def test_flashhub_vv_hides_the_query_of_a_signed_url_redirected_to(
+    cdn: CdnServer, make_cdn: MakeCdn
+) -> None:
+    blob = write_blob_kernel(cdn.root, MIB_BLOB)
+    storage = make_cdn()  # serves the same tree, whatever the query
+    cdn.inject(blob, redirect(f"{storage.url}/{blob}?X-Amz-Signature=sig-4f9e&token=tok-77a1"))
+    result = flashhub("-vv", "get", REPO, "--version", "1")
+    assert result.returncode == 0, result.stderr
+    assert "blob.bin?X-Amz-Signature=****&token=****" in result.stderr  # urllib3's lines
+    assert "sig-4f9e" not in result.stderr and "tok-77a1" not in result.stderr
 
 
 def test_v_after_the_subcommand_works_too(cdn: CdnServer) -> None:

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
 from .._network.progress import write_beside_bars
+from .._utils.urls import SHOWN_SECRET, redact_text
+
+# The value of each parameter of a URL's query. A redirect may lead to a signed URL
+# (``?X-Amz-Signature=...``, ``?token=...``) whose query is a credential, and urllib3's
+# lines at -vv quote the path and query of each request.
+_QUERY_VALUE = re.compile(r"([?&][^\s?&=#'\"]+=)[^\s&#'\"]+")
 
 
 class _BesideBars(logging.StreamHandler[TextIO]):
-    """A stream handler whose lines start on a line of their own, below any bar."""
+    """A stream handler whose lines start on a line of their own, below any bar, with
+    the credentials of the URLs they quote hidden."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            write_beside_bars(self.format(record), self.stream)
+            line = _QUERY_VALUE.sub(rf"\1{SHOWN_SECRET}", redact_text(self.format(record)))
+            write_beside_bars(line, self.stream)
         except Exception:
             self.handleError(record)
 
