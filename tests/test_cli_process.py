@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from support.cdn_server import CdnServer, slowly
+from support.cli_runner import flashhub_process
 from support.projects import REPO, UNIVERSAL
 from support.trees import kernel_files, write_blob_kernel, write_kernel, write_variant
 
@@ -75,6 +76,25 @@ def test_with_stdout_closed_a_command_ends_without_a_traceback(cdn: CdnServer) -
         preexec_fn=lambda: os.close(1),
     )
     assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_with_stdin_closed_cache_clear_asks_for_yes(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL])
+    assert flashhub_process("get", REPO, "--version", "1").returncode == 0
+
+    def clear(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*FLASHHUB, "cache", "clear", *options],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: os.close(0),
+        )
+
+    refused, cleared = clear(), clear("--yes")
+    assert refused.returncode == 2, refused.stderr
+    assert "pass --yes to clear the cache" in refused.stderr
+    assert cleared.returncode == 0 and cleared.stdout.startswith("removed 1 entry"), cleared
 
 
 def test_a_path_stdout_cannot_encode_fails_saying_how_to_show_it(

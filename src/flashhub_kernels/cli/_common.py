@@ -317,15 +317,18 @@ def newest_version(repo_id: str, command: str) -> int:
 
 
 def open_missing_streams() -> None:
-    """Point a missing ``sys.stdout`` or ``sys.stderr`` at the null device.
+    """Point a missing ``sys.stdin``, ``sys.stdout`` or ``sys.stderr`` at the null device.
 
     Python sets one to ``None`` when the process starts with its descriptor closed
     (``flashhub get ... 2>&-``, pythonw). ``print(file=None)`` writes to stdout, so the
     errors and warnings would land in the output a script reads (``DIR=$(flashhub get
-    ...)``), and flushing a missing stdout would end the command in a traceback.
+    ...)``), and flushing a missing stdout, or asking a missing stdin whether it is a
+    terminal (``flashhub cache clear <&-``), would end the command in a traceback.
     """
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # noqa: SIM115  # open until the process exits
     if sys.stdout is None:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # open until the process exits
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
 
