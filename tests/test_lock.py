@@ -274,6 +274,31 @@ def test_load_kernel_with_a_cold_cache_names_flashhub_download(
     assert MODULE not in sys.modules
 
 
+def test_a_locked_load_ignores_local_kernels_and_refuses_a_module_imported_from_it(
+    project: Path, cdn: CdnServer, tmp_path: Path
+) -> None:
+    download_locked(lock_project(project))
+    write_kernel(tmp_path / "devel", REPO, 9, [LOCAL])  # marker: acme/tensor-tricks@v9:...
+    local_build = tmp_path / "devel" / "kernels" / REPO / "v9"
+    env = {"FLASHHUB_OFFLINE": "1", "LOCAL_KERNELS": f"{REPO}={local_build}"}
+    load = f"from flashhub_kernels import load_kernel; print(load_kernel({REPO!r}).marker())"
+    assert run_python(load, env=env, cwd=project).split() == [f"{REPO}@v2:{LOCAL}"]
+
+    code = f"""
+        from flashhub_kernels import get_kernel, load_kernel
+        from flashhub_kernels.errors import LockfileError
+        print(get_kernel({REPO!r}, version=2).marker())  # LOCAL_KERNELS serves plain loads
+        try:
+            load_kernel({REPO!r})
+        except LockfileError as exc:
+            print(exc)
+    """
+    output = run_python(textwrap.dedent(code), env=env, cwd=project).splitlines()
+    assert output[0] == f"{REPO}@v9:{LOCAL}"
+    assert output[1].startswith(f"{MODULE} was imported in this process from {local_build}")
+    assert "load the kernel from the lock before anything else imports it" in output[2]
+
+
 def test_get_locked_kernel_downloads_when_needed_then_stays_warm(
     project: Path, cdn: CdnServer
 ) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .._cache.layout import Cache, VariantIndex
 from .._cache.receipt import read_receipt
 from .._config import get_config
+from .._models.kernel_dir import KernelDir, cached_kernel
 from .._variants.choice import choose_variant
 from .._variants.grammar import as_variant
 from .._variants.probing import candidate_names
@@ -101,3 +102,12 @@ def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path
     if not get_config().accepts_signer(locked.info.org, receipt.signer, locked=signer):
         return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
     return entry, ""
+
+
+def cached_target(cache: Cache, locked: LockedKernel, variant: str) -> tuple[KernelDir | None, str]:
+    """:func:`cached_entry` as the kernel to import from it; else why it cannot be."""
+    entry, why = cached_entry(cache, locked, variant)
+    receipt = read_receipt(entry) if entry is not None else None
+    if entry is None or receipt is None:
+        return None, why or "it is not in the cache"
+    return cached_kernel(entry, locked.info, variant, receipt), ""

@@ -10,24 +10,30 @@ hook, so the module is the one ``import flashhub.<org>.<pkg>.v<N>`` gives.
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
+from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .._cache.imports import mark_in_use
 from .._cache.layout import Cache
 from .._cache.staging import record_index
 from .._config import get_config
-from .._loading.api import get_kernel
+from .._finder import install, twin_names
 from .._utils.callers import caller_package
 from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
 from .._variants.compat import pick_cached_variant
 from .._variants.named_system import target_system
 from ..errors import LockfileError
-from .cache_check import cached_entry, lock_index, locked_variant
+from .cache_check import cached_target, lock_index, locked_variant
 from .discovery import StrPath, find_lockfile
 from .project import VARIANT_OPTIONS
 
 if TYPE_CHECKING:
+    from .._models.kernel_dir import KernelDir
+    from .._models.names import RepoInfo
     from .._variants.system import SystemInfo
     from .format import LockedKernel
 
@@ -86,27 +92,77 @@ def load_locked(locked: LockedKernel, *, download: bool, check_arch: bool = True
     variants = {
         node.info: locked_variant(node, system, cached_targets(cache, node.info)) for node in tree
     }
-    missing = []
+    targets, missing = {}, []
     for node in tree:
-        entry, why = cached_entry(cache, node, variants[node.info])
-        if entry is None:
+        target, why = cached_target(cache, node, variants[node.info])
+        if target is None:
             missing.append((node, why))
+        else:
+            targets[node.info] = target
     if missing and (not download or config.offline):
         node, why = missing[0]
-        needed = f", which {locked.info} depends on," if node is not locked else ""
-        offline = "unset FLASHHUB_OFFLINE, or " if download else ""
-        raise LockfileError(
-            f"locked kernel {node.info} (variant {variants[node.info]}){needed} cannot be "
-            f"loaded: {why}",
-            hint=offline + _DOWNLOAD_HINT,
-        )
+        raise _not_loadable(locked, node, variants[node.info], why, download=download)
     if missing:
         from .predownload import fetch_locked_variants  # the download path, and the network
 
         fetch_locked_variants(config, cache, [(node, variants[node.info]) for node, _ in missing])
+        for node, _ in missing:
+            target, why = cached_target(cache, node, variants[node.info])
+            if target is None:
+                raise _not_loadable(locked, node, variants[node.info], why, download=download)
+            targets[node.info] = target
     for node in tree:
         _check_cached_choice(cache, node, variants[node.info], system)
-    return get_kernel(locked.repo_id, version=locked.version, check_arch=check_arch)
+    return _import_locked(locked.info, targets)
+
+
+def _not_loadable(
+    locked: LockedKernel, node: LockedKernel, variant: str, why: str, *, download: bool
+) -> LockfileError:
+    """Why ``node`` (``locked`` or a kernel it depends on) cannot be loaded as locked."""
+    needed = f", which {locked.info} depends on," if node is not locked else ""
+    offline = "unset FLASHHUB_OFFLINE, or " if download else ""
+    return LockfileError(
+        f"locked kernel {node.info} (variant {variant}){needed} cannot be loaded: {why}",
+        hint=offline + _DOWNLOAD_HINT,
+    )
+
+
+def _import_locked(root: RepoInfo, targets: Mapping[RepoInfo, KernelDir]) -> ModuleType:
+    """Import ``root``, each kernel of its tree from its entry in ``targets`` (checked
+    against the lock): not from a ``LOCAL_KERNELS`` directory, nor from a variant the
+    import hook would pick on its own."""
+    finder = install()
+    loaded = {id(module): target for module, target in finder.loaded()}
+
+    def imported(module_name: str) -> KernelDir | None:
+        return loaded.get(id(sys.modules[module_name]))
+
+    for info, target in targets.items():
+        module_name = info.module_name()
+        if module_name in sys.modules:
+            _check_imported(module_name, imported(module_name), target)
+            continue
+        twins = [name for name, _ in twin_names(module_name, None) if name in sys.modules]
+        if not any(getattr(imported(twin), "entry", None) == target.entry for twin in twins):
+            assert target.entry is not None, "a locked target is a cache entry"
+            mark_in_use(target.entry)
+            finder.add_target(module_name, target)
+    module_name = finder.pin(root, None)
+    return importlib.import_module(module_name)
+
+
+def _check_imported(module_name: str, imported: KernelDir | None, locked: KernelDir) -> None:
+    """Refuse a module imported already from elsewhere than the locked entry."""
+    if imported is not None and imported.entry == locked.entry:
+        return
+    where = "elsewhere" if imported is None else str(imported.entry or imported.package_dir)
+    raise LockfileError(
+        f"{module_name} was imported in this process from {where} before the locked load, "
+        f"not from the locked variant {locked.variant} ({locked.entry})",
+        hint="load the kernel from the lock before anything else imports it, or load it in "
+        "a fresh process",
+    )
 
 
 def _check_cached_choice(
