@@ -299,6 +299,22 @@ def test_a_locked_load_ignores_local_kernels_and_refuses_a_module_imported_from_
     assert "load the kernel from the lock before anything else imports it" in output[2]
 
 
+def test_locked_loads_take_a_backend_as_hugging_face_load_kernel_does(
+    project: Path, cdn: CdnServer
+) -> None:
+    lockfile = lockfile_of(project)
+    lock_project(project)
+
+    module = get_locked_kernel(REPO, lockfile=lockfile, backend="cpu")
+
+    assert module.__name__ == f"{MODULE}_cpu"
+    assert module.marker() == f"{REPO}@v2:{LOCAL if LOCAL == CPU_LOCAL else UNIVERSAL}"
+    cdn.stop()
+    assert load_kernel(REPO, lockfile=lockfile, backend="cpu") is module
+    with pytest.raises(ValueError, match="tpu"):
+        load_kernel(REPO, lockfile=lockfile, backend="tpu")
+
+
 def test_get_locked_kernel_downloads_when_needed_then_stays_warm(
     project: Path, cdn: CdnServer
 ) -> None:

@@ -21,6 +21,7 @@ from .._cache.layout import Cache
 from .._cache.staging import record_index
 from .._config import get_config
 from .._finder import install, twin_names
+from .._models.names import check_backend
 from .._utils.callers import caller_package
 from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
@@ -41,7 +42,11 @@ _DOWNLOAD_HINT = "run `flashhub download` in the project directory, with network
 
 
 def load_kernel(
-    repo_id: str, *, lockfile: StrPath | None = None, check_arch: bool = True
+    repo_id: str,
+    *,
+    lockfile: StrPath | None = None,
+    backend: str | None = None,
+    check_arch: bool = True,
 ) -> ModuleType:
     """Import a locked kernel from the cache only; never touches the network.
 
@@ -54,24 +59,33 @@ def load_kernel(
         lockfile: The lock to use. By default, ``flashhub.lock`` shipped in the calling
             package (package data next to its top-level ``__init__.py``, or in its
             distribution's metadata), else ``./flashhub.lock``.
+        backend: Choose among the locked variants of ``backend`` (e.g. ``"cpu"`` on a
+            CUDA machine), as :func:`~flashhub_kernels.get_kernel` does: the module is
+            then ``flashhub.<org>.<pkg>.v<N>_<backend>``.
         check_arch: ``False`` chooses the locked variant without the device archs
             builds list, as :func:`~flashhub_kernels.get_kernel` does.
 
     Raises:
+        ValueError: ``backend`` is not a backend.
         LockfileError: no lock is found, it does not lock ``repo_id``, or the cache does
             not hold the locked bytes (the message says which).
     """
     locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
-    return load_locked(locked, download=False, check_arch=check_arch)
+    return load_locked(locked, download=False, backend=backend, check_arch=check_arch)
 
 
 def get_locked_kernel(
-    repo_id: str, *, lockfile: StrPath | None = None, check_arch: bool = True
+    repo_id: str,
+    *,
+    lockfile: StrPath | None = None,
+    backend: str | None = None,
+    check_arch: bool = True,
 ) -> ModuleType:
     """Import a locked kernel, downloading its variant first when the cache lacks it.
 
-    Like :func:`load_kernel` (``check_arch`` too), but fetches a missing variant from
-    the CDN and checks its manifest against the lock before any of its files is imported.
+    Like :func:`load_kernel` (``backend`` and ``check_arch`` too), but fetches a missing
+    variant from the CDN and checks its manifest against the lock before any of its files
+    is imported.
 
     Raises:
         LockfileError: no lock is found, or it does not lock ``repo_id``.
@@ -79,15 +93,20 @@ def get_locked_kernel(
         KernelImportError: the variant cannot be fetched or verified.
     """
     locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
-    return load_locked(locked, download=True, check_arch=check_arch)
+    return load_locked(locked, download=True, backend=backend, check_arch=check_arch)
 
 
-def load_locked(locked: LockedKernel, *, download: bool, check_arch: bool = True) -> ModuleType:
+def load_locked(
+    locked: LockedKernel, *, download: bool, backend: str | None = None, check_arch: bool = True
+) -> ModuleType:
     """Import a locked kernel once the cache holds the locked bytes of it and of every
     kernel it depends on (fetched first when ``download``, and not offline), choosing
-    the variants without the device archs if not ``check_arch``."""
+    the variants of ``backend`` when given, without the device archs if not ``check_arch``."""
+    if backend is not None:
+        check_backend(backend)
     config = get_config()
-    cache, system = Cache.from_config(config), target_system(None, check_arch=check_arch)
+    cache = Cache.from_config(config)
+    system = target_system(backend, check_arch=check_arch)
     tree = locked.tree()
     variants = {
         node.info: locked_variant(node, system, cached_targets(cache, node.info)) for node in tree
@@ -113,7 +132,7 @@ def load_locked(locked: LockedKernel, *, download: bool, check_arch: bool = True
             targets[node.info] = target
     for node in tree:
         _check_cached_choice(cache, node, variants[node.info], system)
-    return _import_locked(locked.info, targets)
+    return _import_locked(locked.info, targets, backend)
 
 
 def _not_loadable(
@@ -128,7 +147,9 @@ def _not_loadable(
     )
 
 
-def _import_locked(root: RepoInfo, targets: Mapping[RepoInfo, KernelDir]) -> ModuleType:
+def _import_locked(
+    root: RepoInfo, targets: Mapping[RepoInfo, KernelDir], backend: str | None
+) -> ModuleType:
     """Import ``root``, each kernel of its tree from its entry in ``targets`` (checked
     against the lock): not from a ``LOCAL_KERNELS`` directory, nor from a variant the
     import hook would pick on its own."""
@@ -139,16 +160,16 @@ def _import_locked(root: RepoInfo, targets: Mapping[RepoInfo, KernelDir]) -> Mod
         return loaded.get(id(sys.modules[module_name]))
 
     for info, target in targets.items():
-        module_name = info.module_name()
+        module_name = info.module_name(backend)
         if module_name in sys.modules:
             _check_imported(module_name, imported(module_name), target)
             continue
-        twins = [name for name, _ in twin_names(module_name, None) if name in sys.modules]
+        twins = [name for name, _ in twin_names(module_name, backend) if name in sys.modules]
         if not any(getattr(imported(twin), "entry", None) == target.entry for twin in twins):
             assert target.entry is not None, "a locked target is a cache entry"
             mark_in_use(target.entry)
             finder.add_target(module_name, target)
-    module_name = finder.pin(root, None)
+    module_name = finder.pin(root, backend)
     return importlib.import_module(module_name)
 
 
