@@ -177,6 +177,25 @@ def test_download_without_a_lock_fails_with_a_hint(tmp_path: Path) -> None:
     assert "flashhub lock" in result.stderr
 
 
+def test_lock_and_download_outside_the_project_directory_say_which_to_pass(
+    project: Path,
+) -> None:
+    subdirectory = project / "src"
+    subdirectory.mkdir()
+    for command in ("lock", "download"):
+        from_below = flashhub(command, cwd=subdirectory)
+        assert from_below.returncode == 1
+        assert f"hint: pass the project directory {project}, or run the command there" in (
+            from_below.stderr
+        )
+        given_the_file = flashhub(command, project / "pyproject.toml")
+        assert given_the_file.returncode == 1
+        assert "Errno" not in given_the_file.stderr
+        assert f"hint: pass the directory that holds pyproject.toml ({project}), not the file" in (
+            given_the_file.stderr
+        )
+
+
 def test_lock_without_dependencies_fails(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
     result = flashhub("lock", tmp_path)

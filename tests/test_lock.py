@@ -551,6 +551,12 @@ def test_lock_in_the_working_directory_is_found(
         load_kernel("acme/absent")
 
 
+def test_a_lockfile_argument_that_is_a_directory_is_a_lockfile_error(tmp_path: Path) -> None:
+    with pytest.raises(LockfileError, match="cannot read") as info:
+        load_kernel(REPO, lockfile=tmp_path)
+    assert "pass the path of a flashhub.lock file" in str(info.value)
+
+
 def test_locked_layer_repository_validates_its_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="invalid repo id"):
         LockedLayerRepository("nope", "Double")

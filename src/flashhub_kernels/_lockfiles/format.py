@@ -207,6 +207,10 @@ def read_lockfile(path: Path) -> Lockfile:
             f"{path} does not exist",
             hint="run `flashhub lock` in the project directory to create it",
         ) from None
+    except OSError as exc:  # a directory, say
+        raise LockfileError(
+            f"cannot read {path}: {exc.strerror}", hint=f"pass the path of a {LOCKFILE_NAME} file"
+        ) from None
     return parse_lockfile(data, source=str(path))
 
 

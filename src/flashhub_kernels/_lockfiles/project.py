@@ -77,11 +77,14 @@ def read_project(project_dir: Path) -> Project:
     path = project_dir / PYPROJECT_NAME
     try:
         document = load_toml(path.read_bytes())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise LockfileError(
-            f"{path} does not exist",
-            hint="pass the project directory that holds pyproject.toml",
+            f"{path.absolute()} does not exist",
+            hint=project_dir_hint(project_dir)
+            or "pass the project directory that holds pyproject.toml",
         ) from None
+    except OSError as exc:
+        raise LockfileError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise LockfileError(f"{path} {exc}", hint="fix the file's TOML") from None
     problems: list[tuple[str, str]] = []  # (what is wrong, how to write it)
@@ -94,6 +97,19 @@ def read_project(project_dir: Path) -> Project:
             hint="; ".join(hints),
         )
     return project
+
+
+def project_dir_hint(project_dir: Path) -> str | None:
+    """What to pass instead of ``project_dir``, which holds no ``pyproject.toml``: the
+    directory of the file given, or the nearest one above that holds it; ``None`` when
+    there is neither."""
+    given = project_dir.absolute()
+    if given.is_file():
+        return f"pass the directory that holds {given.name} ({given.parent}), not the file"
+    above = next((d for d in given.parents if (d / PYPROJECT_NAME).is_file()), None)
+    if above is not None:
+        return f"pass the project directory {above}, or run the command there"
+    return None
 
 
 def _dependencies(

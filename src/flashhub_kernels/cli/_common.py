@@ -17,7 +17,7 @@ from .._loading.api import configure
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.escaping import escape_controls, escape_message
-from ..errors import ConfigError, FlashhubError
+from ..errors import ConfigError, FlashhubError, LockfileError
 
 if TYPE_CHECKING:
     from .._cache.layout import Cache
@@ -284,9 +284,16 @@ def print_error(message: str, hint: str | None) -> None:
 
 
 def project_lockfile(project_dir: Path) -> Lockfile:
+    from .._constants import PYPROJECT_NAME
     from .._lockfiles.format import LOCKFILE_NAME, read_lockfile
+    from .._lockfiles.project import project_dir_hint
 
-    return read_lockfile(project_dir / LOCKFILE_NAME)
+    path = project_dir / LOCKFILE_NAME
+    if not path.exists() and not (project_dir / PYPROJECT_NAME).is_file():
+        hint = project_dir_hint(project_dir)
+        if hint is not None:
+            raise LockfileError(f"{path.absolute()} does not exist", hint=hint)
+    return read_lockfile(path)
 
 
 def local_cache() -> Cache:
