@@ -144,7 +144,7 @@ _HASH = "sha256-" + "ab" * 32
     ("document", "message"),
     [
         (b"{", "is not valid JSON"),
-        (b"[]", "must hold a JSON object"),
+        (b'"flashhub.lock"', "must hold a JSON object"),
         (b'{"kernels": []}', 'expected "version": 1'),
         (b'{"version": 2, "kernels": []}', "upgrade flashhub-kernels"),
         (b'{"version": 1}', 'list its kernels in "kernels"'),
@@ -549,6 +549,33 @@ def test_lock_in_the_working_directory_is_found(
     assert load_kernel(REPO).marker() == f"{REPO}@v2:{LOCAL}"
     with pytest.raises(LockfileError, match="acme/absent is not locked in"):
         load_kernel("acme/absent")
+
+
+# kernels.lock as Hugging Face kernels 0.19 writes it, and as its releases before 0.12 did.
+_COMMIT = "0123456789abcdef" * 2 + "01234567"
+_HF_LOCKS = [
+    [{"dependency": {"repo-id": REPO, "version": 2}, "lock": {"commit": _COMMIT}}],
+    [
+        {
+            "repo_id": REPO,
+            "sha": _COMMIT,
+            "variants": {UNIVERSAL: {"hash": _HASH, "hash_type": "git_lfs_concat"}},
+        }
+    ],
+]
+
+
+@pytest.mark.parametrize("document", _HF_LOCKS)
+def test_a_hugging_face_kernels_lock_is_named_with_what_to_do(
+    tmp_path: Path, document: list[object]
+) -> None:
+    path = tmp_path / "kernels.lock"
+    path.write_text(json.dumps(document))
+    with pytest.raises(LockfileError) as info:
+        load_kernel(REPO, lockfile=path)
+    assert f"{path} is a Hugging Face kernels lock file" in info.value.message
+    assert info.value.hint is not None and "run `flashhub lock`" in info.value.hint
+    assert "regenerate it" not in info.value.hint
 
 
 def test_a_lockfile_argument_that_is_a_directory_is_a_lockfile_error(tmp_path: Path) -> None:

@@ -220,6 +220,13 @@ def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
         document = parse_capped(data, json.loads, "JSON", json.JSONDecodeError)
     except ValueError as exc:
         raise LockfileError(f"{source} {exc}", hint=_REGENERATE) from None
+    if isinstance(document, list):  # what Hugging Face kernels writes in kernels.lock
+        raise LockfileError(
+            f"{source} is a Hugging Face kernels lock file (a JSON list of Hub commits), "
+            f"not a {LOCKFILE_NAME}",
+            hint=f"run `flashhub lock` in the project directory, which reads the same "
+            f"[tool.kernels.dependencies], and use the {LOCKFILE_NAME} it writes",
+        )
     if not isinstance(document, dict):
         raise LockfileError(f"{source} must hold a JSON object", hint=_REGENERATE)
     _check_format(document.get("version"), source)
