@@ -28,6 +28,7 @@ from flashhub_kernels._variants.device_arch import (
     kfd_gpus,
     select_visible,
 )
+from flashhub_kernels.layers._target import Target
 from support.cdn_server import CdnServer
 from support.gpu_stand_in import (
     StandInGpu,
@@ -403,6 +404,78 @@ def test_a_spawned_worker_unpickling_a_kernel_object_starts_no_cuda(
     assert context_requests(tmp_path) == []
     # The parent and the worker each judged the device, through NVML.
     assert nvml_calls(tmp_path).count("nvmlDeviceGetCudaComputeCapability") == 2
+
+
+KERNELIZE_FOR_RANGES = """
+import torch
+from torch import nn
+from flashhub_kernels import CUDAProperties, Device, LocalLayerRepository, Mode
+from flashhub_kernels import kernelize, use_kernel_forward_from_hub, use_kernel_mapping
+
+@use_kernel_forward_from_hub("Half")
+class Half(nn.Module):
+    def forward(self, x):
+        return x
+
+def tag(module):
+    name = module.forward.__module__  # flashhub._local.layers_<tag>_<digest>.layers
+    return name.split(".")[-2].split("_")[1] if name.startswith("flashhub.") else "original"
+
+def layer(tag):
+    return LocalLayerRepository({local!r} + "/layers_" + tag, layer_name="Half")
+
+mapping = {{"Half": {{
+    Device("cuda", CUDAProperties(90, 90)): layer("sm90"),
+    Device("cuda", CUDAProperties(80, 89)): layer("sm8x"),
+}}}}
+model = nn.Sequential(nn.Linear(2, 2), Half())  # still on the CPU
+with use_kernel_mapping(mapping):
+    for device in ("cuda", "cuda:1", "cuda:2"):
+        kernelize(model, mode=Mode.INFERENCE, device=device)
+        print(tag(model[1]))
+    print(torch.cuda.is_initialized())
+    {use_cuda}
+    kernelize(model, mode=Mode.INFERENCE, device="cuda")
+    print(tag(model[1]))
+"""
+
+
+def test_kernelize_for_capability_ranges_reads_the_gpus_without_a_context(
+    tmp_path: Path, nvml_dir: Path
+) -> None:
+    """A model kernelized for the GPU before it is moved there: the capability of the
+    device named comes from NVML, and torch is asked only once CUDA is initialized."""
+    for tag in ("sm90", "sm8x"):
+        package = tmp_path / "local" / f"layers_{tag}"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("from . import layers\n")
+        (package / "layers.py").write_text(
+            "from torch import nn\n\nclass Half(nn.Module):\n"
+            "    def forward(self, x):\n        return x[..., : x.shape[-1] // 2]\n"
+        )
+    env = gpu_machine_env(tmp_path, H100, A10, nvml=nvml_dir)
+    script = KERNELIZE_FOR_RANGES.format(
+        local=str(tmp_path / "local"), use_cuda="torch.cuda.init()"
+    )
+    # NVML's order: the H100 first (CUDA's default), then the A10; no device 2: the original
+    assert run_python(script, env=env).split() == ["sm90", "sm8x", "original", "False", "sm8x"]
+    assert context_requests(tmp_path) == []  # the last answer is torch's initialized 8.6
+    assert nvml_calls(tmp_path).count("nvmlInit_v2") == 1  # read once for every layer
+
+
+def test_a_rocm_gpu_s_capability_is_read_from_the_kfd_topology(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = {"1": {"gfx_target_version": 90402}, "2": {"gfx_target_version": 110000}}
+    monkeypatch.setattr(_constants, "KFD_NODES", str(_kfd_tree(tmp_path / "nodes", nodes)))
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    _device_arch._driver_capabilities.cache_clear()  # read once per process, as it is
+    assert [Target("rocm", i).capability() for i in (None, 1, 2)] == [94, 110, None]
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
+    assert Target("rocm").capability() == 110
 
 
 CHECK_ARCH = """

@@ -725,6 +725,7 @@ def test_use_fallback_false_raises_for_an_unmapped_device(tmp_path: Path, x: tor
 def test_each_fallback_case_is_allowed_or_refused_on_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # torch is asked then
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
     repo = local_layers(tmp_path, "a", layer_name="NoCompile")
     cases = {
@@ -880,6 +881,7 @@ def test_the_narrowest_matching_capability_range_wins(
             raise AssertionError("Torch not compiled with CUDA enabled")
         return capability
 
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # torch is asked then
     monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
     mapping = {
         "SiluAndMul": {
@@ -901,6 +903,7 @@ def test_the_narrowest_matching_capability_range_wins(
 def test_a_range_only_mapping_misses_a_gpu_outside_it(
     capability_repos: dict[str, LocalLayerRepository], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # torch is asked then
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
     mapping = {"SiluAndMul": {Device("cuda", CUDAProperties(80, 90)): capability_repos["wide"]}}
     with use_kernel_mapping(mapping):

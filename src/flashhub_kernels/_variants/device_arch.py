@@ -79,18 +79,29 @@ def _read_cuda_capability() -> DeviceArch:
         major, minor = torch.cuda.get_device_capability()
         return DeviceArch((major, minor), source="torch, CUDA being initialized")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    migs = tuple(e.strip() for e in (visible or "").split(",") if e.strip().startswith("MIG-"))
     try:
-        gpus, mig_parents, read_from = _nvidia_gpus(migs)
+        seen, read_from = _visible_cuda_gpus(visible)
     except OSError as exc:  # NvmlError: caught as its base, so a warm load skips .nvml
         return DeviceArch(source=f"NVML cannot tell: {exc}")
-    ordered = cuda_order(gpus, os.environ.get("CUDA_DEVICE_ORDER"))
-    aliases = {mig: ordered.index(gpu) for mig, gpu in mig_parents.items() if gpu in ordered}
-    seen = [ordered[i] for i in select_visible([g.uuid for g in ordered], visible, aliases)]
     if not seen:
         return DeviceArch(source=f"{read_from}: no device this process sees{_shown(visible)}")
     source = f"{read_from}, device 0 of {len(seen)} ({seen[0].uuid}){_shown(visible)}"
     return DeviceArch(seen[0].capability, source=source + _differ([g.capability for g in seen]))
+
+
+def _visible_cuda_gpus(visible: str | None) -> tuple[list[Gpu], str]:
+    """The GPUs this process sees under ``CUDA_VISIBLE_DEVICES=visible``, in CUDA's order,
+    and where they were read (see :func:`_nvidia_gpus`).
+
+    Raises:
+        NvmlError: NVML was needed, and cannot tell.
+    """
+    migs = tuple(e.strip() for e in (visible or "").split(",") if e.strip().startswith("MIG-"))
+    gpus, mig_parents, read_from = _nvidia_gpus(migs)
+    ordered = cuda_order(gpus, os.environ.get("CUDA_DEVICE_ORDER"))
+    aliases = {mig: ordered.index(gpu) for mig, gpu in mig_parents.items() if gpu in ordered}
+    seen = [ordered[i] for i in select_visible([g.uuid for g in ordered], visible, aliases)]
+    return seen, read_from
 
 
 def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]:
@@ -235,18 +246,23 @@ def _read_rocm_gfx() -> DeviceArch:
     if torch is not None and torch.cuda.is_initialized():
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
         return DeviceArch(gfx=str(properties.gcnArchName), source="torch, HIP being initialized")
+    seen = _visible_rocm_gpus()
+    if not seen:
+        return DeviceArch(source=f"{_constants.KFD_NODES} lists no device this process sees")
+    gfx = [target for _, target in seen]
+    source = f"{_constants.KFD_NODES}, device 0 of {len(gfx)}{_differ(gfx)}"
+    return DeviceArch(gfx=gfx[0], source=source)
+
+
+def _visible_rocm_gpus() -> list[tuple[str, str]]:
+    """``(uuid, gfx target)`` of the ROCm GPUs this process sees, in HIP's order."""
     seen = kfd_gpus(_constants.KFD_NODES)
     seen = [
         seen[i]
         for i in select_visible([u for u, _ in seen], os.environ.get("ROCR_VISIBLE_DEVICES"))
     ]
     hip = os.environ.get("HIP_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
-    seen = [seen[i] for i in select_visible([u for u, _ in seen], hip)]
-    if not seen:
-        return DeviceArch(source=f"{_constants.KFD_NODES} lists no device this process sees")
-    gfx = [target for _, target in seen]
-    source = f"{_constants.KFD_NODES}, device 0 of {len(gfx)}{_differ(gfx)}"
-    return DeviceArch(gfx=gfx[0], source=source)
+    return [seen[i] for i in select_visible([u for u, _ in seen], hip)]
 
 
 def kfd_gpus(nodes: str) -> list[tuple[str, str]]:
@@ -280,6 +296,50 @@ def gfx_target(version: int) -> str:
     ``gfx942``, ``110000`` -> ``gfx1100``."""
     major, minor, stepping = version // 10000, version // 100 % 100, version % 100
     return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def gpu_capability(backend: str, index: int | None) -> int | None:
+    """``major * 10 + minor`` of the ``backend`` (``cuda`` or ``rocm``) device ``index``
+    (``None``: torch's current device), as ``torch.cuda.get_device_capability`` gives
+    it, without creating a CUDA or HIP context; ``None`` when unknown.
+
+    Torch is asked once it has initialized the runtime; otherwise the driver is (module
+    docstring), for the ``index``-th device this process sees.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability(index)
+        return int(major) * 10 + int(minor)
+    position = index or 0
+    names = _VISIBLE_VARIABLES[backend == "rocm"]
+    capabilities = _driver_capabilities(backend, tuple(os.environ.get(n) for n in names))
+    return capabilities[position] if position < len(capabilities) else None
+
+
+# What selects the visible devices, and their order, for CUDA and for ROCm.
+_VISIBLE_VARIABLES = (
+    ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"),
+    ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+)
+
+
+@cache
+def _driver_capabilities(backend: str, visible: tuple[str | None, ...]) -> tuple[int, ...]:
+    """The capabilities of the devices the process sees, read from the driver; once per
+    ``visible`` (the values of the variables that select them): a GPU's never changes."""
+    if backend == "rocm":
+        return tuple(gfx_capability(target) for _, target in _visible_rocm_gpus())
+    try:
+        gpus, _ = _visible_cuda_gpus(visible[0])
+    except OSError:  # NvmlError: no driver library, or it cannot tell
+        return ()
+    return tuple(major * 10 + minor for major, minor in (gpu.capability for gpu in gpus))
+
+
+def gfx_capability(target: str) -> int:
+    """The capability HIP gives a gfx target, ``major * 10 + minor``: ``gfx942`` -> 94,
+    ``gfx90a`` -> 90, ``gfx1100`` -> 110 (the stepping, its last digit, left out)."""
+    return int(target[3:-2]) * 10 + int(target[-2], 16)
 
 
 def _reported(runtime: str, reading: DeviceArch) -> DeviceArch:

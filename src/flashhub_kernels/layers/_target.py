@@ -17,14 +17,20 @@ class Target(Record):
     index: int | None = None
 
     def capability(self) -> int | None:
-        """``major * 10 + minor`` of a CUDA/ROCm GPU; ``None`` elsewhere or when unknown."""
+        """``major * 10 + minor`` of a CUDA/ROCm GPU; ``None`` elsewhere or when unknown.
+
+        Read without creating a CUDA context (torch is asked only once it has one), so
+        that kernelizing for a GPU before using it keeps a process that forks later, such
+        as a data loader's, able to use CUDA.
+        """
         if self.type not in _GPU_TYPES:
             return None
+        from .._variants.device_arch import gpu_capability
+
         try:
-            major, minor = torch.cuda.get_device_capability(self.index)
+            return gpu_capability(self.type, self.index)
         except (AssertionError, RuntimeError):  # torch built without CUDA, or no GPU
             return None
-        return major * 10 + minor
 
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
