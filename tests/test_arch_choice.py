@@ -454,14 +454,41 @@ def test_check_arch_false_reaches_the_layer_repository(
     assert unchecked.load_kernel().marker() == f"{REPO}@v1:{CU126}"
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_check_arch_false_reaches_the_function_repositories(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in Hugging Face kernels, whose function repositories take check_arch too."""
+    publish(cdn.root, 1, ONLY_AMPERE)
+    run_as(monkeypatch, gpu_node((9, 0)))
+    with pytest.raises(NoCompatibleVariantError):
+        fk.FuncRepository(repo_id=REPO, func_name="marker", version=1).load()
+    unchecked = fk.FuncRepository(repo_id=REPO, func_name="marker", version=1, check_arch=False)
+    assert unchecked.load_kernel().marker() == f"{REPO}@v1:{CU126}"
+    project = write_project(tmp_path / "project", {REPO: ">=1"})
+    lock_project(project)
+    lockfile = project / "flashhub.lock"
+    locked = fk.LockedFuncRepository(REPO, func_name="marker", lockfile=lockfile, check_arch=False)
+    assert locked.load_kernel() is unchecked.load_kernel()
+    local = tmp_path / "local"
+    publish(local, 1, ONLY_AMPERE)
+    repo_path = local / "kernels" / REPO / "v1"
+    local_repo = fk.LocalFuncRepository(repo_path=repo_path, func_name="marker", check_arch=False)
+    assert local_repo.load_kernel().marker() == f"{REPO}@v1:{CU126}"
+
+
 @pytest.mark.parametrize(
     "make",
     [
         lambda **kw: fk.LayerRepository(REPO, "Relu", version=1, **kw),
         lambda **kw: fk.LocalLayerRepository("/kernels/relu", "Relu", **kw),
         lambda **kw: fk.LockedLayerRepository(REPO, "Relu", lockfile="flashhub.lock", **kw),
+        lambda **kw: fk.FuncRepository(REPO, "relu", version=1, **kw),
+        lambda **kw: fk.LocalFuncRepository("/kernels/relu", "relu", **kw),
+        lambda **kw: fk.LockedFuncRepository(REPO, "relu", lockfile="flashhub.lock", **kw),
     ],
 )
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_check_arch_takes_part_in_a_layer_repository_equality(make: Any) -> None:
     checked, unchecked = make(), make(check_arch=False)
     assert checked == make(check_arch=True) and hash(checked) == hash(make(check_arch=True))

@@ -40,7 +40,7 @@ def test_every_0_1_2_name_is_exported(name: str) -> None:
 
 
 # What Hugging Face kernels 0.19.1 adds to the loading API: Metadata, and check_arch= on
-# each function and layer repository that loads a kernel.
+# each function and layer or function repository that loads a kernel.
 CHECK_ARCH_TAKERS = [
     "get_kernel",
     "get_local_kernel",
@@ -50,6 +50,9 @@ CHECK_ARCH_TAKERS = [
     "LayerRepository",
     "LocalLayerRepository",
     "LockedLayerRepository",
+    "FuncRepository",
+    "LocalFuncRepository",
+    "LockedFuncRepository",
 ]
 
 

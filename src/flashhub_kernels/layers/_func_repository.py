@@ -100,7 +100,9 @@ class FuncRepository(_FromCdn, BaseFuncRepository, Record):
     """The function ``func_name`` of the CDN kernel ``repo_id`` at one version.
 
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``). The
-    kernel is loaded with ``get_kernel`` when the function is first used.
+    kernel is loaded with ``get_kernel`` when the function is first used;
+    ``check_arch=False`` loads it without the device archs its builds list, as for
+    ``LayerRepository``.
 
     Raises:
         ValueError: the repo id, the function name or the version is malformed, or both
@@ -111,6 +113,7 @@ class FuncRepository(_FromCdn, BaseFuncRepository, Record):
     func_name: str
     version: int | None
     revision: str | None
+    check_arch: bool
 
     def __init__(
         self,
@@ -118,8 +121,10 @@ class FuncRepository(_FromCdn, BaseFuncRepository, Record):
         func_name: str,
         version: int | None = None,
         revision: str | None = None,
+        *,
+        check_arch: bool = True,
     ) -> None:
-        self._init(repo_id, func_name, version, revision)
+        self._init(repo_id, func_name, version, revision, check_arch)
         self._check_source()
         _check_func_name(func_name)
         _deprecated("FuncRepository", _USE_A_LAYER.format("LayerRepository"))
@@ -129,11 +134,12 @@ class LocalFuncRepository(_FromLocalDir, BaseFuncRepository, Record):
     """The function ``func_name`` of a kernel in a local directory (see ``get_local_kernel``).
 
     ``path`` (or ``repo_path=``) is read when the function is first used, as for
-    ``LocalLayerRepository``.
+    ``LocalLayerRepository``, and so is ``check_arch``.
     """
 
     path: Path
     func_name: str
+    check_arch: bool
 
     def __init__(
         self,
@@ -142,11 +148,12 @@ class LocalFuncRepository(_FromLocalDir, BaseFuncRepository, Record):
         *,
         repo_path: str | os.PathLike[str] | None = None,
         package_name: str | None = None,
+        check_arch: bool = True,
     ) -> None:
         del package_name  # accepted for the Hugging Face spelling; not needed
         directory = local_dir(type(self), path, repo_path)
         _check_func_name(func_name)
-        self._init(directory, func_name)
+        self._init(directory, func_name, check_arch)
         _deprecated("LocalFuncRepository", _USE_A_LAYER.format("LocalLayerRepository"))
 
 
@@ -154,18 +161,24 @@ class LockedFuncRepository(_FromLockfile, BaseFuncRepository, Record):
     """The function ``func_name`` of the kernel ``repo_id`` at the version a lock file pins.
 
     The locked form of :class:`FuncRepository`, found and checked against the lock as
-    for ``LockedLayerRepository``.
+    for ``LockedLayerRepository``, and so is ``check_arch``.
     """
 
     repo_id: str
     func_name: str
     lockfile: Path | None
+    check_arch: bool
 
     def __init__(
-        self, repo_id: str, func_name: str, *, lockfile: str | os.PathLike[str] | None = None
+        self,
+        repo_id: str,
+        func_name: str,
+        *,
+        lockfile: str | os.PathLike[str] | None = None,
+        check_arch: bool = True,
     ) -> None:
         _check_func_name(func_name)
         parse_repo_id(repo_id)
-        self._init(repo_id, func_name, lockfile_path(lockfile))
+        self._init(repo_id, func_name, lockfile_path(lockfile), check_arch)
         self._remember_package()
         _deprecated("LockedFuncRepository", _USE_A_LAYER.format("LockedLayerRepository"))
