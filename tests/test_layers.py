@@ -340,6 +340,33 @@ def test_contexts_stack_and_unwind(tmp_path: Path, x: torch.Tensor) -> None:
     assert layer.n_calls == 2
 
 
+def test_one_mapping_scope_can_be_entered_again(tmp_path: Path, x: torch.Tensor) -> None:
+    """As in Hugging Face kernels: the object use_kernel_mapping returns is kept and reused."""
+    repo = local_layers(tmp_path, "a")
+    scope = use_kernel_mapping(cpu_mapping(repo))
+    model = nn.Sequential(HubSiluAndMul())
+    for _ in range(2):
+        with scope:
+            kernelize(model, mode=Mode.INFERENCE, device="cpu")
+        assert kernel_tag(model[0]) == "a"
+        assert _mapping.current_mapping() == {}
+    with scope, scope:  # nested too: each exit restores what its entry found
+        with scope:
+            assert "SiluAndMul" in _mapping.current_mapping()
+        assert "SiluAndMul" in _mapping.current_mapping()
+    assert _mapping.current_mapping() == {}
+
+    @scope
+    def run(layer: nn.Module) -> torch.Tensor:
+        out: torch.Tensor = layer(x)
+        return out
+
+    layer = HubSiluAndMul()
+    run(layer)
+    run(layer)
+    assert layer.n_calls == 0 and calls(repo) == ["a", "a"]
+
+
 def test_context_unwinds_on_exception(tmp_path: Path, x: torch.Tensor) -> None:
     repo = local_layers(tmp_path, "a")
     with pytest.raises(RuntimeError, match="boom"), use_kernel_mapping(cpu_mapping(repo)):

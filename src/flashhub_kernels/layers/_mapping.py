@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
+from contextlib import ContextDecorator
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from .._models.record import Record
@@ -207,20 +207,36 @@ def register_kernel_mapping(mapping: KernelMapping, inherit_mapping: bool = True
         _base = merge(_base, normalized) if inherit_mapping else normalized
 
 
-@contextmanager
-def use_kernel_mapping(mapping: KernelMapping, *, inherit_mapping: bool = True) -> Iterator[None]:
+class _MappingScope(ContextDecorator):
+    """What :func:`use_kernel_mapping` returns: a context manager, which can be entered
+    again (as Hugging Face kernels' can), and a function decorator."""
+
+    def __init__(self, mapping: KernelMapping, inherit_mapping: bool) -> None:
+        self._mapping = mapping
+        self._inherit = inherit_mapping
+        self._tokens: list[Token[_Mapping | None]] = []  # one per block entered, innermost last
+
+    def __enter__(self) -> None:
+        base = current_mapping() if self._inherit else {}
+        self._tokens.append(_scoped.set(merge(base, normalize(self._mapping))))
+
+    def __exit__(self, *exc_info: object) -> None:
+        _scoped.reset(self._tokens.pop())
+
+    def _recreate_cm(self) -> _MappingScope:
+        # A decorated function called from several threads at once: a scope per call.
+        return _MappingScope(self._mapping, self._inherit)
+
+
+def use_kernel_mapping(mapping: KernelMapping, *, inherit_mapping: bool = True) -> _MappingScope:
     """Use ``mapping`` for the duration of a ``with`` block, in this thread or task only.
 
     With ``inherit_mapping=True`` it stacks on the mapping in effect when the block is
     entered (its entries win); with ``False`` it replaces it. On exit, including by an
-    exception, the previous mapping is back. Also usable as a function decorator.
+    exception, the previous mapping is back. The object returned can be entered again,
+    for another block, and is also usable as a function decorator.
     """
-    base = current_mapping() if inherit_mapping else {}
-    token = _scoped.set(merge(base, normalize(mapping)))
-    try:
-        yield
-    finally:
-        _scoped.reset(token)
+    return _MappingScope(mapping, inherit_mapping)
 
 
 def select_mode(repos: Mapping[Mode, RepoT], mode: Mode) -> tuple[RepoT, Mode] | None:
