@@ -122,7 +122,10 @@ def test_a_redirect_from_https_to_http_is_refused(
     cdn: CdnServer, published: CdnServer, ca_pem: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
-    published.inject(VARIANTS, *[redirect(f"{cdn.url}/{VARIANTS}")] * 10)
-    with pytest.raises(TransportError, match="refused"):
+    signed = f"{cdn.url}/{VARIANTS}?X-Amz-Signature=s3cr3t&token=t0ken"  # a signed URL
+    published.inject(VARIANTS, *[redirect(signed)] * 10)
+    with pytest.raises(TransportError, match="refused") as refused:
         fk.get_kernel(REPO, version=1)
     assert cdn.requests == []  # the downgrade never happened
+    assert "s3cr3t" not in str(refused.value) and "t0ken" not in str(refused.value)
+    assert f"{cdn.url}/{VARIANTS}?X-Amz-Signature=****" in str(refused.value)

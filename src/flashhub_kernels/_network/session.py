@@ -40,6 +40,7 @@ from .._models.record import Record
 from .._utils.urls import (
     has_unencoded_credentials,
     malformed_url_error,
+    redact_queries,
     redact_url,
     split_credentials,
 )
@@ -298,5 +299,6 @@ def _refuse_https_downgrade(response: requests.Response, **_kwargs: object) -> N
     location = requests.utils.requote_uri(response.headers.get("Location", ""))
     if location.lower().startswith("http://"):
         raise DowngradeRefused(
-            f"{redact_url(response.url)} redirected to plain http ({redact_url(location)}); refused"
+            f"{redact_url(response.url)} redirected to plain http "
+            f"({redact_queries(redact_url(location))}); refused"
         )

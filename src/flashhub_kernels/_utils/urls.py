@@ -59,6 +59,15 @@ def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
     return text
 
 
+def redact_queries(text: str) -> str:
+    """Hide the value of each query parameter of the URLs in ``text``: a signed URL
+    (``?X-Amz-Signature=...``, ``?token=...``), which a redirect may lead to, carries
+    its credential in the query."""
+    import re
+
+    return re.sub(r"([?&][^\s?&=#'\"]+=)[^\s&#'\"]+", rf"\1{SHOWN_SECRET}", text)
+
+
 def has_unencoded_credentials(url: str) -> bool:
     """Whether ``url``'s user name or password holds a ``/``, ``?`` or ``#`` that is not
     percent-encoded, so that a URL parser would take part of it for the host or path.

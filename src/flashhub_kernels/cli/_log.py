@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
 from .._network.progress import write_beside_bars
-from .._utils.urls import SHOWN_SECRET, redact_text
-
-# The value of each parameter of a URL's query. A redirect may lead to a signed URL
-# (``?X-Amz-Signature=...``, ``?token=...``) whose query is a credential, and urllib3's
-# lines at -vv quote the path and query of each request.
-_QUERY_VALUE = re.compile(r"([?&][^\s?&=#'\"]+=)[^\s&#'\"]+")
+from .._utils.urls import redact_queries, redact_text
 
 
 class _BesideBars(logging.StreamHandler[TextIO]):
@@ -23,7 +17,8 @@ class _BesideBars(logging.StreamHandler[TextIO]):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            line = _QUERY_VALUE.sub(rf"\1{SHOWN_SECRET}", redact_text(self.format(record)))
+            # urllib3's lines at -vv quote the path and query of each request.
+            line = redact_queries(redact_text(self.format(record)))
             write_beside_bars(line, self.stream)
         except Exception:
             self.handleError(record)
