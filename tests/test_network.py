@@ -20,6 +20,7 @@ from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
 from support.cdn_server import CdnServer, chunked, drop_after, is_guess, slowly, status, trickle
+from support.cli_runner import flashhub
 from support.trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -126,6 +127,43 @@ def test_when_every_mirror_fails_each_is_named(
     assert "helpers.py" in message
     assert f"127.0.0.1:{a.port}" in message and f"127.0.0.1:{b.port}" in message
     assert "401" in message and "403" in message
+
+
+PORTAL = b"<html><body>Sign in to the guest network</body></html>"
+
+
+def test_a_captive_portal_before_a_good_mirror_gives_way_to_it(
+    mirrors: tuple[CdnServer, CdnServer], make_cdn: MakeCdn, tmp_path: Path
+) -> None:
+    _, b = mirrors
+    (b.root / f"kernels/{REPO}/versions.json").write_text("[1]")
+    portal = make_cdn(tmp_path / "portal", portal=PORTAL)
+    for version in ([], ["--version", "1"]):
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+        portal.clear_log()
+        result = flashhub("get", REPO, *version, env={"FLASHHUB_CDN_URL": f"{portal.url},{b.url}"})
+        assert result.returncode == 0, result.stderr
+        # The portal's page was taken for no document; once it failed, B served the rest.
+        assert portal.gets(".json")
+        assert not portal.gets("blob.bin")
+    assert f"/kernels/{REPO}/versions.json" in b.gets()
+    (cached,) = (tmp_path / "cache").glob(f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/blob.bin")
+    assert cached.read_bytes() == BLOB
+
+
+def test_when_every_mirror_serves_a_web_page_each_is_named(
+    make_cdn: MakeCdn, tmp_path: Path
+) -> None:
+    a = make_cdn(tmp_path / "a", portal=PORTAL)
+    b = make_cdn(tmp_path / "b", portal=PORTAL)
+    mirrors = f"{a.url_for('127.0.0.1', 'bob:s3cret')},{b.url}"
+    result = flashhub("get", REPO, "--version", "1", env={"FLASHHUB_CDN_URL": mirrors})
+    assert result.returncode == 1
+    assert "variants.json" in result.stderr and "not valid JSON" in result.stderr
+    assert f"127.0.0.1:{a.port}" in result.stderr and f"127.0.0.1:{b.port}" in result.stderr
+    assert "captive portal" in result.stderr
+    assert "s3cret" not in result.stderr
+    assert not list((tmp_path / "cache").glob(f"kernels/{REPO}/v1/*/tensor_tricks"))
 
 
 GARBAGE = bytes(range(255, -1, -1)) * (4 * 1024)  # as long as BLOB, other bytes

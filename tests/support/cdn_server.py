@@ -10,7 +10,8 @@ Options of :class:`CdnServer` make the whole server behave like a particular CDN
 must carry, else 401), ``encoding`` (``gzip`` or ``deflate``: every file is sent
 compressed with ``Content-Encoding``) and ``drop_reused=N`` (the first N requests that
 arrive on a connection which already carried an answer are hung up on, unanswered: an
-idle timeout firing just as the client reuses a pooled connection; counted in ``dropped``).
+idle timeout firing just as the client reuses a pooled connection; counted in ``dropped``)
+and ``portal`` (every GET answered ``200`` with this web page, as a captive portal does).
 Without ``head`` the server answers ``HEAD`` with 501, as a CDN without it does; with
 ``head=True`` (settable on a running server) it answers with the file's length, unlogged.
 """
@@ -63,6 +64,7 @@ class CdnServer:
     encoding: str | None = None
     drop_reused: int = 0
     head: bool = False
+    portal: bytes | None = None
     requests: list[LoggedRequest] = field(default_factory=list)
     faults: dict[str, collections.deque[Fault]] = field(default_factory=dict)
     connections: int = 0  # TCP connections accepted (TLS or not)
@@ -199,6 +201,9 @@ class CdnHandler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         if self.cdn.auth is not None and self.headers.get("Authorization") != self.cdn.auth:
             self.send_simple(401, b"unauthorized", {"WWW-Authenticate": 'Basic realm="cdn"'})
+            return
+        if self.cdn.portal is not None:
+            self.send_simple(200, self.cdn.portal, {"Content-Type": "text/html"})
             return
         file = self.cdn.root / path.lstrip("/")
         body = file.read_bytes() if file.is_file() else None

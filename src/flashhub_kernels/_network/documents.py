@@ -22,7 +22,7 @@ import contextlib
 import functools
 import logging
 import urllib.parse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._constants import MANIFEST_NAME, SIG_SUFFIX
 from .._models.manifest import (
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .._signing.trusted_keys import TrustedKey
     from .transport import Fetcher
 
+T = TypeVar("T")
 logger = logging.getLogger("flashhub_kernels")
 
 
@@ -67,15 +68,19 @@ def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
 def get_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
     """The versions a repo's ``versions.json`` lists, oldest first."""
     path = f"{repo_id}/versions.json"
-    data, _, _ = _fetch_checked(fetcher, path, "versions", repo_id, None, None)
-    return parse_versions(data, source=path)
+    parse = functools.partial(parse_versions, source=path)
+    _, versions, _, _ = _fetch_checked(fetcher, path, parse, "versions", repo_id, None, None)
+    return versions
 
 
 def get_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
     """The variant names a version's ``variants.json`` lists."""
     path = f"{info.cdn_path}/variants.json"
-    data, _, _ = _fetch_checked(fetcher, path, "variants", info.repo_id, info.version, None)
-    return parse_variants(data, source=f"{info}/variants.json")
+    parse = functools.partial(parse_variants, source=f"{info}/variants.json")
+    _, names, _, _ = _fetch_checked(
+        fetcher, path, parse, "variants", info.repo_id, info.version, None
+    )
+    return names
 
 
 def get_manifest(
@@ -87,11 +92,12 @@ def get_manifest(
     one reported, if its signature verifies.
     """
     path = variant_path(info, variant, MANIFEST_NAME)
-    data, signature, signer = _fetch_checked(
-        fetcher, path, "metadata", info.repo_id, info.version, variant, prefer_signer
-    )
     source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
-    return ManifestDocument(data, parse_metadata(data, source=source), signature, signer)
+    parse = functools.partial(parse_metadata, source=source)
+    data, manifest, signature, signer = _fetch_checked(
+        fetcher, path, parse, "metadata", info.repo_id, info.version, variant, prefer_signer
+    )
+    return ManifestDocument(data, manifest, signature, signer)
 
 
 def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
@@ -113,15 +119,17 @@ def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
 def _fetch_checked(
     fetcher: Fetcher,
     path: str,
+    parse: Callable[[bytes], T],
     kind: DocumentKind,
     repo_id: str,
     version: int | None,
     variant: str | None,
     prefer_signer: str | None = None,
-) -> tuple[bytes, bytes | None, str | None]:
-    """The document at ``path``; and when the user trusts a key for the org, its ``.sig``
-    and the trusted key that vouches for it (the key ``prefer_signer`` if it is one that
-    does), else ``None`` and ``None`` (no ``.sig`` is fetched then).
+) -> tuple[bytes, T, bytes | None, str | None]:
+    """The document at ``path``, and what ``parse`` makes of it (a mirror whose answer
+    does not parse fails over to the next); and when the user trusts a key for the org,
+    its ``.sig`` and the trusted key that vouches for it (the key ``prefer_signer`` if it
+    is one that does), else ``None`` and ``None`` (no ``.sig`` is fetched then).
 
     The ``.sig`` is asked for together with the document: both answers come in one
     round trip. When they do not verify and a mirror failed meanwhile, the ``.sig`` is
@@ -129,18 +137,20 @@ def _fetch_checked(
 
     Raises:
         NotPublished: the document does not exist.
+        ManifestError: no mirror served one that parses.
         SignatureError: a trusted key's signature is due and none verifies.
     """
     config = fetcher.config
     org = repo_id.split("/")[0]
     if not config.checks_signatures(org):
-        return fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES), None, None
+        data, parsed = fetcher.get_document(path, limit=MAX_DOCUMENT_BYTES, parse=parse)
+        return data, parsed, None, None
     # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
     from .._signing.verification import verify_document
 
     failures = fetcher.mirror_failures
     pending = fetcher.soon(functools.partial(_get_signature, fetcher, path))
-    data = fetcher.get_bytes(path, limit=MAX_DOCUMENT_BYTES)
+    data, parsed = fetcher.get_document(path, limit=MAX_DOCUMENT_BYTES, parse=parse)
     signature = pending.result()
     verify = functools.partial(
         verify_document,
@@ -162,7 +172,7 @@ def _fetch_checked(
         signature = _get_signature(fetcher, path)
         signer = _signer(verify, signature, config.trusted_keys, prefer_signer)
     logger.info("%s: signed by the trusted key %s", path, signer)
-    return data, signature, signer
+    return data, parsed, signature, signer
 
 
 def _get_signature(fetcher: Fetcher, path: str) -> bytes | None:

@@ -42,7 +42,7 @@ from .._models.record import Record
 from .._utils.callers import warn_at_caller
 from .._utils.threads import soon
 from .._utils.urls import is_loopback
-from ..errors import FlashhubError, IntegrityError, TransportError
+from ..errors import FlashhubError, IntegrityError, ManifestError, TransportError
 from .hashing import INTEGRITY_HINT, HashingWriter, WrongSize
 from .mirrors import (
     AccessDenied,
@@ -173,11 +173,28 @@ class Fetcher:
     def get_bytes(self, relpath: str, *, limit: int) -> bytes:
         """Fetch a small document whole; raise :class:`~.mirrors.NotPublished` when it does
         not exist."""
+        return self.get_document(relpath, limit=limit, parse=bytes)[0]
+
+    def get_document(
+        self, relpath: str, *, limit: int, parse: Callable[[bytes], T]
+    ) -> tuple[bytes, T]:
+        """Fetch a small document whole and ``parse`` it; raise
+        :class:`~.mirrors.NotPublished` when it does not exist.
+
+        A mirror whose answer ``parse`` refuses (:class:`ManifestError`: a captive portal's
+        web page, an error page served with 200) failed for the document: the next
+        mirror is asked.
+        """
         start, cpu = time.perf_counter(), time.thread_time()
-        data = self._from_mirrors(relpath, lambda mirror: mirror.read_document(relpath, limit))
+
+        def fetch(mirror: Mirror) -> tuple[bytes, T]:
+            data = mirror.read_document(relpath, limit)
+            return data, parse(data)
+
+        answer = self._from_mirrors(relpath, fetch)
         cpu = time.thread_time() - cpu
         self._wait = min(self._wait, max(0.0, time.perf_counter() - start - cpu))
-        return data
+        return answer
 
     def size(self, relpath: str) -> int | None:
         """The size of a published file, from the first mirror that states it.
@@ -388,7 +405,9 @@ class Fetcher:
                 return fetch(mirror)
             except MirrorFailed as exc:
                 answers.failed(mirror, exc)
-                self._demote(mirror)
+            except ManifestError as exc:
+                answers.malformed(mirror, exc)
+            self._demote(mirror)
         raise answers.error()
 
 
@@ -417,6 +436,7 @@ class _Answers:
         self.relpath = relpath
         self._lines: list[str] = []
         self._proxied = self._capped = self._bad_bytes = self._denied = False
+        self._malformed: list[ManifestError] = []  # documents that did not parse
         self._netrc_problems: list[str] = []
         self._credential_hints: list[str] = []  # where each refusing mirror takes them from
 
@@ -438,10 +458,24 @@ class _Answers:
         self._lines.append(f"{mirror.label}: {why}")
         logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, why)
 
+    def malformed(self, mirror: Mirror, exc: ManifestError) -> None:
+        self._malformed.append(exc)
+        self._lines.append(f"{mirror.label}: {exc.message}")
+        logger.info("mirror %s served a malformed %s: %s", mirror.label, self.relpath, exc)
+
     def error(self) -> FlashhubError:
-        """An :class:`IntegrityError` when a mirror sent bad bytes, else a
-        :class:`TransportError`; either names each mirror and its answer."""
+        """A :class:`ManifestError` when a mirror served a document that does not parse
+        (the one mirror's own error, when only one was asked), an
+        :class:`IntegrityError` when a mirror sent bad bytes, else a
+        :class:`TransportError`; each names every mirror and its answer."""
         answers = "\n  ".join(self._lines)
+        if self._malformed:
+            if len(self._lines) == 1:
+                return self._malformed[0]
+            return ManifestError(
+                f"no CDN mirror served {self.relpath!r} as a valid document:\n  {answers}",
+                hint=MALFORMED_HINT,
+            )
         if self._bad_bytes:
             return IntegrityError(
                 f"no CDN mirror served {self.relpath!r} intact, and nothing of what they "
@@ -464,6 +498,13 @@ class _Answers:
             return "; ".join([*self._credential_hints, *self._netrc_problems])
         return _network_hint(proxied=self._proxied)
 
+
+# When each mirror failed a document, and one at least answered with one that does not parse.
+MALFORMED_HINT = (
+    "a mirror that answers every path with a web page is a captive portal or a login "
+    "page in the way: log in, or drop that mirror from FLASHHUB_CDN_URL; otherwise the "
+    "CDN serves a broken document: report it to the kernel's publisher"
+)
 
 # Where requests takes a mirror's credentials from (the URL's win).
 CREDENTIALS_HINT = (
