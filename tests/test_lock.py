@@ -7,6 +7,7 @@ test_cli_lock.py.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels
-from conftest import MakeProject, run_python
+from conftest import MakeCdn, MakeProject, run_python
 from flashhub_kernels import (
     LockedLayerRepository,
     get_kernel,
@@ -642,6 +643,39 @@ def test_install_kernel_never_takes_an_older_versions_json_for_the_newest(
     assert "flashhub_kernels._cache.versions_seen" not in modules, (
         "warm loads never read the record"
     )
+
+
+def test_a_mirror_behind_gives_way_to_one_that_lists_the_newest(
+    project: Path,
+    cdn: CdnServer,
+    make_cdn: MakeCdn,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert install_kernel(REPO) == entry(3, UNIVERSAL)  # this machine has seen v3 listed
+    # An edge first in FLASHHUB_CDN_URL still serves the versions.json of the v2 days.
+    shutil.copytree(cdn.root, tmp_path / "edge")
+    (tmp_path / "edge" / "kernels" / REPO / "versions.json").write_text("[1, 2]")
+    edge = make_cdn(tmp_path / "edge")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{edge.url},{cdn.url}")
+    versions = f"/kernels/{REPO}/versions.json"
+    cdn.clear_log()
+    assert install_kernel(REPO) == entry(3, UNIVERSAL)
+    assert edge.gets() == [versions] and cdn.gets() == [versions]
+    result = flashhub("get", REPO)
+    assert result.returncode == 0 and "/v3/" in result.stdout, result.stderr
+    assert lock_project(project).kernels[REPO].version == 2
+
+    # Every mirror behind: refused, naming each mirror and what it listed.
+    (cdn.root / "kernels" / REPO / "versions.json").write_text("[1, 2]")
+    with pytest.raises(RollbackError) as info:
+        install_kernel(REPO)
+    message = str(info.value)
+    assert f"127.0.0.1:{edge.port}" in message and f"127.0.0.1:{cdn.port}" in message
+    assert message.count("lists v2 as the newest version, but this machine has seen v3") == 2
+    assert json.loads((get_config().cache_dir / "versions-seen.json").read_text()) == {REPO: 3}
+    result = flashhub("get", REPO)
+    assert result.returncode == 1 and "pass --version N" in result.stderr, result.stderr
 
 
 def test_the_versions_record_of_an_untrusted_cache_is_not_used(cdn: CdnServer) -> None:

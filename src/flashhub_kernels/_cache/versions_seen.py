@@ -43,9 +43,11 @@ def check_newest(
     *,
     allow_older: bool = False,
     remedy: tuple[str, str] = _LOAD_REMEDY,
+    remember: bool = True,
 ) -> None:
     """Record the newest of ``versions`` (a ``versions.json``, oldest first) for
-    ``repo_id``, or refuse it when this machine has seen a newer one listed.
+    ``repo_id``, or refuse it when this machine has seen a newer one listed. Without
+    ``remember``, only refuse: for a mirror's answer not verified yet.
 
     Raises:
         RollbackError: ``versions`` ends below the recorded version, and not
@@ -70,7 +72,7 @@ def check_newest(
             hint=f"{remedy[0]}; {rest}",
             cli_hint=f"{remedy[1]}; {rest}",
         )
-    if newest > seen:
+    if newest > seen and remember:
         _record(cache, repo_id, newest)
 
 

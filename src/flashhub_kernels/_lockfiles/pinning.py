@@ -8,6 +8,7 @@ they depend on, in ``flashhub.lock``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -286,8 +287,14 @@ def _kernel_depends(info: RepoInfo, found: dict[str, ManifestDocument]) -> list[
 
 def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_older: bool) -> int:
     versions: list[int] = []
+    remedy = ("lock anyway with allow_downgrade=True", "run `flashhub lock --allow-downgrade`")
+    cache = Cache.from_config(fetcher.config)
+    # A mirror whose list is older than one seen gives way to the next.
+    refuse_older = functools.partial(
+        check_newest, cache, repo_id, allow_older=allow_older, remedy=remedy, remember=False
+    )
     try:
-        versions = get_versions(fetcher, repo_id)
+        versions = get_versions(fetcher, repo_id, check=refuse_older)
     except NotPublished as exc:  # the URL shows a wrong CDN URL or prefix at a glance
         why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
     else:
@@ -299,8 +306,6 @@ def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_ol
             or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX; "
             "`flashhub publish` writes versions.json",
         )
-    remedy = ("lock anyway with allow_downgrade=True", "run `flashhub lock --allow-downgrade`")
-    cache = Cache.from_config(fetcher.config)
     check_newest(cache, repo_id, versions, allow_older=allow_older, remedy=remedy)
     spec = parse_specifier(specifier)
     matching = [v for v in versions if spec.contains(str(v))]

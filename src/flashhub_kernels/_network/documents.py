@@ -65,10 +65,22 @@ def variant_path(info: RepoInfo, variant: str, relpath: str) -> str:
     return f"{info.cdn_path}/build/{variant}/{urllib.parse.quote(relpath)}"
 
 
-def get_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
-    """The versions a repo's ``versions.json`` lists, oldest first."""
+def get_versions(
+    fetcher: Fetcher, repo_id: str, *, check: Callable[[list[int]], None] | None = None
+) -> list[int]:
+    """The versions a repo's ``versions.json`` lists, oldest first.
+
+    ``check`` may refuse a mirror's list (a :class:`RollbackError` for one older than a
+    list seen before): the next mirror is asked then.
+    """
     path = f"{repo_id}/versions.json"
-    parse = functools.partial(parse_versions, source=path)
+
+    def parse(data: bytes) -> list[int]:
+        versions = parse_versions(data, source=path)
+        if check is not None:
+            check(versions)
+        return versions
+
     _, versions, _, _ = _fetch_checked(fetcher, path, parse, "versions", repo_id, None, None)
     return versions
 

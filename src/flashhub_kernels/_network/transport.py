@@ -42,7 +42,7 @@ from .._models.record import Record
 from .._utils.callers import warn_at_caller
 from .._utils.threads import soon
 from .._utils.urls import is_loopback
-from ..errors import FlashhubError, IntegrityError, ManifestError, TransportError
+from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError, TransportError
 from .hashing import INTEGRITY_HINT, HashingWriter, WrongSize
 from .mirrors import (
     AccessDenied,
@@ -181,9 +181,9 @@ class Fetcher:
         """Fetch a small document whole and ``parse`` it; raise
         :class:`~.mirrors.NotPublished` when it does not exist.
 
-        A mirror whose answer ``parse`` refuses (:class:`ManifestError`: a captive portal's
-        web page, an error page served with 200) failed for the document: the next
-        mirror is asked.
+        A mirror whose answer ``parse`` refuses failed for the document, and the next
+        mirror is asked: :class:`ManifestError` (a captive portal's web page, an error
+        page served with 200) or :class:`RollbackError` (an edge serving an older copy).
         """
         start, cpu = time.perf_counter(), time.thread_time()
 
@@ -405,8 +405,8 @@ class Fetcher:
                 return fetch(mirror)
             except MirrorFailed as exc:
                 answers.failed(mirror, exc)
-            except ManifestError as exc:
-                answers.malformed(mirror, exc)
+            except (ManifestError, RollbackError) as exc:
+                answers.refused(mirror, exc)
             self._demote(mirror)
         raise answers.error()
 
@@ -436,7 +436,7 @@ class _Answers:
         self.relpath = relpath
         self._lines: list[str] = []
         self._proxied = self._capped = self._bad_bytes = self._denied = False
-        self._malformed: list[ManifestError] = []  # documents that did not parse
+        self._refused: list[IntegrityError] = []  # documents that did not parse, or were stale
         self._netrc_problems: list[str] = []
         self._credential_hints: list[str] = []  # where each refusing mirror takes them from
 
@@ -458,23 +458,27 @@ class _Answers:
         self._lines.append(f"{mirror.label}: {why}")
         logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, why)
 
-    def malformed(self, mirror: Mirror, exc: ManifestError) -> None:
-        self._malformed.append(exc)
+    def refused(self, mirror: Mirror, exc: ManifestError | RollbackError) -> None:
+        self._refused.append(exc)
         self._lines.append(f"{mirror.label}: {exc.message}")
-        logger.info("mirror %s served a malformed %s: %s", mirror.label, self.relpath, exc)
+        logger.info("mirror %s served a %s that was refused: %s", mirror.label, self.relpath, exc)
 
     def error(self) -> FlashhubError:
-        """A :class:`ManifestError` when a mirror served a document that does not parse
-        (the one mirror's own error, when only one was asked), an
-        :class:`IntegrityError` when a mirror sent bad bytes, else a
-        :class:`TransportError`; each names every mirror and its answer."""
+        """When a mirror served a document that was refused (it does not parse, or is
+        older than one seen), that error, of its class (the one mirror's own error, when
+        only one was asked); an :class:`IntegrityError` when a mirror sent bad bytes;
+        else a :class:`TransportError`. Each names every mirror and its answer."""
         answers = "\n  ".join(self._lines)
-        if self._malformed:
+        if self._refused:
+            first = self._refused[0]
             if len(self._lines) == 1:
-                return self._malformed[0]
-            return ManifestError(
-                f"no CDN mirror served {self.relpath!r} as a valid document:\n  {answers}",
-                hint=MALFORMED_HINT,
+                return first
+            stale = isinstance(first, RollbackError)
+            return type(first)(
+                f"no CDN mirror served {self.relpath!r} as a valid"
+                f"{', current' if stale else ''} document:\n  {answers}",
+                hint=first.hint if stale else MALFORMED_HINT,
+                cli_hint=first.cli_hint if stale else None,
             )
         if self._bad_bytes:
             return IntegrityError(

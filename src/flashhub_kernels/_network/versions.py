@@ -9,6 +9,7 @@ this machine.
 
 from __future__ import annotations
 
+import functools
 import threading
 import urllib.parse
 from concurrent.futures import Future
@@ -57,13 +58,16 @@ def listed_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
             listed (see :mod:`.._cache.versions_seen`).
     """
     RepoInfo(repo_id, 1)  # validate the repo id before any request
+    cache = Cache.from_config(fetcher.config)
     try:
-        versions = get_versions(fetcher, repo_id)
+        # A mirror whose list is older than one seen gives way to the next.
+        refuse_older = functools.partial(check_newest, cache, repo_id, remember=False)
+        versions = get_versions(fetcher, repo_id, check=refuse_older)
     except NotPublished as exc:
         why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
     else:
         if versions:
-            check_newest(Cache.from_config(fetcher.config), repo_id, versions)
+            check_newest(cache, repo_id, versions)
             return versions
         why = "lists no versions in its versions.json"
     check = "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
