@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import StartProxy, free_port, import_in_child, run_python
+from conftest import MakeCdn, StartProxy, free_port, import_in_child, run_python
 from flashhub_kernels.errors import ConfigError, TransportError
 from support import cli_runner
-from support.cdn_server import CdnServer
+from support.cdn_server import CdnServer, redirect
 from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -94,6 +94,34 @@ def test_no_proxy_bypasses_the_proxy(
     write_kernel(cdn.root, REPO, 1)
     loads()
     assert len(cdn.gets(missed_guesses=False)) == FILES_PER_LOAD
+
+
+@pytest.mark.parametrize("origin, target", [("localhost", "127.0.0.1"), ("127.0.0.1", "localhost")])
+def test_a_redirect_to_another_host_takes_that_hosts_route(
+    cdn: CdnServer,
+    make_cdn: MakeCdn,
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    origin: str,
+    target: str,
+) -> None:
+    # no_proxy exempts localhost: an internal CDN hands a file over to a host outside (an
+    # object store's signed URL), which only the proxy reaches; and the other way round.
+    proxy = start_proxy("http")
+    other = make_cdn()  # the same files, on another port
+    monkeypatch.setenv("http_proxy", proxy.url)
+    monkeypatch.setenv("no_proxy", "localhost")
+    write_kernel(cdn.root, REPO, 1)
+    variants = f"kernels/{REPO}/v1/variants.json"
+    cdn.inject(variants, redirect(f"{other.url_for(target)}/{variants}"))
+    fk.configure(cdn_url=cdn.url_for(origin))
+    loads()
+    assert other.gets() == [f"/{variants}"]
+    relayed = set(proxy.targets(at_least=1))
+    if target == "localhost":
+        assert relayed == {f"127.0.0.1:{cdn.port}"}
+    else:
+        assert relayed == {f"127.0.0.1:{other.port}"}
 
 
 def test_no_proxy_uppercase_and_for_another_port_does_not_bypass(

@@ -194,13 +194,19 @@ def route_for(mirror_url: str) -> Route:
     if auth is None:
         netrc = requests.utils.get_netrc_auth(base_url)
         auth = (netrc[0], netrc[1]) if netrc else None
+    return Route(base_url, auth, proxies_for(base_url))
+
+
+def proxies_for(url: str) -> dict[str, str]:
+    """The proxies the environment gives requests to ``url`` (none where ``no_proxy``
+    exempts its host), as requests' ``proxies=`` takes them."""
     proxies = {
         scheme: _proxy_url(proxy)
-        for scheme, proxy in requests.utils.get_environ_proxies(base_url).items()
+        for scheme, proxy in requests.utils.get_environ_proxies(url).items()
         if scheme != "no"
     }
     _check_socks_support(proxies)
-    return Route(base_url, auth, proxies)
+    return proxies
 
 
 def netrc_problem(base_url: str) -> str | None:
@@ -264,12 +270,39 @@ def ca_bundle() -> str | bool:
     return True
 
 
+class _Session(requests.Session):
+    """A session whose redirects to another host take that host's proxies.
+
+    requests keeps the proxies of the first URL on a redirect, and adds the
+    environment's only where the session trusts it, which this one does not: an
+    internal CDN that ``no_proxy`` exempts would hand a file over to a host outside (an
+    object store's signed URL) without the proxy that alone reaches it. The environment
+    is read once per origin redirected to.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._proxies: dict[str, dict[str, str]] = {}
+
+    def rebuild_proxies(
+        self, prepared_request: requests.PreparedRequest, proxies: dict[str, str] | None
+    ) -> dict[str, str]:
+        origin = _split_origin(prepared_request.url or "")[0]
+        if origin not in self._proxies:
+            self._proxies[origin] = proxies_for(origin)
+        # requests' stubs leave rebuild_proxies untyped.
+        rebuilt: dict[str, str] = super().rebuild_proxies(  # type: ignore[no-untyped-call]
+            prepared_request, self._proxies[origin]
+        )
+        return rebuilt
+
+
 def new_session(pool_size: int) -> requests.Session:
     """A session for one download run: pooled connections, retries, TLS, no env lookups.
 
     ``pool_size`` is the number of connections kept per host: the parallel downloads.
     """
-    session = requests.Session()
+    session = _Session()
     session.trust_env = False  # resolved once by route_for() and ca_bundle()
     session.verify = ca_bundle()
     # Two headers in all. Identity: bytes exactly as published, so a Range offset means
