@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,13 @@ from flashhub_kernels.errors import (
     NoCompatibleVariantError,
 )
 from support.builder import RAN_DIR_VAR, loaded_variant, write_builder_kernel
-from support.cdn_server import CdnServer, held
+from support.cdn_server import CdnHandler, CdnServer, Fault, held
 from support.machines import CPU_BUILD, CPU_ONLY_CHILD, CUDA_BUILD, CUDA_MACHINE, run_as
-from support.trees import cpu_variant, local_variant, write_kernel, write_variant
+from support.trees import cpu_variant, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
+PLAIN = "flashhub.acme.tensor_tricks.v1"
+FORCED = f"{PLAIN}_cpu"  # the same variant on a machine with a CPU-only torch
 # What importing the packages and reading the settings must not import.
 HEAVY = ("torch", "requests", "urllib3", "http.client", "filelock", "asyncio")
 # What a warm load must not import: the HTTP stack and the lock library.
@@ -198,16 +201,30 @@ def test_find_spec_does_no_network_io(cdn: CdnServer, tmp_path: Path) -> None:
     assert "flashhub.acme.tensor_tricks.v1" in sys.modules
 
 
-# A thread imports argv[3] and is held in a download; the process forks; the child
-# imports argv[4] and prints its name.
+# A thread imports argv[3] and is held in a download (more names, after commas: a thread
+# each, started then and waiting for something); the process forks; the child imports
+# argv[4] and prints its name.
 FORK_WHILE_DOWNLOADING = """
 import importlib, os, sys, threading, time
 from pathlib import Path
 
 go, forked, loading, wanted = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
-threading.Thread(target=importlib.import_module, args=(loading,), daemon=True).start()
+first, *more = loading.split(",")
+threading.Thread(target=importlib.import_module, args=(first,), daemon=True).start()
 while not go.exists():  # the server holds a file of the download: the thread is in it
     time.sleep(0.01)
+
+def waiting(thread):
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None and frame.f_code.co_name != "acquire":
+        frame = frame.f_back
+    return frame is not None
+
+for name in more:
+    thread = threading.Thread(target=importlib.import_module, args=(name,), daemon=True)
+    thread.start()
+    while not waiting(thread):
+        time.sleep(0.01)
 pid = os.fork()
 if pid == 0:
     k = importlib.import_module(wanted)
@@ -226,13 +243,16 @@ sys.exit(1)
 """
 
 
-def fork_while_downloading(cdn: CdnServer, held_file: str, loading: str, wanted: str) -> str:
-    """Run :data:`FORK_WHILE_DOWNLOADING` while the CDN holds ``held_file``, released once
-    the child is forked; what the child printed."""
+def fork_while_downloading(
+    cdn: CdnServer, held_file: str, loading: str, wanted: str, *, prelude: str = ""
+) -> str:
+    """Run :data:`FORK_WHILE_DOWNLOADING` (after ``prelude``) while the CDN holds
+    ``held_file``, released once the child is forked; what the child printed."""
     downloading, release = threading.Event(), threading.Event()
     cdn.inject(held_file, held(downloading, release))
     go, forked = cdn.root.parent / "go", cdn.root.parent / "forked"
-    script = [sys.executable, "-c", FORK_WHILE_DOWNLOADING, str(go), str(forked), loading, wanted]
+    code = prelude + FORK_WHILE_DOWNLOADING
+    script = [sys.executable, "-c", code, str(go), str(forked), loading, wanted]
     with subprocess.Popen(script, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert downloading.wait(30)
@@ -253,6 +273,19 @@ def test_a_child_forked_while_a_thread_downloads_imports_the_kernel(cdn: CdnServ
     name = "flashhub.acme.tensor_tricks.v1"
     assert fork_while_downloading(cdn, ops, name, name) == f"child: {name}"
     assert len(cdn.gets("_ops.py")) == 1  # the child found what the parent committed
+
+
+@pytest.mark.parametrize("wanted", [PLAIN, FORCED])
+def test_a_child_forked_while_a_thread_waits_for_the_twin_import_imports_either_name(
+    cdn: CdnServer, wanted: str
+) -> None:
+    """One thread downloads the kernel as ``v1``; another imports ``v1_cpu`` and waits for
+    it: the child starts either name afresh, not waiting for a lock of a thread it lacks."""
+    write_kernel(cdn.root, REPO, 1, [cpu_variant()])
+    ops = f"kernels/{REPO}/v1/build/{cpu_variant()}/tensor_tricks/_ops.py"
+    loading = f"{PLAIN},{FORCED}"
+    printed = fork_while_downloading(cdn, ops, loading, wanted, prelude=CPU_ONLY_CHILD)
+    assert printed == f"child: {wanted}"
 
 
 @pytest.mark.parametrize("wanted", ["flashhub.acme.top.v1", "flashhub.acme.base.v1"])
@@ -342,6 +375,145 @@ def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None
         "print(forced is plain, plain.__name__)"
     )
     assert printed.split() == ["True", "flashhub.acme.tensor_tricks.v1_cpu"]
+
+
+# Threads import argv[2] and argv[3] at once. The first import is held (argv[1] appears
+# then); the second starts, and once it waits for something, "waiting" is printed and the
+# hold is released by whoever made it. Then what each got.
+TWO_NAMES_AT_ONCE = (
+    CPU_ONLY_CHILD
+    + """
+import faulthandler, importlib, json, sys, threading, time
+from pathlib import Path
+
+import flashhub_kernels as fk
+
+faulthandler.dump_traceback_later(60, exit=True)  # a hang prints every thread's stack
+held, first, second = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+modules, whole = {}, {}
+
+def load(name):
+    try:
+        modules[name] = importlib.import_module(name)
+    except ImportError as exc:
+        modules[name] = exc
+    else:
+        whole[name] = hasattr(modules[name], "marker")  # when the import returned it
+
+def waiting(thread):
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None and frame.f_code.co_name != "acquire":
+        frame = frame.f_back
+    return frame is not None
+
+earlier = threading.Thread(target=load, args=(first,))
+earlier.start()
+while not held.exists():
+    time.sleep(0.01)
+later = threading.Thread(target=load, args=(second,))
+later.start()
+while later.is_alive() and not waiting(later):
+    time.sleep(0.01)
+print("waiting", flush=True)
+earlier.join()
+later.join()
+a, b = modules[first], modules[second]
+print(json.dumps({
+    "first": type(a).__name__ if isinstance(a, ImportError) else a.__name__,
+    "same": a is b,
+    "whole": whole[second],
+    "spec": b.__spec__.name == b.__name__ and b.__loader__ is b.__spec__.loader,
+    "loaded": [k.module.__name__ for k in fk.get_loaded_kernels()],
+}))
+"""
+)
+
+
+def import_two_names_at_once(
+    first: str, second: str, held_file: Path, release: Callable[[], object]
+) -> dict[str, object]:
+    """Run :data:`TWO_NAMES_AT_ONCE`; ``release()`` lets the first import go on."""
+    script = [sys.executable, "-c", TWO_NAMES_AT_ONCE, str(held_file), first, second]
+    with subprocess.Popen(script, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        try:
+            assert process.stdout.readline() == "waiting\n"
+        finally:
+            release()
+        output, _ = process.communicate(timeout=90)
+    assert process.returncode == 0, output
+    result: dict[str, object] = json.loads(output)
+    return result
+
+
+def held_until(release: threading.Event, arrived: Path, *, status: int = 200) -> Fault:
+    """Create ``arrived`` when the request comes; once ``release`` is set, serve the
+    file (or answer ``status``)."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        arrived.touch()
+        release.wait(60)
+        if status == 200:
+            handler.send_file(body)
+        else:
+            handler.send_simple(status, b"gone")
+
+    return fault
+
+
+TWIN_ORDERS = pytest.mark.parametrize(
+    ("first", "second"), [(FORCED, PLAIN), (PLAIN, FORCED)], ids=["forced-first", "plain-first"]
+)
+
+
+@TWIN_ORDERS
+def test_two_names_imported_at_once_while_downloading_give_one_module(
+    cdn: CdnServer, tmp_path: Path, first: str, second: str
+) -> None:
+    """The second name is imported while the first one's download is held: it waits for
+    that import and gets its module, not a second copy of the kernel."""
+    write_kernel(cdn.root, REPO, 1, [cpu_variant()])
+    release = threading.Event()
+    ops = f"kernels/{REPO}/v1/build/{cpu_variant()}/tensor_tricks/_ops.py"
+    cdn.inject(ops, held_until(release, tmp_path / "held"))
+    result = import_two_names_at_once(first, second, tmp_path / "held", release.set)
+    assert result == {"first": first, "same": True, "whole": True, "spec": True, "loaded": [first]}
+    assert len(cdn.gets("_ops.py")) == 1
+
+
+@TWIN_ORDERS
+def test_a_name_imported_while_its_twin_runs_gets_the_whole_module(
+    cdn: CdnServer, tmp_path: Path, first: str, second: str
+) -> None:
+    """The second name is imported while the first one's code runs: it gets the module
+    once that code has finished, not the half-run module."""
+    gate = (
+        f"import pathlib, time\npathlib.Path({str(tmp_path / 'held')!r}).touch()\n"
+        f"while not pathlib.Path({str(tmp_path / 'go')!r}).exists():\n    time.sleep(0.01)\n"
+    )
+    files = kernel_files("tensor_tricks", "gated")
+    files["tensor_tricks/__init__.py"] = gate.encode() + files["tensor_tricks/__init__.py"]
+    write_variant(cdn.root, REPO, 1, cpu_variant(), files)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([cpu_variant()]))
+    result = import_two_names_at_once(first, second, tmp_path / "held", (tmp_path / "go").touch)
+    assert result == {"first": first, "same": True, "whole": True, "spec": True, "loaded": [first]}
+
+
+def test_a_name_whose_twin_failed_meanwhile_loads_the_kernel_itself(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1, [cpu_variant()])
+    release = threading.Event()
+    ops = f"kernels/{REPO}/v1/build/{cpu_variant()}/tensor_tricks/_ops.py"
+    cdn.inject(ops, held_until(release, tmp_path / "held", status=404))
+    result = import_two_names_at_once(PLAIN, FORCED, tmp_path / "held", release.set)
+    assert result == {
+        "first": "TransportError",
+        "same": False,
+        "whole": True,
+        "spec": True,
+        "loaded": [FORCED],
+    }
 
 
 @pytest.mark.usefixtures("cpu_only_torch")

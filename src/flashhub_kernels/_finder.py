@@ -90,10 +90,7 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
             from ._loading.kernel_deps import execute_kernel
 
             execute_kernel(
-                target,
-                module.__name__,
-                lambda: self._execute(module, target),
-                self._finder.pin,
+                target, module.__name__, lambda: self._execute(module, target), self._finder.pin
             )
         self._finder.record_loaded(module, target)
 
@@ -128,6 +125,7 @@ class KernelFinder:
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, tuple[ModuleType, KernelDir]] = {}  # module name -> its load
         self._loading: dict[str, int] = {}  # module name -> the thread locating or running it
+        self._found: set[str] = set()  # kernel module names find_spec answered: maybe loading
 
     # -- registration, called by the public API -----------------------------------------
 
@@ -191,10 +189,11 @@ class KernelFinder:
             )
         loader: importlib._abc.Loader = KernelLoader(self, fullname)
         others = twin_names(fullname, parsed.backend)
-        if any(name in sys.modules for name, _backend in others):
-            from ._twin_names import twin_loader  # the same load imported under another name
+        if any(name in self._found or name in sys.modules for name, _backend in others):
+            from ._twin_names import TwinLoader  # the same load imported under another name
 
-            loader = twin_loader(self, fullname, others) or loader
+            loader = TwinLoader(self, fullname, others)
+        self._found.add(fullname)
         return importlib.machinery.ModuleSpec(fullname, loader, is_package=True)
 
     def same_repo(self, fullname: str, other: str) -> bool:

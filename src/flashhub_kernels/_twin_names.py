@@ -1,11 +1,17 @@
 """Two names of one kernel load: ``v<N>`` and ``v<N>_<backend>`` on a machine where
 forcing ``backend`` selects what it would pick anyway. The second name imported gets
 the module of the first, not a second copy of the same files (whose native library
-torch would refuse to register twice)."""
+torch would refuse to register twice).
+
+The two names may be imported at once, by two threads: the second waits for the first
+to finish (its module lock), so that it gets the whole module, never a half-run one nor
+a copy; if the first failed, it loads the kernel itself.
+"""
 
 from __future__ import annotations
 
 import importlib._abc
+import importlib._bootstrap
 import sys
 
 from ._variants.system import this_system
@@ -18,38 +24,46 @@ if TYPE_CHECKING:
     from ._finder import KernelFinder
 
 
-class _TwinLoader(importlib._abc.Loader):
-    """Gives a name the module already imported under its twin."""
+class TwinLoader(importlib._abc.Loader):
+    """Gives ``fullname`` the module imported under one of its ``others`` names (see
+    :func:`~flashhub_kernels._finder.twin_names`) that loads the same variant; loads the
+    kernel itself when none does.
 
-    def __init__(self, module: ModuleType) -> None:
-        self._module = module
-        self._spec = module.__spec__
+    The decision is made here, not in ``find_spec``: waiting for another thread's import
+    while holding the global import lock would stop that import too.
+    """
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return self._module
+    def __init__(self, finder: KernelFinder, fullname: str, others: list[tuple[str, str]]) -> None:
+        self._finder, self._fullname, self._others = finder, fullname, others
+        self._spec: importlib.machinery.ModuleSpec | None = None  # the twin's own spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        from ._finder import KernelLoader, _Loading
+
+        with _Loading(self._finder._loading, spec.name):  # a child forked meanwhile drops it
+            module = self._twin()
+        if module is not None:
+            self._spec = module.__spec__
+            return module
+        # A load of its own: the import system runs spec.loader's exec_module next.
+        spec.loader = loader = KernelLoader(self._finder, self._fullname)
+        return loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = self._spec  # the import system set it to the new name's spec
 
-
-def twin_loader(
-    finder: KernelFinder, fullname: str, others: list[tuple[str, str]]
-) -> importlib._abc.Loader | None:
-    """A loader of the module imported already under one of the ``others`` names of
-    ``fullname`` (see :func:`~flashhub_kernels._finder.twin_names`) that loads the same
-    variant; ``None`` when there is none.
-
-    Only a name already in ``sys.modules`` is considered, so the system was detected by
-    its load and asking again costs nothing.
-    """
-    for name, forced in others:
-        module = sys.modules.get(name)
-        if module is None or not finder.same_repo(fullname, name):
-            continue
-        try:
-            same = this_system(forced) == this_system()
-        except ValueError:  # a backend this machine cannot run: its own load says so
-            same = False
-        if same:
-            return _TwinLoader(module)
-    return None
+    def _twin(self) -> ModuleType | None:
+        """The module of a name in ``others`` that loaded the variant ``fullname`` would,
+        once its import (in this thread or another) is over; ``None`` when there is none."""
+        for name, forced in self._others:
+            try:
+                same = this_system(forced) == this_system()
+            except ValueError:  # a backend this machine cannot run: its own load says so
+                same = False
+            if not same:
+                continue
+            importlib._bootstrap._lock_unlock_module(name)  # type: ignore[attr-defined]
+            module = sys.modules.get(name)
+            if module is not None and self._finder.same_repo(self._fullname, name):
+                return module
+        return None
