@@ -377,7 +377,8 @@ def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None
     assert printed.split() == ["True", "flashhub.acme.tensor_tricks.v1_cpu"]
 
 
-# Threads import argv[2] and argv[3] at once. The first import is held (argv[1] appears
+# Threads import argv[2] and argv[3] at once ("check_arch=False": get_kernel's own
+# resolution of the forced name). The first import is held (argv[1] appears
 # then); the second starts, and once it waits for something, "waiting" is printed and the
 # hold is released by whoever made it. Then what each got.
 TWO_NAMES_AT_ONCE = (
@@ -394,7 +395,12 @@ modules, whole = {}, {}
 
 def load(name):
     try:
-        modules[name] = importlib.import_module(name)
+        if name == "check_arch=False":  # get_kernel's own resolution: backend "cpu", no archs
+            modules[name] = fk.get_kernel(
+                "acme/tensor-tricks", version=1, backend="cpu", check_arch=False
+            )
+        else:
+            modules[name] = importlib.import_module(name)
     except ImportError as exc:
         modules[name] = exc
     else:
@@ -497,6 +503,20 @@ def test_a_name_imported_while_its_twin_runs_gets_the_whole_module(
     (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(json.dumps([cpu_variant()]))
     result = import_two_names_at_once(first, second, tmp_path / "held", (tmp_path / "go").touch)
     assert result == {"first": first, "same": True, "whole": True, "spec": True, "loaded": [first]}
+
+
+def test_get_kernel_without_arch_check_waits_for_the_import_of_the_other_name(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """``check_arch=False`` resolves the kernel itself: while the plain name's download
+    is held, it waits for that import and returns its module, not a second copy."""
+    write_kernel(cdn.root, REPO, 1, [cpu_variant()])
+    release = threading.Event()
+    ops = f"kernels/{REPO}/v1/build/{cpu_variant()}/tensor_tricks/_ops.py"
+    cdn.inject(ops, held_until(release, tmp_path / "held"))
+    result = import_two_names_at_once(PLAIN, "check_arch=False", tmp_path / "held", release.set)
+    assert result == {"first": PLAIN, "same": True, "whole": True, "spec": True, "loaded": [PLAIN]}
+    assert len(cdn.gets("_ops.py")) == 1
 
 
 def test_a_name_whose_twin_failed_meanwhile_loads_the_kernel_itself(

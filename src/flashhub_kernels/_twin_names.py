@@ -41,7 +41,7 @@ class TwinLoader(importlib._abc.Loader):
         from ._finder import KernelLoader, _Loading
 
         with _Loading(self._finder._loading, spec.name):  # a child forked meanwhile drops it
-            module = self._twin()
+            module = twin_module(self._finder, self._fullname, self._others)
         if module is not None:
             self._spec = module.__spec__
             return module
@@ -52,18 +52,21 @@ class TwinLoader(importlib._abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = self._spec  # the import system set it to the new name's spec
 
-    def _twin(self) -> ModuleType | None:
-        """The module of a name in ``others`` that loaded the variant ``fullname`` would,
-        once its import (in this thread or another) is over; ``None`` when there is none."""
-        for name, forced in self._others:
-            try:
-                same = this_system(forced) == this_system()
-            except ValueError:  # a backend this machine cannot run: its own load says so
-                same = False
-            if not same:
-                continue
-            importlib._bootstrap._lock_unlock_module(name)  # type: ignore[attr-defined]
-            module = sys.modules.get(name)
-            if module is not None and self._finder.same_repo(self._fullname, name):
-                return module
-        return None
+
+def twin_module(
+    finder: KernelFinder, fullname: str, others: list[tuple[str, str]]
+) -> ModuleType | None:
+    """The module of a name in ``others`` that loaded the variant ``fullname`` would, once
+    its import (in this thread or another) is over; ``None`` when there is none."""
+    for name, forced in others:
+        try:
+            same = this_system(forced) == this_system()
+        except ValueError:  # a backend this machine cannot run: its own load says so
+            same = False
+        if not same:
+            continue
+        importlib._bootstrap._lock_unlock_module(name)  # type: ignore[attr-defined]
+        module = sys.modules.get(name)
+        if module is not None and finder.same_repo(fullname, name):
+            return module
+    return None

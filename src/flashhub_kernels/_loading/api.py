@@ -162,15 +162,18 @@ def _import_unchecked(info: RepoInfo, backend: str | None) -> ModuleType:
     """:func:`get_kernel` with ``check_arch=False``: the finder is handed the variant
     chosen without the device archs, then imports it as it imports any kernel."""
     from .._cache.obtain import use_kernel
+    from .._twin_names import twin_module
     from .._variants.named_system import target_system
     from .local import local_override
 
     with _pinned(info, backend) as module_name:
-        names = [module_name, *(name for name, _ in twin_names(module_name, backend))]
-        if not any(name in sys.modules for name in names):  # else that module is the answer
+        finder, others = install(), twin_names(module_name, backend)
+        # A module of this name, or of another that loads the same variant (imported, or
+        # being imported by another thread: waited for), is the answer.
+        if module_name not in sys.modules and twin_module(finder, module_name, others) is None:
             system = target_system(backend, check_arch=False)
             target = local_override([info], backend, check_arch=False)
-            install().add_target(module_name, target or use_kernel([info], system=system))
+            finder.add_target(module_name, target or use_kernel([info], system=system))
         return _import(module_name, check_arch=False)
 
 
