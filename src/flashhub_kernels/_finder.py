@@ -192,7 +192,7 @@ class KernelFinder:
         if any(name in self._found or name in sys.modules for name, _backend in others):
             from ._twin_names import TwinLoader  # the same load imported under another name
 
-            loader = TwinLoader(self, fullname, others)
+            loader = TwinLoader(self, others, loader, _Loading(self._loading, fullname))
         self._found.add(fullname)
         return importlib.machinery.ModuleSpec(fullname, loader, is_package=True)
 

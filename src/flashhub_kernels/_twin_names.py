@@ -19,35 +19,41 @@ from ._variants.system import this_system
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
+    from contextlib import AbstractContextManager
     from types import ModuleType
 
     from ._finder import KernelFinder
 
 
 class TwinLoader(importlib._abc.Loader):
-    """Gives ``fullname`` the module imported under one of its ``others`` names (see
-    :func:`~flashhub_kernels._finder.twin_names`) that loads the same variant; loads the
-    kernel itself when none does.
+    """Gives its module the module imported under one of its ``others`` names (see
+    :func:`~flashhub_kernels._finder.twin_names`) that loads the same variant; else
+    hands the load to ``own``, the kernel's own loader.
 
     The decision is made here, not in ``find_spec``: waiting for another thread's import
-    while holding the global import lock would stop that import too.
+    while holding the global import lock would stop that import too. The wait is done
+    in ``loading`` (this thread's mark that it loads the kernel), so that a child forked
+    meanwhile drops it.
     """
 
-    def __init__(self, finder: KernelFinder, fullname: str, others: list[tuple[str, str]]) -> None:
-        self._finder, self._fullname, self._others = finder, fullname, others
+    def __init__(
+        self,
+        finder: KernelFinder,
+        others: list[tuple[str, str]],
+        own: importlib._abc.Loader,
+        loading: AbstractContextManager[None],
+    ) -> None:
+        self._finder, self._others, self._own, self._loading = finder, others, own, loading
         self._spec: importlib.machinery.ModuleSpec | None = None  # the twin's own spec
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        from ._finder import KernelLoader, _Loading
-
-        with _Loading(self._finder._loading, spec.name):  # a child forked meanwhile drops it
-            module = twin_module(self._finder, self._fullname, self._others)
+        with self._loading:
+            module = twin_module(self._finder, spec.name, self._others)
         if module is not None:
             self._spec = module.__spec__
             return module
-        # A load of its own: the import system runs spec.loader's exec_module next.
-        spec.loader = loader = KernelLoader(self._finder, self._fullname)
-        return loader.create_module(spec)
+        spec.loader = self._own  # the import system runs its exec_module next
+        return self._own.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = self._spec  # the import system set it to the new name's spec
