@@ -158,7 +158,7 @@ def _patch(spans: Spans, name: str, module: Any) -> None:
     if name == "flashhub_kernels._cache.mutex":
         _wrap_context(spans, module, "hold", "locks")
     elif name == "flashhub_kernels._network.transport":
-        _wrap(spans, module.Fetcher, "get_bytes", "documents")
+        _wrap(spans, module.Fetcher, "get_document", "documents")
         _wrap(spans, module.Fetcher, "download_many", "transfers")
         _wrap(spans, module.Fetcher, "download", _WHOLE_FILE)
     elif name == "flashhub_kernels._network.hashing":
