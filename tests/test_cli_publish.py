@@ -5,6 +5,7 @@ The publisher itself is tested in test_publish.py.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -15,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
+from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
+from flashhub_kernels._signing.verification import verify_document
 from flashhub_kernels.errors import UndeclaredDependencyWarning
 from support.builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
 from support.cli_runner import flashhub
@@ -174,3 +178,53 @@ def test_cli_publish_text_counts_and_sizes(kernel: Path, tmp_path: Path) -> None
     assert lines[1] == f"  {UNIVERSAL}: 3 files, {universal} B"  # sizes as `flashhub info` shows
     assert re.fullmatch(rf"  {CPU}: 4 files, \d+\.\d KiB", lines[2]), lines[2]
     assert re.fullmatch(r"wrote 11 files \(\d+\.\d KiB\)", lines[3]), lines[3]
+
+
+def test_two_versions_published_at_once_both_end_up_in_a_signed_versions_json(
+    kernel: Path, tmp_path: Path
+) -> None:
+    """Each publish reads versions.json, adds its version and writes it: two at once into
+    one kernel would each drop the other's version (and its signature), had the second not
+    waited for the first."""
+    key = generate_signing_key()
+    write_key_pair(key, tmp_path / "pub.key")
+    out = tmp_path / "cdn"
+    kernel_dir = out / "kernels" / "acme" / "my-kern"
+    kernel_dir.mkdir(parents=True)
+    held = os.open(kernel_dir, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as a publish in progress holds it
+    args = ("--repo-id", REPO, "--out", out, "--sign", tmp_path / "pub.key")
+    publishes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "flashhub_kernels", "publish", kernel, *args, "--version", v],
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for v in ("1", "2")
+    ]
+    try:
+        for publish in publishes:
+            assert publish.stderr is not None
+            lines = iter(publish.stderr.readline, "")
+            assert any("waiting for another publish into" in line for line in lines)
+    finally:
+        os.close(held)
+    for publish in publishes:
+        assert publish.wait() == 0
+
+    versions = (kernel_dir / "versions.json").read_bytes()
+    assert json.loads(versions) == [1, 2]
+    signer = verify_document(
+        kind="versions",
+        repo_id=REPO,
+        version=None,
+        variant=None,
+        data=versions,
+        sig_bytes=(kernel_dir / "versions.json.sig").read_bytes(),
+        keys=parse_trusted_keys(key.public_line, source="test"),
+        org="acme",
+        require=True,
+    )
+    assert signer == key.key_id

@@ -11,13 +11,16 @@ of the tree (``/`` separated), and records what it wrote, for the report. Two ki
   version go up one by one in the order :func:`~.writing.write_order` gives, so that
   the store never lists a version or a variant whose files are not all there.
 
-Either way the caller writes ``versions.json`` last.
+Either way the caller writes ``versions.json`` last. Into a directory, publishes of one
+kernel run one at a time (:meth:`Destination.exclusive`), so that two publishes of two
+versions both end up in its ``versions.json``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -30,6 +33,13 @@ from .._network.object_store import ObjectMissing, Store, StoreError, is_url
 from .._utils.filesystem import write_atomic
 from ..errors import PublishError
 from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so publishes of one kernel are not kept apart
+    fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger("flashhub_kernels")
 
 # One file of a version to write: its path relative to the version, and its content.
 Item = tuple[str, bytes | SourceFile]
@@ -74,6 +84,11 @@ class Destination(ABC):
         ``replace``: something is there already, and goes (its files the new version
         does not have too).
         """
+
+    def exclusive(self, rel: str) -> contextlib.AbstractContextManager[None]:
+        """Keep other publishes out of the directory ``rel`` (a kernel's) for the block,
+        where the destination can: none by default."""
+        return contextlib.nullcontext()
 
 
 def open_destination(out: str | os.PathLike[str]) -> Destination:
@@ -184,6 +199,29 @@ class Directory(Destination):
             shutil.rmtree(staging, ignore_errors=True)
             raise
         self.written.update({f"{rel}/{item_rel}": _size(item) for item_rel, item in items})
+
+    @contextlib.contextmanager
+    def exclusive(self, rel: str) -> Iterator[None]:
+        """Hold ``rel`` (created if missing) for the block: an exclusive ``flock`` on the
+        directory itself, so that no lock file ends up in the tree. Another publish into
+        it waits, saying so once. A file system without ``flock`` holds nothing."""
+        directory = self.path(rel)
+        _make_dirs(directory)
+        if fcntl is None:
+            yield
+            return
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                logger.warning("waiting for another publish into %s to finish", directory)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # no flock here (NFS without lockd): as before, unguarded
+                pass
+            yield
+        finally:
+            os.close(fd)
 
 
 def _make_dirs(path: Path) -> None:

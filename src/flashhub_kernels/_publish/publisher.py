@@ -132,16 +132,19 @@ def _publish_builds(
     pkg_rel = "/".join([*prefix_parts, repo.org, repo.name])
     version_rel = f"{pkg_rel}/v{repo.version}"
     versions_rel = f"{pkg_rel}/{VERSIONS}"
-    old_versions, versions = merged_versions(destination, versions_rel, repo.version)
-    unsigned = None if keys else _unsigned_refusal(destination, pkg_rel, repo)
-    if unsigned is not None and dump_json(versions) != old_versions:
-        raise unsigned
-    outcome = _place_version(
-        tree, destination, version_rel, repo, force=force, keys=keys, unsigned=unsigned
-    )
-    # versions.json goes last, so it never lists a version whose files are not in place.
-    write_versions(destination, versions_rel, old_versions, versions, repo, keys)
-    shared = tuple(shared_natives(destination, pkg_rel, repo.version, builds))
+    # One publish of the kernel at a time: two of two versions would each write the
+    # versions.json it read with its own version added, and the last would drop the other.
+    with destination.exclusive(pkg_rel):
+        old_versions, versions = merged_versions(destination, versions_rel, repo.version)
+        unsigned = None if keys else _unsigned_refusal(destination, pkg_rel, repo)
+        if unsigned is not None and dump_json(versions) != old_versions:
+            raise unsigned
+        outcome = _place_version(
+            tree, destination, version_rel, repo, force=force, keys=keys, unsigned=unsigned
+        )
+        # versions.json goes last, so it never lists a version whose files are not in place.
+        write_versions(destination, versions_rel, old_versions, versions, repo, keys)
+        shared = tuple(shared_natives(destination, pkg_rel, repo.version, builds))
     for library in shared:
         warnings.warn(
             library.describe(repo.repo_id, repo.version), SharedNativeLibraryWarning, stacklevel=3
