@@ -215,6 +215,22 @@ def test_a_missing_key_file_says_how_to_make_one(tmp_path: Path) -> None:
     assert "flashhub keygen" in (raised.value.hint or "")
 
 
+@pytest.mark.parametrize("command", ["publish", "sign"])
+def test_a_directory_given_as_the_key_is_named_as_such(
+    command: str, kernel: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "cdn"
+    publish = ("publish", kernel, "--repo-id", "acme/my-kern", "--version", "1", "--out", out)
+    assert flashhub(*publish).returncode == 0
+    if command == "publish":
+        result = flashhub(*publish, "--version", "2", "--sign", tmp_path)
+    else:
+        result = flashhub("sign", out, "--key", tmp_path)
+    assert result.returncode == 1
+    assert f"error: cannot read the signing key {tmp_path}: Is a directory" in result.stderr
+    assert "Errno" not in result.stderr
+
+
 # --- trusted keys ----------------------------------------------------------------------
 
 

@@ -76,15 +76,14 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
     """
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        with open(path, "rb") as f:  # a pipe too: --sign <(vault read ...)
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+            data = f.read(_MAX_KEY_FILE_BYTES + 1)
     except OSError as exc:
         raise PublishError(
             f"cannot read the signing key {path}: {exc.strerror or exc}",
             hint="create one with `flashhub keygen --out KEYFILE`",
         ) from None
-    with os.fdopen(fd, "rb") as f:
-        mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
-        data = f.read(_MAX_KEY_FILE_BYTES + 1)
     seed = _seed_in(data)
     if seed is None:
         public = KEY_PREFIX.encode() in data and PRIVATE_KEY_PREFIX.encode() not in data
