@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -391,6 +392,21 @@ def test_publish_layout_zip_refuses_a_native_library_inside_the_package(tmp_path
     with pytest.raises(PublishError, match="in a subdirectory of the package") as raised:
         publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
     assert "--layout zip" in (raised.value.hint or "")
+    assert not (tmp_path / "cdn").exists()
+
+
+def test_publish_layout_zip_writes_no_archive_outside_for_an_id_that_is_a_path(
+    tmp_path: Path,
+) -> None:
+    """The archive is named after the build's own "id": one that climbs out of the
+    publisher's scratch directory is refused before anything is written there."""
+    kernel = make_kernel(tmp_path / "kernel", variants=(UNIVERSAL,))
+    escaped = tmp_path / "escaped"
+    climbing = "../" * len(Path(tempfile.gettempdir()).resolve().parts) * 2 + str(escaped)
+    (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps({"id": climbing}))
+    with pytest.raises(PublishError, match='its "id" must be a file name'):
+        publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
+    assert not escaped.with_name("escaped.zip").exists()
     assert not (tmp_path / "cdn").exists()
 
 

@@ -20,7 +20,7 @@ from .._models.record import Record
 from .._variants.grammar import VariantNameError, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
-from .metadata import variant_metadata
+from .metadata import variant_metadata, zip_archive_name
 from .report import VariantReport
 from .zipping import zip_package
 
@@ -158,7 +158,7 @@ def scan_variant(
     sources = files
     if layout == "zip" and not zipped:
         assert scratch is not None, "a build laid out anew is written somewhere"
-        archive = scratch / name / f"{document['id']}.zip"
+        archive = scratch / name / zip_archive_name(document, metadata)
         files = zip_package(sources, py_pkg, archive)
         own = {k: v for k, v in document.items() if k not in ("digest", "sizes")}
         document = variant_metadata(

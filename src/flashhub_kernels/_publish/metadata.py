@@ -37,7 +37,7 @@ from typing import Any
 
 from .._models.kernel_dir import NATIVE_SUFFIXES
 from .._models.kernel_metadata import read_kernel_metadata
-from .._models.manifest import content_hash, decode_digest, encode_digest
+from .._models.manifest import check_relative_path, content_hash, decode_digest, encode_digest
 from .._models.names import RepoInfo
 from .._utils.pyproject import load_toml, lookup
 from .._variants.grammar import parse_variant
@@ -114,6 +114,27 @@ def variant_metadata(
             hint='build the kernel again, or fix "id" in its metadata.json',
         )
     return document
+
+
+def zip_archive_name(document: Mapping[str, object], path: Path) -> str:
+    """The archive, ``<id>.zip``, of ``document``'s build laid out as a zip build; its
+    ``id`` (the build's own, from ``path``, if it has one) checked as a client checks it,
+    before anything is written under that name.
+
+    Raises:
+        PublishError: the ``id`` is no file name (``"../x"``).
+    """
+    try:
+        archive = read_kernel_metadata(
+            {**document, "build-layout": "zip"}, source=str(path)
+        ).archive
+        assert archive is not None, "a zip build names its archive"
+        check_relative_path(archive)
+    except ManifestError as exc:
+        raise PublishError(exc.message, hint="fix the build's metadata.json") from None
+    except ValueError as exc:
+        raise PublishError(f"{path}: {exc}", hint="fix the build's metadata.json") from None
+    return archive
 
 
 def _check_own_digest(digest: object, files: Mapping[str, SourceFile], path: Path) -> None:
