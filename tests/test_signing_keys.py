@@ -311,6 +311,14 @@ def test_a_private_key_among_trusted_keys_is_refused_without_echoing_it() -> Non
         assert PRIVATE_LINE.split(":")[1] not in str(raised.value)
 
 
+def test_a_trusted_keys_file_saved_with_a_bom_and_crlf_is_read(tmp_path: Path) -> None:
+    """As Windows Notepad saves a file: a byte order mark first, CRLF line ends."""
+    listed = tmp_path / "keys.pub"
+    listed.write_bytes(f"\ufeff{KEY_A.public_line}\r\n".encode())
+    keys = load_trusted_keys(str(listed))
+    assert [k.key_id for k in keys] == [KEY_A.key_id]
+
+
 def test_load_trusted_keys_reads_a_file_or_the_value(tmp_path: Path) -> None:
     listed = tmp_path / "trusted keys.txt"
     listed.write_text(f"# ours\n{KEY_A.public_line}\nacme:{KEY_B.public_line}\n")

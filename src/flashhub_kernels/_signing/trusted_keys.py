@@ -246,7 +246,7 @@ def _read_keys_file(path: str, source: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             st = os.fstat(f.fileno())
-            data = f.read()
+            data = f.read().removeprefix("\ufeff")  # the BOM of a file saved by Notepad
     except (OSError, UnicodeDecodeError) as exc:
         raise _refused(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
     if os.name != "posix":
