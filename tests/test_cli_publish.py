@@ -5,7 +5,6 @@ The publisher itself is tested in test_publish.py.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from flashhub_kernels._cache.layout import Cache
+from flashhub_kernels._cache.mutex import publish_mutex
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
 from flashhub_kernels._signing.verification import verify_document
@@ -181,7 +182,7 @@ def test_cli_publish_text_counts_and_sizes(kernel: Path, tmp_path: Path) -> None
 
 
 def test_two_versions_published_at_once_both_end_up_in_a_signed_versions_json(
-    kernel: Path, tmp_path: Path
+    kernel: Path, tmp_path: Path, cache_dir: Path
 ) -> None:
     """Each publish reads versions.json, adds its version and writes it: two at once into
     one kernel would each drop the other's version (and its signature), had the second not
@@ -191,8 +192,8 @@ def test_two_versions_published_at_once_both_end_up_in_a_signed_versions_json(
     out = tmp_path / "cdn"
     kernel_dir = out / "kernels" / "acme" / "my-kern"
     kernel_dir.mkdir(parents=True)
-    held = os.open(kernel_dir, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(held, fcntl.LOCK_EX)  # as a publish in progress holds it
+    held = publish_mutex(Cache(cache_dir), kernel_dir)
+    held.__enter__()  # as a publish in progress holds it
     args = ("--repo-id", REPO, "--out", out, "--sign", tmp_path / "pub.key")
     publishes = [
         subprocess.Popen(
@@ -208,9 +209,9 @@ def test_two_versions_published_at_once_both_end_up_in_a_signed_versions_json(
         for publish in publishes:
             assert publish.stderr is not None
             lines = iter(publish.stderr.readline, "")
-            assert any("waiting for another publish into" in line for line in lines)
+            assert any("to finish publishing into" in line for line in lines)
     finally:
-        os.close(held)
+        held.__exit__(None, None, None)
     for publish in publishes:
         assert publish.wait() == 0
 

@@ -17,7 +17,9 @@ never imports ``filelock`` (which imports ``asyncio``).
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -143,3 +145,15 @@ def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
     locks = private_dir(cache, cache.root / ".locks" / info.org / info.name)
     path = locks / f"v{info.version}.lock"
     return hold(path, what=f"choosing the variant of {info}", timeout=cache.lock_timeout)
+
+
+def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]:
+    """The mutex of a kernel's directory in a CDN tree on disk: one publish into it at a
+    time, so that two of two versions both end up in its ``versions.json``.
+
+    Kept in the cache, named by the directory's real path, not in the tree, which is
+    served and synced as it is: publishes on one machine exclude each other.
+    """
+    name = hashlib.sha256(os.fsencode(directory.resolve())).hexdigest()[:32]
+    path = private_dir(cache, cache.root / ".locks" / "publish") / f"{name}.lock"
+    return hold(path, what=f"publishing into {directory}", timeout=cache.lock_timeout)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import shutil
 import tempfile
@@ -33,13 +32,6 @@ from .._network.object_store import ObjectMissing, Store, StoreError, is_url
 from .._utils.filesystem import write_atomic
 from ..errors import PublishError
 from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock, so publishes of one kernel are not kept apart
-    fcntl = None  # type: ignore[assignment]
-
-logger = logging.getLogger("flashhub_kernels")
 
 # One file of a version to write: its path relative to the version, and its content.
 Item = tuple[str, bytes | SourceFile]
@@ -200,28 +192,16 @@ class Directory(Destination):
             raise
         self.written.update({f"{rel}/{item_rel}": _size(item) for item_rel, item in items})
 
-    @contextlib.contextmanager
-    def exclusive(self, rel: str) -> Iterator[None]:
-        """Hold ``rel`` (created if missing) for the block: an exclusive ``flock`` on the
-        directory itself, so that no lock file ends up in the tree. Another publish into
-        it waits, saying so once. A file system without ``flock`` holds nothing."""
+    def exclusive(self, rel: str) -> contextlib.AbstractContextManager[None]:
+        """The mutex of ``rel`` (created if missing), kept in this machine's cache:
+        another publish into it waits, saying so after a moment."""
+        from .._cache.layout import Cache
+        from .._cache.mutex import publish_mutex
+        from .._config import get_config
+
         directory = self.path(rel)
         _make_dirs(directory)
-        if fcntl is None:
-            yield
-            return
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                logger.warning("waiting for another publish into %s to finish", directory)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:  # no flock here (NFS without lockd): as before, unguarded
-                pass
-            yield
-        finally:
-            os.close(fd)
+        return publish_mutex(Cache.from_config(get_config()), directory)
 
 
 def _make_dirs(path: Path) -> None:
