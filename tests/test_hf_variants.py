@@ -171,6 +171,18 @@ def test_get_variants(cdn: CdnServer) -> None:
     assert variant_strs.issuperset(SUPERSET_VARIANT_STRINGS)
 
 
+def test_get_kernel_variants_takes_a_revision(cdn: CdnServer) -> None:
+    files = package("relu", {"__init__.py": "def relu(x):\n    return x.relu()\n"})
+    write_hf_kernel(cdn.root, RELU, 1, ["torch-universal"], files)
+    write_hf_kernel(cdn.root, RELU, 2, ["torch-cpu", "torch-universal"], files)
+    assert [v.variant for v in get_kernel_variants(RELU, revision="v1")] == ["torch-universal"]
+    assert get_kernel_variants(RELU, revision="2") == get_kernel_variants(RELU, version=2)
+    with pytest.raises(ValueError, match="give exactly one of version= or revision="):
+        get_kernel_variants(RELU, version=1, revision="v1")
+    with pytest.raises(ValueError, match="invalid revision 'main'"):
+        get_kernel_variants(RELU, revision="main")
+
+
 def system(
     backend_tag: str,
     *,

@@ -311,6 +311,7 @@ def get_kernel_variants(
     repo_id: str,
     version: int | None = None,
     *,
+    revision: str | None = None,
     backend: str | None = None,
     system: str | None = None,
     cuda_capability: str | None = None,
@@ -319,7 +320,8 @@ def get_kernel_variants(
     """Judge every published variant of a kernel against this system.
 
     Returns :class:`VariantAccepted` entries (best first) then :class:`VariantRejected`
-    entries with a ``reason``. ``version=None`` means the newest version in the repo's
+    entries with a ``reason``. ``revision="v1"`` is ``version=1``, as for
+    :func:`get_kernel`; with neither, the newest version in the repo's
     ``versions.json``. When a version has no ``variants.json``, only the variants this
     system could load are probed, so only those appear. A build for this system's GPU
     backend whose ``metadata.json`` lists device archs is judged by them too (one
@@ -338,6 +340,8 @@ def get_kernel_variants(
     """
     from .._variants.named_system import target_system
 
+    if revision is not None:
+        version = requested_version(version, revision)
     target = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
