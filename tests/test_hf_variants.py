@@ -171,6 +171,16 @@ def test_get_variants(cdn: CdnServer) -> None:
     assert variant_strs.issuperset(SUPERSET_VARIANT_STRINGS)
 
 
+def test_a_verdicts_variant_has_its_variant_str(cdn: CdnServer) -> None:
+    # Hugging Face's get_kernel_variants example names each one decision.variant.variant_str
+    files = package("relu", {"__init__.py": "def relu(x):\n    return x.relu()\n"})
+    names = ["torch-universal", "torch-npu", "no_such_name"]
+    write_hf_kernel(cdn.root, RELU, 1, names, files)
+    verdicts = get_kernel_variants(RELU, version=1)
+    assert sorted(v.variant.variant_str for v in verdicts) == sorted(names)
+    assert all(type(v.variant.variant_str) is str for v in verdicts)
+
+
 def test_get_kernel_variants_takes_a_revision(cdn: CdnServer) -> None:
     files = package("relu", {"__init__.py": "def relu(x):\n    return x.relu()\n"})
     write_hf_kernel(cdn.root, RELU, 1, ["torch-universal"], files)

@@ -172,6 +172,11 @@ class Variant(str):
         """The name as a plain ``str``."""
         return str(self)
 
+    @property
+    def variant_str(self) -> str:
+        """The name as a plain ``str``, under Hugging Face kernels' name for it."""
+        return str(self)
+
 
 def parse_variant(name: str) -> Variant:
     """Parse a variant name; raise :class:`VariantNameError` saying what is wrong."""
