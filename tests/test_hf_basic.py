@@ -18,7 +18,8 @@ original; what differs:
 - Errors are this client's: ``KernelNotFoundError`` (an ``ImportError``) where HF raises
   ``HfHubHTTPError`` or ``FileNotFoundError``; ``OfflineError`` offline; ``version=0`` is
   malformed here (a ``ValueError`` before any request), so the list of published
-  versions is checked on a missing version 3.
+  versions is checked on a missing version 3: a ``VersionNotFoundError``, both a
+  ``KernelNotFoundError`` and the ``ValueError`` HF raises.
 - ``has_kernel`` without a version asks about the newest version (the 0.1.2 API this
   client keeps), where HF raises.
 - The outdated-version notice is a ``NewerVersionWarning`` (off with
@@ -47,7 +48,13 @@ import torch
 import torch.nn.functional as F
 
 from conftest import _forget_kernels, run_python
-from flashhub_kernels import get_kernel, get_local_kernel, has_kernel, install_kernel
+from flashhub_kernels import (
+    get_kernel,
+    get_kernel_variants,
+    get_local_kernel,
+    has_kernel,
+    install_kernel,
+)
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import (
     KernelNotFoundError,
@@ -195,6 +202,18 @@ def test_version(hub: CdnServer) -> None:
     # Numerical ordering, so 2 should come before 10.
     with pytest.raises(KernelNotFoundError, match=r"published versions: 1, 2, 10\b"):
         kernel = get_kernel(VERSIONS, version=3)
+
+
+def test_a_version_the_repo_lacks_is_a_value_error_too(hub: CdnServer) -> None:
+    """HF raises ValueError for it: code that catches that keeps working; so does code
+    that catches ImportError."""
+    with pytest.raises(ValueError, match=r"published versions: 1, 2, 10\b") as info:
+        get_kernel(VERSIONS, version=3)
+    assert isinstance(info.value, KernelNotFoundError)
+    with pytest.raises(ValueError, match="use a published version; the newest is v10"):
+        install_kernel(VERSIONS, version=3)
+    with pytest.raises(ValueError, match=r"published versions: 1, 2, 10\b"):
+        get_kernel_variants(VERSIONS, version=3)
 
 
 def test_version_outdated_warning(hub: CdnServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,6 +58,11 @@ class KernelNotFoundError(KernelImportError, ModuleNotFoundError):
     """The CDN has no such kernel or version (a ``ModuleNotFoundError``, as for any import)."""
 
 
+class VersionNotFoundError(KernelNotFoundError, ValueError):
+    """The repo is published, but not the version asked for. Also a ``ValueError``, as
+    Hugging Face kernels raises for a version its repo does not have."""
+
+
 class LocalKernelNotFoundError(FlashhubError, FileNotFoundError):
     """``LOCAL_KERNELS`` maps a repo to a directory that does not exist: a ``FileNotFoundError``
     as in Hugging Face kernels, not an ``ImportError`` (no class is both), from imports too."""

@@ -30,7 +30,7 @@ from .._variants.compat import BuildTarget, build_mismatch, needs_target, read_t
 from .._variants.grammar import as_variant
 from .._variants.probing import UNIVERSAL, build_variant_name, candidate_names
 from .._variants.system import SystemInfo
-from ..errors import FlashhubError, KernelNotFoundError
+from ..errors import FlashhubError, KernelNotFoundError, VersionNotFoundError
 from .documents import ManifestDocument, get_manifest, get_variant_names
 from .mirrors import NotPublished
 from .transport import MAX_PARALLEL_FILES, Fetcher
@@ -148,7 +148,7 @@ def _raise_not_published(
     message = f"{info} was not found on the CDN: {tried} does not exist{listed}"
     doubled = doubled_prefix_hint(fetcher.config)
     if doubled is None and versions:
-        raise KernelNotFoundError(
+        raise VersionNotFoundError(
             message,
             hint=f"use a published version; the newest is v{versions[-1]}",
             cli_hint=f"pass a published version, e.g. --version {versions[-1]} (the newest)",
