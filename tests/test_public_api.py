@@ -216,3 +216,40 @@ def test_benchmark_times_each_workload() -> None:
         assert len(result.times) == 4 and result.min <= result.median <= result.max
     with pytest.raises(ValueError):
         type("Bad", (fk.Benchmark,), {"iterations": 0})().run()
+
+
+def test_a_benchmark_written_for_hugging_face_kernels_runs() -> None:
+    import torch
+
+    class Doubling(fk.Benchmark):
+        seed, iterations = 7, 2
+
+        def setup(self) -> None:
+            self.x = torch.randn(4, 8, device=self.device)
+            self.drawn = self.x.clone()
+
+        def setup_halve(self) -> None:
+            self.x = torch.ones(4, device=self.device)
+
+        def benchmark_double(self) -> None:
+            self.out = self.kernel(self.x)
+
+        def verify_double(self) -> torch.Tensor:
+            return self.x * 2
+
+        def benchmark_halve(self) -> None:
+            self.out = self.x / 2
+
+        def verify_halve(self) -> torch.Tensor:
+            return torch.full((4,), 0.5)
+
+    bench = Doubling()
+    assert (bench.device, bench.kernel, bench.out) == ("cpu", None, None)
+    bench.kernel = lambda x: x * 2
+    assert [r.name for r in bench.run()] == ["double", "halve"]
+    torch.manual_seed(7)
+    torch.testing.assert_close(bench.drawn, torch.randn(4, 8))  # seeded before setup()
+    torch.testing.assert_close(bench.x, torch.ones(4))  # setup_halve() replaced setup()
+    bench.kernel = lambda x: x * 3
+    with pytest.raises(RuntimeError, match="verification failed for double"):
+        bench.run()

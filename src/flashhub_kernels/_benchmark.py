@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ._models.record import Record
 
@@ -32,9 +34,17 @@ class BenchmarkResult(Record):
 class Benchmark:
     """Subclass, then define ``setup()`` and any number of ``benchmark_<name>()`` methods.
 
-    :meth:`run` calls ``setup`` before each workload, runs it ``warmup`` times untimed,
-    then ``iterations`` times timed. When torch with CUDA is loaded, the device is
-    synchronised around each timed call so asynchronous kernels are measured in full.
+    :meth:`run` calls ``setup`` before each workload (``setup_<name>()`` instead, where
+    the class defines one), runs it ``warmup`` times untimed, then ``iterations`` times
+    timed. When torch with CUDA is loaded, the device is synchronised around each timed
+    call so asynchronous kernels are measured in full.
+
+    The attributes of Hugging Face kernels' ``Benchmark`` are there too: ``device``
+    (``"cpu"`` unless set), ``seed`` (when set, ``random`` and torch are seeded with it
+    before each workload's setup), and ``kernel`` and ``out`` (``None`` until set). A
+    ``verify_<name>()`` method returns the expected output: the workload runs once and
+    must leave ``self.out`` close to it (``torch.allclose``, ``atol=1e-2``), or
+    :meth:`run` raises ``RuntimeError``.
 
     Example::
 
@@ -53,6 +63,12 @@ class Benchmark:
 
     warmup: int = 3
     iterations: int = 10
+    seed: int | None = None
+    device: str = "cpu"
+
+    def __init__(self) -> None:
+        self.kernel: Any = None
+        self.out: Any = None
 
     def setup(self) -> None:
         """Prepare inputs; called before each workload."""
@@ -68,7 +84,12 @@ class Benchmark:
             raise ValueError("iterations must be >= 1 and warmup >= 0")
         results = []
         for name, workload in self.workloads().items():
-            self.setup()
+            if self.seed is not None:
+                _seed(self.seed)
+            getattr(self, f"setup_{name}", self.setup)()
+            verify = getattr(self, f"verify_{name}", None)
+            if verify is not None:
+                self._verify(name, workload, verify)
             for _ in range(self.warmup):
                 workload()
             times = []
@@ -80,6 +101,25 @@ class Benchmark:
                 times.append(time.perf_counter() - start)
             results.append(BenchmarkResult(name, tuple(times)))
         return results
+
+    def _verify(self, name: str, workload: Callable[[], object], verify: Callable[[], Any]) -> None:
+        workload()
+        _synchronize()
+        expected = verify()
+        import torch
+
+        if not torch.allclose(self.out, expected, atol=1e-2):
+            raise RuntimeError(
+                f"verification failed for {name}: self.out after benchmark_{name}() is not "
+                f"close to what verify_{name}() returns; fix the kernel call or the reference"
+            )
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    torch = sys.modules.get("torch")  # a workload that uses torch has imported it
+    if torch is not None:
+        torch.manual_seed(seed)  # every device's generator, CUDA's too
 
 
 def _synchronize() -> None:
