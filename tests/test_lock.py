@@ -552,6 +552,20 @@ def test_lock_in_the_working_directory_is_found(
         load_kernel("acme/absent")
 
 
+def test_no_lock_and_a_kernel_it_does_not_lock_are_value_errors_too(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hugging Face kernels raises ValueError for both: code that catches it still does."""
+    monkeypatch.chdir(project.parent)
+    with pytest.raises(ValueError, match=r"no flashhub\.lock found"):
+        load_kernel(REPO)
+    with pytest.raises(ValueError, match=r"no flashhub\.lock found"):
+        get_locked_kernel(REPO)
+    lock_project(project)
+    with pytest.raises(ValueError, match="acme/absent is not locked in"):
+        load_kernel("acme/absent", lockfile=lockfile_of(project))
+
+
 # kernels.lock as Hugging Face kernels 0.19 writes it, and as its releases before 0.12 did.
 _COMMIT = "0123456789abcdef" * 2 + "01234567"
 _HF_LOCKS = [

@@ -128,8 +128,10 @@ class ConfigError(KernelImportError, ValueError):
     """
 
 
-class LockfileError(FlashhubError):
-    """A ``flashhub.lock`` is missing, malformed, or does not match what is cached."""
+class LockfileError(FlashhubError, ValueError):
+    """A ``flashhub.lock`` is missing, malformed, or does not match what is cached. Also a
+    ``ValueError``, as Hugging Face kernels raises when no lock is found or it does not
+    lock the kernel."""
 
 
 class PublishError(FlashhubError):
