@@ -51,6 +51,37 @@ def unguarded(guarded: Path, tmp_path: Path) -> Path:
     return copy
 
 
+# The builder's _ops.py imports its library as an extension module. This one defines no
+# PyInit_ function, so the import fails, but only after the dynamic loader ran its
+# TORCH_LIBRARY block: its ops are registered, as a builder's library registers them.
+EXTENSION_OPS = """
+import torch
+
+NAMESPACE = {namespace!r}
+ops = getattr(torch.ops, NAMESPACE)
+try:
+    from . import {namespace}
+except ImportError as exc:
+    if "export function" not in str(exc):
+        raise
+
+
+def add_op_namespace_prefix(name):
+    return f"{{NAMESPACE}}::{{name}}"
+"""
+
+
+@pytest.fixture
+def imported(guarded: Path, tmp_path: Path) -> Path:
+    """A copy of ``guarded`` whose ``_ops.py`` imports the ``.so`` as an extension module."""
+    copy = tmp_path / "imported"
+    shutil.copytree(guarded, copy)
+    namespace = native_library(copy).name.removesuffix(".so")
+    ops_file = copy / cpu_variant() / PY_PKG / "_ops.py"
+    ops_file.write_text(EXTENSION_OPS.format(namespace=namespace))
+    return copy
+
+
 def native_library(build_dir: Path) -> Path:
     """The ``.so`` of this torch's CPU build in ``build_dir`` (which may hold other
     torches' builds beside it)."""
@@ -196,4 +227,19 @@ def test_another_build_that_kept_the_namespace_is_an_import_error(
     namespace = native_library(unguarded).name.removesuffix(".so")
     assert f"op namespace {namespace}" in error["message"]
     assert "another build" in error["message"]
+    assert not result["v2_module_left"]
+
+
+def test_a_library_imported_as_an_extension_module_is_refused_too(
+    cdn: CdnServer, imported: Path
+) -> None:
+    """``from . import <namespace>`` loads the second copy without ``load_library``."""
+    publish_quietly(imported, 1, cdn)
+    publish_quietly(imported, 2, cdn)
+    result = run_child(TWO_VERSIONS)
+    assert result["v1"] == 3.0 and result["v1_after"] == 4.0
+    (error,) = result["errors"]
+    assert error["type"] == "NativeLibraryConflictError" and error["kernel_error"]
+    assert "flashhub.acme.tensor_tricks.v1" in error["message"]
+    assert native_library(imported).name in error["message"] and "same build" in error["message"]
     assert not result["v2_module_left"]

@@ -2,8 +2,9 @@
 
 A library meets another kernel's, at another path, when both have the same size and
 digest, or the same file name (a build names its library after its namespace,
-``_<py_pkg>_<backend>_<hash>.so``). Only then is ``torch.ops.load_library`` wrapped, so
-that loading either file while the other is loaded raises
+``_<py_pkg>_<backend>_<hash>.so``). Only then are ``torch.ops.load_library`` and the
+loader of extension modules wrapped, so that loading either file while the other is
+loaded (however it was loaded) raises
 :class:`~flashhub_kernels.errors.NativeLibraryConflictError`, naming both kernels. An
 ``_ops.py`` that skips ``load_library`` when its namespace is registered never calls it,
 and shares the library loaded first.
@@ -14,6 +15,7 @@ when two sizes match.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from .errors import NativeLibraryConflictError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import ModuleType
 
     from ._native import Library
 
@@ -78,7 +81,10 @@ def _namespace(library: Library) -> str:
 
 
 def _install_hook() -> None:
-    """Wrap ``torch.ops.load_library`` (once) to refuse a library that would abort."""
+    """Refuse (once installed) a library that would abort: wrap ``torch.ops.load_library``,
+    and the loader of extension modules, through which an ``_ops.py`` that imports its
+    library (``from . import <namespace>``, as Hugging Face's kernel builder writes it)
+    loads it."""
     import torch
 
     original: Callable[[str], None] = torch.ops.load_library
@@ -86,16 +92,49 @@ def _install_hook() -> None:
         return
 
     def load_library(path: str) -> None:
-        for library, other, same_bytes in _meetings.get(os.path.realpath(path), ()):
-            if os.path.realpath(other.path) in torch.ops.loaded_libraries and (
-                same_bytes or _registered(_namespace(library))
-            ):
-                raise _conflict(library, other, same_bytes)
+        _refuse(path, torch.ops.loaded_libraries)
         original(path)
 
     load_library.__doc__ = original.__doc__
     load_library._flashhub_refuses_conflicts = True  # type: ignore[attr-defined]
     torch.ops.load_library = load_library  # type: ignore[method-assign]
+
+    extension_loader = importlib.machinery.ExtensionFileLoader
+    create_module = extension_loader.create_module
+
+    def create_extension(
+        self: importlib.machinery.ExtensionFileLoader, spec: importlib.machinery.ModuleSpec
+    ) -> ModuleType:
+        if spec.origin is not None:
+            _refuse(spec.origin, torch.ops.loaded_libraries)
+        return create_module(self, spec)
+
+    create_extension.__doc__ = create_module.__doc__
+    extension_loader.create_module = create_extension  # type: ignore[method-assign]
+
+
+def _refuse(path: str, loaded_libraries: set[str]) -> None:
+    """Raise if loading ``path`` would register a namespace that another kernel's library
+    registered from another path."""
+    for library, other, same_bytes in _meetings.get(os.path.realpath(path), ()):
+        loaded = os.path.realpath(other.path) in loaded_libraries or _in_process(other.path)
+        if loaded and (same_bytes or _registered(_namespace(library))):
+            raise _conflict(library, other, same_bytes)
+
+
+def _in_process(path: str) -> bool:
+    """Whether the dynamic loader holds the file at ``path``, however it was loaded (an
+    extension module's import, ``ctypes``); asking never loads it."""
+    import ctypes
+
+    no_load = getattr(os, "RTLD_NOLOAD", 0)
+    if not no_load:
+        return False
+    try:
+        ctypes.CDLL(path, mode=no_load | os.RTLD_LAZY)
+    except OSError:
+        return False
+    return True
 
 
 def _registered(namespace: str) -> bool:
@@ -115,8 +154,8 @@ def _conflict(library: Library, other: Library, same_bytes: bool) -> NativeLibra
         hint = (
             f"use {other.module}, which runs the same code, instead of loading both; or "
             "republish one of them built with an op namespace of its own; an _ops.py that "
-            "skips load_library when its namespace is registered shares the loaded copy "
-            "(see the kernel requirements)"
+            "loads its library only when its namespace is not registered yet shares the "
+            "loaded copy (see the kernel requirements)"
         )
     else:
         what = (
