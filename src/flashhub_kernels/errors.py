@@ -80,7 +80,8 @@ class BackendUnavailableError(KernelImportError, ValueError):
 
 
 class IntegrityError(KernelImportError):
-    """Downloaded or cached bytes do not match the manifest, or the manifest is unsafe."""
+    """Downloaded or cached bytes do not match the manifest, the manifest is unsafe, or a
+    native library it lists is cut short (loading it would crash the process)."""
 
 
 class ManifestError(IntegrityError):

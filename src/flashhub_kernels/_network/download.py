@@ -35,12 +35,14 @@ from .._cache.staging import (
 )
 from .._config import Config
 from .._constants import MANIFEST_NAME
-from .._models.kernel_dir import KernelDir, cached_kernel
+from .._models.kernel_dir import NATIVE_SUFFIXES, KernelDir, cached_kernel
 from .._models.kernel_metadata import KernelMetadata, read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo
+from .._utils.elf import missing_bytes
 from .._variants.system import SystemInfo
 from ..errors import (
+    IntegrityError,
     KernelNotFoundError,
     LockMismatchError,
     ManifestError,
@@ -230,6 +232,7 @@ def _download_and_commit(
 
         with bar as progress:
             fetcher.download_many(jobs, progress, on_done=compile_source)
+        _check_natives_whole(staging, info, variant, manifest)
         with cache_errors():
             seal(staging, document, manifest.files, compiled)
             commit(staging, cache.entry_dir(info, variant))
@@ -244,6 +247,25 @@ def _download_and_commit(
         raise
     finally:
         remove_tree(staging)  # a no-op after a successful commit
+
+
+def _check_natives_whole(staging: Path, info: RepoInfo, variant: str, manifest: Manifest) -> None:
+    """Refuse a variant whose native library is cut short, though it matches its digest
+    (it was published so): the dynamic loader would crash the process loading it."""
+    for relpath in sorted(manifest.files):
+        if not relpath.endswith(NATIVE_SUFFIXES):
+            continue
+        with cache_errors():
+            short = missing_bytes(staging / relpath)
+        if short is not None:
+            needed, size = short
+            raise IntegrityError(
+                f"{info} {variant}: the native library {relpath} is truncated ({size} bytes; "
+                f"its ELF headers need {needed}); loading it would crash the process",
+                hint="the build was published broken (the file matches the digest its "
+                "metadata.json lists): report it to the kernel's publisher, and load another "
+                "version meanwhile",
+            )
 
 
 def _check_has_package(

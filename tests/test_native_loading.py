@@ -1,0 +1,71 @@
+"""A kernel's native library that cannot be loaded at all.
+
+The dynamic loader maps a truncated ELF library and then crashes the process (SIGBUS)
+reading past its end. One published so matches its digest all the same, so the cache
+must refuse it before any code runs. The library is the compiled example tensor-tricks,
+published to the loopback CDN; the loads run in child processes, which such a crash kills.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flashhub_kernels._utils.elf import missing_bytes
+from support.cdn_server import CdnServer
+from support.trees import cpu_variant
+from test_native_conflicts import REPO, native_library, publish_quietly, run_child
+
+
+@pytest.fixture
+def tricks(built: list[Any]) -> dict[int, Path]:
+    """The build directories of the example tensor-tricks, by version."""
+    return {b.version: b.build_dir for b in built if b.repo_id == REPO}
+
+
+def test_a_library_published_truncated_is_refused_and_the_process_goes_on(
+    cdn: CdnServer, tricks: dict[int, Path], cache_dir: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tricks[1], broken)
+    library = native_library(broken)
+    whole = library.read_bytes()
+    library.write_bytes(whole[: len(whole) // 2])
+    publish_quietly(broken, 1, cdn)
+    publish_quietly(tricks[2], 2, cdn)
+    result = run_child(
+        """
+        import importlib
+        load(lambda: importlib.import_module("flashhub.acme.tensor_tricks.v1_cpu"))
+        v2 = importlib.import_module("flashhub.acme.tensor_tricks.v2_cpu")
+        result["v2"] = float(v2.scale_shift(torch.ones(1), 2.0)[0])
+        """
+    )
+    (error,) = result["errors"]
+    assert error["type"] == "IntegrityError" and error["kernel_error"]
+    assert f"{library.name} is truncated ({len(whole) // 2} bytes" in error["message"]
+    assert "crash" in error["message"] and "publisher" in error["message"]
+    assert result["v2"] == 1.0
+    assert not (cache_dir / f"kernels/{REPO}/v1" / cpu_variant()).exists()
+    assert (cache_dir / f"kernels/{REPO}/v2" / cpu_variant()).is_dir()
+
+
+def test_whole_libraries_are_whole_and_cut_ones_are_not(
+    tricks: dict[int, Path], tmp_path: Path
+) -> None:
+    import torch
+
+    torch_lib = Path(torch.__file__).parent / "lib"
+    for whole in (native_library(tricks[1]), *sorted(torch_lib.glob("libc10*.so"))[:1]):
+        assert missing_bytes(whole) is None, whole
+    data = native_library(tricks[1]).read_bytes()
+    cut = tmp_path / "cut.so"
+    for size in (len(data) - 1, len(data) // 2, 64):
+        cut.write_bytes(data[:size])
+        assert missing_bytes(cut) == (len(data), size)
+    for junk in (b"", b"\x7fELF", b"not a library at all\n" * 10):
+        cut.write_bytes(junk)
+        assert missing_bytes(cut) is None
