@@ -337,16 +337,17 @@ def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> No
     assert entries == sorted([local_variant(), "torch-cuda", "variants-index.json"])
 
 
-FULL_DISK = """
+FULL_DISK_AT = """
 import resource, signal, sys
 import flashhub_kernels as fk
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # files of at most 1 MiB
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))  # no file past the limit
 try:
     fk.get_kernel("acme/tensor-tricks", version=1)
 except fk.errors.CacheError as exc:
     print(type(exc).__name__, isinstance(exc, ImportError), exc)
 """
+FULL_DISK = FULL_DISK_AT.format(limit=1 << 20)
 
 
 def test_a_full_disk_is_a_cache_error_not_a_transfer_to_retry(
@@ -358,6 +359,23 @@ def test_a_full_disk_is_a_cache_error_not_a_transfer_to_retry(
     assert "blob.bin" in output and "FLASHHUB_CACHE_DIR" in output
     assert blob_kernel.gets("blob.bin") == [f"/{BLOB_PATH}"]  # no resume, no other mirror
     version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    assert not (version_dir / VARIANT).exists()
+    assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")] == []
+
+
+def test_a_disk_full_once_the_files_are_in_names_the_cache_directory(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    # Every file fits under the limit; the manifest, written beside them last, does not.
+    files = kernel_files("tensor_tricks", "full")
+    digests = {path: b64sha256(data) for path, data in files.items()}
+    manifest = {"digest": {"files": digests}, "padding": "x" * (128 << 10)}
+    write_variant(cdn.root, REPO, 1, VARIANT, files, manifest=manifest)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    output = run_code(FULL_DISK_AT.format(limit=64 << 10), env=dict(os.environ)).stdout
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    assert output.startswith(f"CacheError True cannot write {version_dir}/.staging-")
+    assert "FLASHHUB_CACHE_DIR" in output
     assert not (version_dir / VARIANT).exists()
     assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")] == []
 

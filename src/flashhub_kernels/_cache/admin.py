@@ -150,7 +150,7 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
     if not (repair and verdict.repairable):
         return verdict
     # Under the entry's download mutex: a load that found it changed would replace it.
-    with download_mutex(cache, entry.info, entry.variant), cache_errors():
+    with download_mutex(cache, entry.info, entry.variant), cache_errors(entry.path):
         verdict = _verify(cache, entry)  # again: it may have changed meanwhile
         receipt = read_receipt(entry.path)
         if not verdict.repairable or receipt is None:

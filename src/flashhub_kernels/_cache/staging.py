@@ -57,7 +57,7 @@ def record_index(
         merged = merged._replace(picks={**merged.picks, system.key: pick})
     if merged != old:
         path = private_dir(cache, cache.version_dir(info)) / INDEX_NAME
-        with cache_errors():
+        with cache_errors(path):
             _write_atomic(path, dump_json(index_document(merged)))
     return merged
 
@@ -114,7 +114,7 @@ def record_signer(entry: Path, receipt: Receipt, document: ManifestDocument) -> 
     so that ``flashhub cache verify`` checks the signature against the signed bytes.
     """
     assert document.signer is not None and document.signature is not None
-    with cache_errors():
+    with cache_errors(entry):
         _write_atomic(entry / MANIFEST_NAME, document.data)
         _write_atomic(entry / MANIFEST_SIGNATURE_NAME, document.signature)
         write_receipt(entry, receipt._replace(signer=document.signer))
@@ -228,7 +228,7 @@ def private_dir(cache: Cache, path: Path) -> Path:
     exists now is what will be used).
     """
     cache.check_trusted(path)
-    with cache_errors():
+    with cache_errors(path):
         ensure_dir(path)
     cache.check_trusted(path)
     return path
@@ -249,15 +249,19 @@ def remove_tree(path: Path) -> None:
 
 
 @contextmanager
-def cache_errors() -> Iterator[None]:
+def cache_errors(where: Path | None = None) -> Iterator[None]:
     """Report an ``OSError`` of the block (creating, writing, renaming in the cache) as a
-    :class:`CacheError`: the cache is at fault, not the network or the kernel."""
+    :class:`CacheError`: the cache is at fault, not the network or the kernel.
+
+    ``where`` is the directory or file the block writes, named when the error names no
+    file (a write that found the disk full): the user must learn which disk it is.
+    """
     try:
         yield
     except CacheError:
         raise
     except OSError as exc:
-        raise CacheError.cannot_write(exc) from exc
+        raise CacheError.cannot_write(exc, None if exc.filename else where) from exc
 
 
 def merge_indexes(index: VariantIndex, other: VariantIndex) -> VariantIndex:

@@ -125,7 +125,7 @@ def make_entry(
         # Intact, cached before a key was trusted, and vouched for now: keep the files.
         record_signer(entry, receipt, document)
         return entry
-    with cache_errors():
+    with cache_errors(entry):
         evict(entry)
         remove_stale_staging(cache, info, variant)
     if on_download is not None:
@@ -201,10 +201,10 @@ def _download_and_commit(
     is interrupted (Ctrl-C) or every mirror fails.
     """
     manifest = document.manifest
-    with cache_errors():
+    with cache_errors(cache.version_dir(info)):
         staging = new_staging(cache, info, variant)
     try:
-        with cache_errors():
+        with cache_errors(staging):
             adopt_partials(cache, staging, info, variant, manifest.files)
             jobs = [
                 DownloadJob(
@@ -233,7 +233,7 @@ def _download_and_commit(
         with bar as progress:
             fetcher.download_many(jobs, progress, on_done=compile_source)
         _check_natives_whole(staging, info, variant, manifest)
-        with cache_errors():
+        with cache_errors(staging):
             seal(staging, document, manifest.files, compiled)
             commit(staging, cache.entry_dir(info, variant))
     except KeyboardInterrupt:
