@@ -88,6 +88,29 @@ def test_a_group_writable_cache_needs_the_shared_opt_in(
     assert shared.stdout.strip() == f"{REPO}@v1:{local_variant()}"
 
 
+def test_a_cache_a_group_shares_is_left_open_to_the_group_whatever_the_umask(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    loaded = run_code(
+        f"import os; os.umask(0o077); {LOAD}",
+        env={**os.environ, "FLASHHUB_CACHE_SHARED": "1"},
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    table = cache_dir / TABLE_DIR  # rows of one user's imports: its own
+    made = [p for p in [cache_dir, *cache_dir.rglob("*")] if table not in (p, *p.parents)]
+    entry = cache_dir / "kernels/acme/tensor-tricks/v1" / local_variant()
+    for path in made:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if path.is_dir():  # the group's members make entries, mutexes and staging there
+            assert mode & 0o070 == 0o070, f"{path}: {mode:04o}"
+        elif path.suffix == ".lock":  # and wait for each other on these
+            assert mode & 0o060 == 0o060, f"{path}: {mode:04o}"
+        else:
+            assert mode & 0o040, f"{path}: {mode:04o}"
+    assert entry / "tensor_tricks/__init__.py" in made
+
+
 @pytest.mark.parametrize("what", ["version", "entry"])
 def test_a_symlinked_version_or_entry_directory_is_refused(
     planted_cache: Path, cache_dir: Path, tmp_path: Path, what: str

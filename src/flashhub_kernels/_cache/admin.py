@@ -31,7 +31,7 @@ from .layout import (
     TRASH_PREFIX,
     Cache,
 )
-from .mutex import download_mutex, hold_if_free
+from .mutex import download_mutex, hold_if_free, lock_mode
 from .receipt import Receipt, read_receipt
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
 from .trust import distrust
@@ -444,7 +444,7 @@ def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
     lock_files = sorted((version_dir / ".locks").glob("*.lock"))
     with contextlib.ExitStack() as held:
         for lock_file in lock_files:
-            if not held.enter_context(hold_if_free(lock_file)):
+            if not held.enter_context(hold_if_free(lock_file, lock_mode(cache))):
                 yield False
                 return
         yield True

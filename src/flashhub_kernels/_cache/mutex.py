@@ -42,8 +42,9 @@ _READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextmanager
-def hold(path: Path, *, what: str, timeout: float | None) -> Iterator[None]:
-    """Hold the exclusive lock ``path`` (created 0600) for the ``with`` block.
+def hold(path: Path, *, what: str, timeout: float | None, mode: int = 0o600) -> Iterator[None]:
+    """Hold the exclusive lock ``path`` (created with ``mode``: see :func:`lock_mode`)
+    for the ``with`` block.
 
     ``what`` names what the lock protects, for the messages. After
     :data:`WAIT_NOTICE_SECONDS` of waiting, one warning on the ``flashhub_kernels``
@@ -55,7 +56,7 @@ def hold(path: Path, *, what: str, timeout: float | None) -> Iterator[None]:
     """
     from filelock import Timeout
 
-    lock = _file_lock(path)
+    lock = _file_lock(path, mode)
     first_wait = WAIT_NOTICE_SECONDS if timeout is None else min(timeout, WAIT_NOTICE_SECONDS)
     try:
         try:
@@ -80,7 +81,7 @@ def hold(path: Path, *, what: str, timeout: float | None) -> Iterator[None]:
 
 
 @contextmanager
-def hold_if_free(path: Path) -> Iterator[bool]:
+def hold_if_free(path: Path, mode: int = 0o600) -> Iterator[bool]:
     """Hold the exclusive lock ``path`` for the ``with`` block if no process holds it,
     without waiting; yield whether it could.
 
@@ -90,7 +91,7 @@ def hold_if_free(path: Path) -> Iterator[bool]:
     """
     from filelock import Timeout
 
-    lock = _file_lock(path)
+    lock = _file_lock(path, mode)
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -104,12 +105,18 @@ def hold_if_free(path: Path) -> Iterator[bool]:
         lock.release()
 
 
-def _file_lock(path: Path) -> FileLock:
+def lock_mode(cache: Cache) -> int:
+    """The mode of a mutex file of ``cache``: the group's members of a cache it shares
+    wait for each other, so they must open it for writing too."""
+    return 0o660 if cache.shared else 0o600
+
+
+def _file_lock(path: Path, mode: int) -> FileLock:
     from filelock import FileLock  # imports asyncio: the cold path pays, once
 
     if path.is_symlink():  # filelock refuses it too, with a bare ELOOP
         raise _lock_error(path, OSError(errno.ELOOP, "the mutex file is a symlink"))
-    return FileLock(path, mode=0o600)
+    return FileLock(path, mode=mode)
 
 
 def _lock_error(path: Path, exc: OSError) -> CacheError:
@@ -131,7 +138,8 @@ def _lock_error(path: Path, exc: OSError) -> CacheError:
 def download_mutex(cache: Cache, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
     """The mutex of one entry: one process downloads it, the others wait and reuse it."""
     path = private_dir(cache, cache.version_dir(info) / ".locks") / f"{variant}.lock"
-    return hold(path, what=f"downloading {info} {variant}", timeout=cache.lock_timeout)
+    what = f"downloading {info} {variant}"
+    return hold(path, what=what, timeout=cache.lock_timeout, mode=lock_mode(cache))
 
 
 def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
@@ -144,7 +152,8 @@ def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
     """
     locks = private_dir(cache, cache.root / ".locks" / info.org / info.name)
     path = locks / f"v{info.version}.lock"
-    return hold(path, what=f"choosing the variant of {info}", timeout=cache.lock_timeout)
+    what = f"choosing the variant of {info}"
+    return hold(path, what=what, timeout=cache.lock_timeout, mode=lock_mode(cache))
 
 
 def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]:
@@ -156,4 +165,5 @@ def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]
     """
     name = hashlib.sha256(os.fsencode(directory.resolve())).hexdigest()[:32]
     path = private_dir(cache, cache.root / ".locks" / "publish") / f"{name}.lock"
-    return hold(path, what=f"publishing into {directory}", timeout=cache.lock_timeout)
+    what = f"publishing into {directory}"
+    return hold(path, what=what, timeout=cache.lock_timeout, mode=lock_mode(cache))

@@ -19,6 +19,7 @@ import errno
 import os
 import shutil
 import socket
+import stat
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -76,10 +77,15 @@ def seal(
     document: ManifestDocument,
     files: Iterable[str],
     compiled: Mapping[str, Mapping[str, tuple[int, int, str]]] | None = None,
+    *,
+    shared: bool = False,
 ) -> None:
     """Write the bytecode, the manifest (with its signatures) and the receipt into a
     verified staging directory. ``compiled``: by ``.py`` file, what
-    :func:`compile_bytecode` returned for the sources compiled there already."""
+    :func:`compile_bytecode` returned for the sources compiled there already.
+
+    The entry is made readable by all (``shared``: the group may also remove it, as
+    ``flashhub cache clear`` does), whatever the umask its files were written under."""
     listed = set(files)
     compiled = compiled or {}
     sources = sources_to_compile(listed)
@@ -98,7 +104,13 @@ def seal(
         document.manifest.content_hash, stamps, bytecode, document.signer, requires, package
     )
     write_receipt(staging, receipt)
-    staging.chmod(0o755)
+    if not shared:
+        staging.chmod(0o755)
+        return
+    for directory, _directories, names in os.walk(staging):
+        _open_to_group(Path(directory), 0o775)
+        for name in names:
+            _open_to_group(Path(directory, name), 0o644)
 
 
 def write_receipt(entry: Path, receipt: Receipt) -> None:
@@ -158,7 +170,7 @@ def keep_partials(
         source = staging / relpath
         try:
             if not source.is_symlink() and source.is_file() and source.stat().st_size:
-                ensure_dir(kept)
+                ensure_dir(kept, shared=cache.shared)
                 os.replace(source, kept / digest.hex())
         except OSError:
             continue
@@ -222,26 +234,43 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def private_dir(cache: Cache, path: Path) -> Path:
-    """``path`` under the root, created 0700 where missing, every part trusted.
+    """``path`` under the root, created 0700 (0770 in a cache a group shares) where
+    missing, every part trusted.
 
     Checked before (create nothing inside someone else's directory) and after (what
     exists now is what will be used).
     """
     cache.check_trusted(path)
     with cache_errors(path):
-        ensure_dir(path)
+        ensure_dir(path, shared=cache.shared)
     cache.check_trusted(path)
     return path
 
 
-def ensure_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents private to this user (0700); return it."""
+def ensure_dir(path: Path, *, shared: bool = False) -> Path:
+    """Create ``path`` and its missing parents private to this user (0700); return it.
+
+    ``shared``: for a cache a group shares, whose members create entries, mutexes and
+    staging in one another's directories: the group may write them too (0770, whatever
+    the umask), and they keep the set-group-ID bit that hands the group down.
+    """
     if not path.is_dir():
         # Path.mkdir(parents=True) would give the parents default permissions.
         for directory in [*reversed(path.parents), path]:
-            if not directory.is_dir():
-                directory.mkdir(mode=0o700, exist_ok=True)
+            if directory.is_dir():
+                continue
+            try:
+                directory.mkdir(mode=0o700)
+            except FileExistsError:
+                continue  # another process made it: its mode is that process's to set
+            if shared:
+                _open_to_group(directory, 0o070)
     return path
+
+
+def _open_to_group(path: Path, bits: int) -> None:
+    """Add the permission ``bits`` to ``path``, keeping its other bits."""
+    path.chmod(stat.S_IMODE(path.stat().st_mode) | bits)
 
 
 def remove_tree(path: Path) -> None:

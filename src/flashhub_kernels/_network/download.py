@@ -234,7 +234,7 @@ def _download_and_commit(
             fetcher.download_many(jobs, progress, on_done=compile_source)
         _check_natives_whole(staging, info, variant, manifest)
         with cache_errors(staging):
-            seal(staging, document, manifest.files, compiled)
+            seal(staging, document, manifest.files, compiled, shared=cache.shared)
             commit(staging, cache.entry_dir(info, variant))
     except KeyboardInterrupt:
         keep_partials(cache, staging, info, variant, manifest.files)
