@@ -103,6 +103,22 @@ def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer, cache_d
     assert (version_dir / UNIVERSAL).is_dir()
 
 
+def test_cache_prune_removes_a_dead_download_whose_pid_a_live_process_took(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    # Killed as PID 1 of a container that restarted, on a volume kept: PID 1 lives again.
+    publish_tensor_tricks(cdn.root)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    version_dir = cache_dir / "kernels" / REPO / "v3"
+    dead = version_dir / f".staging-{UNIVERSAL}.0123abcd.1.{os.uname().nodename}"
+    (dead / PY_PKG).mkdir(parents=True)
+
+    document = ok_json(flashhub("cache", "prune", "--json"))
+
+    assert document["stale_directories"] == [str(dead)]
+    assert not dead.exists()
+
+
 def test_cache_clear_with_nothing_cached_says_so_without_asking(cache_dir: Path) -> None:
     result = flashhub("cache", "clear")  # no --yes and no terminal: nothing to confirm
     document = ok_json(flashhub("cache", "clear", "--json"))

@@ -314,6 +314,21 @@ def test_sigkill_at_any_point_leaves_a_usable_cache(
     assert leftovers == []
 
 
+def test_a_load_removes_a_dead_download_whose_pid_it_took(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    # A process killed as PID 1 of a container, and the next load, PID 1 of the restart.
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    plant = (
+        "import os, pathlib, socket\n"
+        f"version_dir = pathlib.Path({str(version_dir)!r})\n"
+        f"name = f'.staging-{VARIANT}.0123abcd.{{os.getpid()}}.{{socket.gethostname()}}'\n"
+        "(version_dir / name / 'tensor_tricks').mkdir(parents=True)\n"
+    )
+    run_python(plant + KILLABLE)
+    assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")] == []
+
+
 def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1, [local_variant(), "torch-cuda"])
     as_cuda = (

@@ -374,17 +374,19 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
             for partial in version_dir.glob(f"{PARTIAL_PREFIX}*"):
                 remove_tree(partial)
                 gone.append(partial)
-        leftovers = [
-            p for p in version_dir.iterdir() if p.name.startswith((STAGING_PREFIX, TRASH_PREFIX))
-        ]
-        # Variant names hold no dots; the rest of a leftover's name is random, pid and host.
-        variants = {
-            p.name.removeprefix(STAGING_PREFIX).removeprefix(TRASH_PREFIX).split(".")[0]
-            for p in leftovers
-        }
-        for variant in sorted(variants):
-            remove_stale_staging(cache, info, variant)
-        gone += [p for p in leftovers if not p.exists()]
+            leftovers = [
+                p
+                for p in version_dir.iterdir()
+                if p.name.startswith((STAGING_PREFIX, TRASH_PREFIX))
+            ]
+            # Variant names hold no dots; the rest of a leftover's name is random, pid and host.
+            variants = {
+                p.name.removeprefix(STAGING_PREFIX).removeprefix(TRASH_PREFIX).split(".")[0]
+                for p in leftovers
+            }
+            for variant in sorted(variants):
+                remove_stale_staging(cache, info, variant, idle=True)
+            gone += [p for p in leftovers if not p.exists()]
     return gone, busy
 
 

@@ -192,8 +192,15 @@ def adopt_partials(
     remove_tree(kept)
 
 
-def remove_stale_staging(cache: Cache, info: RepoInfo, variant: str) -> None:
-    """Delete staging and trash directories left by dead processes on this host."""
+def remove_stale_staging(cache: Cache, info: RepoInfo, variant: str, *, idle: bool = False) -> None:
+    """Delete staging and trash directories left by dead processes on this host; the
+    caller holds the entry's download mutex.
+
+    A process of this host that is gone, or that is this one (which downloads nothing
+    while it holds the mutex: a process killed as PID 1 of a container, restarted as PID
+    1), is dead. With ``idle``, the caller holds every download mutex of the version, so
+    no process of this host downloads there: whatever its PID now names, it is dead.
+    """
     version_dir = cache.version_dir(info)
     if not version_dir.is_dir():
         return
@@ -203,8 +210,13 @@ def remove_stale_staging(cache: Cache, info: RepoInfo, variant: str) -> None:
             remove_tree(child)
         elif child.name.startswith(f"{STAGING_PREFIX}{variant}."):
             _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
-            if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
+            if owner_host == host and pid.isdigit() and (idle or not _downloading(int(pid))):
                 remove_tree(child)
+
+
+def _downloading(pid: int) -> bool:
+    """Whether the process ``pid``, of this host, may still be filling its staging."""
+    return pid != os.getpid() and _pid_alive(pid)
 
 
 def _pid_alive(pid: int) -> bool:
