@@ -255,7 +255,7 @@ def _check_natives_whole(staging: Path, info: RepoInfo, variant: str, manifest: 
     for relpath in sorted(manifest.files):
         if not relpath.endswith(NATIVE_SUFFIXES):
             continue
-        with cache_errors():
+        with cache_errors(staging / relpath):
             short = missing_bytes(staging / relpath)
         if short is not None:
             needed, size = short
