@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -229,3 +230,54 @@ def test_two_versions_published_at_once_both_end_up_in_a_signed_versions_json(
         require=True,
     )
     assert signer == key.key_id
+
+
+def test_signing_a_tree_waits_for_a_publish_into_it_and_signs_what_it_wrote(
+    kernel: Path, tmp_path: Path, cache_dir: Path
+) -> None:
+    """`flashhub sign` reads each document, then writes its .sig: run while a publish
+    rewrote versions.json, it would sign the bytes it read before, had it not waited."""
+    key = generate_signing_key()
+    write_key_pair(key, tmp_path / "pub.key")
+    out = tmp_path / "cdn"
+    published = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert published.returncode == 0, published.stderr
+    kernel_dir = out / "kernels" / "acme" / "my-kern"
+    held = publish_mutex(Cache(cache_dir), kernel_dir)
+    held.__enter__()  # as a publish in progress holds it
+    sign = subprocess.Popen(
+        [sys.executable, "-m", "flashhub_kernels", "sign", out, "--key", tmp_path / "pub.key"],
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sign.stderr is not None
+        lines = iter(sign.stderr.readline, "")
+        assert any("to finish publishing into" in line for line in lines)
+        # What the publish writes meanwhile: a second version, then versions.json.
+        shutil.copytree(kernel_dir / "v1", kernel_dir / "v2")
+        (kernel_dir / "versions.json").write_text("[1, 2]\n")
+    finally:
+        held.__exit__(None, None, None)
+    assert sign.wait() == 0
+
+    keys = parse_trusted_keys(key.public_line, source="test")
+    for rel, kind, version in [
+        ("versions.json", "versions", None),
+        ("v2/variants.json", "variants", 2),
+    ]:
+        document = kernel_dir / rel
+        signer = verify_document(
+            kind=kind,
+            repo_id=REPO,
+            version=version,
+            variant=None,
+            data=document.read_bytes(),
+            sig_bytes=Path(f"{document}.sig").read_bytes(),
+            keys=keys,
+            org="acme",
+            require=True,
+        )
+        assert signer == key.key_id

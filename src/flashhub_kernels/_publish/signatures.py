@@ -75,12 +75,16 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
             the repo id, version and variant are read from its path.
         key: A signing key or the path of a key file.
 
-    Each ``.sig`` is replaced in one rename, keeping the signatures of other keys.
+    Each ``.sig`` is replaced in one rename, keeping the signatures of other keys. Each
+    kernel's documents are signed under the mutex a publish into its directory holds
+    (:meth:`.Directory.exclusive`): a publish in progress there is waited for.
 
     Raises:
         PublishError: ``path`` holds no published document, a document is malformed, or
             the key file cannot be used.
         SignatureError: A ``.sig`` already there is malformed, or ``cryptography`` is missing.
+        CacheError: The publish mutex cannot be taken in the cache (read-only, no file
+            locks), or ``FLASHHUB_LOCK_TIMEOUT`` ran out waiting for it.
     """
     keys = signing_keys(key)
     root = Path(path)
@@ -99,13 +103,36 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
             "(<org>/<pkg>/versions.json, v<N>/variants.json, build/<variant>/metadata.json)",
         )
     tree = Directory(base)
-    documents = [(doc, p.relative_to(base).as_posix()) for doc, p in found]
-    written = [sig for doc, rel in documents if (sig := sign_in_place(doc, tree, rel, keys))]
+    documents: list[tuple[Document, Path]] = []
+    written: list[str] = []
+    for kernel_dir in dict.fromkeys(_kernel_dir(*item) for item in found):
+        # Under the kernel's publish mutex, as a publish into it: a .sig is never written
+        # for the old bytes of a document that a publish rewrites meanwhile.
+        with Directory(kernel_dir).exclusive(""):
+            if root.is_file():
+                listed = found
+            else:  # listed again: a publish may have added a version meanwhile
+                below = kernel_dir if kernel_dir.is_relative_to(absolute) else absolute
+                listed = sorted(_published_documents(below), key=lambda item: item[1])
+            for doc, doc_path in listed:
+                if _kernel_dir(doc, doc_path) != kernel_dir:
+                    continue
+                documents.append((doc, doc_path))
+                rel = doc_path.relative_to(base).as_posix()
+                if sig := sign_in_place(doc, tree, rel, keys):
+                    written.append(sig)
+    documents.sort(key=lambda item: item[1])
     return SignReport(
         key_id=keys[0].key_id,
-        documents=tuple(rel for _doc, rel in documents),
+        documents=tuple(p.relative_to(base).as_posix() for _doc, p in documents),
         written=tuple(sorted(written)),
     )
+
+
+def _kernel_dir(document: Document, path: Path) -> Path:
+    """The directory of the kernel that the document at ``path`` is of (absolute)."""
+    levels = {"versions": 1, "variants": 2, "metadata": 4}[document.kind]
+    return path.parents[levels - 1]
 
 
 def _published_documents(root: Path) -> Iterator[tuple[Document, Path]]:
