@@ -281,3 +281,56 @@ def test_signing_a_tree_waits_for_a_publish_into_it_and_signs_what_it_wrote(
             require=True,
         )
         assert signer == key.key_id
+
+
+# A publish that stalls once it has written the first file of its staging directory.
+_STALLED_PUBLISH = """
+import sys, time
+from flashhub_kernels._publish import destination, publish
+
+write_new = destination._write_new
+
+def stall(target, chunks):
+    write_new(target, chunks)
+    print(target, flush=True)
+    time.sleep(600)
+
+destination._write_new = stall
+publish(sys.argv[1], repo_id=sys.argv[2], version=int(sys.argv[3]), out=sys.argv[4], force=True)
+"""
+
+
+@pytest.mark.parametrize("version", ["1", "2"], ids=["replacing", "adding"])
+def test_the_next_publish_removes_what_a_killed_publish_left_in_the_tree(
+    kernel: Path, tmp_path: Path, version: str
+) -> None:
+    """A publish killed (SIGKILL) while it fills its staging directory cannot remove it;
+    the next publish into the kernel does, so that no sync of the tree uploads it."""
+    out = tmp_path / "cdn"
+    published = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert published.returncode == 0, published.stderr
+    (kernel / "build" / UNIVERSAL / "my_kern" / "extra.py").write_text("X = 1\n")
+    killed = subprocess.Popen(
+        [sys.executable, "-c", _STALLED_PUBLISH, kernel, REPO, version, out],
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert killed.stdout is not None
+    written = Path(killed.stdout.readline().strip())
+    killed.kill()
+    killed.wait()
+    kernel_dir = out / "kernels" / "acme" / "my-kern"
+    staging = written.relative_to(kernel_dir).parts[0]
+    assert staging.startswith(f".v{version}.staging-"), staging
+
+    again = flashhub(
+        "publish", kernel, "--repo-id", REPO, "--version", version, "--out", out, "--force"
+    )
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in kernel_dir.iterdir()) == [
+        "v1",
+        *(["v2"] if version == "2" else []),
+        "versions.json",
+    ]
+    assert (kernel_dir / f"v{version}" / "build" / UNIVERSAL / "my_kern" / "extra.py").is_file()

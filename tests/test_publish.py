@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shutil
+import socket
 import stat
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -586,3 +590,38 @@ def test_report_type(kernel: Path, tmp_path: Path) -> None:
 def test_default_prefix_matches_the_clients_default(kernel: Path, tmp_path: Path) -> None:
     report = publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
     assert report.version_dir == tmp_path / "cdn" / "kernels" / "acme" / "my-kern" / "v1"
+
+
+def test_leftovers_a_publish_cannot_tell_dead_are_removed_once_idle_for_a_day(
+    kernel: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Staging directories another host (on a shared file system), a live process of
+    this host, or an older publisher (no pid and host in the name) may still be filling
+    are kept until nothing in them changed for a day; an old version whose ``v<N>`` is
+    gone is kept, with a warning saying how to restore it."""
+    out = tmp_path / "cdn"
+    publish(kernel, repo_id=REPO, version=1, out=out)
+    pkg = out / "kernels" / REPO
+    host = socket.gethostname()
+    names = [
+        ".v2.staging-abcd1234.123.another-host",
+        f".v2.staging-abcd1234.{os.getppid()}.{host}",  # a live process
+        ".v2.staging-abcd1234",
+        f".v3.old-abcd1234.{os.getppid()}.{host}",  # v3 missing
+    ]
+    for name in names:
+        (pkg / name / "build").mkdir(parents=True)
+        (pkg / name / "build" / "file.py").write_text("")
+    publish(kernel, repo_id=REPO, version=1, out=out)
+    assert sorted(p.name for p in pkg.glob(".v*")) == sorted(names)
+
+    day_ago = time.time() - 24 * 3600 - 60
+    for path in pkg.glob(".v*/**/*"):
+        os.utime(path, (day_ago, day_ago))
+    for path in pkg.glob(".v*"):
+        os.utime(path, (day_ago, day_ago))
+    with caplog.at_level(logging.WARNING, logger="flashhub_kernels"):
+        publish(kernel, repo_id=REPO, version=1, out=out)
+    assert [p.name for p in pkg.glob(".v*")] == [names[3]]
+    assert f"move that directory back to {pkg / 'v3'}" in caplog.text
+    shutil.rmtree(pkg / names[3])

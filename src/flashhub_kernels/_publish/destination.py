@@ -13,16 +13,21 @@ of the tree (``/`` separated), and records what it wrote, for the report. Two ki
 
 Either way the caller writes ``versions.json`` last. Into a directory, publishes of one
 kernel run one at a time (:meth:`Destination.exclusive`), so that two publishes of two
-versions both end up in its ``versions.json``.
+versions both end up in its ``versions.json``; the one that holds the kernel's mutex
+removes what publishes killed there left behind (:func:`remove_leftovers`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -35,6 +40,15 @@ from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
 
 # One file of a version to write: its path relative to the version, and its content.
 Item = tuple[str, bytes | SourceFile]
+
+logger = logging.getLogger("flashhub_kernels")
+
+# A staging or old-version directory of a publish: ``.v<N>.staging-<random>.<pid>.<host>``
+# (``.v<N>.old-...``); a publisher before the pid and host were added left no suffix.
+_LEFTOVER = re.compile(r"\.(v[1-9][0-9]*)\.(staging|old)-[a-z0-9_]+(?:\.([0-9]+)\.(.+))?")
+# A leftover of another host (or without one) is removed once nothing in it changed
+# for this long: a publish writes its files in one go, and never pauses for a day.
+LEFTOVER_IDLE_SECONDS = 24 * 3600
 
 
 class Destination(ABC):
@@ -177,7 +191,9 @@ class Directory(Destination):
         version_dir = self.path(rel)
         _make_dirs(version_dir.parent)
         staging = Path(
-            tempfile.mkdtemp(prefix=f".{version_dir.name}.staging-", dir=version_dir.parent)
+            tempfile.mkdtemp(
+                prefix=f".{version_dir.name}.staging-", suffix=_owner(), dir=version_dir.parent
+            )
         )
         try:
             staging.chmod(DIR_MODE)
@@ -192,16 +208,92 @@ class Directory(Destination):
             raise
         self.written.update({f"{rel}/{item_rel}": _size(item) for item_rel, item in items})
 
-    def exclusive(self, rel: str) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def exclusive(self, rel: str) -> Iterator[None]:
         """The mutex of ``rel`` (created if missing), kept in this machine's cache:
-        another publish into it waits, saying so after a moment."""
+        another publish into it waits, saying so after a moment. Once held, what killed
+        publishes left in ``rel`` is removed (:func:`remove_leftovers`)."""
         from .._cache.layout import Cache
         from .._cache.mutex import publish_mutex
         from .._config import get_config
 
         directory = self.path(rel)
         _make_dirs(directory)
-        return publish_mutex(Cache.from_config(get_config()), directory)
+        with publish_mutex(Cache.from_config(get_config()), directory):
+            remove_leftovers(directory)
+            yield
+
+
+def remove_leftovers(directory: Path) -> None:
+    """Remove the staging and old-version directories that publishes killed (SIGKILL,
+    a power cut) left in a kernel's ``directory``; the caller holds its publish mutex.
+
+    A leftover of this host is removed if the process its name records is gone, or is
+    this one: no publish of this machine's cache writes there while the mutex is held.
+    One whose process runs (a publish through another cache, which the mutex does not
+    keep out, or a PID taken since), of another host (a shared file system), or named
+    without either (an older publisher), is removed once nothing in it has changed for
+    :data:`LEFTOVER_IDLE_SECONDS`. An old version whose ``v<N>`` is missing (the publish
+    replacing it was killed between its two renames) is left, with a warning saying how
+    to restore it.
+    """
+    for child in sorted(directory.iterdir()):
+        match = _LEFTOVER.fullmatch(child.name)
+        if match is None or child.is_symlink() or not child.is_dir():
+            continue
+        version, kind, pid, host = match.groups()
+        dead = pid is not None and host == _host() and not _running(int(pid))
+        if not dead and not _idle_for(child, LEFTOVER_IDLE_SECONDS):
+            continue
+        if kind == "old" and not (directory / version).exists():
+            logger.warning(
+                "%s is missing: a publish replacing it was killed, and its previous files "
+                "are in %s; move that directory back to %s, or publish %s again with --force",
+                directory / version,
+                child / "old",
+                directory / version,
+                version,
+            )
+            continue
+        logger.info("removing %s, left by a publish that was killed", child)
+        shutil.rmtree(child, ignore_errors=True)
+
+
+def _host() -> str:
+    return socket.gethostname().replace(os.sep, "_")
+
+
+def _owner() -> str:
+    """The end of a staging or old-version directory's name: who made it."""
+    return f".{os.getpid()}.{_host()}"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid``, of this host, may be a publish other than this process."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _idle_for(top: Path, seconds: float) -> bool:
+    """Whether nothing in the tree ``top`` was modified in the last ``seconds``."""
+    since = time.time() - seconds
+    try:
+        if top.lstat().st_mtime > since:
+            return False
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                if os.lstat(os.path.join(dirpath, name)).st_mtime > since:
+                    return False
+    except OSError:
+        return False  # changing under us
+    return True
 
 
 def _make_dirs(path: Path) -> None:
@@ -234,7 +326,11 @@ def _commit(staging: Path, version_dir: Path, *, replace: bool) -> None:
         return
     # POSIX has no portable atomic swap of two directories: move the old version aside,
     # rename the new one in, then delete the old. Readers see old or new, never a mix.
-    trash = Path(tempfile.mkdtemp(prefix=f".{version_dir.name}.old-", dir=version_dir.parent))
+    trash = Path(
+        tempfile.mkdtemp(
+            prefix=f".{version_dir.name}.old-", suffix=_owner(), dir=version_dir.parent
+        )
+    )
     os.rename(version_dir, trash / "old")
     os.rename(staging, version_dir)
     shutil.rmtree(trash, ignore_errors=True)
