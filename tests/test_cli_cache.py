@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -389,3 +390,42 @@ def test_cache_maintenance_on_a_read_only_cache_says_it_cannot_write(
     assert "a download is in progress" not in result.stdout
     assert "error: cannot write " in result.stderr and str(entry.parent) in result.stderr
     assert entry.is_dir()
+
+
+def test_cache_prune_removes_temporary_files_of_killed_writers_once_stale(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """A process killed while it replaces a small file of the cache (`write_atomic`)
+    leaves its temporary file; one not written to for an hour is no writer's now."""
+    publish_tensor_tricks(cdn.root)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    version_dir = cache_dir / "kernels" / REPO / "v3"
+    (cache_dir / "import-table").mkdir(exist_ok=True)
+
+    def temporary(directory: Path, name: str) -> Path:  # as write_atomic names it
+        path = directory / f".{name}.{os.urandom(8).hex()}.tmp"
+        path.write_text("{")
+        return path
+
+    stale = [
+        temporary(cache_dir, "versions-seen.json"),
+        temporary(cache_dir, "gpus"),
+        temporary(cache_dir / "import-table", "kernels.acme.tensor_tricks.v3.json"),
+        temporary(version_dir, "variants-index.json"),
+        temporary(version_dir / UNIVERSAL, ".flashhub-receipt.json"),
+        temporary(version_dir / UNIVERSAL, "metadata.json.sig"),
+    ]
+    fresh = temporary(version_dir, "variants-index.json")  # a writer may be at it
+    not_ours = temporary(cache_dir, "notes.txt")
+    two_hours_ago = time.time() - 2 * 3600
+    for path in [*stale, not_ours]:
+        os.utime(path, (two_hours_ago, two_hours_ago))
+
+    text = flashhub("cache", "prune")
+    document = ok_json(flashhub("cache", "prune", "--json"))
+
+    assert text.returncode == 0, text.stderr
+    assert sorted(text.stdout.splitlines()[:-1]) == sorted(f"removed leftover {p}" for p in stale)
+    assert document["stale_files"] == []
+    assert [p for p in [*stale, fresh, not_ours] if p.exists()] == [fresh, not_ours]
+    assert flashhub("cache", "verify").returncode == 0

@@ -12,19 +12,22 @@ import importlib.util
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from .._config import Config, get_config
-from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME
+from .._constants import INDEX_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._lockfiles.format import Lockfile
 from .._models.manifest import parse_metadata
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import verify_document
+from .._variants.device_arch import GPU_RECORD
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode, stamp
+from .imports import TABLE_DIR
 from .layout import (
     PARTIAL_PREFIX,
     STAGING_PREFIX,
@@ -35,6 +38,7 @@ from .mutex import download_mutex, hold_if_free, lock_mode
 from .receipt import Receipt, read_receipt
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
 from .trust import distrust
+from .versions_seen import RECORD_NAME
 
 try:
     import fcntl
@@ -42,6 +46,11 @@ except ImportError:  # Windows: no flock, so no entry is known to be in use
     fcntl = None  # type: ignore[assignment]
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
+# The temporary file of write_atomic: ".<name>.<16 hex digits>.tmp", beside <name>.
+_TEMPORARY = re.compile(r"\.(.+)\.[0-9a-f]{16}\.tmp")
+# A temporary file not modified for this long is no writer's: each is written in one go,
+# in well under a second, and renamed or removed at once, except by a process killed.
+TEMPORARY_IDLE_SECONDS = 3600
 
 
 class CacheEntry(Record):
@@ -258,14 +267,16 @@ def _signature_problem(entry: CacheEntry, config: Config) -> str | None:
 
 
 class PruneReport(Record):
-    """What :func:`prune` removed: entries with the reason, and leftover directories;
-    and what it left alone: version directories a download was in progress in
-    (``busy``), and entries a running process imported (``in_use``)."""
+    """What :func:`prune` removed: entries with the reason, leftover directories, and
+    the temporary files of killed writers (``stale_files``); and what it left alone:
+    version directories a download was in progress in (``busy``), and entries a running
+    process imported (``in_use``)."""
 
     removed: list[tuple[CacheEntry, str]]
     stale: list[Path]
     busy: list[Path]
     in_use: list[Path]
+    stale_files: list[Path]
 
     @property
     def bytes_freed(self) -> int:
@@ -275,6 +286,7 @@ class PruneReport(Record):
         return {
             "removed": [{**entry.to_dict(), "reason": why} for entry, why in self.removed],
             "stale_directories": [str(path) for path in self.stale],
+            "stale_files": [str(path) for path in self.stale_files],
             "skipped_busy": [str(path) for path in self.busy],
             "skipped_in_use": [str(path) for path in self.in_use],
             "bytes_freed": self.bytes_freed,
@@ -306,7 +318,8 @@ def prune(cache: Cache, *, keep_locked: Lockfile | None = None, force: bool = Fa
             else:
                 in_use.append(entry.path)
     stale, busy_now = _remove_stale(cache)
-    return PruneReport(removed, stale, sorted({*busy, *busy_now}), in_use)
+    files = _remove_stale_temporaries(cache)
+    return PruneReport(removed, stale, sorted({*busy, *busy_now}), in_use, files)
 
 
 def _evict_unused(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
@@ -388,6 +401,40 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
                 remove_stale_staging(cache, info, variant, idle=True)
             gone += [p for p in leftovers if not p.exists()]
     return gone, busy
+
+
+def _remove_stale_temporaries(cache: Cache) -> list[Path]:
+    """Remove the temporary files that processes killed while replacing a small file of
+    the cache left beside it (see ``write_atomic``): the record of the versions seen and
+    of the GPUs, the import table's files, each version's variant index, and an entry's
+    receipt and manifest. Only those of the cache's own names, and only once not modified
+    for :data:`TEMPORARY_IDLE_SECONDS`: not every writer holds a mutex (the import table
+    and the GPU record are written without one), so age alone tells a dead one.
+
+    Returns what was removed.
+    """
+    entry_files = {RECEIPT_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME}
+    places: list[tuple[Path, set[str] | None]] = [
+        (cache.root, {RECORD_NAME, GPU_RECORD}),
+        (cache.root / TABLE_DIR, None),  # <module name>.json
+        *((version_dir, {INDEX_NAME}) for _info, version_dir in _version_dirs(cache)),
+        *((entry.path, entry_files) for entry in list_entries(cache)),
+    ]
+    since = time.time() - TEMPORARY_IDLE_SECONDS
+    gone = []
+    for directory, names in places:
+        if directory.is_symlink() or not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            match = _TEMPORARY.fullmatch(path.name)
+            if match is None or not (match[1] in names if names else match[1].endswith(".json")):
+                continue
+            with cache_errors(path), contextlib.suppress(FileNotFoundError):
+                st = path.lstat()
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < since:
+                    path.unlink()
+                    gone.append(path)
+    return gone
 
 
 class ClearReport(Record):

@@ -263,7 +263,7 @@ def _cache_prune(args: argparse.Namespace) -> int:
         return EXIT_OK
     for entry, why in report.removed:
         print(f"removed {entry.info} {entry.variant}: {why}")
-    for path in report.stale:
+    for path in [*report.stale, *report.stale_files]:
         print(f"removed leftover {shown(path)}")
     _report_skipped(report.busy, report.in_use)
     print(f"{entries(len(report.removed))} removed, {size(report.bytes_freed)} freed")
