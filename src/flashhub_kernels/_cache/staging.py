@@ -18,7 +18,6 @@ import contextlib
 import errno
 import os
 import shutil
-import socket
 import stat
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._constants import INDEX_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import dump_json
+from .._utils.processes import another_process_alive, owner_suffix, this_host
 from .._variants.compat import pick_by_name
 from ..errors import CacheError
 from .bytecode import compile_bytecode, sources_to_compile, stamp
@@ -65,8 +65,7 @@ def record_index(
 
 def new_staging(cache: Cache, info: RepoInfo, variant: str) -> Path:
     """A fresh, uniquely named directory beside the entry (same file system)."""
-    # Host last: host names may contain dots, variant names never do.
-    name = f"{STAGING_PREFIX}{variant}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{socket.gethostname()}"
+    name = f"{STAGING_PREFIX}{variant}.{uuid.uuid4().hex[:8]}{owner_suffix()}"
     staging = private_dir(cache, cache.version_dir(info)) / name
     staging.mkdir(mode=0o700)
     return staging
@@ -204,29 +203,15 @@ def remove_stale_staging(cache: Cache, info: RepoInfo, variant: str, *, idle: bo
     version_dir = cache.version_dir(info)
     if not version_dir.is_dir():
         return
-    host = socket.gethostname()
+    host = this_host()
     for child in version_dir.iterdir():
         if child.name.startswith(f"{TRASH_PREFIX}{variant}."):
             remove_tree(child)
         elif child.name.startswith(f"{STAGING_PREFIX}{variant}."):
             _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
-            if owner_host == host and pid.isdigit() and (idle or not _downloading(int(pid))):
+            dead = pid.isdigit() and (idle or not another_process_alive(int(pid)))
+            if owner_host == host and dead:
                 remove_tree(child)
-
-
-def _downloading(pid: int) -> bool:
-    """Whether the process ``pid``, of this host, may still be filling its staging."""
-    return pid != os.getpid() and _pid_alive(pid)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -35,6 +34,7 @@ from pathlib import Path
 from .._network.hashing import CHUNK_SIZE
 from .._network.object_store import ObjectMissing, Store, StoreError, is_url
 from .._utils.filesystem import write_atomic
+from .._utils.processes import another_process_alive, owner_suffix, this_host
 from ..errors import PublishError
 from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
 
@@ -192,7 +192,9 @@ class Directory(Destination):
         _make_dirs(version_dir.parent)
         staging = Path(
             tempfile.mkdtemp(
-                prefix=f".{version_dir.name}.staging-", suffix=_owner(), dir=version_dir.parent
+                prefix=f".{version_dir.name}.staging-",
+                suffix=owner_suffix(),
+                dir=version_dir.parent,
             )
         )
         try:
@@ -242,7 +244,7 @@ def remove_leftovers(directory: Path) -> None:
         if match is None or child.is_symlink() or not child.is_dir():
             continue
         version, kind, pid, host = match.groups()
-        dead = pid is not None and host == _host() and not _running(int(pid))
+        dead = pid is not None and host == this_host() and not another_process_alive(int(pid))
         if not dead and not _idle_for(child, LEFTOVER_IDLE_SECONDS):
             continue
         if kind == "old" and not (directory / version).exists():
@@ -257,28 +259,6 @@ def remove_leftovers(directory: Path) -> None:
             continue
         logger.info("removing %s, left by a publish that was killed", child)
         shutil.rmtree(child, ignore_errors=True)
-
-
-def _host() -> str:
-    return socket.gethostname().replace(os.sep, "_")
-
-
-def _owner() -> str:
-    """The end of a staging or old-version directory's name: who made it."""
-    return f".{os.getpid()}.{_host()}"
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid``, of this host, may be a publish other than this process."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _idle_for(top: Path, seconds: float) -> bool:
@@ -328,7 +308,7 @@ def _commit(staging: Path, version_dir: Path, *, replace: bool) -> None:
     # rename the new one in, then delete the old. Readers see old or new, never a mix.
     trash = Path(
         tempfile.mkdtemp(
-            prefix=f".{version_dir.name}.old-", suffix=_owner(), dir=version_dir.parent
+            prefix=f".{version_dir.name}.old-", suffix=owner_suffix(), dir=version_dir.parent
         )
     )
     os.rename(version_dir, trash / "old")

@@ -1,0 +1,33 @@
+"""Who left a directory behind: the process and host its name records, and whether that
+process may still be writing in it."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def owner_suffix() -> str:
+    """``.<pid>.<host>``: the end of the name of a directory this process writes in and
+    renames or removes when done (the host last: host names may hold dots)."""
+    return f".{os.getpid()}.{this_host()}"
+
+
+def this_host() -> str:
+    """This machine's host name, as :func:`owner_suffix` records it."""
+    return socket.gethostname().replace(os.sep, "_")
+
+
+def another_process_alive(pid: int) -> bool:
+    """Whether the process ``pid`` of this host runs, and is not this one (which, when
+    it asks, is not writing in what it finds: a process killed as PID 1 of a container,
+    restarted as PID 1, left it)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
