@@ -221,8 +221,10 @@ def test_get_local_kernel_takes_the_package_name_older_releases_passed(
     repo = write_build(tmp_path / "dev", "first", [local_variant()])
     write_build(repo, "second", [local_variant()])  # a variant holding two packages
     path = repo if form == "repo" else repo / "build" / local_variant()
-    with pytest.raises(KernelNotFoundError, match="no kernel package found"):
+    with pytest.raises(KernelNotFoundError) as ambiguous:
         fk.get_local_kernel(path)  # which of the two is not for it to guess
+    assert "several kernel packages ('first', 'second')" in ambiguous.value.message
+    assert "package_name='first'" in (ambiguous.value.hint or "")
 
     assert fk.get_local_kernel(path, "second").__file__ == str(
         repo / "build" / local_variant() / "second" / "__init__.py"
@@ -231,3 +233,28 @@ def test_get_local_kernel_takes_the_package_name_older_releases_passed(
         fk.get_local_kernel(path, "third")
     assert "no kernel package 'third' found" in info.value.message
     assert "build/<variant>/third/__init__.py" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("form", ["repo", "variant"])
+def test_of_several_packages_get_local_kernel_loads_the_one_metadata_names(
+    tmp_path: Path, form: str
+) -> None:
+    repo = write_build(tmp_path / "dev", "my_kernel", [local_variant()])
+    write_build(repo, "a_helper", [local_variant()])  # sorts first: not the one named
+    variant_dir = repo / "build" / local_variant()
+    (variant_dir / "metadata.json").write_text('{"name": "my-kernel", "version": 1}')
+    path = repo if form == "repo" else variant_dir
+    loaded = run_python(  # as a user of Hugging Face kernels writes it
+        "from pathlib import Path\nfrom flashhub_kernels import get_local_kernel\n"
+        f"print(get_local_kernel(Path({str(path)!r})).__file__)"
+    )
+    assert loaded.strip() == str(variant_dir / "my_kernel" / "__init__.py")
+
+    (variant_dir / "metadata.json").write_text('{"name": "neither", "version": 1}')
+    with pytest.raises(KernelNotFoundError) as info:
+        fk.get_local_kernel(path)
+    assert "several kernel packages ('a_helper', 'my_kernel')" in info.value.message
+    assert "no metadata.json there names one of them" in info.value.message
+    assert fk.get_local_kernel(path, package_name="a_helper").__file__ == str(
+        variant_dir / "a_helper" / "__init__.py"
+    )

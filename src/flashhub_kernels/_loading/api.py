@@ -280,9 +280,11 @@ def get_local_kernel(
     with an ``__init__.py``. The best variant for this system is used, or the one
     ``backend`` selects, as for :func:`get_kernel`. ``package_name`` names the package
     folder in the variant (``<py_pkg>``), as older Hugging Face ``kernels`` releases
-    took it; without it the variant's one package is used (or the variant itself, in a
-    flattened build). The module gets a unique name derived from the path, so different
-    directories never collide.
+    took it; without it the variant's one package is used, or of several the one the
+    variant's ``metadata.json`` ``name`` names (``my-kernel`` is ``my_kernel``), as
+    Hugging Face ``kernels`` picks it (or the variant itself, in a flattened build). The
+    module gets a unique name derived from the path, so different directories never
+    collide.
 
     That name means nothing to another process until it calls ``get_local_kernel`` with
     the same path: unpickling an object of the kernel there raises a
@@ -292,7 +294,8 @@ def get_local_kernel(
 
     Raises:
         ValueError: ``backend`` is malformed, or one this machine cannot select.
-        KernelNotFoundError: ``repo_path`` holds no such package, or no variant that fits.
+        KernelNotFoundError: ``repo_path`` holds no such package, several packages
+            without one named, or no variant that fits.
     """
     from .local import find_local_package  # not imported by kernel loads from the CDN
 

@@ -18,6 +18,7 @@ from .._models.kernel_dir import KernelDir
 from .._models.kernel_metadata import read_kernel_metadata
 from .._models.names import RepoInfo, parse_repo_id
 from .._variants.compat import BuildTarget, read_target
+from .._variants.grammar import VariantNameError, parse_variant
 from .._variants.named_system import target_system
 from .._variants.verdicts import best_variant, judge_builds, judge_variants
 from ..errors import ConfigError, KernelNotFoundError, LocalKernelNotFoundError
@@ -37,12 +38,15 @@ def find_local_package(
     (without the device archs builds list, if not ``check_arch``).
 
     ``package_name`` names the package folder to look for in the variant (or in
-    ``path``); a flattened variant, whose own directory is the package, is taken as it
-    is. ``variant`` is the name of the build variant picked from a ``build`` directory,
-    and ``None`` when ``path`` already is a variant or package directory.
+    ``path``); without it, a variant's one package is taken, or of several the one its
+    ``metadata.json`` ``name`` names. A flattened variant, whose own directory is the
+    package, is taken as it is. ``variant`` is the name of the build variant picked from
+    a ``build`` directory, and ``None`` when ``path`` already is a variant or package
+    directory.
 
     Raises:
-        KernelNotFoundError: ``path`` holds no package, or no variant that fits.
+        KernelNotFoundError: ``path`` holds no package, several without one named, or
+            no variant that fits.
     """
     if not path.exists():
         raise KernelNotFoundError(
@@ -64,6 +68,9 @@ def find_local_package(
     )
     if len(packages) == 1:
         return KernelDir(packages[0])
+    named = _package_named_in_metadata(path, packages)
+    if named is not None:
+        return KernelDir(named)
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
@@ -73,13 +80,45 @@ def find_local_package(
     if chosen is not None:
         found = find_local_package(base / chosen, backend, package_name, check_arch=check_arch)
         return KernelDir(found.package_dir, variant=chosen)
-    named = "" if package_name is None else f" {package_name!r}"
+    if len(packages) > 1 and (
+        (path / MANIFEST_NAME).is_file() or not any(_is_variant_name(p.name) for p in packages)
+    ):
+        names = ", ".join(repr(p.name) for p in packages)
+        raise KernelNotFoundError(
+            f"{path} holds several kernel packages ({names}), and no metadata.json there "
+            "names one of them",
+            hint=f"point at the package to load, e.g. {packages[0]}, or name it to "
+            f"get_local_kernel: get_local_kernel(path, package_name={packages[0].name!r})",
+        )
+    named_pkg = "" if package_name is None else f" {package_name!r}"
     raise KernelNotFoundError(
-        f"no kernel package{named} found in {path}",
+        f"no kernel package{named_pkg} found in {path}",
         hint=f"point at a directory holding build/<variant>/{package_name or '<py_pkg>'}/"
         "__init__.py, "
         "or at the package itself",
     )
+
+
+def _package_named_in_metadata(variant_dir: Path, packages: Sequence[Path]) -> Path | None:
+    """The one of ``packages`` that the ``name`` in ``variant_dir``'s ``metadata.json``
+    names (``my-kernel`` is the package ``my_kernel``), as Hugging Face kernels picks it;
+    ``None`` without such a file, name or package."""
+    try:
+        document = json.loads((variant_dir / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    name = document.get("name") if isinstance(document, dict) else None
+    if not isinstance(name, str):
+        return None
+    return next((p for p in packages if p.name == name.replace("-", "_")), None)
+
+
+def _is_variant_name(name: str) -> bool:
+    try:
+        parse_variant(name)
+    except VariantNameError:
+        return False
+    return True
 
 
 def _zip_archive(variant_dir: Path) -> Path | None:
