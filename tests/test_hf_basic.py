@@ -16,10 +16,11 @@ original; what differs:
   which holds the variants as a ``build`` directory does, and the path-type test uses
   a kernel repo in the builder's layout.
 - Errors are this client's: ``KernelNotFoundError`` (an ``ImportError``) where HF raises
-  ``HfHubHTTPError`` or ``FileNotFoundError``; ``OfflineError`` offline; ``version=0`` is
-  malformed here (a ``ValueError`` before any request), so the list of published
-  versions is checked on a missing version 3: a ``VersionNotFoundError``, both a
-  ``KernelNotFoundError`` and the ``ValueError`` HF raises.
+  ``HfHubHTTPError`` or ``FileNotFoundError``; ``OfflineError`` (a ``ValueError``, as HF
+  raises) offline; ``version=0`` is malformed here (a ``ValueError`` before any
+  request), so the list of published versions is checked on a missing version 3: a
+  ``VersionNotFoundError``, both a ``KernelNotFoundError`` and the ``ValueError`` HF
+  raises.
 - ``has_kernel`` without a version asks about the newest version (the 0.1.2 API this
   client keeps), where HF raises.
 - The outdated-version notice is a ``NewerVersionWarning`` (off with

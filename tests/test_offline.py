@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 import flashhub_kernels as fk
+from conftest import run_python
 from flashhub_kernels.errors import OfflineError
 from support.cdn_server import CdnServer
 from support.projects import CUDA, REPO, UNIVERSAL, publish_tensor_tricks
@@ -72,4 +73,30 @@ def test_variants_offline_without_a_cache_are_an_offline_error(
         with pytest.raises(OfflineError, match="newest version") as info:
             ask(REPO)
         assert "version=" in str(info.value.hint)
+    assert cdn.requests == []
+
+
+def test_an_offline_miss_is_the_value_error_hugging_face_code_catches(
+    cdn: CdnServer, offline: None
+) -> None:
+    publish_tensor_tricks(cdn.root)
+    code = f"""
+import flashhub_kernels as kernels
+
+calls = {{
+    "get_kernel": lambda: kernels.get_kernel({REPO!r}, version=2),
+    "has_kernel": lambda: kernels.has_kernel({REPO!r}, version=2),
+    "install_kernel": lambda: kernels.install_kernel({REPO!r}, version=2),
+    "get_kernel_variants": lambda: kernels.get_kernel_variants({REPO!r}, version=2),
+}}
+for name, call in calls.items():
+    try:
+        call()
+    except ValueError as exc:  # as Hugging Face kernels raises it with HF_HUB_OFFLINE=1
+        print(name, type(exc).__name__)
+"""
+    assert run_python(code).split("\n")[:-1] == [
+        f"{name} OfflineError"
+        for name in ("get_kernel", "has_kernel", "install_kernel", "get_kernel_variants")
+    ]
     assert cdn.requests == []

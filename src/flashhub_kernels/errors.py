@@ -106,8 +106,12 @@ class CacheError(KernelImportError):
         )
 
 
-class OfflineError(KernelImportError):
-    """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``)."""
+class OfflineError(KernelImportError, ValueError):
+    """The kernel is not in the cache and the network is off (``FLASHHUB_OFFLINE=1``).
+
+    Also a ``ValueError``: Hugging Face kernels raises one when a version the cache lacks
+    is asked for with ``HF_HUB_OFFLINE=1``, so code that catches it works unchanged.
+    """
 
 
 class NativeLibraryConflictError(KernelImportError):
