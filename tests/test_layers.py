@@ -788,6 +788,28 @@ def test_each_fallback_case_is_allowed_or_refused_on_its_own(
         kernelize(model, device="cpu", use_fallback="all")  # type: ignore[arg-type]
 
 
+def test_kernelize_logs_a_marked_layer_whose_name_is_not_mapped(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.WARNING, logger="flashhub_kernels")
+    model = nn.Sequential(HubSiluAndMul(), HubSiluAndMul())
+    with use_kernel_mapping({}, inherit_mapping=False):
+        kernelize(model, device="cpu")  # as Hugging Face kernels, it warns and falls back
+    (record,) = [r for r in caplog.records if "no kernel mapping" in r.getMessage()]
+    assert (record.name, record.levelno) == ("flashhub_kernels", logging.WARNING)
+    assert "'SiluAndMul'" in record.getMessage() and "use_kernel_mapping" in record.getMessage()
+    assert [m.forward.__func__ for m in model] == [SiluAndMul.forward] * 2
+
+    caplog.clear()
+    elsewhere = {"SiluAndMul": {"cuda": LayerRepository("acme/x", "SiluAndMul", version=1)}}
+    with use_kernel_mapping(elsewhere, inherit_mapping=False):
+        kernelize(model, device="cpu")  # mapped, only not for this device: silent there too
+    monkeypatch.setenv("DISABLE_KERNEL_MAPPING", "1")
+    with use_kernel_mapping({}, inherit_mapping=False):
+        kernelize(model, device="cpu")
+    assert caplog.records == []
+
+
 def test_a_kernel_that_cannot_load_falls_back_only_when_allowed(
     cdn: CdnServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -379,6 +379,10 @@ def kernelize(
     if its module is trained with gradients enabled afterwards. A module for which the
     ``condition`` given at marking is false gets its original forward.
 
+    A marked layer whose name the mapping does not hold at all is logged as a warning on
+    the ``flashhub_kernels`` logger (once per name and call), as in Hugging Face kernels;
+    one mapped for other devices, capabilities or modes falls back silently.
+
     With ``DISABLE_KERNEL_MAPPING=1`` every marked layer gets its original forward.
     """
     mode = check_request(mode)
@@ -386,6 +390,7 @@ def kernelize(
     target = parse_target(device) if device is not None else _model_target(model)
     disabled = kernel_mapping_disabled()
     unloadable: set[int] = set()
+    unmapped: set[str] = set()
     for owner in model.modules():
         without_backward: list[type[nn.Module]] = []
         for module, mark in _marked_in(owner):
@@ -393,11 +398,28 @@ def kernelize(
             if not disabled and mark.applies_to(module):
                 allowed = fallback if mark.use_fallback else KernelizeFallback.NONE
                 chosen = _choose_layer(mark, target, mode, allowed, unloadable)
+                if chosen is None:
+                    _log_unmapped(mark.layer_name, unmapped)
             _bind(module, mark, chosen)
             if chosen is not None and not _supports_backward(chosen[0]):
                 without_backward.append(chosen[0])
         _watch_training(owner, without_backward)
     return model
+
+
+def _log_unmapped(layer_name: str, logged: set[str]) -> None:
+    """Log a warning, once per ``kernelize`` and name, for a marked layer that keeps its
+    original forward because the mapping has no entry for its name at all, as Hugging
+    Face kernels does (a name misspelt in the mapping or the mark, most likely)."""
+    if layer_name in logged or current_mapping().get(layer_name) is not None:
+        return
+    logged.add(layer_name)
+    logger.warning(
+        "no kernel mapping found for layer %r, so its original forward runs: check that "
+        "the layer name matches one in the mapping, or map a kernel layer for it with "
+        "register_kernel_mapping or use_kernel_mapping",
+        layer_name,
+    )
 
 
 # Kernel layer classes whose training warning was issued, by name; a set add is atomic,
