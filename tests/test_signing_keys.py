@@ -148,6 +148,16 @@ def test_keygen_without_force_never_replaces_a_key_that_appears_meanwhile(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["release.key"]
 
 
+def test_keygen_creates_the_key_directory(tmp_path: Path) -> None:
+    """`flashhub keygen --out ~/.config/flashhub/sdq.key` works on a fresh home."""
+    keyfile = tmp_path / "config" / "flashhub" / "sdq.key"
+    result = flashhub("keygen", "--out", keyfile)
+    assert result.returncode == 0, result.stderr
+    assert mode(keyfile.parent) == 0o700 and mode(keyfile) == 0o600
+    assert load_signing_key(keyfile).public_line == result.stdout.splitlines()[0]
+    assert sorted(p.name for p in keyfile.parent.iterdir()) == ["sdq.key", "sdq.key.pub"]
+
+
 def test_keygen_json(tmp_path: Path) -> None:
     report = ok_json(flashhub("keygen", "--out", tmp_path / "k", "--json"))
     assert set(report) == {"key_id", "public_key", "private_key_file", "public_key_file"}

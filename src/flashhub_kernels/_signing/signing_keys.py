@@ -127,7 +127,7 @@ def write_key_pair(key: SigningKey, path: str | os.PathLike[str], *, force: bool
     """Write ``key`` to ``path`` (mode 0600) and its public line to ``path.pub`` (0644).
 
     The private file holds a comment line (key id and public key) and the private line.
-    Neither file is overwritten unless ``force``.
+    Neither file is overwritten unless ``force``. A missing directory is created (0700).
 
     Returns:
         The path of the public key file.
@@ -150,6 +150,8 @@ def write_key_pair(key: SigningKey, path: str | os.PathLike[str], *, force: bool
         f"# flashhub Ed25519 signing key {key.key_id}; public key: {key.public_line}\n"
         f"{key.private_line()}\n"
     ).encode("ascii")
+    # A key's usual home (~/.config/flashhub/) may not exist yet: made private, as ssh does.
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_atomic(path, secret, mode=_PRIVATE_MODE, overwrite=force)
     write_atomic(public, f"{key.public_line}\n".encode("ascii"), mode=_PUBLIC_MODE)
     return public
