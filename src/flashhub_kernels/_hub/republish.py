@@ -30,8 +30,8 @@ from .._models.names import RepoInfo
 from .._models.record import Record
 from .._network.hashing import CHUNK_SIZE
 from .._publish import KeySource, PublishReport, publish
-from .._publish.build import is_variant_name
 from .._publish.signatures import signing_keys
+from .._variants.grammar import is_variant_name
 from .._variants.named_system import target_system
 from .._variants.system import SystemInfo
 from .._variants.verdicts import best_variant, describe_system, format_trace, judge_variants

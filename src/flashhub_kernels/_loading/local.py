@@ -18,7 +18,7 @@ from .._models.kernel_dir import KernelDir
 from .._models.kernel_metadata import read_kernel_metadata
 from .._models.names import RepoInfo, parse_repo_id
 from .._variants.compat import BuildTarget, read_target
-from .._variants.grammar import VariantNameError, parse_variant
+from .._variants.grammar import is_variant_name
 from .._variants.named_system import target_system
 from .._variants.verdicts import best_variant, judge_builds, judge_variants
 from ..errors import ConfigError, KernelNotFoundError, LocalKernelNotFoundError
@@ -81,7 +81,7 @@ def find_local_package(
         found = find_local_package(base / chosen, backend, package_name, check_arch=check_arch)
         return KernelDir(found.package_dir, variant=chosen)
     if len(packages) > 1 and (
-        (path / MANIFEST_NAME).is_file() or not any(_is_variant_name(p.name) for p in packages)
+        (path / MANIFEST_NAME).is_file() or not any(is_variant_name(p.name) for p in packages)
     ):
         names = ", ".join(repr(p.name) for p in packages)
         raise KernelNotFoundError(
@@ -111,14 +111,6 @@ def _package_named_in_metadata(variant_dir: Path, packages: Sequence[Path]) -> P
     if not isinstance(name, str):
         return None
     return next((p for p in packages if p.name == name.replace("-", "_")), None)
-
-
-def _is_variant_name(name: str) -> bool:
-    try:
-        parse_variant(name)
-    except VariantNameError:
-        return False
-    return True
 
 
 def _zip_archive(variant_dir: Path) -> Path | None:

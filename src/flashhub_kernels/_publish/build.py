@@ -17,7 +17,7 @@ from .._models.manifest import (
     parse_metadata,
 )
 from .._models.record import Record
-from .._variants.grammar import VariantNameError, parse_variant
+from .._variants.grammar import VariantNameError, is_variant_name, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata, zip_archive_name
@@ -104,15 +104,6 @@ def _refuse_a_variant(build_dir: Path) -> None:
                 "build: publish takes all the variants at once",
                 hint=f"pass {wanted}, the directory that holds {holding}",
             )
-
-
-def is_variant_name(name: str) -> bool:
-    """Whether ``name`` is a variant name this client can load."""
-    try:
-        parse_variant(name)
-    except VariantNameError:
-        return False
-    return True
 
 
 def scan_variant(

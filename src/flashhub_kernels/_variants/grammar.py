@@ -202,6 +202,15 @@ def parse_variant(name: str) -> Variant:
     return _parse_compiled(name, tier, version, parts[count:], legacy=legacy)
 
 
+def is_variant_name(name: str) -> bool:
+    """Whether ``name`` is a variant name this client can load."""
+    try:
+        parse_variant(name)
+    except VariantNameError:
+        return False
+    return True
+
+
 def _framework(parts: list[str]) -> tuple[Tier, tuple[int, int] | None, int, bool]:
     """The framework the name starts with: its tier, version, how many parts it takes,
     and whether it is spelled the legacy way."""
