@@ -83,6 +83,7 @@ def test_the_cli_prints_the_notice_as_its_own_warning_line(cdn: CdnServer) -> No
     assert result.returncode == 0, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if "version 2 is available" in line]
     assert line.startswith("warning: You are using version 1 of 'acme/tensor-tricks'")
+    assert "pass --version 2" in line and "get_kernel(" not in line  # the command's terms
     assert "NewerVersionWarning" not in result.stderr and ".py:" not in result.stderr
 
 

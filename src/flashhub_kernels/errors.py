@@ -184,7 +184,13 @@ class NewerVersionWarning(UserWarning):
     ``warnings.filterwarnings("ignore", category=NewerVersionWarning)`` hides the warning.
     It never fails the load: where the filters make it an error (``python -W error``), it
     is logged on the ``flashhub_kernels`` logger instead.
+
+    ``cli_message`` says the same in the command line's terms (``--version N``).
     """
+
+    def __init__(self, message: str, cli_message: str | None = None) -> None:
+        super().__init__(message)
+        self.cli_message = cli_message or message
 
 
 class SharedNativeLibraryWarning(UserWarning):

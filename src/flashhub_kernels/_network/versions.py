@@ -140,11 +140,15 @@ class NewerVersionNotice:
         if self._newest is None or self._newest <= info.version:
             return
         newer = RepoInfo(info.repo_id, self._newest)
-        warn_at_caller(
+        news = (
             f"You are using version {info.version} of {info.repo_id!r}, but version "
-            f"{newer.version} is available. "
-            f"To use it, load get_kernel({info.repo_id!r}, version={newer.version}) or import "
-            f"{newer.module_name()}, after checking what changed. "
-            "FLASHHUB_NO_VERSION_CHECK=1 turns this check off.",
-            NewerVersionWarning,
+            f"{newer.version} is available. To use it, "
+        )
+        off = ", after checking what changed. FLASHHUB_NO_VERSION_CHECK=1 turns this check off."
+        warn_at_caller(
+            NewerVersionWarning(
+                f"{news}load get_kernel({info.repo_id!r}, version={newer.version}) or import "
+                f"{newer.module_name()}{off}",
+                cli_message=f"{news}pass --version {newer.version}{off}",
+            )
         )

@@ -36,14 +36,18 @@ def caller_package() -> str | None:
     return None if top in ("", "__main__") else top
 
 
-def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning) -> None:
     """Warn, pointing at the line that called into the library, wherever in the library
     the warning is raised.
+
+    ``message`` may be the warning itself (``category`` is then its class).
 
     Never raises: a warning must not fail the load it is about. When the warning filters
     turn it into an error (``python -W error``), or the warnings machinery fails, the
     message goes to the ``flashhub_kernels`` logger instead.
     """
+    if isinstance(message, Warning):
+        category = type(message)
     caller = caller_frame()
     try:
         if caller is None:

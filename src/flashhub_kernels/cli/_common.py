@@ -414,8 +414,10 @@ def _print_warning(
     line: str | None = None,
 ) -> None:
     """Print a warning as the command's other messages are printed (``warning: ...``),
-    without the library's file, line and category, which mean nothing to a command."""
-    print(f"warning: {escape_message(str(message))}", file=sys.stderr)
+    without the library's file, line and category, which mean nothing to a command, and
+    in the command's terms where the warning has them (``cli_message``)."""
+    text = getattr(message, "cli_message", None) or str(message)
+    print(f"warning: {escape_message(text)}", file=sys.stderr)
 
 
 def _discard_stdout() -> None:
