@@ -11,6 +11,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
+from support.gpu_stand_in import context_requests, gpu_machine_env
 
 NAMES_0_1_2 = [
     "configure",
@@ -216,6 +217,39 @@ def test_benchmark_times_each_workload() -> None:
         assert len(result.times) == 4 and result.min <= result.median <= result.max
     with pytest.raises(ValueError):
         type("Bad", (fk.Benchmark,), {"iterations": 0})().run()
+
+
+CPU_BENCHMARK = """
+import torch
+import flashhub_kernels as fk
+
+class Adding(fk.Benchmark):
+    seed, warmup, iterations = 3, 1, 2
+
+    def setup(self):
+        self.x = torch.ones(4)
+
+    def benchmark_add(self):
+        self.out = self.x + 1
+
+    def verify_add(self):
+        return torch.full((4,), 2.0)
+
+print([r.name for r in Adding().run()], torch.cuda.is_initialized())
+synchronized = []
+torch.cuda.init()  # a workload that uses the GPU: its kernels are waited for
+torch.cuda.synchronize = lambda: synchronized.append(1)
+print(len(Adding().run()[0].times), len(synchronized))
+"""
+
+
+def test_a_benchmark_on_the_cpu_of_a_gpu_machine_starts_no_cuda(tmp_path: Path) -> None:
+    """Synchronizing before and after each timed call is for a GPU the workloads use:
+    a benchmark that never touches one neither asks torch about it nor creates a
+    context, which would cost the GPU's memory and fail forked workers."""
+    env = gpu_machine_env(tmp_path, nvml=tmp_path)
+    assert run_python(CPU_BENCHMARK, env=env).split() == ["['add']", "False", "2", "5"]
+    assert context_requests(tmp_path) == []
 
 
 def test_a_benchmark_written_for_hugging_face_kernels_runs() -> None:

@@ -36,8 +36,9 @@ class Benchmark:
 
     :meth:`run` calls ``setup`` before each workload (``setup_<name>()`` instead, where
     the class defines one), runs it ``warmup`` times untimed, then ``iterations`` times
-    timed. When torch with CUDA is loaded, the device is synchronised around each timed
-    call so asynchronous kernels are measured in full.
+    timed. Once the workloads have initialized CUDA, the device is synchronised around
+    each timed call so asynchronous kernels are measured in full; a benchmark that never
+    uses the GPU creates no CUDA context.
 
     The attributes of Hugging Face kernels' ``Benchmark`` are there too: ``device``
     (``"cpu"`` unless set), ``seed`` (when set, ``random`` and torch are seeded with it
@@ -124,5 +125,7 @@ def _seed(seed: int) -> None:
 
 def _synchronize() -> None:
     torch = sys.modules.get("torch")  # never import torch just to time pure Python
-    if torch is not None and torch.cuda.is_available():
+    # Nothing can be queued on a GPU that torch has not initialized: asking whether one
+    # exists, or synchronizing it, would start CUDA for a workload that never uses it.
+    if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
