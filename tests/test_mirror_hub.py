@@ -295,6 +295,18 @@ def test_hub_errors_are_clear(hub: HubServer, tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_a_file_the_hub_refuses_to_serve_says_why_not_the_network(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
+    hub.refuse(f"build/{LOCAL}/_ops.py", 403)  # as a proxy refusing it does; 429 is retried
+    out = tmp_path / "cdn"
+    result = mirror(out)
+    failed(result, f"cannot download build/{LOCAL}/_ops.py of {REPO}", "403", "set HF_TOKEN")
+    assert "check the network connection" not in result.stderr
+    assert not out.exists()
+
+
 def child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``code`` in a fresh interpreter that sees this checkout's sources."""
     return subprocess.run(

@@ -1,6 +1,6 @@
 """A Hugging Face Hub on 127.0.0.1 for tests: the endpoints ``huggingface_hub`` calls to
 resolve a revision, list a repo's tree and download its files, a request log, and
-tampering with a file's bytes.
+tampering with a file's bytes, refusing to serve one.
 
 Endpoints (``<type>`` is ``kernels`` or ``models``, ``<prefix>`` is ``kernels/`` or
 nothing, as the repo's type is ``kernel`` or ``model``)::
@@ -70,6 +70,7 @@ class HubServer:
     repos: dict[str, HubRepo] = field(default_factory=dict)
     requests: list[HubRequest] = field(default_factory=list)
     tampered: dict[str, bytes] = field(default_factory=dict)  # path in repo -> bytes served
+    refused: dict[str, int] = field(default_factory=dict)  # path in repo -> status served
     _httpd: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -120,6 +121,12 @@ class HubServer:
         listing and the build's metadata.json stay as they were."""
         with self._lock:
             self.tampered[path] = data
+
+    def refuse(self, path: str, status: int) -> None:
+        """Answer ``status`` (no error code) for ``path`` (in every repo and commit) from
+        now on, as a rate limit (429) or a proxy that refuses it (403) does."""
+        with self._lock:
+            self.refused[path] = status
 
     def log(self, request: HubRequest) -> None:
         with self._lock:
@@ -212,6 +219,9 @@ class _HubHandler(BaseHTTPRequestHandler):
             return
         if filename not in files:
             self._error(404, "EntryNotFound", send_body, {"X-Repo-Commit": sha})
+            return
+        if (status := self.server_state.refused.get(filename)) is not None:
+            self._error(status, None, send_body)
             return
         listed = files[filename]
         body = self.server_state.tampered.get(filename, listed)

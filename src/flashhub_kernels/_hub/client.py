@@ -176,12 +176,13 @@ class Hub:
                     revision=source.commit,
                     local_dir=directory,
                 )
-            except self._errors.LocalEntryNotFoundError as exc:  # the Hub did not answer
+            except self._errors.LocalEntryNotFoundError as exc:  # its first request failed
                 cause = exc.__cause__ or exc
+                status = _status(cause) if isinstance(cause, self._errors.HfHubHTTPError) else None
                 raise MirrorError(
                     f"cannot download {BUILD_DIR}/{path} of {source.repo} from the Hub at "
                     f"{self.shown}: {_first_line(cause)}; nothing was published",
-                    hint=_NETWORK_HINT,
+                    hint=_NETWORK_HINT if status is None else _http_hint(status),
                 ) from None
             except self._errors.EntryNotFoundError:
                 raise MirrorError(
@@ -244,12 +245,11 @@ class Hub:
                 hint="unset HF_HUB_OFFLINE to mirror from the Hub",
             ) from None
         except errors.HfHubHTTPError as exc:
-            response = getattr(exc, "response", None)
-            status = getattr(response, "status_code", None)
+            status = _status(exc)
             raise MirrorError(
                 f"the Hub at {self.shown} answered {status or 'with an error'} while {doing}: "
                 f"{_first_line(exc)}",
-                hint=_TOKEN_HINT if status in (401, 403) else "retry later",
+                hint=_http_hint(status),
             ) from None
         except self._transport_errors as exc:
             raise MirrorError(
@@ -257,6 +257,18 @@ class Hub:
                 f"{_first_line(exc)}",
                 hint=_NETWORK_HINT,
             ) from None
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status of the Hub's answer that ``exc`` reports, if it says."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _http_hint(status: int | None) -> str:
+    """What to do when the Hub answered ``status``: a token for a refusal, else wait (a
+    rate limit, the Hub failing)."""
+    return _TOKEN_HINT if status in (401, 403) else "retry later"
 
 
 def _first_line(exc: BaseException) -> str:
