@@ -422,6 +422,27 @@ def test_without_the_extra_publish_and_load_say_what_to_install(
     assert [key for key in objects(s3, bucket) if key.startswith("other/")] == []
 
 
+def test_mirror_into_a_bucket_without_the_extra_fails_before_asking_the_hub(
+    bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("huggingface_hub")
+    hub = HubServer().start()
+    try:
+        hub.push(
+            REPO, builder_variant(UNIVERSAL, {"__init__.py": b""}, name="my-kern"), branch="v1"
+        )
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.setitem(sys.modules, "fsspec", None)  # as if it were not installed
+        monkeypatch.setitem(sys.modules, "fsspec.core", None)
+        out = f"s3://{bucket}/cdn"
+        result = flashhub("mirror", REPO, "--version", "1", "--out", out)
+    finally:
+        hub.stop()
+    assert result.returncode == 1 and EXTRA in result.stderr and "Traceback" not in result.stderr
+    assert hub.requests == []  # not one download for a publish that cannot happen
+
+
 def test_refused_credentials_name_the_bucket_and_their_source_never_the_secret(
     s3: S3Server, bucket: str, universal: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

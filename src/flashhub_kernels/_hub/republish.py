@@ -30,6 +30,7 @@ from .._models.names import RepoInfo
 from .._models.record import Record
 from .._network.hashing import CHUNK_SIZE
 from .._publish import KeySource, PublishReport, publish
+from .._publish.destination import open_destination
 from .._publish.signatures import signing_keys
 from .._variants.grammar import is_variant_name
 from .._variants.named_system import target_system
@@ -126,6 +127,7 @@ def republish(
             hint="unset FLASHHUB_OFFLINE to mirror",
         )
     keys = signing_keys(sign)  # a key file that cannot be used fails before any download
+    open_destination(out)  # so does an object store URL whose extra is not installed
     hub = Hub()
     tree = hub.build_tree(info.repo_id, revision or f"v{info.version}")
     by_variant = _variant_files(tree.files)
