@@ -396,6 +396,22 @@ def test_sign_leaves_staging_directories_kernel_files_and_strays_alone(tmp_path:
     )
 
 
+def test_sign_takes_a_file_url_and_refuses_an_object_store_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    path, key = keyfile(tmp_path, "release.key")
+    out = tmp_path / "cdn"
+    publish_two_versions(tmp_path, out)
+    signed = ok_json(flashhub("sign", out.as_uri(), "--key", path, "--json"))
+    assert signed["key_id"] == key.key_id and signed["written"]
+    result = flashhub("sign", "s3://my-kernels/cdn", "--key", path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: s3://my-kernels/cdn is a URL"), result.stderr
+    assert "flashhub publish --sign KEYFILE" in result.stderr
+    with pytest.raises(PublishError, match="sign=KEYFILE"):
+        sign_tree("s3://my-kernels/cdn", path)
+
+
 def test_sign_refuses_what_it_cannot_sign(tmp_path: Path) -> None:
     path, _key = keyfile(tmp_path, "release.key")
     empty = tmp_path / "empty"

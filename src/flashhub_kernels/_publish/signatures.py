@@ -13,9 +13,11 @@ from .._constants import SIG_SUFFIX
 from .._models.manifest import parse_metadata, parse_variants, parse_versions
 from .._models.names import RepoInfo, parse_repo_id
 from .._models.record import Record
+from .._network.object_store import is_url
 from .._signing.signature_files import sign_document
 from .._signing.signing_keys import SigningKey, load_signing_key
 from .._signing.statements import DocumentKind
+from .._utils.urls import file_url_path, redact_url
 from ..errors import ManifestError, PublishError
 from .destination import Destination, Directory
 from .layout import METADATA, VARIANTS, VERSION_DIR, VERSIONS, Tree
@@ -80,14 +82,15 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
     (:meth:`.Directory.exclusive`): a publish in progress there is waited for.
 
     Raises:
-        PublishError: ``path`` holds no published document, a document is malformed, or
-            the key file cannot be used.
+        PublishError: ``path`` holds no published document (or is an object store URL:
+            only a tree in a directory is signed here), a document is malformed, or the
+            key file cannot be used.
         SignatureError: A ``.sig`` already there is malformed, or ``cryptography`` is missing.
         CacheError: The publish mutex cannot be taken in the cache (read-only, no file
             locks), or ``FLASHHUB_LOCK_TIMEOUT`` ran out waiting for it.
     """
+    root = _local_tree(path)
     keys = signing_keys(key)
-    root = Path(path)
     absolute = root.absolute()
     if root.is_file():
         document = _document_at(absolute)
@@ -126,6 +129,24 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
         key_id=keys[0].key_id,
         documents=tuple(p.relative_to(base).as_posix() for _doc, p in documents),
         written=tuple(sorted(written)),
+    )
+
+
+def _local_tree(path: str | os.PathLike[str]) -> Path:
+    """The directory (or document) ``path`` names: a path or a ``file://`` URL; another
+    URL, a tree in an object store, is refused with what to do instead."""
+    if isinstance(path, os.PathLike) or not is_url(path):
+        return Path(path)
+    if path.lower().startswith("file://"):
+        return file_url_path(path)
+    raise PublishError(
+        f"{redact_url(path)} is a URL: a published tree is signed in a directory, not in "
+        "an object store",
+        hint="sign while publishing (sign=KEYFILE); or copy the tree into a directory, sign "
+        "it there, and upload the .sig files it writes beside the documents",
+        cli_hint="sign while publishing (flashhub publish --sign KEYFILE); or copy the tree "
+        "into a directory (aws s3 sync s3://BUCKET/PREFIX tree/), run flashhub sign on it, "
+        "and upload the .sig files it writes beside the documents",
     )
 
 

@@ -54,7 +54,6 @@ def _keygen(args: argparse.Namespace) -> int:
 def _sign_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
-        type=Path,
         metavar="PATH",
         help="a CDN tree written by `flashhub publish` (its --out), or a directory below it",
     )
