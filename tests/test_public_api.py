@@ -187,6 +187,16 @@ def test_version_is_newer_than_the_release_it_replaces() -> None:
     assert Version(fk.__version__) > Version("0.1.2")
 
 
+def test_get_config_has_the_0_1_2_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0.1.2 code reads get_config().cdn_url, .prefix and .cache_dir.
+    monkeypatch.setenv("FLASHHUB_CDN_URL", "http://mirror-a.example,http://mirror-b.example")
+    config = fk.get_config()
+    assert config.cdn_url == "http://mirror-a.example"
+    assert config.prefix == "kernels"
+    fk.configure(cdn_url="http://other.example")
+    assert fk.get_config().cdn_url == "http://other.example"
+
+
 def test_repo_info() -> None:
     info = fk.RepoInfo("sdq/audio-codebook-primitives", 1)
     assert info.module_name() == "flashhub.sdq.audio_codebook_primitives.v1"

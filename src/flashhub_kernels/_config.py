@@ -75,6 +75,11 @@ class Config(Record):
     trusted_keys: tuple[TrustedKey, ...] = ()
     require_signatures: bool = False
 
+    @property
+    def cdn_url(self) -> str:
+        """The first of :attr:`cdn_urls`: the single ``cdn_url`` of the 0.1.2 release."""
+        return self.cdn_urls[0]
+
     def checks_signatures(self, org: str) -> bool:
         """Whether the kernels of ``org`` must be signed by a trusted key."""
         return self.require_signatures or any(k.trusted_for(org) for k in self.trusted_keys)
