@@ -176,21 +176,20 @@ def test_the_process_that_chose_holds_the_download_mutex_and_the_others_need_no_
     node = target_system(None, **GPU_NODE)
     index_mutex = cache.root / ".locks" / "acme" / "relu" / "v1.lock"
     download_mutex = cache.version_dir(info) / ".locks" / f"{CU124}.lock"
-    with remote(config) as fetcher:
-        with chosen_variant(cache, fetcher, info, node) as first:
-            assert first.variant == CU124 and first.document is not None
-            with hold_if_free(index_mutex) as free:
-                assert free  # the others may choose meanwhile...
-            with hold_if_free(download_mutex) as free:
-                assert not free  # ...and then wait for this download
-        # CU126's manifest (this node's own build) and the universal build's were asked for
-        # beside variants.json.
-        universal = f"{V1}/build/{UNIVERSAL}/metadata.json"
-        assert sorted(cdn.gets()) == sorted([VARIANTS_JSON, *CHOOSING, universal])
-        cdn.clear_log()
-        # Another process, having waited for the index mutex: the record is enough.
-        with chosen_variant(cache, fetcher, info, node) as second:
-            assert second == Choice(CU124, None)
+    with remote(config) as fetcher, chosen_variant(cache, fetcher, info, node) as first:
+        assert first.variant == CU124 and first.document is not None
+        with hold_if_free(index_mutex) as free:
+            assert free  # the others may choose meanwhile...
+        with hold_if_free(download_mutex) as free:
+            assert not free  # ...and then wait for this download
+    # CU126's manifest (this node's own build) and the universal build's were asked for
+    # beside variants.json; counted once the run is over, which waits for every request.
+    universal = f"{V1}/build/{UNIVERSAL}/metadata.json"
+    assert sorted(cdn.gets()) == sorted([VARIANTS_JSON, *CHOOSING, universal])
+    cdn.clear_log()
+    # Another process, having waited for the index mutex: the record is enough.
+    with remote(config) as fetcher, chosen_variant(cache, fetcher, info, node) as second:
+        assert second == Choice(CU124, None)
     assert cdn.gets() == []
 
 
