@@ -26,13 +26,11 @@ from .._network.documents import (
     get_listed_manifest,
     get_manifest,
     get_variant_names,
-    get_versions,
 )
 from .._network.mirrors import NotPublished
 from .._network.transport import remote
-from .._network.versions import doubled_prefix_hint
+from .._network.versions import doubled_prefix_hint, versions_or_why
 from .._utils.filesystem import write_atomic
-from .._utils.urls import redact_url
 from .._variants.named_system import target_system
 from .._variants.probing import candidate_names
 from ..errors import LockfileError, RollbackError
@@ -286,19 +284,10 @@ def _kernel_depends(info: RepoInfo, found: dict[str, ManifestDocument]) -> list[
 
 
 def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_older: bool) -> int:
-    versions: list[int] = []
     remedy = ("lock anyway with allow_downgrade=True", "run `flashhub lock --allow-downgrade`")
     cache = Cache.from_config(fetcher.config)
-    # A mirror whose list is older than one seen gives way to the next.
-    refuse_older = functools.partial(
-        check_newest, cache, repo_id, allow_older=allow_older, remedy=remedy, remember=False
-    )
-    try:
-        versions = get_versions(fetcher, repo_id, check=refuse_older)
-    except NotPublished as exc:  # the URL shows a wrong CDN URL or prefix at a glance
-        why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
-    else:
-        why = "lists no versions in its versions.json"
+    check = functools.partial(check_newest, cache, repo_id, allow_older=allow_older, remedy=remedy)
+    versions, why = versions_or_why(fetcher, repo_id, check)
     if not versions:
         raise LockfileError(
             f"{repo_id} {why}, so {specifier!r} cannot be resolved",
@@ -306,7 +295,6 @@ def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_ol
             or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX; "
             "`flashhub publish` writes versions.json",
         )
-    check_newest(cache, repo_id, versions, allow_older=allow_older, remedy=remedy)
     spec = parse_specifier(specifier)
     matching = [v for v in versions if spec.contains(str(v))]
     if not matching:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 import urllib.parse
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from .._cache.layout import Cache
@@ -58,18 +59,10 @@ def listed_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
             listed (see :mod:`.._cache.versions_seen`).
     """
     RepoInfo(repo_id, 1)  # validate the repo id before any request
-    cache = Cache.from_config(fetcher.config)
-    try:
-        # A mirror whose list is older than one seen gives way to the next.
-        refuse_older = functools.partial(check_newest, cache, repo_id, remember=False)
-        versions = get_versions(fetcher, repo_id, check=refuse_older)
-    except NotPublished as exc:
-        why = f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
-    else:
-        if versions:
-            check_newest(cache, repo_id, versions)
-            return versions
-        why = "lists no versions in its versions.json"
+    seen = functools.partial(check_newest, Cache.from_config(fetcher.config), repo_id)
+    versions, why = versions_or_why(fetcher, repo_id, seen)
+    if versions:
+        return versions
     check = "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
     doubled = doubled_prefix_hint(fetcher.config)
     raise KernelNotFoundError(
@@ -77,6 +70,26 @@ def listed_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
         hint=doubled or f"{check}; or pass version= if it is published without versions.json",
         cli_hint=doubled or f"{check}; or pass --version N if it is published without one",
     )
+
+
+def versions_or_why(
+    fetcher: Fetcher, repo_id: str, check: Callable[..., None]
+) -> tuple[list[int], str]:
+    """The versions ``versions.json`` lists, ascending, and ``""``; else ``[]`` and why
+    there are none (for a message: ``f"{repo_id} {why}"``).
+
+    ``check`` is :func:`~.._cache.versions_seen.check_newest` with its cache, repo and
+    options bound: a mirror whose list it refuses gives way to the next, and the list
+    taken is checked again and recorded as seen.
+    """
+    try:
+        versions = get_versions(fetcher, repo_id, check=functools.partial(check, remember=False))
+    except NotPublished as exc:  # the URL shows a wrong CDN URL or prefix at a glance
+        return [], f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
+    if not versions:
+        return [], "lists no versions in its versions.json"
+    check(versions)
+    return versions, ""
 
 
 def doubled_prefix_hint(config: Config) -> str | None:
