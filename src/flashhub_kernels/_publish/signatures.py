@@ -112,14 +112,7 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
         # Under the kernel's publish mutex, as a publish into it: a .sig is never written
         # for the old bytes of a document that a publish rewrites meanwhile.
         with Directory(kernel_dir).exclusive(""):
-            if root.is_file():
-                listed = found
-            else:  # listed again: a publish may have added a version meanwhile
-                below = kernel_dir if kernel_dir.is_relative_to(absolute) else absolute
-                listed = sorted(_published_documents(below), key=lambda item: item[1])
-            for doc, doc_path in listed:
-                if _kernel_dir(doc, doc_path) != kernel_dir:
-                    continue
+            for doc, doc_path in _documents_of(kernel_dir, found, absolute, root.is_file()):
                 documents.append((doc, doc_path))
                 rel = doc_path.relative_to(base).as_posix()
                 if sig := sign_in_place(doc, tree, rel, keys):
@@ -130,6 +123,18 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
         documents=tuple(p.relative_to(base).as_posix() for _doc, p in documents),
         written=tuple(sorted(written)),
     )
+
+
+def _documents_of(
+    kernel_dir: Path, found: list[tuple[Document, Path]], absolute: Path, one_file: bool
+) -> list[tuple[Document, Path]]:
+    """The documents of the kernel in ``kernel_dir``: of ``found`` when the path given
+    named ``one_file``, else listed again under it (``absolute``), since a publish waited
+    for may have added a version meanwhile."""
+    if not one_file:
+        below = kernel_dir if kernel_dir.is_relative_to(absolute) else absolute
+        found = sorted(_published_documents(below), key=lambda item: item[1])
+    return [(doc, path) for doc, path in found if _kernel_dir(doc, path) == kernel_dir]
 
 
 def _local_tree(path: str | os.PathLike[str]) -> Path:
