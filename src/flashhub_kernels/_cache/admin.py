@@ -24,6 +24,7 @@ from .._models.names import RepoInfo
 from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import verify_document
+from .._utils.filesystem import replaced_name
 from .._variants.device_arch import GPU_RECORD
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode, stamp
@@ -46,8 +47,6 @@ except ImportError:  # Windows: no flock, so no entry is known to be in use
     fcntl = None  # type: ignore[assignment]
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
-# The temporary file of write_atomic: ".<name>.<16 hex digits>.tmp", beside <name>.
-_TEMPORARY = re.compile(r"\.(.+)\.[0-9a-f]{16}\.tmp")
 # A temporary file not modified for this long is no writer's: each is written in one go,
 # in well under a second, and renamed or removed at once, except by a process killed.
 TEMPORARY_IDLE_SECONDS = 3600
@@ -426,8 +425,8 @@ def _remove_stale_temporaries(cache: Cache) -> list[Path]:
         if directory.is_symlink() or not directory.is_dir():
             continue
         for path in sorted(directory.iterdir()):
-            match = _TEMPORARY.fullmatch(path.name)
-            if match is None or not (match[1] in names if names else match[1].endswith(".json")):
+            target = replaced_name(path.name)
+            if target is None or not (target in names if names else target.endswith(".json")):
                 continue
             with cache_errors(path), contextlib.suppress(FileNotFoundError):
                 st = path.lstat()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+_TOKEN_BYTES = 8  # of the temporary file's name: ".<name>.<16 hex digits>.tmp"
+
 
 def write_atomic(
     path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool = True, durable: bool = True
@@ -36,7 +38,7 @@ def write_atomic(
     Raises:
         OSError: The file cannot be written (``FileExistsError`` without ``overwrite``).
     """
-    tmp = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(_TOKEN_BYTES).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -53,3 +55,14 @@ def write_atomic(
     finally:
         # After a rename there is nothing left to remove; after a link, the second name.
         tmp.unlink(missing_ok=True)
+
+
+def replaced_name(name: str) -> str | None:
+    """The name of the file that :func:`write_atomic`'s temporary file ``name`` was to
+    replace (``.index.json.0123456789abcdef.tmp`` -> ``index.json``); ``None`` for a name
+    of another kind."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    target, _, token = name[1:-4].rpartition(".")
+    hexdigits = len(token) == 2 * _TOKEN_BYTES and all(c in "0123456789abcdef" for c in token)
+    return target if target and hexdigits else None
