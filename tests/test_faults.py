@@ -99,6 +99,17 @@ def test_429_honours_retry_after(blob_kernel: CdnServer) -> None:
     assert second.at - first.at >= 0.9  # a lower bound the client guarantees by sleeping
 
 
+@pytest.mark.parametrize(
+    "retry_after", ["9" * 5000, "Mon, 01 Jan 99999 00:00:00 GMT", "-1", "in a while"]
+)
+def test_a_503_with_an_unreadable_retry_after_is_retried(
+    blob_kernel: CdnServer, retry_after: str
+) -> None:
+    blob_kernel.inject(BLOB_PATH, status(503, retry_after=retry_after))
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert [r.status for r in blob_kernel.requests if r.path.endswith("blob.bin")] == [503, 200]
+
+
 def test_persistent_5xx_fails_with_the_url_and_a_hint(
     blob_kernel: CdnServer, cache_dir: Path
 ) -> None:

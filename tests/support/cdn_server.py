@@ -301,7 +301,7 @@ def basic_auth(user: str, password: str) -> str:
 # -- faults ---------------------------------------------------------------------------------
 
 
-def status(code: int, retry_after: float | None = None) -> Fault:
+def status(code: int, retry_after: float | str | None = None) -> Fault:
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
     return lambda handler, _body: handler.send_simple(code, b"fault", headers)
 
