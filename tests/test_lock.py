@@ -141,6 +141,20 @@ def test_bad_dependency_tables_are_explained(
 _HASH = "sha256-" + "ab" * 32
 
 
+def _chain_lock(length: int) -> bytes:
+    """A lock whose kernel depends on a chain of ``length`` kernels, each on the next."""
+    kernels = [
+        {
+            "repo_id": f"a/k{i}",
+            "version": 1,
+            "variants": {UNIVERSAL: {"hash": _HASH}},
+            "kernel_depends": [{"repo_id": f"a/k{i + 1}", "version": 1}] if i < length else [],
+        }
+        for i in range(length + 1)
+    ]
+    return json.dumps({"version": 1, "kernels": kernels[:1], "dependencies": kernels[1:]}).encode()
+
+
 @pytest.mark.parametrize(
     ("document", "message"),
     [
@@ -175,6 +189,7 @@ _HASH = "sha256-" + "ab" * 32
             "holds an integer with too many digits",
         ),
         (b'{"version": 1, "kernels": ' + b"[" * DEEP + b"]" * DEEP + b"}", "is nested too deeply"),
+        (_chain_lock(5000), "kernel dependencies are nested too deeply"),
     ],
 )
 def test_malformed_lock_files_are_rejected(document: bytes, message: str) -> None:

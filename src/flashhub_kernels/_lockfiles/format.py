@@ -245,7 +245,12 @@ def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
     both = sorted(declared.keys() & dependencies.keys())
     if both:
         raise LockfileError(f"{source} locks {both[0]} twice", hint=_REGENERATE)
-    linked = _link({**declared, **dependencies}, source)
+    try:
+        linked = _link({**declared, **dependencies}, source)
+    except RecursionError:  # a chain of dependencies thousands of kernels long
+        raise LockfileError(
+            f"{source}: kernel dependencies are nested too deeply", hint=_REGENERATE
+        ) from None
     return Lockfile(
         {info.repo_id: linked[info] for info in declared},
         source,
