@@ -17,7 +17,7 @@ from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, read_lockfile
 from flashhub_kernels._lockfiles.pinning import lock_project
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from support.cdn_server import CdnServer
-from support.cli_runner import OFFLINE, flashhub, ok_json, refused_offline
+from support.cli_runner import OFFLINE, flashhub, flashhub_process, ok_json, refused_offline
 from support.projects import (
     CUDA,
     NOARCH_CUDA,
@@ -175,6 +175,17 @@ def test_download_without_a_lock_fails_with_a_hint(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"{tmp_path / LOCKFILE_NAME} does not exist" in result.stderr
     assert "flashhub lock" in result.stderr
+
+
+def test_download_with_a_huge_lock_answers_without_hanging(tmp_path: Path) -> None:
+    # Checking 100,000 entries for a kernel locked twice pair by pair would take minutes.
+    kernel = {"repo_id": "acme/x", "variants": {UNIVERSAL: {"hash": "sha256-" + "ab" * 32}}}
+    kernels = [{**kernel, "version": n} for n in range(1, 100_001)]
+    lock = tmp_path / LOCKFILE_NAME
+    lock.write_text(json.dumps({"version": 1, "kernels": kernels}))
+    result = flashhub_process("download", tmp_path)
+    assert result.returncode == 1
+    assert f"error: {lock} locks acme/x twice" in result.stderr
 
 
 def test_lock_and_download_outside_the_project_directory_say_which_to_pass(

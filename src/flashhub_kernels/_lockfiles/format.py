@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -237,8 +238,8 @@ def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
     if not isinstance(extra, list):
         raise LockfileError(f'{source}: "dependencies" must be a list', hint=_REGENERATE)
     declared = _parse_entries(items, "kernel", source)
-    repos = [info.repo_id for info in declared]
-    twice = sorted({repo_id for repo_id in repos if repos.count(repo_id) > 1})
+    repos = Counter(info.repo_id for info in declared)
+    twice = sorted(repo_id for repo_id, count in repos.items() if count > 1)
     if twice:
         raise LockfileError(f"{source} locks {twice[0]} twice", hint=_REGENERATE)
     dependencies = _parse_entries(extra, "dependency", source)
