@@ -116,6 +116,26 @@ def test_a_typo_in_the_cdn_port_names_the_setting(
     assert cdn.requests == []
 
 
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("FLASHHUB_READ_TIMEOUT", "nan"),
+        ("FLASHHUB_CONNECT_TIMEOUT", "1e30"),
+        ("FLASHHUB_LOCK_TIMEOUT", "inf"),
+    ],
+)
+def test_a_timeout_that_is_no_finite_number_of_seconds_names_its_variable(
+    cdn: CdnServer, name: str, raw: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+
+    raised, printed = import_in_child(MODULE, env={name: raw})
+
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    assert f"{name}={raw!r} must be" in printed and "at most a week" in printed
+    assert cdn.requests == []
+
+
 CYRILLIC_ORG = "flashhub.\u0430cme"  # a Cyrillic a: no CDN name is anything but ASCII
 LONG_ORG = f"flashhub.{'a' * 97}"  # one character over the 96 of a name
 

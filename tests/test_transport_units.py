@@ -243,7 +243,9 @@ def test_timeouts_from_the_environment(
     [
         ("FLASHHUB_LOCK_TIMEOUT", "-1", "must be zero or more seconds"),
         ("FLASHHUB_READ_TIMEOUT", "0", "must be a positive number of seconds"),
-        ("FLASHHUB_CONNECT_TIMEOUT", "soon", "is not a number of seconds"),
+        ("FLASHHUB_CONNECT_TIMEOUT", "soon", "must be a positive number of seconds"),
+        ("FLASHHUB_LOCK_TIMEOUT", "nan", "must be zero or more seconds, at most a week"),
+        ("FLASHHUB_READ_TIMEOUT", "604801", "at most a week"),
     ],
 )
 def test_a_bad_timeout_names_its_variable(

@@ -178,12 +178,12 @@ def _env_seconds(name: str, *, zero_ok: bool = False) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise config_error(
-            f"{name}={raw!r} is not a number of seconds", hint=f"fix {name}"
-        ) from None
-    if value < 0 or (value == 0 and not zero_ok):
+        value = -1.0  # refused below, as "nan", "inf" and 1e30 are (clocks overflow)
+    if not 0 <= value <= 7 * 86400 or (value == 0 and not zero_ok):
         least = "zero or more" if zero_ok else "a positive number of"
-        raise config_error(f"{name}={raw!r} must be {least} seconds", hint=f"fix {name}")
+        raise config_error(
+            f"{name}={raw!r} must be {least} seconds, at most a week", hint=f"fix {name}"
+        )
     return value
 
 
