@@ -15,7 +15,7 @@ from torch import nn
 import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels._loading.local import parse_local_kernels
-from flashhub_kernels.errors import KernelNotFoundError, LocalKernelNotFoundError
+from flashhub_kernels.errors import KernelNotFoundError, LocalKernelNotFoundError, ManifestError
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
 from support.cdn_server import CdnServer
 from support.trees import kernel_files, local_variant, write_kernel
@@ -212,6 +212,18 @@ def test_get_local_kernel_of_a_path_that_does_not_exist_says_so(tmp_path: Path) 
     with pytest.raises(KernelNotFoundError) as info:
         fk.get_local_kernel(missing)
     assert f"{missing} does not exist" in str(info.value)
+
+
+def test_a_local_metadata_json_nested_too_deeply_is_an_import_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    repo = write_build(tmp_path / "dev", "tensor_tricks", [local_variant()])
+    metadata = repo / "build" / local_variant() / "metadata.json"
+    metadata.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ManifestError) as info:
+        fk.get_local_kernel(repo)
+    assert isinstance(info.value, ImportError)
+    assert f"{metadata} is nested too deeply" in info.value.message
 
 
 @pytest.mark.parametrize("form", ["repo", "variant"])

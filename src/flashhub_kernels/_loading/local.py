@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._constants import LOCAL_KERNELS_VAR, MANIFEST_NAME
 from .._models.kernel_dir import KernelDir
@@ -103,11 +103,8 @@ def _package_named_in_metadata(variant_dir: Path, packages: Sequence[Path]) -> P
     """The one of ``packages`` that the ``name`` in ``variant_dir``'s ``metadata.json``
     names (``my-kernel`` is the package ``my_kernel``), as Hugging Face kernels picks it;
     ``None`` without such a file, name or package."""
-    try:
-        document = json.loads((variant_dir / MANIFEST_NAME).read_bytes())
-    except (OSError, ValueError):
-        return None
-    name = document.get("name") if isinstance(document, dict) else None
+    document = _metadata_in(variant_dir)
+    name = document.get("name") if document is not None else None
     if not isinstance(name, str):
         return None
     return next((p for p in packages if p.name == name.replace("-", "_")), None)
@@ -120,11 +117,8 @@ def _zip_archive(variant_dir: Path) -> Path | None:
     Raises:
         ManifestError: that ``metadata.json`` is malformed.
     """
-    try:
-        document = json.loads((variant_dir / MANIFEST_NAME).read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(document, dict) or document.get("build-layout") != "zip":
+    document = _metadata_in(variant_dir)
+    if document is None or document.get("build-layout") != "zip":
         return None
     metadata = read_kernel_metadata(document, source=str(variant_dir / MANIFEST_NAME))
     archive = variant_dir / str(metadata.archive)
@@ -135,13 +129,20 @@ def _target_in(base: Path) -> TargetOf:
     """The devices each variant directory under ``base`` declares in its metadata.json."""
 
     def target(variant: str) -> BuildTarget | None:
-        try:
-            document = json.loads((base / variant / MANIFEST_NAME).read_bytes())
-        except (OSError, ValueError):
-            return None
-        return read_target(document) if isinstance(document, dict) else None
+        document = _metadata_in(base / variant)
+        return read_target(document) if document is not None else None
 
     return target
+
+
+def _metadata_in(variant_dir: Path) -> dict[str, Any] | None:
+    """The object in ``variant_dir``'s ``metadata.json``; ``None`` without one that parses
+    (nested too deeply for Python's parser included)."""
+    try:
+        document = json.loads((variant_dir / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return document if isinstance(document, dict) else None
 
 
 def local_override(
