@@ -40,6 +40,22 @@ def test_every_0_1_2_name_is_exported(name: str) -> None:
     assert getattr(fk, name) is not None
 
 
+def test_the_0_1_2_modules_import_by_their_paths() -> None:
+    """0.1.2 code imports Benchmark and the layer types from their modules, as Hugging
+    Face kernels' benchmarks import ``kernels.benchmark``; none of them needs torch."""
+    code = """
+        import sys
+        from flashhub_kernels.benchmark import Benchmark
+        from flashhub_kernels.layer_types import CUDAProperties, Device, Mode, ROCMProperties
+        import flashhub_kernels as fk
+
+        assert Benchmark is fk.Benchmark and Device is fk.Device and Mode is fk.Mode
+        assert (CUDAProperties, ROCMProperties) == (fk.CUDAProperties, fk.ROCMProperties)
+        assert "torch" not in sys.modules
+    """
+    run_python(textwrap.dedent(code), fresh=True)
+
+
 # What Hugging Face kernels 0.19.1 adds to the loading API: Metadata, and check_arch= on
 # each function and layer or function repository that loads a kernel.
 CHECK_ARCH_TAKERS = [

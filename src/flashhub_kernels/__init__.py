@@ -16,7 +16,6 @@ TYPE_CHECKING = False  # not typing's: importing typing would cost more than thi
 if TYPE_CHECKING:
     # Each name re-exported as itself, for type checkers (no literal __all__ to read).
     from . import errors as errors
-    from ._benchmark import Benchmark as Benchmark
     from ._config import Config as Config, get_config as get_config
     from ._loading.api import (
         configure as configure,
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
         VariantAccepted as VariantAccepted,
         VariantRejected as VariantRejected,
     )
+    from .benchmark import Benchmark as Benchmark
     from .layers import (
         CUDAProperties as CUDAProperties,
         Device as Device,
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 # grammar, the lock functions with the cache and its file locks; kernelize imports torch.
 _LAZY = {
     "__version__": "._constants",
-    "Benchmark": "._benchmark",
+    "Benchmark": ".benchmark",
     "Config": "._config",
     "get_config": "._config",
     "RepoInfo": "._models.names",

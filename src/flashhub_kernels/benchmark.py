@@ -1,4 +1,5 @@
-"""``Benchmark``: a small base class for timing kernel workloads (a 0.1.2 public name)."""
+"""``Benchmark``: a small base class for timing kernel workloads (a 0.1.2 public name, at
+the module path of 0.1.2 and of Hugging Face kernels: ``flashhub_kernels.benchmark``)."""
 
 from __future__ import annotations
 
