@@ -443,7 +443,18 @@ def test_flashhub_kernel_load_keeps_working(cdn: CdnServer) -> None:
         [script, REPO, "--version", "2"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[0] == "flashhub.acme.tensor_tricks.v2"
+    assert result.stdout == f"loaded {REPO} v2 as flashhub.acme.tensor_tricks.v2\n"
+
+
+@pytest.mark.parametrize(
+    ("version", "line"), [("2", f"{REPO} v2: True"), ("9", f"{REPO} v9: False")]
+)
+def test_flashhub_kernel_load_has_prints_as_0_1_2_did(
+    cdn: CdnServer, version: str, line: str
+) -> None:
+    publish_tensor_tricks(cdn.root)
+    result = flashhub_kernel_load(REPO, "--version", version, "--has")
+    assert (result.returncode, result.stdout) == (0, line + "\n"), result.stderr
 
 
 def test_kernel_load_usage_errors() -> None:

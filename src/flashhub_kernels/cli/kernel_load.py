@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from ._common import (
-    EXIT_FAILURE,
     EXIT_OK,
     cache_dir_argument,
     cdn_url_argument,
@@ -37,7 +36,7 @@ def _kernel_load_parser() -> argparse.ArgumentParser:
     )
     cache_dir_argument(parser)
     parser.add_argument(
-        "--has", action="store_true", help="print True/False; exit 0 if the kernel exists, else 1"
+        "--has", action="store_true", help="print whether the kernel exists (REPO vN: True/False)"
     )
     return parser
 
@@ -45,13 +44,13 @@ def _kernel_load_parser() -> argparse.ArgumentParser:
 def _kernel_load(args: argparse.Namespace) -> int:
     from .._loading.api import get_kernel, has_kernel
 
+    # The 0.1.2 release's output, word for word: scripts written for it parse these lines.
+    named = f"{args.repo_id} v{args.version}" if args.version is not None else args.repo_id
     if args.has:
-        present = has_kernel(args.repo_id, version=args.version)
-        print(present)
-        return EXIT_OK if present else EXIT_FAILURE
+        print(f"{named}:", has_kernel(args.repo_id, version=args.version))
+        return EXIT_OK
     module = get_kernel(args.repo_id, version=args.version)
-    print(module.__name__)
-    print(module.__file__)
+    print(f"loaded {named} as {module.__name__}")
     return EXIT_OK
 
 
