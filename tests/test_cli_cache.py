@@ -291,6 +291,39 @@ def test_a_cache_copied_without_modification_times_is_repaired_offline(
     assert cdn.requests == []
 
 
+@pytest.mark.parametrize("tar_format", ["gnu", "ustar"])
+def test_a_cache_shipped_in_a_tar_archive_that_keeps_whole_seconds_loads_offline(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path, tar_format: str
+) -> None:
+    """GNU tar's default format and ustar, and container image layers, keep a file's
+    mtime in whole seconds only: the copy is trusted, and a file changed in it is not."""
+    if shutil.which("tar") is None:
+        pytest.skip("no tar command")
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    archive, copy = tmp_path / "cache.tar", tmp_path / "shipped-cache"
+    copy.mkdir(mode=0o700)
+    subprocess.run(
+        ["tar", "-C", cache_dir, f"--format={tar_format}", "-cf", archive, "."], check=True
+    )
+    subprocess.run(["tar", "-C", copy, "-xf", archive], check=True)
+    helpers = copy / entry.relative_to(cache_dir) / PY_PKG / "helpers.py"
+    assert helpers.stat().st_mtime_ns % 10**9 == 0  # as the archive kept it
+    offline = {"FLASHHUB_CACHE_DIR": str(copy), "FLASHHUB_OFFLINE": "1"}
+    cdn.clear_log()
+
+    loaded = run_code(IMPORT_HELPERS, env={**os.environ, **offline})
+    verified = flashhub("cache", "verify", env=offline)
+    helpers.write_text(helpers.read_text().replace("upper()", "lower()"))  # same size
+    changed = run_code(IMPORT_HELPERS, env={**os.environ, **offline})
+
+    assert loaded.returncode == 0 and loaded.stdout.strip() == SHOUT, loaded.stderr
+    assert verified.returncode == 0, verified.stdout
+    assert changed.returncode == 1 and "IntegrityError" in changed.stderr
+    assert SHOUT.lower() not in changed.stdout
+    assert cdn.requests == []
+
+
 def test_cache_verify_repair_leaves_changed_content_to_prune(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1)
     entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])

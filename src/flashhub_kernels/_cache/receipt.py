@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+_SECOND = 10**9  # in nanoseconds
+
 
 class Receipt(Record):
     """Written when an entry is verified; lets the warm path trust it with ``stat`` only.
@@ -57,7 +59,15 @@ def _changed(path: Path, size: int, mtime_ns: int) -> bool:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
         return True
-    return not stat.S_ISREG(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+        return True
+    return not _same_mtime(st.st_mtime_ns, mtime_ns)
+
+
+def _same_mtime(found: int, recorded: int) -> bool:
+    """Whether ``found`` is the mtime recorded, or that mtime as a copy keeping whole
+    seconds only made it (tar's default and ustar formats, container image layers)."""
+    return found == recorded or (found % _SECOND == 0 and abs(found - recorded) < _SECOND)
 
 
 def read_receipt(entry: Path) -> Receipt | None:
