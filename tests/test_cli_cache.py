@@ -5,6 +5,7 @@ symlink), names with control characters, and a download in progress.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -392,16 +394,37 @@ def test_an_entry_a_finished_process_used_is_removed(cdn: CdnServer) -> None:
 
 
 def _maintenance_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """``flashhub ARGS`` in a process of its own, which cannot write where a directory
-    is read-only: a process running as root can, so it runs without root's right to
-    override permissions (setpriv drops it)."""
-    command = [sys.executable, "-m", "flashhub_kernels", *args]
+    """``flashhub ARGS`` in a process of its own, as :func:`_unprivileged` runs it."""
+    return _unprivileged([sys.executable, "-m", "flashhub_kernels", *args])
+
+
+def _unprivileged(
+    command: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``command`` in a process of its own (with this test's environment, plus ``env``),
+    which cannot write where a directory is read-only: a process running as root can, so
+    it runs without root's right to override permissions (setpriv drops it)."""
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("root writes into read-only directories; setpriv would drop that right")
         command = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120
+    )
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path) -> Iterator[None]:
+    """``chmod -R a-w directory`` (the lock files too) for the ``with`` block."""
+    modes = {path: path.stat().st_mode for path in [directory, *directory.rglob("*")]}
+    for path, mode in modes.items():
+        path.chmod(mode & ~0o222)
+    try:
+        yield
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
 
 
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
@@ -411,18 +434,37 @@ def test_cache_maintenance_on_a_read_only_cache_says_it_cannot_write(
     write_kernel(cdn.root, REPO, 1)
     entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
     os.utime(entry / PY_PKG / "helpers.py", (1, 1))  # so that prune has something to remove
-    modes = {path: path.stat().st_mode for path in [cache_dir, *cache_dir.rglob("*")]}
-    for path, mode in modes.items():  # chmod -R a-w: the lock files too
-        path.chmod(mode & ~0o222)
-    try:
+    with _read_only(cache_dir):
         result = _maintenance_process("cache", *command)
-    finally:
-        for path, mode in modes.items():
-            path.chmod(mode)
     assert result.returncode == 1, result.stdout
     assert "a download is in progress" not in result.stdout
     assert "error: cannot write " in result.stderr and str(entry.parent) in result.stderr
     assert entry.is_dir()
+
+
+def test_a_read_only_copy_that_lost_its_modification_times_says_why_it_is_not_used(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Online, such a copy is fetched again, which a read-only cache (an image's) cannot
+    do: the error says why the cached copy was passed over, not just which lock failed."""
+    write_kernel(cdn.root, REPO, 1)
+    assert flashhub("get", REPO, "--version", "1").returncode == 0
+    copy = tmp_path / "copied-cache"
+    subprocess.run(["cp", "-r", str(cache_dir), str(copy)], check=True)  # mtimes not kept
+    before = {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()}
+
+    with _read_only(copy):
+        result = _unprivileged(
+            [sys.executable, "-c", IMPORT_HELPERS], env={"FLASHHUB_CACHE_DIR": str(copy)}
+        )
+
+    assert result.returncode == 1, result.stdout
+    error = result.stderr.splitlines()
+    assert "CacheError: the cached copy of acme/tensor-tricks@v1 cannot be used" in error[-2]
+    assert "differs from its receipt" in error[-2]
+    assert "cannot write" in error[-2] and "flashhub cache verify --repair" in error[-1]
+    assert SHOUT not in result.stdout
+    assert {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()} == before
 
 
 def test_cache_prune_removes_temporary_files_of_killed_writers_once_stale(

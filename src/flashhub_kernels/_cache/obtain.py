@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from .._models.names import RepoInfo
     from .._variants.system import SystemInfo
+    from ..errors import CacheError
 
 
 def obtain_kernel(
@@ -62,8 +63,14 @@ def obtain_kernel(
 
     with collection_paused():
         from .._network.download import fetch_kernel
+        from ..errors import CacheError
 
-        return fetch_kernel(cache, system, candidates, config)
+        try:
+            return fetch_kernel(cache, system, candidates, config)
+        except CacheError as exc:
+            if damaged is None:
+                raise
+            raise _not_fetched_again(exc, candidates[0], damaged) from exc
 
 
 def use_kernel(
@@ -81,6 +88,26 @@ def use_kernel(
 
 # Why a warm load passes over an entry that is intact but vouched for by no trusted key.
 _UNSIGNED_ENTRY = "no trusted key vouched for it when it was cached"
+
+
+def _not_fetched_again(exc: CacheError, info: RepoInfo, damaged: str) -> CacheError:
+    """``exc``, met fetching ``info`` again because its cached copy is unfit (``damaged``
+    says why), said with that reason: a cache that cannot be written (a read-only image)
+    otherwise reports a lock it cannot take where the user expects a warm load."""
+    from ..errors import CacheError
+
+    hints = [exc.hint] if exc.hint else []
+    if damaged != _UNSIGNED_ENTRY:
+        hints.insert(
+            0,
+            "run `flashhub cache verify --repair` where the cache can be written "
+            "(it re-stamps a copy that lost its files' modification times)",
+        )
+    return CacheError(
+        f"the cached copy of {info} cannot be used ({damaged}), and fetching it again "
+        f"failed: {exc.message}",
+        hint="; else ".join(hints) or None,
+    )
 
 
 # -- warm path -------------------------------------------------------------------------
