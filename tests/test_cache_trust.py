@@ -13,6 +13,8 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,38 @@ def test_a_root_owned_read_only_cache_is_trusted() -> None:
     root_owned = os.stat("/usr")
     assert stat.S_IMODE(root_owned.st_mode) & 0o022 == 0 and root_owned.st_uid == 0
     assert distrust(root_owned, shared=False, inside=True) is None
+
+
+def test_a_root_owned_cache_loads_for_another_user_once_made_readable(cdn: CdnServer) -> None:
+    # An image built as root and run as another user: the cache is created private
+    # (0700); hosting.md's step `chmod -R a+rX` opens it to reading only.
+    needs_root()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running a process as another user needs setpriv")
+    write_kernel(cdn.root, REPO, 1)
+    as_nobody = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    with tempfile.TemporaryDirectory() as image:  # not under tmp_path: nobody cannot reach it
+        os.chmod(image, 0o755)
+        cache = Path(image, "flashhub-cache")
+        built = load_in_child({"FLASHHUB_CACHE_DIR": str(cache)})  # the build step, as root
+        cdn.clear_log()
+        offline = {**os.environ, "FLASHHUB_CACHE_DIR": str(cache), "FLASHHUB_OFFLINE": "1"}
+
+        def run_as_nobody() -> subprocess.CompletedProcess[str]:
+            command = [*as_nobody, sys.executable, "-c", LOAD]
+            return subprocess.run(command, env=offline, capture_output=True, text=True)
+
+        private = run_as_nobody()
+        subprocess.run(["chmod", "-R", "a+rX,a-w", str(cache)], check=True)
+        opened = run_as_nobody()
+    assert built.returncode == 0, built.stderr
+    assert private.returncode == 1
+    assert "CacheError: cannot read" in private.stderr and "cannot write" not in private.stderr
+    assert "chmod -R a+rX" in private.stderr
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == built.stdout.strip()
+    assert cdn.requests == []
 
 
 WATCH_WRITES = """

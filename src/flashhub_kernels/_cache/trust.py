@@ -46,9 +46,7 @@ def check_dir(path: Path, *, shared: bool, inside: bool = True) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        from ..errors import CacheError  # only on a refusal: a load does not import errors
-
-        raise CacheError.cannot_write(exc, path) from exc
+        raise unreadable(path, exc) from exc
     reason = distrust(st, shared=shared, inside=inside)
     if reason is not None:
         raise untrusted(path, st, reason)
@@ -96,6 +94,18 @@ def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
         hint="use a cache directory of your own (FLASHHUB_CACHE_DIR), or make this one "
         "yours and private (chown, chmod go-w); for a cache a group shares on purpose, "
         "set FLASHHUB_CACHE_SHARED=1",
+    )
+
+
+def unreadable(path: Path, exc: OSError) -> CacheError:
+    """The refusal of a directory this user cannot even look at: most often a cache
+    another user made and left private (an image built as root, run as another user)."""
+    from ..errors import CacheError  # only on a refusal: a load does not import errors
+
+    return CacheError(
+        f"cannot read {path}: {exc.strerror or exc}",
+        hint="make the cache readable by this user (`chmod -R a+rX` on it, which keeps it "
+        "trusted), or point FLASHHUB_CACHE_DIR at a cache of your own",
     )
 
 
