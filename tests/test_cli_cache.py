@@ -293,6 +293,29 @@ def test_a_cache_copied_without_modification_times_is_repaired_offline(
     assert cdn.requests == []
 
 
+def test_a_locked_load_from_a_copy_without_modification_times_names_the_offline_repair(
+    project: Path, cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    assert flashhub("lock", project).returncode == 0
+    assert flashhub("download", project).returncode == 0
+    copy = tmp_path / "copied-cache"
+    subprocess.run(["cp", "-r", str(cache_dir), str(copy)], check=True)  # mtimes not kept
+    offline = {"FLASHHUB_CACHE_DIR": str(copy), "FLASHHUB_OFFLINE": "1"}
+    load = f"import flashhub_kernels as fk; print(fk.load_kernel({REPO!r}).marker())"
+
+    refused = run_code(load, env={**os.environ, **offline}, cwd=project)
+    downloaded = flashhub("download", project, env=offline)
+    repaired = flashhub("cache", "verify", "--repair", env=offline)
+    loaded = run_code(load, env={**os.environ, **offline}, cwd=project)
+
+    assert refused.returncode == 1 and "LockfileError" in refused.stderr
+    assert "was modified after it was verified" in refused.stderr
+    assert "flashhub cache verify --repair" in refused.stderr
+    assert downloaded.returncode == 1 and "flashhub cache verify --repair" in downloaded.stderr
+    assert repaired.returncode == 0, repaired.stdout
+    assert loaded.returncode == 0 and loaded.stdout.startswith(f"{REPO}@v2:"), loaded.stderr
+
+
 @pytest.mark.parametrize("tar_format", ["gnu", "ustar"])
 def test_a_cache_shipped_in_a_tar_archive_that_keeps_whole_seconds_loads_offline(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path, tar_format: str

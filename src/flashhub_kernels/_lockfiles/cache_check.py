@@ -97,7 +97,11 @@ def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path
         return None, f"the cached copy is {receipt.content_hash}, the lock pins {expected}"
     changed = receipt.changed_file(entry)
     if changed is not None:
-        return None, f"{entry / changed} was modified after it was verified"
+        return None, (
+            f"{entry / changed} was modified after it was verified (a copy of the cache that "
+            "only lost its modification times is re-stamped, offline, by `flashhub cache "
+            "verify --repair`)"
+        )
     signer = locked.signers.get(variant)
     if not get_config().accepts_signer(locked.info.org, receipt.signer, locked=signer):
         return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
