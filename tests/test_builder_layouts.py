@@ -186,3 +186,27 @@ def test_flashhub_publish_takes_the_builders_flattened_output(tmp_path: Path, la
     fk.configure(cdn_url=out.as_uri())
     marker = "published" if layout == "flat" else "published-package"  # the folder wins
     assert fk.get_kernel(REPO, version=1).built_as == f"{marker}:{tagless_variant()}"
+
+
+@pytest.mark.parametrize("layout", ["flat", "package"])
+def test_flashhub_publish_leaves_out_the_builders_sigstore_signature(
+    tmp_path: Path, layout: str
+) -> None:
+    # A build downloaded from the Hub (`hf download ... --include 'build/*'`) holds the
+    # sigstore bundle of each variant's metadata.json beside it: the builder's signature of
+    # its own manifest, which the builder's digest leaves out, not a file of the kernel.
+    build = tmp_path / "activation" / "build"
+    prefix = "" if layout == "flat" else "activation/"
+    for path, data in activation_files(f"published:{layout}", prefix).items():
+        (build / "torch-universal" / path).parent.mkdir(parents=True, exist_ok=True)
+        (build / "torch-universal" / path).write_bytes(data)
+    (build / "torch-universal" / "metadata.json").write_text(json.dumps(BUILDER_METADATA))
+    (build / "torch-universal" / "metadata.json.sigstore").write_text('{"mediaType": "bundle"}')
+    out = tmp_path / "cdn"
+    publish_build(build, repo_id=REPO, version=1, out=out)
+    published = out / "kernels" / REPO / "v1" / "build" / "torch-universal"
+    manifest = json.loads((published / "metadata.json").read_text())
+    assert not [p for p in manifest["digest"]["files"] if "sigstore" in p]
+    assert not list(published.rglob("*.sigstore"))
+    fk.configure(cdn_url=out.as_uri())
+    assert fk.get_kernel(REPO, version=1).built_as == f"published:{layout}"

@@ -31,6 +31,7 @@ from .._models.record import Record
 from .._network.hashing import CHUNK_SIZE
 from .._publish import KeySource, PublishReport, publish
 from .._publish.destination import open_destination
+from .._publish.layout import UNHASHED_FILES
 from .._publish.signatures import signing_keys
 from .._variants.grammar import is_variant_name
 from .._variants.named_system import target_system
@@ -39,9 +40,6 @@ from .._variants.verdicts import best_variant, describe_system, format_trace, ju
 from ..errors import ManifestError, MirrorError
 from .client import BUILD_DIR, MIRRORED_FROM, Hub, HubOrigin, HubTree
 
-# The files of a variant that its digest leaves out, as kernel builders hash them: the
-# manifest, its sigstore signature, and Python bytecode.
-_UNHASHED = frozenset({MANIFEST_NAME, MANIFEST_NAME + ".sigstore"})
 _DIGEST_SIZES = {"sha256": 32, "sha512": 64}
 _SHOWN_AT_MOST = 3
 _TAMPERED_HINT = (
@@ -290,7 +288,7 @@ def _check_listing(variant: str, digest: _HubDigest, present: set[str], source: 
 
 def _unhashed(rel: str) -> bool:
     """Whether a file of a variant is one that kernel builders leave out of its digest."""
-    return rel in _UNHASHED or "__pycache__" in rel.split("/") or rel.endswith(".pyc")
+    return rel in UNHASHED_FILES or "__pycache__" in rel.split("/") or rel.endswith(".pyc")
 
 
 def _file_digest(path: Path, algorithm: str) -> bytes:

@@ -19,7 +19,7 @@ from .._models.manifest import (
 from .._models.record import Record
 from .._variants.grammar import VariantNameError, is_variant_name, parse_variant
 from ..errors import ManifestError, PublishError
-from .layout import METADATA, VARIANTS, SourceFile, hash_file
+from .layout import METADATA, UNHASHED_FILES, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata, zip_archive_name
 from .report import VariantReport
 from .zipping import zip_package
@@ -139,7 +139,11 @@ def scan_variant(
             hint="publish it without --layout files",
         )
     if _is_flattened(variant_dir) or zipped:
-        files = {rel: hash_file(path) for rel, path in _walk(variant_dir, "") if rel != METADATA}
+        files = {
+            rel: hash_file(path)
+            for rel, path in _walk(variant_dir, "")
+            if rel not in UNHASHED_FILES
+        }
     else:
         files = {
             rel: hash_file(path) for rel, path in _walk(_package_dir(variant_dir, py_pkg), py_pkg)
@@ -170,8 +174,8 @@ def _package_dir(variant_dir: Path, py_pkg: str) -> Path:
     name = variant_dir.name
     entries = _entries(variant_dir)
     for entry in entries:
-        if entry.name != METADATA and (entry.name != py_pkg or not entry.is_dir()):
-            found = ", ".join(repr(e.name) for e in entries if e.name != METADATA)
+        if entry.name not in UNHASHED_FILES and (entry.name != py_pkg or not entry.is_dir()):
+            found = ", ".join(repr(e.name) for e in entries if e.name not in UNHASHED_FILES)
             raise PublishError(
                 f"variant {name!r} must hold exactly one package directory {py_pkg!r} "
                 f"(the package name with '-' replaced by '_'), or the package's files "

@@ -16,6 +16,9 @@ METADATA = "metadata.json"
 VARIANTS = "variants.json"
 VERSIONS = "versions.json"
 VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
+# The files of a variant that kernel builders leave out of its digest, besides Python
+# bytecode: the manifest and its sigstore signature, which are about the build, not of it.
+UNHASHED_FILES = frozenset({METADATA, METADATA + ".sigstore"})
 
 
 class SourceFile(Record):
