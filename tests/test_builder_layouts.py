@@ -210,3 +210,23 @@ def test_flashhub_publish_leaves_out_the_builders_sigstore_signature(
     assert not list(published.rglob("*.sigstore"))
     fk.configure(cdn_url=out.as_uri())
     assert fk.get_kernel(REPO, version=1).built_as == f"published:{layout}"
+
+
+def test_flashhub_publish_takes_what_build_and_copy_leaves_in_build(tmp_path: Path) -> None:
+    # The builder's bundle, which `kernel-builder build-and-copy` copies into build/,
+    # holds the kernel's filled model card and its benchmarks beside the variants.
+    build = tmp_path / "activation" / "build"
+    for path, data in activation_files("published:bundle").items():
+        (build / "torch-universal" / path).parent.mkdir(parents=True, exist_ok=True)
+        (build / "torch-universal" / path).write_bytes(data)
+    (build / "torch-universal" / "metadata.json").write_text(json.dumps(BUILDER_METADATA))
+    (build / "CARD.md").write_text("# activation\n")
+    (build / "benchmarks").mkdir()
+    (build / "benchmarks" / "benchmark.py").write_text("import torch\n")
+    out = tmp_path / "cdn"
+    report = publish_build(build.parent, repo_id=REPO, version=1, out=out)
+    assert [v.name for v in report.variants] == ["torch-universal"]
+    published = sorted(p.name for p in (out / "kernels" / REPO).rglob("*"))
+    assert "CARD.md" not in published and "benchmarks" not in published
+    fk.configure(cdn_url=out.as_uri())
+    assert fk.get_kernel(REPO, version=1).built_as == "published:bundle"

@@ -26,6 +26,10 @@ from .zipping import zip_package
 
 _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
+# What a kernel builder's bundle holds beside its variants (and so its build/ directory,
+# which build-and-copy fills from the bundle): the filled model card and the kernel's
+# benchmarks. The Hub gets them outside build/; a CDN tree has no place for them.
+_BUNDLE_EXTRAS = frozenset({"CARD.md", "benchmarks"})
 
 
 class VariantBuild(Record):
@@ -73,6 +77,8 @@ def variant_dirs(build_dir: Path) -> list[Path]:
     root = build_dir / "build" if (build_dir / "build").is_dir() else build_dir
     dirs: list[Path] = []
     for entry in _entries(root):
+        if entry.name in _BUNDLE_EXTRAS:
+            continue
         if not entry.is_dir():
             raise PublishError(
                 f"unexpected file {entry.path}: the build directory {root} holds only "
