@@ -114,6 +114,27 @@ def test_publish_to_a_bucket_then_load_from_it_and_warm_without_the_network(
     assert len(s3.requests()) == answered  # not one request
 
 
+# A tuned config as vllm's fused MoE kernels ship hundreds of (kernels-community/vllm-moe):
+# a name with '=', ',', '[', ']' and a space, which a URL spells quoted.
+TUNED_CONFIG = "N=1536,K=7168,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+
+
+def test_a_file_whose_name_a_url_quotes_loads_from_a_bucket(
+    s3: S3Server, bucket: str, universal: Path
+) -> None:
+    configs = universal / "build" / UNIVERSAL / PY_PKG / "configs"
+    configs.mkdir()
+    (configs / TUNED_CONFIG).write_text('{"1": {"BLOCK_SIZE_M": 16}}')
+    ok_json(publish_cli(universal, f"s3://{bucket}/cdn", "--json"))
+    code = (
+        "import json, os, flashhub_kernels as fk\n"
+        f"k = fk.get_kernel({REPO!r}, version=1)\n"
+        f"path = os.path.join(os.path.dirname(k.__file__), 'configs', {TUNED_CONFIG!r})\n"
+        "print(json.load(open(path))['1']['BLOCK_SIZE_M'])\n"
+    )
+    assert run_python(code, env={"FLASHHUB_CDN_URL": f"s3://{bucket}/cdn"}).split() == ["16"]
+
+
 def test_mirror_from_the_hub_publishes_into_a_bucket_that_then_serves_loads(
     s3: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

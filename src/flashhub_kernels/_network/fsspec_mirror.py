@@ -20,6 +20,7 @@ requests as it always does.
 from __future__ import annotations
 
 import threading
+import urllib.parse
 
 from .._config import Config
 from ..errors import TransportError
@@ -42,7 +43,7 @@ class FsspecMirror(Mirror):
 
     def read_document(self, relpath: str, limit: int) -> bytes:
         try:
-            return self._store.read(relpath, limit)
+            return self._store.read(_key(relpath), limit)
         except ObjectMissing:
             raise NotPublished(self.url(relpath)) from None
         except StoreError as exc:
@@ -50,7 +51,7 @@ class FsspecMirror(Mirror):
 
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
         try:
-            with self._store.reader(relpath) as source:
+            with self._store.reader(_key(relpath)) as source:
                 if source.size is not None:
                     if writer.size > source.size:
                         writer.reset()  # the part kept is longer than the object: start over
@@ -63,12 +64,19 @@ class FsspecMirror(Mirror):
 
     def size(self, relpath: str) -> int | None:
         try:
-            return self._store.size(relpath)
+            return self._store.size(_key(relpath))
         except (ObjectMissing, StoreError):
             return None
 
     def close(self) -> None:
         pass  # fsspec keeps its connections for the process; nothing is held per run
+
+
+def _key(relpath: str) -> str:
+    """The object key of a CDN path: the fetcher asks for paths as a URL spells them
+    (``configs/a b.json`` is ``configs/a%20b.json``), and the publisher wrote the keys as
+    the files are named."""
+    return urllib.parse.unquote(relpath)
 
 
 def _failed(exc: StoreError) -> MirrorFailed:
