@@ -463,6 +463,36 @@ def test_a_locked_load_downloads_the_dependencies_checked_against_the_lock(
         fk.load_kernel(TOP)  # the cache only: the dependency is not there
 
 
+def test_a_dependency_added_to_a_locked_manifest_is_refused_before_it_runs(
+    cdn: CdnServer, tmp_path: Path, ran_dir: Path
+) -> None:
+    # acme/top is locked with no dependencies. The CDN then adds one to its metadata.json,
+    # a kernel of the attacker's, and leaves the files (and so the content hash) alone.
+    write_builder_kernel(cdn.root, TOP, 1)
+    write_builder_kernel(cdn.root, "evil/payload", 1)
+    project = write_project(tmp_path / "project", {TOP: ">=1"})
+    assert flashhub("lock", cwd=project).returncode == 0
+    manifest_path = cdn.root / "kernels" / TOP / "v1" / "build" / LOADED / "metadata.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["kernel-depends"] = [{"repo-id": "evil/payload", "version": 1}]
+    manifest_path.write_text(json.dumps(manifest))
+    refused = "depends on evil/payload v1, which the lock does not pin"
+    download = flashhub("download", cwd=project)
+    assert download.returncode != 0 and refused in download.stderr
+    for load, error in (
+        ("get_locked_kernel", "LockMismatchError"),
+        ("load_kernel", "LockfileError"),
+    ):
+        code = (
+            f"from flashhub_kernels import {load}\n"
+            f"from flashhub_kernels.errors import {error}\n"
+            f"try:\n    {load}('acme/top')\n"
+            f"except {error} as exc:\n    print(exc)"
+        )
+        assert refused in run_python(code, cwd=project)
+    assert ran(ran_dir) == []
+
+
 def test_a_lock_that_omits_a_dependency_is_refused(cdn: CdnServer, tmp_path: Path) -> None:
     project = _lock(cdn, tmp_path)
     document = json.loads((project / "flashhub.lock").read_text())

@@ -175,6 +175,13 @@ class LockMismatchError(LockfileError, IntegrityError):
     Also an :class:`IntegrityError` (and so an ``ImportError``): the kernel is not loaded.
     """
 
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message,
+            hint="a published version must not change: report it to the publisher, or "
+            "run `flashhub lock` again if you trust the new content",
+        )
+
 
 class NewerVersionWarning(UserWarning):
     """A kernel was loaded at a version older than the newest its ``versions.json`` lists.

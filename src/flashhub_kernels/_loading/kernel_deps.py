@@ -93,7 +93,7 @@ def execute_kernel(
     ``pin(info, backend)`` is the finder's: the module name to import a dependency as,
     bound to it. The finder passes it so that this module does not import the finder.
     """
-    requires = target.requires if target.requires is not None else requirements_on_disk(target)
+    requires = requirements(target)
     if not requires:
         execute()
         return
@@ -137,9 +137,12 @@ def load_dependencies(
         _CHAIN.reset(token)
 
 
-def requirements_on_disk(target: KernelDir) -> dict[str, Any]:
-    """:func:`load_requirements` of the ``metadata.json`` beside a kernel: of a cache
-    entry whose receipt predates recording them, or of a local build's variant."""
+def requirements(target: KernelDir) -> Mapping[str, Any]:
+    """:func:`load_requirements` of a kernel's ``metadata.json``: as its cache entry's
+    receipt records them, else read beside it (a receipt that predates recording them, a
+    local build's variant)."""
+    if target.requires is not None:
+        return target.requires
     places = [target.entry] if target.entry else [target.package_dir, target.package_dir.parent]
     for directory in places:
         path = directory / MANIFEST_NAME

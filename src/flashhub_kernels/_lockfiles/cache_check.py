@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING
 from .._cache.layout import Cache, VariantIndex
 from .._cache.receipt import read_receipt
 from .._config import get_config
+from .._constants import MANIFEST_NAME
+from .._loading.kernel_deps import requirements
 from .._models.kernel_dir import KernelDir, cached_kernel
+from .._models.kernel_metadata import read_kernel_metadata
 from .._variants.choice import choose_variant
 from .._variants.grammar import as_variant
 from .._variants.probing import candidate_names
@@ -87,7 +90,8 @@ def lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
 
 
 def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
-    """The cache entry of a locked variant if it holds the locked bytes; else why not."""
+    """The cache entry of a locked variant if it holds the locked bytes, and its manifest
+    depends on no kernel the lock does not pin; else why not."""
     entry = cache.entry_dir(locked.info, variant)
     receipt = read_receipt(entry)
     if receipt is None:
@@ -105,6 +109,12 @@ def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path
     signer = locked.signers.get(variant)
     if not get_config().accepts_signer(locked.info.org, receipt.signer, locked=signer):
         return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
+    unpinned = _unpinned_dependencies(locked, cached_kernel(entry, locked.info, variant, receipt))
+    if unpinned:
+        return (
+            None,
+            f"its metadata.json depends on {', '.join(unpinned)}, which the lock does not pin",
+        )
     return entry, ""
 
 
@@ -115,3 +125,17 @@ def cached_target(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Ker
     if entry is None or receipt is None:
         return None, why or "it is not in the cache"
     return cached_kernel(entry, locked.info, variant, receipt), ""
+
+
+def _unpinned_dependencies(locked: LockedKernel, target: KernelDir) -> list[str]:
+    """The kernels ``target``'s ``metadata.json`` loads first that the lock does not pin
+    among ``locked``'s dependencies. The content hash pins the files a manifest lists, not
+    its ``kernel-depends``: a manifest changed after locking could otherwise run any
+    kernel before the locked one."""
+    requires = requirements(target)
+    if not requires:
+        return []
+    source = f"{target.entry}/{MANIFEST_NAME}"
+    pinned = {dep.info for dep in locked.dependencies}
+    depends = read_kernel_metadata(requires, source=source).kernel_depends
+    return [str(dep) for dep in depends if dep.info not in pinned]

@@ -20,7 +20,7 @@ from .._network.download import make_entry
 from .._network.transport import remote
 from .._variants.choice import cached_targets
 from .._variants.named_system import target_system
-from ..errors import FlashhubError, NoCompatibleVariantError, OfflineError
+from ..errors import FlashhubError, LockMismatchError, NoCompatibleVariantError, OfflineError
 from .cache_check import cached_entry, lock_index, locked_variant
 
 if TYPE_CHECKING:
@@ -206,10 +206,11 @@ def fetch_locked(
 
     The manifest (``document`` when choosing the variant fetched it already) is checked
     against the lock before any file is fetched: a CDN object changed after locking is
-    caught even when its ``metadata.json`` was changed to match.
+    caught even when its ``metadata.json`` was changed to match. So is, once it is
+    cached, a ``kernel-depends`` the lock does not pin (a :class:`LockMismatchError`).
     """
     with download_mutex(cache, locked.info, variant):
-        return make_entry(
+        entry = make_entry(
             cache,
             fetcher,
             locked.info,
@@ -218,3 +219,7 @@ def fetch_locked(
             expected_signer=locked.signers.get(variant),
             document=document,
         )
+    _, why = cached_entry(cache, locked, variant)  # what the content hash does not pin
+    if why:
+        raise LockMismatchError(f"{locked.info} variant {variant}: {why}")
+    return entry

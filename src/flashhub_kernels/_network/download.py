@@ -173,9 +173,7 @@ def checked_manifest(
     if expected_hash is not None and manifest.content_hash != expected_hash:
         raise LockMismatchError(
             f"{info} variant {variant}: the CDN serves content {manifest.content_hash}, "
-            f"but the lock pins {expected_hash}; nothing was fetched",
-            hint="a published version must not change: report it to the publisher, or "
-            "run `flashhub lock` again if you trust the new content",
+            f"but the lock pins {expected_hash}; nothing was fetched"
         )
     checked = fetcher.config.checks_signatures(info.org)
     if checked and expected_signer is not None and document.signer != expected_signer:
