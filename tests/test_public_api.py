@@ -245,6 +245,17 @@ def test_benchmark_times_each_workload() -> None:
         type("Bad", (fk.Benchmark,), {"iterations": 0})().run()
 
 
+def test_a_benchmark_written_for_0_1_2_takes_its_kernel_when_made() -> None:
+    class Tripling(fk.Benchmark):
+        iterations = 1
+
+        def benchmark_triple(self) -> None:
+            self.out = self.kernel(2)
+
+    for bench in (Tripling(lambda x: x * 3), Tripling(kernel=lambda x: x * 3)):
+        assert [r.name for r in bench.run()] == ["triple"] and bench.out == 6
+
+
 CPU_BENCHMARK = """
 import torch
 import flashhub_kernels as fk

@@ -43,7 +43,8 @@ class Benchmark:
 
     The attributes of Hugging Face kernels' ``Benchmark`` are there too: ``device``
     (``"cpu"`` unless set), ``seed`` (when set, ``random`` and torch are seeded with it
-    before each workload's setup), and ``kernel`` and ``out`` (``None`` until set). A
+    before each workload's setup), and ``kernel`` and ``out`` (``None`` until set;
+    ``Benchmark(kernel)`` sets ``kernel``, as in 0.1.2). A
     ``verify_<name>()`` method returns the expected output: the workload runs once and
     must leave ``self.out`` close to it (``torch.allclose``, ``atol=1e-2``), or
     :meth:`run` raises ``RuntimeError``.
@@ -68,8 +69,8 @@ class Benchmark:
     seed: int | None = None
     device: str = "cpu"
 
-    def __init__(self) -> None:
-        self.kernel: Any = None
+    def __init__(self, kernel: Any = None) -> None:
+        self.kernel: Any = kernel
         self.out: Any = None
 
     def setup(self) -> None:
