@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import MakeCdn, plant_partial
+from conftest import MakeCdn, plant_partial, run_python
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
@@ -112,6 +112,32 @@ def test_a_file_a_half_synced_mirror_lacks_comes_from_the_next(
     assert {f"/{path}" for path in MISSING} <= set(b.gets())
     assert f"/kernels/{REPO}/v1/variants.json" in a.gets()
     assert f"/{BUILD}/metadata.json" in a.gets()
+
+
+def test_a_manifest_a_half_synced_mirror_lacks_comes_from_the_next(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lists the variant in variants.json, but its metadata.json has not arrived yet.
+    a, b = mirrors
+    (a.root / BUILD / "metadata.json").unlink()
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    assert run_python(
+        f"import flashhub_kernels as fk; print(fk.get_kernel({REPO!r}, version=1).marker())"
+    ).split() == ["blob"]
+    assert f"/{BUILD}/metadata.json" in a.gets() and f"/{BUILD}/metadata.json" in b.gets()
+
+
+def test_a_manifest_no_mirror_has_is_the_cdn_s_fault(
+    mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = mirrors
+    for mirror in mirrors:
+        (mirror.root / BUILD / "metadata.json").unlink()
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    with pytest.raises(
+        TransportError, match=r"lists variant torch-universal, but .* does not exist"
+    ):
+        fk.get_kernel(REPO, version=1)
 
 
 def test_when_every_mirror_fails_each_is_named(

@@ -96,18 +96,32 @@ def get_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
 
 
 def get_manifest(
-    fetcher: Fetcher, info: RepoInfo, variant: str, *, prefer_signer: str | None = None
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    *,
+    prefer_signer: str | None = None,
+    listed: bool = False,
 ) -> ManifestDocument:
     """A variant's ``metadata.json``, validated (and its signature checked, when due).
 
     When several trusted keys signed it, ``prefer_signer`` (a lock file's signer) is the
-    one reported, if its signature verifies.
+    one reported, if its signature verifies. ``listed``: the variant is known to be
+    published, so a mirror without its manifest hands over to the next.
     """
     path = variant_path(info, variant, MANIFEST_NAME)
     source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
     parse = functools.partial(parse_metadata, source=source)
     data, manifest, signature, signer = _fetch_checked(
-        fetcher, path, parse, "metadata", info.repo_id, info.version, variant, prefer_signer
+        fetcher,
+        path,
+        parse,
+        "metadata",
+        info.repo_id,
+        info.version,
+        variant,
+        prefer_signer,
+        listed=listed,
     )
     return ManifestDocument(data, manifest, signature, signer)
 
@@ -137,9 +151,12 @@ def _fetch_checked(
     version: int | None,
     variant: str | None,
     prefer_signer: str | None = None,
+    *,
+    listed: bool = False,
 ) -> tuple[bytes, T, bytes | None, str | None]:
     """The document at ``path``, and what ``parse`` makes of it (a mirror whose answer
-    does not parse fails over to the next); and when the user trusts a key for the org,
+    does not parse, or lacks a ``listed`` document, fails over to the next); and when
+    the user trusts a key for the org,
     its ``.sig`` and the trusted key that vouches for it (the key ``prefer_signer`` if it
     is one that does), else ``None`` and ``None`` (no ``.sig`` is fetched then).
 
@@ -155,14 +172,16 @@ def _fetch_checked(
     config = fetcher.config
     org = repo_id.split("/")[0]
     if not config.checks_signatures(org):
-        data, parsed = fetcher.get_document(path, limit=MAX_DOCUMENT_BYTES, parse=parse)
+        data, parsed = fetcher.get_document(
+            path, limit=MAX_DOCUMENT_BYTES, parse=parse, listed=listed
+        )
         return data, parsed, None, None
     # Imported only when a key is trusted: an unsigned load spares most of a millisecond.
     from .._signing.verification import verify_document
 
     failures = fetcher.mirror_failures
     pending = fetcher.soon(functools.partial(_get_signature, fetcher, path))
-    data, parsed = fetcher.get_document(path, limit=MAX_DOCUMENT_BYTES, parse=parse)
+    data, parsed = fetcher.get_document(path, limit=MAX_DOCUMENT_BYTES, parse=parse, listed=listed)
     signature = pending.result()
     verify = functools.partial(
         verify_document,
@@ -224,10 +243,11 @@ def get_listed_manifest(
 ) -> ManifestDocument:
     """The manifest of a variant that ``variants.json`` (or a probe) found.
 
-    Its absence is then the CDN's fault, not an answer: a :class:`TransportError`.
+    A mirror without it is not fully synced, and the next is asked; its absence from
+    every mirror is the CDN's fault, not an answer: a :class:`TransportError`.
     """
     try:
-        return get_manifest(fetcher, info, variant, prefer_signer=prefer_signer)
+        return get_manifest(fetcher, info, variant, prefer_signer=prefer_signer, listed=True)
     except NotPublished as exc:
         raise TransportError(
             f"{info} lists variant {escape_controls(variant)}, but "

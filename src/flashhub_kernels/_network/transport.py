@@ -10,7 +10,8 @@ Failure policy, per path:
   5xx after retries, 401/403/404 for a listed file, a stalled transfer) hands over to
   the next mirror, which continues a file from the bytes already received; a mirror
   that failed goes to the back of the list for the rest of the run;
-- ``NotPublished`` (404 for a document) is an answer, and is given at once;
+- ``NotPublished`` (404 for a document) is an answer, and is given at once, unless
+  another document lists it (a listed variant's manifest): then the next mirror is asked;
 - bytes that do not hash to the manifest's digest, or a body longer than the size the
   manifest states or announced with another length (nothing past that size is
   written), are that mirror failing for the file: the bytes are discarded, the mirror
@@ -41,7 +42,7 @@ from .._config import Config
 from .._models.record import Record
 from .._utils.callers import warn_at_caller
 from .._utils.threads import soon
-from .._utils.urls import is_loopback
+from .._utils.urls import is_loopback, redact_url
 from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError, TransportError
 from .hashing import INTEGRITY_HINT, HashingWriter, WrongSize
 from .mirrors import (
@@ -50,6 +51,7 @@ from .mirrors import (
     FileMirror,
     Mirror,
     MirrorFailed,
+    NotPublished,
     OverCap,
 )
 from .progress import NO_PROGRESS, Progress
@@ -176,7 +178,7 @@ class Fetcher:
         return self.get_document(relpath, limit=limit, parse=bytes)[0]
 
     def get_document(
-        self, relpath: str, *, limit: int, parse: Callable[[bytes], T]
+        self, relpath: str, *, limit: int, parse: Callable[[bytes], T], listed: bool = False
     ) -> tuple[bytes, T]:
         """Fetch a small document whole and ``parse`` it; raise
         :class:`~.mirrors.NotPublished` when it does not exist.
@@ -184,14 +186,30 @@ class Fetcher:
         A mirror whose answer ``parse`` refuses failed for the document, and the next
         mirror is asked: :class:`ManifestError` (a captive portal's web page, an error
         page served with 200) or :class:`RollbackError` (an edge serving an older copy).
+        So does a mirror without a ``listed`` document (another document names it): that
+        mirror is not fully synced. ``NotPublished`` comes then only when none has it.
         """
         start, cpu = time.perf_counter(), time.thread_time()
+        missing: list[NotPublished] = []
+        asked: list[Mirror] = []
 
         def fetch(mirror: Mirror) -> tuple[bytes, T]:
-            data = mirror.read_document(relpath, limit)
+            asked.append(mirror)
+            try:
+                data = mirror.read_document(relpath, limit)
+            except NotPublished as exc:
+                if not listed:
+                    raise
+                missing.append(exc)
+                raise MirrorFailed(f"{redact_url(str(exc))} does not exist") from None
             return data, parse(data)
 
-        answer = self._from_mirrors(relpath, fetch)
+        try:
+            answer = self._from_mirrors(relpath, fetch)
+        except TransportError:
+            if missing and len(missing) == len(asked):
+                raise missing[0] from None
+            raise
         cpu = time.thread_time() - cpu
         self._wait = min(self._wait, max(0.0, time.perf_counter() - start - cpu))
         return answer
