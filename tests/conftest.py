@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -165,6 +166,18 @@ def import_in_child(
     assert result.returncode == 1, f"the import did not fail:\n{result.stdout}{result.stderr}"
     module_name, qualname = result.stdout.splitlines()[-1].split()
     return getattr(importlib.import_module(module_name), qualname), result.stderr
+
+
+def unshare_mount() -> list[str]:
+    """The command that runs the rest in a mount namespace of its own, as root there (to
+    mount a small tmpfs for the cache, or the cache read-only)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1), to mount in a namespace of the test's own")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    command = ["unshare", *user, "--mount", "true"]
+    if subprocess.run(command, capture_output=True, check=False).returncode != 0:
+        pytest.skip("this machine allows no mount namespace (unshare --mount)")
+    return command[:-1]
 
 
 def free_port() -> int:

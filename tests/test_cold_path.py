@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import run_python
+from conftest import run_python, unshare_mount
 from flashhub_kernels._network.deferred_gc import collection_paused
 from flashhub_kernels._network.hashing import HashingWriter
 from flashhub_kernels._network.reserve import MIN_RESERVED_BYTES
@@ -387,17 +387,6 @@ print("half-imported:", "flashhub.acme.tensor_tricks.v1" in sys.modules)
 left = [p.name for p in pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("*.bin")]
 print("left in the cache:", left)
 """
-
-
-def unshare_mount() -> list[str]:
-    """The command that runs the rest in a mount namespace of its own, as root there."""
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare(1), to mount a small tmpfs for the cache")
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    command = ["unshare", *user, "--mount", "true"]
-    if subprocess.run(command, capture_output=True, check=False).returncode != 0:
-        pytest.skip("this machine allows no mount namespace (unshare --mount)")
-    return command[:-1]
 
 
 @linux_only

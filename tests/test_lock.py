@@ -7,7 +7,9 @@ test_cli_lock.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels
-from conftest import MakeCdn, MakeProject, run_python
+from conftest import MakeCdn, MakeProject, run_python, unshare_mount
 from flashhub_kernels import (
     LockedLayerRepository,
     get_kernel,
@@ -40,6 +42,7 @@ from flashhub_kernels.errors import (
 )
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
+from support.machines import CPU_ONLY_CHILD
 from support.projects import (
     CUDA,
     PY_PKG,
@@ -509,6 +512,8 @@ def test_probed_lock_without_a_variant_the_cdn_gives_this_system_says_so(
     lockfile = write_probed_lock(probed_project, cdn, [UNIVERSAL, CUDA])
     assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{CPU_LOCAL}"  # probed: cached
     del sys.modules[PROBED_MODULE]
+    index = entry(1, CPU_LOCAL).parent / "variants-index.json"
+    recorded = index.read_bytes()
 
     with pytest.raises(
         LockfileError, match=f"publishes variant {CPU_LOCAL} for this system"
@@ -517,6 +522,33 @@ def test_probed_lock_without_a_variant_the_cdn_gives_this_system_says_so(
 
     assert "--variant NAME" in str(info.value)
     assert PROBED_MODULE not in sys.modules
+    assert index.read_bytes() == recorded, "a refused lock records nothing of it"
+
+
+def test_a_probed_kernel_loads_from_its_lock_in_a_read_only_baked_cache(
+    probed_project: Path, cdn: CdnServer, cache_dir: Path
+) -> None:
+    # As docs/hosting.md bakes an image: every locked variant downloaded, then loaded
+    # offline from the cache on a read-only mount. Without variants.json the lock adds
+    # what the cache does not record for this system (the names probed before its
+    # variant): the load checks with it, and writes nothing.
+    download_locked(lock_project(probed_project), all_variants=True)
+    cdn.stop()
+    lockfile = str(lockfile_of(probed_project))
+    code = f"{CPU_ONLY_CHILD}import flashhub_kernels as fk\n" + (
+        f"print(fk.load_kernel({REPO!r}, lockfile={lockfile!r}).marker())"
+    )
+    read_only = f"mount --bind {cache_dir} {cache_dir} && mount -o remount,ro,bind {cache_dir}"
+    result = subprocess.run(
+        [*unshare_mount(), "sh", "-c", f'{read_only} && exec "$0" -c "$1"', sys.executable, code],
+        env={**os.environ, "FLASHHUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{REPO}@v1:{CPU_LOCAL}"
 
 
 def test_a_lock_without_variants_source_is_a_published_one(project: Path) -> None:

@@ -9,6 +9,7 @@ hook, so the module is the one ``import flashhub.<org>.<pkg>.v<N>`` gives.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import sys
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .._cache.imports import mark_in_use
 from .._cache.layout import Cache
-from .._cache.staging import record_index
+from .._cache.staging import merge_indexes, record_index
 from .._config import get_config
 from .._finder import install, twin_names
 from .._models.names import check_backend
@@ -27,7 +28,7 @@ from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
 from .._variants.compat import pick_cached_variant
 from .._variants.named_system import target_system
-from ..errors import LockfileError
+from ..errors import CacheError, LockfileError
 from .cache_check import cached_target, lock_index, locked_variant
 from .discovery import StrPath, find_lockfile
 from .project import VARIANT_OPTIONS
@@ -189,12 +190,15 @@ def _check_imported(module_name: str, imported: KernelDir | None, locked: Kernel
 def _check_cached_choice(
     cache: Cache, locked: LockedKernel, variant: str, system: SystemInfo
 ) -> None:
-    """Make the import hook's warm path pick the locked ``variant``, just checked, as the
-    import of the kernel (or of a kernel depending on it) will."""
-    record_index(cache, locked.info, lock_index(locked, system))
-    index = cache.read_index(locked.info)
+    """Check that the import hook's warm path, by what the cache records and the lock
+    adds to it, picks the locked ``variant``, just checked; then record what the lock
+    adds, so that the import of the kernel (or of a kernel depending on it) picks it too.
+    A cache that cannot be written (an image's, read-only) is checked all the same."""
+    added = lock_index(locked, system)
+    recorded = cache.read_index(locked.info)
+    index = added if recorded is None else merge_indexes(recorded, added)
     cached = functools.partial(cache.read_target, locked.info)
-    picked = pick_cached_variant(index, system, cached) if index is not None else None
+    picked = pick_cached_variant(index, system, cached)
     if locked.probed and picked is not None and picked not in locked.variants:
         raise LockfileError(
             f"{locked.info} publishes variant {escape_controls(picked)} for this system, "
@@ -207,3 +211,5 @@ def _check_cached_choice(
             f"the cache's variant list for {locked.info} disagrees with the lock",
             hint="run `flashhub cache clear`, then `flashhub download`",
         )
+    with contextlib.suppress(CacheError):
+        record_index(cache, locked.info, added)
