@@ -29,6 +29,7 @@ from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_
 from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
 from support.cdn_server import CdnHandler, CdnServer, Fault, held
 from support.cli_runner import OFFLINE, flashhub, ok_json
+from support.preloaded import run_code
 from support.projects import (
     CUDA,
     REPO,
@@ -694,6 +695,48 @@ def test_an_entry_cached_before_keys_is_refused_offline(
     cdn.clear_log()
     assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
     assert cdn.requests == []
+
+
+def test_processes_trusting_different_keys_of_the_publisher_share_a_cache(
+    cdn: CdnServer, keys: Keys
+) -> None:
+    # A fleet mid-rotation shares one cache: the CDN carries both keys' signatures, and
+    # some processes trust the old key, some the new. Each loads what the other cached,
+    # checked against the signature cached with the entry: offline too, with no request,
+    # and without rewriting what the other recorded.
+    (old_path, old_key), (new_path, new_key) = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, old_path)
+    sign(cdn.root, new_path)
+    old, new = {TRUSTED: old_key.public_line}, {TRUSTED: new_key.public_line}
+    assert run_python(IMPORT_V1, env=old).strip() == f"{REPO}@v1:{LOCAL}"
+    cdn.clear_log()
+
+    for env in [{**new, "FLASHHUB_OFFLINE": "1"}, new, old, new]:
+        assert run_python(IMPORT_V1, env=env).strip() == f"{REPO}@v1:{LOCAL}"
+
+    assert cdn.requests == []
+    assert cached_signers()[(REPO, 1, LOCAL)] == old_key.key_id
+
+
+def test_an_entry_cached_under_a_key_not_trusted_here_does_not_run(
+    cdn: CdnServer, keys: Keys, tmp_path: Path
+) -> None:
+    # A neighbour sharing the cache trusts a key this process does not (a CDN signing
+    # with a key of its own fooled it): neither the entry it cached nor the signature
+    # cached with it vouch for anything here, offline or online.
+    (rogue_path, rogue_key), (_path, key) = keys
+    ran = tmp_path / "planted-ran"
+    plant_unsigned(cdn.root, REPO, ran)
+    sign(cdn.root, rogue_path)
+    run_python(f"import {MODULE}", env={TRUSTED: rogue_key.public_line})
+    ran.unlink()
+
+    for offline in ["1", ""]:
+        env = {**os.environ, TRUSTED: key.public_line, "FLASHHUB_OFFLINE": offline}
+        result = run_code(f"import {MODULE}", env=env)
+        assert result.returncode == 1 and "SignatureError" in result.stderr, result.stderr
+    assert not ran.exists(), "the planted code ran"
 
 
 def test_a_re_import_after_keys_are_configured_in_the_process_is_checked(

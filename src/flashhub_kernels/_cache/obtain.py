@@ -118,8 +118,9 @@ def _warm_lookup(
 ) -> tuple[KernelDir | None, str | None]:
     """A verified entry, or ``None`` and (when an entry is unfit) why.
 
-    An entry that no trusted key vouched for (cached before the key was configured) is
-    unfit while signatures are checked: the cold path verifies it once.
+    An entry that no trusted key vouched for when it was cached is vouched for by the
+    signature cached with it, if a trusted key made it; else (cached before a key was
+    configured) it is unfit while signatures are checked: the cold path verifies it once.
     """
     document = cache.index_document(info)
     variant = recorded_pick(document, system.key) or _judged_pick(cache, info, document, system)
@@ -134,7 +135,12 @@ def _warm_lookup(
     if changed is not None:
         return None, f"{entry / changed} differs from its receipt"
     if not config.accepts_signer(info.org, receipt.signer):
-        return None, _UNSIGNED_ENTRY
+        from .._signing.verification import cached_signer  # and cryptography, for this entry
+
+        signer = cached_signer(entry, info, variant, receipt.content_hash, config.trusted_keys)
+        if signer is None:
+            return None, _UNSIGNED_ENTRY
+        receipt = receipt._replace(signer=signer)
     return cached_kernel(entry, info, variant, receipt), None
 
 

@@ -8,10 +8,12 @@ imported only when a signature is checked (:mod:`.ed25519`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from .._constants import SIG_SUFFIX, TRUSTED_KEYS_VAR
-from .._models.names import parse_repo_id
-from ..errors import SignatureError
+from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, SIG_SUFFIX, TRUSTED_KEYS_VAR
+from .._models.manifest import parse_metadata
+from .._models.names import RepoInfo, parse_repo_id
+from ..errors import ManifestError, SignatureError
 from .ed25519 import verifies
 from .signature_files import parse_signatures
 from .statements import DocumentKind, document_name, statement
@@ -107,3 +109,35 @@ def verify_document(
         hint=f"if the publisher signs with a new key, {add_key}; otherwise the document was "
         "changed after it was signed: report it to the kernel's publisher",
     )
+
+
+def cached_signer(
+    entry: Path, info: RepoInfo, variant: str, content_hash: str, keys: Sequence[TrustedKey]
+) -> str | None:
+    """The key of ``keys`` whose signature, in the ``metadata.json.sig`` cached in the
+    entry directory ``entry``, verifies the ``metadata.json`` cached beside it, where that
+    manifest is of ``content_hash`` (the content the entry's files were verified against);
+    ``None`` when no key's does, or either file is missing or malformed.
+
+    Offline: an entry that another process cached, vouched for by a key this one does
+    not trust (a fleet mid-rotation, trusting the old key here and the new one there),
+    is vouched for by this one's keys without a request.
+    """
+    try:
+        data = (entry / MANIFEST_NAME).read_bytes()
+        signature = (entry / MANIFEST_SIGNATURE_NAME).read_bytes()
+        if parse_metadata(data).content_hash != content_hash:
+            return None
+        return verify_document(
+            kind="metadata",
+            repo_id=info.repo_id,
+            version=info.version,
+            variant=variant,
+            data=data,
+            sig_bytes=signature,
+            keys=keys,
+            org=info.org,
+            require=True,
+        )
+    except (OSError, ManifestError, SignatureError):
+        return None
