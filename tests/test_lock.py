@@ -535,20 +535,45 @@ def test_a_probed_kernel_loads_from_its_lock_in_a_read_only_baked_cache(
     download_locked(lock_project(probed_project), all_variants=True)
     cdn.stop()
     lockfile = str(lockfile_of(probed_project))
-    code = f"{CPU_ONLY_CHILD}import flashhub_kernels as fk\n" + (
-        f"print(fk.load_kernel({REPO!r}, lockfile={lockfile!r}).marker())"
+    load = f"import flashhub_kernels as fk\nk = fk.load_kernel({REPO!r}, lockfile={lockfile!r})"
+
+    assert offline_in_read_only_cache(cache_dir, f"{load}\nprint(k.marker())") == (
+        f"{REPO}@v1:{CPU_LOCAL}"
     )
+
+
+def test_a_probed_kernel_imports_from_a_read_only_baked_cache_once_downloaded_for_the_node(
+    probed_project: Path, cdn: CdnServer, cache_dir: Path
+) -> None:
+    # The import by name, as docs/hosting.md says: after --all-variants, `flashhub
+    # download` for the node's system records the names probed before its variant.
+    lock = lock_project(probed_project)
+    download_locked(lock, all_variants=True)
+    download_locked(lock)  # this system's, as `flashhub download --system NAME` names it
+    cdn.stop()
+
+    output = offline_in_read_only_cache(
+        cache_dir, f"import {PROBED_MODULE} as k; print(k.marker())"
+    )
+    assert output == f"{REPO}@v1:{CPU_LOCAL}"
+
+
+def offline_in_read_only_cache(cache_dir: Path, code: str) -> str:
+    """What ``code`` prints, run offline as a CPU-only machine, the cache mounted read-only."""
     read_only = f"mount --bind {cache_dir} {cache_dir} && mount -o remount,ro,bind {cache_dir}"
     result = subprocess.run(
-        [*unshare_mount(), "sh", "-c", f'{read_only} && exec "$0" -c "$1"', sys.executable, code],
+        [
+            *unshare_mount(),
+            *("sh", "-c", f'{read_only} && exec "$0" -c "$1"'),
+            *(sys.executable, CPU_ONLY_CHILD + code),
+        ],
         env={**os.environ, "FLASHHUB_OFFLINE": "1"},
         capture_output=True,
         text=True,
         timeout=120,
     )
-
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"{REPO}@v1:{CPU_LOCAL}"
+    return result.stdout.strip()
 
 
 def test_a_lock_without_variants_source_is_a_published_one(project: Path) -> None:
