@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from flashhub_kernels._lockfiles.predownload import download_locked
 from flashhub_kernels._lockfiles.project import read_project
 from flashhub_kernels._models.manifest import parse_metadata
 from flashhub_kernels.errors import (
+    CacheError,
     IntegrityError,
     LockfileError,
     LockMismatchError,
@@ -43,6 +45,7 @@ from flashhub_kernels.errors import (
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
 from support.machines import CPU_ONLY_CHILD
+from support.preloaded import start_code
 from support.projects import (
     CUDA,
     PY_PKG,
@@ -407,6 +410,49 @@ def test_cached_copy_that_differs_from_the_lock_is_not_loaded_and_is_replaced(
 
     assert not hasattr(module, "CHANGED_AFTER_LOCKING")
     assert (entry(2, LOCAL) / PY_PKG / "_ops.py").read_bytes() == original
+
+
+USE_UNTIL_RELEASED = """
+import pathlib, sys, time
+import flashhub.acme.tensor_tricks.v2 as k
+ready, release = map(pathlib.Path, sys.argv[1:])
+ready.write_text(k.__file__)
+deadline = time.monotonic() + 60
+while not release.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def test_a_locked_load_does_not_replace_a_differing_copy_a_running_process_uses(
+    project: Path, cdn: CdnServer, tmp_path: Path
+) -> None:
+    # A process without the lock cached other bytes of the locked variant, and runs
+    # them: the locked load must not swap the lock's bytes in beneath it, where its
+    # next submodule import, or a reload, would run code it never verified.
+    lock_project(project)
+    original = (variant_dir(cdn.root, 2, LOCAL) / PY_PKG / "_ops.py").read_bytes()
+    original_manifest = (variant_dir(cdn.root, 2, LOCAL) / "metadata.json").read_bytes()
+    change_published_file(cdn.root, 2, LOCAL)
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    user = start_code(USE_UNTIL_RELEASED, str(ready), str(release), env=dict(os.environ))
+    while not ready.exists() and user.poll() is None:
+        time.sleep(0.05)
+    ops = entry(2, LOCAL) / PY_PKG / "_ops.py"
+    changed = ops.read_bytes()
+    (variant_dir(cdn.root, 2, LOCAL) / PY_PKG / "_ops.py").write_bytes(original)
+    (variant_dir(cdn.root, 2, LOCAL) / "metadata.json").write_bytes(original_manifest)
+
+    with pytest.raises(CacheError, match="a running process uses it") as info:
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    assert str(entry(2, LOCAL)) in str(info.value)
+    assert ops.read_bytes() == changed, "the running process's files are as it verified them"
+    assert MODULE not in sys.modules
+    release.touch()
+    assert user.wait(60) == 0
+    module = get_locked_kernel(REPO, lockfile=lockfile_of(project))  # nobody uses it now
+    assert not hasattr(module, "CHANGED_AFTER_LOCKING")
+    assert ops.read_bytes() == original
 
 
 # -- --all-variants --------------------------------------------------------------------------

@@ -93,7 +93,8 @@ class TransportError(KernelImportError):
 
 
 class CacheError(KernelImportError):
-    """The cache could not be written: the disk is full, or the directory is not writable."""
+    """The cache could not be written: the disk is full, the directory is not writable,
+    or the entry to replace is in use by a running process."""
 
     @classmethod
     def cannot_write(cls, exc: OSError, path: object = None) -> CacheError:

@@ -37,14 +37,16 @@ from .layout import (
 )
 from .mutex import download_mutex, hold_if_free, lock_mode
 from .receipt import Receipt, read_receipt
-from .staging import cache_errors, evict, remove_stale_staging, remove_tree, write_receipt
+from .staging import (
+    cache_errors,
+    evict,
+    remove_stale_staging,
+    remove_tree,
+    unused,
+    write_receipt,
+)
 from .trust import distrust
 from .versions_seen import RECORD_NAME
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock, so no entry is known to be in use
-    fcntl = None  # type: ignore[assignment]
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
 # A temporary file not modified for this long is no writer's: each is written in one go,
@@ -331,32 +333,6 @@ def _evict_unused(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
         if free:
             evict(entry.path)  # atomically: a reader sees the entry or nothing
         return free
-
-
-@contextlib.contextmanager
-def unused(entry: Path) -> Iterator[bool]:
-    """Hold ``entry`` exclusively for the block if no process uses it (this one
-    included); yield whether it could. An entry that is gone, or that this file system
-    cannot lock, counts as unused: no process could have marked it either."""
-    if fcntl is None:
-        yield True
-        return
-    try:
-        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        yield True
-        return
-    try:
-        free = True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            free = False
-        except OSError:
-            pass
-        yield free
-    finally:
-        os.close(fd)
 
 
 def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:

@@ -40,6 +40,11 @@ from .layout import (
 )
 from .receipt import Receipt
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so no entry is known to be in use
+    fcntl = None  # type: ignore[assignment]
+
 if TYPE_CHECKING:
     from .._models.names import RepoInfo
     from .._network.documents import ManifestDocument
@@ -153,6 +158,32 @@ def evict(entry: Path) -> None:
     except OSError as exc:  # a read-only cache: say so, whoever asked
         raise CacheError.cannot_write(exc, entry.parent) from exc
     remove_tree(trash)
+
+
+@contextmanager
+def unused(entry: Path) -> Iterator[bool]:
+    """Hold ``entry`` exclusively for the block if no process uses it (this one
+    included); yield whether it could. An entry that is gone, or that this file system
+    cannot lock, counts as unused: no process could have marked it either."""
+    if fcntl is None:
+        yield True
+        return
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield True
+        return
+    try:
+        free = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            free = False
+        except OSError:
+            pass
+        yield free
+    finally:
+        os.close(fd)
 
 
 def partial_dir(cache: Cache, info: RepoInfo, variant: str) -> Path:

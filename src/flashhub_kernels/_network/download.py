@@ -32,6 +32,7 @@ from .._cache.staging import (
     remove_stale_staging,
     remove_tree,
     seal,
+    unused,
 )
 from .._config import Config
 from .._constants import MANIFEST_NAME
@@ -42,6 +43,7 @@ from .._models.names import RepoInfo
 from .._utils.elf import missing_bytes
 from .._variants.system import SystemInfo
 from ..errors import (
+    CacheError,
     IntegrityError,
     KernelNotFoundError,
     LockMismatchError,
@@ -125,13 +127,27 @@ def make_entry(
         # Intact, cached before a key was trusted, and vouched for now: keep the files.
         record_signer(entry, receipt, document)
         return entry
-    with cache_errors(entry):
+    with cache_errors(entry), unused(entry) as free:
+        if receipt is not None and not free:  # intact, of other content
+            raise _in_use_error(entry, receipt, document)
         evict(entry)
         remove_stale_staging(cache, info, variant)
     if on_download is not None:
         on_download()
     _download_and_commit(cache, fetcher, info, variant, document)
     return entry
+
+
+def _in_use_error(entry: Path, receipt: Receipt, document: ManifestDocument) -> CacheError:
+    """The error for an intact entry of other content than ``document`` that a running
+    process imported: replaced beneath it, its next submodule import (or a reload) would
+    run files it never verified."""
+    return CacheError(
+        f"{entry} holds content {receipt.content_hash}, not the {document.manifest.content_hash} "
+        "this load needs, and a running process uses it: it is not replaced beneath it",
+        hint="load again once the processes that use it have exited, or give this one a "
+        "cache of its own (FLASHHUB_CACHE_DIR)",
+    )
 
 
 def _intact_receipt(cache: Cache, entry: Path, info: RepoInfo) -> Receipt | None:
