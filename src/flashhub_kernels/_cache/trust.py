@@ -98,10 +98,13 @@ def untrusted(path: Path, st: os.stat_result, reason: str) -> CacheError:
 
 
 def unreadable(path: Path, exc: OSError) -> CacheError:
-    """The refusal of a directory this user cannot even look at: most often a cache
-    another user made and left private (an image built as root, run as another user)."""
+    """The refusal of a directory this user cannot even look at (most often a cache
+    another user made and left private: an image built as root, run as another user),
+    or of a path that cannot be a directory (a file in the way)."""
     from ..errors import CacheError  # only on a refusal: a load does not import errors
 
+    if not isinstance(exc, PermissionError):
+        return CacheError.cannot_write(exc, path)
     return CacheError(
         f"cannot read {path}: {exc.strerror or exc}",
         hint="make the cache readable by this user (`chmod -R a+rX` on it, which keeps it "
