@@ -1,0 +1,115 @@
+"""The error of a path that no CDN mirror served: what each mirror answered, and what to
+try next (:mod:`.transport` asks the mirrors, in turn, and records their answers here)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError, TransportError
+from .hashing import INTEGRITY_HINT
+from .mirrors import AccessDenied, Mirror, MirrorFailed, OverCap
+
+logger = logging.getLogger("flashhub_kernels")
+
+
+class Answers:
+    """What each mirror answered for one path, for the error raised when none served it."""
+
+    def __init__(self, relpath: str) -> None:
+        self.relpath = relpath
+        self._lines: list[str] = []
+        self._proxied = self._capped = self._bad_bytes = self._denied = False
+        self._refused: list[IntegrityError] = []  # documents that did not parse, or were stale
+        self._netrc_problems: list[str] = []
+        self._credential_hints: list[str] = []  # where each refusing mirror takes them from
+
+    def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
+        via = f" (through the proxy {mirror.via})" if mirror.via else ""
+        self._proxied = self._proxied or bool(mirror.via)
+        self._capped = self._capped or isinstance(exc, OverCap)
+        if isinstance(exc, AccessDenied):
+            self._denied = True
+            if (hint := exc.hint or CREDENTIALS_HINT) not in self._credential_hints:
+                self._credential_hints.append(hint)
+            if exc.netrc_problem and exc.netrc_problem not in self._netrc_problems:
+                self._netrc_problems.append(exc.netrc_problem)
+        self._lines.append(f"{mirror.label}{via}: {exc}")
+        logger.info("mirror %s could not serve %s: %s", mirror.label, self.relpath, exc)
+
+    def bad_bytes(self, mirror: Mirror, why: str) -> None:
+        self._bad_bytes = True
+        self._lines.append(f"{mirror.label}: {why}")
+        logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, why)
+
+    def refused(self, mirror: Mirror, exc: ManifestError | RollbackError) -> None:
+        self._refused.append(exc)
+        self._lines.append(f"{mirror.label}: {exc.message}")
+        logger.info("mirror %s served a %s that was refused: %s", mirror.label, self.relpath, exc)
+
+    def error(self) -> FlashhubError:
+        """When a mirror served a document that was refused (it does not parse, or is
+        older than one seen), that error, of its class (the one mirror's own error, when
+        only one was asked); an :class:`IntegrityError` when a mirror sent bad bytes;
+        else a :class:`TransportError`. Each names every mirror and its answer."""
+        answers = "\n  ".join(self._lines)
+        if self._refused:
+            first = self._refused[0]
+            if len(self._lines) == 1:
+                return first
+            stale = isinstance(first, RollbackError)
+            return type(first)(
+                f"no CDN mirror served {self.relpath!r} as a valid"
+                f"{', current' if stale else ''} document:\n  {answers}",
+                hint=first.hint if stale else MALFORMED_HINT,
+                cli_hint=first.cli_hint if stale else None,
+            )
+        if self._bad_bytes:
+            return IntegrityError(
+                f"no CDN mirror served {self.relpath!r} intact, and nothing of what they "
+                f"sent was kept:\n  {answers}",
+                hint=INTEGRITY_HINT,
+            )
+        return TransportError(
+            f"could not fetch {self.relpath!r} from any CDN mirror:\n  {answers}",
+            hint=self._hint(),
+        )
+
+    def _hint(self) -> str:
+        """What to try when every mirror failed for the path."""
+        if self._capped:
+            return (
+                "if the kernel really ships a file this large, raise FLASHHUB_MAX_FILE_BYTES; "
+                "otherwise the CDN sends a broken answer: report it to the CDN's operator"
+            )
+        if self._denied:
+            return "; ".join([*self._credential_hints, *self._netrc_problems])
+        return _network_hint(proxied=self._proxied)
+
+
+# When each mirror failed a document, and one at least answered with one that does not parse.
+MALFORMED_HINT = (
+    "a mirror that answers every path with a web page is a captive portal or a login "
+    "page in the way: log in, or drop that mirror from FLASHHUB_CDN_URL; otherwise the "
+    "CDN serves a broken document: report it to the kernel's publisher"
+)
+
+# Where requests takes a mirror's credentials from (the URL's win).
+CREDENTIALS_HINT = (
+    "the CDN wants credentials, or refused the ones sent: put them in FLASHHUB_CDN_URL "
+    "(https://user:password@host, percent-encoded) or in ~/.netrc (or the file $NETRC "
+    "names) as 'machine HOST login USER password PASSWORD'; a netrc file that does not "
+    "parse is ignored"
+)
+
+
+def _network_hint(*, proxied: bool) -> str:
+    """What to try when the mirrors could not be reached."""
+    if proxied:
+        return (
+            "check the proxy settings (https_proxy, http_proxy, all_proxy, no_proxy) and "
+            "that the proxy is up, or set FLASHHUB_OFFLINE=1 to use only what is cached"
+        )
+    return (
+        "check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
+        "or set FLASHHUB_OFFLINE=1 to use only what is cached"
+    )
