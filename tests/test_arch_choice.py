@@ -27,6 +27,7 @@ SYSTEM = "torch213-cxx11-cu126-x86_64-linux"  # the GPU nodes' torch, as a build
 CU126 = SYSTEM  # built for CUDA archs 8.0 and 8.6
 CU124 = "torch213-cxx11-cu124-x86_64-linux"  # built for 9.0a: an H100 only
 UNIVERSAL = "torch-universal"
+CPU_BUILD = "torch213-cxx11-cpu-x86_64-linux"
 BUILDS: dict[str, list[str] | None] = {CU126: ["8.0", "8.6"], CU124: ["9.0a"], UNIVERSAL: None}
 
 
@@ -496,3 +497,15 @@ def test_check_arch_takes_part_in_a_layer_repository_equality(make: Any) -> None
     assert len({checked, unchecked}) == 2
     assert (checked.check_arch, unchecked.check_arch) == (True, False)
     assert "check_arch=False" in repr(unchecked)
+
+
+def test_a_cpu_build_passed_over_on_a_gpu_machine_names_both_ways_to_force_it(
+    cdn: CdnServer,
+) -> None:
+    publish(cdn.root, 1, {CPU_BUILD: None, CU124: ["9.0a"]})
+    result = flashhub("variants", REPO, "--version", "1", "--system", SYSTEM)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"  - {CPU_BUILD}: built for cpu, but this system uses cu126 "
+        "(backend='cpu', or --backend cpu, loads it anyway)"
+    ) in result.stdout.splitlines()

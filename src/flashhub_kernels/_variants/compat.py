@@ -51,7 +51,7 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
         return (
             f"built for {variant.backend_tag or variant.backend}, but this system uses "
             f"{system.backend_tag}"
-            + (" (pass backend='cpu' to load it anyway)" if forcible else "")
+            + (" (backend='cpu', or --backend cpu, loads it anyway)" if forcible else "")
         )
     if variant.arch is None:  # no compiled parts: noarch, universal, an SDK without
         return None
