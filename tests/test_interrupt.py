@@ -3,6 +3,7 @@ a second process waiting for the download mutex another one holds."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -95,6 +96,46 @@ def test_ctrl_c_mid_download_exits_at_once_and_keeps_the_partial_file(
     first = next(r for r in big_kernel.requests if r.path.endswith("big.bin"))
     match = re.fullmatch(r"bytes=(\d+)-", first.range or "")
     assert match and 0 < int(match.group(1)) <= 1 << 20, first.range
+
+
+GOES_ON_AFTER_CTRL_C = """
+import threading, time
+import flashhub_kernels as fk
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except KeyboardInterrupt:
+    print("interrupted")
+# A program that goes on (a notebook, a server): until the download's threads have ended.
+# Not join(): on Python 3.11 it returns at once for a thread whose join Ctrl-C interrupted.
+while threading.active_count() > 1:
+    time.sleep(0.05)
+"""
+
+
+def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_file(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """The download of big.bin waits for bytes when Ctrl-C stops the load, and the program
+    goes on. When its read times out, it must not ask again: an answer ignoring Range
+    would start the file over, emptying the part the interrupted load kept."""
+    reached = threading.Event()
+    big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached), stall(30, after=1 << 20))
+    process = child(GOES_ON_AFTER_CTRL_C, PYTHONWARNINGS="ignore", FLASHHUB_READ_TIMEOUT="2")
+    try:
+        assert reached.wait(60), "the child never reached the fault"
+        deadline = time.monotonic() + 10  # until the first MiB is on disk
+        while partial_size(cache_dir, "big.bin") < 1 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0 and out == "interrupted\n", err
+    assert len(big_kernel.gets("big.bin")) == 1
+    kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
+    assert kept.read_bytes() == BIG[: 1 << 20]
 
 
 def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(

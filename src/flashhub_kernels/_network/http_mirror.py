@@ -199,9 +199,16 @@ class HttpMirror(Mirror):
     # -- one request ------------------------------------------------------------------
 
     def _attempt(self, url: str, writer: HashingWriter, cancelled: threading.Event) -> _Outcome:
-        """Ask for the rest of the file (all of it when nothing is written) and stream it."""
+        """Ask for the rest of the file (all of it when nothing is written) and stream it.
+
+        Once ``cancelled`` is set, it neither asks nor touches the file again, though it
+        was waiting for an answer or a read when the run stopped: the file may then be
+        kept for a later load, or be that load's own.
+        """
         offset = writer.size
+        _stop_if(cancelled)
         with self._get(url, {"Range": f"bytes={offset}-"} if offset else {}) as response:
+            _stop_if(cancelled)
             status = response.status_code
             if status == 416 and offset:  # the kept part is longer than the file
                 writer.reset()
@@ -222,6 +229,7 @@ class HttpMirror(Mirror):
                 self._stream(response, writer, cancelled, end)
                 return "done"
             except _BODY_ERRORS:
+                _stop_if(cancelled)
                 if _encoded(response):
                     writer.reset()  # decoded offsets are not the stored object's
                 return "resumed" if resumed else "failed"
@@ -321,8 +329,7 @@ class HttpMirror(Mirror):
         while (end is None or writer.size < end) and (
             chunk := read1(CHUNK_SIZE, decode_content=decode)
         ):
-            if cancelled.is_set():
-                raise DownloadCancelled
+            _stop_if(cancelled)
             writer.write(chunk)
             guard.check(len(chunk))
 
@@ -336,6 +343,12 @@ class HttpMirror(Mirror):
             reason = inner
         text = _OBJECT_AT.sub("", str(reason) or type(reason).__name__)
         return redact_text(text, self._route.secrets)
+
+
+def _stop_if(cancelled: threading.Event) -> None:
+    """Raise :class:`DownloadCancelled` once the run has stopped this download."""
+    if cancelled.is_set():
+        raise DownloadCancelled
 
 
 def _encoded(response: requests.Response) -> bool:
