@@ -4,6 +4,7 @@ a second process waiting for the download mutex another one holds."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import signal
@@ -136,6 +137,37 @@ def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_f
     assert len(big_kernel.gets("big.bin")) == 1
     kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
     assert kept.read_bytes() == BIG[: 1 << 20]
+
+
+NAMES_ITS_THREADS = """
+import os, pathlib, threading, time
+import flashhub_kernels as fk
+args, kwargs = ("acme/tensor-tricks",), {"version": 1}
+loader = threading.Thread(target=fk.get_kernel, args=args, kwargs=kwargs, name="loader")
+loader.start()
+while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
+    time.sleep(0.05)  # until big.bin is being downloaded
+print(*[t.name for t in threading.enumerate()], "--", sep="\\n", flush=True)
+loader.join()
+"""
+
+
+def test_the_threads_of_a_download_say_they_are_flashhubs(big_kernel: CdnServer) -> None:
+    """In a thread dump of a program (py-spy, faulthandler), the threads a load started are
+    told apart from the program's own by their names."""
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(BIG_PATH, held(started, release))
+    process = child(NAMES_ITS_THREADS, PYTHONWARNINGS="ignore")
+    assert process.stdout is not None
+    try:
+        names = list(itertools.takewhile(lambda line: line != "--\n", process.stdout))
+    finally:
+        release.set()
+    _out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    ours = {name.strip() for name in names} - {"MainThread", "loader"}
+    assert any(name.startswith("flashhub-download") for name in ours), names
+    assert all(name.startswith("flashhub-") for name in ours), names
 
 
 def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(

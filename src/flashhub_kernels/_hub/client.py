@@ -193,7 +193,7 @@ class Hub:
 
         with (
             self._talking(f"downloading {source.repo} at {source.revision}"),
-            ThreadPoolExecutor(_PARALLEL_DOWNLOADS) as pool,
+            ThreadPoolExecutor(_PARALLEL_DOWNLOADS, thread_name_prefix="flashhub-hub") as pool,
         ):
             for _ in pool.map(fetch, paths):
                 pass

@@ -202,7 +202,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         # Sizes from metadata.json where the publisher recorded them; HEAD for the rest.
         size_of = {(v, p): m.size_of(p) for v, m in manifests.items() for p in m.files}
         unknown = [vp for vp, size in size_of.items() if size is None]
-        with ThreadPoolExecutor(_PARALLEL_HEADS) as pool:
+        with ThreadPoolExecutor(_PARALLEL_HEADS, thread_name_prefix="flashhub-size") as pool:
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
             size_of.update(zip(unknown, sizes, strict=True))
     variants = [

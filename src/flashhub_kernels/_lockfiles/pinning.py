@@ -340,7 +340,7 @@ def probe_variants(
     """
     candidates = candidate_names(target_system(None))
     names = list(dict.fromkeys([*candidates, *variants]))
-    with ThreadPoolExecutor(_PARALLEL_PROBES) as pool:
+    with ThreadPoolExecutor(_PARALLEL_PROBES, thread_name_prefix="flashhub-probe") as pool:
         probed = pool.map(lambda name: _probe(fetcher, info, name), names)
         found = dict(zip(names, probed, strict=True))
     missing = [name for name in variants if found[name] is None]

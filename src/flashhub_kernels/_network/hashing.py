@@ -46,7 +46,7 @@ class _Sha256:
     def go_background(self) -> None:
         if self._queue is None:
             self._queue = queue.Queue(maxsize=_QUEUE_DEPTH)
-            self._worker = threading.Thread(target=self._drain, daemon=True)
+            self._worker = threading.Thread(target=self._drain, name="flashhub-sha256", daemon=True)
             self._worker.start()
 
     def _drain(self) -> None:

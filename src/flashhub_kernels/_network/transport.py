@@ -382,7 +382,10 @@ class Fetcher:
             count,
             self._wait * 1e3,
         )
-        workers = [threading.Thread(target=work, daemon=True) for _ in range(count)]
+        workers = [
+            threading.Thread(target=work, name=f"flashhub-download-{n}", daemon=True)
+            for n in range(count)
+        ]
         for worker in workers:
             worker.start()
         try:

@@ -26,5 +26,5 @@ def soon(call: Callable[[], T]) -> Future[T]:
         except BaseException as exc:  # handed to whoever asks for the result
             future.set_exception(exc)
 
-    threading.Thread(target=run, daemon=True).start()
+    threading.Thread(target=run, name="flashhub-request", daemon=True).start()
     return future
