@@ -34,8 +34,8 @@ from flashhub_kernels._network.variant_index import PROBES_AT_ONCE
 from flashhub_kernels._utils.filesystem import write_atomic
 from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
-from support.cdn_server import CdnHandler, CdnServer, delayed, status
-from support.trees import kernel_files, write_blob_kernel, write_variant
+from support.cdn_server import CdnHandler, CdnServer, delayed, held, status
+from support.trees import kernel_files, write_blob_kernel, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -96,6 +96,38 @@ def test_nested_and_concurrent_pauses_resume_the_collector_once_all_end() -> Non
     release.set()
     thread.join()
     assert gc.isenabled()
+
+
+FORKS_DURING_A_LOAD = """
+import gc, os, pathlib, threading, time
+import flashhub_kernels as fk
+args, kwargs = ("acme/tensor-tricks",), {"version": 1}
+threading.Thread(target=fk.get_kernel, args=args, kwargs=kwargs, daemon=True).start()
+while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
+    time.sleep(0.05)  # until that load downloads big.bin, the collector paused
+pid = os.fork()
+if pid == 0:
+    fk.get_kernel("acme/other", version=1)
+    print(gc.isenabled(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_load_collects_garbage(cdn: CdnServer) -> None:
+    """A process forks (a server's workers, a DataLoader's) while one of its threads
+    downloads a kernel: the child, where that thread does not exist, runs with the
+    collector on, after a cold load of its own too."""
+    write_blob_kernel(cdn.root, b"big" * 1000, name="big")
+    write_kernel(cdn.root, "acme/other", 1)
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(f"{BASE}/tensor_tricks/big.bin", held(started, release))
+    try:
+        output = run_python(FORKS_DURING_A_LOAD)
+    finally:
+        release.set()
+    assert output == "True\n"
 
 
 def test_a_collector_the_program_turned_off_stays_off() -> None:

@@ -15,12 +15,14 @@ classes and functions) goes straight to the oldest generation, where surviving t
 young collections would have put it: otherwise the first allocation after the pause
 runs a young collection over all of it, 5-7 ms after a cold load, on its critical path.
 Nested and concurrent blocks share one pause, and a collector the program had turned off
-stays off.
+stays off. A child forked during a pause has none of the threads whose blocks hold it, so
+it ends the pause at once, as their last block would have.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +51,19 @@ def collection_paused() -> Iterator[None]:
             if _depth == 0 and _resume:
                 _age_young_objects()
                 gc.enable()
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _depth
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    if _depth:
+        _depth = 0
+        if _resume:
+            gc.enable()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _age_young_objects() -> None:
