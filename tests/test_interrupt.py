@@ -139,6 +139,44 @@ def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_f
     assert kept.read_bytes() == BIG[: 1 << 20]
 
 
+TIMED_OUT = """
+import os, pathlib, signal, threading, time
+import flashhub_kernels as fk
+
+class Timeout(BaseException):  # as pytest-timeout's, raised by a SIGALRM handler
+    pass
+
+def time_out(*_):
+    raise Timeout
+
+signal.signal(signal.SIGALRM, time_out)
+def alarm_once_big_bin_downloads():
+    while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
+        time.sleep(0.05)
+    signal.alarm(1)
+threading.Thread(target=alarm_once_big_bin_downloads, daemon=True).start()
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except Timeout:
+    print("timed out")
+while threading.active_count() > 1:  # the program goes on: until the load's threads end
+    time.sleep(0.05)
+"""
+
+
+def test_a_load_ended_by_another_exception_stops_its_downloads_too(
+    big_kernel: CdnServer,
+) -> None:
+    """A signal handler ends the load with an exception of its own (a test's timeout, a
+    server's deadline) while big.bin waits on a stalled CDN: its download must stop as
+    after Ctrl-C, not go on fetching the file for a load that is over."""
+    big_kernel.inject(BIG_PATH, stall(30, after=1 << 20))
+    process = child(TIMED_OUT, PYTHONWARNINGS="ignore", FLASHHUB_READ_TIMEOUT="2")
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0 and out == "timed out\n", err
+    assert len(big_kernel.gets("big.bin")) == 1
+
+
 NAMES_ITS_THREADS = """
 import os, pathlib, threading, time
 import flashhub_kernels as fk

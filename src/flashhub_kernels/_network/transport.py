@@ -79,8 +79,9 @@ MAX_PARALLEL_FILES = 16
 # newer-version check's, so that none is opened only to be discarded.
 POOL_SIZE = MAX_PARALLEL_FILES + 2
 CPU_SECONDS_PER_FILE = 0.0005  # request, response, create, write, hash: a small file
-# After Ctrl-C, how long the workers get to stop at their next chunk before the
-# interrupt is raised anyway (a worker blocked in a read is a daemon thread).
+# After Ctrl-C (or another exception that ends the wait), how long the workers get to
+# stop at their next chunk before it is raised anyway (a worker blocked in a read is a
+# daemon thread).
 STOP_GRACE_SECONDS = 1.0
 _warned_hosts: set[str] = set()
 _warn_lock = threading.Lock()
@@ -340,8 +341,10 @@ class Fetcher:
 
         A few workers each take the next job until none is left, and call ``on_done``
         with each job whose file is complete and verified. The first error stops the
-        others at their next chunk, and is raised. Ctrl-C does the same, within about a
-        second; the partial files stay where they are for the caller to keep.
+        others at their next chunk, and is raised. Ctrl-C, or another exception raised
+        while the workers are waited for (a signal handler's: a timeout), does the same
+        within about a second; the partial files stay where they are for the caller to
+        keep.
         """
         if len(jobs) == 1:
             size = self._download_job(jobs[0], progress)
@@ -391,7 +394,7 @@ class Fetcher:
         try:
             for worker in workers:
                 worker.join()
-        except KeyboardInterrupt:
+        except BaseException:
             cancelled.set()
             deadline = time.monotonic() + STOP_GRACE_SECONDS
             for worker in workers:
