@@ -26,6 +26,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python, unshare_mount
+from flashhub_kernels._network import deferred_gc
 from flashhub_kernels._network.deferred_gc import collection_paused
 from flashhub_kernels._network.hashing import HashingWriter
 from flashhub_kernels._network.reserve import MIN_RESERVED_BYTES
@@ -48,8 +49,10 @@ def publish(cdn: CdnServer, files: dict[str, bytes]) -> None:
 
 
 @pytest.fixture
-def collector_on() -> Iterator[None]:
-    """The collector on for the test, and as it was after it."""
+def collector_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The collector on for the test, and as it was after it; a pause no slower machine
+    ends early."""
+    monkeypatch.setattr(deferred_gc, "LONGEST_PAUSE", 60.0)
     was = gc.isenabled()
     gc.enable()
     yield
@@ -112,6 +115,35 @@ if pid == 0:
     os._exit(0)
 os.waitpid(pid, 0)
 """
+
+
+WAITS_ON_A_STALLED_DOWNLOAD = """
+import gc, os, pathlib, threading, time
+import flashhub_kernels as fk
+from flashhub_kernels._network.deferred_gc import LONGEST_PAUSE
+args, kwargs = ("acme/tensor-tricks",), {"version": 1}
+threading.Thread(target=fk.get_kernel, args=args, kwargs=kwargs, daemon=True).start()
+while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
+    time.sleep(0.05)  # until that load downloads big.bin, the collector paused
+paused = not gc.isenabled()
+time.sleep(LONGEST_PAUSE + 0.5)
+print(paused, gc.isenabled(), flush=True)
+"""
+
+
+def test_a_load_waiting_long_on_the_cdn_lets_the_program_collect_garbage(
+    cdn: CdnServer,
+) -> None:
+    """A server's request threads make cyclic garbage while one of its threads waits on a
+    stalled CDN: the pause ends before the load does."""
+    write_blob_kernel(cdn.root, b"big" * 1000, name="big")
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(f"{BASE}/tensor_tricks/big.bin", held(started, release))
+    try:
+        output = run_python(WAITS_ON_A_STALLED_DOWNLOAD)
+    finally:
+        release.set()
+    assert output == "True True\n"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -17,6 +17,12 @@ runs a young collection over all of it, 5-7 ms after a cold load, on its critica
 Nested and concurrent blocks share one pause, and a collector the program had turned off
 stays off. A child forked during a pause has none of the threads whose blocks hold it, so
 it ends the pause at once, as their last block would have.
+
+A pause lasts at most :data:`LONGEST_PAUSE`. A cold load takes well under that; one
+that waits longer (a stalled CDN, another process's download of the same kernel, a slow
+link) gains nothing worth a 50 ms collection, while the program's other threads may be
+making cyclic garbage that only the collector frees: then the collector comes back on,
+and the rest of the load runs with it.
 """
 
 from __future__ import annotations
@@ -29,33 +35,51 @@ from contextlib import contextmanager
 
 from .._variants.system import free_threaded_build
 
+LONGEST_PAUSE = 1.0  # seconds
+
 _lock = threading.Lock()
 _depth = 0  # blocks open, in every thread
 _resume = False  # whether the collector was on when the first block began
+_deadline: threading.Timer | None = None  # ends a pause that lasts too long
 
 
 @contextmanager
 def collection_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector for the block (see the module docstring)."""
-    global _depth, _resume
+    global _depth, _resume, _deadline
     with _lock:
         if _depth == 0:
             _resume = gc.isenabled()
             gc.disable()
+            if _resume:
+                _deadline = threading.Timer(LONGEST_PAUSE, _end_long_pause)
+                _deadline.name, _deadline.daemon = "flashhub-gc-pause", True
+                _deadline.start()
         _depth += 1
     try:
         yield
     finally:
         with _lock:
-            _depth -= 1
-            if _depth == 0 and _resume:
+            _depth = max(0, _depth - 1)  # a child forked inside its own block: 0 already
+            if _depth == 0 and _deadline is not None:
+                _deadline.cancel()
+                _deadline = None
+            if _depth == 0 and _resume and not gc.isenabled():
                 _age_young_objects()
                 gc.enable()
 
 
+def _end_long_pause() -> None:
+    """The collector back on while the blocks that paused it are still open."""
+    with _lock:
+        if _depth and _resume:
+            gc.enable()
+
+
 def _after_fork_in_child() -> None:
-    global _lock, _depth
+    global _lock, _depth, _deadline
     _lock = threading.Lock()  # another thread may have held it at the fork
+    _deadline = None  # its thread is not in the child
     if _depth:
         _depth = 0
         if _resume:
