@@ -136,6 +136,17 @@ def test_a_timeout_that_is_no_finite_number_of_seconds_names_its_variable(
     assert cdn.requests == []
 
 
+def test_a_max_file_bytes_past_what_int_parses_names_its_variable(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    raw = "9" * 5000  # digits only, past the 4,300 that int() parses
+
+    raised, printed = import_in_child(MODULE, env={"FLASHHUB_MAX_FILE_BYTES": raw})
+
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    assert "FLASHHUB_MAX_FILE_BYTES=" in printed and "at most 18 digits" in printed
+    assert cdn.requests == []
+
+
 CYRILLIC_ORG = "flashhub.\u0430cme"  # a Cyrillic a: no CDN name is anything but ASCII
 LONG_ORG = f"flashhub.{'a' * 97}"  # one character over the 96 of a name
 

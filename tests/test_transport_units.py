@@ -264,7 +264,7 @@ def test_max_file_bytes_from_the_environment(
     assert get_config().max_file_bytes == expected
 
 
-@pytest.mark.parametrize("raw", ["0", "-1", "1.5", "4G", "\u0661"])
+@pytest.mark.parametrize("raw", ["0", "-1", "1.5", "4G", "\u0661", "1" + "0" * 18])
 def test_a_bad_max_file_bytes_names_its_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", raw)
     with pytest.raises(ValueError, match=r"FLASHHUB_MAX_FILE_BYTES=.*positive whole number"):

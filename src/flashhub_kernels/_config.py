@@ -192,9 +192,10 @@ def _env_bytes(name: str) -> int | None:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return None
-    if not is_digits(raw) or int(raw) == 0:
+    if not is_digits(raw) or len(raw) > 18 or int(raw) == 0:  # int() refuses 4,301 digits
         raise config_error(
-            f"{name}={raw!r} must be a positive whole number of bytes", hint=f"fix {name}"
+            f"{name}={raw!r} must be a positive whole number of bytes, of at most 18 digits",
+            hint=f"fix {name}",
         )
     return int(raw)
 
@@ -251,8 +252,7 @@ def trusted_keys(project_dir: Path) -> tuple[TrustedKey, ...]:
     return _project_trusted_keys(project_dir / PYPROJECT_NAME)
 
 
-# FLASHHUB_TRUSTED_KEYS -> its keys: every load reads the settings, and parses nothing
-# twice. A file of keys is thus read once per process.
+# FLASHHUB_TRUSTED_KEYS -> its keys: every load reads the settings; a file of keys is read once.
 _env_keys: dict[str, tuple[TrustedKey, ...]] = {}
 
 
