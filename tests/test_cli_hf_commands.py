@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from flashhub_kernels.cli._common import size
-from support.builder import RAN_DIR_VAR, loaded_variant, ran, write_builder_kernel
+from support.builder import (
+    RAN_DIR_VAR,
+    loaded_variant,
+    ran,
+    write_builder_kernel,
+    write_dependency_chain,
+)
 from support.cdn_server import CdnServer
 from support.cli_runner import (
     OFFLINE,
@@ -252,6 +258,16 @@ def test_info_dep_tree_refuses_a_cycle(cdn: CdnServer, ran_dir: Path) -> None:
     assert "kernel dependencies form a cycle: acme/top v1 -> acme/base v1 -> acme/top v1" in (
         result.stderr
     )
+    assert "Traceback" not in result.stderr
+
+
+def test_info_dep_tree_refuses_a_chain_past_64_levels(cdn: CdnServer, ran_dir: Path) -> None:
+    write_dependency_chain(cdn.root, "acme/chain", 66)
+
+    result = flashhub("info", "acme/chain", "--version", "1", "--dep-tree")
+
+    assert result.returncode == 1
+    assert "more than 64 levels deep: acme/chain v1 -> " in result.stderr
     assert "Traceback" not in result.stderr
 
 

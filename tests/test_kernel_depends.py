@@ -43,6 +43,7 @@ from support.builder import (
     ran,
     ran_label,
     write_builder_kernel,
+    write_dependency_chain,
 )
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
@@ -50,7 +51,7 @@ from support.machines import run_as
 from support.projects import write_project
 from support.trees import b64sha256
 
-TOP, BASE = "acme/top", "acme/base"
+TOP, BASE, CHAIN = "acme/top", "acme/base", "acme/chain"
 H100_BUILD = "torch213-cxx11-cu126-x86_64-linux"  # its metadata.json lists other archs
 LOADED = loaded_variant()  # of the builder's VARIANTS, the one this machine loads
 USES_BASE = 'from flashhub_kernels import get_kernel_dep\n\nbase = get_kernel_dep("acme/base")\n'
@@ -359,6 +360,21 @@ def test_a_kernel_depending_on_itself_is_refused(cdn: CdnServer, ran_dir: Path) 
         fk.get_kernel(TOP, version=1)
 
 
+def test_a_dependency_chain_past_64_levels_fails_the_import_before_any_kernel_runs(
+    cdn: CdnServer, ran_dir: Path
+) -> None:
+    write_dependency_chain(cdn.root, CHAIN, 66)  # under v1, v66 is 65 levels deep
+
+    raised, printed = import_in_child("flashhub.acme.chain.v1")
+
+    assert issubclass(raised, KernelDependencyError) and issubclass(raised, ImportError)
+    assert "more than 64 levels deep: acme/chain v1 -> acme/chain v2 -> acme/chain v3" in printed
+    assert "acme/chain v65 -> acme/chain v66\n" in printed
+    assert ran(ran_dir) == []
+    fk.get_kernel(CHAIN, version=2)  # under v2, v66 is 64 levels deep: the most there may be
+    assert ran(ran_dir) == [ran_label(CHAIN, v) for v in range(66, 1, -1)]
+
+
 def test_a_dependency_pinned_to_a_git_revision_is_refused_before_any_file_is_fetched(
     cdn: CdnServer,
 ) -> None:
@@ -509,6 +525,15 @@ def test_locking_refuses_a_dependency_cycle(cdn: CdnServer, tmp_path: Path) -> N
     result = flashhub("lock", cwd=project)
     assert result.returncode != 0
     assert "cycle: acme/a v1 -> acme/b v1 -> acme/a v1" in result.stderr
+    assert not (project / "flashhub.lock").exists()
+
+
+def test_locking_refuses_a_dependency_chain_past_64_levels(cdn: CdnServer, tmp_path: Path) -> None:
+    write_dependency_chain(cdn.root, CHAIN, 66)
+    project = write_project(tmp_path / "project", {CHAIN: "==1"})
+    result = flashhub("lock", cwd=project)
+    assert result.returncode != 0
+    assert "more than 64 levels deep: acme/chain v1 -> " in result.stderr
     assert not (project / "flashhub.lock").exists()
 
 

@@ -271,7 +271,8 @@ class ClientTooOldError(KernelImportError):
 
 class KernelDependencyError(KernelImportError):
     """The kernels a kernel depends on (``kernel-depends``) cannot be loaded as declared:
-    they depend on each other in a cycle, which the message spells out."""
+    they depend on each other in a cycle, or in a chain more than 64 levels deep, which
+    the message spells out."""
 
 
 class KernelDependencyLookupError(FlashhubError, RuntimeError):

@@ -57,6 +57,14 @@ def provenance(*, kernel_dirty: bool = False, builder_dirty: bool = False) -> di
     }
 
 
+def write_dependency_chain(root: Path, repo_id: str, kernels: int) -> None:
+    """Publish ``repo_id`` v1 to v``kernels``, each version depending on the next: v1's
+    dependencies go ``kernels - 1`` levels deep."""
+    for version in range(1, kernels + 1):
+        depends = [(repo_id, version + 1)] if version < kernels else []
+        write_builder_kernel(root, repo_id, version, kernel_depends=depends)
+
+
 def loaded_variant() -> str:
     """The one of ``VARIANTS`` this machine loads: ``torch-cuda`` where torch is a CUDA
     build, else ``torch-cpu``."""

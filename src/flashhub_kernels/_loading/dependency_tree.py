@@ -12,7 +12,7 @@ from __future__ import annotations
 from .._cache.layout import Cache
 from .._config import get_config
 from .._constants import MANIFEST_NAME
-from .._models.kernel_metadata import dependency_cycle, dependency_label, read_kernel_metadata
+from .._models.kernel_metadata import check_dependency, dependency_label, read_kernel_metadata
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._utils.escaping import escape_controls
@@ -49,7 +49,8 @@ def dependency_tree(info: RepoInfo, *, backend: str | None = None) -> Dependency
     A kernel that several others depend on is read once and appears under each.
 
     Raises:
-        KernelDependencyError: the dependencies form a cycle (the message spells it out).
+        KernelDependencyError: the dependencies form a cycle, or go more than 64 levels
+            deep (the message spells the chain out).
         OfflineError: offline, and the cache lacks the variant list of a kernel of the
             tree or the chosen variant's entry.
     """
@@ -74,8 +75,7 @@ def _node(
         source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
         metadata = read_kernel_metadata(_manifest(info, variant), source=source)
         for dep in metadata.kernel_depends:
-            if str(dep) in chain:
-                raise dependency_cycle([*chain, str(dep)])
+            check_dependency(chain, str(dep))
         depends = tuple(_node(dep.info, backend, chain, known) for dep in metadata.kernel_depends)
     known[info] = DependencyNode(info, variant, depends)
     return known[info]

@@ -7,7 +7,8 @@ verified as any import is; its own dependencies first). While the kernel's code 
 :func:`get_kernel_dep` gives it those modules, as in Hugging Face kernels.
 
 The kernels being imported in this thread form a chain (a context variable); a
-dependency already in the chain is a cycle, refused with the chain spelled out.
+dependency already in the chain is a cycle, and one more than 64 levels deep a mistake:
+both are refused with the chain spelled out.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from types import ModuleType
 from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import (
     KernelDependency,
-    dependency_cycle,
+    check_dependency,
     dependency_label,
     load_requirements,
     read_kernel_metadata,
@@ -125,8 +126,7 @@ def load_dependencies(
     try:
         loaded = {}
         for dep in depends:
-            if str(dep) in chain:
-                raise dependency_cycle([*chain, str(dep)])
+            check_dependency(chain, str(dep))
             loaded[dep.repo_id] = (
                 importer(dep.info, backend)
                 if importer is not None

@@ -18,7 +18,7 @@ from .._cache.layout import Cache
 from .._cache.versions_seen import check_newest
 from .._config import Config, get_config
 from .._constants import MANIFEST_NAME, PYPROJECT_NAME
-from .._models.kernel_metadata import dependency_label, format_cycle, read_kernel_metadata
+from .._models.kernel_metadata import check_dependency, dependency_label, read_kernel_metadata
 from .._models.names import RepoInfo
 from .._network.choosing import newest_fitting_version
 from .._network.documents import (
@@ -33,7 +33,7 @@ from .._network.versions import doubled_prefix_hint, versions_or_why
 from .._utils.filesystem import write_atomic
 from .._variants.named_system import target_system
 from .._variants.probing import candidate_names
-from ..errors import LockfileError, RollbackError
+from ..errors import KernelDependencyError, LockfileError, RollbackError
 from .format import (
     LOCKFILE_NAME,
     LockedKernel,
@@ -218,7 +218,8 @@ def lock_kernel(
     others depend on is locked once.
 
     Raises:
-        LockfileError: as :func:`lock_project`, or the dependencies form a cycle.
+        LockfileError: as :func:`lock_project`, or the dependencies form a cycle or go
+            more than 64 levels deep.
     """
     newest = _newest_matching(fetcher, repo_id, specifier, allow_older=allow_downgrade)
     info = RepoInfo(repo_id, newest)
@@ -247,13 +248,10 @@ def _lock_version(
     chain = (*chain, dependency_label(info))
     dependencies = []
     for dep in _kernel_depends(info, found):
-        if dependency_label(dep) in chain:
-            cycle = format_cycle([*chain, dependency_label(dep)])
-            raise LockfileError(
-                f"kernel dependencies form a cycle: {cycle}",
-                hint="a kernel cannot depend on itself, directly or through others: report "
-                "it to the kernels' publisher",
-            )
+        try:
+            check_dependency(chain, dependency_label(dep))
+        except KernelDependencyError as exc:
+            raise LockfileError(exc.message, hint=exc.hint) from None
         dependencies.append(_lock_version(fetcher, dep, variants, chain, locked))
     hashes = {name: document.manifest.content_hash for name, document in found.items()}
     signers = {name: doc.signer for name, doc in found.items() if doc.signer is not None}

@@ -35,6 +35,10 @@ from ..errors import KernelDependencyError, ManifestError
 from .names import RepoInfo, check_version, is_digits
 from .record import Record
 
+# Real kernels depend on kernels 0 to 2 levels deep; an endless chain served by a CDN must
+# end in a clear error, long before Python's recursion limit.
+MAX_DEPENDENCY_DEPTH = 64
+
 # Records, not NamedTuples, and no typing at run time: a load of a kernel whose
 # metadata.json asks something of it imports this module, and defining five NamedTuples
 # would cost it more than the rest of the checks.
@@ -272,6 +276,24 @@ def dependency_cycle(chain: Sequence[str]) -> KernelDependencyError:
         hint="a kernel cannot depend on itself, directly or through others: report it to "
         "the kernels' publisher",
     )
+
+
+def check_dependency(chain: Sequence[str], dep: str) -> None:
+    """Refuse ``dep`` as a dependency of the last kernel of ``chain`` (``org/pkg vN``,
+    each depending on the next) where it closes a cycle or goes past
+    :data:`MAX_DEPENDENCY_DEPTH` levels below the first kernel.
+
+    Raises:
+        KernelDependencyError: the message spells out the chain.
+    """
+    if dep in chain:
+        raise dependency_cycle([*chain, dep])
+    if len(chain) > MAX_DEPENDENCY_DEPTH:
+        raise KernelDependencyError(
+            f"kernel dependencies go more than {MAX_DEPENDENCY_DEPTH} levels deep: "
+            f"{format_cycle([*chain, dep])}",
+            hint="a chain this deep is a publisher's mistake: report it to the kernels' publisher",
+        )
 
 
 def parse_release(text: str) -> tuple[int, ...]:
