@@ -465,6 +465,28 @@ def test_cache_maintenance_on_a_read_only_cache_says_it_cannot_write(
     assert entry.is_dir()
 
 
+@pytest.mark.parametrize("private", ["", "kernels/acme"], ids=["root", "org"])
+@pytest.mark.parametrize("command", [["list"], ["verify"], ["prune"], ["clear", "--yes"]])
+def test_cache_maintenance_on_a_cache_it_cannot_read_says_so_with_the_chmod(
+    cdn: CdnServer, cache_dir: Path, private: str, command: list[str]
+) -> None:
+    """As an image's cache, made private by the user who built it, is to another user."""
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    closed = cache_dir / private
+    mode = closed.stat().st_mode
+    closed.chmod(0)
+    try:
+        result = _maintenance_process("cache", *command)
+    finally:
+        closed.chmod(mode)
+    assert result.returncode == 1, result.stdout
+    error, hint = result.stderr.splitlines()
+    assert error.startswith(f"error: cannot read {cache_dir}/") and "Errno" not in error
+    assert "chmod -R a+rX" in hint
+    assert entry.is_dir()
+
+
 def test_a_read_only_copy_that_lost_its_modification_times_says_why_it_is_not_used(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:

@@ -45,7 +45,7 @@ from .staging import (
     unused,
     write_receipt,
 )
-from .trust import distrust
+from .trust import distrust, unreadable
 from .versions_seen import RECORD_NAME
 
 _VERSION_DIR = re.compile(r"v([1-9][0-9]{0,8})")
@@ -109,6 +109,22 @@ def list_entries(cache: Cache) -> list[CacheEntry]:
                 CacheEntry(info, child.name, child, content_hash, len(sizes), sum(sizes), signer)
             )
     return entries
+
+
+def check_readable(cache: Cache) -> None:
+    """Raise :func:`~.trust.unreadable`'s :class:`CacheError` for the first directory of
+    ``kernels/<org>/<pkg>/v<N>`` that this user may not list: a cache another user made
+    private, which the maintenance commands would otherwise fail on with a bare errno,
+    or pass over as empty."""
+    kernels = cache.root / "kernels"
+
+    def refuse(exc: OSError) -> None:
+        if isinstance(exc, PermissionError):
+            raise unreadable(Path(str(exc.filename)), exc) from exc
+
+    for directory, dirs, _files in os.walk(kernels, onerror=refuse):
+        if len(Path(directory).relative_to(kernels).parts) == 3:
+            dirs.clear()  # a version directory: its entries are read file by file
 
 
 def untrusted_dirs(cache: Cache) -> list[tuple[Path, str]]:

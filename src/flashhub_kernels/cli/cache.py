@@ -85,10 +85,20 @@ def _cache(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _readable_cache() -> Cache:
+    """The cache, once this user may list each directory above its entries (else a
+    CacheError says which it cannot read, with the chmod that opens it)."""
+    from .._cache.admin import check_readable
+
+    cache = local_cache()
+    check_readable(cache)
+    return cache
+
+
 def _cache_list(args: argparse.Namespace) -> int:
     from .._cache.listing import cached_versions
 
-    cache = local_cache()
+    cache = _readable_cache()
     versions = cached_versions(cache)
     if args.json:
         print_json(
@@ -203,7 +213,7 @@ def _time_since(then: float, now: float) -> str:
 def _cache_verify(args: argparse.Namespace) -> int:
     from .._cache.admin import list_entries, untrusted_dirs, verify_entry
 
-    cache = local_cache()
+    cache = _readable_cache()
     untrusted = untrusted_dirs(cache)
     checked = [
         (entry, verify_entry(cache, entry, repair=args.repair))
@@ -257,7 +267,7 @@ def _cache_prune(args: argparse.Namespace) -> int:
     from .._cache.admin import prune
 
     lock = project_lockfile(args.keep_locked) if args.keep_locked is not None else None
-    report = prune(local_cache(), keep_locked=lock, force=args.force)
+    report = prune(_readable_cache(), keep_locked=lock, force=args.force)
     if args.json:
         print_json(report.to_dict())
         return EXIT_OK
@@ -283,7 +293,7 @@ def _report_skipped(busy: list[Path], in_use: list[Path]) -> None:
 def _cache_clear(args: argparse.Namespace) -> int:
     from .._cache.admin import ClearReport, clear, list_entries
 
-    cache = local_cache()
+    cache = _readable_cache()
     cached = len(list_entries(cache))
     if cached and not args.yes:  # with no kernel cached there is nothing to confirm
         if not sys.stdin.isatty():
