@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels
-from conftest import MakeCdn, MakeProject, run_python, unshare_mount
+from conftest import MakeCdn, MakeProject, import_in_child, run_python, unshare_mount
 from flashhub_kernels import (
     LockedLayerRepository,
     get_kernel,
@@ -658,6 +658,31 @@ def test_lock_shipped_as_package_data_is_found_from_the_calling_package(
     assert repository.load_kernel() is sys.modules[MODULE]
     with pytest.raises(LockfileError, match=r"no flashhub\.lock found"):
         load_kernel(REPO)  # called from this test module: no package lock, none in cwd
+
+
+def test_a_lock_in_a_distributions_metadata_that_is_not_utf8_is_a_lockfile_error(
+    project: Path, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    (site / "lockedapp").mkdir(parents=True)
+    (site / "lockedapp" / "__init__.py").write_text(
+        f"from flashhub_kernels import load_kernel\nload_kernel({REPO!r})\n"
+    )
+    dist_info = site / "lockedapp-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: lockedapp\nVersion: 1.0\n")
+    (dist_info / "top_level.txt").write_text("lockedapp\n")
+    lock_project(project)
+    lock = lockfile_of(project).read_bytes()
+    (dist_info / LOCKFILE_NAME).write_bytes(lock.replace(b"{", b'{"note": "caf\xe9",', 1))
+    pythonpath = os.pathsep.join([str(site), os.environ["PYTHONPATH"]])
+
+    raised, printed = import_in_child("lockedapp", env={"PYTHONPATH": pythonpath})
+
+    assert raised is LockfileError, printed
+    assert "flashhub.lock in the metadata of lockedapp is not valid JSON" in printed
+    assert "UnicodeDecodeError" not in printed
+    assert "pip install --force-reinstall lockedapp" in printed
 
 
 def test_lock_in_the_working_directory_is_found(

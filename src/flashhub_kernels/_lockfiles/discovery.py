@@ -45,8 +45,15 @@ def packaged_lockfile(package: str) -> Lockfile | None:
     except (ImportError, TypeError):  # not importable, or a plain module
         pass
     for dist_name in importlib.metadata.packages_distributions().get(package, []):
-        text = importlib.metadata.distribution(dist_name).read_text(LOCKFILE_NAME)
+        source = f"{LOCKFILE_NAME} in the metadata of {dist_name}"
+        try:
+            text = importlib.metadata.distribution(dist_name).read_text(LOCKFILE_NAME)
+        except UnicodeDecodeError as exc:  # read_text decodes as UTF-8
+            raise LockfileError(
+                f"{source} is not valid JSON: {exc}",
+                hint=f"reinstall {dist_name} (`pip install --force-reinstall {dist_name}`); "
+                "if that does not help, report it to the package's maintainers",
+            ) from None
         if text is not None:
-            source = f"{LOCKFILE_NAME} in the metadata of {dist_name}"
             return parse_lockfile(text.encode("utf-8"), source=source)
     return None
