@@ -195,7 +195,10 @@ def test_a_redirect_to_a_location_with_a_space_is_followed(blob_kernel: CdnServe
 
 @pytest.mark.parametrize(
     "repo_id, version",
-    [("a/b/c", 1), ("../x", 1), ("ORG/", 1), ("", 1), ("acme/x", 0), ("acme/x", -3)],
+    [
+        *[("a/b/c", 1), ("../x", 1), ("ORG/", 1), ("", 1), ("acme/x", 0), ("acme/x", -3)],
+        *[("acme/x", 10**9), ("acme/x", 10**12)],  # more digits than a module name holds
+    ],
 )
 def test_malformed_references_raise_value_error_before_any_request(
     cdn: CdnServer, repo_id: str, version: int
@@ -204,6 +207,13 @@ def test_malformed_references_raise_value_error_before_any_request(
         fk.get_kernel(repo_id, version=version)
     with pytest.raises(ValueError):
         fk.has_kernel(repo_id, version=version)
+    assert cdn.requests == []
+
+
+def test_a_version_past_nine_digits_names_the_bound(cdn: CdnServer) -> None:
+    with pytest.raises(ValueError, match="version must be at most 999999999") as info:
+        fk.get_kernel(REPO, version=10**9)
+    assert not isinstance(info.value, ImportError)
     assert cdn.requests == []
 
 

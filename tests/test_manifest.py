@@ -118,10 +118,11 @@ def test_limits() -> None:
 def test_variants_and_versions_shapes() -> None:
     assert parse_variants(b'["a", "b", "a"]') == ["a", "b"]
     assert parse_versions(b"[3, 1, 2, 2]") == [1, 2, 3]
+    assert parse_versions(b"[999999999]") == [999999999]
     for bad in (b'{"a": 1}', b"[1]", b'"x"', b'[""]'):
         with pytest.raises(ManifestError):
             parse_variants(bad)
-    for bad in (b"[0]", b"[true]", b'["1"]', b"{}", b"[1.5]"):
+    for bad in (b"[0]", b"[true]", b'["1"]', b"{}", b"[1.5]", b"[1, 1000000000]"):
         with pytest.raises(ManifestError):
             parse_versions(bad)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from ..errors import ManifestError
+from .names import MAX_VERSION
 from .record import Record
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
@@ -261,12 +262,15 @@ def parse_variants(data: bytes, *, source: str = "variants.json") -> list[str]:
 
 
 def parse_versions(data: bytes, *, source: str = "versions.json") -> list[int]:
-    """Validate a ``versions.json``: a list of ints >= 1. Returned sorted, unique."""
+    """Validate a ``versions.json``: a list of ints from 1 to :data:`~.names.MAX_VERSION`.
+    Returned sorted, unique."""
     document = load_json(data, source)
     if not isinstance(document, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in document
+        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_VERSION for v in document
     ):
-        raise ManifestError(f"{source} must be a JSON list of version numbers >= 1", hint=_HINT)
+        raise ManifestError(
+            f"{source} must be a JSON list of version numbers from 1 to {MAX_VERSION}", hint=_HINT
+        )
     return sorted(set(document))
 
 

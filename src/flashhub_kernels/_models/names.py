@@ -29,6 +29,7 @@ _SEGMENT_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 _SEGMENT_MAX = 96
 BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal")
 _VERSION_MAX_DIGITS = 9
+MAX_VERSION = 10**_VERSION_MAX_DIGITS - 1  # the most a module name's v<N> holds
 
 
 def _is_segment(segment: str) -> bool:
@@ -60,11 +61,13 @@ def _check_segment(segment: str, what: str, repo_id: str) -> None:
 
 
 def check_version(version: object) -> int:
-    """Return ``version`` if it is an ``int >= 1``; raise ``ValueError`` otherwise."""
+    """Return ``version`` if it is an ``int`` from 1 to :data:`MAX_VERSION`; else ValueError."""
     if isinstance(version, bool) or not isinstance(version, int):
         raise ValueError(f"version must be an int >= 1, got {version!r}")
     if version < 1:
         raise ValueError(f"version must be >= 1, got {version}; versions are numbered from 1")
+    if version > MAX_VERSION:
+        raise ValueError(f"version must be at most {MAX_VERSION}: a module name holds nine digits")
     return version
 
 
@@ -84,8 +87,7 @@ class RepoInfo(Record):
         parse_repo_id(repo_id)
         check_version(version)
 
-    # Ordered as a dataclass(order=True) is: by the fields, only against the same class.
-    # (Not functools.total_ordering: the hook would import functools for it.)
+    # Ordered as a dataclass(order=True) is; not by functools, which the hook would import.
     def _compare(self, other: object, op: Callable[[Fields, Fields], bool]) -> bool:
         if isinstance(other, RepoInfo) and other.__class__ is self.__class__:
             return op(self._values(), other._values())
@@ -171,10 +173,8 @@ def module_segment(cdn_name: str) -> str:
 
 
 def cdn_name_candidates(segment: str) -> list[str]:
-    """CDN names a module segment may stand for, in the order the hook tries them.
-
-    The dashed form is left out when it is no name (``_acme`` would be ``-acme``).
-    """
+    """CDN names a module segment may stand for, in the order the hook tries them; the
+    dashed form is left out when it is no name (``_acme`` would be ``-acme``)."""
     dashed = segment.replace("_", "-")
     return [segment] if dashed == segment or not _is_segment(dashed) else [dashed, segment]
 
