@@ -116,6 +116,18 @@ def test_a_typo_in_the_cdn_port_names_the_setting(
     assert cdn.requests == []
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1/kernels", "http://[cdn]:80"])
+def test_a_cdn_url_with_a_malformed_ipv6_host_says_so_not_invalid_port(
+    cdn: CdnServer, url: str
+) -> None:
+    raised, printed = import_in_child(MODULE, env={"FLASHHUB_CDN_URL": url})
+
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    assert f"CDN URL {url!r} is malformed: its host is neither a name nor an IP" in printed
+    assert "http://[::1]:8080" in printed and "invalid port" not in printed
+    assert cdn.requests == []
+
+
 @pytest.mark.parametrize(
     ("name", "raw"),
     [

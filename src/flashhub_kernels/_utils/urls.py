@@ -82,7 +82,8 @@ def has_unencoded_credentials(url: str) -> bool:
 def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
     """The error for ``url`` (a ``what``: "CDN URL", "proxy"), read from ``setting``,
     whose host or port does not parse: a password with an unencoded ``/``, ``?`` or
-    ``#`` when it has one (the usual cause), else a typo in the port.
+    ``#`` when it has one (the usual cause), else a bracket of an IPv6 address left
+    open or out of place, else a typo in the port.
 
     The message does not say "password": a test for a leak looks for pieces of one,
     and ``pa/ssword`` has ``ssword``."""
@@ -93,6 +94,14 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             hint=f"percent-encode the user name and the secret in {setting}, e.g. with "
             "urllib.parse.quote(secret, safe=''): '/' is %2F, '?' %3F, '#' %23, "
             "'@' %40, ':' %3A, ',' %2C",
+        )
+    try:
+        urllib.parse.urlsplit(url)  # the host alone: the port is parsed only on demand
+    except ValueError:
+        return ConfigError(
+            f"{what} {redact_url(url)!r} is malformed: its host is neither a name nor an IP "
+            "address (an IPv6 address goes between closed brackets: http://[::1]:8080)",
+            hint=f"fix {setting}",
         )
     return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
 
