@@ -21,11 +21,19 @@ from pathlib import Path
 import pytest
 
 from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
+from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
 from support.cli_runner import flashhub, ok_json
 from support.preloaded import run_code, start_code
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
-from support.trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
+from support.trees import (
+    MIB_BLOB,
+    kernel_files,
+    local_variant,
+    write_blob_kernel,
+    write_kernel,
+    write_variant,
+)
 
 LOCAL = local_variant()
 
@@ -74,6 +82,46 @@ def test_cache_list_verify_prune_clear(project: Path, cdn: CdnServer, cache_dir:
     assert ok_json(flashhub("cache", "list", "--json"))["entries"] == []
     assert foreign.read_text() == "not a kernel"
     assert not (cache_dir / "kernels").exists()
+
+
+# What a kernel that compiles code when it is imported may do: write beside its own entry.
+COMPILES_BESIDE_ITS_ENTRY = b"""
+import pathlib
+_built = pathlib.Path(__file__).parents[2] / "build" / "jit_module"
+_built.mkdir(parents=True, exist_ok=True)
+(_built / "module.so").write_bytes(b"compiled")
+"""
+
+
+def test_a_directory_a_kernel_wrote_beside_its_entry_is_no_entry_and_is_left_alone(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    files = kernel_files(PY_PKG, "compiles")
+    files[f"{PY_PKG}/__init__.py"] += COMPILES_BESIDE_ITS_ENTRY
+    write_variant(cdn.root, REPO, 1, LOCAL, files)
+    run_python("import flashhub.acme.tensor_tricks.v1")
+    version_dir = cache_dir / "kernels" / REPO / "v1"
+    built = version_dir / "build" / "jit_module" / "module.so"
+    assert built.is_file()
+
+    listed = ok_json(flashhub("cache", "list", "--json"))
+    verified = flashhub("cache", "verify")
+    as_json = json.loads(flashhub("cache", "verify", "--json").stdout)
+    pruned = flashhub("cache", "prune")
+
+    assert [e["variant"] for e in listed["entries"]] == [LOCAL]
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"{version_dir / 'build'}: not a cache entry" in verified.stdout
+    assert "1 entry checked" in verified.stdout
+    assert as_json["not_entries"] == [str(version_dir / "build")]
+    assert [e["variant"] for e in as_json["entries"]] == [LOCAL]
+    assert pruned.returncode == 0 and "0 entries removed" in pruned.stdout
+    assert built.read_bytes() == b"compiled"
+    # An entry of the cache's own that lost its receipt is still one, and fails.
+    (version_dir / LOCAL / RECEIPT_NAME).unlink()
+    damaged = flashhub("cache", "verify")
+    assert damaged.returncode == 1
+    assert f"{REPO}@v1 {LOCAL}: FAILED: no receipt" in damaged.stdout
 
 
 def test_cache_verify_reports_a_file_touched_after_verification(cdn: CdnServer) -> None:
@@ -210,13 +258,18 @@ def test_cache_verify_reports_untrusted_and_symlinked_entries(
 def test_flashhub_cache_list_escapes_directory_names(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1)
     assert flashhub("get", REPO, "--version", "1").returncode == 0
-    (cache_dir / "kernels" / REPO / "v1" / "evil\x1b]0;title\x07").mkdir()
+    version_dir = cache_dir / "kernels" / REPO / "v1"
+    (version_dir / "evil\x1b]0;title\x07").mkdir()
+    (version_dir / "evil\x1b]0;title\x07" / "metadata.json").write_text("{}")  # an entry
+    (version_dir / "\x1b[2Jforeign").mkdir()  # no variant's name, no metadata.json
 
     result = flashhub("cache", "list")
+    verified = flashhub("cache", "verify")
 
     assert result.returncode == 0, result.stderr
     assert_terminal_safe(result.stdout)
     assert "evil\\x1b]0;title\\x07 no receipt" in " ".join(result.stdout.split())
+    assert "\\x1b[2Jforeign: not a cache entry" in verified.stdout
 
 
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])

@@ -26,6 +26,7 @@ from .._network.hashing import sha256_file
 from .._signing.verification import verify_document
 from .._utils.filesystem import replaced_name
 from .._variants.device_arch import GPU_RECORD
+from .._variants.grammar import is_variant_name
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode, stamp
 from .imports import TABLE_DIR
@@ -94,13 +95,28 @@ def _version_dirs(cache: Cache) -> Iterator[tuple[RepoInfo, Path]]:
         yield info, version_dir
 
 
+def _subdirs(version_dir: Path) -> list[Path]:
+    """The directories in ``version_dir`` but staging, trash and lock directories."""
+    return [
+        child
+        for child in sorted(version_dir.iterdir())
+        if not child.name.startswith(".") and not child.is_symlink() and child.is_dir()
+    ]
+
+
+def _is_entry(path: Path) -> bool:
+    """Whether ``path``, a directory in a version directory, is an entry: it is named as
+    a variant, or holds the ``metadata.json`` every committed entry has. Anything else
+    is not the cache's: a kernel that compiles code at run time may write beside its
+    own entry (``v1/build/...``)."""
+    return is_variant_name(path.name) or (path / MANIFEST_NAME).is_file()
+
+
 def list_entries(cache: Cache) -> list[CacheEntry]:
     """Every committed entry, sorted by repo, version and variant."""
     entries = []
     for info, version_dir in _version_dirs(cache):
-        for child in sorted(version_dir.iterdir()):
-            if child.name.startswith(".") or child.is_symlink() or not child.is_dir():
-                continue  # staging, trash and lock directories, and the variant index
+        for child in filter(_is_entry, _subdirs(version_dir)):
             receipt = read_receipt(child)
             sizes = [size for size, _mtime in receipt.files.values()] if receipt else []
             content_hash = receipt.content_hash if receipt else None
@@ -109,6 +125,17 @@ def list_entries(cache: Cache) -> list[CacheEntry]:
                 CacheEntry(info, child.name, child, content_hash, len(sizes), sum(sizes), signer)
             )
     return entries
+
+
+def foreign_dirs(cache: Cache) -> list[Path]:
+    """The directories in version directories that are not entries (see
+    :func:`_is_entry`): the cache commands leave them alone."""
+    return [
+        child
+        for _info, version_dir in _version_dirs(cache)
+        for child in _subdirs(version_dir)
+        if not _is_entry(child)
+    ]
 
 
 def check_readable(cache: Cache) -> None:

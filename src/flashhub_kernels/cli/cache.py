@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._constants import MANIFEST_NAME
 from .._utils.escaping import escape_controls
 from ._common import (
     EXIT_FAILURE,
@@ -211,10 +212,11 @@ def _time_since(then: float, now: float) -> str:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from .._cache.admin import list_entries, untrusted_dirs, verify_entry
+    from .._cache.admin import foreign_dirs, list_entries, untrusted_dirs, verify_entry
 
     cache = _readable_cache()
     untrusted = untrusted_dirs(cache)
+    foreign = foreign_dirs(cache)
     checked = [
         (entry, verify_entry(cache, entry, repair=args.repair))
         for entry in list_entries(cache)
@@ -235,11 +237,17 @@ def _cache_verify(args: argparse.Namespace) -> int:
                     for entry, verdict in checked
                 ],
                 "untrusted": [{"path": str(p), "problem": reason} for p, reason in untrusted],
+                "not_entries": [str(path) for path in foreign],
             }
         )
     else:
         for path, reason in untrusted:
             print(f"{shown(path)}: {reason} (FAILED: a load refuses to trust it)")
+        for path in foreign:
+            print(
+                f"{shown(path)}: not a cache entry (no variant's name, no {MANIFEST_NAME}): "
+                "left alone"
+            )
         for entry, verdict in checked:
             if verdict.repaired:
                 outcome = f"repaired ({verdict.problem})"
