@@ -255,7 +255,9 @@ def test_cache_verify_reports_untrusted_and_symlinked_entries(
     assert "2 untrusted directories" in result.stdout  # never a silent "0 entries checked"
 
 
-def test_flashhub_cache_list_escapes_directory_names(cdn: CdnServer, cache_dir: Path) -> None:
+def test_flashhub_cache_list_verify_and_prune_escape_directory_names(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
     write_kernel(cdn.root, REPO, 1)
     assert flashhub("get", REPO, "--version", "1").returncode == 0
     version_dir = cache_dir / "kernels" / REPO / "v1"
@@ -265,11 +267,14 @@ def test_flashhub_cache_list_escapes_directory_names(cdn: CdnServer, cache_dir: 
 
     result = flashhub("cache", "list")
     verified = flashhub("cache", "verify")
+    pruned = flashhub("cache", "prune")
 
     assert result.returncode == 0, result.stderr
-    assert_terminal_safe(result.stdout)
+    assert_terminal_safe(result.stdout + verified.stdout + pruned.stdout)
     assert "evil\\x1b]0;title\\x07 no receipt" in " ".join(result.stdout.split())
     assert "\\x1b[2Jforeign: not a cache entry" in verified.stdout
+    assert f"{REPO}@v1 evil\\x1b]0;title\\x07: FAILED: no receipt" in verified.stdout
+    assert f"removed {REPO}@v1 evil\\x1b]0;title\\x07: no receipt" in pruned.stdout
 
 
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])

@@ -254,7 +254,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
             else:
                 outcome = "ok" if verdict.ok else f"FAILED: {verdict.problem}"
             signed = f", signed by {entry.signer}" if entry.signer and verdict.ok else ""
-            print(f"{entry.info} {entry.variant}: {outcome}{signed}")
+            print(f"{entry.info} {escape_controls(entry.variant)}: {outcome}{signed}")
         refused = count(len(untrusted), "untrusted directory", "untrusted directories")
         print(f"{entries(len(checked))} checked, {refused}")
     failed = [verdict for _entry, verdict in checked if not verdict.ok]
@@ -280,7 +280,7 @@ def _cache_prune(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
         return EXIT_OK
     for entry, why in report.removed:
-        print(f"removed {entry.info} {entry.variant}: {why}")
+        print(f"removed {entry.info} {escape_controls(entry.variant)}: {why}")
     for path in [*report.stale, *report.stale_files]:
         print(f"removed leftover {shown(path)}")
     _report_skipped(report.busy, report.in_use)
