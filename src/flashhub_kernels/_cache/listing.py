@@ -11,7 +11,7 @@ from pathlib import Path
 from .._constants import RECEIPT_NAME
 from .._models.names import RepoInfo
 from .._models.record import Record
-from .admin import CacheEntry, list_entries
+from .entries import CacheEntry, list_entries
 from .layout import Cache
 
 

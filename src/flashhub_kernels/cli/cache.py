@@ -89,7 +89,7 @@ def _cache(args: argparse.Namespace) -> int:
 def _readable_cache() -> Cache:
     """The cache, once this user may list each directory above its entries (else a
     CacheError says which it cannot read, with the chmod that opens it)."""
-    from .._cache.admin import check_readable
+    from .._cache.entries import check_readable
 
     cache = local_cache()
     check_readable(cache)
@@ -212,7 +212,8 @@ def _time_since(then: float, now: float) -> str:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from .._cache.admin import foreign_dirs, list_entries, untrusted_dirs, verify_entry
+    from .._cache.entries import foreign_dirs, list_entries, untrusted_dirs
+    from .._cache.verify import verify_entry
 
     cache = _readable_cache()
     untrusted = untrusted_dirs(cache)
@@ -299,7 +300,8 @@ def _report_skipped(busy: list[Path], in_use: list[Path]) -> None:
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
-    from .._cache.admin import ClearReport, clear, list_entries
+    from .._cache.admin import ClearReport, clear
+    from .._cache.entries import list_entries
 
     cache = _readable_cache()
     cached = len(list_entries(cache))

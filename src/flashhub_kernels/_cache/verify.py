@@ -1,0 +1,162 @@
+"""``flashhub cache verify``: re-hash a cached entry against its ``metadata.json``, and
+repair, offline, one whose files hold the verified bytes.
+
+The warm path trusts an entry's receipt (``stat`` only); :func:`verify_entry` is the
+full re-hash that the receipt stands in for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from .._config import Config, get_config
+from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME
+from .._models.manifest import parse_metadata
+from .._models.record import Record
+from .._network.hashing import sha256_file
+from .._signing.verification import verify_document
+from ..errors import ManifestError, SignatureError
+from .bytecode import compile_bytecode, stamp
+from .entries import CacheEntry
+from .layout import Cache
+from .mutex import download_mutex
+from .receipt import Receipt, read_receipt
+from .staging import cache_errors, write_receipt
+
+
+class Verdict(Record):
+    """What :func:`verify_entry` found.
+
+    ``problem`` is why the entry fails, or ``None``. ``repairable``: every file holds
+    the verified bytes, and only what the receipt records about them (size, mtime) or
+    the bytecode compiled from them differs. ``repaired``: it was repaired, so it passes.
+    """
+
+    problem: str | None = None
+    repairable: bool = False
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None or self.repaired
+
+
+def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Verdict:
+    """Re-hash every file of ``entry`` against its ``metadata.json``, and its bytecode
+    against the receipt.
+
+    With ``repair``, an entry whose files re-hash right is repaired offline: damaged
+    bytecode is compiled again from the verified sources and the receipt re-stamped
+    with each file's size and mtime now (a copy of the cache that lost its modification
+    times). Anything else is left for ``prune`` to remove and a load to fetch again.
+    """
+    verdict = _verify(cache, entry)
+    if not (repair and verdict.repairable):
+        return verdict
+    # Under the entry's download mutex: a load that found it changed would replace it.
+    with download_mutex(cache, entry.info, entry.variant), cache_errors(entry.path):
+        verdict = _verify(cache, entry)  # again: it may have changed meanwhile
+        receipt = read_receipt(entry.path)
+        if not verdict.repairable or receipt is None:
+            return verdict
+        _restamp(cache, entry.path, receipt)
+    return Verdict(verdict.problem, repairable=True, repaired=True)
+
+
+def _verify(cache: Cache, entry: CacheEntry) -> Verdict:
+    receipt = read_receipt(entry.path)
+    if receipt is None:
+        return Verdict("no receipt: the entry was never completely verified")
+    try:
+        manifest = parse_metadata(
+            (entry.path / MANIFEST_NAME).read_bytes(), source=str(entry.path / MANIFEST_NAME)
+        )
+    except OSError:
+        return Verdict(f"{MANIFEST_NAME} is missing")
+    except ManifestError as exc:
+        return Verdict(exc.message)
+    if manifest.content_hash != receipt.content_hash:
+        return Verdict(f"{MANIFEST_NAME} is not the manifest the entry was verified against")
+    for relpath, digest in sorted(manifest.files.items()):
+        path = entry.path / relpath
+        if path.is_symlink() or not path.is_file():
+            return Verdict(f"{relpath} is missing or not a regular file")
+        if sha256_file(path) != digest:
+            return Verdict(f"{relpath} does not match its sha256 in {MANIFEST_NAME}")
+    signature = _signature_problem(entry, get_config())
+    if signature is not None:
+        return Verdict(signature)
+    damaged = _damaged_bytecode(entry.path, receipt)
+    if damaged:
+        return Verdict(
+            f"{damaged[0]} is not the bytecode compiled when the entry was verified",
+            repairable=True,
+        )
+    changed = receipt.changed_file(entry.path)
+    if changed is not None:
+        # Intact bytes, but the warm path would not trust the entry and fetch it again.
+        return Verdict(
+            f"{changed} has another size or mtime than when it was verified", repairable=True
+        )
+    return Verdict()
+
+
+def _damaged_bytecode(entry: Path, receipt: Receipt) -> list[str]:
+    """The ``.pyc`` files of the receipt that are missing or hold other bytes."""
+    damaged = []
+    for relpath, (_size, _mtime, digest) in sorted(receipt.bytecode.items()):
+        path = entry / relpath
+        if path.is_symlink() or not path.is_file() or sha256_file(path).hex() != digest:
+            damaged.append(relpath)
+    return damaged
+
+
+def _restamp(cache: Cache, entry: Path, receipt: Receipt) -> None:
+    """Compile the damaged bytecode of a verified entry again, then record each file's
+    size and mtime as they are now."""
+    damaged = _damaged_bytecode(entry, receipt)
+    bytecode = {path: record for path, record in receipt.bytecode.items() if path not in damaged}
+    sources = []
+    for relpath in damaged:
+        (entry / relpath).unlink(missing_ok=True)
+        source = importlib.util.source_from_cache(relpath)
+        if importlib.util.cache_from_source(source) == relpath:
+            sources.append(source)
+        # else another Python's bytecode: it compiles its own from the source
+    bytecode.update(compile_bytecode(entry, sources))
+    write_receipt(
+        entry,
+        receipt._replace(
+            files={path: stamp(entry / path) for path in receipt.files},
+            bytecode={
+                path: (*stamp(entry / path), digest) for path, (_s, _m, digest) in bytecode.items()
+            },
+        ),
+    )
+
+
+def _signature_problem(entry: CacheEntry, config: Config) -> str | None:
+    """Why the trusted keys of ``config`` do not vouch for the entry's ``metadata.json``
+    (checked again against the ``metadata.json.sig`` cached with it), or ``None``."""
+    if not config.checks_signatures(entry.info.org):
+        return None
+    try:
+        signature: bytes | None = (entry.path / MANIFEST_SIGNATURE_NAME).read_bytes()
+    except FileNotFoundError:
+        signature = None
+    try:
+        verify_document(
+            kind="metadata",
+            repo_id=entry.info.repo_id,
+            version=entry.info.version,
+            variant=entry.variant,
+            data=(entry.path / MANIFEST_NAME).read_bytes(),
+            sig_bytes=signature,
+            keys=config.trusted_keys,
+            org=entry.info.org,
+            require=config.require_signatures,
+        )
+    except (OSError, SignatureError) as exc:
+        return f"its signature does not check out: {exc}"
+    return None
