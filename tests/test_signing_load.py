@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLANTED, MakeProject, run_python
+from conftest import PLANTED, MakeCdn, MakeProject, run_python
 from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
 from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfiles.format import read_lockfile
@@ -464,7 +464,7 @@ def test_a_cached_entry_of_the_other_spelling_is_rechecked_on_the_warm_path(
     configure(trusted_keys=[f"acme_corp:{key.public_line}"])
     for name in [n for n in sys.modules if n.startswith("flashhub.")]:
         del sys.modules[name]  # the finder that located it stays
-    with pytest.raises(SignatureError, match=f"{DASHED}/v1/build/{LOCAL}/metadata.json is not"):
+    with pytest.raises(SignatureError, match=f"{DASHED}/v1/variants.json is not signed"):
         import flashhub.acme_corp.tricks.v1
     assert not ran.exists()
 
@@ -649,10 +649,8 @@ def test_an_entry_cached_before_keys_is_verified_once_then_stays_warm(
     cdn.clear_log()
     assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
 
-    assert document_gets(cdn) == [
-        f"{REPO}/v1/build/{LOCAL}/metadata.json",
-        f"{REPO}/v1/build/{LOCAL}/metadata.json.sig",
-    ]
+    # The variant list recorded unchecked is not chosen by: the signed one is asked for.
+    assert document_gets(cdn) == signed_load_documents()
     assert package_gets(cdn) == [], "the cached files are kept, not downloaded again"
     assert {p: p.stat().st_mtime_ns for p in files} == files
     assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
@@ -680,7 +678,7 @@ def test_an_entry_cached_before_keys_is_refused_offline(
         get_kernel(REPO, version=1)
 
     assert f"the cached copy of {REPO}@v1 cannot be used offline" in str(info.value)
-    assert "no trusted key vouched for it" in str(info.value)
+    assert "no trusted key vouched for the list of its variants" in str(info.value)
     assert info.value.hint is not None
     assert "unset FLASHHUB_OFFLINE once" in info.value.hint
     assert cdn.requests == []
@@ -717,6 +715,35 @@ def test_processes_trusting_different_keys_of_the_publisher_share_a_cache(
 
     assert cdn.requests == []
     assert cached_signers()[(REPO, 1, LOCAL)] == old_key.key_id
+
+
+def test_a_variant_list_a_hostile_mirror_gave_a_neighbour_does_not_choose_the_variant(
+    cdn: CdnServer, make_cdn: MakeCdn, keys: Keys, tmp_path: Path
+) -> None:
+    # A neighbour that checks no signatures loaded through a hostile mirror, whose
+    # variants.json lists only the pure-Python build, and recorded that list in the shared
+    # cache. A process trusting the publisher's key, on the genuine CDN, must not choose
+    # by it: it asks for the signed list and loads this machine's build.
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1, [LOCAL, UNIVERSAL])
+    sign(cdn.root, path)
+    hostile = make_cdn(tmp_path / "hostile")
+    write_kernel(hostile.root, REPO, 1, [UNIVERSAL])
+    neighbour = {"FLASHHUB_CDN_URL": hostile.url}
+    assert run_python(IMPORT_V1, env=neighbour).strip() == f"{REPO}@v1:{UNIVERSAL}"
+    cdn.clear_log()
+
+    trusting = {TRUSTED: key.public_line}
+    assert run_python(IMPORT_V1, env=trusting).strip() == f"{REPO}@v1:{LOCAL}"
+
+    assert f"{REPO}/v1/variants.json.sig" in document_gets(cdn)
+    assert cached_signers()[(REPO, 1, LOCAL)] == key.key_id
+    # Warm and offline it keeps to the list it verified; the neighbour keeps to its own.
+    cdn.clear_log()
+    for env in [trusting, {**trusting, "FLASHHUB_OFFLINE": "1"}]:
+        assert run_python(IMPORT_V1, env=env).strip() == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
+    assert run_python(IMPORT_V1, env=neighbour).strip() == f"{REPO}@v1:{UNIVERSAL}"
 
 
 def test_an_entry_cached_under_a_key_not_trusted_here_does_not_run(

@@ -4,7 +4,8 @@ entry was verified with.
 Layout under the cache root::
 
     kernels/<org>/<pkg>/v<N>/
-        variants-index.json               what this version publishes (see VariantIndex)
+        variants-index.json               what this version publishes (see VariantIndex),
+                                          by who vouched for it (see Cache.vouchers)
         <variant>/                        a committed entry: complete and verified
             metadata.json                 the manifest it was verified against
             .flashhub-receipt.json        content hash, size and mtime of every file,
@@ -50,6 +51,7 @@ _NO_PICKS: Mapping[str, str] = types.MappingProxyType({})
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 PARTIAL_PREFIX = ".partial-"
+VOUCHED = "vouched"  # an index file's records by who vouched for them (Cache.vouchers)
 
 
 def read_json(path: Path) -> Any:
@@ -71,7 +73,9 @@ class VariantIndex(Record):
     ``picks`` maps a system's :attr:`~flashhub_kernels._variants.system.SystemInfo.key`
     to the variant its loads take, where the names alone decide it
     (:func:`~flashhub_kernels._variants.compat.pick_by_name`): a warm load of that system
-    then judges nothing.
+    then judges nothing. ``proof``: the ``variants.json`` that ``present`` is, and its
+    ``.sig``, base64, where a trusted key vouched for it: another process checking
+    signatures verifies them with its own keys (see :meth:`Cache.index_document`).
     """
 
     complete: bool
@@ -79,6 +83,7 @@ class VariantIndex(Record):
     absent: frozenset[str] = frozenset()
     targets: Mapping[str, BuildTarget] = _NO_TARGETS
     picks: Mapping[str, str] = _NO_PICKS
+    proof: tuple[str, str] | None = None
 
 
 def parse_index(document: Mapping[str, Any]) -> VariantIndex | None:
@@ -97,6 +102,9 @@ def parse_index(document: Mapping[str, Any]) -> VariantIndex | None:
 
         read = {name: target_from_json(value) for name, value in targets.items()}
         index = index._replace(targets={n: t for n, t in read.items() if t is not None})
+    proof = document.get("proof")
+    if isinstance(proof, list) and len(proof) == 2 and all(isinstance(p, str) for p in proof):
+        index = index._replace(proof=(proof[0], proof[1]))
     return index._replace(picks=_recorded_picks(document))
 
 
@@ -120,16 +128,38 @@ class Cache:
     ``lock_timeout`` bounds each wait for another process's lock (``None``: no bound).
     ``shared`` trusts directories the user's group may write (see :func:`~.trust.distrust`).
     Nothing is read from, or created under, a directory that fails those checks.
+    ``trust``: the settings whose trusted keys decide which records of the variant
+    indexes this process reads and writes (see :meth:`vouchers`); ``None``: it checks no
+    signatures.
     """
 
     def __init__(
-        self, root: Path, lock_timeout: float | None = None, *, shared: bool = False
+        self,
+        root: Path,
+        lock_timeout: float | None = None,
+        *,
+        shared: bool = False,
+        trust: Config | None = None,
     ) -> None:
-        self.root, self.lock_timeout, self.shared = root, lock_timeout, shared
+        self.root, self.lock_timeout, self.shared, self.trust = root, lock_timeout, shared, trust
 
     @classmethod
     def from_config(cls, config: Config) -> Cache:
-        return cls(config.cache_dir, config.lock_timeout, shared=config.cache_shared)
+        return cls(config.cache_dir, config.lock_timeout, shared=config.cache_shared, trust=config)
+
+    def vouchers(self, org: str) -> str | None:
+        """Who vouches for what this process records in the variant index of a kernel of
+        ``org``: the ids of the keys it trusts for the org, as one string. ``None`` where
+        it checks no signatures of the org: its records are the index's unvouched ones.
+
+        A process that checks signatures reads and writes only the records of processes
+        that trust the same keys (the index's ``vouched`` object, by this string): a
+        choice must never rest on a list that a key it does not trust vouched for.
+        """
+        trust = self.trust
+        if trust is None or not trust.checks_signatures(org):
+            return None
+        return " ".join(sorted({k.key_id for k in trust.trusted_keys if k.trusted_for(org)}))
 
     def check_trusted(self, path: Path) -> None:
         """Raise :class:`CacheError` unless the root, its ancestors and every existing
@@ -151,11 +181,40 @@ class Cache:
         return parse_index(self.index_document(info))
 
     def index_document(self, info: RepoInfo) -> dict[str, Any]:
-        """The JSON object of the index of ``info``, unparsed (see :func:`parse_index`
-        and :func:`recorded_pick`); empty when there is none to read."""
+        """The JSON object of the records of ``info``'s index this process chooses by,
+        unparsed (see :func:`parse_index` and :func:`recorded_pick`); empty when there
+        are none to read. :meth:`records` picks them from the file."""
+        return self.records(info, self.index_file(info))
+
+    def index_file(self, info: RepoInfo) -> dict[str, Any]:
+        """The JSON object of ``info``'s whole index file; empty when there is none."""
         self.check_trusted(self.version_dir(info))
         data = read_json(self.version_dir(info) / INDEX_NAME)
         return data if isinstance(data, dict) else {}
+
+    def records(self, info: RepoInfo, whole: dict[str, Any]) -> dict[str, Any]:
+        """The records of the index file ``whole`` this process chooses by: all of it
+        where it checks no signatures of ``info``'s org; else those recorded under its
+        :meth:`vouchers`, or failing them a ``variants.json`` another process recorded
+        with its ``.sig`` (see :attr:`VariantIndex.proof`), where a key this process
+        trusts signed it."""
+        vouchers = self.vouchers(info.org)
+        if vouchers is None:
+            return whole
+        sections = whole.get(VOUCHED)
+        sections = sections if isinstance(sections, dict) else {}
+        own = sections.get(vouchers)
+        if isinstance(own, dict):
+            return own
+        assert self.trust is not None, "vouchers are the trusted keys"
+        from .._signing.verification import proven_variants  # cryptography, on a miss only
+
+        for section in sections.values():
+            proof = section.get("proof") if isinstance(section, dict) else None
+            names = proven_variants(proof, info, self.trust.trusted_keys)
+            if names is not None:
+                return {"complete": True, "present": names, "absent": [], "proof": proof}
+        return {}
 
     def read_target(self, info: RepoInfo, variant: str) -> BuildTarget | None:
         """The devices a committed entry's ``metadata.json`` declares; ``None`` when the

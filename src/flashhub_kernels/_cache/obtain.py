@@ -57,7 +57,8 @@ def obtain_kernel(
     if config.offline:
         from .._loading.offline import cached_copy_error
 
-        raise cached_copy_error(candidates[0], damaged, unsigned=damaged == _UNSIGNED_ENTRY)
+        unsigned = damaged in (_UNSIGNED_ENTRY, _UNSIGNED_INDEX)
+        raise cached_copy_error(candidates[0], damaged, unsigned=unsigned)
     # The cold path's modules: a warm load never imports them; imported with the GC paused.
     from .._network.deferred_gc import collection_paused
 
@@ -88,6 +89,8 @@ def use_kernel(
 
 # Why a warm load passes over an entry that is intact but vouched for by no trusted key.
 _UNSIGNED_ENTRY = "no trusted key vouched for it when it was cached"
+# Why a warm load that checks signatures passes over the variant index of a version.
+_UNSIGNED_INDEX = "no trusted key vouched for the list of its variants the cache records"
 
 
 def _not_fetched_again(exc: CacheError, info: RepoInfo, damaged: str) -> CacheError:
@@ -97,7 +100,7 @@ def _not_fetched_again(exc: CacheError, info: RepoInfo, damaged: str) -> CacheEr
     from ..errors import CacheError
 
     hints = [exc.hint] if exc.hint else []
-    if damaged != _UNSIGNED_ENTRY:
+    if damaged not in (_UNSIGNED_ENTRY, _UNSIGNED_INDEX):
         hints.insert(
             0,
             "run `flashhub cache verify --repair` where the cache can be written "
@@ -121,11 +124,13 @@ def _warm_lookup(
     An entry that no trusted key vouched for when it was cached is vouched for by the
     signature cached with it, if a trusted key made it; else (cached before a key was
     configured) it is unfit while signatures are checked: the cold path verifies it once.
+    So is an index that only processes trusting other keys, or none, recorded.
     """
-    document = cache.index_document(info)
+    whole = cache.index_file(info)
+    document = cache.records(info, whole)
     variant = recorded_pick(document, system.key) or _judged_pick(cache, info, document, system)
     if variant is None:
-        return None, None
+        return None, _UNSIGNED_INDEX if whole and not document else None
     entry = cache.entry_dir(info, variant)
     cache.check_entry(entry)  # read_index checked the directories above it
     receipt = read_receipt(entry)

@@ -35,8 +35,10 @@ from .layout import (
     PARTIAL_PREFIX,
     STAGING_PREFIX,
     TRASH_PREFIX,
+    VOUCHED,
     Cache,
     VariantIndex,
+    parse_index,
 )
 from .receipt import Receipt
 
@@ -54,18 +56,34 @@ if TYPE_CHECKING:
 def record_index(
     cache: Cache, info: RepoInfo, index: VariantIndex, system: SystemInfo | None = None
 ) -> VariantIndex:
-    """Merge ``index`` into what is recorded (concurrent writers only add knowledge);
-    return the merged index. With ``system``, the variant it loads is recorded too,
-    where the names alone decide it (see :attr:`VariantIndex.picks`)."""
-    old = cache.read_index(info)
+    """Merge ``index`` into the records this process chooses by (concurrent writers only
+    add knowledge); return the merged index. With ``system``, the variant it loads is
+    recorded too, where the names alone decide it (see :attr:`VariantIndex.picks`).
+
+    A process that checks signatures records under its :meth:`~.layout.Cache.vouchers`,
+    leaving the others' records as they are. Callers hold the version's index mutex."""
+    whole = cache.index_file(info)
+    old = parse_index(cache.records(info, whole))
     merged = index if old is None else merge_indexes(old, index)
     if system is not None and (pick := pick_by_name(merged, system)) is not None:
         merged = merged._replace(picks={**merged.picks, system.key: pick})
     if merged != old:
         path = private_dir(cache, cache.version_dir(info)) / INDEX_NAME
         with cache_errors(path):
-            _write_atomic(path, dump_json(index_document(merged)))
+            _write_atomic(path, dump_json(_with_records(whole, cache.vouchers(info.org), merged)))
     return merged
+
+
+def _with_records(
+    whole: dict[str, Any], vouchers: str | None, index: VariantIndex
+) -> dict[str, Any]:
+    """The index file ``whole`` with ``index`` as the records of ``vouchers``."""
+    sections = whole.get(VOUCHED)
+    sections = sections if isinstance(sections, dict) else {}
+    if vouchers is not None:
+        sections = {**sections, vouchers: index_document(index)}
+        return {**whole, VOUCHED: sections}
+    return {**index_document(index), **({VOUCHED: sections} if sections else {})}
 
 
 def new_staging(cache: Cache, info: RepoInfo, variant: str) -> Path:
@@ -351,6 +369,8 @@ def index_document(index: VariantIndex) -> dict[str, Any]:
         document["targets"] = {n: t.to_json() for n, t in sorted(index.targets.items())}
     if index.picks:
         document["picks"] = dict(sorted(index.picks.items()))
+    if index.proof is not None:
+        document["proof"] = list(index.proof)
     return document
 
 

@@ -87,12 +87,23 @@ def get_versions(
 
 def get_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str]:
     """The variant names a version's ``variants.json`` lists."""
+    return get_variant_list(fetcher, info)[0]
+
+
+def get_variant_list(fetcher: Fetcher, info: RepoInfo) -> tuple[list[str], tuple[str, str] | None]:
+    """The variant names a version's ``variants.json`` lists, and where a trusted key
+    vouched for it, the proof a variant index records of it
+    (:attr:`~.._cache.layout.VariantIndex.proof`)."""
     path = f"{info.cdn_path}/variants.json"
     parse = functools.partial(parse_variants, source=f"{info}/variants.json")
-    _, names, _, _ = _fetch_checked(
+    data, names, signature, _ = _fetch_checked(
         fetcher, path, parse, "variants", info.repo_id, info.version, None
     )
-    return names
+    if signature is None:
+        return names, None
+    from .._signing.verification import variants_proof  # imported already: it was checked
+
+    return names, variants_proof(data, signature)
 
 
 def get_manifest(

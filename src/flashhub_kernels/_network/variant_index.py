@@ -31,7 +31,7 @@ from .._variants.grammar import as_variant
 from .._variants.probing import UNIVERSAL, build_variant_name, candidate_names
 from .._variants.system import SystemInfo
 from ..errors import FlashhubError, KernelNotFoundError, VersionNotFoundError
-from .documents import ManifestDocument, get_manifest, get_variant_names
+from .documents import ManifestDocument, get_manifest, get_variant_list
 from .mirrors import NotPublished
 from .transport import MAX_PARALLEL_FILES, Fetcher
 from .versions import doubled_prefix_hint, published_versions
@@ -62,7 +62,8 @@ def fetch_index(
     A probe takes the manifests ``started`` got instead of asking for them again.
     """
     try:
-        return VariantIndex(True, frozenset(get_variant_names(fetcher, info)))
+        names, proof = get_variant_list(fetcher, info)
+        return VariantIndex(True, frozenset(names), proof=proof)
     except NotPublished as exc:
         tried = redact_url(str(exc))  # the mirror's URL of variants.json
     present: set[str] = set()

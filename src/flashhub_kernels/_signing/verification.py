@@ -7,11 +7,12 @@ imported only when a signature is checked (:mod:`.ed25519`).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from pathlib import Path
 
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, SIG_SUFFIX, TRUSTED_KEYS_VAR
-from .._models.manifest import parse_metadata
+from .._models.manifest import parse_metadata, parse_variants
 from .._models.names import RepoInfo, parse_repo_id
 from ..errors import ManifestError, SignatureError
 from .ed25519 import verifies
@@ -141,3 +142,36 @@ def cached_signer(
         )
     except (OSError, ManifestError, SignatureError):
         return None
+
+
+def proven_variants(proof: object, info: RepoInfo, keys: Sequence[TrustedKey]) -> list[str] | None:
+    """The names of the ``variants.json`` of ``info`` that a variant index records with its
+    ``.sig`` as ``proof`` (see :attr:`~.._cache.layout.VariantIndex.proof`), where a key
+    of ``keys`` signed it; ``None`` when none did, or ``proof`` is malformed.
+
+    A process that trusts other keys than the one that recorded it shares its list, offline
+    too, the way :func:`cached_signer` shares a cached entry.
+    """
+    if not isinstance(proof, list) or len(proof) != 2:
+        return None
+    try:
+        data, signature = (base64.b64decode(part, validate=True) for part in proof)
+        verify_document(
+            kind="variants",
+            repo_id=info.repo_id,
+            version=info.version,
+            variant=None,
+            data=data,
+            sig_bytes=signature,
+            keys=keys,
+            org=info.org,
+            require=True,
+        )
+        return parse_variants(data)
+    except (TypeError, ValueError, ManifestError, SignatureError):
+        return None
+
+
+def variants_proof(data: bytes, signature: bytes) -> tuple[str, str]:
+    """A signed ``variants.json`` and its ``.sig`` as a variant index records them: base64."""
+    return base64.b64encode(data).decode("ascii"), base64.b64encode(signature).decode("ascii")
