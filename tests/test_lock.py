@@ -26,13 +26,18 @@ from flashhub_kernels import (
     install_kernel,
     load_kernel,
 )
+from flashhub_kernels._cache.layout import Cache, VariantIndex
+from flashhub_kernels._cache.mutex import index_mutex
 from flashhub_kernels._cache.receipt import read_receipt
+from flashhub_kernels._cache.staging import record_index
 from flashhub_kernels._config import get_config
 from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, parse_lockfile, read_lockfile
 from flashhub_kernels._lockfiles.pinning import lock_project
 from flashhub_kernels._lockfiles.predownload import download_locked
 from flashhub_kernels._lockfiles.project import read_project
 from flashhub_kernels._models.manifest import parse_metadata
+from flashhub_kernels._models.names import RepoInfo
+from flashhub_kernels._variants.compat import BuildTarget
 from flashhub_kernels.errors import (
     CacheError,
     IntegrityError,
@@ -456,6 +461,55 @@ def test_a_locked_load_does_not_replace_a_differing_copy_a_running_process_uses(
 
 
 # -- --all-variants --------------------------------------------------------------------------
+
+
+# What the lock file argv[1] pins, downloaded as `flashhub download` does, or loaded.
+DOWNLOAD_LOCKED = """
+import sys
+from pathlib import Path
+from flashhub_kernels._lockfiles.format import read_lockfile
+from flashhub_kernels._lockfiles.predownload import download_locked
+print([result.status for result in download_locked(read_lockfile(Path(sys.argv[1])))])
+"""
+LOAD_LOCKED = """
+import sys
+from flashhub_kernels import load_kernel
+print(load_kernel("acme/tensor-tricks", lockfile=sys.argv[1]).marker())
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "printed"),
+    [(DOWNLOAD_LOCKED, "['downloaded']"), (LOAD_LOCKED, f"{REPO}@v2:{LOCAL}")],
+    ids=["download", "load_kernel"],
+)
+def test_a_locked_download_or_load_records_the_variant_list_under_the_index_mutex(
+    project: Path, cdn: CdnServer, code: str, printed: str
+) -> None:
+    # Every writer of a version's variant index holds its mutex, so that what another
+    # process records meanwhile is merged, not lost: the locked download or load waits
+    # for the writer holding it, then adds the lock's list to what that one recorded.
+    lock = lock_project(project)
+    info = RepoInfo(REPO, 2)
+    if code == LOAD_LOCKED:  # a cache with the entry but no index (a copy of one)
+        download_locked(lock)
+        (entry(2, LOCAL).parent / "variants-index.json").unlink()
+    cache = Cache.from_config(get_config())
+    found = VariantIndex(False, frozenset({CUDA}), targets={CUDA: BuildTarget("cuda", ("8.0",))})
+    with index_mutex(cache, info):
+        child = start_code(code, str(lockfile_of(project)), env={**os.environ}, fresh=True)
+        assert child.stderr is not None
+        waits = next((line for line in child.stderr if "waiting for another" in line), None)
+        assert waits is not None and f"choosing the variant of {info}" in waits, "never waited"
+        record_index(cache, info, found)  # the other writer's findings
+    out, err = child.communicate(timeout=120)
+
+    assert child.returncode == 0, err
+    assert out.strip() == printed
+    recorded = cache.read_index(info)
+    assert recorded is not None and recorded.complete
+    assert recorded.present == {LOCAL, UNIVERSAL, CUDA}
+    assert recorded.targets[CUDA] == found.targets[CUDA]
 
 
 def test_all_variants_fetches_every_variant(project: Path, cdn: CdnServer) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from .._cache.imports import mark_in_use
 from .._cache.layout import Cache
+from .._cache.mutex import index_mutex
 from .._cache.staging import merge_indexes, record_index
 from .._config import get_config
 from .._finder import install, twin_names
@@ -211,5 +212,6 @@ def _check_cached_choice(
             f"the cache's variant list for {locked.info} disagrees with the lock",
             hint="run `flashhub cache clear`, then `flashhub download`",
         )
-    with contextlib.suppress(CacheError):
-        record_index(cache, locked.info, added)
+    if index != recorded:  # as every writer of the index: under its mutex (a cold path)
+        with contextlib.suppress(CacheError), index_mutex(cache, locked.info):
+            record_index(cache, locked.info, added)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
-from .._cache.mutex import download_mutex
+from .._cache.mutex import download_mutex, index_mutex
 from .._cache.staging import record_index
 from .._config import Config, get_config
 from .._models.record import Record
@@ -146,22 +146,24 @@ def _cached_as_locked(
 def _download_kernel(
     cache: Cache, fetcher: Fetcher, locked: LockedKernel, system: SystemInfo | None
 ) -> list[LockedDownload]:
-    reader = ManifestReader(cache, fetcher, locked.info, cache.read_index(locked.info))
-    try:
-        if system is None:
-            variants = sorted(locked.variants)
-        else:
-            variants = [_variant_to_download(locked, system, reader.target)]
-    except FlashhubError as exc:
-        return [LockedDownload(locked.repo_id, locked.version, None, "failed", failure=exc)]
-    finally:
-        reader.record()  # the variants passed over: a load there passes over them too
+    with index_mutex(cache, locked.info):  # chosen as a load chooses: one at a time
+        reader = ManifestReader(cache, fetcher, locked.info, cache.read_index(locked.info))
+        try:
+            if system is None:
+                variants = sorted(locked.variants)
+            else:
+                variants = [_variant_to_download(locked, system, reader.target)]
+        except FlashhubError as exc:
+            return [LockedDownload(locked.repo_id, locked.version, None, "failed", failure=exc)]
+        finally:
+            reader.record()  # the variants passed over: a load there passes over them too
     results = [
         _download_variant(cache, fetcher, locked, variant, reader.documents.get(variant))
         for variant in variants
     ]
     # Offline loads pick their variant from this index, without asking the CDN.
-    record_index(cache, locked.info, lock_index(locked, system))
+    with index_mutex(cache, locked.info):
+        record_index(cache, locked.info, lock_index(locked, system))
     return results
 
 
