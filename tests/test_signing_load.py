@@ -912,6 +912,33 @@ def test_a_locked_load_accepts_the_locked_signer_beside_another_trusted_signatur
     assert module.marker() == f"{REPO}@v2:{LOCAL}"
 
 
+def test_a_locked_load_offline_takes_a_copy_cached_under_another_key_the_locked_signer_signed(
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked while the new key was trusted, on a tree both keys sign; a neighbour trusting
+    the old key cached the variant. The .sig cached with it holds the locked signer's
+    signature: the locked load takes it offline, without a request, as a plain load does."""
+    (old_path, old_key), (new_path, new_key) = keys
+    project = make_project()
+    sign(cdn.root, old_path)
+    sign(cdn.root, new_path)
+    trust(monkeypatch, new_key.public_line)
+    assert flashhub("lock", project).returncode == 0
+    neighbour = {TRUSTED: old_key.public_line}
+    run_python("import flashhub.acme.tensor_tricks.v2", env=neighbour)
+    assert cached_signers()[(REPO, 2, LOCAL)] == old_key.key_id
+    cdn.clear_log()
+
+    lockfile = str(lockfile_of(project))
+    load = "from flashhub_kernels import load_kernel\n" + (
+        f"print(load_kernel({REPO!r}, lockfile={lockfile!r}).marker())"
+    )
+    assert run_python(load, env={"FLASHHUB_OFFLINE": "1"}).strip() == f"{REPO}@v2:{LOCAL}"
+
+    assert cdn.requests == []
+    assert cached_signers()[(REPO, 2, LOCAL)] == old_key.key_id, "the receipt stays as it was"
+
+
 def test_flashhub_lock_of_a_project_uses_its_trusted_keys_from_any_directory(
     make_project: MakeProject, cdn: CdnServer, keys: Keys, tmp_path: Path
 ) -> None:

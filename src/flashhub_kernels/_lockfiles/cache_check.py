@@ -90,8 +90,15 @@ def lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
 
 
 def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
-    """The cache entry of a locked variant if it holds the locked bytes, and its manifest
-    depends on no kernel the lock does not pin; else why not."""
+    """The cache entry of a locked variant if :func:`cached_target` takes it; else why not."""
+    target, why = cached_target(cache, locked, variant)
+    return (None if target is None else target.entry), why
+
+
+def cached_target(cache: Cache, locked: LockedKernel, variant: str) -> tuple[KernelDir | None, str]:
+    """The kernel to import from the cache entry of a locked variant if the entry holds
+    the locked bytes, vouched for as the lock says, and its manifest depends on no kernel
+    the lock does not pin; else why not."""
     entry = cache.entry_dir(locked.info, variant)
     receipt = read_receipt(entry)
     if receipt is None:
@@ -108,23 +115,33 @@ def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path
         )
     signer = locked.signers.get(variant)
     if not get_config().accepts_signer(locked.info.org, receipt.signer, locked=signer):
-        return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
-    unpinned = _unpinned_dependencies(locked, cached_kernel(entry, locked.info, variant, receipt))
+        vouching = _signer_cached_with(entry, locked, variant, receipt.content_hash)
+        if vouching is None:
+            return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
+        receipt = receipt._replace(signer=vouching)
+    target = cached_kernel(entry, locked.info, variant, receipt)
+    unpinned = _unpinned_dependencies(locked, target)
     if unpinned:
         return (
             None,
             f"its metadata.json depends on {', '.join(unpinned)}, which the lock does not pin",
         )
-    return entry, ""
+    return target, ""
 
 
-def cached_target(cache: Cache, locked: LockedKernel, variant: str) -> tuple[KernelDir | None, str]:
-    """:func:`cached_entry` as the kernel to import from it; else why it cannot be."""
-    entry, why = cached_entry(cache, locked, variant)
-    receipt = read_receipt(entry) if entry is not None else None
-    if entry is None or receipt is None:
-        return None, why or "it is not in the cache"
-    return cached_kernel(entry, locked.info, variant, receipt), ""
+def _signer_cached_with(
+    entry: Path, locked: LockedKernel, variant: str, content_hash: str
+) -> str | None:
+    """The key, accepted for the locked ``variant`` (the lock's signer, where it records
+    one), whose signature the ``.sig`` cached in ``entry`` holds; ``None`` when none is.
+    An entry that a process trusting another key cached loads as locked, offline too."""
+    from .._signing.verification import cached_signer  # and cryptography, for this entry
+
+    config, locked_signer = get_config(), locked.signers.get(variant)
+    keys = [k for k in config.trusted_keys if locked_signer in (None, k.key_id)]
+    signer = cached_signer(entry, locked.info, variant, content_hash, keys)
+    accepted = config.accepts_signer(locked.info.org, signer, locked=locked_signer)
+    return signer if signer is not None and accepted else None
 
 
 def _unpinned_dependencies(locked: LockedKernel, target: KernelDir) -> list[str]:
