@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 import flashhub_kernels as fk
-from conftest import run_python
+from conftest import MakeCdn, run_python
 from flashhub_kernels._lockfiles.pinning import lock_project
+from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels._variants.system import SystemInfo, detect_system
 from flashhub_kernels.errors import NoCompatibleVariantError
 from support.cdn_server import CdnServer
@@ -228,6 +229,31 @@ def test_a_load_passes_over_a_build_for_other_devices(
     load = "import flashhub.acme.relu.v1 as k; print(k.marker())"
     assert run_python(as_gpu_node((9, 1), load)).strip() == f"{REPO}@v1:{UNIVERSAL}"
     assert cdn.gets() == []
+
+
+def test_a_copy_a_hostile_mirror_gave_a_neighbour_does_not_say_which_devices_a_build_runs_on(
+    cdn: CdnServer, make_cdn: MakeCdn, tmp_path: Path
+) -> None:
+    # A neighbour checking no signatures cached the CUDA 12.6 build from a hostile mirror
+    # whose metadata.json says it is for an H100 only. A GPU node trusting the publisher's
+    # key judges the build by the signed metadata.json, not by that cached copy.
+    publish(cdn.root, 1, BUILDS)
+    key = generate_signing_key()
+    write_key_pair(key, tmp_path / "publisher.key")
+    assert flashhub("sign", cdn.root, "--key", tmp_path / "publisher.key").returncode == 0
+    hostile = make_cdn(tmp_path / "hostile")
+    publish(hostile.root, 1, {CU126: ["9.0a"], UNIVERSAL: None})
+    load = "import flashhub.acme.relu.v1 as k; print(k.marker())"
+    neighbour = {"FLASHHUB_CDN_URL": hostile.url}
+    assert run_python(as_gpu_node((9, 0), load), env=neighbour).strip() == f"{REPO}@v1:{CU126}"
+    cdn.clear_log()
+
+    trusting = {"FLASHHUB_TRUSTED_KEYS": key.public_line}
+    assert run_python(as_gpu_node((8, 0), load), env=trusting).strip() == f"{REPO}@v1:{CU126}"
+
+    assert f"/kernels/{REPO}/v1/build/{CU126}/metadata.json.sig" in cdn.gets()
+    listed = ok_json(flashhub("cache", "list", "--json"))["entries"]
+    assert {e["variant"]: e["signer"] for e in listed}[CU126] == key.key_id
 
 
 def test_a_probe_goes_on_past_a_build_for_other_devices(

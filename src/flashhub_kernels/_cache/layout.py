@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .._constants import INDEX_NAME, MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
+from .receipt import Receipt, read_receipt
 from .trust import check_chain, check_dir
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
@@ -218,9 +219,29 @@ class Cache:
 
     def read_target(self, info: RepoInfo, variant: str) -> BuildTarget | None:
         """The devices a committed entry's ``metadata.json`` declares; ``None`` when the
-        entry is not cached."""
+        entry is not cached, or this process checks signatures and no key it trusts
+        vouches for it (see :meth:`vouched`)."""
         from .._variants.compat import read_target
 
         entry = self.entry_dir(info, variant)
-        data = read_json(entry / MANIFEST_NAME) if (entry / RECEIPT_NAME).is_file() else None
+        if self.vouchers(info.org) is None:
+            committed = (entry / RECEIPT_NAME).is_file()
+        else:
+            receipt = read_receipt(entry)
+            committed = receipt is not None and self.vouched(info, variant, receipt) is not None
+        data = read_json(entry / MANIFEST_NAME) if committed else None
         return read_target(data) if isinstance(data, dict) else None
+
+    def vouched(self, info: RepoInfo, variant: str, receipt: Receipt) -> Receipt | None:
+        """``receipt``, of the committed entry of ``variant``, with the signer that vouches
+        for the entry here: its own, where this process accepts it, else the trusted key
+        whose signature the ``.sig`` cached with it holds (cached by a process trusting
+        another key); ``None`` when none does (cached before a key was configured)."""
+        trust = self.trust
+        if trust is None or trust.accepts_signer(info.org, receipt.signer):
+            return receipt
+        from .._signing.verification import cached_signer  # and cryptography, for this entry
+
+        entry = self.entry_dir(info, variant)
+        signer = cached_signer(entry, info, variant, receipt.content_hash, trust.trusted_keys)
+        return None if signer is None else receipt._replace(signer=signer)

@@ -50,7 +50,7 @@ def obtain_kernel(
     cache, system = Cache.from_config(config), system or this_system(backend)
     damaged: str | None = None
     for info in candidates:
-        hit, problem = _warm_lookup(cache, info, system, config)
+        hit, problem = _warm_lookup(cache, info, system)
         if hit is not None:
             return hit
         damaged = damaged or problem
@@ -117,7 +117,7 @@ def _not_fetched_again(exc: CacheError, info: RepoInfo, damaged: str) -> CacheEr
 
 
 def _warm_lookup(
-    cache: Cache, info: RepoInfo, system: SystemInfo, config: Config
+    cache: Cache, info: RepoInfo, system: SystemInfo
 ) -> tuple[KernelDir | None, str | None]:
     """A verified entry, or ``None`` and (when an entry is unfit) why.
 
@@ -139,14 +139,10 @@ def _warm_lookup(
     changed = receipt.changed_file(entry)
     if changed is not None:
         return None, f"{entry / changed} differs from its receipt"
-    if not config.accepts_signer(info.org, receipt.signer):
-        from .._signing.verification import cached_signer  # and cryptography, for this entry
-
-        signer = cached_signer(entry, info, variant, receipt.content_hash, config.trusted_keys)
-        if signer is None:
-            return None, _UNSIGNED_ENTRY
-        receipt = receipt._replace(signer=signer)
-    return cached_kernel(entry, info, variant, receipt), None
+    vouched = cache.vouched(info, variant, receipt)
+    if vouched is None:
+        return None, _UNSIGNED_ENTRY
+    return cached_kernel(entry, info, variant, vouched), None
 
 
 def _judged_pick(
