@@ -729,7 +729,7 @@ def test_a_lock_in_a_distributions_metadata_that_is_not_utf8_is_a_lockfile_error
     lock_project(project)
     lock = lockfile_of(project).read_bytes()
     (dist_info / LOCKFILE_NAME).write_bytes(lock.replace(b"{", b'{"note": "caf\xe9",', 1))
-    pythonpath = os.pathsep.join([str(site), os.environ["PYTHONPATH"]])
+    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
 
     raised, printed = import_in_child("lockedapp", env={"PYTHONPATH": pythonpath})
 
