@@ -17,7 +17,9 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import free_port, run_python
+from flashhub_kernels._hub.republish import republish
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
+from flashhub_kernels.errors import PublishError
 from support.cdn_server import CdnServer
 from support.cli_runner import CliResult, flashhub, ok_json, refused_offline
 from support.hub_server import HubServer, builder_variant
@@ -226,8 +228,15 @@ def test_mirroring_again_is_a_noop_and_a_changed_build_is_refused(
     # The same commit by another name holds the same files: still nothing to write.
     assert ok_json(mirror(out, "--revision", commit, "--json"))["noop"]
     hub.push(REPO, hub_build("two"), branch="v1", repo_type=REPO_TYPE)
-    failed(mirror(out), f"{REPO}@v1 is already published", "--version 2")
+    # The next version reads the Hub's branch v2, which does not exist: the hint names
+    # the branch that moved, in the command's options and in republish's arguments.
+    failed(mirror(out), f"{REPO}@v1 is already published", "--version 2 --revision v1,")
+    with pytest.raises(PublishError, match=r"as version=2, revision='v1', or pass force=True"):
+        republish(REPO, version=1, out=out)
     assert tree_bytes(out) == before
+    # Following the hint publishes what the branch now holds as version 2.
+    hinted = flashhub("mirror", REPO, "--version", "2", "--revision", "v1", "--out", out, "--json")
+    assert ok_json(hinted)["versions"] == [1, 2]
 
 
 @pytest.mark.parametrize("fault", ["tampered", "unlisted", "missing"])

@@ -32,6 +32,7 @@ from .._network.hashing import CHUNK_SIZE
 from .._publish import KeySource, PublishReport, publish
 from .._publish.destination import open_destination
 from .._publish.layout import UNHASHED_FILES
+from .._publish.publisher import VersionTakenError
 from .._publish.signatures import signing_keys
 from .._variants.grammar import is_variant_name
 from .._variants.named_system import target_system
@@ -116,7 +117,9 @@ def republish(
         MirrorError: ``huggingface_hub`` is missing; the Hub cannot be reached or has no
             such build; no variant is chosen; a file is missing or does not match its
             digest (nothing is published then); or ``FLASHHUB_OFFLINE`` is set.
-        PublishError: As :func:`~flashhub_kernels._publish.publisher.publish` raises it.
+        PublishError: As :func:`~flashhub_kernels._publish.publisher.publish` raises it;
+            for a version published with other content, its hint names ``revision``
+            too, since another version reads another branch.
     """
     info = RepoInfo(repo_id, version)
     if get_config().offline:
@@ -127,21 +130,39 @@ def republish(
     keys = signing_keys(sign)  # a key file that cannot be used fails before any download
     open_destination(out)  # so does an object store URL whose extra is not installed
     hub = Hub()
-    tree = hub.build_tree(info.repo_id, revision or f"v{info.version}")
+    revision = revision or f"v{info.version}"
+    tree = hub.build_tree(info.repo_id, revision)
     by_variant = _variant_files(tree.files)
     chosen = choose_variants(sorted(by_variant), variants, system or target_system(backend))
     with tempfile.TemporaryDirectory(prefix="flashhub-mirror-") as staging:
         _stage(hub, tree, {name: by_variant[name] for name in chosen}, Path(staging))
-        published = publish(
-            staging,
-            repo_id=info.repo_id,
-            version=info.version,
-            out=out,
-            prefix=prefix,
-            force=force,
-            sign=keys,
-        )
+        try:
+            published = publish(
+                staging,
+                repo_id=info.repo_id,
+                version=info.version,
+                out=out,
+                prefix=prefix,
+                force=force,
+                sign=keys,
+            )
+        except VersionTakenError as exc:
+            raise _moved_revision(exc, revision) from None
     return RepublishReport(tree.source, tuple(sorted(by_variant)), published)
+
+
+def _moved_revision(taken: VersionTakenError, revision: str) -> VersionTakenError:
+    """``taken``, with a hint that names ``revision`` beside the next version: without
+    it, that version would read the Hub's branch of its own number."""
+    new = taken.next_version
+    what = f"published versions are immutable: to publish what {revision} now holds, mirror it as"
+    replacing = "to replace the published version (clients that cached it keep the old files)"
+    return VersionTakenError(
+        taken.message,
+        next_version=new,
+        hint=f"{what} version={new}, revision={revision!r}, or pass force=True {replacing}",
+        cli_hint=f"{what} --version {new} --revision {revision}, or pass --force {replacing}",
+    )
 
 
 def _variant_files(files: Iterable[str]) -> dict[str, set[str]]:

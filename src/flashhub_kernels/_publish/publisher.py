@@ -47,6 +47,17 @@ Layout = Literal["files", "zip"]
 LAYOUTS: tuple[Layout, ...] = ("files", "zip")
 
 
+class VersionTakenError(PublishError):
+    """The version is already published with other content; ``next_version`` is the
+    lowest version number not yet taken, which the hint offers instead."""
+
+    def __init__(
+        self, message: str, *, next_version: int, hint: str, cli_hint: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint, cli_hint=cli_hint)
+        self.next_version = next_version
+
+
 def publish(
     build_dir: str | os.PathLike[str],
     *,
@@ -218,13 +229,13 @@ def _place_version(
     # document) publishes nothing.
     published = existing is None or any(document_kind(rel) for rel in existing)
     if published and not force:
-        pkg_rel = version_rel.rpartition("/")[0]
-        raise PublishError(
+        next_version = next_free_version(destination, version_rel.rpartition("/")[0])
+        raise VersionTakenError(
             f"{repo} is already published at {destination.shown(version_rel)} with different "
             f"content ({describe_difference(existing, expected)})",
-            hint="published versions are immutable: publish as "
-            f"--version {next_free_version(destination, pkg_rel)}, or pass --force to replace "
-            "it (clients that cached it keep the old files)",
+            next_version=next_version,
+            hint=f"published versions are immutable: publish as --version {next_version}, or "
+            "pass --force to replace it (clients that cached it keep the old files)",
         )
     if unsigned is not None:
         raise unsigned
