@@ -21,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -30,10 +31,16 @@ import flashhub_kernels as fk
 import test_import_cost
 from conftest import import_in_child, run_python
 from flashhub_kernels._publish import publish
-from flashhub_kernels.errors import IntegrityError, KernelImportError, ManifestError, PublishError
+from flashhub_kernels.errors import (
+    FileRelativePathWarning,
+    IntegrityError,
+    KernelImportError,
+    ManifestError,
+    PublishError,
+)
 from support.builds import CPU, PY_PKG, REPO as REPO_BUILT, SO_NAME, make_kernel
 from support.cdn_server import CdnServer
-from support.cli_runner import flashhub
+from support.cli_runner import flashhub, flashhub_process, ok_json
 from support.trees import b64sha256, cpu_variant, write_variant
 
 REPO = "acme/zipped"
@@ -361,6 +368,8 @@ def test_publish_layout_zip_round_trips_a_native_kernel(
     assert again.returncode == 0 and "identical content" in again.stdout
 
 
+# make_kernel's CPU _ops.py finds its library through __file__; this test does not load it.
+@pytest.mark.filterwarnings("ignore::flashhub_kernels.errors.FileRelativePathWarning")
 def test_publish_layout_zip_keeps_native_libraries_beside_the_archive(
     cdn: CdnServer, tmp_path: Path
 ) -> None:
@@ -443,6 +452,106 @@ def test_a_zip_build_without_its_archive_is_not_published(tmp_path: Path) -> Non
     metadata.write_text(json.dumps({**document, "id": "_other_id"}))
     with pytest.raises(PublishError, match=r"holds no _other_id\.zip"):
         publish(build, repo_id=REPO, version=1, out=tmp_path / "cdn")
+
+
+EXTRA_DATA = "acme/extra-data"
+# A kernel that reads its data files through __file__, as Hugging Face's
+# kernels-test/extra-data does, and one that reads them as a zip build can.
+READS_THROUGH_FILE = b"""import json
+import os
+
+_HERE = os.path.dirname(__file__)
+with open(os.path.join(_HERE, "configs", "default.json")) as f:
+    CONFIG = json.load(f)
+"""
+READS_RESOURCES = b"""import json
+import os
+from importlib.resources import files
+
+SOURCE = os.path.basename(__file__)  # no file is looked up through it
+CONFIG = json.loads((files(__package__) / "configs" / "default.json").read_text())
+"""
+
+
+def extra_data_build(root: Path, init: bytes) -> Path:
+    """``acme/extra-data``: ``torch-universal`` with ``__init__.py`` and a data file."""
+    package = root / "build" / UNIVERSAL / "extra_data"
+    (package / "configs").mkdir(parents=True)
+    (package / "__init__.py").write_bytes(init)
+    (package / "configs" / "default.json").write_text('{"block": 64}')
+    return root
+
+
+def test_flashhub_publish_layout_zip_warns_of_a_path_made_from_file(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """The kernel would fail to import from its archive: the report says so, naming the
+    line and what to do, and the same build as files is not warned about."""
+    build = extra_data_build(tmp_path / "extra-data", READS_THROUGH_FILE)
+    publish = ("publish", build, "--repo-id", EXTRA_DATA, "--out", cdn.root)
+    result = flashhub_process(*publish, "--version", "1", "--layout", "zip")
+    assert result.returncode == 0, result.stderr
+    (warning,) = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
+    shown = f"build/{UNIVERSAL}/extra_data/__init__.py"
+    assert warning.startswith(f"warning: {EXTRA_DATA} v1: {shown}:4 makes a path from __file__")
+    assert "importlib.resources.files(__package__)" in warning
+    assert "FileRelativePathWarning" not in result.stderr  # in the report, not as a warning
+    raised, printed = import_in_child("flashhub.acme.extra_data.v1")
+    assert raised is NotADirectoryError and ".zip/configs/default.json" in printed
+
+    again = ok_json(flashhub_process(*publish, "--version", "1", "--layout", "zip", "--json"))
+    assert again["noop"] and again["file_relative_paths"] == [{"file": shown, "line": 4}]
+
+    as_files = ok_json(flashhub_process(*publish, "--version", "2", "--json"))
+    assert as_files["file_relative_paths"] == []
+    assert (
+        run_python("import flashhub.acme.extra_data.v2 as k; print(k.CONFIG)") == "{'block': 64}\n"
+    )
+
+
+def test_a_kernel_that_reads_its_data_as_resources_is_not_warned_and_loads_zipped(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    build = extra_data_build(tmp_path / "extra-data", READS_RESOURCES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = publish(build, repo_id=EXTRA_DATA, version=1, out=cdn.root, layout="zip")
+    assert report.file_relative_paths == ()
+    loaded = run_python("import flashhub.acme.extra_data.v1 as k; print(k.CONFIG, k.SOURCE)")
+    assert loaded == "{'block': 64} __init__.py\n"
+
+
+def test_publish_warns_of_each_file_that_makes_a_path_from_file_in_a_zip_build(
+    tmp_path: Path,
+) -> None:
+    """Any spelling of a call that locates a file, once per file at its first line; not
+    ``__file__`` in a message, a base name, a string or a comment."""
+    # Its CPU _ops.py loads its library from os.path.dirname(__file__).
+    kernel = make_kernel(tmp_path / "kernel")
+    package = kernel / "build" / UNIVERSAL / PY_PKG
+    (package / "tables.py").write_text(
+        "from os.path import dirname\nfrom pathlib import Path\nimport os\n\n"
+        "print(__file__, os.path.basename(__file__))\n"
+        "NAME = '__file__'  # Path(__file__)\n"
+        "HERE = Path(__file__).resolve().parent\n"
+        "THERE = dirname(os.path.realpath(__file__))\n"
+    )
+    with pytest.warns(FileRelativePathWarning) as caught:
+        report = publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
+    expected = [(f"build/{UNIVERSAL}/{PY_PKG}/tables.py", 7), (f"build/{CPU}/{PY_PKG}/_ops.py", 5)]
+    assert [(found.file, found.line) for found in report.file_relative_paths] == expected
+    assert report.to_dict()["file_relative_paths"] == [
+        {"file": file, "line": line} for file, line in expected
+    ]
+    assert [str(w.message).partition(" makes")[0] for w in caught] == [
+        f"{REPO_BUILT} v1: {file}:{line}" for file, line in expected
+    ]
+    assert {w.filename for w in caught} == {__file__}  # at the publish() call
+    assert "__path__[0]" in str(caught[1].message)  # where _ops.py finds its library
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FileRelativePathWarning)
+        as_files = publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "as-files")
+    assert as_files.file_relative_paths == ()
 
 
 def test_flashhub_publish_layout_is_files_or_zip(kernel: Path, tmp_path: Path) -> None:

@@ -219,6 +219,14 @@ class UndeclaredDependencyWarning(UserWarning):
     """
 
 
+class FileRelativePathWarning(UserWarning):
+    """:func:`~flashhub_kernels._publish.publish` was asked for the zip layout and a Python
+    file of the build makes a path from ``__file__``. Loaded from the archive, the kernel
+    finds no file through that path: reading its data so raises ``NotADirectoryError``,
+    or quietly finds nothing. The version is published all the same.
+    """
+
+
 class SignatureError(IntegrityError):
     """A signed document cannot be trusted: it is unsigned while a trusted key covers its
     org, no signature by a trusted key verifies, or its ``.sig`` file is malformed; or

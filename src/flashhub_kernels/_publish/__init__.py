@@ -44,10 +44,17 @@ order that is safe for readers of an object store) through a :mod:`.destination`
 from __future__ import annotations
 
 from .publisher import publish
-from .report import PublishReport, SharedNativeLibrary, UndeclaredImport, VariantReport
+from .report import (
+    FileRelativePath,
+    PublishReport,
+    SharedNativeLibrary,
+    UndeclaredImport,
+    VariantReport,
+)
 from .signatures import KeySource, SignReport, sign_tree
 
 __all__ = [
+    "FileRelativePath",
     "KeySource",
     "PublishReport",
     "SharedNativeLibrary",

@@ -35,14 +35,16 @@ _BUNDLE_EXTRAS = frozenset({"CARD.md", "benchmarks"})
 class VariantBuild(Record):
     """One variant of the build: its files (relative to the variant directory, ``/``
     separated), the ``metadata.json`` to publish, the ``python-depends`` its own
-    ``metadata.json`` lists, and its Python files as the build holds them (those that
-    a zip build publishes in its archive), by the same relative paths."""
+    ``metadata.json`` lists, its Python files as the build holds them (those that
+    a zip build publishes in its archive), by the same relative paths, and whether it is
+    published in the zip layout."""
 
     name: str
     files: Mapping[str, SourceFile]
     metadata: bytes
     python_depends: tuple[str, ...]
     sources: Mapping[str, SourceFile]
+    zipped: bool
 
 
 def _is_junk(name: str) -> bool:
@@ -165,7 +167,9 @@ def scan_variant(
         document = variant_metadata(
             name, files, {**own, "build-layout": "zip"}, {}, py_pkg, metadata
         )
-    return VariantBuild(name, files, _metadata_bytes(name, document), depends, sources)
+    return VariantBuild(
+        name, files, _metadata_bytes(name, document), depends, sources, zipped or layout == "zip"
+    )
 
 
 def _is_flattened(variant_dir: Path) -> bool:

@@ -1,6 +1,6 @@
 """Checks of a build before it is published: its imports (none of the kernel itself by
-name, none of a package it does not declare), and the native libraries it shares with
-versions already published."""
+name, none of a package it does not declare), the paths a zip build makes from
+``__file__``, and the native libraries it shares with versions already published."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from .._models.kernel_dir import NATIVE_SUFFIXES
 from .._models.manifest import Manifest, parse_metadata
@@ -17,7 +16,7 @@ from ..errors import ManifestError, PublishError
 from .build import VariantBuild
 from .destination import Destination
 from .layout import METADATA, VERSION_DIR
-from .report import SharedNativeLibrary, UndeclaredImport
+from .report import FileRelativePath, SharedNativeLibrary, UndeclaredImport
 
 # Top-level modules a kernel must never import absolutely: itself (under its build name)
 # and the import hook's namespace, under which the kernel really lives once loaded.
@@ -25,6 +24,11 @@ _HOOK_ROOT = "flashhub"
 # What a kernel imports without declaring it (its own package, by name, is refused).
 _PROVIDED = frozenset({*sys.stdlib_module_names, "torch", _HOOK_ROOT})
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Calls that make a location of the path they are given (os.path.dirname, Path, open, by
+# any spelling): given __file__ in a zip build, a location inside the archive.
+_LOCATING_CALLS = frozenset(
+    {"Path", "PurePath", "PosixPath", "abspath", "dirname", "join", "normpath", "open", "realpath"}
+)
 
 
 def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
@@ -37,10 +41,8 @@ def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
     """
     declared = {_normalized(_requirement_name(entry)) for entry in build.python_depends}
     undeclared: dict[str, UndeclaredImport] = {}
-    for rel, source in sorted(build.sources.items()):
-        if not rel.endswith(".py"):
-            continue
-        for line, module in _checked_imports(source.path, f"{build.name}/{rel}", py_pkg):
+    for rel, tree in _parsed_sources(build):
+        for line, module in _checked_imports(tree, f"{build.name}/{rel}", py_pkg):
             top = module.partition(".")[0]
             if top in _PROVIDED or top in undeclared or _normalized(top) in declared:
                 continue
@@ -48,13 +50,50 @@ def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
     return list(undeclared.values())
 
 
-def _checked_imports(path: Path, shown: str, py_pkg: str) -> list[tuple[int, str]]:
-    """The absolute imports of the file at ``path``, by line; refused if it is not valid
-    Python or imports the kernel's own package absolutely."""
-    try:
-        tree = ast.parse(path.read_bytes(), filename=shown)
-    except SyntaxError as exc:
-        raise PublishError(f"{shown}:{exc.lineno}: not valid Python: {exc.msg}") from None
+def file_relative_paths(build: VariantBuild) -> list[FileRelativePath]:
+    """The Python files of a build published in the zip layout that make a path from
+    ``__file__`` (passed straight to a call in :data:`_LOCATING_CALLS`), each with the
+    first line that does; none for a build published as files."""
+    if not build.zipped:
+        return []
+    lines = {
+        rel: [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and _locates_file(node)
+        ]
+        for rel, tree in _parsed_sources(build)
+    }
+    return [
+        FileRelativePath(f"build/{build.name}/{rel}", min(at)) for rel, at in lines.items() if at
+    ]
+
+
+def _locates_file(call: ast.Call) -> bool:
+    """Whether ``call`` is a locating call given ``__file__`` itself."""
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    return name in _LOCATING_CALLS and any(
+        isinstance(arg, ast.Name) and arg.id == "__file__" for arg in call.args
+    )
+
+
+def _parsed_sources(build: VariantBuild) -> Iterator[tuple[str, ast.Module]]:
+    """The Python files of ``build``, parsed, by relative path; refused if one is not
+    valid Python."""
+    for rel, source in sorted(build.sources.items()):
+        if rel.endswith(".py"):
+            shown = f"{build.name}/{rel}"
+            try:
+                tree = ast.parse(source.path.read_bytes(), filename=shown)
+            except SyntaxError as exc:
+                raise PublishError(f"{shown}:{exc.lineno}: not valid Python: {exc.msg}") from None
+            yield rel, tree
+
+
+def _checked_imports(tree: ast.Module, shown: str, py_pkg: str) -> list[tuple[int, str]]:
+    """The absolute imports of the file ``tree``, by line; refused if it imports the
+    kernel's own package absolutely."""
     imports = sorted(_absolute_imports(tree))
     bad = [
         f"{shown}:{line}: {module}"

@@ -14,9 +14,14 @@ from .._constants import SIG_SUFFIX
 from .._models.manifest import dump_json
 from .._models.names import RepoInfo
 from .._signing.signing_keys import SigningKey
-from ..errors import PublishError, SharedNativeLibraryWarning, UndeclaredDependencyWarning
+from ..errors import (
+    FileRelativePathWarning,
+    PublishError,
+    SharedNativeLibraryWarning,
+    UndeclaredDependencyWarning,
+)
 from .build import VariantBuild, scan_variant, variant_dirs, variant_report, version_tree
-from .checks import check_sources, shared_natives
+from .checks import check_sources, file_relative_paths, shared_natives
 from .compare import (
     describe_difference,
     existing_digests,
@@ -27,7 +32,7 @@ from .compare import (
 from .destination import Destination, Directory, open_destination
 from .layout import VERSIONS, Tree
 from .metadata import kernel_defaults
-from .report import PublishReport
+from .report import Finding, PublishReport
 from .signatures import (
     KeySource,
     document_kind,
@@ -110,6 +115,8 @@ def publish(
             another version in ``out``.
         UndeclaredDependencyWarning: A variant imports a package that its
             ``python-depends`` does not list.
+        FileRelativePathWarning: A Python file of a variant published in the zip layout
+            makes a path from ``__file__``, which lies inside the archive.
     """
     repo = RepoInfo(repo_id, version)
     if layout not in (None, *LAYOUTS):
@@ -137,6 +144,7 @@ def _publish_builds(
     """:func:`publish` of the variants read from the build directory; its warnings are
     the caller's of :func:`publish`."""
     undeclared = tuple(u for build in builds for u in check_sources(build, repo.py_pkg))
+    relative = tuple(path for build in builds for path in file_relative_paths(build))
     tree = version_tree(builds)
 
     destination = open_destination(out)
@@ -156,14 +164,9 @@ def _publish_builds(
         # versions.json goes last, so it never lists a version whose files are not in place.
         write_versions(destination, versions_rel, old_versions, versions, repo, keys)
         shared = tuple(shared_natives(destination, pkg_rel, repo.version, builds))
-    for library in shared:
-        warnings.warn(
-            library.describe(repo.repo_id, repo.version), SharedNativeLibraryWarning, stacklevel=3
-        )
-    for found in undeclared:
-        warnings.warn(
-            found.describe(repo.repo_id, repo.version), UndeclaredDependencyWarning, stacklevel=3
-        )
+    _warn(shared, SharedNativeLibraryWarning, repo)
+    _warn(undeclared, UndeclaredDependencyWarning, repo)
+    _warn(relative, FileRelativePathWarning, repo)
     written = destination.written
     return PublishReport(
         repo_id=repo.repo_id,
@@ -178,7 +181,14 @@ def _publish_builds(
         signed_by=tuple(k.key_id for k in keys),
         shared_natives=shared,
         undeclared_imports=undeclared,
+        file_relative_paths=relative,
     )
+
+
+def _warn(findings: Sequence[Finding], category: type[UserWarning], repo: RepoInfo) -> None:
+    """Warn of each of ``findings`` at the caller of :func:`publish`."""
+    for finding in findings:
+        warnings.warn(finding.describe(repo.repo_id, repo.version), category, stacklevel=4)
 
 
 def _location(destination: Destination, rel: str) -> Path | str:

@@ -1,10 +1,12 @@
-"""What :func:`~flashhub_kernels._publish.publish` reports: the published variants and
-the native libraries the version shares with others."""
+"""What :func:`~flashhub_kernels._publish.publish` reports: the published variants, and
+its findings: the native libraries the version shares with others, the packages it
+imports undeclared, and the paths a zip build makes from ``__file__``."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
 from .._models.record import Record
 from .layout import METADATA
@@ -18,6 +20,14 @@ class VariantReport(Record):
     files: int
     bytes: int
     content_hash: str
+
+
+class Finding(Protocol):
+    """Something a published version may get wrong, warned about and reported."""
+
+    def describe(self, repo_id: str, version: int) -> str:
+        """The warning, for version ``version`` of ``repo_id``."""
+        ...
 
 
 class SharedNativeLibrary(Record):
@@ -81,6 +91,32 @@ class UndeclaredImport(Record):
         )
 
 
+class FileRelativePath(Record):
+    """A Python file of a variant published in the zip layout that makes a path from
+    ``__file__`` (``os.path.dirname(__file__)``, ``Path(__file__)``, ``open(__file__)``,
+    ...): in a zip build ``__file__`` lies inside the archive, where no file can be
+    opened, listed or loaded.
+
+    Attributes:
+        file: The file, relative to the build directory (``build/<variant>/...``).
+        line: The first line of it that does so.
+    """
+
+    file: str
+    line: int
+
+    def describe(self, repo_id: str, version: int) -> str:
+        """The warning, for version ``version`` of ``repo_id``."""
+        return (
+            f"{repo_id} v{version}: {self.file}:{self.line} makes a path from __file__, "
+            "which in a zip build lies inside the archive: a file opened, listed or loaded "
+            "through it is not found (NotADirectoryError, or a check such as "
+            "os.path.exists that quietly says no). Read the package's data with "
+            "importlib.resources.files(__package__), which reads inside the archive, load "
+            "a native library from __path__[0], or publish without the zip layout"
+        )
+
+
 class PublishReport(Record):
     """What :func:`publish` did.
 
@@ -104,6 +140,9 @@ class PublishReport(Record):
         undeclared_imports: The packages a variant imports without declaring them in
             its ``python-depends``, one per package and variant (each also issued as an
             :class:`UndeclaredDependencyWarning`).
+        file_relative_paths: The Python files of variants published in the zip layout
+            that make a path from ``__file__``, one per file (each also issued as a
+            :class:`FileRelativePathWarning`).
     """
 
     repo_id: str
@@ -118,6 +157,7 @@ class PublishReport(Record):
     signed_by: tuple[str, ...] = ()
     shared_natives: tuple[SharedNativeLibrary, ...] = ()
     undeclared_imports: tuple[UndeclaredImport, ...] = ()
+    file_relative_paths: tuple[FileRelativePath, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""
@@ -134,4 +174,5 @@ class PublishReport(Record):
             "signed_by": list(self.signed_by),
             "shared_natives": [asdict(shared) for shared in self.shared_natives],
             "undeclared_imports": [asdict(found) for found in self.undeclared_imports],
+            "file_relative_paths": [asdict(found) for found in self.file_relative_paths],
         }

@@ -21,7 +21,8 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from .._publish import PublishReport, SharedNativeLibrary, UndeclaredImport
+    from .._publish import PublishReport
+    from .._publish.report import Finding
 
 
 def _prefix_arg(value: str) -> str:
@@ -110,11 +111,16 @@ def findings_in_the_report() -> Iterator[None]:
     source line."""
     import warnings
 
-    from ..errors import SharedNativeLibraryWarning, UndeclaredDependencyWarning
+    from ..errors import (
+        FileRelativePathWarning,
+        SharedNativeLibraryWarning,
+        UndeclaredDependencyWarning,
+    )
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SharedNativeLibraryWarning)
         warnings.simplefilter("ignore", UndeclaredDependencyWarning)
+        warnings.simplefilter("ignore", FileRelativePathWarning)
         yield
 
 
@@ -135,9 +141,10 @@ def _publish(args: argparse.Namespace) -> int:
 def describe_publish(report: PublishReport) -> str:
     """What ``flashhub publish`` prints of ``report``."""
     where = f"{report.repo_id}@v{report.version} at {report.version_dir}"
-    findings: list[SharedNativeLibrary | UndeclaredImport] = [
+    findings: list[Finding] = [
         *report.shared_natives,
         *report.undeclared_imports,
+        *report.file_relative_paths,
     ]
     shared = [
         f"warning: {escape_controls(finding.describe(report.repo_id, report.version))}"
