@@ -101,13 +101,18 @@ def test_nested_and_concurrent_pauses_resume_the_collector_once_all_end() -> Non
     assert gc.isenabled()
 
 
-FORKS_DURING_A_LOAD = """
+# A thread of the child loads a kernel whose big.bin the server holds back; the rest of
+# the child runs once that download has begun, the collector paused.
+WHILE_A_LOAD_WAITS = """
 import gc, os, pathlib, threading, time
 import flashhub_kernels as fk
 args, kwargs = ("acme/tensor-tricks",), {"version": 1}
 threading.Thread(target=fk.get_kernel, args=args, kwargs=kwargs, daemon=True).start()
 while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
-    time.sleep(0.05)  # until that load downloads big.bin, the collector paused
+    time.sleep(0.05)
+"""
+
+FORKS = """
 pid = os.fork()
 if pid == 0:
     fk.get_kernel("acme/other", version=1)
@@ -116,19 +121,24 @@ if pid == 0:
 os.waitpid(pid, 0)
 """
 
-
-WAITS_ON_A_STALLED_DOWNLOAD = """
-import gc, os, pathlib, threading, time
-import flashhub_kernels as fk
+WAITS_LONG = """
 from flashhub_kernels._network.deferred_gc import LONGEST_PAUSE
-args, kwargs = ("acme/tensor-tricks",), {"version": 1}
-threading.Thread(target=fk.get_kernel, args=args, kwargs=kwargs, daemon=True).start()
-while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
-    time.sleep(0.05)  # until that load downloads big.bin, the collector paused
 paused = not gc.isenabled()
 time.sleep(LONGEST_PAUSE + 0.5)
 print(paused, gc.isenabled(), flush=True)
 """
+
+
+def run_while_a_load_waits(cdn: CdnServer, code: str) -> str:
+    """The output of ``code``, run in a child while its load of ``acme/tensor-tricks``
+    waits on the CDN for big.bin."""
+    write_blob_kernel(cdn.root, b"big" * 1000, name="big")
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(f"{BASE}/tensor_tricks/big.bin", held(started, release))
+    try:
+        return run_python(WHILE_A_LOAD_WAITS + code)
+    finally:
+        release.set()
 
 
 def test_a_load_waiting_long_on_the_cdn_lets_the_program_collect_garbage(
@@ -136,14 +146,7 @@ def test_a_load_waiting_long_on_the_cdn_lets_the_program_collect_garbage(
 ) -> None:
     """A server's request threads make cyclic garbage while one of its threads waits on a
     stalled CDN: the pause ends before the load does."""
-    write_blob_kernel(cdn.root, b"big" * 1000, name="big")
-    started, release = threading.Event(), threading.Event()
-    cdn.inject(f"{BASE}/tensor_tricks/big.bin", held(started, release))
-    try:
-        output = run_python(WAITS_ON_A_STALLED_DOWNLOAD)
-    finally:
-        release.set()
-    assert output == "True True\n"
+    assert run_while_a_load_waits(cdn, WAITS_LONG) == "True True\n"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -151,15 +154,8 @@ def test_a_child_forked_during_a_load_collects_garbage(cdn: CdnServer) -> None:
     """A process forks (a server's workers, a DataLoader's) while one of its threads
     downloads a kernel: the child, where that thread does not exist, runs with the
     collector on, after a cold load of its own too."""
-    write_blob_kernel(cdn.root, b"big" * 1000, name="big")
     write_kernel(cdn.root, "acme/other", 1)
-    started, release = threading.Event(), threading.Event()
-    cdn.inject(f"{BASE}/tensor_tricks/big.bin", held(started, release))
-    try:
-        output = run_python(FORKS_DURING_A_LOAD)
-    finally:
-        release.set()
-    assert output == "True\n"
+    assert run_while_a_load_waits(cdn, FORKS) == "True\n"
 
 
 def test_a_collector_the_program_turned_off_stays_off() -> None:
