@@ -1222,6 +1222,27 @@ def test_a_sig_missing_on_a_mirror_that_then_fails_the_document_is_asked_for_aga
         failing.stop()
 
 
+@pytest.mark.parametrize("document", ["variants.json", f"build/{LOCAL}/metadata.json"])
+def test_a_sig_a_half_synced_mirror_lacks_comes_from_the_next(
+    make_cdn: MakeCdn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, document: str
+) -> None:
+    """Mirror A has the document but not yet its .sig (a sync copies ``x.json`` before
+    ``x.json.sig``); mirror B has both. The .sig comes from B, and the load verifies."""
+    (tmp_path / "keys").mkdir()
+    path, key = key_pair(tmp_path / "keys", "k")
+    b = make_cdn(tmp_path / "b")
+    write_kernel(b.root, REPO, 1)
+    sign(b.root, path)
+    shutil.copytree(b.root, tmp_path / "a")
+    (tmp_path / "a" / f"kernels/{REPO}/v1/{document}.sig").unlink()
+    a = make_cdn(tmp_path / "a")
+    trust(monkeypatch, key.public_line)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{a.url},{b.url}")
+    assert run_python(IMPORT_V1).split() == [f"{REPO}@v1:{LOCAL}"]
+    sig = f"/kernels/{REPO}/v1/{document}.sig"
+    assert sig in a.gets() and sig in b.gets()
+
+
 def hang_up(handler: CdnHandler, body: bytes) -> None:
     """Answer nothing: close the connection."""
     handler.close_connection = True

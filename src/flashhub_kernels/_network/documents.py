@@ -173,7 +173,8 @@ def _fetch_checked(
 
     The ``.sig`` is asked for together with the document: both answers come in one
     round trip. When they do not verify and a mirror failed meanwhile, the ``.sig`` is
-    asked for again: its answer may have come from the mirror that then failed.
+    asked for again: its answer may have come from the mirror that then failed. So it is
+    when no ``.sig`` came and there are other mirrors, which are asked for it in turn.
 
     Raises:
         NotPublished: the document does not exist.
@@ -207,22 +208,27 @@ def _fetch_checked(
     try:
         signer = _signer(verify, signature, config.trusted_keys, prefer_signer)
     except SignatureError:
-        if fetcher.mirror_failures == failures:
+        unsynced = signature is None and len(config.cdn_urls) > 1
+        if fetcher.mirror_failures == failures and not unsynced:
             raise
         # A mirror failed meanwhile: the .sig may be the answer of one that then failed
-        # the document. Ask again, the document's mirror now first.
-        signature = _get_signature(fetcher, path)
+        # the document. Or a mirror has no .sig: it may not be fully synced (a sync copies
+        # x.json before x.json.sig). Ask again, the document's mirror now first, and
+        # pass over a mirror without it.
+        signature = _get_signature(fetcher, path, listed=True)
         signer = _signer(verify, signature, config.trusted_keys, prefer_signer)
     logger.info("%s: signed by the trusted key %s", path, signer)
     return data, parsed, signature, signer
 
 
-def _get_signature(fetcher: Fetcher, path: str) -> bytes | None:
-    """The ``.sig`` of the document at ``path``; ``None`` when there is none."""
+def _get_signature(fetcher: Fetcher, path: str, *, listed: bool = False) -> bytes | None:
+    """The ``.sig`` of the document at ``path``; ``None`` when there is none (``listed``:
+    on no mirror, as for a listed document)."""
     from .._signing.signature_files import MAX_SIGNATURE_BYTES
 
     try:
-        return fetcher.get_bytes(path + SIG_SUFFIX, limit=MAX_SIGNATURE_BYTES)
+        relpath, limit = path + SIG_SUFFIX, MAX_SIGNATURE_BYTES
+        return fetcher.get_document(relpath, limit=limit, parse=bytes, listed=listed)[0]
     except NotPublished:
         return None
 

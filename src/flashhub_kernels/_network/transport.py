@@ -11,7 +11,9 @@ Failure policy, per path:
   the next mirror, which continues a file from the bytes already received; a mirror
   that failed goes to the back of the list for the rest of the run;
 - ``NotPublished`` (404 for a document) is an answer, and is given at once, unless
-  another document lists it (a listed variant's manifest): then the next mirror is asked;
+  another document lists it (a listed variant's manifest), or it is the ``.sig`` of a
+  document a mirror served where a trusted key must vouch for it: then the next mirror
+  is asked;
 - bytes that do not hash to the manifest's digest, or a body longer than the size the
   manifest states or announced with another length (nothing past that size is
   written), are that mirror failing for the file: the bytes are discarded, the mirror
@@ -187,8 +189,9 @@ class Fetcher:
         A mirror whose answer ``parse`` refuses failed for the document, and the next
         mirror is asked: :class:`ManifestError` (a captive portal's web page, an error
         page served with 200) or :class:`RollbackError` (an edge serving an older copy).
-        So does a mirror without a ``listed`` document (another document names it): that
-        mirror is not fully synced. ``NotPublished`` comes then only when none has it.
+        So does a mirror without a ``listed`` document (one a synced mirror has: another
+        document names it, or it is the due ``.sig`` of one a mirror served): that mirror
+        is not fully synced. ``NotPublished`` comes then only when none has it.
         """
         start, cpu = time.perf_counter(), time.thread_time()
         missing: list[NotPublished] = []
