@@ -407,6 +407,32 @@ def test_a_cache_shipped_in_a_tar_archive_that_keeps_whole_seconds_loads_offline
     assert cdn.requests == []
 
 
+def test_a_file_changed_and_stamped_with_a_later_whole_second_is_refused(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """Only an mtime cut to its whole second (as an archive keeps it) stands for the one
+    recorded: a file changed since, whose mtime lands on the whole second after it (a
+    tool or file system that rounds up), is changed."""
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    helpers = entry / PY_PKG / "helpers.py"
+    recorded = helpers.stat().st_mtime_ns
+    if recorded % 10**9 == 0:
+        pytest.skip("this file system keeps whole seconds: no later whole second is near")
+    helpers.write_text(helpers.read_text().replace("upper()", "lower()"))  # same size
+    later = recorded - recorded % 10**9 + 10**9
+    os.utime(helpers, ns=(later, later))
+    cdn.clear_log()
+
+    changed = run_code(IMPORT_HELPERS, env={**os.environ, "FLASHHUB_OFFLINE": "1"})
+    verified = flashhub("cache", "verify", env={"FLASHHUB_OFFLINE": "1"})
+
+    assert changed.returncode == 1 and "IntegrityError" in changed.stderr, changed.stdout
+    assert SHOUT.lower() not in changed.stdout
+    assert verified.returncode == 1 and "does not match its sha256" in verified.stdout
+    assert cdn.requests == []
+
+
 def test_cache_verify_repair_leaves_changed_content_to_prune(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1)
     entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])

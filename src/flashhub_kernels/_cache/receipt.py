@@ -67,7 +67,7 @@ def _changed(path: Path, size: int, mtime_ns: int) -> bool:
 def _same_mtime(found: int, recorded: int) -> bool:
     """Whether ``found`` is the mtime recorded, or that mtime as a copy keeping whole
     seconds only made it (tar's default and ustar formats, container image layers)."""
-    return found == recorded or (found % _SECOND == 0 and abs(found - recorded) < _SECOND)
+    return found in (recorded, recorded - recorded % _SECOND)
 
 
 def read_receipt(entry: Path) -> Receipt | None:
