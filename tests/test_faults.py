@@ -100,7 +100,14 @@ def test_429_honours_retry_after(blob_kernel: CdnServer) -> None:
 
 
 @pytest.mark.parametrize(
-    "retry_after", ["9" * 5000, "Mon, 01 Jan 99999 00:00:00 GMT", "-1", "in a while"]
+    "retry_after",
+    [
+        "9" * 5000,
+        "Mon, 01 Jan 99999 00:00:00 GMT",
+        "Mon, 01 Jan 99999999999999999999 00:00:00 GMT",
+        "-1",
+        "in a while",
+    ],
 )
 def test_a_503_with_an_unreadable_retry_after_is_retried(
     blob_kernel: CdnServer, retry_after: str

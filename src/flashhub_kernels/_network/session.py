@@ -56,12 +56,13 @@ PROXY_SETTINGS = "https_proxy / http_proxy / all_proxy"
 class _Retry(Retry):
     """urllib3's retry policy, with ``Retry-After`` capped and an unreadable one ignored
     (urllib3 would raise ``InvalidHeader``, or ``ValueError`` for thousands of digits or
-    a date past the year 9999, and end the request; backing off is better)."""
+    a date past the year 9999, or ``OverflowError`` for a year of twenty digits, and end
+    the request; backing off is better)."""
 
     def get_retry_after(self, response: Any) -> float | None:
         try:
             seconds = super().get_retry_after(response)
-        except (InvalidHeader, ValueError):
+        except (InvalidHeader, ValueError, OverflowError):
             return None
         return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
 
