@@ -158,6 +158,22 @@ def test_a_child_forked_during_a_load_collects_garbage(cdn: CdnServer) -> None:
     assert run_while_a_load_waits(cdn, FORKS) == "True\n"
 
 
+@pytest.mark.usefixtures("collector_on")
+def test_a_pause_whose_deadline_cannot_start_still_pauses_and_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the process may start no more threads (a container's limit), the load goes
+    on with an unbounded pause, and the collector comes back on after it."""
+
+    def refused(timer: threading.Timer) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Timer, "start", refused)
+    with collection_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
 def test_a_collector_the_program_turned_off_stays_off() -> None:
     was = gc.isenabled()
     gc.disable()

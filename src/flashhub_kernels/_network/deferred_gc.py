@@ -51,11 +51,9 @@ def collection_paused() -> Iterator[None]:
         if _depth == 0:
             _resume = gc.isenabled()
             gc.disable()
-            if _resume:
-                _deadline = threading.Timer(LONGEST_PAUSE, _end_long_pause)
-                _deadline.name, _deadline.daemon = "flashhub-gc-pause", True
-                _deadline.start()
         _depth += 1
+        if _depth == 1 and _resume:
+            _deadline = _start_deadline()
     try:
         yield
     finally:
@@ -67,6 +65,18 @@ def collection_paused() -> Iterator[None]:
             if _depth == 0 and _resume and not gc.isenabled():
                 _age_young_objects()
                 gc.enable()
+
+
+def _start_deadline() -> threading.Timer | None:
+    """The timer that ends this pause at :data:`LONGEST_PAUSE`; ``None`` where no thread
+    can be started (a process limit): the pause then lasts as long as the load."""
+    deadline = threading.Timer(LONGEST_PAUSE, _end_long_pause)
+    deadline.name, deadline.daemon = "flashhub-gc-pause", True
+    try:
+        deadline.start()
+    except RuntimeError:
+        return None
+    return deadline
 
 
 def _end_long_pause() -> None:
