@@ -30,17 +30,17 @@ original; what differs:
   every call), so each case starts from a fresh import state, as a new process would.
 - Trust: HF trusts an org by a Hub flag (``trustedKernelPublisher``); here a publisher
   is trusted by its signing key (``FLASHHUB_TRUSTED_KEYS``), and
-  ``FLASHHUB_REQUIRE_SIGNATURES=1`` refuses every unsigned kernel.
+  ``FLASHHUB_REQUIRE_SIGNATURES=1`` refuses every unsigned kernel. ``trust_remote_code``
+  is taken but lets nothing through: ``test_trust_remote_code_flag_allows_untrusted``
+  asserts the refusal where HF asserts the load (the setting is the operator's, and a
+  keyword in the caller's code must not undo it).
 - Offline: ``local_files_only=True`` and ``FLASHHUB_OFFLINE=1``; that no request is made
   is read from the CDN's request log rather than a patched ``HfApi``.
-
-Left out: ``test_trust_remote_code_flag_allows_untrusted``: there is no per-call flag
-that lets an unsigned kernel through where signatures are required (the setting is the
-operator's, and a keyword in the caller's code would undo it).
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 
@@ -369,6 +369,16 @@ def test_trust_remote_code_blocks_untrusted_org() -> None:
     """Kernels from untrusted orgs should be rejected by default."""
     with pytest.raises(SignatureError, match=r"is not signed"):
         get_kernel(UNTRUSTED, version=1)
+
+
+@pytest.mark.usefixtures("trusted_publisher")
+def test_trust_remote_code_flag_allows_untrusted() -> None:
+    """Where signatures are required, trust_remote_code lets no unsigned kernel through."""
+    for trust in (True, [UNTRUSTED]):
+        with pytest.raises(SignatureError, match=r"is not signed"):
+            get_kernel(UNTRUSTED, version=1, trust_remote_code=trust)
+    kernel = "flashhub.kernels_test_untrusted.not_a_trused_org_kernel.v"  # its versions' modules
+    assert not [name for name in sys.modules if name.startswith(kernel)]
 
 
 @pytest.mark.usefixtures("trusted_publisher")

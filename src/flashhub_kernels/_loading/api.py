@@ -11,7 +11,7 @@ import hashlib
 import importlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +28,7 @@ from .._models.names import (
     parse_repo_id,
     positive_number,
 )
+from .hub_arguments import check_trust_remote_code, sending
 
 TYPE_CHECKING = False  # not typing's: get_kernel imports this module
 if TYPE_CHECKING:
@@ -105,8 +106,10 @@ def get_kernel(
     repo_id: str,
     revision: str | None = None,
     version: int | None = None,
-    *,
     backend: str | None = None,
+    user_agent: str | Mapping[str, object] | None = None,
+    trust_remote_code: bool | list[str] = False,
+    *,
     check_arch: bool = True,
 ) -> ModuleType:
     """Import a kernel from the CDN (downloading the matching variant when not cached).
@@ -121,6 +124,11 @@ def get_kernel(
             is then imported as ``flashhub.<org>.<pkg>.v<N>_<backend>``; on a machine
             that runs ``backend`` already, that is the module ``get_kernel`` without it
             returns (whichever call comes first names it).
+        user_agent: Text appended to the ``User-Agent`` of the CDN requests this load
+            makes: a ``str``, or a ``dict`` sent as ``key/value; key/value``.
+        trust_remote_code: Taken for Hugging Face kernels' code, and checked as it
+            checks it (a bool, or a list of repo ids), but it changes nothing: the CDN
+            and the signatures required decide what loads.
         check_arch: ``False`` chooses the variant without the device archs that builds
             list in their ``metadata.json`` (CUDA capabilities, ROCm targets), for this
             kernel and the kernels it depends on: for a kernel that runs on more devices
@@ -129,7 +137,9 @@ def get_kernel(
             returned as it is.
 
     Raises:
-        ValueError: ``repo_id``, ``version``/``revision`` or ``backend`` is malformed.
+        ValueError: ``repo_id``, ``version``/``revision``, ``backend`` or ``user_agent``
+            is malformed.
+        TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
         KernelImportError: the kernel cannot be found, matched, fetched or verified (the
             subclasses in :mod:`flashhub_kernels.errors` say which).
         LocalKernelNotFoundError: ``LOCAL_KERNELS`` maps ``repo_id`` to a directory
@@ -138,10 +148,12 @@ def get_kernel(
     info = RepoInfo(repo_id, requested_version(version, revision))
     if backend is not None:
         check_backend(backend)
-    if not check_arch:
-        return _import_unchecked(info, backend)
-    with _pinned(info, backend) as module_name:
-        return importlib.import_module(module_name)
+    check_trust_remote_code(trust_remote_code)
+    with sending(user_agent):
+        if not check_arch:
+            return _import_unchecked(info, backend)
+        with _pinned(info, backend) as module_name:
+            return importlib.import_module(module_name)
 
 
 @contextmanager
@@ -201,6 +213,8 @@ def install_kernel(
     system: str | None = None,
     cuda_capability: str | None = None,
     rocm_arch: str | None = None,
+    user_agent: str | Mapping[str, object] | None = None,
+    trust_remote_code: bool | list[str] = False,
 ) -> Path:
     """Download and verify the variant of a kernel this system loads, without importing it.
 
@@ -217,18 +231,35 @@ def install_kernel(
     (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
     loads instead: into the cache entry its own loads then find, offline too.
 
+    ``user_agent`` and ``trust_remote_code`` as for :func:`get_kernel`.
+
     Raises:
         ValueError: an argument is malformed, or the device is not of ``system``'s backend.
+        TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
     """
-    from .._cache.obtain import obtain_kernel
     from .._variants.named_system import target_system
-    from ..errors import OfflineError
 
     if backend is not None:
         check_backend(backend)
+    check_trust_remote_code(trust_remote_code)
     target = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
+    with sending(user_agent):
+        return _install(repo_id, version, revision, target, local_files_only)
+
+
+def _install(
+    repo_id: str,
+    version: int | None,
+    revision: str | None,
+    target: SystemInfo,
+    local_files_only: bool,
+) -> Path:
+    """:func:`install_kernel` for the machine ``target``."""
+    from .._cache.obtain import obtain_kernel
+    from ..errors import OfflineError
+
     config = get_config()
     cache_only = _cache_only(config, local_files_only)
     if version is None and revision is None:
@@ -271,6 +302,8 @@ def get_local_kernel(
     package_name: str | None = None,
     *,
     backend: str | None = None,
+    trust_remote_code: bool | list[str] = False,
+    user_agent: str | Mapping[str, object] | None = None,
     check_arch: bool = True,
 ) -> ModuleType:
     """Import a kernel from a local directory, without the CDN or the cache.
@@ -290,10 +323,13 @@ def get_local_kernel(
     the same path: unpickling an object of the kernel there raises a
     ``ModuleNotFoundError`` that says so. ``LOCAL_KERNELS`` gives a local build a name
     every process can import. ``check_arch=False`` chooses the variant without the
-    device archs builds list, as for :func:`get_kernel`.
+    device archs builds list, as for :func:`get_kernel`; ``user_agent`` and
+    ``trust_remote_code`` too (the first for the kernels it depends on, from the CDN).
 
     Raises:
-        ValueError: ``backend`` is malformed, or one this machine cannot select.
+        ValueError: ``backend`` or ``user_agent`` is malformed, or ``backend`` is one this
+            machine cannot select.
+        TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
         KernelNotFoundError: ``repo_path`` holds no such package, several packages
             without one named, or no variant that fits.
     """
@@ -301,13 +337,15 @@ def get_local_kernel(
 
     if backend is not None:
         check_backend(backend)
+    check_trust_remote_code(trust_remote_code)
     path = Path(repo_path).resolve()
-    package_dir = find_local_package(path, backend, package_name, check_arch=check_arch).package_dir
-    digest = hashlib.sha256(str(package_dir).encode()).hexdigest()[:12]
-    name = package_dir.name.removesuffix(".zip")  # a "zip" build's archive is its package
-    module_name = f"{ROOT_PACKAGE}.{LOCAL_ORG}.{name}_{digest}"
-    install().add_target(module_name, KernelDir(package_dir))
-    return _import(module_name, check_arch=check_arch)
+    with sending(user_agent):
+        found = find_local_package(path, backend, package_name, check_arch=check_arch)
+        digest = hashlib.sha256(str(found.package_dir).encode()).hexdigest()[:12]
+        name = found.package_dir.name.removesuffix(".zip")  # a "zip" build's archive is its package
+        module_name = f"{ROOT_PACKAGE}.{LOCAL_ORG}.{name}_{digest}"
+        install().add_target(module_name, KernelDir(found.package_dir))
+        return _import(module_name, check_arch=check_arch)
 
 
 def get_kernel_variants(
@@ -384,6 +422,7 @@ def has_kernel(
     *,
     revision: str | None = None,
     backend: str | None = None,
+    trust_remote_code: bool | list[str] = False,
     check_arch: bool = True,
 ) -> bool:
     """Whether the CDN publishes a variant of the kernel that this system can load.
@@ -395,12 +434,14 @@ def has_kernel(
     With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
     or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
     repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
+    ``trust_remote_code`` as for :func:`get_kernel`.
     """
     from .._variants.named_system import target_system
     from .._variants.verdicts import VariantAccepted
     from ..errors import KernelNotFoundError, LocalKernelNotFoundError, NoCompatibleVariantError
     from .local import local_kernels, local_override  # LOCAL_KERNELS, read on every call
 
+    check_trust_remote_code(trust_remote_code)
     if revision is not None:
         version = requested_version(version, revision)
     if repo_id in local_kernels():

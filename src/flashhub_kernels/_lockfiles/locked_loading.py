@@ -23,6 +23,7 @@ from .._cache.mutex import index_mutex
 from .._cache.staging import merge_indexes, record_index
 from .._config import get_config
 from .._finder import install, twin_names
+from .._loading.hub_arguments import check_trust_remote_code, sending
 from .._models.names import check_backend
 from .._utils.callers import caller_package
 from .._utils.escaping import escape_controls
@@ -81,21 +82,27 @@ def get_locked_kernel(
     *,
     lockfile: StrPath | None = None,
     backend: str | None = None,
+    trust_remote_code: bool | list[str] = False,
+    user_agent: str | Mapping[str, object] | None = None,
     check_arch: bool = True,
 ) -> ModuleType:
     """Import a locked kernel, downloading its variant first when the cache lacks it.
 
     Like :func:`load_kernel` (``backend`` and ``check_arch`` too), but fetches a missing
     variant from the CDN and checks its manifest against the lock before any of its files
-    is imported.
+    is imported. ``user_agent`` and ``trust_remote_code`` as for
+    :func:`~flashhub_kernels.get_kernel`.
 
     Raises:
+        TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
         LockfileError: no lock is found, or it does not lock ``repo_id``.
         LockMismatchError: the CDN serves other bytes than the lock pins.
         KernelImportError: the variant cannot be fetched or verified.
     """
-    locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
-    return load_locked(locked, download=True, backend=backend, check_arch=check_arch)
+    check_trust_remote_code(trust_remote_code)
+    with sending(user_agent):
+        locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
+        return load_locked(locked, download=True, backend=backend, check_arch=check_arch)
 
 
 def load_locked(

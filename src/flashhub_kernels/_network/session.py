@@ -36,6 +36,7 @@ from urllib3.exceptions import InvalidHeader
 from urllib3.util.retry import Retry
 
 from .._constants import __version__
+from .._loading.hub_arguments import appended_user_agent
 from .._models.record import Record
 from .._utils.urls import (
     has_unencoded_credentials,
@@ -312,8 +313,12 @@ def new_session(pool_size: int) -> requests.Session:
     # Content-Encoding and is decoded). requests' other defaults say what HTTP/1.1
     # already means ("Accept: */*", "Connection: keep-alive"), and every header is
     # parsed again on both sides of every request.
+    extra = appended_user_agent.get()  # the caller's user_agent=
     session.headers = requests.structures.CaseInsensitiveDict(
-        {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        {
+            "User-Agent": f"{USER_AGENT}; {extra}" if extra else USER_AGENT,
+            "Accept-Encoding": "identity",
+        }
     )
     adapter = PoolPerOrigin(pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy())
     session.mount("http://", adapter)

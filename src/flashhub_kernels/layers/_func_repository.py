@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .._loading.hub_arguments import check_trust_remote_code
 from .._models.names import parse_repo_id
 from .._models.record import Record
 from .._utils.callers import warn_at_caller
@@ -101,12 +102,13 @@ class FuncRepository(_FromCdn, BaseFuncRepository, Record):
 
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``). The
     kernel is loaded with ``get_kernel`` when the function is first used;
-    ``check_arch=False`` loads it without the device archs its builds list, as for
-    ``LayerRepository``.
+    ``check_arch=False`` loads it without the device archs its builds list, and
+    ``trust_remote_code`` is checked, as for ``LayerRepository``.
 
     Raises:
         ValueError: the repo id, the function name or the version is malformed, or both
             or neither of ``version`` and ``revision`` are given.
+        TypeError: ``trust_remote_code`` is of the wrong type.
     """
 
     repo_id: str
@@ -122,10 +124,11 @@ class FuncRepository(_FromCdn, BaseFuncRepository, Record):
         version: int | None = None,
         revision: str | None = None,
         *,
+        trust_remote_code: bool | list[str] = False,
         check_arch: bool = True,
     ) -> None:
         self._init(repo_id, func_name, version, revision, check_arch)
-        self._check_source()
+        self._check_source(trust_remote_code)
         _check_func_name(func_name)
         _deprecated("FuncRepository", _USE_A_LAYER.format("LayerRepository"))
 
@@ -161,7 +164,7 @@ class LockedFuncRepository(_FromLockfile, BaseFuncRepository, Record):
     """The function ``func_name`` of the kernel ``repo_id`` at the version a lock file pins.
 
     The locked form of :class:`FuncRepository`, found and checked against the lock as
-    for ``LockedLayerRepository``, and so is ``check_arch``.
+    for ``LockedLayerRepository``, and so are ``check_arch`` and ``trust_remote_code``.
     """
 
     repo_id: str
@@ -175,10 +178,12 @@ class LockedFuncRepository(_FromLockfile, BaseFuncRepository, Record):
         func_name: str,
         *,
         lockfile: str | os.PathLike[str] | None = None,
+        trust_remote_code: bool | list[str] = False,
         check_arch: bool = True,
     ) -> None:
         _check_func_name(func_name)
         parse_repo_id(repo_id)
+        check_trust_remote_code(trust_remote_code)
         self._init(repo_id, func_name, lockfile_path(lockfile), check_arch)
         self._remember_package()
         _deprecated("LockedFuncRepository", _USE_A_LAYER.format("LockedLayerRepository"))

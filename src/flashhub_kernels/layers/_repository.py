@@ -8,12 +8,13 @@ from __future__ import annotations
 import abc
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from .._loading.api import get_kernel, get_local_kernel, requested_version
+from .._loading.hub_arguments import check_trust_remote_code, user_agent_text
 from .._models.names import RepoInfo, parse_repo_id
 from .._models.record import Record
 from .._utils.callers import caller_package
@@ -57,17 +58,27 @@ class _FromCdn:
 
     Layer and function repositories share their kernel sources through these mixins and
     differ only in what they take from the kernel. ``check_arch`` is a field of the
-    repositories that take it; the others check the device archs.
+    repositories that take it; the others check the device archs. A ``user_agent=`` is
+    kept for the load, but is no field: it is not compared or shown, as in Hugging Face
+    kernels.
     """
 
     repo_id: str
     version: int | None
     revision: str | None
     check_arch: bool = True
+    _user_agent: str | None = None
 
-    def _check_source(self) -> None:
+    def _check_source(
+        self, trust_remote_code: object, user_agent: str | Mapping[str, object] | None = None
+    ) -> None:
+        """Check the fields and Hugging Face kernels' ``trust_remote_code`` and
+        ``user_agent``, and keep the second for the load."""
         parse_repo_id(self.repo_id)
         requested_version(self.version, self.revision)
+        check_trust_remote_code(trust_remote_code)
+        if user_agent is not None:
+            object.__setattr__(self, "_user_agent", user_agent_text(user_agent))
 
     @property
     def info(self) -> RepoInfo:
@@ -76,7 +87,12 @@ class _FromCdn:
 
     def load_kernel(self) -> ModuleType:
         """``get_kernel(repo_id, version=...)``: the same module ``import flashhub...`` gives."""
-        return get_kernel(self.repo_id, version=self.info.version, check_arch=self.check_arch)
+        return get_kernel(
+            self.repo_id,
+            version=self.info.version,
+            user_agent=self._user_agent,
+            check_arch=self.check_arch,
+        )
 
     def __str__(self) -> str:
         return str(self.info)
@@ -209,11 +225,13 @@ class LayerRepository(_FromCdn, BaseLayerRepository, Record):
     Give exactly one of ``version`` (``1``) and ``revision`` (``"v1"`` or ``"1"``).
     ``check_arch=False`` loads the kernel with ``get_kernel(..., check_arch=False)``:
     without the device archs its builds list. It is a field, so it takes part in
-    equality and hashing, as in Hugging Face kernels.
+    equality and hashing, as in Hugging Face kernels. ``user_agent`` and
+    ``trust_remote_code`` as for ``get_kernel``; neither is a field.
 
     Raises:
-        ValueError: the repo id, the layer name or the version is malformed, or both or
-            neither of ``version`` and ``revision`` are given.
+        ValueError: the repo id, the layer name, the version or ``user_agent`` is
+            malformed, or both or neither of ``version`` and ``revision`` are given.
+        TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
     """
 
     repo_id: str
@@ -229,10 +247,12 @@ class LayerRepository(_FromCdn, BaseLayerRepository, Record):
         version: int | None = None,
         revision: str | None = None,
         *,
+        trust_remote_code: bool | list[str] = False,
+        user_agent: str | Mapping[str, object] | None = None,
         check_arch: bool = True,
     ) -> None:
         self._init(repo_id, layer_name, version, revision, check_arch)
-        self._check_source()
+        self._check_source(trust_remote_code, user_agent)
         _check_layer_name(layer_name)
 
 
@@ -272,7 +292,7 @@ class LockedLayerRepository(_FromLockfile, BaseLayerRepository, Record):
     :func:`~flashhub_kernels.get_locked_kernel` when the layer is first used, so its
     bytes are checked against the lock. Without ``lockfile`` the lock is looked for, at
     that time, in the package that created this object, then in the working directory.
-    ``check_arch`` as for :class:`LayerRepository`.
+    ``check_arch`` and ``trust_remote_code`` as for :class:`LayerRepository`.
     """
 
     repo_id: str
@@ -286,9 +306,11 @@ class LockedLayerRepository(_FromLockfile, BaseLayerRepository, Record):
         layer_name: str,
         *,
         lockfile: str | os.PathLike[str] | None = None,
+        trust_remote_code: bool | list[str] = False,
         check_arch: bool = True,
     ) -> None:
         _check_layer_name(layer_name)
         parse_repo_id(repo_id)
+        check_trust_remote_code(trust_remote_code)
         self._init(repo_id, layer_name, lockfile_path(lockfile), check_arch)
         self._remember_package()
