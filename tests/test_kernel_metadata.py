@@ -6,13 +6,16 @@ Hugging Face's kernels client accepts a tree this project published.
 from __future__ import annotations
 
 import json
+import pickle
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import flashhub_kernels as fk
+from conftest import run_python
 from flashhub_kernels._loading.requirements import python_package
 from flashhub_kernels._models.kernel_metadata import (
     BackendInfo,
@@ -279,6 +282,45 @@ def test_a_loaded_kernel_has_the_metadata_of_its_build(
     (package / "__init__.py").write_text("")
     bare = fk.get_local_kernel(package)
     assert loaded_record(bare).metadata == fk.Metadata()
+
+
+def test_a_loaded_kernels_metadata_reads_as_the_0_1_2_dict(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.1.2's LoadedKernel.metadata was the parsed metadata.json; 0.1.2 code reads it so,
+    while Hugging Face's code reads the same object's fields."""
+    monkeypatch.setenv(RAN_DIR_VAR, str(tmp_path))
+    (document,) = write_builder_kernel(cdn.root, "acme/top", 1, variants=["torch-cpu"]).values()
+    code = """
+        import json
+        import flashhub_kernels as fk
+        fk.get_kernel("acme/top", version=1, backend="cpu")
+        [loaded] = fk.get_loaded_kernels()
+        metadata = loaded.metadata
+        assert metadata.name.python_name == "top" and metadata["name"] == "top"
+        assert metadata.get("no-such-key") is None and "digest" in metadata
+        assert metadata.digest.files == metadata["digest"]["files"]
+        print(json.dumps({key: metadata[key] for key in metadata.keys()}))
+    """
+    printed = run_python(textwrap.dedent(code)).splitlines()[-1]
+    assert json.loads(printed) == document
+
+
+def test_metadata_is_a_read_only_mapping_of_its_document(tmp_path: Path) -> None:
+    document = {"name": "my-kernel", "digest": DIGEST, "x-publisher-note": [1, 2]}
+    path = tmp_path / "metadata.json"
+    path.write_text(json.dumps(document))
+    metadata = fk.Metadata.read_from_file(path)
+
+    assert dict(metadata) == document and len(metadata) == 3
+    assert metadata["x-publisher-note"] == [1, 2] and metadata.name == "my-kernel"
+    with pytest.raises(KeyError):
+        metadata["id"]
+    with pytest.raises(TypeError):
+        metadata["name"] = "other"  # type: ignore[index]
+    copied = pickle.loads(pickle.dumps(metadata))
+    assert copied == metadata and dict(copied) == document
+    assert not fk.Metadata() and dict(fk.Metadata()) == {}  # as 0.1.2's {} without a file
 
 
 def loaded_record(module: object) -> fk.LoadedKernel:

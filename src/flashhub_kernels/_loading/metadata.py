@@ -1,5 +1,6 @@
 """A build's ``metadata.json`` as Hugging Face kernels shows it: :class:`Metadata`, which
-is also the ``metadata`` of a :class:`~flashhub_kernels.LoadedKernel`.
+is also the ``metadata`` of a :class:`~flashhub_kernels.LoadedKernel`, and as 0.1.2 did:
+a read-only mapping of the parsed document.
 
 It is read as a load reads it (the builder's fields by :mod:`.._models.kernel_metadata`,
 the digest by :mod:`.._models.manifest`), so it is as lenient as loading is: a field the
@@ -10,8 +11,10 @@ document lacks is ``None`` (or empty), where Hugging Face's reader requires ``na
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import (
@@ -26,6 +29,7 @@ from .._models.record import Record
 from ..errors import ManifestError
 
 _HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
+_NO_DOCUMENT: Mapping[str, Any] = MappingProxyType({})  # shared: it must stay empty
 
 
 class KernelName(str):
@@ -46,7 +50,7 @@ class Digest(Record):
     files: Mapping[str, str]
 
 
-class Metadata(Record):
+class Metadata(Record, Mapping[str, Any]):
     """A build variant's ``metadata.json``, with the fields of Hugging Face kernels'
     ``Metadata``: ``id``, ``name`` (a :class:`KernelName`: ``str(name)``,
     ``name.python_name``), ``version``, ``build_layout`` (``"files"`` or ``"zip"``),
@@ -59,6 +63,11 @@ class Metadata(Record):
     A field the document lacks is ``None``, or empty for the lists. The lists are
     tuples, and versions and the backend type are the strings the document holds, as
     ``str()`` of Hugging Face's values gives them. Immutable, and equal by its fields.
+
+    It is also a read-only mapping of the document as parsed, as flashhub-kernels 0.1.2
+    gave it (a dict): ``metadata["digest"]["files"]``, ``metadata.get("name")``, ``in``,
+    ``keys()``, ``items()``, ``len()``. A :class:`Metadata` made from its fields, or for
+    a package without a ``metadata.json``, maps nothing (and is false, as ``{}`` is).
     """
 
     id: str | None = None
@@ -75,6 +84,21 @@ class Metadata(Record):
     digest: Digest | None = None
     provenance: Provenance | None = None
     flashhub_kernels_minver: str | None = None
+
+    _document = _NO_DOCUMENT  # not annotated: it is no field
+
+    def __getitem__(self, key: str) -> Any:
+        return self._document[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._document)
+
+    def __len__(self) -> int:
+        return len(self._document)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The fields, as a record is pickled and copied, and the document as its state.
+        return type(self), self._values(), {"_document": dict(self._document)}
 
     @staticmethod
     def read_from_file(metadata_path: str | os.PathLike[str]) -> Metadata:
@@ -106,7 +130,9 @@ class Metadata(Record):
         if "digest" in document:
             files = parse_metadata(data, source=source).files
             digest = Digest("sha256", {path: encode_digest(raw) for path, raw in files.items()})
-        return Metadata(**values, digest=digest)
+        metadata = Metadata(**values, digest=digest)
+        object.__setattr__(metadata, "_document", document)
+        return metadata
 
 
 def loaded_metadata(package_dir: Path) -> Metadata:
