@@ -334,3 +334,40 @@ def test_the_next_publish_removes_what_a_killed_publish_left_in_the_tree(
         "versions.json",
     ]
     assert (kernel_dir / f"v{version}" / "build" / UNIVERSAL / "my_kern" / "extra.py").is_file()
+
+
+# flashhub publish in a process that cannot map more than 2 GiB: a publish that reads a
+# build's file whole runs out of memory.
+PUBLISH_WITHIN_2_GIB = """
+import resource, sys
+from flashhub_kernels.cli import main
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("size", "content"),
+    [(64 << 30, b""), (None, b"[" * 100_000)],
+    ids=["huge and sparse", "nested too deeply"],
+)
+def test_a_hostile_build_metadata_json_is_refused_without_reading_it_whole(
+    kernel: Path, tmp_path: Path, size: int | None, content: bytes
+) -> None:
+    metadata = package_dir(kernel).parent / "metadata.json"
+    metadata.write_bytes(content)
+    if size is not None:
+        os.truncate(metadata, size)  # 64 GiB on disk in name only
+    out = tmp_path / "cdn"
+    args = ["publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out]
+    result = subprocess.run(
+        [sys.executable, "-c", PUBLISH_WITHIN_2_GIB, *map(str, args)],
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"error: {metadata} is not a JSON object of at most 1 MiB")
+    assert "Traceback" not in result.stderr
+    assert not out.exists()

@@ -14,6 +14,7 @@ from .._models.manifest import (
     check_relative_path,
     content_hash,
     dump_json,
+    parse_capped,
     parse_metadata,
 )
 from .._models.record import Record
@@ -221,11 +222,13 @@ def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
 
 
 def _read_build_metadata(path: Path) -> dict[str, object]:
-    """A build's own metadata.json, as a builder wrote it."""
-    data = path.read_bytes()
+    """A build's own metadata.json, as a builder wrote it; read no further than the
+    limit, so that a huge (or sparse) file is refused, not loaded into memory."""
+    with path.open("rb") as file:
+        data = file.read(MAX_DOCUMENT_BYTES + 1)
     try:
-        document = json.loads(data) if len(data) <= MAX_DOCUMENT_BYTES else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = parse_capped(data, json.loads, "JSON", json.JSONDecodeError, MAX_DOCUMENT_BYTES)
+    except ValueError:
         document = None
     if not isinstance(document, dict):
         raise PublishError(
