@@ -564,6 +564,17 @@ def test_invalid_builds_are_refused(kernel: Path, tmp_path: Path, case: str) -> 
     assert not (tmp_path / "cdn").exists()  # validation happens before anything is written
 
 
+def test_a_build_directory_that_links_outside_the_kernel_is_refused(tmp_path: Path) -> None:
+    elsewhere = make_kernel(tmp_path / "another-project")  # a build the kernel's is not
+    kernel = tmp_path / "kernel"
+    kernel.mkdir()
+    (kernel / "build").symlink_to(elsewhere / "build")
+    with pytest.raises(PublishError) as info:
+        publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    assert f"{kernel / 'build'} is a symlink" in str(info.value)
+    assert not (tmp_path / "cdn").exists()
+
+
 def test_missing_build_dir(tmp_path: Path) -> None:
     with pytest.raises(PublishError, match="not a directory"):
         publish(tmp_path / "nope", repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")

@@ -58,13 +58,17 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
         entries = sorted((e for e in scan if not _is_junk(e.name)), key=lambda e: e.name)
     for entry in entries:
         if entry.is_symlink():
-            raise PublishError(
-                f"{entry.path} is a symlink; a published build holds only regular files",
-                hint="copy the file into the build instead of linking to it",
-            )
+            raise _symlink_refused(entry.path)
         if not (entry.is_dir() or entry.is_file()):
             raise PublishError(f"{entry.path} is not a regular file or directory")
     return entries
+
+
+def _symlink_refused(path: str | Path) -> PublishError:
+    return PublishError(
+        f"{path} is a symlink; a published build holds only regular files",
+        hint="copy the file into the build instead of linking to it",
+    )
 
 
 def variant_dirs(build_dir: Path) -> list[Path]:
@@ -75,9 +79,12 @@ def variant_dirs(build_dir: Path) -> list[Path]:
             hint="pass a build directory (<variant>/<py_pkg>/...) or a kernel directory "
             "that contains build/",
         )
-    if not (build_dir / "build").is_dir():
+    builds = build_dir / "build"
+    if builds.is_symlink():  # it would publish what it points to, maybe outside the kernel
+        raise _symlink_refused(builds)
+    if not builds.is_dir():
         _refuse_a_variant(build_dir)
-    root = build_dir / "build" if (build_dir / "build").is_dir() else build_dir
+    root = builds if builds.is_dir() else build_dir
     dirs: list[Path] = []
     for entry in _entries(root):
         if entry.name in _BUNDLE_EXTRAS:
