@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -294,6 +295,23 @@ def test_an_archive_without_a_package_at_its_root_is_an_import_error(cdn: CdnSer
     files = {f"zipped/{name}": data for name, data in package_files("nested").items()}
     publish_zip_build(cdn.root, files)
     with pytest.raises(KernelImportError, match=r"holds no __init__\.py at its root") as raised:
+        fk.get_kernel(REPO, version=1)
+    assert ARCHIVE in raised.value.message and raised.value.hint
+    assert MODULE not in sys.modules
+
+
+def test_an_archive_whose_directory_disagrees_with_its_entries_is_an_import_error(
+    cdn: CdnServer,
+) -> None:
+    # A hostile publisher's archive: listed with its true digest, but its central
+    # directory states a size the __init__.py entry does not have.
+    archive = bytearray(archive_bytes(package_files("lying")))
+    directory = archive.find(b"PK\x01\x02")  # the first entry's, __init__.py's
+    struct.pack_into("<II", archive, directory + 20, 1 << 30, 1 << 30)
+    digests = {ARCHIVE: b64sha256(archive)}
+    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+    with pytest.raises(KernelImportError, match=r"is malformed") as raised:
         fk.get_kernel(REPO, version=1)
     assert ARCHIVE in raised.value.message and raised.value.hint
     assert MODULE not in sys.modules
