@@ -112,6 +112,12 @@ while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
     time.sleep(0.05)
 """
 
+# However long the load takes to reach big.bin, the fork falls inside its pause.
+PAUSES_FOR_AN_HOUR = """
+from flashhub_kernels._network import deferred_gc
+deferred_gc.LONGEST_PAUSE = 3600.0
+"""
+
 FORKS = """
 pid = os.fork()
 if pid == 0:
@@ -121,22 +127,35 @@ if pid == 0:
 os.waitpid(pid, 0)
 """
 
+# The collector's states from before the load starts, each change as a thread saw it: the
+# pause is seen however long the load takes to reach big.bin.
+WATCHES_THE_COLLECTOR = """
+import gc, threading, time
+seen = [gc.isenabled()]
+def watch():
+    while True:
+        if gc.isenabled() != seen[-1]:
+            seen.append(gc.isenabled())
+        time.sleep(0.001)
+threading.Thread(target=watch, daemon=True).start()
+"""
+
 WAITS_LONG = """
-from flashhub_kernels._network.deferred_gc import LONGEST_PAUSE
-paused = not gc.isenabled()
-time.sleep(LONGEST_PAUSE + 0.5)
-print(paused, gc.isenabled(), flush=True)
+deadline = time.monotonic() + 30  # before the server gives up holding big.bin (60 s)
+while len(seen) < 3 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(seen, flush=True)
 """
 
 
-def run_while_a_load_waits(cdn: CdnServer, code: str) -> str:
+def run_while_a_load_waits(cdn: CdnServer, code: str, *, first: str = "") -> str:
     """The output of ``code``, run in a child while its load of ``acme/tensor-tricks``
-    waits on the CDN for big.bin."""
+    waits on the CDN for big.bin (``first`` runs before the load starts)."""
     write_blob_kernel(cdn.root, b"big" * 1000, name="big")
     started, release = threading.Event(), threading.Event()
     cdn.inject(f"{BASE}/tensor_tricks/big.bin", held(started, release))
     try:
-        return run_python(WHILE_A_LOAD_WAITS + code)
+        return run_python(first + WHILE_A_LOAD_WAITS + code)
     finally:
         release.set()
 
@@ -145,8 +164,10 @@ def test_a_load_waiting_long_on_the_cdn_lets_the_program_collect_garbage(
     cdn: CdnServer,
 ) -> None:
     """A server's request threads make cyclic garbage while one of its threads waits on a
-    stalled CDN: the pause ends before the load does."""
-    assert run_while_a_load_waits(cdn, WAITS_LONG) == "True True\n"
+    stalled CDN: the pause ends before the load does (big.bin is held until the child
+    has exited)."""
+    output = run_while_a_load_waits(cdn, WAITS_LONG, first=WATCHES_THE_COLLECTOR)
+    assert output == "[True, False, True]\n"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -155,7 +176,7 @@ def test_a_child_forked_during_a_load_collects_garbage(cdn: CdnServer) -> None:
     downloads a kernel: the child, where that thread does not exist, runs with the
     collector on, after a cold load of its own too."""
     write_kernel(cdn.root, "acme/other", 1)
-    assert run_while_a_load_waits(cdn, FORKS) == "True\n"
+    assert run_while_a_load_waits(cdn, FORKS, first=PAUSES_FOR_AN_HOUR) == "True\n"
 
 
 @pytest.mark.usefixtures("collector_on")
