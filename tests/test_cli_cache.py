@@ -124,6 +124,31 @@ def test_a_directory_a_kernel_wrote_beside_its_entry_is_no_entry_and_is_left_alo
     assert f"{REPO}@v1 {LOCAL}: FAILED: no receipt" in damaged.stdout
 
 
+@pytest.mark.parametrize("command", [["list"], ["verify"], ["prune"]])
+def test_a_directory_beside_an_entry_that_this_user_cannot_read_is_left_alone(
+    cdn: CdnServer, cache_dir: Path, command: list[str]
+) -> None:
+    """As one that a kernel run by another user compiled into, and kept private: the
+    commands cannot look inside it, and need not, since it is no entry of the cache's."""
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    private = entry.parent / "build"
+    (private / "jit_module").mkdir(parents=True)
+    private.chmod(0)
+    try:
+        result = _maintenance_process("cache", *command)
+    finally:
+        private.chmod(0o700)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Errno" not in result.stderr
+    assert entry.is_dir() and (private / "jit_module").is_dir()
+    if command == ["list"]:
+        assert entry.name in result.stdout
+    if command == ["verify"]:
+        assert f"{private}: not a cache entry" in result.stdout
+        assert "1 entry checked" in result.stdout
+
+
 def test_cache_verify_reports_a_file_touched_after_verification(cdn: CdnServer) -> None:
     publish_tensor_tricks(cdn.root)
     path = Path(ok_json(flashhub("get", REPO, "--version", "3", "--json"))["path"])

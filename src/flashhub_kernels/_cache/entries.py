@@ -74,8 +74,9 @@ def _is_entry(path: Path) -> bool:
     """Whether ``path``, a directory in a version directory, is an entry: it is named as
     a variant, or holds the ``metadata.json`` every committed entry has. Anything else
     is not the cache's: a kernel that compiles code at run time may write beside its
-    own entry (``v1/build/...``)."""
-    return is_variant_name(path.name) or (path / MANIFEST_NAME).is_file()
+    own entry (``v1/build/...``), and keep it private to the user who ran it. Unlike
+    ``Path.is_file``, ``os.path.isfile`` says no where it may not look."""
+    return is_variant_name(path.name) or os.path.isfile(path / MANIFEST_NAME)
 
 
 def list_entries(cache: Cache) -> list[CacheEntry]:
