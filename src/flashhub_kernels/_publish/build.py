@@ -155,13 +155,13 @@ def scan_variant(
         ) from None
     metadata = variant_dir / METADATA
     extra = _read_build_metadata(metadata) if metadata.is_file() else {}
-    zipped = extra.get("build-layout") == "zip"
-    if zipped and layout == "files":
+    builder_zipped = extra.get("build-layout") == "zip"
+    if builder_zipped and layout == "files":
         raise PublishError(
             f"{metadata} lays the variant {name!r} out as a zip archive, not as files",
             hint="publish it without --layout files",
         )
-    if _is_flattened(variant_dir) or zipped:
+    if _is_flattened(variant_dir) or builder_zipped:
         files = {
             rel: hash_file(path)
             for rel, path in _walk(variant_dir, "")
@@ -174,7 +174,7 @@ def scan_variant(
     depends = _python_depends(extra, metadata)
     document = variant_metadata(name, files, extra, defaults, py_pkg, metadata)
     sources = files
-    if layout == "zip" and not zipped:
+    if layout == "zip" and not builder_zipped:
         assert scratch is not None, "a build laid out anew is written somewhere"
         archive = scratch / name / zip_archive_name(document, metadata)
         files = zip_package(sources, py_pkg, archive)
@@ -182,9 +182,8 @@ def scan_variant(
         document = variant_metadata(
             name, files, {**own, "build-layout": "zip"}, {}, py_pkg, metadata
         )
-    return VariantBuild(
-        name, files, _metadata_bytes(name, document), depends, sources, zipped or layout == "zip"
-    )
+    zipped = builder_zipped or layout == "zip"
+    return VariantBuild(name, files, _metadata_bytes(name, document), depends, sources, zipped)
 
 
 def _is_flattened(variant_dir: Path) -> bool:

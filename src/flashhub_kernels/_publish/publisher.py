@@ -53,8 +53,8 @@ LAYOUTS: tuple[Layout, ...] = ("files", "zip")
 
 
 class VersionTakenError(PublishError):
-    """The version is already published with other content; ``next_version`` is the
-    lowest version number not yet taken, which the hint offers instead."""
+    """The version is already published with other content; ``next_version`` is the one
+    the hint offers instead: one past the highest that the destination holds."""
 
     def __init__(
         self, message: str, *, next_version: int, hint: str, cli_hint: str | None = None

@@ -146,13 +146,13 @@ def describe_publish(report: PublishReport) -> str:
         *report.undeclared_imports,
         *report.file_relative_paths,
     ]
-    shared = [
+    warned = [
         f"warning: {escape_controls(finding.describe(report.repo_id, report.version))}"
         for finding in findings
     ]
     if report.noop:
         return "\n".join(
-            [f"{where} is already published with identical content; nothing written", *shared]
+            [f"{where} is already published with identical content; nothing written", *warned]
         )
     lines = [f"{'replaced' if report.replaced else 'published'} {where}"]
     lines += [f"  {v.name}: {count(v.files, 'file')}, {size(v.bytes)}" for v in report.variants]
@@ -161,7 +161,7 @@ def describe_publish(report: PublishReport) -> str:
     if report.signed_by:
         keys = "key" if len(report.signed_by) == 1 else "keys"
         lines.append(f"signed with {keys} {', '.join(report.signed_by)}")
-    return "\n".join(lines + shared)
+    return "\n".join(lines + warned)
 
 
 COMMANDS = {"publish": Command(_publish_arguments, _publish)}
