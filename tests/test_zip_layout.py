@@ -42,6 +42,7 @@ from flashhub_kernels.errors import (
 from support.builds import CPU, PY_PKG, REPO as REPO_BUILT, SO_NAME, make_kernel
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub, flashhub_process, ok_json
+from support.hf_kernels import COMPAT_INIT, FLATTENED, SILU_AND_MUL_INIT
 from support.trees import b64sha256, cpu_variant, write_variant
 
 REPO = "acme/zipped"
@@ -525,6 +526,32 @@ def test_flashhub_publish_layout_zip_warns_of_a_path_made_from_file(
     assert (
         run_python("import flashhub.acme.extra_data.v2 as k; print(k.CONFIG)") == "{'block': 64}\n"
     )
+
+
+def test_flashhub_publish_layout_zip_takes_a_flattened_build_with_its_compat_module(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """Today's kernel builder flattens a variant's files and keeps the package folder as a
+    module for older loaders, which runs ../__init__.py found through __file__. No loader
+    that reads a zip build needs it: the archive holds the flattened package."""
+    variant = tmp_path / "flattened-build" / "build" / UNIVERSAL
+    (variant / "flattened_build").mkdir(parents=True)
+    (variant / "__init__.py").write_text(SILU_AND_MUL_INIT)
+    (variant / "flattened_build" / "__init__.py").write_text(COMPAT_INIT)
+    (variant / "metadata.json").write_text('{"name": "flattened-build", "version": 1}')
+    publish = ("publish", variant.parent.parent, "--repo-id", FLATTENED, "--out", cdn.root)
+
+    result = flashhub_process(*publish, "--version", "1", "--layout", "zip")
+
+    assert result.returncode == 0, result.stderr
+    assert "warning:" not in result.stdout
+    (archive,) = published_variant(cdn.root, FLATTENED, UNIVERSAL).glob("*.zip")
+    with zipfile.ZipFile(archive) as zipped:
+        assert zipped.namelist() == ["__init__.py"]
+    loaded = "import torch, flashhub_kernels as fk\n" + (
+        f"print(fk.get_kernel({FLATTENED!r}, version=1).silu_and_mul(torch.ones(2)).tolist())"
+    )
+    assert run_python(loaded) == "[0.7310585975646973]\n"
 
 
 def test_a_kernel_that_reads_its_data_as_resources_is_not_warned_and_loads_zipped(

@@ -24,7 +24,7 @@ from ..errors import ManifestError, PublishError
 from .layout import METADATA, UNHASHED_FILES, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata, zip_archive_name
 from .report import VariantReport
-from .zipping import zip_package
+from .zipping import package_files, zip_package
 
 _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
@@ -175,6 +175,7 @@ def scan_variant(
     document = variant_metadata(name, files, extra, defaults, py_pkg, metadata)
     sources = files
     if layout == "zip" and not builder_zipped:
+        sources = package_files(files, py_pkg)
         assert scratch is not None, "a build laid out anew is written somewhere"
         archive = scratch / name / zip_archive_name(document, metadata)
         files = zip_package(sources, py_pkg, archive)

@@ -33,27 +33,31 @@ _MEMBER_MODE = 0o644
 _UNIX = 3  # the system a member's mode is meant for
 
 
+def package_files(files: Mapping[str, SourceFile], py_pkg: str) -> dict[str, SourceFile]:
+    """The files of a variant's package, of the ``files`` of a build of files: those
+    under ``<py_pkg>/``, or all of a flattened build but that folder, which a builder
+    keeps beside the files for loaders older than flattening (a module that runs
+    ``../__init__.py``, found through ``__file__``); none of those reads a zip build."""
+    if "__init__.py" not in files:
+        return dict(files)  # all of them under <py_pkg>/
+    return {rel: source for rel, source in files.items() if not rel.startswith(f"{py_pkg}/")}
+
+
 def zip_package(
     files: Mapping[str, SourceFile], py_pkg: str, archive: Path
 ) -> dict[str, SourceFile]:
-    """The files of a variant in the zip layout: ``files`` (a build of files, its package
-    in ``<py_pkg>/`` or flattened) with the package's files written into ``archive``
-    and its native libraries beside it.
-
-    A build that ships both forms (the package folder, and its files at the top for
-    older loaders) is zipped from ``<py_pkg>/``, as the loader imports it.
+    """The files of a variant in the zip layout: the :func:`package_files` ``files``,
+    written into ``archive``, and its native libraries beside it.
 
     Raises:
         PublishError: a native library lies in a subdirectory of the package, where it
             cannot stay beside the archive; or a file changed since it was scanned.
     """
-    prefix = f"{py_pkg}/" if f"{py_pkg}/__init__.py" in files else ""
+    prefix = "" if "__init__.py" in files else f"{py_pkg}/"
     members: dict[str, SourceFile] = {}
     natives: dict[str, SourceFile] = {}
     for rel, source in files.items():
-        if not rel.startswith(prefix):
-            continue  # the flattened copy beside the package folder
-        name = rel[len(prefix) :]
+        name = rel.removeprefix(prefix)
         if not name.endswith(NATIVE_SUFFIXES):
             members[name] = source
         elif "/" not in name:
