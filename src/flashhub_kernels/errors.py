@@ -93,8 +93,9 @@ class TransportError(KernelImportError):
 
 
 class CacheError(KernelImportError):
-    """The cache could not be written: the disk is full, the directory is not writable,
-    or the entry to replace is in use by a running process."""
+    """The cache could not be written (the disk is full, the directory is not writable,
+    or the entry to replace is in use by a running process) or read (another user's,
+    left private)."""
 
     @classmethod
     def cannot_write(cls, exc: OSError, path: object = None) -> CacheError:
