@@ -658,3 +658,48 @@ def test_cache_prune_removes_temporary_files_of_killed_writers_once_stale(
     assert document["stale_files"] == []
     assert [p for p in [*stale, fresh, not_ours] if p.exists()] == [fresh, not_ours]
     assert flashhub("cache", "verify").returncode == 0
+
+
+def test_cache_clear_leaves_alone_an_entry_committed_after_it_listed_the_cache(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flashhub_kernels._cache import admin
+    from flashhub_kernels._cache.layout import Cache
+    from flashhub_kernels._config import get_config
+
+    write_kernel(cdn.root, REPO, 1)
+    user = subprocess.Popen(  # a job that loads the kernel while clear runs
+        [sys.executable, "-c", USE_AND_READ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert user.stdin is not None and user.stdout is not None
+    listed = admin.version_dirs
+
+    def listed_once_the_job_loaded(cache: Cache) -> Iterator[tuple[object, Path]]:
+        assert user.stdout is not None
+        assert user.stdout.readline().strip() == f"{REPO}@v1:{LOCAL}"
+        yield from listed(cache)
+
+    monkeypatch.setattr(admin, "version_dirs", listed_once_the_job_loaded)
+    try:
+        report = admin.clear(Cache.from_config(get_config()))
+        user.stdin.write("go\n")
+        user.stdin.flush()
+        read = user.stdout.readline().strip()
+    finally:
+        _out, err = user.communicate(timeout=60)
+    assert read == f"table of {REPO}@v1:{LOCAL}", err  # its files are still there
+    assert user.returncode == 0, err
+    assert report.removed == [] and [p.name for p in report.in_use] == [LOCAL]
+
+
+USE_AND_READ = """
+import pathlib, sys
+import flashhub.acme.tensor_tricks.v1 as k
+print(k.marker(), flush=True)
+sys.stdin.readline()
+print((pathlib.Path(k.__file__).parent / "data" / "table.txt").read_text(), flush=True)
+"""

@@ -18,7 +18,7 @@ from .._lockfiles.format import Lockfile
 from .._models.record import Record
 from .._utils.filesystem import replaced_name
 from .._variants.device_arch import GPU_RECORD
-from .entries import CacheEntry, list_entries, version_dirs
+from .entries import CacheEntry, entries_in, list_entries, version_dirs
 from .imports import TABLE_DIR
 from .layout import (
     PARTIAL_PREFIX,
@@ -201,16 +201,14 @@ def clear(cache: Cache, *, force: bool = False) -> ClearReport:
         CacheError: the cache cannot be written.
     """
     removed, busy, in_use = [], [], []
-    entries = list_entries(cache)
-    for _info, version_dir in list(version_dirs(cache)):
+    for info, version_dir in list(version_dirs(cache)):
         with _idle(cache, version_dir) as idle:
             if not idle:
                 busy.append(version_dir)
                 continue
             kept = False
-            for entry in entries:
-                if entry.path.parent != version_dir:
-                    continue
+            # Listed now, not before: an entry committed since is in use by its loader.
+            for entry in entries_in(info, version_dir):
                 if _evict_unused(cache, entry, force=force):
                     removed.append(entry)
                 else:

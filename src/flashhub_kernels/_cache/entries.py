@@ -81,16 +81,24 @@ def _is_entry(path: Path) -> bool:
 
 def list_entries(cache: Cache) -> list[CacheEntry]:
     """Every committed entry, sorted by repo, version and variant."""
+    return [
+        entry
+        for info, version_dir in version_dirs(cache)
+        for entry in entries_in(info, version_dir)
+    ]
+
+
+def entries_in(info: RepoInfo, version_dir: Path) -> list[CacheEntry]:
+    """The committed entries of ``info``'s version directory, sorted by variant."""
     entries = []
-    for info, version_dir in version_dirs(cache):
-        for child in filter(_is_entry, _subdirs(version_dir)):
-            receipt = read_receipt(child)
-            sizes = [size for size, _mtime in receipt.files.values()] if receipt else []
-            content_hash = receipt.content_hash if receipt else None
-            signer = receipt.signer if receipt else None
-            entries.append(
-                CacheEntry(info, child.name, child, content_hash, len(sizes), sum(sizes), signer)
-            )
+    for child in filter(_is_entry, _subdirs(version_dir)):
+        receipt = read_receipt(child)
+        sizes = [size for size, _mtime in receipt.files.values()] if receipt else []
+        content_hash = receipt.content_hash if receipt else None
+        signer = receipt.signer if receipt else None
+        entries.append(
+            CacheEntry(info, child.name, child, content_hash, len(sizes), sum(sizes), signer)
+        )
     return entries
 
 
