@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
+from flashhub_kernels._cache.entries import CacheEntry
 from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
 from support.cli_runner import flashhub, ok_json
@@ -702,4 +703,48 @@ import flashhub.acme.tensor_tricks.v1 as k
 print(k.marker(), flush=True)
 sys.stdin.readline()
 print((pathlib.Path(k.__file__).parent / "data" / "table.txt").read_text(), flush=True)
+"""
+
+
+def test_a_load_waiting_while_cache_clear_removes_its_version_loads_once_clear_is_done(
+    cdn: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flashhub_kernels._cache import admin
+    from flashhub_kernels._cache.layout import Cache
+    from flashhub_kernels._config import get_config
+
+    write_kernel(cdn.root, REPO, 1)
+    assert flashhub("get", REPO, "--version", "1").returncode == 0
+    mutex = str(cache_dir / "kernels" / REPO / "v1" / ".locks" / f"{LOCAL}.lock")
+    evict = admin._evict_unused
+    loaders: list[subprocess.Popen[str]] = []
+
+    def evict_then_let_a_load_wait(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
+        removed = evict(cache, entry, force=force)
+        loader = subprocess.Popen(
+            [sys.executable, "-c", LOAD_SAYING_IT_WAITS],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        loaders.append(loader)
+        assert loader.stderr is not None
+        # It found no entry, and waits for the download mutex that clear holds.
+        while not (line := loader.stderr.readline()) or f"not acquired on {mutex}" not in line:
+            assert line, "the load never waited for the download mutex"
+        return removed
+
+    monkeypatch.setattr(admin, "_evict_unused", evict_then_let_a_load_wait)
+    admin.clear(Cache.from_config(get_config()))  # removes the version, mutexes and all
+    out, err = loaders[0].communicate(timeout=120)
+    assert loaders[0].returncode == 0, err
+    assert out.strip() == f"{REPO}@v1:{LOCAL}"
+
+
+LOAD_SAYING_IT_WAITS = """
+import logging, sys
+logging.basicConfig(stream=sys.stderr)
+logging.getLogger("filelock").setLevel(logging.DEBUG)  # says each time a mutex is busy
+import flashhub.acme.tensor_tricks.v1 as k
+print(k.marker())
 """

@@ -20,7 +20,7 @@ import errno
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,17 +42,47 @@ _READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextmanager
-def hold(path: Path, *, what: str, timeout: float | None, mode: int = 0o600) -> Iterator[None]:
+def hold(
+    path: Path,
+    *,
+    what: str,
+    timeout: float | None,
+    mode: int = 0o600,
+    remake: Callable[[], object] | None = None,
+) -> Iterator[None]:
     """Hold the exclusive lock ``path`` (created with ``mode``: see :func:`lock_mode`)
     for the ``with`` block.
 
     ``what`` names what the lock protects, for the messages. After
     :data:`WAIT_NOTICE_SECONDS` of waiting, one warning on the ``flashhub_kernels``
     logger says who waits for what. ``timeout`` (seconds, ``None`` for no limit) bounds
-    the whole wait.
+    each wait. ``remake`` creates the lock's directory again where the process this one
+    waited for removed it (``flashhub cache clear`` removes a version's directory,
+    mutexes and all, while it holds them); then this one waits again.
 
     Raises:
         CacheError: the wait timed out, or the lock could not be created or taken.
+    """
+    while True:
+        try:
+            lock = _acquired(path, what=what, timeout=timeout, mode=mode)
+            break
+        except FileNotFoundError as exc:  # filelock does not create it again mid-wait
+            if remake is None:
+                raise _lock_error(path, exc) from exc
+            remake()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> FileLock:
+    """The lock ``path``, acquired as :func:`hold` says.
+
+    Raises:
+        FileNotFoundError: the lock's directory was removed while this waited.
+        CacheError: as :func:`hold`.
     """
     from filelock import Timeout
 
@@ -72,12 +102,11 @@ def hold(path: Path, *, what: str, timeout: float | None, mode: int = 0o600) -> 
             f"(lock: {path})",
             hint="let the other process finish, or raise or unset FLASHHUB_LOCK_TIMEOUT",
         ) from None
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         raise _lock_error(path, exc) from exc
-    try:
-        yield
-    finally:
-        lock.release()
+    return lock
 
 
 @contextmanager
@@ -137,9 +166,11 @@ def _lock_error(path: Path, exc: OSError) -> CacheError:
 
 def download_mutex(cache: Cache, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
     """The mutex of one entry: one process downloads it, the others wait and reuse it."""
-    path = private_dir(cache, cache.version_dir(info) / ".locks") / f"{variant}.lock"
+    locks = cache.version_dir(info) / ".locks"
+    path = private_dir(cache, locks) / f"{variant}.lock"
     what = f"downloading {info} {variant}"
-    return hold(path, what=what, timeout=cache.lock_timeout, mode=lock_mode(cache))
+    mode, remake = lock_mode(cache), lambda: private_dir(cache, locks)
+    return hold(path, what=what, timeout=cache.lock_timeout, mode=mode, remake=remake)
 
 
 def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
