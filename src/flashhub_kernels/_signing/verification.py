@@ -129,17 +129,7 @@ def cached_signer(
         signature = (entry / MANIFEST_SIGNATURE_NAME).read_bytes()
         if parse_metadata(data).content_hash != content_hash:
             return None
-        return verify_document(
-            kind="metadata",
-            repo_id=info.repo_id,
-            version=info.version,
-            variant=variant,
-            data=data,
-            sig_bytes=signature,
-            keys=keys,
-            org=info.org,
-            require=True,
-        )
+        return _signed_by(keys, "metadata", info, variant, data, signature)
     except (OSError, ManifestError, SignatureError):
         return None
 
@@ -156,20 +146,38 @@ def proven_variants(proof: object, info: RepoInfo, keys: Sequence[TrustedKey]) -
         return None
     try:
         data, signature = (base64.b64decode(part, validate=True) for part in proof)
-        verify_document(
-            kind="variants",
-            repo_id=info.repo_id,
-            version=info.version,
-            variant=None,
-            data=data,
-            sig_bytes=signature,
-            keys=keys,
-            org=info.org,
-            require=True,
-        )
+        _signed_by(keys, "variants", info, None, data, signature)
         return parse_variants(data)
     except (TypeError, ValueError, ManifestError, SignatureError):
         return None
+
+
+def _signed_by(
+    keys: Sequence[TrustedKey],
+    kind: DocumentKind,
+    info: RepoInfo,
+    variant: str | None,
+    data: bytes,
+    signature: bytes,
+) -> str | None:
+    """The key of ``keys`` whose signature of a document of ``info`` (``kind``, of
+    ``variant``) in ``signature`` verifies ``data``: a document the cache kept, checked
+    again with this process's keys.
+
+    Raises:
+        SignatureError: none does.
+    """
+    return verify_document(
+        kind=kind,
+        repo_id=info.repo_id,
+        version=info.version,
+        variant=variant,
+        data=data,
+        sig_bytes=signature,
+        keys=keys,
+        org=info.org,
+        require=True,
+    )
 
 
 def variants_proof(data: bytes, signature: bytes) -> tuple[str, str]:
