@@ -484,20 +484,27 @@ sys.stdin.readline()
 """
 
 
+def job(code: str) -> subprocess.Popen[str]:
+    """A job running ``code`` in a process of its own, talking to the test through its
+    stdin and stdout."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    return process
+
+
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
 def test_cache_maintenance_leaves_an_entry_in_use_alone_unless_forced(
     cdn: CdnServer, command: list[str]
 ) -> None:
     write_kernel(cdn.root, REPO, 1)
     entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
-    user = subprocess.Popen(  # a job using the kernel, in a process of its own
-        [sys.executable, "-c", USE_AND_WAIT],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert user.stdin is not None and user.stdout is not None
+    user = job(USE_AND_WAIT)  # a job using the kernel, in a process of its own
     try:
         assert user.stdout.readline().strip() == f"{REPO}@v1:{LOCAL}"
         if command == ["prune"]:
@@ -669,14 +676,7 @@ def test_cache_clear_leaves_alone_an_entry_committed_after_it_listed_the_cache(
     from flashhub_kernels._config import get_config
 
     write_kernel(cdn.root, REPO, 1)
-    user = subprocess.Popen(  # a job that loads the kernel while clear runs
-        [sys.executable, "-c", USE_AND_READ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert user.stdin is not None and user.stdout is not None
+    user = job(USE_AND_READ)  # a job that loads the kernel while clear runs
     listed = admin.version_dirs
 
     def listed_once_the_job_loaded(cache: Cache) -> Iterator[tuple[object, Path]]:
