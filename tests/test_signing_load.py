@@ -892,18 +892,27 @@ def test_a_locked_load_refuses_a_cached_copy_another_key_vouched_for(
     assert json.loads(result.stdout)["results"][0]["status"] == "failed"
 
 
-def test_a_locked_load_accepts_the_locked_signer_beside_another_trusted_signature(
+def locked_under_the_new_key(
     make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Locked while only the new key was trusted, on a tree both keys sign. Trusting the
-    old key too (as a rotating team does) must not make the locked signer's valid
-    signature count for nothing."""
+) -> tuple[Path, SigningKey, SigningKey]:
+    """A project locked while only the new key of ``keys`` was trusted, on a tree both
+    keys sign; with the old key and the new one."""
     (old_path, old_key), (new_path, new_key) = keys
     project = make_project()
     sign(cdn.root, old_path)
     sign(cdn.root, new_path)
     trust(monkeypatch, new_key.public_line)
     assert flashhub("lock", project).returncode == 0
+    return project, old_key, new_key
+
+
+def test_a_locked_load_accepts_the_locked_signer_beside_another_trusted_signature(
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked while only the new key was trusted, on a tree both keys sign. Trusting the
+    old key too (as a rotating team does) must not make the locked signer's valid
+    signature count for nothing."""
+    project, old_key, new_key = locked_under_the_new_key(make_project, cdn, keys, monkeypatch)
     assert read_lockfile(lockfile_of(project)).kernels[REPO].signers[LOCAL] == new_key.key_id
 
     trust(monkeypatch, old_key.public_line, new_key.public_line)
@@ -918,12 +927,7 @@ def test_a_locked_load_offline_takes_a_copy_cached_under_another_key_the_locked_
     """Locked while the new key was trusted, on a tree both keys sign; a neighbour trusting
     the old key cached the variant. The .sig cached with it holds the locked signer's
     signature: the locked load takes it offline, without a request, as a plain load does."""
-    (old_path, old_key), (new_path, new_key) = keys
-    project = make_project()
-    sign(cdn.root, old_path)
-    sign(cdn.root, new_path)
-    trust(monkeypatch, new_key.public_line)
-    assert flashhub("lock", project).returncode == 0
+    project, old_key, _ = locked_under_the_new_key(make_project, cdn, keys, monkeypatch)
     neighbour = {TRUSTED: old_key.public_line}
     run_python("import flashhub.acme.tensor_tricks.v2", env=neighbour)
     assert cached_signers()[(REPO, 2, LOCAL)] == old_key.key_id
