@@ -18,7 +18,7 @@ import flashhub_kernels as fk
 from conftest import MakeProject, run_python
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
-from support.trees import kernel_files, local_variant, write_variant
+from support.trees import cpu_variant, kernel_files, local_variant, write_variant
 
 REPO = "acme/doubler"
 SENT = "my-app/1.0"  # what the calls below append to the User-Agent
@@ -39,8 +39,10 @@ def lockfile(cdn: CdnServer, make_project: MakeProject) -> Path:
     files = kernel_files("doubler", "doubler")
     files["doubler/__init__.py"] += b"from . import layers\n"
     files["doubler/layers.py"] = LAYERS
-    write_variant(cdn.root, REPO, 1, local_variant(), files)
-    (cdn.root / "kernels" / REPO / "v1" / "variants.json").write_text(json.dumps([local_variant()]))
+    builds = sorted({local_variant(), cpu_variant()})  # one on a CPU-only torch
+    for variant in builds:  # the CPU build is what backend="cpu" loads on a GPU machine
+        write_variant(cdn.root, REPO, 1, variant, files)
+    (cdn.root / "kernels" / REPO / "v1" / "variants.json").write_text(json.dumps(builds))
     (cdn.root / "kernels" / REPO / "versions.json").write_text("[1]")
     project = make_project({REPO: "==1"}, publish=False)
     assert flashhub("lock", project).returncode == 0
