@@ -195,6 +195,43 @@ def test_a_pause_whose_deadline_cannot_start_still_pauses_and_ends(
     assert gc.isenabled()
 
 
+class LockTheDeadlineWaitsFor:
+    """The pause's lock, which the deadline's thread takes only once told to: until then
+    it has fired and waits to end the pause."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.deadline_waits, self.let_deadline_in = threading.Event(), threading.Event()
+
+    def __enter__(self) -> None:
+        if threading.current_thread().name == "flashhub-gc-pause":
+            self.deadline_waits.set()
+            self.let_deadline_in.wait(10)
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_a_deadline_that_fired_as_its_pause_ended_does_not_end_the_next_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lock = LockTheDeadlineWaitsFor()
+    monkeypatch.setattr(deferred_gc, "_lock", lock)
+    monkeypatch.setattr(deferred_gc, "LONGEST_PAUSE", 0.0)
+    with collection_paused():
+        first_deadline = deferred_gc._deadline
+        assert first_deadline is not None and lock.deadline_waits.wait(10)
+    monkeypatch.setattr(deferred_gc, "LONGEST_PAUSE", 60.0)
+    with collection_paused():
+        lock.let_deadline_in.set()
+        first_deadline.join(10)
+        assert not first_deadline.is_alive()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
 def test_a_collector_the_program_turned_off_stays_off() -> None:
     was = gc.isenabled()
     gc.disable()

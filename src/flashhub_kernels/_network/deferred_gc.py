@@ -80,9 +80,10 @@ def _start_deadline() -> threading.Timer | None:
 
 
 def _end_long_pause() -> None:
-    """The collector back on while the blocks that paused it are still open."""
+    """The collector back on while the blocks that paused it are still open: not where
+    this timer fired as its pause ended, and another pause, with a timer of its own, began."""
     with _lock:
-        if _depth and _resume:
+        if _deadline is threading.current_thread():
             gc.enable()
 
 
