@@ -316,6 +316,28 @@ def test_a_file_the_hub_refuses_to_serve_says_why_not_the_network(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("what", "body", "doing", "saying"),
+    [
+        ("revision", b"<html>Sign in to the network</html>", f"looking up {REPO}", "JSONDecode"),
+        ("revision", b'{"sha": "' + b"0" * 40 + b'"}', f"looking up {REPO}", "KeyError"),
+        ("tree", b'{"error": "not here"}', f"listing {REPO} at v1", "TypeError"),
+        ("tree", b'[{"path": "build/x"}]', f"listing {REPO} at v1", "KeyError"),
+    ],
+)
+def test_an_answer_in_the_hubs_place_is_a_clear_error(
+    hub: HubServer, tmp_path: Path, what: str, body: bytes, doing: str, saying: str
+) -> None:
+    """A captive portal or a proxy answering 200 with its own page, or JSON of another shape."""
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
+    hub.impersonate(what, body)
+    out = tmp_path / "cdn"
+    result = mirror(out)
+    cannot_read = f"the Hub at {hub.url} gave an answer that huggingface_hub cannot read"
+    failed(result, f"{cannot_read} while {doing} ({saying}", "HF_ENDPOINT names a Hugging Face")
+    assert not out.exists()
+
+
 def child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``code`` in a fresh interpreter that sees this checkout's sources."""
     return subprocess.run(

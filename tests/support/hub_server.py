@@ -1,6 +1,7 @@
 """A Hugging Face Hub on 127.0.0.1 for tests: the endpoints ``huggingface_hub`` calls to
 resolve a revision, list a repo's tree and download its files, a request log, and
-tampering with a file's bytes, refusing to serve one.
+tampering with a file's bytes, refusing to serve one, or answering an API call in the
+Hub's place.
 
 Endpoints (``<type>`` is ``kernels`` or ``models``, ``<prefix>`` is ``kernels/`` or
 nothing, as the repo's type is ``kernel`` or ``model``)::
@@ -71,6 +72,7 @@ class HubServer:
     requests: list[HubRequest] = field(default_factory=list)
     tampered: dict[str, bytes] = field(default_factory=dict)  # path in repo -> bytes served
     refused: dict[str, int] = field(default_factory=dict)  # path in repo -> status served
+    impostors: dict[str, bytes] = field(default_factory=dict)  # "revision"/"tree" -> body
     _httpd: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -127,6 +129,12 @@ class HubServer:
         now on, as a rate limit (429) or a proxy that refuses it (403) does."""
         with self._lock:
             self.refused[path] = status
+
+    def impersonate(self, what: str, body: bytes) -> None:
+        """Answer every ``what`` API call (``"revision"`` or ``"tree"``) with ``body`` and
+        200 from now on, as a captive portal or a misconfigured proxy does."""
+        with self._lock:
+            self.impostors[what] = body
 
     def log(self, request: HubRequest) -> None:
         with self._lock:
@@ -195,7 +203,9 @@ class _HubHandler(BaseHTTPRequestHandler):
         except _NotFound as missing:
             self._error(404, missing.code, send_body)
             return
-        if what == "revision":
+        if (impostor := self.server_state.impostors.get(what)) is not None:
+            self._body(impostor, "text/html", send_body=send_body)
+        elif what == "revision":
             siblings = [{"rfilename": p} for p in sorted(files)]
             self._json({"id": repo_id, "sha": sha, "private": False, "siblings": siblings})
         elif what == "tree":
@@ -235,9 +245,11 @@ class _HubHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, document: Any, *, send_body: bool = True) -> None:
-        body = json.dumps(document).encode()
+        self._body(json.dumps(document).encode(), "application/json", send_body=send_body)
+
+    def _body(self, body: bytes, content_type: str, *, send_body: bool) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if send_body:

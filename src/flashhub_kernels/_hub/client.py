@@ -58,6 +58,9 @@ _TRANSPORT_ERRORS = (
     ("requests", "ConnectionError"),
     ("requests", "Timeout"),
 )
+# What huggingface_hub raises reading an answer that is not the Hub's: a page that is
+# not JSON, or JSON of another shape, as a captive portal or a misconfigured proxy serves.
+_UNREADABLE_ANSWERS = (ValueError, KeyError, TypeError)
 
 
 class HubOrigin(Record):
@@ -256,6 +259,13 @@ class Hub:
                 f"cannot reach the Hugging Face Hub at {self.shown} while {doing}: "
                 f"{_first_line(exc)}",
                 hint=_NETWORK_HINT,
+            ) from None
+        except _UNREADABLE_ANSWERS as exc:
+            raise MirrorError(
+                f"the Hub at {self.shown} gave an answer that huggingface_hub cannot read "
+                f"while {doing} ({type(exc).__name__}: {_first_line(exc)})",
+                hint="check that HF_ENDPOINT names a Hugging Face Hub, and that no proxy "
+                "between answers in its place",
             ) from None
 
 
