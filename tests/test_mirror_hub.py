@@ -268,6 +268,20 @@ def test_a_hub_build_that_does_not_match_its_digests_publishes_nothing(
     assert tree_bytes(out) == before  # no v2, and versions.json still lists only v1
 
 
+def test_a_file_larger_than_the_listing_says_is_cut_off(hub: HubServer, tmp_path: Path) -> None:
+    """A hostile Hub streams far more than the size its listing gives a file: the download
+    stops there, before the bytes fill the disk, and nothing is published."""
+    build = hub_build()
+    path = f"build/{LOCAL}/_ops.py"
+    hub.push(REPO, build, branch="v1", repo_type=REPO_TYPE)
+    hub.tamper(path, build[path] + b"#" * (32 << 20))
+    out = tmp_path / "cdn"
+    result = mirror(out)
+    cut_off = f"sends more than the {len(build[path])} bytes its listing gives {path}"
+    failed(result, f"the Hub at {hub.url} {cut_off}", "nothing was published")
+    assert not out.exists()
+
+
 def test_a_model_repo_with_sha512_digests(hub: HubServer, tmp_path: Path) -> None:
     """Kernel repos were model repos before the Hub gave them a type of their own."""
     hub.push(REPO, hub_build(algorithm="sha512"), branch="v1", repo_type="model")

@@ -242,7 +242,10 @@ class _HubHandler(BaseHTTPRequestHandler):
         self.send_header("X-Repo-Commit", sha)
         self.end_headers()
         if send_body:
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except ConnectionError:  # the client hung up mid-answer, having read enough
+                self.close_connection = True
 
     def _json(self, document: Any, *, send_body: bool = True) -> None:
         self._body(json.dumps(document).encode(), "application/json", send_body=send_body)

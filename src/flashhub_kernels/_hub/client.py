@@ -91,11 +91,12 @@ class HubOrigin(Record):
 
 class HubTree(Record):
     """The ``build/`` tree of one commit of a kernel repo: where it came from, the repo
-    type it was found as, and the paths of its files under ``build/``."""
+    type it was found as, and the size the listing gives each of its files (by their
+    paths under ``build/``)."""
 
     source: HubOrigin
     repo_type: str
-    files: frozenset[str]
+    files: Mapping[str, int]
 
 
 def _check_hub_installed() -> None:
@@ -152,11 +153,11 @@ class Hub:
         except not_found:
             entries = []
         prefix = f"{BUILD_DIR}/"
-        files = frozenset(
-            entry.path[len(prefix) :]
+        files = {
+            entry.path[len(prefix) :]: entry.size
             for entry in entries
             if isinstance(entry, RepoFile) and entry.path.startswith(prefix)
-        )
+        }
         if not files:
             raise MirrorError(
                 f"{repo_id} at {revision} (commit {commit}) on the Hub at {self.shown} has no "
@@ -167,7 +168,8 @@ class Hub:
 
     def download(self, tree: HubTree, paths: Sequence[str], directory: Path) -> None:
         """Download ``build/<path>`` of ``tree`` for each of ``paths`` into
-        ``directory/build/<path>``, several at a time."""
+        ``directory/build/<path>``, several at a time; a file that grows past the size
+        the listing gives it is cut off there."""
         source = tree.source
 
         def fetch(path: str) -> None:
@@ -178,6 +180,7 @@ class Hub:
                     repo_type=tree.repo_type,
                     revision=source.commit,
                     local_dir=directory,
+                    tqdm_class=self._capped_bar(tree, path),
                 )
             except self._errors.LocalEntryNotFoundError as exc:  # its first request failed
                 cause = exc.__cause__ or exc
@@ -200,6 +203,36 @@ class Hub:
         ):
             for _ in pool.map(fetch, paths):
                 pass
+
+    def _capped_bar(self, tree: HubTree, path: str) -> type[Any]:
+        """huggingface_hub's progress bar, for the download of ``build/<path>``, that
+        fails it once more bytes arrive than the listing gives the file: huggingface_hub
+        counts each chunk there before writing it, and would otherwise write all a Hub
+        sends before finding the size wrong."""
+        from huggingface_hub.utils.tqdm import tqdm
+
+        size, shown = tree.files[path], self.shown
+
+        class CappedBar(tqdm):
+            received: float = 0
+
+            def update(self, n: float | None = 1) -> bool | None:
+                self.received += n or 0
+                if self.received > size:
+                    raise MirrorError(
+                        f"the Hub at {shown} sends more than the {size} bytes its listing "
+                        f"gives {BUILD_DIR}/{path} of {tree.source.repo} at commit "
+                        f"{tree.source.commit}; nothing was published",
+                        hint="retry later; if it persists, report it to the Hub",
+                    )
+                result: bool | None = super().update(n)
+                return result
+
+            def update_transfer(self, n: float) -> None:
+                """Bytes over the network, which Xet storage compresses and shares
+                between files: not the file's size, so not counted."""
+
+        return CappedBar
 
     def _commit(self, repo_id: str, revision: str) -> tuple[str, str]:
         """The repo type under which the Hub has ``repo_id``, and the commit ``revision``
