@@ -1080,6 +1080,33 @@ def test_cache_verify_rechecks_the_cached_signature_against_the_configured_keys(
     assert cdn.requests == [], "cache verify works from the cache alone"
 
 
+def test_cache_verify_of_an_entry_cached_without_keys_says_its_next_load_checks_it(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A neighbour that trusts no key cached a signed kernel, so no .sig is kept with it.
+    With a key trusted, verify must not call the kernel unsigned and send the user to its
+    publisher: the next load checks the publisher's signature (here, it is signed)."""
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    run_python(IMPORT_V1)
+    trust(monkeypatch, key.public_line)
+    cdn.clear_log()
+
+    failed = flashhub("cache", "verify")
+
+    assert failed.returncode == 1
+    problem = f"{REPO}@v1 {LOCAL}: FAILED: cached by a process that checked no signature"
+    assert problem in failed.stdout
+    assert "its next load with network access checks its signature" in failed.stdout
+    assert "is not signed" not in failed.stdout and "publisher" not in failed.stdout
+    assert cdn.requests == [], "verify stays offline"
+
+    get_kernel(REPO, version=1)
+    passed = flashhub("cache", "verify")
+    assert f"{REPO}@v1 {LOCAL}: ok, signed by {key.key_id}" in passed.stdout
+
+
 # -- 11. where trusted keys come from ----------------------------------------------------------
 
 

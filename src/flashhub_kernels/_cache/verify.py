@@ -84,7 +84,7 @@ def _verify(cache: Cache, entry: CacheEntry) -> Verdict:
             return Verdict(f"{relpath} is missing or not a regular file")
         if sha256_file(path) != digest:
             return Verdict(f"{relpath} does not match its sha256 in {MANIFEST_NAME}")
-    signature = _signature_problem(entry, get_config())
+    signature = _signature_problem(entry, receipt, get_config())
     if signature is not None:
         return Verdict(signature)
     damaged = _damaged_bytecode(entry.path, receipt)
@@ -136,7 +136,15 @@ def _restamp(cache: Cache, entry: Path, receipt: Receipt) -> None:
     )
 
 
-def _signature_problem(entry: CacheEntry, config: Config) -> str | None:
+# An entry a process checking no signature cached: the CDN may well hold a signature
+# for it, which a load fetches and checks once (the kernel is not re-downloaded).
+_CACHED_UNCHECKED = (
+    f"cached by a process that checked no signature, so no {MANIFEST_SIGNATURE_NAME} is kept "
+    "with it: its next load with network access checks its signature on the CDN"
+)
+
+
+def _signature_problem(entry: CacheEntry, receipt: Receipt, config: Config) -> str | None:
     """Why the trusted keys of ``config`` do not vouch for the entry's ``metadata.json``
     (checked again against the ``metadata.json.sig`` cached with it), or ``None``."""
     if not config.checks_signatures(entry.info.org):
@@ -144,6 +152,8 @@ def _signature_problem(entry: CacheEntry, config: Config) -> str | None:
     try:
         signature: bytes | None = (entry.path / MANIFEST_SIGNATURE_NAME).read_bytes()
     except FileNotFoundError:
+        if receipt.signer is None:
+            return _CACHED_UNCHECKED
         signature = None
     try:
         verify_document(
