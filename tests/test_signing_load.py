@@ -22,11 +22,16 @@ from pathlib import Path
 import pytest
 
 from conftest import PLANTED, MakeCdn, MakeProject, run_python
-from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel
+from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel, load_kernel
 from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfiles.format import read_lockfile
 from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key, write_key_pair
-from flashhub_kernels.errors import ConfigError, KernelNotFoundError, SignatureError
+from flashhub_kernels.errors import (
+    ConfigError,
+    KernelNotFoundError,
+    LockfileError,
+    SignatureError,
+)
 from support.cdn_server import CdnHandler, CdnServer, Fault, held
 from support.cli_runner import OFFLINE, flashhub, ok_json
 from support.preloaded import run_code
@@ -941,6 +946,27 @@ def test_a_locked_load_offline_takes_a_copy_cached_under_another_key_the_locked_
 
     assert cdn.requests == []
     assert cached_signers()[(REPO, 2, LOCAL)] == old_key.key_id, "the receipt stays as it was"
+
+
+def test_a_locked_load_of_a_copy_a_process_checking_no_signature_cached_says_so(
+    make_project: MakeProject, cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A neighbour trusting no key cached the locked variant: the offline locked load
+    refuses it, naming who cached it rather than printing a signer of ``None``."""
+    project, _, new_key = locked_under_the_new_key(make_project, cdn, keys, monkeypatch)
+    monkeypatch.delenv(TRUSTED)
+    run_python("import flashhub.acme.tensor_tricks.v2")
+    trust(monkeypatch, new_key.public_line)
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+
+    with pytest.raises(LockfileError) as info:
+        load_kernel(REPO, lockfile=lockfile_of(project))
+
+    message = str(info.value)
+    assert "None" not in message
+    assert "vouched for by no key (a process checking no signature cached it)" in message
+    assert f"the lock by {new_key.key_id}" in message
+    assert MODULE.replace("v1", "v2") not in sys.modules
 
 
 def test_flashhub_lock_of_a_project_uses_its_trusted_keys_from_any_directory(

@@ -117,7 +117,11 @@ def cached_target(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Ker
     if not get_config().accepts_signer(locked.info.org, receipt.signer, locked=signer):
         vouching = _signer_cached_with(entry, locked, variant, receipt.content_hash)
         if vouching is None:
-            return None, f"the cached copy is vouched for by {receipt.signer}, the lock by {signer}"
+            cached = receipt.signer or "no key (a process checking no signature cached it)"
+            return (
+                None,
+                f"the cached copy is vouched for by {cached}, the lock by {signer or 'no key'}",
+            )
         receipt = receipt._replace(signer=vouching)
     target = cached_kernel(entry, locked.info, variant, receipt)
     unpinned = _unpinned_dependencies(locked, target)
