@@ -63,7 +63,7 @@ def test_user_agent_format_structure(cdn: CdnServer, ua_input: object) -> None:
         assert "/" in field, f"Field missing key/value separator: {field}"
 
 
-@pytest.mark.parametrize("ua_input", [None, "", {}])
+@pytest.mark.parametrize("ua_input", [None, "", {}, "   "])
 def test_user_agent_no_leading_or_empty_segment(cdn: CdnServer, ua_input: object) -> None:
     # Regression (HF): with no caller-supplied user_agent the header must not start with
     # a separator nor hold empty segments, which strict HTTP clients reject.

@@ -39,7 +39,7 @@ def check_trust_remote_code(trust_remote_code: object) -> None:
 
 def user_agent_text(user_agent: object) -> str:
     """The text a ``user_agent=`` adds to the ``User-Agent``: a ``str`` as it is, a
-    ``dict`` as ``key/value; key/value``.
+    ``dict`` as ``key/value; key/value``; blanks around it left out.
 
     Raises:
         TypeError: it is neither.
@@ -58,7 +58,7 @@ def user_agent_text(user_agent: object) -> str:
         raise ValueError(
             f"user_agent {text!r} cannot be sent in a header: use printable ASCII characters"
         )
-    return text
+    return text.strip()
 
 
 @contextmanager
