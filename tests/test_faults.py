@@ -217,9 +217,15 @@ def test_malformed_references_raise_value_error_before_any_request(
     assert cdn.requests == []
 
 
-def test_a_version_past_nine_digits_names_the_bound(cdn: CdnServer) -> None:
-    with pytest.raises(ValueError, match="version must be at most 999999999") as info:
-        fk.get_kernel(REPO, version=10**9)
+@pytest.mark.parametrize(
+    ("version", "revision"),
+    [(10**9, None), (None, "v1000000000"), (None, "1" + "0" * 5000)],
+)
+def test_a_version_past_nine_digits_names_the_bound(
+    cdn: CdnServer, version: int | None, revision: str | None
+) -> None:
+    with pytest.raises(ValueError, match="at most 999999999") as info:
+        fk.get_kernel(REPO, version=version, revision=revision)
     assert not isinstance(info.value, ImportError)
     assert cdn.requests == []
 

@@ -21,10 +21,12 @@ from .._finder import install, twin_names
 from .._models.kernel_dir import KernelDir
 from .._models.names import (
     LOCAL_ORG,
+    MAX_VERSION,
     ROOT_PACKAGE,
     RepoInfo,
     check_backend,
     check_version,
+    is_digits,
     parse_repo_id,
     positive_number,
 )
@@ -83,7 +85,13 @@ def configure(
 def parse_revision(revision: str) -> int:
     """``"v3"`` or ``"3"`` -> ``3``. Branch names are not revisions on a static CDN."""
     text = revision.strip() if isinstance(revision, str) else ""
-    number = positive_number(text[1:] if text.startswith("v") else text)
+    digits = text[1:] if text.startswith("v") else text
+    number = positive_number(digits)
+    if number is None and is_digits(digits) and not digits.startswith("0"):
+        raise ValueError(
+            f"invalid revision {revision!r}: a version is at most {MAX_VERSION}, the most a "
+            "module name holds"
+        )
     if number is None:
         raise ValueError(
             f"invalid revision {revision!r}: use a version such as 'v1' or '1' "
