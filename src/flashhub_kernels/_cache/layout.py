@@ -55,6 +55,12 @@ PARTIAL_PREFIX = ".partial-"
 VOUCHED = "vouched"  # an index file's records by who vouched for them (Cache.vouchers)
 
 
+def vouched_sections(whole: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``vouched`` object of the index file ``whole``: records by who vouched for them."""
+    sections = whole.get(VOUCHED)
+    return sections if isinstance(sections, dict) else {}
+
+
 def read_json(path: Path) -> Any:
     """A JSON record of the cache, or ``None`` when it is missing or unreadable."""
     try:
@@ -202,8 +208,7 @@ class Cache:
         vouchers = self.vouchers(info.org)
         if vouchers is None:
             return whole
-        sections = whole.get(VOUCHED)
-        sections = sections if isinstance(sections, dict) else {}
+        sections = vouched_sections(whole)
         own = sections.get(vouchers)
         if isinstance(own, dict):
             return own

@@ -57,8 +57,7 @@ def obtain_kernel(
     if config.offline:
         from .._loading.offline import cached_copy_error
 
-        unsigned = damaged in (_UNSIGNED_ENTRY, _UNSIGNED_INDEX)
-        raise cached_copy_error(candidates[0], damaged, unsigned=unsigned)
+        raise cached_copy_error(candidates[0], damaged, unsigned=damaged in _UNSIGNED)
     # The cold path's modules: a warm load never imports them; imported with the GC paused.
     from .._network.deferred_gc import collection_paused
 
@@ -91,6 +90,8 @@ def use_kernel(
 _UNSIGNED_ENTRY = "no trusted key vouched for it when it was cached"
 # Why a warm load that checks signatures passes over the variant index of a version.
 _UNSIGNED_INDEX = "no trusted key vouched for the list of its variants the cache records"
+# The reasons that only a signature check online answers (no repair of the copy does).
+_UNSIGNED = frozenset({_UNSIGNED_ENTRY, _UNSIGNED_INDEX})
 
 
 def _not_fetched_again(exc: CacheError, info: RepoInfo, damaged: str) -> CacheError:
@@ -100,7 +101,7 @@ def _not_fetched_again(exc: CacheError, info: RepoInfo, damaged: str) -> CacheEr
     from ..errors import CacheError
 
     hints = [exc.hint] if exc.hint else []
-    if damaged not in (_UNSIGNED_ENTRY, _UNSIGNED_INDEX):
+    if damaged not in _UNSIGNED:
         hints.insert(
             0,
             "run `flashhub cache verify --repair` where the cache can be written "

@@ -39,6 +39,7 @@ from .layout import (
     Cache,
     VariantIndex,
     parse_index,
+    vouched_sections,
 )
 from .receipt import Receipt
 
@@ -78,8 +79,7 @@ def _with_records(
     whole: dict[str, Any], vouchers: str | None, index: VariantIndex
 ) -> dict[str, Any]:
     """The index file ``whole`` with ``index`` as the records of ``vouchers``."""
-    sections = whole.get(VOUCHED)
-    sections = sections if isinstance(sections, dict) else {}
+    sections = vouched_sections(whole)
     if vouchers is not None:
         sections = {**sections, vouchers: index_document(index)}
         return {**whole, VOUCHED: sections}

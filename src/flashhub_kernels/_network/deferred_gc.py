@@ -51,20 +51,20 @@ def collection_paused() -> Iterator[None]:
         if _depth == 0:
             _resume = gc.isenabled()
             gc.disable()
+            _deadline = _start_deadline() if _resume else None
         _depth += 1
-        if _depth == 1 and _resume:
-            _deadline = _start_deadline()
     try:
         yield
     finally:
         with _lock:
             _depth = max(0, _depth - 1)  # a child forked inside its own block: 0 already
-            if _depth == 0 and _deadline is not None:
-                _deadline.cancel()
-                _deadline = None
-            if _depth == 0 and _resume and not gc.isenabled():
-                _age_young_objects()
-                gc.enable()
+            if _depth == 0:
+                if _deadline is not None:
+                    _deadline.cancel()
+                    _deadline = None
+                if _resume and not gc.isenabled():
+                    _age_young_objects()
+                    gc.enable()
 
 
 def _start_deadline() -> threading.Timer | None:
