@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,23 @@ def child(code: str = LOAD, **env: str) -> subprocess.Popen[str]:
     return interruptible([sys.executable, "-c", code], **env)
 
 
+def ctrl_c(
+    process: subprocess.Popen[str], *, once: Callable[[], object], timeout: float = 15
+) -> tuple[str, str, float]:
+    """Press Ctrl-C in ``process`` once ``once()`` has returned; its stdout, its stderr,
+    and how long it took to end after. It is killed if the test fails before."""
+    try:
+        once()
+        process.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        out, err = process.communicate(timeout=timeout)
+        return out, err, time.monotonic() - start
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 def partial_size(cache_dir: Path, name: str) -> int:
     """The size of the largest file named like ``name`` in the cache (0 if none)."""
     sizes = [p.stat().st_size for p in cache_dir.rglob(f"*{name}*") if p.is_file()]
@@ -69,19 +87,14 @@ def test_ctrl_c_mid_download_exits_at_once_and_keeps_the_partial_file(
     reached = threading.Event()
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
     process = child(PYTHONWARNINGS="ignore")  # torch's warnings are not the point here
-    try:
+
+    def once_bytes_are_on_disk() -> None:
         assert reached.wait(60), "the child never reached the fault"
         deadline = time.monotonic() + 10  # until the first MiB is on disk
         while partial_size(cache_dir, "big.bin") == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        start = time.monotonic()
-        _out, err = process.communicate(timeout=15)
-        took = time.monotonic() - start
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+
+    _out, err, took = ctrl_c(process, once=once_bytes_are_on_disk)
     assert took < 5, f"Ctrl-C took {took:.1f} s"
     assert process.returncode != 0
     assert "concurrent.futures" not in err and "Exception in thread" not in err, err
@@ -122,17 +135,14 @@ def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_f
     reached = threading.Event()
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached), stall(30, after=1 << 20))
     process = child(GOES_ON_AFTER_CTRL_C, PYTHONWARNINGS="ignore", FLASHHUB_READ_TIMEOUT="2")
-    try:
+
+    def once_the_first_mib_is_on_disk() -> None:
         assert reached.wait(60), "the child never reached the fault"
-        deadline = time.monotonic() + 10  # until the first MiB is on disk
+        deadline = time.monotonic() + 10
         while partial_size(cache_dir, "big.bin") < 1 << 20 and time.monotonic() < deadline:
             time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+
+    out, err, _took = ctrl_c(process, once=once_the_first_mib_is_on_disk, timeout=60)
     assert process.returncode == 0 and out == "interrupted\n", err
     assert len(big_kernel.gets("big.bin")) == 1
     kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
@@ -219,21 +229,18 @@ def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(
     big_kernel.inject(f"kernels/{REPO}/v1/build/{own}/metadata.json", held(started, release))
     process = child(PYTHONWARNINGS="ignore")
     entry = cache_dir / f"kernels/{REPO}/v1/{VARIANT}"
-    try:
+
+    def once_the_entry_is_committed() -> None:
         assert started.wait(60), "the child never asked for the guess"
         deadline = time.monotonic() + 30
         while not entry.is_dir() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert entry.is_dir(), "the load never committed its entry"
-        process.send_signal(signal.SIGINT)
-        start = time.monotonic()
-        _out, err = process.communicate(timeout=15)
-        took = time.monotonic() - start
+
+    try:
+        _out, err, took = ctrl_c(process, once=once_the_entry_is_committed)
     finally:
         release.set()
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert took < 5, f"Ctrl-C took {took:.1f} s"
     assert process.returncode != 0 and "KeyboardInterrupt" in err
     assert "Exception in thread" not in err, err
@@ -316,14 +323,8 @@ def test_ctrl_c_in_flashhub_get_prints_the_message_only_and_exits_130(
         [sys.executable, "-m", "flashhub_kernels", "get", REPO, "--version", "1"],
         PYTHONWARNINGS="ignore",
     )
-    try:
-        assert reached.wait(60), "the child never reached the fault"
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=15)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    out, err, _took = ctrl_c(process, once=lambda: reached.wait(60))
+    assert reached.is_set(), "the child never reached the fault"
     assert "Traceback" not in err, err
     assert "interrupted" in err and "kept" in err, err
     assert len(err.splitlines()) <= 2, err
