@@ -379,9 +379,10 @@ def kernelize(
     if its module is trained with gradients enabled afterwards. A module for which the
     ``condition`` given at marking is false gets its original forward.
 
-    A marked layer whose name the mapping does not hold at all is logged as a warning on
-    the ``flashhub_kernels`` logger (once per name and call), as in Hugging Face kernels;
-    one mapped for other devices, capabilities or modes falls back silently.
+    Each kernel layer bound is logged at ``INFO`` on the ``flashhub_kernels`` logger (once
+    per name and repository and call), as in Hugging Face kernels. A marked layer whose
+    name the mapping does not hold at all is logged as a warning there (once per name and
+    call); one mapped for other devices, capabilities or modes falls back silently.
 
     With ``DISABLE_KERNEL_MAPPING=1`` every marked layer gets its original forward.
     """
@@ -391,6 +392,7 @@ def kernelize(
     disabled = kernel_mapping_disabled()
     unloadable: set[int] = set()
     unmapped: set[str] = set()
+    used: set[tuple[str, int]] = set()
     for owner in model.modules():
         without_backward: list[type[nn.Module]] = []
         for module, mark in _marked_in(owner):
@@ -400,11 +402,32 @@ def kernelize(
                 chosen = _choose_layer(mark, target, mode, allowed, unloadable)
                 if chosen is None:
                     _log_unmapped(mark.layer_name, unmapped)
+                else:
+                    _log_used(mark.layer_name, chosen, target, mode, used)
             _bind(module, mark, chosen)
             if chosen is not None and not _supports_backward(chosen[0]):
                 without_backward.append(chosen[0])
         _watch_training(owner, without_backward)
     return model
+
+
+def _log_used(
+    layer_name: str, chosen: Chosen, target: Target | None, mode: Mode, logged: set[tuple[str, int]]
+) -> None:
+    """Log at ``INFO``, once per ``kernelize``, name and repository, the kernel layer bound
+    for a marked layer, as Hugging Face kernels does."""
+    layer, repo = chosen
+    if (layer_name, id(repo)) in logged:
+        return
+    logged.add((layer_name, id(repo)))
+    logger.info(
+        "kernelize: %r on device %r in mode %s runs kernel layer %s of %s",
+        layer_name,
+        str(target),
+        mode_text(mode),
+        layer.__qualname__,
+        repo,
+    )
 
 
 def _log_unmapped(layer_name: str, logged: set[str]) -> None:

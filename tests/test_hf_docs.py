@@ -1,0 +1,76 @@
+"""Hugging Face kernels' documentation (docs/source/*.md of kernels 0.19), followed as it
+is written, with ``from kernels import`` changed to ``from flashhub_kernels import``.
+
+Each test runs a documented example in a new process against the loopback CDN, which
+serves the Hub's kernels of the same names as pure-torch builds
+(``support/hf_layer_kernels.py``), and checks what the documentation says it does.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from conftest import run_python
+from support.cdn_server import CdnServer
+from support.hf_layer_kernels import publish_hf_layer_kernels
+
+
+@pytest.fixture(autouse=True)
+def hub(cdn: CdnServer) -> CdnServer:
+    publish_hf_layer_kernels(cdn.root)
+    return cdn
+
+
+# layers.md, "Using a decorator" and "Registering a hub kernel for a layer"
+_MODEL = """
+import logging
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashhub_kernels import LayerRepository, Mode, kernelize, use_kernel_forward_from_hub
+from flashhub_kernels import use_kernel_mapping
+
+
+@use_kernel_forward_from_hub("SiluAndMul")
+class SiluAndMul(nn.Module):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        d = input.shape[-1] // 2
+        return F.silu(input[..., :d]) * input[..., d:]
+
+
+kernel_layer_mapping = {
+    "SiluAndMul": {
+        "cpu": LayerRepository(
+            repo_id="kernels-test/silu-and-mul",
+            layer_name="SiluAndMul",
+            version=1,
+        ),
+    }
+}
+model = nn.Sequential(nn.Linear(4, 8), SiluAndMul(), nn.Linear(4, 8), SiluAndMul())
+"""
+
+
+def test_kernelize_logs_the_kernels_it_uses_at_info() -> None:
+    # layers.md, "Inspecting which kernels are used": "The kernels that are used are
+    # logged at the INFO level by kernelize."
+    code = _MODEL + textwrap.dedent(
+        """
+        with use_kernel_mapping(kernel_layer_mapping):
+            kernelize(model, mode=Mode.INFERENCE)  # downloads the kernel
+            logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+            kernelize(model, mode=Mode.INFERENCE)  # from the cache
+            kernelize(model, mode=Mode.TRAINING | Mode.TORCH_COMPILE)
+        """
+    )
+    lines = run_python(code).splitlines()
+    used = "runs kernel layer SiluAndMul of kernels-test/silu-and-mul@v1"
+    assert lines == [  # once per call for both layers
+        f"kernelize: 'SiluAndMul' on device 'cpu' in mode INFERENCE {used}",
+        f"kernelize: 'SiluAndMul' on device 'cpu' in mode TRAINING|TORCH_COMPILE {used}",
+    ]
