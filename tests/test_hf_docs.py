@@ -8,12 +8,14 @@ serves the Hub's kernels of the same names as pure-torch builds
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
 
 from conftest import run_python
 from support.cdn_server import CdnServer
+from support.cli_runner import flashhub_process
 from support.hf_layer_kernels import publish_hf_layer_kernels
 
 
@@ -74,3 +76,20 @@ def test_kernelize_logs_the_kernels_it_uses_at_info() -> None:
         f"kernelize: 'SiluAndMul' on device 'cpu' in mode INFERENCE {used}",
         f"kernelize: 'SiluAndMul' on device 'cpu' in mode TRAINING|TORCH_COMPILE {used}",
     ]
+
+
+def test_variants_json_lists_the_revisions_as_hugging_face_kernels_does() -> None:
+    # cli-variants.md, "JSON Output": "a single JSON object with the repository ID and a
+    # revisions list, including when selecting just one version or revision"; with
+    # --all-versions, "entries appear in ascending version order".
+    one = flashhub_process("variants", "kernels-test/versions", "--version", "1", "--json")
+    every = flashhub_process("variants", "kernels-test/versions", "--all-versions", "--json")
+
+    for result in (one, every):
+        assert result.returncode == 0, result.stderr
+    variant = {"variant": "torch-universal", "compatible": True, "preferred": True, "reason": None}
+    revisions = [
+        {"version": version, "revision": f"v{version}", "variants": [variant]} for version in (1, 2)
+    ]
+    assert json.loads(one.stdout)["revisions"] == revisions[:1]
+    assert json.loads(every.stdout)["revisions"] == revisions

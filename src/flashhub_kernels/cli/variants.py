@@ -74,7 +74,7 @@ def _variants(args: argparse.Namespace) -> int:
         judged = [_judge(args, args.version or newest_version(args.repo_id, "variants"))]
     if args.json:
         versions = [_document(one, args.only_compatible) for one in judged]
-        head = {"repo_id": args.repo_id, "system": system}
+        head = {"repo_id": args.repo_id, "system": system, "revisions": _revisions(versions)}
         print_json({**head, "versions": versions} if args.all_versions else {**head, **versions[0]})
     else:
         for index, one in enumerate(judged):
@@ -126,6 +126,14 @@ def _document(judged: _Judged, only_compatible: bool) -> dict[str, object]:
     ]
     problem = {} if judged.problem is None else {"problem": judged.problem}
     return {"version": judged.version, "chosen": judged.chosen, "variants": variants, **problem}
+
+
+def _revisions(versions: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The judged versions as Hugging Face's ``kernels variants --json`` lists them."""
+    return [
+        {"version": one["version"], "revision": f"v{one['version']}", "variants": one["variants"]}
+        for one in versions
+    ]
 
 
 def _print_version(repo_id: str, system: str, judged: _Judged, only_compatible: bool) -> None:
