@@ -93,3 +93,16 @@ def test_variants_json_lists_the_revisions_as_hugging_face_kernels_does() -> Non
     ]
     assert json.loads(one.stdout)["revisions"] == revisions[:1]
     assert json.loads(every.stdout)["revisions"] == revisions
+
+
+def test_describe_api_takes_trust_remote_code_and_describes_the_same() -> None:
+    # kernels describe-api takes --trust-remote-code (for Hub kernels); it changes nothing
+    # here, as trust_remote_code= changes nothing for the loaders.
+    trusting = flashhub_process(
+        "describe-api", "kernels-test/silu-and-mul", "--version", "1", "--trust-remote-code"
+    )
+    plain = flashhub_process("describe-api", "kernels-test/silu-and-mul", "--version", "1")
+
+    assert trusting.returncode == 0, trusting.stderr
+    assert "SiluAndMul  has_backward=True  can_torch_compile=True" in trusting.stdout
+    assert trusting.stdout == plain.stdout

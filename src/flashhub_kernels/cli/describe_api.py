@@ -47,6 +47,12 @@ def _describe_api_arguments(parser: argparse.ArgumentParser) -> None:
     backend_argument(parser)
     remote_arguments(parser)
     json_argument(parser)
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="taken as Hugging Face kernels takes it, and changes nothing: your CDN and the "
+        "signatures you require decide what loads",
+    )
 
 
 def _describe_api(args: argparse.Namespace) -> int:
