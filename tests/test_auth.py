@@ -150,6 +150,31 @@ def test_a_password_that_is_not_percent_encoded_is_refused_and_never_shown(
     assert auth_cdn.requests == []
 
 
+@pytest.mark.parametrize(
+    ("tail", "shown"),
+    [
+        (f"/?sv=2024-01-01&sp=r&sig={SECRET}", "/?****"),  # an Azure SAS token
+        (f"?X-Amz-Signature={SECRET}", "?****"),
+        (f"/base#{SECRET}", "/base#****"),
+    ],
+)
+def test_a_cdn_url_with_a_token_in_its_query_is_refused_unseen(
+    cdn: CdnServer, tail: str, shown: str
+) -> None:
+    # The path of each file would go after the query: nothing asked for could be found.
+    write_kernel(cdn.root, REPO, 1)
+    env = {"FLASHHUB_CDN_URL": cdn.url + tail}
+    raised, printed = import_in_child(MODULE, env=env)
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    command = cli_runner.flashhub("-v", "get", REPO, "--version", "1", env=env)
+    assert command.returncode == 2
+    for output in (printed, command.stderr + command.stdout):
+        assert f"'{cdn.url}{shown}' has a query or a fragment" in output
+        assert "is not supported" in output and "FLASHHUB_CDN_URL" in output
+        assert SECRET not in output
+    assert cdn.requests == []
+
+
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
 def test_a_redirect_to_another_host_does_not_carry_the_credentials(
     auth_cdn: CdnServer, make_cdn: MakeCdn, host: str

@@ -129,7 +129,8 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
 
     Raises:
         ConfigError: a URL is malformed (no scheme, a bad port, credentials that are
-            not percent-encoded); the message shows it with its credentials hidden.
+            not percent-encoded, a query or a fragment); the message shows it with its
+            credentials hidden.
     """
     urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
     if not urls:
@@ -148,9 +149,12 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             )
     for url in urls:
         try:
-            urllib.parse.urlsplit(url).port  # noqa: B018  # parses the port, or raises
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018  # parses the port, or raises
         except ValueError:
             raise _malformed(url) from None
+        if parts.query or parts.fragment:  # the files' paths cannot go after them
+            raise _malformed(url)
     return urls
 
 

@@ -81,9 +81,11 @@ def has_unencoded_credentials(url: str) -> bool:
 
 def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
     """The error for ``url`` (a ``what``: "CDN URL", "proxy"), read from ``setting``,
-    whose host or port does not parse: a password with an unencoded ``/``, ``?`` or
-    ``#`` when it has one (the usual cause), else a bracket of an IPv6 address left
-    open or out of place, else a typo in the port.
+    that cannot be used: a password with an unencoded ``/``, ``?`` or ``#`` when it has
+    one (the usual cause), else a bracket of an IPv6 address left open or out of place,
+    else a query or a fragment (a signed URL's token, ``?sv=...&sig=...``, which would
+    end up before the path of each file, not after it; shown hidden), else a typo in
+    the port.
 
     The message does not say "password": a test for a leak looks for pieces of one,
     and ``pa/ssword`` has ``ssword``."""
@@ -96,12 +98,24 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "'@' %40, ':' %3A, ',' %2C",
         )
     try:
-        urllib.parse.urlsplit(url)  # the host alone: the port is parsed only on demand
+        parts = urllib.parse.urlsplit(url)  # the host alone: the port is parsed only on demand
     except ValueError:
         return ConfigError(
             f"{what} {redact_url(url)!r} is malformed: its host is neither a name nor an IP "
             "address (an IPv6 address goes between closed brackets: http://[::1]:8080)",
             hint=f"fix {setting}",
+        )
+    if parts.query or parts.fragment:
+        shown = redact_url(url)
+        cut = min(i for i in (shown.find("?"), shown.find("#")) if i >= 0)
+        return ConfigError(
+            f"{what} {shown[: cut + 1] + SHOWN_SECRET!r} has a query or a fragment: a base "
+            "URL that carries a token there (a signed URL, an Azure SAS token "
+            "?sv=...&sig=...) is not supported, since the path of each file goes after it",
+            hint=f"give {setting} without its query: credentials as "
+            "https://user:password@host or in ~/.netrc, a bucket as its object store URL "
+            "(s3://bucket/prefix, az://container/prefix), or a proxy in front of the CDN "
+            "that adds the token",
         )
     return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
 
