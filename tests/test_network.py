@@ -13,13 +13,23 @@ import time
 from pathlib import Path
 
 import pytest
+import urllib3.response
 
 import flashhub_kernels as fk
 from conftest import MakeCdn, plant_partial, run_python
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
-from support.cdn_server import CdnServer, chunked, drop_after, is_guess, slowly, status, trickle
+from support.cdn_server import (
+    CdnHandler,
+    CdnServer,
+    chunked,
+    drop_after,
+    is_guess,
+    slowly,
+    status,
+    trickle,
+)
 from support.cli_runner import flashhub
 from support.trees import kernel_files, write_variant
 
@@ -75,6 +85,28 @@ def test_a_compressed_cdn_is_decoded_and_verified(
     ).read_bytes()
     assert len(server.gets("blob.bin")) == 1  # right the first time: no digest retry
     assert {r.status for r in server.requests if not is_guess(r.path)} == {200}
+
+
+def brotli_stored(handler: CdnHandler, body: bytes) -> None:
+    """The file as a store sends an object uploaded brotli-compressed (the bytes stand in
+    for brotli's: the client must not get as far as decoding them)."""
+    handler.send_simple(200, b"\x1b" + body, {"Content-Encoding": "br"})
+
+
+@pytest.mark.parametrize("path", [BLOB_PATH, f"{BUILD}/metadata.json"], ids=["file", "manifest"])
+def test_a_body_in_an_encoding_that_cannot_be_decoded_is_named(
+    cdn: CdnServer, cache_dir: Path, path: str
+) -> None:
+    # An object stored brotli-compressed: the store sends its Content-Encoding whatever
+    # the request asked for, and urllib3 passes through an encoding it cannot decode.
+    if "br" in urllib3.response.HTTPResponse.CONTENT_DECODERS:
+        pytest.skip("the brotli package is installed: urllib3 decodes br")
+    publish_blob_kernel(cdn.root)
+    cdn.inject(path, *[brotli_stored] * 8)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert "Content-Encoding: br, which cannot be decoded here" in str(info.value)
+    assert not (cache_dir / "kernels" / REPO / "v1" / VARIANT).exists()
 
 
 # -- mirrors --------------------------------------------------------------------------------

@@ -20,7 +20,9 @@ with backoff and ``Retry-After``):
   :class:`AccessDenied`, so the error can point at the credentials;
 - bytes arrive decoded when the object is stored with ``Content-Encoding`` (gzip,
   deflate), so the digest is checked over what lands on disk. Such a body cannot be
-  resumed byte-exactly, so a break restarts it.
+  resumed byte-exactly, so a break restarts it. A body in an encoding urllib3 cannot
+  decode here (``br`` or ``zstd`` without their packages) fails the mirror, named,
+  rather than reaching the digest check or the JSON parser still encoded.
 """
 
 from __future__ import annotations
@@ -302,6 +304,7 @@ class HttpMirror(Mirror):
     def _check_status(self, response: requests.Response, what: str = "") -> None:
         status = response.status_code
         if status in (200, 206):
+            _check_encoding(response)
             return
         if status in _DENIED_STATUSES:
             # The netrc file matters only when the URL carries no credentials.
@@ -358,6 +361,20 @@ def _encoded(response: requests.Response) -> bool:
     decoder's buffer would copy every read that is not exactly ``CHUNK_SIZE`` long.
     """
     return response.headers.get("Content-Encoding", "identity") != "identity"
+
+
+def _check_encoding(response: requests.Response) -> None:
+    """Refuse a body whose ``Content-Encoding`` urllib3 would hand over undecoded (it
+    passes through an encoding it has no decoder for): an object stored compressed
+    with brotli, say, which a digest or a JSON parser would then blame on the CDN's
+    content."""
+    value = response.headers.get("Content-Encoding", "identity")
+    decoders = {"identity", *response.raw.CONTENT_DECODERS}
+    if any(e.strip().lower() not in decoders for e in value.split(",")):
+        raise MirrorFailed(
+            f"the body came with Content-Encoding: {value}, which cannot be decoded here "
+            "(the request asked for identity); serve the files as they are, or gzip-encoded"
+        )
 
 
 def _moved_on(nbytes: int, seconds: float) -> bool:
