@@ -51,20 +51,20 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
     with each file's size and mtime now (a copy of the cache that lost its modification
     times). Anything else is left for ``prune`` to remove and a load to fetch again.
     """
-    verdict = _verify(cache, entry)
+    verdict = _verify(entry)
     if not (repair and verdict.repairable):
         return verdict
     # Under the entry's download mutex: a load that found it changed would replace it.
     with download_mutex(cache, entry.info, entry.variant), cache_errors(entry.path):
-        verdict = _verify(cache, entry)  # again: it may have changed meanwhile
+        verdict = _verify(entry)  # again: it may have changed meanwhile
         receipt = read_receipt(entry.path)
         if not verdict.repairable or receipt is None:
             return verdict
-        _restamp(cache, entry.path, receipt)
+        _restamp(entry.path, receipt)
     return Verdict(verdict.problem, repairable=True, repaired=True)
 
 
-def _verify(cache: Cache, entry: CacheEntry) -> Verdict:
+def _verify(entry: CacheEntry) -> Verdict:
     receipt = read_receipt(entry.path)
     if receipt is None:
         return Verdict("no receipt: the entry was never completely verified")
@@ -112,7 +112,7 @@ def _damaged_bytecode(entry: Path, receipt: Receipt) -> list[str]:
     return damaged
 
 
-def _restamp(cache: Cache, entry: Path, receipt: Receipt) -> None:
+def _restamp(entry: Path, receipt: Receipt) -> None:
     """Compile the damaged bytecode of a verified entry again, then record each file's
     size and mtime as they are now."""
     damaged = _damaged_bytecode(entry, receipt)

@@ -113,7 +113,7 @@ def make_entry(
     download the files (it found no entry it could reuse).
     """
     entry = cache.entry_dir(info, variant)
-    receipt = _intact_receipt(cache, entry, info)
+    receipt = _intact_receipt(entry, info)
     if (
         receipt is not None
         and expected_hash in (None, receipt.content_hash)
@@ -150,7 +150,7 @@ def _in_use_error(entry: Path, receipt: Receipt, document: ManifestDocument) -> 
     )
 
 
-def _intact_receipt(cache: Cache, entry: Path, info: RepoInfo) -> Receipt | None:
+def _intact_receipt(entry: Path, info: RepoInfo) -> Receipt | None:
     """The receipt of ``entry`` if every file is as it was verified, else ``None``."""
     receipt = read_receipt(entry)
     if receipt is not None and receipt.changed_file(entry) is not None:

@@ -137,7 +137,7 @@ def sign_document(
         ValueError: The arguments are malformed (see :func:`statement`).
     """
     message = statement(kind, repo_id, version, variant, data)
-    source = document_name(kind, repo_id, version, variant) + SIG_SUFFIX
+    source = document_name(repo_id, version, variant) + SIG_SUFFIX
     try:
         entries = list(parse_signatures(existing_sig, source=source)) if existing_sig else []
     except SignatureError as exc:

@@ -67,9 +67,7 @@ def statement(
     return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
-def document_name(
-    kind: DocumentKind, repo_id: str, version: int | None, variant: str | None
-) -> str:
+def document_name(repo_id: str, version: int | None, variant: str | None) -> str:
     """Where the document lies under the CDN prefix, for messages."""
     if version is None:
         return f"{repo_id}/versions.json"

@@ -61,7 +61,7 @@ def verify_document(
     trusted = [k for k in keys if k.trusted_for(org)]
     if not trusted and not require:
         return None
-    document = document_name(kind, repo_id, version, variant)
+    document = document_name(repo_id, version, variant)
     add_key = (
         f"add the publisher's public key to {TRUSTED_KEYS_VAR} (flashhub-ed25519:... for "
         f"every org, or {org}:flashhub-ed25519:... for this org only)"
