@@ -232,7 +232,7 @@ def _parse_compiled(
 ) -> Variant:
     """The rest of a build with a framework ``version`` (``None``: an SDK): the C++ ABI
     tag, the backend, the CPython version and ABI, the arch and the OS."""
-    abi = rest.pop(0) if tier == "exact" and rest[:1] in (["cxx11"], ["cxx98"]) else None
+    abi = rest.pop(0) if tier == "exact" and rest[:1] and rest[0] in _ABI_TAGS else None
     fields = {"framework": tier if tier in ("sdk", "tvm-ffi") else "torch"}
     if tier == "sdk" and "cpython" not in rest:  # `sdk`, `sdk-<backend>`: no compiled parts
         if len(rest) > 1 or not all(_is_word(word) for word in rest):
