@@ -2,7 +2,7 @@
 
 Importing this package is cheap: it installs the import hook and imports nothing else (no
 torch, no HTTP library, not even ``typing``). The names below load on first access (PEP 562).
-torch is imported when a kernel is first resolved, the HTTP client (``http.client``) when
+torch is imported when a kernel is first resolved, the HTTP library (``requests``) when
 something must be downloaded. Of the layer API (``Device``, ``kernelize``, ...), only
 ``kernelize`` (and marking a class, an ``nn.Module``, or a function) imports torch.
 """
