@@ -33,8 +33,10 @@ from ._common import (
 
 if TYPE_CHECKING:
     from .._cache.admin import ClearReport
+    from .._cache.entries import CacheEntry
     from .._cache.layout import Cache
     from .._cache.listing import CachedVersion
+    from .._cache.verify import Verdict
 
 
 def _cache_arguments(parser: argparse.ArgumentParser) -> None:
@@ -224,40 +226,9 @@ def _cache_verify(args: argparse.Namespace) -> int:
         if all(entry.path != path for path, _why in untrusted)
     ]
     if args.json:
-        print_json(
-            {
-                "cache_dir": str(cache.root),
-                "entries": [
-                    {
-                        **entry.to_dict(),
-                        "ok": verdict.ok,
-                        "problem": verdict.problem,
-                        "repairable": verdict.repairable,
-                        "repaired": verdict.repaired,
-                    }
-                    for entry, verdict in checked
-                ],
-                "untrusted": [{"path": str(p), "problem": reason} for p, reason in untrusted],
-                "not_entries": [str(path) for path in foreign],
-            }
-        )
+        _print_verified_json(cache.root, checked, untrusted, foreign)
     else:
-        for path, reason in untrusted:
-            print(f"{shown(path)}: {reason} (FAILED: a load refuses to trust it)")
-        for path in foreign:
-            print(
-                f"{shown(path)}: not a cache entry (no variant's name, no {MANIFEST_NAME}): "
-                "left alone"
-            )
-        for entry, verdict in checked:
-            if verdict.repaired:
-                outcome = f"repaired ({verdict.problem})"
-            else:
-                outcome = "ok" if verdict.ok else f"FAILED: {verdict.problem}"
-            signed = f", signed by {entry.signer}" if entry.signer and verdict.ok else ""
-            print(f"{entry.info} {escape_controls(entry.variant)}: {outcome}{signed}")
-        refused = count(len(untrusted), "untrusted directory", "untrusted directories")
-        print(f"{entries(len(checked))} checked, {refused}")
+        _print_verified(checked, untrusted, foreign)
     failed = [verdict for _entry, verdict in checked if not verdict.ok]
     if untrusted or failed:
         if not args.json:
@@ -270,6 +241,53 @@ def _cache_verify(args: argparse.Namespace) -> int:
             print_error("some cache entries failed verification", hint)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _print_verified_json(
+    root: Path,
+    checked: list[tuple[CacheEntry, Verdict]],
+    untrusted: list[tuple[Path, str]],
+    foreign: list[Path],
+) -> None:
+    print_json(
+        {
+            "cache_dir": str(root),
+            "entries": [
+                {
+                    **entry.to_dict(),
+                    "ok": verdict.ok,
+                    "problem": verdict.problem,
+                    "repairable": verdict.repairable,
+                    "repaired": verdict.repaired,
+                }
+                for entry, verdict in checked
+            ],
+            "untrusted": [{"path": str(p), "problem": reason} for p, reason in untrusted],
+            "not_entries": [str(path) for path in foreign],
+        }
+    )
+
+
+def _print_verified(
+    checked: list[tuple[CacheEntry, Verdict]],
+    untrusted: list[tuple[Path, str]],
+    foreign: list[Path],
+) -> None:
+    for path, reason in untrusted:
+        print(f"{shown(path)}: {reason} (FAILED: a load refuses to trust it)")
+    for path in foreign:
+        print(
+            f"{shown(path)}: not a cache entry (no variant's name, no {MANIFEST_NAME}): left alone"
+        )
+    for entry, verdict in checked:
+        if verdict.repaired:
+            outcome = f"repaired ({verdict.problem})"
+        else:
+            outcome = "ok" if verdict.ok else f"FAILED: {verdict.problem}"
+        signed = f", signed by {entry.signer}" if entry.signer and verdict.ok else ""
+        print(f"{entry.info} {escape_controls(entry.variant)}: {outcome}{signed}")
+    refused = count(len(untrusted), "untrusted directory", "untrusted directories")
+    print(f"{entries(len(checked))} checked, {refused}")
 
 
 def _cache_prune(args: argparse.Namespace) -> int:
