@@ -17,7 +17,7 @@ from .._constants import INDEX_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, REC
 from .._lockfiles.format import Lockfile
 from .._models.record import Record
 from .._utils.filesystem import replaced_name
-from .._variants.device_arch import GPU_RECORD
+from .._variants.device_arch import GPU_RECORD_NAME
 from .entries import CacheEntry, entries_in, list_entries, version_dirs
 from .imports import TABLE_DIR
 from .layout import (
@@ -29,7 +29,7 @@ from .layout import (
 from .mutex import hold_if_free, lock_mode
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, unused
 from .verify import verify_entry
-from .versions_seen import RECORD_NAME
+from .versions_seen import VERSIONS_SEEN_NAME
 
 # A temporary file not modified for this long is no writer's: each is written in one go,
 # in well under a second, and renamed or removed at once, except by a process killed.
@@ -159,7 +159,7 @@ def _remove_stale_temporaries(cache: Cache) -> list[Path]:
     """
     entry_files = {RECEIPT_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME}
     places: list[tuple[Path, set[str] | None]] = [
-        (cache.root, {RECORD_NAME, GPU_RECORD}),
+        (cache.root, {VERSIONS_SEEN_NAME, GPU_RECORD_NAME}),
         (cache.root / TABLE_DIR, None),  # <module name>.json
         *((version_dir, {INDEX_NAME}) for _info, version_dir in version_dirs(cache)),
         *((entry.path, entry_files) for entry in list_entries(cache)),

@@ -29,7 +29,7 @@ from .staging import private_dir
 
 logger = logging.getLogger("flashhub_kernels")
 
-RECORD_NAME = "versions-seen.json"
+VERSIONS_SEEN_NAME = "versions-seen.json"
 
 
 # What to do instead, in Python's terms and the command line's.
@@ -63,7 +63,7 @@ def check_newest(
     if newest < seen and not allow_older:
         rest = (
             f"check the mirrors in FLASHHUB_CDN_URL; if v{seen} was withdrawn on purpose, "
-            f"delete {cache.root / RECORD_NAME}"
+            f"delete {cache.root / VERSIONS_SEEN_NAME}"
         )
         raise RollbackError(
             f"{repo_id}: the CDN's versions.json lists v{newest} as the newest version, but "
@@ -82,9 +82,9 @@ def _read(cache: Cache) -> dict[str, int] | None:
     try:
         cache.check_trusted(cache.root)
     except CacheError as exc:
-        logger.info("not using %s: %s", RECORD_NAME, exc.message)
+        logger.info("not using %s: %s", VERSIONS_SEEN_NAME, exc.message)
         return None
-    data = read_json(cache.root / RECORD_NAME)
+    data = read_json(cache.root / VERSIONS_SEEN_NAME)
     if not isinstance(data, dict):
         return {}
     return {
@@ -101,12 +101,14 @@ def _record(cache: Cache, repo_id: str, version: int) -> None:
 
     try:
         locks = private_dir(cache, cache.root / ".locks")
-        mutex = locks / f"{RECORD_NAME}.lock"
-        with hold(mutex, what=RECORD_NAME, timeout=cache.lock_timeout, mode=lock_mode(cache)):
+        mutex = locks / f"{VERSIONS_SEEN_NAME}.lock"
+        with hold(
+            mutex, what=VERSIONS_SEEN_NAME, timeout=cache.lock_timeout, mode=lock_mode(cache)
+        ):
             record = _read(cache) or {}  # again, under the lock: another process may have added
             if record.get(repo_id, 0) >= version:
                 return
             record[repo_id] = version
-            write_atomic(cache.root / RECORD_NAME, dump_json(dict(sorted(record.items()))))
+            write_atomic(cache.root / VERSIONS_SEEN_NAME, dump_json(dict(sorted(record.items()))))
     except (CacheError, OSError) as exc:
-        logger.info("cannot record v%d of %s in %s: %s", version, repo_id, RECORD_NAME, exc)
+        logger.info("cannot record v%d of %s in %s: %s", version, repo_id, VERSIONS_SEEN_NAME, exc)

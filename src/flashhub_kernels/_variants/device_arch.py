@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("flashhub_kernels")
 
-GPU_RECORD = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
+GPU_RECORD_NAME = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
 
 
 class Gpu(Record):
@@ -114,7 +114,7 @@ def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]
     """
     from .._config import cache_root
 
-    record = cache_root() / GPU_RECORD
+    record = cache_root() / GPU_RECORD_NAME
     known = None if migs else recorded_gpus(_constants.PROC_GPUS, read_record(record))
     if known:
         return known, {}, f"{record} (NVML's earlier answer)"
