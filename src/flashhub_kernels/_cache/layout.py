@@ -82,7 +82,7 @@ class VariantIndex(Record):
     (:func:`~flashhub_kernels._variants.compat.pick_by_name`): a warm load of that system
     then judges nothing. ``proof``: the ``variants.json`` that ``present`` is, and its
     ``.sig``, base64, where a trusted key vouched for it: another process checking
-    signatures verifies them with its own keys (see :meth:`Cache.index_document`).
+    signatures verifies them with its own keys (see :meth:`Cache.records`).
     """
 
     complete: bool
@@ -174,7 +174,7 @@ class Cache:
         check_chain(self.root, path, shared=self.shared)
 
     def check_entry(self, entry: Path) -> None:
-        """Check one entry directory, once :meth:`read_index` has checked every directory
+        """Check one entry directory, once :meth:`index_file` has checked every directory
         above it (the warm path: the chain is not walked twice)."""
         check_dir(entry, shared=self.shared)
 

@@ -78,7 +78,7 @@ def use_kernel(
 ) -> KernelDir:
     """:func:`obtain_kernel` for an import, the entry marked in use (``cache clear`` skips it)."""
     target = obtain_kernel(candidates, backend=backend, system=system)
-    assert target.entry is not None, "the store gives cache entries"
+    assert target.entry is not None, "obtain_kernel gives cache entries"
     if not mark_in_use(target.entry):  # removed by `cache clear` meanwhile: fetch it again
         target = obtain_kernel(candidates, backend=backend, system=system)
         assert target.entry is not None
@@ -133,7 +133,7 @@ def _warm_lookup(
     if variant is None:
         return None, _UNSIGNED_INDEX if whole and not document else None
     entry = cache.entry_dir(info, variant)
-    cache.check_entry(entry)  # read_index checked the directories above it
+    cache.check_entry(entry)  # index_file checked the directories above it
     receipt = read_receipt(entry)
     if receipt is None:
         return None, None

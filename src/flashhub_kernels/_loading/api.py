@@ -294,7 +294,7 @@ def _install(
             f"{info} is not in the cache, and {cache_only}",
             hint="call install_kernel without local_files_only=True to download it",
         ) from None
-    assert entry is not None, "the store gives cache entries"
+    assert entry is not None, "obtain_kernel gives cache entries"
     return entry
 
 

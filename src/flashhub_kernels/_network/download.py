@@ -209,7 +209,7 @@ def _download_and_commit(
     variant: str,
     document: ManifestDocument,
 ) -> None:
-    """Download every file of ``manifest`` into staging, verified, then commit the entry.
+    """Download every file ``document`` lists into staging, verified, then commit the entry.
 
     Continues what an interrupted download kept, and keeps what this one received if it
     is interrupted (Ctrl-C) or every mirror fails.
