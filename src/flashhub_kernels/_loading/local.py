@@ -40,9 +40,9 @@ def find_local_package(
     ``package_name`` names the package folder to look for in the variant (or in
     ``path``); without it, a variant's one package is taken, or of several the one its
     ``metadata.json`` ``name`` names. A flattened variant, whose own directory is the
-    package, is taken as it is. ``variant`` is the name of the build variant picked from
-    a ``build`` directory, and ``None`` when ``path`` already is a variant or package
-    directory.
+    package, is taken as it is. The result's ``variant`` is the name of the build variant
+    picked from a ``build`` directory, and ``None`` when ``path`` already is a variant or
+    package directory.
 
     Raises:
         KernelNotFoundError: ``path`` holds no package, several without one named, or
@@ -80,22 +80,29 @@ def find_local_package(
     if chosen is not None:
         found = find_local_package(base / chosen, backend, package_name, check_arch=check_arch)
         return KernelDir(found.package_dir, variant=chosen)
+    raise _no_package_error(path, packages, package_name)
+
+
+def _no_package_error(
+    path: Path, packages: Sequence[Path], package_name: str | None
+) -> KernelNotFoundError:
+    """Why ``path`` gives no package: several packages that nothing chooses between (and
+    that are no variant directories), or none (named ``package_name``, if given)."""
     if len(packages) > 1 and (
         (path / MANIFEST_NAME).is_file() or not any(is_variant_name(p.name) for p in packages)
     ):
         names = ", ".join(repr(p.name) for p in packages)
-        raise KernelNotFoundError(
+        return KernelNotFoundError(
             f"{path} holds several kernel packages ({names}), and no metadata.json there "
             "names one of them",
             hint=f"point at the package to load, e.g. {packages[0]}, or name it to "
             f"get_local_kernel: get_local_kernel(path, package_name={packages[0].name!r})",
         )
     named_pkg = "" if package_name is None else f" {package_name!r}"
-    raise KernelNotFoundError(
+    return KernelNotFoundError(
         f"no kernel package{named_pkg} found in {path}",
         hint=f"point at a directory holding build/<variant>/{package_name or '<py_pkg>'}/"
-        "__init__.py, "
-        "or at the package itself",
+        "__init__.py, or at the package itself",
     )
 
 
