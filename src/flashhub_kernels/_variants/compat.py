@@ -15,7 +15,7 @@ system (:func:`pick_by_name`), without importing this module.
 from __future__ import annotations
 
 from .._models.record import Record
-from .grammar import as_variant, tag_version
+from .grammar import PYTHON_ABIS, as_variant, tag_version
 from .system import METAL_MIN_MACOS, mlx_installed
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     # The devices a variant's metadata.json declares; None when it cannot be read.
     TargetOf = Callable[[str], "BuildTarget | None"]
 
-_ABIS = ("abi3", "abi3t")  # preferred first: a GIL build loads abi3t from 3.15 too
 
 _FREE_THREADED = (
     "a native build, and this Python is free-threaded: native builds load on it only "
@@ -151,7 +150,7 @@ def _python_key(variant: Variant) -> tuple[int, ...]:
     """abi3 before abi3t, then the newest CPython first; nothing without compiled parts."""
     if variant.python is None or variant.python_abi is None:
         return ()
-    return _ABIS.index(variant.python_abi), -variant.python[0], -variant.python[1]
+    return PYTHON_ABIS.index(variant.python_abi), -variant.python[0], -variant.python[1]
 
 
 def needs_target(variant: Variant, system: SystemInfo) -> bool:

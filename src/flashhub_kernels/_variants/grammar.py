@@ -38,7 +38,7 @@ _VERSIONED: tuple[tuple[str, str, str], ...] = (
     ("cann", "cann", "npu"),  # Ascend NPUs: torch_npu's device type
 )
 _ABI_TAGS = ("cxx11", "cxx98")
-_PYTHON_ABIS = ("abi3", "abi3t")  # abi3t: free-threaded CPython >= 3.15
+PYTHON_ABIS = ("abi3", "abi3t")  # best first; abi3t: CPython >= 3.15, free-threaded or not
 _LEGACY_PYTHON = (3, 9)
 _WORD_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # arch, OS, noarch backend: 1 to 32
 
@@ -278,7 +278,7 @@ def _parse_compiled(
 def _python(words: list[str]) -> tuple[tuple[int, int], str] | None:
     """``["cpython", "3.12", "abi3"]`` -> ``((3, 12), "abi3")``; ``None`` if malformed."""
     version = _dotted(words[1]) if len(words) == 3 and words[0] == "cpython" else None
-    if version is None or words[2] not in _PYTHON_ABIS:
+    if version is None or words[2] not in PYTHON_ABIS:
         return None
     return None if words[2] == "abi3t" and version < (3, 15) else (version, words[2])
 
