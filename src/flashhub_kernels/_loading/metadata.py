@@ -18,6 +18,7 @@ from typing import Any
 
 from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import (
+    METADATA_HINT,
     BackendInfo,
     KernelDependency,
     KernelMetadata,
@@ -28,7 +29,6 @@ from .._models.manifest import encode_digest, load_json, parse_metadata
 from .._models.record import Record
 from ..errors import ManifestError
 
-_HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
 _NO_DOCUMENT: Mapping[str, Any] = MappingProxyType({})  # shared: it must stay empty
 
 
@@ -121,7 +121,7 @@ class Metadata(Record, Mapping[str, Any]):
         """
         document = load_json(data, source)
         if not isinstance(document, dict):
-            raise ManifestError(f"{source} must be a JSON object", hint=_HINT)
+            raise ManifestError(f"{source} must be a JSON object", hint=METADATA_HINT)
         fields = read_kernel_metadata(document, source=source)
         values = {name: getattr(fields, name) for name in KernelMetadata._fields}
         values["name"] = None if fields.name is None else KernelName(fields.name)

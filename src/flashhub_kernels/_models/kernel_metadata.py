@@ -59,7 +59,7 @@ LOAD_KEYS = (
 )
 _TEXT_KEYS = ("name", "id", "license", "upstream", "source")
 _HEX = frozenset("0123456789abcdefABCDEF")
-_HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
+METADATA_HINT = "the kernel's metadata.json is malformed; report it to the kernel's publisher"
 BUILD_LAYOUTS = ("files", "zip")
 
 
@@ -315,7 +315,7 @@ def parse_release(text: str) -> tuple[int, ...]:
 
 
 def _error(source: str, message: str) -> ManifestError:
-    return ManifestError(f"{source}: {message}", hint=_HINT)
+    return ManifestError(f"{source}: {message}", hint=METADATA_HINT)
 
 
 def _text(document: Mapping[str, Any], key: str, source: str) -> str | None:

@@ -12,17 +12,15 @@ from collections.abc import Iterator, Sequence
 
 from .._models.kernel_dir import NATIVE_SUFFIXES
 from .._models.manifest import Manifest, parse_metadata
+from .._models.names import ROOT_PACKAGE
 from ..errors import ManifestError, PublishError
 from .build import VariantBuild
 from .destination import Destination
 from .layout import METADATA, VERSION_DIR
 from .report import FileRelativePath, SharedNativeLibrary, UndeclaredImport
 
-# Top-level modules a kernel must never import absolutely: itself (under its build name)
-# and the import hook's namespace, under which the kernel really lives once loaded.
-_HOOK_ROOT = "flashhub"
 # What a kernel imports without declaring it (its own package, by name, is refused).
-_PROVIDED = frozenset({*sys.stdlib_module_names, "torch", _HOOK_ROOT})
+_PROVIDED = frozenset({*sys.stdlib_module_names, "torch", ROOT_PACKAGE})
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Calls that make a location of the path they are given (os.path.dirname, Path, open, by
 # any spelling): given __file__ in a zip build, a location inside the archive.
@@ -93,12 +91,13 @@ def _parsed_sources(build: VariantBuild) -> Iterator[tuple[str, ast.Module]]:
 
 def _checked_imports(tree: ast.Module, shown: str, py_pkg: str) -> list[tuple[int, str]]:
     """The absolute imports of the file ``tree``, by line; refused if it imports the
-    kernel's own package absolutely."""
+    kernel's own package absolutely: by its build name, or under the import hook's
+    namespace, where the kernel really lives once loaded."""
     imports = sorted(_absolute_imports(tree))
     bad = [
         f"{shown}:{line}: {module}"
         for line, module in imports
-        if module.split(".")[0] in (py_pkg, _HOOK_ROOT)
+        if module.split(".")[0] in (py_pkg, ROOT_PACKAGE)
     ]
     if bad:
         raise PublishError(
