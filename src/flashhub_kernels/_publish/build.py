@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import parse_python_depends
 from .._models.manifest import (
     MAX_DOCUMENT_BYTES,
@@ -21,7 +22,7 @@ from .._models.record import Record
 from .._utils.escaping import escape_controls
 from .._variants.grammar import VariantNameError, is_variant_name, parse_variant
 from ..errors import ManifestError, PublishError
-from .layout import METADATA, UNHASHED_FILES, VARIANTS, SourceFile, hash_file
+from .layout import UNHASHED_FILES, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata, zip_archive_name
 from .report import VariantReport
 from .zipping import package_files, zip_package
@@ -153,7 +154,7 @@ def scan_variant(
             f"bad variant directory name {name!r} in {variant_dir.parent}: {exc}",
             hint="rename it to the variant it was built for, e.g. torch213-cxx11-cpu-x86_64-linux",
         ) from None
-    metadata = variant_dir / METADATA
+    metadata = variant_dir / MANIFEST_NAME
     extra = _read_build_metadata(metadata) if metadata.is_file() else {}
     builder_zipped = extra.get("build-layout") == "zip"
     if builder_zipped and layout == "files":
@@ -266,7 +267,7 @@ def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ..
 def _metadata_bytes(variant: str, document: dict[str, object]) -> bytes:
     data = dump_json(document)
     try:
-        parse_metadata(data, source=f"{variant}/{METADATA}")  # what a client will accept
+        parse_metadata(data, source=f"{variant}/{MANIFEST_NAME}")  # what a client will accept
     except ManifestError as exc:
         raise PublishError(f"cannot publish variant {variant!r}: {exc.message}") from None
     return data
@@ -276,7 +277,7 @@ def version_tree(builds: list[VariantBuild]) -> dict[str, bytes | SourceFile]:
     """What goes into the version directory: ``variants.json`` and each variant."""
     tree: dict[str, bytes | SourceFile] = {VARIANTS: dump_json(sorted(b.name for b in builds))}
     for build in builds:
-        tree[f"build/{build.name}/{METADATA}"] = build.metadata
+        tree[f"build/{build.name}/{MANIFEST_NAME}"] = build.metadata
         tree.update({f"build/{build.name}/{rel}": src for rel, src in build.files.items()})
     return tree
 

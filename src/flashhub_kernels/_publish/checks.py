@@ -10,13 +10,14 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 
+from .._constants import MANIFEST_NAME
 from .._models.kernel_dir import NATIVE_SUFFIXES
 from .._models.manifest import Manifest, parse_metadata
 from .._models.names import ROOT_PACKAGE
 from ..errors import ManifestError, PublishError
 from .build import VariantBuild
 from .destination import Destination
-from .layout import METADATA, VERSION_DIR
+from .layout import VERSION_DIR
 from .report import FileRelativePath, SharedNativeLibrary, UndeclaredImport
 
 # What a kernel imports without declaring it (its own package, by name, is refused).
@@ -168,7 +169,7 @@ def _published_manifests(
             continue
         builds = f"{pkg_rel}/{name}/build"
         for variant in (v for v in destination.subdirs(builds) if not v.startswith(".")):
-            data = destination.read(f"{builds}/{variant}/{METADATA}")
+            data = destination.read(f"{builds}/{variant}/{MANIFEST_NAME}")
             if data is not None:
                 with contextlib.suppress(ManifestError):
                     yield int(match[1]), variant, parse_metadata(data)

@@ -10,7 +10,7 @@ from .._constants import MANIFEST_NAME
 from .._models.manifest import parse_metadata, parse_versions
 from ..errors import ManifestError
 from .destination import Destination
-from .layout import METADATA, VERSION_DIR, VERSIONS, Tree
+from .layout import VERSION_DIR, VERSIONS, Tree
 from .signatures import document_kind, is_version_signature
 
 
@@ -57,7 +57,7 @@ def _listed_digests(
         data = destination.read(f"{version_rel}/{rel}") or b""
         digests[rel] = hashlib.sha256(data).digest()
         if kind == "metadata":
-            variant_dir = rel.removesuffix(METADATA)
+            variant_dir = rel.removesuffix(MANIFEST_NAME)
             with contextlib.suppress(ManifestError):
                 manifest = parse_metadata(data, source=rel)
                 for path, digest in manifest.files.items():
@@ -75,7 +75,7 @@ def describe_difference(existing: Mapping[str, bytes] | None, expected: Mapping[
         return "it holds a symlink or a special file"
     changed = sorted(
         (p for p in expected.keys() & existing.keys() if expected[p] != existing[p]),
-        key=lambda p: (p.endswith(METADATA), p),  # name a build file, not its manifest
+        key=lambda p: (p.endswith(MANIFEST_NAME), p),  # name a build file, not its manifest
     )
     added, removed = (
         sorted(expected.keys() - existing.keys()),

@@ -7,18 +7,18 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from .._constants import MANIFEST_NAME
 from .._models.record import Record
 from .._network.hashing import sha256_file
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
-METADATA = "metadata.json"
 VARIANTS = "variants.json"
 VERSIONS = "versions.json"
 VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
 # The files of a variant that kernel builders leave out of its digest, besides Python
 # bytecode: the manifest and its sigstore signature, which are about the build, not of it.
-UNHASHED_FILES = frozenset({METADATA, METADATA + ".sigstore"})
+UNHASHED_FILES = frozenset({MANIFEST_NAME, MANIFEST_NAME + ".sigstore"})
 
 
 class SourceFile(Record):

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._constants import MANIFEST_NAME
 from .._models.kernel_dir import NATIVE_SUFFIXES
 from .._models.kernel_metadata import read_kernel_metadata
 from .._models.manifest import check_relative_path, content_hash, decode_digest, encode_digest
@@ -42,7 +43,7 @@ from .._models.names import RepoInfo
 from .._utils.pyproject import load_toml, lookup
 from .._variants.grammar import parse_variant
 from ..errors import ManifestError, PublishError
-from .layout import METADATA, SourceFile
+from .layout import SourceFile
 
 # The backend each backend of a variant name is published as (the builder's names).
 _BACKEND_TYPES = {"npu": "cann", None: "cpu"}  # None: torch-universal
@@ -156,7 +157,8 @@ def _check_own_digest(digest: object, files: Mapping[str, SourceFile], path: Pat
     changed = _first_difference(listed, files)
     if changed is not None:
         raise PublishError(
-            f"the files of {path.parent} do not match the digests of its {METADATA}: {changed}",
+            f"the files of {path.parent} do not match the digests of its {MANIFEST_NAME}: "
+            f"{changed}",
             hint="the build changed after it was made: rebuild the kernel, or restore the "
             "files it was built with",
         )

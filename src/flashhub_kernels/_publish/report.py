@@ -8,8 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from .._constants import MANIFEST_NAME
 from .._models.record import Record
-from .layout import METADATA
 
 
 class VariantReport(Record):
@@ -86,7 +86,7 @@ class UndeclaredImport(Record):
             f"{repo_id} v{version}: {self.file}:{self.line} imports {self.module}, which "
             "is not in the standard library, torch or the kernel, and which the variant "
             "does not declare: a machine without it cannot import the kernel. List its "
-            f'package in "python-depends" of build/{variant}/{METADATA} '
+            f'package in "python-depends" of build/{variant}/{MANIFEST_NAME} '
             f'(e.g. "python-depends": ["{self.module}"]), as kernel builders write it'
         )
 

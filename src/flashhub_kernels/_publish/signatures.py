@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from .._constants import SIG_SUFFIX
+from .._constants import MANIFEST_NAME, SIG_SUFFIX
 from .._models.manifest import parse_metadata, parse_variants, parse_versions
 from .._models.names import RepoInfo, parse_repo_id
 from .._models.record import Record
@@ -20,7 +20,7 @@ from .._signing.statements import DocumentKind
 from .._utils.urls import file_url_path, redact_url
 from ..errors import ManifestError, PublishError
 from .destination import Destination, Directory
-from .layout import METADATA, VARIANTS, VERSION_DIR, VERSIONS, Tree
+from .layout import VARIANTS, VERSION_DIR, VERSIONS, Tree
 
 _VARIANT_MANIFEST = re.compile(r"build/([^/]+)/metadata\.json")
 KeySource = str | os.PathLike[str] | SigningKey  # a key, or the path of its key file
@@ -189,7 +189,7 @@ def _document_at(path: Path) -> Document | None:
     elif path.name == VARIANTS and len(parts) >= 4 and (match := VERSION_DIR.fullmatch(parts[-2])):
         kind, names, version, variant = "variants", parts[-4:-2], int(match[1]), None
     elif (
-        path.name == METADATA
+        path.name == MANIFEST_NAME
         and len(parts) >= 6
         and parts[-3] == "build"
         and (match := VERSION_DIR.fullmatch(parts[-4]))
