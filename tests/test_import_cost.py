@@ -95,6 +95,7 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._lockfiles.predownload",
     "flashhub_kernels._lockfiles.pinning",
     "flashhub_kernels._lockfiles.offline_check",
+    "flashhub_kernels._lockfiles.egg_lockfile",
     "flashhub_kernels._native",  # the kernel loaded here has no native library
     "flashhub_kernels._native_conflicts",
     "flashhub_kernels._twin_names",  # imported under one name only

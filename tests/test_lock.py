@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -737,6 +738,124 @@ def test_a_lock_in_a_distributions_metadata_that_is_not_utf8_is_a_lockfile_error
     assert "flashhub.lock in the metadata of lockedapp is not valid JSON" in printed
     assert "UnicodeDecodeError" not in printed
     assert "pip install --force-reinstall lockedapp" in printed
+
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_SYSTEM = (
+    '[build-system]\nrequires = ["flashhub-kernels", "setuptools"]\n'
+    'build-backend = "setuptools.build_meta"\n'
+)
+
+
+def _pip_install(source: Path, target: Path, *, pythonpath: Path | None = None) -> None:
+    """``pip install --target target source`` from local disk, building ``source`` with the
+    setuptools installed here and the distributions under ``pythonpath``."""
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+    command += ["--no-build-isolation", "--target", str(target), str(source)]
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def installed_flashhub(tmp_path: Path) -> Path:
+    """This checkout's flashhub-kernels installed as a distribution (entry points and all),
+    for builds that put it on their PYTHONPATH."""
+    source = tmp_path / "flashhub-source"
+    shutil.copytree(
+        ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    _pip_install(source, tmp_path / "flashhub-installed")
+    return tmp_path / "flashhub-installed"
+
+
+def test_a_lock_installed_with_its_project_is_found_from_its_package(
+    project: Path, tmp_path: Path, installed_flashhub: Path
+) -> None:
+    """As Hugging Face kernels' locking docs have it: `flashhub lock`, `pip install .`, then a
+    locked load from anywhere; building again without the lock leaves no copy behind, not
+    even in the metadata the first build left in the project."""
+    (project / "pyproject.toml").write_text(BUILD_SYSTEM + (project / "pyproject.toml").read_text())
+    (project / "lockedapp").mkdir()
+    (project / "lockedapp" / "__init__.py").write_text(
+        f"from flashhub_kernels import get_locked_kernel\n"
+        f"def load():\n    return get_locked_kernel({REPO!r})\n"
+    )
+    lock_project(project)
+    site = tmp_path / "site"
+    _pip_install(project, site, pythonpath=installed_flashhub)
+
+    shipped = site / "demo-1.0.dist-info" / LOCKFILE_NAME
+    assert shipped.read_bytes() == lockfile_of(project).read_bytes()
+    elsewhere = tmp_path / "elsewhere"  # no flashhub.lock here: it must come from the package
+    elsewhere.mkdir()
+    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    code = "import lockedapp; print(lockedapp.load().marker())"
+    out = run_python(code, env={"PYTHONPATH": pythonpath}, cwd=elsewhere)
+    assert out.strip() == f"{REPO}@v2:{LOCAL}"
+
+    left = project / "demo.egg-info" / LOCKFILE_NAME  # the build's metadata in the project
+    assert left.exists()
+    lockfile_of(project).unlink()
+    _pip_install(project, tmp_path / "again", pythonpath=installed_flashhub)
+    assert not (tmp_path / "again" / "demo-1.0.dist-info" / LOCKFILE_NAME).exists()
+    assert not left.exists()
+
+
+def _write_egg_lockfile(metadata: Path) -> None:
+    """What a setuptools build of the project in the working directory runs of flashhub's
+    writer, with ``metadata`` its ``.egg-info``."""
+    from setuptools.command.egg_info import egg_info
+    from setuptools.dist import Distribution
+
+    from flashhub_kernels._lockfiles.egg_lockfile import write_egg_lockfile
+
+    write_egg_lockfile(egg_info(Distribution()), LOCKFILE_NAME, str(metadata / LOCKFILE_NAME))
+
+
+@pytest.mark.parametrize(
+    "pyproject",
+    [None, '[project]\nname = "demo"\n', "[tool.flashhub.dependencies\n"],
+    ids=["no pyproject.toml", "no kernels declared", "not TOML"],
+)
+def test_a_build_of_a_project_that_declares_no_kernels_gets_no_lock(
+    pyproject: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if pyproject is not None:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    (tmp_path / LOCKFILE_NAME).write_text("a lock of something else")
+    metadata = tmp_path / "demo.egg-info"
+    metadata.mkdir()
+    monkeypatch.chdir(tmp_path)
+
+    _write_egg_lockfile(metadata)
+
+    assert list(metadata.iterdir()) == []
+
+
+def test_a_build_with_a_malformed_lock_fails_naming_it(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lockfile_of(project).write_text('{"version": 1}')
+    metadata = project / "demo.egg-info"
+    metadata.mkdir()
+    monkeypatch.chdir(project)
+
+    with pytest.raises(LockfileError, match=f"{re.escape(str(lockfile_of(project)))} must list"):
+        _write_egg_lockfile(metadata)
+    assert list(metadata.iterdir()) == []
+
+
+def test_the_lock_writer_a_build_runs_imports_nothing_heavy() -> None:
+    code = (
+        "import sys\n"
+        "import flashhub_kernels._lockfiles.egg_lockfile\n"
+        "print(sorted({'torch', 'requests', 'packaging', 'filelock'} & set(sys.modules)))\n"
+    )
+    assert run_python(code, fresh=True).strip() == "[]"
 
 
 def test_lock_in_the_working_directory_is_found(

@@ -31,7 +31,7 @@ VARIANT_OPTIONS = "`flashhub lock --variant NAME` or [tool.flashhub] variants in
 _DEPENDENCY_HINT = 'write each entry as "org/pkg" = ">=1,<3" (or an exact version: 2)'
 _VARIANTS_HINT = 'write variants as ["torch212-cxx11-cu126-x86_64-linux", ...]'
 # Ours, then Hugging Face kernels' table, so that its projects lock unchanged.
-_DEPENDENCY_TABLES = (("tool", "flashhub", "dependencies"), ("tool", "kernels", "dependencies"))
+DEPENDENCY_TABLES = (("tool", "flashhub", "dependencies"), ("tool", "kernels", "dependencies"))
 
 
 def check_lockable_variant(name: object) -> str:
@@ -117,7 +117,7 @@ def _dependencies(
 ) -> dict[str, str]:
     """The dependency table's valid entries; what is wrong with each other one goes to
     ``problems``, so that one error lists them all."""
-    for keys in _DEPENDENCY_TABLES:
+    for keys in DEPENDENCY_TABLES:
         table = lookup(document, *keys)
         if table is not None:
             break
