@@ -15,6 +15,7 @@ import json
 import logging
 import pickle
 import re
+import shutil
 import sys
 import threading
 import warnings
@@ -986,9 +987,9 @@ def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> No
     hf_style = LocalLayerRepository(
         repo_path=path, package_name="silu_layers", layer_name="SiluAndMul"
     )
-    assert hf_style == LocalLayerRepository(path, "SiluAndMul")
+    assert hf_style == LocalLayerRepository(path, "SiluAndMul", package_name="silu_layers")
     func = LocalFuncRepository(repo_path=path, package_name="silu_layers", func_name="double")
-    assert func == LocalFuncRepository(path, "double")
+    assert func == LocalFuncRepository(path, "double", package_name="silu_layers")
     with pytest.raises(TypeError, match="a path"):
         LocalLayerRepository(path, "SiluAndMul", repo_path=path)
     with pytest.raises(TypeError, match="a path"):
@@ -997,6 +998,34 @@ def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> No
     kernel = flashhub_kernels.get_local_kernel(path, "layers_a")  # get_local_kernel's too
     assert kernel is flashhub_kernels.get_local_kernel(path)
     assert hf_style.load_kernel() is kernel
+
+
+@pytest.mark.filterwarnings("ignore:LocalFuncRepository is deprecated:DeprecationWarning")
+def test_package_name_picks_the_package_of_a_local_variant_that_holds_several(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "dev"
+    for tag in ("a", "b"):
+        for relpath, data in layer_files(f"layers_{tag}", tag).items():
+            write = repo / "build" / "torch-universal" / relpath
+            write.parent.mkdir(parents=True, exist_ok=True)
+            write.write_bytes(data)
+    chosen = LocalLayerRepository(repo_path=repo, package_name="layers_b", layer_name="SiluAndMul")
+    assert chosen.load().__module__.startswith("flashhub._local.layers_b_")
+    func = LocalFuncRepository(repo_path=repo, package_name="layers_b", func_name="double")
+    assert func.load_kernel() is chosen.load_kernel()
+    assert chosen != LocalLayerRepository(repo, "SiluAndMul", package_name="layers_a")
+
+    with pytest.raises(KernelNotFoundError) as unnamed:
+        LocalLayerRepository(repo, "SiluAndMul").load()
+    assert "several kernel packages ('layers_a', 'layers_b')" in unnamed.value.message
+    assert "package_name='layers_a'" in (unnamed.value.hint or "")
+    with pytest.raises(KernelNotFoundError, match="no kernel package 'layers_c' found"):
+        LocalLayerRepository(repo, "SiluAndMul", package_name="layers_c").load()
+
+    shutil.rmtree(repo / "build" / "torch-universal" / "layers_a")  # one package: it is taken
+    only = LocalLayerRepository(repo, "SiluAndMul", package_name="silu_layers")
+    assert only.load_kernel() is chosen.load_kernel()
 
 
 def test_repositories_copy_and_pickle_as_values(tmp_path: Path) -> None:

@@ -320,8 +320,9 @@ def get_local_kernel(
     ``build`` directory itself, one ``<variant>`` directory, or a bare package directory
     with an ``__init__.py``. The best variant for this system is used, or the one
     ``backend`` selects, as for :func:`get_kernel`. ``package_name`` names the package
-    folder in the variant (``<py_pkg>``), as older Hugging Face ``kernels`` releases
-    took it; without it the variant's one package is used, or of several the one the
+    folder in the variant (``<py_pkg>``) to take of several, as older Hugging Face
+    ``kernels`` releases took it (the variant's one package is taken whatever the name);
+    without it the variant's one package is used, or of several the one the
     variant's ``metadata.json`` ``name`` names (``my-kernel`` is ``my_kernel``), as
     Hugging Face ``kernels`` picks it (or the variant itself, in a flattened build). The
     module gets a unique name derived from the path, so different directories never

@@ -37,12 +37,12 @@ def find_local_package(
     """The package to import from ``path``, choosing the best variant for this system
     (without the device archs builds list, if not ``check_arch``).
 
-    ``package_name`` names the package folder to look for in the variant (or in
-    ``path``); without it, a variant's one package is taken, or of several the one its
-    ``metadata.json`` ``name`` names. A flattened variant, whose own directory is the
-    package, is taken as it is. The result's ``variant`` is the name of the build variant
-    picked from a ``build`` directory, and ``None`` when ``path`` already is a variant or
-    package directory.
+    ``package_name`` names the package folder to take from the variant (or from
+    ``path``) when it holds several; its one package is taken whatever the name. Without
+    it, of several the one the variant's ``metadata.json`` ``name`` names is taken. A
+    flattened variant, whose own directory is the package, is taken as it is. The result's
+    ``variant`` is the name of the build variant picked from a ``build`` directory, and
+    ``None`` when ``path`` already is a variant or package directory.
 
     Raises:
         KernelNotFoundError: ``path`` holds no package, several without one named, or
@@ -63,14 +63,13 @@ def find_local_package(
         return KernelDir(archive)
     packages = (
         [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
-        if path.is_dir() and package_name is None
+        if path.is_dir()
         else []
     )
-    if len(packages) == 1:
-        return KernelDir(packages[0])
-    named = _package_named_in_metadata(path, packages)
-    if named is not None:
-        return KernelDir(named)
+    if package_name is None:
+        one = packages[0] if len(packages) == 1 else _package_named_in_metadata(path, packages)
+        if one is not None:
+            return KernelDir(one)
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
@@ -80,6 +79,8 @@ def find_local_package(
     if chosen is not None:
         found = find_local_package(base / chosen, backend, package_name, check_arch=check_arch)
         return KernelDir(found.package_dir, variant=chosen)
+    if package_name is not None and len(packages) == 1:  # the name is only needed to choose
+        return KernelDir(packages[0])
     raise _no_package_error(path, packages, package_name)
 
 
@@ -88,15 +89,17 @@ def _no_package_error(
 ) -> KernelNotFoundError:
     """Why ``path`` gives no package: several packages that nothing chooses between (and
     that are no variant directories), or none (named ``package_name``, if given)."""
-    if len(packages) > 1 and (
-        (path / MANIFEST_NAME).is_file() or not any(is_variant_name(p.name) for p in packages)
+    if (
+        package_name is None
+        and len(packages) > 1
+        and ((path / MANIFEST_NAME).is_file() or not any(is_variant_name(p.name) for p in packages))
     ):
         names = ", ".join(repr(p.name) for p in packages)
         return KernelNotFoundError(
             f"{path} holds several kernel packages ({names}), and no metadata.json there "
             "names one of them",
-            hint=f"point at the package to load, e.g. {packages[0]}, or name it to "
-            f"get_local_kernel: get_local_kernel(path, package_name={packages[0].name!r})",
+            hint=f"point at the package to load, e.g. {packages[0]}, or name it: "
+            f"package_name={packages[0].name!r}",
         )
     named_pkg = "" if package_name is None else f" {package_name!r}"
     return KernelNotFoundError(

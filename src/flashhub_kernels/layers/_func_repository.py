@@ -137,12 +137,13 @@ class LocalFuncRepository(_FromLocalDir, BaseFuncRepository, Record):
     """The function ``func_name`` of a kernel in a local directory (see ``get_local_kernel``).
 
     ``path`` (or ``repo_path=``) is read when the function is first used, as for
-    ``LocalLayerRepository``, and so is ``check_arch``.
+    ``LocalLayerRepository``, and so are ``check_arch`` and ``package_name``.
     """
 
     path: Path
     func_name: str
     check_arch: bool
+    package_name: str | None
 
     def __init__(
         self,
@@ -153,10 +154,9 @@ class LocalFuncRepository(_FromLocalDir, BaseFuncRepository, Record):
         package_name: str | None = None,
         check_arch: bool = True,
     ) -> None:
-        del package_name  # accepted for the Hugging Face spelling; not needed
         directory = local_dir(type(self), path, repo_path)
         _check_func_name(func_name)
-        self._init(directory, func_name, check_arch)
+        self._init(directory, func_name, check_arch, package_name)
         _deprecated("LocalFuncRepository", _USE_A_LAYER.format("LocalLayerRepository"))
 
 

@@ -103,10 +103,11 @@ class _FromLocalDir:
 
     path: Path
     check_arch: bool = True
+    package_name: str | None = None
 
     def load_kernel(self) -> ModuleType:
-        """``get_local_kernel(path)``."""
-        return get_local_kernel(self.path, check_arch=self.check_arch)
+        """``get_local_kernel(path, package_name)``."""
+        return get_local_kernel(self.path, self.package_name, check_arch=self.check_arch)
 
     def __str__(self) -> str:
         return str(self.path)
@@ -261,14 +262,15 @@ class LocalLayerRepository(_FromLocalDir, BaseLayerRepository, Record):
 
     ``path`` is a kernel repo with ``build/<variant>/<py_pkg>/``, a ``build`` or variant
     directory, or the package directory itself. It is read when the layer is first used.
-    ``repo_path=`` and ``package_name=`` (the Hugging Face kernels spelling) work too; the
-    package is found under the path either way. ``check_arch`` as for
-    :class:`LayerRepository`.
+    ``repo_path=`` (the Hugging Face kernels spelling) works too. ``package_name=`` picks
+    the package of a variant that holds several, as for ``get_local_kernel``. ``check_arch``
+    as for :class:`LayerRepository`.
     """
 
     path: Path
     layer_name: str
     check_arch: bool
+    package_name: str | None
 
     def __init__(
         self,
@@ -279,10 +281,9 @@ class LocalLayerRepository(_FromLocalDir, BaseLayerRepository, Record):
         package_name: str | None = None,
         check_arch: bool = True,
     ) -> None:
-        del package_name  # accepted for the Hugging Face spelling; not needed
         directory = local_dir(type(self), path, repo_path)
         _check_layer_name(layer_name)
-        self._init(directory, layer_name, check_arch)
+        self._init(directory, layer_name, check_arch, package_name)
 
 
 class LockedLayerRepository(_FromLockfile, BaseLayerRepository, Record):
