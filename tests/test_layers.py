@@ -1028,6 +1028,30 @@ def test_package_name_picks_the_package_of_a_local_variant_that_holds_several(
     assert only.load_kernel() is chosen.load_kernel()
 
 
+@pytest.mark.parametrize(
+    "package_name", ["../../../outside", "{tmp_path}/outside", "build/torch-universal/layers_b"]
+)
+def test_package_name_picks_only_among_the_variants_own_packages(
+    package_name: str, tmp_path: Path
+) -> None:
+    repo = tmp_path / "dev"
+    for tag in ("a", "b"):
+        for relpath, data in layer_files(f"layers_{tag}", tag).items():
+            write = repo / "build" / "torch-universal" / relpath
+            write.parent.mkdir(parents=True, exist_ok=True)
+            write.write_bytes(data)
+    ran = tmp_path / "ran"
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "__init__.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    name = package_name.format(tmp_path=tmp_path)
+
+    with pytest.raises(KernelNotFoundError, match=f"no kernel package {re.escape(repr(name))}"):
+        flashhub_kernels.get_local_kernel(repo, name)
+    with pytest.raises(KernelNotFoundError, match="no kernel package"):
+        LocalLayerRepository(repo, "SiluAndMul", package_name=name).load()
+    assert not ran.exists()
+
+
 def test_repositories_copy_and_pickle_as_values(tmp_path: Path) -> None:
     repo = local_layers(tmp_path, "a")
     repo.load()

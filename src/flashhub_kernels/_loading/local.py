@@ -54,18 +54,20 @@ def find_local_package(
             hint="pass the directory of a kernel repo (holding build/<variant>/<py_pkg>/), "
             "of one variant, or of the package itself",
         )
-    if package_name is not None and (path / package_name / "__init__.py").is_file():
-        return KernelDir(path / package_name)
-    if (path / "__init__.py").is_file():
-        return KernelDir(path)
-    archive = _zip_archive(path)
-    if archive is not None:  # a "zip" build's variant directory: its archive is the package
-        return KernelDir(archive)
     packages = (
         [p for p in sorted(path.iterdir()) if (p / "__init__.py").is_file()]
         if path.is_dir()
         else []
     )
+    # Only a folder listed here: a name such as "../x" must not reach outside the variant.
+    named = next((p for p in packages if p.name == package_name), None)
+    if named is not None:
+        return KernelDir(named)
+    if (path / "__init__.py").is_file():
+        return KernelDir(path)
+    archive = _zip_archive(path)
+    if archive is not None:  # a "zip" build's variant directory: its archive is the package
+        return KernelDir(archive)
     if package_name is None:
         one = packages[0] if len(packages) == 1 else _package_named_in_metadata(path, packages)
         if one is not None:
