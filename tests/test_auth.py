@@ -156,6 +156,8 @@ def test_a_password_that_is_not_percent_encoded_is_refused_and_never_shown(
         (f"/?sv=2024-01-01&sp=r&sig={SECRET}", "/?****"),  # an Azure SAS token
         (f"?X-Amz-Signature={SECRET}", "?****"),
         (f"/base#{SECRET}", "/base#****"),
+        ("/base?", "/base?****"),  # an empty query or fragment still ends the path
+        ("/base#", "/base#****"),
     ],
 )
 def test_a_cdn_url_with_a_token_in_its_query_is_refused_unseen(

@@ -98,14 +98,14 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "'@' %40, ':' %3A, ',' %2C",
         )
     try:
-        parts = urllib.parse.urlsplit(url)  # the host alone: the port is parsed only on demand
+        urllib.parse.urlsplit(url)  # the host alone: the port is parsed only on demand
     except ValueError:
         return ConfigError(
             f"{what} {redact_url(url)!r} is malformed: its host is neither a name nor an IP "
             "address (an IPv6 address goes between closed brackets: http://[::1]:8080)",
             hint=f"fix {setting}",
         )
-    if parts.query or parts.fragment:
+    if "?" in url or "#" in url:  # an empty query or fragment too
         shown = redact_url(url)
         cut = min(i for i in (shown.find("?"), shown.find("#")) if i >= 0)
         return ConfigError(
