@@ -23,6 +23,7 @@ from flashhub_kernels.errors import IntegrityError, TransportError
 from support.cdn_server import (
     CdnHandler,
     CdnServer,
+    Fault,
     chunked,
     drop_after,
     is_guess,
@@ -107,6 +108,29 @@ def test_a_body_in_an_encoding_that_cannot_be_decoded_is_named(
         fk.get_kernel(REPO, version=1)
     assert "Content-Encoding: br, which cannot be decoded here" in str(info.value)
     assert not (cache_dir / "kernels" / REPO / "v1" / VARIANT).exists()
+
+
+def encoded_as(value: str) -> Fault:
+    """The file as it is, sent with ``Content-Encoding: value``."""
+
+    def send(handler: CdnHandler, body: bytes) -> None:
+        handler.send_simple(200, body, {"Content-Encoding": value})
+
+    return send
+
+
+@pytest.mark.parametrize("value", ["", "Identity", " identity , "])
+@pytest.mark.parametrize("path", [BLOB_PATH, f"{BUILD}/metadata.json"], ids=["file", "manifest"])
+def test_a_body_whose_content_encoding_names_no_encoding_is_taken_as_it_is(
+    cdn: CdnServer, path: str, value: str
+) -> None:
+    # Some servers send the header empty (or "identity" in their own spelling) for a
+    # body they did not encode: urllib3 hands it over as it is, and so it is verified.
+    files = publish_blob_kernel(cdn.root)
+    cdn.inject(path, encoded_as(value))
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_files(k) == files
+    assert [r.status for r in cdn.requests if r.path == "/" + path] == [200]
 
 
 # -- mirrors --------------------------------------------------------------------------------

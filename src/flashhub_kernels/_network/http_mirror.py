@@ -367,10 +367,10 @@ def _check_encoding(response: requests.Response) -> None:
     """Refuse a body whose ``Content-Encoding`` urllib3 would hand over undecoded (it
     passes through an encoding it has no decoder for): an object stored compressed
     with brotli, say, which a digest or a JSON parser would then blame on the CDN's
-    content."""
+    content. An empty value, or an empty item of a list, names no encoding."""
     value = response.headers.get("Content-Encoding", "identity")
     decoders = {"identity", *response.raw.CONTENT_DECODERS}
-    if any(e.strip().lower() not in decoders for e in value.split(",")):
+    if any(e.strip().lower() not in decoders for e in value.split(",") if e.strip()):
         raise MirrorFailed(
             f"the body came with Content-Encoding: {value}, which cannot be decoded here "
             "(the request asked for identity); serve the files as they are, or gzip-encoded"
