@@ -124,6 +124,17 @@ def test_a_wrong_password_is_not_in_the_printed_traceback(
     assert WRONG not in printed
 
 
+def refusals(env: dict[str, str]) -> tuple[str, str]:
+    """What an import and ``flashhub -v get`` print under the settings ``env``, which
+    both must refuse: the import with a ConfigError (an ImportError), the command with
+    exit status 2."""
+    raised, printed = import_in_child(MODULE, env=env)
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    command = cli_runner.flashhub("-v", "get", REPO, "--version", "1", env=env)
+    assert command.returncode == 2
+    return printed, command.stderr + command.stdout
+
+
 @pytest.mark.parametrize(
     ("password", "pieces"),
     [
@@ -137,11 +148,7 @@ def test_a_password_that_is_not_percent_encoded_is_refused_and_never_shown(
 ) -> None:
     # Its '/', '?' or '#' ends the URL's host part: parsed as it stands, 'pa' would be a port.
     env = {"FLASHHUB_CDN_URL": f"{auth_cdn.url_for('127.0.0.1', f'{USER}:{password}')}/"}
-    raised, printed = import_in_child(MODULE, env=env)
-    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
-    command = cli_runner.flashhub("-v", "get", REPO, "--version", "1", env=env)
-    assert command.returncode == 2
-    for shown in (printed, command.stderr + command.stdout):
+    for shown in refusals(env):
         assert f"{USER}:****@127.0.0.1:{auth_cdn.port}" in shown
         assert "percent-encode" in shown and "FLASHHUB_CDN_URL" in shown
         assert "invalid port" not in shown
@@ -165,12 +172,7 @@ def test_a_cdn_url_with_a_token_in_its_query_is_refused_unseen(
 ) -> None:
     # The path of each file would go after the query: nothing asked for could be found.
     write_kernel(cdn.root, REPO, 1)
-    env = {"FLASHHUB_CDN_URL": cdn.url + tail}
-    raised, printed = import_in_child(MODULE, env=env)
-    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
-    command = cli_runner.flashhub("-v", "get", REPO, "--version", "1", env=env)
-    assert command.returncode == 2
-    for output in (printed, command.stderr + command.stdout):
+    for output in refusals({"FLASHHUB_CDN_URL": cdn.url + tail}):
         assert f"'{cdn.url}{shown}' has a query or a fragment" in output
         assert "is not supported" in output and "FLASHHUB_CDN_URL" in output
         assert SECRET not in output

@@ -1000,16 +1000,22 @@ def test_local_repositories_take_the_hugging_face_keywords(tmp_path: Path) -> No
     assert hf_style.load_kernel() is kernel
 
 
-@pytest.mark.filterwarnings("ignore:LocalFuncRepository is deprecated:DeprecationWarning")
-def test_package_name_picks_the_package_of_a_local_variant_that_holds_several(
-    tmp_path: Path,
-) -> None:
+def two_package_repo(tmp_path: Path) -> Path:
+    """A kernel repo whose one variant holds two packages, layers_a and layers_b."""
     repo = tmp_path / "dev"
     for tag in ("a", "b"):
         for relpath, data in layer_files(f"layers_{tag}", tag).items():
             write = repo / "build" / "torch-universal" / relpath
             write.parent.mkdir(parents=True, exist_ok=True)
             write.write_bytes(data)
+    return repo
+
+
+@pytest.mark.filterwarnings("ignore:LocalFuncRepository is deprecated:DeprecationWarning")
+def test_package_name_picks_the_package_of_a_local_variant_that_holds_several(
+    tmp_path: Path,
+) -> None:
+    repo = two_package_repo(tmp_path)
     chosen = LocalLayerRepository(repo_path=repo, package_name="layers_b", layer_name="SiluAndMul")
     assert chosen.load().__module__.startswith("flashhub._local.layers_b_")
     func = LocalFuncRepository(repo_path=repo, package_name="layers_b", func_name="double")
@@ -1034,12 +1040,7 @@ def test_package_name_picks_the_package_of_a_local_variant_that_holds_several(
 def test_package_name_picks_only_among_the_variants_own_packages(
     package_name: str, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "dev"
-    for tag in ("a", "b"):
-        for relpath, data in layer_files(f"layers_{tag}", tag).items():
-            write = repo / "build" / "torch-universal" / relpath
-            write.parent.mkdir(parents=True, exist_ok=True)
-            write.write_bytes(data)
+    repo = two_package_repo(tmp_path)
     ran = tmp_path / "ran"
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "__init__.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
