@@ -849,6 +849,28 @@ def test_a_build_with_a_malformed_lock_fails_naming_it(
     assert list(metadata.iterdir()) == []
 
 
+@pytest.mark.parametrize("lock", ["utf-16", "directory"])
+def test_a_build_with_a_lock_no_install_can_read_fails_naming_it(
+    lock: str, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed package's metadata holds its lock as UTF-8 text, so a UTF-16 lock (which
+    JSON alone would take) or a directory in its place stops the build, named."""
+    lock_project(project)
+    path = lockfile_of(project)
+    if lock == "directory":
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_bytes(path.read_text().encode("utf-16"))
+    metadata = project / "demo.egg-info"
+    metadata.mkdir()
+    monkeypatch.chdir(project)
+
+    with pytest.raises(LockfileError, match=f"cannot ship {re.escape(str(path))}"):
+        _write_egg_lockfile(metadata)
+    assert list(metadata.iterdir()) == []
+
+
 def test_the_lock_writer_a_build_runs_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"

@@ -14,7 +14,8 @@ from typing import Protocol
 
 from .._constants import PYPROJECT_NAME
 from .._utils.pyproject import load_toml, lookup
-from .format import LOCKFILE_NAME, parse_lockfile
+from ..errors import LockfileError
+from .format import LOCKFILE_NAME, REGENERATE, parse_lockfile
 from .project import DEPENDENCY_TABLES
 
 
@@ -38,15 +39,30 @@ def write_egg_lockfile(cmd: EggInfo, basename: str, filename: str) -> None:
         return
     lock = Path.cwd() / LOCKFILE_NAME
     try:
-        data = lock.read_bytes()
+        text = _read_lock(lock)
     except FileNotFoundError:
         logging.getLogger("flashhub_kernels").warning(
             "%s does not exist: the package ships no lock (run `flashhub lock`)", lock
         )
         cmd.write_or_delete_file(basename, filename, None, force=True)
         return
-    parse_lockfile(data, source=str(lock))
-    cmd.write_or_delete_file(basename, filename, data.decode("utf-8"))
+    parse_lockfile(text.encode("utf-8"), source=str(lock))
+    cmd.write_or_delete_file(basename, filename, text)
+
+
+def _read_lock(lock: Path) -> str:
+    """The text of ``lock``, which an installed package's metadata holds as UTF-8.
+
+    Raises:
+        FileNotFoundError: there is no lock.
+        LockfileError: it cannot be read, or is not UTF-8.
+    """
+    try:
+        return lock.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockfileError(f"cannot ship {lock}: {exc}", hint=REGENERATE) from None
 
 
 def _declares_kernels(pyproject: Path) -> bool:

@@ -56,7 +56,7 @@ FORMAT_VERSION = 1
 _HASH = re.compile(r"sha256-[0-9a-f]{64}")
 # Variant names become cache directory names; the cache relies on them holding no dots.
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_REGENERATE = "regenerate it with `flashhub lock` in the project directory"
+REGENERATE = "regenerate it with `flashhub lock` in the project directory"
 VariantsSource = Literal["published", "probed"]
 _VARIANTS_SOURCES: tuple[VariantsSource, ...] = ("published", "probed")
 
@@ -220,7 +220,7 @@ def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
     try:
         document = parse_capped(data, json.loads, "JSON", json.JSONDecodeError)
     except ValueError as exc:
-        raise LockfileError(f"{source} {exc}", hint=_REGENERATE) from None
+        raise LockfileError(f"{source} {exc}", hint=REGENERATE) from None
     if isinstance(document, list):  # what Hugging Face kernels writes in kernels.lock
         raise LockfileError(
             f"{source} is a Hugging Face kernels lock file (a JSON list of Hub commits), "
@@ -229,28 +229,28 @@ def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
             f"[tool.kernels.dependencies], and use the {LOCKFILE_NAME} it writes",
         )
     if not isinstance(document, dict):
-        raise LockfileError(f"{source} must hold a JSON object", hint=_REGENERATE)
+        raise LockfileError(f"{source} must hold a JSON object", hint=REGENERATE)
     _check_format(document.get("version"), source)
     items = document.get("kernels")
     if not isinstance(items, list):
-        raise LockfileError(f'{source} must list its kernels in "kernels"', hint=_REGENERATE)
+        raise LockfileError(f'{source} must list its kernels in "kernels"', hint=REGENERATE)
     extra = document.get("dependencies", [])
     if not isinstance(extra, list):
-        raise LockfileError(f'{source}: "dependencies" must be a list', hint=_REGENERATE)
+        raise LockfileError(f'{source}: "dependencies" must be a list', hint=REGENERATE)
     declared = _parse_entries(items, "kernel", source)
     repos = Counter(info.repo_id for info in declared)
     twice = sorted(repo_id for repo_id, count in repos.items() if count > 1)
     if twice:
-        raise LockfileError(f"{source} locks {twice[0]} twice", hint=_REGENERATE)
+        raise LockfileError(f"{source} locks {twice[0]} twice", hint=REGENERATE)
     dependencies = _parse_entries(extra, "dependency", source)
     both = sorted(declared.keys() & dependencies.keys())
     if both:
-        raise LockfileError(f"{source} locks {both[0]} twice", hint=_REGENERATE)
+        raise LockfileError(f"{source} locks {both[0]} twice", hint=REGENERATE)
     try:
         linked = _link({**declared, **dependencies}, source)
     except RecursionError:  # a chain of dependencies thousands of kernels long
         raise LockfileError(
-            f"{source}: kernel dependencies are nested too deeply", hint=_REGENERATE
+            f"{source}: kernel dependencies are nested too deeply", hint=REGENERATE
         ) from None
     return Lockfile(
         {info.repo_id: linked[info] for info in declared},
@@ -270,11 +270,11 @@ def _parse_entries(items: list[Any], what: str, source: str) -> dict[RepoInfo, _
             parsed = _parse_kernel(item)
         except ValueError as exc:
             raise LockfileError(
-                f"{source}, {what} #{position + 1}: {exc}", hint=_REGENERATE
+                f"{source}, {what} #{position + 1}: {exc}", hint=REGENERATE
             ) from None
         info = parsed[0].info
         if info in entries:
-            raise LockfileError(f"{source} locks {info.repo_id} twice", hint=_REGENERATE)
+            raise LockfileError(f"{source} locks {info.repo_id} twice", hint=REGENERATE)
         entries[info] = parsed
     return entries
 
@@ -293,12 +293,12 @@ def _link(entries: Mapping[RepoInfo, _Parsed], source: str) -> dict[RepoInfo, Lo
                     [*map(dependency_label, (*chain, info)), dependency_label(dep)]
                 )
                 raise LockfileError(
-                    f"{source}: kernel dependencies form a cycle: {cycle}", hint=_REGENERATE
+                    f"{source}: kernel dependencies form a cycle: {cycle}", hint=REGENERATE
                 )
             if dep not in entries:
                 raise LockfileError(
                     f"{source}: {info} depends on {dep}, which it does not lock",
-                    hint=_REGENERATE,
+                    hint=REGENERATE,
                 )
         deps = tuple(link(dep, (*chain, info)) for dep in depends)
         linked[info] = locked._replace(dependencies=deps)
@@ -320,7 +320,7 @@ def _check_format(value: object, source: str) -> None:
         )
     raise LockfileError(
         f'{source} has no valid format field (expected "version": {FORMAT_VERSION})',
-        hint=_REGENERATE,
+        hint=REGENERATE,
     )
 
 
