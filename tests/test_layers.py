@@ -13,11 +13,13 @@ import asyncio
 import copy
 import json
 import logging
+import os
 import pickle
 import re
 import shutil
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import FrozenInstanceError, asdict, dataclass, field
@@ -61,7 +63,8 @@ from flashhub_kernels.layers import (
     validate_layer,
 )
 from flashhub_kernels.layers._mapping import mode_text
-from support.cdn_server import CdnServer
+from support.cdn_server import CdnHandler, CdnServer
+from support.preloaded import run_code
 from support.trees import write_variant
 
 LAYERS_PY = '''"""Layers of test kernel {tag}."""
@@ -320,6 +323,73 @@ def test_layer_kernel_is_downloaded_once_for_many_layers(cdn: CdnServer, x: torc
     assert len(cdn.gets("metadata.json", missed_guesses=False)) == 1
     assert calls(repo) == ["cdn"] * 10
     assert all(layer.n_calls == 0 for layer in layers)
+
+
+# A thread kernelizes a model (its layer kernel's layers.py held by the server) while the
+# process forks; the child kernelizes a model of its own and prints the kernel's tag.
+FORK_WHILE_KERNELIZING = """
+import os, sys, threading, time
+from pathlib import Path
+
+from torch import nn
+
+from flashhub_kernels.layers import LayerRepository, Mode, kernelize, register_kernel_mapping
+from flashhub_kernels.layers import use_kernel_forward_from_hub
+
+@use_kernel_forward_from_hub("SiluAndMul")
+class SiluAndMul(nn.Module):
+    def forward(self, x):
+        return x
+
+def kernelized():
+    return kernelize(nn.Sequential(SiluAndMul()), mode=Mode.INFERENCE, device="cpu")
+
+held, forked = Path(sys.argv[1]), Path(sys.argv[2])
+repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+register_kernel_mapping({"SiluAndMul": {"cpu": repo}})
+loading = threading.Thread(target=kernelized)
+loading.start()
+while not held.exists():
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    kernelized()
+    print("child:", sys.modules[repo.load().__module__].TAG, flush=True)
+    os._exit(0)
+forked.touch()
+deadline = time.monotonic() + 30  # only a hung child takes this long
+while not os.waitpid(pid, os.WNOHANG)[0]:
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        print("child: hung", flush=True)
+        break
+    time.sleep(0.05)
+loading.join()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_thread_loads_a_layer_loads_it_too(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """The repository object the child inherits was being loaded by a thread that the
+    child lacks: the child loads the layer itself instead of waiting for that thread."""
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    held, forked = tmp_path / "held", tmp_path / "forked"
+
+    def hold_until_forked(handler: CdnHandler, body: bytes) -> None:
+        held.touch()
+        deadline = time.monotonic() + 30
+        while not forked.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        handler.send_file(body)
+
+    cdn.inject(
+        "kernels/acme/silu-layers/v1/build/torch-universal/silu_layers/layers.py", hold_until_forked
+    )
+    child = run_code(FORK_WHILE_KERNELIZING, str(held), str(forked), env=os.environ)
+    assert (child.returncode, child.stdout) == (0, "child: cdn\n"), child.stderr
+    assert len(cdn.gets("layers.py")) == 1  # the child waited for the parent's download
 
 
 # -- scoping -------------------------------------------------------------------------------

@@ -27,15 +27,18 @@ if TYPE_CHECKING:
 class _Memo:
     """A layer class loaded once, under a lock, on first use. Copies start empty."""
 
-    __slots__ = ("_lock", "_value")
+    __slots__ = ("_lock", "_pid", "_value")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock, self._pid = threading.Lock(), os.getpid()
         self._value: type[nn.Module] | None = None
 
     def get(self, load: Callable[[], type[nn.Module]]) -> type[nn.Module]:
         value = self._value
         if value is None:
+            if self._pid != os.getpid():
+                # A forked child: a thread it lacks may have held the lock at the fork.
+                self._lock, self._pid = threading.Lock(), os.getpid()
             with self._lock:
                 if self._value is None:
                     self._value = load()
