@@ -187,7 +187,9 @@ def test_a_load_ended_by_another_exception_stops_its_downloads_too(
     assert len(big_kernel.gets("big.bin")) == 1
 
 
-NAMES_ITS_THREADS = """
+# While big.bin downloads, each thread of the process: its name and the signals it blocks
+# (the hex mask Linux shows; "-" for a thread that ended meanwhile, or without /proc).
+THREADS_OF_A_DOWNLOAD = """
 import os, pathlib, threading, time
 import flashhub_kernels as fk
 args, kwargs = ("acme/tensor-tricks",), {"version": 1}
@@ -195,27 +197,59 @@ loader = threading.Thread(target=fk.get_kernel, args=args, kwargs=kwargs, name="
 loader.start()
 while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
     time.sleep(0.05)  # until big.bin is being downloaded
-print(*[t.name for t in threading.enumerate()], "--", sep="\\n", flush=True)
+
+def blocked(thread):
+    try:
+        status = pathlib.Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    except OSError:
+        return "-"
+    return next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
+
+print(*[f"{t.name} {blocked(t)}" for t in threading.enumerate()], "--", sep="\\n", flush=True)
 loader.join()
 """
+
+
+def threads_of_a_download(big_kernel: CdnServer) -> dict[str, str]:
+    """Run :data:`THREADS_OF_A_DOWNLOAD` while the CDN holds big.bin: what it printed."""
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(BIG_PATH, held(started, release))
+    process = child(THREADS_OF_A_DOWNLOAD, PYTHONWARNINGS="ignore")
+    assert process.stdout is not None
+    try:
+        lines = list(itertools.takewhile(lambda line: line != "--\n", process.stdout))
+    finally:
+        release.set()
+    _out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return dict(line.split() for line in lines)
 
 
 def test_the_threads_of_a_download_say_they_are_flashhubs(big_kernel: CdnServer) -> None:
     """In a thread dump of a program (py-spy, faulthandler), the threads a load started are
     told apart from the program's own by their names."""
-    started, release = threading.Event(), threading.Event()
-    big_kernel.inject(BIG_PATH, held(started, release))
-    process = child(NAMES_ITS_THREADS, PYTHONWARNINGS="ignore")
-    assert process.stdout is not None
-    try:
-        names = list(itertools.takewhile(lambda line: line != "--\n", process.stdout))
-    finally:
-        release.set()
-    _out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    ours = {name.strip() for name in names} - {"MainThread", "loader"}
+    names = threads_of_a_download(big_kernel)
+    ours = set(names) - {"MainThread", "loader"}
     assert any(name.startswith("flashhub-download") for name in ours), names
     assert all(name.startswith("flashhub-") for name in ours), names
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc/<pid>/task")
+def test_the_threads_of_a_download_leave_the_signals_to_the_programs_threads(
+    big_kernel: CdnServer,
+) -> None:
+    """Ctrl-C or a kill taken by a download's thread would not wake the main thread from a
+    sleep or a wait: the program would not hear it until then. The load's threads block
+    them; the program's threads, the one that loads included, block none."""
+    process_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGUSR1)
+    masks = threads_of_a_download(big_kernel)
+    assert any(n.startswith("flashhub-download") and m != "-" for n, m in masks.items()), masks
+    for name, mask in masks.items():
+        if mask == "-":
+            continue
+        blocked = {sig for sig in process_signals if int(mask, 16) >> (sig - 1) & 1}
+        expected = set(process_signals) if name.startswith("flashhub-") else set()
+        assert blocked == expected, (name, masks)
 
 
 def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(

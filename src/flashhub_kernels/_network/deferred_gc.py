@@ -33,6 +33,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .._utils.threads import start_deaf
 from .._variants.system import free_threaded_build
 
 LONGEST_PAUSE = 1.0  # seconds
@@ -73,7 +74,7 @@ def _start_deadline() -> threading.Timer | None:
     deadline = threading.Timer(LONGEST_PAUSE, _end_long_pause)
     deadline.name, deadline.daemon = "flashhub-gc-pause", True
     try:
-        deadline.start()
+        start_deaf(deadline)
     except RuntimeError:
         return None
     return deadline

@@ -9,6 +9,7 @@ import stat
 import threading
 from pathlib import Path
 
+from .._utils.threads import start_deaf
 from ..errors import CacheError, IntegrityError
 from .progress import NO_PROGRESS, Progress
 from .reserve import reserve
@@ -47,7 +48,7 @@ class _Sha256:
         if self._queue is None:
             self._queue = queue.Queue(maxsize=_QUEUE_DEPTH)
             self._worker = threading.Thread(target=self._drain, name="flashhub-sha256", daemon=True)
-            self._worker.start()
+            start_deaf(self._worker)
 
     def _drain(self) -> None:
         assert self._queue is not None

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from .._config import Config
 from .._models.record import Record
 from .._utils.callers import warn_at_caller
-from .._utils.threads import soon
+from .._utils.threads import soon, start_deaf
 from .._utils.urls import is_loopback, redact_url
 from ..errors import IntegrityError, ManifestError, RollbackError, TransportError
 from .answers import Answers
@@ -393,7 +393,7 @@ class Fetcher:
             for n in range(count)
         ]
         for worker in workers:
-            worker.start()
+            start_deaf(worker)
         try:
             for worker in workers:
                 worker.join()
