@@ -392,15 +392,16 @@ class Fetcher:
             threading.Thread(target=work, name=f"flashhub-download-{n}", daemon=True)
             for n in range(count)
         ]
-        for worker in workers:
-            start_deaf(worker)
         try:
+            # Inside: Ctrl-C while a worker starts must stop those already running.
+            for worker in workers:
+                start_deaf(worker)
             for worker in workers:
                 worker.join()
         except BaseException:
             cancelled.set()
             deadline = time.monotonic() + STOP_GRACE_SECONDS
-            for worker in workers:
+            for worker in filter(threading.Thread.is_alive, workers):
                 worker.join(max(0.0, deadline - time.monotonic()))
             raise
         if errors:
