@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 from flashhub_kernels._config import get_config, parse_cdn_urls
-from flashhub_kernels._network.http_mirror import MIN_BYTES_PER_SECOND, StallGuard
+from flashhub_kernels._network.http_mirror import _PLAIN_URL, MIN_BYTES_PER_SECOND, StallGuard
 from flashhub_kernels._network.session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
 from flashhub_kernels._utils.urls import (
     has_unencoded_credentials,
@@ -148,6 +149,32 @@ def test_stall_guard_lets_a_steady_transfer_run_and_judges_the_last_window_only(
     first_cut = slow.index(True)
     assert 1.9 <= (first_cut + 1) * 0.1 <= 2.3
     assert MIN_BYTES_PER_SECOND == 1024
+
+
+@pytest.mark.parametrize(
+    "url, plain",
+    [
+        ("http://127.0.0.1:8080/kernels/acme/x/v1/build/torch-universal/x/__init__.py", True),
+        ("https://cdn.example/k/a%20b/%C3%A9%25/c", True),
+        ("https://[::1]:443/k/@scope/a=b;c,d!e*f(g)'h$i&j+k~l:m", True),
+        ("https://cdn.example/k/%2F%3A", True),
+        ("https://cdn.example/k/a b", False),
+        ("https://cdn.example/k/\u00e9", False),
+        ("https://cdn.example/k/%zz", False),
+        ("https://cdn.example/k/a%4", False),
+        ("https://cdn.example/k/%", False),
+        ("https://cdn.example/k?x=1", False),
+        ("https://cdn.example/k#x", False),
+        ("https://cdn.example/k/%20%2", False),
+        ("ftp://cdn.example/k", False),
+    ],
+)
+def test_a_url_sent_as_it_is_is_one_requests_would_send_unchanged(url: str, plain: bool) -> None:
+    assert bool(_PLAIN_URL.fullmatch(url)) is plain
+    if plain:  # sent as it is: what prepare_url would have made of it
+        prepared = requests.PreparedRequest()
+        prepared.prepare_url(url, None)
+        assert prepared.url == url
 
 
 class _Answer:

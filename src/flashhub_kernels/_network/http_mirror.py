@@ -60,10 +60,11 @@ _NO_HEAD = frozenset({405, 501})  # Method Not Allowed, Not Implemented: for eve
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
 # A URL that requests' prepare_url would leave as it is: an http(s) URL of printable
 # ASCII with nothing to quote or encode (the mirror's base URL was prepared once, and the
-# paths below it are quoted where they are made); any other is prepared in full.
-_PLAIN_URL = re.compile(
-    r"https?://[a-z0-9.:\[\]-]+(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?"
-)
+# paths below it are quoted where they are made); any other is prepared in full. The
+# path is runs of safe characters between escapes: matched a run at a time, not a
+# character at a time through an alternation (23 k instructions a URL, against 5 k).
+_SAFE = "[A-Za-z0-9._~!$&'()*+,;=:@/-]*"
+_PLAIN_URL = re.compile(rf"https?://[a-z0-9.:\[\]-]+(?:/{_SAFE}(?:%[0-9A-Fa-f]{{2}}{_SAFE})*)?")
 # How one GET of a file ended: the file is complete; the body broke after continuing
 # the file where it stood (a 206 at the offset); or any other break or restart.
 _Outcome = Literal["done", "resumed", "failed"]
