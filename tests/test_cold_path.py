@@ -1,12 +1,13 @@
 """What the cold path does to be fast, and that each keeps its guarantee: the cyclic
 garbage collector paused for the load and resumed after it (what the load kept moved to
 the oldest generation, unless the program froze objects of its own), the files queued
-largest first, the manifests a load most often takes asked for beside variants.json
-(used only where it lists their build; one that failed is no answer), the disk space of
-a large file reserved before its bytes arrive (and a cache without room for it refused
-before it is fetched), the cache's own records renamed into place without an fsync (a
-record that a power cut damages fails its check when read), every other atomic write
-synced."""
+largest first, each Python file compiled by the download thread that fetched it (none
+left for the commit), the manifests a load most often takes asked for beside
+variants.json (used only where it lists their build; one that failed is no answer), the
+disk space of a large file reserved before its bytes arrive (and a cache without room for
+it refused before it is fetched), the cache's own records renamed into place without an
+fsync (a record that a power cut damages fails its check when read), every other atomic
+write synced."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ import sys
 import sysconfig
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python, unshare_mount
-from flashhub_kernels._network import deferred_gc
+from flashhub_kernels._cache import staging
+from flashhub_kernels._network import deferred_gc, download
 from flashhub_kernels._network.deferred_gc import collection_paused
 from flashhub_kernels._network.hashing import HashingWriter
 from flashhub_kernels._network.reserve import MIN_RESERVED_BYTES
@@ -317,6 +320,38 @@ def test_the_largest_file_is_fetched_first(cdn: CdnServer) -> None:
     assert len(gets) == len(files)
     # However many threads the pool has, the biggest is among the first requests sent.
     assert f"/{BASE}/{big}" in gets[:MAX_PARALLEL_FILES]
+
+
+def test_each_python_file_is_compiled_by_the_download_thread_that_fetched_it(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = kernel_files("tensor_tricks", "compiled")
+    files["tensor_tricks/sub/extra.py"] = b"VALUE = 1\n"
+    files.update({f"tensor_tricks/data/part{i:02d}.bin": bytes([i]) * 100 for i in range(4)})
+    publish(cdn, files)
+    calls: list[tuple[str, list[str]]] = []  # the thread and the sources of each compile
+
+    def spying(compile_bytecode: Any) -> Any:
+        def compiling(entry: Path, sources: Iterable[str]) -> Any:
+            calls.append((threading.current_thread().name, list(sources)))
+            return compile_bytecode(entry, calls[-1][1])
+
+        return compiling
+
+    monkeypatch.setattr(download, "compile_bytecode", spying(download.compile_bytecode))
+    monkeypatch.setattr(staging, "compile_bytecode", spying(staging.compile_bytecode))
+    assert fk.get_kernel(REPO, version=1).marker() == "compiled"
+    fetched = [
+        s for thread, sources in calls if thread.startswith("flashhub-download") for s in sources
+    ]
+    at_commit = [
+        s
+        for thread, sources in calls
+        if not thread.startswith("flashhub-download")
+        for s in sources
+    ]
+    assert sorted(fetched) == sorted(relpath for relpath in files if relpath.endswith(".py"))
+    assert at_commit == []
 
 
 # -- probing a version without variants.json -----------------------------------------------------

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def stamp(path: Path) -> tuple[int, int]:
+def stamp(path: str | Path) -> tuple[int, int]:
     """The size and ``mtime_ns`` of a file, as a receipt records them."""
     st = os.stat(path, follow_symlinks=False)
     return st.st_size, st.st_mtime_ns

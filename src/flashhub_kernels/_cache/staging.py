@@ -117,7 +117,8 @@ def seal(
     (staging / MANIFEST_NAME).write_bytes(document.data)
     if document.signature is not None:
         (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
-    stamps = {relpath: stamp(staging / relpath) for relpath in sorted(listed)}
+    # A string per file, not a Path: building one costs more than the stat.
+    stamps = {relpath: stamp(os.path.join(staging, relpath)) for relpath in sorted(listed)}
     from .._models.kernel_metadata import load_requirements, read_kernel_metadata  # cold path
 
     requires = load_requirements(document.manifest.document)

@@ -13,6 +13,7 @@ reads ``versions.json`` meanwhile, for the notice of a newer version
 from __future__ import annotations
 
 import logging
+import posixpath
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -229,19 +230,20 @@ def _download_and_commit(
                 )
                 for relpath, digest in manifest.files.items()
             ]
-            for directory in {job.dest.parent for job in jobs}:
-                ensure_dir(directory)
+            for directory in {posixpath.dirname(relpath) for relpath in manifest.files}:
+                ensure_dir(staging / directory)
         total = sum(manifest.sizes.values()) if manifest.sizes is not None else None
         bar = progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars, total=total)
         # Each Python file is compiled by the thread that fetched it, as soon as it is
         # verified: beside the transfers still running, not after the last of them.
         sources = {
-            staging / relpath: relpath for relpath in sources_to_compile(set(manifest.files))
+            variant_path(info, variant, relpath): relpath
+            for relpath in sources_to_compile(set(manifest.files))
         }
         compiled: dict[str, dict[str, tuple[int, int, str]]] = {}
 
         def compile_source(job: DownloadJob) -> None:
-            if (source := sources.get(job.dest)) is not None:
+            if (source := sources.get(job.relpath)) is not None:
                 compiled[source] = compile_bytecode(staging, [source])
 
         with bar as progress:
