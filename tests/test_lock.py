@@ -840,11 +840,16 @@ def test_a_build_with_a_malformed_lock_fails_naming_it(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lockfile_of(project).write_text('{"version": 1}')
+    _refused_build(project, monkeypatch, f"{re.escape(str(lockfile_of(project)))} must list")
+
+
+def _refused_build(project: Path, monkeypatch: pytest.MonkeyPatch, match: str) -> None:
+    """Run the writer as a build of ``project`` does: it must stop with a ``LockfileError``
+    matching ``match``, having written nothing into the metadata."""
     metadata = project / "demo.egg-info"
     metadata.mkdir()
     monkeypatch.chdir(project)
-
-    with pytest.raises(LockfileError, match=f"{re.escape(str(lockfile_of(project)))} must list"):
+    with pytest.raises(LockfileError, match=match):
         _write_egg_lockfile(metadata)
     assert list(metadata.iterdir()) == []
 
@@ -862,13 +867,7 @@ def test_a_build_with_a_lock_no_install_can_read_fails_naming_it(
         path.mkdir()
     else:
         path.write_bytes(path.read_text().encode("utf-16"))
-    metadata = project / "demo.egg-info"
-    metadata.mkdir()
-    monkeypatch.chdir(project)
-
-    with pytest.raises(LockfileError, match=f"cannot ship {re.escape(str(path))}"):
-        _write_egg_lockfile(metadata)
-    assert list(metadata.iterdir()) == []
+    _refused_build(project, monkeypatch, f"cannot ship {re.escape(str(path))}")
 
 
 def test_the_lock_writer_a_build_runs_imports_nothing_heavy() -> None:
