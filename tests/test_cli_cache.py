@@ -719,8 +719,8 @@ def test_a_load_waiting_while_cache_clear_removes_its_version_loads_once_clear_i
     evict = admin._evict_unused
     loaders: list[subprocess.Popen[str]] = []
 
-    def evict_then_let_a_load_wait(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
-        removed = evict(cache, entry, force=force)
+    def evict_then_let_a_load_wait(entry: CacheEntry, *, force: bool) -> bool:
+        removed = evict(entry, force=force)
         loader = subprocess.Popen(
             [sys.executable, "-c", LOAD_SAYING_IT_WAITS],
             stdout=subprocess.PIPE,

@@ -83,7 +83,7 @@ def prune(cache: Cache, *, keep_locked: Lockfile | None = None, force: bool = Fa
         with _idle(cache, entry.path.parent) as idle:
             if not idle:
                 busy.append(entry.path.parent)
-            elif _evict_unused(cache, entry, force=force):
+            elif _evict_unused(entry, force=force):
                 removed.append((entry, why))
             else:
                 in_use.append(entry.path)
@@ -92,7 +92,7 @@ def prune(cache: Cache, *, keep_locked: Lockfile | None = None, force: bool = Fa
     return PruneReport(removed, stale, sorted({*busy, *busy_now}), in_use, files)
 
 
-def _evict_unused(cache: Cache, entry: CacheEntry, *, force: bool) -> bool:
+def _evict_unused(entry: CacheEntry, *, force: bool) -> bool:
     """Remove ``entry`` unless a running process uses it (or with ``force``); whether
     it was removed."""
     if force:
@@ -209,7 +209,7 @@ def clear(cache: Cache, *, force: bool = False) -> ClearReport:
             kept = False
             # Listed now, not before: an entry committed since is in use by its loader.
             for entry in entries_in(info, version_dir):
-                if _evict_unused(cache, entry, force=force):
+                if _evict_unused(entry, force=force):
                     removed.append(entry)
                 else:
                     in_use.append(entry.path)
