@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def stamp(path: str | Path) -> tuple[int, int]:
-    """The size and ``mtime_ns`` of a file, as a receipt records them."""
+def receipt_stamp(path: str | Path) -> tuple[int, int]:
+    """The size and ``mtime_ns`` of a file: its stamp as a receipt records it (the import
+    table stamps a file with more: see :func:`.imports.stamp`)."""
     st = os.stat(path, follow_symlinks=False)
     return st.st_size, st.st_mtime_ns
 
@@ -63,4 +64,4 @@ def bytecode_record(path: Path) -> tuple[int, int, str]:
     """What a receipt records of a ``.pyc`` file: its size, ``mtime_ns`` and sha256."""
     from .._network.hashing import sha256_file  # the cold path and the cache commands only
 
-    return (*stamp(path), sha256_file(path).hex())
+    return (*receipt_stamp(path), sha256_file(path).hex())

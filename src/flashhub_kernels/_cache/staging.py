@@ -31,7 +31,7 @@ from .._models.manifest import dump_json
 from .._utils.processes import another_process_alive, owner_suffix, this_host
 from .._variants.compat import pick_by_name
 from ..errors import CacheError
-from .bytecode import compile_bytecode, sources_to_compile, stamp
+from .bytecode import compile_bytecode, receipt_stamp, sources_to_compile
 from .layout import (
     PARTIAL_PREFIX,
     STAGING_PREFIX,
@@ -119,7 +119,7 @@ def seal(
     if document.signature is not None:
         (staging / MANIFEST_SIGNATURE_NAME).write_bytes(document.signature)
     # A string per file, not a Path: building one costs more than the stat.
-    stamps = {relpath: stamp(os.path.join(staging, relpath)) for relpath in sorted(listed)}
+    stamps = {relpath: receipt_stamp(os.path.join(staging, relpath)) for relpath in sorted(listed)}
     from .._models.kernel_metadata import load_requirements, read_kernel_metadata  # cold path
 
     requires = load_requirements(document.manifest.document)

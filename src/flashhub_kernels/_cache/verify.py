@@ -17,7 +17,7 @@ from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import verify_document
 from ..errors import ManifestError, SignatureError
-from .bytecode import compile_bytecode, stamp
+from .bytecode import compile_bytecode, receipt_stamp
 from .entries import CacheEntry
 from .layout import Cache
 from .mutex import download_mutex
@@ -128,9 +128,10 @@ def _restamp(entry: Path, receipt: Receipt) -> None:
     write_receipt(
         entry,
         receipt._replace(
-            files={path: stamp(entry / path) for path in receipt.files},
+            files={path: receipt_stamp(entry / path) for path in receipt.files},
             bytecode={
-                path: (*stamp(entry / path), digest) for path, (_s, _m, digest) in bytecode.items()
+                path: (*receipt_stamp(entry / path), digest)
+                for path, (_s, _m, digest) in bytecode.items()
             },
         ),
     )
