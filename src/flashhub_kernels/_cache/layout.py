@@ -185,9 +185,9 @@ class Cache:
         return self.version_dir(info) / variant
 
     def read_index(self, info: RepoInfo) -> VariantIndex | None:
-        return parse_index(self.index_document(info))
+        return parse_index(self.read_index_document(info))
 
-    def index_document(self, info: RepoInfo) -> dict[str, Any]:
+    def read_index_document(self, info: RepoInfo) -> dict[str, Any]:
         """The JSON object of the records of ``info``'s index this process chooses by,
         unparsed (see :func:`parse_index` and :func:`recorded_pick`); empty when there
         are none to read. :meth:`records` picks them from the file."""

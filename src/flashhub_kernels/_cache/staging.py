@@ -365,7 +365,7 @@ def _names(index: VariantIndex) -> tuple[bool, frozenset[str], frozenset[str]]:
 
 
 def index_document(index: VariantIndex) -> dict[str, Any]:
-    """The JSON document of ``variants-index.json``."""
+    """The JSON object of ``index``'s records, as :func:`~.layout.parse_index` reads it."""
     document: dict[str, Any] = {
         "complete": index.complete,
         "present": sorted(index.present),

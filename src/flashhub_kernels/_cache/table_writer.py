@@ -92,7 +92,7 @@ def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
     check_chain(cache.root, entry, shared=cache.shared)
     if receipt.changed_file(entry) is not None:
         return None
-    document = cache.index_document(info)
+    document = cache.read_index_document(info)
     judged = recorded_pick(document, this_system(key.backend).key) != variant
     read_from = device_inputs() if judged else None  # before the reading it stands for
     # A pick judged by the builds' metadata read that of the version's other entries too.
