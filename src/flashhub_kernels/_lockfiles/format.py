@@ -158,7 +158,7 @@ class Lockfile(Record):
     ) -> None:
         self._init(kernels, source, {} if dependencies is None else dependencies)
 
-    def entries(self) -> list[LockedKernel]:
+    def all_kernels(self) -> list[LockedKernel]:
         """Every locked kernel: those declared, then the dependencies, each in repo order."""
         declared = [self.kernels[repo_id] for repo_id in sorted(self.kernels)]
         return declared + [self.dependencies[info] for info in sorted(self.dependencies)]

@@ -108,7 +108,7 @@ def download_locked(
         return _cached_as_locked(cache, lock, system)
     results: list[LockedDownload] = []
     with remote(config) as fetcher:
-        for locked in lock.entries():
+        for locked in lock.all_kernels():
             results += _download_kernel(cache, fetcher, locked, system)
     return results
 
@@ -119,7 +119,7 @@ def _cached_as_locked(
     """Offline: the locked variants a download would fetch, all found in the cache with
     the locked content; else an :class:`OfflineError` naming those that are not."""
     results, missing = [], []
-    for locked in lock.entries():
+    for locked in lock.all_kernels():
         cached = cached_targets(cache, locked.info)
         variants = (
             sorted(locked.variants)

@@ -63,7 +63,7 @@ def _lock(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
         return EXIT_OK
-    for locked in lock.entries():
+    for locked in lock.all_kernels():
         wanted = locked.specifier or "any version"
         variants = count(len(locked.variants), "variant")
         probed = ", probed: no variants.json" if locked.probed else ""
