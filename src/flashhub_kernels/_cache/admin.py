@@ -26,7 +26,7 @@ from .layout import (
     TRASH_PREFIX,
     Cache,
 )
-from .mutex import hold_if_free, lock_mode
+from .mutex import hold_if_free, mutex_mode
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, unused
 from .verify import verify_entry
 from .versions_seen import VERSIONS_SEEN_NAME
@@ -232,10 +232,10 @@ def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
     Raises:
         CacheError: a lock cannot be taken (a read-only cache): not busy, unwritable.
     """
-    lock_files = sorted((version_dir / ".locks").glob("*.lock"))
+    mutex_files = sorted((version_dir / ".locks").glob("*.lock"))
     with contextlib.ExitStack() as held:
-        for lock_file in lock_files:
-            if not held.enter_context(hold_if_free(lock_file, lock_mode(cache))):
+        for mutex_file in mutex_files:
+            if not held.enter_context(hold_if_free(mutex_file, mutex_mode(cache))):
                 yield False
                 return
         yield True

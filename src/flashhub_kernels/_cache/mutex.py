@@ -50,18 +50,18 @@ def hold(
     mode: int = 0o600,
     remake: Callable[[], object] | None = None,
 ) -> Iterator[None]:
-    """Hold the exclusive lock ``path`` (created with ``mode``: see :func:`lock_mode`)
+    """Hold the mutex ``path`` (created with ``mode``: see :func:`mutex_mode`)
     for the ``with`` block.
 
-    ``what`` names what the lock protects, for the messages. After
+    ``what`` names what the mutex protects, for the messages. After
     :data:`WAIT_NOTICE_SECONDS` of waiting, one warning on the ``flashhub_kernels``
     logger says who waits for what. ``timeout`` (seconds, ``None`` for no limit) bounds
-    each wait. ``remake`` creates the lock's directory again where the process this one
+    each wait. ``remake`` creates the mutex's directory again where the process this one
     waited for removed it (``flashhub cache clear`` removes a version's directory,
     mutexes and all, while it holds them); then this one waits again.
 
     Raises:
-        CacheError: the wait timed out, or the lock could not be created or taken.
+        CacheError: the wait timed out, or the mutex could not be created or taken.
     """
     while True:
         try:
@@ -69,7 +69,7 @@ def hold(
             break
         except FileNotFoundError as exc:  # filelock does not create it again mid-wait
             if remake is None:
-                raise _lock_error(path, exc) from exc
+                raise _mutex_error(path, exc) from exc
             remake()
     try:
         yield
@@ -78,10 +78,10 @@ def hold(
 
 
 def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> FileLock:
-    """The lock ``path``, acquired as :func:`hold` says.
+    """The mutex ``path``, acquired as :func:`hold` says.
 
     Raises:
-        FileNotFoundError: the lock's directory was removed while this waited.
+        FileNotFoundError: the mutex's directory was removed while this waited.
         CacheError: as :func:`hold`.
     """
     from filelock import Timeout
@@ -105,18 +105,18 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise _lock_error(path, exc) from exc
+        raise _mutex_error(path, exc) from exc
     return lock
 
 
 @contextmanager
 def hold_if_free(path: Path, mode: int = 0o600) -> Iterator[bool]:
-    """Hold the exclusive lock ``path`` for the ``with`` block if no process holds it,
+    """Hold the mutex ``path`` for the ``with`` block if no process holds it,
     without waiting; yield whether it could.
 
     Raises:
-        CacheError: the lock cannot be taken: the cache cannot be written (read-only),
-            or its file system has no locks. That is not "busy", and is not told as such.
+        CacheError: the mutex cannot be taken: the cache cannot be written (read-only),
+            or its file system has no file locks. That is not "busy", and is not told as such.
     """
     from filelock import Timeout
 
@@ -127,14 +127,14 @@ def hold_if_free(path: Path, mode: int = 0o600) -> Iterator[bool]:
         yield False
         return
     except OSError as exc:
-        raise _lock_error(path, exc) from exc
+        raise _mutex_error(path, exc) from exc
     try:
         yield True
     finally:
         lock.release()
 
 
-def lock_mode(cache: Cache) -> int:
+def mutex_mode(cache: Cache) -> int:
     """The mode of a mutex file of ``cache``: the group's members of a cache it shares
     wait for each other, so they must open it for writing too."""
     return 0o660 if cache.shared else 0o600
@@ -144,11 +144,11 @@ def _file_lock(path: Path, mode: int) -> FileLock:
     from filelock import FileLock  # imports asyncio: the cold path pays, once
 
     if path.is_symlink():  # filelock refuses it too, with a bare ELOOP
-        raise _lock_error(path, OSError(errno.ELOOP, "the mutex file is a symlink"))
+        raise _mutex_error(path, OSError(errno.ELOOP, "the mutex file is a symlink"))
     return FileLock(path, mode=mode)
 
 
-def _lock_error(path: Path, exc: OSError) -> CacheError:
+def _mutex_error(path: Path, exc: OSError) -> CacheError:
     if exc.errno in _READ_ONLY:
         return CacheError.cannot_write(exc, path)
     reason = exc.strerror or str(exc)
@@ -169,7 +169,7 @@ def download_mutex(cache: Cache, info: RepoInfo, variant: str) -> AbstractContex
     locks = cache.version_dir(info) / ".locks"
     path = private_dir(cache, locks) / f"{variant}.lock"
     what = f"downloading {info} {variant}"
-    mode, remake = lock_mode(cache), lambda: private_dir(cache, locks)
+    mode, remake = mutex_mode(cache), lambda: private_dir(cache, locks)
     return hold(path, what=what, timeout=cache.lock_timeout, mode=mode, remake=remake)
 
 
@@ -184,7 +184,7 @@ def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
     locks = private_dir(cache, cache.root / ".locks" / info.org / info.name)
     path = locks / f"v{info.version}.lock"
     what = f"choosing the variant of {info}"
-    return hold(path, what=what, timeout=cache.lock_timeout, mode=lock_mode(cache))
+    return hold(path, what=what, timeout=cache.lock_timeout, mode=mutex_mode(cache))
 
 
 def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]:
@@ -197,4 +197,4 @@ def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]
     name = hashlib.sha256(os.fsencode(directory.resolve())).hexdigest()[:32]
     path = private_dir(cache, cache.root / ".locks" / "publish") / f"{name}.lock"
     what = f"publishing into {directory}"
-    return hold(path, what=what, timeout=cache.lock_timeout, mode=lock_mode(cache))
+    return hold(path, what=what, timeout=cache.lock_timeout, mode=mutex_mode(cache))

@@ -97,13 +97,13 @@ def _read(cache: Cache) -> dict[str, int] | None:
 def _record(cache: Cache, repo_id: str, version: int) -> None:
     """Raise the recorded version of ``repo_id`` to ``version``; a cache that cannot be
     written keeps its record (the load itself does not need it)."""
-    from .mutex import hold, lock_mode
+    from .mutex import hold, mutex_mode
 
     try:
         locks = private_dir(cache, cache.root / ".locks")
         mutex = locks / f"{VERSIONS_SEEN_NAME}.lock"
         with hold(
-            mutex, what=VERSIONS_SEEN_NAME, timeout=cache.lock_timeout, mode=lock_mode(cache)
+            mutex, what=VERSIONS_SEEN_NAME, timeout=cache.lock_timeout, mode=mutex_mode(cache)
         ):
             record = _read(cache) or {}  # again, under the lock: another process may have added
             if record.get(repo_id, 0) >= version:
