@@ -204,7 +204,7 @@ _DOWNLOAD_ALL_HINT = (
 )
 
 
-def cached_versions(cache: Cache, repo_id: str) -> list[int]:
+def indexed_versions(cache: Cache, repo_id: str) -> list[int]:
     """The versions of ``repo_id`` whose variant index the cache records, ascending."""
     repo_dir = cache.version_dir(RepoInfo(repo_id, 1)).parent
     versions = []

@@ -8,7 +8,7 @@ from pathlib import Path
 from .._cache.layout import Cache, VariantIndex
 from .._cache.receipt import read_receipt
 from .._constants import PYPROJECT_NAME
-from .._loading.offline import cached_versions
+from .._loading.offline import indexed_versions
 from .._utils.escaping import escape_controls
 from ..errors import OfflineError
 from .format import LOCKFILE_NAME, LockedKernel, Lockfile, read_lockfile
@@ -77,7 +77,7 @@ def _offline_lock_problems(
             )
     spec = parse_specifier(specifier)
     newer = [
-        v for v in cached_versions(cache, repo_id) if v > locked.version and spec.contains(str(v))
+        v for v in indexed_versions(cache, repo_id) if v > locked.version and spec.contains(str(v))
     ]
     if newer:
         problems.append(

@@ -158,10 +158,10 @@ def _all_versions(repo_id: str) -> list[int]:
     records."""
     config = get_config()
     if config.offline:
-        from .._loading.offline import cached_versions
+        from .._loading.offline import indexed_versions
         from ..errors import OfflineError
 
-        versions = cached_versions(local_cache(), repo_id)
+        versions = indexed_versions(local_cache(), repo_id)
         if not versions:
             raise OfflineError(
                 f"the cache records no version of {repo_id}, and FLASHHUB_OFFLINE is set",
