@@ -90,12 +90,14 @@ def lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
 
 
 def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
-    """The cache entry of a locked variant if :func:`cached_target` takes it; else why not."""
-    target, why = cached_target(cache, locked, variant)
+    """The cache entry of a locked variant if :func:`cached_kernel_dir` takes it; else why not."""
+    target, why = cached_kernel_dir(cache, locked, variant)
     return (None if target is None else target.entry), why
 
 
-def cached_target(cache: Cache, locked: LockedKernel, variant: str) -> tuple[KernelDir | None, str]:
+def cached_kernel_dir(
+    cache: Cache, locked: LockedKernel, variant: str
+) -> tuple[KernelDir | None, str]:
     """The kernel to import from the cache entry of a locked variant if the entry holds
     the locked bytes, vouched for as the lock says, and its manifest depends on no kernel
     the lock does not pin; else why not."""

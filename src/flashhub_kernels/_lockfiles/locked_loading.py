@@ -31,7 +31,7 @@ from .._variants.choice import cached_targets
 from .._variants.compat import pick_cached_variant
 from .._variants.named_system import target_system
 from ..errors import CacheError, LockfileError
-from .cache_check import cached_target, lock_index, locked_variant
+from .cache_check import cached_kernel_dir, lock_index, locked_variant
 from .discovery import StrPath, find_lockfile
 from .project import VARIANT_OPTIONS
 
@@ -122,7 +122,7 @@ def load_locked(
     }
     targets, missing = {}, []
     for node in tree:
-        target, why = cached_target(cache, node, variants[node.info])
+        target, why = cached_kernel_dir(cache, node, variants[node.info])
         if target is None:
             missing.append((node, why))
         else:
@@ -135,7 +135,7 @@ def load_locked(
 
         fetch_locked_variants(config, cache, [(node, variants[node.info]) for node, _ in missing])
         for node, _ in missing:
-            target, why = cached_target(cache, node, variants[node.info])
+            target, why = cached_kernel_dir(cache, node, variants[node.info])
             if target is None:
                 raise _not_loadable(locked, node, variants[node.info], why, download=download)
             targets[node.info] = target
