@@ -105,7 +105,7 @@ class ArchiveLoader(importlib._abc.Loader):
             return self._zip.get_code(_INIT)
         except zipimport.ZipImportError as exc:
             raise _broken(self.archive, f"holds no __init__.py at its root ({exc})") from exc
-        except OSError as exc:  # its directory states sizes its entries do not have
+        except OSError as exc:  # its directory states sizes its members do not have
             raise _broken(self.archive, f"is malformed ({exc})") from exc
 
     def get_source(self, fullname: str) -> str | None:
