@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NOBODY, needs_root
-from flashhub_kernels._config import Config
+from flashhub_kernels._config import Config, trusted_keys
 from flashhub_kernels._loading.api import configure
 from flashhub_kernels._signing.signing_keys import (
     SigningKey,
@@ -356,6 +356,34 @@ def test_pyproject_trusted_keys_are_a_list_or_one_string(
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(f"[project]\nname = 'app'\n[tool.flashhub]\ntrusted-keys = {value}\n")
     assert [k.key_id for k in read_trusted_keys(pyproject)] == expected
+
+
+def test_pyproject_trusted_keys_spelled_with_an_escape_are_read(tmp_path: Path) -> None:
+    # A quoted key spells the name with \\u (or \\U, \\x): the cheap check before the
+    # TOML parser must not take such a file for one that lists no keys.
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.flashhub]\n"trusted\\u002dkeys" = ["{KEY_A.public_line}"]\n'
+    )
+    assert [k.key_id for k in trusted_keys(tmp_path)] == [KEY_A.key_id]
+
+
+def test_a_pyproject_whose_backslashes_cannot_spell_trusted_keys_is_not_parsed(
+    tmp_path: Path,
+) -> None:
+    # Regexes and Windows paths in other tools' settings: on Python 3.10 without tomli,
+    # parsing such a file would fail every kernel load run in the project's directory.
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.ruff.lint]\nallowed = "^\\\\d+$"\n[tool.app]\npath = "C:\\\\Windows\\\\"\n'
+    )
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from flashhub_kernels._config import trusted_keys\n"
+        "print(trusted_keys(Path('.')), 'tomllib' in sys.modules)\n"
+    )
+    said = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert said.stdout.split() == ["()", "False"], said.stderr
 
 
 @pytest.mark.parametrize(

@@ -292,16 +292,16 @@ def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
 
 
 def _may_list_trusted_keys(path: Path) -> bool:
-    """Whether ``path`` can hold a ``trusted-keys`` key: it spells it, or has an escape
-    sequence, with which a quoted key can spell it too (``"trusted\\u002dkeys"``).
+    """Whether ``path`` can hold a ``trusted-keys`` key: it spells it, or has a ``\\u``,
+    ``\\U`` or ``\\x`` escape, the only ones a quoted key can spell it with.
 
-    Most projects' ``pyproject.toml`` has neither: every kernel load in their directory
-    then skips importing the TOML parser and the key parser."""
+    Most projects' ``pyproject.toml`` has none (a regex's ``\\d`` is none): every kernel
+    load in their directory skips the TOML parser (Python 3.10 may lack one) and the keys'."""
     try:
         data = path.read_bytes()
     except OSError:
         return True  # read_trusted_keys says what is wrong
-    return b"trusted-keys" in data or b"\\" in data
+    return b"trusted-keys" in data or any(e in data for e in (b"\\u", b"\\U", b"\\x"))
 
 
 def reset_config() -> None:

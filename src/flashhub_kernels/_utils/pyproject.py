@@ -35,6 +35,9 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
         keys = lookup(load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")
     except OSError as exc:
         raise ConfigError(f"cannot read the trusted keys in {path}: {exc}") from None
+    except LockfileError as exc:  # no TOML parser: Python 3.10 without tomli
+        message = f"cannot read the trusted keys in {path}: {exc.message}"
+        raise ConfigError(message, hint=exc.hint) from None
     except ValueError as exc:
         raise ConfigError(
             f"cannot read the trusted keys in {path}: the file {exc}",
