@@ -22,6 +22,8 @@ from conftest import run_python
 from flashhub_kernels._variants.probing import build_variant_name
 from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnServer, held, stall
+from support.cli_runner import flashhub
+from support.projects import write_project
 from support.trees import write_blob_kernel
 
 REPO = "acme/tensor-tricks"
@@ -63,9 +65,20 @@ def ctrl_c(
 ) -> tuple[str, str, float]:
     """Press Ctrl-C in ``process`` once ``once()`` has returned; its stdout, its stderr,
     and how long it took to end after. It is killed if the test fails before."""
+    return signalled(process, signal.SIGINT, once=once, timeout=timeout)
+
+
+def signalled(
+    process: subprocess.Popen[str],
+    signum: signal.Signals,
+    *,
+    once: Callable[[], object],
+    timeout: float = 15,
+) -> tuple[str, str, float]:
+    """Send ``signum`` to ``process`` once ``once()`` has returned, as :func:`ctrl_c` does."""
     try:
         once()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         start = time.monotonic()
         out, err = process.communicate(timeout=timeout)
         return out, err, time.monotonic() - start
@@ -407,3 +420,39 @@ def test_ctrl_c_in_flashhub_get_prints_the_message_only_and_exits_130(
     assert len(err.splitlines()) <= 2, err
     assert out == ""
     assert process.returncode == 130
+
+
+def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
+    big_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """``docker stop`` and Kubernetes stop a container with SIGTERM. Python's default ended
+    the command at once and kept nothing of the download (and, as a container's PID 1,
+    which the kernel sends no signal it has no handler for, did not end it at all)."""
+    (big_kernel.root / f"kernels/{REPO}/versions.json").write_text("[1]")
+    project = write_project(tmp_path / "project", {REPO: "==1"})
+    assert flashhub("lock", project).returncode == 0
+    reached = threading.Event()
+    big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
+    process = interruptible(
+        [sys.executable, "-m", "flashhub_kernels", "download", str(project)],
+        PYTHONWARNINGS="ignore",
+    )
+
+    def once_the_first_mib_is_on_disk() -> None:
+        assert reached.wait(60), "the child never reached the fault"
+        deadline = time.monotonic() + 10
+        while partial_size(cache_dir, "big.bin") < 1 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    out, err, _took = signalled(process, signal.SIGTERM, once=once_the_first_mib_is_on_disk)
+    assert process.returncode == 143, err  # 128 + SIGTERM, as a shell reports it
+    assert "Traceback" not in err and "kept" in err and len(err.splitlines()) == 1, err
+    assert out == ""
+    kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
+    assert kept.read_bytes() == BIG[: 1 << 20]
+
+    big_kernel.clear_log()
+    assert flashhub("download", project).stdout.startswith(f"downloaded {REPO}@v1 {VARIANT} ")
+    first = next(r for r in big_kernel.requests if r.path.endswith("big.bin"))
+    assert first.range == f"bytes={1 << 20}-"
+    assert flashhub("cache", "verify").returncode == 0

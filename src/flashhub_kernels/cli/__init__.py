@@ -9,8 +9,8 @@ module and ``flashhub get`` only the one it runs. Handlers import what they need
 publisher, the client, torch) when they run.
 
 Exit codes: 0 success, 1 failure (a :class:`~flashhub_kernels.errors.FlashhubError`,
-printed with its hint and no traceback), 2 usage error, 130 interrupted (Ctrl-C), 141
-stdout closed by its reader (``flashhub ... | head``).
+printed with its hint and no traceback), 2 usage error, 130 interrupted (Ctrl-C), 143
+stopped (SIGTERM), 141 stdout closed by its reader (``flashhub ... | head``).
 """
 
 from __future__ import annotations

@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, TextIO, TypedDict, TypeGuard, TypeVar
 
 from .._config import get_config
@@ -32,6 +35,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 # 128 + the signal, as a shell reports a command the signal ended.
 EXIT_INTERRUPTED = 130  # SIGINT: Ctrl-C
+EXIT_TERMINATED = 143  # SIGTERM: docker stop, Kubernetes
 EXIT_BROKEN_PIPE = 141  # SIGPIPE: the reader of stdout went away (`flashhub ... | head`)
 
 
@@ -357,8 +361,9 @@ def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
 def run(handler: Handler, args: argparse.Namespace) -> int:
     """Run ``handler`` with the settings its options give; print any error, with its hint
     and without a traceback, and return the exit code."""
+    sigterm = _SigtermInterrupts()
     try:
-        with warnings.catch_warnings():  # restores showwarning, for a caller in this process
+        with warnings.catch_warnings(), sigterm:  # restores showwarning, for a caller here
             warnings.showwarning = _print_warning
             apply_settings(args)
             code = handler(args)
@@ -366,7 +371,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
         return code
     except KeyboardInterrupt as exc:  # Ctrl-C: what the download says of it, no traceback
         print(escape_message(str(exc) or "interrupted"), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if sigterm.received else EXIT_INTERRUPTED
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
@@ -389,6 +394,29 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     except OSError as exc:
         print_error(str(exc), None)
         return EXIT_FAILURE
+
+
+class _SigtermInterrupts:
+    """For the block, SIGTERM (``docker stop``, Kubernetes) interrupts the command as
+    Ctrl-C does, so that a download keeps what arrived for the next run. Python's default
+    would end the process at once, keeping nothing; as a container's PID 1, which the
+    kernel sends no signal it has no handler for, it would not end it at all.
+
+    Only the main thread may set a handler: from another one, the default stays."""
+
+    received = False
+
+    def __enter__(self) -> None:
+        in_main = threading.current_thread() is threading.main_thread()
+        self._previous = signal.signal(signal.SIGTERM, self._interrupt) if in_main else None
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        raise KeyboardInterrupt
 
 
 def _unprintable_output(exc: ValueError) -> TypeGuard[UnicodeEncodeError]:
