@@ -9,7 +9,9 @@ commands are tested in test_cli_lock.py, the cache commands in test_cli_cache.py
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 import flashhub_kernels as fk
 from conftest import MakeCdn, assert_terminal_safe, run_python
 from flashhub_kernels._loading.version_info import _PARALLEL_HEADS
+from flashhub_kernels.cli import build_parser
 from support.cdn_server import CdnServer, drop_after, redirect
 from support.cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
 from support.machines import CPU_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
@@ -36,6 +39,7 @@ from support.trees import (
 )
 
 LOCAL = local_variant()
+DOCS = Path(__file__).parent.parent / "docs"
 
 
 # -- variants, info, get ------------------------------------------------------------------
@@ -411,6 +415,46 @@ def test_every_command_has_help(command: list[str]) -> None:
     result = flashhub(*command, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith(f"usage: flashhub {' '.join(command)}")
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The commands of ``parser`` by name, each once (an alias, ``cache ls``, left out)."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    names: dict[int, str] = {}
+    for name, sub in actions[0].choices.items() if actions else ():
+        names.setdefault(id(sub), name)  # its name comes before its aliases
+    return {name: actions[0].choices[name] for name in names.values()}
+
+
+def usage_options(command: str) -> set[str]:
+    """The long options the usage of ``flashhub COMMAND --help`` shows, but the two that
+    every command takes (``--help``, ``--verbose``)."""
+    usage = flashhub(*command.split(), "--help").stdout.split("\n\n")[0]
+    return set(re.findall(r"--[a-z][a-z-]*", usage)) - {"--help", "--verbose"}
+
+
+def test_docs_cli_md_names_every_option_of_every_command_and_no_other() -> None:
+    """The synopses of docs/cli.md (the headings, table rows and list items that quote
+    ``flashhub COMMAND ...``) name each option ``--help`` shows, and only those."""
+    text = re.sub(r"```.*?```", "", (DOCS / "cli.md").read_text(), flags=re.DOTALL)
+    synopses = [synopsis.split() for synopsis in re.findall(r"`flashhub ([^`]*)`", text)]
+    commands = [
+        f"{name} {action}".strip()
+        for name, parser in subcommands(build_parser()).items()
+        for action in subcommands(parser) or [""]
+    ]
+    gaps = {}
+    for command in commands:
+        words = command.split()
+        documented = {
+            option
+            for synopsis in synopses
+            if synopsis[: len(words)] == words
+            for option in re.findall(r"--[a-z][a-z-]*", " ".join(synopsis))
+        }
+        if documented != (shown := usage_options(command)):
+            gaps[command] = {"undocumented": shown - documented, "unknown": documented - shown}
+    assert gaps == {}
 
 
 @pytest.mark.parametrize(
