@@ -12,7 +12,8 @@ import sys
 import pytest
 
 import flashhub_kernels as fk
-from support.cdn_server import CdnServer, slowly
+from flashhub_kernels.errors import TransportError
+from support.cdn_server import CdnServer, drop_after, slowly
 from support.trees import kernel_files, write_blob_kernel
 
 REPO = "acme/tensor-tricks"
@@ -56,6 +57,26 @@ def test_a_slow_download_shows_total_percentage_and_time_left(
     assert re.search(r"\d+%\|", shown), shown  # the percentage
     assert re.search(r"<\d\d:\d\d", shown), shown  # the time left
     assert f"{REPO}@v1 {VARIANT}" in shown
+
+
+def test_a_bar_that_continues_a_kept_download_counts_the_kept_files_in_its_total(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest without sizes: the total is what the answers announce. The files an
+    interrupted load kept whole are not asked for again, and were left out of the total:
+    the bar ran past it, where tqdm shows neither the total nor the percentage."""
+    write_blob_kernel(cdn.root, BLOB)
+    cdn.inject(BLOB_PATH, *[drop_after(1 << 20)] * 12)  # each attempt gets nowhere
+    with pytest.raises(TransportError):
+        fk.get_kernel(REPO, version=1)  # keeps the small files whole, and 1 MiB of the blob
+    cdn.faults.clear()
+    cdn.inject(BLOB_PATH, slowly(1.6))  # the whole blob again, slowly enough for a bar
+    screen = Terminal()
+    stderr_to(screen, monkeypatch)
+    fk.get_kernel(REPO, version=1)
+    frames = [f for f in re.split("[\r\n]", screen.getvalue()) if f.startswith(REPO)]
+    assert frames, screen.getvalue()
+    assert all(re.search(rf"\d+%\|.*/{VARIANT_BYTES / 2**20:.2f}M", f) for f in frames), frames
 
 
 def test_no_bar_when_disabled(cdn: CdnServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,8 +87,9 @@ class HashingWriter:
     the manifest states it (it is then the limit too); mirrors :meth:`announce` the
     length of a body before reading it.
 
-    ``progress`` hears of every byte written (and taken back by :meth:`reset`), and of
-    the file's total once an answer announces it, when the manifest states no size.
+    ``progress`` hears of every byte written (and taken back by :meth:`reset`), and,
+    when the manifest states no size, of the file's total: the kept part's size, then
+    what an answer announces.
 
     With ``expected_size``, the disk space still missing is reserved before any byte is
     fetched (see ``.reserve``): a cache without room for the file is a
@@ -122,6 +123,9 @@ class HashingWriter:
             raise CacheError.cannot_write(exc, path) from exc
         if self.size:
             progress.advance(self.size)
+            if expected_size is None:  # part of the total, though no answer may announce it
+                progress.expect(self.size)
+                self._announced_total = self.size
 
     def _reserve(self) -> None:
         """Reserve the disk space the rest of a file of known size needs."""
