@@ -11,6 +11,7 @@ import json
 import os
 import pty
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -259,6 +260,39 @@ def test_cache_clear_asks_on_the_terminal_and_keeps_json_clean(
     document = json.loads(out)
     assert bool(document["removed"]) == removed
     assert (cache_dir / "kernels" / REPO / "v3" / UNIVERSAL).is_dir() != removed
+
+
+def test_ctrl_c_at_the_cache_clear_question_reports_it_on_a_line_of_its_own(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """The terminal's line was left open by the question: the interruption's message was
+    written onto it (``[y/N] ^Cinterrupted``), as Ctrl-D's newline is not."""
+    publish_tensor_tricks(cdn.root)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flashhub_kernels", "cache", "clear"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a shell's job
+    )
+    os.close(terminal)
+    try:
+        assert process.stderr is not None
+        asked = b""
+        while not asked.endswith(b"[y/N] "):
+            chunk = process.stderr.read1()
+            assert chunk, asked  # the command ended without asking
+            asked += chunk
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        os.close(controller)
+    assert process.returncode == 130
+    assert (asked + err).decode().endswith("[y/N] \ninterrupted\n"), asked + err
+    assert out == b""
+    assert (cache_dir / "kernels" / REPO / "v3" / UNIVERSAL).is_dir()
 
 
 # -- entries a load would refuse, hostile names, a download in progress ---------------------

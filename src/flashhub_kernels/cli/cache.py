@@ -363,10 +363,14 @@ def _print_cleared_json(cache: Cache, report: ClearReport) -> None:
 def _confirmed(question: str) -> bool:
     """Whether the user at the terminal answers ``question`` yes. Asked on stderr, as
     stdout may be a pipe or a ``--json`` document; end of input (Ctrl-D) is a no."""
-    print(question, end="", file=sys.stderr, flush=True)
-    answer = sys.stdin.readline()
+    try:
+        print(question, end="", file=sys.stderr, flush=True)
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # the terminal's line, left open by Ctrl-C
+        raise
     if not answer:
-        print(file=sys.stderr)  # the terminal's line, left open by Ctrl-D
+        print(file=sys.stderr)  # likewise by Ctrl-D
     return answer.strip().lower() in ("y", "yes")
 
 
