@@ -638,6 +638,21 @@ def test_cache_maintenance_on_a_cache_it_cannot_read_says_so_with_the_chmod(
     assert entry.is_dir()
 
 
+@pytest.mark.parametrize("command", [["list"], ["verify"], ["prune"], ["clear", "--yes"]])
+def test_cache_maintenance_on_a_file_in_place_of_the_cache_says_so(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A --cache-dir naming a file (a typo, a volume mounted at the wrong path) is no
+    empty cache: ``cache verify`` passed a CI job that checked nothing."""
+    not_a_cache = tmp_path / "cache.tar"
+    not_a_cache.write_bytes(b"not a directory")
+    result = flashhub("cache", *command, "--cache-dir", not_a_cache)
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.startswith(f"error: cannot write {not_a_cache}"), result.stderr
+    assert "Not a directory" in result.stderr and "Traceback" not in result.stderr
+    assert not_a_cache.read_bytes() == b"not a directory"
+
+
 def test_a_read_only_copy_that_lost_its_modification_times_says_why_it_is_not_used(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:

@@ -115,13 +115,14 @@ def foreign_dirs(cache: Cache) -> list[Path]:
 
 def check_readable(cache: Cache) -> None:
     """Raise :func:`~.trust.unreadable`'s :class:`CacheError` for the first directory of
-    ``kernels/<org>/<pkg>/v<N>`` that this user may not list: a cache another user made
-    private, which the maintenance commands would otherwise fail on with a bare errno,
-    or pass over as empty."""
+    ``kernels/<org>/<pkg>/v<N>`` that this user may not list (a cache another user made
+    private), or that a file stands in place of (a cache directory naming a file), which
+    the maintenance commands would otherwise fail on with a bare errno, or pass over as
+    empty."""
     kernels = cache.root / "kernels"
 
     def refuse(exc: OSError) -> None:
-        if isinstance(exc, PermissionError):
+        if isinstance(exc, PermissionError | NotADirectoryError):
             raise unreadable(Path(str(exc.filename)), exc) from exc
 
     for directory, dirs, _files in os.walk(kernels, onerror=refuse):
