@@ -11,7 +11,9 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
+from support.cdn_server import CdnServer
 from support.gpu_stand_in import context_requests, gpu_machine_env
+from support.trees import write_kernel
 
 NAMES_0_1_2 = [
     "configure",
@@ -211,6 +213,42 @@ def test_get_config_has_the_0_1_2_settings(monkeypatch: pytest.MonkeyPatch) -> N
     assert config.prefix == "kernels"
     fk.configure(cdn_url="http://other.example")
     assert fk.get_config().cdn_url == "http://other.example"
+
+
+def test_what_0_1_2_raised_as_a_value_error_is_caught_as_one(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """0.1.2 raised ``ValueError`` when no build fits, when a file does not match its
+    digest, and for a malformed variants.json or metadata.json: its fallbacks still run."""
+    never_fits = "torch212-cxx11-cu126-x86_64-linux"  # an older torch's build
+    write_kernel(cdn.root, "acme/no-fit", 1, [never_fits])
+    [variant] = write_kernel(cdn.root, "acme/tampered", 1)
+    ran = tmp_path / "ran"
+    init = cdn.root / f"kernels/acme/tampered/v1/build/{variant}/tampered/__init__.py"
+    init.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    write_kernel(cdn.root, "acme/not-a-list", 1)
+    (cdn.root / "kernels/acme/not-a-list/v1/variants.json").write_text('{"a": 1}')
+    write_kernel(cdn.root, "acme/no-digest", 1)
+    (cdn.root / f"kernels/acme/no-digest/v1/build/{variant}/metadata.json").write_text("{}")
+    code = """
+        from flashhub_kernels import get_kernel
+        for repo in ("acme/no-fit", "acme/tampered", "acme/not-a-list", "acme/no-digest"):
+            try:
+                get_kernel(repo, version=1)
+            except ValueError as e:
+                print(repo, type(e).__name__)
+    """
+
+    caught = run_python(textwrap.dedent(code)).split("\n")
+
+    assert caught == [
+        "acme/no-fit NoCompatibleVariantError",
+        "acme/tampered IntegrityError",
+        "acme/not-a-list ManifestError",
+        "acme/no-digest ManifestError",
+        "",
+    ]
+    assert not ran.exists()
 
 
 def test_repo_info() -> None:

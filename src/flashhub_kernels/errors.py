@@ -68,8 +68,9 @@ class LocalKernelNotFoundError(FlashhubError, FileNotFoundError):
     as in Hugging Face kernels, not an ``ImportError`` (no class is both), from imports too."""
 
 
-class NoCompatibleVariantError(KernelImportError):
-    """The kernel is published, but no build fits this system."""
+class NoCompatibleVariantError(KernelImportError, ValueError):
+    """The kernel is published, but no build fits this system. Also a ``ValueError``, as
+    the 0.1.2 release raised for it."""
 
 
 class BackendUnavailableError(KernelImportError, ValueError):
@@ -79,9 +80,10 @@ class BackendUnavailableError(KernelImportError, ValueError):
     Hugging Face kernels raises for it."""
 
 
-class IntegrityError(KernelImportError):
+class IntegrityError(KernelImportError, ValueError):
     """Downloaded or cached bytes do not match the manifest, the manifest is unsafe, or a
-    native library it lists is cut short (loading it would crash the process)."""
+    native library it lists is cut short (loading it would crash the process). Also a
+    ``ValueError``, as the 0.1.2 release raised for a digest or a manifest that failed."""
 
 
 class ManifestError(IntegrityError):
