@@ -480,11 +480,18 @@ def test_bad_usage_exits_2(args: list[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_flashhub_kernel_load_keeps_working(cdn: CdnServer) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        [str(Path(sys.executable).with_name("flashhub-kernel-load"))],  # as installed
+        [sys.executable, "-m", "flashhub_kernels.cli"],  # as 0.1.2 also ran it
+    ],
+    ids=["console-script", "python-m"],
+)
+def test_flashhub_kernel_load_keeps_working(cdn: CdnServer, command: list[str]) -> None:
     publish_tensor_tricks(cdn.root)
-    script = Path(sys.executable).with_name("flashhub-kernel-load")
-    result = subprocess.run(  # a real process: the console script as installed
-        [script, REPO, "--version", "2"], capture_output=True, text=True, timeout=120
+    result = subprocess.run(  # a real process
+        [*command, REPO, "--version", "2"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"loaded {REPO} v2 as flashhub.acme.tensor_tricks.v2\n"
