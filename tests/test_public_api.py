@@ -58,6 +58,15 @@ def test_the_0_1_2_modules_import_by_their_paths() -> None:
     run_python(textwrap.dedent(code), fresh=True)
 
 
+def test_a_device_prints_as_its_type_as_in_0_1_2() -> None:
+    # 0.1.2 code passes str(device) where a device name goes (torch.device, logs, keys).
+    device = fk.Device("cuda", fk.CUDAProperties(75, 90))
+    assert (str(device), f"{device}") == ("cuda", "cuda")
+    assert repr(device) == (
+        "Device(type='cuda', properties=CUDAProperties(min_capability=75, max_capability=90))"
+    )
+
+
 # What Hugging Face kernels 0.19.1 adds to the loading API: Metadata, and check_arch= on
 # each function and layer or function repository that loads a kernel.
 CHECK_ARCH_TAKERS = [

@@ -79,6 +79,10 @@ class Device(Record):
         _check_device(type, properties)
         self._init(type, properties)
 
+    def __str__(self) -> str:
+        """The device type (``"cuda"``), as the 0.1.2 release printed a ``Device``."""
+        return self.type
+
     def matches(self, capability: int | None) -> bool:
         """Whether this entry applies to a device of its type with ``capability``."""
         if self.properties is None:
