@@ -208,10 +208,18 @@ def test_a_repo_in_the_org_local_kernels_are_named_under_is_refused(cdn: CdnServ
 
 
 def test_get_local_kernel_of_a_path_that_does_not_exist_says_so(tmp_path: Path) -> None:
-    missing = tmp_path / "nowhere"
-    with pytest.raises(KernelNotFoundError) as info:
-        fk.get_local_kernel(missing)
-    assert f"{missing} does not exist" in str(info.value)
+    # A FileNotFoundError, as 0.1.2 and Hugging Face kernels raise: their callers catch it.
+    missing = tmp_path / "no-such-kernel"
+    code = f"""
+from flashhub_kernels import get_local_kernel
+try:
+    get_local_kernel({str(missing)!r})
+except FileNotFoundError as e:
+    print(type(e).__name__, e)
+"""
+    caught = run_python(code)
+    assert caught.startswith(f"LocalKernelNotFoundError {missing} does not exist")
+    assert "hint: pass the directory of a kernel repo" in caught
 
 
 def test_a_local_metadata_json_nested_too_deeply_is_an_import_error_naming_it(

@@ -7,7 +7,8 @@ same with the ``flashhub`` command's options (``--version N``), which the comman
 
 Errors raised while importing a kernel (``import flashhub....`` or ``get_kernel``) are also
 :class:`ImportError` subclasses, so code that guards an optional kernel with ``except
-ImportError`` keeps working; all but :class:`LocalKernelNotFoundError`, a setting's mistake.
+ImportError`` keeps working; all but :class:`LocalKernelNotFoundError`, a local directory
+that does not exist.
 
 Malformed arguments (a bad repo id, ``version=0``) raise the built-in :class:`ValueError`
 before any I/O, as Python code expects. A malformed setting (a ``FLASHHUB_*`` variable, a
@@ -64,8 +65,9 @@ class VersionNotFoundError(KernelNotFoundError, ValueError):
 
 
 class LocalKernelNotFoundError(FlashhubError, FileNotFoundError):
-    """``LOCAL_KERNELS`` maps a repo to a directory that does not exist: a ``FileNotFoundError``
-    as in Hugging Face kernels, not an ``ImportError`` (no class is both), from imports too."""
+    """``LOCAL_KERNELS`` maps a repo to a directory that does not exist, or
+    ``get_local_kernel`` was given one: a ``FileNotFoundError`` as in Hugging Face kernels
+    and the 0.1.2 release, not an ``ImportError`` (no class is both), from imports too."""
 
 
 class NoCompatibleVariantError(KernelImportError, ValueError):

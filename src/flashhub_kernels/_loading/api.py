@@ -339,6 +339,7 @@ def get_local_kernel(
         ValueError: ``backend`` or ``user_agent`` is malformed, or ``backend`` is one this
             machine cannot select.
         TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
+        LocalKernelNotFoundError: ``repo_path`` does not exist (a ``FileNotFoundError``).
         KernelNotFoundError: ``repo_path`` holds no such package, several packages
             without one named, or no variant that fits.
     """

@@ -45,11 +45,12 @@ def find_local_package(
     ``None`` when ``path`` already is a variant or package directory.
 
     Raises:
+        LocalKernelNotFoundError: ``path`` does not exist.
         KernelNotFoundError: ``path`` holds no package, several without one named, or
             no variant that fits.
     """
     if not path.exists():
-        raise KernelNotFoundError(
+        raise LocalKernelNotFoundError(
             f"{path} does not exist",
             hint="pass the directory of a kernel repo (holding build/<variant>/<py_pkg>/), "
             "of one variant, or of the package itself",
