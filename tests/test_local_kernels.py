@@ -15,7 +15,12 @@ from torch import nn
 import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels._loading.local import parse_local_kernels
-from flashhub_kernels.errors import KernelNotFoundError, LocalKernelNotFoundError, ManifestError
+from flashhub_kernels.errors import (
+    KernelNotFoundError,
+    LocalKernelNotFoundError,
+    ManifestError,
+    NoCompatibleVariantError,
+)
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
 from support.cdn_server import CdnServer
 from support.trees import kernel_files, local_variant, write_kernel
@@ -220,6 +225,23 @@ except FileNotFoundError as e:
     caught = run_python(code)
     assert caught.startswith(f"LocalKernelNotFoundError {missing} does not exist")
     assert "hint: pass the directory of a kernel repo" in caught
+
+
+def test_a_local_repo_whose_builds_do_not_fit_says_so_with_each_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_cuda = "torch212-cxx11-cu126-x86_64-linux"  # an older torch's build: never this one
+    repo = write_build(tmp_path / "dev", "tensor_tricks", [only_cuda])
+    with pytest.raises(NoCompatibleVariantError) as info:
+        fk.get_local_kernel(repo)
+    message = str(info.value)
+    assert f"no build in {repo / 'build'} fits this system" in message
+    assert f"- {only_cuda}: " in message and "no kernel package found" not in message
+    assert f"build the kernel for this system ({local_variant()}" in message
+
+    monkeypatch.setenv("LOCAL_KERNELS", f"{REPO}={repo}")
+    with pytest.raises(NoCompatibleVariantError, match=f"LOCAL_KERNELS maps {REPO} to {repo}"):
+        fk.get_kernel(REPO, version=1)
 
 
 def test_a_local_metadata_json_nested_too_deeply_is_an_import_error_naming_it(

@@ -457,7 +457,7 @@ def has_kernel(
     if repo_id in local_kernels():
         try:
             local_override([RepoInfo(repo_id, version or 1)], backend, check_arch=check_arch)
-        except (KernelNotFoundError, LocalKernelNotFoundError):
+        except (KernelNotFoundError, LocalKernelNotFoundError, NoCompatibleVariantError):
             return False
         return True
     config = get_config()

@@ -20,8 +20,20 @@ from .._models.names import RepoInfo, parse_repo_id
 from .._variants.compat import BuildTarget, read_target
 from .._variants.grammar import is_variant_name
 from .._variants.named_system import target_system
-from .._variants.verdicts import best_variant, judge_builds, judge_variants
-from ..errors import ConfigError, KernelNotFoundError, LocalKernelNotFoundError
+from .._variants.probing import build_variant_name
+from .._variants.verdicts import (
+    best_variant,
+    describe_system,
+    format_trace,
+    judge_builds,
+    judge_variants,
+)
+from ..errors import (
+    ConfigError,
+    KernelNotFoundError,
+    LocalKernelNotFoundError,
+    NoCompatibleVariantError,
+)
 
 if TYPE_CHECKING:
     from .._variants.compat import TargetOf
@@ -46,8 +58,8 @@ def find_local_package(
 
     Raises:
         LocalKernelNotFoundError: ``path`` does not exist.
-        KernelNotFoundError: ``path`` holds no package, several without one named, or
-            no variant that fits.
+        NoCompatibleVariantError: ``path`` holds builds, and none fits this system.
+        KernelNotFoundError: ``path`` holds no package, or several without one named.
     """
     if not path.exists():
         raise LocalKernelNotFoundError(
@@ -84,6 +96,14 @@ def find_local_package(
         return KernelDir(found.package_dir, variant=chosen)
     if package_name is not None and len(packages) == 1:  # the name is only needed to choose
         return KernelDir(packages[0])
+    builds = [name for name in variants if is_variant_name(name)]
+    if builds:
+        raise NoCompatibleVariantError(
+            f"no build in {base} fits this system ({describe_system(system)}):\n"
+            f"{format_trace(verdicts)}",
+            hint=f"build the kernel for this system ({build_variant_name(system)}, or "
+            "torch-universal), or point at a directory holding such a build",
+        )
     raise _no_package_error(path, packages, package_name)
 
 
@@ -195,8 +215,8 @@ def _find_override(repo_id: str, path: Path, backend: str | None, check_arch: bo
         )
     try:
         return find_local_package(path, backend, check_arch=check_arch)
-    except KernelNotFoundError as exc:
-        raise KernelNotFoundError(
+    except (KernelNotFoundError, NoCompatibleVariantError) as exc:
+        raise type(exc)(
             f"{LOCAL_KERNELS_VAR} maps {repo_id} to {path}, but {exc.message}",
             hint=f"{exc.hint}; or {remedy}",
         ) from None
