@@ -508,6 +508,16 @@ def test_flashhub_kernel_load_has_prints_as_0_1_2_did(
     assert (result.returncode, result.stdout) == (0, line + "\n"), result.stderr
 
 
+@pytest.mark.parametrize("option", ["--cdn-url", "--prefix"])
+def test_flashhub_kernel_load_takes_an_empty_option_as_left_out_as_0_1_2_did(
+    cdn: CdnServer, option: str
+) -> None:
+    # A script passing "$VAR" unset: 0.1.2 fell back to the environment's setting.
+    publish_tensor_tricks(cdn.root)
+    result = flashhub_kernel_load(REPO, "--version", "2", "--has", option, "")
+    assert (result.returncode, result.stdout) == (0, f"{REPO} v2: True\n"), result.stderr
+
+
 def test_kernel_load_usage_errors() -> None:
     no_version = flashhub_kernel_load("acme/my-kern")
     assert no_version.returncode == 2

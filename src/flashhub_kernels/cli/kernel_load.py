@@ -63,4 +63,9 @@ def kernel_load_main(argv: list[str] | None = None) -> int:
         return args
     if args.version is None and not args.has:
         return usage_error(parser, "--version N is required to load a kernel (or pass --has)")
+    # As in 0.1.2, an empty value is the option left out (scripts pass "$PREFIX" unset), as
+    # an empty --cache-dir already is.
+    for setting in ("cdn_url", "cdn_prefix"):
+        if getattr(args, setting) == "":
+            setattr(args, setting, None)
     return run(_kernel_load, args)
