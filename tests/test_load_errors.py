@@ -8,26 +8,43 @@ that nothing else was touched.
 from __future__ import annotations
 
 import importlib
+import inspect
+import json
 import os
+import pickle
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import flashhub_kernels as fk
-from conftest import import_in_child
+from conftest import import_in_child, run_python
+from flashhub_kernels import errors
+from flashhub_kernels._lockfiles.pinning import lock_project
+from flashhub_kernels._publish.publisher import VersionTakenError
 from flashhub_kernels.errors import (
     CacheError,
     ConfigError,
     FlashhubError,
+    IntegrityError,
     KernelImportError,
+    LockMismatchError,
+    MissingPythonDependencyError,
     NoCompatibleVariantError,
+    OfflineError,
     TransportError,
 )
 from support import cli_runner  # not its flashhub(): an import statement here binds that name
 from support.cdn_server import CdnServer, raw_redirect, redirect
-from support.trees import local_variant, write_kernel
+from support.projects import (
+    change_published_file,
+    lockfile_of,
+    publish_tensor_tricks,
+    write_project,
+)
+from support.trees import b64sha256, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 MODULE = "flashhub.acme.tensor_tricks.v1"
@@ -290,3 +307,107 @@ def test_reload_after_the_cache_was_removed_offline_is_an_offline_error(
 def test_no_compatible_variant_is_an_import_error(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1, ["torch212-cxx11-cu126-x86_64-linux"])
     load_error(NoCompatibleVariantError)
+
+
+# -- an error sent back from a worker process -------------------------------------------------
+
+# A load that fails in a worker of a process pool (or a DataLoader's) is pickled back to the
+# program; the program then sees what the same load raises in its own process.
+IN_A_WORKER_AND_HERE = """
+import concurrent.futures, functools, json
+import flashhub_kernels as fk
+
+def described(error):
+    kind = type(error)
+    return [kind.__module__, kind.__qualname__, str(error), error.args, vars(error), error.name]
+
+load = functools.partial({arguments})
+with concurrent.futures.ProcessPoolExecutor(1) as pool:
+    remote = pool.submit(load).exception()
+try:
+    load()
+except Exception as local:
+    print(json.dumps([described(remote), described(local)]))
+"""
+GET = f"fk.get_kernel, {REPO!r}, version=1"  # the arguments of the partial that loads
+
+
+def _missing_file(cdn: CdnServer, tmp_path: Path) -> str:
+    write_kernel(cdn.root, REPO, 1)
+    (cdn.root / OPS).unlink()
+    return GET
+
+
+def _tampered_file(cdn: CdnServer, tmp_path: Path) -> str:
+    write_kernel(cdn.root, REPO, 1)
+    (cdn.root / OPS).write_text("print('not the published code')\n")
+    return GET
+
+
+def _missing_python_dependency(cdn: CdnServer, tmp_path: Path) -> str:
+    files = kernel_files("tensor_tricks", "needs a package")
+    digests = {path: b64sha256(data) for path, data in files.items()}
+    manifest = {"digest": {"files": digests}, "python-depends": ["flashhub-no-such-package"]}
+    write_variant(cdn.root, REPO, 1, LOCAL, files, manifest=manifest)
+    return GET
+
+
+def _changed_after_locking(cdn: CdnServer, tmp_path: Path) -> str:
+    publish_tensor_tricks(cdn.root)
+    project = write_project(tmp_path / "project", {REPO: ">=1,<3"})
+    lock_project(project)
+    change_published_file(cdn.root, 2, LOCAL)
+    return f"fk.get_locked_kernel, {REPO!r}, lockfile={str(lockfile_of(project))!r}"
+
+
+@pytest.mark.parametrize(
+    ("arrange", "expected", "offline"),
+    [
+        (_missing_file, TransportError, False),
+        (_tampered_file, IntegrityError, False),
+        (_missing_file, OfflineError, True),
+        (_missing_python_dependency, MissingPythonDependencyError, False),
+        (_changed_after_locking, LockMismatchError, False),
+    ],
+    ids=["not-found", "tampered", "offline", "missing-dependency", "lock-mismatch"],
+)
+def test_a_load_error_in_a_worker_process_reaches_the_program_whole(
+    cdn: CdnServer,
+    tmp_path: Path,
+    arrange: Callable[[CdnServer, Path], str],
+    expected: type[FlashhubError],
+    offline: bool,
+) -> None:
+    code = IN_A_WORKER_AND_HERE.format(arguments=arrange(cdn, tmp_path))
+    env = {"FLASHHUB_OFFLINE": "1"} if offline else {}
+
+    remote, local = json.loads(run_python(code, env=env))
+
+    assert remote == local
+    assert remote[:2] == [expected.__module__, expected.__qualname__]
+
+
+def _made_with_its_required_arguments(kind: type[FlashhubError]) -> FlashhubError:
+    parameters = list(inspect.signature(kind.__init__).parameters.values())[2:]
+    required = {p.name: "x" for p in parameters if p.default is inspect.Parameter.empty}
+    optional = {p.name: f"{p.name} \x1b[31m" for p in parameters if p.name in {"hint", "name"}}
+    return kind("went \x1b[2J wrong", **{**optional, **required})
+
+
+PUBLIC_ERRORS = [
+    kind
+    for kind in vars(errors).values()
+    if isinstance(kind, type) and issubclass(kind, FlashhubError)
+] + [VersionTakenError]
+
+
+@pytest.mark.parametrize("kind", PUBLIC_ERRORS, ids=lambda kind: kind.__name__)
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_every_error_survives_pickling(kind: type[FlashhubError], protocol: int) -> None:
+    error = _made_with_its_required_arguments(kind)
+
+    copy = pickle.loads(pickle.dumps(error, protocol))
+
+    assert type(copy) is kind
+    assert (str(copy), copy.args, vars(copy)) == (str(error), error.args, vars(error))
+    assert getattr(copy, "name", None) == getattr(error, "name", None)

@@ -37,6 +37,12 @@ class FlashhubError(Exception):
         text = f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
         super().__init__(text)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Unpickled without __init__, whose keyword arguments the message does not hold:
+        # an error raised in a worker process reaches its parent whole.
+        _, args, state = super().__reduce__()  # type: ignore[str-unpack]  # a tuple here
+        return type(self).__new__, (type(self),), {**state, "args": args}  # type: ignore[dict-item]
+
 
 class KernelImportError(FlashhubError, ImportError):
     """A kernel could not be imported. Base of the errors a kernel import raises."""
