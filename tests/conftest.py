@@ -140,6 +140,24 @@ def run_python(
     return result.stdout
 
 
+# Offline, has_kernel then get_kernel in a new process: what each returns, or raises.
+HAS_THEN_GET = """
+import flashhub_kernels as fk
+for ask in (fk.has_kernel, fk.get_kernel):
+    try:
+        print(type(ask({repo!r}, version={version})).__name__)
+    except Exception as error:
+        print(type(error).__name__)
+"""
+
+
+def has_then_get(repo: str, version: int, env: dict[str, str] | None = None) -> list[str]:
+    """What ``has_kernel`` and ``get_kernel`` of ``repo`` at ``version`` give offline, in a
+    new process (with ``env`` set too)."""
+    code = HAS_THEN_GET.format(repo=repo, version=version)
+    return run_python(code, env={**(env or {}), "FLASHHUB_OFFLINE": "1"}).split()
+
+
 def device_capability() -> tuple[int, int]:
     """The compute capability of GPU 0 as torch reads it, asked in a child process (CUDA
     initialized in a pytest worker would break the tests that fork after it there)."""

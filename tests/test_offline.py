@@ -9,13 +9,15 @@ lock file) are tested in test_cli.py and test_cli_lock.py.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 import flashhub_kernels as fk
-from conftest import run_python
+from conftest import has_then_get, run_python
 from flashhub_kernels.errors import OfflineError
 from support.cdn_server import CdnServer
-from support.projects import CUDA, REPO, UNIVERSAL, publish_tensor_tricks
+from support.projects import CUDA, REPO, UNIVERSAL, entry, publish_tensor_tricks
 from support.trees import local_variant, write_kernel
 
 LOCAL = local_variant()
@@ -58,6 +60,19 @@ def test_a_probed_version_answers_what_its_probe_learnt(
     assert fk.has_kernel(REPO, version=1)
     with pytest.raises(OfflineError, match="every variant this system could load"):
         fk.get_kernel_variants(REPO, version=1)
+    assert cdn.requests == []
+
+
+def test_has_kernel_offline_is_false_or_raises_as_get_kernel_does(cdn: CdnServer) -> None:
+    publish_tensor_tricks(cdn.root)
+    run_python(f"import flashhub_kernels as fk; fk.get_kernel({REPO!r}, version=2)")
+    assert has_then_get(REPO, 2) == ["bool", "module"]
+    (entry(2, LOCAL) / "tensor_tricks" / "_ops.py").write_text("changed = True\n")
+    assert has_then_get(REPO, 2) == ["IntegrityError", "IntegrityError"]
+    shutil.rmtree(entry(2, LOCAL))  # the list of its variants stays recorded
+    cdn.clear_log()
+
+    assert has_then_get(REPO, 2) == ["OfflineError", "OfflineError"]
     assert cdn.requests == []
 
 

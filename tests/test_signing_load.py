@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLANTED, MakeCdn, MakeProject, run_python
+from conftest import PLANTED, MakeCdn, MakeProject, has_then_get, run_python
 from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel, load_kernel
 from flashhub_kernels._config import get_config, reset_config
 from flashhub_kernels._lockfiles.format import read_lockfile
@@ -697,6 +697,20 @@ def test_an_entry_cached_before_keys_is_refused_offline(
     forget_kernels()
     cdn.clear_log()
     assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{LOCAL}"
+    assert cdn.requests == []
+
+
+def test_has_kernel_offline_refuses_an_entry_cached_before_keys_as_the_load_does(
+    cdn: CdnServer, keys: Keys
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    run_python(IMPORT_V1)  # no keys yet
+    cdn.clear_log()
+
+    trusting = {TRUSTED: key.public_line}
+    assert has_then_get(REPO, 1, env=trusting) == ["SignatureError", "SignatureError"]
     assert cdn.requests == []
 
 

@@ -442,13 +442,19 @@ def has_kernel(
     builds whose device archs lack this device, as :func:`get_kernel` then loads them.
 
     With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
-    or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot. For a
+    or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot; a variant
+    that fits but that an offline load refuses raises what that load raises. For a
     repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
     ``trust_remote_code`` as for :func:`get_kernel`.
     """
     from .._variants.named_system import target_system
     from .._variants.verdicts import VariantAccepted
-    from ..errors import KernelNotFoundError, LocalKernelNotFoundError, NoCompatibleVariantError
+    from ..errors import (
+        KernelNotFoundError,
+        LocalKernelNotFoundError,
+        NoCompatibleVariantError,
+        OfflineError,
+    )
     from .local import local_kernels, local_override  # LOCAL_KERNELS, read on every call
 
     check_trust_remote_code(trust_remote_code)
@@ -464,10 +470,17 @@ def has_kernel(
     target = target_system(backend, check_arch=check_arch)
     if config.offline:
         from .._cache.layout import Cache
+        from .._cache.obtain import obtain_kernel
         from .offline import has_variant
 
         info = _offline_info(repo_id, version)
-        return has_variant(Cache.from_config(config), info, target)
+        try:
+            obtain_kernel([info], config=config, system=target)  # what an offline load finds
+        except OfflineError:
+            if not has_variant(Cache.from_config(config), info, target):
+                return False
+            raise
+        return True
     try:
         verdicts = _judged(repo_id, version, target)
     except (KernelNotFoundError, NoCompatibleVariantError):
