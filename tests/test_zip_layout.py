@@ -24,6 +24,7 @@ import sysconfig
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -316,6 +317,44 @@ def test_an_archive_whose_directory_disagrees_with_its_entries_is_an_import_erro
         fk.get_kernel(REPO, version=1)
     assert ARCHIVE in raised.value.message and raised.value.hint
     assert MODULE not in sys.modules
+
+
+def _nth_header(archive: bytearray, signature: bytes, name: str) -> int:
+    """Where the ``signature`` header (local or central) of entry ``name`` starts."""
+    at = -1
+    for _ in range(list(package_files("x")).index(name) + 1):
+        at = archive.find(signature, at + 1)
+    return at
+
+
+def _lying_size(archive: bytearray) -> None:  # the directory states a size it does not have
+    struct.pack_into(
+        "<II", archive, _nth_header(archive, b"PK\x01\x02", "helpers.py") + 20, *[1 << 30] * 2
+    )
+
+
+def _broken_header(archive: bytearray) -> None:  # its local header is not one
+    at = _nth_header(archive, b"PK\x03\x04", "helpers.py")
+    archive[at : at + 4] = b"XXXX"
+
+
+@pytest.mark.parametrize("damage", [_lying_size, _broken_header], ids=["size", "header"])
+def test_a_submodule_the_archive_cannot_give_is_an_import_error_naming_it(
+    cdn: CdnServer, damage: Callable[[bytearray], None]
+) -> None:
+    # Listed with its true digest: the __init__.py entry is sound, helpers.py's is not.
+    archive = bytearray(archive_bytes(package_files("damaged")))
+    damage(archive)
+    digests = {ARCHIVE: b64sha256(archive)}
+    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+
+    raised, printed = import_in_child(MODULE)
+
+    assert raised is KernelImportError
+    last = printed.splitlines()[-2]
+    assert ARCHIVE in last and f"an entry for {MODULE}.helpers that cannot be read" in last
+    assert "hint: report it to the kernel's publisher" in printed.splitlines()[-1]
 
 
 # -- publishing: flashhub publish --layout zip ----------------------------------------------

@@ -32,6 +32,7 @@ import importlib._abc
 import os
 import sys
 import zipimport
+import zlib
 
 TYPE_CHECKING = False  # not typing's: a warm load of a zip build imports this module
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def exec_archive(module: ModuleType, archive: Path) -> None:
     assert spec is not None
     module.__loader__ = spec.loader = loader
     module.__path__ = spec.submodule_search_locations = [str(archive.parent), str(archive)]
+    sys.path_importer_cache[str(archive)] = _SubmoduleImporter(str(archive))
     loader.exec_module(module)
 
 
@@ -70,6 +72,37 @@ def _forget_importers(archive: str) -> None:
     for path in [p for p in sys.path_importer_cache if isinstance(p, str)]:
         if path == archive or path.startswith(inside):
             del sys.path_importer_cache[path]
+
+
+# What zipimport raises for an entry it cannot read: its header or its size is wrong
+# (ZipImportError, OSError), its data does not inflate (zlib.error) or decode.
+_UNREADABLE = (zipimport.ZipImportError, OSError, UnicodeDecodeError, zlib.error)
+
+
+class _SubmoduleImporter(zipimport.zipimporter):
+    """zipimport's importer of the modules in the archive (or in a package of it), which
+    names the archive when an entry cannot be read, and imports the archive's packages'
+    submodules likewise."""
+
+    def find_spec(
+        self, fullname: str, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        try:  # zipimport reads the module's entry to find its spec
+            spec = super().find_spec(fullname, target)
+        except _UNREADABLE as exc:
+            raise self._unreadable(fullname, exc) from exc
+        for path in (spec and spec.submodule_search_locations) or ():
+            sys.path_importer_cache[path] = _SubmoduleImporter(path)
+        return spec
+
+    def get_code(self, fullname: str) -> CodeType:
+        try:
+            return super().get_code(fullname)
+        except _UNREADABLE as exc:
+            raise self._unreadable(fullname, exc) from exc
+
+    def _unreadable(self, fullname: str, exc: Exception) -> KernelImportError:
+        return _broken(self.archive, f"holds an entry for {fullname} that cannot be read ({exc})")
 
 
 # importlib._abc.Loader is importlib.abc.Loader, without importlib.abc's imports.
