@@ -6,6 +6,7 @@ Faults that a single request suffers (drops, 5xx, tampering) are in test_faults.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import re
 import shutil
@@ -131,6 +132,42 @@ def test_a_body_whose_content_encoding_names_no_encoding_is_taken_as_it_is(
     k = fk.get_kernel(REPO, version=1)
     assert cached_files(k) == files
     assert [r.status for r in cdn.requests if r.path == "/" + path] == [200]
+
+
+def gzipped_as(value: str) -> Fault:
+    """The file gzip-compressed once for each ``gzip`` that ``value``, the
+    ``Content-Encoding`` it is sent with, lists."""
+
+    def send(handler: CdnHandler, body: bytes) -> None:
+        for _ in range(value.count("gzip")):
+            body = gzip.compress(body)
+        handler.send_simple(200, body, {"Content-Encoding": value})
+
+    return send
+
+
+@pytest.mark.parametrize("path", [BLOB_PATH, f"{BUILD}/metadata.json"], ids=["file", "manifest"])
+def test_a_body_encoded_twice_as_a_list_says_is_decoded(cdn: CdnServer, path: str) -> None:
+    files = publish_blob_kernel(cdn.root)
+    cdn.inject(path, gzipped_as("gzip, gzip"))
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_files(k) == files
+    assert [r.status for r in cdn.requests if r.path == "/" + path] == [200]
+
+
+@pytest.mark.parametrize("value", ["identity, gzip", "gzip, identity", "gzip,"])
+@pytest.mark.parametrize("path", [BLOB_PATH, f"{BUILD}/metadata.json"], ids=["file", "manifest"])
+def test_a_list_of_encodings_urllib3_cannot_decode_is_named(
+    cdn: CdnServer, cache_dir: Path, path: str, value: str
+) -> None:
+    # An edge that gzips a body it lists as identity: urllib3 decodes a list item by item,
+    # and takes an item it has no decoder for (identity, an empty one) for deflate.
+    publish_blob_kernel(cdn.root)
+    cdn.inject(path, *[gzipped_as(value)] * 8)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert f"Content-Encoding: {value}, which cannot be decoded here" in str(info.value)
+    assert not (cache_dir / "kernels" / REPO / "v1" / VARIANT).exists()
 
 
 # -- mirrors --------------------------------------------------------------------------------

@@ -365,17 +365,23 @@ def _encoded(response: requests.Response) -> bool:
 
 
 def _check_encoding(response: requests.Response) -> None:
-    """Refuse a body whose ``Content-Encoding`` urllib3 would hand over undecoded (it
-    passes through an encoding it has no decoder for): an object stored compressed
-    with brotli, say, which a digest or a JSON parser would then blame on the CDN's
-    content. An empty value, or an empty item of a list, names no encoding."""
+    """Refuse a body whose ``Content-Encoding`` urllib3 would not decode: it passes
+    through an encoding it has no decoder for (an object stored compressed with brotli,
+    say), which a digest or a JSON parser would then blame on the CDN's content; and it
+    decodes a list item by item, taking an item it has no decoder for as deflate
+    (``identity, gzip`` from an edge that re-encodes). A value whose every item is empty
+    or ``identity`` names no encoding: the body is taken as it is."""
     value = response.headers.get("Content-Encoding", "identity")
-    decoders = {"identity", *response.raw.CONTENT_DECODERS}
-    if any(e.strip().lower() not in decoders for e in value.split(",") if e.strip()):
-        raise MirrorFailed(
-            f"the body came with Content-Encoding: {value}, which cannot be decoded here "
-            "(the request asked for identity); serve the files as they are, or gzip-encoded"
-        )
+    items = [e.strip().lower() for e in value.split(",")]
+    decoders = response.raw.CONTENT_DECODERS
+    if all(e in ("", "identity") for e in items) or value.lower() in decoders:
+        return
+    if "," in value and all(e in decoders for e in items):
+        return  # urllib3 undoes each in turn
+    raise MirrorFailed(
+        f"the body came with Content-Encoding: {value}, which cannot be decoded here "
+        "(the request asked for identity); serve the files as they are, or gzip-encoded"
+    )
 
 
 def _moved_on(nbytes: int, seconds: float) -> bool:
