@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import run_python
-from flashhub_kernels._variants.probing import build_variant_name
+from conftest import MakeProject, run_python
+from flashhub_kernels._variants.named_system import target_system
+from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnServer, held, stall
 from support.cli_runner import flashhub
 from support.projects import write_project
-from support.trees import write_blob_kernel
+from support.trees import write_blob_kernel, write_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -243,34 +244,48 @@ def test_a_load_ended_by_another_exception_stops_its_downloads_too(
     assert len(big_kernel.gets("big.bin")) == 1
 
 
-# While big.bin downloads, each thread of the process: its name and the signals it blocks
-# (the hex mask Linux shows; "-" for a thread that ended meanwhile, or without /proc).
-THREADS_OF_A_DOWNLOAD = """
+# While a thread named "loader" calls {call}, once {until}: each thread of the process,
+# its name and the signals it blocks (the hex mask Linux shows; "-" for a thread that
+# ended meanwhile, or without /proc).
+THREADS_WHILE = """
 import os, pathlib, threading, time
 import flashhub_kernels as fk
-args, kwargs = ("acme/tensor-tricks",), {"version": 1}
-loader = threading.Thread(target=fk.get_kernel, args=args, kwargs=kwargs, name="loader")
+from flashhub_kernels._lockfiles.pinning import lock_project
+loader = threading.Thread(target=lambda: {call}, name="loader")
 loader.start()
-while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
-    time.sleep(0.05)  # until big.bin is being downloaded
+while not ({until}):
+    time.sleep(0.05)
 
 def blocked(thread):
     try:
-        status = pathlib.Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+        status = pathlib.Path(f"/proc/self/task/{{thread.native_id}}/status").read_text()
     except OSError:
         return "-"
     return next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
 
-print(*[f"{t.name} {blocked(t)}" for t in threading.enumerate()], "--", sep="\\n", flush=True)
+print(*[f"{{t.name}} {{blocked(t)}}" for t in threading.enumerate()], "--", sep="\\n", flush=True)
 loader.join()
 """
 
 
+# While big.bin downloads: THREADS_WHILE's arguments.
+OF_A_DOWNLOAD = {
+    "call": "fk.get_kernel('acme/tensor-tricks', version=1)",
+    "until": "any(pathlib.Path(os.environ['FLASHHUB_CACHE_DIR']).rglob('big.bin'))",
+}
+
+
 def threads_of_a_download(big_kernel: CdnServer) -> dict[str, str]:
-    """Run :data:`THREADS_OF_A_DOWNLOAD` while the CDN holds big.bin: what it printed."""
+    """Run :data:`THREADS_WHILE` for a download while the CDN holds big.bin."""
+    return threads_while(big_kernel, BIG_PATH, **OF_A_DOWNLOAD)
+
+
+def threads_while(cdn: CdnServer, path: str, *, call: str, until: str) -> dict[str, str]:
+    """Run :data:`THREADS_WHILE` with ``call`` and ``until`` while the CDN holds ``path``:
+    what it printed."""
     started, release = threading.Event(), threading.Event()
-    big_kernel.inject(BIG_PATH, held(started, release))
-    process = child(THREADS_OF_A_DOWNLOAD, PYTHONWARNINGS="ignore")
+    cdn.inject(path, held(started, release))
+    process = child(THREADS_WHILE.format(call=call, until=until), PYTHONWARNINGS="ignore")
     assert process.stdout is not None
     try:
         lines = list(itertools.takewhile(lambda line: line != "--\n", process.stdout))
@@ -297,15 +312,37 @@ def test_the_threads_of_a_download_leave_the_signals_to_the_programs_threads(
     """Ctrl-C or a kill taken by a download's thread would not wake the main thread from a
     sleep or a wait: the program would not hear it until then. The load's threads block
     them; the program's threads, the one that loads included, block none."""
+    assert_deaf(threads_of_a_download(big_kernel), "flashhub-download")
+
+
+def assert_deaf(masks: dict[str, str], pool: str) -> None:
+    """The library's threads in ``masks`` (of :func:`threads_while`), one named ``pool...``
+    among them, block the signals sent to the process; the program's threads block none."""
     process_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGUSR1)
-    masks = threads_of_a_download(big_kernel)
-    assert any(n.startswith("flashhub-download") and m != "-" for n, m in masks.items()), masks
+    assert any(n.startswith(pool) and m != "-" for n, m in masks.items()), masks
     for name, mask in masks.items():
         if mask == "-":
             continue
         blocked = {sig for sig in process_signals if int(mask, 16) >> (sig - 1) & 1}
         expected = set(process_signals) if name.startswith("flashhub-") else set()
         assert blocked == expected, (name, masks)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc/<pid>/task")
+def test_the_threads_that_probe_for_a_lock_leave_the_signals_to_the_programs_threads(
+    cdn: CdnServer, make_project: MakeProject
+) -> None:
+    """``flashhub lock`` of a version without variants.json probes for every variant this
+    system could load at once, on a pool of threads: they too leave Ctrl-C to the program."""
+    write_kernel(cdn.root, REPO, 1, [VARIANT], with_variants_json=False)
+    project = make_project({REPO: "==1"}, publish=False)
+    first = candidate_names(target_system(None))[0]
+    probes = "any(t.name.startswith('flashhub-probe') for t in threading.enumerate())"
+    call = f"lock_project({str(project)!r})"
+    masks = threads_while(
+        cdn, f"kernels/{REPO}/v1/build/{first}/metadata.json", call=call, until=probes
+    )
+    assert_deaf(masks, "flashhub-probe")
 
 
 def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(

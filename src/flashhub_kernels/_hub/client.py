@@ -22,13 +22,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .._constants import __version__
 from .._models.record import Record
+from .._utils.threads import DeafThreadPool
 from .._utils.urls import redact_text, redact_url
 from ..errors import MirrorError
 
@@ -199,7 +199,7 @@ class Hub:
 
         with (
             self._talking(f"downloading {source.repo} at {source.revision}"),
-            ThreadPoolExecutor(_PARALLEL_DOWNLOADS, thread_name_prefix="flashhub-hub") as pool,
+            DeafThreadPool(_PARALLEL_DOWNLOADS, thread_name_prefix="flashhub-hub") as pool,
         ):
             for _ in pool.map(fetch, paths):
                 pass

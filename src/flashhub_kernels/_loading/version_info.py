@@ -10,7 +10,6 @@ answer ``HEAD`` with a ``Content-Length`` leaves the size unknown (``None``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
@@ -33,6 +32,7 @@ from .._network.transport import remote
 from .._network.variant_index import fetch_index
 from .._signing.trusted_keys import shown_key_id
 from .._utils.escaping import escape_controls
+from .._utils.threads import DeafThreadPool
 from .._variants.named_system import target_system
 from .._variants.verdicts import (
     VariantAccepted,
@@ -202,7 +202,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         # Sizes from metadata.json where the publisher recorded them; HEAD for the rest.
         size_of = {(v, p): m.size_of(p) for v, m in manifests.items() for p in m.files}
         unknown = [vp for vp, size in size_of.items() if size is None]
-        with ThreadPoolExecutor(_PARALLEL_HEADS, thread_name_prefix="flashhub-size") as pool:
+        with DeafThreadPool(_PARALLEL_HEADS, thread_name_prefix="flashhub-size") as pool:
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
             size_of.update(zip(unknown, sizes, strict=True))
     variants = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ from .._network.mirrors import NotPublished
 from .._network.transport import remote
 from .._network.versions import doubled_prefix_hint, versions_or_why
 from .._utils.filesystem import write_atomic
+from .._utils.threads import DeafThreadPool
 from .._variants.named_system import target_system
 from .._variants.probing import candidate_names
 from ..errors import KernelDependencyError, LockfileError, RollbackError
@@ -338,7 +338,7 @@ def probe_variants(
     """
     candidates = candidate_names(target_system(None))
     names = list(dict.fromkeys([*candidates, *variants]))
-    with ThreadPoolExecutor(_PARALLEL_PROBES, thread_name_prefix="flashhub-probe") as pool:
+    with DeafThreadPool(_PARALLEL_PROBES, thread_name_prefix="flashhub-probe") as pool:
         probed = pool.map(lambda name: _probe(fetcher, info, name), names)
         found = dict(zip(names, probed, strict=True))
     missing = [name for name in variants if found[name] is None]

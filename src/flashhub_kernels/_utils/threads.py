@@ -1,19 +1,22 @@
-"""Threads a load starts: daemon threads that leave the process's signals to the program's.
+"""The library's threads (a load's, the pools of ``flashhub lock``, ``info`` and
+``mirror``): they leave the process's signals to the program's threads.
 
 The kernel hands a signal sent to the process (Ctrl-C, ``kill``, an alarm) to any of its
 threads that does not block it, and Python runs the handler in the main thread only:
 a signal another thread took does not wake the main thread from a sleep or a wait, so
-Ctrl-C would go unheard until it woke. The threads of a load block those signals.
+Ctrl-C would go unheard until it woke. The library's threads block those signals.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 # Raised in the thread whose fault caused it, and never blocked: a blocked one kills.
@@ -28,17 +31,34 @@ _FAULTS = {
 }
 
 
-def start_deaf(thread: threading.Thread) -> None:
-    """Start ``thread`` with the signals sent to the process blocked in it (and in the
-    threads it starts), where the platform can block them."""
+@contextmanager
+def _deaf() -> Iterator[None]:
+    """Block the signals sent to the process in this thread, where the platform can block
+    them, while the block runs: a thread started then starts with them blocked."""
     if not hasattr(signal, "pthread_sigmask"):  # Windows: no such choice of thread
-        thread.start()
+        yield
         return
     unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _FAULTS)
     try:
-        thread.start()  # a new thread starts with the mask of the one starting it
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+
+
+def start_deaf(thread: threading.Thread) -> None:
+    """Start ``thread`` with the signals sent to the process blocked in it (and in the
+    threads it starts), where the platform can block them."""
+    with _deaf():
+        thread.start()  # a new thread starts with the mask of the one starting it
+
+
+class DeafThreadPool(ThreadPoolExecutor):
+    """A :class:`~concurrent.futures.ThreadPoolExecutor` whose threads start as
+    :func:`start_deaf` starts one."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        with _deaf():  # submit() starts the threads, up to max_workers
+            return super().submit(fn, *args, **kwargs)
 
 
 def soon(call: Callable[[], T]) -> Future[T]:
