@@ -12,6 +12,7 @@ tensor-tricks, published to the loopback CDN. Its native build is a CPU build, l
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import textwrap
 import warnings
@@ -23,6 +24,7 @@ import pytest
 from conftest import run_python
 from flashhub_kernels._publish import publish
 from support.cdn_server import CdnServer
+from support.preloaded import run_code
 from support.trees import cpu_variant
 
 REPO = "acme/tensor-tricks"
@@ -243,3 +245,57 @@ def test_a_library_imported_as_an_extension_module_is_refused_too(
     assert "flashhub.acme.tensor_tricks.v1" in error["message"]
     assert native_library(imported).name in error["message"] and "same build" in error["message"]
     assert not result["v2_module_left"]
+
+
+# -- a forked child ---------------------------------------------------------------------------
+
+# A thread loads local kernel b while the process forks; the child then loads kernel c. The
+# native libraries of a and b are FIFOs of one size (0): noting b's, the thread hashes it to
+# compare it with a's, and waits in the read, as on a slow filesystem, with the lock that
+# notes native libraries held. The child prints what it loaded, or "hung".
+FORK_WHILE_NOTING = """
+import os, sys, threading, time
+from pathlib import Path
+import flashhub_kernels as fk
+
+def local(name, native):
+    package = Path(sys.argv[1], name, "build", "torch-universal", name)
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(f"NAME = {name!r}\\n")
+    native(package / f"_{name}_ops.so")
+    return package.parents[2]
+
+def hashing(thread):
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None and frame.f_code.co_name != "sha256_file":
+        frame = frame.f_back
+    return frame is not None
+
+a, b = local("a", os.mkfifo), local("b", os.mkfifo)
+c = local("c", lambda path: path.write_bytes(b"\\x7fELF"))
+fk.get_local_kernel(a, "a")
+loading = threading.Thread(target=fk.get_local_kernel, args=(b, "b"), daemon=True)
+loading.start()
+while not hashing(loading):
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    print("child:", fk.get_local_kernel(c, "c").NAME, flush=True)
+    os._exit(0)
+deadline = time.monotonic() + 30  # only a hung child takes this long
+while not os.waitpid(pid, os.WNOHANG)[0]:
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        print("hung", flush=True)
+        break
+    time.sleep(0.05)
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_child_forked_while_a_thread_notes_a_native_library_loads_kernels(
+    tmp_path: Path,
+) -> None:
+    child = run_code(FORK_WHILE_NOTING, str(tmp_path), env=os.environ)
+    assert (child.returncode, child.stdout) == (0, "child: c\n"), child.stderr

@@ -6,12 +6,10 @@ published from one build, or a local build and its published copy; or another bu
 that kept the namespace), its static initializer throws from inside ``dlopen`` and the
 process aborts. No Python code can catch that, so the second ``dlopen`` must not run.
 
-Before a kernel package runs, :func:`register` notes its native libraries. A library
-that may meet another kernel's (the same size, or the same file name) is handed to
-:mod:`._native_conflicts`, which decides whether they conflict and only then guards
-``torch.ops.load_library``.
-
-The check costs two dict lookups per library: the sizes come from the entry's receipt.
+Before a kernel package runs, :func:`register` notes its native libraries (two dict
+lookups each: the sizes come from the entry's receipt). A library that may meet another
+kernel's (the same size, or the same file name) is handed to :mod:`._native_conflicts`,
+which decides whether they conflict and only then guards ``torch.ops.load_library``.
 """
 
 from __future__ import annotations
@@ -41,6 +39,8 @@ class Library:
 
 
 _lock = _thread.allocate_lock()
+if hasattr(os, "register_at_fork"):  # a child forked while a thread registers: not held there
+    os.register_at_fork(after_in_child=lambda: globals().update(_lock=_thread.allocate_lock()))
 _known: set[str] = set()  # paths registered
 _by_size: dict[int, list[Library]] = {}
 _by_name: dict[str, list[Library]] = {}
