@@ -1104,6 +1104,23 @@ def test_package_name_picks_the_package_of_a_local_variant_that_holds_several(
     assert only.load_kernel() is chosen.load_kernel()
 
 
+@pytest.mark.filterwarnings("ignore:LocalFuncRepository is deprecated:DeprecationWarning")
+def test_a_local_repository_names_its_package_where_it_is_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    repo = two_package_repo(tmp_path)
+    caplog.set_level(logging.INFO, logger="flashhub_kernels")
+    for tag in ("a", "b"):
+        chosen = LocalLayerRepository(repo, "SiluAndMul", package_name=f"layers_{tag}")
+        with use_kernel_mapping(cpu_mapping(chosen)):
+            kernelize(nn.Sequential(HubSiluAndMul()), mode=Mode.INFERENCE, device="cpu")
+    logged = [r.getMessage() for r in caplog.records if "runs kernel layer" in r.getMessage()]
+    shown = [f"{repo} (package layers_a)", f"{repo} (package layers_b)"]
+    assert [line.rpartition(" of ")[2] for line in logged] == shown
+    assert str(LocalFuncRepository(repo, "double", package_name="layers_b")) == shown[1]
+    assert str(LocalLayerRepository(repo, "SiluAndMul")) == str(repo)
+
+
 @pytest.mark.parametrize(
     "package_name", ["../../../outside", "{tmp_path}/outside", "build/torch-universal/layers_b"]
 )

@@ -113,7 +113,8 @@ class _FromLocalDir:
         return get_local_kernel(self.path, self.package_name, check_arch=self.check_arch)
 
     def __str__(self) -> str:
-        return str(self.path)
+        package = f" (package {self.package_name})" if self.package_name else ""
+        return f"{self.path}{package}"
 
 
 def lockfile_path(lockfile: str | os.PathLike[str] | None) -> Path | None:
