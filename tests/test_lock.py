@@ -870,6 +870,60 @@ def test_a_build_with_a_lock_no_install_can_read_fails_naming_it(
     _refused_build(project, monkeypatch, f"cannot ship {re.escape(str(path))}")
 
 
+# The writer as a setuptools build on Python 3.10 runs it; setuptools.extern is made
+# unimportable for "nowhere": a setuptools carrying no TOML reader where the writer looks.
+WRITER_ON_PYTHON_310 = """
+import logging, sys
+import setuptools
+from setuptools.command.egg_info import egg_info
+from setuptools.dist import Distribution
+if sys.argv[1] == "nowhere":
+    sys.modules["setuptools.extern"] = None
+from flashhub_kernels._lockfiles.egg_lockfile import write_egg_lockfile
+write_egg_lockfile(egg_info(Distribution()), "flashhub.lock", "demo.egg-info/flashhub.lock")
+"""
+
+
+def _python_310_without_tomli() -> str | None:
+    pyenv = Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser()
+    found = [shutil.which("python3.10"), *map(str, pyenv.glob("versions/3.10*/bin/python"))]
+    check = "import importlib.util as u; print(u.find_spec('tomli') is None)"
+    for python in filter(None, found):
+        answer = subprocess.run([python, "-c", check], capture_output=True, text=True, check=False)
+        if answer.stdout.strip() == "True":
+            return python
+    return None
+
+
+@pytest.mark.parametrize("reader", ["setuptools", "nowhere"])
+def test_a_build_on_python_310_without_tomli_ships_the_lock_or_says_why_not(
+    project: Path, reader: str
+) -> None:
+    python = _python_310_without_tomli()
+    if python is None:
+        pytest.skip("needs a Python 3.10 without tomli (on PATH, or installed by pyenv)")
+    lock_project(project)
+    (project / "demo.egg-info").mkdir()
+    src = Path(flashhub_kernels.__file__).parents[1]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    result = subprocess.run(
+        [python, "-c", WRITER_ON_PYTHON_310, reader],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    shipped = project / "demo.egg-info" / LOCKFILE_NAME
+    if reader == "setuptools":
+        assert shipped.read_bytes() == lockfile_of(project).read_bytes()
+    else:
+        assert not shipped.exists()
+        assert "needs the 'tomli' package: the package ships no lock" in result.stderr
+        assert "pip install tomli" in result.stderr
+
+
 def test_the_lock_writer_a_build_runs_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"

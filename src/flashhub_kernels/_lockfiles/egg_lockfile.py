@@ -18,6 +18,8 @@ from ..errors import LockfileError
 from .format import LOCKFILE_NAME, REGENERATE, parse_lockfile
 from .project import DEPENDENCY_TABLES
 
+_logger = logging.getLogger("flashhub_kernels")
+
 
 class EggInfo(Protocol):
     """What the writer uses of setuptools' ``egg_info`` command."""
@@ -41,9 +43,7 @@ def write_egg_lockfile(cmd: EggInfo, basename: str, filename: str) -> None:
     try:
         text = _read_lock(lock)
     except FileNotFoundError:
-        logging.getLogger("flashhub_kernels").warning(
-            "%s does not exist: the package ships no lock (run `flashhub lock`)", lock
-        )
+        _logger.warning("%s does not exist: the package ships no lock (run `flashhub lock`)", lock)
         cmd.write_or_delete_file(basename, filename, None, force=True)
         return
     parse_lockfile(text.encode("utf-8"), source=str(lock))
@@ -70,6 +70,9 @@ def _declares_kernels(pyproject: Path) -> bool:
     file that is missing or that is not TOML, which the build itself reports."""
     try:
         document = load_toml(pyproject.read_bytes())
+    except LockfileError as exc:  # no TOML reader: whether it declares kernels is unknown
+        _logger.warning("%s: the package ships no lock (%s)", exc.message, exc.hint)
+        return False
     except (OSError, ValueError):
         return False
     return any(lookup(document, *keys) is not None for keys in DEPENDENCY_TABLES)

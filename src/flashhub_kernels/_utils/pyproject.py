@@ -76,16 +76,36 @@ def load_toml(data: bytes) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-        except ModuleNotFoundError:
-            raise LockfileError(
-                "reading pyproject.toml on Python 3.10 needs the 'tomli' package",
-                hint="pip install tomli, or use Python 3.11 or newer",
-            ) from None
+        tomllib = _tomli()
 
     def parse(data: bytes) -> Any:
         return tomllib.loads(data.decode("utf-8"))
 
     document: dict[str, Any] = parse_capped(data, parse, "TOML", tomllib.TOMLDecodeError)
     return document
+
+
+def _tomli() -> Any:  # pragma: no cover - Python 3.10
+    """Python 3.10's TOML reader: the ``tomli`` package; or, in a build by setuptools older
+    than 71 (a newer one puts the copy it carries on ``sys.path``), the copy it carries.
+
+    Raises:
+        LockfileError: neither is there.
+    """
+    try:
+        import tomli  # type: ignore[import-not-found, unused-ignore]
+    except ModuleNotFoundError:
+        pass
+    else:
+        return tomli
+    if "setuptools" in sys.modules:  # importing it would take longer than a load
+        try:
+            from setuptools.extern import tomli as carried  # type: ignore[import-untyped, unused-ignore]
+        except ImportError:
+            pass
+        else:
+            return carried
+    raise LockfileError(
+        "reading pyproject.toml on Python 3.10 needs the 'tomli' package",
+        hint="pip install tomli, or use Python 3.11 or newer",
+    )
