@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .._network.progress import write_beside_bars
 from .._utils.urls import redact_queries, redact_text
 
+if TYPE_CHECKING:
+    _StreamHandler = logging.StreamHandler[TextIO]
+else:  # a generic class at run time only from Python 3.11 on
+    _StreamHandler = logging.StreamHandler
 
-class _BesideBars(logging.StreamHandler[TextIO]):
+
+class _BesideBars(_StreamHandler):
     """A stream handler whose lines start on a line of their own, below any bar, with
     the credentials of the URLs they quote hidden."""
 
