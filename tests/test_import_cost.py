@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -77,7 +78,7 @@ TABLE_HIT_MODULES = {
 # cache imports them, not even one that looks its kernel up in full and records it.
 NOT_WITH_A_WARM_LOAD = [
     "packaging",
-    "tomllib",
+    "tomllib" if sys.version_info >= (3, 11) else "tomli",  # the TOML reader
     "flashhub_kernels._network.download",
     "flashhub_kernels._network.choosing",
     "flashhub_kernels._network.variant_index",
