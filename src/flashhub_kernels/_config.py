@@ -124,6 +124,14 @@ def _malformed(url: str) -> ConfigError:
     return malformed_url_error(url, "CDN URL", _CDN_URL_SETTING)
 
 
+def _split(url: str) -> urllib.parse.SplitResult:
+    if "[" not in url:
+        return urllib.parse.urlsplit(url)
+    from ._utils.urls import split_url  # an IPv6 address: checked here on any Python
+
+    return split_url(url)
+
+
 def parse_cdn_urls(value: str) -> tuple[str, ...]:
     """Split a comma-separated mirror list; drop blanks and trailing slashes.
 
@@ -149,7 +157,7 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             )
     for url in urls:
         try:
-            urllib.parse.urlsplit(url).port  # noqa: B018  # parses the port, or raises
+            _split(url).port  # noqa: B018  # parses the port, or raises
         except ValueError:
             raise _malformed(url) from None
         if "?" in url or "#" in url:  # even empty, the files' paths cannot go after them

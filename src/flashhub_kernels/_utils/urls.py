@@ -14,6 +14,7 @@ unencoded (``http://bob:pa/ss@host``) would otherwise be shown as a path. See
 
 from __future__ import annotations
 
+import ipaddress
 import urllib.parse
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "'@' %40, ':' %3A, ',' %2C",
         )
     try:
-        urllib.parse.urlsplit(url)  # the host alone: the port is parsed only on demand
+        split_url(url)  # the host alone: the port is parsed only on demand
     except ValueError:
         return ConfigError(
             f"{what} {redact_url(url)!r} is malformed: its host is neither a name nor an IP "
@@ -118,6 +119,16 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "that adds the token",
         )
     return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
+
+
+def split_url(url: str) -> urllib.parse.SplitResult:
+    """``urllib.parse.urlsplit(url)``, which also refuses (``ValueError``) a host between
+    brackets that is no IPv6 address (``http://[cdn]:80``), as Python does itself only
+    from 3.11.4 on."""
+    parts = urllib.parse.urlsplit(url)
+    if "[" in parts.netloc:
+        ipaddress.IPv6Address(parts.hostname or "")
+    return parts
 
 
 def _userinfo_span(url: str) -> tuple[int, int | None]:
