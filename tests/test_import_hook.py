@@ -583,7 +583,7 @@ def test_get_local_kernel(tmp_path: Path) -> None:
     )
     assert fk.get_local_kernel(repo) is k
     assert k.__name__.startswith("flashhub._local.my_kernel_")
-    with pytest.raises(KernelNotFoundError):
+    with pytest.raises(FileNotFoundError):  # as in 0.1.2 and Hugging Face kernels
         fk.get_local_kernel(tmp_path / "nowhere")
 
 
