@@ -85,6 +85,8 @@ def read_project(project_dir: Path) -> Project:
         ) from None
     except OSError as exc:
         raise LockfileError(f"cannot read {path}: {exc.strerror}") from None
+    except LockfileError:  # no TOML reader (Python 3.10 without tomli): it says so
+        raise
     except ValueError as exc:
         raise LockfileError(f"{path} {exc}", hint="fix the file's TOML") from None
     problems: list[tuple[str, str]] = []  # (what is wrong, how to write it)
