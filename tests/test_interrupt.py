@@ -495,3 +495,47 @@ def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
     first = next(r for r in big_kernel.requests if r.path.endswith("big.bin"))
     assert first.range == f"bytes={1 << 20}-"
     assert flashhub("cache", "verify").returncode == 0
+
+
+# flashhub download run in-process by a program that handles SIGTERM its own way (or
+# ignores it): "winch" once the signals that follow SIGTERM reached it, then what the
+# command returned and whether the program's handler ran.
+DOWNLOAD_IN_A_PROGRAM = """
+import signal, sys
+from flashhub_kernels.cli import main
+heard = []
+own = {"handled": lambda *_: heard.append(1), "ignored": signal.SIG_IGN}[sys.argv[2]]
+signal.signal(signal.SIGTERM, own)
+signal.signal(signal.SIGWINCH, lambda *_: print("winch", flush=True))
+code = main(["download", sys.argv[1]])
+print("returned", code, "heard" if heard else "unheard", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("own", "expected"), [("handled", "heard"), ("ignored", "unheard")])
+def test_sigterm_in_a_command_run_in_process_is_left_to_the_programs_handling(
+    big_kernel: CdnServer, tmp_path: Path, own: str, expected: str
+) -> None:
+    """A program that calls ``cli.main`` keeps its own handling of SIGTERM (a server's
+    graceful stop, or none): the command took the signal as an interruption before."""
+    (big_kernel.root / f"kernels/{REPO}/versions.json").write_text("[1]")
+    project = write_project(tmp_path / "project", {REPO: "==1"})
+    assert flashhub("lock", project).returncode == 0
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(BIG_PATH, held(started, release))
+    argv = [sys.executable, "-c", DOWNLOAD_IN_A_PROGRAM, str(project), own]
+    process = interruptible(argv, PYTHONWARNINGS="ignore")
+    assert process.stdout is not None
+    try:
+        assert started.wait(60), "the child never asked for big.bin"
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGWINCH)  # handled after SIGTERM: a higher number
+        lines = list(itertools.takewhile(lambda line: line != "winch\n", process.stdout))
+        release.set()
+        out, err = process.communicate(timeout=60)
+    finally:
+        release.set()
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert [*lines, *out.splitlines()][-1:] == [f"returned 0 {expected}"], err

@@ -402,17 +402,22 @@ class _SigtermInterrupts:
     would end the process at once, keeping nothing; as a container's PID 1, which the
     kernel sends no signal it has no handler for, it would not end it at all.
 
-    Only the main thread may set a handler: from another one, the default stays."""
+    Only where SIGTERM has its default action: a program that calls the command keeps its
+    own handler, or SIGTERM ignored (a handler set in C, which Python could not put back,
+    included). Only the main thread may set a handler: from another one, nothing changes."""
 
     received = False
+    _taken = False
 
     def __enter__(self) -> None:
         in_main = threading.current_thread() is threading.main_thread()
-        self._previous = signal.signal(signal.SIGTERM, self._interrupt) if in_main else None
+        if in_main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._interrupt)
+            self._taken = True
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        if self._taken:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.received = True
