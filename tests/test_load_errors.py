@@ -411,3 +411,16 @@ def test_every_error_survives_pickling(kind: type[FlashhubError], protocol: int)
     assert type(copy) is kind
     assert (str(copy), copy.args, vars(copy)) == (str(error), error.args, vars(error))
     assert getattr(copy, "name", None) == getattr(error, "name", None)
+
+
+class _OwnError(FlashhubError):
+    """An error a user derives, whose constructor sets no attribute."""
+
+    def __init__(self, path: str) -> None:
+        Exception.__init__(self, path)  # not FlashhubError's: no hint to give
+
+
+def test_an_error_a_user_derives_survives_pickling() -> None:
+    copy = pickle.loads(pickle.dumps(_OwnError("/data/kernel")))
+
+    assert (type(copy), copy.args) == (_OwnError, ("/data/kernel",))

@@ -40,8 +40,8 @@ class FlashhubError(Exception):
     def __reduce__(self) -> tuple[object, ...]:
         # Unpickled without __init__, whose keyword arguments the message does not hold:
         # an error raised in a worker process reaches its parent whole.
-        _, args, state = super().__reduce__()  # type: ignore[str-unpack]  # a tuple here
-        return type(self).__new__, (type(self),), {**state, "args": args}  # type: ignore[dict-item]
+        _, args, state = (*super().__reduce__(), {})[:3]  # no state: no attribute was set
+        return type(self).__new__, (type(self),), {**state, "args": args}
 
 
 class KernelImportError(FlashhubError, ImportError):
