@@ -252,7 +252,9 @@ def test_a_library_imported_as_an_extension_module_is_refused_too(
 # A thread loads local kernel b while the process forks; the child then loads kernel c. The
 # native libraries of a and b are FIFOs of one size (0): noting b's, the thread hashes it to
 # compare it with a's, and waits in the read, as on a slow filesystem, with the lock that
-# notes native libraries held. The child prints what it loaded, or "hung".
+# notes native libraries held. The child prints what it loaded, or "hung". Given "again",
+# the child loads b itself, once a's and b's libraries are the same bytes, with a's as if
+# loaded; it then prints what loading b's library raises.
 FORK_WHILE_NOTING = """
 import os, sys, threading, time
 from pathlib import Path
@@ -279,6 +281,19 @@ loading.start()
 while not hashing(loading):
     time.sleep(0.01)
 pid = os.fork()
+if pid == 0 and sys.argv[2:] == ["again"]:
+    import torch
+    a_so, b_so = next(a.rglob("*.so")), next(b.rglob("*.so"))
+    for library in (a_so, b_so):
+        library.unlink()
+        library.touch()
+    torch.ops.loaded_libraries.add(os.path.realpath(a_so))
+    fk.get_local_kernel(b, "b")
+    try:
+        torch.ops.load_library(str(b_so))
+    except Exception as error:
+        print("child:", type(error).__name__, flush=True)
+    os._exit(0)
 if pid == 0:
     print("child:", fk.get_local_kernel(c, "c").NAME, flush=True)
     os._exit(0)
@@ -299,3 +314,14 @@ def test_a_child_forked_while_a_thread_notes_a_native_library_loads_kernels(
 ) -> None:
     child = run_code(FORK_WHILE_NOTING, str(tmp_path), env=os.environ)
     assert (child.returncode, child.stdout) == (0, "child: c\n"), child.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_child_forked_while_a_thread_notes_a_library_notes_it_when_it_loads_it(
+    tmp_path: Path,
+) -> None:
+    """The library the thread was noting at the fork was not noted in the child: a load of
+    its kernel there took it for noted, and then loaded the copy of another kernel's
+    library that torch aborts on."""
+    child = run_code(FORK_WHILE_NOTING, str(tmp_path), "again", env=os.environ)
+    assert child.stdout == "child: NativeLibraryConflictError\n", child.stderr

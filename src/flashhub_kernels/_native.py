@@ -52,7 +52,6 @@ def register(target: KernelDir, module: str) -> None:
         for library in _libraries(target, module):
             if library.path in _known:
                 continue
-            _known.add(library.path)
             earlier = {id(o): o for o in _by_size.get(library.size, ())}
             earlier.update((id(o), o) for o in _by_name.get(library.name, ()))
             if earlier:
@@ -62,6 +61,7 @@ def register(target: KernelDir, module: str) -> None:
                     meet(library, other)
             _by_size.setdefault(library.size, []).append(library)
             _by_name.setdefault(library.name, []).append(library)
+            _known.add(library.path)  # last: a fork or Ctrl-C before leaves it to note again
 
 
 def _libraries(target: KernelDir, module: str) -> Iterator[Library]:
