@@ -367,6 +367,17 @@ def test_pyproject_trusted_keys_spelled_with_an_escape_are_read(tmp_path: Path) 
     assert [k.key_id for k in trusted_keys(tmp_path)] == [KEY_A.key_id]
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_pyproject_in_utf_16_listing_trusted_keys_is_refused_not_skipped(
+    tmp_path: Path, encoding: str
+) -> None:
+    # No byte spells trusted-keys there; skipping the file would check no signature.
+    text = f'[tool.flashhub]\ntrusted-keys = ["{KEY_A.public_line}"]\n'
+    (tmp_path / "pyproject.toml").write_bytes(text.encode(encoding))
+    with pytest.raises(ConfigError, match="cannot read the trusted keys"):
+        trusted_keys(tmp_path)
+
+
 def test_a_pyproject_whose_backslashes_cannot_spell_trusted_keys_is_not_parsed(
     tmp_path: Path,
 ) -> None:

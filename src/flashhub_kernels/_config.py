@@ -300,8 +300,8 @@ def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
 
 
 def _may_list_trusted_keys(path: Path) -> bool:
-    """Whether ``path`` can hold a ``trusted-keys`` key: it spells it, or has a ``\\u``,
-    ``\\U`` or ``\\x`` escape, the only ones a quoted key can spell it with.
+    """Whether ``path`` can hold a ``trusted-keys`` key: it spells it, has a ``\\u``, ``\\U``
+    or ``\\x`` escape (the only ones a quoted key can spell it with), or a NUL (UTF-16).
 
     Most projects' ``pyproject.toml`` has none (a regex's ``\\d`` is none): every kernel
     load in their directory skips the TOML parser (Python 3.10 may lack one) and the keys'."""
@@ -309,7 +309,7 @@ def _may_list_trusted_keys(path: Path) -> bool:
         data = path.read_bytes()
     except OSError:
         return True  # read_trusted_keys says what is wrong
-    return b"trusted-keys" in data or any(e in data for e in (b"\\u", b"\\U", b"\\x"))
+    return b"trusted-keys" in data or any(e in data for e in (b"\\u", b"\\U", b"\\x", b"\0"))
 
 
 def reset_config() -> None:
