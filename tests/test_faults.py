@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import MakeCdn, free_port, plant_partial, run_python
+from conftest import NOBODY, MakeCdn, free_port, needs_root, plant_partial, run_python
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.progress import Progress
 from flashhub_kernels._network.transport import Fetcher, warn_if_insecure
@@ -37,7 +39,9 @@ from support.cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
+from support.cli_runner import flashhub
 from support.preloaded import run_code, start_code
+from support.projects import write_project
 from support.trees import (
     b64sha256,
     kernel_files,
@@ -361,6 +365,142 @@ def test_a_load_removes_a_dead_download_whose_pid_it_took(
     )
     run_python(plant + KILLABLE)
     assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")] == []
+
+
+KILLED_MID_FILE = {
+    "flashhub download": [sys.executable, "-m", "flashhub_kernels", "download", "{project}"],
+    "an import": [sys.executable, "-c", "import flashhub.acme.tensor_tricks.v1"],
+}
+DEAD_PID = 999_999_999  # above any pid_max
+SMALL_FILES = kernel_files("tensor_tricks", "blob")  # the blob kernel's files but the blob
+
+
+def killed_mid_blob(cdn: CdnServer, version_dir: Path, argv: list[str]) -> Path:
+    """Run ``argv`` until its staging directory holds every file of the blob kernel, the
+    blob's first MiB only, then SIGKILL it (as the OOM killer does); its staging directory."""
+    reached = threading.Event()
+    cdn.inject(BLOB_PATH, stall(30, after=1 << 20, started=reached))
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert reached.wait(60), "the child never reached the fault"
+        deadline = time.monotonic() + 10
+        while staged(version_dir) != {**SMALL_FILES, "tensor_tricks/blob.bin": BLOB[: 1 << 20]}:
+            assert time.monotonic() < deadline, "the files never reached the disk"
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    cdn.faults.clear()
+    cdn.clear_log()
+    (staging,) = version_dir.glob(".staging-*")
+    return staging
+
+
+def staged(version_dir: Path) -> dict[str, bytes]:
+    """The files in the staging directories of ``version_dir``, by path in the entry."""
+    found = [p for p in version_dir.glob(".staging-*/**/*") if p.is_file()]
+    return {
+        p.relative_to(version_dir).as_posix().split("/", 1)[1]: p.read_bytes()
+        for p in found
+        if "__pycache__" not in p.parts
+    }
+
+
+def build_files_fetched(cdn: CdnServer) -> list[str]:
+    return sorted(p.rsplit("/", 1)[1] for p in cdn.gets() if f"/build/{VARIANT}/" in p)
+
+
+@pytest.mark.parametrize("command", KILLED_MID_FILE)
+def test_a_download_killed_mid_file_is_continued_by_the_next_run(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path, command: str
+) -> None:
+    # An init container OOM-killed mid-download, restarted on the same cache volume.
+    (blob_kernel.root / f"kernels/{REPO}/versions.json").write_text("[1]")
+    project = write_project(tmp_path / "project", {REPO: "==1"})
+    assert flashhub("lock", project).returncode == 0
+    argv = [arg.format(project=project) for arg in KILLED_MID_FILE[command]]
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    killed_mid_blob(blob_kernel, version_dir, argv)
+    subprocess.run(argv, check=True, capture_output=True)
+    assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-"]
+    assert build_files_fetched(blob_kernel) == ["blob.bin", "metadata.json"]
+    assert flashhub("cache", "verify").returncode == 0
+    assert [p.name for p in version_dir.iterdir() if p.name.startswith(".")] == [".locks"]
+
+
+def test_processes_that_find_the_same_killed_download_continue_it_once(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    killed_mid_blob(blob_kernel, version_dir, [sys.executable, "-c", KILLABLE])
+    children = [start_code(KILLABLE, env=dict(os.environ)) for _ in range(4)]
+    assert [child.wait(120) for child in children] == [0] * 4
+    assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-"]
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+
+
+def test_a_killed_downloads_bytes_that_went_wrong_are_fetched_again(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    staging = killed_mid_blob(blob_kernel, version_dir, [sys.executable, "-c", KILLABLE])
+    with (staging / "tensor_tricks/blob.bin").open("r+b") as blob:  # a bit flipped on disk
+        blob.seek(1000)
+        blob.write(bytes([BLOB[1000] ^ 1]))
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-", None]
+
+
+@pytest.mark.parametrize("owner", ["a live process", "another host"])
+def test_the_staging_of_a_download_that_may_still_run_is_left_alone(
+    blob_kernel: CdnServer, cache_dir: Path, owner: str
+) -> None:
+    # This test's process is alive, and another process to the child that loads.
+    pid, host = (
+        (os.getpid(), os.uname().nodename) if owner == "a live process" else (DEAD_PID, "elsewhere")
+    )
+    staging = cache_dir / f"kernels/{REPO}/v1/.staging-{VARIANT}.0123abcd.{pid}.{host}"
+    (staging / "tensor_tricks").mkdir(parents=True)
+    (staging / "tensor_tricks/blob.bin").write_bytes(BLOB[: 1 << 20])
+    run_python(KILLABLE)
+    assert ranges(blob_kernel, "blob.bin") == [None]
+    assert (staging / "tensor_tricks/blob.bin").read_bytes() == BLOB[: 1 << 20]
+
+
+def test_a_dead_staging_leading_out_of_the_cache_moves_nothing_from_there(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    # A neighbour in a cache a group shares makes a dead download's package a symlink to a
+    # directory of the user who loads next, holding files named as the kernel's are.
+    outside = tmp_path / "project/tensor_tricks"
+    outside.mkdir(parents=True)
+    (outside / "blob.bin").write_bytes(BLOB[: 1 << 20])
+    (outside / "helpers.py").write_text("# the user's own work\n")
+    host = os.uname().nodename
+    staging = cache_dir / f"kernels/{REPO}/v1/.staging-{VARIANT}.0123abcd.{DEAD_PID}.{host}"
+    staging.mkdir(parents=True)
+    (staging / "tensor_tricks").symlink_to(outside)
+    run_python(KILLABLE)
+    assert (outside / "blob.bin").read_bytes() == BLOB[: 1 << 20]
+    assert (outside / "helpers.py").read_text() == "# the user's own work\n"
+    assert ranges(blob_kernel, "blob.bin") == [None]
+
+
+def test_a_dead_stagings_file_of_another_user_is_not_taken_into_the_entry(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    # Its owner could rewrite it once it was verified: the entry's files are this user's.
+    needs_root()
+    helpers = SMALL_FILES["tensor_tricks/helpers.py"]
+    host = os.uname().nodename
+    staging = cache_dir / f"kernels/{REPO}/v1/.staging-{VARIANT}.0123abcd.{DEAD_PID}.{host}"
+    (staging / "tensor_tricks").mkdir(parents=True)
+    (staging / "tensor_tricks/helpers.py").write_bytes(helpers)
+    os.chown(staging / "tensor_tricks/helpers.py", NOBODY, NOBODY)
+    run_python(KILLABLE)
+    entry = cache_dir / f"kernels/{REPO}/v1/{VARIANT}"
+    assert {p.stat().st_uid for p in entry.rglob("*")} == {os.geteuid()}
+    assert blob_kernel.gets("helpers.py")
 
 
 def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> None:

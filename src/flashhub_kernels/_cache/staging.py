@@ -9,7 +9,8 @@ never updated in place: a damaged one is moved aside and fetched again.
 A download stopped by Ctrl-C or a network failure keeps what it received: the
 incomplete files move to ``.partial-<variant>/``, named by the sha256 they must hash
 to, and the next downloader of the entry continues them with ``Range``. They are
-checked against that digest like any other download.
+checked against that digest like any other download. The files of a process killed
+outright are moved there by the next downloader, which finds its staging directory.
 """
 
 from __future__ import annotations
@@ -217,17 +218,44 @@ def partial_dir(cache: Cache, info: RepoInfo, variant: str) -> Path:
 def keep_partials(
     cache: Cache, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
 ) -> None:
-    """Move the files an interrupted download left in ``staging`` where the next
-    downloader of the entry finds them. Best effort: failing only costs a resume."""
+    """Move the files an interrupted download left in ``staging`` (this process's, or a
+    dead one's) where the next downloader of the entry finds them. Best effort: failing
+    only costs a resume.
+
+    Only this user's files are moved, from this user's directories reached through no
+    symlink: in a cache a group shares, another member may have changed a dead process's
+    staging to lead elsewhere, and no file from outside the cache may be moved into it."""
     kept = partial_dir(cache, info, variant)
     for relpath, digest in digests.items():
-        source = staging / relpath
         try:
-            if not source.is_symlink() and source.is_file() and source.stat().st_size:
-                ensure_dir(kept, shared=cache.shared)
-                os.replace(source, kept / digest.hex())
+            with _directory_of(staging, relpath) as (directory, name):
+                found = os.stat(name, dir_fd=directory, follow_symlinks=False)
+                mine = _own(os.fstat(directory)) and _own(found)
+                if mine and stat.S_ISREG(found.st_mode) and found.st_size:
+                    ensure_dir(kept, shared=cache.shared)
+                    os.replace(name, kept / digest.hex(), src_dir_fd=directory)
         except OSError:
             continue
+
+
+@contextmanager
+def _directory_of(root: Path, relpath: str) -> Iterator[tuple[int, str]]:
+    """The directory of ``root`` that holds the file ``relpath``, opened through no
+    symlink, and the file's name in it."""
+    *directories, name = relpath.split("/")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, flags)
+    try:
+        for directory in directories:
+            parent, fd = fd, os.open(directory, flags, dir_fd=fd)
+            os.close(parent)
+        yield fd, name
+    finally:
+        os.close(fd)
+
+
+def _own(found: os.stat_result) -> bool:
+    return found.st_uid == os.geteuid()
 
 
 def adopt_partials(
@@ -246,9 +274,18 @@ def adopt_partials(
     remove_tree(kept)
 
 
-def remove_stale_staging(cache: Cache, info: RepoInfo, variant: str, *, idle: bool = False) -> None:
+def remove_stale_staging(
+    cache: Cache,
+    info: RepoInfo,
+    variant: str,
+    *,
+    idle: bool = False,
+    keep: Mapping[str, bytes] | None = None,
+) -> None:
     """Delete staging and trash directories left by dead processes on this host; the
-    caller holds the entry's download mutex.
+    caller holds the entry's download mutex. With ``keep`` (the digests of the files the
+    entry lists), a dead process's files are kept first, as an interrupted download's are
+    (:func:`keep_partials`), for this download to continue.
 
     A process of this host that is gone, or that is this one (which downloads nothing
     while it holds the mutex: a process killed as PID 1 of a container, restarted as PID
@@ -266,6 +303,8 @@ def remove_stale_staging(cache: Cache, info: RepoInfo, variant: str, *, idle: bo
             _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
             dead = pid.isdigit() and (idle or not another_process_alive(int(pid)))
             if owner_host == host and dead:
+                if keep is not None:
+                    keep_partials(cache, child, info, variant, keep)
                 remove_tree(child)
 
 

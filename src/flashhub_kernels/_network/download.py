@@ -132,7 +132,7 @@ def make_entry(
         if receipt is not None and not free:  # intact, of other content
             raise _in_use_error(entry, receipt, document)
         evict(entry)
-        remove_stale_staging(cache, info, variant)
+        remove_stale_staging(cache, info, variant, keep=document.manifest.files)
     if on_download is not None:
         on_download()
     _download_and_commit(cache, fetcher, info, variant, document)
