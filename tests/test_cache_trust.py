@@ -23,9 +23,9 @@ import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
 from flashhub_kernels._cache.imports import TABLE_DIR
 from flashhub_kernels._cache.trust import distrust
-from support.cdn_server import CdnServer
+from support.cdn_server import CdnServer, drop_after
 from support.preloaded import run_code
-from support.trees import local_variant, write_kernel
+from support.trees import local_variant, write_blob_kernel, write_kernel
 
 REPO = "acme/tensor-tricks"
 LOAD = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
@@ -134,9 +134,9 @@ def test_a_root_owned_read_only_cache_is_trusted() -> None:
     assert distrust(root_owned, shared=False, inside=True) is None
 
 
-def test_a_root_owned_cache_loads_for_another_user_once_made_readable(cdn: CdnServer) -> None:
-    # An image built as root and run as another user: the cache is created private
-    # (0700); hosting.md's step `chmod -R a+rX` opens it to reading only.
+def nobody_runs() -> list[str]:
+    """What runs a command as ``nobody``, in its own group only; the test is skipped where
+    that cannot be done."""
     needs_root()
     setpriv = shutil.which("setpriv")
     if setpriv is None:
@@ -144,6 +144,37 @@ def test_a_root_owned_cache_loads_for_another_user_once_made_readable(cdn: CdnSe
     as_nobody = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     if subprocess.run([*as_nobody, sys.executable, "-c", ""], capture_output=True).returncode:
         pytest.skip(f"nobody cannot run {sys.executable} (one under a private home, say)")
+    return as_nobody
+
+
+def test_a_member_of_a_group_sharing_the_cache_loads_past_another_members_kept_files(
+    cdn: CdnServer,
+) -> None:
+    # One member's download broke off, keeping its files to continue (0644: writable by
+    # that member only). The next member to load cannot write to them: it fetches anew.
+    as_nobody = nobody_runs()
+    cdn.inject(write_blob_kernel(cdn.root, bytes(3 << 20)), *[drop_after(1 << 20)] * 6)
+    with tempfile.TemporaryDirectory() as shared:  # not under tmp_path: nobody cannot reach it
+        os.chmod(shared, 0o755)
+        cache = Path(shared, "flashhub-cache")
+        cache.mkdir()
+        os.chown(cache, os.geteuid(), NOBODY)  # nobody's group shares it with this user
+        os.chmod(cache, 0o2770)
+        env = {"FLASHHUB_CACHE_DIR": str(cache), "FLASHHUB_CACHE_SHARED": "1"}
+        broke_off = load_in_child(env)
+        kept = list(cache.glob("kernels/acme/tensor-tricks/v1/.partial-*/*"))
+        cdn.faults.clear()
+        command = [*as_nobody, sys.executable, "-c", LOAD]
+        loaded = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+    assert "TransportError" in broke_off.stderr and kept, broke_off.stderr
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip().endswith("blob")
+
+
+def test_a_root_owned_cache_loads_for_another_user_once_made_readable(cdn: CdnServer) -> None:
+    # An image built as root and run as another user: the cache is created private
+    # (0700); hosting.md's step `chmod -R a+rX` opens it to reading only.
+    as_nobody = nobody_runs()
     write_kernel(cdn.root, REPO, 1)
     with tempfile.TemporaryDirectory() as image:  # not under tmp_path: nobody cannot reach it
         os.chmod(image, 0o755)

@@ -258,16 +258,28 @@ def _own(found: os.stat_result) -> bool:
     return found.st_uid == os.geteuid()
 
 
+def _own_file(path: Path) -> bool:
+    """Whether ``path`` is a file of this user (not a symlink)."""
+    try:
+        found = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(found.st_mode) and _own(found)
+
+
 def adopt_partials(
     cache: Cache, staging: Path, info: RepoInfo, variant: str, digests: Mapping[str, bytes]
 ) -> None:
-    """Move kept partial files into a new ``staging``, where downloads continue them."""
+    """Move kept partial files into a new ``staging``, where downloads continue them.
+
+    Only this user's: in a cache a group shares, another member's could not be written
+    to, and could be rewritten by that member once verified. The others are removed."""
     kept = partial_dir(cache, info, variant)
     if not kept.is_dir():
         return
     for relpath, digest in digests.items():
         source = kept / digest.hex()
-        if source.is_file() and not source.is_symlink():
+        if _own_file(source):
             ensure_dir((staging / relpath).parent)
             with contextlib.suppress(FileNotFoundError):  # pruned meanwhile
                 os.replace(source, staging / relpath)
