@@ -64,7 +64,7 @@ from flashhub_kernels.layers import (
 )
 from flashhub_kernels.layers._mapping import mode_text
 from support.cdn_server import CdnHandler, CdnServer
-from support.preloaded import run_code
+from support.preloaded import REAP_FORKED_CHILD, run_code
 from support.trees import write_variant
 
 LAYERS_PY = '''"""Layers of test kernel {tag}."""
@@ -327,7 +327,8 @@ def test_layer_kernel_is_downloaded_once_for_many_layers(cdn: CdnServer, x: torc
 
 # A thread kernelizes a model (its layer kernel's layers.py held by the server) while the
 # process forks; the child kernelizes a model of its own and prints the kernel's tag.
-FORK_WHILE_KERNELIZING = """
+FORK_WHILE_KERNELIZING = (
+    """
 import os, sys, threading, time
 from pathlib import Path
 
@@ -357,15 +358,10 @@ if pid == 0:
     print("child:", sys.modules[repo.load().__module__].TAG, flush=True)
     os._exit(0)
 forked.touch()
-deadline = time.monotonic() + 30  # only a hung child takes this long
-while not os.waitpid(pid, os.WNOHANG)[0]:
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        print("child: hung", flush=True)
-        break
-    time.sleep(0.05)
-loading.join()
 """
+    + REAP_FORKED_CHILD
+    + "loading.join()\n"
+)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -24,7 +24,7 @@ import pytest
 from conftest import run_python
 from flashhub_kernels._publish import publish
 from support.cdn_server import CdnServer
-from support.preloaded import run_code
+from support.preloaded import REAP_FORKED_CHILD, run_code
 from support.trees import cpu_variant
 
 REPO = "acme/tensor-tricks"
@@ -252,10 +252,11 @@ def test_a_library_imported_as_an_extension_module_is_refused_too(
 # A thread loads local kernel b while the process forks; the child then loads kernel c. The
 # native libraries of a and b are FIFOs of one size (0): noting b's, the thread hashes it to
 # compare it with a's, and waits in the read, as on a slow filesystem, with the lock that
-# notes native libraries held. The child prints what it loaded, or "hung". Given "again",
+# notes native libraries held. The child prints what it loaded, or "child: hung". Given "again",
 # the child loads b itself, once a's and b's libraries are the same bytes, with a's as if
 # loaded; it then prints what loading b's library raises.
-FORK_WHILE_NOTING = """
+FORK_WHILE_NOTING = (
+    """
 import os, sys, threading, time
 from pathlib import Path
 import flashhub_kernels as fk
@@ -297,15 +298,10 @@ if pid == 0 and sys.argv[2:] == ["again"]:
 if pid == 0:
     print("child:", fk.get_local_kernel(c, "c").NAME, flush=True)
     os._exit(0)
-deadline = time.monotonic() + 30  # only a hung child takes this long
-while not os.waitpid(pid, os.WNOHANG)[0]:
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        print("hung", flush=True)
-        break
-    time.sleep(0.05)
-os._exit(0)
 """
+    + REAP_FORKED_CHILD
+    + "os._exit(0)\n"
+)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")

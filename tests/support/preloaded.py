@@ -295,6 +295,19 @@ def start_code(
     return subprocess.Popen(argv, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
 
 
+# Script text for a child script that forked ``pid``: wait for it, and where it is still
+# there after 30 s (waiting forever on a lock copied mid-use), kill it and print "child: hung".
+REAP_FORKED_CHILD = """
+deadline = time.monotonic() + 30  # only a hung child takes this long
+while not os.waitpid(pid, os.WNOHANG)[0]:
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        print("child: hung", flush=True)
+        break
+    time.sleep(0.05)
+"""
+
+
 def run_code(
     code: str,
     *args: str,
