@@ -503,6 +503,35 @@ def test_a_dead_stagings_file_of_another_user_is_not_taken_into_the_entry(
     assert blob_kernel.gets("helpers.py")
 
 
+SWAP_AS_IT_MOVES = """
+import os, sys
+def swap(event, args, planted={kept!r} + ".neighbour's"):
+    if event == "os.rename" and os.fspath(args[0]) == {kept!r} and os.stat(args[0]).st_uid == 0:
+        with open(planted, "wb") as file:
+            file.write({data!r})
+        os.chown(planted, {nobody}, {nobody})
+        os.chmod(planted, 0o666)
+        os.rename(planted, {kept!r})
+sys.addaudithook(swap)
+"""
+
+
+def test_a_kept_file_swapped_for_another_users_as_it_moves_is_not_continued(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    # A neighbour in a cache a group shares puts a file of its own, writable by it, in
+    # place of a kept file the user's load has just found to be the user's: its owner
+    # could rewrite it once verified. The audit hook swaps it as the move begins.
+    needs_root()
+    helpers = SMALL_FILES["tensor_tricks/helpers.py"]
+    kept = plant_partial(cache_dir, VARIANT, hashlib.sha256(helpers).digest())
+    kept.write_bytes(helpers)
+    run_python(SWAP_AS_IT_MOVES.format(kept=str(kept), data=helpers, nobody=NOBODY) + KILLABLE)
+    entry = cache_dir / f"kernels/{REPO}/v1/{VARIANT}"
+    assert {p.stat().st_uid for p in entry.rglob("*")} == {os.geteuid()}
+    assert blob_kernel.gets("helpers.py")
+
+
 def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1, [local_variant(), "torch-cuda"])
     as_cuda = (

@@ -76,7 +76,8 @@ class HashingWriter:
     """Append bytes to a file while hashing them, so no second pass is needed.
 
     The file is never opened through a symlink, nor written while another name links to
-    it (a hard link from outside the cache): such a file is replaced by a new, empty one.
+    it (a hard link from outside the cache) or while another user owns it: such a file
+    is replaced by a new, empty one.
     If it already holds the first part of
     the download (kept from an interrupted run), those bytes are hashed first and the
     writer continues after them; :meth:`reset` starts over from nothing (a server that
@@ -217,8 +218,12 @@ class HashingWriter:
 
 def _open_own(path: Path) -> tuple[int, bool]:
     """Open ``path`` to read and append, created if missing; a file with more than one
-    link (or not a regular file) is unlinked first, so the bytes written, and any
-    ``ftruncate``, reach no file but this one. Also whether the file is new (empty)."""
+    link, not a regular file, or another user's is unlinked first, so the bytes written,
+    and any ``ftruncate``, reach no file but this one, and its owner cannot rewrite it
+    once verified. Also whether the file is new (empty).
+
+    Checked on the open file: in a cache a group shares, a member may swap a kept file
+    after the checks made on its name."""
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:  # the usual case, a file not there yet: nothing to look at or to read
         return os.open(path, flags | os.O_EXCL, 0o644), True
@@ -226,7 +231,7 @@ def _open_own(path: Path) -> tuple[int, bool]:
         pass
     fd = os.open(path, flags, 0o644)
     st = os.fstat(fd)
-    if st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
+    if st.st_nlink == 1 and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
         return fd, False
     os.close(fd)
     os.unlink(path)
