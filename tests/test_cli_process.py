@@ -15,6 +15,8 @@ import termios
 import threading
 from pathlib import Path
 
+import pytest
+
 from support.cdn_server import CdnServer, slowly
 from support.cli_runner import flashhub_process
 from support.projects import REPO, UNIVERSAL
@@ -115,6 +117,32 @@ def test_a_path_stdout_cannot_encode_fails_saying_how_to_show_it(
     assert result.returncode == 1, result.stderr
     assert "stdout's encoding (ascii) cannot show" in result.stderr
     assert "hint: set PYTHONIOENCODING=utf-8" in result.stderr
+
+
+@pytest.mark.parametrize("stdout", ["ascii", "utf-8"])
+def test_a_file_name_an_ascii_locale_cannot_hold_fails_saying_to_use_utf8(
+    cdn: CdnServer, tmp_path: Path, stdout: str
+) -> None:
+    files = {**kernel_files("tensor_tricks", "m"), "tensor_tricks/d\xe4ta.txt": b"table\n"}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, files)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{UNIVERSAL}"]')
+    locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    result = subprocess.run(
+        [*FLASHHUB, "get", REPO, "--version", "1"],
+        env={
+            **os.environ,
+            **locale,
+            "PYTHONIOENCODING": stdout,
+            "FLASHHUB_CACHE_DIR": str(tmp_path),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "a name the file system encoding of this process (ascii) cannot hold" in result.stderr
+    assert "hint: run in a UTF-8 locale (LC_ALL=C.UTF-8), or set PYTHONUTF8=1" in result.stderr
+    assert not [p for p in cdn.gets() if "/tensor_tricks/" in p]  # refused before fetching
 
 
 def read_all(fd: int, into: list[bytes]) -> None:

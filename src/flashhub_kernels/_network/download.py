@@ -13,7 +13,9 @@ reads ``versions.json`` meanwhile, for the notice of a newer version
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -124,6 +126,7 @@ def make_entry(
     document = checked_manifest(
         fetcher, info, variant, expected_hash, expected_signer, document=document
     )
+    _check_names_fit(document.manifest, info, variant)
     if receipt is not None and receipt.content_hash == document.manifest.content_hash:
         # Intact, cached before a key was trusted, and vouched for now: keep the files.
         record_signer(entry, receipt, document)
@@ -137,6 +140,21 @@ def make_entry(
         on_download()
     _download_and_commit(cache, fetcher, info, variant, document)
     return entry
+
+
+def _check_names_fit(manifest: Manifest, info: RepoInfo, variant: str) -> None:
+    """Refuse, before any file is fetched or the entry replaced, a variant listing a file
+    whose name this process's file system encoding cannot hold: an ASCII locale with
+    Python's UTF-8 mode off, where the name could not be created."""
+    for relpath in manifest.files:
+        try:
+            os.fsencode(relpath)
+        except UnicodeEncodeError:
+            raise CacheError(
+                f"{info} variant {variant} holds the file {relpath!r}, a name the file system "
+                f"encoding of this process ({sys.getfilesystemencoding()}) cannot hold",
+                hint="run in a UTF-8 locale (LC_ALL=C.UTF-8), or set PYTHONUTF8=1",
+            ) from None
 
 
 def _in_use_error(entry: Path, receipt: Receipt, document: ManifestDocument) -> CacheError:
