@@ -426,16 +426,21 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {name: actions[0].choices[name] for name in names.values()}
 
 
+OPTION = r"--[a-z][a-z-]*(?:\s+[A-Z][A-Z0-9_./]*)?"  # and the word for its value: --system NAME
+
+
 def usage_options(command: str) -> set[str]:
-    """The long options the usage of ``flashhub COMMAND --help`` shows, but the two that
-    every command takes (``--help``, ``--verbose``)."""
+    """The long options the usage of ``flashhub COMMAND --help`` shows, each with the word
+    for its value, but the two that every command takes (``--help``, ``--verbose``)."""
     usage = flashhub(*command.split(), "--help").stdout.split("\n\n")[0]
-    return set(re.findall(r"--[a-z][a-z-]*", usage)) - {"--help", "--verbose"}
+    options = {" ".join(option.split()) for option in re.findall(OPTION, usage)}
+    return options - {"--help", "--verbose"}
 
 
 def test_docs_cli_md_names_every_option_of_every_command_and_no_other() -> None:
     """The synopses of docs/cli.md (the headings, table rows and list items that quote
-    ``flashhub COMMAND ...``) name each option ``--help`` shows, and only those."""
+    ``flashhub COMMAND ...``) name each option ``--help`` shows, and only those, with the
+    word ``--help`` shows for its value."""
     text = re.sub(r"```.*?```", "", (DOCS / "cli.md").read_text(), flags=re.DOTALL)
     synopses = [synopsis.split() for synopsis in re.findall(r"`flashhub ([^`]*)`", text)]
     commands = [
@@ -450,7 +455,7 @@ def test_docs_cli_md_names_every_option_of_every_command_and_no_other() -> None:
             option
             for synopsis in synopses
             if synopsis[: len(words)] == words
-            for option in re.findall(r"--[a-z][a-z-]*", " ".join(synopsis))
+            for option in re.findall(OPTION, " ".join(synopsis))
         }
         if documented != (shown := usage_options(command)):
             gaps[command] = {"undocumented": shown - documented, "unknown": documented - shown}

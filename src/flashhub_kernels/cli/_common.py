@@ -146,7 +146,7 @@ def system_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--system",
         type=_system_arg,
-        metavar="VARIANT",
+        metavar="NAME",
         help="choose for the machine that loads this exact build, not this one, e.g. "
         "torch213-cxx11-cu126-x86_64-linux (its torch, C++ ABI, backend, arch and OS)",
     )
