@@ -14,6 +14,7 @@ from .._constants import MANIFEST_NAME
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._variants.grammar import is_variant_name
+from ..errors import CacheError
 from .layout import Cache
 from .receipt import read_receipt
 from .trust import distrust, unreadable
@@ -122,12 +123,24 @@ def check_readable(cache: Cache) -> None:
     kernels = cache.root / "kernels"
 
     def refuse(exc: OSError) -> None:
-        if isinstance(exc, PermissionError | NotADirectoryError):
+        if isinstance(exc, PermissionError):
             raise unreadable(Path(str(exc.filename)), exc) from exc
+        if isinstance(exc, NotADirectoryError):
+            raise _not_a_directory(Path(str(exc.filename))) from exc
 
     for directory, dirs, _files in os.walk(kernels, onerror=refuse):
         if len(Path(directory).relative_to(kernels).parts) == 3:
             dirs.clear()  # a version directory: its entries are read file by file
+
+
+def _not_a_directory(path: Path) -> CacheError:
+    """The refusal of a cache whose directory ``path`` a file stands in place of, or above:
+    the commands that read the cache say so, not that they cannot write it."""
+    in_the_way = next((p for p in path.parents if p.exists()), path)
+    return CacheError(
+        f"cannot read {path}: {in_the_way} is not a directory",
+        hint="point FLASHHUB_CACHE_DIR at the cache's directory",
+    )
 
 
 def untrusted_dirs(cache: Cache) -> list[tuple[Path, str]]:

@@ -379,7 +379,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
         print_error(exc.message, exc.cli_hint or exc.hint)
         return EXIT_USAGE
     except FlashhubError as exc:
-        print_error(exc.message, exc.cli_hint or exc.hint)  # the options, not version=
+        print_error(exc.message, _naming_options(exc.cli_hint or exc.hint, args))
         return EXIT_FAILURE
     except ValueError as exc:  # a malformed argument or setting (LOCAL_KERNELS, trusted keys)
         if _unprintable_output(exc):
@@ -394,6 +394,14 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     except OSError as exc:
         print_error(str(exc), None)
         return EXIT_FAILURE
+
+
+def _naming_options(hint: str | None, args: argparse.Namespace) -> str | None:
+    """``hint`` naming ``--cache-dir`` where the command was given it, not the variable
+    the library's hints name (its ``cli_hint`` names the other options already)."""
+    if hint is None or getattr(args, "cache_dir", None) is None:
+        return hint
+    return hint.replace("FLASHHUB_CACHE_DIR", "--cache-dir")
 
 
 class _SigtermInterrupts:
