@@ -503,10 +503,47 @@ def test_a_dead_stagings_file_of_another_user_is_not_taken_into_the_entry(
     assert blob_kernel.gets("helpers.py")
 
 
+def partial_dir_leading_to(cache_dir: Path, outside: Path) -> None:
+    """Make the directory that keeps acme/tensor-tricks v1's partial files a symlink to
+    ``outside``, as a neighbour in a cache a group shares may (the group writes there)."""
+    version_dir = cache_dir / f"kernels/{REPO}/v1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / f".partial-{VARIANT}").symlink_to(outside)
+
+
+def test_a_kept_directory_leading_out_of_the_cache_has_nothing_taken_from_it(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    # A store of the user's that names files by their sha256, as the Hugging Face cache's
+    # blobs/ does, holding a file of the kernel.
+    blobs = tmp_path / "hub/blobs"
+    blobs.mkdir(parents=True)
+    helpers = SMALL_FILES["tensor_tricks/helpers.py"]
+    stored = blobs / hashlib.sha256(helpers).hexdigest()
+    stored.write_bytes(helpers)
+    partial_dir_leading_to(cache_dir, blobs)
+    fk.get_kernel(REPO, version=1)
+    assert stored.read_bytes() == helpers
+    assert blob_kernel.gets("helpers.py")
+
+
+def test_a_kept_directory_leading_out_of_the_cache_has_nothing_moved_there(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    partial_dir_leading_to(cache_dir, elsewhere)
+    blob_kernel.inject(BLOB_PATH, *[drop_after(1 << 20)] * 6)  # every attempt breaks off
+    with pytest.raises(TransportError, match="broke off 6 times"):
+        fk.get_kernel(REPO, version=1)
+    assert list(elsewhere.iterdir()) == []
+
+
 SWAP_AS_IT_MOVES = """
 import os, sys
 def swap(event, args, planted={kept!r} + ".neighbour's"):
-    if event == "os.rename" and os.fspath(args[0]) == {kept!r} and os.stat(args[0]).st_uid == 0:
+    moving = event == "os.rename" and os.path.basename(args[0]) == os.path.basename({kept!r})
+    if moving and os.stat({kept!r}).st_uid == 0:
         with open(planted, "wb") as file:
             file.write({data!r})
         os.chown(planted, {nobody}, {nobody})

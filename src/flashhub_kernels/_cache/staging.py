@@ -223,8 +223,9 @@ def keep_partials(
     only costs a resume.
 
     Only this user's files are moved, from this user's directories reached through no
-    symlink: in a cache a group shares, another member may have changed a dead process's
-    staging to lead elsewhere, and no file from outside the cache may be moved into it."""
+    symlink, into a directory reached through none: in a cache a group shares, another
+    member may have changed a dead process's staging, or ``.partial-<variant>``, to lead
+    elsewhere, and no file may be moved into the cache from outside, nor out of it."""
     kept = partial_dir(cache, info, variant)
     for relpath, digest in digests.items():
         try:
@@ -233,7 +234,8 @@ def keep_partials(
                 mine = _own(os.fstat(directory)) and _own(found)
                 if mine and stat.S_ISREG(found.st_mode) and found.st_size:
                     ensure_dir(kept, shared=cache.shared)
-                    os.replace(name, kept / digest.hex(), src_dir_fd=directory)
+                    with _directory_of(kept, digest.hex()) as (into, kept_name):
+                        os.replace(name, kept_name, src_dir_fd=directory, dst_dir_fd=into)
         except OSError:
             continue
 
@@ -243,25 +245,30 @@ def _directory_of(root: Path, relpath: str) -> Iterator[tuple[int, str]]:
     """The directory of ``root`` that holds the file ``relpath``, opened through no
     symlink, and the file's name in it."""
     *directories, name = relpath.split("/")
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(root, flags)
+    fd = _open_directory(root)
     try:
         for directory in directories:
-            parent, fd = fd, os.open(directory, flags, dir_fd=fd)
+            parent, fd = fd, _open_directory(directory, fd)
             os.close(parent)
         yield fd, name
     finally:
         os.close(fd)
 
 
+def _open_directory(path: str | Path, parent: int | None = None) -> int:
+    """Open the directory ``path`` (in the open directory ``parent``), not through a symlink."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags, dir_fd=parent)
+
+
 def _own(found: os.stat_result) -> bool:
     return found.st_uid == os.geteuid()
 
 
-def _own_file(path: Path) -> bool:
-    """Whether ``path`` is a file of this user (not a symlink)."""
+def _own_file(name: str, directory: int) -> bool:
+    """Whether ``name`` in the open ``directory`` is a file of this user (not a symlink)."""
     try:
-        found = path.lstat()
+        found = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except OSError:
         return False
     return stat.S_ISREG(found.st_mode) and _own(found)
@@ -272,17 +279,23 @@ def adopt_partials(
 ) -> None:
     """Move kept partial files into a new ``staging``, where downloads continue them.
 
-    Only this user's: in a cache a group shares, another member's could not be written
-    to, and could be rewritten by that member once verified. The others are removed."""
+    Only this user's, from a directory reached through no symlink: in a cache a group
+    shares, another member's could not be written to, and could be rewritten by that
+    member once verified, and the directory could lead out of the cache. The others are
+    removed."""
     kept = partial_dir(cache, info, variant)
-    if not kept.is_dir():
+    try:
+        directory = _open_directory(kept)
+    except OSError:  # none kept, or a symlink
         return
-    for relpath, digest in digests.items():
-        source = kept / digest.hex()
-        if _own_file(source):
-            ensure_dir((staging / relpath).parent)
-            with contextlib.suppress(FileNotFoundError):  # pruned meanwhile
-                os.replace(source, staging / relpath)
+    try:
+        for relpath, digest in digests.items():
+            if _own_file(digest.hex(), directory):
+                ensure_dir((staging / relpath).parent)
+                with contextlib.suppress(FileNotFoundError):  # pruned meanwhile
+                    os.replace(digest.hex(), staging / relpath, src_dir_fd=directory)
+    finally:
+        os.close(directory)
     remove_tree(kept)
 
 
