@@ -99,20 +99,23 @@ def test_with_stdin_closed_cache_clear_asks_for_yes(cdn: CdnServer) -> None:
     assert cleared.returncode == 0 and cleared.stdout.startswith("removed 1 entry"), cleared
 
 
+def flashhub_get_v1(**env: str) -> subprocess.CompletedProcess[str]:
+    """``flashhub get REPO --version 1`` in a child with ``env`` added to this one's."""
+    return subprocess.run(
+        [*FLASHHUB, "get", REPO, "--version", "1"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_a_path_stdout_cannot_encode_fails_saying_how_to_show_it(
     cdn: CdnServer, tmp_path: Path
 ) -> None:
     write_kernel(cdn.root, REPO, 1, [UNIVERSAL])
-    result = subprocess.run(
-        [*FLASHHUB, "get", REPO, "--version", "1"],
-        env={
-            **os.environ,
-            "PYTHONIOENCODING": "ascii",
-            "FLASHHUB_CACHE_DIR": str(tmp_path / "c\xe4che"),
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = flashhub_get_v1(
+        PYTHONIOENCODING="ascii", FLASHHUB_CACHE_DIR=str(tmp_path / "c\xe4che")
     )
     assert result.returncode == 1, result.stderr
     assert "stdout's encoding (ascii) cannot show" in result.stderr
@@ -126,18 +129,12 @@ def test_a_file_name_an_ascii_locale_cannot_hold_fails_saying_to_use_utf8(
     files = {**kernel_files("tensor_tricks", "m"), "tensor_tricks/d\xe4ta.txt": b"table\n"}
     write_variant(cdn.root, REPO, 1, UNIVERSAL, files)
     (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{UNIVERSAL}"]')
-    locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
-    result = subprocess.run(
-        [*FLASHHUB, "get", REPO, "--version", "1"],
-        env={
-            **os.environ,
-            **locale,
-            "PYTHONIOENCODING": stdout,
-            "FLASHHUB_CACHE_DIR": str(tmp_path),
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = flashhub_get_v1(
+        LC_ALL="C",
+        PYTHONUTF8="0",
+        PYTHONCOERCECLOCALE="0",
+        PYTHONIOENCODING=stdout,
+        FLASHHUB_CACHE_DIR=str(tmp_path),
     )
     assert result.returncode == 1, result.stderr
     assert "a name the file system encoding of this process (ascii) cannot hold" in result.stderr

@@ -18,7 +18,7 @@ from ..errors import LockfileError
 from .format import LOCKFILE_NAME, REGENERATE, parse_lockfile
 from .project import DEPENDENCY_TABLES
 
-_logger = logging.getLogger("flashhub_kernels")
+logger = logging.getLogger("flashhub_kernels")
 
 
 class EggInfo(Protocol):
@@ -43,7 +43,7 @@ def write_egg_lockfile(cmd: EggInfo, basename: str, filename: str) -> None:
     try:
         text = _read_lock(lock)
     except FileNotFoundError:
-        _logger.warning("%s does not exist: the package ships no lock (run `flashhub lock`)", lock)
+        logger.warning("%s does not exist: the package ships no lock (run `flashhub lock`)", lock)
         cmd.write_or_delete_file(basename, filename, None, force=True)
         return
     parse_lockfile(text.encode("utf-8"), source=str(lock))
@@ -71,7 +71,7 @@ def _declares_kernels(pyproject: Path) -> bool:
     try:
         document = load_toml(pyproject.read_bytes())
     except LockfileError as exc:  # no TOML reader: whether it declares kernels is unknown
-        _logger.warning("%s: the package ships no lock (%s)", exc.message, exc.hint)
+        logger.warning("%s: the package ships no lock (%s)", exc.message, exc.hint)
         return False
     except (OSError, ValueError):
         return False
