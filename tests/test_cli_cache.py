@@ -197,6 +197,35 @@ def test_cache_prune_removes_a_dead_download_whose_pid_a_live_process_took(
     assert not dead.exists()
 
 
+def test_cache_prune_removes_a_download_it_cannot_ask_about_once_idle_for_a_day(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    # Another host's (a pod recreated under a new name, on the same cache volume), and
+    # one whose name records no process: their processes cannot be asked, so age tells.
+    publish_tensor_tricks(cdn.root)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    version_dir = cache_dir / "kernels" / REPO / "v3"
+    stale_elsewhere = version_dir / f".staging-{UNIVERSAL}.0123abcd.4242.old-pod-name"
+    stale_unnamed = version_dir / f".staging-{UNIVERSAL}.4567cdef"
+    busy_elsewhere = version_dir / f".staging-{UNIVERSAL}.89abcdef.4242.other-pod-name"
+    two_days_ago = time.time() - 2 * 86400
+    for staging in (stale_elsewhere, stale_unnamed, busy_elsewhere):
+        (staging / PY_PKG).mkdir(parents=True)
+        (staging / PY_PKG / "helpers.py").write_text("# half written\n")
+        for path in (staging / PY_PKG / "helpers.py", staging / PY_PKG, staging):
+            os.utime(path, (two_days_ago, two_days_ago))
+    os.utime(busy_elsewhere / PY_PKG / "helpers.py")  # its download still writes
+
+    document = ok_json(flashhub("cache", "prune", "--json"))
+
+    assert sorted(document["stale_directories"]) == sorted(
+        [str(stale_elsewhere), str(stale_unnamed)]
+    )
+    assert not stale_elsewhere.exists() and not stale_unnamed.exists()
+    assert (busy_elsewhere / PY_PKG / "helpers.py").read_text() == "# half written\n"
+    assert (version_dir / UNIVERSAL).is_dir()
+
+
 def test_cache_clear_with_nothing_cached_says_so_without_asking(cache_dir: Path) -> None:
     result = flashhub("cache", "clear")  # no --yes and no terminal: nothing to confirm
     document = ok_json(flashhub("cache", "clear", "--json"))

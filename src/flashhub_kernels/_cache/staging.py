@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._constants import INDEX_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import dump_json
-from .._utils.processes import another_process_alive, owner_suffix, this_host
+from .._utils.processes import another_process_alive, idle_for, owner_suffix, this_host
 from .._variants.compat import pick_by_name
 from ..errors import CacheError
 from .bytecode import compile_bytecode, receipt_stamp, sources_to_compile
@@ -54,6 +54,12 @@ if TYPE_CHECKING:
     from .._models.names import RepoInfo
     from .._network.documents import ManifestDocument
     from .._variants.system import SystemInfo
+
+# A staging directory whose process this host cannot ask (another host's, on a shared
+# file system; one named by an older client) is removed by `flashhub cache prune` once
+# nothing in it has changed for this long: a download writes as it goes, and the stall
+# guard ends one whose bytes stop long before.
+UNJUDGED_STAGING_IDLE_SECONDS = 24 * 3600
 
 
 def record_index(
@@ -315,7 +321,9 @@ def remove_stale_staging(
     A process of this host that is gone, or that is this one (which downloads nothing
     while it holds the mutex: a process killed as PID 1 of a container, restarted as PID
     1), is dead. With ``idle``, the caller holds every download mutex of the version, so
-    no process of this host downloads there: whatever its PID now names, it is dead.
+    no process of this host downloads there: whatever its PID now names, it is dead; and
+    a staging directory whose process cannot be asked is removed once idle for
+    :data:`UNJUDGED_STAGING_IDLE_SECONDS`.
     """
     version_dir = cache.version_dir(info)
     if not version_dir.is_dir():
@@ -326,8 +334,10 @@ def remove_stale_staging(
             remove_tree(child)
         elif child.name.startswith(f"{STAGING_PREFIX}{variant}."):
             _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
-            dead = pid.isdigit() and (idle or not another_process_alive(int(pid)))
-            if owner_host == host and dead:
+            if owner_host != host or not pid.isdigit():
+                if idle and idle_for(child, UNJUDGED_STAGING_IDLE_SECONDS):
+                    remove_tree(child)
+            elif idle or not another_process_alive(int(pid)):
                 if keep is not None:
                     keep_partials(cache, child, info, variant, keep)
                 remove_tree(child)

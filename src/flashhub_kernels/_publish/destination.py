@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 from .._network.hashing import CHUNK_SIZE
 from .._network.object_store import ObjectMissing, Store, StoreError, is_url
 from .._utils.filesystem import write_atomic
-from .._utils.processes import another_process_alive, owner_suffix, this_host
+from .._utils.processes import another_process_alive, idle_for, owner_suffix, this_host
 from ..errors import PublishError
 from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
 
@@ -245,7 +244,7 @@ def remove_leftovers(directory: Path) -> None:
             continue
         version, kind, pid, host = match.groups()
         dead = pid is not None and host == this_host() and not another_process_alive(int(pid))
-        if not dead and not _idle_for(child, LEFTOVER_IDLE_SECONDS):
+        if not dead and not idle_for(child, LEFTOVER_IDLE_SECONDS):
             continue
         if kind == "old" and not (directory / version).exists():
             logger.warning(
@@ -259,21 +258,6 @@ def remove_leftovers(directory: Path) -> None:
             continue
         logger.info("removing %s, left by a publish that was killed", child)
         shutil.rmtree(child, ignore_errors=True)
-
-
-def _idle_for(top: Path, seconds: float) -> bool:
-    """Whether nothing in the tree ``top`` was modified in the last ``seconds``."""
-    since = time.time() - seconds
-    try:
-        if top.lstat().st_mtime > since:
-            return False
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames + filenames:
-                if os.lstat(os.path.join(dirpath, name)).st_mtime > since:
-                    return False
-    except OSError:
-        return False  # changing under us
-    return True
 
 
 def _make_dirs(path: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from pathlib import Path
 
 
 def owner_suffix() -> str:
@@ -30,4 +32,21 @@ def another_process_alive(pid: int) -> bool:
         return False
     except PermissionError:  # another user's process
         return True
+    return True
+
+
+def idle_for(top: Path, seconds: float) -> bool:
+    """Whether nothing in the tree ``top`` was modified in the last ``seconds``: how a
+    leftover whose process cannot be asked (another host's, one its name does not
+    record) shows that no writer is at it."""
+    since = time.time() - seconds
+    try:
+        if top.lstat().st_mtime > since:
+            return False
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                if os.lstat(os.path.join(dirpath, name)).st_mtime > since:
+                    return False
+    except OSError:
+        return False  # changing under us
     return True
