@@ -73,7 +73,19 @@ from flashhub_kernels.errors import (
     VersionNotFoundError,
 )
 
-# README: API
+# README: API; a name misspelt in an import is flagged, not taken as Any
+
+
+def names() -> None:
+    from flashhub_kernels import get_kernal  # type: ignore[attr-defined]
+    from flashhub_kernels.layer import kernelise  # type: ignore[attr-defined]
+    from flashhub_kernels.layer_types import Devise  # type: ignore[attr-defined]
+    from flashhub_kernels.layers import validate_layer
+
+    print(get_kernal, kernelise, Devise, validate_layer)
+    print(flashhub_kernels.get_kernal)  # type: ignore[attr-defined]
+    assert_type(flashhub_kernels.__version__, str)
+    assert_type(flashhub_kernels.errors.KernelNotFoundError, type[KernelNotFoundError])
 
 
 def loading_a_kernel(logits: torch.Tensor, codebook: torch.Tensor) -> None:

@@ -242,14 +242,16 @@ def _lazily_exporting_modules() -> list[str]:
     found = []
     for path in sorted(src.rglob("*.py")):
         tree = ast.parse(path.read_text())
+        # What a module defines at its top, or in a top-level `if not TYPE_CHECKING:`.
+        top = [n for node in tree.body for n in (node.body if isinstance(node, ast.If) else [node])]
         defined = {
             name.id
-            for node in tree.body
+            for node in top
             if isinstance(node, ast.Assign)
             for target in node.targets
             for name in ast.walk(target)  # `__getattr__, __dir__ = ...` too
             if isinstance(name, ast.Name)
-        } | {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        } | {node.name for node in top if isinstance(node, ast.FunctionDef)}
         if "__getattr__" in defined:
             parts = path.relative_to(src).with_suffix("").parts
             found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))

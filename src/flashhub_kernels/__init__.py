@@ -13,10 +13,10 @@ from ._finder import install
 from ._lazy import lazy_exports
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost more than this package
-if TYPE_CHECKING:
-    # Each name re-exported as itself, for type checkers (no literal __all__ to read).
+if TYPE_CHECKING:  # each name re-exported as itself, for type checkers (see lazy_exports)
     from . import errors as errors
     from ._config import Config as Config, get_config as get_config
+    from ._constants import __version__ as __version__
     from ._loading.api import (
         configure as configure,
         get_kernel as get_kernel,
@@ -115,8 +115,7 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)  # every public name; install is the hook's own
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
-
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 install()

@@ -22,12 +22,13 @@ def lazy_exports(
     """A module ``__getattr__`` and ``__dir__`` for ``package``, which exports the names of
     ``table`` but imports each only on first use::
 
-        __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+        if not TYPE_CHECKING:  # checkers see the names imported under `if TYPE_CHECKING:`
+            __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
-    ``__getattr__`` imports ``table[name]`` (a module relative to ``package``) on first
-    access of ``name``, and keeps the value; a name whose module is ``package.<name>``
-    itself (``"errors": ".errors"``) gives that submodule. ``__dir__`` lists the names
-    before they are loaded, so that ``dir()`` and tab completion show them.
+    ``__getattr__`` imports ``table[name]`` (a module relative to ``package``) on first access
+    of ``name``, and keeps the value; a name whose module is ``package.<name>`` itself
+    (``"errors": ".errors"``) gives that submodule. ``__dir__`` lists the names before they
+    are loaded. Type checkers must not see it: any name, a misspelt one too, is ``Any`` then.
     """
 
     def __getattr__(name: str) -> Any:

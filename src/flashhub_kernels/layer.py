@@ -18,4 +18,5 @@ if TYPE_CHECKING:
 
 __all__ = list(layers.__all__)
 
-__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, layers.__name__))
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, layers.__name__))

@@ -16,4 +16,5 @@ if TYPE_CHECKING:
 
 __all__ = ["CUDAProperties", "Device", "Mode", "ROCMProperties"]
 
-__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, layers.__name__))
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, layers.__name__))

@@ -84,4 +84,5 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
