@@ -88,6 +88,13 @@ def names() -> None:
     assert_type(flashhub_kernels.errors.KernelNotFoundError, type[KernelNotFoundError])
 
 
+def the_import_hook() -> None:
+    import flashhub.sdq.audio_codebook_primitives.v1 as k
+    from flashhub.acme.tensor_tricks import v1, v2
+
+    print(k.delayed_codebook_argmax_embed_bf16, v1.scale_shift, v2)
+
+
 def loading_a_kernel(logits: torch.Tensor, codebook: torch.Tensor) -> None:
     k = get_kernel("sdq/audio-codebook-primitives", version=1)
     assert_type(k, ModuleType)
