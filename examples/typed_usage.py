@@ -264,6 +264,8 @@ def kernelizing(model: nn.Linear) -> None:
     kernelize(model, mode=Mode.INFERENCE, use_fallback=KernelizeFallback.ALL)
     kernelize(model, mode=Mode.INFERENCE, use_fallback=KernelizeFallback.NO_LAYER)
     kernelize(model, mode="inference")  # type: ignore[arg-type]
+    kernelize(model, mode=Mode.INFERENCE | "compile")  # type: ignore[operator]
+    kernelize(model, mode=Mode.INFERENCE | KernelizeFallback.ALL)  # type: ignore[operator]
     kernelize(model, Mode.INFERENCE)  # type: ignore[call-arg]
     kernelize(model, mode=Mode.INFERENCE, use_fallback="all")  # type: ignore[arg-type]
     try:

@@ -47,9 +47,9 @@ class Mode(enum.Flag):
     TORCH_COMPILE = enum.auto()
     FALLBACK = enum.auto()
 
-    def __or__(self, other: object) -> Mode:
-        union = super().__or__(other)  # type: ignore[operator]
-        if not isinstance(union, Mode):
+    def __or__(self, other: Mode) -> Mode:
+        union = super().__or__(other)
+        if not isinstance(union, Mode):  # typed code passes a Mode; others may not
             return union  # NotImplemented, for an operand that is no Mode
         if union.value & _EXCLUSIVE == _EXCLUSIVE:
             raise ValueError("Mode.INFERENCE and Mode.TRAINING are mutually exclusive")
