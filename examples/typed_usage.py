@@ -294,8 +294,13 @@ def marked_functions(model: nn.Module) -> None:
             super().__init__()
             self.up = nn.Linear(64, 256)
 
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return silu_and_mul(self.up(x))
+
     assert_type(MLP().up, nn.Linear)
     silu_and_mul.eval()
+    assert_type(silu_and_mul(torch.randn(2, 8)), torch.Tensor)
+    silu_and_mul([1.0, 2.0])  # type: ignore[arg-type]
     use_kernelized_func(F.silu)  # type: ignore[arg-type]
 
     silu = FuncRepository("acme/silu-layers", "silu_and_mul", version=1)

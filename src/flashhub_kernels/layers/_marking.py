@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from ._layer_mark import Condition, Forward, LayerMark, mark_of, put_mark
+
+MarkedT = TypeVar("MarkedT", bound="type[nn.Module]")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from torch import nn
 
-MarkedT = TypeVar("MarkedT", bound="type[nn.Module]")
+    class MarkedFunction(nn.Module, Generic[P, R]):
+        """A marked function as type checkers see it: an ``nn.Module`` called like the
+        function it was made from. At run time it is an instance of a class made for
+        that function (see ``_func_module``)."""
+
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
 
 class _LayerName:
@@ -133,9 +142,9 @@ class _Marker:
         self.use_fallback = use_fallback
 
     @overload
-    def __call__(self, target: MarkedT) -> MarkedT: ...
+    def __call__(self, target: MarkedT) -> MarkedT: ...  # type: ignore[overload-overlap]
     @overload
-    def __call__(self, target: Callable[..., Any]) -> nn.Module: ...
+    def __call__(self, target: Callable[P, R]) -> MarkedFunction[P, R]: ...
     def __call__(self, target: Callable[..., Any]) -> Any:
         return _mark(target, self.layer_name, self.condition, self.use_fallback)
 
