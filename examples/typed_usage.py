@@ -195,7 +195,9 @@ def a_first_example() -> None:
     local = LocalLayerRepository("examples/kernels/silu-layers", "SiluAndMul")
     LocalLayerRepository(repo_path=Path("silu-layers"), layer_name="SiluAndMul")
     LocalLayerRepository("examples/kernels/silu-layers", "SiluAndMul", package_name="silu_layers")
-    LocalLayerRepository("silu-layers", "SiluAndMul", pakage_name="x")  # type: ignore[call-arg]
+    LocalLayerRepository("silu-layers", "SiluAndMul", pakage_name="x")  # type: ignore[call-overload]
+    LocalLayerRepository(repo_path=Path("silu-layers"))  # type: ignore[call-overload]
+    LocalLayerRepository("silu-layers", "SiluAndMul", repo_path="x")  # type: ignore[call-overload]
     with use_kernel_mapping({"SiluAndMul": {"cpu": local, "cuda": local}}):
         assert_type(kernelize(model, mode=Mode.INFERENCE), nn.Sequential)
     torch.testing.assert_close(model(x), model(x))
@@ -305,6 +307,7 @@ def marked_functions(model: nn.Module) -> None:
 
     silu = FuncRepository("acme/silu-layers", "silu_and_mul", version=1)
     local = LocalFuncRepository("examples/kernels/silu-layers", "silu_and_mul")
+    LocalFuncRepository(repo_path="silu-layers")  # type: ignore[call-overload]
     LockedFuncRepository("acme/silu-layers", "silu_and_mul")
     register_kernel_mapping({"silu_and_mul": {"cuda": silu, "cpu": local}})
     use_kernel_func_from_hub("silu_and_mul")

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from .._loading.hub_arguments import check_trust_remote_code
 from .._models.names import parse_repo_id
@@ -145,6 +145,24 @@ class LocalFuncRepository(_FromLocalDir, BaseFuncRepository, Record):
     check_arch: bool
     package_name: str | None
 
+    @overload
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        func_name: str,
+        *,
+        package_name: str | None = None,
+        check_arch: bool = True,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        *,
+        repo_path: str | os.PathLike[str],
+        func_name: str,
+        package_name: str | None = None,
+        check_arch: bool = True,
+    ) -> None: ...
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from .._loading.api import get_kernel, get_local_kernel, requested_version
 from .._loading.hub_arguments import check_trust_remote_code, user_agent_text
@@ -276,6 +276,24 @@ class LocalLayerRepository(_FromLocalDir, BaseLayerRepository, Record):
     check_arch: bool
     package_name: str | None
 
+    @overload
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        layer_name: str,
+        *,
+        package_name: str | None = None,
+        check_arch: bool = True,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        *,
+        repo_path: str | os.PathLike[str],
+        layer_name: str,
+        package_name: str | None = None,
+        check_arch: bool = True,
+    ) -> None: ...
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,
