@@ -316,6 +316,20 @@ def test_another_python_sharing_the_cache_adds_its_bytecode_and_fetches_nothing(
     assert (package / "__pycache__" / "helpers.cpython-399.pyc").is_file()
 
 
+@pytest.mark.parametrize("blank", [" ", "\t\n"])
+def test_a_cache_dir_variable_of_blanks_only_is_unset(
+    cdn: CdnServer, tmp_path: Path, blank: str
+) -> None:
+    # A launcher that writes FLASHHUB_CACHE_DIR=" " (an empty template value, say): not a
+    # cache in a directory named " " under wherever the process happens to run.
+    write_kernel(cdn.root, REPO, 1)
+    env = {"FLASHHUB_CACHE_DIR": blank, "XDG_CACHE_HOME": f" {tmp_path / 'xdg'} "}
+    (tmp_path / "work").mkdir()
+    run_python("import flashhub.acme.tensor_tricks.v1", env=env, cwd=tmp_path / "work")
+    assert (tmp_path / "xdg" / "flashhub" / "kernels" / REPO / "v1").is_dir()
+    assert list((tmp_path / "work").iterdir()) == []
+
+
 def test_a_relative_cache_dir_is_taken_from_where_the_load_runs_and_survives_a_chdir(
     cdn: CdnServer, tmp_path: Path
 ) -> None:

@@ -34,8 +34,8 @@ KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 def default_cache_dir() -> str:
     """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub``, else ``~/.cache/flashhub``,
-    absolute (read when called: a launcher may set them after the import)."""
-    path = os.environ.get("FLASHHUB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "flashhub"
+    absolute, blanks around a value dropped (read when called: a launcher may set them later)."""
+    path = os.environ.get("FLASHHUB_CACHE_DIR", "").strip() or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join("~", ".cache"), "flashhub"
     )
     return os.path.abspath(os.path.expanduser(path))
