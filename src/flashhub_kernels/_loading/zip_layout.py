@@ -137,7 +137,8 @@ class ArchiveLoader(importlib._abc.Loader):
         try:
             return self._zip.get_code(_INIT)
         except zipimport.ZipImportError as exc:
-            raise _broken(self.archive, f"holds no __init__.py at its root ({exc})") from exc
+            where = "at its root, where a zip build keeps the package's files"
+            raise _broken(self.archive, f"holds no __init__.py {where} ({exc})") from exc
         except OSError as exc:  # its directory states sizes its members do not have
             raise _broken(self.archive, f"is malformed ({exc})") from exc
 
@@ -158,7 +159,5 @@ def _broken(archive: str, problem: str) -> KernelImportError:
     from ..errors import KernelImportError  # only for a broken archive
 
     return KernelImportError(
-        f"the kernel archive {archive} {problem}: a zip build's archive holds the package's "
-        "files at its root",
-        hint="report it to the kernel's publisher",
+        f"the kernel archive {archive} {problem}", hint="report it to the kernel's publisher"
     )
