@@ -26,6 +26,7 @@ from flashhub_kernels._network.transport import Fetcher, warn_if_insecure
 from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
 from support.cdn_server import (
     CdnServer,
+    capped_range,
     delayed,
     drop_after,
     drop_every,
@@ -688,6 +689,20 @@ def test_a_server_that_hangs_up_every_64_kib_but_honours_range_still_delivers(
     assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
     assert ranges(blob_kernel, "blob.bin") == [None] + [
         f"bytes={offset}-" for offset in range(piece, len(BLOB), piece)
+    ]
+
+
+@pytest.mark.parametrize("with_sizes", [True, False], ids=["sizes", "no-sizes"])
+def test_an_edge_that_caps_the_size_of_a_range_delivers_the_file_in_parts(
+    cdn: CdnServer, with_sizes: bool
+) -> None:
+    write_blob_kernel(cdn.root, BLOB, with_sizes=with_sizes)
+    piece = 1 << 20
+    # The whole-file answer breaks off; each Range answer is a 206 of at most 1 MiB.
+    cdn.inject(BLOB_PATH, drop_after(1000), *[capped_range(piece)] * 3)
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(cdn, "blob.bin") == [None] + [
+        f"bytes={offset}-" for offset in range(1000, len(BLOB), piece)
     ]
 
 

@@ -472,6 +472,24 @@ def drop_every(n: int) -> Fault:
     return fault
 
 
+def capped_range(cap: int) -> Fault:
+    """Answer ``Range: bytes=N-`` with a ``206`` of at most ``cap`` bytes from byte N, its
+    ``Content-Range`` saying so (a gateway that caps the size of a range); a request
+    without ``Range`` gets the whole file. Inject it once per request it should answer."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", ""))
+        if match is None:
+            handler.send_file(body)
+            return
+        start = int(match.group(1))
+        part = body[start : start + cap]
+        content_range = f"bytes {start}-{start + len(part) - 1}/{len(body)}"
+        handler.send_simple(206, part, {"Content-Range": content_range})
+
+    return fault
+
+
 def other_file(data: bytes) -> Fault:
     """Serve ``data`` in place of the file, honestly announced and honouring ``Range``: a
     mirror holding another build of the file."""

@@ -5,7 +5,9 @@ with backoff and ``Retry-After``):
 
 - a body cut off mid-way (dropped connection, read timeout, short body) resumes with
   ``Range`` from the bytes already written; a ``200`` answer, or a ``206`` at another
-  offset, restarts the file from zero. ``MAX_RESUMES + 1`` attempts that get nowhere
+  offset, restarts the file from zero. A ``206`` holding only part of the rest (its
+  ``Content-Range`` ends before the file does: an edge that caps the size of a range)
+  is kept, and the rest asked for after it. ``MAX_RESUMES + 1`` attempts that get nowhere
   fail the mirror; a resume that moves the file on at no less than
   ``MIN_BYTES_PER_SECOND`` does not count, so a server that hangs up every few
   kilobytes but honours ``Range`` still delivers the file;
@@ -65,8 +67,10 @@ _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
 # character at a time through an alternation (23 k instructions a URL, against 5 k).
 _SAFE = "[A-Za-z0-9._~!$&'()*+,;=:@/-]*"
 _PLAIN_URL = re.compile(rf"https?://[a-z0-9.:\[\]-]+(?:/{_SAFE}(?:%[0-9A-Fa-f]{{2}}{_SAFE})*)?")
-# How one GET of a file ended: the file is complete; the body broke after continuing
-# the file where it stood (a 206 at the offset); or any other break or restart.
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,19})-(\d{1,19})/(\d{1,19})")
+# How one GET of a file ended: the file is complete; the body broke or ended short of
+# the file after continuing it where it stood (a 206 at the offset); or any other break
+# or restart.
 _Outcome = Literal["done", "resumed", "failed"]
 
 
@@ -172,7 +176,7 @@ class HttpMirror(Mirror):
             elapsed = time.monotonic() - started
             if outcome == "failed" or not _moved_on(writer.size - offset, elapsed):
                 fruitless += 1
-            logger.info("%s broke off at byte %d; asking again from there", url, writer.size)
+            logger.info("%s stopped at byte %d; asking for the rest from there", url, writer.size)
         raise MirrorFailed(
             f"the transfer broke off {MAX_RESUMES + 1} times (not counting resumes that "
             "moved it on)"
@@ -227,10 +231,11 @@ class HttpMirror(Mirror):
                 writer.reset()  # a full body, or the wrong part: start over
                 if status != 200:
                     return "failed"
-            end = _check_length(response, writer)
+            part = _short_part(response) if resumed else None
+            end = _check_length(response, writer, part)
             try:
                 self._stream(response, writer, cancelled, end)
-                return "done"
+                return "done" if part is None else "resumed"
             except _BODY_ERRORS:
                 _stop_if(cancelled)
                 if _encoded(response):
@@ -398,9 +403,18 @@ def _content_length(response: requests.Response) -> int | None:
     return None
 
 
-def _check_length(response: requests.Response, writer: HashingWriter) -> int | None:
+def _check_length(
+    response: requests.Response, writer: HashingWriter, part: tuple[int, int] | None = None
+) -> int | None:
     """Refuse, before reading it, a body whose announced length cannot complete the file;
-    return the file's size once the body is in, when the answer announces its length."""
+    return the file's size once the body is in, when the answer announces its length.
+
+    For a ``part`` of the rest (see :func:`_short_part`), the file's total size is
+    checked as the whole rest's length would be, and the part's end is returned."""
+    if part is not None:
+        end, total = part
+        writer.announce(total - writer.size)
+        return end
     if _encoded(response):
         return None  # the length of the encoded bytes, not of the file
     length = _content_length(response)
@@ -408,6 +422,21 @@ def _check_length(response: requests.Response, writer: HashingWriter) -> int | N
         return None
     writer.announce(length)
     return writer.size + length
+
+
+def _short_part(response: requests.Response) -> tuple[int, int] | None:
+    """For a ``206`` continuing the file, whose ``Content-Range: bytes N-M/TOTAL`` ends
+    before the file does (and agrees with its ``Content-Length``, if any): the size the
+    file has once the part is in (M + 1), and TOTAL. ``None`` for the whole rest, and
+    for a range that says otherwise: the answer is then checked as the whole rest."""
+    match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
+    if match is None:
+        return None
+    start, last, total = map(int, match.groups())
+    length = _content_length(response)
+    if not start <= last < total - 1 or length not in (None, last + 1 - start):
+        return None
+    return last + 1, total
 
 
 def _continues_at(response: requests.Response, offset: int) -> bool:
