@@ -22,7 +22,7 @@ from conftest import MakeProject, run_python
 from flashhub_kernels._variants.named_system import target_system
 from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
-from support.cdn_server import CdnServer, held, stall
+from support.cdn_server import CdnServer, held, slowly, stall
 from support.cli_runner import flashhub
 from support.projects import write_project
 from support.trees import write_blob_kernel, write_kernel
@@ -166,6 +166,50 @@ def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_f
     assert len(big_kernel.gets("big.bin")) == asked_before[0]
     kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
     assert kept.read_bytes() == BIG[: 1 << 20]
+
+
+IN_A_THREAD_OF_ITS_OWN = """
+import threading, time
+import flashhub_kernels as fk
+load = lambda: fk.get_kernel("acme/tensor-tricks", version=1)
+threading.Thread(target=load).start()  # not a daemon: the interpreter waits for it
+time.sleep(600)
+"""
+
+
+def test_ctrl_c_ending_the_main_thread_stops_a_download_in_a_thread_of_the_programs_own(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """Ctrl-C ends the main thread, and the interpreter waits for the program's thread
+    that loads the kernel: its download stops as after Ctrl-C, keeping what arrived,
+    instead of keeping the process alive until the file is in (five minutes here)."""
+    big_kernel.inject(BIG_PATH, slowly(300, pieces=600))
+    process = child(IN_A_THREAD_OF_ITS_OWN, PYTHONWARNINGS="ignore")
+
+    def once_bytes_are_on_disk() -> None:
+        deadline = time.monotonic() + 60
+        while partial_size(cache_dir, "big.bin") == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    _out, err, _took = ctrl_c(process, once=once_bytes_are_on_disk, timeout=60)
+    assert "interrupted; what arrived is kept" in err, err
+    kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
+    assert 0 < kept.stat().st_size < len(BIG)
+    assert kept.read_bytes() == BIG[: kept.stat().st_size]
+
+
+def test_a_main_thread_that_just_ends_leaves_the_programs_thread_to_finish_its_load(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    big_kernel.inject(BIG_PATH, slowly(5))
+    # The main thread ends once big.bin is on its way.
+    until_big_bin_is_on_its_way = (
+        "import os, pathlib\n"
+        'while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):\n'
+        "    time.sleep(0.05)\n"
+    )
+    run_python(IN_A_THREAD_OF_ITS_OWN.replace("time.sleep(600)\n", until_big_bin_is_on_its_way))
+    assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/big.bin").read_bytes() == BIG
 
 
 CTRL_C_AS_THE_SECOND_WORKER_STARTS = (

@@ -47,7 +47,7 @@ from .._config import Config
 from .._models.names import is_digits
 from .._utils.urls import redact_text
 from .hashing import CHUNK_SIZE, HashingWriter
-from .mirrors import AccessDenied, DownloadCancelled, Mirror, MirrorFailed, NotPublished
+from .mirrors import AccessDenied, Mirror, MirrorFailed, NotPublished, stop_if
 from .session import RETRY_STATUSES, DowngradeRefused, netrc_problem, route_for
 
 logger = logging.getLogger("flashhub_kernels")
@@ -213,9 +213,9 @@ class HttpMirror(Mirror):
         kept for a later load, or be that load's own.
         """
         offset = writer.size
-        _stop_if(cancelled)
+        stop_if(cancelled)
         with self._get(url, {"Range": f"bytes={offset}-"} if offset else {}) as response:
-            _stop_if(cancelled)
+            stop_if(cancelled)
             status = response.status_code
             if status == 416 and offset:  # the kept part is longer than the file
                 writer.reset()
@@ -237,7 +237,7 @@ class HttpMirror(Mirror):
                 self._stream(response, writer, cancelled, end)
                 return "done" if part is None else "resumed"
             except _BODY_ERRORS:
-                _stop_if(cancelled)
+                stop_if(cancelled)
                 if _encoded(response):
                     writer.reset()  # decoded offsets are not the stored object's
                 return "resumed" if resumed else "failed"
@@ -338,7 +338,7 @@ class HttpMirror(Mirror):
         while (end is None or writer.size < end) and (
             chunk := read1(CHUNK_SIZE, decode_content=decode)
         ):
-            _stop_if(cancelled)
+            stop_if(cancelled)
             writer.write(chunk)
             guard.check(len(chunk))
 
@@ -352,12 +352,6 @@ class HttpMirror(Mirror):
             reason = inner
         text = _OBJECT_AT.sub("", str(reason) or type(reason).__name__)
         return redact_text(text, self._route.secrets)
-
-
-def _stop_if(cancelled: threading.Event) -> None:
-    """Raise :class:`DownloadCancelled` once the run has stopped this download."""
-    if cancelled.is_set():
-        raise DownloadCancelled
 
 
 def _encoded(response: requests.Response) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -69,14 +70,28 @@ class DownloadCancelled(Exception):
     """Another download of the run failed or was interrupted: stop this one."""
 
 
+def stop_if(cancelled: threading.Event) -> None:
+    """Raise :class:`DownloadCancelled` once the run has stopped this download, and
+    ``KeyboardInterrupt`` once Ctrl-C has ended the program's main thread.
+
+    The interpreter then waits for the program's other threads before it exits: a
+    download in one of them (not a daemon thread) would keep the process alive to its
+    end. Stopped as Ctrl-C stops a download, it keeps what arrived for the next run.
+    A main thread that ended otherwise leaves its threads to finish their work."""
+    if cancelled.is_set():
+        raise DownloadCancelled
+    if not threading.main_thread().is_alive() and isinstance(
+        getattr(sys, "last_value", None), KeyboardInterrupt
+    ):
+        raise KeyboardInterrupt
+
+
 def write_chunks(
     chunks: Iterable[bytes], writer: HashingWriter, cancelled: threading.Event
 ) -> None:
-    """Write ``chunks`` into ``writer`` until they end, or raise :class:`DownloadCancelled`
-    as soon as ``cancelled`` is set."""
+    """Write ``chunks`` into ``writer`` until they end, or stop as :func:`stop_if` says."""
     for chunk in chunks:
-        if cancelled.is_set():
-            raise DownloadCancelled
+        stop_if(cancelled)
         writer.write(chunk)
 
 
