@@ -178,6 +178,35 @@ def test_socks_proxy_without_pysocks_says_which_extra_to_install(
     assert cdn.requests == []
 
 
+def test_a_socks_proxy_for_https_only_is_no_matter_to_an_http_cdn_without_pysocks(
+    cdn: CdnServer, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = start_proxy("socks5")
+    monkeypatch.setenv("https_proxy", proxy.url)
+    write_kernel(cdn.root, REPO, 1)
+    assert run_python(WITHOUT_PYSOCKS, timeout=60) == "loaded\n"
+    assert len(cdn.gets(missed_guesses=False)) == FILES_PER_LOAD
+
+
+def test_a_redirect_to_https_through_a_socks_proxy_without_pysocks_says_which_extra(
+    cdn: CdnServer,
+    tls_cdn: CdnServer,
+    ca_pem: Path,
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy = start_proxy("socks5")
+    monkeypatch.setenv("https_proxy", proxy.url)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    write_kernel(cdn.root, REPO, 1)  # both serve tmp_path / "cdn"
+    variants = f"kernels/{REPO}/v1/variants.json"
+    cdn.inject(variants, redirect(f"{tls_cdn.url}/{variants}"))
+    output = run_python(WITHOUT_PYSOCKS, timeout=60)
+    assert output.startswith("TransportError\n"), output
+    assert "flashhub-kernels[socks]" in output
+    assert tls_cdn.requests == []
+
+
 def test_a_dead_proxy_is_blamed_not_the_cdn(
     cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,7 +12,9 @@ What each mirror gets, as requests itself would decide it:
 
 - proxies from ``http_proxy`` / ``https_proxy`` / ``all_proxy`` (any case), unless
   ``no_proxy`` exempts the host (names, suffixes, ``host:port``, CIDR blocks);
-  ``socks5://`` and ``socks4://`` proxies need the ``socks`` extra (PySocks);
+  ``socks5://`` and ``socks4://`` proxies need the ``socks`` extra (PySocks) once a
+  request goes through one (``https_proxy`` for an ``http://`` mirror needs it only
+  where a redirect leads to https);
 - credentials from the URL (``https://user:pass@cdn``), else from ``~/.netrc`` (or
   ``$NETRC``); requests drops them on a redirect to another host;
 - TLS verified against ``REQUESTS_CA_BUNDLE``, else ``CURL_CA_BUNDLE``, else certifi's
@@ -202,13 +204,14 @@ def route_for(mirror_url: str) -> Route:
 
 def proxies_for(url: str) -> dict[str, str]:
     """The proxies the environment gives requests to ``url`` (none where ``no_proxy``
-    exempts its host), as requests' ``proxies=`` takes them."""
+    exempts its host), as requests' ``proxies=`` takes them. A redirect to another
+    origin asks again, so only the proxy that ``url`` itself takes must be usable."""
     proxies = {
         scheme: _proxy_url(proxy)
         for scheme, proxy in requests.utils.get_environ_proxies(url).items()
         if scheme != "no"
     }
-    _check_socks_support(proxies)
+    _check_socks_support(requests.utils.select_proxy(url, proxies))
     return proxies
 
 
@@ -239,9 +242,9 @@ def _proxy_url(proxy: str) -> str:
     return url
 
 
-def _check_socks_support(proxies: dict[str, str]) -> None:
-    socks = sorted({p for p in proxies.values() if p.lower().startswith("socks")})
-    if not socks:
+def _check_socks_support(proxy: str | None) -> None:
+    """Refuse a SOCKS ``proxy`` where PySocks is missing, naming the extra to install."""
+    if proxy is None or not proxy.lower().startswith("socks"):
         return
     try:
         with warnings.catch_warnings():  # urllib3 warns before it raises; the error says more
@@ -249,8 +252,7 @@ def _check_socks_support(proxies: dict[str, str]) -> None:
             import urllib3.contrib.socks  # noqa: F401  # needs PySocks
     except ImportError:
         raise TransportError(
-            f"the proxy {redact_url(socks[0])} is a SOCKS proxy, and SOCKS support is "
-            "not installed",
+            f"the proxy {redact_url(proxy)} is a SOCKS proxy, and SOCKS support is not installed",
             hint=f"{SOCKS_EXTRA_HINT}, or use an http:// proxy",
         ) from None
 
