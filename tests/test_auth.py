@@ -141,6 +141,9 @@ def refusals(env: dict[str, str]) -> tuple[str, str]:
         ("pa/ssword", ["pa/ssword", "ssword", "pa/"]),
         ("p@ss:w/rd", ["p@ss", "ss:w", "w/rd"]),
         ("pa#ss?wd", ["pa#ss", "ss?wd", "?wd"]),
+        # Read as a URL parser reads it, 'user' would be the host and 80 its port.
+        ("80?ssword", ["80?", "ssword"]),
+        ("80#ssword", ["80#", "ssword"]),
     ],
 )
 def test_a_password_that_is_not_percent_encoded_is_refused_and_never_shown(

@@ -115,7 +115,13 @@ def test_a_bad_port_is_caught_when_the_setting_is_read(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["http://bob:pa/ssword@127.0.0.1", "http://bob:p@ss:w/rd@127.0.0.1/k"]
+    "value",
+    [
+        "http://bob:pa/ssword@127.0.0.1",
+        "http://bob:p@ss:w/rd@127.0.0.1/k",
+        "http://bob:80?ssword@127.0.0.1",  # parsers read bob as the host, 80 as its port
+        "http://bob:80#ssword@127.0.0.1/k",
+    ],
 )
 def test_a_password_that_is_not_percent_encoded_is_refused_unseen(value: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -125,6 +131,19 @@ def test_a_password_that_is_not_percent_encoded_is_refused_unseen(value: str) ->
     assert "FLASHHUB_CDN_URL" in message and "invalid port" not in message
     for fragment in ("pa/ssword", "ssword", "p@ss", "ss:w", "w/rd"):
         assert fragment not in message
+
+
+@pytest.mark.parametrize("value", ["https://cdn.example\\.evil.com", "https://u:pw@cdn\\x/k"])
+def test_a_backslash_in_the_host_is_refused(value: str) -> None:
+    # requests would connect to cdn.example (urllib3 ends the host at the '\'), where
+    # Python's parser, and so the messages, would show the host cdn.example\.evil.com.
+    with pytest.raises(ConfigError, match=r"has a '\\' in its host part") as info:
+        parse_cdn_urls(value)
+    assert "%5C" in str(info.value) and "pw" not in str(info.value)
+
+
+def test_a_backslash_in_a_secret_is_no_matter() -> None:
+    assert parse_cdn_urls("https://u:p\\w@cdn.example") == ("https://u:p\\w@cdn.example",)
 
 
 def test_a_comma_in_a_password_is_reported_by_the_part_after_it() -> None:

@@ -136,9 +136,8 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
     """Split a comma-separated mirror list; drop blanks and trailing slashes.
 
     Raises:
-        ConfigError: a URL is malformed (no scheme, a bad port, credentials that are
-            not percent-encoded, a query or a fragment); the message shows it with its
-            credentials hidden.
+        ConfigError: a URL is malformed (no scheme, a bad port or host, credentials not
+            percent-encoded, a query or fragment); shown with its credentials hidden.
     """
     urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
     if not urls:
@@ -160,7 +159,8 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             _split(url).port  # noqa: B018  # parses the port, or raises
         except ValueError:
             raise _malformed(url) from None
-        if "?" in url or "#" in url:  # even empty, the files' paths cannot go after them
+        # A query or fragment, even empty, or a '\\' in the host (where urllib3 ends it).
+        if "?" in url or "#" in url or "\\" in url.split("/")[2].rpartition("@")[2]:
             raise _malformed(url)
     return urls
 

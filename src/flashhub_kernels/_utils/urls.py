@@ -37,8 +37,12 @@ def redact_url(url: str) -> str:
     are often written) is read as starting with its credentials.
     """
     start, end = _userinfo_span(url)
-    if end is None:
-        return url
+    return url if end is None else _hide_userinfo(url, start, end)
+
+
+def _hide_userinfo(url: str, start: int, end: int) -> str:
+    """``url`` with the userinfo at ``url[start:end]`` shown as ``user:****`` (``****``
+    without a password)."""
     user, has_password, _password = url[start:end].partition(":")
     shown = f"{user}:{SHOWN_SECRET}" if has_password else SHOWN_SECRET
     return url[:start] + shown + url[end:]
@@ -74,10 +78,25 @@ def has_unencoded_credentials(url: str) -> bool:
     percent-encoded, so that a URL parser would take part of it for the host or path.
 
     ``http://bob:pa/ss@host`` and ``http://bob:p@ss:w/rd@host`` do; ``http://host:8080/a@b``
-    (an ``@`` in the path) does not.
+    (an ``@`` in the path) does not. Nor does ``http://bob:80?ss@host`` read one way
+    only: a URL parser (urllib3's too) takes ``bob`` for the host, ``80`` for its port
+    and the rest for a query, where the ``@`` says ``host`` with the password ``80?ss``
+    was meant; it counts as such.
     """
+    return _unencoded_userinfo(url) is not None
+
+
+def _unencoded_userinfo(url: str) -> tuple[int, int] | None:
+    """Where the userinfo that :func:`has_unencoded_credentials` finds starts and ends."""
     start, end = _userinfo_span(url)
-    return end is not None and any(c in _AUTHORITY_ENDS for c in url[start:end])
+    if end is not None:
+        return (start, end) if any(c in _AUTHORITY_ENDS for c in url[start:end]) else None
+    rest = url[start:]
+    authority_end = _authority_end(rest, 0)
+    if rest[authority_end : authority_end + 1] not in ("?", "#"):
+        return None
+    at = _last_at_before_a_host(rest)
+    return None if at is None or at < authority_end else (start, start + at)
 
 
 def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
@@ -85,21 +104,23 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
     that cannot be used: a password with an unencoded ``/``, ``?`` or ``#`` when it has
     one (the usual cause), else a bracket of an IPv6 address left open or out of place,
     else a query or a fragment (a signed URL's token, ``?sv=...&sig=...``, which would
-    end up before the path of each file, not after it; shown hidden), else a typo in
-    the port.
+    end up before the path of each file, not after it; shown hidden), else a ``\\`` in
+    the host (where urllib3 ends the host, and ``urllib.parse`` does not), else a typo
+    in the port.
 
     The message does not say "password": a test for a leak looks for pieces of one,
     and ``pa/ssword`` has ``ssword``."""
-    if has_unencoded_credentials(url):
+    if (userinfo := _unencoded_userinfo(url)) is not None:
+        shown = _hide_userinfo(url, *userinfo)
         return ConfigError(
-            f"{what} {redact_url(url)!r} has credentials (user:secret@) that are not "
+            f"{what} {shown!r} has credentials (user:secret@) that are not "
             "percent-encoded: a '/', '?' or '#' in them ends the host part of the URL",
             hint=f"percent-encode the user name and the secret in {setting}, e.g. with "
             "urllib.parse.quote(secret, safe=''): '/' is %2F, '?' %3F, '#' %23, "
             "'@' %40, ':' %3A, ',' %2C",
         )
     try:
-        split_url(url)  # the host alone: the port is parsed only on demand
+        host = split_url(url).netloc.rpartition("@")[2]  # the port is parsed only on demand
     except ValueError:
         return ConfigError(
             f"{what} {redact_url(url)!r} is malformed: its host is neither a name nor an IP "
@@ -117,6 +138,12 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "https://user:password@host or in ~/.netrc, a bucket as its object store URL "
             "(s3://bucket/prefix, az://container/prefix), or a proxy in front of the CDN "
             "that adds the token",
+        )
+    if "\\" in host:
+        return ConfigError(
+            f"{what} {redact_url(url)!r} has a '\\' in its host part, where urllib3 ends "
+            "the host (and Python's URL parser does not)",
+            hint=f"fix {setting}: a '/' goes before the path, and a '\\' in a secret is %5C",
         )
     return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
 
@@ -157,11 +184,17 @@ def _userinfo_end(rest: str) -> int | None:
     at = authority.rfind("@")
     if _is_hostport(authority[at + 1 :]):
         return at if at >= 0 else None
+    last = _last_at_before_a_host(rest)
+    return last if last is not None else (rest.rfind("@") if "@" in rest else None)
+
+
+def _last_at_before_a_host(rest: str) -> int | None:
+    """The index of the last ``@`` in ``rest`` that a host and port follow, if any."""
     ats = [i for i, char in enumerate(rest) if char == "@"]
     for at in reversed(ats):
         if _is_hostport(rest[at + 1 : _authority_end(rest, at + 1)]):
             return at
-    return ats[-1] if ats else None
+    return None
 
 
 def _authority_end(text: str, start: int) -> int:
