@@ -6,13 +6,12 @@ import importlib
 import importlib.resources
 import inspect
 import json
+import os
 import pickle
 import shutil
-import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from flashhub_kernels.errors import (
 from support.builder import RAN_DIR_VAR, loaded_variant, write_builder_kernel
 from support.cdn_server import CdnHandler, CdnServer, Fault, held
 from support.machines import CPU_BUILD, CPU_ONLY_CHILD, CUDA_BUILD, CUDA_MACHINE, run_as
+from support.preloaded import appears, start_code
 from support.trees import cpu_variant, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -252,18 +252,16 @@ def fork_while_downloading(
     cdn.inject(held_file, held(downloading, release))
     go, forked = cdn.root.parent / "go", cdn.root.parent / "forked"
     code = prelude + FORK_WHILE_DOWNLOADING
-    script = [sys.executable, "-c", code, str(go), str(forked), loading, wanted]
-    with subprocess.Popen(script, stdout=subprocess.PIPE, text=True) as process:
-        try:
-            assert downloading.wait(30)
-            go.touch()
-            deadline = time.monotonic() + 30
-            while not forked.exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-        finally:
-            release.set()  # the parent's download completes; the child waits for it
-        output, _ = process.communicate(timeout=60)
-    assert process.returncode == 0, output
+    args = (str(go), str(forked), loading, wanted)
+    process = start_code(code, *args, env=dict(os.environ))
+    try:
+        assert downloading.wait(30)
+        go.touch()
+        appears(forked, process, timeout=30)
+    finally:
+        release.set()  # the parent's download completes; the child waits for it
+    output, err = process.communicate(timeout=60)
+    assert process.returncode == 0, output + err
     return output.strip()
 
 
@@ -379,7 +377,7 @@ def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None
 
 # Threads import argv[2] and argv[3] at once ("check_arch=False": get_kernel's own
 # resolution of the forced name). The first import is held (argv[1] appears
-# then); the second starts, and once it waits for something, "waiting" is printed and the
+# then); the second starts, and once it waits for something, argv[4] appears and the
 # hold is released by whoever made it. Then what each got.
 TWO_NAMES_AT_ONCE = (
     CPU_ONLY_CHILD
@@ -390,7 +388,7 @@ from pathlib import Path
 import flashhub_kernels as fk
 
 faulthandler.dump_traceback_later(60, exit=True)  # a hang prints every thread's stack
-held, first, second = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+held, first, second, waits = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
 modules, whole = {}, {}
 
 def load(name):
@@ -420,7 +418,7 @@ later = threading.Thread(target=load, args=(second,))
 later.start()
 while later.is_alive() and not waiting(later):
     time.sleep(0.01)
-print("waiting", flush=True)
+waits.touch()
 earlier.join()
 later.join()
 a, b = modules[first], modules[second]
@@ -439,15 +437,15 @@ def import_two_names_at_once(
     first: str, second: str, held_file: Path, release: Callable[[], object]
 ) -> dict[str, object]:
     """Run :data:`TWO_NAMES_AT_ONCE`; ``release()`` lets the first import go on."""
-    script = [sys.executable, "-c", TWO_NAMES_AT_ONCE, str(held_file), first, second]
-    with subprocess.Popen(script, stdout=subprocess.PIPE, text=True) as process:
-        assert process.stdout is not None
-        try:
-            assert process.stdout.readline() == "waiting\n"
-        finally:
-            release()
-        output, _ = process.communicate(timeout=90)
-    assert process.returncode == 0, output
+    waits = held_file.with_name("waits")
+    args = (str(held_file), first, second, str(waits))
+    process = start_code(TWO_NAMES_AT_ONCE, *args, env=dict(os.environ))
+    try:
+        assert appears(waits, process, timeout=90), "the second import never waited"
+    finally:
+        release()
+    output, err = process.communicate(timeout=90)
+    assert process.returncode == 0, output + err
     result: dict[str, object] = json.loads(output)
     return result
 

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -203,6 +204,9 @@ class PreloadedChild:
             self._exited.set()
 
 
+Child = PreloadedChild | subprocess.Popen[str]
+
+
 class _Server:
     """One server interpreter with torch imported, and the children it forked."""
 
@@ -284,7 +288,7 @@ def _the_server() -> _Server:
 
 def start_code(
     code: str, *args: str, env: Mapping[str, str], cwd: Path | None = None, fresh: bool = False
-) -> PreloadedChild | subprocess.Popen[str]:
+) -> Child:
     """``python -c code *args`` started in ``env`` and ``cwd``: forked from the preloaded
     server where ``env`` allows it, else (and with ``fresh``) a new interpreter, its
     output piped."""
@@ -293,6 +297,15 @@ def start_code(
     argv = [sys.executable, "-c", code, *args]
     pipe = subprocess.PIPE
     return subprocess.Popen(argv, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
+
+
+def appears(path: Path, child: Child, timeout: float) -> bool:
+    """Whether ``path`` exists within ``timeout`` seconds, or before ``child`` ends (for a
+    sign a child gives while it runs: its output is read once it has exited)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path.exists()
 
 
 # Script text for a child script that forked ``pid``: wait for it, and where it is still
