@@ -4,7 +4,6 @@ a second process waiting for the download mutex another one holds."""
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import re
 import signal
@@ -24,6 +23,7 @@ from flashhub_kernels._variants.probing import build_variant_name, candidate_nam
 from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnServer, held, slowly, stall
 from support.cli_runner import flashhub
+from support.preloaded import Child, appears, start_code
 from support.projects import write_project
 from support.trees import write_blob_kernel, write_kernel
 
@@ -57,12 +57,24 @@ def interruptible(argv: list[str], **env: str) -> subprocess.Popen[str]:
     )
 
 
-def child(code: str = LOAD, **env: str) -> subprocess.Popen[str]:
-    return interruptible([sys.executable, "-c", code], **env)
+# What a program run from a terminal has: Ctrl-C raises KeyboardInterrupt (a suite run in
+# the background starts its processes with SIGINT ignored). torch's warnings are not the
+# point here.
+AS_FROM_A_TERMINAL = (
+    "import signal, warnings\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "warnings.simplefilter('ignore')\n"
+)
+
+
+def child(code: str = LOAD, *args: str, **env: str) -> Child:
+    """``python -c code args`` in a fresh process with torch imported (see
+    ``support.preloaded``), as run from a terminal, with ``env`` added to this one's."""
+    return start_code(AS_FROM_A_TERMINAL + code, *args, env={**os.environ, **env})
 
 
 def ctrl_c(
-    process: subprocess.Popen[str], *, once: Callable[[], object], timeout: float = 15
+    process: Child, *, once: Callable[[], object], timeout: float = 15
 ) -> tuple[str, str, float]:
     """Press Ctrl-C in ``process`` once ``once()`` has returned; its stdout, its stderr,
     and how long it took to end after. It is killed if the test fails before."""
@@ -70,7 +82,7 @@ def ctrl_c(
 
 
 def signalled(
-    process: subprocess.Popen[str],
+    process: Child,
     signum: signal.Signals,
     *,
     once: Callable[[], object],
@@ -100,9 +112,9 @@ def test_ctrl_c_mid_download_exits_at_once_and_keeps_the_partial_file(
 ) -> None:
     reached = threading.Event()
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
-    # torch's warnings are not the point here, nor the carets and the spans of lines that
-    # each Python from 3.11 on draws under a traceback's lines differently.
-    process = child(PYTHONWARNINGS="ignore", PYTHONNODEBUGRANGES="1")
+    # The carets and the spans of lines that each Python from 3.11 on draws under a
+    # traceback's lines differently are not the point: a new interpreter without them.
+    process = child(PYTHONNODEBUGRANGES="1")
 
     def once_bytes_are_on_disk() -> None:
         assert reached.wait(60), "the child never reached the fault"
@@ -150,7 +162,7 @@ def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_f
     would start the file over, emptying the part the interrupted load kept."""
     reached = threading.Event()
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached), stall(30, after=1 << 20))
-    process = child(GOES_ON_AFTER_CTRL_C, PYTHONWARNINGS="ignore", FLASHHUB_READ_TIMEOUT="2")
+    process = child(GOES_ON_AFTER_CTRL_C, FLASHHUB_READ_TIMEOUT="2")
     asked_before: list[int] = []
 
     def once_the_first_mib_is_on_disk() -> None:
@@ -244,9 +256,7 @@ def test_ctrl_c_while_the_download_threads_start_stops_those_already_running(
     """On a busy machine the first download can be under way before the next thread has
     started: Ctrl-C then must stop it too, not leave it asking the CDN again."""
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20), stall(30, after=1 << 20))
-    process = child(
-        CTRL_C_AS_THE_SECOND_WORKER_STARTS, PYTHONWARNINGS="ignore", FLASHHUB_READ_TIMEOUT="2"
-    )
+    process = child(CTRL_C_AS_THE_SECOND_WORKER_STARTS, FLASHHUB_READ_TIMEOUT="2")
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0 and out == "interrupted\n", err
     assert len(big_kernel.gets("big.bin")) == 1
@@ -284,7 +294,7 @@ def test_a_load_ended_by_another_exception_stops_its_downloads_too(
     server's deadline) while big.bin waits on a stalled CDN: its download must stop as
     after Ctrl-C, not go on fetching the file for a load that is over."""
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20))
-    process = child(TIMED_OUT, PYTHONWARNINGS="ignore", FLASHHUB_READ_TIMEOUT="2")
+    process = child(TIMED_OUT, FLASHHUB_READ_TIMEOUT="2")
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0 and out == "timed out\n", err
     assert len(big_kernel.gets("big.bin")) == 1
@@ -292,9 +302,9 @@ def test_a_load_ended_by_another_exception_stops_its_downloads_too(
 
 # While a thread named "loader" calls {call}, once {until}: each thread of the process,
 # its name and the signals it blocks (the hex mask Linux shows; "-" for a thread that
-# ended meanwhile, or without /proc).
+# ended meanwhile, or without /proc); then argv[1] appears.
 THREADS_WHILE = """
-import os, pathlib, threading, time
+import os, pathlib, sys, threading, time
 import flashhub_kernels as fk
 from flashhub_kernels._lockfiles.pinning import lock_project
 loader = threading.Thread(target=lambda: {call}, name="loader")
@@ -309,7 +319,8 @@ def blocked(thread):
         return "-"
     return next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
 
-print(*[f"{{t.name}} {{blocked(t)}}" for t in threading.enumerate()], "--", sep="\\n", flush=True)
+print(*[f"{{t.name}} {{blocked(t)}}" for t in threading.enumerate()], sep="\\n", flush=True)
+pathlib.Path(sys.argv[1]).touch()
 loader.join()
 """
 
@@ -331,15 +342,15 @@ def threads_while(cdn: CdnServer, path: str, *, call: str, until: str) -> dict[s
     what it printed."""
     started, release = threading.Event(), threading.Event()
     cdn.inject(path, held(started, release))
-    process = child(THREADS_WHILE.format(call=call, until=until), PYTHONWARNINGS="ignore")
-    assert process.stdout is not None
+    listed = cdn.root.parent / "listed"
+    process = child(THREADS_WHILE.format(call=call, until=until), str(listed))
     try:
-        lines = list(itertools.takewhile(lambda line: line != "--\n", process.stdout))
+        assert appears(listed, process, timeout=60), "the child never listed its threads"
     finally:
         release.set()
-    _out, err = process.communicate(timeout=60)
+    out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
-    return dict(line.split() for line in lines)
+    return dict(line.split() for line in out.splitlines())
 
 
 def test_the_threads_of_a_download_say_they_are_flashhubs(big_kernel: CdnServer) -> None:
@@ -400,7 +411,7 @@ def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(
     own = build_variant_name(this_system())
     started, release = threading.Event(), threading.Event()
     big_kernel.inject(f"kernels/{REPO}/v1/build/{own}/metadata.json", held(started, release))
-    process = child(PYTHONWARNINGS="ignore")
+    process = child()
     entry = cache_dir / f"kernels/{REPO}/v1/{VARIANT}"
 
     def once_the_entry_is_committed() -> None:
@@ -419,35 +430,31 @@ def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(
     assert "Exception in thread" not in err, err
 
 
+# LOAD, its stderr written to argv[1] as it goes.
+LOAD_LOGGED_TO_A_FILE = (
+    "import os, sys\n"
+    "os.dup2(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), 2)\n" + LOAD
+)
+
+
 def test_a_waiting_process_says_which_lock_it_waits_for(
-    big_kernel: CdnServer, cache_dir: Path
+    big_kernel: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
     started, release = threading.Event(), threading.Event()
     big_kernel.inject(BIG_PATH, held(started, release))
     first = child()
-    second: subprocess.Popen[str] | None = None
-    lines: list[str] = []
+    log = tmp_path / "second.log"
+    log.touch()
     try:
         assert started.wait(60), "the first child never reached the fault"
-        second = child()
-        assert second.stderr is not None
-        said = threading.Event()
-
-        def read(stream: object = second.stderr) -> None:
-            for line in stream:  # type: ignore[attr-defined]
-                lines.append(line)
-                if "wait" in line.lower():
-                    said.set()
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        said.wait(30)  # the message comes after about 2 s of waiting
+        second = child(LOAD_LOGGED_TO_A_FILE, str(log))
+        deadline = time.monotonic() + 30  # the message comes after about 2 s of waiting
+        while "wait" not in log.read_text().lower() and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         release.set()
-    assert second is not None
-    assert first.wait(60) == 0 and second.wait(60) == 0
-    reader.join(10)
-    message = "".join(lines)
+    assert first.wait(60) == 0 and second.wait(60) == 0, second.communicate()
+    message = log.read_text()
     assert "wait" in message.lower(), message
     assert REPO in message
     lock = re.search(r"(\S+\.lock)\b", message)
@@ -505,6 +512,14 @@ def test_ctrl_c_in_flashhub_get_prints_the_message_only_and_exits_130(
     assert process.returncode == 130
 
 
+# ``python -m flashhub_kernels ARGS``, run as the interpreter runs it.
+AS_PYTHON_M = """
+import runpy, sys
+sys.argv[0] = "flashhub"
+runpy.run_module("flashhub_kernels", run_name="__main__", alter_sys=True)
+"""
+
+
 def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
     big_kernel: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -516,10 +531,7 @@ def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
     assert flashhub("lock", project).returncode == 0
     reached = threading.Event()
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
-    process = interruptible(
-        [sys.executable, "-m", "flashhub_kernels", "download", str(project)],
-        PYTHONWARNINGS="ignore",
-    )
+    process = child(AS_PYTHON_M, "download", str(project))
 
     def once_the_first_mib_is_on_disk() -> None:
         assert reached.wait(60), "the child never reached the fault"
@@ -542,15 +554,15 @@ def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
 
 
 # flashhub download run in-process by a program that handles SIGTERM its own way (or
-# ignores it): "winch" once the signals that follow SIGTERM reached it, then what the
-# command returned and whether the program's handler ran.
+# ignores it): argv[3] appears once the signals that follow SIGTERM reached it, then it
+# prints what the command returned and whether the program's handler ran.
 DOWNLOAD_IN_A_PROGRAM = """
 import signal, sys
 from flashhub_kernels.cli import main
 heard = []
 own = {"handled": lambda *_: heard.append(1), "ignored": signal.SIG_IGN}[sys.argv[2]]
 signal.signal(signal.SIGTERM, own)
-signal.signal(signal.SIGWINCH, lambda *_: print("winch", flush=True))
+signal.signal(signal.SIGWINCH, lambda *_: open(sys.argv[3], "w").close())
 code = main(["download", sys.argv[1]])
 print("returned", code, "heard" if heard else "unheard", flush=True)
 """
@@ -567,14 +579,13 @@ def test_sigterm_in_a_command_run_in_process_is_left_to_the_programs_handling(
     assert flashhub("lock", project).returncode == 0
     started, release = threading.Event(), threading.Event()
     big_kernel.inject(BIG_PATH, held(started, release))
-    argv = [sys.executable, "-c", DOWNLOAD_IN_A_PROGRAM, str(project), own]
-    process = interruptible(argv, PYTHONWARNINGS="ignore")
-    assert process.stdout is not None
+    winched = tmp_path / "winched"
+    process = child(DOWNLOAD_IN_A_PROGRAM, str(project), own, str(winched))
     try:
         assert started.wait(60), "the child never asked for big.bin"
         process.send_signal(signal.SIGTERM)
         process.send_signal(signal.SIGWINCH)  # handled after SIGTERM: a higher number
-        lines = list(itertools.takewhile(lambda line: line != "winch\n", process.stdout))
+        appears(winched, process, timeout=60)
         release.set()
         out, err = process.communicate(timeout=60)
     finally:
@@ -582,4 +593,4 @@ def test_sigterm_in_a_command_run_in_process_is_left_to_the_programs_handling(
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert [*lines, *out.splitlines()][-1:] == [f"returned 0 {expected}"], err
+    assert out.splitlines()[-1:] == [f"returned 0 {expected}"], err
