@@ -30,15 +30,18 @@ from flashhub_kernels._variants.device_arch import (
 )
 from flashhub_kernels.layers._target import Target
 from support.cdn_server import CdnServer
+from support.cli_runner import PYTHON_M_FLASHHUB
 from support.gpu_stand_in import (
     StandInGpu,
     build_nvml,
     context_requests,
+    forked_onto_gpu_machine,
     gpu_machine_env,
     nvml_calls,
     nvml_gpus,
     proc_listing,
 )
+from support.preloaded import run_code
 from test_arch_choice import BUILDS, CU124, CU126, REPO, publish
 
 H100 = StandInGpu("GPU-9d1f6c0e-h100", 0x3B, "9.0")
@@ -282,6 +285,15 @@ def _chosen(variant: str, version: int = 1) -> str:
     return f"{REPO}@v{version}:{variant}"
 
 
+def run_on(env: dict[str, str], code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code args`` on the machine ``env`` (of ``gpu_machine_env``) describes, in
+    a child forked with torch imported, where it must succeed."""
+    forked_code, forked_env = forked_onto_gpu_machine(code, env)
+    result = run_code(forked_code, *args, env={**os.environ, **forked_env})
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def test_an_import_judges_the_device_by_nvml_cold_and_warm_and_starts_no_cuda(
     cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:
@@ -289,9 +301,9 @@ def test_an_import_judges_the_device_by_nvml_cold_and_warm_and_starts_no_cuda(
     listing = proc_listing(tmp_path / "proc", H100)
     extra = {"STAND_IN_PROC_GPUS": str(listing)}
     env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=extra)
-    cold = run_python(SHOW, env=env)
+    cold = run_on(env, SHOW).stdout
     cdn.clear_log()
-    warm = run_python(SHOW, env=env)
+    warm = run_on(env, SHOW).stdout
     assert cold.split() == [_chosen(CU124), "False", "True"]  # 9.0a fits the H100
     assert warm.split() == [_chosen(CU124), "False", "False"]  # the record: NVML not loaded
     assert cdn.gets() == []
@@ -318,13 +330,13 @@ def test_the_import_table_reads_the_device_again_for_a_pick_it_decided(
     a10 = {"STAND_IN_PROC_GPUS": str(proc_listing(tmp_path / "a10", A10))}
     on_h100 = gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=h100)
     on_a10 = gpu_machine_env(tmp_path, A10, nvml=nvml_dir, extra=a10)
-    loads = [run_python(SHOW_LOOKUP, env=on_h100).split() for _ in range(3)]
+    loads = [run_on(on_h100, SHOW_LOOKUP).stdout.split() for _ in range(3)]
     # cold, then looked up in full and recorded, then the table's answer: the device is
     # not read again while what its reading is read from (the driver's listing) is as it was
     assert [load[:2] for load in loads] == [["True", "True"], ["True", "True"], ["False", "False"]]
     assert {load[2] for load in loads} == {_chosen(CU124)}  # 9.0a fits the H100
     assert {load[3] for load in loads} == {"False"}  # no CUDA context
-    swapped = run_python(SHOW_LOOKUP, env=on_a10).split()
+    swapped = run_on(on_a10, SHOW_LOOKUP).stdout.split()
     assert swapped[:4] == ["True", "True", _chosen(CU126), "False"]  # the A10 is 8.6
     assert context_requests(tmp_path) == []
 
@@ -378,7 +390,7 @@ def test_a_worker_forked_after_cuda_was_initialized_imports_a_kernel(
     publish(cdn.root, 2, BUILDS)
     env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir)
     script = FORKED_AFTER_CUDA.format(version=2, use_cuda="torch.cuda.init()") + PARENT_LOADS
-    worker, parent = run_script(tmp_path, script, env).splitlines()
+    worker, parent = run_on(env, script).stdout.splitlines()
     assert worker == repr((_chosen(CU124, 2), False))  # NVML: the H100
     assert parent == _chosen(CU126)  # torch: the stand-in's initialized device, 8.6
     assert context_requests(tmp_path) == []
@@ -458,7 +470,7 @@ def test_kernelize_for_capability_ranges_reads_the_gpus_without_a_context(
         local=str(tmp_path / "local"), use_cuda="torch.cuda.init()"
     )
     # NVML's order: the H100 first (CUDA's default), then the A10; no device 2: the original
-    assert run_python(script, env=env).split() == ["sm90", "sm8x", "original", "False", "sm8x"]
+    assert run_on(env, script).stdout.split() == ["sm90", "sm8x", "original", "False", "sm8x"]
     assert context_requests(tmp_path) == []  # the last answer is torch's initialized 8.6
     assert nvml_calls(tmp_path).count("nvmlInit_v2") == 1  # read once for every layer
 
@@ -497,10 +509,10 @@ def test_check_arch_false_neither_reads_the_device_nor_checks_its_arch(
     publish(cdn.root, 1, {CU126: ["8.0", "8.6"]})  # no build for the H100
     extra = {"STAND_IN_PROC_GPUS": str(proc_listing(tmp_path / "proc", H100))}
     env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=extra)
-    unchecked = run_python(CHECK_ARCH.format(check_arch=False), env=env)
+    unchecked = run_on(env, CHECK_ARCH.format(check_arch=False)).stdout
     assert unchecked.split() == [_chosen(CU126), "False", "False"]
     assert nvml_calls(tmp_path) == [] and context_requests(tmp_path) == []
-    checked = run_python(CHECK_ARCH.format(check_arch=True), env=env)
+    checked = run_on(env, CHECK_ARCH.format(check_arch=True)).stdout
     assert checked.split() == ["NoCompatibleVariantError"]
     assert "nvmlDeviceGetCudaComputeCapability" in nvml_calls(tmp_path)
     assert context_requests(tmp_path) == []
@@ -513,11 +525,8 @@ def test_when_nvml_cannot_tell_the_archs_are_not_checked_and_verbose_says_so(
     # The driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED); a machine without the
     # library at all is test_a_machine_without_nvml_leaves_the_arch_unknown.
     cannot_tell = {"STAND_IN_NVML_INIT_ERROR": "9"}
-    env = {**os.environ, **gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=cannot_tell)}
-    command = [sys.executable, "-m", "flashhub_kernels", "-v", "get", REPO, "--version", "1"]
-    command += ["--json"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir, extra=cannot_tell)
+    result = run_on(env, PYTHON_M_FLASHHUB, "-v", "get", REPO, "--version", "1", "--json")
     assert json.loads(result.stdout)["variant"] == CU126  # the first by name
     assert "the CUDA device's arch is unknown, so the archs builds list are not checked" in (
         result.stderr
@@ -530,10 +539,8 @@ def test_verbose_says_where_the_capability_was_read(
     cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:
     publish(cdn.root, 1, BUILDS)
-    env = {**os.environ, **gpu_machine_env(tmp_path, A10, nvml=nvml_dir)}
-    command = [sys.executable, "-m", "flashhub_kernels", "-v", "get", REPO, "--version", "1"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    env = gpu_machine_env(tmp_path, A10, nvml=nvml_dir)
+    result = run_on(env, PYTHON_M_FLASHHUB, "-v", "get", REPO, "--version", "1")
     assert Path(result.stdout.strip()).name == CU126
     assert f"the CUDA device's arch is 8.6, read from NVML, device 0 of 1 ({A10.uuid})" in (
         result.stderr

@@ -22,7 +22,7 @@ from flashhub_kernels._variants.named_system import target_system
 from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnServer, held, slowly, stall
-from support.cli_runner import flashhub
+from support.cli_runner import PYTHON_M_FLASHHUB, flashhub
 from support.preloaded import Child, appears, start_code
 from support.projects import write_project
 from support.trees import write_blob_kernel, write_kernel
@@ -512,14 +512,6 @@ def test_ctrl_c_in_flashhub_get_prints_the_message_only_and_exits_130(
     assert process.returncode == 130
 
 
-# ``python -m flashhub_kernels ARGS``, run as the interpreter runs it.
-AS_PYTHON_M = """
-import runpy, sys
-sys.argv[0] = "flashhub"
-runpy.run_module("flashhub_kernels", run_name="__main__", alter_sys=True)
-"""
-
-
 def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
     big_kernel: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -531,7 +523,7 @@ def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
     assert flashhub("lock", project).returncode == 0
     reached = threading.Event()
     big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
-    process = child(AS_PYTHON_M, "download", str(project))
+    process = child(PYTHON_M_FLASHHUB, "download", str(project))
 
     def once_the_first_mib_is_on_disk() -> None:
         assert reached.wait(60), "the child never reached the fault"

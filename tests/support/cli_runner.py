@@ -84,6 +84,15 @@ def flashhub_process(*args: str | Path, env: Mapping[str, str] | None = None) ->
     return CliResult(result.returncode, result.stdout, result.stderr)
 
 
+# `python -m flashhub_kernels ARGS` as the interpreter runs it, for a child of
+# support.preloaded (ARGS: the child's arguments): the command in a process of its own.
+PYTHON_M_FLASHHUB = """
+import runpy, sys
+sys.argv[0] = "flashhub"
+runpy.run_module("flashhub_kernels", run_name="__main__", alter_sys=True)
+"""
+
+
 def ok_json(result: CliResult) -> Any:
     """The JSON document a successful command printed."""
     assert result.returncode == 0, result.stderr

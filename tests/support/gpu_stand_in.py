@@ -1,12 +1,14 @@
 """A GPU machine, for tests on a machine without one: a stand-in for the driver's NVML
 (``nvml_stand_in.c``, compiled by :func:`build_nvml`) and a CUDA build of torch whose
 device must not be initialized (``cuda_stand_in/sitecustomize.py``), both given to a
-child process by :func:`gpu_machine_env`."""
+child process by :func:`gpu_machine_env`, or to a child forked with torch imported by
+:func:`forked_onto_gpu_machine`."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,7 +27,8 @@ def build_nvml(directory: Path) -> Path:
     """Compile the stand-in NVML into ``directory`` as ``libnvidia-ml.so.1``."""
     library = directory / "libnvidia-ml.so.1"
     source = HERE / "nvml_stand_in.c"
-    command = ["gcc", "-shared", "-fPIC", "-O1", "-o", str(library), str(source)]
+    soname = f"-Wl,-soname,{library.name}"  # as the driver's: found by name once loaded
+    command = ["gcc", "-shared", "-fPIC", "-O1", soname, "-o", str(library), str(source)]
     subprocess.run(command, check=True, capture_output=True)
     return library
 
@@ -51,6 +54,31 @@ def gpu_machine_env(
         "LD_LIBRARY_PATH": str(nvml),
         **(extra or {}),
     }
+
+
+# Run first in a child forked from a process that imported torch: what a start with
+# gpu_machine_env's PYTHONPATH and LD_LIBRARY_PATH gives. The CUDA stand-in patches torch,
+# and the stand-in NVML, loaded by its path before any other, is what a load by name finds.
+_STAND_INS = """
+def _stand_ins(nvml, cuda):
+    import ctypes, importlib.util, sys
+    ctypes.CDLL(nvml)
+    spec = importlib.util.spec_from_file_location("cuda_stand_in", cuda)
+    sys.modules["cuda_stand_in"] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+_stand_ins({nvml!r}, {cuda!r})
+del _stand_ins
+"""
+
+
+def forked_onto_gpu_machine(code: str, env: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """``code`` and ``env`` (of :func:`gpu_machine_env`) for a child forked with torch
+    imported (``support.preloaded``) rather than started in ``env``: the code, which sets
+    up both stand-ins first, and the environment, without what only a start reads."""
+    nvml = Path(env["LD_LIBRARY_PATH"]) / "libnvidia-ml.so.1"
+    cuda = HERE / "cuda_stand_in" / "sitecustomize.py"
+    rest = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    return _STAND_INS.format(nvml=str(nvml), cuda=str(cuda)) + code, rest
 
 
 def context_requests(logs: Path) -> list[str]:

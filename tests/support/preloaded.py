@@ -127,7 +127,7 @@ main()
 
 # What the server's children may be given that differs from the server's environment:
 # variables read when used, after the interpreter and torch have started.
-_READ_WHEN_USED = ("FLASHHUB_", "HF_", "AWS_", "XDG_", "PYTEST_", "TORCHINDUCTOR_")
+_READ_WHEN_USED = ("FLASHHUB_", "HF_", "AWS_", "XDG_", "PYTEST_", "TORCHINDUCTOR_", "STAND_IN_")
 _READ_WHEN_USED_NAMES = {
     "LOCAL_KERNELS",
     "NETRC",
