@@ -199,6 +199,7 @@ def test_a_root_owned_cache_loads_for_another_user_once_made_readable(cdn: CdnSe
     assert cdn.requests == []
 
 
+WRITING_BYTECODE = "import sys\nsys.dont_write_bytecode = False\n"
 WATCH_WRITES = """
 import os, sys
 import torch, flashhub  # their own start-up is not the warm load under test
@@ -228,15 +229,15 @@ def test_a_warm_load_writes_nothing_but_its_row_of_the_import_table(
 ) -> None:
     # The download imports nothing; the warm loads below import the package and a
     # submodule, so their bytecode must already be in the entry. Bytecode writing is on
-    # in these processes, as it is by default.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # in these processes, as it is by default (whatever PYTHONDONTWRITEBYTECODE says here).
+    env = dict(os.environ)
     write_kernel(cdn.root, REPO, 1)
     install = f"import flashhub_kernels as fk; fk.install_kernel({REPO!r}, version=1)"
-    cold = run_code(install, env=env)
+    cold = run_code(WRITING_BYTECODE + install, env=env)
     assert cold.returncode == 0, cold.stderr
     # The first warm import looks the kernel up in full, and records the answer: a new
     # file beside the table, renamed over it.
-    first = run_code(WATCH_WRITES, env=env)
+    first = run_code(WRITING_BYTECODE + WATCH_WRITES, env=env)
     assert first.returncode == 0, first.stderr
     writes = ast.literal_eval(first.stdout.strip().splitlines()[-1])
     # (The library's own bytecode, if this Python had not compiled it yet, is not the
@@ -247,6 +248,6 @@ def test_a_warm_load_writes_nothing_but_its_row_of_the_import_table(
     assert Path(new).parent == table and Path(new).name.startswith(".flashhub.acme.")
     assert f"os.rename {new}" in writes and len(list(table.glob("*.json"))) == 1
     # The next one is answered by the table, and writes nothing.
-    second = run_code(WATCH_WRITES, env=env)
+    second = run_code(WRITING_BYTECODE + WATCH_WRITES, env=env)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().splitlines()[-1] == "[]"
