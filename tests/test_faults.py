@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -40,7 +38,7 @@ from support.cdn_server import (
     unannounced_long_body,
     wrong_range,
 )
-from support.cli_runner import flashhub
+from support.cli_runner import PYTHON_M_FLASHHUB, flashhub
 from support.preloaded import run_code, start_code
 from support.projects import write_project
 from support.trees import (
@@ -368,20 +366,22 @@ def test_a_load_removes_a_dead_download_whose_pid_it_took(
     assert [p.name for p in version_dir.iterdir() if p.name.startswith(".staging-")] == []
 
 
+# The code and arguments of each run that a test kills mid-file, then runs again.
 KILLED_MID_FILE = {
-    "flashhub download": [sys.executable, "-m", "flashhub_kernels", "download", "{project}"],
-    "an import": [sys.executable, "-c", "import flashhub.acme.tensor_tricks.v1"],
+    "flashhub download": (PYTHON_M_FLASHHUB, "download", "{project}"),
+    "an import": ("import flashhub.acme.tensor_tricks.v1",),
 }
 DEAD_PID = 999_999_999  # above any pid_max
 SMALL_FILES = kernel_files("tensor_tricks", "blob")  # the blob kernel's files but the blob
 
 
-def killed_mid_blob(cdn: CdnServer, version_dir: Path, argv: list[str]) -> Path:
-    """Run ``argv`` until its staging directory holds every file of the blob kernel, the
-    blob's first MiB only, then SIGKILL it (as the OOM killer does); its staging directory."""
+def killed_mid_blob(cdn: CdnServer, version_dir: Path, code: str, *args: str) -> Path:
+    """Run ``python -c code args`` until its staging directory holds every file of the
+    blob kernel, the blob's first MiB only, then SIGKILL it (as the OOM killer does); its
+    staging directory."""
     reached = threading.Event()
     cdn.inject(BLOB_PATH, stall(30, after=1 << 20, started=reached))
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = start_code(code, *args, env=dict(os.environ))
     try:
         assert reached.wait(60), "the child never reached the fault"
         deadline = time.monotonic() + 10
@@ -419,10 +419,11 @@ def test_a_download_killed_mid_file_is_continued_by_the_next_run(
     (blob_kernel.root / f"kernels/{REPO}/versions.json").write_text("[1]")
     project = write_project(tmp_path / "project", {REPO: "==1"})
     assert flashhub("lock", project).returncode == 0
-    argv = [arg.format(project=project) for arg in KILLED_MID_FILE[command]]
+    code, *args = [arg.format(project=project) for arg in KILLED_MID_FILE[command]]
     version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
-    killed_mid_blob(blob_kernel, version_dir, argv)
-    subprocess.run(argv, check=True, capture_output=True)
+    killed_mid_blob(blob_kernel, version_dir, code, *args)
+    again = run_code(code, *args, env=dict(os.environ))
+    assert again.returncode == 0, again.stderr
     assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-"]
     assert build_files_fetched(blob_kernel) == ["blob.bin", "metadata.json"]
     assert flashhub("cache", "verify").returncode == 0
@@ -433,7 +434,7 @@ def test_processes_that_find_the_same_killed_download_continue_it_once(
     blob_kernel: CdnServer, cache_dir: Path
 ) -> None:
     version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
-    killed_mid_blob(blob_kernel, version_dir, [sys.executable, "-c", KILLABLE])
+    killed_mid_blob(blob_kernel, version_dir, KILLABLE)
     children = [start_code(KILLABLE, env=dict(os.environ)) for _ in range(4)]
     assert [child.wait(120) for child in children] == [0] * 4
     assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-"]
@@ -444,7 +445,7 @@ def test_a_killed_downloads_bytes_that_went_wrong_are_fetched_again(
     blob_kernel: CdnServer, cache_dir: Path
 ) -> None:
     version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
-    staging = killed_mid_blob(blob_kernel, version_dir, [sys.executable, "-c", KILLABLE])
+    staging = killed_mid_blob(blob_kernel, version_dir, KILLABLE)
     with (staging / "tensor_tricks/blob.bin").open("r+b") as blob:  # a bit flipped on disk
         blob.seek(1000)
         blob.write(bytes([BLOB[1000] ^ 1]))
