@@ -8,7 +8,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from flashhub_kernels.errors import PublishError
 from support.cdn_server import CdnServer
 from support.cli_runner import CliResult, flashhub, ok_json, refused_offline
 from support.hub_server import HubServer, builder_variant
+from support.preloaded import run_code
 from support.projects import CUDA, UNIVERSAL
 from support.trees import local_variant, todays_name
 
@@ -33,7 +33,6 @@ hub_constants = pytest.importorskip("huggingface_hub.constants")
 KERNEL_TYPE = "kernel" in getattr(hub_constants, "REPO_TYPES_WITH_KERNEL", ())
 REPO_TYPE = "kernel" if KERNEL_TYPE else "model"
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 REPO = "kernels-community/relu"
 MODULE = "flashhub.kernels_community.relu.v1"
 LOCAL = local_variant()
@@ -134,7 +133,7 @@ def test_a_mirrored_build_is_verified_published_and_loads_online_and_offline(
     k = fk.get_kernel(REPO, version=1)
     assert f"one:{LOCAL}" == k.MARKER and k.__name__ == MODULE
     cdn.clear_log()
-    offline = {"FLASHHUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
+    offline = {"FLASHHUB_OFFLINE": "1"}
     assert (
         run_python(f"import {MODULE} as k; print(k.MARKER)", env=offline).strip() == f"one:{LOCAL}"
     )
@@ -353,14 +352,9 @@ def test_an_answer_in_the_hubs_place_is_a_clear_error(
 
 
 def child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``code`` in a fresh interpreter that sees this checkout's sources."""
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC), **env},
-        timeout=120,
-    )
+    """``code`` in a fresh process (forked with torch imported), with ``env`` added to
+    this one's."""
+    return run_code(code, env={**os.environ, **env})
 
 
 MAIN = "import sys\nfrom flashhub_kernels.cli import main\n"
