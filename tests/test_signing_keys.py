@@ -34,6 +34,7 @@ from flashhub_kernels._signing.trusted_keys import (
 from flashhub_kernels._utils.pyproject import read_trusted_keys
 from flashhub_kernels.errors import ConfigError, PublishError
 from support.cli_runner import flashhub, ok_json
+from support.preloaded import run_code
 
 # RFC 8032, section 7.1, test 1: a seed and the public key it gives.
 RFC_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
@@ -391,9 +392,7 @@ def test_a_pyproject_whose_backslashes_cannot_spell_trusted_keys_is_not_parsed(
         "from flashhub_kernels._config import trusted_keys\n"
         "print(trusted_keys(Path('.')), 'tomllib' in sys.modules)\n"
     )
-    said = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    said = run_code(code, env=dict(os.environ), cwd=tmp_path)
     assert said.stdout.split() == ["()", "False"], said.stderr
 
 
@@ -421,21 +420,14 @@ def test_malformed_pyproject_trusted_keys_name_the_file(
 
 def _import_error_of_a_kernel_import(cwd: Path, **env: str) -> str:
     """``<type> <message>`` of the ImportError that ``import flashhub...`` raises in a
-    fresh interpreter run in ``cwd`` with ``env``."""
+    fresh process run in ``cwd`` with ``env``."""
     code = (
         "try:\n"
         "    import flashhub.acme.tensor_tricks.v1\n"
         "except ImportError as exc:\n"
         "    print(type(exc).__name__, exc)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=cwd,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_code(code, env={**os.environ, **env}, cwd=cwd)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
