@@ -25,7 +25,7 @@ from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_
 from flashhub_kernels._cache.entries import CacheEntry
 from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
-from support.cli_runner import flashhub, ok_json
+from support.cli_runner import PYTHON_M_FLASHHUB, flashhub, ok_json
 from support.preloaded import run_code, start_code
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
 from support.trees import (
@@ -598,23 +598,37 @@ def test_an_entry_a_finished_process_used_is_removed(cdn: CdnServer) -> None:
 
 def _maintenance_process(*args: str) -> subprocess.CompletedProcess[str]:
     """``flashhub ARGS`` in a process of its own, as :func:`_unprivileged` runs it."""
-    return _unprivileged([sys.executable, "-m", "flashhub_kernels", *args])
+    return _unprivileged(PYTHON_M_FLASHHUB, *args)
+
+
+# Run first by root, the process gives up root's right to override permissions (what
+# `setpriv --bounding-set=-dac_override,-dac_read_search,-fowner` starts one without).
+WITHOUT_OVERRIDE = """
+def _without_override():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capability version 3, this process
+    sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: capabilities 0-31, 32-63
+    if libc.capget(header, sets):
+        raise OSError(ctypes.get_errno(), "capget")
+    for capability in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+        sets[0] &= ~(1 << capability)  # effective
+        sets[1] &= ~(1 << capability)  # permitted
+    if libc.capset(header, sets):
+        raise OSError(ctypes.get_errno(), "capset")
+_without_override()
+del _without_override
+"""
 
 
 def _unprivileged(
-    command: list[str], env: dict[str, str] | None = None
+    code: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``command`` in a process of its own (with this test's environment, plus ``env``),
-    which cannot write where a directory is read-only: a process running as root can, so
-    it runs without root's right to override permissions (setpriv drops it)."""
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("root writes into read-only directories; setpriv would drop that right")
-        command = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
-    return subprocess.run(
-        command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120
-    )
+    """``python -c code args`` in a process of its own (with this test's environment,
+    plus ``env``), which cannot write where a directory is read-only: a process running
+    as root can, so it runs without root's right to override permissions."""
+    first = WITHOUT_OVERRIDE if os.geteuid() == 0 else ""
+    return run_code(first + code, *args, env={**os.environ, **(env or {})})
 
 
 @contextlib.contextmanager
@@ -695,9 +709,7 @@ def test_a_read_only_copy_that_lost_its_modification_times_says_why_it_is_not_us
     before = {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()}
 
     with _read_only(copy):
-        result = _unprivileged(
-            [sys.executable, "-c", IMPORT_HELPERS], env={"FLASHHUB_CACHE_DIR": str(copy)}
-        )
+        result = _unprivileged(IMPORT_HELPERS, env={"FLASHHUB_CACHE_DIR": str(copy)})
 
     assert result.returncode == 1, result.stdout
     error = result.stderr.splitlines()
