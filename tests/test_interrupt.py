@@ -23,7 +23,7 @@ from flashhub_kernels._variants.probing import build_variant_name, candidate_nam
 from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnServer, held, slowly, stall
 from support.cli_runner import PYTHON_M_FLASHHUB, flashhub
-from support.preloaded import Child, appears, start_code
+from support.preloaded import Child, appears, start_code, stderr_into, written
 from support.projects import write_project
 from support.trees import write_blob_kernel, write_kernel
 
@@ -430,13 +430,6 @@ def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(
     assert "Exception in thread" not in err, err
 
 
-# LOAD, its stderr written to argv[1] as it goes.
-LOAD_LOGGED_TO_A_FILE = (
-    "import os, sys\n"
-    "os.dup2(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), 2)\n" + LOAD
-)
-
-
 def test_a_waiting_process_says_which_lock_it_waits_for(
     big_kernel: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -444,13 +437,10 @@ def test_a_waiting_process_says_which_lock_it_waits_for(
     big_kernel.inject(BIG_PATH, held(started, release))
     first = child()
     log = tmp_path / "second.log"
-    log.touch()
     try:
         assert started.wait(60), "the first child never reached the fault"
-        second = child(LOAD_LOGGED_TO_A_FILE, str(log))
-        deadline = time.monotonic() + 30  # the message comes after about 2 s of waiting
-        while "wait" not in log.read_text().lower() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        second = child(stderr_into(log) + LOAD)
+        written(log, "wait", second, timeout=30)  # said after about 2 s of waiting
     finally:
         release.set()
     assert first.wait(60) == 0 and second.wait(60) == 0, second.communicate()

@@ -308,6 +308,27 @@ def appears(path: Path, child: Child, timeout: float) -> bool:
     return path.exists()
 
 
+def stderr_into(path: Path) -> str:
+    """Code that, run first in a child, sends the rest of its stderr to ``path`` as it is
+    written: for a test that reads it while the child runs (:func:`written`), where a
+    child's output is otherwise read once it has exited."""
+    flags = "os.O_WRONLY | os.O_CREAT | os.O_APPEND"
+    return f"import os\nos.dup2(os.open({str(path)!r}, {flags}, 0o600), 2)\n"
+
+
+def written(path: Path, text: str, child: Child, timeout: float) -> str:
+    """The first line of ``path`` that holds ``text``, once written, within ``timeout``
+    seconds and before ``child`` ends; ``""`` if none."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ended = child.poll() is not None
+        lines = path.read_text().splitlines() if path.exists() else []
+        found = next((line for line in lines if text in line), "")
+        if found or ended or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
+
+
 # Script text for a child script that forked ``pid``: wait for it, and where it is still
 # there after 30 s (waiting forever on a lock copied mid-use), kill it and print "child: hung".
 REAP_FORKED_CHILD = """
