@@ -167,11 +167,12 @@ def device_capability() -> tuple[int, int]:
 
 
 def import_in_child(
-    module: str, *, env: dict[str, str] | None = None
+    module: str, *, env: dict[str, str] | None = None, first: str = ""
 ) -> tuple[type[BaseException], str]:
-    """``import module`` in a fresh process, where it must fail: the class of what it
-    raised, and the traceback it printed (with every cause), as a user would see it."""
-    code = (
+    """``import module`` in a fresh process (after the code ``first``), where it must fail:
+    the class of what it raised, and the traceback it printed (with every cause), as a
+    user would see it."""
+    code = first + (
         "import sys, traceback\n"
         "try:\n"
         f"    import {module}\n"

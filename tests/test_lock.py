@@ -51,7 +51,7 @@ from flashhub_kernels.errors import (
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
 from support.machines import CPU_ONLY_CHILD
-from support.preloaded import start_code
+from support.preloaded import start_code, stderr_into, written
 from support.projects import (
     CUDA,
     PY_PKG,
@@ -497,15 +497,15 @@ def test_a_locked_download_or_load_records_the_variant_list_under_the_index_mute
         (entry(2, LOCAL).parent / "variants-index.json").unlink()
     cache = Cache.from_config(get_config())
     found = VariantIndex(False, frozenset({CUDA}), targets={CUDA: BuildTarget("cuda", ("8.0",))})
+    log = project.parent / "child.log"
     with index_mutex(cache, info):
-        child = start_code(code, str(lockfile_of(project)), env={**os.environ}, fresh=True)
-        assert child.stderr is not None
-        waits = next((line for line in child.stderr if "waiting for another" in line), None)
-        assert waits is not None and f"choosing the variant of {info}" in waits, "never waited"
+        child = start_code(stderr_into(log) + code, str(lockfile_of(project)), env={**os.environ})
+        waits = written(log, "waiting for another", child, timeout=120)
+        assert f"choosing the variant of {info}" in waits, "never waited"
         record_index(cache, info, found)  # the other writer's findings
-    out, err = child.communicate(timeout=120)
+    out, _err = child.communicate(timeout=120)
 
-    assert child.returncode == 0, err
+    assert child.returncode == 0, log.read_text()
     assert out.strip() == printed
     recorded = cache.read_index(info)
     assert recorded is not None and recorded.complete
@@ -730,14 +730,18 @@ def test_a_lock_in_a_distributions_metadata_that_is_not_utf8_is_a_lockfile_error
     lock_project(project)
     lock = lockfile_of(project).read_bytes()
     (dist_info / LOCKFILE_NAME).write_bytes(lock.replace(b"{", b'{"note": "caf\xe9",', 1))
-    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-
-    raised, printed = import_in_child("lockedapp", env={"PYTHONPATH": pythonpath})
+    raised, printed = import_in_child("lockedapp", first=on_path(site))
 
     assert raised is LockfileError, printed
     assert "flashhub.lock in the metadata of lockedapp is not valid JSON" in printed
     assert "UnicodeDecodeError" not in printed
     assert "pip install --force-reinstall lockedapp" in printed
+
+
+def on_path(site: Path) -> str:
+    """Code that, run first in a child, puts ``site`` on ``sys.path`` where PYTHONPATH
+    would have put it at the child's start: after the script's directory."""
+    return f"import sys\nsys.path.insert(1, {str(site)!r})\n"
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -792,9 +796,8 @@ def test_a_lock_installed_with_its_project_is_found_from_its_package(
     assert shipped.read_bytes() == lockfile_of(project).read_bytes()
     elsewhere = tmp_path / "elsewhere"  # no flashhub.lock here: it must come from the package
     elsewhere.mkdir()
-    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    code = "import lockedapp; print(lockedapp.load().marker())"
-    out = run_python(code, env={"PYTHONPATH": pythonpath}, cwd=elsewhere)
+    code = on_path(site) + "import lockedapp; print(lockedapp.load().marker())"
+    out = run_python(code, cwd=elsewhere)
     assert out.strip() == f"{REPO}@v2:{LOCAL}"
 
     left = project / "demo.egg-info" / LOCKFILE_NAME  # the build's metadata in the project
