@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_python
 from support.cdn_server import CdnServer
-from support.cli_runner import flashhub_process
+from support.cli_runner import flashhub_child
 from support.hf_layer_kernels import publish_hf_layer_kernels
 
 
@@ -82,8 +82,8 @@ def test_variants_json_lists_the_revisions_as_hugging_face_kernels_does() -> Non
     # cli-variants.md, "JSON Output": "a single JSON object with the repository ID and a
     # revisions list, including when selecting just one version or revision"; with
     # --all-versions, "entries appear in ascending version order".
-    one = flashhub_process("variants", "kernels-test/versions", "--version", "1", "--json")
-    every = flashhub_process("variants", "kernels-test/versions", "--all-versions", "--json")
+    one = flashhub_child("variants", "kernels-test/versions", "--version", "1", "--json")
+    every = flashhub_child("variants", "kernels-test/versions", "--all-versions", "--json")
 
     for result in (one, every):
         assert result.returncode == 0, result.stderr
@@ -98,10 +98,10 @@ def test_variants_json_lists_the_revisions_as_hugging_face_kernels_does() -> Non
 def test_describe_api_takes_trust_remote_code_and_describes_the_same() -> None:
     # kernels describe-api takes --trust-remote-code (for Hub kernels); it changes nothing
     # here, as trust_remote_code= changes nothing for the loaders.
-    trusting = flashhub_process(
+    trusting = flashhub_child(
         "describe-api", "kernels-test/silu-and-mul", "--version", "1", "--trust-remote-code"
     )
-    plain = flashhub_process("describe-api", "kernels-test/silu-and-mul", "--version", "1")
+    plain = flashhub_child("describe-api", "kernels-test/silu-and-mul", "--version", "1")
 
     assert trusting.returncode == 0, trusting.stderr
     assert "SiluAndMul  has_backward=True  can_torch_compile=True" in trusting.stdout

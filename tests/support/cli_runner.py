@@ -7,7 +7,8 @@ call. The command gets its own environment, working directory, an empty standard
 (no terminal, as in CI) and captured output; the process-wide settings it may change
 (``configure()`` overrides) are reset afterwards. Tests about the process itself (the
 console scripts, ``python -m flashhub_kernels`` and its exit status, start-up time, what
-a fresh interpreter imports) still start one (:func:`flashhub_process`).
+a fresh interpreter imports) still start one (:func:`flashhub_process`); those that only
+want the command in a process of its own fork one (:func:`flashhub_child`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from flashhub_kernels._config import reset_config
 from flashhub_kernels.cli import kernel_load_main, main
+from support.preloaded import run_code
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,16 @@ import runpy, sys
 sys.argv[0] = "flashhub"
 runpy.run_module("flashhub_kernels", run_name="__main__", alter_sys=True)
 """
+
+
+def flashhub_child(*args: str | Path, env: Mapping[str, str] | None = None) -> CliResult:
+    """``flashhub ARGS`` in a process of its own, forked with torch imported
+    (``support.preloaded``) and run as ``python -m flashhub_kernels`` runs it, with this
+    test's environment plus ``env``: where the command's process is wanted, not the start
+    of the console script's."""
+    child_env = {**os.environ, **(env or {})}
+    result = run_code(PYTHON_M_FLASHHUB, *map(str, args), env=child_env)
+    return CliResult(result.returncode, result.stdout, result.stderr)
 
 
 def ok_json(result: CliResult) -> Any:
