@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from support.cdn_server import CdnServer, slowly
-from support.cli_runner import flashhub_process
+from support.cli_runner import flashhub
 from support.projects import REPO, UNIVERSAL
 from support.trees import kernel_files, write_blob_kernel, write_kernel, write_variant
 
@@ -82,7 +82,7 @@ def test_with_stdout_closed_a_command_ends_without_a_traceback(cdn: CdnServer) -
 
 def test_with_stdin_closed_cache_clear_asks_for_yes(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1, [UNIVERSAL])
-    assert flashhub_process("get", REPO, "--version", "1").returncode == 0
+    assert flashhub("get", REPO, "--version", "1").returncode == 0
 
     def clear(*options: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
