@@ -26,7 +26,7 @@ from flashhub_kernels._cache.entries import CacheEntry
 from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
 from support.cli_runner import PYTHON_M_FLASHHUB, flashhub, ok_json
-from support.preloaded import run_code, start_code
+from support.preloaded import Child, appears, run_code, start_code, stderr_into, written
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
 from support.trees import (
     MIB_BLOB,
@@ -537,53 +537,61 @@ def test_cache_verify_repair_leaves_changed_content_to_prune(cdn: CdnServer) -> 
 # -- entries a running process uses; a cache that cannot be written ---------------------------
 
 USE_AND_WAIT = """
-import sys
 import flashhub.acme.tensor_tricks.v1 as k
-print(k.marker(), flush=True)
-sys.stdin.readline()
+print(k.marker())
+sign("loaded")
+when("go")
 from flashhub.acme.tensor_tricks.v1 import helpers  # a submodule, imported after the command
-print(helpers.shout(), flush=True)
-sys.stdin.readline()
+print(helpers.shout())
+sign("shouted")
+when("done")
+"""
+# A job's way to talk to the test: files in the directory argv[1], one a sign.
+SIGNS = """
+import pathlib, sys, time
+signs = pathlib.Path(sys.argv[1])
+
+def sign(name):  # to the test
+    (signs / name).touch()
+
+def when(name):  # the test's sign
+    while not (signs / name).exists():
+        time.sleep(0.01)
 """
 
 
-def job(code: str) -> subprocess.Popen[str]:
-    """A job running ``code`` in a process of its own, talking to the test through its
-    stdin and stdout."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    return process
+def job(code: str, signs: Path) -> Child:
+    """A job running ``code`` in a process of its own, which talks to the test through
+    files in ``signs`` (:data:`SIGNS`)."""
+    signs.mkdir()
+    return start_code(SIGNS + code, str(signs), env=dict(os.environ))
 
 
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune"]])
 def test_cache_maintenance_leaves_an_entry_in_use_alone_unless_forced(
-    cdn: CdnServer, command: list[str]
+    cdn: CdnServer, tmp_path: Path, command: list[str]
 ) -> None:
     write_kernel(cdn.root, REPO, 1)
     entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
-    user = job(USE_AND_WAIT)  # a job using the kernel, in a process of its own
+    signs = tmp_path / "signs"
+    user = job(USE_AND_WAIT, signs)  # a job using the kernel, in a process of its own
     try:
-        assert user.stdout.readline().strip() == f"{REPO}@v1:{LOCAL}"
+        assert appears(signs / "loaded", user, timeout=60), "the job never loaded the kernel"
         if command == ["prune"]:
             os.utime(entry / PY_PKG / "data" / "table.txt", (1, 1))  # prune would remove it
 
         kept = flashhub("cache", *command)
-        user.stdin.write("go\n")
-        user.stdin.flush()
-        shouted = user.stdout.readline().strip()
+        (signs / "go").touch()
+        appears(signs / "shouted", user, timeout=60)
         forced = flashhub("cache", *command, "--force", "--json")
     finally:
-        _out, err = user.communicate("done\n", timeout=60)
+        (signs / "go").touch()
+        (signs / "done").touch()
+        out, err = user.communicate(timeout=60)
     assert kept.returncode == 0, kept.stderr
     assert f"skipped {entry}: in use by a running process" in kept.stdout
     assert "--force" in kept.stdout and "a download is in progress" not in kept.stdout
-    assert shouted == SHOUT, err
+    assert out.splitlines() == [f"{REPO}@v1:{LOCAL}", SHOUT], err
     assert user.returncode == 0, err
     assert [e["path"] for e in ok_json(forced)["removed"]] == [str(entry)]
     assert not entry.exists()
@@ -760,40 +768,40 @@ def test_cache_prune_removes_temporary_files_of_killed_writers_once_stale(
 
 
 def test_cache_clear_leaves_alone_an_entry_committed_after_it_listed_the_cache(
-    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from flashhub_kernels._cache import admin
     from flashhub_kernels._cache.layout import Cache
     from flashhub_kernels._config import get_config
 
     write_kernel(cdn.root, REPO, 1)
-    user = job(USE_AND_READ)  # a job that loads the kernel while clear runs
+    signs = tmp_path / "signs"
+    user = job(USE_AND_READ, signs)  # a job that loads the kernel while clear runs
     listed = admin.version_dirs
 
     def listed_once_the_job_loaded(cache: Cache) -> Iterator[tuple[object, Path]]:
-        assert user.stdout is not None
-        assert user.stdout.readline().strip() == f"{REPO}@v1:{LOCAL}"
+        assert appears(signs / "loaded", user, timeout=60), "the job never loaded the kernel"
         yield from listed(cache)
 
     monkeypatch.setattr(admin, "version_dirs", listed_once_the_job_loaded)
     try:
         report = admin.clear(Cache.from_config(get_config()))
-        user.stdin.write("go\n")
-        user.stdin.flush()
-        read = user.stdout.readline().strip()
     finally:
-        _out, err = user.communicate(timeout=60)
+        (signs / "go").touch()
+        out, err = user.communicate(timeout=60)
+    loaded, read = out.strip().splitlines()
+    assert loaded == f"{REPO}@v1:{LOCAL}", err
     assert read == f"table of {REPO}@v1:{LOCAL}", err  # its files are still there
     assert user.returncode == 0, err
     assert report.removed == [] and [p.name for p in report.in_use] == [LOCAL]
 
 
 USE_AND_READ = """
-import pathlib, sys
 import flashhub.acme.tensor_tricks.v1 as k
-print(k.marker(), flush=True)
-sys.stdin.readline()
-print((pathlib.Path(k.__file__).parent / "data" / "table.txt").read_text(), flush=True)
+print(k.marker())
+sign("loaded")
+when("go")
+print((pathlib.Path(k.__file__).parent / "data" / "table.txt").read_text())
 """
 
 
@@ -808,27 +816,22 @@ def test_a_load_waiting_while_cache_clear_removes_its_version_loads_once_clear_i
     assert flashhub("get", REPO, "--version", "1").returncode == 0
     mutex = str(cache_dir / "kernels" / REPO / "v1" / ".locks" / f"{LOCAL}.lock")
     evict = admin._evict_unused
-    loaders: list[subprocess.Popen[str]] = []
+    loaders: list[Child] = []
+    log = cache_dir.parent / "loader.log"
 
     def evict_then_let_a_load_wait(entry: CacheEntry, *, force: bool) -> bool:
         removed = evict(entry, force=force)
-        loader = subprocess.Popen(
-            [sys.executable, "-c", LOAD_SAYING_IT_WAITS],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        loader = start_code(stderr_into(log) + LOAD_SAYING_IT_WAITS, env=dict(os.environ))
         loaders.append(loader)
-        assert loader.stderr is not None
         # It found no entry, and waits for the download mutex that clear holds.
-        while not (line := loader.stderr.readline()) or f"not acquired on {mutex}" not in line:
-            assert line, "the load never waited for the download mutex"
+        waits = written(log, f"not acquired on {mutex}", loader, timeout=120)
+        assert waits, "the load never waited for the download mutex"
         return removed
 
     monkeypatch.setattr(admin, "_evict_unused", evict_then_let_a_load_wait)
     admin.clear(Cache.from_config(get_config()))  # removes the version, mutexes and all
-    out, err = loaders[0].communicate(timeout=120)
-    assert loaders[0].returncode == 0, err
+    out, _err = loaders[0].communicate(timeout=120)
+    assert loaders[0].returncode == 0, log.read_text()
     assert out.strip() == f"{REPO}@v1:{LOCAL}"
 
 
