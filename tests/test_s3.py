@@ -29,6 +29,7 @@ from flashhub_kernels.errors import IntegrityError, PublishError, TransportError
 from support.builds import CPU, PY_PKG, REPO, UNIVERSAL, make_kernel
 from support.cli_runner import flashhub, ok_json
 from support.hub_server import HubServer, builder_variant
+from support.preloaded import run_code
 from support.s3_server import S3Server
 
 pytest.importorskip("s3fs")
@@ -403,17 +404,10 @@ def test_a_listed_file_missing_from_the_store_fails_the_mirror(tmp_path: Path) -
 
 
 def child_error(code: str, env: dict[str, str] | None = None) -> str:
-    """What ``code`` printed, run in a fresh interpreter where it must fail."""
+    """What ``code`` printed, run in a fresh process where it must fail."""
     import os
-    import subprocess
 
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_code(code, env={**os.environ, **(env or {})})
     assert result.returncode != 0, result.stdout
     return result.stdout + result.stderr
 
