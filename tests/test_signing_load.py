@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -391,13 +390,7 @@ def test_a_key_scoped_to_acme_corp_covers_the_dashed_spelling_the_hook_tries_fir
     plant_unsigned(cdn.root, DASHED, ran)
     trust(monkeypatch, f"acme_corp:{key.public_line}")
 
-    child = subprocess.run(
-        [sys.executable, "-c", f"import {CORP_MODULE}"],
-        env=os.environ.copy(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    child = run_code(f"import {CORP_MODULE}", env=dict(os.environ))
     assert child.returncode == 1, child.stdout + child.stderr
     assert "SignatureError" in child.stderr
     assert f"{DASHED}/v1/variants.json is not signed" in child.stderr
