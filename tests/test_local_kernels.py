@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from flashhub_kernels.errors import (
 )
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
 from support.cdn_server import CdnServer
+from support.preloaded import run_code
 from support.trees import kernel_files, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -193,9 +193,7 @@ def test_a_pickle_from_a_local_kernel_needs_the_kernel_loaded_in_the_new_process
     name, message = run_python(caught).split("\n", 1)
     assert name == kernel.__name__
     assert "get_local_kernel(path)" in message and "LOCAL_KERNELS" in message
-    failed = subprocess.run(
-        [sys.executable, "-c", unpickle], capture_output=True, text=True, timeout=120
-    )
+    failed = run_code(unpickle, env=dict(os.environ))
     assert failed.returncode == 1 and "AttributeError" not in failed.stderr
 
     # What the hint says works: load it first, from the same path.
