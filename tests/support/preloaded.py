@@ -14,7 +14,10 @@ torch reads when they start (``PYTHONPATH``, ``LD_PRELOAD``, ``CUDA_VISIBLE_DEVI
 started as a real interpreter instead, and so is a child whose test judges the
 interpreter's start itself (what ``import torch`` or ``import flashhub`` brings in, say).
 :func:`run_code` is ``subprocess.run``'s counterpart, :func:`start_code` ``Popen``'s, for
-children that run at the same time (their output is read once they exit).
+children that run at the same time (their output is read once they exit: a test that
+waits for a sign from a running child has it make a file appear, :func:`appears`, or
+send its stderr to a file the test reads as it grows, :func:`stderr_into` and
+:func:`written`).
 """
 
 from __future__ import annotations
