@@ -338,7 +338,7 @@ def test_flashhub_v_says_what_the_load_did_without_credentials(cdn: CdnServer) -
     log = result.stderr
     assert f"downloaded {REPO}/v1/build/{UNIVERSAL}/tensor_tricks/blob.bin from " in log
     assert f"127.0.0.1:{cdn.port}: {len(MIB_BLOB)} bytes in " in log
-    assert "broke off at byte 1000; asking again from there" in log
+    assert "stopped at byte 1000; asking for the rest from there" in log
     assert "s3cret" not in log
 
 

@@ -63,8 +63,9 @@ def test_the_sdist_holds_the_sources_and_no_tests_and_its_wheel_every_module(
     wheel = _build("wheel", unpacked, tmp_path / "dist")
 
     sources = {p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src").rglob("*")}
-    modules = {name for name in sources if name.endswith((".py", "py.typed"))}
-    assert {"flashhub/__init__.py", "flashhub/py.typed", "flashhub_kernels/py.typed"} <= modules
+    modules = {name for name in sources if name.endswith((".py", ".pyi", "py.typed"))}
+    typing = {"flashhub/__init__.pyi", "flashhub/py.typed", "flashhub_kernels/py.typed"}
+    assert {"flashhub/__init__.py", *typing} <= modules
     with zipfile.ZipFile(wheel) as archive:
         packaged = {name for name in archive.namelist() if ".dist-info/" not in name}
     assert packaged == modules
