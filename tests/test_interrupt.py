@@ -187,6 +187,11 @@ load = lambda: fk.get_kernel("acme/tensor-tricks", version=1)
 threading.Thread(target=load).start()  # not a daemon: the interpreter waits for it
 time.sleep(600)
 """
+UNTIL_BIG_BIN_IS_ON_ITS_WAY = (
+    "import os, pathlib\n"
+    'while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):\n'
+    "    time.sleep(0.05)\n"
+)
 
 
 def test_ctrl_c_ending_the_main_thread_stops_a_download_in_a_thread_of_the_programs_own(
@@ -215,12 +220,26 @@ def test_a_main_thread_that_just_ends_leaves_the_programs_thread_to_finish_its_l
 ) -> None:
     big_kernel.inject(BIG_PATH, slowly(5))
     # The main thread ends once big.bin is on its way.
-    until_big_bin_is_on_its_way = (
-        "import os, pathlib\n"
-        'while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):\n'
-        "    time.sleep(0.05)\n"
+    run_python(IN_A_THREAD_OF_ITS_OWN.replace("time.sleep(600)\n", UNTIL_BIG_BIN_IS_ON_ITS_WAY))
+    assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/big.bin").read_bytes() == BIG
+
+
+def test_a_ctrl_c_the_interactive_interpreter_caught_leaves_the_programs_thread_to_finish(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """In `python -i`, a statement interrupted with Ctrl-C leaves its KeyboardInterrupt
+    in sys.last_value, and the session goes on; its end (here, the end of its input) is
+    no Ctrl-C, so the program's thread still finishes its load."""
+    big_kernel.inject(BIG_PATH, slowly(3))
+    started = IN_A_THREAD_OF_ITS_OWN.replace("time.sleep(600)\n", UNTIL_BIG_BIN_IS_ON_ITS_WAY)
+    session = subprocess.run(
+        [sys.executable, "-i", "-c", started],
+        input="raise KeyboardInterrupt  # what Ctrl-C makes of a statement\nprint('on')\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    run_python(IN_A_THREAD_OF_ITS_OWN.replace("time.sleep(600)\n", until_big_bin_is_on_its_way))
+    assert session.returncode == 0, session.stderr
     assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/big.bin").read_bytes() == BIG
 
 

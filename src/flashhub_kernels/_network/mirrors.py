@@ -80,10 +80,18 @@ def stop_if(cancelled: threading.Event) -> None:
     A main thread that ended otherwise leaves its threads to finish their work."""
     if cancelled.is_set():
         raise DownloadCancelled
-    if not threading.main_thread().is_alive() and isinstance(
-        getattr(sys, "last_value", None), KeyboardInterrupt
-    ):
+    if not threading.main_thread().is_alive() and _ended_by_ctrl_c():
         raise KeyboardInterrupt
+
+
+def _ended_by_ctrl_c() -> bool:
+    """Whether the main thread, now ended, ended with the ``KeyboardInterrupt`` that the
+    interpreter printed last. An interactive session (``sys.ps1`` is set: the REPL,
+    ``python -i``) prints one for each Ctrl-C and goes on: it ends by ``exit()`` or at
+    the end of its input, however it was interrupted before."""
+    return isinstance(getattr(sys, "last_value", None), KeyboardInterrupt) and not hasattr(
+        sys, "ps1"
+    )
 
 
 def write_chunks(
