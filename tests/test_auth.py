@@ -182,6 +182,18 @@ def test_a_cdn_url_with_a_token_in_its_query_is_refused_unseen(
     assert cdn.requests == []
 
 
+@pytest.mark.parametrize("host", ["127.0.0.%31", "%31%32%37.0.0.1"])
+def test_a_cdn_host_with_a_percent_escape_is_refused_before_any_request(
+    cdn: CdnServer, host: str
+) -> None:
+    # urllib3 decodes it and connects to 127.0.0.1, where every message (and no_proxy, and
+    # netrc) would read the host as it is written.
+    write_kernel(cdn.root, REPO, 1)
+    for output in refusals({"FLASHHUB_CDN_URL": f"http://{host}:{cdn.port}"}):
+        assert f"'http://{host}:{cdn.port}' has a '\\' or a '%' in its host part" in output
+    assert cdn.requests == []
+
+
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
 def test_a_redirect_to_another_host_does_not_carry_the_credentials(
     auth_cdn: CdnServer, make_cdn: MakeCdn, host: str

@@ -249,6 +249,32 @@ def test_a_dead_proxy_without_a_scheme_is_named_without_its_password(cdn: CdnSer
     assert cdn.requests == []
 
 
+@pytest.mark.parametrize(
+    ("written", "shown"),
+    [
+        # urllib3 ends the host at the '\\': it would send the credentials ('127.0.0.1',
+        # '<port>\\') to 127.0.0.1:<port>, where the messages name 127.0.0.2:3128.
+        ("http://127.0.0.1:{port}\\@127.0.0.2:3128", "'http://127.0.0.1:****@127.0.0.2:3128'"),
+        ("http://127.0.0.%31:{port}", "'http://127.0.0.%31:{port}'"),  # decoded by urllib3
+    ],
+)
+def test_a_proxy_that_urllib3_reads_as_another_host_is_refused_before_any_request(
+    cdn: CdnServer,
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    written: str,
+    shown: str,
+) -> None:
+    proxy = start_proxy("http")
+    monkeypatch.setenv("http_proxy", written.format(port=proxy.port))
+    write_kernel(cdn.root, REPO, 1)
+    raised, printed = import_in_child("flashhub.acme.tensor_tricks.v1")
+    assert raised is ConfigError
+    assert f"the proxy {shown.format(port=proxy.port)} has a '\\'" in printed
+    assert "%5C" in printed and "http_proxy" in printed
+    assert proxy.targets() == [] and cdn.requests == []
+
+
 def test_a_proxy_password_that_is_not_percent_encoded_is_refused_unseen(
     cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

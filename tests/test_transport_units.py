@@ -137,13 +137,17 @@ def test_a_password_that_is_not_percent_encoded_is_refused_unseen(value: str) ->
 def test_a_backslash_in_the_host_is_refused(value: str) -> None:
     # requests would connect to cdn.example (urllib3 ends the host at the '\'), where
     # Python's parser, and so the messages, would show the host cdn.example\.evil.com.
-    with pytest.raises(ConfigError, match=r"has a '\\' in its host part") as info:
+    with pytest.raises(ConfigError, match=r"has a '\\' or a '%' in its host part") as info:
         parse_cdn_urls(value)
     assert "%5C" in str(info.value) and "pw" not in str(info.value)
 
 
 def test_a_backslash_in_a_secret_is_no_matter() -> None:
     assert parse_cdn_urls("https://u:p\\w@cdn.example") == ("https://u:p\\w@cdn.example",)
+
+
+def test_the_zone_of_an_ipv6_address_is_no_percent_escape_in_the_host() -> None:
+    assert parse_cdn_urls("http://[fe80::1%25eth0]:8080") == ("http://[fe80::1%25eth0]:8080",)
 
 
 def test_a_comma_in_a_password_is_reported_by_the_part_after_it() -> None:

@@ -43,6 +43,7 @@ from .._models.record import Record
 from .._utils.urls import (
     has_unencoded_credentials,
     malformed_url_error,
+    read_two_ways,
     redact_queries,
     redact_url,
     split_credentials,
@@ -237,7 +238,7 @@ def _proxy_url(proxy: str) -> str:
     ``http://user:pw@proxy:3128``, as curl reads it. (requests would take ``user`` for
     the scheme and fail, quoting the setting, password and all.)"""
     url = proxy if "://" in proxy else f"http://{proxy}"
-    if has_unencoded_credentials(url):
+    if has_unencoded_credentials(url) or read_two_ways(url):
         raise malformed_url_error(url, "the proxy", PROXY_SETTINGS)
     return url
 

@@ -104,9 +104,9 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
     that cannot be used: a password with an unencoded ``/``, ``?`` or ``#`` when it has
     one (the usual cause), else a bracket of an IPv6 address left open or out of place,
     else a query or a fragment (a signed URL's token, ``?sv=...&sig=...``, which would
-    end up before the path of each file, not after it; shown hidden), else a ``\\`` in
-    the host (where urllib3 ends the host, and ``urllib.parse`` does not), else a typo
-    in the port.
+    end up before the path of each file, not after it; shown hidden), else a ``\\`` or a
+    ``%`` in the host, else a typo in the port, else a ``\\`` in the credentials of a
+    URL that urllib3 gets whole (see :func:`read_two_ways`).
 
     The message does not say "password": a test for a leak looks for pieces of one,
     and ``pa/ssword`` has ``ssword``."""
@@ -120,7 +120,7 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "'@' %40, ':' %3A, ',' %2C",
         )
     try:
-        host = split_url(url).netloc.rpartition("@")[2]  # the port is parsed only on demand
+        parts = split_url(url)  # the port is parsed only on demand
     except ValueError:
         return ConfigError(
             f"{what} {redact_url(url)!r} is malformed: its host is neither a name nor an IP "
@@ -139,13 +139,34 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "(s3://bucket/prefix, az://container/prefix), or a proxy in front of the CDN "
             "that adds the token",
         )
-    if "\\" in host:
+    host = parts.netloc.rpartition("@")[2]
+    if "\\" in host or "%" in host.rpartition("]")[2]:
         return ConfigError(
-            f"{what} {redact_url(url)!r} has a '\\' in its host part, where urllib3 ends "
-            "the host (and Python's URL parser does not)",
-            hint=f"fix {setting}: a '/' goes before the path, and a '\\' in a secret is %5C",
+            f"{what} {redact_url(url)!r} has a '\\' or a '%' in its host part, where urllib3 "
+            "ends the host or decodes it (and Python's URL parser, which messages use, does not)",
+            hint=f"fix {setting}: a '/' goes before the path, a host name is written as it is "
+            "(an international one in Unicode or as xn--...), and a '\\' in a secret is %5C",
         )
-    return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
+    try:
+        parts.port  # noqa: B018  # parses the port, or raises
+    except ValueError:
+        return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
+    return ConfigError(  # what is left: a proxy's, which urllib3 gets with its credentials
+        f"{what} {redact_url(url)!r} has a '\\' in its credentials, where urllib3 ends the "
+        "host part",
+        hint=f"percent-encode the user name and the secret in {setting}: '\\' is %5C",
+    )
+
+
+def read_two_ways(url: str) -> bool:
+    """Whether urllib3, given ``url`` whole (a proxy's: credentials and all), would connect
+    to another host than ``urllib.parse``, which every message uses, reads in it: urllib3
+    ends the authority at a ``\\``, and decodes a ``%XX`` in the host
+    (``http://%65vil.com`` is ``evil.com``). An IPv6 address's zone (``[fe80::1%25eth0]``)
+    is no matter."""
+    start = _userinfo_span(url)[0]
+    authority = url[start : _authority_end(url, start)]
+    return "\\" in authority or "%" in authority.rpartition("@")[2].rpartition("]")[2]
 
 
 def split_url(url: str) -> urllib.parse.SplitResult:
