@@ -331,12 +331,22 @@ loader.start()
 while not ({until}):
     time.sleep(0.05)
 
+def sampled(thread):
+    status = pathlib.Path(f"/proc/self/task/{{thread.native_id}}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("SigBlk:"))
+    return int(line.split()[1], 16)
+
 def blocked(thread):
+    # What it blocks throughout 20 samples: a program's thread that submits to a pool
+    # blocks the signals for the instant a worker starts, so that it starts deaf.
+    mask = -1
     try:
-        status = pathlib.Path(f"/proc/self/task/{{thread.native_id}}/status").read_text()
+        for _ in range(20):
+            mask &= sampled(thread)
+            time.sleep(0.005)
     except OSError:
         return "-"
-    return next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
+    return f"{{mask:016x}}"
 
 print(*[f"{{t.name}} {{blocked(t)}}" for t in threading.enumerate()], sep="\\n", flush=True)
 pathlib.Path(sys.argv[1]).touch()
