@@ -28,8 +28,7 @@ from typing import Any
 
 import pytest
 
-from flashhub_kernels import _finder, get_kernel
-from flashhub_kernels._cache import imports
+from flashhub_kernels import _cache_imports as imports, _finder, get_kernel
 from flashhub_kernels._cache.staging import ensure_dir
 from flashhub_kernels._config import reset_config
 from flashhub_kernels._network import versions as _versions

@@ -21,8 +21,8 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
-from flashhub_kernels._cache.imports import TABLE_DIR
 from flashhub_kernels._cache.trust import distrust
+from flashhub_kernels._cache_imports import TABLE_DIR
 from support.cdn_server import CdnServer, drop_after
 from support.preloaded import run_code
 from support.trees import local_variant, write_blob_kernel, write_kernel

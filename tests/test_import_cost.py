@@ -69,8 +69,7 @@ NOT_WITH_THE_HOOK = [
 # kernel without a native library, signatures or archs.
 TABLE_HIT_MODULES = {
     "flashhub_kernels._constants",
-    "flashhub_kernels._cache",
-    "flashhub_kernels._cache.imports",
+    "flashhub_kernels._cache_imports",
     "flashhub_kernels._models.kernel_dir",
 }
 

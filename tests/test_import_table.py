@@ -20,7 +20,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root, run_python
-from flashhub_kernels._cache import imports
+from flashhub_kernels import _cache_imports as imports
 from support.cdn_server import CdnServer
 from support.preloaded import run_code
 from support.trees import local_variant, write_kernel

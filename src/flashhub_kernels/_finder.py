@@ -207,7 +207,7 @@ class KernelFinder:
         that ``LOCAL_KERNELS`` maps is served from its local directory; else the cache's
         import table answers, when what decided its answer is as it was; else the cache
         is searched in full (and the answer recorded in the table)."""
-        from ._cache import imports
+        from . import _cache_imports as imports
         from ._constants import LOCAL_KERNELS_VAR
 
         parsed = parse_module_name(fullname)

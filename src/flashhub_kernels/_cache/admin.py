@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._cache_imports import TABLE_DIR
 from .._constants import INDEX_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._lockfiles.format import Lockfile
 from .._models.record import Record
 from .._utils.filesystem import replaced_name
 from .._variants.device_arch import GPU_RECORD_NAME
 from .entries import CacheEntry, entries_in, list_entries, version_dirs
-from .imports import TABLE_DIR
 from .layout import (
     PARTIAL_PREFIX,
     STAGING_PREFIX,

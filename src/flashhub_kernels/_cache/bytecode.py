@@ -11,7 +11,7 @@ from pathlib import Path
 
 def receipt_stamp(path: str | Path) -> tuple[int, int]:
     """The size and ``mtime_ns`` of a file: its stamp as a receipt records it (the import
-    table stamps a file with more: see :func:`.imports.stamp`)."""
+    table stamps a file with more: see :func:`.._cache_imports.stamp`)."""
     st = os.stat(path, follow_symlinks=False)
     return st.st_size, st.st_mtime_ns
 

@@ -17,12 +17,12 @@ Layout under the cache root::
     .locks/<org>/<pkg>/v<N>.lock          index mutex: one process at a time chooses a variant
     versions-seen.json                    the newest version seen listed (see .versions_seen)
     import-table/<module name>.json       the entry that name's last import loaded
-                                          (see .imports)
+                                          (see .._cache_imports)
     gpus                                  NVML's answer: GPU UUID -> capability (see
                                           flashhub_kernels._variants.device_arch)
 
 Entries are written by :mod:`.staging` and read here. A process that imported an entry
-holds a shared ``flock`` on its directory while it runs (:mod:`.imports`), which
+holds a shared ``flock`` on its directory while it runs (:mod:`.._cache_imports`), which
 ``flashhub cache clear`` and ``prune`` respect. Nothing is read below a directory that
 fails the trust checks of :mod:`.trust`.
 """

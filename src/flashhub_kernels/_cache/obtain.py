@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import functools
 
+from .._cache_imports import mark_in_use
 from .._config import Config, get_config
 from .._models.kernel_dir import KernelDir, cached_kernel
 from .._variants.system import this_system
-from .imports import mark_in_use
 from .layout import Cache, parse_index, recorded_pick
 from .receipt import read_receipt
 

@@ -1,4 +1,4 @@
-"""Recording the answers of full lookups in the import table (:mod:`.imports`).
+"""Recording the answers of full lookups in the import table (:mod:`.._cache_imports`).
 
 After a full lookup the finder records its answer under the import's key, with stamps
 of everything the lookup read and checked: the variant index it picked from, the
@@ -21,11 +21,7 @@ import json
 import os
 from pathlib import Path
 
-from .._config import get_config
-from .._constants import RECEIPT_NAME
-from .._utils.filesystem import write_atomic
-from .._variants.system import this_system
-from .imports import (
+from .._cache_imports import (
     FORMAT,
     TABLE_DIR,
     device_inputs,
@@ -36,6 +32,10 @@ from .imports import (
     stamp,
     table_file,
 )
+from .._config import get_config
+from .._constants import RECEIPT_NAME
+from .._utils.filesystem import write_atomic
+from .._variants.system import this_system
 from .layout import Cache, recorded_pick
 from .receipt import Receipt, read_receipt
 from .trust import check_chain, dirs_below, root_chain
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
+    from .._cache_imports import TableKey
     from .._models.kernel_dir import KernelDir
-    from .imports import TableKey
 
 # Keys kept per module name, the latest last: a few settings or systems used in turn.
 KEYS_PER_NAME = 4

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from .._cache.imports import mark_in_use
 from .._cache.layout import Cache
 from .._cache.mutex import index_mutex
 from .._cache.staging import merge_indexes, record_index
+from .._cache_imports import mark_in_use
 from .._config import get_config
 from .._finder import install, twin_names
 from .._loading.hub_arguments import check_trust_remote_code, sending

@@ -2,22 +2,22 @@
 
 The import table (``import-table/<module name>.json`` in the cache root: a hit reads its
 name's rows alone) keeps the entry each kernel module name loaded last, for the next
-process that imports the name: keyed by what
-decided it, and stamped with what the full lookup (:mod:`.obtain`) read and checked, so
-that any change is a miss. :mod:`.table_writer` writes it; docs/design.md ("The import
-table") gives the rules.
+process that imports the name: keyed by what decided it, and stamped with what the full
+lookup (:mod:`._cache.obtain`) read and checked, so that any change is a miss.
+:mod:`._cache.table_writer` writes it; docs/design.md ("The import table") gives the rules.
 
 A process that imports a kernel from the cache holds a shared ``flock`` on the entry's
 directory until it exits (the kernel drops it however the process ends; a forked child
 shares it). The directory is opened read-only, so this works on a read-only cache, and
 costs one ``open`` and one ``flock``. Before removing an entry, ``flashhub cache clear``
-and ``prune`` try an exclusive lock on it without waiting (see ``.admin``), and leave it
-alone while any process holds a shared one, unless told to force it. Advisory and best
-effort: where ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a
-directory, nothing is held and nothing is protected.
+and ``prune`` try an exclusive lock on it without waiting (see ``._cache.admin``), and
+leave it alone while any process holds a shared one, unless told to force it. Advisory
+and best effort: where ``fcntl`` is missing (Windows) or the file system refuses
+``flock`` on a directory, nothing is held and nothing is protected.
 
-Both are on the path of every warm import, so they share a module: each module a warm
-import loads costs it about 0.1 ms.
+Both are on the path of every warm import, so they share a module, which lies beside the
+``_cache`` package, not in it: each module a warm import loads (a package too) costs it
+about 0.1 ms.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import os
 import stat
 import sys
 
-from .. import _constants
-from .._constants import (
+from . import _constants
+from ._constants import (
     INDEX_NAME,
     PYPROJECT_NAME,
     TRUSTED_KEYS_VAR,
     __version__,
     default_cache_dir,
 )
-from .._models.kernel_dir import KernelDir
+from ._models.kernel_dir import KernelDir
 
 try:
     import fcntl
@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from .._models.names import RepoInfo
-    from .._variants.system import SystemInfo
+    from ._models.names import RepoInfo
+    from ._variants.system import SystemInfo
 
 TABLE_DIR = "import-table"
 FORMAT = 1
@@ -171,7 +171,7 @@ def device_reading(backend: str | None) -> str | None:
     system = _judged_system(backend)
     if not system.knows_device:
         return None
-    from .._variants.device_arch import with_device
+    from ._variants.device_arch import with_device
 
     return with_device(system).key
 
@@ -291,7 +291,7 @@ def _system_inputs(backend: str | None) -> tuple[object, ...]:
 def _judged_system(backend: str | None) -> SystemInfo:
     """This system's record, judged (the judge is imported only where a row needs it:
     a device's reading, Ascend's system, which reads the installed CANN's version too)."""
-    from .._variants.system import this_system
+    from ._variants.system import this_system
 
     return this_system(backend)
 
