@@ -72,6 +72,15 @@ def test_the_table_answers_the_next_import_and_the_same_files_load(
     assert recorded.stat().st_mode & 0o777 == 0o600  # the user's own record
 
 
+def test_a_row_stamps_each_directory_once(recorded: Path, cache_dir: Path) -> None:
+    """The cache root, resolved and as named, is one directory where no link leads to it:
+    every hit stats each directory a row lists."""
+    (row,) = json.loads(recorded.read_text())["rows"].values()
+    judged = [path for path, _identity in row["dirs"]]
+    assert str(cache_dir) in judged and "/" in judged
+    assert sorted(judged) == sorted(set(judged))
+
+
 def test_get_kernel_is_answered_by_the_table_too(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1)
     code = f"""

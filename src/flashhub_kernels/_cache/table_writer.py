@@ -130,9 +130,10 @@ def _packages_that_count(document: Mapping[str, Any]) -> list[str]:
 
 
 def _judged_dirs(root: Path, entry: Path) -> list[str]:
-    """The directories the trust checks judged on the way to ``entry`` (the root as
-    named too: a symlink replaced there is another cache)."""
-    return [str(path) for path in (*root_chain(root), root, *dirs_below(root, entry))]
+    """The directories the trust checks judged on the way to ``entry``, each once (the
+    root as named too, where a symlink leads to it: one replaced there is another cache)."""
+    judged = (*root_chain(root), root, *dirs_below(root, entry))
+    return list(dict.fromkeys(str(path) for path in judged))
 
 
 def _vouched_files(entry: Path, receipt: Receipt) -> list[str]:
