@@ -6,6 +6,7 @@ import os
 import pty
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,8 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import _forget_kernels
-from flashhub_kernels.errors import NewerVersionWarning, TransportError
-from support.cdn_server import CdnServer, delayed
+from flashhub_kernels.errors import NewerVersionWarning
+from support.cdn_server import CdnHandler, CdnServer, held, stalled
 from support.cli_runner import flashhub
 from support.trees import cpu_variant, local_variant, write_kernel
 
@@ -61,17 +62,61 @@ def test_a_cold_load_of_an_older_version_warns_once_naming_the_newer(
     assert len(newer_version_warnings(notices)) == 1 and len(cdn.gets(VERSIONS_JSON)) == 1
 
 
-def test_a_failed_load_ends_its_version_check_before_it_raises(cdn: CdnServer) -> None:
-    """The CDN answers versions.json late, and a file of the build not at all: the load
-    fails, and by then the request for versions.json has ended too (none of a load's
-    requests reaches the CDN after it)."""
+@pytest.mark.parametrize("fails", [False, True], ids=["loads", "fails"])
+def test_a_load_ends_without_waiting_for_a_versions_json_that_stalls(
+    cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path, fails: bool
+) -> None:
+    """The CDN serves the files at once but stalls in the middle of versions.json, longer
+    than any read timeout: the import in a new process loads (or fails, for a file the
+    CDN lacks) and the process exits while the answer is still held back. No warning,
+    and nothing recorded as seen from an answer that never came."""
     write_kernel(cdn.root, REPO, 1)
     write_kernel(cdn.root, REPO, 2)
-    cdn.inject(VERSIONS_JSON, delayed(0.5))  # logged when answered
-    (cdn.root / f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/_ops.py").unlink()
-    with pytest.raises(TransportError):
-        fk.get_kernel(REPO, version=1)
-    assert cdn.gets(VERSIONS_JSON) == [VERSIONS_JSON]
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "600")
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(VERSIONS_JSON, stalled(started, release))
+    if fails:
+        (cdn.root / f"kernels/{REPO}/v1/build/{local_variant()}/tensor_tricks/_ops.py").unlink()
+    try:
+        returncode, output = _run_child("-c", tmp_path)
+        held_back = not release.is_set()
+    finally:
+        release.set()
+    assert started.is_set() and held_back
+    if fails:
+        assert returncode == 1 and "HTTP 404" in output, output
+    else:
+        assert returncode == 0 and "LOADED acme/tensor-tricks@v1" in output, output
+    assert "NewerVersionWarning" not in output
+    assert not (cache_dir / "versions-seen.json").exists()
+
+
+def test_a_versions_json_answered_just_after_the_files_still_warns(
+    cdn: CdnServer, notices: list[warnings.WarningMessage]
+) -> None:
+    """The CDN holds versions.json back until it has served the last file: the load,
+    whose files are in, waits that little longer for it and warns."""
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(VERSIONS_JSON, held(started, release))
+    build = cdn.root / f"kernels/{REPO}/v1/build/{local_variant()}"
+    files = [f for f in build.rglob("*") if f.is_file() and f.name != "metadata.json"]
+    served: list[str] = []
+
+    def serve_then_release(handler: CdnHandler, body: bytes) -> None:
+        handler.send_file(body)
+        handler.wfile.flush()
+        served.append(handler.path)
+        if len(served) == len(files):
+            release.set()
+
+    for file in files:
+        cdn.inject("/" + file.relative_to(cdn.root).as_posix(), serve_then_release)
+    fk.get_kernel(REPO, version=1)
+    assert release.is_set()  # the answer came after every file
+    (message,) = newer_version_warnings(notices)
+    assert "but version 2 is available" in message
 
 
 def test_the_cli_prints_the_notice_as_its_own_warning_line(cdn: CdnServer) -> None:

@@ -390,6 +390,25 @@ def held(started: threading.Event, release: threading.Event) -> Fault:
     return fault
 
 
+def stalled(started: threading.Event, release: threading.Event) -> Fault:
+    """Send the headers and the first byte of the body, set ``started``, then send the
+    rest once ``release`` is set (by the test; after ten minutes at the latest): an answer
+    that stalls for as long as the test wants, whatever the client's read timeout."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body[:1])
+        handler.wfile.flush()
+        started.set()
+        release.wait(600)
+        handler.wfile.write(body[1:])
+
+    return fault
+
+
 def trickle(interval: float = 0.5, *, limit: float = 30.0) -> Fault:
     """Announce the whole file, then send one byte every ``interval`` seconds (for at most
     ``limit`` seconds, or until the client hangs up): alive, but hopelessly slow."""

@@ -146,7 +146,8 @@ class Fetcher:
     """Fetches paths relative to ``<mirror>/<prefix>/`` from the first mirror that answers.
 
     One fetcher is one download run: its HTTP session (when a mirror is remote) lives
-    until :meth:`close`, and no request it started outlives the run.
+    until :meth:`close`, and no fetch :meth:`soon` started outlives the run (the read for
+    :class:`~.versions.NewerVersionNotice` is not one: no load waits for it).
     """
 
     def __init__(self, config: Config) -> None:

@@ -10,22 +10,30 @@ this machine.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import urllib.parse
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent import futures
 
 from .._cache.layout import Cache
 from .._cache.versions_seen import check_newest
 from .._config import Config
 from .._models.names import RepoInfo
 from .._utils.callers import warn_at_caller
+from .._utils.threads import soon
 from .._utils.urls import redact_url
 from ..errors import KernelNotFoundError, NewerVersionWarning
 from .documents import get_versions
 from .mirrors import NotPublished
 from .transport import Fetcher
 
+logger = logging.getLogger("flashhub_kernels")
+
+# How long a load whose files are in waits for the answer to versions.json, asked for
+# before the files. On loopback it had come before the files in most cold loads, and
+# within 5 ms of them in the others; a CDN that stalls on it alone costs a load this much.
+NOTICE_GRACE_SECONDS = 1.0
 # Repos whose versions.json this process has read for the newer-version notice.
 _version_checked: set[str] = set()
 _version_checked_lock = threading.Lock()
@@ -116,14 +124,18 @@ class NewerVersionNotice:
     that loads (the warning points at the caller's line).
 
     At most one request per repo and process, and so at most one warning; none with
-    ``FLASHHUB_NO_VERSION_CHECK``. A missing or malformed ``versions.json``, or a CDN
-    that fails to serve it, says nothing: the load itself has succeeded.
+    ``FLASHHUB_NO_VERSION_CHECK``. A missing or malformed ``versions.json``, a CDN that
+    fails to serve it, or one that has not answered ``NOTICE_GRACE_SECONDS`` after the
+    files are in, says nothing: the load itself has succeeded. A load does not wait for
+    a read it gave up on, nor does a load that fails: the read ends on its daemon thread,
+    which holds up no exit, on a connection the run's end took out of its pool; an
+    answer that comes is still recorded as seen.
     """
 
     def __init__(self, fetcher: Fetcher, info: RepoInfo) -> None:
         self._fetcher, self._info = fetcher, info
         self._newest: int | None = None
-        self._reading: Future[None] | None = None
+        self._reading: futures.Future[None] | None = None
 
     def start(self) -> None:
         if not self._fetcher.config.version_check:
@@ -132,7 +144,7 @@ class NewerVersionNotice:
             if self._info.repo_id in _version_checked:
                 return
             _version_checked.add(self._info.repo_id)
-        self._reading = self._fetcher.soon(self._read_versions)  # ends with the run
+        self._reading = soon(self._read_versions)  # not the run's: its end does not wait
 
     def _read_versions(self) -> None:
         repo_id = self._info.repo_id
@@ -147,9 +159,15 @@ class NewerVersionNotice:
     def finish(self) -> None:
         if self._reading is None:
             return
-        self._reading.result()
-        self._reading = None
-        info = self._info
+        info, reading, self._reading = self._info, self._reading, None
+        if not futures.wait([reading], timeout=NOTICE_GRACE_SECONDS).done:
+            logger.info(
+                "%s: no answer to versions.json %g s after the files; not checked for a "
+                "newer version",
+                info.repo_id,
+                NOTICE_GRACE_SECONDS,
+            )
+            return
         if self._newest is None or self._newest <= info.version:
             return
         newer = RepoInfo(info.repo_id, self._newest)
