@@ -1093,14 +1093,15 @@ def test_cache_verify_rechecks_the_cached_signature_against_the_configured_keys(
     assert f"{REPO}@v1 {LOCAL}: ok, signed by {key.key_id}" in passed.stdout
 
     trust(monkeypatch, new_key.public_line)
-    failed = flashhub("cache", "verify")
-    assert failed.returncode == 1
-    assert f"{REPO}@v1 {LOCAL}: FAILED: its signature does not check out" in failed.stdout
-    assert f"signed by: {key.key_id}; trusted: {new_key.key_id}" in failed.stdout
-    assert "some cache entries failed verification" in failed.stderr
+    not_trusted = flashhub("cache", "verify")
+    assert not_trusted.returncode == 0
+    assert f"{REPO}@v1 {LOCAL}: intact, not trusted: signed by no key you trust" in (
+        not_trusted.stdout
+    )
+    assert f"signed by: {key.key_id}; trusted: {new_key.key_id}" in not_trusted.stdout
     checked = json.loads(flashhub("cache", "verify", "--json").stdout)
-    assert [e["ok"] for e in checked["entries"]] == [False]
-    assert new_key.key_id in checked["entries"][0]["problem"]
+    assert [(e["ok"], e["problem"]) for e in checked["entries"]] == [(True, None)]
+    assert new_key.key_id in checked["entries"][0]["not_trusted"]
 
     # A cached signature file that was replaced fails even with the right key.
     trust(monkeypatch, key.public_line)
@@ -1126,18 +1127,81 @@ def test_cache_verify_of_an_entry_cached_without_keys_says_its_next_load_checks_
     trust(monkeypatch, key.public_line)
     cdn.clear_log()
 
-    failed = flashhub("cache", "verify")
+    not_trusted = flashhub("cache", "verify")
 
-    assert failed.returncode == 1
-    problem = f"{REPO}@v1 {LOCAL}: FAILED: cached by a process that checked no signature"
-    assert problem in failed.stdout
-    assert "its next load with network access checks its signature" in failed.stdout
-    assert "is not signed" not in failed.stdout and "publisher" not in failed.stdout
+    assert not_trusted.returncode == 0
+    why = f"{REPO}@v1 {LOCAL}: intact, not trusted: cached by a process that checked no signature"
+    assert why in not_trusted.stdout
+    assert "its next load with network access checks its signature" in not_trusted.stdout
+    assert "is not signed" not in not_trusted.stdout and "publisher" not in not_trusted.stdout
     assert cdn.requests == [], "verify stays offline"
 
     get_kernel(REPO, version=1)
     passed = flashhub("cache", "verify")
     assert f"{REPO}@v1 {LOCAL}: ok, signed by {key.key_id}" in passed.stdout
+
+
+def test_cache_prune_leaves_the_entries_of_a_shared_cache_no_key_of_the_user_vouches_for(
+    cdn: CdnServer, keys: Keys, tmp_path: Path
+) -> None:
+    """A cache a group shares. Neighbours cached acme/tensor-tricks v1 trusting no key
+    (no .sig kept) and acme/other-tricks v1 trusting a key of their own (its .sig holds
+    that key's signature only); of the kernels a neighbour trusting the user's key cached,
+    v2's cached .sig was swapped for another document's (the trusted key's signature,
+    not of this manifest) and a file of v3 changed. The user, trusting the key, runs
+    verify and prune: the broken two fail and go; the other two are intact, reported as
+    not trusted and left; and the user's loads never run their code on the cache's word."""
+    (other_path, other_key), (path, key) = keys
+    ran = tmp_path / "planted-ran"
+    for repo_id in (REPO, OTHER):
+        plant_unsigned(cdn.root, repo_id, ran)
+    sign(cdn.root / "kernels" / OTHER, other_path)
+    write_kernel(cdn.root, REPO, 2)
+    write_kernel(cdn.root, REPO, 3)
+    sign(cdn.root / "kernels" / REPO, path)
+    run_python(f"import {MODULE}")
+    run_python("import flashhub.acme.other_tricks.v1", env={TRUSTED: other_key.public_line})
+    ran.unlink()
+    for version in (2, 3):
+        run_python(f"import flashhub.acme.tensor_tricks.v{version}", env={TRUSTED: key.public_line})
+    shutil.copyfile(
+        cdn.root / "kernels" / REPO / "v2/variants.json.sig", entry(2, LOCAL) / "metadata.json.sig"
+    )
+    ops = entry(3, LOCAL) / "tensor_tricks" / "_ops.py"
+    ops.write_bytes(ops.read_bytes() + b"# changed")
+    mine = {TRUSTED: key.public_line}
+    cdn.clear_log()
+
+    verified = flashhub("cache", "verify", env=mine)
+    checked = json.loads(flashhub("cache", "verify", "--json", env=mine).stdout)
+    pruned = ok_json(flashhub("cache", "prune", "--json", env=mine))
+
+    assert verified.returncode == 1, verified.stdout
+    lines = {line.split(":")[0]: line for line in verified.stdout.splitlines()}
+    not_trusted = {f"{REPO}@v1 {LOCAL}", f"{OTHER}@v1 {LOCAL}"}
+    for name in not_trusted:
+        assert lines[name].startswith(f"{name}: intact, not trusted: "), verified.stdout
+    assert "cached by a process that checked no signature" in lines[f"{REPO}@v1 {LOCAL}"]
+    assert f"signed by: {other_key.key_id}" in lines[f"{OTHER}@v1 {LOCAL}"]
+    assert "FAILED: its signature does not check out" in lines[f"{REPO}@v2 {LOCAL}"]
+    assert "FAILED: tensor_tricks/_ops.py does not match" in lines[f"{REPO}@v3 {LOCAL}"]
+    assert "4 entries checked (2 intact but not trusted)" in verified.stdout
+    verdicts = {
+        f"{e['repo_id']}@v{e['version']} {e['variant']}": (e["ok"], bool(e["not_trusted"]))
+        for e in checked["entries"]
+    }
+    assert verdicts == {
+        **dict.fromkeys(not_trusted, (True, True)),
+        f"{REPO}@v2 {LOCAL}": (False, False),
+        f"{REPO}@v3 {LOCAL}": (False, False),
+    }
+    assert sorted(e["version"] for e in pruned["removed"]) == [2, 3]
+    assert entry(1, LOCAL).is_dir() and (tmp_path / "cache/kernels" / OTHER / "v1" / LOCAL).is_dir()
+    for module in (MODULE, "flashhub.acme.other_tricks.v1"):
+        result = run_code(f"import {module}", env={**os.environ, **mine, "FLASHHUB_OFFLINE": "1"})
+        assert result.returncode == 1 and "SignatureError" in result.stderr, result.stderr
+    assert not ran.exists(), "the planted code ran"
+    assert cdn.requests == []
 
 
 # -- 11. where trusted keys come from ----------------------------------------------------------

@@ -65,6 +65,8 @@ class PruneReport(Record):
 
 def prune(cache: Cache, *, keep_locked: Lockfile | None = None, force: bool = False) -> PruneReport:
     """Remove entries that fail :func:`verify_entry`, and leftovers of dead downloads.
+    An intact entry that no key this process trusts vouches for is not broken: the users
+    of a shared cache who trust its signer load it, and it stays.
 
     With ``keep_locked``, also remove every entry that is not a variant the lock pins
     with exactly the content it pins. An entry a running process imported is left

@@ -15,7 +15,7 @@ from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME
 from .._models.manifest import parse_metadata
 from .._models.record import Record
 from .._network.hashing import sha256_file
-from .._signing.verification import verify_document
+from .._signing.verification import holds_trusted_signature, verify_document
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode, receipt_stamp
 from .entries import CacheEntry
@@ -31,11 +31,16 @@ class Verdict(Record):
     ``problem`` is why the entry fails, or ``None``. ``repairable``: every file holds
     the verified bytes, and only what the receipt records about them (size, mtime) or
     the bytecode compiled from them differs. ``repaired``: it was repaired, so it passes.
+    ``not_trusted``: why no key this user trusts vouches for an entry that is not broken
+    (cached by a process trusting no key, or another): this user's loads check it on the
+    CDN before they use it, and ``prune`` leaves it to the users of a shared cache who
+    trust it.
     """
 
     problem: str | None = None
     repairable: bool = False
     repaired: bool = False
+    not_trusted: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -61,7 +66,7 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
         if not verdict.repairable or receipt is None:
             return verdict
         _restamp(entry.path, receipt)
-    return Verdict(verdict.problem, repairable=True, repaired=True)
+    return verdict._replace(repaired=True)
 
 
 def _verify(entry: CacheEntry) -> Verdict:
@@ -84,9 +89,15 @@ def _verify(entry: CacheEntry) -> Verdict:
             return Verdict(f"{relpath} is missing or not a regular file")
         if sha256_file(path) != digest:
             return Verdict(f"{relpath} does not match its sha256 in {MANIFEST_NAME}")
-    signature = _signature_problem(entry, receipt, get_config())
-    if signature is not None:
-        return Verdict(signature)
+    broken, not_trusted = _signature_problem(entry, receipt, get_config())
+    if broken is not None:
+        return Verdict(broken)
+    return _stamps_verdict(entry, receipt)._replace(not_trusted=not_trusted)
+
+
+def _stamps_verdict(entry: CacheEntry, receipt: Receipt) -> Verdict:
+    """Whether the bytecode and the sizes and mtimes of the files of an entry whose files
+    re-hash right are still those its receipt records."""
     damaged = _damaged_bytecode(entry.path, receipt)
     if damaged:
         return Verdict(
@@ -137,24 +148,31 @@ def _restamp(entry: Path, receipt: Receipt) -> None:
     )
 
 
-# An entry a process checking no signature cached: the CDN may well hold a signature
-# for it, which a load fetches and checks once (the kernel is not re-downloaded).
+# What a load does with an entry no key it trusts vouches for: the CDN may well hold a
+# signature for it by one, which a load fetches and checks once (the files are kept).
+_CHECKED_ON_THE_CDN = "its next load with network access checks its signature on the CDN"
+# An entry a process checking no signature cached.
 _CACHED_UNCHECKED = (
     f"cached by a process that checked no signature, so no {MANIFEST_SIGNATURE_NAME} is kept "
-    "with it: its next load with network access checks its signature on the CDN"
+    f"with it: {_CHECKED_ON_THE_CDN}"
 )
 
 
-def _signature_problem(entry: CacheEntry, receipt: Receipt, config: Config) -> str | None:
+def _signature_problem(
+    entry: CacheEntry, receipt: Receipt, config: Config
+) -> tuple[str | None, str | None]:
     """Why the trusted keys of ``config`` do not vouch for the entry's ``metadata.json``
-    (checked again against the ``metadata.json.sig`` cached with it), or ``None``."""
+    (checked again against the ``metadata.json.sig`` cached with it): as a problem (the
+    entry is broken: a trusted key's signature fails, the ``.sig`` is malformed, or one
+    its receipt records is gone), or as why it is not trusted (no trusted key signed it).
+    ``(None, None)`` when a trusted key vouches, or no signature is checked."""
     if not config.checks_signatures(entry.info.org):
-        return None
+        return None, None
     try:
         signature: bytes | None = (entry.path / MANIFEST_SIGNATURE_NAME).read_bytes()
     except FileNotFoundError:
         if receipt.signer is None:
-            return _CACHED_UNCHECKED
+            return None, _CACHED_UNCHECKED
         signature = None
     try:
         verify_document(
@@ -168,6 +186,12 @@ def _signature_problem(entry: CacheEntry, receipt: Receipt, config: Config) -> s
             org=entry.info.org,
             require=config.require_signatures,
         )
-    except (OSError, SignatureError) as exc:
-        return f"its signature does not check out: {exc}"
-    return None
+    except SignatureError as exc:
+        if signature is not None and not holds_trusted_signature(
+            signature, config.trusted_keys, entry.info.org
+        ):
+            return None, f"signed by no key you trust ({exc.message}): {_CHECKED_ON_THE_CDN}"
+        return f"its signature does not check out: {exc}", None
+    except OSError as exc:
+        return f"its signature does not check out: {exc}", None
+    return None, None

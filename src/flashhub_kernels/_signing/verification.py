@@ -112,6 +112,18 @@ def verify_document(
     )
 
 
+def holds_trusted_signature(sig_bytes: bytes, keys: Sequence[TrustedKey], org: str) -> bool:
+    """Whether the ``.sig`` document ``sig_bytes`` holds a signature, valid or not, by a
+    key of ``keys`` trusted for ``org``. A malformed one does, as far as anyone can tell:
+    it may have been a trusted key's, tampered with."""
+    try:
+        entries = parse_signatures(sig_bytes, source=SIG_SUFFIX)
+    except SignatureError:
+        return True
+    trusted = {key.key_id for key in keys if key.trusted_for(org)}
+    return any(entry.key_id in trusted for entry in entries)
+
+
 def cached_signer(
     entry: Path, info: RepoInfo, variant: str, content_hash: str, keys: Sequence[TrustedKey]
 ) -> str | None:

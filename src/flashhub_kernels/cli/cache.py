@@ -259,6 +259,7 @@ def _print_verified_json(
                     "problem": verdict.problem,
                     "repairable": verdict.repairable,
                     "repaired": verdict.repaired,
+                    "not_trusted": verdict.not_trusted,
                 }
                 for entry, verdict in checked
             ],
@@ -282,12 +283,17 @@ def _print_verified(
     for entry, verdict in checked:
         if verdict.repaired:
             outcome = f"repaired ({verdict.problem})"
+        elif verdict.ok and verdict.not_trusted:
+            outcome = f"intact, not trusted: {verdict.not_trusted}; left for those who trust it"
         else:
             outcome = "ok" if verdict.ok else f"FAILED: {verdict.problem}"
-        signed = f", signed by {entry.signer}" if entry.signer and verdict.ok else ""
+        vouched = verdict.ok and not verdict.not_trusted
+        signed = f", signed by {entry.signer}" if entry.signer and vouched else ""
         print(f"{entry.info} {escape_controls(entry.variant)}: {outcome}{signed}")
     refused = count(len(untrusted), "untrusted directory", "untrusted directories")
-    print(f"{entries(len(checked))} checked, {refused}")
+    not_trusted = sum(1 for _entry, verdict in checked if verdict.ok and verdict.not_trusted)
+    also = f" ({not_trusted} intact but not trusted)" if not_trusted else ""
+    print(f"{entries(len(checked))} checked{also}, {refused}")
 
 
 def _cache_prune(args: argparse.Namespace) -> int:
