@@ -21,7 +21,7 @@ from conftest import MakeProject, run_python
 from flashhub_kernels._variants.named_system import target_system
 from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
-from support.cdn_server import CdnServer, held, slowly, stall
+from support.cdn_server import CdnServer, held, slowly, stall, stalled
 from support.cli_runner import PYTHON_M_FLASHHUB, flashhub
 from support.preloaded import Child, appears, start_code, stderr_into, written
 from support.projects import write_project
@@ -480,6 +480,43 @@ def test_a_waiting_process_says_which_lock_it_waits_for(
     assert lock, message
     assert message.count(lock.group(1)) == 1  # said once, not once a second
     assert len(big_kernel.gets("big.bin")) == 1  # the second found it done
+
+
+def test_ctrl_c_ending_the_main_thread_stops_a_wait_for_another_process_in_a_thread_of_its_own(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """One process downloads the kernel (the CDN stalls in big.bin until the test lets
+    it go); another loads it in a thread of the program's own, and so waits for the
+    first one's download mutex. Ctrl-C ends the second one's main thread: its wait
+    stops, and it exits while the first still downloads, which then completes the entry."""
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(BIG_PATH, stalled(started, release))
+    first = child(FLASHHUB_READ_TIMEOUT="600")
+    second: subprocess.Popen[str] | None = None
+    try:
+        assert started.wait(60), "the first child never reached the fault"
+        second = child(IN_A_THREAD_OF_ITS_OWN, PYTHONWARNINGS="ignore")
+        assert second.stderr is not None
+        waiting = threading.Event()
+
+        def read(stream: object = second.stderr) -> None:
+            for line in stream:  # type: ignore[attr-defined]
+                if "waiting for another process" in line:
+                    waiting.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        assert waiting.wait(60), "the second child never waited for the first"
+        second.send_signal(signal.SIGINT)
+        second.wait(60)  # raises if it is still waiting for the first
+        downloading = first.poll() is None
+    finally:
+        release.set()
+        if second is not None and second.poll() is None:
+            second.kill()
+    assert second.returncode != 0 and downloading
+    assert first.wait(60) == 0
+    assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/big.bin").read_bytes() == BIG
+    assert len(big_kernel.gets("big.bin")) == 1
 
 
 WITH_LOCK_TIMEOUT = """

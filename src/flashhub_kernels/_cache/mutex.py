@@ -19,12 +19,15 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
+import math
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._utils.threads import stop_after_ctrl_c
 from ..errors import CacheError
 from .staging import private_dir
 
@@ -37,6 +40,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("flashhub_kernels")
 
 WAIT_NOTICE_SECONDS = 2.0  # a wait this long is reported once: it is another download
+# How often a wait looks whether Ctrl-C has ended the program's main thread, which then
+# waits for the thread that waits here (see stop_after_ctrl_c).
+STOP_CHECK_SECONDS = 0.25
 _UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP}
 _READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
@@ -90,12 +96,12 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
     first_wait = WAIT_NOTICE_SECONDS if timeout is None else min(timeout, WAIT_NOTICE_SECONDS)
     try:
         try:
-            lock.acquire(timeout=first_wait)
+            _wait_for(lock, first_wait)
         except Timeout:
             if timeout is not None and timeout <= first_wait:
                 raise
             logger.warning("waiting for another process to finish %s (lock: %s)", what, path)
-            lock.acquire(timeout=-1 if timeout is None else timeout - first_wait)
+            _wait_for(lock, math.inf if timeout is None else timeout - first_wait)
     except Timeout:
         raise CacheError(
             f"gave up after {timeout:g} s waiting for another process to finish {what} "
@@ -107,6 +113,27 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
     except OSError as exc:
         raise _mutex_error(path, exc) from exc
     return lock
+
+
+def _wait_for(lock: FileLock, timeout: float) -> None:
+    """``lock.acquire(timeout=timeout)``, a slice of :data:`STOP_CHECK_SECONDS` at a
+    time, stopping between slices as :func:`~.._utils.threads.stop_after_ctrl_c` says.
+
+    Raises:
+        filelock.Timeout: ``timeout`` seconds went by.
+    """
+    from filelock import Timeout
+
+    deadline = time.monotonic() + timeout
+    while True:
+        stop_after_ctrl_c()
+        left = deadline - time.monotonic()
+        try:
+            lock.acquire(timeout=max(0.0, min(left, STOP_CHECK_SECONDS)))
+            return
+        except Timeout:
+            if left <= STOP_CHECK_SECONDS:
+                raise
 
 
 @contextmanager

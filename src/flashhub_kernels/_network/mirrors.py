@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
 
+from .._utils.threads import stop_after_ctrl_c
 from .._utils.urls import file_url_path, redact_url
 from .hashing import CHUNK_SIZE, HashingWriter
 
@@ -72,26 +72,12 @@ class DownloadCancelled(Exception):
 
 def stop_if(cancelled: threading.Event) -> None:
     """Raise :class:`DownloadCancelled` once the run has stopped this download, and
-    ``KeyboardInterrupt`` once Ctrl-C has ended the program's main thread.
-
-    The interpreter then waits for the program's other threads before it exits: a
-    download in one of them (not a daemon thread) would keep the process alive to its
-    end. Stopped as Ctrl-C stops a download, it keeps what arrived for the next run.
-    A main thread that ended otherwise leaves its threads to finish their work."""
+    ``KeyboardInterrupt`` once Ctrl-C has ended the program's main thread
+    (:func:`~.._utils.threads.stop_after_ctrl_c`): stopped as Ctrl-C stops a download,
+    it keeps what arrived for the next run."""
     if cancelled.is_set():
         raise DownloadCancelled
-    if not threading.main_thread().is_alive() and _ended_by_ctrl_c():
-        raise KeyboardInterrupt
-
-
-def _ended_by_ctrl_c() -> bool:
-    """Whether the main thread, now ended, ended with the ``KeyboardInterrupt`` that the
-    interpreter printed last. An interactive session (``sys.ps1`` is set: the REPL,
-    ``python -i``) prints one for each Ctrl-C and goes on: it ends by ``exit()`` or at
-    the end of its input, however it was interrupted before."""
-    return isinstance(getattr(sys, "last_value", None), KeyboardInterrupt) and not hasattr(
-        sys, "ps1"
-    )
+    stop_after_ctrl_c()
 
 
 def write_chunks(
