@@ -146,6 +146,29 @@ def test_a_cdn_url_with_a_malformed_ipv6_host_says_so_not_invalid_port(
 
 
 @pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("cdn example.com", "holds a blank or a control character"),
+        ("cdn\texample.com", "holds a blank or a control character"),  # urlsplit drops a tab
+        ("\uff43dn.example.com", "has a host requests cannot use"),  # no IDNA label
+    ],
+    ids=["space", "tab", "full-width"],
+)
+def test_a_cdn_url_whose_host_requests_cannot_use_is_a_config_error_naming_it(
+    cdn: CdnServer, host: str, why: str
+) -> None:
+    # Python's URL parser takes these hosts; requests refuses them when it prepares the
+    # first request, which escaped a load as requests' own InvalidURL, no ImportError.
+    url = f"http://user:s3cret@{host}"
+    raised, printed = import_in_child(MODULE, env={"FLASHHUB_CDN_URL": url})
+
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    assert why in printed and "FLASHHUB_CDN_URL" in printed
+    assert "s3cret" not in printed
+    assert cdn.requests == []
+
+
+@pytest.mark.parametrize(
     ("name", "raw"),
     [
         ("FLASHHUB_READ_TIMEOUT", "nan"),

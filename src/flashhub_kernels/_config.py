@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 DEFAULT_CDN_URL = "https://flashhub-cdn.aodianyun.com"
 DEFAULT_PREFIX = "kernels"
 _CDN_URL_SETTING = "FLASHHUB_CDN_URL (or the cdn_url passed to configure())"
-_CDN_URL_HINT = f"fix {_CDN_URL_SETTING}"
+CDN_URL_HINT = f"fix {_CDN_URL_SETTING}"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 60.0
 DEFAULT_MAX_FILE_BYTES = 32 << 30
@@ -143,7 +143,7 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
     if not urls:
         raise config_error(
             f"no CDN URL in {value!r}: give one or more base URLs separated by ','",
-            hint=_CDN_URL_HINT,
+            hint=CDN_URL_HINT,
         )
     # Every scheme first: a ',' in a password splits a URL in two, and the part after it
     # (``secret@host``) must be the one reported, redacted, not the part before.
@@ -152,9 +152,14 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             raise config_error(
                 f"CDN URL {_redact(url)!r} must start with https://, http://, file://, or "
                 "name an object store: s3://bucket/prefix (or gs://, az://, abfs://)",
-                hint=_CDN_URL_HINT,
+                hint=CDN_URL_HINT,
             )
     for url in urls:
+        if any(char.isspace() or not char.isprintable() for char in url):
+            raise config_error(  # Python's URL parser drops a tab or a newline, urllib3 not
+                f"CDN URL {_redact(url)!r} holds a blank or a control character",
+                hint=f"{CDN_URL_HINT}: percent-encode it where it belongs (a blank is %20)",
+            )
         try:
             _split(url).port  # noqa: B018  # parses the port, or raises
         except ValueError:

@@ -43,9 +43,9 @@ import requests.cookies
 import requests.hooks
 import urllib3.exceptions
 
-from .._config import Config
+from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
-from .._utils.urls import redact_text
+from .._utils.urls import redact_text, redact_url
 from .hashing import CHUNK_SIZE, HashingWriter
 from .mirrors import AccessDenied, Mirror, MirrorFailed, NotPublished, stop_if
 from .session import RETRY_STATUSES, DowngradeRefused, netrc_problem, route_for
@@ -126,9 +126,16 @@ class HttpMirror(Mirror):
         # What Session.get would work out for every request (the session's headers and
         # hooks merged in, the credentials encoded), worked out once: each GET copies it
         # and sets its URL. That merging was 15% of the CPU of a 10 KiB GET.
-        self._template = session.prepare_request(
-            requests.Request("GET", self.base_url, auth=self._route.auth)
-        )
+        try:
+            self._template = session.prepare_request(
+                requests.Request("GET", self.base_url, auth=self._route.auth)
+            )
+        except requests.exceptions.InvalidURL as exc:  # a host IDNA cannot encode, a blank
+            raise config_error(
+                f"CDN URL {redact_url(base_url)!r} has a host requests cannot use: "
+                + redact_text(str(exc), self._route.secrets),
+                hint=CDN_URL_HINT,
+            ) from None
         # Until the mirror answers with a redirect, GETs go straight to the session's
         # transport adapter: Session.send would look for redirects and cookies to follow
         # and dispatch the response hooks, which only a redirect needs (10% of the CPU of
