@@ -497,23 +497,28 @@ def test_ctrl_c_ending_the_main_thread_stops_a_wait_for_another_process_in_a_thr
         assert started.wait(60), "the first child never reached the fault"
         second = child(IN_A_THREAD_OF_ITS_OWN, PYTHONWARNINGS="ignore")
         assert second.stderr is not None
-        waiting = threading.Event()
+        waiting, lines = threading.Event(), []
 
         def read(stream: object = second.stderr) -> None:
             for line in stream:  # type: ignore[attr-defined]
+                lines.append(line)
                 if "waiting for another process" in line:
                     waiting.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
         assert waiting.wait(60), "the second child never waited for the first"
         second.send_signal(signal.SIGINT)
         second.wait(60)  # raises if it is still waiting for the first
         downloading = first.poll() is None
+        reader.join(30)
     finally:
         release.set()
         if second is not None and second.poll() is None:
             second.kill()
     assert second.returncode != 0 and downloading
+    said = "".join(lines)  # the thread's traceback says why it ended
+    assert "this thread stopped waiting for another process to finish" in said, said
     assert first.wait(60) == 0
     assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/big.bin").read_bytes() == BIG
     assert len(big_kernel.gets("big.bin")) == 1

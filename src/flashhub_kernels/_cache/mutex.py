@@ -96,12 +96,12 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
     first_wait = WAIT_NOTICE_SECONDS if timeout is None else min(timeout, WAIT_NOTICE_SECONDS)
     try:
         try:
-            _wait_for(lock, first_wait)
+            _wait_for(lock, first_wait, what)
         except Timeout:
             if timeout is not None and timeout <= first_wait:
                 raise
             logger.warning("waiting for another process to finish %s (lock: %s)", what, path)
-            _wait_for(lock, math.inf if timeout is None else timeout - first_wait)
+            _wait_for(lock, math.inf if timeout is None else timeout - first_wait, what)
     except Timeout:
         raise CacheError(
             f"gave up after {timeout:g} s waiting for another process to finish {what} "
@@ -115,9 +115,10 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
     return lock
 
 
-def _wait_for(lock: FileLock, timeout: float) -> None:
+def _wait_for(lock: FileLock, timeout: float, what: str) -> None:
     """``lock.acquire(timeout=timeout)``, a slice of :data:`STOP_CHECK_SECONDS` at a
-    time, stopping between slices as :func:`~.._utils.threads.stop_after_ctrl_c` says.
+    time, stopping between slices as :func:`~.._utils.threads.stop_after_ctrl_c` says
+    (naming ``what`` the other process was doing).
 
     Raises:
         filelock.Timeout: ``timeout`` seconds went by.
@@ -126,7 +127,7 @@ def _wait_for(lock: FileLock, timeout: float) -> None:
 
     deadline = time.monotonic() + timeout
     while True:
-        stop_after_ctrl_c()
+        stop_after_ctrl_c(f"waiting for another process to finish {what}")
         left = deadline - time.monotonic()
         try:
             lock.acquire(timeout=max(0.0, min(left, STOP_CHECK_SECONDS)))

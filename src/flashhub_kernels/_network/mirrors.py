@@ -77,7 +77,7 @@ def stop_if(cancelled: threading.Event) -> None:
     it keeps what arrived for the next run."""
     if cancelled.is_set():
         raise DownloadCancelled
-    stop_after_ctrl_c()
+    stop_after_ctrl_c("downloading")
 
 
 def write_chunks(

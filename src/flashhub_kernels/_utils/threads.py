@@ -46,8 +46,9 @@ def _deaf() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
 
-def stop_after_ctrl_c() -> None:
-    """Raise ``KeyboardInterrupt`` once Ctrl-C has ended the program's main thread.
+def stop_after_ctrl_c(doing: str) -> None:
+    """Raise ``KeyboardInterrupt`` once Ctrl-C has ended the program's main thread,
+    saying that this thread stopped ``doing`` (``"downloading"``, say).
 
     The interpreter then waits for the program's other threads before it exits: a
     download, or a wait for another process's download, in one of them (not a daemon
@@ -55,7 +56,8 @@ def stop_after_ctrl_c() -> None:
     stops as Ctrl-C stops it. A main thread that ended otherwise leaves its threads to
     finish their work."""
     if not threading.main_thread().is_alive() and _ended_by_ctrl_c():
-        raise KeyboardInterrupt from None  # whatever was being handled did not cause it
+        # `from None`: whatever was being handled did not cause it.
+        raise KeyboardInterrupt(f"Ctrl-C ended the program; this thread stopped {doing}") from None
 
 
 def _ended_by_ctrl_c() -> bool:
