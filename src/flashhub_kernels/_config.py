@@ -164,8 +164,8 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             _split(url).port  # noqa: B018  # parses the port, or raises
         except ValueError:
             raise _malformed(url) from None
-        # A query or fragment, even empty; a '\\' in the host, where urllib3 ends it, or a
-        # '%', which it decodes (an IPv6 address's zone, after its '%25', is no host name).
+        # A query or fragment, even empty; a host urllib3 reads otherwise (as
+        # _utils.urls.host_read_two_ways judges it: that module is imported for errors).
         host = url.split("/")[2].rpartition("@")[2].rpartition("]")[2]
         if "?" in url or "#" in url or "\\" in host or "%" in host:
             raise _malformed(url)

@@ -139,8 +139,7 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             "(s3://bucket/prefix, az://container/prefix), or a proxy in front of the CDN "
             "that adds the token",
         )
-    host = parts.netloc.rpartition("@")[2]
-    if "\\" in host or "%" in host.rpartition("]")[2]:
+    if host_read_two_ways(url):
         return ConfigError(
             f"{what} {redact_url(url)!r} has a '\\' or a '%' in its host part, where urllib3 "
             "ends the host or decodes it (and Python's URL parser, which messages use, does not)",
@@ -160,13 +159,25 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
 
 def read_two_ways(url: str) -> bool:
     """Whether urllib3, given ``url`` whole (a proxy's: credentials and all), would connect
-    to another host than ``urllib.parse``, which every message uses, reads in it: urllib3
-    ends the authority at a ``\\``, and decodes a ``%XX`` in the host
-    (``http://%65vil.com`` is ``evil.com``). An IPv6 address's zone (``[fe80::1%25eth0]``)
-    is no matter."""
+    to another host than ``urllib.parse``, which every message uses, reads in it: as
+    :func:`host_read_two_ways`, or with a ``\\`` in the credentials, where urllib3 ends
+    the authority."""
+    return "\\" in _authority(url) or host_read_two_ways(url)
+
+
+def host_read_two_ways(url: str) -> bool:
+    """Whether the host part of ``url`` reads as another host to urllib3 than to
+    ``urllib.parse``: urllib3 ends it at a ``\\``, and decodes a ``%XX`` in it
+    (``http://%65vil.com`` is ``evil.com``). An IPv6 address's zone
+    (``[fe80::1%25eth0]``) is no matter."""
+    host = _authority(url).rpartition("@")[2]
+    return "\\" in host or "%" in host.rpartition("]")[2]
+
+
+def _authority(url: str) -> str:
+    """The authority of ``url``: its credentials, host and port."""
     start = _userinfo_span(url)[0]
-    authority = url[start : _authority_end(url, start)]
-    return "\\" in authority or "%" in authority.rpartition("@")[2].rpartition("]")[2]
+    return url[start : _authority_end(url, start)]
 
 
 def split_url(url: str) -> urllib.parse.SplitResult:
