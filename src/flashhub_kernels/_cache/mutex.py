@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import logging
 import math
 import os
 import time
@@ -27,6 +26,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._utils.logs import logger
 from .._utils.threads import stop_after_ctrl_c
 from ..errors import CacheError
 from .staging import private_dir
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from .._models.names import RepoInfo
     from .layout import Cache
 
-logger = logging.getLogger("flashhub_kernels")
 
 WAIT_NOTICE_SECONDS = 2.0  # a wait this long is reported once: it is another download
 # How often a wait looks whether Ctrl-C has ended the program's main thread, which then

@@ -18,16 +18,14 @@ never read it: a load that names its version does not need it.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from .._models.manifest import dump_json
 from .._utils.filesystem import write_atomic
+from .._utils.logs import logger
 from ..errors import CacheError, RollbackError
 from .layout import Cache, read_json
 from .staging import private_dir
-
-logger = logging.getLogger("flashhub_kernels")
 
 VERSIONS_SEEN_NAME = "versions-seen.json"
 

@@ -8,17 +8,15 @@ it leaves a project that declares no kernels alone and imports nothing heavy.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Protocol
 
 from .._constants import PYPROJECT_NAME
+from .._utils.logs import logger
 from .._utils.pyproject import load_toml, lookup
 from ..errors import LockfileError
 from .format import LOCKFILE_NAME, REGENERATE, parse_lockfile
 from .project import DEPENDENCY_TABLES
-
-logger = logging.getLogger("flashhub_kernels")
 
 
 class EggInfo(Protocol):

@@ -3,13 +3,10 @@ try next (:mod:`.transport` asks the mirrors, in turn, and records their answers
 
 from __future__ import annotations
 
-import logging
-
+from .._utils.logs import logger
 from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError, TransportError
 from .hashing import INTEGRITY_HINT
 from .mirrors import AccessDenied, Mirror, MirrorFailed, OverCap
-
-logger = logging.getLogger("flashhub_kernels")
 
 
 class Answers:

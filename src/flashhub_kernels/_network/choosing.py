@@ -10,7 +10,6 @@ the error names the newest other version that has one (:func:`with_fitting_versi
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 
@@ -19,6 +18,7 @@ from .._cache.mutex import download_mutex, index_mutex
 from .._cache.staging import record_index
 from .._models.names import RepoInfo
 from .._models.record import Record
+from .._utils.logs import logger
 from .._variants.choice import choose_variant
 from .._variants.compat import BuildTarget, pick_cached_variant, read_target
 from .._variants.system import SystemInfo
@@ -29,8 +29,6 @@ from .mirrors import NotPublished
 from .transport import Fetcher
 from .variant_index import Started, answer, fetch_index, start_guess
 from .versions import published_versions
-
-logger = logging.getLogger("flashhub_kernels")
 
 
 class Choice(Record):

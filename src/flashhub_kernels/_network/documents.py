@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import urllib.parse
 from typing import TYPE_CHECKING, TypeVar
 
@@ -35,6 +34,7 @@ from .._models.manifest import (
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._utils.escaping import escape_controls
+from .._utils.logs import logger
 from .._utils.urls import redact_url
 from ..errors import SignatureError, TransportError
 from .mirrors import NotPublished
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from .transport import Fetcher
 
 T = TypeVar("T")
-logger = logging.getLogger("flashhub_kernels")
 
 
 class ManifestDocument(Record):

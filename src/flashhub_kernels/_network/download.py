@@ -12,7 +12,6 @@ reads ``versions.json`` meanwhile, for the notice of a newer version
 
 from __future__ import annotations
 
-import logging
 import os
 import posixpath
 import sys
@@ -44,6 +43,7 @@ from .._models.kernel_metadata import KernelMetadata, read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo
 from .._utils.elf import missing_bytes
+from .._utils.logs import logger
 from .._variants.system import SystemInfo
 from ..errors import (
     CacheError,
@@ -59,8 +59,6 @@ from .documents import ManifestDocument, get_listed_manifest, variant_path
 from .progress import progress_bar
 from .transport import DownloadJob, Fetcher, remote
 from .versions import NewerVersionNotice
-
-logger = logging.getLogger("flashhub_kernels")
 
 
 def fetch_kernel(

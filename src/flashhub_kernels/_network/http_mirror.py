@@ -30,7 +30,6 @@ with backoff and ``Retry-After``):
 from __future__ import annotations
 
 import http.client
-import logging
 import re
 import threading
 import time
@@ -45,12 +44,11 @@ import urllib3.exceptions
 
 from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
+from .._utils.logs import logger
 from .._utils.urls import redact_text, redact_url
 from .hashing import CHUNK_SIZE, HashingWriter
 from .mirrors import AccessDenied, Mirror, MirrorFailed, NotPublished, stop_if
 from .session import RETRY_STATUSES, DowngradeRefused, netrc_problem, route_for
-
-logger = logging.getLogger("flashhub_kernels")
 
 MAX_RESUMES = 5
 MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from .._config import Config
 from .._models.record import Record
 from .._utils.callers import warn_at_caller
+from .._utils.logs import logger
 from .._utils.threads import soon, start_deaf
 from .._utils.urls import is_loopback, redact_url
 from ..errors import IntegrityError, ManifestError, RollbackError, TransportError
@@ -59,7 +60,6 @@ from .mirrors import (
 from .progress import NO_PROGRESS, Progress
 
 T = TypeVar("T")
-logger = logging.getLogger("flashhub_kernels")
 
 # Parallel downloads hide round trips: while one thread waits for the CDN, another
 # works. With no round trip to hide (loopback, a mirror next door) many threads only

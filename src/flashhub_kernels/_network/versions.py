@@ -10,7 +10,6 @@ this machine.
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -21,14 +20,13 @@ from .._cache.versions_seen import check_newest
 from .._config import Config
 from .._models.names import RepoInfo
 from .._utils.callers import warn_at_caller
+from .._utils.logs import logger
 from .._utils.threads import soon
 from .._utils.urls import redact_url
 from ..errors import KernelNotFoundError, NewerVersionWarning
 from .documents import get_versions
 from .mirrors import NotPublished
 from .transport import Fetcher
-
-logger = logging.getLogger("flashhub_kernels")
 
 # How long a load whose files are in waits for the answer to versions.json, asked for
 # before the files. On loopback it had come before the files in most cold loads, and

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import re
 import shutil
@@ -33,6 +32,7 @@ from pathlib import Path
 from .._network.hashing import CHUNK_SIZE
 from .._network.object_store import ObjectMissing, Store, StoreError, is_url
 from .._utils.filesystem import write_atomic
+from .._utils.logs import logger
 from .._utils.processes import another_process_alive, idle_for, owner_suffix, this_host
 from ..errors import PublishError
 from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
@@ -40,7 +40,6 @@ from .layout import DIR_MODE, FILE_MODE, SourceFile, hash_file
 # One file of a version to write: its path relative to the version, and its content.
 Item = tuple[str, bytes | SourceFile]
 
-logger = logging.getLogger("flashhub_kernels")
 
 # A staging or old-version directory of a publish: ``.v<N>.staging-<random>.<pid>.<host>``
 # (``.v<N>.old-...``); a publisher before the pid and host were added left no suffix.

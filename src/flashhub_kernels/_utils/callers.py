@@ -69,9 +69,9 @@ def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning
             registry=module_globals.setdefault("__warningregistry__", {}),
         )
     except Exception:
-        import logging
+        from .logs import logger
 
-        logging.getLogger("flashhub_kernels").warning("%s: %s", category.__name__, message)
+        logger.warning("%s: %s", category.__name__, message)
 
 
 def _top_package(frame: FrameType) -> str:

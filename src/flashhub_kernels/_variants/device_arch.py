@@ -28,7 +28,6 @@ the archs builds list are not checked: the build the variant names choose loads,
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from functools import cache
@@ -36,6 +35,7 @@ from functools import cache
 from .. import _constants
 from .._models.names import is_digits
 from .._models.record import Record
+from .._utils.logs import logger
 from .archs import gfx_name, parse_cuda_arch
 
 TYPE_CHECKING = False
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
     from .system import SystemInfo
 
-logger = logging.getLogger("flashhub_kernels")
 
 GPU_RECORD_NAME = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
 

@@ -16,7 +16,6 @@ after all.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import MethodType
@@ -27,6 +26,7 @@ from torch import nn
 
 from .._config import env_flag
 from .._utils.callers import warn_at_caller
+from .._utils.logs import logger
 from ..errors import (
     KernelImportError,
     KernelLayerError,
@@ -51,8 +51,6 @@ from ._mapping import Miss, Mode, check_request, current_mapping, mode_text, sel
 from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
 from ._validate import validate_layer
-
-logger = logging.getLogger("flashhub_kernels")
 
 
 def kernel_mapping_disabled() -> bool:
