@@ -456,6 +456,39 @@ def test_version_resolution_offline_missing(monkeypatch: pytest.MonkeyPatch) -> 
         install_kernel("kernels-test/this-repo-should-not-exist")
 
 
+def test_hugging_face_variables_leave_loading_to_the_flashhub_settings(
+    hub: CdnServer, tmp_path: Path, cache_dir: Path
+) -> None:
+    """The variables a Hub user's environment sets for Hugging Face kernels change nothing
+    of a load (docs/layers.md): it goes to the CDN although ``HF_HUB_OFFLINE`` is set,
+    caches under ``FLASHHUB_CACHE_DIR``, takes the version asked for, and sends no token."""
+    hf_dirs = {
+        name: tmp_path / name.lower() for name in ("HF_HOME", "HF_HUB_CACHE", "KERNELS_CACHE")
+    }
+    token = "hf_NotForTheCdn0123456789"
+    env = {
+        **{name: str(path) for name, path in hf_dirs.items()},
+        "HF_HUB_OFFLINE": "1",
+        "HF_TOKEN": token,
+        "UNSTABLE_KERNELS_ALL_LATEST": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    code = (
+        "import flashhub_kernels as fk\n"
+        f"kernel = fk.get_kernel({VERSIONS!r}, version=1, user_agent='my-app/1.0')\n"
+        "print(kernel.version(), kernel.__file__)\n"
+    )
+    version, path = run_python(code, env=env).split()
+    assert version == "1"  # UNSTABLE_KERNELS_ALL_LATEST would have taken v10
+    assert Path(path).is_relative_to(cache_dir)
+    assert [path for path in hf_dirs.values() if path.exists()] == []
+    assert hub.requests
+    for request in hub.requests:
+        assert request.authorization is None
+        assert token not in str(request.headers)
+        assert request.headers["User-Agent"].endswith("; my-app/1.0")  # telemetry is not read
+
+
 def silu_and_mul_torch(x: torch.Tensor) -> torch.Tensor:
     d = x.shape[-1] // 2
     return F.silu(x[..., :d]) * x[..., d:]
