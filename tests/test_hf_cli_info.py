@@ -12,19 +12,22 @@ original; what differs:
   ``--json`` they are each variant's ``"metadata"``, spelled as in ``metadata.json``.
 - ``flashhub`` takes ``--version`` alone: a ``--revision`` is a usage error (status 2,
   HF's ``SystemExit``) before any request.
-
-Left out: ``test_info_local``, ``test_info_local_rejects_revision`` and
-``test_info_local_no_variants``: ``flashhub info`` takes ``ORG/PKG`` only, not a local
-kernel directory (``flashhub describe-api PATH`` reads one).
+- A local directory (``test_info_local*``) lists each variant under its ``build``
+  directory, judged against this machine, with the same ``metadata`` fields; HF's
+  ``backends`` are the variants' ``backend`` types.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub, ok_json
-from support.hf_kernels import RELU_INIT, package, this_machine, write_hf_kernel
+from support.hf_kernels import RELU, RELU_INIT, package, publish_relu, this_machine, write_hf_kernel
+from support.trees import local_variant
 
 ACTIVATION = "kernels-community/activation"
 
@@ -64,3 +67,89 @@ def test_info_hub_rejects_revision_and_version(hub: CdnServer) -> None:
     assert result.returncode == 2
     assert "--revision" in result.stderr
     assert not hub.requests
+
+
+def write_local_variant(repo: Path, variant: str, metadata: dict[str, object]) -> Path:
+    """``repo/build/<variant>`` with ``metadata`` as its ``metadata.json``."""
+    variant_dir = repo / "build" / variant
+    variant_dir.mkdir(parents=True)
+    (variant_dir / "metadata.json").write_text(json.dumps(metadata))
+    return variant_dir
+
+
+def test_info_local(tmp_path: Path) -> None:
+    write_local_variant(
+        tmp_path,
+        "torch28-cxx11-cu128-x86_64-linux",
+        {
+            "id": "activation_1_cuda",
+            "name": "activation",
+            "version": 1,
+            "license": "Apache-2.0",
+            "upstream": "https://github.com/example/activation",
+            "python-depends": ["torch"],
+            "backend": {"type": "cuda"},
+        },
+    )
+
+    info = ok_json(flashhub("info", tmp_path, "--json"))
+    assert info["path"] == str(tmp_path)
+    (variant,) = info["variants"]
+    metadata = variant["metadata"]
+    assert metadata["name"] == "activation"
+    assert metadata["version"] == 1
+    assert metadata["license"] == "Apache-2.0"
+    assert metadata["upstream"] == "https://github.com/example/activation"
+    assert "source" not in metadata
+    assert metadata["python-depends"] == ["torch"]
+    assert metadata["backend"]["type"] == "cuda"
+    assert not variant["compatible"] and info["chosen"] is None  # a torch 2.8 build
+
+
+def test_info_local_rejects_revision(tmp_path: Path) -> None:
+    for option in ("--revision", "--version"):
+        result = flashhub("info", tmp_path, option, "1")
+        assert result.returncode == 2
+        assert option in result.stderr
+
+
+def test_info_local_no_variants(tmp_path: Path) -> None:
+    result = flashhub("info", tmp_path)
+    assert result.returncode == 1
+    assert f"no build variant found in {tmp_path}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_info_local_lists_the_build_a_load_takes_and_what_it_depends_on(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """The variant ``get_local_kernel`` would load is chosen, its files listed with their
+    sizes; ``--dep-tree`` follows its ``kernel-depends`` onto the CDN."""
+    publish_relu(cdn.root)
+    variants = this_machine()
+    for variant in variants:
+        variant_dir = write_local_variant(
+            tmp_path,
+            variant,
+            {"name": "uses-relu", "kernel-depends": [{"repo-id": RELU, "version": 1}]},
+        )
+        (variant_dir / "uses_relu").mkdir()
+        (variant_dir / "uses_relu" / "__init__.py").write_text("X = 1\n")
+    write_local_variant(tmp_path, "torch24-cxx11-cu121-x86_64-linux", {"name": "uses-relu"})
+    chosen = local_variant()  # as relu's on the CDN: both are built for this machine
+
+    result = flashhub("info", tmp_path, "--dep-tree")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{tmp_path} on torch ")
+    assert lines[1] == f"chosen variant: {chosen}"
+    assert f"  + {chosen}: 1 file, 6 B" in lines
+    assert f"      {'6 B':>10}  uses_relu/__init__.py" in lines
+    assert "  - torch24-cxx11-cu121-x86_64-linux: 0 files, 0 B" in lines
+    assert lines[-2:] == [f"{tmp_path} ({chosen})", f"`-- {RELU} v1 ({chosen})"]
+
+    info = ok_json(flashhub("info", tmp_path, "--dep-tree", "--json"))
+    assert info["chosen"] == chosen
+    tree = info["dependency_tree"]
+    assert (tree["path"], tree["variant"]) == (str(tmp_path), chosen)
+    assert [(d["repo_id"], d["version"], d["depends"]) for d in tree["depends"]] == [(RELU, 1, [])]

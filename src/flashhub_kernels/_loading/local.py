@@ -89,7 +89,7 @@ def find_local_package(
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
     system = target_system(backend, check_arch=check_arch)
-    verdicts = judge_builds(judge_variants(variants, system), system, _target_in(base))
+    verdicts = judge_builds(judge_variants(variants, system), system, build_targets_in(base))
     chosen = best_variant(verdicts)
     if chosen is not None:
         found = find_local_package(base / chosen, backend, package_name, check_arch=check_arch)
@@ -136,7 +136,7 @@ def _package_named_in_metadata(variant_dir: Path, packages: Sequence[Path]) -> P
     """The one of ``packages`` that the ``name`` in ``variant_dir``'s ``metadata.json``
     names (``my-kernel`` is the package ``my_kernel``), as Hugging Face kernels picks it;
     ``None`` without such a file, name or package."""
-    document = _metadata_in(variant_dir)
+    document = metadata_in(variant_dir)
     name = document.get("name") if document is not None else None
     if not isinstance(name, str):
         return None
@@ -150,7 +150,7 @@ def _zip_archive(variant_dir: Path) -> Path | None:
     Raises:
         ManifestError: that ``metadata.json`` is malformed.
     """
-    document = _metadata_in(variant_dir)
+    document = metadata_in(variant_dir)
     if document is None or document.get("build-layout") != "zip":
         return None
     metadata = read_kernel_metadata(document, source=str(variant_dir / MANIFEST_NAME))
@@ -158,17 +158,17 @@ def _zip_archive(variant_dir: Path) -> Path | None:
     return archive if archive.is_file() else None
 
 
-def _target_in(base: Path) -> TargetOf:
+def build_targets_in(base: Path) -> TargetOf:
     """The devices each variant directory under ``base`` declares in its metadata.json."""
 
     def target(variant: str) -> BuildTarget | None:
-        document = _metadata_in(base / variant)
+        document = metadata_in(base / variant)
         return read_target(document) if document is not None else None
 
     return target
 
 
-def _metadata_in(variant_dir: Path) -> dict[str, Any] | None:
+def metadata_in(variant_dir: Path) -> dict[str, Any] | None:
     """The object in ``variant_dir``'s ``metadata.json``; ``None`` without one that parses
     (nested too deeply for Python's parser included)."""
     try:

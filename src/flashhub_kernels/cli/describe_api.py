@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .._loading.api_description import KernelApi
 
 
-def _kernel_arg(value: str) -> str:
+def kernel_or_path_arg(value: str) -> str:
     """A local kernel directory, or a repo id; a path that is no directory is refused."""
     path = Path(value).expanduser()
     if path.is_dir():
@@ -38,7 +38,7 @@ def _kernel_arg(value: str) -> str:
 def _describe_api_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "kernel",
-        type=_kernel_arg,
+        type=kernel_or_path_arg,
         metavar="ORG/PKG|PATH",
         help="a kernel on the CDN, or a local kernel directory (a repo holding "
         "build/<variant>/, a build directory, a variant or the package itself)",

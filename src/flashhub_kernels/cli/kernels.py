@@ -1,10 +1,12 @@
-"""``flashhub info`` and ``get``: what the CDN publishes of one kernel version (and, with
-``--dep-tree``, the kernels it depends on), judged against this system, and its variant
-downloaded (for this system or, with ``--system``, another)."""
+"""``flashhub info`` and ``get``: what the CDN publishes of one kernel version, or what a
+local kernel directory holds (and, with ``--dep-tree``, the kernels it depends on), judged
+against this system, and its variant downloaded (for this system or, with ``--system``,
+another)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._models.kernel_metadata import dependency_label
@@ -24,22 +26,35 @@ from ._common import (
     size,
     system_arguments,
     target_system_of,
+    version_argument,
 )
+from .describe_api import kernel_or_path_arg
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._loading.dependency_tree import DependencyNode
+    from .._loading.local_info import LocalKernelDescription, LocalVariant
+    from .._loading.version_info import PublishedVariant
     from .._models.names import RepoInfo
 
 
-def _kernel_command_arguments(parser: argparse.ArgumentParser) -> None:
-    kernel_arguments(parser)
+def _options(parser: argparse.ArgumentParser) -> None:
     backend_argument(parser)
     remote_arguments(parser)
     json_argument(parser)
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
-    _kernel_command_arguments(parser)
+    parser.add_argument(
+        "kernel",
+        type=kernel_or_path_arg,
+        metavar="ORG/PKG|PATH",
+        help="a kernel on the CDN, or a local kernel directory (a repo holding "
+        "build/<variant>/, a build directory or a variant)",
+    )
+    version_argument(parser)
+    _options(parser)
     parser.add_argument(
         "--dep-tree",
         action="store_true",
@@ -48,43 +63,92 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _choosing_command_arguments(parser: argparse.ArgumentParser) -> None:
-    _kernel_command_arguments(parser)
+    kernel_arguments(parser)
+    _options(parser)
     system_arguments(parser)
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .._loading.version_info import describe_kernel, metadata_lines
+    from .._loading.version_info import describe_kernel
 
-    version = args.version or newest_version(args.repo_id, "info")
-    description = describe_kernel(args.repo_id, version, backend=args.backend)
+    path = Path(args.kernel).expanduser()
+    if path.is_dir():
+        return _local_info(args, path)
+    version = args.version or newest_version(args.kernel, "info")
+    description = describe_kernel(args.kernel, version, backend=args.backend)
     tree = _dependency_tree(description.info, args.backend) if args.dep_tree else None
     if args.json:
         shown_tree = {} if tree is None else {"dependency_tree": tree.to_dict()}
         print_json({**description.to_dict(), **shown_tree})
         return EXIT_OK
     print(f"{description.info} on {description.system}")
-    print(f"chosen variant: {shown_choice(description.chosen)}")
-    for variant in description.variants:
+    _print_variants(description.chosen, description.variants)
+    if tree is not None:
+        _print_tree(_node_label(tree), tree.depends)
+    return EXIT_OK
+
+
+def _local_info(args: argparse.Namespace, path: Path) -> int:
+    """``flashhub info PATH``: the build variants of a local kernel directory."""
+    from .._loading.local_info import describe_local_kernel
+
+    if args.version is not None:  # --version latest too: no directory has versions
+        raise ValueError(f"--version names a version on the CDN, not of the directory {path}")
+    description = describe_local_kernel(path, backend=args.backend)
+    depends = _local_dependencies(description, args.backend) if args.dep_tree else None
+    if args.json:
+        root = {"path": description.path, "variant": description.chosen}
+        shown = [node.to_dict() for node in depends or ()]
+        shown_tree = {} if depends is None else {"dependency_tree": {**root, "depends": shown}}
+        print_json({**description.to_dict(), **shown_tree})
+        return EXIT_OK
+    print(f"{escape_controls(description.path)} on {description.system}")
+    _print_variants(description.chosen, description.variants)
+    if depends is not None:
+        label = f"{escape_controls(description.path)} ({shown_choice(description.chosen)})"
+        _print_tree(label, depends)
+    return EXIT_OK
+
+
+def _print_variants(
+    chosen: str | None, variants: Sequence[PublishedVariant | LocalVariant]
+) -> None:
+    """The variant chosen, then each variant: what its ``metadata.json`` says, who signed
+    and where it was mirrored from (a published one), why it is rejected, its files."""
+    from .._loading.version_info import PublishedVariant, metadata_lines
+
+    print(f"chosen variant: {shown_choice(chosen)}")
+    for variant in variants:
         mark = "+" if variant.compatible else "-"
-        print(
-            f"  {mark} {escape_controls(variant.name)}: {count(len(variant.files), 'file')}, "
-            f"{size(variant.size)}, {variant.content_hash}"
-        )
-        for line in metadata_lines(variant.metadata):
+        summary = [count(len(variant.files), "file"), size(variant.size)]
+        notes = []
+        if isinstance(variant, PublishedVariant):
+            summary.append(variant.content_hash)
+            notes += [variant.signature.describe()] if variant.signature else []
+            if variant.mirrored_from:
+                notes.append(f"mirrored from {escape_controls(variant.mirrored_from.describe())}")
+        print(f"  {mark} {escape_controls(variant.name)}: {', '.join(summary)}")
+        for line in [*metadata_lines(variant.metadata), *notes]:
             print(f"      {line}")
-        if variant.signature:
-            print(f"      {variant.signature.describe()}")
-        if variant.mirrored_from:
-            print(f"      mirrored from {escape_controls(variant.mirrored_from.describe())}")
         if variant.reason:
             print(f"      rejected: {escape_controls(variant.reason)}")
         for path, nbytes in variant.files.items():
             print(f"      {size(nbytes):>10}  {escape_controls(path)}")
-    if tree is not None:
-        print("kernel dependencies:")
-        print(_node_label(tree))
-        _print_dependencies(tree.depends, "")
-    return EXIT_OK
+
+
+def _print_tree(root: str, depends: tuple[DependencyNode, ...]) -> None:
+    print("kernel dependencies:")
+    print(root)
+    _print_dependencies(depends, "")
+
+
+def _local_dependencies(
+    description: LocalKernelDescription, backend: str | None
+) -> tuple[DependencyNode, ...]:
+    """The kernels the variant a load takes from the directory depends on, as trees."""
+    chosen = next((v for v in description.variants if v.compatible), None)
+    depends = chosen.metadata.kernel_depends if chosen is not None else ()
+    return tuple(_dependency_tree(dep.info, backend) for dep in depends)
 
 
 def _dependency_tree(info: RepoInfo, backend: str | None) -> DependencyNode:
