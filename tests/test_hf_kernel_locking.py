@@ -25,6 +25,7 @@ from flashhub_kernels import (
     LockedFuncRepository,
     LockedLayerRepository,
     Mode,
+    get_locked_kernel,
     kernelize,
     load_kernel,
     use_kernel_forward_from_hub,
@@ -33,6 +34,7 @@ from flashhub_kernels import (
 )
 from flashhub_kernels._config import get_config
 from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, read_lockfile
+from flashhub_kernels.errors import LockfileError
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
 from support.hf_kernels import (
@@ -90,6 +92,23 @@ def test_load_locked(kernel_locking: Path) -> None:
     downloaded = flashhub("download", project_dir)
     assert downloaded.returncode == 0, downloaded.stderr
     load_kernel(RELU, lockfile=project_dir / LOCKFILE_NAME)
+
+
+def test_what_a_locked_load_cannot_find_is_a_file_not_found_error(
+    kernel_locking: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not in HF's tests: code written for Hugging Face kernels catches FileNotFoundError
+    # for a lock file that does not exist and for a locked kernel its cache lacks.
+    with pytest.raises(FileNotFoundError, match="does not exist") as missing:
+        load_kernel(RELU, lockfile=tmp_path / "elsewhere" / LOCKFILE_NAME)
+    assert isinstance(missing.value, LockfileError)
+    monkeypatch.chdir(tmp_path)  # nor is one found where a script's is looked for
+    with pytest.raises(FileNotFoundError, match=f"no {LOCKFILE_NAME} found"):
+        get_locked_kernel(RELU, lockfile=None)
+    with pytest.raises(FileNotFoundError, match="cannot be loaded") as uncached:
+        load_kernel(RELU, lockfile=kernel_locking / LOCKFILE_NAME)  # nothing downloaded
+    assert isinstance(uncached.value, LockfileError)
+    assert not (get_config().cache_dir / "kernels").exists()  # load_kernel fetched nothing
 
 
 def test_layer_locked(device: str, layer_locking: Path) -> None:

@@ -8,7 +8,7 @@ same with the ``flashhub`` command's options (``--version N``), which the comman
 Errors raised while importing a kernel (``import flashhub....`` or ``get_kernel``) are also
 :class:`ImportError` subclasses, so code that guards an optional kernel with ``except
 ImportError`` keeps working; all but :class:`LocalKernelNotFoundError`, a local directory
-that does not exist.
+that does not exist, and the lock file's errors.
 
 Malformed arguments (a bad repo id, ``version=0``) raise the built-in :class:`ValueError`
 before any I/O, as Python code expects. A malformed setting (a ``FLASHHUB_*`` variable, a
@@ -41,7 +41,10 @@ class FlashhubError(Exception):
         # Unpickled without __init__, whose keyword arguments the message does not hold:
         # an error raised in a worker process reaches its parent whole.
         _, args, state = (*super().__reduce__(), {})[:3]  # no state: no attribute was set
-        return type(self).__new__, (type(self),), {**state, "args": args}
+        # An error that is also an OSError is laid out as one: OSError's __new__ makes it
+        # (the ValueError.__new__ that comes first in the MRO of one that is both refuses).
+        new = OSError.__new__ if isinstance(self, OSError) else type(self).__new__
+        return new, (type(self),), {**state, "args": args}
 
 
 class KernelImportError(FlashhubError, ImportError):
@@ -149,6 +152,19 @@ class LockfileError(FlashhubError, ValueError):
     """A ``flashhub.lock`` is missing, malformed, or does not match what is cached. Also a
     ``ValueError``, as Hugging Face kernels raises when no lock is found or it does not
     lock the kernel."""
+
+
+class LockfileNotFoundError(LockfileError, FileNotFoundError):
+    """No ``flashhub.lock`` at the path given, nor where one is looked for. Also a
+    ``FileNotFoundError``, as Hugging Face kernels raises for a lock file that does not
+    exist (and a ``ValueError``, as it raises when a package ships none)."""
+
+
+class LockedVariantNotCachedError(LockfileError, FileNotFoundError):
+    """A locked variant is not in the cache as the lock pins it: it may not be fetched
+    (``load_kernel``, or ``FLASHHUB_OFFLINE=1``), or fetching it did not put it there. Also
+    a ``FileNotFoundError``, as Hugging Face kernels raises for a locked kernel its cache
+    lacks."""
 
 
 class PublishError(FlashhubError):

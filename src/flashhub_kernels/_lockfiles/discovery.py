@@ -7,7 +7,7 @@ import importlib.resources
 import os
 from pathlib import Path
 
-from ..errors import LockfileError
+from ..errors import LockfileError, LockfileNotFoundError
 from .format import LOCKFILE_NAME, Lockfile, parse_lockfile, read_lockfile
 
 StrPath = str | os.PathLike[str]
@@ -25,7 +25,7 @@ def find_lockfile(lockfile: StrPath | None = None, *, package: str | None = None
     if local.is_file():
         return read_lockfile(local)
     searched = f"package {package!r} and " if package else ""
-    raise LockfileError(
+    raise LockfileNotFoundError(
         f"no {LOCKFILE_NAME} found (searched {searched}{Path.cwd()})",
         hint="run `flashhub lock` in the project directory and ship flashhub.lock in your "
         "package, run from the project directory, or pass lockfile=",

@@ -49,7 +49,7 @@ from .._models.manifest import dump_json, parse_capped
 from .._models.names import RepoInfo, check_version, parse_repo_id
 from .._models.record import Record
 from .._signing.trusted_keys import is_key_id
-from ..errors import LockfileError
+from ..errors import LockfileError, LockfileNotFoundError
 
 LOCKFILE_NAME = "flashhub.lock"
 FORMAT_VERSION = 1
@@ -204,7 +204,7 @@ def read_lockfile(path: Path) -> Lockfile:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise LockfileError(
+        raise LockfileNotFoundError(
             f"{path} does not exist",
             hint="run `flashhub lock` in the project directory to create it",
         ) from None

@@ -30,7 +30,7 @@ from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
 from .._variants.compat import pick_cached_variant
 from .._variants.named_system import target_system
-from ..errors import CacheError, LockfileError
+from ..errors import CacheError, LockedVariantNotCachedError, LockfileError
 from .cache_check import cached_kernel_dir, lock_index, locked_variant
 from .discovery import StrPath, find_lockfile
 from .project import VARIANT_OPTIONS
@@ -146,11 +146,11 @@ def load_locked(
 
 def _not_loadable(
     locked: LockedKernel, node: LockedKernel, variant: str, why: str, *, download: bool
-) -> LockfileError:
+) -> LockedVariantNotCachedError:
     """Why ``node`` (``locked`` or a kernel it depends on) cannot be loaded as locked."""
     needed = f", which {locked.info} depends on," if node is not locked else ""
     offline = "unset FLASHHUB_OFFLINE, or " if download else ""
-    return LockfileError(
+    return LockedVariantNotCachedError(
         f"locked kernel {node.info} (variant {variant}){needed} cannot be loaded: {why}",
         hint=offline + _DOWNLOAD_HINT,
     )
