@@ -199,6 +199,53 @@ def test_a_root_owned_cache_loads_for_another_user_once_made_readable(cdn: CdnSe
     assert cdn.requests == []
 
 
+GET_KERNEL = f"import flashhub_kernels as fk\nprint(fk.get_kernel({REPO!r}, version=1).marker())\n"
+
+
+def test_an_image_cache_read_only_to_its_user_loads_what_it_holds_and_names_what_it_lacks(
+    cdn: CdnServer,
+) -> None:
+    # An image built by root, its cache made readable and read-only (`chmod -R
+    # a+rX,a-w`), run online by another user: what it holds loads and checks out without
+    # a word, what it lacks fails on the kernel's name, before any request.
+    as_nobody = nobody_runs()
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    with tempfile.TemporaryDirectory() as image:  # not under tmp_path: nobody cannot reach it
+        os.chmod(image, 0o755)
+        cache = Path(image, "flashhub-cache")
+        env = {**os.environ, "FLASHHUB_CACHE_DIR": str(cache)}
+        built = load_in_child(env)  # the build step, as root
+        subprocess.run(["chmod", "-R", "a+rX,a-w", str(cache)], check=True)
+        before = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+        cdn.clear_log()
+
+        def run_as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+            command = [*as_nobody, sys.executable, *args]
+            return subprocess.run(command, env=env, capture_output=True, text=True)
+
+        imported, got = run_as_nobody("-c", LOAD), run_as_nobody("-c", GET_KERNEL)
+        listed = run_as_nobody("-m", "flashhub_kernels", "cache", "list")
+        verified = run_as_nobody("-m", "flashhub_kernels", "cache", "verify")
+        lacking = run_as_nobody("-c", "import flashhub.acme.tensor_tricks.v2")
+        after = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    assert built.returncode == 0, built.stderr
+    for quiet in (imported, got, listed, verified):
+        assert (quiet.returncode, quiet.stderr) == (0, ""), quiet.stderr
+    assert imported.stdout == got.stdout == built.stdout
+    assert f"{REPO}  " in listed.stdout and "1 entry checked" in verified.stdout
+    assert lacking.returncode == 1
+    error = lacking.stderr.splitlines()
+    assert error[-2].startswith(
+        f"flashhub_kernels.errors.CacheError: {REPO}@v2 is not in the cache, and this "
+        "process cannot write there to download it: cannot write "
+    )
+    assert f"`flashhub get {REPO} --version 2`" in error[-1]
+    assert "free disk space" not in error[-1]
+    assert cdn.requests == []
+    assert after == before  # nothing written, not even a lock file
+
+
 WRITING_BYTECODE = "import sys\nsys.dont_write_bytecode = False\n"
 WATCH_WRITES = """
 import os, sys

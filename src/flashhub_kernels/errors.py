@@ -17,6 +17,8 @@ project's ``[tool.flashhub]``) raises :class:`ConfigError`, both: it may come fr
 
 from __future__ import annotations
 
+import errno
+
 
 class FlashhubError(Exception):
     """Base class of every error flashhub-kernels raises on purpose.
@@ -108,17 +110,45 @@ class TransportError(KernelImportError):
 class CacheError(KernelImportError):
     """The cache could not be written (the disk is full, the directory is not writable,
     or the entry to replace is in use by a running process) or read (another user's,
-    left private)."""
+    left private).
+
+    ``read_only`` is true when the cache refused a write because this process may not
+    write there at all (permissions, or a read-only file system: an image's cache, run
+    as another user), not for want of room.
+    """
+
+    read_only = False
 
     @classmethod
     def cannot_write(cls, exc: OSError, path: object = None) -> CacheError:
         """The error for an ``OSError`` met while creating, writing or renaming in the cache."""
         where = path if path is not None else exc.filename
-        return cls(
+        error = cls(
             f"cannot write {where or 'to the cache'}: {exc.strerror or exc}",
-            hint="free disk space or fix the cache directory's permissions, "
-            "or point FLASHHUB_CACHE_DIR elsewhere",
+            hint=_WRITE_HINTS.get(exc.errno, _WRITE_HINT),
         )
+        error.read_only = exc.errno in _READ_ONLY
+        return error
+
+
+_READ_ONLY = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_NO_ROOM_HINT = "free disk space, or point FLASHHUB_CACHE_DIR at a disk with room"
+_NOT_ALLOWED_HINT = (
+    "fix the cache directory's permissions, or point FLASHHUB_CACHE_DIR at a directory "
+    "this user can write"
+)
+_WRITE_HINTS: dict[int | None, str] = {
+    errno.ENOSPC: _NO_ROOM_HINT,
+    errno.EDQUOT: _NO_ROOM_HINT,
+    errno.EACCES: _NOT_ALLOWED_HINT,
+    errno.EPERM: _NOT_ALLOWED_HINT,
+    errno.EROFS: "the cache is on a read-only file system: point FLASHHUB_CACHE_DIR at a "
+    "writable directory",
+}
+_WRITE_HINT = (
+    "free disk space or fix the cache directory's permissions, "
+    "or point FLASHHUB_CACHE_DIR elsewhere"
+)
 
 
 class OfflineError(KernelImportError, ValueError):

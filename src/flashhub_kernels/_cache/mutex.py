@@ -43,7 +43,6 @@ WAIT_NOTICE_SECONDS = 2.0  # a wait this long is reported once: it is another do
 # waits for the thread that waits here (see stop_after_ctrl_c).
 STOP_CHECK_SECONDS = 0.25
 _UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP}
-_READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextmanager
@@ -176,8 +175,9 @@ def _file_lock(path: Path, mode: int) -> FileLock:
 
 
 def _mutex_error(path: Path, exc: OSError) -> CacheError:
-    if exc.errno in _READ_ONLY:
-        return CacheError.cannot_write(exc, path)
+    refused = CacheError.cannot_write(exc, path)
+    if refused.read_only:
+        return refused
     reason = exc.strerror or str(exc)
     if exc.errno in _UNSUPPORTED:
         return CacheError(

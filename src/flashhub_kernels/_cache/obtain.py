@@ -68,9 +68,11 @@ def obtain_kernel(
         try:
             return fetch_kernel(cache, system, candidates, config)
         except CacheError as exc:
-            if damaged is None:
-                raise
-            raise _not_fetched_again(exc, candidates[0], damaged) from exc
+            if damaged is not None:
+                raise _not_fetched_again(exc, candidates[0], damaged) from exc
+            if exc.read_only:
+                raise _not_downloadable(exc, candidates[0]) from exc
+            raise
 
 
 def use_kernel(
@@ -111,6 +113,21 @@ def _not_fetched_again(exc: CacheError, info: RepoInfo, damaged: str) -> CacheEr
         f"the cached copy of {info} cannot be used ({damaged}), and fetching it again "
         f"failed: {exc.message}",
         hint="; else ".join(hints) or None,
+    )
+
+
+def _not_downloadable(exc: CacheError, info: RepoInfo) -> CacheError:
+    """``exc``, a cache this process may not write met downloading ``info``, said as what
+    it is: a kernel the cache lacks (a read-only image's, run as another user), not a
+    lock file that a load from the cache would need."""
+    from ..errors import CacheError
+
+    return CacheError(
+        f"{info} is not in the cache, and this process cannot write there to download "
+        f"it: {exc.message}",
+        hint=f"add it where the cache can be written (`flashhub get {info.repo_id} "
+        f"--version {info.version}` as the cache's owner, when the image is built); "
+        f"else {exc.hint}",
     )
 
 
