@@ -1,11 +1,13 @@
 """https CDNs: which certificates are trusted (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, a CA
-directory), what an untrusted or misconfigured one does, and redirects between schemes.
+directory), what an untrusted or misconfigured one does (and what its error says to do),
+and redirects between schemes.
 
 The CDN's certificate comes from a throwaway CA (trustme) that nothing trusts by default.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,8 +15,10 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
+from conftest import free_port
 from flashhub_kernels.errors import TransportError
 from support.cdn_server import CdnServer, redirect
+from support.preloaded import run_code
 from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -129,3 +133,48 @@ def test_a_redirect_from_https_to_http_is_refused(
     assert cdn.requests == []  # the downgrade never happened
     assert "s3cr3t" not in str(refused.value) and "t0ken" not in str(refused.value)
     assert f"{cdn.url}/{VARIANTS}?X-Amz-Signature=****" in str(refused.value)
+
+
+# -- a certificate no trusted CA signed: the hint says which bundle, and how to trust it -------
+
+LOAD_ONCE = f"import flashhub_kernels as fk; fk.get_kernel({REPO!r}, version=1)"
+
+
+def load_fails_in_child(cdn_url: str, env: dict[str, str]) -> str:
+    """The last line of the error a new process prints when its load fails: the hint."""
+    result = run_code(LOAD_ONCE, env={**os.environ, "FLASHHUB_CDN_URL": cdn_url, **env})
+    assert result.returncode == 1, result.stdout
+    assert "TransportError" in result.stderr, result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_ca_given_only_to_openssl_is_said_to_go_in_requests_ca_bundle(
+    published: CdnServer, ca_pem: Path
+) -> None:
+    # A private CA set up for curl and OpenSSL, which requests does not read.
+    hint = load_fails_in_child(published.url, {"SSL_CERT_FILE": str(ca_pem)})
+    assert hint.startswith("  hint: no CA of the default bundle (certifi's) signed the CDN's")
+    assert "point REQUESTS_CA_BUNDLE at a PEM file" in hint
+    assert "requests reads neither SSL_CERT_FILE nor SSL_CERT_DIR" in hint
+    assert published.requests == []
+
+
+def test_a_ca_bundle_without_the_cdns_ca_is_named_in_the_hint(
+    published: CdnServer, tmp_path: Path
+) -> None:
+    trustme = pytest.importorskip("trustme")
+    other = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other))  # a bundle, of another CA
+    hint = load_fails_in_child(published.url, {"CURL_CA_BUNDLE": str(other)})
+    assert hint == (
+        f"  hint: CURL_CA_BUNDLE={other} holds no CA that signed the CDN's certificate: "
+        "add that CA's certificate to it, or point CURL_CA_BUNDLE at a PEM file that holds it"
+    )
+
+
+def test_an_untrusted_mirror_after_one_that_refuses_connections_gets_the_certificate_hint(
+    published: CdnServer,
+) -> None:
+    mirrors = f"https://127.0.0.1:{free_port()},{published.url}"
+    hint = load_fails_in_child(mirrors, {})
+    assert "REQUESTS_CA_BUNDLE" in hint and "check the network" not in hint

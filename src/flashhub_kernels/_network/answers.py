@@ -6,7 +6,7 @@ from __future__ import annotations
 from .._utils.logs import logger
 from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError, TransportError
 from .hashing import INTEGRITY_HINT
-from .mirrors import AccessDenied, Mirror, MirrorFailed, OverCap
+from .mirrors import AccessDenied, Mirror, MirrorFailed, OverCap, UntrustedCertificate
 
 
 class Answers:
@@ -19,6 +19,7 @@ class Answers:
         self._refused: list[IntegrityError] = []  # documents that did not parse, or were stale
         self._netrc_problems: list[str] = []
         self._credential_hints: list[str] = []  # where each refusing mirror takes them from
+        self._certificate_hints: list[str] = []  # how to trust each untrusted mirror's CA
 
     def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
         via = f" (through the proxy {mirror.via})" if mirror.via else ""
@@ -30,6 +31,8 @@ class Answers:
                 self._credential_hints.append(hint)
             if exc.netrc_problem and exc.netrc_problem not in self._netrc_problems:
                 self._netrc_problems.append(exc.netrc_problem)
+        if isinstance(exc, UntrustedCertificate) and exc.hint not in self._certificate_hints:
+            self._certificate_hints.append(exc.hint)
         self._lines.append(f"{mirror.label}{via}: {exc}")
         logger.info("mirror %s could not serve %s: %s", mirror.label, self.relpath, exc)
 
@@ -80,6 +83,8 @@ class Answers:
             )
         if self._denied:
             return "; ".join([*self._credential_hints, *self._netrc_problems])
+        if self._certificate_hints:
+            return "; ".join(self._certificate_hints)
         return _network_hint(proxied=self._proxied)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import ssl
 import threading
 import time
 from collections import deque
@@ -47,8 +48,21 @@ from .._models.names import is_digits
 from .._utils.logs import logger
 from .._utils.urls import redact_text, redact_url
 from .hashing import CHUNK_SIZE, HashingWriter
-from .mirrors import AccessDenied, Mirror, MirrorFailed, NotPublished, stop_if
-from .session import RETRY_STATUSES, DowngradeRefused, netrc_problem, route_for
+from .mirrors import (
+    AccessDenied,
+    Mirror,
+    MirrorFailed,
+    NotPublished,
+    UntrustedCertificate,
+    stop_if,
+)
+from .session import (
+    RETRY_STATUSES,
+    DowngradeRefused,
+    netrc_problem,
+    route_for,
+    untrusted_certificate_hint,
+)
 
 MAX_RESUMES = 5
 MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
@@ -263,7 +277,11 @@ class HttpMirror(Mirror):
         except requests.exceptions.ProxyError as exc:
             raise MirrorFailed(f"the proxy {self.via} failed: {self._reason(exc)}") from None
         except requests.exceptions.SSLError as exc:
-            raise MirrorFailed(f"TLS failed: {self._reason(exc)}") from None
+            failed = f"TLS failed: {self._reason(exc)}"
+            if _issuer_unknown(exc):
+                hint = untrusted_certificate_hint(self._verify)
+                raise UntrustedCertificate(failed, hint=hint) from None
+            raise MirrorFailed(failed) from None
         except (requests.RequestException, ValueError) as exc:
             # ValueError: a malformed redirect (a bad port, a non-ASCII Location).
             raise MirrorFailed(self._reason(exc)) from None
@@ -349,14 +367,34 @@ class HttpMirror(Mirror):
 
     def _reason(self, exc: BaseException) -> str:
         """The innermost cause of a requests error, short, with no credentials."""
-        reason: object = exc
-        while isinstance(reason, Exception) and reason.args:
-            inner = getattr(reason.args[0], "reason", None) or reason.args[0]
-            if not isinstance(inner, Exception) or inner is reason:
-                break
-            reason = inner
+        reason = _innermost(exc)
         text = _OBJECT_AT.sub("", str(reason) or type(reason).__name__)
         return redact_text(text, self._route.secrets)
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The exception a requests error wraps, through urllib3's (``MaxRetryError``)."""
+    reason = exc
+    while reason.args:
+        inner = getattr(reason.args[0], "reason", None) or reason.args[0]
+        if not isinstance(inner, Exception) or inner is reason:
+            break
+        reason = inner
+    return reason
+
+
+# OpenSSL's verify codes for a chain that ends at no trusted CA (X509_V_ERR_*): the
+# server's CA is unknown here, unlike an expired certificate or another host's.
+_ISSUER_UNKNOWN = frozenset({2, 18, 19, 20, 21})
+
+
+def _issuer_unknown(exc: requests.exceptions.SSLError) -> bool:
+    """Whether the server's certificate failed because no trusted CA signed it."""
+    inner = _innermost(exc)  # urllib3's SSLError, holding ssl's error
+    return any(
+        isinstance(error, ssl.SSLCertVerificationError) and error.verify_code in _ISSUER_UNKNOWN
+        for error in (inner, *inner.args[:1])
+    )
 
 
 def _encoded(response: requests.Response) -> bool:

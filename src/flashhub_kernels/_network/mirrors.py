@@ -15,7 +15,8 @@ A mirror answers in four ways besides success:
   optional document (``variants.json``, a probed ``metadata.json``) that is an answer;
 - :class:`MirrorFailed`: this mirror cannot serve the path now (connection failure,
   5xx after retries, 401/403/404 for a file a manifest lists, a stalled transfer);
-  the next mirror may. :class:`AccessDenied` is the 401/403 case;
+  the next mirror may. :class:`AccessDenied` is the 401/403 case,
+  :class:`UntrustedCertificate` a certificate that no trusted CA signed;
 - :class:`~.hashing.WrongSize`: the file is longer than its size in the manifest, or
   than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
   another length; the fetcher decides what that means;
@@ -59,6 +60,15 @@ class AccessDenied(MirrorFailed):
     ) -> None:
         super().__init__(message)
         self.netrc_problem = netrc_problem
+        self.hint = hint
+
+
+class UntrustedCertificate(MirrorFailed):
+    """The mirror's TLS certificate is signed by no CA this client trusts; ``hint`` says
+    which CA bundle it was checked against, and how to trust that CA."""
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(message)
         self.hint = hint
 
 

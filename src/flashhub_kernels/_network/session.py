@@ -258,11 +258,14 @@ def _check_socks_support(proxy: str | None) -> None:
         ) from None
 
 
+_CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # as requests reads them
+
+
 def ca_bundle() -> str | bool:
     """The CA bundle to verify TLS with: ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, or
     ``True`` (certifi's). A path that does not exist is an error now, naming the
     variable, rather than a TLS failure blamed on the network at every request."""
-    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+    for name in _CA_BUNDLE_VARIABLES:
         path = os.environ.get(name)
         if not path:
             continue
@@ -274,6 +277,24 @@ def ca_bundle() -> str | bool:
             )
         return path
     return True
+
+
+def untrusted_certificate_hint(verify: str | bool) -> str:
+    """What to do about a certificate that no CA of ``verify`` (what :func:`ca_bundle`
+    gave) signed: a private CDN's, most often, whose CA the client was not given."""
+    for name in _CA_BUNDLE_VARIABLES:
+        if verify is not True and os.environ.get(name) == verify:
+            return (
+                f"{name}={verify} holds no CA that signed the CDN's certificate: add that "
+                f"CA's certificate to it, or point {name} at a PEM file that holds it"
+            )
+    # OpenSSL and curl read these, and users of a private CA often set them.
+    unread = any(os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"))
+    note = " (requests reads neither SSL_CERT_FILE nor SSL_CERT_DIR)" if unread else ""
+    return (
+        "no CA of the default bundle (certifi's) signed the CDN's certificate: point "
+        f"REQUESTS_CA_BUNDLE at a PEM file of the CA that did{note}"
+    )
 
 
 class _Session(requests.Session):
