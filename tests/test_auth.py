@@ -4,6 +4,8 @@ fail without showing the secret anywhere, and redirects that must not carry them
 from __future__ import annotations
 
 import logging
+import os
+import ssl
 import traceback
 import urllib.parse
 from pathlib import Path
@@ -11,10 +13,11 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import MakeCdn, import_in_child
+from conftest import MakeCdn, StartProxy, free_port, import_in_child
 from flashhub_kernels.errors import ConfigError, TransportError
 from support import cli_runner
 from support.cdn_server import CdnServer, basic_auth, redirect, status
+from support.preloaded import run_code
 from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -236,3 +239,50 @@ def test_a_malformed_netrc_is_named_in_the_hint(
     assert f"the netrc file {netrc} does not parse (line 1), so it is ignored" in hint
     assert SECRET not in str(info.value)
     assert {r.authorization for r in auth_cdn.requests} == {None}
+
+
+# A load in a process of its own, logging everything (urllib3's connections included).
+LOAD_LOGGING_ALL = f"""
+import logging, sys
+logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+import flashhub_kernels as fk
+print(fk.get_kernel({REPO!r}, version=1).marker())
+"""
+
+
+def test_a_private_cdn_behind_a_proxy_keeps_every_credential_to_its_own_host(
+    make_cdn: MakeCdn,
+    tls_context: ssl.SSLContext,
+    ca_pem: Path,
+    start_proxy: StartProxy,
+    tmp_path: Path,
+) -> None:
+    # A fleet's settings: a private CA, https_proxy with credentials, no_proxy for the
+    # CDN, whose credentials are in netrc; before it, a mirror with credentials in its URL
+    # that refuses connections (reached through the proxy). The first mirror's
+    # credentials reach no host, and no secret reaches any message or log line.
+    cdn = make_cdn(tls=tls_context, auth=basic_auth(USER, SECRET))
+    write_kernel(cdn.root, REPO, 1)
+    url_secret, proxy_secret = "Url-s3cret-Pa55", "Prx-s3cret-Pa55"
+    proxy = start_proxy("http", auth=f"proxyuser:{proxy_secret}")
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine localhost login {USER} password {SECRET}\n")
+    netrc.chmod(0o600)
+    dead = free_port()
+    env = {
+        "FLASHHUB_CDN_URL": f"https://mirror:{url_secret}@127.0.0.1:{dead},{cdn.url_for('localhost')}",
+        "NETRC": str(netrc),
+        "REQUESTS_CA_BUNDLE": str(ca_pem),
+        "https_proxy": f"http://proxyuser:{proxy_secret}@127.0.0.1:{proxy.port}",
+        "no_proxy": "localhost",
+    }
+    result = run_code(LOAD_LOGGING_ALL, env={**os.environ, **env})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{REPO}@v1:{local_variant()}"
+    assert f"mirror https://127.0.0.1:{dead} could not serve" in result.stderr  # logged
+    secrets = [SECRET, url_secret, proxy_secret]
+    encoded = [basic_auth(USER, SECRET), basic_auth("mirror", url_secret)]
+    for secret in [*secrets, *encoded, basic_auth("proxyuser", proxy_secret)]:
+        assert secret.removeprefix("Basic ") not in result.stdout + result.stderr
+    assert {r.authorization for r in cdn.requests} == {basic_auth(USER, SECRET)}
+    assert set(proxy.targets(at_least=1)) == {f"127.0.0.1:{dead}"}  # the CDN: not proxied
