@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import threading
 import uuid
@@ -27,7 +28,7 @@ from flashhub_kernels._publish.layout import SourceFile
 from flashhub_kernels._signing.signing_keys import generate_signing_key
 from flashhub_kernels.errors import IntegrityError, PublishError, TransportError
 from support.builds import CPU, PY_PKG, REPO, UNIVERSAL, make_kernel
-from support.cli_runner import flashhub, ok_json
+from support.cli_runner import PYTHON_M_FLASHHUB, flashhub, ok_json
 from support.hub_server import HubServer, builder_variant
 from support.preloaded import run_code
 from support.s3_server import S3Server
@@ -435,6 +436,47 @@ def test_without_the_extra_publish_and_load_say_what_to_install(
     result = publish_cli(universal, f"s3://{bucket}/other")
     assert result.returncode == 1 and EXTRA in result.stderr and "Traceback" not in result.stderr
     assert [key for key in objects(s3, bucket) if key.startswith("other/")] == []
+
+
+# A process in which the packages named by argv[1] (comma-separated, taken off argv) are
+# not installed.
+UNINSTALLED = """
+import importlib.abc, sys
+
+class Uninstalled(importlib.abc.MetaPathFinder):
+    missing = sys.argv.pop(1).split(",")
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.missing:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Uninstalled())
+"""
+
+
+@pytest.mark.parametrize("missing", ["s3fs", "botocore,aiobotocore,boto3"])
+def test_with_fsspec_but_not_the_rest_of_the_extra_an_import_says_what_to_install(
+    s3: S3Server, bucket: str, universal: Path, missing: str
+) -> None:
+    # fsspec comes with torch: what a machine lacks is s3fs, or the AWS SDK below it.
+    publish(universal, repo_id=REPO, version=1, out=f"s3://{bucket}/cdn")
+    asked = len(s3.requests())
+    module = "flashhub." + REPO.replace("-", "_").replace("/", ".") + ".v1"
+    code = UNINSTALLED + f"import {module}"
+    env = {**os.environ, "FLASHHUB_CDN_URL": f"s3://{bucket}/cdn"}
+    imported = run_code(code, missing, env=env)
+    command = run_code(
+        UNINSTALLED + PYTHON_M_FLASHHUB, missing, "get", REPO, "--version", "1", env=env
+    )
+    assert imported.returncode == 1
+    error, hint = imported.stderr.strip().splitlines()[-2:]
+    assert error.startswith("flashhub_kernels.errors.TransportError: s3://")
+    assert hint == f"  hint: {EXTRA}"
+    assert command.returncode == 1 and command.stderr.endswith(f"  hint: {EXTRA}\n")
+    assert "Traceback" not in command.stderr
+    assert len(s3.requests()) == asked  # nothing was asked of the bucket
+    assert not get_config().cache_dir.exists()
 
 
 def test_mirror_into_a_bucket_without_the_extra_fails_before_asking_the_hub(
