@@ -25,6 +25,7 @@ from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, T
 from support.cdn_server import (
     CdnServer,
     capped_range,
+    compression_bomb,
     delayed,
     drop_after,
     drop_every,
@@ -201,6 +202,34 @@ def test_a_redirect_to_a_location_with_a_space_is_followed(blob_kernel: CdnServe
     fk.get_kernel(REPO, version=1)
     asked = [path for path in blob_kernel.gets() if "/build/" not in path]
     assert asked[:2] == [f"/{variants}", "/moved%20here.json"]
+
+
+# A child that loads the kernel and prints how far its peak memory rose during the load.
+PEAK_RISE = """
+import resource, flashhub_kernels as fk, torch
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+fk.get_kernel({repo!r}, version=1)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+INFLATED = 1 << 30  # what the redirect's body holds, inflated or sent
+
+
+@pytest.mark.parametrize("body", ["compression bomb", "endless"])
+def test_a_redirects_body_is_never_read_into_memory(blob_kernel: CdnServer, body: str) -> None:
+    moved = f"/{BLOB_PATH}.moved"
+    (blob_kernel.root / moved.lstrip("/")).write_bytes(BLOB)
+    if body == "compression bomb":  # 1 MiB on the wire, 1 GiB once decoded
+        bomb = compression_bomb(INFLATED)
+        blob_kernel.inject(BLOB_PATH, redirect(moved, bomb, {"Content-Encoding": "gzip"}))
+    else:
+        blob_kernel.inject(BLOB_PATH, endless(limit=INFLATED, status=302, location=moved))
+    rise = int(run_python(PEAK_RISE.format(repo=REPO), fresh=True))
+    assert rise < 128 << 20, f"the load's peak memory rose by {rise >> 20} MiB"
+    assert blob_kernel.gets("blob.bin") + blob_kernel.gets(".moved") == [
+        f"/{BLOB_PATH}",
+        moved,
+    ]
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import gzip
 import re
 import socket
 import ssl
+import struct
 import sys
 import threading
 import time
@@ -284,6 +285,23 @@ def reply(
     handler.wfile.write(body)
 
 
+def compression_bomb(inflated: int) -> bytes:
+    """A gzip body of about ``inflated / 1000`` bytes that inflates to ``inflated`` bytes
+    of zeros (a whole number of MiB): one compressed MiB, repeated (a full flush makes
+    each copy stand alone), then the trailer of the whole."""
+    mib = 1 << 20
+    assert inflated % mib == 0
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    header = compressor.compress(b"")
+    block = compressor.compress(bytes(mib)) + compressor.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(inflated // mib):
+        crc = zlib.crc32(bytes(mib), crc)
+    last = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS).flush()  # an empty final block
+    trailer = struct.pack("<II", crc, inflated & 0xFFFFFFFF)
+    return header + block * (inflated // mib) + last + trailer
+
+
 def encode(body: bytes, encoding: str) -> bytes:
     """``body`` as a server sends it with ``Content-Encoding: gzip`` or ``deflate`` (zlib)."""
     if encoding == "gzip":
@@ -360,8 +378,11 @@ def wrong_range() -> Fault:
     return lambda handler, body: handler.send_file(body, range_start=0)
 
 
-def redirect(location: str) -> Fault:
-    return lambda handler, _body: handler.send_simple(302, b"", {"Location": location})
+def redirect(location: str, body: bytes = b"", headers: dict[str, str] | None = None) -> Fault:
+    """A ``302`` to ``location``, with ``body`` (and ``headers``: ``Content-Encoding``)."""
+    return lambda handler, _body: handler.send_simple(
+        302, body, {"Location": location, **(headers or {})}
+    )
 
 
 def unannounced_long_body(extra: bytes = b"JUNK") -> Fault:
@@ -515,13 +536,16 @@ def other_file(data: bytes) -> Fault:
     return lambda handler, _body: handler.send_file(data)
 
 
-def endless(*, limit: int = 1 << 30) -> Fault:
-    """A ``200`` with no ``Content-Length`` whose body never ends: zeros until the client
-    hangs up (or ``limit`` bytes, so a broken client cannot keep the test server busy)."""
+def endless(*, limit: int = 1 << 30, status: int = 200, location: str | None = None) -> Fault:
+    """A ``200`` (or ``status``, to ``location``) with no ``Content-Length`` whose body
+    never ends: zeros until the client hangs up (or ``limit`` bytes, so a broken client
+    cannot keep the test server busy)."""
 
     def fault(handler: CdnHandler, _body: bytes) -> None:
-        handler.record(200)
-        handler.send_response(200)
+        handler.record(status)
+        handler.send_response(status)
+        if location is not None:
+            handler.send_header("Location", location)
         handler.send_header("Connection", "close")
         handler.end_headers()
         handler.close_connection = True

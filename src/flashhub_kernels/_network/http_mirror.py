@@ -29,7 +29,6 @@ with backoff and ``Retry-After``):
 
 from __future__ import annotations
 
-import http.client
 import re
 import ssl
 import threading
@@ -41,7 +40,6 @@ import requests
 import requests.adapters
 import requests.cookies
 import requests.hooks
-import urllib3.exceptions
 
 from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
@@ -57,6 +55,7 @@ from .mirrors import (
     stop_if,
 )
 from .session import (
+    BODY_ERRORS,
     RETRY_STATUSES,
     DowngradeRefused,
     netrc_problem,
@@ -66,9 +65,6 @@ from .session import (
 
 MAX_RESUMES = 5
 MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
-# What can break a body on the wire: urllib3's errors (timeouts, resets, short bodies,
-# undecodable bytes) and what the socket or http.client raise beneath it.
-_BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 _DENIED_STATUSES = frozenset({401, 403})
 _NO_HEAD = frozenset({405, 501})  # Method Not Allowed, Not Implemented: for every file
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
@@ -176,7 +172,7 @@ class HttpMirror(Mirror):
                         body += chunk
                         if len(body) > limit:  # the caller reports the size; stop reading
                             break
-                except _BODY_ERRORS:
+                except BODY_ERRORS:
                     continue  # the body broke off: read it again
                 return bytes(body)
         raise MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
@@ -255,7 +251,7 @@ class HttpMirror(Mirror):
             try:
                 self._stream(response, writer, cancelled, end)
                 return "done" if part is None else "resumed"
-            except _BODY_ERRORS:
+            except BODY_ERRORS:
                 stop_if(cancelled)
                 if _encoded(response):
                     writer.reset()  # decoded offsets are not the stored object's

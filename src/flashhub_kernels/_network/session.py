@@ -23,6 +23,8 @@ What each mirror gets, as requests itself would decide it:
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import netrc
 import os
 import warnings
@@ -33,6 +35,7 @@ import requests
 import requests.adapters
 import requests.structures
 import requests.utils
+import urllib3.exceptions
 from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool
 from urllib3.exceptions import InvalidHeader
 from urllib3.util.retry import Retry
@@ -55,6 +58,10 @@ MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
 USER_AGENT = f"flashhub-kernels/{__version__}"
 SOCKS_EXTRA_HINT = "pip install 'flashhub-kernels[socks]'"
 PROXY_SETTINGS = "https_proxy / http_proxy / all_proxy"
+REDIRECT_BODY_BYTES = 64 << 10  # read of a redirect's body, then dropped: see _drop_redirect_body
+# What can break a body on the wire: urllib3's errors (timeouts, resets, short bodies,
+# undecodable bytes) and what the socket or http.client raise beneath it.
+BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 
 
 class _Retry(Retry):
@@ -347,8 +354,21 @@ def new_session(pool_size: int) -> requests.Session:
     adapter = PoolPerOrigin(pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy())
     session.mount("http://", adapter)
     session.mount("https://", adapter)
-    session.hooks["response"].append(_refuse_https_downgrade)
+    session.hooks["response"] += [_drop_redirect_body, _refuse_https_downgrade]
     return session
+
+
+def _drop_redirect_body(response: requests.Response, **_kwargs: object) -> None:
+    """Drop a redirect's body before requests follows it: requests reads the whole of it
+    into memory, decoded, to free the connection, and a hostile server's body may never
+    end, or be a compression bomb (a few KiB that inflate to gigabytes). Up to
+    ``REDIRECT_BODY_BYTES`` are read as sent, so that the connection of a short one is
+    used again; a longer one's is closed."""
+    if not response.is_redirect:
+        return
+    with contextlib.suppress(*BODY_ERRORS):  # a body that breaks off is dropped all the same
+        response.raw.read(REDIRECT_BODY_BYTES, decode_content=False)
+    response.close()
 
 
 class DowngradeRefused(requests.RequestException):
