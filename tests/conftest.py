@@ -139,6 +139,28 @@ def run_python(
     return result.stdout
 
 
+# Loads a kernel in a new interpreter; prints how far its peak memory rose during the load,
+# and "loaded" or the class of the error the load raised.
+PEAK_RISE = """
+import resource, flashhub_kernels as fk, torch
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    fk.get_kernel({repo!r}, version=1)
+    outcome = "loaded"
+except ImportError as exc:
+    outcome = type(exc).__name__
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024, outcome)
+"""
+
+
+def load_peak_rise(repo: str) -> tuple[int, str]:
+    """Load version 1 of ``repo`` in a new interpreter (torch imported first): by how many
+    bytes its peak memory rose during the load, and ``"loaded"`` or the class name of the
+    ``ImportError`` it raised."""
+    rise, outcome = run_python(PEAK_RISE.format(repo=repo), fresh=True).split()
+    return int(rise), outcome
+
+
 # Offline, has_kernel then get_kernel in a new process: what each returns, or raises.
 HAS_THEN_GET = """
 import flashhub_kernels as fk

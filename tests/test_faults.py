@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import NOBODY, MakeCdn, free_port, needs_root, plant_partial, run_python
+from conftest import (
+    NOBODY,
+    MakeCdn,
+    free_port,
+    load_peak_rise,
+    needs_root,
+    plant_partial,
+    run_python,
+)
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.progress import Progress
 from flashhub_kernels._network.transport import Fetcher, warn_if_insecure
@@ -204,13 +212,6 @@ def test_a_redirect_to_a_location_with_a_space_is_followed(blob_kernel: CdnServe
     assert asked[:2] == [f"/{variants}", "/moved%20here.json"]
 
 
-# A child that loads the kernel and prints how far its peak memory rose during the load.
-PEAK_RISE = """
-import resource, flashhub_kernels as fk, torch
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-fk.get_kernel({repo!r}, version=1)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
-"""
 INFLATED = 1 << 30  # what the redirect's body holds, inflated or sent
 
 
@@ -223,7 +224,8 @@ def test_a_redirects_body_is_never_read_into_memory(blob_kernel: CdnServer, body
         blob_kernel.inject(BLOB_PATH, redirect(moved, bomb, {"Content-Encoding": "gzip"}))
     else:
         blob_kernel.inject(BLOB_PATH, endless(limit=INFLATED, status=302, location=moved))
-    rise = int(run_python(PEAK_RISE.format(repo=REPO), fresh=True))
+    rise, outcome = load_peak_rise(REPO)
+    assert outcome == "loaded"
     assert rise < 128 << 20, f"the load's peak memory rose by {rise >> 20} MiB"
     assert blob_kernel.gets("blob.bin") + blob_kernel.gets(".moved") == [
         f"/{BLOB_PATH}",

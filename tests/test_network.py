@@ -17,7 +17,7 @@ import pytest
 import urllib3.response
 
 import flashhub_kernels as fk
-from conftest import MakeCdn, plant_partial, run_python
+from conftest import MakeCdn, load_peak_rise, plant_partial, run_python
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
 from flashhub_kernels.errors import IntegrityError, TransportError
@@ -26,6 +26,7 @@ from support.cdn_server import (
     CdnServer,
     Fault,
     chunked,
+    compression_bomb,
     drop_after,
     is_guess,
     slowly,
@@ -168,6 +169,29 @@ def test_a_list_of_encodings_urllib3_cannot_decode_is_named(
         fk.get_kernel(REPO, version=1)
     assert f"Content-Encoding: {value}, which cannot be decoded here" in str(info.value)
     assert not (cache_dir / "kernels" / REPO / "v1" / VARIANT).exists()
+
+
+@pytest.mark.parametrize("path", [BLOB_PATH, f"{BUILD}/metadata.json"], ids=["file", "manifest"])
+def test_a_compression_bomb_is_cut_at_its_size_limit_in_bounded_memory(
+    cdn: CdnServer, cache_dir: Path, path: str
+) -> None:
+    # 1 MiB on the wire that inflates to 1 GiB: the decoded bytes stop at the size
+    # metadata.json lists for the file, at 1 MiB for the manifest, and no read inflates
+    # more than a chunk's worth at a time.
+    publish_blob_kernel(cdn.root, with_sizes=True)
+    bomb = compression_bomb(1 << 30)
+    cdn.inject(path, *[encoded_bomb(bomb)] * 8)
+    rise, outcome = load_peak_rise(REPO)
+    assert outcome == ("IntegrityError" if path == BLOB_PATH else "ManifestError")
+    assert rise < 128 << 20, f"the load's peak memory rose by {rise >> 20} MiB"
+    assert not (cache_dir / "kernels" / REPO / "v1" / VARIANT).exists()
+    cdn.faults.clear()
+    assert fk.get_kernel(REPO, version=1).marker() == "blob"  # the honest answer loads
+
+
+def encoded_bomb(bomb: bytes) -> Fault:
+    """``bomb`` in place of the file, sent with ``Content-Encoding: gzip``."""
+    return lambda handler, _body: handler.send_simple(200, bomb, {"Content-Encoding": "gzip"})
 
 
 # -- mirrors --------------------------------------------------------------------------------
