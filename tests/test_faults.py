@@ -738,6 +738,22 @@ def test_an_edge_that_caps_the_size_of_a_range_delivers_the_file_in_parts(
     ]
 
 
+@pytest.mark.parametrize("with_sizes", [True, False], ids=["sizes", "no-sizes"])
+def test_a_capped_range_of_unknown_total_continues_a_file_of_known_size(
+    cdn: CdnServer, with_sizes: bool
+) -> None:
+    write_blob_kernel(cdn.root, BLOB, with_sizes=with_sizes)
+    piece = 1 << 20
+    # As above, but each part's Content-Range is "bytes N-M/*": the total unknown.
+    cdn.inject(BLOB_PATH, drop_after(1000), *[capped_range(piece, total="*")] * 3)
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    continued = [f"bytes={offset}-" for offset in range(1000, len(BLOB), piece)]
+    # metadata.json's size is the total; without it, the part is taken for the rest of
+    # the file, which fails the digest and is fetched again whole.
+    expected = [None, *continued] if with_sizes else [None, continued[0], None]
+    assert ranges(cdn, "blob.bin") == expected
+
+
 # -- bounded transfers: FLASHHUB_MAX_FILE_BYTES when the manifest states no size -------------
 
 DOES_NOT_HANG = 60.0  # seconds; an endless body must be cut, not read to its end

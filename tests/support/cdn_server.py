@@ -512,10 +512,12 @@ def drop_every(n: int) -> Fault:
     return fault
 
 
-def capped_range(cap: int) -> Fault:
+def capped_range(cap: int, *, total: str | None = None) -> Fault:
     """Answer ``Range: bytes=N-`` with a ``206`` of at most ``cap`` bytes from byte N, its
-    ``Content-Range`` saying so (a gateway that caps the size of a range); a request
-    without ``Range`` gets the whole file. Inject it once per request it should answer."""
+    ``Content-Range`` saying so (a gateway that caps the size of a range), with ``total``
+    for the file's size (``*``: unknown, as a gateway streaming the file may say); a
+    request without ``Range`` gets the whole file. Inject it once per request it should
+    answer."""
 
     def fault(handler: CdnHandler, body: bytes) -> None:
         match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", ""))
@@ -524,7 +526,7 @@ def capped_range(cap: int) -> Fault:
             return
         start = int(match.group(1))
         part = body[start : start + cap]
-        content_range = f"bytes {start}-{start + len(part) - 1}/{len(body)}"
+        content_range = f"bytes {start}-{start + len(part) - 1}/{total or len(body)}"
         handler.send_simple(206, part, {"Content-Range": content_range})
 
     return fault

@@ -7,10 +7,11 @@ with backoff and ``Retry-After``):
   ``Range`` from the bytes already written; a ``200`` answer, or a ``206`` at another
   offset, restarts the file from zero. A ``206`` holding only part of the rest (its
   ``Content-Range`` ends before the file does: an edge that caps the size of a range)
-  is kept, and the rest asked for after it. ``MAX_RESUMES + 1`` attempts that get nowhere
-  fail the mirror; a resume that moves the file on at no less than
-  ``MIN_BYTES_PER_SECOND`` does not count, so a server that hangs up every few
-  kilobytes but honours ``Range`` still delivers the file;
+  is kept, and the rest asked for after it; a total of ``*`` is the size the manifest
+  states (without one, the part is taken for the rest, and the digest judges).
+  ``MAX_RESUMES + 1`` attempts that get nowhere fail the mirror; a resume that moves the
+  file on at no less than ``MIN_BYTES_PER_SECOND`` does not count, so a server that
+  hangs up every few kilobytes but honours ``Range`` still delivers the file;
 - a ``Content-Length`` that cannot complete the file (not the rest of the size the
   manifest states, or past ``FLASHHUB_MAX_FILE_BYTES``) is refused before the body
   is read, and a body is never written past that size (``WrongSize``);
@@ -75,7 +76,7 @@ _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
 # character at a time through an alternation (23 k instructions a URL, against 5 k).
 _SAFE = "[A-Za-z0-9._~!$&'()*+,;=:@/-]*"
 _PLAIN_URL = re.compile(rf"https?://[a-z0-9.:\[\]-]+(?:/{_SAFE}(?:%[0-9A-Fa-f]{{2}}{_SAFE})*)?")
-_CONTENT_RANGE = re.compile(r"bytes (\d{1,19})-(\d{1,19})/(\d{1,19})")
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,19})-(\d{1,19})/(\d{1,19}|\*)")  # *: total unknown
 # How one GET of a file ended: the file is complete; the body broke or ended short of
 # the file after continuing it where it stood (a 206 at the offset); or any other break
 # or restart.
@@ -246,7 +247,7 @@ class HttpMirror(Mirror):
                 writer.reset()  # a full body, or the wrong part: start over
                 if status != 200:
                     return "failed"
-            part = _short_part(response) if resumed else None
+            part = _short_part(response, writer.expected_size) if resumed else None
             end = _check_length(response, writer, part)
             try:
                 self._stream(response, writer, cancelled, end)
@@ -457,17 +458,21 @@ def _check_length(
     return writer.size + length
 
 
-def _short_part(response: requests.Response) -> tuple[int, int] | None:
+def _short_part(response: requests.Response, size: int | None) -> tuple[int, int] | None:
     """For a ``206`` continuing the file, whose ``Content-Range: bytes N-M/TOTAL`` ends
     before the file does (and agrees with its ``Content-Length``, if any): the size the
     file has once the part is in (M + 1), and TOTAL. ``None`` for the whole rest, and
-    for a range that says otherwise: the answer is then checked as the whole rest."""
+    for a range that says otherwise: the answer is then checked as the whole rest.
+
+    A TOTAL of ``*`` (unknown to the server) is the file's ``size``, where the manifest
+    states it; without one, the part is taken for the whole rest, and the digest judges."""
     match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
     if match is None:
         return None
-    start, last, total = map(int, match.groups())
+    start, last = int(match[1]), int(match[2])
+    total = size if match[3] == "*" else int(match[3])
     length = _content_length(response)
-    if not start <= last < total - 1 or length not in (None, last + 1 - start):
+    if total is None or not start <= last < total - 1 or length not in (None, last + 1 - start):
         return None
     return last + 1, total
 
