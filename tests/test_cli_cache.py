@@ -181,6 +181,34 @@ def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer, cache_d
     assert (version_dir / UNIVERSAL).is_dir()
 
 
+def test_cache_prune_removes_a_neighbours_symlinks_named_as_leftovers_not_what_they_reach(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    # In a cache a group shares, a member may plant symlinks to another member's files
+    # under the names of a download's leftovers (the group writes the version directory).
+    publish_tensor_tricks(cdn.root)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    version_dir = cache_dir / "kernels" / REPO / "v3"
+    outside = tmp_path / "project"
+    (outside / PY_PKG).mkdir(parents=True)
+    (outside / PY_PKG / "helpers.py").write_text("# the user's own work\n")
+    planted = [
+        version_dir / f".partial-{UNIVERSAL}",
+        version_dir / f".staging-{UNIVERSAL}.0123abcd.999999999.{os.uname().nodename}",
+        version_dir / f".trash-{UNIVERSAL}.0123abcd",
+    ]
+    for link in planted:
+        link.symlink_to(outside)
+
+    document = ok_json(flashhub("cache", "prune", "--json"))
+
+    assert sorted(document["stale_directories"]) == sorted(map(str, planted))
+    assert [link for link in planted if os.path.lexists(link)] == []
+    assert (outside / PY_PKG / "helpers.py").read_text() == "# the user's own work\n"
+    assert (version_dir / UNIVERSAL).is_dir()
+    assert ok_json(flashhub("cache", "prune", "--json"))["stale_directories"] == []
+
+
 def test_cache_prune_removes_a_dead_download_whose_pid_a_live_process_took(
     cdn: CdnServer, cache_dir: Path
 ) -> None:

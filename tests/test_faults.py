@@ -570,6 +570,12 @@ def test_a_kept_directory_leading_out_of_the_cache_has_nothing_moved_there(
     with pytest.raises(TransportError, match="broke off 6 times"):
         fk.get_kernel(REPO, version=1)
     assert list(elsewhere.iterdir()) == []
+    # The symlink made way for a directory of the cache, where the part received is kept
+    # for the next load to continue.
+    kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}"
+    assert not kept.is_symlink() and (kept / BLOB_DIGEST.hex()).stat().st_size == 1 << 20
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert ranges(blob_kernel, "blob.bin")[-1] == f"bytes={1 << 20}-"
 
 
 SWAP_AS_IT_MOVES = """

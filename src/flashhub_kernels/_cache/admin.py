@@ -8,6 +8,7 @@ any of this.
 from __future__ import annotations
 
 import contextlib
+import os
 import stat
 import time
 from collections.abc import Iterator
@@ -132,7 +133,8 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
                 continue
             for partial in version_dir.glob(f"{PARTIAL_PREFIX}*"):
                 remove_tree(partial)
-                gone.append(partial)
+                if not os.path.lexists(partial):
+                    gone.append(partial)
             leftovers = [
                 p
                 for p in version_dir.iterdir()
@@ -145,7 +147,7 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
             }
             for variant in sorted(variants):
                 remove_stale_staging(cache, info, variant, idle=True)
-            gone += [p for p in leftovers if not p.exists()]
+            gone += [p for p in leftovers if not os.path.lexists(p)]
     return gone, busy
 
 

@@ -292,7 +292,8 @@ def adopt_partials(
     kept = partial_dir(cache, info, variant)
     try:
         directory = _open_directory(kept)
-    except OSError:  # none kept, or a symlink
+    except OSError:  # none kept, or a symlink: it makes way for a directory of the cache
+        remove_tree(kept)
         return
     try:
         for relpath, digest in digests.items():
@@ -400,7 +401,16 @@ def _open_to_group(path: Path, bits: int) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    """Remove the directory ``path`` and all in it. Anything else under its name (a
+    symlink a member of a group sharing the cache planted there) is removed itself,
+    never followed."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+            return
+    except OSError:  # gone already, or not ours to remove
+        return
+    shutil.rmtree(path, ignore_errors=True)  # which refuses a directory swapped for a symlink
 
 
 @contextmanager
