@@ -483,7 +483,7 @@ def test_a_locked_load_from_a_copy_without_modification_times_names_the_offline_
     repaired = flashhub("cache", "verify", "--repair", env=offline)
     loaded = run_code(load, env={**os.environ, **offline}, cwd=project)
 
-    assert refused.returncode == 1 and "LockfileError" in refused.stderr
+    assert refused.returncode == 1 and "LockedVariantNotCachedError" in refused.stderr
     assert "was modified after it was verified" in refused.stderr
     assert "flashhub cache verify --repair" in refused.stderr
     assert downloaded.returncode == 1 and "flashhub cache verify --repair" in downloaded.stderr
