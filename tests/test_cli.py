@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +25,18 @@ from conftest import MakeCdn, assert_terminal_safe, run_python
 from flashhub_kernels._loading.version_info import _PARALLEL_HEADS
 from flashhub_kernels.cli import build_parser
 from support.cdn_server import CdnServer, drop_after, redirect
-from support.cli_runner import OFFLINE, flashhub, flashhub_kernel_load, ok_json, refused_offline
+from support.cli_runner import (
+    OFFLINE,
+    PYTHON_M_KERNEL_LOAD,
+    flashhub,
+    flashhub_child,
+    flashhub_kernel_load,
+    ok_json,
+    refused_offline,
+)
 from support.machines import CPU_BUILD, CUDA_MACHINE, OLD_CUDA_BUILD, run_as
-from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
+from support.preloaded import run_code
+from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks, write_project
 from support.trees import (
     ESCAPE,
     FORGED,
@@ -379,11 +390,57 @@ def test_cdn_url_and_cache_dir_options_override_the_environment(
     assert variants.returncode == 0, variants.stderr
 
 
+def test_errors_name_the_cdn_options_the_command_was_given(cdn: CdnServer, tmp_path: Path) -> None:
+    """Given ``--cdn-url`` (or the 0.1.2 script's ``--prefix``), the command ignores the
+    variables: an error that said to check ``FLASHHUB_CDN_URL`` sent the user to a setting
+    that played no part."""
+    publish_tensor_tricks(cdn.root)
+    project = write_project(tmp_path / "project", {REPO: "==1"})
+    assert flashhub("lock", project).returncode == 0
+    shutil.rmtree(cdn.root / f"kernels/{REPO}/v1")  # withdrawn after locking
+    given = ["--cdn-url", cdn.url]
+
+    unknown = flashhub_child("get", "acme/nope", "--version", "1", *given)
+    download = flashhub_child("download", project, *given)
+    script = run_code(
+        PYTHON_M_KERNEL_LOAD,
+        "acme/nope",
+        "--version",
+        "1",
+        *given,
+        "--prefix",
+        "kernels",
+        env=dict(os.environ),
+    )
+
+    assert unknown.returncode == 1
+    assert "hint: check the repo id, and --cdn-url / FLASHHUB_CDN_PREFIX" in unknown.stderr
+    assert download.returncode == 1
+    assert f"error: {REPO}@v1 " in download.stderr
+    assert "add a complete mirror to --cdn-url" in download.stderr
+    assert script.returncode == 1
+    assert "hint: check the repo id, and --cdn-url / --prefix" in script.stderr
+    assert "FLASHHUB_CDN_PREFIX" not in script.stderr
+    for result in (unknown, download, script):
+        assert "FLASHHUB_CDN_URL" not in result.stderr
+
+
 def test_a_malformed_cdn_url_option_is_a_usage_error() -> None:
     result = flashhub("get", REPO, "--version", "1", "--cdn-url", "http://host:notaport")
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert "hint: check the value of --cdn-url" in result.stderr
+
+
+def test_a_malformed_variable_beside_the_cdn_options_is_named_not_the_options() -> None:
+    options = ["--cdn-url", "http://127.0.0.1:9", "--cache-dir", "cache"]
+    env = {"FLASHHUB_READ_TIMEOUT": "-3"}
+    result = flashhub_child("get", REPO, "--version", "1", *options, env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: FLASHHUB_READ_TIMEOUT='-3' must be a positive number of seconds, at most a week",
+        "  hint: fix FLASHHUB_READ_TIMEOUT",
+    ]
 
 
 def test_version_option_prints_the_version() -> None:

@@ -94,6 +94,13 @@ sys.argv[0] = "flashhub"
 runpy.run_module("flashhub_kernels", run_name="__main__", alter_sys=True)
 """
 
+# `python -m flashhub_kernels.cli ARGS`, the 0.1.2 script as that release also ran it, likewise.
+PYTHON_M_KERNEL_LOAD = """
+import runpy, sys
+sys.argv[0] = "flashhub-kernel-load"
+runpy.run_module("flashhub_kernels.cli", run_name="__main__", alter_sys=True)
+"""
+
 
 def flashhub_child(*args: str | Path, env: Mapping[str, str] | None = None) -> CliResult:
     """``flashhub ARGS`` in a process of its own, forked with torch imported

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO, TypedDict, TypeGuard, TypeVar
 
-from .._config import get_config
+from .._config import get_config, normalize_prefix, parse_cdn_urls
 from .._loading.api import configure
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
@@ -214,29 +214,57 @@ def remote_arguments(parser: argparse.ArgumentParser) -> None:
     cache_dir_argument(parser)
 
 
-# The options that act as configure() does: argparse dest -> (setting, option). "cdn_prefix"
-# is the 0.1.2 script's --prefix (`flashhub publish --prefix` is a path in its output tree).
+def _unchecked(value: str) -> None:
+    pass
+
+
+class _Setting(Record):
+    """An option that acts as ``configure()`` does, in place of a variable."""
+
+    keyword: str  # configure()'s
+    option: str
+    variable: str
+    check: Callable[[str], object] = _unchecked  # raises ValueError for a malformed value
+
+
+# By argparse dest. "cdn_prefix" is the 0.1.2 script's --prefix (`flashhub publish --prefix`
+# is a path in its output tree).
 _SETTINGS = {
-    "cdn_url": ("cdn_url", "--cdn-url"),
-    "cdn_prefix": ("prefix", "--prefix"),
-    "cache_dir": ("cache_dir", "--cache-dir"),
+    "cdn_url": _Setting("cdn_url", "--cdn-url", "FLASHHUB_CDN_URL", parse_cdn_urls),
+    "cdn_prefix": _Setting("prefix", "--prefix", "FLASHHUB_CDN_PREFIX", normalize_prefix),
+    "cache_dir": _Setting("cache_dir", "--cache-dir", "FLASHHUB_CACHE_DIR"),
 }
+
+
+def _given_settings(args: argparse.Namespace) -> list[tuple[_Setting, str]]:
+    """The settings given as options, each with its value."""
+    return [
+        (setting, value)
+        for dest, setting in _SETTINGS.items()
+        if (value := getattr(args, dest, None)) is not None
+    ]
 
 
 def apply_settings(args: argparse.Namespace) -> None:
     """``configure()`` the settings given as options; the others stay as the environment
     sets them."""
-    given = {
-        dest: getattr(args, dest) for dest in _SETTINGS if getattr(args, dest, None) is not None
-    }
-    if not given:
-        return
-    try:
-        configure(**{_SETTINGS[dest][0]: value for dest, value in given.items()})
-    except ValueError as exc:  # its hint names the variable or configure(), not the option
-        message = exc.message if isinstance(exc, FlashhubError) else str(exc)
-        options = " and ".join(_SETTINGS[dest][1] for dest in given)
-        raise ConfigError(message, hint=f"check the value of {options}") from None
+    given = _given_settings(args)
+    for setting, value in given:
+        try:
+            setting.check(value)
+        except ValueError as exc:  # its hint names the variable or configure(), not the option
+            message = exc.message if isinstance(exc, FlashhubError) else str(exc)
+            raise ConfigError(message, hint=f"check the value of {setting.option}") from None
+    if given:  # a malformed variable fails here, with its own hint
+        configure(**{setting.keyword: value for setting, value in given})
+
+
+def in_command_terms(text: str, args: argparse.Namespace) -> str:
+    """``text`` (an error, a hint) naming the options the command was given where it names
+    the variables they replace: the library's messages name the variables."""
+    for setting, _value in _given_settings(args):
+        text = text.replace(setting.variable, setting.option)
+    return text
 
 
 # --- output ------------------------------------------------------------------------------
@@ -375,12 +403,10 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
-    except ConfigError as exc:  # a malformed setting, e.g. FLASHHUB_CDN_URL
-        print_error(exc.message, exc.cli_hint or exc.hint)
-        return EXIT_USAGE
-    except FlashhubError as exc:
-        print_error(exc.message, _naming_options(exc.cli_hint or exc.hint, args))
-        return EXIT_FAILURE
+    except FlashhubError as exc:  # ConfigError: a malformed setting, e.g. FLASHHUB_CDN_URL
+        hint = exc.cli_hint or exc.hint
+        print_error(in_command_terms(exc.message, args), hint and in_command_terms(hint, args))
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
     except ValueError as exc:  # a malformed argument or setting (LOCAL_KERNELS, trusted keys)
         if _unprintable_output(exc):
             print_error(
@@ -394,14 +420,6 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     except OSError as exc:
         print_error(str(exc), None)
         return EXIT_FAILURE
-
-
-def _naming_options(hint: str | None, args: argparse.Namespace) -> str | None:
-    """``hint`` naming ``--cache-dir`` where the command was given it, not the variable
-    the library's hints name (its ``cli_hint`` names the other options already)."""
-    if hint is None or getattr(args, "cache_dir", None) is None:
-        return hint
-    return hint.replace("FLASHHUB_CACHE_DIR", "--cache-dir")
 
 
 class _SigtermInterrupts:

@@ -12,6 +12,7 @@ from ._common import (
     EXIT_OK,
     Command,
     count,
+    in_command_terms,
     json_argument,
     print_json,
     project_argument,
@@ -101,12 +102,14 @@ def _download(args: argparse.Namespace) -> int:
     system = target_system_of(args) if chooses else None
     lock = project_lockfile(args.project_dir)
     results = download_locked(lock, all_variants=args.all_variants, system=system)
+    errors = [r.cli_error and in_command_terms(r.cli_error, args) for r in results]
     if args.json:
-        print_json({"lockfile": lock.source, "results": [r.to_dict() for r in results]})
-    for result in results:
+        documents = [{**r.to_dict(), "error": e} for r, e in zip(results, errors, strict=True)]
+        print_json({"lockfile": lock.source, "results": documents})
+    for result, error in zip(results, errors, strict=True):
         where = f"{result.repo_id}@v{result.version} {result.variant or '(no variant)'}"
-        if result.cli_error is not None:
-            print(f"error: {where}: {result.cli_error}", file=sys.stderr)
+        if error is not None:
+            print(f"error: {where}: {error}", file=sys.stderr)
         elif not args.json:
             print(f"{result.status:<10} {where}  {result.path}")
     if get_config().offline and not args.json:
