@@ -188,6 +188,36 @@ def test_a_timeout_that_is_no_finite_number_of_seconds_names_its_variable(
     assert cdn.requests == []
 
 
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("FLASHHUB_OFFLINE", "maybe"),
+        ("FLASHHUB_REQUIRE_SIGNATURES", "enabled"),
+        ("FLASHHUB_CACHE_SHARED", "group"),
+        ("FLASHHUB_NO_VERSION_CHECK", "y"),
+        ("FLASHHUB_DISABLE_PROGRESS_BARS", "2"),
+    ],
+)
+def test_a_switch_set_to_neither_on_nor_off_names_its_variable(
+    cdn: CdnServer, name: str, raw: str
+) -> None:
+    """Read as off, ``FLASHHUB_OFFLINE=maybe`` went to the network and
+    ``FLASHHUB_REQUIRE_SIGNATURES=enabled`` loaded an unsigned kernel, without a word."""
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)  # cached: nothing but the setting stands in the way
+    cdn.clear_log()
+
+    raised, printed = import_in_child(MODULE, env={name: raw})
+    result = cli_runner.flashhub("get", REPO, "--version", "1", env={name: raw})
+
+    assert issubclass(raised, ConfigError) and issubclass(raised, ImportError)
+    assert f"{name}={raw!r} must be 1 (or true, yes, on) to turn it on, or 0" in printed
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"error: {name}={raw!r} must be 1 ")
+    assert result.stderr.endswith(f"\n  hint: fix {name}, or unset it\n")
+    assert cdn.requests == []
+
+
 def test_a_max_file_bytes_past_what_int_parses_names_its_variable(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1)
     raw = "9" * 5000  # digits only, past the 4,300 that int() parses

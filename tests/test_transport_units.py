@@ -289,6 +289,22 @@ def test_timeouts_from_the_environment(
 
 
 @pytest.mark.parametrize(
+    "raw, expected",
+    [
+        *[("1", True), ("TRUE", True), (" yes ", True), ("on", True)],
+        *[("", False), ("0", False), ("False", False), ("no", False), ("off", False)],
+    ],
+)
+def test_switches_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: bool
+) -> None:
+    monkeypatch.setenv("FLASHHUB_OFFLINE", raw)
+    monkeypatch.setenv("FLASHHUB_DISABLE_PROGRESS_BARS", raw)
+    config = get_config()
+    assert (config.offline, config.progress_bars) == (expected, not expected)
+
+
+@pytest.mark.parametrize(
     "name, raw, message",
     [
         ("FLASHHUB_LOCK_TIMEOUT", "-1", "must be zero or more seconds"),

@@ -30,6 +30,7 @@ DEFAULT_READ_TIMEOUT = 60.0
 DEFAULT_MAX_FILE_BYTES = 32 << 30
 
 _TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
 # The object stores a CDN URL may name, read through fsspec (the s3 extra for s3://).
 OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss")
 _CDN_SCHEMES = ("https://", "http://", "file://", *(f"{s}://" for s in OBJECT_STORE_SCHEMES))
@@ -188,6 +189,21 @@ def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
+def _env_switch(name: str) -> bool:
+    """:func:`env_flag`, for a setting of this library: any value but those that turn it
+    on, or 0, false, no and off, is refused. Taken as off, a typo would fetch
+    (``FLASHHUB_OFFLINE=y``) or load unsigned kernels (``FLASHHUB_REQUIRE_SIGNATURES=enabled``)
+    without a word."""
+    raw = os.environ.get(name, "")
+    if raw.strip().lower() not in _TRUE | _FALSE:
+        raise config_error(
+            f"{name}={raw!r} must be 1 (or true, yes, on) to turn it on, "
+            "or 0 (or false, no, off) to turn it off",
+            hint=f"fix {name}, or unset it",
+        )
+    return env_flag(name)
+
+
 def _env_seconds(name: str, *, zero_ok: bool = False) -> float | None:
     """The number of seconds ``name`` is set to, or ``None`` when it is unset or empty."""
     raw = os.environ.get(name, "").strip()
@@ -239,16 +255,16 @@ def get_config(*, project_dir: Path | None = None) -> Config:
         cdn_urls=parse_cdn_urls(str(cdn_url)),
         prefix=normalize_prefix(str(prefix)),
         cache_dir=cache_root(),
-        offline=env_flag("FLASHHUB_OFFLINE"),
-        progress_bars=not env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),
+        offline=_env_switch("FLASHHUB_OFFLINE"),
+        progress_bars=not _env_switch("FLASHHUB_DISABLE_PROGRESS_BARS"),
         connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT") or DEFAULT_CONNECT_TIMEOUT,
         read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT") or DEFAULT_READ_TIMEOUT,
         lock_timeout=_env_seconds("FLASHHUB_LOCK_TIMEOUT", zero_ok=True),
         max_file_bytes=_env_bytes("FLASHHUB_MAX_FILE_BYTES") or DEFAULT_MAX_FILE_BYTES,
-        cache_shared=env_flag("FLASHHUB_CACHE_SHARED"),
-        version_check=not env_flag("FLASHHUB_NO_VERSION_CHECK"),
+        cache_shared=_env_switch("FLASHHUB_CACHE_SHARED"),
+        version_check=not _env_switch("FLASHHUB_NO_VERSION_CHECK"),
         trusted_keys=trusted_keys(project_dir or Path()),
-        require_signatures=env_flag(REQUIRE_SIGNATURES_VAR),
+        require_signatures=_env_switch(REQUIRE_SIGNATURES_VAR),
     )
 
 
