@@ -31,6 +31,7 @@ from support.cli_runner import (
     flashhub,
     flashhub_child,
     flashhub_kernel_load,
+    flashhub_process,
     ok_json,
     refused_offline,
 )
@@ -452,18 +453,24 @@ def test_version_option_prints_the_version() -> None:
 # -- usage, help, and the 0.1.2 script ------------------------------------------------------
 
 
-COMMANDS = [
-    ["lock"],
-    ["download"],
-    ["variants"],
-    ["info"],
-    ["get"],
-    ["cache"],
-    ["cache", "list"],
-    ["describe-api"],
-    ["cache", "verify"],
-    ["cache", "prune"],
-    ["cache", "clear"],
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The commands of ``parser`` by name, each once (an alias, ``cache ls``, left out)."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    names: dict[int, str] = {}
+    for name, sub in actions[0].choices.items() if actions else ():
+        names.setdefault(id(sub), name)  # its name comes before its aliases
+    return {name: actions[0].choices[name] for name in names.values()}
+
+
+# Every command that takes options, as its words: ["get"], ["cache", "list"], ...
+LEAF_COMMANDS = [
+    [name, *action]
+    for name, parser in subcommands(build_parser()).items()
+    for action in [[action] for action in subcommands(parser)] or [[]]
+]
+# ... and the groups of actions (["cache"]).
+COMMANDS = LEAF_COMMANDS + [
+    [name] for name, p in subcommands(build_parser()).items() if subcommands(p)
 ]
 
 
@@ -472,15 +479,6 @@ def test_every_command_has_help(command: list[str]) -> None:
     result = flashhub(*command, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith(f"usage: flashhub {' '.join(command)}")
-
-
-def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    """The commands of ``parser`` by name, each once (an alias, ``cache ls``, left out)."""
-    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    names: dict[int, str] = {}
-    for name, sub in actions[0].choices.items() if actions else ():
-        names.setdefault(id(sub), name)  # its name comes before its aliases
-    return {name: actions[0].choices[name] for name in names.values()}
 
 
 OPTION = r"--[a-z][a-z-]*(?:\s+[A-Z][A-Z0-9_./]*)?"  # and the word for its value: --system NAME
@@ -500,14 +498,9 @@ def test_docs_cli_md_names_every_option_of_every_command_and_no_other() -> None:
     word ``--help`` shows for its value."""
     text = re.sub(r"```.*?```", "", (DOCS / "cli.md").read_text(), flags=re.DOTALL)
     synopses = [synopsis.split() for synopsis in re.findall(r"`flashhub ([^`]*)`", text)]
-    commands = [
-        f"{name} {action}".strip()
-        for name, parser in subcommands(build_parser()).items()
-        for action in subcommands(parser) or [""]
-    ]
     gaps = {}
-    for command in commands:
-        words = command.split()
+    for words in LEAF_COMMANDS:
+        command = " ".join(words)
         documented = {
             option
             for synopsis in synopses
@@ -540,6 +533,14 @@ def test_bad_usage_exits_2(args: list[str]) -> None:
     assert result.returncode == 2
     assert "usage: flashhub" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_flashhub_alone_prints_its_help_as_a_usage_error() -> None:
+    result = flashhub_process()
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("usage: flashhub ")
+    listed = {line.split()[0] for line in result.stderr.splitlines() if line.startswith("    ")}
+    assert {words[0] for words in COMMANDS} <= listed
 
 
 @pytest.mark.parametrize(
@@ -593,14 +594,28 @@ def test_kernel_load_usage_errors() -> None:
 HEAVY_FOR_THE_CLI = ("torch", "requests", "http.client")
 
 
-def test_cli_help_imports_neither_torch_nor_requests() -> None:
-    code = (
-        "import sys\nfrom flashhub_kernels.cli import main\n"
-        "try:\n    main(['cache', '--help'])\nexcept SystemExit:\n    pass\n"
-        f"print(sorted(set({HEAVY_FOR_THE_CLI!r}) & set(sys.modules)))"
-    )
+# Each of argv[2:] is a command line (JSON); after its --help, the heavy modules (argv[1])
+# imported so far. The help itself is printed into a buffer.
+HELP_IMPORTS = """
+import contextlib, io, json, sys
+from flashhub_kernels.cli import kernel_load_main, main
+heavy = set(json.loads(sys.argv[1]))
+for argv in map(json.loads, sys.argv[2:]):
+    run = kernel_load_main if argv[0] == "flashhub-kernel-load" else main
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = run([*argv[1:], "--help"])
+    print(json.dumps([argv, code, sorted(heavy & set(sys.modules))]))
+"""
+
+
+def test_the_help_of_every_command_imports_neither_torch_nor_requests() -> None:
+    every = [["flashhub"], *(["flashhub", *words] for words in COMMANDS), ["flashhub-kernel-load"]]
+    args = [json.dumps(argv) for argv in [HEAVY_FOR_THE_CLI, *every]]
     # A fresh interpreter: this one has imported torch and requests long since.
-    assert run_python(code, fresh=True).strip().splitlines()[-1] == "[]"
+    result = run_code(HELP_IMPORTS, *args, env=dict(os.environ), fresh=True)
+    assert result.returncode == 0, result.stderr
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    assert printed == [[argv, 0, []] for argv in every]
 
 
 def test_cli_help_imports_no_command_module_and_a_command_only_its_own() -> None:
