@@ -3,12 +3,16 @@ a second process waiting for the download mutex another one holds."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import pty
 import re
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -571,6 +575,82 @@ def test_ctrl_c_in_flashhub_get_prints_the_message_only_and_exits_130(
     assert len(err.splitlines()) <= 2, err
     assert out == ""
     assert process.returncode == 130
+
+
+def on_a_terminal(output: str) -> list[str]:
+    """The lines a terminal shows once ``output`` is written to it: a carriage return
+    goes back to the start of the line, whose characters the next ones overwrite."""
+    lines: list[str] = []
+    line: list[str] = []
+    column = 0
+    for char in output:
+        if char == "\n":
+            lines.append("".join(line).rstrip())
+            line, column = [], 0
+        elif char == "\r":
+            column = 0
+        else:
+            line[column : column + 1] = [char]
+            column += 1
+    return [*lines, "".join(line).rstrip()]
+
+
+def test_ctrl_c_in_flashhub_get_on_a_terminal_leaves_one_line_and_the_next_run_completes(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """At a terminal the download draws a progress bar; after Ctrl-C the screen shows the
+    message alone on its line, no bar nor traceback, and the next run fetches the rest."""
+    big_kernel.inject(BIG_PATH, slowly(60, pieces=120))  # a bar appears after a second
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k != "FLASHHUB_DISABLE_PROGRESS_BARS"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flashhub_kernels", "get", REPO, "--version", "1"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env={**env, "PYTHONWARNINGS": "ignore"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    os.close(terminal)
+    shown = b""
+    try:
+        while b"%|" not in shown and (chunk := _read(controller)):
+            shown += chunk
+        process.send_signal(signal.SIGINT)
+        while chunk := _read(controller):
+            shown += chunk
+        assert process.wait(timeout=30) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(controller)
+    *_, message, after = on_a_terminal(shown.decode())
+    assert message == (
+        f"the download of {REPO}@v1 {VARIANT} was interrupted; what arrived is kept, "
+        "and the next load continues from there"
+    ), shown
+    assert after == "" and "Traceback" not in shown.decode()
+    kept = partial_size(cache_dir, hashlib.sha256(BIG).hexdigest())
+    assert 0 < kept < len(BIG)
+
+    big_kernel.faults.clear()
+    big_kernel.clear_log()
+    again = flashhub("get", REPO, "--version", "1")
+    assert again.returncode == 0, again.stderr
+    assert (Path(again.stdout.strip()) / "tensor_tricks/big.bin").read_bytes() == BIG
+    first = next(r for r in big_kernel.requests if r.path.endswith("big.bin"))
+    assert first.range == f"bytes={kept}-"
+    assert flashhub("cache", "verify").returncode == 0
+
+
+def _read(controller: int) -> bytes:
+    """What the program wrote to the terminal since; ``b""`` once it has closed it."""
+    try:
+        return os.read(controller, 1 << 16)
+    except OSError:  # EIO: every end of the terminal closed
+        return b""
 
 
 def test_sigterm_in_flashhub_download_stops_it_as_ctrl_c_does_and_exits_143(
