@@ -637,11 +637,13 @@ def test_ctrl_c_in_flashhub_get_on_a_terminal_leaves_one_line_and_the_next_run_c
 
     big_kernel.faults.clear()
     big_kernel.clear_log()
-    again = flashhub("get", REPO, "--version", "1")
+    again = flashhub("-v", "get", REPO, "--version", "1")
     assert again.returncode == 0, again.stderr
     assert (Path(again.stdout.strip()) / "tensor_tricks/big.bin").read_bytes() == BIG
     first = next(r for r in big_kernel.requests if r.path.endswith("big.bin"))
     assert first.range == f"bytes={kept}-"
+    resumed = f"{REPO}/v1/build/{VARIANT}/tensor_tricks/big.bin: continuing from byte {kept}"
+    assert resumed in again.stderr
     assert flashhub("cache", "verify").returncode == 0
 
 

@@ -256,6 +256,12 @@ class Fetcher:
                 return writer.size  # the kept part was the whole file
             if writer.limit is not None and writer.size >= writer.limit:
                 writer.reset()  # as long as the file may be, and not it: start over
+            if writer.size:
+                logger.info(
+                    "%s: continuing from byte %d, kept by an interrupted download",
+                    relpath,
+                    writer.size,
+                )
             self._download_verified(relpath, writer, digest, cancelled)
         except IntegrityError:
             writer.close()
