@@ -14,6 +14,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import MakeCdn, StartProxy, free_port, import_in_child, run_python
+from flashhub_kernels._utils.urls import redact_url
 from flashhub_kernels.errors import ConfigError, TransportError
 from support import cli_runner
 from support.cdn_server import CdnServer, redirect
@@ -285,4 +286,32 @@ def test_a_proxy_password_that_is_not_percent_encoded_is_refused_unseen(
     assert "http://user:****@127.0.0.1:3128" in str(info.value)
     assert "percent-encode" in str(info.value) and "http_proxy" in str(info.value)
     assert "Pr/xy" not in str(info.value) and PROXY_SECRET not in str(info.value)
+    assert cdn.requests == []
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [
+        (f"http://user:{PROXY_SECRET}@[::1:3128", "is malformed: its host is neither"),
+        (f"http://user:{PROXY_SECRET}@proxy:port", "has an invalid port"),
+        ("http://proxy:99999", "has an invalid port"),
+    ],
+    ids=["open-bracket", "port-word", "port-out-of-range"],
+)
+def test_a_proxy_whose_host_or_port_does_not_parse_is_a_config_error(
+    cdn: CdnServer, written: str, why: str
+) -> None:
+    """An open IPv6 bracket escaped a load as Python's bare ``ValueError: Invalid IPv6
+    URL``, naming no setting (no ImportError for an ``import``), and a port that is no
+    number failed as the proxy being down."""
+    env = {"http_proxy": written}
+    write_kernel(cdn.root, REPO, 1)
+    raised, printed = import_in_child("flashhub.acme.tensor_tricks.v1", env=env)
+    command = cli_runner.flashhub("get", REPO, "--version", "1", env=env)
+    assert raised is ConfigError
+    assert command.returncode == 2 and command.stdout == ""
+    for shown in (printed, command.stderr):
+        assert f"the proxy {redact_url(written)!r} {why}" in shown
+        assert "hint: fix https_proxy / http_proxy / all_proxy" in shown
+        assert PROXY_SECRET not in shown
     assert cdn.requests == []

@@ -50,6 +50,7 @@ from .._utils.urls import (
     redact_queries,
     redact_url,
     split_credentials,
+    split_url,
 )
 from ..errors import TransportError
 
@@ -245,9 +246,19 @@ def _proxy_url(proxy: str) -> str:
     ``http://user:pw@proxy:3128``, as curl reads it. (requests would take ``user`` for
     the scheme and fail, quoting the setting, password and all.)"""
     url = proxy if "://" in proxy else f"http://{proxy}"
-    if has_unencoded_credentials(url) or read_two_ways(url):
+    if has_unencoded_credentials(url) or read_two_ways(url) or not _host_and_port_parse(url):
         raise malformed_url_error(url, "the proxy", PROXY_SETTINGS)
     return url
+
+
+def _host_and_port_parse(url: str) -> bool:
+    """Whether the host (an IPv6 address's brackets closed) and the port of ``url`` parse:
+    else requests fails on it, or a message that shows it does."""
+    try:
+        split_url(url).port  # noqa: B018  # parses the port, or raises
+    except ValueError:
+        return False
+    return True
 
 
 def _check_socks_support(proxy: str | None) -> None:
