@@ -33,7 +33,7 @@ from flashhub_kernels._signing.trusted_keys import (
 )
 from flashhub_kernels._utils.pyproject import read_trusted_keys
 from flashhub_kernels.errors import ConfigError, PublishError
-from support.cli_runner import flashhub, ok_json
+from support.cli_runner import flashhub, flashhub_child, ok_json
 from support.preloaded import run_code
 
 # RFC 8032, section 7.1, test 1: a seed and the public key it gives.
@@ -313,6 +313,19 @@ def test_a_bad_entry_names_the_source_and_the_entry(entry: str, says: str) -> No
     message = str(raised.value)
     assert message.startswith("FLASHHUB_TRUSTED_KEYS: entry ")
     assert repr(entry) in message
+    assert raised.value.hint == "fix FLASHHUB_TRUSTED_KEYS"
+
+
+def test_flashhub_given_a_malformed_trusted_key_says_which_setting_to_fix() -> None:
+    result = flashhub_child(
+        "get", "acme/relu", "--version", "1", env={"FLASHHUB_TRUSTED_KEYS": "ssh-rsa"}
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        "error: FLASHHUB_TRUSTED_KEYS: entry 'ssh-rsa' must be flashhub-ed25519:<base64> or "
+        "<org>:flashhub-ed25519:<base64>",
+        "  hint: fix FLASHHUB_TRUSTED_KEYS",
+    ]
 
 
 def test_a_private_key_among_trusted_keys_is_refused_without_echoing_it() -> None:

@@ -109,7 +109,7 @@ class TrustedKey(Record):
         return any(module_segment(scoped) == wanted for scoped in self.orgs)
 
 
-def _refused(message: str, *, hint: str | None = None) -> ConfigError:
+def _refused(message: str, *, hint: str) -> ConfigError:
     """A :class:`~flashhub_kernels.errors.ConfigError`: the errors are imported only when
     a list of keys is wrong, not by every load that parses a right one."""
     from ..errors import ConfigError
@@ -130,7 +130,8 @@ def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
         # Never echo it: it is a secret that ended up in the wrong place.
         raise _refused(
             f"{source} holds a private key (flashhub-ed25519-private:...); trusted keys are "
-            "public keys (flashhub-ed25519:...): remove it, and treat that key as leaked"
+            "public keys (flashhub-ed25519:...): remove it, and treat that key as leaked",
+            hint=f"fix {source}",
         )
     shown = repr(entry if len(entry) <= 120 else entry[:117] + "...")
     org: str | None = None
@@ -143,18 +144,21 @@ def _parse_entry(entry: str, source: str) -> tuple[bytes, str | None]:
             raise _refused(
                 f"{source}: entry {shown} is neither {KEY_PREFIX}<base64> nor "
                 f"<org>:{KEY_PREFIX}<base64> with an org that starts with a letter or '_' and "
-                "holds only letters, digits, '-' and '_'"
+                "holds only letters, digits, '-' and '_'",
+                hint=f"fix {source}",
             ) from None
         if not key_text.startswith(KEY_PREFIX):
             raise _refused(
                 f"{source}: entry {shown} must be {KEY_PREFIX}<base64> or "
-                f"<org>:{KEY_PREFIX}<base64>"
+                f"<org>:{KEY_PREFIX}<base64>",
+                hint=f"fix {source}",
             )
     raw = decode_base64(key_text.removeprefix(KEY_PREFIX), _PUBLIC_KEY_BYTES)
     if raw is None:
         raise _refused(
             f"{source}: entry {shown} is not a public key: the part after {KEY_PREFIX!r} must "
-            f"be standard base64 of {_PUBLIC_KEY_BYTES} bytes, as `flashhub keygen` prints it"
+            f"be standard base64 of {_PUBLIC_KEY_BYTES} bytes, as `flashhub keygen` prints it",
+            hint=f"fix {source}",
         )
     return raw, org
 
@@ -233,7 +237,8 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
     if KEY_PREFIX not in text and (os.sep in text or "/" in text):
         raise _refused(
             f"{source}: {text!r} is neither an existing file nor a list of "
-            f"{KEY_PREFIX}<base64> keys"
+            f"{KEY_PREFIX}<base64> keys",
+            hint=f"fix {source}: the path of a file of keys, or the keys themselves",
         )
     keys = parse_trusted_keys(text, source=source)
     if not keys:
@@ -248,7 +253,10 @@ def _read_keys_file(path: str, source: str) -> str:
             st = os.fstat(f.fileno())
             data = f.read().removeprefix("\ufeff")  # the BOM of a file saved by Notepad
     except (OSError, UnicodeDecodeError) as exc:
-        raise _refused(f"{source}: cannot read the trusted keys file {path}: {exc}") from None
+        raise _refused(
+            f"{source}: cannot read the trusted keys file {path}: {exc}",
+            hint=f"make the file readable, or fix {source}",
+        ) from None
     if os.name != "posix":
         return data
     mode = stat.S_IMODE(st.st_mode)

@@ -34,7 +34,9 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     try:
         keys = lookup(load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")
     except OSError as exc:
-        raise ConfigError(f"cannot read the trusted keys in {path}: {exc}") from None
+        raise ConfigError(
+            f"cannot read the trusted keys in {path}: {exc}", hint="make the file readable"
+        ) from None
     except LockfileError as exc:  # no TOML parser: Python 3.10 without tomli
         message = f"cannot read the trusted keys in {path}: {exc.message}"
         raise ConfigError(message, hint=exc.hint) from None
@@ -55,8 +57,8 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
         )
     try:
         parsed = parse_trusted_keys("\n".join(keys), source=source)
-    except ValueError as exc:
-        raise ConfigError(str(exc), hint=fix) from None
+    except ConfigError as exc:  # its hint names the source; this one says where it is
+        raise ConfigError(exc.message, hint=fix) from None
     if not parsed:
         raise no_key_error(source, "remove the setting")
     return parsed
