@@ -27,7 +27,7 @@ from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
 from support.cli_runner import PYTHON_M_FLASHHUB, flashhub, ok_json
 from support.preloaded import Child, appears, run_code, start_code, stderr_into, written
-from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks
+from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks, write_project
 from support.trees import (
     MIB_BLOB,
     kernel_files,
@@ -693,6 +693,33 @@ def test_cache_maintenance_on_a_read_only_cache_says_it_cannot_write(
     assert "a download is in progress" not in result.stdout
     assert "error: cannot write " in result.stderr and str(entry.parent) in result.stderr
     assert entry.is_dir()
+
+
+@pytest.mark.parametrize("command", [["get", REPO, "--version", "2"], ["download", "."]])
+def test_a_download_into_a_read_only_cache_says_it_cannot_write_and_changes_nothing(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """As a cache baked into an image, read-only, is to a job that asks for one more
+    kernel: an error naming the option given, no traceback, and the cache as it was."""
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    assert flashhub("get", REPO, "--version", "1").returncode == 0
+    write_project(tmp_path, {REPO: "==2"})
+    assert flashhub("lock", tmp_path).returncode == 0
+    before = sorted(str(path) for path in cache_dir.rglob("*"))
+    with _read_only(cache_dir):
+        result = _unprivileged(
+            f"import os; os.chdir({str(tmp_path)!r})\n" + PYTHON_M_FLASHHUB,
+            *command,
+            "--cache-dir",
+            str(cache_dir),
+            "--json",
+        )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith(f"error: cannot write {cache_dir}/")
+    assert "point --cache-dir elsewhere" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(str(path) for path in cache_dir.rglob("*")) == before
+    assert flashhub("cache", "verify").returncode == 0
 
 
 @pytest.mark.parametrize("private", ["", "kernels/acme"], ids=["root", "org"])
