@@ -15,12 +15,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO, TypedDict, TypeGuard, TypeVar
 
-from .._config import get_config, normalize_prefix, parse_cdn_urls
-from .._loading.api import configure
+from .._config import get_config
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.escaping import escape_controls, escape_message
 from ..errors import ConfigError, FlashhubError, LockfileError
+from ._settings import apply_settings, in_command_terms
 
 if TYPE_CHECKING:
     from .._cache.layout import Cache
@@ -212,59 +212,6 @@ def remote_arguments(parser: argparse.ArgumentParser) -> None:
     """``--cdn-url`` and ``--cache-dir``, for a command that reads the CDN and the cache."""
     cdn_url_argument(parser)
     cache_dir_argument(parser)
-
-
-def _unchecked(value: str) -> None:
-    pass
-
-
-class _Setting(Record):
-    """An option that acts as ``configure()`` does, in place of a variable."""
-
-    keyword: str  # configure()'s
-    option: str
-    variable: str
-    check: Callable[[str], object] = _unchecked  # raises ValueError for a malformed value
-
-
-# By argparse dest. "cdn_prefix" is the 0.1.2 script's --prefix (`flashhub publish --prefix`
-# is a path in its output tree).
-_SETTINGS = {
-    "cdn_url": _Setting("cdn_url", "--cdn-url", "FLASHHUB_CDN_URL", parse_cdn_urls),
-    "cdn_prefix": _Setting("prefix", "--prefix", "FLASHHUB_CDN_PREFIX", normalize_prefix),
-    "cache_dir": _Setting("cache_dir", "--cache-dir", "FLASHHUB_CACHE_DIR"),
-}
-
-
-def _given_settings(args: argparse.Namespace) -> list[tuple[_Setting, str]]:
-    """The settings given as options, each with its value."""
-    return [
-        (setting, value)
-        for dest, setting in _SETTINGS.items()
-        if (value := getattr(args, dest, None)) is not None
-    ]
-
-
-def apply_settings(args: argparse.Namespace) -> None:
-    """``configure()`` the settings given as options; the others stay as the environment
-    sets them."""
-    given = _given_settings(args)
-    for setting, value in given:
-        try:
-            setting.check(value)
-        except ValueError as exc:  # its hint names the variable or configure(), not the option
-            message = exc.message if isinstance(exc, FlashhubError) else str(exc)
-            raise ConfigError(message, hint=f"check the value of {setting.option}") from None
-    if given:  # a malformed variable fails here, with its own hint
-        configure(**{setting.keyword: value for setting, value in given})
-
-
-def in_command_terms(text: str, args: argparse.Namespace) -> str:
-    """``text`` (an error, a hint) naming the options the command was given where it names
-    the variables they replace: the library's messages name the variables."""
-    for setting, _value in _given_settings(args):
-        text = text.replace(setting.variable, setting.option)
-    return text
 
 
 # --- output ------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from ._common import (
     EXIT_OK,
     Command,
     count,
-    in_command_terms,
     json_argument,
     print_json,
     project_argument,
@@ -22,6 +21,7 @@ from ._common import (
     target_system_of,
     usage_checked,
 )
+from ._settings import in_command_terms
 
 
 def _variant_arg(value: str) -> str:

@@ -1,0 +1,66 @@
+"""The options that act as ``configure()`` does (``--cdn-url``, ``--cache-dir``, the 0.1.2
+script's ``--prefix``): applied for a command's run, and named in its messages in place of
+the variables they replace."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from .._config import normalize_prefix, parse_cdn_urls
+from .._loading.api import configure
+from .._models.record import Record
+from ..errors import ConfigError, FlashhubError
+
+
+def _unchecked(value: str) -> None:
+    pass
+
+
+class _Setting(Record):
+    """An option that acts as ``configure()`` does, in place of a variable."""
+
+    keyword: str  # configure()'s
+    option: str
+    variable: str
+    check: Callable[[str], object] = _unchecked  # raises ValueError for a malformed value
+
+
+# By argparse dest. "cdn_prefix" is the 0.1.2 script's --prefix (`flashhub publish --prefix`
+# is a path in its output tree).
+_SETTINGS = {
+    "cdn_url": _Setting("cdn_url", "--cdn-url", "FLASHHUB_CDN_URL", parse_cdn_urls),
+    "cdn_prefix": _Setting("prefix", "--prefix", "FLASHHUB_CDN_PREFIX", normalize_prefix),
+    "cache_dir": _Setting("cache_dir", "--cache-dir", "FLASHHUB_CACHE_DIR"),
+}
+
+
+def _given_settings(args: argparse.Namespace) -> list[tuple[_Setting, str]]:
+    """The settings given as options, each with its value."""
+    return [
+        (setting, value)
+        for dest, setting in _SETTINGS.items()
+        if (value := getattr(args, dest, None)) is not None
+    ]
+
+
+def apply_settings(args: argparse.Namespace) -> None:
+    """``configure()`` the settings given as options; the others stay as the environment
+    sets them."""
+    given = _given_settings(args)
+    for setting, value in given:
+        try:
+            setting.check(value)
+        except ValueError as exc:  # its hint names the variable or configure(), not the option
+            message = exc.message if isinstance(exc, FlashhubError) else str(exc)
+            raise ConfigError(message, hint=f"check the value of {setting.option}") from None
+    if given:  # a malformed variable fails here, with its own hint
+        configure(**{setting.keyword: value for setting, value in given})
+
+
+def in_command_terms(text: str, args: argparse.Namespace) -> str:
+    """``text`` (an error, a hint) naming the options the command was given where it names
+    the variables they replace: the library's messages name the variables."""
+    for setting, _value in _given_settings(args):
+        text = text.replace(setting.variable, setting.option)
+    return text
