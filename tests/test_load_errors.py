@@ -194,8 +194,6 @@ def test_a_timeout_that_is_no_finite_number_of_seconds_names_its_variable(
         ("FLASHHUB_OFFLINE", "maybe"),
         ("FLASHHUB_REQUIRE_SIGNATURES", "enabled"),
         ("FLASHHUB_CACHE_SHARED", "group"),
-        ("FLASHHUB_NO_VERSION_CHECK", "y"),
-        ("FLASHHUB_DISABLE_PROGRESS_BARS", "2"),
     ],
 )
 def test_a_switch_set_to_neither_on_nor_off_names_its_variable(

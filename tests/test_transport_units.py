@@ -304,6 +304,15 @@ def test_switches_from_the_environment(
     assert (config.offline, config.progress_bars) == (expected, not expected)
 
 
+def test_a_switch_of_what_shows_takes_any_other_value_as_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLASHHUB_DISABLE_PROGRESS_BARS", "2")
+    monkeypatch.setenv("FLASHHUB_NO_VERSION_CHECK", "please")
+    config = get_config()
+    assert config.progress_bars and config.version_check
+
+
 @pytest.mark.parametrize(
     "name, raw, message",
     [

@@ -190,8 +190,8 @@ def env_flag(name: str) -> bool:
 
 
 def _env_switch(name: str) -> bool:
-    """:func:`env_flag`, for a setting of this library: any value but those that turn it
-    on, or 0, false, no and off, is refused. Taken as off, a typo would fetch
+    """:func:`env_flag`, for a setting that changes what is fetched or trusted: any value
+    but those that turn it on, or 0, false, no and off, is refused. Taken as off, a typo would fetch
     (``FLASHHUB_OFFLINE=y``) or load unsigned kernels (``FLASHHUB_REQUIRE_SIGNATURES=enabled``)
     without a word."""
     raw = os.environ.get(name, "")
@@ -256,13 +256,13 @@ def get_config(*, project_dir: Path | None = None) -> Config:
         prefix=normalize_prefix(str(prefix)),
         cache_dir=cache_root(),
         offline=_env_switch("FLASHHUB_OFFLINE"),
-        progress_bars=not _env_switch("FLASHHUB_DISABLE_PROGRESS_BARS"),
+        progress_bars=not env_flag("FLASHHUB_DISABLE_PROGRESS_BARS"),  # what shows: never fails
         connect_timeout=_env_seconds("FLASHHUB_CONNECT_TIMEOUT") or DEFAULT_CONNECT_TIMEOUT,
         read_timeout=_env_seconds("FLASHHUB_READ_TIMEOUT") or DEFAULT_READ_TIMEOUT,
         lock_timeout=_env_seconds("FLASHHUB_LOCK_TIMEOUT", zero_ok=True),
         max_file_bytes=_env_bytes("FLASHHUB_MAX_FILE_BYTES") or DEFAULT_MAX_FILE_BYTES,
         cache_shared=_env_switch("FLASHHUB_CACHE_SHARED"),
-        version_check=not _env_switch("FLASHHUB_NO_VERSION_CHECK"),
+        version_check=not env_flag("FLASHHUB_NO_VERSION_CHECK"),
         trusted_keys=trusted_keys(project_dir or Path()),
         require_signatures=_env_switch(REQUIRE_SIGNATURES_VAR),
     )
