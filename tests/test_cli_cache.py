@@ -25,7 +25,7 @@ from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_
 from flashhub_kernels._cache.entries import CacheEntry
 from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
-from support.cli_runner import PYTHON_M_FLASHHUB, flashhub, ok_json
+from support.cli_runner import PYTHON_M_FLASHHUB, flashhub, flashhub_process, ok_json
 from support.preloaded import Child, appears, run_code, start_code, stderr_into, written
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks, write_project
 from support.trees import (
@@ -255,6 +255,7 @@ def test_cache_prune_removes_a_download_it_cannot_ask_about_once_idle_for_a_day(
 
 
 def test_cache_clear_with_nothing_cached_says_so_without_asking(cache_dir: Path) -> None:
+    cache_dir.mkdir()
     result = flashhub("cache", "clear")  # no --yes and no terminal: nothing to confirm
     document = ok_json(flashhub("cache", "clear", "--json"))
 
@@ -762,6 +763,40 @@ def test_cache_maintenance_on_a_file_in_place_of_the_cache_says_so(
     assert error == f"error: cannot read {not_a_cache}/kernels: {not_a_cache} is not a directory"
     assert hint == "  hint: point --cache-dir at the cache's directory"
     assert not_a_cache.read_bytes() == b"not a directory"
+
+
+@pytest.mark.parametrize("command", [["list"], ["verify"], ["verify", "--json"]])
+@pytest.mark.parametrize("given_as", ["--cache-dir", "FLASHHUB_CACHE_DIR"])
+def test_inspecting_a_cache_directory_that_does_not_exist_fails_naming_it(
+    tmp_path: Path, command: list[str], given_as: str
+) -> None:
+    """A mistyped cache path is no empty cache: ``cache verify`` passed a CI job that
+    checked nothing ("0 entries checked", status 0)."""
+    typo = tmp_path / "cahce"
+    if given_as == "--cache-dir":
+        result = flashhub_process("cache", *command, "--cache-dir", typo)
+    else:
+        result = flashhub_process("cache", *command, env={"FLASHHUB_CACHE_DIR": str(typo)})
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    error, hint = result.stderr.splitlines()
+    assert error == f"error: the cache directory {typo} does not exist"
+    assert hint.startswith(f"  hint: check the path in {given_as}, or load a kernel")
+    assert not typo.exists()
+
+
+@pytest.mark.parametrize("command", [["prune"], ["clear"], ["clear", "--yes"]])
+def test_prune_and_clear_of_a_cache_directory_that_does_not_exist_say_so_and_create_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """With nothing to remove they succeed, as on an empty cache, but name the path that
+    is not there, and neither create it nor ask to confirm."""
+    typo = tmp_path / "cahce"
+    result = flashhub("cache", *command, "--cache-dir", typo)
+    document = ok_json(flashhub("cache", *command, "--json", "--cache-dir", typo))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{typo} does not exist; nothing to remove\n"
+    assert document.get("removed") == []
+    assert not typo.exists()
 
 
 def test_a_read_only_copy_that_lost_its_modification_times_says_why_it_is_not_used(

@@ -380,6 +380,7 @@ def size_words(nbytes: int) -> list[str]:
 
 
 def test_cache_ls_of_an_empty_cache(cache_dir: Path) -> None:
+    cache_dir.mkdir()
     result = flashhub("cache", "ls")
     assert result.returncode == 0
     assert result.stdout == f"No cached kernel versions found in {cache_dir}.\n"

@@ -143,6 +143,28 @@ def _not_a_directory(path: Path) -> CacheError:
     )
 
 
+def is_absent(cache: Cache) -> bool:
+    """Whether nothing is at the cache's directory (a link to nothing included)."""
+    try:
+        os.stat(cache.root)
+    except FileNotFoundError:
+        return True
+    except OSError:  # there, but not to be looked at: check_readable says why
+        return False
+    return False
+
+
+def check_present(cache: Cache) -> None:
+    """Raise a :class:`CacheError` naming the cache's directory when it does not exist:
+    a mistyped path would otherwise list and verify as an empty cache, and pass."""
+    if is_absent(cache):
+        raise CacheError(
+            f"the cache directory {cache.root} does not exist",
+            hint="check the path in FLASHHUB_CACHE_DIR, or load a kernel "
+            "(`flashhub get ORG/PKG`) to create the cache",
+        )
+
+
 def untrusted_dirs(cache: Cache) -> list[tuple[Path, str]]:
     """Directories of the cache layout that a load would refuse to trust, and why:
     symlinks, and directories another user owns or may write."""

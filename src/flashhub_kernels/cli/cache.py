@@ -88,20 +88,35 @@ def _cache(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def _readable_cache() -> Cache:
+def _readable_cache(*, must_exist: bool) -> Cache:
     """The cache, once this user may list each directory above its entries (else a
-    CacheError says which it cannot read, with the chmod that opens it)."""
-    from .._cache.entries import check_readable
+    CacheError says which it cannot read, with the chmod that opens it), and, if
+    ``must_exist``, once its directory exists (else a CacheError names it): what inspects
+    the cache must not pass a mistyped path as an empty cache."""
+    from .._cache.entries import check_present, check_readable
 
     cache = local_cache()
+    if must_exist:
+        check_present(cache)
     check_readable(cache)
     return cache
+
+
+def _said_absent(cache: Cache, args: argparse.Namespace) -> bool:
+    """Whether the cache's directory does not exist and this printed so: prune and clear,
+    with nothing to remove, succeed (with ``--json``, with an empty report)."""
+    from .._cache.entries import is_absent
+
+    if args.json or not is_absent(cache):
+        return False
+    print(f"{shown(cache.root)} does not exist; nothing to remove")
+    return True
 
 
 def _cache_list(args: argparse.Namespace) -> int:
     from .._cache.listing import cached_versions
 
-    cache = _readable_cache()
+    cache = _readable_cache(must_exist=True)
     versions = cached_versions(cache)
     if args.json:
         print_json(
@@ -217,7 +232,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     from .._cache.entries import foreign_dirs, list_entries, untrusted_dirs
     from .._cache.verify import verify_entry
 
-    cache = _readable_cache()
+    cache = _readable_cache(must_exist=True)
     untrusted = untrusted_dirs(cache)
     foreign = foreign_dirs(cache)
     checked = [
@@ -300,7 +315,10 @@ def _cache_prune(args: argparse.Namespace) -> int:
     from .._cache.admin import prune
 
     lock = project_lockfile(args.keep_locked) if args.keep_locked is not None else None
-    report = prune(_readable_cache(), keep_locked=lock, force=args.force)
+    cache = _readable_cache(must_exist=False)
+    if _said_absent(cache, args):
+        return EXIT_OK
+    report = prune(cache, keep_locked=lock, force=args.force)
     if args.json:
         print_json(report.to_dict())
         return EXIT_OK
@@ -327,7 +345,9 @@ def _cache_clear(args: argparse.Namespace) -> int:
     from .._cache.admin import ClearReport, clear
     from .._cache.entries import list_entries
 
-    cache = _readable_cache()
+    cache = _readable_cache(must_exist=False)
+    if _said_absent(cache, args):
+        return EXIT_OK
     cached = len(list_entries(cache))
     if cached and not args.yes:  # with no kernel cached there is nothing to confirm
         if not sys.stdin.isatty():
