@@ -25,7 +25,14 @@ from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_
 from flashhub_kernels._cache.entries import CacheEntry
 from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
-from support.cli_runner import PYTHON_M_FLASHHUB, flashhub, flashhub_process, ok_json
+from support.cli_runner import (
+    PYTHON_M_FLASHHUB,
+    flashhub,
+    flashhub_process,
+    flashhub_unprivileged,
+    ok_json,
+    unprivileged,
+)
 from support.preloaded import Child, appears, run_code, start_code, stderr_into, written
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks, write_project
 from support.trees import (
@@ -138,7 +145,7 @@ def test_a_directory_beside_an_entry_that_this_user_cannot_read_is_left_alone(
     (private / "jit_module").mkdir(parents=True)
     private.chmod(0)
     try:
-        result = _maintenance_process("cache", *command)
+        result = flashhub_unprivileged("cache", *command)
     finally:
         private.chmod(0o700)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -633,41 +640,6 @@ def test_an_entry_a_finished_process_used_is_removed(cdn: CdnServer) -> None:
     assert not entry.exists()
 
 
-def _maintenance_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """``flashhub ARGS`` in a process of its own, as :func:`_unprivileged` runs it."""
-    return _unprivileged(PYTHON_M_FLASHHUB, *args)
-
-
-# Run first by root, the process gives up root's right to override permissions (what
-# `setpriv --bounding-set=-dac_override,-dac_read_search,-fowner` starts one without).
-WITHOUT_OVERRIDE = """
-def _without_override():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capability version 3, this process
-    sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: capabilities 0-31, 32-63
-    if libc.capget(header, sets):
-        raise OSError(ctypes.get_errno(), "capget")
-    for capability in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
-        sets[0] &= ~(1 << capability)  # effective
-        sets[1] &= ~(1 << capability)  # permitted
-    if libc.capset(header, sets):
-        raise OSError(ctypes.get_errno(), "capset")
-_without_override()
-del _without_override
-"""
-
-
-def _unprivileged(
-    code: str, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -c code args`` in a process of its own (with this test's environment,
-    plus ``env``), which cannot write where a directory is read-only: a process running
-    as root can, so it runs without root's right to override permissions."""
-    first = WITHOUT_OVERRIDE if os.geteuid() == 0 else ""
-    return run_code(first + code, *args, env={**os.environ, **(env or {})})
-
-
 @contextlib.contextmanager
 def _read_only(directory: Path) -> Iterator[None]:
     """``chmod -R a-w directory`` (the lock files too) for the ``with`` block."""
@@ -689,7 +661,7 @@ def test_cache_maintenance_on_a_read_only_cache_says_it_cannot_write(
     entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
     os.utime(entry / PY_PKG / "helpers.py", (1, 1))  # so that prune has something to remove
     with _read_only(cache_dir):
-        result = _maintenance_process("cache", *command)
+        result = flashhub_unprivileged("cache", *command)
     assert result.returncode == 1, result.stdout
     assert "a download is in progress" not in result.stdout
     assert "error: cannot write " in result.stderr and str(entry.parent) in result.stderr
@@ -709,7 +681,7 @@ def test_a_download_into_a_read_only_cache_says_it_cannot_write_and_changes_noth
     assert flashhub("lock", tmp_path).returncode == 0
     before = sorted(str(path) for path in cache_dir.rglob("*"))
     with _read_only(cache_dir):
-        result = _unprivileged(
+        result = unprivileged(
             f"import os; os.chdir({str(tmp_path)!r})\n" + PYTHON_M_FLASHHUB,
             *command,
             "--cache-dir",
@@ -739,7 +711,7 @@ def test_cache_maintenance_on_a_cache_it_cannot_read_says_so_with_the_chmod(
     mode = closed.stat().st_mode
     closed.chmod(0)
     try:
-        result = _maintenance_process("cache", *command)
+        result = flashhub_unprivileged("cache", *command)
     finally:
         closed.chmod(mode)
     assert result.returncode == 1, result.stdout
@@ -811,7 +783,7 @@ def test_a_read_only_copy_that_lost_its_modification_times_says_why_it_is_not_us
     before = {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()}
 
     with _read_only(copy):
-        result = _unprivileged(IMPORT_HELPERS, env={"FLASHHUB_CACHE_DIR": str(copy)})
+        result = unprivileged(IMPORT_HELPERS, env={"FLASHHUB_CACHE_DIR": str(copy)})
 
     assert result.returncode == 1, result.stdout
     error = result.stderr.splitlines()

@@ -23,7 +23,7 @@ from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
 from flashhub_kernels._signing.verification import verify_document
 from flashhub_kernels.errors import UndeclaredDependencyWarning
 from support.builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
-from support.cli_runner import flashhub
+from support.cli_runner import flashhub, flashhub_unprivileged
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -389,3 +389,44 @@ def test_a_file_name_in_the_build_cannot_forge_a_line_of_the_error(
     assert result.stderr.startswith(f"error: cannot publish {package_dir(kernel)}/x.py\\n  hint:")
     assert "evil" not in "".join(result.stderr.splitlines()[1:])
     assert not out.exists()
+
+
+def _read_only_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o555)
+    return path
+
+
+def _refused_write(result: subprocess.CompletedProcess[str], path: Path) -> None:
+    """The command failed naming ``path`` and why, with a hint naming --out, and named
+    no temporary or staging file."""
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    error, hint = result.stderr.splitlines()
+    assert error == f"error: cannot write {path}: Permission denied"
+    assert hint == (
+        "  hint: point --out at a directory this user can write, or fix that directory's "
+        "permissions"
+    )
+
+
+def test_keygen_into_a_directory_it_cannot_write_names_the_key_file(tmp_path: Path) -> None:
+    keys = _read_only_dir(tmp_path / "keys")
+    result = flashhub_unprivileged("keygen", "--out", keys / "signing.key")
+    _refused_write(result, keys / "signing.key")
+    assert list(keys.iterdir()) == []
+
+
+def test_publish_into_a_tree_it_cannot_write_names_the_version_directory(
+    kernel: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "cdn"
+    args = ("--repo-id", REPO, "--version")
+    assert flashhub("publish", kernel, *args, "1", "--out", out).returncode == 0
+    before = tree_bytes(out)
+    kernel_dir = _read_only_dir(out / "kernels" / REPO)
+    try:
+        result = flashhub_unprivileged("publish", kernel, *args, "2", "--out", out)
+    finally:
+        kernel_dir.chmod(0o755)
+    _refused_write(result, kernel_dir / "v2")
+    assert tree_bytes(out) == before

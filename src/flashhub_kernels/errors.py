@@ -198,7 +198,33 @@ class LockedVariantNotCachedError(LockfileError, FileNotFoundError):
 
 
 class PublishError(FlashhubError):
-    """A kernel build cannot be published: it is malformed, or its version already exists."""
+    """A kernel build cannot be published: it is malformed, its version already exists,
+    or the output (a CDN tree, a key file) cannot be written."""
+
+    @classmethod
+    def cannot_write(cls, exc: OSError, path: object) -> PublishError:
+        """The error for an ``OSError`` met while writing ``path``, a file or directory of
+        the output; its hints name the output path (``--out`` in the command)."""
+        hint = _OUTPUT_HINTS.get(exc.errno, _OUTPUT_HINT)
+        return cls(
+            f"cannot write {path}: {exc.strerror or exc}",
+            hint=hint.format(out="the output path"),
+            cli_hint=hint.format(out="--out"),
+        )
+
+
+_OUTPUT_NO_ROOM_HINT = "free disk space, or point {out} at a disk with room"
+_OUTPUT_NOT_ALLOWED_HINT = (
+    "point {out} at a directory this user can write, or fix that directory's permissions"
+)
+_OUTPUT_HINTS: dict[int | None, str] = {
+    errno.ENOSPC: _OUTPUT_NO_ROOM_HINT,
+    errno.EDQUOT: _OUTPUT_NO_ROOM_HINT,
+    errno.EACCES: _OUTPUT_NOT_ALLOWED_HINT,
+    errno.EPERM: _OUTPUT_NOT_ALLOWED_HINT,
+    errno.EROFS: "the file system is read-only: point {out} at a writable one",
+}
+_OUTPUT_HINT = "check {out}: it must name a path in a directory this user can write"
 
 
 class MirrorError(PublishError):

@@ -112,6 +112,41 @@ def flashhub_child(*args: str | Path, env: Mapping[str, str] | None = None) -> C
     return CliResult(result.returncode, result.stdout, result.stderr)
 
 
+# Run first by root, the process gives up root's right to override permissions (what
+# `setpriv --bounding-set=-dac_override,-dac_read_search,-fowner` starts one without).
+WITHOUT_OVERRIDE = """
+def _without_override():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capability version 3, this process
+    sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: capabilities 0-31, 32-63
+    if libc.capget(header, sets):
+        raise OSError(ctypes.get_errno(), "capget")
+    for capability in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+        sets[0] &= ~(1 << capability)  # effective
+        sets[1] &= ~(1 << capability)  # permitted
+    if libc.capset(header, sets):
+        raise OSError(ctypes.get_errno(), "capset")
+_without_override()
+del _without_override
+"""
+
+
+def unprivileged(
+    code: str, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code args`` in a process of its own (with this test's environment,
+    plus ``env``), which cannot write where a directory is read-only: a process running
+    as root can, so it runs without root's right to override permissions."""
+    first = WITHOUT_OVERRIDE if os.geteuid() == 0 else ""
+    return run_code(first + code, *args, env={**os.environ, **(env or {})})
+
+
+def flashhub_unprivileged(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``flashhub ARGS`` in a process of its own, as :func:`unprivileged` runs it."""
+    return unprivileged(PYTHON_M_FLASHHUB, *map(str, args))
+
+
 def ok_json(result: CliResult) -> Any:
     """The JSON document a successful command printed."""
     assert result.returncode == 0, result.stderr

@@ -179,14 +179,20 @@ class Directory(Destination):
 
     def write(self, rel: str, data: bytes) -> None:
         path = self.path(rel)
-        _make_dirs(path.parent)
-        write_atomic(path, data, mode=FILE_MODE)
+        with self._writing(path):
+            _make_dirs(path.parent)
+            write_atomic(path, data, mode=FILE_MODE)
         self.written[rel] = len(data)
 
     def write_version(self, rel: str, items: Sequence[Item], *, replace: bool) -> None:
         """Assemble the version in a hidden sibling directory, then rename it into place:
         readers see the whole version or none of it."""
         version_dir = self.path(rel)
+        with self._writing(version_dir):
+            self._assemble(version_dir, items, replace=replace)
+        self.written.update({f"{rel}/{item_rel}": _size(item) for item_rel, item in items})
+
+    def _assemble(self, version_dir: Path, items: Sequence[Item], *, replace: bool) -> None:
         _make_dirs(version_dir.parent)
         staging = Path(
             tempfile.mkdtemp(
@@ -206,7 +212,18 @@ class Directory(Destination):
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        self.written.update({f"{rel}/{item_rel}": _size(item) for item_rel, item in items})
+
+    @contextlib.contextmanager
+    def _writing(self, path: Path) -> Iterator[None]:
+        """An ``OSError`` of writing in the tree becomes a :class:`PublishError` naming
+        ``path``, not a staging or temporary name; one naming a file outside the tree (a
+        file of the build, read as it is copied) is left as it is."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None and not Path(exc.filename).is_relative_to(self.root):
+                raise
+            raise PublishError.cannot_write(exc, path) from None
 
     @contextlib.contextmanager
     def exclusive(self, rel: str) -> Iterator[None]:
@@ -218,7 +235,8 @@ class Directory(Destination):
         from .._config import get_config
 
         directory = self.path(rel)
-        _make_dirs(directory)
+        with self._writing(directory):
+            _make_dirs(directory)
         with publish_mutex(Cache.from_config(get_config()), directory):
             remove_leftovers(directory)
             yield

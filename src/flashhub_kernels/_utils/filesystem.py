@@ -37,24 +37,30 @@ def write_atomic(
 
     Raises:
         OSError: The file cannot be written (``FileExistsError`` without ``overwrite``).
+            It names ``path``, never the temporary file, which the user knows nothing of.
     """
     tmp = path.with_name(f".{path.name}.{os.urandom(_TOKEN_BYTES).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        with os.fdopen(fd, "wb") as f:
-            if os.name == "posix":  # Windows has no fchmod, and modes mean little there
-                os.fchmod(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)
-    finally:
-        # After a rename there is nothing left to remove; after a link, the second name.
-        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if os.name == "posix":  # Windows has no fchmod, and modes mean little there
+                    os.fchmod(f.fileno(), mode)
+                f.write(data)
+                f.flush()
+                if durable:
+                    os.fsync(f.fileno())
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)
+        finally:
+            # After a rename there is nothing left to remove; after a link, the second name.
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # the subclass, by errno
 
 
 def replaced_name(name: str) -> str | None:

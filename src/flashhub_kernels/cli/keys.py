@@ -23,9 +23,13 @@ def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _keygen(args: argparse.Namespace) -> int:
     from .._signing.signing_keys import generate_signing_key, write_key_pair
+    from ..errors import PublishError
 
     key = generate_signing_key()
-    public = write_key_pair(key, args.out, force=args.force)
+    try:
+        public = write_key_pair(key, args.out, force=args.force)
+    except OSError as exc:
+        raise PublishError.cannot_write(exc, exc.filename or args.out) from None
     if args.json:
         print_json(
             {
