@@ -23,7 +23,7 @@ import pytest
 import flashhub_kernels as fk
 from conftest import MakeCdn, assert_terminal_safe, run_python
 from flashhub_kernels._loading.version_info import _PARALLEL_HEADS
-from flashhub_kernels.cli import build_parser
+from flashhub_kernels.cli._command_line import build_parser
 from support.cdn_server import CdnServer, drop_after, redirect
 from support.cli_runner import (
     OFFLINE,

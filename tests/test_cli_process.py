@@ -1,6 +1,6 @@
 """The ``flashhub`` command as a real process, where the process itself is the point: its
 output piped into a reader that stops early, and its log on a terminal that shows
-progress bars. Ctrl-C is tested in test_interrupt.py."""
+progress bars, and Ctrl-C as it starts. Ctrl-C in a download is tested in test_interrupt.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from support.cdn_server import CdnServer, slowly
-from support.cli_runner import flashhub
+from support.cli_runner import flashhub, flashhub_process
 from support.projects import REPO, UNIVERSAL
 from support.trees import kernel_files, write_blob_kernel, write_kernel, write_variant
 
@@ -183,3 +183,39 @@ def test_v_log_lines_on_a_terminal_start_their_own_line_beside_a_bar(cdn: CdnSer
     assert any("downloaded" in screen[s : s + 40] for s in starts), screen
     for start in starts:
         assert start == 0 or screen[start - 1] in "\r\n", repr(screen[max(0, start - 80) : start])
+
+
+# On the path of a process, it raises KeyboardInterrupt, as Ctrl-C pressed then would,
+# when the module named by INTERRUPT_AT_IMPORT is first imported.
+CTRL_C_AT_IMPORT = """
+import os, sys
+
+class _CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ.get("INTERRUPT_AT_IMPORT"):
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, _CtrlC())
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "argparse",  # the first the command line imports
+        "flashhub_kernels.cli._common",  # what every command shares
+        "flashhub_kernels.cli.cache",  # the command's own, imported as its parser is built
+    ],
+)
+def test_ctrl_c_while_the_command_starts_says_interrupted_without_a_traceback(
+    tmp_path: Path, module: str
+) -> None:
+    """Ctrl-C in the first fraction of a second, as ``flashhub`` imports its modules and
+    builds its parser, ends it as a later Ctrl-C does: one line, status 130."""
+    (tmp_path / "sitecustomize.py").write_text(CTRL_C_AT_IMPORT)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    result = flashhub_process(
+        "cache", "list", env={"PYTHONPATH": path, "INTERRUPT_AT_IMPORT": module}
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (130, "", "interrupted\n")

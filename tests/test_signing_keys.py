@@ -546,14 +546,15 @@ def test_importing_flashhub_kernels_imports_no_cryptography() -> None:
 def test_parsing_keys_and_signatures_imports_no_cryptography() -> None:
     code = f"""
 import sys
-from flashhub_kernels import cli, _publish
+from flashhub_kernels import _publish
+from flashhub_kernels.cli._command_line import build_parser
 from flashhub_kernels._signing.signature_files import parse_signatures
 from flashhub_kernels._signing.statements import statement
 from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
 parse_trusted_keys({KEY_A.public_line!r}, source="test")
 parse_signatures(b'{{"format": 1, "signatures": []}}', source="test")
 statement("versions", "acme/k", None, None, b"[1]")
-cli.build_parser()
+build_parser()
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("cryptography"))))
 """
     result = subprocess.run(

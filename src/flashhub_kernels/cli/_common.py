@@ -20,6 +20,13 @@ from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.escaping import escape_controls, escape_message
 from ..errors import ConfigError, FlashhubError, LockfileError
+from ._exit import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
 from ._settings import apply_settings, in_command_terms
 
 if TYPE_CHECKING:
@@ -29,14 +36,6 @@ if TYPE_CHECKING:
 
 Handler = Callable[[argparse.Namespace], int]
 ArgumentAdder = Callable[[argparse.ArgumentParser], None]
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-# 128 + the signal, as a shell reports a command the signal ended.
-EXIT_INTERRUPTED = 130  # SIGINT: Ctrl-C
-EXIT_TERMINATED = 143  # SIGTERM: docker stop, Kubernetes
-EXIT_BROKEN_PIPE = 141  # SIGPIPE: the reader of stdout went away (`flashhub ... | head`)
 
 
 class Command(Record):

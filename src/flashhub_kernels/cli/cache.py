@@ -13,9 +13,6 @@ from typing import TYPE_CHECKING
 from .._constants import MANIFEST_NAME
 from .._utils.escaping import escape_controls
 from ._common import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    EXIT_USAGE,
     Command,
     Handler,
     cache_dir_argument,
@@ -30,6 +27,7 @@ from ._common import (
     size,
     verbose_argument,
 )
+from ._exit import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
     from .._cache.admin import ClearReport

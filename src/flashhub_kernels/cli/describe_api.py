@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from .._utils.escaping import escape_controls
 from ._common import (
-    EXIT_OK,
     Command,
     backend_argument,
     json_argument,
@@ -20,6 +19,7 @@ from ._common import (
     repo_id_arg,
     version_argument,
 )
+from ._exit import EXIT_OK
 
 if TYPE_CHECKING:
     from .._loading.api_description import KernelApi

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from ._common import (
-    EXIT_OK,
     cache_dir_argument,
     cdn_url_argument,
     open_missing_streams,
@@ -16,6 +15,7 @@ from ._common import (
     usage_error,
     version_arg,
 )
+from ._exit import EXIT_OK
 
 
 def _kernel_load_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from .._models.kernel_metadata import dependency_label
 from .._utils.escaping import escape_controls
 from ._common import (
-    EXIT_OK,
     Command,
     backend_argument,
     count,
@@ -28,6 +27,7 @@ from ._common import (
     target_system_of,
     version_argument,
 )
+from ._exit import EXIT_OK
 from .describe_api import kernel_or_path_arg
 
 if TYPE_CHECKING:

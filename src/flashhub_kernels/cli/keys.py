@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import EXIT_OK, Command, count, json_argument, print_json, shown
+from ._common import Command, count, json_argument, print_json, shown
+from ._exit import EXIT_OK
 
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,8 +8,6 @@ import sys
 
 from .._config import get_config
 from ._common import (
-    EXIT_FAILURE,
-    EXIT_OK,
     Command,
     count,
     json_argument,
@@ -21,6 +19,7 @@ from ._common import (
     target_system_of,
     usage_checked,
 )
+from ._exit import EXIT_FAILURE, EXIT_OK
 from ._settings import in_command_terms
 
 

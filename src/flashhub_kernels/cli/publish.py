@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 from .._config import DEFAULT_PREFIX, normalize_prefix
 from .._utils.escaping import escape_controls
 from ._common import (
-    EXIT_OK,
     Command,
     count,
     print_json,
@@ -19,6 +18,7 @@ from ._common import (
     usage_checked,
     version_arg,
 )
+from ._exit import EXIT_OK
 
 if TYPE_CHECKING:
     from .._publish import PublishReport

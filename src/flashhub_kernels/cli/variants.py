@@ -13,8 +13,6 @@ from .._models.record import Record
 from .._utils.escaping import escape_controls
 from .._variants.verdicts import describe_system
 from ._common import (
-    EXIT_FAILURE,
-    EXIT_OK,
     Command,
     backend_argument,
     json_argument,
@@ -29,6 +27,7 @@ from ._common import (
     target_system_of,
     version_argument,
 )
+from ._exit import EXIT_FAILURE, EXIT_OK
 
 if TYPE_CHECKING:
     from .._loading.version_info import Signature
