@@ -219,3 +219,16 @@ def test_ctrl_c_while_the_command_starts_says_interrupted_without_a_traceback(
         "cache", "list", env={"PYTHONPATH": path, "INTERRUPT_AT_IMPORT": module}
     )
     assert (result.returncode, result.stdout, result.stderr) == (130, "", "interrupted\n")
+
+
+def test_ctrl_c_while_the_0_1_2_script_starts_says_interrupted_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(CTRL_C_AT_IMPORT)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "INTERRUPT_AT_IMPORT": "argparse"}
+    script = Path(sys.executable).with_name("flashhub-kernel-load")
+    result = subprocess.run(
+        [script, "acme/tensor-tricks", "--version", "1"], env=env, capture_output=True, text=True
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (130, "", "interrupted\n")
