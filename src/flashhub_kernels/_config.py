@@ -190,18 +190,19 @@ def env_flag(name: str) -> bool:
 
 
 def _env_switch(name: str) -> bool:
-    """:func:`env_flag`, for a setting that changes what is fetched or trusted: any value
-    but those that turn it on, or 0, false, no and off, is refused. Taken as off, a typo would fetch
-    (``FLASHHUB_OFFLINE=y``) or load unsigned kernels (``FLASHHUB_REQUIRE_SIGNATURES=enabled``)
-    without a word."""
+    """:func:`env_flag`, for a setting that changes what is fetched or trusted: a value
+    that neither turns it on nor (0, false, no, off) off is refused. Taken as off, a typo
+    would fetch (``FLASHHUB_OFFLINE=y``) or load unsigned kernels
+    (``FLASHHUB_REQUIRE_SIGNATURES=enabled``) without a word."""
     raw = os.environ.get(name, "")
-    if raw.strip().lower() not in _TRUE | _FALSE:
+    value = raw.strip().lower()
+    if value not in _TRUE | _FALSE:
         raise config_error(
             f"{name}={raw!r} must be 1 (or true, yes, on) to turn it on, "
             "or 0 (or false, no, off) to turn it off",
             hint=f"fix {name}, or unset it",
         )
-    return env_flag(name)
+    return value in _TRUE
 
 
 def _env_seconds(name: str, *, zero_ok: bool = False) -> float | None:

@@ -125,30 +125,33 @@ class CacheError(KernelImportError):
         where = path if path is not None else exc.filename
         error = cls(
             f"cannot write {where or 'to the cache'}: {exc.strerror or exc}",
-            hint=_WRITE_HINTS.get(exc.errno, _WRITE_HINT),
+            hint=_write_hint(exc, "FLASHHUB_CACHE_DIR"),
         )
         error.read_only = exc.errno in _READ_ONLY
         return error
 
 
 _READ_ONLY = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
-_NO_ROOM_HINT = "free disk space, or point FLASHHUB_CACHE_DIR at a disk with room"
-_NOT_ALLOWED_HINT = (
-    "fix the cache directory's permissions, or point FLASHHUB_CACHE_DIR at a directory "
-    "this user can write"
+_NO_ROOM = "free disk space, or point {where} at a disk with room"
+_NOT_ALLOWED = (
+    "point {where} at a directory this user can write, or fix that directory's permissions"
 )
 _WRITE_HINTS: dict[int | None, str] = {
-    errno.ENOSPC: _NO_ROOM_HINT,
-    errno.EDQUOT: _NO_ROOM_HINT,
-    errno.EACCES: _NOT_ALLOWED_HINT,
-    errno.EPERM: _NOT_ALLOWED_HINT,
-    errno.EROFS: "the cache is on a read-only file system: point FLASHHUB_CACHE_DIR at a "
-    "writable directory",
+    errno.ENOSPC: _NO_ROOM,
+    errno.EDQUOT: _NO_ROOM,
+    errno.EACCES: _NOT_ALLOWED,
+    errno.EPERM: _NOT_ALLOWED,
+    errno.EROFS: "the file system is read-only: point {where} at a writable directory",
 }
-_WRITE_HINT = (
-    "free disk space or fix the cache directory's permissions, "
-    "or point FLASHHUB_CACHE_DIR elsewhere"
-)
+
+
+def _write_hint(exc: OSError, where: str) -> str:
+    """What to do about ``exc``, met writing under the directory the setting ``where``
+    names, by its cause: no room, no permission, a read-only file system."""
+    hint = _WRITE_HINTS.get(
+        exc.errno, "free disk space or fix the permissions, or point {where} elsewhere"
+    )
+    return hint.format(where=where)
 
 
 class OfflineError(KernelImportError, ValueError):
@@ -205,26 +208,11 @@ class PublishError(FlashhubError):
     def cannot_write(cls, exc: OSError, path: object) -> PublishError:
         """The error for an ``OSError`` met while writing ``path``, a file or directory of
         the output; its hints name the output path (``--out`` in the command)."""
-        hint = _OUTPUT_HINTS.get(exc.errno, _OUTPUT_HINT)
         return cls(
             f"cannot write {path}: {exc.strerror or exc}",
-            hint=hint.format(out="the output path"),
-            cli_hint=hint.format(out="--out"),
+            hint=_write_hint(exc, "the output path"),
+            cli_hint=_write_hint(exc, "--out"),
         )
-
-
-_OUTPUT_NO_ROOM_HINT = "free disk space, or point {out} at a disk with room"
-_OUTPUT_NOT_ALLOWED_HINT = (
-    "point {out} at a directory this user can write, or fix that directory's permissions"
-)
-_OUTPUT_HINTS: dict[int | None, str] = {
-    errno.ENOSPC: _OUTPUT_NO_ROOM_HINT,
-    errno.EDQUOT: _OUTPUT_NO_ROOM_HINT,
-    errno.EACCES: _OUTPUT_NOT_ALLOWED_HINT,
-    errno.EPERM: _OUTPUT_NOT_ALLOWED_HINT,
-    errno.EROFS: "the file system is read-only: point {out} at a writable one",
-}
-_OUTPUT_HINT = "check {out}: it must name a path in a directory this user can write"
 
 
 class MirrorError(PublishError):
