@@ -62,13 +62,17 @@ def interruptible(argv: list[str], **env: str) -> subprocess.Popen[str]:
     )
 
 
+# Asks a child that has not ended in time where each of its threads is.
+STACKS_SIGNAL = signal.SIGUSR1
+
 # What a program run from a terminal has: Ctrl-C raises KeyboardInterrupt (a suite run in
 # the background starts its processes with SIGINT ignored). torch's warnings are not the
 # point here.
 AS_FROM_A_TERMINAL = (
-    "import signal, warnings\n"
+    "import faulthandler, signal, warnings\n"
     "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "warnings.simplefilter('ignore')\n"
+    f"faulthandler.register(signal.{STACKS_SIGNAL.name}, all_threads=True)\n"
 )
 
 
@@ -98,12 +102,24 @@ def signalled(
         once()
         process.send_signal(signum)
         start = time.monotonic()
-        out, err = process.communicate(timeout=timeout)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {timeout} s after {signum.name}:\n{stacks_of(process)}")
         return out, err, time.monotonic() - start
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def stacks_of(process: Child) -> str:
+    """What a child that has not ended wrote to its stderr, ending with the stack of each
+    of its threads (a child started by :func:`child` prints them on ``STACKS_SIGNAL``)."""
+    process.send_signal(STACKS_SIGNAL)
+    time.sleep(1)  # for the stacks to be written
+    process.kill()
+    return process.communicate()[1]
 
 
 def partial_size(cache_dir: Path, name: str) -> int:
