@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from support.cdn_server import (
     slowly,
     status,
     trickle,
+    trickled_headers,
 )
 from support.cli_runner import flashhub
 from support.trees import kernel_files, write_variant
@@ -439,6 +441,76 @@ def test_a_trickling_document_gives_way_to_a_healthy_mirror(
     k = fk.get_kernel(REPO, version=1)
     assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
     assert cdn.gets("variants.json") and healthy.gets("variants.json")
+
+
+def test_a_mirror_trickling_its_headers_gives_way_to_a_healthy_one(
+    cdn: CdnServer, make_cdn: MakeCdn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read of the headers gets a byte just inside the read timeout, so none times
+    out: the request is cut once its headers are not in after the connect timeout plus
+    the read timeout, and the next mirror serves the file."""
+    healthy = make_cdn()  # the same files
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{cdn.url},{healthy.url}")
+    publish_blob_kernel(cdn.root)
+    hung_up = [threading.Event() for _ in range(2)]
+    cdn.inject(BLOB_PATH, *(trickled_headers(0.5, limit=120, hung_up=event) for event in hung_up))
+    k = fk.get_kernel(REPO, version=1)
+    assert (variant_dir(k) / "tensor_tricks/blob.bin").read_bytes() == BLOB
+    assert healthy.gets("blob.bin")
+    # Asked twice (a read timeout is retried once), and each time the client hung up.
+    assert len(cdn.gets("blob.bin")) == 2
+    assert all(event.wait(10) for event in hung_up)
+
+
+def test_a_document_whose_headers_never_end_fails_the_load_naming_the_deadline(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    publish_blob_kernel(cdn.root)
+    cdn.inject(f"kernels/{REPO}/v1/variants.json", *[trickled_headers(0.5, limit=120)] * 2)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert "variants.json" in message
+    assert "headers were not all in after 2 s" in message, message
+
+
+# The parent's load starts the header deadline's watchdog thread; a forked child has none.
+FORK_THEN_LOAD = """
+import os, flashhub_kernels as fk
+fk.get_kernel("acme/tensor-tricks", version=1)
+pid = os.fork()
+if pid == 0:
+    try:
+        fk.get_kernel("acme/other-tricks", version=1)
+    except BaseException as exc:
+        print(repr(exc), flush=True)
+        os._exit(1)
+    os._exit(0)
+print("the forked child exited with", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_forked_child_cuts_headers_that_never_end_too(cdn: CdnServer, make_cdn: MakeCdn) -> None:
+    healthy = make_cdn()
+    for root in (cdn.root, healthy.root):
+        publish_blob_kernel(root)
+        write_variant(root, "acme/other-tricks", 1, VARIANT, kernel_files("other_tricks", "o"))
+    hung_up = [threading.Event() for _ in range(2)]
+    other = f"kernels/acme/other-tricks/v1/build/{VARIANT}/other_tricks/__init__.py"
+    cdn.inject(other, *(trickled_headers(0.5, limit=120, hung_up=event) for event in hung_up))
+    env = {
+        "FLASHHUB_CDN_URL": f"{cdn.url},{healthy.url}",
+        "FLASHHUB_CONNECT_TIMEOUT": "1",
+        "FLASHHUB_READ_TIMEOUT": "1",
+    }
+    out = run_python(FORK_THEN_LOAD, env=env, timeout=60)
+    assert "the forked child exited with 0" in out, out
+    assert all(event.wait(10) for event in hung_up)
+    assert healthy.gets("other_tricks/__init__.py")
 
 
 def test_the_wait_a_retry_after_asks_for_is_no_stall(

@@ -454,6 +454,30 @@ def trickle(interval: float = 0.5, *, limit: float = 30.0) -> Fault:
     return fault
 
 
+def trickled_headers(
+    interval: float = 0.5, *, limit: float = 30.0, hung_up: threading.Event | None = None
+) -> Fault:
+    """Send the status line, then a header one byte every ``interval`` seconds (for at
+    most ``limit`` seconds, or until the client hangs up, which sets ``hung_up``): the
+    headers never end, and no read waits long enough to time out."""
+
+    def fault(handler: CdnHandler, _body: bytes) -> None:
+        handler.record(200)
+        handler.close_connection = True
+        deadline = time.monotonic() + limit
+        try:
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+            while time.monotonic() < deadline:
+                handler.wfile.flush()
+                time.sleep(interval)
+                handler.wfile.write(b"x")
+        except OSError:
+            if hung_up is not None:
+                hung_up.set()
+
+    return fault
+
+
 def chunked(chunk_size: int = 64 << 10, *, cut_after: int | None = None) -> Fault:
     """Send the file with ``Transfer-Encoding: chunked``; with ``cut_after``, hang up in
     the middle of the chunk holding that byte (the terminating chunk never comes)."""

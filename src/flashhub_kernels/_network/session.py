@@ -38,6 +38,7 @@ import requests.utils
 import urllib3.exceptions
 from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool
 from urllib3.exceptions import InvalidHeader
+from urllib3.poolmanager import PoolManager
 from urllib3.util.retry import Retry
 
 from .._constants import __version__
@@ -53,6 +54,7 @@ from .._utils.urls import (
     split_url,
 )
 from ..errors import TransportError
+from .header_deadline import with_header_deadline
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
@@ -120,6 +122,9 @@ class PoolPerOrigin(requests.adapters.HTTPAdapter):
       rather than parsed out of it three times;
     - the response: a response that sets no cookie has none to parse (a CDN's answers
       set none), so it is built without the cookie jar's parser.
+
+    And the pools it makes, directly or through a proxy, give each request's headers a
+    deadline (see ``header_deadline``).
     """
 
     def __init__(self, *, pool_connections: int, pool_maxsize: int, max_retries: Retry) -> None:
@@ -127,6 +132,15 @@ class PoolPerOrigin(requests.adapters.HTTPAdapter):
             pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=max_retries
         )
         self._pools: dict[tuple[object, ...], HTTPConnectionPool] = {}
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        with_header_deadline(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> PoolManager:
+        manager: PoolManager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        with_header_deadline(manager)
+        return manager
 
     def get_connection_with_tls_context(
         self,

@@ -1,0 +1,153 @@
+"""A deadline for an answer's headers.
+
+A read timeout bounds each wait for bytes, not the wait for a whole answer: a server that
+sends its headers a byte at a time, each just inside the read timeout, would hold a request
+(and the mirrors after it) for as long as it likes. So every request must have all its
+answer's headers within the connect timeout plus the read timeout of its start; past that,
+its socket is shut down and the request fails as a read timeout does (retried once, then
+the next mirror). The body has the stall guard (``http_mirror.StallGuard``).
+
+One daemon thread per process watches the deadlines of the requests in flight: arming and
+disarming one costs a heap push and a flag, not a thread per request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from urllib3.connectionpool import HTTPConnectionPool
+from urllib3.exceptions import ReadTimeoutError
+from urllib3.poolmanager import PoolManager
+from urllib3.response import BaseHTTPResponse
+from urllib3.util.timeout import Timeout
+
+from .._utils.threads import start_deaf
+
+
+class _Armed:
+    """One request's deadline: cut its connection's socket unless disarmed first."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.done = False  # disarmed, or cut
+        self.cut = False
+
+    def expire(self) -> None:
+        """Shut the connection's socket down (the watchdog holds its lock): a read
+        blocked on it returns at once. ``shutdown``, not ``close``: another thread is
+        using the socket, and a closed descriptor's number could be reused under it."""
+        self.done = self.cut = True
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)  # under TLS too
+
+
+class _Watchdog:
+    """The thread that expires the deadlines that pass, earliest first."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._changed = threading.Condition()
+        self._due: list[tuple[float, int, _Armed]] = []
+        self._order = itertools.count()  # ties are broken by arrival, never by _Armed
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, conn: Any) -> _Armed:
+        armed = _Armed(conn)
+        with self._changed:
+            heapq.heappush(self._due, (time.monotonic() + seconds, next(self._order), armed))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="flashhub-header-deadline", daemon=True
+                )
+                start_deaf(self._thread)
+            elif self._due[0][2] is armed:
+                self._changed.notify()  # due before what the thread sleeps until
+        return armed
+
+    def disarm(self, armed: _Armed) -> None:
+        with self._changed:
+            armed.done = True
+
+    def _run(self) -> None:
+        with self._changed:
+            while True:
+                while self._due and self._due[0][2].done:
+                    heapq.heappop(self._due)
+                if not self._due:
+                    self._changed.wait()
+                elif (wait := self._due[0][0] - time.monotonic()) > 0:
+                    self._changed.wait(wait)
+                else:
+                    heapq.heappop(self._due)[2].expire()
+
+
+_WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, maybe a held lock
+    os.register_at_fork(after_in_child=_WATCHDOG._reset)
+
+
+class _HeadersInTime(HTTPConnectionPool):
+    """A connection pool whose requests get their answer's headers in time, or fail."""
+
+    def _make_request(self, conn: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        timeout = self._get_timeout(kwargs.get("timeout", self.timeout))
+        seconds = _allowed(timeout)
+        if seconds is None:
+            return super()._make_request(conn, method, url, *args, **kwargs)
+        armed = _WATCHDOG.arm(seconds, conn)
+        try:
+            response: BaseHTTPResponse = super()._make_request(conn, method, url, *args, **kwargs)
+        except Exception as exc:
+            if armed.cut:
+                raise _late(self, url, seconds) from exc
+            raise
+        finally:
+            _WATCHDOG.disarm(armed)
+        if armed.cut:  # http.client took the cut for the end of the headers
+            raise _late(self, url, seconds)
+        return response
+
+
+def _allowed(timeout: Timeout) -> float | None:
+    """The seconds a request has until its answer's headers are in: its connect timeout
+    plus its read timeout (None when either is unlimited)."""
+    connect, read = timeout.connect_timeout, timeout.read_timeout
+    if isinstance(connect, (int, float)) and isinstance(read, (int, float)):
+        return float(connect) + float(read)
+    return None
+
+
+def _late(pool: HTTPConnectionPool, url: str, seconds: float) -> ReadTimeoutError:
+    return ReadTimeoutError(
+        pool, url, f"Read timed out: the answer's headers were not all in after {seconds:g} s"
+    )
+
+
+_TIMED: dict[type[HTTPConnectionPool], type[HTTPConnectionPool]] = {}
+
+
+def with_header_deadline(manager: PoolManager) -> None:
+    """Make the pools that ``manager`` creates from now on enforce the header deadline."""
+    manager.pool_classes_by_scheme = {
+        scheme: _timed(pool_class) for scheme, pool_class in manager.pool_classes_by_scheme.items()
+    }
+
+
+def _timed(pool_class: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
+    """``pool_class`` with the header deadline (itself if it has it already)."""
+    if issubclass(pool_class, _HeadersInTime):
+        return pool_class
+    if pool_class not in _TIMED:
+        _TIMED[pool_class] = type(f"Timed{pool_class.__name__}", (_HeadersInTime, pool_class), {})
+    return _TIMED[pool_class]
