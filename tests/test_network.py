@@ -478,6 +478,23 @@ def test_a_document_whose_headers_never_end_fails_the_load_naming_the_deadline(
     assert "headers were not all in after 2 s" in message, message
 
 
+# A load's threads end soon after it, the header deadline's watchdog among them.
+THREADS_AFTER_A_LOAD = """
+import threading, time, flashhub_kernels as fk
+fk.get_kernel("acme/tensor-tricks", version=1)
+deadline = time.monotonic() + 30
+while threading.active_count() > 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("left running:", sorted(t.name for t in threading.enumerate()))
+"""
+
+
+def test_a_cold_load_leaves_no_thread_running(cdn: CdnServer) -> None:
+    publish_blob_kernel(cdn.root)
+    out = run_python(THREADS_AFTER_A_LOAD, env={"FLASHHUB_CDN_URL": cdn.url})
+    assert "left running: ['MainThread']" in out, out
+
+
 # The parent's load starts the header deadline's watchdog thread; a forked child has none.
 FORK_THEN_LOAD = """
 import os, flashhub_kernels as fk

@@ -30,6 +30,8 @@ from urllib3.util.timeout import Timeout
 
 from .._utils.threads import start_deaf
 
+_IDLE_SECONDS = 0.5  # how long the watchdog thread waits for another request before it ends
+
 
 class _Armed:
     """One request's deadline: cut its connection's socket unless disarmed first."""
@@ -51,7 +53,9 @@ class _Armed:
 
 
 class _Watchdog:
-    """The thread that expires the deadlines that pass, earliest first."""
+    """The thread that expires the deadlines that pass, earliest first. It runs while
+    requests are in flight, and ends once none has been for ``_IDLE_SECONDS``: a program
+    that waits for its threads to end (or counts them) is not kept waiting."""
 
     def __init__(self) -> None:
         self._reset()
@@ -60,12 +64,14 @@ class _Watchdog:
         self._changed = threading.Condition()
         self._due: list[tuple[float, int, _Armed]] = []
         self._order = itertools.count()  # ties are broken by arrival, never by _Armed
+        self._in_flight = 0  # armed, neither disarmed nor expired
         self._thread: threading.Thread | None = None
 
     def arm(self, seconds: float, conn: Any) -> _Armed:
         armed = _Armed(conn)
         with self._changed:
             heapq.heappush(self._due, (time.monotonic() + seconds, next(self._order), armed))
+            self._in_flight += 1
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="flashhub-header-deadline", daemon=True
@@ -77,19 +83,26 @@ class _Watchdog:
 
     def disarm(self, armed: _Armed) -> None:
         with self._changed:
-            armed.done = True
+            if not armed.done:
+                armed.done = True
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._changed.notify()  # the thread may end, instead of sleeping on
 
     def _run(self) -> None:
         with self._changed:
-            while True:
-                while self._due and self._due[0][2].done:
+            while self._in_flight or self._changed.wait(_IDLE_SECONDS) or self._in_flight:
+                if not self._in_flight:
+                    self._due.clear()  # disarmed, all of them
+                    continue
+                while self._due[0][2].done:
                     heapq.heappop(self._due)
-                if not self._due:
-                    self._changed.wait()
-                elif (wait := self._due[0][0] - time.monotonic()) > 0:
+                if (wait := self._due[0][0] - time.monotonic()) > 0:
                     self._changed.wait(wait)
                 else:
                     heapq.heappop(self._due)[2].expire()
+                    self._in_flight -= 1
+            self._thread = None
 
 
 _WATCHDOG = _Watchdog()
