@@ -16,7 +16,7 @@ from .._models.manifest import parse_metadata, parse_variants
 from .._models.names import RepoInfo, parse_repo_id
 from ..errors import ManifestError, SignatureError
 from .ed25519 import verifies
-from .signature_files import parse_signatures
+from .signature_files import SignatureEntry, parse_signatures
 from .statements import DocumentKind, document_name, statement
 from .trusted_keys import TrustedKey, shown_key_id
 
@@ -62,53 +62,78 @@ def verify_document(
     if not trusted and not require:
         return None
     document = document_name(repo_id, version, variant)
-    add_key = (
-        f"add the publisher's public key to {TRUSTED_KEYS_VAR} (flashhub-ed25519:... for "
-        f"every org, or {org}:flashhub-ed25519:... for this org only)"
-    )
     if not trusted:
         raise SignatureError(
             f"{document}: signatures are required, but no trusted key is configured for "
             f"the org {org!r}",
-            hint=add_key,
+            hint=_add_key_hint(org),
         )
-    trusted_ids = ", ".join(sorted({k.key_id for k in trusted}))
     if sig_bytes is None:
         raise SignatureError(
             f"{document} is not signed ({document}.sig does not exist), but keys are trusted "
-            f"for the org {org!r}: {trusted_ids}",
+            f"for the org {org!r}: {_shown_ids(trusted)}",
             hint="ask the kernel's publisher to sign it with `flashhub sign`",
         )
     source = f"{document}{SIG_SUFFIX}"
     entries = parse_signatures(sig_bytes, source=source)
-    mismatched: list[str] = []  # trusted keys whose signature is not over these bytes
+    signer = _verifying_key(entries, trusted, message, source)
+    if signer is None:
+        raise _unverified_error(document, org, entries, trusted)
+    return signer
+
+
+def _verifying_key(
+    entries: Sequence[SignatureEntry], trusted: Sequence[TrustedKey], message: bytes, source: str
+) -> str | None:
+    """The id of the first key of ``trusted`` whose signature among ``entries`` verifies
+    ``message``; ``None`` when none does."""
     for entry in entries:
         for key in trusted:
-            if entry.key_id != key.key_id:
-                continue
-            if verifies(key.public_key, entry.decoded(source), message):
+            if entry.key_id == key.key_id and verifies(
+                key.public_key, entry.decoded(source), message
+            ):
                 return key.key_id
-            mismatched.append(key.key_id)
+    return None
+
+
+def _shown_ids(keys: Sequence[TrustedKey]) -> str:
+    return ", ".join(sorted({key.key_id for key in keys}))
+
+
+def _add_key_hint(org: str) -> str:
+    return (
+        f"add the publisher's public key to {TRUSTED_KEYS_VAR} (flashhub-ed25519:... for "
+        f"every org, or {org}:flashhub-ed25519:... for this org only)"
+    )
+
+
+def _unverified_error(
+    document: str, org: str, entries: Sequence[SignatureEntry], trusted: Sequence[TrustedKey]
+) -> SignatureError:
+    """The error for ``document``, whose ``.sig`` holds ``entries`` of which none by a key
+    of ``trusted`` (those trusted for ``org``) verifies."""
     present = ", ".join(shown_key_id(e.key_id) for e in entries) or "none"
     failed = (
         f"{document}: no signature by a key trusted for the org {org!r} verifies "
-        f"(signed by: {present}; trusted: {trusted_ids})"
+        f"(signed by: {present}; trusted: {_shown_ids(trusted)})"
     )
+    trusted_ids = {key.key_id for key in trusted}
+    mismatched = dict.fromkeys(e.key_id for e in entries if e.key_id in trusted_ids)
     if mismatched:
         # A key the user trusts signed something, but not these bytes at this path: an
         # edit after signing, or a signature replayed from another document.
-        raise SignatureError(
+        return SignatureError(
             f"{failed}: the document does not match its signature by the trusted key "
-            f"{', '.join(dict.fromkeys(mismatched))}; it was changed after it was signed, "
+            f"{', '.join(mismatched)}; it was changed after it was signed, "
             "or the signature is another document's",
             hint=f"the signer is already in {TRUSTED_KEYS_VAR}, so no key is missing: the CDN "
             "serves a document other than the one signed; do not use it, and report it to "
             "the kernel's publisher",
         )
-    raise SignatureError(
+    return SignatureError(
         failed,
-        hint=f"if the publisher signs with a new key, {add_key}; otherwise the document was "
-        "changed after it was signed: report it to the kernel's publisher",
+        hint=f"if the publisher signs with a new key, {_add_key_hint(org)}; otherwise the "
+        "document was changed after it was signed: report it to the kernel's publisher",
     )
 
 
