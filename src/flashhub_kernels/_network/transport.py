@@ -360,11 +360,7 @@ class Fetcher:
             size = self._download_job(jobs[0], progress)
             on_done(jobs[0])
             return size
-        queue: SimpleQueue[DownloadJob] = SimpleQueue()
-        # The largest first (where the manifest states sizes): the longest transfer starts
-        # at once, and the small files fill the other threads beside it.
-        for job in sorted(jobs, key=lambda job: -(job.size or 0)):
-            queue.put(job)
+        queue = _largest_first(jobs)
         totals: list[int] = []
         errors: list[BaseException] = []
         cancelled = threading.Event()
@@ -386,34 +382,20 @@ class Fetcher:
                 return
             totals.append(total)
 
-        # Daemon threads, not a ThreadPoolExecutor: after Ctrl-C a worker blocked in a
-        # read must not keep the interpreter from exiting until its read times out.
-        count = parallel_downloads(len(jobs), self._wait)
-        logger.info(
-            "%d files, %d at once (the documents waited %.2f ms for their answers)",
-            len(jobs),
-            count,
-            self._wait * 1e3,
-        )
-        workers = [
-            threading.Thread(target=work, name=f"flashhub-download-{n}", daemon=True)
-            for n in range(count)
-        ]
-        try:
-            # Inside: Ctrl-C while a worker starts must stop those already running.
-            for worker in workers:
-                start_deaf(worker)
-            for worker in workers:
-                worker.join()
-        except BaseException:
-            cancelled.set()
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            for worker in filter(threading.Thread.is_alive, workers):
-                worker.join(max(0.0, deadline - time.monotonic()))
-            raise
+        _run_workers(work, self._worker_count(len(jobs)), cancelled)
         if errors:
             raise errors[0]
         return sum(totals)
+
+    def _worker_count(self, files: int) -> int:
+        count = parallel_downloads(files, self._wait)
+        logger.info(
+            "%d files, %d at once (the documents waited %.2f ms for their answers)",
+            files,
+            count,
+            self._wait * 1e3,
+        )
+        return count
 
     def _download_job(
         self, job: DownloadJob, progress: Progress, cancelled: threading.Event | None = None
@@ -457,6 +439,39 @@ def remote(config: Config) -> Iterator[Fetcher]:
         fetcher.close(wait=isinstance(exc, Exception))
         raise
     fetcher.close()
+
+
+def _largest_first(jobs: Sequence[DownloadJob]) -> SimpleQueue[DownloadJob]:
+    """The jobs queued largest first (where the manifest states sizes): the longest
+    transfer starts at once, and the small files fill the other threads beside it."""
+    queue: SimpleQueue[DownloadJob] = SimpleQueue()
+    for job in sorted(jobs, key=lambda job: -(job.size or 0)):
+        queue.put(job)
+    return queue
+
+
+def _run_workers(work: Callable[[], None], count: int, cancelled: threading.Event) -> None:
+    """Run ``work`` in ``count`` threads and wait for them all. Ctrl-C, or another exception
+    raised while waiting, sets ``cancelled`` and leaves the threads
+    :data:`STOP_GRACE_SECONDS` to stop before it propagates."""
+    # Daemon threads, not a ThreadPoolExecutor: after Ctrl-C a worker blocked in a
+    # read must not keep the interpreter from exiting until its read times out.
+    workers = [
+        threading.Thread(target=work, name=f"flashhub-download-{n}", daemon=True)
+        for n in range(count)
+    ]
+    try:
+        # Inside: Ctrl-C while a worker starts must stop those already running.
+        for worker in workers:
+            start_deaf(worker)
+        for worker in workers:
+            worker.join()
+    except BaseException:
+        cancelled.set()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for worker in filter(threading.Thread.is_alive, workers):
+            worker.join(max(0.0, deadline - time.monotonic()))
+        raise
 
 
 class _BadBytes(Exception):
