@@ -235,35 +235,8 @@ def _download_and_commit(
     with cache_errors(cache.version_dir(info)):
         staging = new_staging(cache, info, variant)
     try:
-        with cache_errors(staging):
-            adopt_partials(cache, staging, info, variant, manifest.files)
-            jobs = [
-                DownloadJob(
-                    variant_path(info, variant, relpath),
-                    staging / relpath,
-                    digest,
-                    manifest.size_of(relpath),
-                )
-                for relpath, digest in manifest.files.items()
-            ]
-            for directory in {posixpath.dirname(relpath) for relpath in manifest.files}:
-                ensure_dir(staging / directory)
-        total = sum(manifest.sizes.values()) if manifest.sizes is not None else None
-        bar = progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars, total=total)
-        # Each Python file is compiled by the thread that fetched it, as soon as it is
-        # verified: beside the transfers still running, not after the last of them.
-        sources = {
-            variant_path(info, variant, relpath): relpath
-            for relpath in sources_to_compile(set(manifest.files))
-        }
-        compiled: dict[str, dict[str, tuple[int, int, str]]] = {}
-
-        def compile_source(job: DownloadJob) -> None:
-            if (source := sources.get(job.relpath)) is not None:
-                compiled[source] = compile_bytecode(staging, [source])
-
-        with bar as progress:
-            fetcher.download_many(jobs, progress, on_done=compile_source)
+        jobs = _staged_jobs(cache, staging, info, variant, manifest)
+        compiled = _download_compiling(fetcher, jobs, staging, info, variant, manifest)
         _check_natives_whole(staging, info, variant, manifest)
         with cache_errors(staging):
             seal(staging, document, manifest.files, compiled, shared=cache.shared)
@@ -279,6 +252,55 @@ def _download_and_commit(
         raise
     finally:
         remove_tree(staging)  # a no-op after a successful commit
+
+
+def _staged_jobs(
+    cache: Cache, staging: Path, info: RepoInfo, variant: str, manifest: Manifest
+) -> list[DownloadJob]:
+    """The jobs that download the files of ``manifest`` into ``staging``, after it took
+    what an interrupted download kept and holds the directories of the files."""
+    with cache_errors(staging):
+        adopt_partials(cache, staging, info, variant, manifest.files)
+        for directory in {posixpath.dirname(relpath) for relpath in manifest.files}:
+            ensure_dir(staging / directory)
+    return [
+        DownloadJob(
+            variant_path(info, variant, relpath),
+            staging / relpath,
+            digest,
+            manifest.size_of(relpath),
+        )
+        for relpath, digest in manifest.files.items()
+    ]
+
+
+def _download_compiling(
+    fetcher: Fetcher,
+    jobs: list[DownloadJob],
+    staging: Path,
+    info: RepoInfo,
+    variant: str,
+    manifest: Manifest,
+) -> dict[str, dict[str, tuple[int, int, str]]]:
+    """Run ``jobs`` under a progress bar, and return the bytecode compiled from the
+    Python files among them (see :func:`compile_bytecode`), by file."""
+    total = sum(manifest.sizes.values()) if manifest.sizes is not None else None
+    bar = progress_bar(f"{info} {variant}", enabled=fetcher.config.progress_bars, total=total)
+    # Each Python file is compiled by the thread that fetched it, as soon as it is
+    # verified: beside the transfers still running, not after the last of them.
+    sources = {
+        variant_path(info, variant, relpath): relpath
+        for relpath in sources_to_compile(set(manifest.files))
+    }
+    compiled: dict[str, dict[str, tuple[int, int, str]]] = {}
+
+    def compile_source(job: DownloadJob) -> None:
+        if (source := sources.get(job.relpath)) is not None:
+            compiled[source] = compile_bytecode(staging, [source])
+
+    with bar as progress:
+        fetcher.download_many(jobs, progress, on_done=compile_source)
+    return compiled
 
 
 def _check_natives_whole(staging: Path, info: RepoInfo, variant: str, manifest: Manifest) -> None:
