@@ -234,16 +234,20 @@ def keep_partials(
     elsewhere, and no file may be moved into the cache from outside, nor out of it."""
     kept = partial_dir(cache, info, variant)
     for relpath, digest in digests.items():
-        try:
-            with _directory_of(staging, relpath) as (directory, name):
-                found = os.stat(name, dir_fd=directory, follow_symlinks=False)
-                mine = _own(os.fstat(directory)) and _own(found)
-                if mine and stat.S_ISREG(found.st_mode) and found.st_size:
-                    ensure_dir(kept, shared=cache.shared)
-                    with _directory_of(kept, digest.hex()) as (into, kept_name):
-                        os.replace(name, kept_name, src_dir_fd=directory, dst_dir_fd=into)
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):
+            _keep_partial(staging, relpath, kept, digest.hex(), shared=cache.shared)
+
+
+def _keep_partial(staging: Path, relpath: str, kept: Path, kept_as: str, *, shared: bool) -> None:
+    """Move the file ``relpath`` of ``staging`` into ``kept`` as ``kept_as``, if it is not
+    empty, and it and its directory are this user's (see :func:`keep_partials`)."""
+    with _directory_of(staging, relpath) as (directory, name):
+        found = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        mine = _own(os.fstat(directory)) and _own(found)
+        if mine and stat.S_ISREG(found.st_mode) and found.st_size:
+            ensure_dir(kept, shared=shared)
+            with _directory_of(kept, kept_as) as (into, kept_name):
+                os.replace(name, kept_name, src_dir_fd=directory, dst_dir_fd=into)
 
 
 @contextmanager
@@ -333,15 +337,24 @@ def remove_stale_staging(
     for child in version_dir.iterdir():
         if child.name.startswith(f"{TRASH_PREFIX}{variant}."):
             remove_tree(child)
-        elif child.name.startswith(f"{STAGING_PREFIX}{variant}."):
-            _random, pid, owner_host = [*child.name.split(".", 4)[2:], "", "", ""][:3]
-            if owner_host != host or not pid.isdigit():
-                if idle and idle_for(child, UNJUDGED_STAGING_IDLE_SECONDS):
-                    remove_tree(child)
-            elif idle or not another_process_alive(int(pid)):
-                if keep is not None:
-                    keep_partials(cache, child, info, variant, keep)
+            continue
+        if not child.name.startswith(f"{STAGING_PREFIX}{variant}."):
+            continue
+        pid = _owner_pid(child, host)
+        if pid is None:
+            if idle and idle_for(child, UNJUDGED_STAGING_IDLE_SECONDS):
                 remove_tree(child)
+        elif idle or not another_process_alive(pid):
+            if keep is not None:
+                keep_partials(cache, child, info, variant, keep)
+            remove_tree(child)
+
+
+def _owner_pid(staging: Path, host: str) -> int | None:
+    """The PID of the process of ``host`` that made ``staging``; ``None`` when another
+    host's process made it, or its name does not say."""
+    _random, pid, owner_host = [*staging.name.split(".", 4)[2:], "", "", ""][:3]
+    return int(pid) if owner_host == host and pid.isdigit() else None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
