@@ -164,18 +164,10 @@ class HttpMirror(Mirror):
                 if response.status_code == 404:
                     raise NotPublished(url)
                 self._check_status(response)
-                body = bytearray()
-                decode = _encoded(response)
-                guard = StallGuard(self._stall_window, time.monotonic())
                 try:
-                    while chunk := response.raw.read1(CHUNK_SIZE, decode_content=decode):
-                        guard.check(len(chunk))
-                        body += chunk
-                        if len(body) > limit:  # the caller reports the size; stop reading
-                            break
+                    return self._read_body(response, limit)
                 except BODY_ERRORS:
                     continue  # the body broke off: read it again
-                return bytes(body)
         raise MirrorFailed(f"the connection broke {MAX_RESUMES + 1} times in the body")
 
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
@@ -338,6 +330,19 @@ class HttpMirror(Mirror):
             raise AccessDenied(f"HTTP {status} {response.reason}{what}", netrc_problem=problem)
         retried = " after retries" if status in RETRY_STATUSES else ""
         raise MirrorFailed(f"HTTP {status} {response.reason}{retried}")
+
+    def _read_body(self, response: requests.Response, limit: int) -> bytes:
+        """The body of ``response``, read no further than the chunk that takes it past
+        ``limit`` bytes: the caller reports the size."""
+        body = bytearray()
+        decode = _encoded(response)
+        guard = StallGuard(self._stall_window, time.monotonic())
+        while chunk := response.raw.read1(CHUNK_SIZE, decode_content=decode):
+            guard.check(len(chunk))
+            body += chunk
+            if len(body) > limit:
+                break
+        return bytes(body)
 
     def _stream(
         self,
