@@ -176,7 +176,16 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
     document = load_json(data, source)
     if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
         raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
-    algorithm = document["digest"].get("algorithm", "sha256")
+    parsed = _parse_files(_listed_files(document["digest"], source), source)
+    _check_no_file_is_a_directory(parsed, source)
+    sizes = _parse_sizes(document["sizes"], parsed, source) if "sizes" in document else None
+    return Manifest(files=parsed, document=document, sizes=sizes)
+
+
+def _listed_files(digest: dict[str, Any], source: str) -> dict[Any, Any]:
+    """The ``"files"`` of a manifest's ``"digest"`` object, refused unless sha256 digests
+    of 1 to :data:`MAX_FILES` files."""
+    algorithm = digest.get("algorithm", "sha256")
     if algorithm != "sha256":
         raise ManifestError(
             f'{source}: "digest" uses the algorithm {repr(algorithm)[:40]}; this client '
@@ -184,7 +193,7 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
             hint='publish the kernel with sha256 digests ("algorithm": "sha256", the '
             "kernel builder's default)",
         )
-    files = document["digest"].get("files")
+    files = digest.get("files")
     if not isinstance(files, dict) or not files:
         raise ManifestError(
             f'{source} must list its files in "digest": {{"files": {{...}}}}', hint=_HINT
@@ -193,6 +202,11 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
         raise ManifestError(
             f"{source} lists {len(files)} files, over the limit of {MAX_FILES}", hint=_HINT
         )
+    return files
+
+
+def _parse_files(files: dict[Any, Any], source: str) -> dict[str, bytes]:
+    """Each listed path, checked, with its raw 32-byte digest."""
     parsed: dict[str, bytes] = {}
     seen: dict[str, str] = {}
     for path, digest in files.items():
@@ -213,9 +227,7 @@ def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
             )
         seen[key] = path
         parsed[path] = raw
-    _check_no_file_is_a_directory(parsed, source)
-    sizes = _parse_sizes(document["sizes"], parsed, source) if "sizes" in document else None
-    return Manifest(files=parsed, document=document, sizes=sizes)
+    return parsed
 
 
 def _parse_sizes(sizes: object, files: Mapping[str, bytes], source: str) -> dict[str, int]:
