@@ -72,19 +72,9 @@ def find_local_package(
         if path.is_dir()
         else []
     )
-    # Only a folder listed here: a name such as "../x" must not reach outside the variant.
-    named = next((p for p in packages if p.name == package_name), None)
-    if named is not None:
-        return KernelDir(named)
-    if (path / "__init__.py").is_file():
-        return KernelDir(path)
-    archive = _zip_archive(path)
-    if archive is not None:  # a "zip" build's variant directory: its archive is the package
-        return KernelDir(archive)
-    if package_name is None:
-        one = packages[0] if len(packages) == 1 else _package_named_in_metadata(path, packages)
-        if one is not None:
-            return KernelDir(one)
+    here = _package_here(path, packages, package_name)
+    if here is not None:
+        return KernelDir(here)
     base = path / "build" if (path / "build").is_dir() else path
     variants = [p.name for p in sorted(base.iterdir())] if base.is_dir() else []
     # Directories that are not variants (.obj, __pycache__) are rejected like any misfit.
@@ -105,6 +95,24 @@ def find_local_package(
             "torch-universal), or point at a directory holding such a build",
         )
     raise _no_package_error(path, packages, package_name)
+
+
+def _package_here(path: Path, packages: Sequence[Path], package_name: str | None) -> Path | None:
+    """The package ``path`` gives without choosing a build variant: the one of ``packages``
+    (those right under ``path``) named ``package_name``, ``path`` itself, its zip archive,
+    or, with no name given, its one package or the one its ``metadata.json`` names."""
+    # Only a folder listed here: a name such as "../x" must not reach outside the variant.
+    named = next((p for p in packages if p.name == package_name), None)
+    if named is not None:
+        return named
+    if (path / "__init__.py").is_file():
+        return path
+    archive = _zip_archive(path)
+    if archive is not None:  # a "zip" build's variant directory: its archive is the package
+        return archive
+    if package_name is None:
+        return packages[0] if len(packages) == 1 else _package_named_in_metadata(path, packages)
+    return None
 
 
 def _no_package_error(
