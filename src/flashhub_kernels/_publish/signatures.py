@@ -92,13 +92,7 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
     root = _local_tree(path)
     keys = signing_keys(key)
     absolute = root.absolute()
-    if root.is_file():
-        document = _document_at(absolute)
-        found = [(document, absolute)] if document is not None else []
-        base = absolute.parent
-    else:
-        found = sorted(_published_documents(absolute), key=lambda item: item[1])
-        base = absolute
+    found, base = _documents_under(absolute)
     if not found:
         raise PublishError(
             f"no published kernel documents under {root}",
@@ -123,6 +117,15 @@ def sign_tree(path: str | os.PathLike[str], key: KeySource) -> SignReport:
         documents=tuple(p.relative_to(base).as_posix() for _doc, p in documents),
         written=tuple(sorted(written)),
     )
+
+
+def _documents_under(absolute: Path) -> tuple[list[tuple[Document, Path]], Path]:
+    """The published documents that the file or directory ``absolute`` is or holds, by
+    path, and the directory their paths are reported from."""
+    if absolute.is_file():
+        document = _document_at(absolute)
+        return ([(document, absolute)] if document is not None else []), absolute.parent
+    return sorted(_published_documents(absolute), key=lambda item: item[1]), absolute
 
 
 def _documents_of(
