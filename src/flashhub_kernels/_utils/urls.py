@@ -111,14 +111,7 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
     The message does not say "password": a test for a leak looks for pieces of one,
     and ``pa/ssword`` has ``ssword``."""
     if (userinfo := _unencoded_userinfo(url)) is not None:
-        shown = _hide_userinfo(url, *userinfo)
-        return ConfigError(
-            f"{what} {shown!r} has credentials (user:secret@) that are not "
-            "percent-encoded: a '/', '?' or '#' in them ends the host part of the URL",
-            hint=f"percent-encode the user name and the secret in {setting}, e.g. with "
-            "urllib.parse.quote(secret, safe=''): '/' is %2F, '?' %3F, '#' %23, "
-            "'@' %40, ':' %3A, ',' %2C",
-        )
+        return _unencoded_userinfo_error(_hide_userinfo(url, *userinfo), what, setting)
     try:
         parts = split_url(url)  # the port is parsed only on demand
     except ValueError:
@@ -128,17 +121,7 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
             hint=f"fix {setting}",
         )
     if "?" in url or "#" in url:  # an empty query or fragment too
-        shown = redact_url(url)
-        cut = min(i for i in (shown.find("?"), shown.find("#")) if i >= 0)
-        return ConfigError(
-            f"{what} {shown[: cut + 1] + SHOWN_SECRET!r} has a query or a fragment: a base "
-            "URL that carries a token there (a signed URL, an Azure SAS token "
-            "?sv=...&sig=...) is not supported, since the path of each file goes after it",
-            hint=f"give {setting} without its query: credentials as "
-            "https://user:password@host or in ~/.netrc, a bucket as its object store URL "
-            "(s3://bucket/prefix, az://container/prefix), or a proxy in front of the CDN "
-            "that adds the token",
-        )
+        return _query_error(redact_url(url), what, setting)
     if host_read_two_ways(url):
         return ConfigError(
             f"{what} {redact_url(url)!r} has a '\\' or a '%' in its host part, where urllib3 "
@@ -154,6 +137,33 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
         f"{what} {redact_url(url)!r} has a '\\' in its credentials, where urllib3 ends the "
         "host part",
         hint=f"percent-encode the user name and the secret in {setting}: '\\' is %5C",
+    )
+
+
+def _unencoded_userinfo_error(shown: str, what: str, setting: str) -> ConfigError:
+    """The error for a URL whose credentials hold a '/', '?' or '#' not percent-encoded:
+    ``shown``, the URL with its credentials hidden."""
+    return ConfigError(
+        f"{what} {shown!r} has credentials (user:secret@) that are not "
+        "percent-encoded: a '/', '?' or '#' in them ends the host part of the URL",
+        hint=f"percent-encode the user name and the secret in {setting}, e.g. with "
+        "urllib.parse.quote(secret, safe=''): '/' is %2F, '?' %3F, '#' %23, "
+        "'@' %40, ':' %3A, ',' %2C",
+    )
+
+
+def _query_error(shown: str, what: str, setting: str) -> ConfigError:
+    """The error for the redacted URL ``shown``, with a query or a fragment: shown up to
+    its ``?`` or ``#``, since a token there is a secret."""
+    cut = min(i for i in (shown.find("?"), shown.find("#")) if i >= 0)
+    return ConfigError(
+        f"{what} {shown[: cut + 1] + SHOWN_SECRET!r} has a query or a fragment: a base "
+        "URL that carries a token there (a signed URL, an Azure SAS token "
+        "?sv=...&sig=...) is not supported, since the path of each file goes after it",
+        hint=f"give {setting} without its query: credentials as "
+        "https://user:password@host or in ~/.netrc, a bucket as its object store URL "
+        "(s3://bucket/prefix, az://container/prefix), or a proxy in front of the CDN "
+        "that adds the token",
     )
 
 
