@@ -28,7 +28,7 @@ from flashhub_kernels.errors import (
 from support.builder import RAN_DIR_VAR, loaded_variant, write_builder_kernel
 from support.cdn_server import CdnHandler, CdnServer, Fault, held
 from support.machines import CPU_BUILD, CPU_ONLY_CHILD, CUDA_BUILD, CUDA_MACHINE, run_as
-from support.preloaded import appears, start_code
+from support.preloaded import REAP_FORKED_CHILD, appears, run_code, start_code
 from support.trees import cpu_variant, kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -297,6 +297,64 @@ def test_a_child_forked_while_a_kernel_downloads_what_it_depends_on_imports_eith
     write_builder_kernel(cdn.root, "acme/top", 1, kernel_depends=[("acme/base", 1)])
     ops = f"kernels/acme/base/v1/build/{loaded_variant()}/_ops.py"
     assert fork_while_downloading(cdn, ops, "flashhub.acme.top.v1", wanted) == f"child: {wanted}"
+
+
+# A thread imports argv[1], whose submodule `slow` says it runs and waits to be let go (a
+# kernel's native extension loading, say); the process forks, lets it go, and the child
+# imports argv[1] too.
+FORK_WHILE_A_SUBMODULE_RUNS = (
+    """
+import importlib, os, sys, threading, time
+from pathlib import Path
+
+name, started = sys.argv[1], Path(os.environ["SUBMODULE_STARTED"])
+threading.Thread(target=importlib.import_module, args=(name,), daemon=True).start()
+while not started.exists():
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    k = importlib.import_module(name)
+    print("child:", k.slow.let_go(), flush=True)
+    os._exit(0)
+Path(os.environ["SUBMODULE_GO"]).touch()
+"""
+    + REAP_FORKED_CHILD
+)
+SLOW_SUBMODULE = b"""
+import os, time
+
+open(os.environ["SUBMODULE_STARTED"], "a").close()
+while not os.path.exists(os.environ["SUBMODULE_GO"]):
+    time.sleep(0.01)
+
+
+def let_go():
+    return "let go"
+"""
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_child_forked_while_a_thread_runs_a_kernels_submodule_imports_the_kernel(
+    cdn: CdnServer, tmp_path: Path, warm: bool
+) -> None:
+    """The thread runs the kernel's ``__init__``, held in its submodule's import: the
+    child starts both afresh, not waiting for the submodule's lock of a thread it lacks."""
+    files = kernel_files("tensor_tricks", "slow")
+    files["tensor_tricks/__init__.py"] += b"from . import slow\n"
+    files["tensor_tricks/slow.py"] = SLOW_SUBMODULE
+    write_variant(cdn.root, REPO, 1, local_variant(), files)
+    env = {
+        **os.environ,
+        "SUBMODULE_STARTED": str(tmp_path / "started"),
+        "SUBMODULE_GO": str(tmp_path / "go"),
+    }
+    if warm:  # a cached kernel: the import table answers, no request
+        (tmp_path / "go").touch()
+        run_code(f"import {PLAIN}", env=env)
+        (tmp_path / "go").unlink()
+        (tmp_path / "started").unlink()
+    child = run_code(FORK_WHILE_A_SUBMODULE_RUNS, PLAIN, env=env, timeout=60)
+    assert (child.returncode, child.stdout) == (0, "child: let go\n"), child.stderr
 
 
 def test_file_url_mirror(tmp_path: Path) -> None:

@@ -64,15 +64,10 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         if self._target is None:
-            with _Loading(self._finder._loading, spec.name):
-                self._locate(spec)
+            self._locate(spec)
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        with _Loading(self._finder._loading, module.__name__):  # may download its deps
-            self._exec_kernel(module)
-
-    def _exec_kernel(self, module: ModuleType) -> None:
         target = self._target
         if target is None:
             # importlib.reload() calls exec_module without create_module. This spec has
@@ -124,7 +119,6 @@ class KernelFinder:
         self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, tuple[ModuleType, KernelDir]] = {}  # module name -> its load
-        self._loading: dict[str, int] = {}  # module name -> the thread locating or running it
         self._found: set[str] = set()  # kernel module names find_spec answered: maybe loading
 
     # -- registration, called by the public API -----------------------------------------
@@ -192,7 +186,7 @@ class KernelFinder:
         if any(name in self._found or name in sys.modules for name, _backend in others):
             from ._twin_names import TwinLoader  # the same load imported under another name
 
-            loader = TwinLoader(self, others, loader, _Loading(self._loading, fullname))
+            loader = TwinLoader(self, others, loader)
         self._found.add(fullname)
         return importlib.machinery.ModuleSpec(fullname, loader, is_package=True)
 
@@ -236,34 +230,22 @@ class KernelFinder:
         return target
 
     def forget_other_threads(self) -> None:
-        """In a child just forked: drop the import locks (and half-made modules) of the
-        kernels threads gone with the fork were loading, which the child would wait for
-        forever; it starts them afresh (the download mutex waits for the parent's)."""
+        """In a child just forked: drop what threads gone with the fork were importing
+        under ``flashhub``: a kernel being downloaded or run, and its submodules (its
+        native extension, say). The child would wait forever for their import locks;
+        it imports them afresh (the download mutex waits for the parent's download)."""
         self._lock = _thread.allocate_lock()
         module_locks = getattr(importlib._bootstrap, "_module_locks", {})
         this_thread = _thread.get_ident()
-        for name, thread in list(self._loading.items()):
-            if thread != this_thread:
-                del self._loading[name]
-                module_locks.pop(name, None)
-                sys.modules.pop(name, None)
+        for name, lock in list(module_locks.items()):
+            owner = getattr(lock(), "owner", None)  # a weak reference to the module's lock
+            if name.partition(".")[0] == "flashhub" and owner not in (None, this_thread):
+                del module_locks[name]
+                sys.modules.pop(name, None)  # half-made
 
     def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
         with self._lock:
             self._loaded[module.__name__] = (module, target)
-
-
-class _Loading:
-    """``with``: this thread loads the kernel ``name`` (see ``forget_other_threads``)."""
-
-    def __init__(self, table: dict[str, int], name: str) -> None:
-        self.table, self.name = table, name
-
-    def __enter__(self) -> None:
-        self.table[self.name] = _thread.get_ident()
-
-    def __exit__(self, *_exc: object) -> None:
-        del self.table[self.name]
 
 
 def twin_names(fullname: str, backend: str | None) -> list[tuple[str, str]]:

@@ -19,7 +19,6 @@ from ._variants.system import this_system
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
-    from contextlib import AbstractContextManager
     from types import ModuleType
 
     from ._finder import KernelFinder
@@ -32,23 +31,17 @@ class TwinLoader(importlib._abc.Loader):
 
     The decision is made here, not in ``find_spec``: waiting for another thread's import
     while holding the global import lock would stop that import too. The wait is done
-    in ``loading`` (this thread's mark that it loads the kernel), so that a child forked
-    meanwhile drops it.
+    under this name's import lock, so that a child forked meanwhile drops it.
     """
 
     def __init__(
-        self,
-        finder: KernelFinder,
-        others: list[tuple[str, str]],
-        own: importlib._abc.Loader,
-        loading: AbstractContextManager[None],
+        self, finder: KernelFinder, others: list[tuple[str, str]], own: importlib._abc.Loader
     ) -> None:
-        self._finder, self._others, self._own, self._loading = finder, others, own, loading
+        self._finder, self._others, self._own = finder, others, own
         self._spec: importlib.machinery.ModuleSpec | None = None  # the twin's own spec
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        with self._loading:
-            module = twin_module(self._finder, spec.name, self._others)
+        module = twin_module(self._finder, spec.name, self._others)
         if module is not None:
             self._spec = module.__spec__
             return module
