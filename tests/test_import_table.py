@@ -198,6 +198,52 @@ print(json.dumps("flashhub_kernels._cache.obtain" in sys.modules))
     assert json.loads(run_python(code).splitlines()[-1]) is True
 
 
+# A thread imports a cold kernel and is held as the settings' module starts to run, which
+# the cold path imports; another thread imports the cached kernel meanwhile.
+WHILE_A_THREAD_IMPORTS_THE_SETTINGS = f"""
+import importlib, sys, threading
+
+paused, cached_done = threading.Event(), threading.Event()
+
+def pause(frame, event, arg):
+    code = frame.f_code
+    if event == "call" and code.co_name == "<module>" and code.co_filename.endswith("_config.py"):
+        paused.set()
+        cached_done.wait(60)
+
+def load(name, traced):
+    if traced:
+        sys.settrace(pause)
+    try:
+        print(name, importlib.import_module(name).marker(), flush=True)
+    except Exception as exc:
+        print(name, type(exc).__name__, exc, flush=True)
+
+cold = threading.Thread(target=load, args=("flashhub.acme.other.v1", True))
+cold.start()
+paused.wait(60)
+cached = threading.Thread(target=load, args=({MODULE!r}, False))
+cached.start()
+cached.join(60)
+cached_done.set()
+cold.join(60)
+"""
+
+
+def test_a_cached_kernel_imports_while_another_thread_imports_the_settings(
+    recorded: Path, cdn: CdnServer
+) -> None:
+    """The table's key looks whether configure() set anything; the settings' module,
+    half-run by the other thread's cold load, has not: the import goes on (it raised
+    AttributeError)."""
+    write_kernel(cdn.root, "acme/other", 1)
+    printed = run_python(WHILE_A_THREAD_IMPORTS_THE_SETTINGS).splitlines()
+    assert printed == [
+        f"{MODULE} acme/tensor-tricks@v1:{local_variant()}",
+        f"flashhub.acme.other.v1 acme/other@v1:{local_variant()}",
+    ]
+
+
 def test_the_table_never_lifts_a_signature_check(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:

@@ -85,8 +85,10 @@ def key_of(module: str, candidates: Sequence[RepoInfo], backend: str | None) -> 
     """The key of importing ``module``, which stands for ``candidates`` (``backend``
     forced, if given); ``None`` once :func:`~flashhub_kernels.configure` set a setting,
     which the key does not cover: then every import looks its kernel up in full."""
-    settings = sys.modules.get("flashhub_kernels._config")  # configure() imports it
-    if (settings is not None and settings.overrides) or not hasattr(os, "getuid"):
+    # configure() imports it. Another thread may be running its code: without its
+    # `overrides` yet, nothing is configured.
+    settings = sys.modules.get("flashhub_kernels._config")
+    if getattr(settings, "overrides", None) or not hasattr(os, "getuid"):
         return None
     return TableKey(module, candidates, backend)
 
