@@ -1,0 +1,203 @@
+"""The processes and threads a training job makes around loads: workers forked while a
+load's own thread still runs (``os.fork``, a ``fork`` pool, a DataLoader's), workers
+started by ``spawn`` and ``forkserver`` that unpickle a kernel's objects by name, and
+threads importing versions of one cold kernel while another reloads it."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import run_python
+from support.cdn_server import CdnServer, held
+from support.trees import local_variant, write_kernel
+
+REPO = "acme/tensor-tricks"
+MODULE = "flashhub.acme.tensor_tricks.v1"
+VERSIONS_JSON = f"/kernels/{REPO}/versions.json"
+# The load returns with its read of versions.json still running (the CDN holds it), and
+# the process forks workers (argv[1] says how). Each uses the kernel's op, imports the
+# kernel afresh, and imports acme/other, cold: both workers at once.
+FORKED_WHILE_THE_VERSIONS_READ_RUNS = """
+import importlib, os, sys, threading
+import multiprocessing as mp
+import torch
+import flashhub.acme.tensor_tricks.v1 as k
+
+assert any(t.name == "flashhub-request" for t in threading.enumerate())  # still reading
+
+def work(i):
+    x = torch.tensor([float(i)])
+    doubled = k.double(x)
+    del sys.modules["flashhub.acme.tensor_tricks.v1"]
+    again = importlib.import_module("flashhub.acme.tensor_tricks.v1")
+    other = importlib.import_module("flashhub.acme.other.v1")
+    return f"{doubled.item()} {again.marker()} {other.marker()}"
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return work(i)
+
+if sys.argv[1] == "os.fork":
+    for i in range(2):
+        if os.fork() == 0:
+            print(work(i), flush=True)
+            os._exit(0)
+    for _ in range(2):
+        assert os.waitstatus_to_exitcode(os.wait()[1]) == 0
+elif sys.argv[1] == "pool":
+    with mp.get_context("fork").Pool(2) as pool:
+        print("\\n".join(pool.map(work, range(2))))
+else:
+    loader = torch.utils.data.DataLoader(Data(), num_workers=2, batch_size=None)
+    print("\\n".join(loader))
+"""
+
+
+@pytest.mark.usefixtures("version_check_on")
+@pytest.mark.parametrize("how", ["os.fork", "pool", "dataloader"])
+def test_workers_forked_while_a_loads_own_thread_runs_use_the_kernel_and_load_another(
+    cdn: CdnServer, how: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, "acme/other", 1)
+    reading, release = threading.Event(), threading.Event()
+    cdn.inject(VERSIONS_JSON, held(reading, release))
+    try:
+        printed = run_python(FORKED_WHILE_THE_VERSIONS_READ_RUNS.replace("sys.argv[1]", repr(how)))
+    finally:
+        release.set()
+    other = f"acme/other@v1:{local_variant()}"
+    assert sorted(printed.split("\n")[-3:]) == [
+        "",
+        f"0.0 {REPO}@v1:{local_variant()} {other}",
+        f"2.0 {REPO}@v1:{local_variant()} {other}",
+    ]
+    fetched = [path for path in cdn.gets() if "/build/" in path]
+    assert len(fetched) == len(set(fetched))  # each file once: the workers waited for each other
+
+
+@pytest.fixture
+def version_check_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLASHHUB_NO_VERSION_CHECK")  # conftest turns it off for the rest
+
+
+# Run as a script (spawn and forkserver import the main module by its path): loads the
+# kernel, then a worker of argv[1]'s start method calls, by name, a function of the
+# kernel's submodule and a method of an instance of its class.
+UNPICKLED_BY_NAME = """
+import multiprocessing as mp
+import os, shutil, sys
+import torch
+
+
+def loaded_from():
+    return sys.modules["flashhub.acme.tensor_tricks.v1"].__file__
+
+
+if __name__ == "__main__":
+    from flashhub.acme.tensor_tricks.v1 import Thing
+    from flashhub.acme.tensor_tricks.v1.helpers import shout
+
+    os.environ.update(dict(arg.split("=") for arg in sys.argv[2:]))  # the workers' settings
+    with mp.get_context(sys.argv[1]).Pool(1) as pool:
+        print(pool.apply(shout), pool.apply(getattr, (Thing(7), "value")), pool.apply(loaded_from))
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("cache", ["warm", "cold"])
+def test_spawned_workers_unpickle_a_kernels_objects_by_name(
+    cdn: CdnServer, tmp_path: Path, cache_dir: Path, method: str, cache: str
+) -> None:
+    """The worker imports the kernel through the hook: from the cache its parent filled,
+    offline, or downloaded into a cache of its own."""
+    write_kernel(cdn.root, REPO, 1)
+    script = tmp_path / "workers.py"
+    script.write_text(UNPICKLED_BY_NAME)
+    workers = cache_dir.with_name("workers") if cache == "cold" else cache_dir
+    settings = [f"FLASHHUB_CACHE_DIR={workers}"]
+    if cache == "warm":
+        settings.append("FLASHHUB_OFFLINE=1")
+    result = subprocess.run(
+        [sys.executable, str(script), method, *settings],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    shouted, value, file = result.stdout.split()
+    entry = workers / f"kernels/{REPO}/v1/{local_variant()}"
+    assert (shouted, value, file) == (
+        f"{REPO.upper()}@V1:{local_variant().upper()}",
+        "7",
+        str(entry / "tensor_tricks/__init__.py"),
+    )
+
+
+def test_threads_import_versions_of_one_cold_kernel_and_reload_it_at_once(
+    cdn: CdnServer,
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)
+    import flashhub_kernels as fk
+
+    loads = [
+        lambda: importlib.import_module(MODULE),
+        lambda: importlib.import_module("flashhub.acme.tensor_tricks.v2"),
+        lambda: fk.get_kernel(REPO, version=1),
+        lambda: fk.get_kernel(REPO, version=2),
+    ] * 3
+    start = threading.Barrier(len(loads))
+    modules: list[object] = [None] * len(loads)
+
+    def load(i: int) -> None:
+        start.wait()
+        modules[i] = loads[i]()
+
+    run_threads([lambda i=i: load(i) for i in range(len(loads))])
+    v1, v2 = sys.modules[MODULE], sys.modules["flashhub.acme.tensor_tricks.v2"]
+    assert modules == [v1, v2, v1, v2] * 3 and v1 is not v2
+    fetched = [path for path in cdn.gets() if "/build/" in path]
+    assert len(fetched) == len(set(fetched))
+
+    def import_again() -> None:
+        for _ in range(50):
+            k = importlib.import_module(MODULE)
+            assert importlib.import_module(f"{MODULE}.helpers").shout() == k.marker().upper()
+
+    def reload() -> None:
+        for _ in range(20):
+            importlib.reload(importlib.reload(v1).helpers)
+
+    run_threads([import_again, import_again, reload])
+    assert sys.modules[MODULE] is v1
+
+
+def run_threads(targets: list[Callable[[], object]]) -> None:
+    """Run each of ``targets`` on a thread of its own; raise the first error any raised."""
+    errors: list[BaseException] = []
+
+    def run(target: Callable[[], object]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(target,)) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    if errors:
+        raise errors[0]
