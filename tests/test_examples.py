@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.utils.cpp_extension
 
 import flashhub_kernels as fk
+from conftest import EXAMPLES
 from flashhub_kernels._publish import publish
 from support.cdn_server import CdnServer
 from support.trees import cpu_variant
@@ -86,3 +88,26 @@ def test_publish_round_trips_and_is_immutable(published: CdnServer, built: list)
         publish(tricks_v2.build_dir, repo_id="acme/tensor-tricks", version=1, out=published.root)
     assert fk.has_kernel("acme/tensor-tricks", version=2, backend="cpu")
     assert fk.has_kernel("acme/silu-layers")
+
+
+def test_a_cuda_build_found_through_a_wrapper_nvcc_is_possible_on_every_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch guessed CUDA_HOME from an nvcc wrapper outside the toolkit (/usr/local/bin):
+    the first call of ``cuda_backend`` points CUDA_HOME at the toolkit, and the calls
+    after it (the quickstart's, then each kernel build's) must find it there too, or the
+    quickstart announces CUDA variants that its builds then skip."""
+    wrapper_home, toolkit = tmp_path / "local", tmp_path / "cuda"
+    for home in (wrapper_home, toolkit):
+        (home / "bin").mkdir(parents=True)
+        (home / "bin/nvcc").write_text("#!/bin/sh\n")
+    (toolkit / "lib64").mkdir()
+    (toolkit / "lib64/libcudart.so.13").write_bytes(b"")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import _buildlib
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.utils.cpp_extension, "CUDA_HOME", str(wrapper_home))
+    monkeypatch.setattr(_buildlib, "_USUAL_CUDA_HOME", str(toolkit))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    assert [_buildlib.cuda_backend() for _ in range(3)] == [("cu130", "")] * 3

@@ -163,7 +163,7 @@ def cuda_backend() -> tuple[str | None, str]:
 
     if not torch.version.cuda:
         return None, f"torch {torch.__version__} is not a CUDA build"
-    from torch.utils.cpp_extension import CUDA_HOME
+    from torch.utils.cpp_extension import CUDA_HOME  # torch's guess, when it was imported
 
     nvcc = Path(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else None
     if not (nvcc and nvcc.is_file()) and shutil.which("nvcc") is None:
@@ -171,10 +171,12 @@ def cuda_backend() -> tuple[str | None, str]:
     # torch links the CUDA runtime from CUDA_HOME, which it guesses from where nvcc is
     # found: a wrapper script outside the toolkit (/usr/local/bin/nvcc) misleads it. Then
     # the toolkit's usual place, where torch looks when nvcc is not on PATH, is tried; the
-    # compiler processes inherit the choice.
-    if not _has_cuda_runtime(CUDA_HOME):
+    # compiler processes inherit the choice, and so does every later call of this one
+    # (each kernel's build asks again), which torch's guess would mislead again.
+    home = os.environ.get("CUDA_HOME") or CUDA_HOME
+    if not _has_cuda_runtime(home):
         if "CUDA_HOME" in os.environ or not _has_cuda_runtime(_USUAL_CUDA_HOME):
-            return None, f"CUDA_HOME={CUDA_HOME} has no CUDA runtime (set it to the CUDA toolkit)"
+            return None, f"CUDA_HOME={home} has no CUDA runtime (set it to the CUDA toolkit)"
         os.environ["CUDA_HOME"] = _USUAL_CUDA_HOME
     major, minor = torch.version.cuda.split(".")[:2]
     return f"cu{major}{minor}", ""
