@@ -7,6 +7,7 @@ connections it relayed.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from conftest import MakeCdn, StartProxy, free_port, import_in_child, run_python
 from flashhub_kernels._utils.urls import redact_url
 from flashhub_kernels.errors import ConfigError, TransportError
 from support import cli_runner
-from support.cdn_server import CdnServer, redirect
+from support.cdn_server import CdnServer, redirect, trickled_headers
 from support.trees import local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -223,6 +224,40 @@ def test_a_dead_proxy_is_blamed_not_the_cdn(
     assert proxy.removeprefix("http://") in message
     assert "FLASHHUB_CDN_URL" not in message
     assert cdn.requests == []
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_headers_that_trickle_through_a_proxy_are_the_cdns_fault_and_retried(
+    scheme: str,
+    cdn: CdnServer,
+    tls_cdn: CdnServer,
+    ca_pem: Path,
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CDN behind the proxy (forwarded to, or tunnelled to with CONNECT) sends its
+    headers a byte at a time: each request is cut at the deadline and retried once, and
+    the load fails naming the late headers, not the proxy, which did its job."""
+    server = tls_cdn if scheme == "https" else cdn
+    proxy = start_proxy("http")
+    monkeypatch.setenv(f"{scheme}_proxy", proxy.url)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    fk.configure(cdn_url=server.url)
+    write_kernel(server.root, REPO, 1)
+    hung_up = [threading.Event() for _ in range(2)]
+    server.inject(
+        f"kernels/{REPO}/v1/variants.json",
+        *(trickled_headers(0.5, limit=120, hung_up=event) for event in hung_up),
+    )
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert "headers were not all in after 2 s" in message, message
+    assert f"the proxy {proxy.url} failed" not in message, message
+    assert len(server.gets("variants.json")) == 2
+    assert all(event.wait(10) for event in hung_up)
 
 
 def test_a_proxy_setting_without_a_scheme_is_an_http_proxy(

@@ -4,8 +4,8 @@ A read timeout bounds each wait for bytes, not the wait for a whole answer: a se
 sends its headers a byte at a time, each just inside the read timeout, would hold a request
 (and the mirrors after it) for as long as it likes. So every request must have all its
 answer's headers within the connect timeout plus the read timeout of its start; past that,
-its socket is shut down and the request fails as a read timeout does (retried once, then
-the next mirror). The body has the stall guard (``http_mirror.StallGuard``).
+its socket is shut down and the request fails with a read error (retried once, as a read
+timeout is, then the next mirror). The body has the stall guard (``http_mirror.StallGuard``).
 
 One daemon thread per process watches the deadlines of the requests in flight: arming and
 disarming one costs a heap push and a flag, not a thread per request.
@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.exceptions import ReadTimeoutError
+from urllib3.exceptions import ProtocolError
 from urllib3.poolmanager import PoolManager
 from urllib3.response import BaseHTTPResponse
 from urllib3.util.timeout import Timeout
@@ -123,12 +123,12 @@ class _HeadersInTime(HTTPConnectionPool):
             response: BaseHTTPResponse = super()._make_request(conn, method, url, *args, **kwargs)
         except Exception as exc:
             if armed.cut:
-                raise _late(self, url, seconds) from exc
+                raise _late(seconds) from exc
             raise
         finally:
             _WATCHDOG.disarm(armed)
         if armed.cut:  # http.client took the cut for the end of the headers
-            raise _late(self, url, seconds)
+            raise _late(seconds)
         return response
 
 
@@ -141,9 +141,13 @@ def _allowed(timeout: Timeout) -> float | None:
     return None
 
 
-def _late(pool: HTTPConnectionPool, url: str, seconds: float) -> ReadTimeoutError:
-    return ReadTimeoutError(
-        pool, url, f"Read timed out: the answer's headers were not all in after {seconds:g} s"
+def _late(seconds: float) -> ProtocolError:
+    """The error of a request cut at its deadline: a read error, which urllib3 retries as
+    it retries a read timeout. Not a ``ReadTimeoutError``: where http.client took the cut
+    for the end of the headers, it closed the connection, and urllib3 blames a timeout on
+    a closed connection through a proxy on the proxy, which did nothing wrong."""
+    return ProtocolError(
+        f"Read timed out: the answer's headers were not all in after {seconds:g} s"
     )
 
 
