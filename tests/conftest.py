@@ -319,23 +319,28 @@ PPROXY_MAIN = Path(__file__).resolve().parent / "support" / "pproxy_main.py"
 
 @pytest.fixture
 def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
-    """``start_proxy("http" | "socks5", auth="user:password")``: a real proxy on
-    127.0.0.1 (pproxy; ``http`` also tunnels with CONNECT), stopped after the test."""
+    """``start_proxy("http" | "socks5", auth="user:password", pem=None)``: a real proxy on
+    127.0.0.1 (pproxy; ``http`` also tunnels with CONNECT), stopped after the test. With
+    ``pem`` (a key and its certificate chain), an ``http`` proxy speaks TLS: an
+    ``https://`` proxy."""
     pytest.importorskip("pproxy")
     proxies: list[Proxy] = []
 
-    def start(scheme: str = "http", *, auth: str | None = None) -> Proxy:
+    def start(scheme: str = "http", *, auth: str | None = None, pem: Path | None = None) -> Proxy:
         port = free_port()
         log = tmp_path / f"pproxy-{port}.log"
-        listen = f"{scheme}://127.0.0.1:{port}" + (f"#{auth}" if auth else "")
+        tls = "+ssl" if pem else ""
+        listen = f"{scheme}{tls}://127.0.0.1:{port}" + (f"#{auth}" if auth else "")
         with open(log, "wb") as out:
             process = subprocess.Popen(
-                [sys.executable, str(PPROXY_MAIN), "-l", listen, "-v"],
+                [sys.executable, str(PPROXY_MAIN), "-l", listen, "-v"]
+                + (["--ssl", str(pem)] if pem else []),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-        proxy = Proxy(f"{scheme}://127.0.0.1:{port}", port, process, log)
+        url_scheme = "https" if pem else scheme
+        proxy = Proxy(f"{url_scheme}://127.0.0.1:{port}", port, process, log)
         proxies.append(proxy)
         try:
             wait_for_port(port)

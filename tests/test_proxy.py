@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -257,6 +258,39 @@ def test_headers_that_trickle_through_a_proxy_are_the_cdns_fault_and_retried(
     assert "headers were not all in after 2 s" in message, message
     assert f"the proxy {proxy.url} failed" not in message, message
     assert len(server.gets("variants.json")) == 2
+    assert all(event.wait(10) for event in hung_up)
+
+
+def test_headers_that_trickle_through_a_tls_proxy_are_cut(
+    tls_cdn: CdnServer,
+    ca_pem: Path,
+    certificate_authority: tuple[Any, Path],
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """An https:// proxy tunnels to an https CDN: TLS inside the proxy's TLS, whose
+    connection is no socket object. The deadline cuts it all the same (its thread used to
+    die of it, and no request of the process had a deadline after)."""
+    pem = tmp_path / "proxy.pem"
+    certificate_authority[0].issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(pem)
+    )
+    proxy = start_proxy("http", pem=pem)
+    monkeypatch.setenv("https_proxy", proxy.url)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    fk.configure(cdn_url=tls_cdn.url)
+    write_kernel(tls_cdn.root, REPO, 1)
+    hung_up = [threading.Event() for _ in range(2)]
+    tls_cdn.inject(
+        f"kernels/{REPO}/v1/variants.json",
+        *(trickled_headers(0.5, limit=30, hung_up=event) for event in hung_up),
+    )
+    with pytest.raises(TransportError, match="headers were not all in after 2 s"):
+        fk.get_kernel(REPO, version=1)
+    assert len(tls_cdn.gets("variants.json")) == 2
     assert all(event.wait(10) for event in hung_up)
 
 

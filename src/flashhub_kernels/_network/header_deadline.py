@@ -47,6 +47,8 @@ class _Armed:
         using the socket, and a closed descriptor's number could be reused under it."""
         self.done = self.cut = True
         sock = getattr(self._conn, "sock", None)
+        while sock is not None and not isinstance(sock, socket.socket):
+            sock = getattr(sock, "socket", None)  # urllib3's TLS inside a proxy's TLS
         if sock is not None:
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)  # under TLS too
