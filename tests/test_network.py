@@ -29,6 +29,7 @@ from support.cdn_server import (
     chunked,
     compression_bomb,
     drop_after,
+    held,
     is_guess,
     slowly,
     status,
@@ -528,6 +529,41 @@ def test_a_forked_child_cuts_headers_that_never_end_too(cdn: CdnServer, make_cdn
     assert "the forked child exited with 0" in out, out
     assert all(event.wait(10) for event in hung_up)
     assert healthy.gets("other_tricks/__init__.py")
+
+
+# Many requests, each answered at once, while one waits for its answer on another thread;
+# the deadlines kept after them (those of requests in flight, and those not dropped yet).
+MANY_REQUESTS = """
+import os, threading
+from flashhub_kernels._network import header_deadline
+from flashhub_kernels._network.session import new_session
+session = new_session(4)
+held = (os.environ["HELD_URL"],)
+threading.Thread(target=session.get, args=held, kwargs={"timeout": (10, 60)}, daemon=True).start()
+for _ in range(1000):
+    session.get(os.environ["FILE_URL"], timeout=(10, 60)).content
+print("deadlines kept:", len(header_deadline._WATCHDOG._due))
+"""
+
+
+def test_a_process_keeps_no_deadline_of_requests_it_has_the_headers_of(cdn: CdnServer) -> None:
+    """The deadline of each answered request is disarmed: it must not stay in memory until
+    it would have passed (a minute by default, a week at most) while another request is
+    in flight, or a process making many requests holds thousands of them."""
+    publish_blob_kernel(cdn.root)
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(BLOB_PATH, held(started, release))
+    env = {
+        "FILE_URL": f"{cdn.url}/kernels/{REPO}/v1/variants.json",
+        "HELD_URL": f"{cdn.url}/{BLOB_PATH}",
+    }
+    try:
+        out = run_python(MANY_REQUESTS, env=env, timeout=60)
+    finally:
+        release.set()
+    assert started.is_set()
+    kept = int(out.split("deadlines kept:")[1])
+    assert kept < 100, out
 
 
 def test_the_wait_a_retry_after_asks_for_is_no_stall(

@@ -84,12 +84,18 @@ class _Watchdog:
         return armed
 
     def disarm(self, armed: _Armed) -> None:
+        """Drop ``armed``'s deadline: at once with the others disarmed, once they outnumber
+        those in flight (which costs each request a share of one pass, not its place in
+        the heap until its deadline, a minute or more, passes, while others are in flight)."""
         with self._changed:
             if not armed.done:
                 armed.done = True
                 self._in_flight -= 1
                 if not self._in_flight:
                     self._changed.notify()  # the thread may end, instead of sleeping on
+                if len(self._due) > 2 * self._in_flight:
+                    self._due = [entry for entry in self._due if not entry[2].done]
+                    heapq.heapify(self._due)
 
     def _run(self) -> None:
         with self._changed:
