@@ -455,18 +455,23 @@ def trickle(interval: float = 0.5, *, limit: float = 30.0) -> Fault:
 
 
 def trickled_headers(
-    interval: float = 0.5, *, limit: float = 30.0, hung_up: threading.Event | None = None
+    interval: float = 0.5,
+    *,
+    limit: float = 30.0,
+    hung_up: threading.Event | None = None,
+    opening: bytes = b"HTTP/1.1 200 OK\r\nX-Padding: ",
 ) -> Fault:
-    """Send the status line, then a header one byte every ``interval`` seconds (for at
-    most ``limit`` seconds, or until the client hangs up, which sets ``hung_up``): the
-    headers never end, and no read waits long enough to time out."""
+    """Send ``opening`` (the status line and a header's name), then the rest one byte every
+    ``interval`` seconds (for at most ``limit`` seconds, or until the client hangs up,
+    which sets ``hung_up``): the headers never end, and no read waits long enough to time
+    out. With ``opening=b"HTTP/1.1 "``, the status line itself never ends."""
 
     def fault(handler: CdnHandler, _body: bytes) -> None:
         handler.record(200)
         handler.close_connection = True
         deadline = time.monotonic() + limit
         try:
-            handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+            handler.wfile.write(opening)
             while time.monotonic() < deadline:
                 handler.wfile.flush()
                 time.sleep(interval)
