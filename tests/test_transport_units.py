@@ -3,13 +3,17 @@ policy's Retry-After handling, and what the environment resolves to for a mirror
 
 from __future__ import annotations
 
+import socket
 import sys
+import time
+import types
 from pathlib import Path
 
 import pytest
 import requests
 
 from flashhub_kernels._config import get_config, parse_cdn_urls
+from flashhub_kernels._network import header_deadline
 from flashhub_kernels._network.http_mirror import _PLAIN_URL, MIN_BYTES_PER_SECOND, StallGuard
 from flashhub_kernels._network.session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
 from flashhub_kernels._utils.urls import (
@@ -344,3 +348,23 @@ def test_a_bad_max_file_bytes_names_its_variable(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", raw)
     with pytest.raises(ValueError, match=r"FLASHHUB_MAX_FILE_BYTES=.*positive whole number"):
         get_config()
+
+
+def test_a_deadline_passing_while_its_request_connects_cuts_the_socket_once_it_has_one() -> None:
+    """Past its headers' deadline, a request still connecting has no socket to shut down:
+    it is neither taken for cut (its answer, if it comes in time, is kept) nor forgotten
+    (its socket is shut down as soon as the connection has one)."""
+    connection = types.SimpleNamespace(sock=None)
+    armed = header_deadline._WATCHDOG.arm(0.01, connection)
+    ours, theirs = socket.socketpair()
+    try:
+        time.sleep(0.3)  # past the deadline: looked at, and again, with no socket to cut
+        assert not armed.cut
+        connection.sock = ours
+        theirs.settimeout(10)
+        assert theirs.recv(1) == b""  # shut down
+        assert armed.cut
+    finally:
+        header_deadline._WATCHDOG.disarm(armed)
+        ours.close()
+        theirs.close()

@@ -31,6 +31,7 @@ from urllib3.util.timeout import Timeout
 from .._utils.threads import start_deaf
 
 _IDLE_SECONDS = 0.5  # how long the watchdog thread waits for another request before it ends
+_RECHECK_SECONDS = 0.1  # how soon a request past its deadline, still connecting, is looked at again
 
 
 class _Armed:
@@ -41,17 +42,20 @@ class _Armed:
         self.done = False  # disarmed, or cut
         self.cut = False
 
-    def expire(self) -> None:
+    def expire(self) -> bool:
         """Shut the connection's socket down (the watchdog holds its lock): a read
         blocked on it returns at once. ``shutdown``, not ``close``: another thread is
-        using the socket, and a closed descriptor's number could be reused under it."""
-        self.done = self.cut = True
+        using the socket, and a closed descriptor's number could be reused under it.
+        Whether it did: a connection still connecting has no socket to cut yet."""
         sock = getattr(self._conn, "sock", None)
         while sock is not None and not isinstance(sock, socket.socket):
             sock = getattr(sock, "socket", None)  # urllib3's TLS inside a proxy's TLS
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)  # under TLS too
+        if sock is None:
+            return False
+        self.done = self.cut = True
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # under TLS too
+        return True
 
 
 class _Watchdog:
@@ -75,10 +79,11 @@ class _Watchdog:
             heapq.heappush(self._due, (time.monotonic() + seconds, next(self._order), armed))
             self._in_flight += 1
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name="flashhub-header-deadline", daemon=True
                 )
-                start_deaf(self._thread)
+                start_deaf(thread)  # may raise (no thread at interpreter exit): none is running
+                self._thread = thread
             elif self._due[0][2] is armed:
                 self._changed.notify()  # due before what the thread sleeps until
         return armed
@@ -108,8 +113,12 @@ class _Watchdog:
                 if (wait := self._due[0][0] - time.monotonic()) > 0:
                     self._changed.wait(wait)
                 else:
-                    heapq.heappop(self._due)[2].expire()
-                    self._in_flight -= 1
+                    _due, order, armed = heapq.heappop(self._due)
+                    if armed.expire():
+                        self._in_flight -= 1
+                    else:  # cut it once it has a socket (its connect is bounded meanwhile)
+                        again = time.monotonic() + _RECHECK_SECONDS
+                        heapq.heappush(self._due, (again, order, armed))
             self._thread = None
 
 
