@@ -7,6 +7,7 @@ the module plain ``v1`` gives, and a CUDA torch loads them too.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -109,5 +110,9 @@ def test_a_cuda_build_found_through_a_wrapper_nvcc_is_possible_on_every_call(
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.utils.cpp_extension, "CUDA_HOME", str(wrapper_home))
     monkeypatch.setattr(_buildlib, "_USUAL_CUDA_HOME", str(toolkit))
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    # Set, then removed, so that the test's end removes what the calls set too: a CUDA_HOME
+    # left changed would start this worker's later children as new interpreters.
+    monkeypatch.setenv("CUDA_HOME", "")
+    monkeypatch.delenv("CUDA_HOME")
     assert [_buildlib.cuda_backend() for _ in range(3)] == [("cu130", "")] * 3
+    assert os.environ["CUDA_HOME"] == str(toolkit)
