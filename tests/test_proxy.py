@@ -227,6 +227,23 @@ def test_a_dead_proxy_is_blamed_not_the_cdn(
     assert cdn.requests == []
 
 
+def variants_json_trickling_its_headers(
+    server: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> list[threading.Event]:
+    """Load from ``server``, whose variants.json sends its headers a byte at a time (twice:
+    the request and its retry), with 1 s timeouts; the events say that the client hung up."""
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    fk.configure(cdn_url=server.url)
+    write_kernel(server.root, REPO, 1)
+    hung_up = [threading.Event() for _ in range(2)]
+    server.inject(
+        f"kernels/{REPO}/v1/variants.json",
+        *(trickled_headers(0.5, limit=120, hung_up=event) for event in hung_up),
+    )
+    return hung_up
+
+
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_headers_that_trickle_through_a_proxy_are_the_cdns_fault_and_retried(
     scheme: str,
@@ -243,15 +260,7 @@ def test_headers_that_trickle_through_a_proxy_are_the_cdns_fault_and_retried(
     proxy = start_proxy("http")
     monkeypatch.setenv(f"{scheme}_proxy", proxy.url)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
-    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
-    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
-    fk.configure(cdn_url=server.url)
-    write_kernel(server.root, REPO, 1)
-    hung_up = [threading.Event() for _ in range(2)]
-    server.inject(
-        f"kernels/{REPO}/v1/variants.json",
-        *(trickled_headers(0.5, limit=120, hung_up=event) for event in hung_up),
-    )
+    hung_up = variants_json_trickling_its_headers(server, monkeypatch)
     with pytest.raises(TransportError) as info:
         fk.get_kernel(REPO, version=1)
     message = str(info.value)
@@ -279,15 +288,7 @@ def test_headers_that_trickle_through_a_tls_proxy_are_cut(
     proxy = start_proxy("http", pem=pem)
     monkeypatch.setenv("https_proxy", proxy.url)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
-    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
-    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
-    fk.configure(cdn_url=tls_cdn.url)
-    write_kernel(tls_cdn.root, REPO, 1)
-    hung_up = [threading.Event() for _ in range(2)]
-    tls_cdn.inject(
-        f"kernels/{REPO}/v1/variants.json",
-        *(trickled_headers(0.5, limit=30, hung_up=event) for event in hung_up),
-    )
+    hung_up = variants_json_trickling_its_headers(tls_cdn, monkeypatch)
     with pytest.raises(TransportError, match="headers were not all in after 2 s"):
         fk.get_kernel(REPO, version=1)
     assert len(tls_cdn.gets("variants.json")) == 2
