@@ -104,6 +104,8 @@ class _Watchdog:
 
     def _run(self) -> None:
         with self._changed:
+            # Until no request has been in flight for _IDLE_SECONDS (a wait cut short by a
+            # notify looks again).
             while self._in_flight or self._changed.wait(_IDLE_SECONDS) or self._in_flight:
                 if not self._in_flight:
                     self._due.clear()  # disarmed, all of them
