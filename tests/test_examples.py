@@ -95,9 +95,9 @@ def test_a_cuda_build_found_through_a_wrapper_nvcc_is_possible_on_every_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """torch guessed CUDA_HOME from an nvcc wrapper outside the toolkit (/usr/local/bin):
-    the first call of ``cuda_backend`` points CUDA_HOME at the toolkit, and the calls
-    after it (the quickstart's, then each kernel build's) must find it there too, or the
-    quickstart announces CUDA variants that its builds then skip."""
+    every call of ``cuda_backend`` finds the toolkit in its usual place (the quickstart's,
+    then each kernel build's), or the quickstart announces CUDA variants that its builds
+    then skip."""
     wrapper_home, toolkit = tmp_path / "local", tmp_path / "cuda"
     for home in (wrapper_home, toolkit):
         (home / "bin").mkdir(parents=True)
@@ -110,9 +110,9 @@ def test_a_cuda_build_found_through_a_wrapper_nvcc_is_possible_on_every_call(
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.utils.cpp_extension, "CUDA_HOME", str(wrapper_home))
     monkeypatch.setattr(_buildlib, "_USUAL_CUDA_HOME", str(toolkit))
-    # Set, then removed, so that the test's end removes what the calls set too: a CUDA_HOME
-    # left changed would start this worker's later children as new interpreters.
-    monkeypatch.setenv("CUDA_HOME", "")
-    monkeypatch.delenv("CUDA_HOME")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
     assert [_buildlib.cuda_backend() for _ in range(3)] == [("cu130", "")] * 3
-    assert os.environ["CUDA_HOME"] == str(toolkit)
+    assert _buildlib.cuda_toolkit() == (str(toolkit), "")  # what the compilers get
+    # Only they: a CUDA_HOME changed here would start this worker's later children as
+    # new interpreters (see support.preloaded), and the gpu tests' too.
+    assert "CUDA_HOME" not in os.environ

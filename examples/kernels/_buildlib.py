@@ -161,6 +161,18 @@ def cuda_backend() -> tuple[str | None, str]:
     """``("cu<MAJ><MIN>", "")`` when a CUDA build is possible, else ``(None, reason)``."""
     import torch
 
+    home, reason = cuda_toolkit()
+    if home is None or not torch.version.cuda:
+        return None, reason
+    major, minor = torch.version.cuda.split(".")[:2]
+    return f"cu{major}{minor}", ""
+
+
+def cuda_toolkit() -> tuple[str | None, str]:
+    """The CUDA toolkit that CUDA builds compile and link with (the ``CUDA_HOME`` their
+    compiler processes get): ``(directory, "")``, or ``(None, reason)`` when none can."""
+    import torch
+
     if not torch.version.cuda:
         return None, f"torch {torch.__version__} is not a CUDA build"
     from torch.utils.cpp_extension import CUDA_HOME  # torch's guess, when it was imported
@@ -168,18 +180,21 @@ def cuda_backend() -> tuple[str | None, str]:
     nvcc = Path(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else None
     if not (nvcc and nvcc.is_file()) and shutil.which("nvcc") is None:
         return None, "nvcc was not found (set CUDA_HOME)"
-    # torch links the CUDA runtime from CUDA_HOME, which it guesses from where nvcc is
-    # found: a wrapper script outside the toolkit (/usr/local/bin/nvcc) misleads it. Then
-    # the toolkit's usual place, where torch looks when nvcc is not on PATH, is tried; the
-    # compiler processes inherit the choice, and so does every later call of this one
-    # (each kernel's build asks again), which torch's guess would mislead again.
-    home = os.environ.get("CUDA_HOME") or CUDA_HOME
-    if not _has_cuda_runtime(home):
-        if "CUDA_HOME" in os.environ or not _has_cuda_runtime(_USUAL_CUDA_HOME):
-            return None, f"CUDA_HOME={home} has no CUDA runtime (set it to the CUDA toolkit)"
-        os.environ["CUDA_HOME"] = _USUAL_CUDA_HOME
-    major, minor = torch.version.cuda.split(".")[:2]
-    return f"cu{major}{minor}", ""
+    if _has_cuda_runtime(CUDA_HOME):
+        return CUDA_HOME, ""
+    # torch guesses CUDA_HOME from where nvcc is found: a wrapper script outside the
+    # toolkit (/usr/local/bin/nvcc) misleads it. Then the toolkit's usual place, where
+    # torch looks when nvcc is not on PATH, is taken, unless CUDA_HOME was set.
+    if "CUDA_HOME" in os.environ or not _has_cuda_runtime(_USUAL_CUDA_HOME):
+        return None, f"CUDA_HOME={CUDA_HOME} has no CUDA runtime (set it to the CUDA toolkit)"
+    return _USUAL_CUDA_HOME, ""
+
+
+def _toolkit_or_fail() -> str:
+    home, reason = cuda_toolkit()
+    if home is None:
+        raise BuildError(f"cannot compile CUDA sources: {reason}")
+    return home
 
 
 @functools.cache
@@ -284,6 +299,7 @@ def compile_native(
         env.setdefault("MAX_JOBS", str(max(1, min(os.cpu_count() or 1, 8))))
         if cuda_archs:
             env["TORCH_CUDA_ARCH_LIST"] = cuda_archs
+            env["CUDA_HOME"] = _toolkit_or_fail()
         log(f"  compiling {name}.so from {', '.join(s.name for s in sources)} ...", verbose)
         start = time.monotonic()
         proc = subprocess.run(
