@@ -17,7 +17,7 @@ with backoff and ``Retry-After``):
   is read, and a body is never written past that size (``WrongSize``);
 - a transfer slower than 1 KiB/s on average over ``FLASHHUB_READ_TIMEOUT`` seconds is
   cut (a server trickling bytes never trips a read timeout), and the mirror counts as
-  failed for the file;
+  failed for the file; headers that trickle are cut at their deadline (``header_deadline``);
 - 401, 403 and 404 for a file a manifest lists mean this mirror is incomplete or
   closed to us: the next mirror is tried. A 401 or 403 (for a document too) is
   :class:`AccessDenied`, so the error can point at the credentials;
@@ -89,7 +89,8 @@ class StallGuard:
     It keeps a few (time, bytes) samples, a quarter of a second apart, reaching back
     just over one window, and compares the bytes received since the oldest with the
     minimum rate. One guards one response's body, from its headers on: the wait for an
-    answer (a ``Retry-After`` included) is the read timeout's and the retries' business.
+    answer (a ``Retry-After`` included) is the read timeout's, the header deadline's and
+    the retries' business.
     """
 
     SAMPLE_EVERY = 0.25
