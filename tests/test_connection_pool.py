@@ -25,7 +25,7 @@ def _adapter(session: requests.Session, url: str) -> PoolPerOrigin:
 def test_files_of_one_origin_share_a_pool_and_a_connection(cdn: CdnServer) -> None:
     for i in range(5):
         (cdn.root / f"f{i}.bin").write_bytes(bytes([i]) * 100)
-    session = new_session(pool_size=2)
+    session = new_session(pool_size=2, timeouts=(10.0, 60.0))
     adapter = _adapter(session, cdn.url)
     request = requests.Request("GET", f"{cdn.url}/f0.bin").prepare()
     pool = adapter.get_connection_with_tls_context(request, True, {})
@@ -44,7 +44,7 @@ def test_files_of_one_origin_share_a_pool_and_a_connection(cdn: CdnServer) -> No
 
 def test_a_closed_pool_is_looked_up_again(cdn: CdnServer) -> None:
     (cdn.root / "f.bin").write_bytes(b"x" * 10)
-    session = new_session(pool_size=2)
+    session = new_session(pool_size=2, timeouts=(10.0, 60.0))
     adapter = _adapter(session, cdn.url)
     assert _get(session, f"{cdn.url}/f.bin") == b"x" * 10
     request = requests.Request("GET", f"{cdn.url}/f.bin").prepare()
@@ -62,7 +62,7 @@ def test_a_closed_pool_is_looked_up_again(cdn: CdnServer) -> None:
 def test_a_request_carries_two_headers_and_the_path_alone(cdn: CdnServer) -> None:
     (cdn.root / "dir").mkdir()
     (cdn.root / "dir" / "f.bin").write_bytes(b"x" * 10)
-    session = new_session(pool_size=1)
+    session = new_session(pool_size=1, timeouts=(10.0, 60.0))
 
     assert _get(session, f"{cdn.url}/dir/f.bin?v=1") == b"x" * 10
 
@@ -81,7 +81,7 @@ def test_cookies_a_response_sets_are_still_parsed(cdn: CdnServer) -> None:
         reply(handler, 200, body, {"Set-Cookie": "edge=abc; Path=/"})
 
     cdn.inject("/f.bin", with_cookie)
-    session = new_session(pool_size=1)
+    session = new_session(pool_size=1, timeouts=(10.0, 60.0))
     with_one = session.get(f"{cdn.url}/f.bin", timeout=5)
     without = session.get(f"{cdn.url}/f.bin", timeout=5)
 

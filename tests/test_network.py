@@ -546,7 +546,7 @@ MANY_REQUESTS = """
 import os, threading
 from flashhub_kernels._network import header_deadline
 from flashhub_kernels._network.session import new_session
-session = new_session(4)
+session = new_session(4, timeouts=(10.0, 60.0))
 held = (os.environ["HELD_URL"],)
 threading.Thread(target=session.get, args=held, kwargs={"timeout": (10, 60)}, daemon=True).start()
 for _ in range(1000):

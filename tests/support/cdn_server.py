@@ -228,10 +228,23 @@ class CdnHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(file.stat().st_size if file.is_file() else 0))
         self.end_headers()
 
+    def do_CONNECT(self) -> None:
+        """A proxy's part, played only by a fault injected for the target ``host:port``
+        (a proxy that answers CONNECT badly); a CDN otherwise refuses to tunnel."""
+        fault = self.cdn.next_fault("/" + self.path)
+        if fault is None:
+            self.send_simple(HTTPStatus.METHOD_NOT_ALLOWED, b"not a proxy")
+            return
+        fault(self, b"")
+
     def record(self, status: int) -> None:
         self.cdn.log(
             LoggedRequest(
-                "GET", self.path, self.headers.get("Range"), status, headers=dict(self.headers)
+                self.command,
+                self.path,
+                self.headers.get("Range"),
+                status,
+                headers=dict(self.headers),
             )
         )
 
@@ -479,6 +492,28 @@ def trickled_headers(
         except OSError:
             if hung_up is not None:
                 hung_up.set()
+
+    return fault
+
+
+CONNECTED = b"HTTP/1.1 200 Connection established\r\n"
+# A server's first TLS record, opened: 16 KiB holding a ServerHello of 16 KiB less its header.
+SERVER_HELLO_OPENING = b"\x16\x03\x03\x40\x00" + b"\x02\x00\x3f\xfc"
+
+
+def trickled_handshake(
+    interval: float = 0.5, *, limit: float = 30.0, hung_up: threading.Event | None = None
+) -> Fault:
+    """For CONNECT: open the tunnel at once, then play a server behind it whose TLS
+    handshake never ends: once the client's hello comes through, send the opening of a
+    ServerHello and the rest as :func:`trickled_headers` sends headers."""
+    trickle = trickled_headers(interval, limit=limit, hung_up=hung_up, opening=SERVER_HELLO_OPENING)
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.wfile.write(CONNECTED + b"\r\n")
+        handler.wfile.flush()
+        handler.rfile.read1(1 << 16)  # the client's hello, never answered in full
+        trickle(handler, body)
 
     return fault
 

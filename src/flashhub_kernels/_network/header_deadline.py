@@ -6,6 +6,9 @@ sends its headers a byte at a time, each just inside the read timeout, would hol
 answer's headers within the connect timeout plus the read timeout of its start; past that,
 its socket is shut down and the request fails with a read error (retried once, as a read
 timeout is, then the next mirror). The body has the stall guard (``http_mirror.StallGuard``).
+A tunnel through a proxy, opened before the request is sent (the proxy's answer to
+``CONNECT``, then the TLS handshake with the server inside it), has the same deadline:
+past it the proxy failed.
 
 One daemon thread per process watches the deadlines of the requests in flight: arming and
 disarming one costs a heap push and a flag, not a thread per request.
@@ -14,24 +17,27 @@ disarming one costs a heap push and a flag, not a thread per request.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import os
 import socket
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.exceptions import ProtocolError
+from urllib3.exceptions import ProtocolError, ProxyError
 from urllib3.poolmanager import PoolManager
-from urllib3.response import BaseHTTPResponse
 from urllib3.util.timeout import Timeout
 
 from .._utils.threads import start_deaf
 
 _IDLE_SECONDS = 0.5  # how long the watchdog thread waits for another request before it ends
 _RECHECK_SECONDS = 0.1  # how soon a request past its deadline, still connecting, is looked at again
+
+_T = TypeVar("_T")
 
 
 class _Armed:
@@ -130,25 +136,44 @@ if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, ma
 
 
 class _HeadersInTime(HTTPConnectionPool):
-    """A connection pool whose requests get their answer's headers in time, or fail."""
+    """A connection pool whose requests get their answer's headers in time, or fail; and
+    whose tunnels through a proxy open in time, or fail."""
 
     def _make_request(self, conn: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        timeout = self._get_timeout(kwargs.get("timeout", self.timeout))
-        seconds = _allowed(timeout)
+        seconds = _allowed(self._get_timeout(kwargs.get("timeout", self.timeout)))
+        send = functools.partial(super()._make_request, conn, method, url, *args, **kwargs)
+        return send() if seconds is None else _in_time(seconds, conn, send, _late_headers)
+
+    def _prepare_proxy(self, conn: Any) -> None:
+        """Open the tunnel through the proxy: ``CONNECT``, then TLS with the server inside
+        it, each read of which has a timeout but not the whole (the proxy's answer, or
+        the handshake through an ``https://`` proxy, could come a byte at a time). The
+        pool's timeout (the session's) gives it the deadline a request's headers get."""
+        seconds = _allowed(self.timeout)
+        prepare = functools.partial(super()._prepare_proxy, conn)
         if seconds is None:
-            return super()._make_request(conn, method, url, *args, **kwargs)
-        armed = _WATCHDOG.arm(seconds, conn)
-        try:
-            response: BaseHTTPResponse = super()._make_request(conn, method, url, *args, **kwargs)
-        except Exception as exc:
-            if armed.cut:
-                raise _late(seconds) from exc
-            raise
-        finally:
-            _WATCHDOG.disarm(armed)
-        if armed.cut:  # http.client took the cut for the end of the headers
-            raise _late(seconds)
-        return response
+            prepare()
+        else:
+            _in_time(seconds, conn, prepare, _late_tunnel)
+
+
+def _in_time(
+    seconds: float, conn: Any, step: Callable[[], _T], late: Callable[[float], Exception]
+) -> _T:
+    """What ``step`` returns, unless it took over ``seconds``: then its connection's socket
+    was cut, and the error is ``late(seconds)``."""
+    armed = _WATCHDOG.arm(seconds, conn)
+    try:
+        result = step()
+    except Exception as exc:
+        if armed.cut:
+            raise late(seconds) from exc
+        raise
+    finally:
+        _WATCHDOG.disarm(armed)
+    if armed.cut:  # the step took the cut for the end of what it read (of the headers, say)
+        raise late(seconds)
+    return result
 
 
 def _allowed(timeout: Timeout) -> float | None:
@@ -160,13 +185,25 @@ def _allowed(timeout: Timeout) -> float | None:
     return None
 
 
-def _late(seconds: float) -> ProtocolError:
+def _late_headers(seconds: float) -> ProtocolError:
     """The error of a request cut at its deadline: a read error, which urllib3 retries as
     it retries a read timeout. Not a ``ReadTimeoutError``: where http.client took the cut
     for the end of the headers, it closed the connection, and urllib3 blames a timeout on
     a closed connection through a proxy on the proxy, which did nothing wrong."""
     return ProtocolError(
         f"Read timed out: the answer's headers were not all in after {seconds:g} s"
+    )
+
+
+def _late_tunnel(seconds: float) -> ProxyError:
+    """The error of a tunnel cut at its deadline: the proxy's, as urllib3 makes every
+    other failure to open a tunnel (not retried: the next mirror is tried)."""
+    return ProxyError(
+        "Unable to open a tunnel through the proxy",
+        ProtocolError(
+            f"the tunnel was not open after {seconds:g} s (the proxy's answer to CONNECT, "
+            "or the TLS handshake through it, never ended)"
+        ),
     )
 
 
@@ -185,5 +222,6 @@ def _timed(pool_class: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
     if issubclass(pool_class, _HeadersInTime):
         return pool_class
     if pool_class not in _TIMED:
-        _TIMED[pool_class] = type(f"Timed{pool_class.__name__}", (_HeadersInTime, pool_class), {})
+        # Named as the pool it extends: urllib3's messages name a request's pool.
+        _TIMED[pool_class] = type(pool_class.__name__, (_HeadersInTime, pool_class), {})
     return _TIMED[pool_class]

@@ -376,10 +376,15 @@ class HttpMirror(Mirror):
 
 
 def _innermost(exc: BaseException) -> BaseException:
-    """The exception a requests error wraps, through urllib3's (``MaxRetryError``)."""
+    """The exception a requests error wraps, through urllib3's (``MaxRetryError``, and
+    ``ProxyError``, whose arguments are a message and the error it wraps)."""
     reason = exc
     while reason.args:
-        inner = getattr(reason.args[0], "reason", None) or reason.args[0]
+        inner = (
+            getattr(reason, "original_error", None)
+            or getattr(reason.args[0], "reason", None)
+            or reason.args[0]
+        )
         if not isinstance(inner, Exception) or inner is reason:
             break
         reason = inner

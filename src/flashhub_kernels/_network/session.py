@@ -40,6 +40,7 @@ from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool
 from urllib3.exceptions import InvalidHeader
 from urllib3.poolmanager import PoolManager
 from urllib3.util.retry import Retry
+from urllib3.util.timeout import Timeout
 
 from .._constants import __version__
 from .._loading.hub_arguments import appended_user_agent
@@ -124,21 +125,32 @@ class PoolPerOrigin(requests.adapters.HTTPAdapter):
       set none), so it is built without the cookie jar's parser.
 
     And the pools it makes, directly or through a proxy, give each request's headers a
-    deadline (see ``header_deadline``).
+    deadline, and each tunnel through a proxy (see ``header_deadline``), for which they
+    keep the run's ``timeouts`` (connect, read) as their default.
     """
 
-    def __init__(self, *, pool_connections: int, pool_maxsize: int, max_retries: Retry) -> None:
+    def __init__(
+        self,
+        *,
+        pool_connections: int,
+        pool_maxsize: int,
+        max_retries: Retry,
+        timeouts: tuple[float, float],
+    ) -> None:
+        self._timeout = Timeout(connect=timeouts[0], read=timeouts[1])
         super().__init__(
             pool_connections=pool_connections, pool_maxsize=pool_maxsize, max_retries=max_retries
         )
         self._pools: dict[tuple[object, ...], HTTPConnectionPool] = {}
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
+        super().init_poolmanager(*args, timeout=self._timeout, **kwargs)
         with_header_deadline(self.poolmanager)
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> PoolManager:
-        manager: PoolManager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager: PoolManager = super().proxy_manager_for(
+            proxy, timeout=self._timeout, **proxy_kwargs
+        )
         with_header_deadline(manager)
         return manager
 
@@ -356,10 +368,11 @@ class _Session(requests.Session):
         return rebuilt
 
 
-def new_session(pool_size: int) -> requests.Session:
+def new_session(pool_size: int, timeouts: tuple[float, float]) -> requests.Session:
     """A session for one download run: pooled connections, retries, TLS, no env lookups.
 
     ``pool_size`` is the number of connections kept per host: the parallel downloads.
+    ``timeouts`` (connect, read) are the run's, as its requests are sent with them.
     """
     session = _Session()
     session.trust_env = False  # resolved once by route_for() and ca_bundle()
@@ -376,7 +389,9 @@ def new_session(pool_size: int) -> requests.Session:
             "Accept-Encoding": "identity",
         }
     )
-    adapter = PoolPerOrigin(pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy())
+    adapter = PoolPerOrigin(
+        pool_connections=4, pool_maxsize=pool_size, max_retries=retry_policy(), timeouts=timeouts
+    )
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     session.hooks["response"] += [_drop_redirect_body, _refuse_https_downgrade]

@@ -128,7 +128,7 @@ def open_mirrors(config: Config, *, pool_size: int) -> list[Mirror]:
         from .http_mirror import HttpMirror
         from .session import new_session
 
-        session = new_session(pool_size)
+        session = new_session(pool_size, (config.connect_timeout, config.read_timeout))
     mirrors: list[Mirror] = []
     for url in config.cdn_urls:
         if url.startswith("file://"):
