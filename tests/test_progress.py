@@ -8,12 +8,14 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 import flashhub_kernels as fk
 from flashhub_kernels.errors import TransportError
-from support.cdn_server import CdnServer, drop_after, slowly
+from support.cdn_server import CdnServer, drop_after, held, slowly
 from support.trees import kernel_files, write_blob_kernel
 
 REPO = "acme/tensor-tricks"
@@ -57,6 +59,38 @@ def test_a_slow_download_shows_total_percentage_and_time_left(
     assert re.search(r"\d+%\|", shown), shown  # the percentage
     assert re.search(r"<\d\d:\d\d", shown), shown  # the time left
     assert f"{REPO}@v1 {VARIANT}" in shown
+
+
+def test_a_download_that_stalls_from_its_first_byte_shows_its_bar_all_the_same(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tqdm draws a bar on an update, once its delay has passed: a CDN that sends nothing
+    for a while (up to the read timeout, a minute by default) must not leave the terminal
+    blank meanwhile, nor the bar's clock stopped."""
+    write_blob_kernel(cdn.root, BLOB, with_sizes=True)
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(BLOB_PATH, held(started, release))
+    screen = Terminal()
+    stderr_to(screen, monkeypatch)
+    load = threading.Thread(target=fk.get_kernel, args=(REPO,), kwargs={"version": 1})
+    load.start()
+    try:
+        assert started.wait(30)
+        deadline = time.monotonic() + 20
+        while len(clocks_shown(screen.getvalue())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        shown = screen.getvalue()
+    finally:
+        release.set()
+        load.join(60)
+    assert f"{REPO}@v1 {VARIANT}" in shown, shown
+    assert f"/{VARIANT_BYTES / 2**20:.2f}M" in shown, shown
+    assert len(clocks_shown(shown)) >= 2, shown  # drawn again as the wait goes on
+
+
+def clocks_shown(screen: str) -> set[str]:
+    """The elapsed times (``[00:03<``) the frames of a bar on ``screen`` showed."""
+    return set(re.findall(r"\[(\d\d:\d\d)<", screen))
 
 
 def test_a_bar_that_continues_a_kept_download_counts_the_kept_files_in_its_total(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .._models.record import Record
+from .._utils.threads import start_deaf
 
 ByteCounter = Callable[[int], object]
 
@@ -62,7 +65,32 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
             # Shown with the next update: refresh() would draw the bar before its delay.
             bar.total = (bar.total or 0) + nbytes
 
-        yield Progress(bar.update, expect if total is None else _ignore)
+        done = threading.Event()
+        drawing = threading.Thread(
+            target=_keep_drawn, args=(bar, done), name="flashhub-progress", daemon=True
+        )
+        start_deaf(drawing)
+        try:
+            yield Progress(bar.update, expect if total is None else _ignore)
+        finally:
+            done.set()
+            drawing.join()  # before the bar closes: a bar drawn after it would stay on screen
+
+
+def _keep_drawn(bar: Any, done: threading.Event) -> None:
+    """Draw ``bar`` once its delay has passed, and again every second, until ``done``.
+    tqdm draws a bar on an update only: a download that stalls (a CDN that sends nothing
+    until the read timeout) would leave the terminal blank, or the bar's clock stopped."""
+    # update(0) draws only past the delay by tqdm's clock (the wall clock): a tenth of a
+    # second more, so that it has passed by that clock too.
+    seconds = _SHOW_AFTER_SECONDS + 0.1
+    with contextlib.suppress(OSError, ValueError):  # the terminal is gone: nothing to draw on
+        while not done.wait(seconds):
+            if _drawn(bar):
+                bar.refresh()
+            else:
+                bar.update(0)  # the first time: marks it drawn, so that closing clears it
+            seconds = 1.0
 
 
 def _on_a_terminal(stream: TextIO | None) -> bool:
