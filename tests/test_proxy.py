@@ -280,6 +280,30 @@ def test_headers_that_trickle_through_a_proxy_are_the_cdns_fault_and_retried(
     assert all(event.wait(10) for event in hung_up)
 
 
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_kept_alive_connection_the_cdn_closed_behind_a_proxy_is_replaced(
+    scheme: str,
+    make_cdn: MakeCdn,
+    tls_context: Any,
+    ca_pem: Path,
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CDN's idle timeout fires just as a connection through the proxy (forwarded,
+    or a tunnel) is reused: the request is never answered. It is sent again on a new
+    connection, as without a proxy, not taken for the proxy's failure and the load's."""
+    server = make_cdn(tls=tls_context if scheme == "https" else None, drop_reused=1)
+    proxy = start_proxy("http")
+    monkeypatch.setenv(f"{scheme}_proxy", proxy.url)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    fk.configure(cdn_url=server.url)
+    write_kernel(server.root, REPO, 1)
+    loads()
+    assert server.dropped == 1  # the race happened
+    paths = server.gets(missed_guesses=False)
+    assert len(paths) == len(set(paths)) == FILES_PER_LOAD  # each answered once
+
+
 def test_headers_that_trickle_through_a_tls_proxy_are_cut(
     tls_cdn: CdnServer,
     ca_pem: Path,

@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from http.client import HTTPException
 from typing import Any, TypeVar
 
 from urllib3.connectionpool import HTTPConnectionPool
@@ -137,12 +138,23 @@ if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, ma
 
 class _HeadersInTime(HTTPConnectionPool):
     """A connection pool whose requests get their answer's headers in time, or fail; and
-    whose tunnels through a proxy open in time, or fail."""
+    whose tunnels through a proxy open in time, or fail. A request that fails once its
+    proxy was reached is the server's failure, not the proxy's."""
 
     def _make_request(self, conn: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         seconds = _allowed(self._get_timeout(kwargs.get("timeout", self.timeout)))
         send = functools.partial(super()._make_request, conn, method, url, *args, **kwargs)
-        return send() if seconds is None else _in_time(seconds, conn, send, _late_headers)
+        past_the_proxy = conn.has_connected_to_proxy  # a tunnel open, or a proxy reached
+        try:
+            return send() if seconds is None else _in_time(seconds, conn, send, _late_headers)
+        except (OSError, HTTPException) as exc:
+            if not past_the_proxy:
+                raise
+            # The server behind the proxy hung up (its idle timeout, as a kept-alive
+            # connection was reused): a read error, retried as it is without a proxy.
+            # http.client closed the connection, and urllib3 takes a closed one for one
+            # that never reached its proxy, and the proxy's failure, never retried.
+            raise ProtocolError("Connection aborted.", exc) from exc
 
     def _prepare_proxy(self, conn: Any) -> None:
         """Open the tunnel through the proxy: ``CONNECT``, then TLS with the server inside
