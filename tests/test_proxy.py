@@ -135,6 +135,29 @@ def test_a_redirect_to_another_host_takes_that_hosts_route(
         assert relayed == {f"127.0.0.1:{other.port}"}
 
 
+def test_a_proxy_a_redirect_takes_is_named_when_it_fails(
+    cdn: CdnServer, tls_cdn: CdnServer, ca_pem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An http CDN, which no proxy is set for, redirects to an https one, which
+    ``https_proxy`` reaches; that proxy is dead. The failure names it (no password),
+    not a proxy of the CDN's own, which has none."""
+    where = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("https_proxy", f"http://user:{PROXY_SECRET}@{where}")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    write_kernel(tls_cdn.root, REPO, 1)
+    variants = f"kernels/{REPO}/v1/variants.json"
+    cdn.inject(variants, *(redirect(f"{tls_cdn.url}/{variants}") for _ in range(4)))
+    fk.configure(cdn_url=cdn.url)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    message = str(info.value)
+    assert f"the proxy http://user:****@{where} failed: " in message, message
+    assert "Connection refused" in message, message
+    assert "check the proxy settings" in message, message
+    assert PROXY_SECRET not in message
+    assert tls_cdn.requests == []
+
+
 def test_no_proxy_uppercase_and_for_another_port_does_not_bypass(
     cdn: CdnServer, start_proxy: StartProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,7 +6,14 @@ from __future__ import annotations
 from .._utils.logs import logger
 from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError, TransportError
 from .hashing import INTEGRITY_HINT
-from .mirrors import AccessDenied, Mirror, MirrorFailed, OverCap, UntrustedCertificate
+from .mirrors import (
+    AccessDenied,
+    Mirror,
+    MirrorFailed,
+    OverCap,
+    ProxyFailed,
+    UntrustedCertificate,
+)
 
 
 class Answers:
@@ -23,7 +30,7 @@ class Answers:
 
     def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
         via = f" (through the proxy {mirror.via})" if mirror.via else ""
-        self._proxied = self._proxied or bool(mirror.via)
+        self._proxied = self._proxied or bool(mirror.via) or isinstance(exc, ProxyFailed)
         self._capped = self._capped or isinstance(exc, OverCap)
         if isinstance(exc, AccessDenied):
             self._denied = True

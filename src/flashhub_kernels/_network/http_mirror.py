@@ -52,6 +52,7 @@ from .mirrors import (
     Mirror,
     MirrorFailed,
     NotPublished,
+    ProxyFailed,
     UntrustedCertificate,
     stop_if,
 )
@@ -60,6 +61,7 @@ from .session import (
     RETRY_STATUSES,
     DowngradeRefused,
     netrc_problem,
+    proxy_of,
     route_for,
     untrusted_certificate_hint,
 )
@@ -265,7 +267,8 @@ class HttpMirror(Mirror):
         except DowngradeRefused as exc:
             raise MirrorFailed(str(exc)) from None
         except requests.exceptions.ProxyError as exc:
-            raise MirrorFailed(f"the proxy {self.via} failed: {self._reason(exc)}") from None
+            hop = exc.request.url if exc.request is not None and exc.request.url else url
+            raise ProxyFailed(f"the proxy {proxy_of(hop)} failed: {self._reason(exc)}") from None
         except requests.exceptions.SSLError as exc:
             failed = f"TLS failed: {self._reason(exc)}"
             if _issuer_unknown(exc):

@@ -72,6 +72,10 @@ class UntrustedCertificate(MirrorFailed):
         self.hint = hint
 
 
+class ProxyFailed(MirrorFailed):
+    """The proxy a request went through (the mirror's, or a redirect's) failed it."""
+
+
 class OverCap(MirrorFailed):
     """The mirror sent more of a file of unknown size than ``FLASHHUB_MAX_FILE_BYTES``."""
 

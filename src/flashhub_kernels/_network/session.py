@@ -250,6 +250,13 @@ def proxies_for(url: str) -> dict[str, str]:
     return proxies
 
 
+def proxy_of(url: str) -> str | None:
+    """The proxy (credentials redacted) that a request to ``url`` goes through, as the
+    session takes it for a redirect there."""
+    proxy = requests.utils.select_proxy(url, proxies_for(url))
+    return redact_url(proxy) if proxy else None
+
+
 def netrc_problem(base_url: str) -> str | None:
     """Why the netrc file gives no credentials for ``base_url``, when it exists but
     cannot be used: requests skips a file that does not parse, or cannot be read,
