@@ -11,6 +11,7 @@ import functools
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from support import cli_runner
 from support.cdn_server import (
     CONNECTED,
     CdnServer,
+    Fault,
     redirect,
     trickled_handshake,
     trickled_headers,
@@ -352,74 +354,67 @@ def test_headers_that_trickle_through_a_tls_proxy_are_cut(
     assert all(event.wait(10) for event in hung_up)
 
 
+LoadThroughAProxy = Callable[[Callable[..., Fault]], tuple[CdnServer, str, list[threading.Event]]]
+
+
+@pytest.fixture(params=["http", "https"])
 def load_through_a_proxy_playing(
-    fault: Any,
-    proxy_scheme: str,
+    request: pytest.FixtureRequest,
     tls_cdn: CdnServer,
     make_cdn: MakeCdn,
     tls_context: Any,
     ca_pem: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> tuple[CdnServer, str, list[threading.Event]]:
-    """Load from ``tls_cdn`` through a proxy (a second server, speaking TLS for
-    ``https``) that answers each CONNECT with ``fault(hung_up=event)``, with 1 s timeouts:
-    the proxy, the load's error message, and the events that say the client hung up."""
-    tls = tls_context if proxy_scheme == "https" else None
+) -> LoadThroughAProxy:
+    """``load(fault)``: load from ``tls_cdn`` through a proxy (a second server, an
+    ``http://`` and an ``https://`` one) that answers each CONNECT with
+    ``fault(hung_up=event)``, with 1 s timeouts; it returns the proxy, the load's error
+    message, and the events that say the client hung up."""
+    tls = tls_context if request.param == "https" else None
     proxy = make_cdn(tls_cdn.root.parent / "proxy", tls=tls)
-    assert proxy.url.startswith(f"{proxy_scheme}://")
+    assert proxy.url.startswith(f"{request.param}://")
     monkeypatch.setenv("https_proxy", proxy.url)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
     monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
     monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
     fk.configure(cdn_url=tls_cdn.url)
     write_kernel(tls_cdn.root, REPO, 1)
-    hung_up = [threading.Event() for _ in range(8)]
-    proxy.inject(f"127.0.0.1:{tls_cdn.port}", *(fault(hung_up=event) for event in hung_up))
-    with pytest.raises(TransportError) as info:
-        fk.get_kernel(REPO, version=1)
-    assert tls_cdn.requests == []
-    return proxy, str(info.value), hung_up
+
+    def load(fault: Callable[..., Fault]) -> tuple[CdnServer, str, list[threading.Event]]:
+        hung_up = [threading.Event() for _ in range(8)]
+        proxy.inject(f"127.0.0.1:{tls_cdn.port}", *(fault(hung_up=event) for event in hung_up))
+        with pytest.raises(TransportError) as info:
+            fk.get_kernel(REPO, version=1)
+        assert tls_cdn.requests == []
+        return proxy, str(info.value), hung_up
+
+    return load
 
 
-@pytest.mark.parametrize("proxy_scheme", ["http", "https"])
 def test_a_proxy_whose_answer_to_connect_never_ends_is_cut_and_named(
-    proxy_scheme: str,
-    tls_cdn: CdnServer,
-    make_cdn: MakeCdn,
-    tls_context: Any,
-    ca_pem: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    load_through_a_proxy_playing: LoadThroughAProxy,
 ) -> None:
     """The proxy answers CONNECT a byte at a time: each read is in time, the whole never
     is. The tunnel must be open within the connect timeout plus the read timeout (2 s
     here); past that the load fails naming the proxy, instead of waiting for as long as
     the bytes keep coming."""
     fault = functools.partial(trickled_headers, 0.5, limit=60, opening=CONNECTED + b"X-Padding: ")
-    proxy, message, hung_up = load_through_a_proxy_playing(
-        fault, proxy_scheme, tls_cdn, make_cdn, tls_context, ca_pem, monkeypatch
-    )
+    proxy, message, hung_up = load_through_a_proxy_playing(fault)
     assert f"the proxy {proxy.url} failed" in message, message
     assert "the tunnel was not open after 2 s" in message, message
     assert "ProtocolError" not in message, message  # the reason, not urllib3's wrapping
     assert hung_up[0].wait(10)
 
 
-@pytest.mark.parametrize("proxy_scheme", ["http", "https"])
 def test_a_tls_handshake_through_a_tunnel_that_never_ends_is_cut(
-    proxy_scheme: str,
-    tls_cdn: CdnServer,
-    make_cdn: MakeCdn,
-    tls_context: Any,
-    ca_pem: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    load_through_a_proxy_playing: LoadThroughAProxy,
 ) -> None:
     """The tunnel opens, and the server behind it sends its TLS handshake a byte at a
     time. Through an ``http://`` proxy, Python's ``ssl`` bounds the handshake as a whole
     (by the connect timeout); through an ``https://`` proxy urllib3's own TLS layer runs
     it, a read at a time, and the tunnel's deadline cuts it."""
-    fault = functools.partial(trickled_handshake, 0.5, limit=60)
     _proxy, message, hung_up = load_through_a_proxy_playing(
-        fault, proxy_scheme, tls_cdn, make_cdn, tls_context, ca_pem, monkeypatch
+        functools.partial(trickled_handshake, 0.5, limit=60)
     )
     assert re.search("the tunnel was not open after 2 s|timed out", message), message
     assert hung_up[0].wait(10)
