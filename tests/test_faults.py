@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -912,6 +913,44 @@ def test_json_that_breaks_pythons_parser_is_refused(
             fk.has_kernel(REPO)  # get_kernel with a version never reads versions.json
         else:
             fk.get_kernel(REPO, version=1)
+    assert fetched_variant_files(cdn) == []
+    assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
+
+
+# A load records what a kernel's metadata.json asks of it (its provenance with its
+# python-depends) and reads that record again on every warm import, maybe from a deeper
+# call stack than the one that parsed the document.
+LOAD_FRAMES_DEEP = """
+import flashhub_kernels as fk
+
+def load(frames):
+    if frames:
+        return load(frames - 1)
+    try:
+        fk.get_kernel("acme/tensor-tricks", version=1)
+        return "loaded"
+    except Exception as exc:
+        return type(exc).__name__
+
+print(load({frames}))
+"""
+
+
+def test_a_metadata_json_nested_within_pythons_parser_is_refused_not_cached(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """Deep enough for the parser at the cold load's stack, not at a warm import's deeper
+    one: refused by a bound of its own, so nothing is cached that a warm import chokes on."""
+    write_kernel(cdn.root, REPO, 1, [VARIANT])
+    manifest = cdn.root / f"kernels/{REPO}/v1/build/{VARIANT}/metadata.json"
+    levels = sys.getrecursionlimit() - 40
+    nested = "[" * levels + "]" * levels
+    provenance = f'{{"kernel-builder": {{"version": "0.17", "x": {nested}}}}}'
+    manifest.write_text(
+        manifest.read_text()[:-1] + f', "python-depends": ["json"], "provenance": {provenance}}}'
+    )
+    outcomes = [run_python(LOAD_FRAMES_DEEP.format(frames=n)).strip() for n in (0, 100)]
+    assert outcomes == ["ManifestError", "ManifestError"]
     assert fetched_variant_files(cdn) == []
     assert not (cache_dir / f"kernels/acme/tensor-tricks/v1/{VARIANT}").exists()
 

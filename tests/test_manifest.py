@@ -10,6 +10,7 @@ import re
 import pytest
 
 from flashhub_kernels._models.manifest import (
+    MAX_NESTING,
     content_hash,
     decode_digest,
     encode_digest,
@@ -186,6 +187,17 @@ def test_documents_pythons_json_parser_chokes_on_are_manifest_errors(
     for parse in (parse_metadata, parse_variants, parse_versions):
         with pytest.raises(ManifestError, match=message):
             parse(data)
+
+
+def test_documents_are_refused_past_a_nesting_bound_of_their_own() -> None:
+    """Not where Python's parser gives up, which depends on the call stack it runs on."""
+    too_deep = b"[" * (MAX_NESTING + 1) + b"]" * (MAX_NESTING + 1)
+    for parse in (parse_metadata, parse_variants, parse_versions):
+        with pytest.raises(ManifestError, match=f"nested too deeply \\(more than {MAX_NESTING}"):
+            parse(too_deep)
+    deepest = "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1)  # within the document's object
+    document = metadata({"pkg/__init__.py": STD})[:-1] + f', "x": {deepest}}}'.encode()
+    assert parse_metadata(document).document["x"] == json.loads(deepest)
 
 
 @pytest.mark.parametrize(

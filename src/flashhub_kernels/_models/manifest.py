@@ -31,6 +31,9 @@ from .record import Record
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
 
 MAX_DOCUMENT_BYTES = 1 << 20
+# A builder's metadata.json nests 3 levels. The bound is fixed, not Python's recursion
+# limit: what a load records of a document is read again from deeper call stacks.
+MAX_NESTING = 32
 MAX_FILES = 10_000
 MAX_PATH_LENGTH = 1024  # bytes of UTF-8, the whole path
 MAX_SEGMENT_LENGTH = 255  # bytes of UTF-8: NAME_MAX of the usual file systems
@@ -135,11 +138,28 @@ def _is_reserved(path: str) -> bool:
 
 
 def load_json(data: bytes, what: str) -> Any:
-    """Parse a CDN document of at most 1 MiB; :class:`ManifestError` naming ``what``."""
+    """Parse a CDN document of at most 1 MiB, nested at most :data:`MAX_NESTING` levels;
+    :class:`ManifestError` naming ``what``."""
     try:
-        return parse_capped(data, json.loads, "JSON", json.JSONDecodeError, MAX_DOCUMENT_BYTES)
+        document = parse_capped(data, json.loads, "JSON", json.JSONDecodeError, MAX_DOCUMENT_BYTES)
     except ValueError as exc:
         raise ManifestError(f"{what} {exc}", hint=_HINT) from None
+    # Each level of nesting takes a bracket: a document with few needs no walk.
+    if data.count(b"[") + data.count(b"{") > MAX_NESTING and _nests_deeper(document, MAX_NESTING):
+        raise ManifestError(
+            f"{what} is nested too deeply (more than {MAX_NESTING} levels)", hint=_HINT
+        )
+    return document
+
+
+def _nests_deeper(document: Any, levels: int) -> bool:
+    """Whether ``document`` holds objects and lists more than ``levels`` levels deep;
+    walked one level at a time, not recursively."""
+    layer = [document] if isinstance(document, dict | list) else []
+    for _ in range(levels):
+        inner = (item.values() if isinstance(item, dict) else item for item in layer)
+        layer = [value for values in inner for value in values if isinstance(value, dict | list)]
+    return bool(layer)
 
 
 def parse_capped(
