@@ -116,6 +116,38 @@ def test_cache_layout_receipt_and_permissions(cdn: CdnServer, cache_dir: Path) -
     )
 
 
+# Nested past what Python's JSON parser takes, whatever the call stack.
+TOO_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+INDEX = "variants-index.json"
+RECEIPT = ".flashhub-receipt.json"
+
+
+@pytest.mark.parametrize(
+    "record, document",
+    [
+        (INDEX, '{"complete": true, "present": ["torch-universal", 1], "absent": []}'),
+        (INDEX, '{"complete": true, "present": "torch-universal", "absent": []}'),
+        (INDEX, '{"complete": true, "present": ' + TOO_DEEP + ', "absent": []}'),
+        (RECEIPT, '{"content_hash": "x", "files": {}, "requires": ' + TOO_DEEP + "}"),
+    ],
+    ids=["a name that is a number", "a string for a list", "nested too deeply", "a deep receipt"],
+)
+def test_a_damaged_cache_record_is_not_used_by_a_warm_import(
+    cdn: CdnServer, cache_dir: Path, record: str, document: str
+) -> None:
+    """A record a neighbour or a crash damaged makes the import look the kernel up again,
+    not fail with a TypeError or a RecursionError, nor take the kernel for unpublished."""
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    directory = version_dir(cache_dir)
+    path = directory / record if record == INDEX else directory / local_variant() / record
+    path.write_text(document)
+    out = run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())")
+    assert out.strip() == f"{REPO}@v1:{local_variant()}"
+
+
 def test_modified_cached_file_is_refetched(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1)
     fk.get_kernel(REPO, version=1)

@@ -358,8 +358,15 @@ def test_a_row_naming_a_path_outside_its_entry_is_not_used(
     assert in_full and marker.startswith("acme/tensor-tricks@v1")
 
 
-def test_a_table_that_does_not_parse_is_a_miss_and_is_written_again(recorded: Path) -> None:
-    recorded.write_text("{not json")
+@pytest.mark.parametrize(
+    "document",
+    ["{not json", '{"format": 1, "rows": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+    ids=["not JSON", "nested past the parser"],
+)
+def test_a_table_that_does_not_parse_is_a_miss_and_is_written_again(
+    recorded: Path, document: str
+) -> None:
+    recorded.write_text(document)
     assert import_once()[0]
     assert json.loads(recorded.read_text())["format"] == imports.FORMAT
     assert not import_once()[0]

@@ -150,7 +150,7 @@ def read_rows(root: str, module: str) -> dict[str, Any]:
         if not _private(st, stat.S_IFREG) or st.st_size > _MOST_BYTES:
             return {}
         data = json.loads(os.read(fd, st.st_size + 1))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
         return {}
     finally:
         os.close(fd)

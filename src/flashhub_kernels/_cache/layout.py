@@ -41,7 +41,7 @@ from .trust import check_chain, check_dir
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
+    from typing import Any, TypeGuard
 
     from .._config import Config
     from .._models.names import RepoInfo
@@ -62,10 +62,11 @@ def vouched_sections(whole: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_json(path: Path) -> Any:
-    """A JSON record of the cache, or ``None`` when it is missing or unreadable."""
+    """A JSON record of the cache, or ``None`` when it is missing or unreadable (nested
+    too deeply for Python's parser included)."""
     try:
         return json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -95,14 +96,10 @@ class VariantIndex(Record):
 
 def parse_index(document: Mapping[str, Any]) -> VariantIndex | None:
     """The :class:`VariantIndex` an index's JSON object records; ``None`` when it is not one."""
-    try:
-        index = VariantIndex(
-            bool(document["complete"]),
-            frozenset(document["present"]),
-            frozenset(document["absent"]),
-        )
-    except (KeyError, TypeError):
+    present, absent = document.get("present"), document.get("absent")
+    if "complete" not in document or not (_is_names(present) and _is_names(absent)):
         return None
+    index = VariantIndex(bool(document["complete"]), frozenset(present), frozenset(absent))
     targets = document.get("targets")
     if isinstance(targets, dict) and targets:
         from .._variants.compat import target_from_json  # builds judged by their metadata
@@ -110,9 +107,14 @@ def parse_index(document: Mapping[str, Any]) -> VariantIndex | None:
         read = {name: target_from_json(value) for name, value in targets.items()}
         index = index._replace(targets={n: t for n, t in read.items() if t is not None})
     proof = document.get("proof")
-    if isinstance(proof, list) and len(proof) == 2 and all(isinstance(p, str) for p in proof):
+    if _is_names(proof) and len(proof) == 2:
         index = index._replace(proof=(proof[0], proof[1]))
     return index._replace(picks=_recorded_picks(document))
+
+
+def _is_names(value: object) -> TypeGuard[list[str]]:
+    """Whether ``value`` is a list of strings, as an index records variant names."""
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def recorded_pick(document: Mapping[str, Any], key: str) -> str | None:

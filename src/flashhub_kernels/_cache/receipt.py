@@ -72,7 +72,7 @@ def _same_mtime(found: int, recorded: int) -> bool:
 
 def read_receipt(entry: Path) -> Receipt | None:
     """The receipt of the committed entry ``entry``; ``None`` when it has none, or one
-    that does not parse."""
+    that does not parse (nested too deeply for Python's parser included)."""
     try:
         data = json.loads((entry / RECEIPT_NAME).read_bytes())
         files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
@@ -88,5 +88,5 @@ def read_receipt(entry: Path) -> Receipt | None:
             requires if isinstance(requires, dict) else None,
             str(package) if package else None,
         )
-    except (OSError, KeyError, TypeError, ValueError, AttributeError):
+    except (OSError, KeyError, TypeError, ValueError, AttributeError, RecursionError):
         return None
