@@ -9,14 +9,17 @@ published to the loopback CDN; the loads run in child processes, which such a cr
 from __future__ import annotations
 
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import run_python
 from flashhub_kernels._utils.elf import missing_bytes
+from flashhub_kernels._variants.probing import UNIVERSAL
 from support.cdn_server import CdnServer
-from support.trees import cpu_variant
+from support.trees import cpu_variant, kernel_files, write_variant
 from test_native_conflicts import REPO, native_library, publish_quietly, run_child
 
 
@@ -69,3 +72,44 @@ def test_whole_libraries_are_whole_and_cut_ones_are_not(
     for junk in (b"", b"\x7fELF", b"not a library at all\n" * 10):
         cut.write_bytes(junk)
         assert missing_bytes(cut) is None
+
+
+def _elf64_header(phoff: int, phentsize: int, phnum: int) -> bytes:
+    """The 64 bytes of a little-endian ELF64 header whose program header table lies at
+    ``phoff`` and holds ``phnum`` entries of ``phentsize`` bytes."""
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    fields = (3, 62, 1, 0, phoff, 0, 0, 64, phentsize, phnum, 64, 0, 0)
+    return ident + struct.pack("<HHIQQQIHHHHHH", *fields)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [_elf64_header(2**63, 56, 1), _elf64_header(64, 0xFFFF, 0xFFFE)],
+    ids=["table-past-any-offset", "table-of-4-gib"],
+)
+def test_headers_naming_a_table_past_the_end_refuse_the_load_without_reading_it(
+    cdn: CdnServer, cache_dir: Path, header: bytes
+) -> None:
+    """A small library whose headers put the program header table at an offset no file
+    has, or make it gigabytes long: an IntegrityError, not a ValueError from ``seek`` nor
+    the table's size allocated."""
+    files = {**kernel_files("tensor_tricks", "x"), "tensor_tricks/_native.so": header + bytes(200)}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, files)
+    outcome = run_python(BOUNDED_LOAD).strip()
+    assert outcome == "IntegrityError truncated"
+    assert not (cache_dir / f"kernels/{REPO}/v1/{UNIVERSAL}").exists()
+
+
+# A load in a child whose address space may grow by 1 GiB at most: the class of the error
+# it raises, and whether it says the library is truncated.
+BOUNDED_LOAD = """
+import re, resource, flashhub_kernels as fk
+with open("/proc/self/status") as status:
+    mapped = int(re.search(r"VmSize:\\s+(\\d+) kB", status.read()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (1 << 30), resource.RLIM_INFINITY))
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+    print("loaded -")
+except Exception as exc:
+    print(type(exc).__name__, "truncated" if "truncated" in str(exc) else "-")
+"""

@@ -40,10 +40,10 @@ def missing_bytes(path: Path) -> tuple[int, int] | None:
         needed = max(phoff + phentsize * phnum, shoff + shentsize * shnum if shoff else 0)
         if phnum == _PN_XNUM or phentsize < struct.calcsize(program):
             return None
+        if phoff + phentsize * phnum > size:  # not read: it may name gigabytes, or no offset
+            return needed, size
         file.seek(phoff)
         table = file.read(phentsize * phnum)
-    if len(table) < phentsize * phnum:
-        return needed, size
     for index in range(phnum):
         p_type, p_offset, p_filesz = struct.unpack_from(program, table, index * phentsize)
         if p_type == _PT_LOAD:
