@@ -319,6 +319,24 @@ def test_an_archive_whose_directory_disagrees_with_its_entries_is_an_import_erro
     assert MODULE not in sys.modules
 
 
+def test_an_archive_whose_package_does_not_inflate_is_an_import_error(cdn: CdnServer) -> None:
+    # Listed with its true digest: the __init__.py entry is deflated, its data is not a
+    # deflate stream.
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as written:
+        written.writestr("__init__.py", b"MARKER = 'deflated'\n" * 64)
+    archive = bytearray(buffer.getvalue())
+    data = len(b"PK\x03\x04") + 26 + len("__init__.py")  # past its local header
+    archive[data : data + 8] = b"\xff" * 8
+    digests = {ARCHIVE: b64sha256(archive)}
+    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+    with pytest.raises(KernelImportError, match=r"is malformed") as raised:
+        fk.get_kernel(REPO, version=1)
+    assert ARCHIVE in raised.value.message and raised.value.hint
+    assert MODULE not in sys.modules
+
+
 def _nth_header(archive: bytearray, signature: bytes, name: str) -> int:
     """Where the ``signature`` header (local or central) of entry ``name`` starts."""
     at = -1

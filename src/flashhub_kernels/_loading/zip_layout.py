@@ -139,7 +139,7 @@ class ArchiveLoader(importlib._abc.Loader):
         except zipimport.ZipImportError as exc:
             where = "at its root, where a zip build keeps the package's files"
             raise _broken(self.archive, f"holds no __init__.py {where} ({exc})") from exc
-        except OSError as exc:  # its directory states sizes its members do not have
+        except _UNREADABLE as exc:  # its directory states wrong sizes, or it does not inflate
             raise _broken(self.archive, f"is malformed ({exc})") from exc
 
     def get_source(self, fullname: str) -> str | None:
