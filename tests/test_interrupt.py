@@ -290,6 +290,34 @@ threading.Thread.start = start_unless_ctrl_c
 )
 
 
+AT_EXIT = """
+import atexit, flashhub_kernels as fk
+atexit.register(lambda: print(fk.get_kernel("acme/tensor-tricks", version=1).__name__))
+"""
+# What an exiting interpreter answers a new thread (Python 3.12, from the end of the main
+# thread and in an atexit handler), and a process at its limit of threads, everywhere.
+NO_NEW_THREADS = """
+import threading
+def refused(thread):
+    raise RuntimeError("can't create new thread at interpreter shutdown")
+threading.Thread.start = refused
+"""
+
+
+@pytest.mark.parametrize(
+    "code", [AT_EXIT, NO_NEW_THREADS + LOAD], ids=["in an atexit handler", "no new thread"]
+)
+def test_a_load_where_no_thread_can_start_does_the_work_in_its_own(
+    code: str, big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """A cold load hands its downloads, its documents' requests, the hash of a large file
+    and the headers' deadline to threads of its own. Where the interpreter starts none, it
+    downloads and verifies in the thread that loads (it used to fail, a RuntimeError from
+    one of them), one file after the other."""
+    run_python(code, fresh=True)  # its own interpreter, which exits as interpreters do
+    assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/big.bin").read_bytes() == BIG
+
+
 def test_ctrl_c_while_the_download_threads_start_stops_those_already_running(
     big_kernel: CdnServer,
 ) -> None:

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .._utils.threads import start_deaf
+from .._utils.threads import started
 from .._variants.system import free_threaded_build
 
 LONGEST_PAUSE = 1.0  # seconds
@@ -73,11 +73,7 @@ def _start_deadline() -> threading.Timer | None:
     can be started (a process limit): the pause then lasts as long as the load."""
     deadline = threading.Timer(LONGEST_PAUSE, _end_long_pause)
     deadline.name, deadline.daemon = "flashhub-gc-pause", True
-    try:
-        start_deaf(deadline)
-    except RuntimeError:
-        return None
-    return deadline
+    return deadline if started(deadline) else None
 
 
 def _end_long_pause() -> None:

@@ -9,7 +9,7 @@ import stat
 import threading
 from pathlib import Path
 
-from .._utils.threads import start_deaf
+from .._utils.threads import started
 from ..errors import CacheError, IntegrityError
 from .progress import NO_PROGRESS, Progress
 from .reserve import reserve
@@ -48,7 +48,8 @@ class _Sha256:
         if self._queue is None:
             self._queue = queue.Queue(maxsize=_QUEUE_DEPTH)
             self._worker = threading.Thread(target=self._drain, name="flashhub-sha256", daemon=True)
-            start_deaf(self._worker)
+            if not started(self._worker):  # no thread to be had: the hash stays inline
+                self._queue = self._worker = None
 
     def _drain(self) -> None:
         assert self._queue is not None

@@ -33,7 +33,7 @@ from urllib3.exceptions import ProtocolError, ProxyError
 from urllib3.poolmanager import PoolManager
 from urllib3.util.timeout import Timeout
 
-from .._utils.threads import start_deaf
+from .._utils.threads import started
 
 _IDLE_SECONDS = 0.5  # how long the watchdog thread waits for another request before it ends
 _RECHECK_SECONDS = 0.1  # how soon a request past its deadline, still connecting, is looked at again
@@ -89,8 +89,8 @@ class _Watchdog:
                 thread = threading.Thread(
                     target=self._run, name="flashhub-header-deadline", daemon=True
                 )
-                start_deaf(thread)  # may raise (no thread at interpreter exit): none is running
-                self._thread = thread
+                if started(thread):  # else (the interpreter is exiting) no deadline is kept
+                    self._thread = thread
             elif self._due[0][2] is armed:
                 self._changed.notify()  # due before what the thread sleeps until
         return armed

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .._models.record import Record
-from .._utils.threads import start_deaf
+from .._utils.threads import started
 
 ByteCounter = Callable[[int], object]
 
@@ -69,12 +69,13 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
         drawing = threading.Thread(
             target=_keep_drawn, args=(bar, done), name="flashhub-progress", daemon=True
         )
-        start_deaf(drawing)
+        drawn = started(drawing)  # else the bar is drawn on updates only
         try:
             yield Progress(bar.update, expect if total is None else _ignore)
         finally:
             done.set()
-            drawing.join()  # before the bar closes: a bar drawn after it would stay on screen
+            if drawn:
+                drawing.join()  # before the bar closes: one drawn after would stay on screen
 
 
 def _keep_drawn(bar: Any, done: threading.Event) -> None:

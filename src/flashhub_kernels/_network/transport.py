@@ -27,6 +27,7 @@ Failure policy, per path:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -44,7 +45,7 @@ from .._config import Config
 from .._models.record import Record
 from .._utils.callers import warn_at_caller
 from .._utils.logs import logger
-from .._utils.threads import soon, start_deaf
+from .._utils.threads import soon, started
 from .._utils.urls import is_loopback, redact_url
 from ..errors import IntegrityError, ManifestError, RollbackError, TransportError
 from .answers import Answers
@@ -462,9 +463,10 @@ def _run_workers(work: Callable[[], None], count: int, cancelled: threading.Even
     ]
     try:
         # Inside: Ctrl-C while a worker starts must stop those already running.
-        for worker in workers:
-            start_deaf(worker)
-        for worker in workers:
+        running = list(itertools.takewhile(started, workers))
+        if not running:
+            work()  # no thread to be had: this one does the work
+        for worker in running:
             worker.join()
     except BaseException:
         cancelled.set()

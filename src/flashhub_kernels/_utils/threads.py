@@ -77,6 +77,18 @@ def start_deaf(thread: threading.Thread) -> None:
         thread.start()  # a new thread starts with the mask of the one starting it
 
 
+def started(thread: threading.Thread) -> bool:
+    """Start ``thread`` as :func:`start_deaf` does, and say whether it started. An
+    interpreter that is exiting refuses new threads (Python 3.12 does from the end of the
+    main thread, and in an atexit handler), and so does a process at its limit of
+    threads: a load made then does the thread's work in its own thread."""
+    try:
+        start_deaf(thread)
+    except RuntimeError:
+        return False
+    return True
+
+
 class DeafThreadPool(ThreadPoolExecutor):
     """A :class:`~concurrent.futures.ThreadPoolExecutor` whose threads start as
     :func:`start_deaf` starts one."""
@@ -92,7 +104,8 @@ def soon(call: Callable[[], T]) -> Future[T]:
 
     A daemon thread, as the download workers are, so that one still waiting for an
     answer never holds up the interpreter's exit; a future whose result nobody asks for
-    is simply dropped.
+    is simply dropped. Where no thread can start (see :func:`started`), the call is
+    made before this returns.
     """
     future: Future[T] = Future()
 
@@ -102,5 +115,6 @@ def soon(call: Callable[[], T]) -> Future[T]:
         except BaseException as exc:  # handed to whoever asks for the result
             future.set_exception(exc)
 
-    start_deaf(threading.Thread(target=run, name="flashhub-request", daemon=True))
+    if not started(threading.Thread(target=run, name="flashhub-request", daemon=True)):
+        run()  # no thread to be had: the call is made here and now
     return future
