@@ -37,11 +37,15 @@ import zlib
 TYPE_CHECKING = False  # not typing's: a warm load of a zip build imports this module
 if TYPE_CHECKING:
     import importlib.machinery
+    from collections.abc import Callable
     from pathlib import Path
     from types import CodeType, ModuleType
+    from typing import TypeVar
 
     from ..errors import KernelImportError
     from .zip_resources import ArchiveResources
+
+    _T = TypeVar("_T")
 
 _INIT = "__init__"
 # The archives this process imported: zipimport keeps each one's table of contents.
@@ -75,7 +79,8 @@ def _forget_importers(archive: str) -> None:
 
 
 # What zipimport raises for an entry it cannot read: its header or its size is wrong
-# (ZipImportError, OSError), its data does not inflate (zlib.error) or decode.
+# (ZipImportError, OSError), its data does not inflate (zlib.error), its source does not
+# decode as UTF-8 (zipimport ignores a declared encoding).
 _UNREADABLE = (zipimport.ZipImportError, OSError, UnicodeDecodeError, zlib.error)
 
 
@@ -87,22 +92,25 @@ class _SubmoduleImporter(zipimport.zipimporter):
     def find_spec(
         self, fullname: str, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        try:  # zipimport reads the module's entry to find its spec
-            spec = super().find_spec(fullname, target)
-        except _UNREADABLE as exc:
-            raise self._unreadable(fullname, exc) from exc
+        spec = self._reading(super().find_spec, fullname, target)  # it reads the entry
         for path in (spec and spec.submodule_search_locations) or ():
             sys.path_importer_cache[path] = _SubmoduleImporter(path)
         return spec
 
     def get_code(self, fullname: str) -> CodeType:
-        try:
-            return super().get_code(fullname)
-        except _UNREADABLE as exc:
-            raise self._unreadable(fullname, exc) from exc
+        return self._reading(super().get_code, fullname)
 
-    def _unreadable(self, fullname: str, exc: Exception) -> KernelImportError:
-        return _broken(self.archive, f"holds an entry for {fullname} that cannot be read ({exc})")
+    def get_source(self, fullname: str) -> str | None:
+        return self._reading(super().get_source, fullname)
+
+    def _reading(self, read: Callable[..., _T], fullname: str, *args: object) -> _T:
+        """``read(fullname, *args)``, which reads ``fullname``'s entry; a
+        :class:`KernelImportError` naming the archive where the entry cannot be read."""
+        try:
+            return read(fullname, *args)
+        except _UNREADABLE as exc:
+            where = f"holds an entry for {fullname} that cannot be read ({exc})"
+            raise broken_archive(self.archive, where) from exc
 
 
 # importlib._abc.Loader is importlib.abc.Loader, without importlib.abc's imports.
@@ -114,7 +122,7 @@ class ArchiveLoader(importlib._abc.Loader):
         try:
             self._zip = zipimport.zipimporter(archive)
         except zipimport.ZipImportError as exc:
-            raise _broken(archive, "is not a zip archive") from exc
+            raise broken_archive(archive, "is not a zip archive") from exc
 
     def reread(self) -> None:
         """Read the archive's table of contents again, for this loader and for zipimport's
@@ -138,12 +146,15 @@ class ArchiveLoader(importlib._abc.Loader):
             return self._zip.get_code(_INIT)
         except zipimport.ZipImportError as exc:
             where = "at its root, where a zip build keeps the package's files"
-            raise _broken(self.archive, f"holds no __init__.py {where} ({exc})") from exc
+            raise broken_archive(self.archive, f"holds no __init__.py {where} ({exc})") from exc
         except _UNREADABLE as exc:  # its directory states wrong sizes, or it does not inflate
-            raise _broken(self.archive, f"is malformed ({exc})") from exc
+            raise broken_archive(self.archive, f"is malformed ({exc})") from exc
 
     def get_source(self, fullname: str) -> str | None:
-        return self._zip.get_source(_INIT)
+        try:
+            return self._zip.get_source(_INIT)
+        except _UNREADABLE as exc:  # inspect and tracebacks take an ImportError for no source
+            raise broken_archive(self.archive, f"is malformed ({exc})") from exc
 
     def get_data(self, path: str) -> bytes:
         """A file of the archive, by its path (``<archive>/<name>``) or its name in it."""
@@ -155,7 +166,7 @@ class ArchiveLoader(importlib._abc.Loader):
         return ArchiveResources(self.archive)
 
 
-def _broken(archive: str, problem: str) -> KernelImportError:
+def broken_archive(archive: str, problem: str) -> KernelImportError:
     from ..errors import KernelImportError  # only for a broken archive
 
     return KernelImportError(
