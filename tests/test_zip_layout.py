@@ -402,6 +402,23 @@ for module in (k, k.helpers):
     assert printed.count("no source: could not get source code") == 2, printed
 
 
+def test_the_resources_of_an_archive_zipfile_refuses_are_an_import_error(cdn: CdnServer) -> None:
+    # Listed with its true digest: the directory says __init__.py needs a zip version
+    # zipfile cannot read, which zipimport, reading no version, imports.
+    archive = bytearray(archive_bytes(package_files("versioned")))
+    struct.pack_into("<H", archive, _nth_header(archive, b"PK\x01\x02", "__init__.py") + 6, 236)
+    digests = {ARCHIVE: b64sha256(archive)}
+    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+    kernel = fk.get_kernel(REPO, version=1)
+
+    with pytest.raises(
+        KernelImportError, match=r"is malformed \(zip file version 23\.6\)"
+    ) as raised:
+        importlib.resources.files(kernel)
+    assert ARCHIVE in raised.value.message and raised.value.hint
+
+
 # -- publishing: flashhub publish --layout zip ----------------------------------------------
 
 AUDIO = "sdq/audio-codebook-primitives"

@@ -19,4 +19,9 @@ class ArchiveResources(TraversableResources):
         self._archive = archive
 
     def files(self) -> zipfile.Path:
-        return zipfile.Path(self._archive)
+        try:  # zipfile reads the central directory more strictly than zipimport
+            return zipfile.Path(self._archive)
+        except (zipfile.BadZipFile, NotImplementedError, OSError) as exc:
+            from .zip_layout import broken_archive
+
+            raise broken_archive(self._archive, f"is malformed ({exc})") from exc
