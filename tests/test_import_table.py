@@ -382,6 +382,18 @@ def test_a_row_whose_fields_have_other_shapes_is_a_miss(recorded: Path, field: s
     assert import_once()[0]
 
 
+@pytest.mark.parametrize("name", ["no_such_package.sub", ".relative"])
+def test_a_row_naming_no_importable_package_does_not_fail_the_import(
+    recorded: Path, name: str
+) -> None:
+    """A row damaged in place (a package name no import could find): the kernel loads."""
+    table = json.loads(recorded.read_text())
+    for row in table["rows"].values():
+        row["installed"] = {name: None}
+    recorded.write_text(json.dumps(table))
+    assert import_once()[1].startswith("acme/tensor-tricks@v1")
+
+
 # -- the key reads what the variant choice reads -------------------------------------------
 
 

@@ -217,7 +217,10 @@ def installed(package: str) -> Stamp | None:
     """Where ``package`` is installed, stamped; ``None`` where it is not."""
     import importlib.util
 
-    spec = importlib.util.find_spec(package)
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):  # a damaged row's name: no package, none relative
+        return None
     if spec is None:
         return None
     origin = spec.origin or next(iter(spec.submodule_search_locations or ()), "")
