@@ -110,7 +110,7 @@ class _SubmoduleImporter(zipimport.zipimporter):
             return read(fullname, *args)
         except _UNREADABLE as exc:
             where = f"holds an entry for {fullname} that cannot be read ({exc})"
-            raise broken_archive(self.archive, where) from exc
+            raise _broken(self.archive, where) from exc
 
 
 # importlib._abc.Loader is importlib.abc.Loader, without importlib.abc's imports.
@@ -122,7 +122,7 @@ class ArchiveLoader(importlib._abc.Loader):
         try:
             self._zip = zipimport.zipimporter(archive)
         except zipimport.ZipImportError as exc:
-            raise broken_archive(archive, "is not a zip archive") from exc
+            raise _broken(archive, "is not a zip archive") from exc
 
     def reread(self) -> None:
         """Read the archive's table of contents again, for this loader and for zipimport's
@@ -146,15 +146,15 @@ class ArchiveLoader(importlib._abc.Loader):
             return self._zip.get_code(_INIT)
         except zipimport.ZipImportError as exc:
             where = "at its root, where a zip build keeps the package's files"
-            raise broken_archive(self.archive, f"holds no __init__.py {where} ({exc})") from exc
+            raise _broken(self.archive, f"holds no __init__.py {where} ({exc})") from exc
         except _UNREADABLE as exc:  # its directory states wrong sizes, or it does not inflate
-            raise broken_archive(self.archive, f"is malformed ({exc})") from exc
+            raise _broken(self.archive, f"is malformed ({exc})") from exc
 
     def get_source(self, fullname: str) -> str | None:
         try:
             return self._zip.get_source(_INIT)
         except _UNREADABLE as exc:  # inspect and tracebacks take an ImportError for no source
-            raise broken_archive(self.archive, f"is malformed ({exc})") from exc
+            raise _broken(self.archive, f"is malformed ({exc})") from exc
 
     def get_data(self, path: str) -> bytes:
         """A file of the archive, by its path (``<archive>/<name>``) or its name in it."""
@@ -166,9 +166,7 @@ class ArchiveLoader(importlib._abc.Loader):
         return ArchiveResources(self.archive)
 
 
-def broken_archive(archive: str, problem: str) -> KernelImportError:
-    from ..errors import KernelImportError  # only for a broken archive
+def _broken(archive: str, problem: str) -> KernelImportError:
+    from .archive_errors import archive_error  # only for a broken archive
 
-    return KernelImportError(
-        f"the kernel archive {archive} {problem}", hint="report it to the kernel's publisher"
-    )
+    return archive_error(archive, problem)

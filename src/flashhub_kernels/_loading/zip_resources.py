@@ -22,6 +22,6 @@ class ArchiveResources(TraversableResources):
         try:  # zipfile reads the central directory more strictly than zipimport
             return zipfile.Path(self._archive)
         except (zipfile.BadZipFile, NotImplementedError, OSError) as exc:
-            from .zip_layout import broken_archive
+            from .archive_errors import archive_error  # only for a broken archive
 
-            raise broken_archive(self._archive, f"is malformed ({exc})") from exc
+            raise archive_error(self._archive, f"is malformed ({exc})") from exc
