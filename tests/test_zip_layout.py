@@ -75,6 +75,14 @@ def archive_bytes(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def publish_as_listed(root: Path, archive: bytearray) -> None:
+    """Publish ``archive`` as ``acme/zipped`` v1's zip build, listed with its true digest:
+    a hostile publisher's damage, which the digest check lets through."""
+    digests = {ARCHIVE: b64sha256(archive)}
+    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
+    write_variant(root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+
+
 def publish_zip_build(
     root: Path,
     files: dict[str, bytes],
@@ -310,9 +318,7 @@ def test_an_archive_whose_directory_disagrees_with_its_entries_is_an_import_erro
     archive = bytearray(archive_bytes(package_files("lying")))
     directory = archive.find(b"PK\x01\x02")  # the first entry's, __init__.py's
     struct.pack_into("<II", archive, directory + 20, 1 << 30, 1 << 30)
-    digests = {ARCHIVE: b64sha256(archive)}
-    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
-    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+    publish_as_listed(cdn.root, archive)
     with pytest.raises(KernelImportError, match=r"is malformed") as raised:
         fk.get_kernel(REPO, version=1)
     assert ARCHIVE in raised.value.message and raised.value.hint
@@ -328,9 +334,7 @@ def test_an_archive_whose_package_does_not_inflate_is_an_import_error(cdn: CdnSe
     archive = bytearray(buffer.getvalue())
     data = len(b"PK\x03\x04") + 26 + len("__init__.py")  # past its local header
     archive[data : data + 8] = b"\xff" * 8
-    digests = {ARCHIVE: b64sha256(archive)}
-    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
-    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+    publish_as_listed(cdn.root, archive)
     with pytest.raises(KernelImportError, match=r"is malformed") as raised:
         fk.get_kernel(REPO, version=1)
     assert ARCHIVE in raised.value.message and raised.value.hint
@@ -363,9 +367,7 @@ def test_a_submodule_the_archive_cannot_give_is_an_import_error_naming_it(
     # Listed with its true digest: the __init__.py entry is sound, helpers.py's is not.
     archive = bytearray(archive_bytes(package_files("damaged")))
     damage(archive)
-    digests = {ARCHIVE: b64sha256(archive)}
-    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
-    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+    publish_as_listed(cdn.root, archive)
 
     raised, printed = import_in_child(MODULE)
 
@@ -407,9 +409,7 @@ def test_the_resources_of_an_archive_zipfile_refuses_are_an_import_error(cdn: Cd
     # zipfile cannot read, which zipimport, reading no version, imports.
     archive = bytearray(archive_bytes(package_files("versioned")))
     struct.pack_into("<H", archive, _nth_header(archive, b"PK\x01\x02", "__init__.py") + 6, 236)
-    digests = {ARCHIVE: b64sha256(archive)}
-    manifest = {"id": KERNEL_ID, "build-layout": "zip", "digest": {"files": digests}}
-    write_variant(cdn.root, REPO, 1, UNIVERSAL, {ARCHIVE: bytes(archive)}, manifest=manifest)
+    publish_as_listed(cdn.root, archive)
     kernel = fk.get_kernel(REPO, version=1)
 
     with pytest.raises(
