@@ -201,6 +201,44 @@ def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_f
     assert kept.read_bytes() == BIG[: 1 << 20]
 
 
+# A service's way with SIGTERM (`docker stop`, Kubernetes ending a pod): exit at once.
+EXITS_ON_SIGTERM = """
+import signal, sys
+import flashhub_kernels as fk
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+fk.get_kernel("acme/tensor-tricks", version=1)
+"""
+
+
+def test_sys_exit_from_a_sigterm_handler_mid_download_keeps_what_arrived(
+    big_kernel: CdnServer, cache_dir: Path
+) -> None:
+    """The SystemExit a SIGTERM handler raises ends the load as Ctrl-C does: the bytes
+    that arrived are kept, and the next load continues them (it fetched every file again
+    from its first byte)."""
+    reached = threading.Event()
+    big_kernel.inject(BIG_PATH, stall(30, after=1 << 20, started=reached))
+    process = child(EXITS_ON_SIGTERM)
+
+    def once_the_first_mib_is_on_disk() -> None:
+        assert reached.wait(60), "the child never reached the fault"
+        deadline = time.monotonic() + 10
+        while partial_size(cache_dir, "big.bin") < 1 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    _out, err, _took = signalled(process, signal.SIGTERM, once=once_the_first_mib_is_on_disk)
+    assert process.returncode == 143, err
+    kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
+    assert kept.read_bytes() == BIG[: 1 << 20]
+
+    big_kernel.clear_log()
+    k = fk.get_kernel(REPO, version=1)
+    assert (Path(k.__file__).parent / "big.bin").read_bytes() == BIG
+    assert [r.range for r in big_kernel.requests if r.path.endswith("big.bin")] == [
+        f"bytes={1 << 20}-"
+    ]
+
+
 IN_A_THREAD_OF_ITS_OWN = """
 import threading, time
 import flashhub_kernels as fk

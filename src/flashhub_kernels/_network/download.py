@@ -229,7 +229,7 @@ def _download_and_commit(
     """Download every file ``document`` lists into staging, verified, then commit the entry.
 
     Continues what an interrupted download kept, and keeps what this one received if it
-    is interrupted (Ctrl-C) or every mirror fails.
+    is interrupted (Ctrl-C, ``sys.exit()`` in a SIGTERM handler) or every mirror fails.
     """
     manifest = document.manifest
     with cache_errors(cache.version_dir(info)):
@@ -241,14 +241,16 @@ def _download_and_commit(
         with cache_errors(staging):
             seal(staging, document, manifest.files, compiled, shared=cache.shared)
             commit(staging, cache.entry_dir(info, variant))
-    except KeyboardInterrupt:
-        keep_partials(cache, staging, info, variant, manifest.files)
-        raise KeyboardInterrupt(
-            f"the download of {info} {variant} was interrupted; what arrived is kept, "
-            "and the next load continues from there"
-        ) from None
-    except TransportError:
-        keep_partials(cache, staging, info, variant, manifest.files)
+    except BaseException as exc:
+        if isinstance(exc, TransportError) or not isinstance(exc, Exception):
+            # Not an Exception: the load was ended from outside it (Ctrl-C, a signal
+            # handler's sys.exit() or timeout), and the bytes that arrived are good.
+            keep_partials(cache, staging, info, variant, manifest.files)
+        if isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt(
+                f"the download of {info} {variant} was interrupted; what arrived is kept, "
+                "and the next load continues from there"
+            ) from None
         raise
     finally:
         remove_tree(staging)  # a no-op after a successful commit
