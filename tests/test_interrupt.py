@@ -406,6 +406,38 @@ def test_a_load_ended_by_another_exception_stops_its_downloads_too(
     assert len(big_kernel.gets("big.bin")) == 1
 
 
+INTERRUPTED_BY_ANOTHER_THREAD = """
+import _thread, os, pathlib, threading, time
+import flashhub_kernels as fk
+
+def interrupt_once_big_bin_downloads():
+    while not any(pathlib.Path(os.environ["FLASHHUB_CACHE_DIR"]).rglob("big.bin")):
+        time.sleep(0.05)
+    _thread.interrupt_main()  # as a watchdog, an IDE or a timer of the program's does
+threading.Thread(target=interrupt_once_big_bin_downloads, daemon=True).start()
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_interrupt_main_stops_a_download_waiting_on_a_stalled_cdn(
+    big_kernel: CdnServer,
+) -> None:
+    """`_thread.interrupt_main()` sends no signal: it schedules the SIGINT handler, which
+    runs once the main thread runs Python again. The load's wait for its download threads
+    must let it run, not hold it until big.bin's stall ends (the read timeout is longer)."""
+    big_kernel.inject(BIG_PATH, stall(120, after=1 << 20))
+    process = child(INTERRUPTED_BY_ANOTHER_THREAD, FLASHHUB_READ_TIMEOUT="300")
+    try:
+        out, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the interrupt went unheard:\n{stacks_of(process)}")
+    assert process.returncode == 0 and out == "interrupted\n", err
+    assert len(big_kernel.gets("big.bin")) == 1
+
+
 # While a thread named "loader" calls {call}, once {until}: each thread of the process,
 # its name and the signals it blocks (the hex mask Linux shows; "-" for a thread that
 # ended meanwhile, or without /proc); then argv[1] appears.

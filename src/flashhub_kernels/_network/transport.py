@@ -45,7 +45,7 @@ from .._config import Config
 from .._models.record import Record
 from .._utils.callers import warn_at_caller
 from .._utils.logs import logger
-from .._utils.threads import soon, started
+from .._utils.threads import joined, soon, started
 from .._utils.urls import is_loopback, redact_url
 from ..errors import IntegrityError, ManifestError, RollbackError, TransportError
 from .answers import Answers
@@ -467,7 +467,7 @@ def _run_workers(work: Callable[[], None], count: int, cancelled: threading.Even
         if not running:
             work()  # no thread to be had: this one does the work
         for worker in running:
-            worker.join()
+            joined(worker)
     except BaseException:
         cancelled.set()
         deadline = time.monotonic() + STOP_GRACE_SECONDS

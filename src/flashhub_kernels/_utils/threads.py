@@ -13,12 +13,18 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+# The longest a wait of the loading thread for the library's threads lasts between two
+# looks at the handlers Python has pending: a handler no signal woke the wait for (one
+# `_thread.interrupt_main()` scheduled, or one for a signal another thread took) would
+# otherwise run only once the work waited for ends, a stalled download's after minutes.
+_HEARD_WITHIN_SECONDS = 0.25
 
 # Raised in the thread whose fault caused it, and never blocked: a blocked one kills.
 _FAULTS = {
@@ -89,6 +95,32 @@ def started(thread: threading.Thread) -> bool:
     return True
 
 
+def joined(thread: threading.Thread) -> None:
+    """``thread.join()``, in slices between which the handler of an interrupt runs (see
+    :data:`_HEARD_WITHIN_SECONDS`)."""
+    while thread.is_alive():
+        thread.join(_HEARD_WITHIN_SECONDS)
+
+
+class _Awaited(Future[T]):
+    """A future whose ``result()`` and ``exception()``, asked without a timeout, wait in
+    slices, as :func:`joined` does."""
+
+    def result(self, timeout: float | None = None) -> T:
+        if timeout is None:
+            self._wait_in_slices()
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if timeout is None:
+            self._wait_in_slices()
+        return super().exception(timeout)
+
+    def _wait_in_slices(self) -> None:
+        while not wait([self], _HEARD_WITHIN_SECONDS).done:
+            pass
+
+
 class DeafThreadPool(ThreadPoolExecutor):
     """A :class:`~concurrent.futures.ThreadPoolExecutor` whose threads start as
     :func:`start_deaf` starts one."""
@@ -107,7 +139,7 @@ def soon(call: Callable[[], T]) -> Future[T]:
     is simply dropped. Where no thread can start (see :func:`started`), the call is
     made before this returns.
     """
-    future: Future[T] = Future()
+    future: Future[T] = _Awaited()
 
     def run() -> None:
         try:
