@@ -535,6 +535,32 @@ def test_bad_usage_exits_2(args: list[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["get", REPO, "\x1b[2J"],
+        ["info", REPO, "--\u202eX"],
+        ["variants", REPO, "--version", "1", "a\nerror: forged"],
+    ],
+    ids=["escape-sequence", "bidi-override", "newline"],
+)
+def test_an_unrecognized_argument_is_shown_escaped(args: list[str]) -> None:
+    result = flashhub(*args)
+    assert result.returncode == 2
+    message = result.stderr.splitlines()[-1]
+    assert message.startswith("flashhub: error: unrecognized arguments: ")
+    assert repr(args[-1])[1:-1] in message
+    assert_terminal_safe(result.stderr)
+    assert "error: forged" not in result.stderr.splitlines()
+
+
+def test_kernel_load_shows_an_unrecognized_argument_escaped() -> None:
+    result = flashhub_kernel_load(REPO, "--version", "1", "\x1b]0;title\x07")
+    assert result.returncode == 2
+    assert_terminal_safe(result.stderr)
+    assert result.stderr.splitlines()[-1].endswith("unrecognized arguments: \\x1b]0;title\\x07")
+
+
 def test_flashhub_alone_prints_its_help_as_a_usage_error() -> None:
     result = flashhub_process()
     assert (result.returncode, result.stdout) == (2, "")

@@ -13,6 +13,7 @@ from .._constants import __version__
 from .._models.record import Record
 from ._common import (
     Command,
+    Parser,
     open_missing_streams,
     parse,
     run,
@@ -78,9 +79,7 @@ def _command(name: str) -> Command:
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The ``flashhub`` argument parser, one subparser per command; only those in
     ``commands`` (default: all) get their options."""
-    parser = argparse.ArgumentParser(
-        prog="flashhub", description="Publish and manage flashhub kernel packages."
-    )
+    parser = Parser(prog="flashhub", description="Publish and manage flashhub kernel packages.")
     parser.add_argument("--version", action="version", version=f"flashhub {__version__}")
     verbose_argument(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, TextIO, TypedDict, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TextIO, TypedDict, TypeGuard, TypeVar
 
 from .._config import get_config
 from .._models.names import check_version, parse_repo_id
@@ -43,6 +43,15 @@ class Command(Record):
 
     add_arguments: ArgumentAdder
     run: Handler
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors show the arguments typed with their control
+    characters escaped: argparse repeats an unrecognized one as it is, so that
+    ``flashhub get org/pkg $'\\e[2J'`` would clear the terminal instead of naming it."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(escape_controls(message))
 
 
 # --- argument types: reject bad values as usage errors (exit 2) ------------------------

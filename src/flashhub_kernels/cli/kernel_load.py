@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import (
+    Parser,
     cache_dir_argument,
     cdn_url_argument,
     open_missing_streams,
@@ -19,7 +20,7 @@ from ._exit import EXIT_OK
 
 
 def _kernel_load_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="flashhub-kernel-load",
         description="Download a kernel from the CDN and import it, or check that it exists.",
     )
