@@ -328,6 +328,7 @@ def test_docstrings_cannot_drive_the_terminal(cdn: CdnServer, tmp_path: Path) ->
         (["./no-such-dir"], "'./no-such-dir' is not a kernel directory"),
         (["a/b/c"], "invalid repo id"),
         (["acme/sly", "--version", "0"], "version"),
+        (["a" * 300], "is not a kernel directory: File name too long"),
     ],
 )
 def test_describe_api_usage_errors(args: list[str], message: str) -> None:

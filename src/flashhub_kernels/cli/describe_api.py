@@ -28,9 +28,14 @@ if TYPE_CHECKING:
 def kernel_or_path_arg(value: str) -> str:
     """A local kernel directory, or a repo id; a path that is no directory is refused."""
     path = Path(value).expanduser()
-    if path.is_dir():
-        return value
-    if path.exists() or value.startswith(("/", ".", "~")):
+    try:
+        if path.is_dir():
+            return value
+        exists = path.exists()
+    except OSError as exc:  # a name too long to look up (ENAMETOOLONG), a loop of links
+        message = f"{value!r} is not a kernel directory: {exc.strerror}"
+        raise argparse.ArgumentTypeError(message) from None
+    if exists or value.startswith(("/", ".", "~")):
         raise argparse.ArgumentTypeError(f"{value!r} is not a kernel directory")
     return repo_id_arg(value)
 
