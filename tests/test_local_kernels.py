@@ -210,9 +210,11 @@ def test_a_repo_in_the_org_local_kernels_are_named_under_is_refused(cdn: CdnServ
     assert cdn.requests == []
 
 
-def test_get_local_kernel_of_a_path_that_does_not_exist_says_so(tmp_path: Path) -> None:
-    # A FileNotFoundError, as 0.1.2 and Hugging Face kernels raise: their callers catch it.
-    missing = tmp_path / "no-such-kernel"
+@pytest.mark.parametrize("name", ["no-such-kernel", "k" * 300], ids=["missing", "name too long"])
+def test_get_local_kernel_of_a_path_that_does_not_exist_says_so(tmp_path: Path, name: str) -> None:
+    # A FileNotFoundError, as 0.1.2 and Hugging Face kernels raise: their callers catch it
+    # (a name too long to look up was a bare OSError).
+    missing = tmp_path / name
     code = f"""
 from flashhub_kernels import get_local_kernel
 try:

@@ -234,6 +234,17 @@ def test_a_file_a_half_synced_mirror_lacks_comes_from_the_next(
     assert f"/{BUILD}/metadata.json" in a.gets()
 
 
+def test_mirrors_configured_as_a_list_are_tried_in_order(
+    mirrors: tuple[CdnServer, CdnServer],
+) -> None:
+    a, b = mirrors
+    a.inject(f"kernels/{REPO}/v1/variants.json", *[status(503)] * 20)
+    config = fk.configure(cdn_url=[a.url, b.url])
+    assert config.cdn_urls == (a.url, b.url)
+    assert fk.get_kernel(REPO, version=1).helpers.shout() == "BLOB"
+    assert f"/kernels/{REPO}/v1/variants.json" in b.gets()
+
+
 def test_a_manifest_a_half_synced_mirror_lacks_comes_from_the_next(
     mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 def configure(
-    cdn_url: str | None = None,
+    cdn_url: str | Sequence[str] | None = None,
     prefix: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     *,
@@ -48,7 +48,8 @@ def configure(
     """Override CDN settings for this process; ``None`` leaves a setting as it is.
 
     Args:
-        cdn_url: Base URL of the CDN, or several mirrors separated by commas.
+        cdn_url: Base URL of the CDN, or several mirrors, tried in order: a list, or one
+            string separated by commas.
         prefix: Path prefix of the kernel tree on the CDN (``""`` for the root).
         cache_dir: Local cache root.
         trusted_keys: Public keys whose signatures vouch for kernels, each
@@ -64,8 +65,9 @@ def configure(
         The new effective :class:`Config`.
     """
     if cdn_url is not None:
-        parse_cdn_urls(cdn_url)  # validate now, not at the first download
-        overrides["cdn_url"] = cdn_url
+        joined = cdn_url if isinstance(cdn_url, str) else ",".join(cdn_url)
+        parse_cdn_urls(joined)  # validate now, not at the first download
+        overrides["cdn_url"] = joined
     if prefix is not None:
         overrides["prefix"] = normalize_prefix(prefix)
     if cache_dir is not None:

@@ -39,6 +39,14 @@ if TYPE_CHECKING:
     from .._variants.compat import TargetOf
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists: not where it cannot be looked up (a name too long)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def find_local_package(
     path: Path,
     backend: str | None = None,
@@ -61,7 +69,7 @@ def find_local_package(
         NoCompatibleVariantError: ``path`` holds builds, and none fits this system.
         KernelNotFoundError: ``path`` holds no package, or several without one named.
     """
-    if not path.exists():
+    if not _exists(path):
         raise LocalKernelNotFoundError(
             f"{path} does not exist",
             hint="pass the directory of a kernel repo (holding build/<variant>/<py_pkg>/), "
