@@ -146,7 +146,7 @@ class _HeadersInTime(HTTPConnectionPool):
         send = functools.partial(super()._make_request, conn, method, url, *args, **kwargs)
         past_the_proxy = conn.has_connected_to_proxy  # a tunnel open, or a proxy reached
         try:
-            return send() if seconds is None else _in_time(seconds, conn, send, _late_headers)
+            return _in_time(seconds, conn, send, _late_headers)
         except (OSError, HTTPException) as exc:
             if not past_the_proxy:
                 raise
@@ -161,19 +161,17 @@ class _HeadersInTime(HTTPConnectionPool):
         it, each read of which has a timeout but not the whole (the proxy's answer, or
         the handshake through an ``https://`` proxy, could come a byte at a time). The
         pool's timeout (the session's) gives it the deadline a request's headers get."""
-        seconds = _allowed(self.timeout)
         prepare = functools.partial(super()._prepare_proxy, conn)
-        if seconds is None:
-            prepare()
-        else:
-            _in_time(seconds, conn, prepare, _late_tunnel)
+        _in_time(_allowed(self.timeout), conn, prepare, _late_tunnel)
 
 
 def _in_time(
-    seconds: float, conn: Any, step: Callable[[], _T], late: Callable[[float], Exception]
+    seconds: float | None, conn: Any, step: Callable[[], _T], late: Callable[[float], Exception]
 ) -> _T:
-    """What ``step`` returns, unless it took over ``seconds``: then its connection's socket
-    was cut, and the error is ``late(seconds)``."""
+    """What ``step`` returns, unless it took over ``seconds`` (``None``: no limit): then its
+    connection's socket was cut, and the error is ``late(seconds)``."""
+    if seconds is None:
+        return step()
     armed = _WATCHDOG.arm(seconds, conn)
     try:
         result = step()

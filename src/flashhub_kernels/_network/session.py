@@ -214,8 +214,7 @@ class Route(Record):
     @property
     def proxy(self) -> str | None:
         """The proxy (credentials redacted) that requests to the base URL go through."""
-        proxy = requests.utils.select_proxy(self.base_url, self.proxies)
-        return redact_url(proxy) if proxy else None
+        return _shown_proxy(self.base_url, self.proxies)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -253,7 +252,12 @@ def proxies_for(url: str) -> dict[str, str]:
 def proxy_of(url: str) -> str | None:
     """The proxy (credentials redacted) that a request to ``url`` goes through, as the
     session takes it for a redirect there."""
-    proxy = requests.utils.select_proxy(url, proxies_for(url))
+    return _shown_proxy(url, proxies_for(url))
+
+
+def _shown_proxy(url: str, proxies: dict[str, str]) -> str | None:
+    """Which of ``proxies`` a request to ``url`` goes through, credentials redacted."""
+    proxy = requests.utils.select_proxy(url, proxies)
     return redact_url(proxy) if proxy else None
 
 
