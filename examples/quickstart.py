@@ -231,6 +231,7 @@ def main() -> int:
     warm_ms = median([timed_import(CACHE) for _run in range(RUNS)])
     warm_requests = _CountingHandler.requests_served - before
     server.shutdown()
+    server.server_close()
     print(f"  cold (download + verify + import):  {cold_ms:8.1f} ms")
     print(f"  warm (from the cache):              {warm_ms:8.1f} ms, {warm_requests} requests")
     print("6. try it in your own shell (no server needed: the mirror is a directory):")

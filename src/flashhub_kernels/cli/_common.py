@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn, TextIO, TypedDict, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Literal, NoReturn, TextIO, TypedDict, TypeGuard, TypeVar
 
 from .._config import get_config
 from .._models.names import check_version, parse_repo_id
@@ -320,11 +320,18 @@ def open_missing_streams() -> None:
     terminal (``flashhub cache clear <&-``), would end the command in a traceback.
     """
     if sys.stdin is None:
-        sys.stdin = open(os.devnull)  # noqa: SIM115  # open until the process exits
+        sys.stdin = _null_stream("r")
     if sys.stdout is None:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        sys.stdout = _null_stream("w")
     if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+        sys.stderr = _null_stream("w")
+
+
+def _null_stream(mode: Literal["r", "w"]) -> TextIO:
+    """A stream on the null device that, like Python's own standard streams, never closes
+    its descriptor: it stays open until the process exits (so ``-X dev`` has no unclosed
+    file to warn of at teardown)."""
+    return open(os.open(os.devnull, os.O_RDWR), mode, closefd=False)
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
