@@ -348,10 +348,11 @@ class ClientTooOldError(KernelImportError):
     """
 
 
-class KernelDependencyError(KernelImportError):
+class KernelDependencyError(KernelImportError, ValueError):
     """The kernels a kernel depends on (``kernel-depends``) cannot be loaded as declared:
     they depend on each other in a cycle, or in a chain more than 64 levels deep, which
-    the message spells out."""
+    the message spells out. Also a ``ValueError``, as Hugging Face kernels raises for a
+    cycle."""
 
 
 class KernelDependencyLookupError(FlashhubError, RuntimeError):
