@@ -340,11 +340,11 @@ class MissingPythonDependencyError(KernelImportError):
         self.package = package
 
 
-class ClientTooOldError(KernelImportError):
+class ClientTooOldError(KernelImportError, RuntimeError):
     """The kernel needs a newer client than this one: its ``metadata.json`` asks for a
     newer flashhub-kernels (``flashhub-kernels-minver``) or a newer Hugging Face kernels
     API level (``kernels-minver``) than this flashhub-kernels implements. Upgrade
-    flashhub-kernels.
+    flashhub-kernels. Also a ``RuntimeError``, as Hugging Face kernels raises for it.
     """
 
 
