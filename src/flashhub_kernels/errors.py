@@ -81,9 +81,10 @@ class LocalKernelNotFoundError(FlashhubError, FileNotFoundError):
     and the 0.1.2 release, not an ``ImportError`` (no class is both), from imports too."""
 
 
-class NoCompatibleVariantError(KernelImportError, ValueError):
+class NoCompatibleVariantError(KernelImportError, ValueError, RuntimeError):
     """The kernel is published, but no build fits this system. Also a ``ValueError``, as
-    the 0.1.2 release raised for it."""
+    the 0.1.2 release raised for it, and a ``RuntimeError``, as Hugging Face kernels
+    raises for a build whose device archs lack this device."""
 
 
 class BackendUnavailableError(KernelImportError, ValueError):
