@@ -55,6 +55,7 @@ def test_invalid_digest_fails(cdn: CdnServer, cache_dir: Path) -> None:
     with pytest.raises(IntegrityError, match=r"relu/__init__\.py' intact") as raised:
         install_kernel(RELU, version=1)
     assert "does not match metadata.json" in str(raised.value)
+    assert isinstance(raised.value, RuntimeError)  # what Hugging Face kernels raises
     assert nothing_cached(cache_dir)
 
 

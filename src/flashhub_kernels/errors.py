@@ -94,10 +94,12 @@ class BackendUnavailableError(KernelImportError, ValueError):
     Hugging Face kernels raises for it."""
 
 
-class IntegrityError(KernelImportError, ValueError):
+class IntegrityError(KernelImportError, ValueError, RuntimeError):
     """Downloaded or cached bytes do not match the manifest, the manifest is unsafe, or a
     native library it lists is cut short (loading it would crash the process). Also a
-    ``ValueError``, as the 0.1.2 release raised for a digest or a manifest that failed."""
+    ``ValueError``, as the 0.1.2 release raised for a digest or a manifest that failed,
+    and a ``RuntimeError``, as Hugging Face kernels raises for files that fail their
+    digest."""
 
 
 class ManifestError(IntegrityError):
