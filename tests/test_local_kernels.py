@@ -300,3 +300,12 @@ def test_of_several_packages_get_local_kernel_loads_the_one_metadata_names(
     assert fk.get_local_kernel(path, package_name="a_helper").__file__ == str(
         variant_dir / "a_helper" / "__init__.py"
     )
+
+
+def test_get_local_kernel_loads_from_a_path_whose_bytes_are_not_utf8(tmp_path: Path) -> None:
+    # A directory named on a Latin-1 system (b"d\xe9v"): Python holds the byte as a lone
+    # surrogate, which the module's name, derived from the path, once failed to encode.
+    repo = write_build(tmp_path / os.fsdecode(b"d\xe9v"), "tensor_tricks", [local_variant()])
+    kernel = fk.get_local_kernel(repo)
+    assert kernel.marker() == f"local:{local_variant()}"
+    assert os.fsencode(kernel.__file__).startswith(os.fsencode(repo))

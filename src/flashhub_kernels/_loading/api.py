@@ -353,7 +353,7 @@ def get_local_kernel(
     path = Path(repo_path).resolve()
     with sending(user_agent):
         found = find_local_package(path, backend, package_name, check_arch=check_arch)
-        digest = hashlib.sha256(str(found.package_dir).encode()).hexdigest()[:12]
+        digest = hashlib.sha256(os.fsencode(found.package_dir)).hexdigest()[:12]
         name = found.package_dir.name.removesuffix(".zip")  # a "zip" build's archive is its package
         module_name = f"{ROOT_PACKAGE}.{LOCAL_ORG}.{name}_{digest}"
         install().add_target(module_name, KernelDir(found.package_dir))
