@@ -127,6 +127,36 @@ def test_a_path_stdout_cannot_encode_fails_saying_how_to_show_it(
     assert "hint: set PYTHONIOENCODING=utf-8" in result.stderr
 
 
+def test_a_cache_dir_whose_name_is_not_utf8_is_printed_as_its_bytes(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    # A strict UTF-8 stdout, as in an en_US.UTF-8 locale; the cache's name holds a byte
+    # that is no UTF-8 (a Latin-1 "\xe9"), which Python reads as a lone surrogate.
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL])
+    cache = tmp_path / os.fsdecode(b"c\xe9che")
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "FLASHHUB_CACHE_DIR": str(cache)}
+    got = subprocess.run(
+        [*FLASHHUB, "get", REPO, "--version", "1"], env=env, capture_output=True, timeout=120
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == os.fsencode(cache / "kernels" / REPO / "v1" / UNIVERSAL) + b"\n"
+
+    # A program that runs a command in its own process gets its stdout back as it was.
+    program = (
+        "import sys; from flashhub_kernels.cli import main; "
+        "main(sys.argv[1:]); print(sys.stdout.errors)"
+    )
+    cleared = subprocess.run(
+        [sys.executable, "-c", program, "cache", "clear", "--yes"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert cleared.stdout == b"removed 1 entry from " + os.fsencode(cache) + b"\nstrict\n", (
+        cleared.stderr
+    )
+
+
 @pytest.mark.parametrize("stdout", ["ascii", "utf-8"])
 def test_a_file_name_an_ascii_locale_cannot_hold_fails_saying_to_use_utf8(
     cdn: CdnServer, tmp_path: Path, stdout: str

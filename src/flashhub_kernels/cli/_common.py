@@ -4,13 +4,15 @@ types, output formatting, and running a handler with errors printed, not raised.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Literal, NoReturn, TextIO, TypedDict, TypeGuard, TypeVar
@@ -353,8 +355,8 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     and without a traceback, and return the exit code."""
     sigterm = _SigtermInterrupts()
     try:
-        with warnings.catch_warnings(), sigterm:  # restores showwarning, for a caller here
-            warnings.showwarning = _print_warning
+        with warnings.catch_warnings(), sigterm, _file_names_as_bytes():
+            warnings.showwarning = _print_warning  # catch_warnings restores it, for a caller
             apply_settings(args)
             code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
@@ -410,6 +412,25 @@ class _SigtermInterrupts:
     def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.received = True
         raise KeyboardInterrupt
+
+
+@contextmanager
+def _file_names_as_bytes() -> Iterator[None]:
+    """For the block, a path on stdout is written as the bytes that name it on disk: a name
+    that is not valid in the file system's encoding (``b"\\xff"``, a Latin-1 name under a
+    UTF-8 locale) reaches Python as lone surrogates, which a strict stdout refuses to
+    encode, so ``flashhub get`` could not print the directory it had filled. Python's own
+    error handler for them (``surrogateescape``) writes the bytes back, as it does in the C
+    locale; a character the encoding cannot hold still fails (:func:`_unprintable_output`)."""
+    stdout = sys.stdout
+    if not isinstance(stdout, io.TextIOWrapper) or stdout.errors != "strict":
+        yield
+        return
+    stdout.reconfigure(errors="surrogateescape")
+    try:
+        yield
+    finally:  # as the caller had it, for a program that runs a command in its process
+        stdout.reconfigure(errors="strict")
 
 
 def _unprintable_output(exc: ValueError) -> TypeGuard[UnicodeEncodeError]:
