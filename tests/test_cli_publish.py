@@ -124,6 +124,23 @@ def test_main_in_process(kernel: Path, tmp_path: Path) -> None:
     assert "not a directory" in missing.stderr
 
 
+def test_a_file_url_names_its_directory_by_the_bytes_it_escapes(
+    kernel: Path, tmp_path: Path
+) -> None:
+    # Path.as_uri() escapes a name's bytes: "%E9" for a Latin-1 "é" that is no UTF-8, which
+    # was read as UTF-8, a U+FFFD naming another directory (published into, silently).
+    out = tmp_path / os.fsdecode(b"cdn \xe9")
+    published = flashhub(
+        "publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out.as_uri()
+    )
+    assert published.returncode == 0, published.stderr
+    assert [name for name in os.listdir(tmp_path) if name.startswith("cdn")] == [out.name]
+
+    got = flashhub("get", REPO, "--version", "1", env={"FLASHHUB_CDN_URL": out.as_uri()})
+    assert got.returncode == 0, got.stderr
+    assert Path(got.stdout.strip(), "my_kern", "__init__.py").read_text(encoding="utf-8") == INIT
+
+
 def test_cli_publish_of_a_variant_directory_names_the_directory_to_pass(
     kernel: Path, tmp_path: Path
 ) -> None:

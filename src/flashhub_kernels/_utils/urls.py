@@ -15,6 +15,7 @@ unencoded (``http://bob:pa/ss@host``) would otherwise be shown as a path. See
 from __future__ import annotations
 
 import ipaddress
+import os
 import urllib.parse
 from pathlib import Path
 
@@ -292,7 +293,21 @@ def is_loopback(host: str) -> bool:
 
 
 def file_url_path(url: str) -> Path:
-    """The local path a ``file://`` URL names."""
-    import urllib.request  # pulls in http.client and email: only file:// mirrors need it
+    """The local path a ``file://`` URL names.
 
-    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+    Its percent escapes are the bytes of the path on disk, as a web server serving the
+    same tree takes them: ``%FF`` is the byte 0xff and ``%C3%A4`` the UTF-8 of ``ä``,
+    whatever the locale (``unquote`` would read both as UTF-8, making a name that is not
+    UTF-8 a U+FFFD that names no file). A character written as it is stands for the bytes
+    this process names it by, as in a path.
+    """
+    path = urllib.parse.urlsplit(url).path
+    if os.name == "nt":  # drive letters; Windows names files in Unicode, never in bytes
+        from urllib.request import url2pathname  # pulls in http.client and email
+
+        return Path(url2pathname(path))
+    try:
+        spelled = os.fsencode(path)
+    except UnicodeEncodeError:  # no byte for it in this locale: as an IRI spells it, UTF-8
+        spelled = path.encode("utf-8")
+    return Path(os.fsdecode(urllib.parse.unquote_to_bytes(spelled)))
