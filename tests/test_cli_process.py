@@ -157,24 +157,56 @@ def test_a_cache_dir_whose_name_is_not_utf8_is_printed_as_its_bytes(
     )
 
 
+# Python in the C locale with its UTF-8 mode and locale coercion off: file names in ASCII.
+ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+NON_ASCII_FILE = "tensor_tricks/d\xe4ta.txt"
+
+
+def publish_a_non_ascii_file_name(cdn: CdnServer) -> None:
+    files = {**kernel_files("tensor_tricks", "m"), NON_ASCII_FILE: b"table\n"}
+    write_variant(cdn.root, REPO, 1, UNIVERSAL, files)
+    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{UNIVERSAL}"]')
+
+
 @pytest.mark.parametrize("stdout", ["ascii", "utf-8"])
 def test_a_file_name_an_ascii_locale_cannot_hold_fails_saying_to_use_utf8(
     cdn: CdnServer, tmp_path: Path, stdout: str
 ) -> None:
-    files = {**kernel_files("tensor_tricks", "m"), "tensor_tricks/d\xe4ta.txt": b"table\n"}
-    write_variant(cdn.root, REPO, 1, UNIVERSAL, files)
-    (cdn.root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{UNIVERSAL}"]')
+    publish_a_non_ascii_file_name(cdn)
     result = flashhub_get_v1(
-        LC_ALL="C",
-        PYTHONUTF8="0",
-        PYTHONCOERCECLOCALE="0",
-        PYTHONIOENCODING=stdout,
-        FLASHHUB_CACHE_DIR=str(tmp_path),
+        **ASCII_LOCALE, PYTHONIOENCODING=stdout, FLASHHUB_CACHE_DIR=str(tmp_path)
     )
     assert result.returncode == 1, result.stderr
     assert "a name the file system encoding of this process (ascii) cannot hold" in result.stderr
     assert "hint: run in a UTF-8 locale (LC_ALL=C.UTF-8), or set PYTHONUTF8=1" in result.stderr
     assert not [p for p in cdn.gets() if "/tensor_tricks/" in p]  # refused before fetching
+
+
+def test_cache_commands_in_an_ascii_locale_leave_an_entry_they_cannot_name_the_files_of(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    # Cached in a UTF-8 locale; checked in one whose file names are ASCII, where the file
+    # seemed missing: verify failed the entry, and prune removed it.
+    publish_a_non_ascii_file_name(cdn)
+    cache = tmp_path / "cache"
+    # From the tree itself: the test's server looks its files up by their escaped names.
+    got = flashhub_get_v1(FLASHHUB_CACHE_DIR=str(cache), FLASHHUB_CDN_URL=cdn.root.as_uri())
+    assert got.returncode == 0, got.stderr
+    for command in ("verify", "prune"):
+        result = subprocess.run(
+            [*FLASHHUB, "cache", command],
+            env={**os.environ, **ASCII_LOCALE, "FLASHHUB_CACHE_DIR": str(cache)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "a name the file system encoding of this process (ascii) cannot hold as UTF-8" in (
+            result.stderr
+        )
+        assert "hint: run in a UTF-8 locale (LC_ALL=C.UTF-8), or set PYTHONUTF8=1" in result.stderr
+    entry = cache / "kernels" / REPO / "v1" / UNIVERSAL
+    assert (entry / NON_ASCII_FILE).read_bytes() == b"table\n"
 
 
 def read_all(fd: int, into: list[bytes]) -> None:

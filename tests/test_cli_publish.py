@@ -408,6 +408,43 @@ def test_a_file_name_in_the_build_cannot_forge_a_line_of_the_error(
     assert not out.exists()
 
 
+def test_a_build_file_whose_name_is_not_utf8_is_refused_saying_to_rename_it(
+    kernel: Path, tmp_path: Path
+) -> None:
+    latin1 = package_dir(kernel) / os.fsdecode(b"d\xe9j\xe0.txt")
+    latin1.write_bytes(b"x")
+    out = tmp_path / "cdn"
+    result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: cannot publish {latin1}: its name is not valid UTF-8")
+    assert "hint: rename the file: a CDN serves each file at the UTF-8 of its name" in result.stderr
+    assert not out.exists()
+
+
+def test_publishing_in_an_ascii_locale_refuses_a_utf8_name_it_would_misread(
+    kernel: Path, tmp_path: Path
+) -> None:
+    # Python in the C locale, its UTF-8 mode and locale coercion off, reads a file's name
+    # in ASCII: "d\xe9j\xe0.txt" in UTF-8 was taken for a name that is no UTF-8.
+    (package_dir(kernel) / "d\xe9j\xe0.txt").write_bytes(b"x")
+    out = tmp_path / "cdn"
+    args = ["publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out]
+    locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "flashhub_kernels", *map(str, args)],
+        env={**os.environ, **locale, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "the file system encoding of this process (ascii) does not read its name as UTF-8" in (
+        result.stderr
+    )
+    assert "hint: run in a UTF-8 locale (LC_ALL=C.UTF-8), or set PYTHONUTF8=1" in result.stderr
+    assert not out.exists()
+
+
 def _read_only_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o555)

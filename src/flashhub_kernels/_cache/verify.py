@@ -16,6 +16,7 @@ from .._models.manifest import parse_metadata
 from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import holds_trusted_signature, verify_document
+from .._utils.file_names import check_cached_names
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode, receipt_stamp
 from .entries import CacheEntry
@@ -55,6 +56,10 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
     bytecode is compiled again from the verified sources and the receipt re-stamped
     with each file's size and mtime now (a copy of the cache that lost its modification
     times). Anything else is left for ``prune`` to remove and a load to fetch again.
+
+    Raises:
+        CacheError: ``entry`` lists a file this process cannot name as every other does
+            (a locale that is not UTF-8): it cannot tell whether the file is there.
     """
     verdict = _verify(entry)
     if not (repair and verdict.repairable):
@@ -83,6 +88,7 @@ def _verify(entry: CacheEntry) -> Verdict:
         return Verdict(exc.message)
     if manifest.content_hash != receipt.content_hash:
         return Verdict(f"{MANIFEST_NAME} is not the manifest the entry was verified against")
+    check_cached_names(manifest.files, f"{entry.info} variant {entry.variant}")
     for relpath, digest in sorted(manifest.files.items()):
         path = entry.path / relpath
         if path.is_symlink() or not path.is_file():

@@ -12,9 +12,7 @@ reads ``versions.json`` meanwhile, for the notice of a newer version
 
 from __future__ import annotations
 
-import os
 import posixpath
-import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -43,6 +41,7 @@ from .._models.kernel_metadata import KernelMetadata, read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo
 from .._utils.elf import missing_bytes
+from .._utils.file_names import check_cached_names
 from .._utils.logs import logger
 from .._variants.system import SystemInfo
 from ..errors import (
@@ -124,7 +123,7 @@ def make_entry(
     document = checked_manifest(
         fetcher, info, variant, expected_hash, expected_signer, document=document
     )
-    _check_names_fit(document.manifest, info, variant)
+    check_cached_names(document.manifest.files, f"{info} variant {variant}")
     if receipt is not None and receipt.content_hash == document.manifest.content_hash:
         # Intact, cached before a key was trusted, and vouched for now: keep the files.
         record_signer(entry, receipt, document)
@@ -138,21 +137,6 @@ def make_entry(
         on_download()
     _download_and_commit(cache, fetcher, info, variant, document)
     return entry
-
-
-def _check_names_fit(manifest: Manifest, info: RepoInfo, variant: str) -> None:
-    """Refuse, before any file is fetched or the entry replaced, a variant listing a file
-    whose name this process's file system encoding cannot hold: an ASCII locale with
-    Python's UTF-8 mode off, where the name could not be created."""
-    for relpath in manifest.files:
-        try:
-            os.fsencode(relpath)
-        except UnicodeEncodeError:
-            raise CacheError(
-                f"{info} variant {variant} holds the file {relpath!r}, a name the file system "
-                f"encoding of this process ({sys.getfilesystemencoding()}) cannot hold",
-                hint="run in a UTF-8 locale (LC_ALL=C.UTF-8), or set PYTHONUTF8=1",
-            ) from None
 
 
 def _in_use_error(entry: Path, receipt: Receipt, document: ManifestDocument) -> CacheError:

@@ -20,6 +20,7 @@ from .._models.manifest import (
 )
 from .._models.record import Record
 from .._utils.escaping import escape_controls
+from .._utils.file_names import name_error, named_as_utf8
 from .._variants.grammar import VariantNameError, is_variant_name, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import UNHASHED_FILES, VARIANTS, SourceFile, hash_file
@@ -226,6 +227,9 @@ def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
     """``(relative path, path)`` of every file under ``directory``, ``rel`` its own path."""
     for entry in _entries(directory):
         child = f"{rel}/{entry.name}" if rel else entry.name
+        if not named_as_utf8(entry.name):
+            reason, hint = name_error(entry.path)
+            raise PublishError(f"cannot publish {entry.path}: {reason}", hint=hint)
         try:
             check_relative_path(child)
         except ValueError as exc:
