@@ -445,6 +445,21 @@ def test_publishing_in_an_ascii_locale_refuses_a_utf8_name_it_would_misread(
     assert not out.exists()
 
 
+def test_two_build_files_one_file_system_stores_as_one_are_refused_told_apart(
+    kernel: Path, tmp_path: Path
+) -> None:
+    # "café.txt" composed (NFC, as Linux keeps what it is given) and decomposed (NFD, as
+    # macOS writes it): on screen the message named one name twice.
+    (package_dir(kernel) / "caf\u00e9.txt").write_bytes(b"1")
+    (package_dir(kernel) / "cafe\u0301.txt").write_bytes(b"2")
+    out = tmp_path / "cdn"
+    result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert result.returncode == 1
+    assert "'my_kern/cafe\\u0301.txt' and 'my_kern/caf\\xe9.txt', one name in two" in result.stderr
+    assert "hint: rename the file it names in the build" in result.stderr
+    assert not out.exists()
+
+
 def _read_only_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o555)

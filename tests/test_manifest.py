@@ -81,8 +81,12 @@ def test_hostile_paths_are_refused(path: str) -> None:
 
 
 def test_duplicates_after_normalisation_are_refused() -> None:
-    with pytest.raises(ManifestError, match="same file"):
+    with pytest.raises(ManifestError, match=r"differ only in case .* stores as one file"):
         parse_metadata(metadata({"pkg/A.py": STD, "pkg/a.py": STD}))
+    # NFC and NFD: the same on screen, so named escaped, which tells them apart.
+    with pytest.raises(ManifestError) as info:
+        parse_metadata(metadata({"pkg/caf\u00e9.py": STD, "pkg/cafe\u0301.py": STD}))
+    assert "'pkg/caf\\xe9.py' and 'pkg/cafe\\u0301.py', one name in two Unicode" in str(info.value)
 
 
 def test_file_and_directory_clash_is_refused() -> None:

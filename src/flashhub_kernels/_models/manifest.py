@@ -242,12 +242,24 @@ def _parse_files(files: dict[Any, Any], source: str) -> dict[str, bytes]:
         # Two names that one file system may store as one file would overwrite each other.
         key = unicodedata.normalize("NFC", path).casefold()
         if key in seen:
-            raise ManifestError(
-                f"{source} lists {seen[key]!r} and {path!r}, the same file", hint=_HINT
-            )
+            raise ManifestError(f"{source} lists {_one_file(seen[key], path)}", hint=_HINT)
         seen[key] = path
         parsed[path] = raw
     return parsed
+
+
+def _one_file(first: str, second: str) -> str:
+    """Two listed paths that one file system stores as one file, said so that they read
+    apart: the NFC and NFD forms of a name look the same, so they are shown escaped."""
+    if unicodedata.normalize("NFC", first) == unicodedata.normalize("NFC", second):
+        return (
+            f"{first!a} and {second!a}, one name in two Unicode normalisations, "
+            "which a normalising file system (macOS) stores as one file"
+        )
+    return (
+        f"{first!r} and {second!r}, names that differ only in case (or Unicode "
+        "normalisation), which a case-insensitive file system (macOS, Windows) stores as one file"
+    )
 
 
 def _parse_sizes(sizes: object, files: Mapping[str, bytes], source: str) -> dict[str, int]:

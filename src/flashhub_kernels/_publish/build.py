@@ -273,7 +273,10 @@ def _metadata_bytes(variant: str, document: dict[str, object]) -> bytes:
     try:
         parse_metadata(data, source=f"{variant}/{MANIFEST_NAME}")  # what a client will accept
     except ManifestError as exc:
-        raise PublishError(f"cannot publish variant {variant!r}: {exc.message}") from None
+        raise PublishError(
+            f"cannot publish variant {variant!r}: {exc.message}",
+            hint="rename the file it names in the build (one of them, where it names two)",
+        ) from None
     return data
 
 
