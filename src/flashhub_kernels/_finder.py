@@ -95,11 +95,17 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
             from ._native import register
 
             register(target, module.__name__)
-        if target.package_dir.suffix != ".zip":
-            return super().exec_module(module)
-        from ._loading.zip_layout import exec_archive  # a "zip" build: its archive is the package
+        try:
+            if target.package_dir.suffix != ".zip":
+                return super().exec_module(module)
+            from ._loading.zip_layout import exec_archive  # a "zip" build's archive is the package
 
-        exec_archive(module, target.package_dir)
+            exec_archive(module, target.package_dir)
+        except Exception as exc:
+            from ._loading.failure_note import add_failure_note
+
+            add_failure_note(exc, module.__name__, target)
+            raise
 
     def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
         """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""

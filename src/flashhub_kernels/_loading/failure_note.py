@@ -1,0 +1,27 @@
+"""The note an error raised by a kernel's own code carries: which kernel was running.
+
+Python 3.11 prints an exception's notes under its traceback; Hugging Face kernels adds
+one naming the kernel and its variant, and so does this client. Earlier Pythons have no
+notes, and get none.
+"""
+
+from __future__ import annotations
+
+from .._utils.escaping import escape_controls
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .._models.kernel_dir import KernelDir
+
+
+def add_failure_note(exc: Exception, module_name: str, target: KernelDir) -> None:
+    """Note on ``exc``, raised while the kernel in ``target`` ran as ``module_name``, which
+    kernel that was: its repo and version (or its directory) and its variant."""
+    if not hasattr(exc, "add_note"):  # before Python 3.11
+        return
+    if target.info is None:
+        kernel = f"the local kernel at {escape_controls(str(target.package_dir))}"
+    else:
+        kernel = f"kernel {target.info.repo_id}@v{target.info.version}"
+    variant = f", variant {escape_controls(target.variant)}" if target.variant else ""
+    exc.add_note(f"while importing {kernel}{variant}, as {module_name}")
