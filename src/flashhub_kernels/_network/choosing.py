@@ -167,8 +167,9 @@ def with_fitting_version(
 ) -> NoCompatibleVariantError:
     """``error``, advising the newest other published version with a build for ``system``
     when there is one (among the newest few)."""
-    versions = [v for v in published_versions(fetcher, info.repo_id) or [] if v != info.version]
     try:
+        published = published_versions(fetcher, info.repo_id) or []
+        versions = [v for v in published if v != info.version]
         fitting = newest_fitting_version(fetcher, info.repo_id, versions, system)
     except FlashhubError:  # the CDN fails to say: the error stands as it is
         fitting = None
