@@ -2,12 +2,14 @@
 
 Python 3.11 prints an exception's notes under its traceback; Hugging Face kernels adds
 one naming the kernel and its variant, and so does this client. Earlier Pythons have no
-notes, and get none.
+notes, and get none. This client's own errors (a zip build's archive that cannot give a
+submodule, a kernel dependency not found) name what failed already, and get none either.
 """
 
 from __future__ import annotations
 
 from .._utils.escaping import escape_controls
+from ..errors import FlashhubError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
 def add_failure_note(exc: Exception, module_name: str, target: KernelDir) -> None:
     """Note on ``exc``, raised while the kernel in ``target`` ran as ``module_name``, which
     kernel that was: its repo and version (or its directory) and its variant."""
+    if isinstance(exc, FlashhubError):  # it names what failed already
+        return
     if not hasattr(exc, "add_note"):  # before Python 3.11
         return
     if target.info is None:
