@@ -87,6 +87,7 @@ NOT_WITH_A_WARM_LOAD = [
     "flashhub_kernels._network.object_store",  # and fsspec, s3fs, botocore: object stores only
     "flashhub_kernels._network.fsspec_mirror",
     "flashhub_kernels._loading.local",
+    "flashhub_kernels._loading.local_digest",  # a cached kernel was verified when fetched
     "flashhub_kernels._lockfiles.format",
     "flashhub_kernels._lockfiles.project",
     "flashhub_kernels._lockfiles.discovery",

@@ -1,6 +1,7 @@
 """Kernels that need other kernels: ``kernel-depends`` in a kernel's ``metadata.json``.
 
-Before a kernel's code runs, :func:`execute_kernel` checks what its ``metadata.json``
+Before a kernel's code runs, :func:`execute_kernel` checks a local build's files against
+the digest in its ``metadata.json`` (:mod:`~.local_digest`), then what that document
 asks of the process (:mod:`~.requirements`), then imports each kernel it depends on,
 as a module of its own (``flashhub.<org>.<pkg>.v<N>``, located, downloaded and
 verified as any import is; its own dependencies first). While the kernel's code runs,
@@ -33,6 +34,7 @@ from .requirements import check_requirements
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from pathlib import Path
     from typing import Any
 
     from .._models.kernel_dir import KernelDir
@@ -94,6 +96,10 @@ def execute_kernel(
     ``pin(info, backend)`` is the finder's: the module name to import a dependency as,
     bound to it. The finder passes it so that this module does not import the finder.
     """
+    if target.entry is None:  # a local build: no download verified its files
+        from .local_digest import verify_local_build
+
+        verify_local_build(target.package_dir, metadata_beside(target))
     requires = requirements(target)
     if not requires:
         execute()
@@ -143,16 +149,26 @@ def requirements(target: KernelDir) -> Mapping[str, Any]:
     local build's variant)."""
     if target.requires is not None:
         return target.requires
+    found = metadata_beside(target)
+    if found is None:
+        return {}
+    path, data = found
+    document = load_json(data, str(path))
+    return load_requirements(document, source=str(path)) if isinstance(document, dict) else {}
+
+
+def metadata_beside(target: KernelDir) -> tuple[Path, bytes] | None:
+    """The path and bytes of the ``metadata.json`` of ``target``'s cache entry, or of a
+    local package's own directory (a flattened variant) or else the variant directory
+    above it; ``None`` where there is none (a local package on its own)."""
     places = [target.entry] if target.entry else [target.package_dir, target.package_dir.parent]
     for directory in places:
         path = directory / MANIFEST_NAME
         try:
-            data = path.read_bytes()
+            return path, path.read_bytes()
         except OSError:
             continue
-        document = load_json(data, str(path))
-        return load_requirements(document, source=str(path)) if isinstance(document, dict) else {}
-    return {}
+    return None
 
 
 def _describe(target: KernelDir) -> str:

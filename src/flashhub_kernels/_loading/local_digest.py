@@ -1,0 +1,129 @@
+"""A local build's files, checked against the digest in its ``metadata.json`` before any
+of its code runs, on every load, as Hugging Face kernels checks them.
+
+The digest covers every file under the variant directory, hidden ones included, except:
+``__pycache__`` directories and ``*.pyc`` files at any depth (a previous import writes
+them), and, at the top, ``metadata.json`` itself and the files that sign or stand for it
+(``metadata.json.sig``, Hugging Face's ``metadata.json.sigstore``, a cache entry's
+receipt), which no digest can list. A symlink to a file counts as the file it points
+to; a symlink to a directory is refused, since the digest covers nothing under it; a
+FIFO, socket or device is passed over, as Hugging Face passes it over.
+
+A ``metadata.json`` without a ``digest`` is loaded as it is, with an INFO log record:
+most builds made for development have none.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from .._constants import MANIFEST_NAME
+from .._models.manifest import RESERVED_NAMES, load_json, parse_metadata
+from .._network.hashing import sha256_file
+from .._utils.logs import logger
+from ..errors import IntegrityError
+
+# The top-level files no digest can list; Hugging Face's builds sign metadata.json so.
+_UNCOVERED = RESERVED_NAMES | {MANIFEST_NAME + ".sigstore"}
+_MAX_SHOWN = 20  # violations an error lists; a build copied over the wrong one has many
+_HINT = (
+    "rebuild the kernel, or restore its files as its build wrote them (and remove the "
+    "files it did not write)"
+)
+
+
+def verify_local_build(package_dir: Path, metadata: tuple[Path, bytes] | None) -> None:
+    """Check the variant directory of the local kernel ``package_dir`` against the digest
+    of ``metadata`` (its ``metadata.json``: path and bytes), when it records one.
+
+    Raises:
+        IntegrityError: a listed file is missing or holds other bytes, or a file is there
+            that the digest does not list; each is named (relative to the variant).
+        ManifestError: the ``digest`` is malformed.
+    """
+    if metadata is None:  # a package on its own: nothing records what it holds
+        return
+    path, data = metadata
+    document = load_json(data, str(path))
+    if not isinstance(document, dict) or "digest" not in document:
+        logger.info("%s records no digest: the local kernel's files are not verified", path)
+        return
+    variant_dir = path.parent
+    violations = find_violations(variant_dir, parse_metadata(data, source=str(path)).files)
+    if violations:
+        raise IntegrityError(_describe(document, variant_dir, violations), hint=_HINT)
+    logger.debug("%s: the files match the digest in %s", variant_dir, MANIFEST_NAME)
+
+
+def find_violations(variant_dir: Path, listed: Mapping[str, bytes]) -> list[str]:
+    """What in ``variant_dir`` differs from ``listed`` (relative path -> sha256), one
+    line each, sorted by path."""
+    found: dict[str, str] = {}
+    present: set[str] = set()
+    for rel, path, problem in _files(variant_dir, ""):
+        present.add(rel)
+        if problem is not None:
+            found[rel] = f"{problem}: {rel}"
+        elif rel not in listed:
+            found[rel] = f"Unknown file: {rel}"
+        else:
+            found.update(_hash_violation(rel, path, listed[rel]))
+    found.update((rel, f"Missing file: {rel}") for rel in listed.keys() - present)
+    return [found[rel] for rel in sorted(found)]
+
+
+def _hash_violation(rel: str, path: Path, expected: bytes) -> Iterator[tuple[str, str]]:
+    try:
+        if sha256_file(path) != expected:
+            yield rel, f"File hash mismatch for {rel}"
+    except OSError as exc:
+        yield rel, f"Unreadable file ({exc.strerror}): {rel}"
+
+
+def _files(directory: Path, rel: str) -> Iterator[tuple[str, Path, str | None]]:
+    """``(relative path, path, problem)`` of each file the digest covers under
+    ``directory`` (``rel`` its own relative path, ``""`` for the variant), sorted;
+    ``problem`` says why one cannot count as a file (``None`` when it can)."""
+    try:
+        with os.scandir(directory) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+    except OSError as exc:
+        yield rel or ".", directory, f"Unreadable directory ({exc.strerror})"
+        return
+    for entry in entries:
+        child = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name != "__pycache__":
+                yield from _files(Path(entry.path), child)
+        elif entry.name.endswith(".pyc") or (not rel and entry.name in _UNCOVERED):
+            continue
+        elif (mode := _mode(entry)) is None or stat.S_ISREG(mode):  # dangling: unreadable
+            yield child, Path(entry.path), None
+        elif stat.S_ISDIR(mode):
+            yield child, Path(entry.path), "Symlink to a directory, whose files no digest covers"
+
+
+def _mode(entry: os.DirEntry[str]) -> int | None:
+    """The mode of what ``entry`` is or links to; ``None`` for a dangling symlink or a
+    loop of them."""
+    try:
+        return entry.stat().st_mode
+    except OSError:
+        return None
+
+
+def _describe(document: Mapping[str, object], variant_dir: Path, violations: list[str]) -> str:
+    """The error's message: the kernel, as Hugging Face names it, and its violations."""
+    name = document.get("name")
+    kernel = repr(name) if isinstance(name, str) else repr(variant_dir.parent.name)
+    shown = violations[:_MAX_SHOWN]
+    if len(violations) > _MAX_SHOWN:
+        shown.append(f"... and {len(violations) - _MAX_SHOWN} more")
+    lines = "".join(f"\n  {line}" for line in shown)
+    return (
+        f"Kernel {kernel} variant {variant_dir.name!r} ({variant_dir}): the files do not "
+        f"match the digest in {MANIFEST_NAME}, so they may have been modified:{lines}"
+    )
