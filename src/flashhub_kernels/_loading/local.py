@@ -1,8 +1,11 @@
 """Kernels in local directories: :func:`get_local_kernel` and ``LOCAL_KERNELS`` overrides.
 
-A local kernel is read where it lies: no CDN, no cache, no manifest check. The
-directory may be a kernel repo holding ``build/<variant>/<py_pkg>/``, such a ``build``
-directory, one ``<variant>`` directory, or the package directory itself.
+A local kernel is read where it lies: no CDN, no cache. Before any of its code runs, on
+every load, its variant directory is checked against the ``digest`` of its
+``metadata.json``, when that records one (:mod:`~.local_digest`), as Hugging Face
+kernels checks it. The directory may be a kernel repo holding
+``build/<variant>/<py_pkg>/``, such a ``build`` directory, one ``<variant>`` directory,
+or the package directory itself (with no ``metadata.json`` beside it, nothing to check).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ class KernelDir(Record):
             kernel-depends, minimum client versions, a dirty build), as the entry's
             receipt records it: ``{}`` for nothing; ``None`` when not recorded (a local
             directory, an entry cached by an older client), where ``metadata.json`` is
-            read when the kernel is loaded.
+            read when the kernel is loaded (and a local directory's files are checked
+            against its digest: a local one is never ``{}``).
     """
 
     package_dir: Path
