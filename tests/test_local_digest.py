@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -20,9 +21,12 @@ from torch import nn
 
 import flashhub_kernels as fk
 from flashhub_kernels._loading.local_digest import find_violations
+from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import IntegrityError
+from support.cdn_server import CdnServer
+from support.cli_runner import flashhub
 from support.preloaded import run_code
-from support.trees import b64sha256, kernel_files, local_variant
+from support.trees import b64sha256, kernel_files, local_variant, write_kernel
 
 REPO = "acme/tensor-tricks"
 PY_PKG = "tensor_tricks"
@@ -222,6 +226,29 @@ def test_local_layer_repository_of_a_modified_build_fails(tmp_path: Path) -> Non
         pytest.raises(IntegrityError, match=r"File hash mismatch for tensor_tricks/layers\.py"),
     ):
         fk.kernelize(nn.Sequential(Identity()), device="cpu", mode=fk.Mode.INFERENCE)
+
+
+def test_a_signed_published_tree_and_a_copy_of_its_cache_entry_load_as_local_builds(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    key = generate_signing_key()
+    write_key_pair(key, tmp_path / "acme.key")
+    assert flashhub("sign", cdn.root, "--key", tmp_path / "acme.key").returncode == 0
+    monkeypatch.setenv("FLASHHUB_TRUSTED_KEYS", key.public_line)
+    entry = fk.install_kernel(REPO, version=1)
+    # Beside metadata.json: its signature, the receipt, and the bytecode compiled at commit.
+    assert (entry / "metadata.json.sig").is_file() and (entry / ".flashhub-receipt.json").is_file()
+    assert list(entry.glob(f"{PY_PKG}/__pycache__/*.pyc"))
+    copy = shutil.copytree(entry, tmp_path / "copy" / local_variant())
+
+    published = cdn.root / "kernels" / REPO / "v1"
+    assert (published / "build" / local_variant() / "metadata.json.sig").is_file()
+    env = {"LOCAL_KERNELS": f"{REPO}={published}"}
+    assert load_in_child(IMPORT_MAPPED, env)[0] == [f"loaded {REPO}@v1:{local_variant()}"]
+    assert load_in_child(GET_LOCAL.format(path=str(copy)))[0] == [
+        f"loaded {REPO}@v1:{local_variant()}"
+    ]
 
 
 # -- what the digest covers, as Hugging Face's Digest.hash_variant counts files --------------
