@@ -99,7 +99,7 @@ def execute_kernel(
     if target.entry is None:  # a local build: no download verified its files
         from .local_digest import verify_local_build
 
-        verify_local_build(target.package_dir, metadata_beside(target))
+        verify_local_build(metadata_beside(target))
     requires = requirements(target)
     if not requires:
         execute()

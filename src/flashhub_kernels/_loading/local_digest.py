@@ -26,7 +26,8 @@ from .._network.hashing import sha256_file
 from .._utils.logs import logger
 from ..errors import IntegrityError
 
-# The top-level files no digest can list; Hugging Face's builds sign metadata.json so.
+# The top-level files no digest can list: metadata.json, what signs it (this client's
+# signature, Hugging Face's Sigstore bundle) and a cache entry's receipt.
 _UNCOVERED = RESERVED_NAMES | {MANIFEST_NAME + ".sigstore"}
 _MAX_SHOWN = 20  # violations an error lists; a build copied over the wrong one has many
 _HINT = (
@@ -35,9 +36,9 @@ _HINT = (
 )
 
 
-def verify_local_build(package_dir: Path, metadata: tuple[Path, bytes] | None) -> None:
-    """Check the variant directory of the local kernel ``package_dir`` against the digest
-    of ``metadata`` (its ``metadata.json``: path and bytes), when it records one.
+def verify_local_build(metadata: tuple[Path, bytes] | None) -> None:
+    """Check a local kernel's variant directory against the digest of ``metadata`` (the
+    path and bytes of the ``metadata.json`` in it), when it records one.
 
     Raises:
         IntegrityError: a listed file is missing or holds other bytes, or a file is there
