@@ -32,6 +32,7 @@ from flashhub_kernels import _cache_imports as imports, _finder, get_kernel
 from flashhub_kernels._cache.staging import ensure_dir
 from flashhub_kernels._config import reset_config
 from flashhub_kernels._network import versions as _versions
+from support.builder import RAN_DIR_VAR
 from support.builds import make_kernel
 from support.cdn_server import CdnServer
 from support.machines import run_as_cpu_only
@@ -60,6 +61,16 @@ def cdn(tmp_path: Path) -> Iterator[CdnServer]:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def ran_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the builder kernels' code records that it ran (see ``support/builder.py``;
+    children inherit the variable)."""
+    path = tmp_path / "ran"
+    path.mkdir()
+    monkeypatch.setenv(RAN_DIR_VAR, str(path))
+    return path
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import pytest
 
 from flashhub_kernels.cli._common import size
 from support.builder import (
-    RAN_DIR_VAR,
     loaded_variant,
     ran,
     write_builder_kernel,
@@ -162,15 +161,6 @@ def test_variants_options_in_a_process(cdn: CdnServer) -> None:
 
 TOP, BASE, LEAF = "acme/top", "acme/base", "acme/leaf"
 LOADED = loaded_variant()
-
-
-@pytest.fixture
-def ran_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where the builder kernels' code records that it ran."""
-    path = tmp_path / "ran"
-    path.mkdir()
-    monkeypatch.setenv(RAN_DIR_VAR, str(path))
-    return path
 
 
 def publish_tree(cdn_root: Path) -> None:

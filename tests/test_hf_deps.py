@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from flashhub_kernels import get_kernel, get_kernel_dep, get_local_kernel, install_kernel
-from support.builder import RAN_DIR_VAR, ran, ran_label, write_builder_kernel
+from support.builder import ran, ran_label, write_builder_kernel
 from support.cdn_server import CdnServer
 from support.hf_kernels import package, this_machine, write_hf_kernel
 
@@ -93,15 +93,6 @@ def uses(*repo_ids: str) -> str:
     """Kernel code that keeps each of ``repo_ids`` as ``deps[repo_id]``."""
     got = "".join(f"deps[{r!r}] = get_kernel_dep({r!r})\n" for r in repo_ids)
     return f"from flashhub_kernels import get_kernel_dep\n\ndeps = {{}}\n{got}"
-
-
-@pytest.fixture
-def ran_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where the kernels' code records that it ran (see ``support/builder.py``)."""
-    path = tmp_path / "ran"
-    path.mkdir()
-    monkeypatch.setenv(RAN_DIR_VAR, str(path))
-    return path
 
 
 def test_resolve_kernel_tree_no_dependencies(cdn: CdnServer, ran_dir: Path) -> None:

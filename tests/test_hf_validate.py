@@ -41,7 +41,7 @@ import flashhub_kernels as fk
 from flashhub_kernels import _constants
 from flashhub_kernels._variants.archs import cuda_archs_support
 from flashhub_kernels._variants.system import SystemInfo
-from support.builder import RAN_DIR_VAR, ran, ran_label, write_builder_kernel
+from support.builder import ran, ran_label, write_builder_kernel
 from support.cdn_server import CdnServer
 from support.machines import run_as
 
@@ -49,13 +49,7 @@ REPO = "kernels-test/validate"
 DEPENDENCY = "kernels-test/validate-dep"
 
 
-@pytest.fixture(autouse=True)
-def ran_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where the kernels' code records that it ran (see ``support/builder.py``)."""
-    path = tmp_path / "ran"
-    path.mkdir()
-    monkeypatch.setenv(RAN_DIR_VAR, str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("ran_dir")  # each test's kernels record that they ran
 
 
 def loads(ran_dir: Path, repo_id: str = REPO) -> bool:

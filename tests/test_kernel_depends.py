@@ -36,7 +36,6 @@ from flashhub_kernels.errors import (
     NoCompatibleVariantError,
 )
 from support.builder import (
-    RAN_DIR_VAR,
     VARIANTS,
     loaded_variant,
     provenance,
@@ -57,13 +56,7 @@ LOADED = loaded_variant()  # of the builder's VARIANTS, the one this machine loa
 USES_BASE = 'from flashhub_kernels import get_kernel_dep\n\nbase = get_kernel_dep("acme/base")\n'
 
 
-@pytest.fixture(autouse=True)
-def ran_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where the kernels' code records that it ran (children inherit the variable)."""
-    path = tmp_path / "ran"
-    path.mkdir()
-    monkeypatch.setenv(RAN_DIR_VAR, str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("ran_dir")  # each test's kernels record that they ran
 
 
 def _loaded_modules() -> set[str]:
