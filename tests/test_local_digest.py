@@ -328,3 +328,34 @@ def test_a_long_list_of_violations_is_cut_short(tmp_path: Path) -> None:
     assert lines[1:] == [f"  Unknown file: {PY_PKG}/extra_{i:02}.py" for i in range(20)] + [
         "  ... and 5 more"
     ]
+
+
+def test_a_package_in_a_project_whose_metadata_json_is_another_tools_loads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A package given directly, in a project whose own metadata.json has a "digest" of
+    # another kind: that file is no kernel build's, so there is nothing to check.
+    project = tmp_path / "project"
+    write_files(project, kernel_files(PY_PKG, "in a project"))
+    (project / "metadata.json").write_text('{"name": "my-project", "digest": "3f2a9c"}')
+    with caplog.at_level("INFO", logger="flashhub_kernels"):
+        assert fk.get_local_kernel(project / PY_PKG).marker() == "in a project"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{project / 'metadata.json'} records no digest: the local kernel's files are not verified"
+    ]
+
+
+def test_a_malformed_digest_of_a_local_build_says_to_rebuild_not_to_report_to_a_cdn(
+    tmp_path: Path,
+) -> None:
+    variant = write_build(tmp_path / "kernel", kernel_files(PY_PKG, "built"), digest=False)
+    document = json.loads((variant / "metadata.json").read_text())
+    document["digest"] = {"files": {INIT: "not base64 of a sha256"}}
+    (variant / "metadata.json").write_text(json.dumps(document))
+    with pytest.raises(IntegrityError) as raised:
+        fk.get_local_kernel(tmp_path / "kernel")
+    assert raised.value.message.startswith(f"{variant / 'metadata.json'}")
+    assert raised.value.hint == (
+        "rebuild the kernel, or, where that metadata.json is not the build's, load the "
+        "package from a directory of its own"
+    )

@@ -9,8 +9,8 @@ receipt), which no digest can list. A symlink to a file counts as the file it po
 to; a symlink to a directory is refused, since the digest covers nothing under it; a
 FIFO, socket or device is passed over, as Hugging Face passes it over.
 
-A ``metadata.json`` without a ``digest`` is loaded as it is, with an INFO log record:
-most builds made for development have none.
+A ``metadata.json`` without a ``digest`` object is loaded as it is, with an INFO log
+record: most builds made for development have none.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .._constants import MANIFEST_NAME
 from .._models.manifest import RESERVED_NAMES, load_json, parse_metadata
 from .._network.hashing import sha256_file
 from .._utils.logs import logger
-from ..errors import IntegrityError
+from ..errors import IntegrityError, ManifestError
 
 # The top-level files no digest can list: metadata.json, what signs it (this client's
 # signature, Hugging Face's Sigstore bundle) and a cache entry's receipt.
@@ -33,6 +33,10 @@ _MAX_SHOWN = 20  # violations an error lists; a build copied over the wrong one 
 _HINT = (
     "rebuild the kernel, or restore its files as its build wrote them (and remove the "
     "files it did not write)"
+)
+_MALFORMED_HINT = (
+    "rebuild the kernel, or, where that metadata.json is not the build's, load the package "
+    "from a directory of its own"
 )
 
 
@@ -48,15 +52,32 @@ def verify_local_build(metadata: tuple[Path, bytes] | None) -> None:
     if metadata is None:  # a package on its own: nothing records what it holds
         return
     path, data = metadata
-    document = load_json(data, str(path))
-    if not isinstance(document, dict) or "digest" not in document:
+    try:
+        document = load_json(data, str(path))
+        listed = _listed_files(document, data, path)
+    except ManifestError as exc:  # its hint blames a CDN, which served no local file
+        raise ManifestError(exc.message, hint=_MALFORMED_HINT) from None
+    if listed is None:
         logger.info("%s records no digest: the local kernel's files are not verified", path)
         return
     variant_dir = path.parent
-    violations = find_violations(variant_dir, parse_metadata(data, source=str(path)).files)
+    violations = find_violations(variant_dir, listed)
     if violations:
         raise IntegrityError(_describe(document, variant_dir, violations), hint=_HINT)
     logger.debug("%s: the files match the digest in %s", variant_dir, MANIFEST_NAME)
+
+
+def _listed_files(document: object, data: bytes, path: Path) -> Mapping[str, bytes] | None:
+    """The files the digest of ``document`` (parsed from ``data``, the ``metadata.json``
+    at ``path``) lists; ``None`` where it has no ``digest`` object: a ``"digest"`` of
+    another kind is another tool's (a project's, holding the package given directly).
+
+    Raises:
+        ManifestError: the digest is malformed.
+    """
+    if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
+        return None
+    return parse_metadata(data, source=str(path)).files
 
 
 def find_violations(variant_dir: Path, listed: Mapping[str, bytes]) -> list[str]:
