@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .._constants import MANIFEST_NAME
-from .._models.manifest import RESERVED_NAMES, load_json, parse_metadata
+from .._models.manifest import RESERVED_NAMES, load_json, manifest_of
 from .._network.hashing import sha256_file
 from .._utils.logs import logger
 from ..errors import IntegrityError, ManifestError
@@ -54,7 +54,7 @@ def verify_local_build(metadata: tuple[Path, bytes] | None) -> None:
     path, data = metadata
     try:
         document = load_json(data, str(path))
-        listed = _listed_files(document, data, path)
+        listed = _digest_files(document, path)
     except ManifestError as exc:  # its hint blames a CDN, which served no local file
         raise ManifestError(exc.message, hint=_MALFORMED_HINT) from None
     if listed is None:
@@ -67,17 +67,17 @@ def verify_local_build(metadata: tuple[Path, bytes] | None) -> None:
     logger.debug("%s: the files match the digest in %s", variant_dir, MANIFEST_NAME)
 
 
-def _listed_files(document: object, data: bytes, path: Path) -> Mapping[str, bytes] | None:
-    """The files the digest of ``document`` (parsed from ``data``, the ``metadata.json``
-    at ``path``) lists; ``None`` where it has no ``digest`` object: a ``"digest"`` of
-    another kind is another tool's (a project's, holding the package given directly).
+def _digest_files(document: object, path: Path) -> Mapping[str, bytes] | None:
+    """The files the digest of ``document`` (the ``metadata.json`` at ``path``) lists;
+    ``None`` where it has no ``digest`` object: a ``"digest"`` of another kind is another
+    tool's (a project's, holding the package given directly).
 
     Raises:
         ManifestError: the digest is malformed.
     """
     if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
         return None
-    return parse_metadata(data, source=str(path)).files
+    return manifest_of(document, str(path)).files
 
 
 def find_violations(variant_dir: Path, listed: Mapping[str, bytes]) -> list[str]:

@@ -193,7 +193,12 @@ def parse_capped(
 
 def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:
     """Validate a ``metadata.json`` document; raise :class:`ManifestError` if unsafe."""
-    document = load_json(data, source)
+    return manifest_of(load_json(data, source), source)
+
+
+def manifest_of(document: Any, source: str) -> Manifest:
+    """The :class:`Manifest` a parsed ``metadata.json`` (from ``source``) states; raise
+    :class:`ManifestError` if unsafe."""
     if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
         raise ManifestError(f'{source} must be an object with a "digest" object', hint=_HINT)
     parsed = _parse_files(_listed_files(document["digest"], source), source)

@@ -76,20 +76,15 @@ def _ended_by_ctrl_c() -> bool:
     )
 
 
-def start_deaf(thread: threading.Thread) -> None:
-    """Start ``thread`` with the signals sent to the process blocked in it (and in the
-    threads it starts), where the platform can block them."""
-    with _deaf():
-        thread.start()  # a new thread starts with the mask of the one starting it
-
-
 def started(thread: threading.Thread) -> bool:
-    """Start ``thread`` as :func:`start_deaf` does, and say whether it started. An
-    interpreter that is exiting refuses new threads (Python 3.12 does from the end of the
-    main thread, and in an atexit handler), and so does a process at its limit of
+    """Start ``thread`` with the signals sent to the process blocked in it (and in the
+    threads it starts), where the platform can block them, and say whether it started.
+    An interpreter that is exiting refuses new threads (Python 3.12 does from the end of
+    the main thread, and in an atexit handler), and so does a process at its limit of
     threads: a load made then does the thread's work in its own thread."""
     try:
-        start_deaf(thread)
+        with _deaf():
+            thread.start()  # a new thread starts with the mask of the one starting it
     except RuntimeError:
         return False
     return True
@@ -123,7 +118,7 @@ class _Awaited(Future[T]):
 
 class DeafThreadPool(ThreadPoolExecutor):
     """A :class:`~concurrent.futures.ThreadPoolExecutor` whose threads start as
-    :func:`start_deaf` starts one."""
+    :func:`started` starts one."""
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         with _deaf():  # submit() starts the threads, up to max_workers
