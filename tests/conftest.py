@@ -142,7 +142,7 @@ def run_python(
 ) -> str:
     """Run ``code`` as ``python -c`` with this test's FLASHHUB_* environment (in ``cwd``):
     in a process forked with torch imported (``support.preloaded``), or with ``fresh``
-    in a new interpreter (for what its start imports)."""
+    in a new interpreter (for what its start, or a load, imports)."""
     child_env = {**os.environ, **(env or {})}
     result = run_code(code, env=child_env, cwd=cwd, timeout=timeout, fresh=fresh)
     if result.returncode != 0:

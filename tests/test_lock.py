@@ -263,7 +263,7 @@ def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(
         http = [m for m in {HTTP_MODULES!r} if m in sys.modules]
         print(module.marker(), imported is module, http)
     """
-    output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"})
+    output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"}, fresh=True)
     assert output.split() == [f"{REPO}@v2:{LOCAL}", "True", "[]"]
 
 
@@ -283,7 +283,7 @@ def test_a_warm_load_kernel_imports_no_network_module(project: Path, cdn: CdnSer
         )
         print(module.marker(), network)
     """
-    output = run_python(textwrap.dedent(code))
+    output = run_python(textwrap.dedent(code), fresh=True)
     assert output.split() == [f"{REPO}@v2:{LOCAL}", "[]"]
     assert cdn.requests == []
 

@@ -1,18 +1,20 @@
-"""``python -c CODE`` in a fresh process that starts with torch imported: forked from a
-server interpreter that imported torch once.
+"""``python -c CODE`` in a fresh process that starts with torch, requests and filelock
+imported: forked from a server interpreter that imported them once.
 
 Importing torch costs 2-3 s of CPU, and most tests that run a child only need a process
 where flashhub starts afresh (its modules, its in-process tables, its locks), as it does
-in a user's script after ``import torch``. Such a child is forked from the server
-instead of started: a new process, with nothing of flashhub imported, that runs the code
-as ``python -c`` would (``__main__``, ``sys.argv``, ``sys.path[0]``, the exit status,
-the interpreter's shutdown up to the teardown of its modules) in the environment and
-directory asked for.
+in a user's script after ``import torch`` (and ``import requests``, as in most programs
+on the Hugging Face libraries: 50 ms of CPU saved in each child that downloads). Such a
+child is forked from the server instead of started: a new process, with nothing of
+flashhub imported, that runs the code as ``python -c`` would (``__main__``,
+``sys.argv``, ``sys.path[0]``, the exit status, the interpreter's shutdown up to the
+teardown of its modules) in the environment and directory asked for.
 
 A child whose environment differs from the server's in a variable that the interpreter or
 torch reads when they start (``PYTHONPATH``, ``LD_PRELOAD``, ``CUDA_VISIBLE_DEVICES``...) is
 started as a real interpreter instead, and so is a child whose test judges the
-interpreter's start itself (what ``import torch`` or ``import flashhub`` brings in, say).
+interpreter's start itself or what a load imports (what ``import flashhub`` or a warm
+load brings in, say), or hides an installed package before requests looks for it.
 :func:`run_code` is ``subprocess.run``'s counterpart, :func:`start_code` ``Popen``'s, for
 children that run at the same time (their output is read once they exit: a test that
 waits for a sign from a running child has it make a file appear, :func:`appears`, or
@@ -38,19 +40,20 @@ from pathlib import Path
 
 from support.builder import RAN_DIR_VAR
 
-# The server: imports torch, then forks a child per request line (JSON) on its stdin and
-# answers on its stdout with the child's pid, and with its exit status once the child
-# has exited; several children may run at once. Objects of the server are frozen before
-# it forks: the children's collections leave them alone, and their pages stay shared. A
-# child shuts down as `python -c` does up to the teardown of the modules, which for
-# torch's takes half a second of CPU and shows nothing: threads are joined, atexit
-# handlers run and streams flushed. The finalizers torch registered as the server
-# imported it (one per operator library, run at exit to deregister it) are left out
-# too: they show nothing either, and in a child they cost 30 ms of CPU, copying the
-# server's pages they touch.
+# The server: imports torch, requests and filelock, then forks a child per request line
+# (JSON) on its stdin and answers on its stdout with the child's pid, and with its exit
+# status once the child has exited; several children may run at once. Objects of the
+# server are frozen before it forks: the children's collections leave them alone, and
+# their pages stay shared. A child shuts down as `python -c` does up to the teardown of
+# the modules, which for torch's takes half a second of CPU and shows nothing: threads
+# are joined, atexit handlers run and streams flushed. The finalizers torch registered
+# as the server imported it (one per operator library, run at exit to deregister it) are
+# left out too: they show nothing either, and in a child they cost 30 ms of CPU, copying
+# the server's pages they touch.
 _SERVER = r"""
 import atexit, builtins, gc, json, os, select, signal, sys, threading, types, weakref
 import torch
+import filelock, requests
 
 def answer(**fields):
     sys.stdout.write(json.dumps(fields) + "\n")
