@@ -52,6 +52,7 @@ from flashhub_kernels.layers import (
     LockedLayerRepository,
     Mode,
     ROCMProperties,
+    _dispatch,
     _mapping,
     kernelize,
     register_kernel_mapping,
@@ -1495,6 +1496,40 @@ def test_torch_compile_fullgraph_runs_the_choice_made_when_tracing(
     # the graph, so fullgraph compiles
     torch.compile(model, backend="eager", fullgraph=True)(x)
     assert calls(no_backward) == ["nb"]
+
+
+def test_the_choice_made_when_tracing_carries_the_mark_torch_gives_a_constant() -> None:
+    # Set without importing torch._dynamo (see below): it must be the public function's.
+    def constant() -> None: ...
+
+    torch_marks = vars(torch.compiler.assume_constant_result(constant))
+    assert torch_marks
+    assert torch_marks.items() <= vars(_dispatch._choose_while_tracing).items()
+
+
+# Marks a layer, kernelizes a model of it and runs it, eagerly; says whether
+# torch._dynamo was imported before and after.
+MARK_KERNELIZE_RUN = """
+import sys, torch
+before = "torch._dynamo" in sys.modules
+from flashhub_kernels import Mode, kernelize, use_kernel_forward_from_hub
+
+@use_kernel_forward_from_hub("NothingMapsThis")
+class AddOne(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+model = torch.nn.Sequential(AddOne())
+model(torch.zeros(1))
+model = kernelize(model, device="cpu", mode=Mode.INFERENCE)
+print(model(torch.zeros(1)).item(), before, "torch._dynamo" in sys.modules)
+"""
+
+
+def test_marking_and_kernelizing_layers_never_imports_torch_dynamo() -> None:
+    """A program that marks its layers as its model is imported, and never compiles,
+    does not pay for torch.compile's frontend (0.8 s of CPU)."""
+    assert run_python(MARK_KERNELIZE_RUN).split() == ["1.0", "False", "False"]
 
 
 def test_torch_compile_fullgraph_takes_every_marked_layer_of_a_model_in_one_trace(
