@@ -151,8 +151,9 @@ def test_a_cdn_url_with_a_malformed_ipv6_host_says_so_not_invalid_port(
         ("cdn example.com", "holds a blank or a control character"),
         ("cdn\texample.com", "holds a blank or a control character"),  # urlsplit drops a tab
         ("\uff43dn.example.com", "has a host requests cannot use"),  # no IDNA label
+        ("cdn\udce9.example.com", "holds a byte that is not UTF-8 text"),  # b"\xe9" in environ
     ],
-    ids=["space", "tab", "full-width"],
+    ids=["space", "tab", "full-width", "latin-1 byte"],
 )
 def test_a_cdn_url_whose_host_requests_cannot_use_is_a_config_error_naming_it(
     cdn: CdnServer, host: str, why: str

@@ -156,9 +156,10 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
                 hint=CDN_URL_HINT,
             )
     for url in urls:
-        if any(char.isspace() or not char.isprintable() for char in url):
-            raise config_error(  # Python's URL parser drops a tab or a newline, urllib3 not
-                f"CDN URL {_redact(url)!r} holds a blank or a control character",
+        unfit = _unfit_character(url)
+        if unfit:
+            raise config_error(
+                f"CDN URL {_redact(url)!r} holds {unfit}",
                 hint=f"{CDN_URL_HINT}: percent-encode it where it belongs (a blank is %20)",
             )
         try:
@@ -171,6 +172,16 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
         if "?" in url or "#" in url or "\\" in host or "%" in host:
             raise _malformed(url)
     return urls
+
+
+def _unfit_character(url: str) -> str | None:
+    """What ``url`` holds that no URL may hold as it is, or ``None``."""
+    for char in url:
+        if "\udc80" <= char <= "\udcff":  # how Python holds a byte of the environment
+            return "a byte that is not UTF-8 text"
+        if char.isspace() or not char.isprintable():  # urlsplit drops a tab, urllib3 not
+            return "a blank or a control character"
+    return None
 
 
 def normalize_prefix(value: str) -> str:
