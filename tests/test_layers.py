@@ -720,6 +720,55 @@ def test_marked_forward_follows_train_and_eval(
     assert calls(mode_repos["inference"]) == ["inference"]
 
 
+def test_each_call_runs_what_its_device_mode_and_mapping_pick_whatever_the_last_call_ran(
+    mode_repos: dict[str, LocalLayerRepository], x: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A layer reuses its last choice only for a call like the last: calls that alternate
+    # mode, device, the switch and the mapping each get their own.
+    layer = HubSiluAndMul()
+    inference, training = mode_repos["inference"], mode_repos["training"]
+    meta = torch.empty(4, 16, device="meta")  # not mapped: the original forward
+    with use_kernel_mapping(cpu_mapping({Mode.INFERENCE: inference, Mode.TRAINING: training})):
+        for _ in range(2):
+            layer.eval()(x)
+            layer(x)
+            layer.train()(x)
+            monkeypatch.setenv("DISABLE_KERNEL_MAPPING", "1")
+            layer(x)  # the original, though the last call was like this one
+            monkeypatch.delenv("DISABLE_KERNEL_MAPPING")
+            layer(x)
+            layer(meta)
+            with use_kernel_mapping(cpu_mapping(training)):
+                layer.eval()(x)  # a bare repository serves every mode
+    layer(x)  # no mapping left
+    assert calls(inference) == ["inference"] * 4
+    assert calls(training) == ["training"] * 6
+    assert layer.n_calls == 5
+
+
+def test_threads_in_their_own_mappings_run_their_own_kernel_call_after_call(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    repos = {"a": local_layers(tmp_path, "a"), "b": local_layers(tmp_path, "b")}
+    layer = HubSiluAndMul()
+    both_inside = threading.Barrier(2)
+
+    def run(tag: str) -> None:
+        with use_kernel_mapping(cpu_mapping(repos[tag])):
+            both_inside.wait()
+            for _ in range(300):
+                layer(x)
+
+    threads = [threading.Thread(target=run, args=(tag,)) for tag in repos]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls(repos["a"]) == ["a"] * 300
+    assert calls(repos["b"]) == ["b"] * 300
+    assert layer.n_calls == 0
+
+
 def test_marked_forward_under_torch_compile_asks_for_a_compile_kernel(
     mode_repos: dict[str, LocalLayerRepository], x: torch.Tensor
 ) -> None:

@@ -24,19 +24,13 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from .._config import env_flag
 from .._utils.callers import warn_at_caller
 from .._utils.logs import logger
-from ..errors import (
-    KernelImportError,
-    KernelLayerError,
-    KernelWithoutBackwardWarning,
-    LocalKernelNotFoundError,
-    LockfileError,
-)
+from ..errors import KernelWithoutBackwardWarning
+from ._choice import Chosen, choose_layer, kernel_mapping_disabled, supports_backward, validated
 from ._compiling import compiling
 from ._device import Device
-from ._fallback import KernelizeFallback, as_fallback, fallback_text
+from ._fallback import KernelizeFallback, as_fallback
 from ._func_routes import private_instance
 from ._layer_mark import (
     KERNEL_REPO_ATTR,
@@ -47,18 +41,9 @@ from ._layer_mark import (
     mark_by_key,
     mark_of,
 )
-from ._mapping import Miss, Mode, check_request, current_mapping, mode_text, select_repository
+from ._mapping import Mode, check_request, current_mapping, mode_text
 from ._repository import BaseLayerRepository
 from ._target import Target, parse_target, target_of
-from ._validate import validate_layer
-
-
-def kernel_mapping_disabled() -> bool:
-    """Whether ``DISABLE_KERNEL_MAPPING=1`` turns kernel layers off.
-
-    Read on every call, so it can be flipped at run time, like the other settings.
-    """
-    return env_flag("DISABLE_KERNEL_MAPPING")
 
 
 def _first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Tensor | None:
@@ -97,8 +82,27 @@ def dispatch(
         where = None if device is None else str(device)
         forward = getattr(_Traced, _choose_while_tracing(mark.key, where, module.training))
     else:
-        forward = _choose(mark, device, module.training, compiling=False)
+        forward = _choose_eagerly(mark, device, module.training)
     return forward(module, *args, **kwargs)
+
+
+# The last choice of each mark for a call that was not traced: the mapping in effect (a
+# change builds a new one, so the object stands for its content), the call's device and
+# mode, and the forward chosen. A call like the last one runs that forward at once.
+_last_choices: dict[str, tuple[object, torch.device | None, bool, Forward]] = {}
+
+
+def _choose_eagerly(mark: LayerMark, device: torch.device | None, training: bool) -> Forward:
+    """:func:`_choose` for a call that is not traced, remembering the last choice."""
+    if kernel_mapping_disabled():
+        return mark.original
+    mapping = current_mapping()
+    last = _last_choices.get(mark.key)
+    if last is not None and last[0] is mapping and last[1] == device and last[2] == training:
+        return last[3]
+    forward = _choose(mark, device, training, compiling=False)
+    _last_choices[mark.key] = (mapping, device, training, forward)
+    return forward
 
 
 def _choose(
@@ -108,7 +112,7 @@ def _choose(
     if kernel_mapping_disabled():
         return mark.original
     target = target_of(device) if device is not None else None
-    chosen = _choose_layer(mark, target, _mode(training, compiling), _fallback_of(mark))
+    chosen = choose_layer(mark, target, _mode(training, compiling), _fallback_of(mark))
     forward: Forward = mark.original if chosen is None else chosen[0].forward
     return forward
 
@@ -187,110 +191,6 @@ def _choose_while_tracing(key: str, device: str | None, training: bool) -> str:
     return _traced_name(forward)
 
 
-# A kernel layer chosen, and the repository it was loaded from.
-Chosen = tuple[type[nn.Module], BaseLayerRepository]
-
-
-def _choose_layer(
-    mark: LayerMark,
-    target: Target | None,
-    mode: Mode,
-    fallback: KernelizeFallback,
-    unloadable: set[int] | None = None,
-) -> Chosen | None:
-    """The kernel layer to run for ``target`` and ``mode``, and its repository; ``None``
-    for the original.
-
-    As in Hugging Face kernels, what the kernel layer supports is checked against the mode
-    asked for, not the mapping key it was found under: a layer without
-    ``can_torch_compile`` mapped under ``INFERENCE | TORCH_COMPILE`` serves ``INFERENCE``,
-    and falls back (``NO_COMPATIBLE_MODE``) for the mode of its key.
-
-    ``unloadable`` holds the ids of repositories that could not be loaded so far in this
-    ``kernelize``, so that each is tried once.
-    """
-    selected = select_repository(current_mapping().get(mark.layer_name), target, mode)
-    if isinstance(selected, Miss):
-        _fall_back(mark, target, mode, fallback, selected)
-        return None
-    repo, _ = selected
-    layer = _load(repo, mark, fallback, set() if unloadable is None else unloadable)
-    if layer is None:
-        return None
-    _validated(layer, mark)
-    lacking = _lacking_support(layer, mode)
-    if lacking is None:
-        return layer, repo
-    detail = (
-        f"kernel layer {repo} does not support mode {mode_text(mode)}, as it does not "
-        f"support {lacking}"
-    )
-    _fall_back(mark, target, mode, fallback, Miss(KernelizeFallback.NO_COMPATIBLE_MODE, detail))
-    return None
-
-
-def _validated(layer: type[nn.Module], mark: LayerMark) -> None:
-    """Check ``layer`` against the class ``mark`` marked, once per pair."""
-    if layer not in mark.validated:
-        validate_layer(layer, mark.owner)
-        mark.validated.add(layer)
-
-
-def _fall_back(
-    mark: LayerMark, target: Target | None, mode: Mode, fallback: KernelizeFallback, miss: Miss
-) -> None:
-    """Return (to run the original forward) if ``fallback`` allows ``miss``; else raise."""
-    if miss.case & fallback:
-        return
-    where = f"device {str(target)!r}" if target else "an input without tensors"
-    raise KernelLayerError(
-        f"no kernel layer runs {mark.layer_name!r} on {where} in mode {mode_text(mode)}: "
-        f"{miss.detail}, and {fallback_text(fallback)} forbids the original forward "
-        f"(KernelizeFallback.{miss.case.name})",
-        hint="map a kernel layer that fits with register_kernel_mapping or "
-        "use_kernel_mapping, or let the original forward run with use_fallback=True",
-    )
-
-
-def _load(
-    repo: BaseLayerRepository, mark: LayerMark, fallback: KernelizeFallback, unloadable: set[int]
-) -> type[nn.Module] | None:
-    """``repo.load()``; ``None`` if it cannot be loaded and ``fallback`` allows that."""
-    if id(repo) in unloadable:
-        return None
-    try:
-        return repo.load()
-    except (KernelImportError, LockfileError, LocalKernelNotFoundError) as error:
-        if KernelizeFallback.CANNOT_LOAD not in fallback:
-            raise
-        unloadable.add(id(repo))
-        logger.warning(
-            "kernel layer %s for %r cannot be loaded, so the original forward runs "
-            "(KernelizeFallback.CANNOT_LOAD): %s",
-            repo,
-            mark.layer_name,
-            error,
-        )
-        return None
-
-
-def _supports_backward(layer: type[nn.Module]) -> bool:
-    return bool(getattr(layer, "has_backward", True))
-
-
-def _supports_compile(layer: type[nn.Module]) -> bool:
-    return bool(getattr(layer, "can_torch_compile", False))
-
-
-def _lacking_support(layer: type[nn.Module], mode: Mode) -> str | None:
-    """What ``mode`` needs that ``layer`` does not declare: backward or torch.compile."""
-    if Mode.TRAINING in mode and not _supports_backward(layer):
-        return "backward (has_backward = False)"
-    if Mode.TORCH_COMPILE in mode and not _supports_compile(layer):
-        return "torch.compile (no can_torch_compile = True)"
-    return None
-
-
 def _model_target(model: nn.Module) -> Target:
     for tensor in itertools.chain(model.parameters(), model.buffers()):
         return target_of(tensor.device)
@@ -337,7 +237,7 @@ def restore_kernelized(module: nn.Module) -> None:
         repo: BaseLayerRepository | None = module.__dict__.get(KERNEL_REPO_ATTR)
         chosen = None if repo is None else (repo.load(), repo)
         if chosen is not None:
-            _validated(chosen[0], mark)
+            validated(chosen[0], mark)
         _bind(module, mark, chosen)
     elif forward.__self__ is not module:
         module.forward = MethodType(forward.__func__, module)
@@ -402,13 +302,13 @@ def kernelize(
             chosen = None
             if not disabled and mark.applies_to(module):
                 allowed = fallback if mark.use_fallback else KernelizeFallback.NONE
-                chosen = _choose_layer(mark, target, mode, allowed, unloadable)
+                chosen = choose_layer(mark, target, mode, allowed, unloadable)
                 if chosen is None:
                     _log_unmapped(mark.layer_name, unmapped)
                 else:
                     _log_used(mark.layer_name, chosen, target, mode, used)
             _bind(module, mark, chosen)
-            if chosen is not None and not _supports_backward(chosen[0]):
+            if chosen is not None and not supports_backward(chosen[0]):
                 without_backward.append(chosen[0])
         _watch_training(owner, without_backward)
     return model
