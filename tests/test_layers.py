@@ -21,10 +21,11 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import FrozenInstanceError, asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import pytest
 import torch
@@ -223,6 +224,18 @@ def x() -> torch.Tensor:
     return torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
 
 
+ArgT = TypeVar("ArgT")
+
+
+def in_threads(run: Callable[[ArgT], None], args: Iterable[ArgT]) -> None:
+    """``run(arg)`` for each of ``args``, each in a thread of its own; all ended on return."""
+    threads = [threading.Thread(target=run, args=(arg,)) for arg in args]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def cpu_mapping(repo: BaseLayerRepository | dict[Mode, BaseLayerRepository]) -> dict:
     return {"SiluAndMul": {"cpu": repo}}
 
@@ -312,11 +325,7 @@ def test_layer_kernel_is_downloaded_once_for_many_layers(cdn: CdnServer, x: torc
         barrier.wait()  # all first calls at once: the load must still happen once
         layer(x)
 
-    threads = [threading.Thread(target=run, args=(layer,)) for layer in layers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(run, layers)
     for layer in layers:
         layer(x)
     kernelize(nn.Sequential(nn.Linear(16, 16), HubSiluAndMul()))
@@ -477,11 +486,7 @@ def test_contexts_are_isolated_across_threads(tmp_path: Path, x: torch.Tensor) -
             both_inside.wait()
             seen[tag] = _mapping.current_mapping()["SiluAndMul"][Device("cpu")]
 
-    threads = [threading.Thread(target=run, args=(tag,)) for tag in repos]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(run, repos)
     assert calls(repos["a"]) == ["a"]
     assert calls(repos["b"]) == ["b"]
     assert seen == {tag: {Mode.FALLBACK: repo} for tag, repo in repos.items()}
@@ -759,11 +764,7 @@ def test_threads_in_their_own_mappings_run_their_own_kernel_call_after_call(
             for _ in range(300):
                 layer(x)
 
-    threads = [threading.Thread(target=run, args=(tag,)) for tag in repos]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(run, repos)
     assert calls(repos["a"]) == ["a"] * 300
     assert calls(repos["b"]) == ["b"] * 300
     assert layer.n_calls == 0
