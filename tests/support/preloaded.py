@@ -3,12 +3,12 @@ imported: forked from a server interpreter that imported them once.
 
 Importing torch costs 2-3 s of CPU, and most tests that run a child only need a process
 where flashhub starts afresh (its modules, its in-process tables, its locks), as it does
-in a user's script after ``import torch`` (and ``import requests``, as in most programs
-on the Hugging Face libraries: 50 ms of CPU saved in each child that downloads). Such a
-child is forked from the server instead of started: a new process, with nothing of
-flashhub imported, that runs the code as ``python -c`` would (``__main__``,
-``sys.argv``, ``sys.path[0]``, the exit status, the interpreter's shutdown up to the
-teardown of its modules) in the environment and directory asked for.
+in a user's script after ``import torch`` (and ``import requests``, as in a program that
+uses requests itself: 50 ms of CPU saved in each child that downloads). Such a child is
+forked from the server instead of started: a new process, with nothing of flashhub
+imported, that runs the code as ``python -c`` would (``__main__``, ``sys.argv``,
+``sys.path[0]``, the exit status, the interpreter's shutdown up to the teardown of its
+modules) in the environment and directory asked for.
 
 A child whose environment differs from the server's in a variable that the interpreter or
 torch reads when they start (``PYTHONPATH``, ``LD_PRELOAD``, ``CUDA_VISIBLE_DEVICES``...) is
