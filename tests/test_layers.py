@@ -801,6 +801,12 @@ def test_kernelize_rejects_a_mode_a_model_cannot_run_in(mode: Mode) -> None:
         kernelize(nn.Linear(2, 2), mode=mode)
 
 
+@pytest.mark.parametrize("model", [None, "model", [nn.Linear(2, 2)]])
+def test_kernelize_of_what_is_no_module_says_what_it_takes(model: object) -> None:
+    with pytest.raises(TypeError, match=r"kernelize takes a torch\.nn\.Module, got"):
+        kernelize(model, mode=Mode.INFERENCE)  # type: ignore[type-var]
+
+
 @pytest.mark.parametrize(
     ("key", "message"),
     [

@@ -289,6 +289,8 @@ def kernelize(
 
     With ``DISABLE_KERNEL_MAPPING=1`` every marked layer gets its original forward.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"kernelize takes a torch.nn.Module, got {type(model).__name__}")
     mode = check_request(mode)
     fallback = as_fallback(use_fallback)
     target = parse_target(device) if device is not None else _model_target(model)
