@@ -245,6 +245,24 @@ def test_mirrors_configured_as_a_list_are_tried_in_order(
     assert f"/kernels/{REPO}/v1/variants.json" in b.gets()
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("cdn_url", 5),
+        ("cdn_url", ["https://a.example", None]),
+        ("trusted_keys", 5),
+        ("trusted_keys", [b"flashhub-ed25519:..."]),
+    ],
+)
+def test_configure_with_neither_a_string_nor_a_list_of_strings_says_so(
+    setting: str, value: object
+) -> None:
+    before = fk.get_config()
+    with pytest.raises(TypeError, match=f"^{setting} must be a string or a list of strings"):
+        fk.configure(**{setting: value})
+    assert fk.get_config() == before
+
+
 def test_a_manifest_a_half_synced_mirror_lacks_comes_from_the_next(
     mirrors: tuple[CdnServer, CdnServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,7 +11,7 @@ import hashlib
 import importlib
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -60,12 +60,13 @@ def configure(
     Raises:
         ConfigError: ``trusted_keys`` is a string, or a list of entries, that names no key.
         ValueError: A setting is malformed.
+        TypeError: ``cdn_url`` or ``trusted_keys`` is neither a string nor a list of them.
 
     Returns:
         The new effective :class:`Config`.
     """
     if cdn_url is not None:
-        joined = cdn_url if isinstance(cdn_url, str) else ",".join(cdn_url)
+        joined = _joined(cdn_url, ",", "cdn_url")
         parse_cdn_urls(joined)  # validate now, not at the first download
         overrides["cdn_url"] = joined
     if prefix is not None:
@@ -76,12 +77,23 @@ def configure(
         from .._signing.trusted_keys import no_key_error, parse_trusted_keys
 
         source = "configure(trusted_keys=)"
-        listed = trusted_keys if isinstance(trusted_keys, str) else "\n".join(trusted_keys)
+        listed = _joined(trusted_keys, "\n", "trusted_keys")
         keys = parse_trusted_keys(listed, source=source)
         if not keys and (isinstance(trusted_keys, str) or trusted_keys):  # [] means: no key
             raise no_key_error(source, "pass trusted_keys=[]")
         overrides["trusted_keys"] = keys
     return get_config()
+
+
+def _joined(value: str | Iterable[str], separator: str, name: str) -> str:
+    """``value``, or its items joined by ``separator``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Iterable) and not isinstance(value, bytes):
+        items = list(value)
+        if all(isinstance(item, str) for item in items):
+            return separator.join(items)
+    raise TypeError(f"{name} must be a string or a list of strings, got {value!r}")
 
 
 def parse_revision(revision: str) -> int:
