@@ -18,7 +18,7 @@ import pytest
 
 from conftest import NOBODY, needs_root
 from flashhub_kernels._config import Config, trusted_keys
-from flashhub_kernels._loading.api import configure
+from flashhub_kernels._loading.settings import configure
 from flashhub_kernels._signing.signing_keys import (
     SigningKey,
     generate_signing_key,

@@ -18,7 +18,6 @@ if TYPE_CHECKING:  # each name re-exported as itself, for type checkers (see laz
     from ._config import Config as Config, get_config as get_config
     from ._constants import __version__ as __version__
     from ._loading.api import (
-        configure as configure,
         get_kernel as get_kernel,
         get_kernel_variants as get_kernel_variants,
         get_local_kernel as get_local_kernel,
@@ -31,6 +30,7 @@ if TYPE_CHECKING:  # each name re-exported as itself, for type checkers (see laz
         get_loaded_kernels as get_loaded_kernels,
     )
     from ._loading.metadata import Metadata as Metadata
+    from ._loading.settings import configure as configure
     from ._lockfiles.locked_loading import (
         get_locked_kernel as get_locked_kernel,
         load_kernel as load_kernel,
@@ -77,7 +77,7 @@ _LAZY = {
     "VariantAccepted": "._variants.verdicts",
     "VariantRejected": "._variants.verdicts",
     "errors": ".errors",
-    "configure": "._loading.api",
+    "configure": "._loading.settings",
     "get_kernel": "._loading.api",
     "get_kernel_variants": "._loading.api",
     "LoadedKernel": "._loading.loaded",

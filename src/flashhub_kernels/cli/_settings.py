@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 
 from .._config import normalize_prefix, parse_cdn_urls
-from .._loading.api import configure
+from .._loading.settings import configure
 from .._models.record import Record
 from ..errors import ConfigError, FlashhubError
 
