@@ -805,6 +805,8 @@ def test_kernelize_rejects_a_mode_a_model_cannot_run_in(mode: Mode) -> None:
 def test_kernelize_of_what_is_no_module_says_what_it_takes(model: object) -> None:
     with pytest.raises(TypeError, match=r"kernelize takes a torch\.nn\.Module, got"):
         kernelize(model, mode=Mode.INFERENCE)  # type: ignore[type-var]
+    with pytest.raises(TypeError, match=r"get_kernelized_layers takes a torch\.nn\.Module"):
+        flashhub_kernels.get_kernelized_layers(model)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,10 @@ def get_kernelized_layers(model: nn.Module) -> KernelizedLayers:
         found.layers  # {"mlp.act": KernelizedLayer(module=..., repo=LayerRepository(...))}
         found.funcs  # {("mlp", "silu_and_mul"): KernelizedFunc(module=..., repo=...)}
     """
+    if not callable(getattr(model, "named_modules", None)):  # no torch imported to ask
+        raise TypeError(
+            f"get_kernelized_layers takes a torch.nn.Module, got {type(model).__name__}"
+        )
     found = KernelizedLayers()
     for name, module in model.named_modules():
         repo = module.__dict__.get(KERNEL_REPO_ATTR)
