@@ -68,14 +68,22 @@ def test_no_error_when_minver_met(cdn: CdnServer, ran_dir: Path, minver: str | N
     assert loads(ran_dir)
 
 
+def loads_as(
+    installed: str, minver: str, cdn: CdnServer, ran_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> bool:
+    """Whether the kernel, asking for ``flashhub-kernels-minver`` ``minver``, loads where
+    this client's version is ``installed``."""
+    monkeypatch.setattr(_constants, "__version__", installed)
+    write_builder_kernel(cdn.root, REPO, 1, extra={"flashhub-kernels-minver": minver})
+    fk.get_kernel(REPO, version=1)
+    return loads(ran_dir)
+
+
 def test_no_error_for_dev_version_of_required_release(
     cdn: CdnServer, ran_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A development version implements the release it leads up to.
-    monkeypatch.setattr(_constants, "__version__", "0.3.0.dev0")
-    write_builder_kernel(cdn.root, REPO, 1, extra={"flashhub-kernels-minver": "0.3.0"})
-    fk.get_kernel(REPO, version=1)
-    assert loads(ran_dir)
+    assert loads_as("0.3.0.dev0", "0.3.0", cdn, ran_dir, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -84,20 +92,14 @@ def test_no_error_for_dev_version_of_required_release(
 def test_installed_version_uses_release_segment(
     cdn: CdnServer, ran_dir: Path, monkeypatch: pytest.MonkeyPatch, installed: str
 ) -> None:
-    monkeypatch.setattr(_constants, "__version__", installed)
-    write_builder_kernel(cdn.root, REPO, 1, extra={"flashhub-kernels-minver": "0.3.0"})
-    fk.get_kernel(REPO, version=1)
-    assert loads(ran_dir)
+    assert loads_as(installed, "0.3.0", cdn, ran_dir, monkeypatch)
 
 
 def test_unparseable_installed_version_does_not_fail_validation(
     cdn: CdnServer, ran_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A version that cannot be compared must not turn this check into a failure.
-    monkeypatch.setattr(_constants, "__version__", "0.3.0-dirty")
-    write_builder_kernel(cdn.root, REPO, 1, extra={"flashhub-kernels-minver": "999.1.0"})
-    fk.get_kernel(REPO, version=1)
-    assert loads(ran_dir)
+    assert loads_as("0.3.0-dirty", "999.1.0", cdn, ran_dir, monkeypatch)
 
 
 @pytest.mark.parametrize(

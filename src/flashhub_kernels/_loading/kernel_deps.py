@@ -97,10 +97,9 @@ def execute_kernel(
     bound to it. The finder passes it so that this module does not import the finder.
     """
     if target.entry is None:  # a local build: no download verified its files
-        from .local_digest import verify_local_build
-
-        verify_local_build(metadata_beside(target))
-    requires = requirements(target)
+        requires = _verified_local_requirements(target)
+    else:
+        requires = requirements(target)
     if not requires:
         execute()
         return
@@ -153,7 +152,22 @@ def requirements(target: KernelDir) -> Mapping[str, Any]:
     if found is None:
         return {}
     path, data = found
-    document = load_json(data, str(path))
+    return _requirements_in(load_json(data, str(path)), path)
+
+
+def _verified_local_requirements(target: KernelDir) -> Mapping[str, Any]:
+    """:func:`requirements` of a local build, once its files are checked against the
+    digest of its ``metadata.json`` (read and parsed once for both)."""
+    found = metadata_beside(target)
+    if found is None:  # a package on its own: nothing records what it holds
+        return {}
+    from .local_digest import verify_local_build
+
+    path, data = found
+    return _requirements_in(verify_local_build(path, data), path)
+
+
+def _requirements_in(document: object, path: Path) -> Mapping[str, Any]:
     return load_requirements(document, source=str(path)) if isinstance(document, dict) else {}
 
 

@@ -40,18 +40,16 @@ _MALFORMED_HINT = (
 )
 
 
-def verify_local_build(metadata: tuple[Path, bytes] | None) -> None:
-    """Check a local kernel's variant directory against the digest of ``metadata`` (the
-    path and bytes of the ``metadata.json`` in it), when it records one.
+def verify_local_build(path: Path, data: bytes) -> object:
+    """Check a local kernel's variant directory against the digest of its
+    ``metadata.json`` (``path``, which holds ``data``), when it records one; return the
+    parsed document.
 
     Raises:
         IntegrityError: a listed file is missing or holds other bytes, or a file is there
             that the digest does not list; each is named (relative to the variant).
-        ManifestError: the ``digest`` is malformed.
+        ManifestError: the document is not JSON, or its ``digest`` is malformed.
     """
-    if metadata is None:  # a package on its own: nothing records what it holds
-        return
-    path, data = metadata
     try:
         document = load_json(data, str(path))
         listed = _digest_files(document, path)
@@ -59,12 +57,13 @@ def verify_local_build(metadata: tuple[Path, bytes] | None) -> None:
         raise ManifestError(exc.message, hint=_MALFORMED_HINT) from None
     if listed is None:
         logger.info("%s records no digest: the local kernel's files are not verified", path)
-        return
+        return document
     variant_dir = path.parent
     violations = find_violations(variant_dir, listed)
     if violations:
         raise IntegrityError(_describe(document, variant_dir, violations), hint=_HINT)
     logger.debug("%s: the files match the digest in %s", variant_dir, MANIFEST_NAME)
+    return document
 
 
 def _digest_files(document: object, path: Path) -> Mapping[str, bytes] | None:
