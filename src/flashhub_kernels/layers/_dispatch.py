@@ -109,8 +109,6 @@ def _choose(
     mark: LayerMark, device: torch.device | None, training: bool, *, compiling: bool
 ) -> Forward:
     """The kernel layer's forward for a call on ``device``, else the original one."""
-    if kernel_mapping_disabled():
-        return mark.original
     target = target_of(device) if device is not None else None
     chosen = choose_layer(mark, target, _mode(training, compiling), _fallback_of(mark))
     forward: Forward = mark.original if chosen is None else chosen[0].forward
@@ -185,7 +183,11 @@ def _choose_while_tracing(key: str, device: str | None, training: bool) -> str:
     error names it)."""
     try:
         where = None if device is None else torch.device(device)
-        forward = _choose(mark_by_key(key), where, training, compiling=True)
+        mark = mark_by_key(key)
+        if kernel_mapping_disabled():
+            forward = mark.original
+        else:
+            forward = _choose(mark, where, training, compiling=True)
     except Exception as error:  # any error: the traced code raises it, outside the graph
         forward = _raiser(error)
     return _traced_name(forward)
