@@ -303,7 +303,10 @@ def test_cache_ls_lists_versions_with_their_variants(project: Path, cache_dir: P
     rows = [line.split() for line in ls.stdout.splitlines()]
     assert rows[0] == HEADER
     assert set(ls.stdout.splitlines()[1]) <= {"-", " "}
-    # A row per version; its further variants below it, the other columns blank.
+    # A row per version; its further variants below it, by name, the other columns blank.
+    # UNIVERSAL sorts first; the order of the other two depends on this machine's torch.
+    first, *others = sorted([UNIVERSAL, CUDA, LOCAL])
+    assert first == UNIVERSAL
     assert rows[2:] == [
         [
             REPO,
@@ -318,8 +321,7 @@ def test_cache_ls_lists_versions_with_their_variants(project: Path, cache_dir: P
             UNIVERSAL,
             short[(2, UNIVERSAL)],
         ],
-        [CUDA, short[(2, CUDA)]],
-        [LOCAL, short[(2, LOCAL)]],
+        *([variant, short[(2, variant)]] for variant in others),
         [
             REPO,
             *size_words(sizes[(3, UNIVERSAL)]),
@@ -350,7 +352,7 @@ def test_cache_ls_lists_versions_with_their_variants(project: Path, cache_dir: P
                     "size_on_disk": v2_size,
                     "last_accessed": pytest.approx(now - 3 * DAY, abs=60),
                     "last_modified": pytest.approx(now - 15 * DAY, abs=60),
-                    "variants": [UNIVERSAL, CUDA, LOCAL],
+                    "variants": [first, *others],
                 },
                 {
                     "version": "v3",
