@@ -211,7 +211,7 @@ def cuda_arch_list() -> str:
     chosen = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if chosen and chosen != "native":
         return chosen
-    built_for = sorted(filter(None, map(_sm_capability, torch.cuda.get_arch_list())))
+    built_for = sorted(filter(None, map(_sm_capability, _built_arch_names())))
     proc = subprocess.run(
         [sys.executable, "-c", _DEVICE_ARCHS_SCRIPT], capture_output=True, text=True
     )
@@ -226,6 +226,19 @@ def cuda_arch_list() -> str:
         )
     names = [f"{major}.{minor}" for major, minor in archs]
     return ";".join([*names[:-1], names[-1] + "+PTX"])
+
+
+def _built_arch_names() -> list[str]:
+    """The archs this torch was built for (``"sm_90"``, ...). ``torch.cuda.get_arch_list()``
+    says, except in older releases (2.11), which answer ``[]`` where no GPU is visible:
+    then the flags it would have read."""
+    import torch
+
+    names: list[str] = torch.cuda.get_arch_list()
+    read_flags = getattr(torch._C, "_cuda_getArchFlags", None)
+    if not names and read_flags is not None:
+        names = (read_flags() or "").split()
+    return names
 
 
 def _sm_capability(arch: str) -> tuple[int, int] | None:
