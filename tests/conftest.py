@@ -511,17 +511,37 @@ def no_leftover_staging(tmp_path: Path) -> Iterator[None]:
     assert leftovers == []
 
 
-# -- tests that need a GPU ----------------------------------------------------------------------
+# -- tests that need a GPU, or the signing extra ------------------------------------------------
+
+SIGNING_EXTRA = "needs the signing extra: pip install 'flashhub-kernels[signing]'"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the ``gpu`` tests, saying why, where there is no CUDA GPU to run them on."""
-    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
-    reason = _no_gpu_reason() if gpu_tests else None
+    """Skip, saying why, the ``gpu`` tests where there is no CUDA GPU to run them on, and
+    the ``signing`` tests where ``cryptography`` cannot be imported."""
+    _skip_marked(items, "gpu", _no_gpu_reason, "needs a CUDA GPU")
+    _skip_marked(items, "signing", _no_signing_reason, SIGNING_EXTRA)
+
+
+def _skip_marked(
+    items: list[pytest.Item], marker: str, why_not: Callable[[], str | None], needs: str
+) -> None:
+    """Skip the items marked ``marker`` where ``why_not`` gives a reason."""
+    marked = [item for item in items if item.get_closest_marker(marker)]
+    reason = why_not() if marked else None
     if reason is None:
         return
-    for item in gpu_tests:
-        item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=f"{needs}: {reason}"))
+
+
+def _no_signing_reason() -> str | None:
+    """Why ``cryptography`` cannot be imported here; ``None`` when it can."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
 
 
 def _no_gpu_reason() -> str | None:

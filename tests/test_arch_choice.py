@@ -231,6 +231,7 @@ def test_a_load_passes_over_a_build_for_other_devices(
     assert cdn.gets() == []
 
 
+@pytest.mark.signing
 def test_a_copy_a_hostile_mirror_gave_a_neighbour_does_not_say_which_devices_a_build_runs_on(
     cdn: CdnServer, make_cdn: MakeCdn, tmp_path: Path
 ) -> None:

@@ -82,6 +82,7 @@ def test_lock_json(project: Path) -> None:
     assert json.loads((project / LOCKFILE_NAME).read_text())["kernels"] == [kernel]
 
 
+@pytest.mark.signing
 def test_lock_refuses_to_move_a_pin_down_to_a_replayed_signed_versions_json(
     make_project: MakeProject, cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -199,6 +199,7 @@ def test_cli_publish_text_counts_and_sizes(kernel: Path, tmp_path: Path) -> None
     assert re.fullmatch(r"wrote 11 files \(\d+\.\d KiB\)", lines[3]), lines[3]
 
 
+@pytest.mark.signing
 def test_two_versions_published_at_once_both_end_up_in_a_signed_versions_json(
     kernel: Path, tmp_path: Path, cache_dir: Path
 ) -> None:
@@ -249,6 +250,7 @@ def test_two_versions_published_at_once_both_end_up_in_a_signed_versions_json(
     assert signer == key.key_id
 
 
+@pytest.mark.signing
 def test_signing_a_tree_waits_for_a_publish_into_it_and_signs_what_it_wrote(
     kernel: Path, tmp_path: Path, cache_dir: Path
 ) -> None:
@@ -478,6 +480,7 @@ def _refused_write(result: subprocess.CompletedProcess[str], path: Path) -> None
     )
 
 
+@pytest.mark.signing
 def test_keygen_into_a_directory_it_cannot_write_names_the_key_file(tmp_path: Path) -> None:
     keys = _read_only_dir(tmp_path / "keys")
     result = flashhub_unprivileged("keygen", "--out", keys / "signing.key")

@@ -244,6 +244,7 @@ def test_a_cached_kernel_imports_while_another_thread_imports_the_settings(
     ]
 
 
+@pytest.mark.signing
 def test_the_table_never_lifts_a_signature_check(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -259,6 +260,7 @@ def test_the_table_never_lifts_a_signature_check(
     assert "no signature by a key trusted" in result.stderr
 
 
+@pytest.mark.signing
 def test_a_keys_file_behind_a_link_edited_in_place_is_another_key(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -279,6 +281,7 @@ def test_a_keys_file_behind_a_link_edited_in_place_is_another_key(
     assert result.returncode == 1 and "no signature by a key trusted" in result.stderr
 
 
+@pytest.mark.signing
 def test_a_project_file_behind_a_link_edited_in_place_is_another_key(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:

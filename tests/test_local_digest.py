@@ -228,6 +228,7 @@ def test_local_layer_repository_of_a_modified_build_fails(tmp_path: Path) -> Non
         fk.kernelize(nn.Sequential(Identity()), device="cpu", mode=fk.Mode.INFERENCE)
 
 
+@pytest.mark.signing
 def test_a_signed_published_tree_and_a_copy_of_its_cache_entry_load_as_local_builds(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

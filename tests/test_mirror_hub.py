@@ -174,6 +174,7 @@ def test_a_hub_build_named_in_todays_spelling_is_mirrored_and_loads(
     assert marker == f"today:{today}"
 
 
+@pytest.mark.signing
 def test_info_shows_where_a_signed_mirror_came_from(
     hub: HubServer, cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

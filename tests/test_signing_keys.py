@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NOBODY, needs_root
+from conftest import NOBODY, SIGNING_EXTRA, needs_root
 from flashhub_kernels._config import Config, trusted_keys
 from flashhub_kernels._loading.settings import configure
 from flashhub_kernels._signing.signing_keys import (
@@ -35,6 +35,8 @@ from flashhub_kernels._utils.pyproject import read_trusted_keys
 from flashhub_kernels.errors import ConfigError, PublishError
 from support.cli_runner import flashhub, flashhub_child, ok_json
 from support.preloaded import run_code
+
+pytest.importorskip("cryptography", reason=SIGNING_EXTRA)
 
 # RFC 8032, section 7.1, test 1: a seed and the public key it gives.
 RFC_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")

@@ -44,6 +44,8 @@ from support.projects import (
 )
 from support.trees import local_variant, write_kernel, write_variant
 
+pytestmark = pytest.mark.signing
+
 LOCAL = local_variant()
 MODULE = "flashhub.acme.tensor_tricks.v1"
 IMPORT_V1 = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"

@@ -19,6 +19,8 @@ from flashhub_kernels._signing.verification import verify_document
 from flashhub_kernels.errors import PublishError, SignatureError
 from support.cli_runner import flashhub, ok_json
 
+pytestmark = pytest.mark.signing
+
 REPO = "acme/my-kern"
 UNIVERSAL = "torch-universal"
 CPU = "torch213-cxx11-cpu-x86_64-linux"

@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from conftest import SIGNING_EXTRA
 from flashhub_kernels._signing.signature_files import (
     MAX_SIGNATURE_BYTES,
     SignatureEntry,
@@ -23,6 +24,8 @@ from flashhub_kernels._signing.statements import DocumentKind, statement
 from flashhub_kernels._signing.trusted_keys import TrustedKey, parse_trusted_keys
 from flashhub_kernels._signing.verification import verify_document
 from flashhub_kernels.errors import IntegrityError, SignatureError
+
+pytest.importorskip("cryptography", reason=SIGNING_EXTRA)
 
 KEY_A = SigningKey(bytes([1]) * 32)
 KEY_B = SigningKey(bytes([2]) * 32)
