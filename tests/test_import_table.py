@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root, run_python
@@ -417,6 +418,8 @@ def _digest(monkeypatch: pytest.MonkeyPatch, torch_attributes: dict[str, object]
 # Judged on a torch built for no GPU backend, whatever this one runs: a CUDA build's
 # backend would hide ROCm's and XPU's facts, as it does in detect_system.
 CPU_TORCH = {"version.cuda": None, "version.hip": None, "version.xpu": None}
+# The C++ ABI this torch was not built with (torch 2.5's wheels were built with the old one).
+OTHER_ABI = not torch.compiled_with_cxx11_abi()
 
 
 @pytest.mark.parametrize(
@@ -428,7 +431,7 @@ CPU_TORCH = {"version.cuda": None, "version.hip": None, "version.xpu": None}
         {"__version__": "2.99.0"},
         {"neuron": object()},
         {"backends.tpu": object()},
-        {"compiled_with_cxx11_abi": lambda: False},
+        {"compiled_with_cxx11_abi": lambda: OTHER_ABI},
     ],
     ids=lambda attributes: ",".join(attributes),
 )

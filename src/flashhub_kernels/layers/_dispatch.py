@@ -126,7 +126,8 @@ def _outside_graph(func: FuncT, reason: str) -> FuncT:
         return func
     try:
         outside: FuncT = disable(func, reason=reason)
-    except TypeError:  # an older torch.compiler.disable takes no reason
+    except TypeError:  # an older torch (2.5) takes no reason, but its error shows the function
+        func.__qualname__ = reason
         outside = disable(func)
     return outside
 
