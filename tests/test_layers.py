@@ -1640,6 +1640,26 @@ def test_a_failed_traced_choice_under_fullgraph_says_to_kernelize_first(x: torch
         torch.compile(strict, backend="eager", fullgraph=True)(x)
 
 
+def test_under_a_torch_whose_disable_takes_no_reason_the_function_carries_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch 2.5's ``torch.compiler.disable`` takes no ``reason=``; with fullgraph=True its
+    error shows the disabled function instead, whose name then says what failed."""
+    from flashhub_kernels.layers import _dispatch
+
+    def disable(fn: Callable[..., object], recursive: bool = True) -> Callable[..., object]:
+        return fn
+
+    monkeypatch.setattr(torch.compiler, "disable", disable)
+    failed = _dispatch._raiser(KernelLayerError("no kernel layer runs 'SiluAndMul'"))
+    assert repr(failed).startswith(
+        "<function flashhub_kernels: KernelLayerError: no kernel layer runs 'SiluAndMul'; "
+        "call kernelize() first at 0x"
+    )
+    with pytest.raises(KernelLayerError, match="no kernel layer runs 'SiluAndMul'"):
+        failed(nn.Identity())
+
+
 # -- register_kernel_mapping(inherit_mapping=False) ----------------------------------------
 
 

@@ -206,7 +206,6 @@ def cuda_arch_list() -> str:
     could not pick), every arch this torch was built for. A device newer than this torch
     gets the newest of those, and the last arch also gets PTX, which newer GPUs compile.
     """
-
     chosen = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if chosen and chosen != "native":
         return chosen
