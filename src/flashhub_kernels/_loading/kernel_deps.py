@@ -148,26 +148,27 @@ def requirements(target: KernelDir) -> Mapping[str, Any]:
     local build's variant)."""
     if target.requires is not None:
         return target.requires
-    found = metadata_beside(target)
-    if found is None:
-        return {}
-    path, data = found
-    return _requirements_in(load_json(data, str(path)), path)
+    return _requirements_beside(target, lambda path, data: load_json(data, str(path)))
 
 
 def _verified_local_requirements(target: KernelDir) -> Mapping[str, Any]:
     """:func:`requirements` of a local build, once its files are checked against the
     digest of its ``metadata.json`` (read and parsed once for both)."""
-    found = metadata_beside(target)
-    if found is None:  # a package on its own: nothing records what it holds
-        return {}
     from .local_digest import verify_local_build
 
+    return _requirements_beside(target, verify_local_build)
+
+
+def _requirements_beside(
+    target: KernelDir, parse: Callable[[Path, bytes], object]
+) -> Mapping[str, Any]:
+    """:func:`load_requirements` of the ``metadata.json`` beside ``target``, as ``parse``
+    reads its path and bytes; none for a package on its own, which has no such file."""
+    found = metadata_beside(target)
+    if found is None:
+        return {}
     path, data = found
-    return _requirements_in(verify_local_build(path, data), path)
-
-
-def _requirements_in(document: object, path: Path) -> Mapping[str, Any]:
+    document = parse(path, data)
     return load_requirements(document, source=str(path)) if isinstance(document, dict) else {}
 
 
