@@ -1,7 +1,8 @@
 """The processes and threads a training job makes around loads: workers forked while a
 load's own thread still runs (``os.fork``, a ``fork`` pool, a DataLoader's), workers
 started by ``spawn`` and ``forkserver`` that unpickle a kernel's objects by name, and
-threads importing versions of one cold kernel while another reloads it."""
+threads importing versions of one cold kernel while another reloads it. The threads a
+load starts import nothing, so that a fork while they run leaves no import half done."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 from conftest import run_python
 from support.cdn_server import CdnServer, held
-from support.trees import local_variant, write_kernel
+from support.trees import MIB_BLOB, kernel_files, local_variant, write_kernel, write_variant
+from test_signing_load import key_pair, sign
 
 REPO = "acme/tensor-tricks"
 MODULE = "flashhub.acme.tensor_tricks.v1"
@@ -84,6 +86,56 @@ def test_workers_forked_while_a_loads_own_thread_runs_use_the_kernel_and_load_an
     ]
     fetched = [path for path in cdn.gets() if "/build/" in path]
     assert len(fetched) == len(set(fetched))  # each file once: the workers waited for each other
+
+
+# A cold load, then the modules that the threads it started imported (each as
+# "<thread>: <module>"), once they have all ended.
+IMPORTS_OFF_THE_LOADING_THREAD = """
+import sys, threading
+imports = []
+
+def seen(event, args):
+    if event == "import" and threading.current_thread() is not threading.main_thread():
+        imports.append(f"{threading.current_thread().name}: {args[0]}")
+
+sys.addaudithook(seen)
+import flashhub_kernels as fk
+fk.get_kernel("acme/tensor-tricks", version=1)
+for thread in threading.enumerate():
+    if thread is not threading.main_thread():
+        thread.join(30)
+print(imports)
+"""
+
+
+def publish_to_probe(cdn: CdnServer) -> None:
+    """acme/tensor-tricks v1 without variants.json (a load probes for its build): Python
+    files, which the download threads compile, and 2 MiB of data, whose space they reserve."""
+    files = {**kernel_files("tensor_tricks", "probed"), "tensor_tricks/blob.bin": MIB_BLOB * 2}
+    write_variant(cdn.root, REPO, 1, local_variant(), files, with_sizes=True)
+    (cdn.root / f"kernels/{REPO}/versions.json").write_text("[1]")
+
+
+@pytest.mark.usefixtures("version_check_on")
+def test_the_threads_of_a_load_import_nothing(cdn: CdnServer) -> None:
+    """Every module the probes, downloads and version check run was imported by the
+    loading thread. A thread that imports while the program forks leaves that module's
+    import lock held in the child, and the child's next import of it waits forever."""
+    publish_to_probe(cdn)
+    assert run_python(IMPORTS_OFF_THE_LOADING_THREAD, fresh=True) == "[]\n"
+
+
+@pytest.mark.signing
+@pytest.mark.usefixtures("version_check_on")
+def test_the_threads_of_a_load_checking_signatures_import_nothing(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """The same with a key trusted: the probes' threads fetch and check signatures."""
+    publish_to_probe(cdn)
+    keyfile, key = key_pair(tmp_path, "acme")
+    sign(cdn.root, keyfile)
+    trusted = {"FLASHHUB_TRUSTED_KEYS": key.public_line}
+    assert run_python(IMPORTS_OFF_THE_LOADING_THREAD, env=trusted, fresh=True) == "[]\n"
 
 
 @pytest.fixture

@@ -596,6 +596,34 @@ def test_without_keys_an_unsigned_kernel_loads_as_before_and_no_signature_is_ask
     assert get_config().trusted_keys == ()
 
 
+# A load with a key trusted where cryptography cannot be imported: what it raised.
+LOADS_WITHOUT_CRYPTOGRAPHY = """
+import sys
+sys.modules["cryptography"] = None  # as if it were not installed
+import flashhub_kernels as fk
+from flashhub_kernels.errors import SignatureError
+try:
+    fk.get_kernel("acme/tensor-tricks", version=1)
+except SignatureError as exc:
+    print(exc.hint)
+"""
+
+
+def test_a_key_trusted_without_cryptography_installed_says_what_to_install(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+
+    hint = run_python(LOADS_WITHOUT_CRYPTOGRAPHY)
+
+    assert hint == "install it: pip install 'flashhub-kernels[signing]'\n"
+    assert package_gets(cdn) == []
+    assert not entry(1, LOCAL).exists()
+
+
 # -- 6. the warm path --------------------------------------------------------------------------
 
 

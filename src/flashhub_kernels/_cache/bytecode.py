@@ -4,7 +4,9 @@ committed, and recorded in its receipt."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import py_compile  # here, not where it is used: download threads compile (see _utils.threads)
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,8 +21,6 @@ def receipt_stamp(path: str | Path) -> tuple[int, int]:
 def sources_to_compile(listed: set[str]) -> list[str]:
     """The Python files of an entry whose bytecode the cache compiles: all but those
     shipped with their bytecode (verified like any file: not ours to replace)."""
-    import importlib.util  # the cold path only: warm loads never compile
-
     return [
         relpath
         for relpath in sorted(listed)
@@ -41,9 +41,6 @@ def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int
     check it. The receipt vouches for it instead, as for the sources: the warm path
     compares each ``.pyc``'s size and mtime, ``flashhub cache verify`` its sha256.
     """
-    import importlib.util  # the cold path and the cache commands only
-    import py_compile
-
     written = {}
     for relpath in sources:
         source = entry / relpath

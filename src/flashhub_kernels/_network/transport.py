@@ -156,6 +156,10 @@ class Fetcher:
         for base in config.cdn_urls:
             warn_if_insecure(base)
         self._mirrors = open_mirrors(config, pool_size=POOL_SIZE)
+        if config.trusted_keys:  # before the run's threads, which check signatures
+            from .._signing.verification import prepare_checks
+
+            prepare_checks()
         self._mirrors_lock = threading.Lock()
         self._wait = math.inf  # the shortest wait for a document's answer so far, in seconds
         self._sent_bad_bytes: set[Mirror] = set()  # mirrors that sent a file's bytes wrong

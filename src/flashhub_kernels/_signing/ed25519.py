@@ -8,7 +8,7 @@ flashhub_kernels, never imports it; a missing (or broken) one is a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from ..errors import SignatureError
 
@@ -25,6 +25,14 @@ def _cryptography() -> Iterator[None]:
             f"Ed25519 signatures need the 'cryptography' package, which cannot be imported ({exc})",
             hint=f"install it: {INSTALL_HINT}",
         ) from None
+
+
+def import_cryptography() -> None:
+    """Import what :func:`verifies` needs of ``cryptography``, in the calling thread, where
+    it is installed; a missing one is reported when a signature is checked."""
+    with suppress(ImportError):
+        import cryptography.exceptions
+        import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
 
 
 def verifies(public_key: bytes, signature: bytes, message: bytes) -> bool:

@@ -15,10 +15,17 @@ from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, SIG_SUFFIX, TRU
 from .._models.manifest import parse_metadata, parse_variants
 from .._models.names import RepoInfo, parse_repo_id
 from ..errors import ManifestError, SignatureError
-from .ed25519 import verifies
+from .ed25519 import import_cryptography, verifies
 from .signature_files import SignatureEntry, parse_signatures
 from .statements import DocumentKind, document_name, statement
 from .trusted_keys import TrustedKey, shown_key_id
+
+
+def prepare_checks() -> None:
+    """Import what checking a signature needs in the calling thread (this module is, once
+    it is imported): the threads of a download run check signatures, and must not import
+    (see :mod:`.._utils.threads`)."""
+    import_cryptography()
 
 
 def verify_document(

@@ -5,6 +5,12 @@ The kernel hands a signal sent to the process (Ctrl-C, ``kill``, an alarm) to an
 threads that does not block it, and Python runs the handler in the main thread only:
 a signal another thread took does not wake the main thread from a sleep or a wait, so
 Ctrl-C would go unheard until it woke. The library's threads block those signals.
+
+A load's threads import nothing either: whatever they run is imported by the thread
+that loads. A program may fork while they run (a DataLoader's workers, a server's), and a
+module that one of them was importing then stays half imported in the child, its import
+lock held by a thread the child does not have: the child's next import of it waits
+forever.
 """
 
 from __future__ import annotations
