@@ -60,7 +60,10 @@ elif sys.argv[1] == "pool":
     with mp.get_context("fork").Pool(2) as pool:
         print("\\n".join(pool.map(work, range(2))))
 else:
-    loader = torch.utils.data.DataLoader(Data(), num_workers=2, batch_size=None)
+    # Forked as on Linux before Python 3.14, whose default start method is forkserver.
+    loader = torch.utils.data.DataLoader(
+        Data(), num_workers=2, batch_size=None, multiprocessing_context="fork"
+    )
     print("\\n".join(loader))
 """
 
