@@ -1,4 +1,4 @@
-"""Ed25519 through ``cryptography``, imported only when a key signs or a signature is checked.
+"""Ed25519 through ``cryptography``, imported only when a key signs or signatures are checked.
 
 ``cryptography`` comes with the ``signing`` extra. Importing this module, or
 flashhub_kernels, never imports it; a missing (or broken) one is a

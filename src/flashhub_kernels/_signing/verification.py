@@ -2,7 +2,7 @@
 
 The statement is built from what the client asked for (:mod:`.statements`); a trusted
 key's entry in the ``.sig`` (:mod:`.signature_files`) must sign it. ``cryptography`` is
-imported only when a signature is checked (:mod:`.ed25519`).
+imported only when a signature is checked, or is about to be (:func:`prepare_checks`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from .trusted_keys import TrustedKey, shown_key_id
 
 
 def prepare_checks() -> None:
-    """Import what checking a signature needs in the calling thread (this module is, once
-    it is imported): the threads of a download run check signatures, and must not import
-    (see :mod:`.._utils.threads`)."""
+    """Import in the calling thread what checking a signature needs beyond this module:
+    ``cryptography``, where it is installed. A download run that trusts a key calls it
+    before its threads start: they check signatures, and must not import (see
+    :mod:`.._utils.threads`)."""
     import_cryptography()
 
 
