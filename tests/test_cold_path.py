@@ -127,7 +127,7 @@ if pid == 0:
     fk.get_kernel("acme/other", version=1)
     print(gc.isenabled(), flush=True)
     os._exit(0)
-os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0  # else its error is on stderr
 """
 
 # The collector's states from before the load starts, each change as a thread saw it: the
