@@ -2,7 +2,9 @@
 load's own thread still runs (``os.fork``, a ``fork`` pool, a DataLoader's), workers
 started by ``spawn`` and ``forkserver`` that unpickle a kernel's objects by name, and
 threads importing versions of one cold kernel while another reloads it. The threads a
-load starts import nothing, so that a fork while they run leaves no import half done."""
+load starts import nothing, so that a fork while they run leaves no import half done; a
+fork while the program's own thread imports the library's cold path leaves the child
+to import it afresh."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 
 from conftest import run_python
 from support.cdn_server import CdnServer, held
+from support.preloaded import REAP_FORKED_CHILD
 from support.trees import MIB_BLOB, kernel_files, local_variant, write_kernel, write_variant
 from test_signing_load import key_pair, sign
 
@@ -139,6 +142,62 @@ def test_the_threads_of_a_load_checking_signatures_import_nothing(
     sign(cdn.root, keyfile)
     trusted = {"FLASHHUB_TRUSTED_KEYS": key.public_line}
     assert run_python(IMPORTS_OFF_THE_LOADING_THREAD, env=trusted, fresh=True) == "[]\n"
+
+
+# A thread of the program makes the process's first cold load, held in the import of
+# the library's download module; the process forks; the child loads another kernel cold,
+# which needs that module too.
+FORKED_WHILE_THE_COLD_PATH_IMPORTS = (
+    """
+import importlib.machinery, os, sys, threading, time
+from pathlib import Path
+
+HELD = "flashhub_kernels._network.download"
+started, go = Path("started"), Path("go")
+
+
+class HoldsTheImport:
+    def find_spec(self, name, path, target=None):
+        if name != HELD or started.exists():
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            started.touch()
+            while not go.exists():
+                time.sleep(0.01)
+            run(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, HoldsTheImport())
+import flashhub_kernels as fk
+
+threading.Thread(target=fk.get_kernel, args=("acme/tensor-tricks",), kwargs={"version": 1}).start()
+while not started.exists():
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    print("child:", fk.get_kernel("acme/other", version=1).marker(), flush=True)
+    os._exit(0)
+go.touch()
+"""
+    + REAP_FORKED_CHILD
+)
+
+
+def test_a_child_forked_while_a_thread_imports_the_cold_path_loads_a_kernel(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """The child does not wait for the module the fork left half imported, its import
+    lock held by a thread the child does not have: it imports the module afresh."""
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, "acme/other", 1)
+    printed = run_python(FORKED_WHILE_THE_COLD_PATH_IMPORTS, cwd=tmp_path, fresh=True)
+    assert printed == f"child: acme/other@v1:{local_variant()}\n"
 
 
 @pytest.fixture

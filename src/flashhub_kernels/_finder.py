@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from ._models.kernel_dir import KernelDir
     from ._models.names import KernelModuleName
 
+# The top-level packages whose modules a fork may leave half imported by another thread.
+_OURS = ("flashhub", "flashhub_kernels")
+
 
 def _point_at(spec: importlib.machinery.ModuleSpec, target: KernelDir) -> None:
     """Make ``spec`` describe the kernel package in ``target``, as a spec made by
@@ -238,14 +241,16 @@ class KernelFinder:
     def forget_other_threads(self) -> None:
         """In a child just forked: drop what threads gone with the fork were importing
         under ``flashhub``: a kernel being downloaded or run, and its submodules (its
-        native extension, say). The child would wait forever for their import locks;
-        it imports them afresh (the download mutex waits for the parent's download)."""
+        native extension, say); and under ``flashhub_kernels``: the library's own
+        modules, which a process's first cold load imports. The child would wait forever
+        for their import locks; it imports them afresh (the download mutex waits for the
+        parent's download)."""
         self._lock = _thread.allocate_lock()
         module_locks = getattr(importlib._bootstrap, "_module_locks", {})
         this_thread = _thread.get_ident()
         for name, lock in list(module_locks.items()):
             owner = getattr(lock(), "owner", None)  # a weak reference to the module's lock
-            if name.partition(".")[0] == "flashhub" and owner not in (None, this_thread):
+            if name.partition(".")[0] in _OURS and owner not in (None, this_thread):
                 del module_locks[name]
                 sys.modules.pop(name, None)  # half-made
 
