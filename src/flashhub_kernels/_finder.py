@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from ._models.kernel_dir import KernelDir
     from ._models.names import KernelModuleName
 
-# The top-level packages whose modules a fork may leave half imported by another thread.
-_OURS = ("flashhub", "flashhub_kernels")
+# This project's top-level packages: a forked child drops the modules of theirs that other
+# threads were importing.
+_OWN_PACKAGES = ("flashhub", "flashhub_kernels")
 
 
 def _point_at(spec: importlib.machinery.ModuleSpec, target: KernelDir) -> None:
@@ -250,7 +251,7 @@ class KernelFinder:
         this_thread = _thread.get_ident()
         for name, lock in list(module_locks.items()):
             owner = getattr(lock(), "owner", None)  # a weak reference to the module's lock
-            if name.partition(".")[0] in _OURS and owner not in (None, this_thread):
+            if name.partition(".")[0] in _OWN_PACKAGES and owner not in (None, this_thread):
                 del module_locks[name]
                 sys.modules.pop(name, None)  # half-made
 
