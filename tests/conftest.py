@@ -238,18 +238,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 MakeCdn = Callable[..., CdnServer]
 
 
@@ -326,6 +314,21 @@ class Proxy:
 
 StartProxy = Callable[..., Proxy]
 PPROXY_MAIN = Path(__file__).resolve().parent / "support" / "pproxy_main.py"
+PPROXY_SERVING = re.compile(r"Serving on \S+ 127\.0\.0\.1:(\d+) by ")
+
+
+def _serving_port(log: Path, process: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
+    """The port pproxy says (in ``log``) it listens on; it is stopped, and the test fails
+    with its log, when it says it could not, ends, or says nothing in ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        said = log.read_text(errors="replace")
+        if (serving := PPROXY_SERVING.search(said)) and "failed" not in said:
+            return int(serving.group(1))
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    raise AssertionError(f"pproxy did not start:\n{log.read_text(errors='replace')}")
 
 
 @pytest.fixture
@@ -338,10 +341,12 @@ def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
     proxies: list[Proxy] = []
 
     def start(scheme: str = "http", *, auth: str | None = None, pem: Path | None = None) -> Proxy:
-        port = free_port()
-        log = tmp_path / f"pproxy-{port}.log"
+        log = tmp_path / f"pproxy-{len(proxies)}.log"
         tls = "+ssl" if pem else ""
-        listen = f"{scheme}{tls}://127.0.0.1:{port}" + (f"#{auth}" if auth else "")
+        # Port 0: pproxy binds a free port and says which. A port found free before it
+        # starts may be taken meanwhile by a server of another worker, which would then
+        # answer in its place.
+        listen = f"{scheme}{tls}://127.0.0.1:0" + (f"#{auth}" if auth else "")
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 [sys.executable, str(PPROXY_MAIN), "-l", listen, "-v"]
@@ -350,13 +355,10 @@ def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
+        port = _serving_port(log, process)
         url_scheme = "https" if pem else scheme
         proxy = Proxy(f"{url_scheme}://127.0.0.1:{port}", port, process, log)
         proxies.append(proxy)
-        try:
-            wait_for_port(port)
-        except OSError:
-            raise AssertionError(f"pproxy did not start:\n{log.read_text()}") from None
         return proxy
 
     yield start
