@@ -231,11 +231,18 @@ def unshare_mount() -> list[str]:
     return command[:-1]
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound, then released): connections to it are refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# Bound and never listened on, for as long as the tests run: no server can take their ports.
+_REFUSING: list[socket.socket] = []
+
+
+def refused_port() -> int:
+    """A port of 127.0.0.1 that refuses every connection while the tests run: a socket of
+    this process holds it, bound but not listening. (A port bound and released at once
+    could be taken meanwhile by a server of another worker, which would then answer.)"""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _REFUSING.append(sock)
+    return int(sock.getsockname()[1])
 
 
 MakeCdn = Callable[..., CdnServer]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import MakeCdn, StartProxy, free_port, import_in_child
+from conftest import MakeCdn, StartProxy, import_in_child, refused_port
 from flashhub_kernels.errors import ConfigError, TransportError
 from support import cli_runner
 from support.cdn_server import CdnServer, basic_auth, redirect, status
@@ -268,7 +268,7 @@ def test_a_private_cdn_behind_a_proxy_keeps_every_credential_to_its_own_host(
     netrc = tmp_path / "netrc"
     netrc.write_text(f"machine localhost login {USER} password {SECRET}\n")
     netrc.chmod(0o600)
-    dead = free_port()
+    dead = refused_port()
     env = {
         "FLASHHUB_CDN_URL": f"https://mirror:{url_secret}@127.0.0.1:{dead},{cdn.url_for('localhost')}",
         "NETRC": str(netrc),

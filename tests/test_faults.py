@@ -21,10 +21,10 @@ import flashhub_kernels as fk
 from conftest import (
     NOBODY,
     MakeCdn,
-    free_port,
     load_peak_rise,
     needs_root,
     plant_partial,
+    refused_port,
     run_python,
 )
 from flashhub_kernels._config import get_config
@@ -183,7 +183,7 @@ def test_dead_and_failing_mirrors_fail_over(blob_kernel: CdnServer, tmp_path: Pa
     failing = CdnServer(tmp_path / "empty").start()
     try:
         failing.inject(f"kernels/{REPO}/v1/variants.json", *[status(503)] * 50)
-        mirrors = f"http://127.0.0.1:{free_port()},{failing.url},{blob_kernel.url}"
+        mirrors = f"http://127.0.0.1:{refused_port()},{failing.url},{blob_kernel.url}"
         fk.configure(cdn_url=mirrors)
         assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
         # Both bad mirrors were tried for the first document, then moved to the back.

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import free_port, run_python
+from conftest import refused_port, run_python
 from flashhub_kernels._hub.republish import republish
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import PublishError
@@ -376,7 +376,7 @@ def test_the_token_of_a_login_is_used_without_hf_token(hub: HubServer, tmp_path:
 
 @pytest.mark.parametrize("offline", [False, True])
 def test_an_unreachable_hub_is_a_clear_error(tmp_path: Path, offline: bool) -> None:
-    endpoint = f"http://mirror-bot:s3cret@127.0.0.1:{free_port()}"
+    endpoint = f"http://mirror-bot:s3cret@127.0.0.1:{refused_port()}"
     code = MAIN + f"sys.exit(main(['mirror', {REPO!r}, '--version', '1', '--out', 'cdn']))"
     env = {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home")}
     result = child(code, **env, **({"HF_HUB_OFFLINE": "1"} if offline else {}))

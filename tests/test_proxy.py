@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import flashhub_kernels as fk
-from conftest import MakeCdn, StartProxy, free_port, import_in_child, run_python
+from conftest import MakeCdn, StartProxy, import_in_child, refused_port, run_python
 from flashhub_kernels._utils.urls import redact_url
 from flashhub_kernels.errors import ConfigError, TransportError
 from support import cli_runner
@@ -59,7 +59,7 @@ def test_https_cdn_is_tunnelled_through_an_http_proxy(
     proxy = start_proxy("http")
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
     monkeypatch.setenv("https_proxy", proxy.url)
-    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{free_port()}")  # not for https
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{refused_port()}")  # not for https
     fk.configure(cdn_url=tls_cdn.url)
     write_kernel(tls_cdn.root, REPO, 1)
     loads()
@@ -99,7 +99,7 @@ def test_no_proxy_bypasses_the_proxy(
     cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, no_proxy: str, host: str
 ) -> None:
     # The proxy's port is dead: a load only succeeds if it went around the proxy.
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{refused_port()}"
     monkeypatch.setenv("http_proxy", dead)
     monkeypatch.setenv("https_proxy", dead)
     monkeypatch.setenv("no_proxy", no_proxy.format(port=cdn.port))
@@ -143,7 +143,7 @@ def test_a_proxy_a_redirect_takes_is_named_when_it_fails(
     """An http CDN, which no proxy is set for, redirects to an https one, which
     ``https_proxy`` reaches; that proxy is dead. The failure names it (no password),
     not a proxy of the CDN's own, which has none."""
-    where = f"127.0.0.1:{free_port()}"
+    where = f"127.0.0.1:{refused_port()}"
     monkeypatch.setenv("https_proxy", f"http://user:{PROXY_SECRET}@{where}")
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
     write_kernel(tls_cdn.root, REPO, 1)
@@ -165,7 +165,7 @@ def test_no_proxy_uppercase_and_for_another_port_does_not_bypass(
 ) -> None:
     proxy = start_proxy("http")
     monkeypatch.setenv("HTTP_PROXY", proxy.url)
-    monkeypatch.setenv("NO_PROXY", f"localhost:{free_port()}")  # another port: no bypass
+    monkeypatch.setenv("NO_PROXY", f"localhost:{refused_port()}")  # another port: no bypass
     fk.configure(cdn_url=cdn.url_for("localhost"))
     write_kernel(cdn.root, REPO, 1)
     loads()
@@ -247,7 +247,7 @@ def test_a_redirect_to_https_through_a_socks_proxy_without_pysocks_says_which_ex
 def test_a_dead_proxy_is_blamed_not_the_cdn(
     cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    proxy = f"http://127.0.0.1:{free_port()}"
+    proxy = f"http://127.0.0.1:{refused_port()}"
     monkeypatch.setenv("http_proxy", proxy)
     write_kernel(cdn.root, REPO, 1)
     start = time.monotonic()
@@ -433,7 +433,7 @@ def test_a_proxy_setting_without_a_scheme_is_an_http_proxy(
 
 
 def test_a_dead_proxy_without_a_scheme_is_named_without_its_password(cdn: CdnServer) -> None:
-    where = f"127.0.0.1:{free_port()}"
+    where = f"127.0.0.1:{refused_port()}"
     env = {"http_proxy": f"user:{PROXY_SECRET}@{where}"}
     write_kernel(cdn.root, REPO, 1)
     raised, printed = import_in_child("flashhub.acme.tensor_tricks.v1", env=env)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import free_port
+from conftest import refused_port
 from flashhub_kernels.errors import TransportError
 from support.cdn_server import CdnServer, redirect
 from support.preloaded import run_code
@@ -175,6 +175,6 @@ def test_a_ca_bundle_without_the_cdns_ca_is_named_in_the_hint(
 def test_an_untrusted_mirror_after_one_that_refuses_connections_gets_the_certificate_hint(
     published: CdnServer,
 ) -> None:
-    mirrors = f"https://127.0.0.1:{free_port()},{published.url}"
+    mirrors = f"https://127.0.0.1:{refused_port()},{published.url}"
     hint = load_fails_in_child(mirrors, {})
     assert "REQUESTS_CA_BUNDLE" in hint and "check the network" not in hint
