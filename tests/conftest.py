@@ -326,11 +326,10 @@ PPROXY_SERVING = re.compile(r"Serving on \S+ 127\.0\.0\.1:(\d+) by ")
 
 def _serving_port(log: Path, process: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
     """The port pproxy says (in ``log``) it listens on; it is stopped, and the test fails
-    with its log, when it says it could not, ends, or says nothing in ``timeout``."""
+    with its log, when it ends or says nothing of the kind in ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
-        said = log.read_text(errors="replace")
-        if (serving := PPROXY_SERVING.search(said)) and "failed" not in said:
+        if serving := PPROXY_SERVING.search(log.read_text(errors="replace")):
             return int(serving.group(1))
         time.sleep(0.05)
     process.kill()
@@ -350,9 +349,8 @@ def start_proxy(tmp_path: Path) -> Iterator[StartProxy]:
     def start(scheme: str = "http", *, auth: str | None = None, pem: Path | None = None) -> Proxy:
         log = tmp_path / f"pproxy-{len(proxies)}.log"
         tls = "+ssl" if pem else ""
-        # Port 0: pproxy binds a free port and says which. A port found free before it
-        # starts may be taken meanwhile by a server of another worker, which would then
-        # answer in its place.
+        # Port 0: pproxy binds a free port and says which (one found free before it starts
+        # could be taken meanwhile, as refused_port says).
         listen = f"{scheme}{tls}://127.0.0.1:0" + (f"#{auth}" if auth else "")
         with open(log, "wb") as out:
             process = subprocess.Popen(
