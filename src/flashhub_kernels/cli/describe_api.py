@@ -5,6 +5,7 @@ is not there yet) or of a local kernel directory, without running any of it."""
 from __future__ import annotations
 
 import argparse
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 
 def kernel_or_path_arg(value: str) -> str:
     """A local kernel directory, or a repo id; a path that is no directory is refused."""
-    path = Path(value).expanduser()
+    # stat, not Path.is_dir(), which on Python 3.14 reads any OSError as "no directory".
     try:
-        if path.is_dir():
+        if stat.S_ISDIR(Path(value).expanduser().stat().st_mode):
             return value
-        exists = path.exists()
+        exists = True
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL
+        exists = False
     except OSError as exc:  # a name too long to look up (ENAMETOOLONG), a loop of links
         message = f"{value!r} is not a kernel directory: {exc.strerror}"
         raise argparse.ArgumentTypeError(message) from None
