@@ -581,6 +581,22 @@ def test_validate_layer_accepts_a_pure_layer(check_cls: type[nn.Module]) -> None
     validate_layer(GoodLayer, check_cls)
 
 
+def test_validate_layer_accepts_evaluated_annotations_once_read() -> None:
+    # No __future__ import: Python 3.14 keeps them in __annotate_func__, and once read in
+    # __annotations_cache__ (nn.Module's stay unread); earlier Pythons in __annotations__.
+    source = (
+        "import torch\nfrom torch import nn\n\n"
+        "class Layer(nn.Module):\n    weight: torch.Tensor\n\n"
+        "    def forward(self, y):\n        return y\n"
+    )
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<layer>", "exec", dont_inherit=True), namespace)
+    layer = namespace["Layer"]
+    assert isinstance(layer, type)
+    assert layer.__annotations__ == {"weight": torch.Tensor}
+    validate_layer(layer, SiluAndMul)
+
+
 @pytest.mark.parametrize(
     ("bad", "rule", "detail"),
     [

@@ -21,6 +21,13 @@ from ..errors import LayerValidationError
 PROTOCOL_MARKERS = frozenset({"has_backward", "can_torch_compile"})
 # What the layer class of a kernel function defines besides (see ``_func_module``).
 _FUNC_MODULE_MEMBERS = frozenset({"__deepcopy__"})
+# Where a class keeps its annotations, which a layer may declare. Python 3.14 keeps them
+# in __annotate_func__ and __annotations_cache__ once read, or, under ``from __future__
+# import annotations``, in __annotations__, which nn.Module (no future import) lacks.
+_ANNOTATION_MEMBERS = frozenset(
+    {"__annotations__", "__annotate__", "__annotate_func__", "__annotations_cache__"}
+)
+_ALLOWED_MEMBERS = PROTOCOL_MARKERS | _FUNC_MODULE_MEMBERS | _ANNOTATION_MEMBERS
 
 
 def _name(cls: object) -> str:
@@ -61,7 +68,7 @@ def _extra_members(layer: type[nn.Module]) -> list[str]:
     # them. dir(nn.Module) is read each time: torch.compile adds attributes to nn.Module.
     overrides = {name for name in own if not _is_dunder(name)} - {"forward"}
     added = set(dir(layer)) - set(dir(nn.Module))
-    return sorted((overrides | added) - PROTOCOL_MARKERS - _FUNC_MODULE_MEMBERS)
+    return sorted((overrides | added) - _ALLOWED_MEMBERS)
 
 
 def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
