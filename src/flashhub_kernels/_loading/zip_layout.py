@@ -79,9 +79,21 @@ def _forget_importers(archive: str) -> None:
 
 
 # What zipimport raises for an entry it cannot read: its header or its size is wrong
-# (ZipImportError, OSError), its data does not inflate (zlib.error), its source does not
-# decode as UTF-8 (zipimport ignores a declared encoding).
+# (ZipImportError, OSError), its data does not inflate (zlib.error); and a source that
+# does not decode in the encoding it declares (UnicodeDecodeError).
 _UNREADABLE = (zipimport.ZipImportError, OSError, UnicodeDecodeError, zlib.error)
+
+
+def _declared_source(importer: zipimport.zipimporter, fullname: str) -> str | None:
+    """zipimport's ``get_source``, decoded in the encoding the source declares, as Python
+    reads a source file (zipimport decodes it as UTF-8)."""
+    try:
+        return zipimport.zipimporter.get_source(importer, fullname)
+    except UnicodeDecodeError:
+        import importlib.util  # only for a source not in UTF-8
+
+        path = zipimport.zipimporter.get_filename(importer, fullname)
+        return importlib.util.decode_source(importer.get_data(path))
 
 
 class _SubmoduleImporter(zipimport.zipimporter):
@@ -101,7 +113,7 @@ class _SubmoduleImporter(zipimport.zipimporter):
         return self._reading(super().get_code, fullname)
 
     def get_source(self, fullname: str) -> str | None:
-        return self._reading(super().get_source, fullname)
+        return self._reading(lambda name: _declared_source(self, name), fullname)
 
     def _reading(self, read: Callable[..., _T], fullname: str, *args: object) -> _T:
         """``read(fullname, *args)``, which reads ``fullname``'s entry; a
@@ -152,7 +164,7 @@ class ArchiveLoader(importlib._abc.Loader):
 
     def get_source(self, fullname: str) -> str | None:
         try:
-            return self._zip.get_source(_INIT)
+            return _declared_source(self._zip, _INIT)
         except _UNREADABLE as exc:  # inspect and tracebacks take an ImportError for no source
             raise _broken(self.archive, f"is malformed ({exc})") from exc
 
