@@ -291,14 +291,16 @@ def test_a_ctrl_c_the_interactive_interpreter_caught_leaves_the_programs_thread_
     no Ctrl-C, so the program's thread still finishes its load."""
     big_kernel.inject(BIG_PATH, slowly(3))
     started = IN_A_THREAD_OF_ITS_OWN.replace("time.sleep(600)\n", UNTIL_BIG_BIN_IS_ON_ITS_WAY)
-    session = subprocess.run(
-        [sys.executable, "-i", "-c", started],
-        input="raise KeyboardInterrupt  # what Ctrl-C makes of a statement\nprint('on')\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert session.returncode == 0, session.stderr
+    typed = "raise KeyboardInterrupt  # what Ctrl-C makes of a statement\nprint('on')\n"
+
+    def session(code: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-i", "-c", code]
+        return subprocess.run(argv, input=typed, capture_output=True, text=True, timeout=120)
+
+    loading, plain = session(started), session("pass")
+    # The session ends as Python's own does: with 0, or, from Python 3.14, by SIGINT.
+    assert loading.returncode == plain.returncode, loading.stderr
+    assert "on" in loading.stdout.split(), loading.stdout  # the session went on
     assert (cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/big.bin").read_bytes() == BIG
 
 

@@ -51,7 +51,7 @@ from support.builder import RAN_DIR_VAR
 # left out too: they show nothing either, and in a child they cost 30 ms of CPU, copying
 # the server's pages they touch.
 _SERVER = r"""
-import atexit, builtins, gc, json, os, select, signal, sys, threading, types, weakref
+import atexit, builtins, gc, json, linecache, os, select, signal, sys, threading, types, weakref
 import torch
 import filelock, requests
 
@@ -77,12 +77,17 @@ def child(request):
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
     try:
-        exec(compile(request["code"], "<string>", "exec"), main.__dict__)
+        code = compile(request["code"], "<string>", "exec")
+        # What `python -c` does on Python 3.13 and later, whose tracebacks show the code's
+        # lines from this cache: it holds the server's own code under "<string>" too.
+        getattr(linecache, "_register_code", lambda *_: None)(code, request["code"], "<string>")
+        exec(code, main.__dict__)
     except SystemExit as exc:
         return exc.code
     except BaseException:
         kind, value, traceback = sys.exc_info()
-        sys.excepthook(kind, value, traceback.tb_next)
+        shown = traceback.tb_next  # from the code's frame on, as `python -c` shows it
+        sys.excepthook(kind, value.with_traceback(shown), shown)
         return 1
     return 0
 
