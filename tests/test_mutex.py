@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import os
 import stat
 import subprocess
 import sys
@@ -44,19 +45,18 @@ def lock_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def holder(lock_path: Path) -> Iterator[subprocess.Popen[str]]:
     """A child process that holds the lock until it reads a line (or is killed)."""
-    child = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(lock_path)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "held\n"
-        yield child
-    finally:
-        child.kill()
-        child.wait(10)
+    ) as child:  # its pipes closed and the child waited for on exit
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "held\n"
+            yield child
+        finally:
+            child.kill()
 
 
 def acquire_in_thread(path: Path) -> tuple[threading.Thread, threading.Event]:
@@ -194,18 +194,30 @@ def test_a_wait_past_the_timeout_is_a_cache_error(
     assert "FLASHHUB_LOCK_TIMEOUT" in str(info.value)
 
 
+def _flock_failing(monkeypatch: pytest.MonkeyPatch, error: int) -> None:
+    """Make flock() fail with ``error``, as on a mount that has no locks: none exists here."""
+
+    def no_locks(_fd: int, _operation: int) -> None:
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+
+
 def test_a_file_system_without_locks_is_a_cache_error_naming_the_cache_setting(
     lock_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # NFS without lockd answers flock() with ENOLCK; no such mount exists here, so the
-    # system call is made to fail the same way.
-    def no_locks(_fd: int, _operation: int) -> None:
-        raise OSError(errno.ENOLCK, "No locks available")
-
-    monkeypatch.setattr(fcntl, "flock", no_locks)
+    _flock_failing(monkeypatch, errno.ENOLCK)  # as NFS without lockd answers
     with pytest.raises(CacheError, match="does not support file locks") as info, locked(lock_path):
         pass
     assert "FLASHHUB_CACHE_DIR" in str(info.value)
+
+
+def test_a_file_system_without_flock_is_locked_with_a_file_of_filelocks_own(
+    lock_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _flock_failing(monkeypatch, errno.ENOSYS)
+    with pytest.warns(UserWarning, match="SoftFileLock"), locked(lock_path):
+        assert lock_path.exists()
 
 
 def test_a_lock_that_cannot_be_created_is_a_cache_error(tmp_path: Path) -> None:
