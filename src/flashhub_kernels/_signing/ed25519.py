@@ -8,7 +8,7 @@ flashhub_kernels, never imports it; a missing (or broken) one is a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 from ..errors import SignatureError
 
@@ -27,12 +27,24 @@ def _cryptography() -> Iterator[None]:
         ) from None
 
 
+# RFC 8032's first Ed25519 test vector: a public key and its signature of the empty message.
+_KNOWN_KEY = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+_KNOWN_SIGNATURE = bytes.fromhex(
+    "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155"
+    "5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+)
+
+
 def import_cryptography() -> None:
     """Import what :func:`verifies` needs of ``cryptography``, in the calling thread, where
-    it is installed; a missing one is reported when a signature is checked."""
-    with suppress(ImportError):
-        import cryptography.exceptions
+    it is installed, by checking a known signature: some versions (42) import their
+    OpenSSL backend when a key is first used. A missing one is reported when a signature
+    is checked."""
+    try:
         import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
+    except ImportError:
+        return
+    verifies(_KNOWN_KEY, _KNOWN_SIGNATURE, b"")
 
 
 def verifies(public_key: bytes, signature: bytes, message: bytes) -> bool:
