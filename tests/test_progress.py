@@ -61,6 +61,28 @@ def test_a_slow_download_shows_total_percentage_and_time_left(
     assert f"{REPO}@v1 {VARIANT}" in shown
 
 
+def test_a_load_that_drew_a_bar_leaves_no_thread_running(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not tqdm's monitor thread either, which would run for the life of the process: a
+    program that forks workers after a load would copy a process with a thread."""
+    publish_slow_blob(cdn, with_sizes=True)
+    screen = Terminal()
+    stderr_to(screen, monkeypatch)
+    before = set(threading.enumerate())
+    fk.get_kernel(REPO, version=1)
+    assert f"{REPO}@v1 {VARIANT}" in screen.getvalue()  # the bar was drawn
+
+    def started_by_the_load() -> set[threading.Thread]:
+        # Not the loopback CDN's, which serve the connections the session keeps alive.
+        started = set(threading.enumerate()) - before
+        return {thread for thread in started if "process_request_thread" not in thread.name}
+
+    for thread in started_by_the_load():
+        thread.join(5)  # the headers' watchdog ends half a second after the last request
+    assert {thread.name for thread in started_by_the_load()} == set()
+
+
 def test_a_download_that_stalls_from_its_first_byte_shows_its_bar_all_the_same(
     cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -49,9 +50,7 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
     if not (enabled and _on_a_terminal(sys.stderr)):
         yield NO_PROGRESS
         return
-    from tqdm.auto import tqdm
-
-    with tqdm(
+    with _bar_class()(
         desc=description,
         total=total,
         unit="B",
@@ -76,6 +75,18 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
             done.set()
             if drawn:
                 drawing.join()  # before the bar closes: one drawn after would stay on screen
+
+
+@functools.cache
+def _bar_class() -> type[Any]:
+    """``tqdm.auto``'s bar without tqdm's monitor thread, which would outlive the load (a
+    fork would then copy a process with a thread): :func:`_keep_drawn` draws the bar."""
+    from tqdm.auto import tqdm
+
+    class Bar(tqdm):  # type: ignore[type-arg]
+        monitor_interval = 0
+
+    return Bar
 
 
 def _keep_drawn(bar: Any, done: threading.Event) -> None:
