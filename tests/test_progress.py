@@ -79,7 +79,7 @@ def test_a_load_that_drew_a_bar_leaves_no_thread_running(
         return {thread for thread in started if "process_request_thread" not in thread.name}
 
     for thread in started_by_the_load():
-        thread.join(5)  # the headers' watchdog ends half a second after the last request
+        thread.join(5)  # the headers' watchdog ends as the run does, given a moment
     assert {thread.name for thread in started_by_the_load()} == set()
 
 

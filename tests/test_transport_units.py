@@ -368,3 +368,23 @@ def test_a_deadline_passing_while_its_request_connects_cuts_the_socket_once_it_h
         header_deadline._WATCHDOG.disarm(armed)
         ours.close()
         theirs.close()
+
+
+def test_the_deadlines_thread_ends_once_a_run_is_over_and_no_request_is_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Idle, it would wait for another request (a minute here): a run that is over ends
+    it, so that a program that forks next copies no thread of the load. A request still
+    in flight (another run's) keeps it on."""
+    monkeypatch.setattr(header_deadline, "_IDLE_SECONDS", 60.0)
+    watchdog = header_deadline._Watchdog()
+    armed = watchdog.arm(60, types.SimpleNamespace(sock=None))
+    thread = watchdog._thread
+    assert thread is not None
+    watchdog.end_when_idle()
+    assert thread.is_alive() and watchdog._thread is thread  # its request is in flight
+    watchdog.disarm(armed)
+    watchdog.end_when_idle()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert watchdog._thread is None

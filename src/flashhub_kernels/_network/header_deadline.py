@@ -36,6 +36,7 @@ from urllib3.util.timeout import Timeout
 from .._utils.threads import started
 
 _IDLE_SECONDS = 0.5  # how long the watchdog thread waits for another request before it ends
+_ENDING_SECONDS = 0.1  # how long a run that is over waits for the thread to end
 _RECHECK_SECONDS = 0.1  # how soon a request past its deadline, still connecting, is looked at again
 
 _T = TypeVar("_T")
@@ -67,8 +68,9 @@ class _Armed:
 
 class _Watchdog:
     """The thread that expires the deadlines that pass, earliest first. It runs while
-    requests are in flight, and ends once none has been for ``_IDLE_SECONDS``: a program
-    that waits for its threads to end (or counts them) is not kept waiting."""
+    requests are in flight, and ends once none has been for ``_IDLE_SECONDS``, or at once
+    when a run of downloads is over (:meth:`end_when_idle`): a program that waits for its
+    threads to end, counts them, or forks, finds none of the load's."""
 
     def __init__(self) -> None:
         self._reset()
@@ -79,6 +81,7 @@ class _Watchdog:
         self._order = itertools.count()  # ties are broken by arrival, never by _Armed
         self._in_flight = 0  # armed, neither disarmed nor expired
         self._thread: threading.Thread | None = None
+        self._ending = False  # end_when_idle() asked the thread to end once idle
 
     def arm(self, seconds: float, conn: Any) -> _Armed:
         armed = _Armed(conn)
@@ -109,14 +112,29 @@ class _Watchdog:
                     self._due = [entry for entry in self._due if not entry[2].done]
                     heapq.heapify(self._due)
 
+    def end_when_idle(self) -> None:
+        """End the thread now unless a request is in flight, and give it a moment to end.
+        (Another run's request that comes first keeps it on: no run waits for another's.)"""
+        with self._changed:
+            thread = self._thread
+            if thread is None or self._in_flight:
+                return
+            self._ending = True
+            self._changed.notify()
+        thread.join(_ENDING_SECONDS)
+
+    def _goes_on(self) -> bool:
+        """Whether the thread has a request to watch (its lock held): one in flight, or one
+        armed within ``_IDLE_SECONDS``, unless :meth:`end_when_idle` asked it to end."""
+        if not self._in_flight:
+            self._due.clear()  # disarmed, all of them
+            if not self._ending:
+                self._changed.wait(_IDLE_SECONDS)
+        return bool(self._in_flight)
+
     def _run(self) -> None:
         with self._changed:
-            # Until no request has been in flight for _IDLE_SECONDS (a wait cut short by a
-            # notify looks again).
-            while self._in_flight or self._changed.wait(_IDLE_SECONDS) or self._in_flight:
-                if not self._in_flight:
-                    self._due.clear()  # disarmed, all of them
-                    continue
+            while self._goes_on():
                 while self._due[0][2].done:
                     heapq.heappop(self._due)
                 if (wait := self._due[0][0] - time.monotonic()) > 0:
@@ -128,12 +146,17 @@ class _Watchdog:
                     else:  # cut it once it has a socket (its connect is bounded meanwhile)
                         again = time.monotonic() + _RECHECK_SECONDS
                         heapq.heappush(self._due, (again, order, armed))
-            self._thread = None
+            self._thread, self._ending = None, False
 
 
 _WATCHDOG = _Watchdog()
 if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, maybe a held lock
     os.register_at_fork(after_in_child=_WATCHDOG._reset)
+
+
+def end_watchdog_when_idle() -> None:
+    """End the watchdog's thread now unless a request is in flight: a run is over."""
+    _WATCHDOG.end_when_idle()
 
 
 class _HeadersInTime(HTTPConnectionPool):
