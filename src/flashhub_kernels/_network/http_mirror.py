@@ -47,7 +47,6 @@ from .._models.names import is_digits
 from .._utils.logs import logger
 from .._utils.urls import redact_text, redact_url
 from .hashing import CHUNK_SIZE, HashingWriter
-from .header_deadline import end_watchdog_when_idle
 from .mirrors import (
     AccessDenied,
     Mirror,
@@ -196,7 +195,6 @@ class HttpMirror(Mirror):
 
     def close(self) -> None:
         self._session.close()  # shared: closing it twice is harmless
-        end_watchdog_when_idle()
 
     def size(self, relpath: str) -> int | None:
         if not self._answers_head:

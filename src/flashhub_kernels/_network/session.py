@@ -55,7 +55,7 @@ from .._utils.urls import (
     split_url,
 )
 from ..errors import TransportError
-from .header_deadline import with_header_deadline
+from .header_deadline import end_watchdog_when_idle, with_header_deadline
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
@@ -196,6 +196,7 @@ class PoolPerOrigin(requests.adapters.HTTPAdapter):
     def close(self) -> None:
         self._pools.clear()
         super().close()
+        end_watchdog_when_idle()  # this session's requests are over
 
 
 def _split_origin(url: str) -> tuple[str, str]:
