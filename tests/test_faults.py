@@ -34,6 +34,7 @@ from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, T
 from support.cdn_server import (
     CdnServer,
     capped_range,
+    chunked,
     compression_bomb,
     delayed,
     drop_after,
@@ -176,6 +177,49 @@ def test_tampered_byte_is_refetched_once(blob_kernel: CdnServer) -> None:
     blob_kernel.inject(BLOB_PATH, tampered(12345))
     assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
     assert len(blob_kernel.gets("blob.bin")) == 2
+
+
+def test_a_different_fault_on_every_file_at_once_is_ridden_out(
+    blob_kernel: CdnServer, cache_dir: Path
+) -> None:
+    # Each fault alone has its test above; here they meet in one load, on one session
+    # and its pool: the documents' retries beside the files' resumes and restarts.
+    build = f"kernels/{REPO}/v1/build/{VARIANT}"
+    faults = {
+        f"kernels/{REPO}/v1/variants.json": [status(503), chunked()],
+        f"{build}/metadata.json": [status(429, retry_after=0), drop_after(40)],
+        BLOB_PATH: [
+            tampered(9),
+            drop_every(700_000),
+            wrong_range(),
+            drop_after(300_000),
+            capped_range(500_000),
+            drop_every(1_000_000),
+        ],
+        f"{build}/tensor_tricks/__init__.py": [chunked(cut_after=30), status(500)],
+        f"{build}/tensor_tricks/helpers.py": [unannounced_long_body()],
+        f"{build}/tensor_tricks/_ops.py": [
+            redirect(f"/{build}/tensor_tricks/_ops.py"),
+            long_body(),
+        ],
+    }
+    for path, queued in faults.items():
+        blob_kernel.inject(path, *queued)
+    k = fk.get_kernel(REPO, version=1)
+    assert cached_blob(k) == BLOB
+    assert k.some_function(1) == 2
+    assert not any(blob_kernel.faults.values()), "every fault was met"
+    assert ranges(blob_kernel, "blob.bin") == [
+        None,  # tampered: discarded, and the file asked for once more
+        None,
+        "bytes=700000-",  # answered from byte 0: started over
+        None,
+        "bytes=300000-",  # a capped part, kept
+        "bytes=800000-",
+        "bytes=1800000-",
+    ]
+    version_dir = cache_dir / "kernels" / REPO / "v1"
+    assert sorted(p.name for p in version_dir.iterdir() if "staging" in p.name) == []
 
 
 def test_dead_and_failing_mirrors_fail_over(blob_kernel: CdnServer, tmp_path: Path) -> None:
