@@ -12,6 +12,7 @@ CPU-only machine too.
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import os
 from pathlib import Path
@@ -49,12 +50,16 @@ PAYLOAD = sorted(f"{V1}/build/{CU124}/{path}" for path in kernel_files(PY_PKG, "
 # One interpreter imports the cold path's modules, then forks the processes, which load
 # the kernel (as the machine its second argument names, in JSON: install_kernel's
 # arguments) once all are forked: each reads one byte of a pipe, and all the bytes are
-# written at once.
+# written at once. A third argument, an errno, makes every flock() fail with it.
 LOAD_AT_ONCE = f"""
-import json, os, sys, traceback
+import fcntl, json, os, sys, traceback
 import flashhub_kernels as fk
 import flashhub_kernels._network.download  # imported once, for every process forked below
 machine = json.loads(sys.argv[2])
+if len(sys.argv) > 3:
+    def no_flock(fd, operation, error=int(sys.argv[3])):
+        raise OSError(error, os.strerror(error))
+    fcntl.flock = no_flock
 gate, release = os.pipe()
 children = []
 for _ in range(int(sys.argv[1])):
@@ -101,11 +106,19 @@ def with_latency(cdn: CdnServer, variants: list[str] | None = None) -> None:
         cdn.inject(f"kernels/{REPO}/v1/build/{variant}/metadata.json", delayed(0.3))
 
 
-def load_at_once(processes: int = PROCESSES, machine: dict[str, str] | None = None) -> list[str]:
+def load_at_once(
+    processes: int = PROCESSES,
+    machine: dict[str, str] | None = None,
+    *,
+    flock_error: int | None = None,
+) -> list[str]:
     """Run :data:`LOAD_AT_ONCE` in ``processes`` processes released together, as
-    ``machine`` (default ``GPU_NODE``; ``{}``: this one); the variant each loaded."""
+    ``machine`` (default ``GPU_NODE``; ``{}``: this one), on a file system whose
+    ``flock()`` fails with ``flock_error``, if given; the variant each loaded."""
     machine = GPU_NODE if machine is None else machine
-    args = str(processes), json.dumps(machine)
+    args = [str(processes), json.dumps(machine)]
+    if flock_error is not None:
+        args.append(str(flock_error))
     result = run_code(LOAD_AT_ONCE, *args, env=dict(os.environ), timeout=180)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
@@ -129,6 +142,17 @@ def test_processes_choosing_by_device_fetch_each_url_once(
     assert fetched_more_than_once(cdn) == {}
     # The build passed over and the one taken were read to choose; the payload fetched.
     assert {*CHOOSING, *PAYLOAD, f"/kernels/{REPO}/versions.json"} <= set(cdn.gets())
+
+
+def test_processes_on_a_file_system_without_flock_fetch_each_url_once(cdn: CdnServer) -> None:
+    # Lustre mounted without flock answers ENOSYS. filelock then locks with a file of its
+    # own, which must exclude the other processes as flock does: before filelock 4.1 a
+    # process that found the file removed it, took the mutex too, and every process
+    # fetched every file.
+    publish(cdn.root, listed=True)
+    with_latency(cdn)
+    assert load_at_once(flock_error=errno.ENOSYS) == [CU124] * PROCESSES
+    assert fetched_more_than_once(cdn) == {}
 
 
 def test_processes_continuing_a_partly_downloaded_variant_fetch_each_url_once(

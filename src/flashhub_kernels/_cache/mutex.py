@@ -7,13 +7,13 @@ cache, a name kept so that clients of every version exclude each other.
 While one process downloads an entry (or fetches a version's ``variants.json``), the
 others wait, then find the work done. ``filelock`` uses ``flock`` where the file system
 supports it, so the kernel frees the mutex of a process that dies, and falls back to a
-file of its own where ``flock`` is missing (``ENOSYS``); where the file system refuses
-locks (``ENOLCK``: NFS without lockd) a load fails with a :class:`CacheError`. Each
-:func:`hold` opens the mutex anew, so two threads of one process exclude each other as
-well.
+file of its own where ``flock`` is missing (``ENOSYS``: Lustre mounted without
+``flock``), saying so with a warning; where the file system refuses locks (``ENOLCK``:
+NFS without lockd) a load fails with a :class:`CacheError`. Each :func:`hold` opens the
+mutex anew, so two threads of one process exclude each other as well.
 
 Only the cold path takes a mutex: a warm load trusts a committed entry's receipt and
-never imports ``filelock`` (which imports ``asyncio``).
+never imports ``filelock``.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def mutex_mode(cache: Cache) -> int:
 
 
 def _file_lock(path: Path, mode: int) -> FileLock:
-    from filelock import FileLock  # imports asyncio: the cold path pays, once
+    from filelock import FileLock
 
     if path.is_symlink():  # filelock refuses it too, with a bare ELOOP
         raise _mutex_error(path, OSError(errno.ELOOP, "the mutex file is a symlink"))
