@@ -845,23 +845,45 @@ def test_a_file_announced_past_flashhub_max_file_bytes_is_refused_before_its_bod
     assert not list(cache_dir.glob(f"kernels/acme/tensor-tricks/v1/.partial-*/{BLOB_DIGEST.hex()}"))
 
 
-@pytest.mark.parametrize("blob", ["over the cap", "a device without end"])
 def test_a_file_mirror_is_bounded_by_flashhub_max_file_bytes(
-    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, blob: str
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "mirror"
     files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
-    variant_dir = write_variant(root, REPO, 1, VARIANT, files)
-    if blob == "a device without end":
-        (variant_dir / "tensor_tricks/blob.bin").unlink()
-        (variant_dir / "tensor_tricks/blob.bin").symlink_to("/dev/zero")
+    write_variant(root, REPO, 1, VARIANT, files)
     monkeypatch.setenv("FLASHHUB_CDN_URL", root.as_uri())
     monkeypatch.setenv("FLASHHUB_MAX_FILE_BYTES", str(1 << 20))
-    start = time.monotonic()
     with pytest.raises(TransportError, match="FLASHHUB_MAX_FILE_BYTES"):
         fk.get_kernel(REPO, version=1)
-    assert time.monotonic() - start < DOES_NOT_HANG
     assert max(p.stat().st_size for p in cache_files(cache_dir)) <= 1 << 20
+
+
+@pytest.mark.parametrize("what", ["a pipe", "a device", "a directory"])
+@pytest.mark.parametrize("where", ["metadata.json", "tensor_tricks/blob.bin"])
+def test_a_file_mirror_serves_files_only_and_never_waits_on_a_pipe(
+    tmp_path: Path, cache_dir: Path, what: str, where: str
+) -> None:
+    # Whoever can write the mirror's tree plants one: opening a pipe would wait for a
+    # writer forever, and a device (/dev/zero) never ends. A child, so that a load that
+    # waits on the pipe fails the test instead of hanging the suite.
+    root = tmp_path / "mirror"
+    files = {**kernel_files("tensor_tricks", "blob"), "tensor_tricks/blob.bin": BLOB}
+    planted = write_variant(root, REPO, 1, VARIANT, files) / where
+    planted.unlink()
+    if what == "a pipe":
+        os.mkfifo(planted)
+    elif what == "a device":
+        planted.symlink_to("/dev/zero")
+    else:
+        planted.mkdir()
+    (root / f"kernels/{REPO}/v1/variants.json").write_text(f'["{VARIANT}"]')
+    env = {**os.environ, "FLASHHUB_CDN_URL": root.as_uri()}
+    load = f"import flashhub_kernels as fk; fk.get_kernel({REPO!r}, version=1)"
+    result = run_code(load, env=env, timeout=DOES_NOT_HANG)
+    assert result.returncode == 1
+    assert f"TransportError: could not fetch '{REPO}/v1/build/{VARIANT}/{where}'" in result.stderr
+    assert f"{what}, not a file: a CDN tree holds files only" in result.stderr
+    assert not list(cache_dir.glob(f"kernels/{REPO}/v1/{VARIANT}"))
 
 
 # -- bounded transfers: a size the manifest states (the fetcher, given each file's size) ------
