@@ -858,8 +858,15 @@ def test_a_file_mirror_is_bounded_by_flashhub_max_file_bytes(
     assert max(p.stat().st_size for p in cache_files(cache_dir)) <= 1 << 20
 
 
-@pytest.mark.parametrize("what", ["a pipe", "a device", "a directory"])
-@pytest.mark.parametrize("where", ["metadata.json", "tensor_tricks/blob.bin"])
+@pytest.mark.parametrize(
+    ("what", "where"),
+    [
+        ("a pipe", "metadata.json"),
+        ("a pipe", "tensor_tricks/blob.bin"),
+        ("a device", "tensor_tricks/blob.bin"),
+        ("a directory", "metadata.json"),
+    ],
+)
 def test_a_file_mirror_serves_files_only_and_never_waits_on_a_pipe(
     tmp_path: Path, cache_dir: Path, what: str, where: str
 ) -> None:
