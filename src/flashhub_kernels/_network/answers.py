@@ -8,6 +8,7 @@ from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError
 from .hashing import INTEGRITY_HINT
 from .mirrors import (
     AccessDenied,
+    FileMirror,
     Mirror,
     MirrorFailed,
     OverCap,
@@ -23,6 +24,7 @@ class Answers:
         self.relpath = relpath
         self._lines: list[str] = []
         self._proxied = self._capped = self._bad_bytes = self._denied = False
+        self._on_disk = True  # every mirror that failed is a file:// tree
         self._refused: list[IntegrityError] = []  # documents that did not parse, or were stale
         self._netrc_problems: list[str] = []
         self._credential_hints: list[str] = []  # where each refusing mirror takes them from
@@ -32,6 +34,7 @@ class Answers:
         via = f" (through the proxy {mirror.via})" if mirror.via else ""
         self._proxied = self._proxied or bool(mirror.via) or isinstance(exc, ProxyFailed)
         self._capped = self._capped or isinstance(exc, OverCap)
+        self._on_disk = self._on_disk and isinstance(mirror, FileMirror)
         if isinstance(exc, AccessDenied):
             self._denied = True
             if (hint := exc.hint or CREDENTIALS_HINT) not in self._credential_hints:
@@ -92,6 +95,8 @@ class Answers:
             return "; ".join([*self._credential_hints, *self._netrc_problems])
         if self._certificate_hints:
             return "; ".join(self._certificate_hints)
+        if self._on_disk:
+            return FILE_MIRROR_HINT
         return _network_hint(proxied=self._proxied)
 
 
@@ -100,6 +105,13 @@ MALFORMED_HINT = (
     "a mirror that answers every path with a web page is a captive portal or a login "
     "page in the way: log in, or drop that mirror from FLASHHUB_CDN_URL; otherwise the "
     "CDN serves a broken document: report it to the kernel's publisher"
+)
+
+# When each mirror failed and all are file:// trees: nothing of the network is at fault.
+FILE_MIRROR_HINT = (
+    "check the file:// trees FLASHHUB_CDN_URL names: a tree holds the files `flashhub "
+    "publish` wrote, readable, and nothing else; or set FLASHHUB_OFFLINE=1 to use only "
+    "what is cached"
 )
 
 # Where requests takes a mirror's credentials from (the URL's win).
