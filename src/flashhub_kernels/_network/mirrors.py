@@ -197,7 +197,7 @@ def _open_regular(path: Path, buffering: int = -1) -> BinaryIO:
     """``path`` opened for reading, if it is a regular file (or a symlink to one).
 
     A CDN tree holds nothing else. A pipe would make ``open`` wait for a writer, forever,
-    and a device (``/dev/zero``) never ends: both are refused at once.
+    and a device (``/dev/zero``) never ends: they are refused at once, as is a directory.
 
     Raises:
         OSError: it cannot be opened, or is not a regular file (``EINVAL``).
