@@ -335,7 +335,9 @@ def test_free_threaded_python_takes_no_native_build_unless_it_declares_so() -> N
 
 def test_a_machine_from_the_build_it_loads() -> None:
     system = system_from_variant(CUDA_BUILD, cuda_capability="9.0")
-    assert system == SystemInfo((2, 13), True, "cuda", "cu126", "x86_64", "linux", (9, 0))
+    assert system == SystemInfo(
+        (2, 13), True, "cuda", "cu126", "x86_64", "linux", (9, 0), backend_version=(12, 6)
+    )
     assert describe_system(system) == (
         "torch 2.13 (cxx11), cu126, x86_64-linux, CUDA capability 9.0"
     )
@@ -389,32 +391,50 @@ def fake_torch(**version: str) -> SimpleNamespace:
 
 
 def test_cuda_rocm_and_cpu_builds_of_torch_are_detected() -> None:
-    assert _variants._detect_backend(fake_torch(cuda="12.6")) == ("cuda", "cu126")
-    assert _variants._detect_backend(fake_torch(hip="6.3.42131-fa1d09cbd")) == ("rocm", "rocm63")
-    assert _variants._detect_backend(fake_torch()) == ("cpu", "cpu")
+    assert _variants._detect_backend(fake_torch(cuda="12.6")) == ("cuda", "cu126", (12, 6))
+    hip = fake_torch(hip="6.3.42131-fa1d09cbd")
+    assert _variants._detect_backend(hip) == ("rocm", "rocm63", (6, 3))
+    assert _variants._detect_backend(fake_torch()) == ("cpu", "cpu", None)
+
+
+def test_a_rocm_minor_past_9_is_compared_as_a_minor() -> None:
+    """ROCm 7.10 packs as rocm710, which reads as 71.0: the version is kept as detected."""
+    detected = _variants._detect_backend(fake_torch(hip="7.10.25001-abc"))
+    assert detected == ("rocm", "rocm710", (7, 10))
+    system = SystemInfo((2, 10), True, "rocm", "rocm710", "x86_64", "linux")
+    system = system._replace(backend_version=(7, 10))
+    published = ["torch-universal", "torch210-cxx11-rocm71-x86_64-linux"]
+    published.append("torch-2.10-cxx11-rocm-7.11-cpython-3.9-abi3-x86_64-linux")
+    assert judged(published, system, {})[0] == "+ torch210-cxx11-rocm71-x86_64-linux"
+    assert judged(published, system, {})[-1].startswith(
+        "- torch-2.10-cxx11-rocm-7.11-cpython-3.9-abi3-x86_64-linux: built for ROCm 7.11, "
+        "this torch has ROCm 7.10"
+    )
 
 
 def test_tpu_and_neuron_come_before_the_torch_build_they_load_into() -> None:
     tpu = fake_torch(cuda="12.6")
     tpu.backends.tpu = SimpleNamespace()  # what torch_tpu sets when torch loads it
-    assert _variants._detect_backend(tpu) == ("tpu", "tpu")
+    assert _variants._detect_backend(tpu) == ("tpu", "tpu", None)
     neuron = fake_torch(cuda="12.6")
     neuron.neuron = SimpleNamespace()
-    assert _variants._detect_backend(neuron) == ("neuron", "neuron")
+    assert _variants._detect_backend(neuron) == ("neuron", "neuron", None)
 
 
 def test_an_ascend_npu_is_detected_with_its_cann_version(monkeypatch: pytest.MonkeyPatch) -> None:
     npu = fake_torch()
     npu._C._get_privateuse1_backend_name = lambda: "npu"
-    assert _variants._detect_backend(npu) == ("npu", "cann")  # torch_npu cannot say
+    assert _variants._detect_backend(npu) == ("npu", "cann", None)  # torch_npu cannot say
     collect_env = ModuleType("torch_npu.utils.collect_env")
     collect_env.get_cann_version = lambda: "8.1.RC1"  # type: ignore[attr-defined]
     for name in ("torch_npu", "torch_npu.utils"):
         monkeypatch.setitem(sys.modules, name, ModuleType(name))
     monkeypatch.setitem(sys.modules, "torch_npu.utils.collect_env", collect_env)
-    assert _variants._detect_backend(npu) == ("npu", "cann81")
+    assert _variants._detect_backend(npu) == ("npu", "cann81", (8, 1))
+    collect_env.get_cann_version = lambda: "8.10.RC1"  # type: ignore[attr-defined]
+    assert _variants._detect_backend(npu) == ("npu", "cann810", (8, 10))
     npu._C._get_privateuse1_backend_name = lambda: "privateuseone"
-    assert _variants._detect_backend(npu) == ("cpu", "cpu")
+    assert _variants._detect_backend(npu) == ("cpu", "cpu", None)
 
 
 def test_tvm_ffi_is_looked_for_and_imported_only_when_installed(
@@ -433,13 +453,14 @@ def test_tvm_ffi_is_looked_for_and_imported_only_when_installed(
         sys.modules.pop("tvm_ffi", None)
 
 
-def test_free_threading_is_the_build_flag_from_python_3_13_to_3_14(
+def test_free_threading_is_the_build_flag_from_python_3_13(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """From 3.13 on, 3.15 included: a free-threaded 3.15 loads abi3t builds, not abi3 ones."""
     import sysconfig
 
     monkeypatch.setattr(sysconfig, "get_config_var", lambda name: 1)
-    assert _variants._free_threaded() is ((3, 13) <= sys.version_info < (3, 15))
+    assert _variants._free_threaded() is (sys.version_info >= (3, 13))
     monkeypatch.setattr(sysconfig, "get_config_var", lambda name: None)
     assert _variants._free_threaded() is False
 

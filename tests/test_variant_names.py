@@ -69,6 +69,7 @@ CUDA = SystemInfo((2, 12), True, "cuda", "cu128", "x86_64", "linux", python=(3, 
             {"tier": "sdk", "backend_tag": "cu128", "torch": None},
         ),
         ("mlx-metal", {"tier": "noarch", "framework": "mlx", "backend": "metal"}),
+        ("mlx-universal", {"tier": "universal", "framework": "mlx", "backend": None}),
         ("torch-gpu", {"tier": "noarch", "backend": "gpu"}),  # parsed; fits no system
         ("torch213-cxx11-cu126-x86_64-linux", {"python": (3, 9), "python_abi": "abi3"}),
     ],
@@ -147,6 +148,53 @@ def test_a_cpu_system_judges_and_orders_as_kernels_0_19_does(monkeypatch) -> Non
     assert "torch >= 2.14" in reasons[published[13]]
     assert "MLX" in reasons["mlx-cpu"] and "pip install mlx" in reasons["mlx-cpu"]
     assert "CPython 3.15 or later (abi3t)" in reasons[published[15]]
+
+
+def test_mlx_universal_loads_wherever_mlx_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("flashhub_kernels._variants.compat.mlx_installed", lambda: True)
+    assert _judged(["torch-cuda", "mlx-universal"], CPU)[0] == ("mlx-universal", None)
+    monkeypatch.setattr("flashhub_kernels._variants.compat.mlx_installed", lambda: False)
+    ((_, reason),) = _judged(["mlx-universal"], CPU)
+    assert reason is not None and "pip install mlx" in reason
+
+
+def test_a_cxx_abi_tag_loads_on_linux_only() -> None:
+    """Off Linux torch has no C++ ABI to match (kernels 0.19 reads none there): a tagged
+    name is passed over for an untagged one or torch-universal."""
+    mac = SystemInfo((2, 10), True, "metal", "metal", "aarch64", "darwin", macos=(26, 0))
+    tagged, untagged = "torch210-cxx11-metal-aarch64-darwin", "torch210-metal-aarch64-darwin"
+    assert _judged([tagged, "torch-universal", untagged], mac) == [
+        (untagged, None),
+        ("torch-universal", None),
+        (tagged, "tagged with the cxx11 C++ ABI, which only Linux builds carry"),
+    ]
+    windows = SystemInfo((2, 10), False, "cpu", "cpu", "x86_64", "windows")
+    assert _judged(["torch210-cxx98-cpu-x86_64-windows"], windows)[0][1] == (
+        "tagged with the cxx98 C++ ABI, which only Linux builds carry"
+    )
+
+
+def test_a_macos_version_without_a_minor_counts_as_its_dot_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``platform.mac_ver()`` may say ``26``: that is macOS 26.0, which runs Metal builds."""
+    import platform
+
+    import torch
+
+    from flashhub_kernels._variants.system import detect_system
+
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(platform, "mac_ver", lambda: ("26", ("", "", ""), "arm64"))
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CUDA build of torch runs no Metal
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    system = detect_system.__wrapped__()
+    assert (system.os, system.macos, system.backend) == ("darwin", (26, 0), "metal")
+    assert _judged(
+        ["torch-metal", "torch210-metal-aarch64-darwin"], system._replace(torch=(2, 10))
+    )[0] == ("torch210-metal-aarch64-darwin", None)
 
 
 def test_a_cuda_system_judges_and_orders_as_kernels_0_19_does() -> None:

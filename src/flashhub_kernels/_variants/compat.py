@@ -4,7 +4,7 @@ A variant's name says most of its fit (:func:`check_compatible`) and its rank
 (:func:`preference_key`); its ``metadata.json`` says the rest (:class:`BuildTarget`)
 where it matters (:func:`needs_target`): the device archs a build for this CUDA or ROCm
 system lists (:mod:`.archs` judges them, asked only of a build that lists some), and on
-a free-threaded Python before 3.15 whether an abi3 build declares ``"free-threaded":
+a free-threaded Python whether an abi3 build declares ``"free-threaded":
 true``. A build that does not fit is passed over for the next in preference order.
 
 A warm load picks among the variants a cache's index records (:func:`pick_cached_variant`)
@@ -15,7 +15,7 @@ system (:func:`pick_by_name`), without importing this module.
 from __future__ import annotations
 
 from .._models.record import Record
-from .grammar import PYTHON_ABIS, as_variant, tag_version
+from .grammar import PYTHON_ABIS, as_variant
 from .system import METAL_MIN_MACOS, mlx_installed
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
@@ -82,6 +82,8 @@ def _check_framework(variant: Variant, system: SystemInfo) -> str | None:
         return f"needs torch >= {want[0]}.{want[1]} (stable ABI), found {have[0]}.{have[1]}"
     if variant.tier == "exact" and want != have:
         return f"built for torch {want[0]}.{want[1]}, found {have[0]}.{have[1]}"
+    if variant.abi is not None and system.abi is None:
+        return f"tagged with the {variant.abi} C++ ABI, which only Linux builds carry"
     if variant.abi is not None and variant.abi != system.abi:
         return f"built with the {variant.abi} C++ ABI, this torch uses {system.abi}"
     return None
@@ -96,7 +98,7 @@ def _check_tvm_ffi(built: tuple[int, int], have: tuple[int, int] | None) -> str 
 
 
 def _check_backend_version(variant: Variant, system: SystemInfo) -> str | None:
-    built, have = variant.backend_version, tag_version(system.backend_tag)
+    built, have = variant.backend_version, system.runtime_version
     if variant.backend in ("cuda", "rocm") and built and have:
         if built[0] != have[0] or built[1] > have[1]:
             name = "CUDA" if variant.backend == "cuda" else "ROCm"

@@ -184,8 +184,8 @@ def parse_variant(name: str) -> Variant:
     noarch = parts[0] in ("torch", "mlx") and len(parts) > 1 and not parts[1][:1].isdigit()
     if noarch and parts[1] != "stable":
         backend = "-".join(parts[1:])
-        if backend == "universal" and parts[0] == "torch":
-            return Variant._make(name, "universal", framework="torch")
+        if backend == "universal":  # torch-universal, or mlx-universal with MLX installed
+            return Variant._make(name, "universal", framework=parts[0])
         if not _is_word(backend):
             raise _not_a_name(name, f"{backend!r} is no backend such as 'cuda'")
         return Variant._make(name, "noarch", framework=parts[0], backend=_torch_backend(backend))

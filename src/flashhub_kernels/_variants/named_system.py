@@ -44,6 +44,7 @@ def system_from_variant(
         variant.os,
         macos=METAL_MIN_MACOS if variant.backend == "metal" else None,
         python=max(variant.python, (sys.version_info.major, sys.version_info.minor)),
+        backend_version=variant.backend_version,
     )
     return with_device_named(system, cuda_capability=cuda_capability, rocm_arch=rocm_arch)
 

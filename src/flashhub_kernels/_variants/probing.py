@@ -3,8 +3,6 @@ load, best first, to probe a version that publishes no ``variants.json`` for the
 
 from __future__ import annotations
 
-from .grammar import tag_version
-
 UNIVERSAL = "torch-universal"  # a pure-Python build, for every system
 
 TYPE_CHECKING = False
@@ -23,7 +21,7 @@ def candidate_names(system: SystemInfo) -> list[str]:
     major, minor = system.torch
     tags = [system.backend_tag]
     if system.backend == "cuda":
-        cuda_major, cuda_minor = tag_version(system.backend_tag) or (0, 0)
+        cuda_major, cuda_minor = system.runtime_version or (0, 0)
         tags = [f"cu{cuda_major}{m}" for m in range(cuda_minor, -1, -1)]
     platform_tail = f"{system.arch}-{system.os}"
     for torch_minor in range(minor, 8, -1) if major == 2 else [minor]:

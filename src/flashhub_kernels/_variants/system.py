@@ -12,6 +12,7 @@ from functools import cache
 
 from .._models.names import is_digits
 from .._models.record import Record
+from .grammar import backend_tag, tag_version
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
@@ -24,11 +25,14 @@ class SystemInfo(Record):
 
     Attributes:
         torch, cxx11_abi, backend, backend_tag, arch, os: as in variant names.
+        backend_version: the backend's ``(major, minor)``, ``(7, 10)`` for ROCm 7.10,
+            where ``backend_tag`` cannot say it (``rocm710`` packs 7.10 and 71.0 alike);
+            ``None``: read from ``backend_tag`` (see :attr:`runtime_version`).
         cuda_capability: the CUDA device's compute capability, ``(9, 0)``; ``None`` when
             unknown (then a build's CUDA archs are not checked).
         rocm_arch: the ROCm device's gfx target (``"gfx942"``), likewise.
-        free_threaded: a free-threaded Python before 3.15, which loads no native build
-            unless the build declares it (see :mod:`~flashhub_kernels._variants.choice`).
+        free_threaded: a free-threaded Python, which loads no abi3 build unless the build
+            declares it (see :mod:`~flashhub_kernels._variants.choice`).
         python: ``(major, minor)`` of CPython, which a build's name may ask a minimum of.
         tvm_ffi: ``(major, minor)`` of the installed tvm-ffi; ``None`` without one.
         macos: ``(major, minor)`` of macOS on a Mac; ``None`` elsewhere or unknown.
@@ -50,6 +54,7 @@ class SystemInfo(Record):
     macos: tuple[int, int] | None = None
     probe_device: bool = False
     python: tuple[int, int] = (sys.version_info.major, sys.version_info.minor)
+    backend_version: tuple[int, int] | None = None
 
     @property
     def key(self) -> str:
@@ -58,8 +63,17 @@ class SystemInfo(Record):
         return repr(self)
 
     @property
-    def abi(self) -> str:
+    def abi(self) -> str | None:
+        """The C++ ABI tag of this torch's builds: only Linux builds carry one."""
+        if self.os != "linux":
+            return None
         return "cxx11" if self.cxx11_abi else "cxx98"
+
+    @property
+    def runtime_version(self) -> tuple[int, int] | None:
+        """The backend's ``(major, minor)`` (CUDA 12.8: ``(12, 8)``); ``None`` for a backend
+        without versions (CPU, Metal)."""
+        return self.backend_version or tag_version(self.backend_tag)
 
     @property
     def knows_device(self) -> bool:
@@ -104,9 +118,12 @@ def _normalize_arch(machine: str) -> str:
     return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
-def _major_minor(version: str) -> tuple[int, int] | None:
-    """``"2.13.0+cpu"`` -> ``(2, 13)``, ``"8.1.RC1"`` -> ``(8, 1)``; ``None`` if unparsable."""
+def _major_minor(version: str, *, minor_optional: bool = False) -> tuple[int, int] | None:
+    """``"2.13.0+cpu"`` -> ``(2, 13)``, ``"8.1.RC1"`` -> ``(8, 1)``; ``None`` if unparsable.
+    With ``minor_optional``, ``"26"`` is ``(26, 0)`` (macOS reports a ``.0`` release so)."""
     parts = version.split(".")[:2]
+    if minor_optional and len(parts) == 1:
+        parts.append("0")
     if len(parts) == 2 and all(is_digits(part) for part in parts):
         return int(parts[0]), int(parts[1])
     return None
@@ -126,14 +143,17 @@ def detect_system() -> SystemInfo:
     version = _major_minor(torch.__version__)  # "2.13.0+cpu", "2.14.0a0+git1234"
     if version is None:
         raise RuntimeError(f"cannot parse the torch version {torch.__version__!r}")
-    backend, tag = _detect_backend(torch)
+    backend, tag, backend_version = _detect_backend(torch)
     os_name = platform.system().lower()  # "linux", "darwin", "windows"; as kernels asks it
-    mac = _major_minor(platform.mac_ver()[0]) if os_name == "darwin" else None
+    mac = None
+    if os_name == "darwin":
+        mac = _major_minor(platform.mac_ver()[0], minor_optional=True)
     return SystemInfo(
         torch=version,
         cxx11_abi=bool(torch.compiled_with_cxx11_abi()),
         backend=backend,
         backend_tag=tag,
+        backend_version=backend_version,
         arch=_normalize_arch(platform.machine()),
         os=os_name,
         free_threaded=_free_threaded(),
@@ -143,52 +163,59 @@ def detect_system() -> SystemInfo:
     )
 
 
-def _detect_backend(torch: ModuleType) -> tuple[str, str]:
-    """The backend and its variant tag (``("cuda", "cu126")``) that ``torch`` runs.
+def _detect_backend(torch: ModuleType) -> tuple[str, str, tuple[int, int] | None]:
+    """The backend that ``torch`` runs, its variant tag and its version:
+    ``("cuda", "cu126", (12, 6))``.
 
     TPU and Neuron come first: their extensions (``torch.backends.tpu``, ``torch.neuron``)
     load into a torch built for another backend, CUDA's say.
     """
     if hasattr(torch.backends, "tpu"):
-        return "tpu", "tpu"
+        return "tpu", "tpu", None
     if hasattr(torch, "neuron"):
-        return "neuron", "neuron"
+        return "neuron", "neuron", None
     if torch.version.cuda:
-        cuda_major, cuda_minor = torch.version.cuda.split(".")[:2]
-        return "cuda", f"cu{cuda_major}{cuda_minor}"
+        return _versioned("cuda", _major_minor(torch.version.cuda))
     if rocm := getattr(torch.version, "rocm", None) or getattr(torch.version, "hip", None):
-        rocm_major, rocm_minor = str(rocm).split("-")[0].split(".")[:2]  # "7.14.0-abc"
-        return "rocm", f"rocm{rocm_major}{rocm_minor}"
+        return _versioned("rocm", _major_minor(str(rocm).split("-")[0]))  # "7.14.0-abc"
     if torch.backends.mps.is_available():
-        return "metal", "metal"
+        return "metal", "metal", None
     if getattr(torch.version, "xpu", None):  # "20250101": oneAPI 2025.1, as builds name it
         digits = "".join(c for c in str(torch.version.xpu) if c.isascii() and c.isdigit())
-        return "xpu", "xpu" + digits[:4] + digits[5:6]
+        return "xpu", "xpu" + digits[:4] + digits[5:6], None
     privateuse = getattr(torch._C, "_get_privateuse1_backend_name", None)
     if privateuse is not None and privateuse() == "npu":  # torch_npu is imported
-        return "npu", _cann_tag()
-    return "cpu", "cpu"
+        return _versioned("npu", _cann_version())
+    return "cpu", "cpu", None
 
 
-def _cann_tag() -> str:
-    """``cann81`` for CANN 8.1, as torch_npu reports it; ``cann`` when it does not."""
+def _versioned(
+    backend: str, version: tuple[int, int] | None
+) -> tuple[str, str, tuple[int, int] | None]:
+    """A versioned backend, its tag (``cu126``; a bare ``cann`` when the version is unknown)
+    and its version."""
+    if version is None:
+        return backend, "cann" if backend == "npu" else backend, None
+    return backend, backend_tag(backend, version), version
+
+
+def _cann_version() -> tuple[int, int] | None:
+    """CANN's version as torch_npu reports it; ``None`` when it does not."""
     try:
         from torch_npu.utils.collect_env import (  # type: ignore[import-not-found]
             get_cann_version,
         )
 
-        version = _major_minor(str(get_cann_version()))
+        return _major_minor(str(get_cann_version()))
     except Exception:  # an old or broken torch_npu: the noarch torch-npu still fits
-        version = None
-    return f"cann{version[0]}{version[1]}" if version else "cann"
+        return None
 
 
 def _free_threaded() -> bool:
-    """A free-threaded build of Python before 3.15 (``python3.13t``): its ABI loads none
-    of the native libraries torch kernels are built as, whether or not the GIL has been
-    switched back on at run time. A GIL that is off (``sys._is_gil_enabled()``) says so too."""
-    if sys.version_info >= (3, 15):
-        return False
+    """A free-threaded build of Python (``python3.13t``): it loads no abi3 library, the ABI
+    torch kernels are built for, whether or not the GIL has been switched back on at run
+    time (only abi3t ones, from 3.15). A GIL that is off (``sys._is_gil_enabled()``) says
+    so too."""
     gil_enabled = getattr(sys, "_is_gil_enabled", None)
     if gil_enabled is not None and not gil_enabled():
         return True
