@@ -102,6 +102,15 @@ class NoCompile(nn.Module):
         return x[..., : x.shape[-1] // 2]
 
 
+class WithExtraRepr(nn.Module):
+    def extra_repr(self) -> str:
+        return "the kernel layer's"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS.append(TAG)
+        return x[..., : x.shape[-1] // 2]
+
+
 class Half(nn.Module):
     """No side effect, which torch.compile would guard: compiled code runs it as traced."""
 
@@ -603,7 +612,6 @@ def test_validate_layer_accepts_evaluated_annotations_once_read() -> None:
         (OwnInit, "no own __init__", "defines __init__"),
         (ClassAttribute, "no extra members", "defines eps besides forward"),
         (ExtraMethod, "no extra members", "defines helper besides forward"),
-        (OverridesModuleMethod, "no extra members", "defines extra_repr besides forward"),
         (MoreArguments, "same forward arity", "takes 3 parameters"),
         (KeywordOnly, "same forward parameter kinds", "'x' is keyword-only"),
         (NotAModule, "subclass of torch.nn.Module", "not a torch.nn.Module subclass"),
@@ -617,6 +625,20 @@ def test_validate_layer_rejects_each_bad_shape(bad: object, rule: str, detail: s
     assert isinstance(info.value, LayerValidationError)
     assert info.value.rule == rule
     assert (getattr(bad, "__qualname__", "") or "len") in str(info.value)
+
+
+def test_a_layer_overriding_a_module_member_is_accepted_and_only_its_forward_runs(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    """As Hugging Face kernels accepts it: only ``forward`` is bound to the module."""
+    validate_layer(OverridesModuleMethod, HubSiluAndMul)
+    repo = local_layers(tmp_path, "r", layer_name="WithExtraRepr")
+    model = nn.Sequential(HubSiluAndMul())
+    with use_kernel_mapping(cpu_mapping(repo)):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    torch.testing.assert_close(model(x), x[..., : x.shape[-1] // 2])
+    assert calls(repo) == ["r"]
+    assert "the kernel layer's" not in repr(model)
 
 
 def test_a_bad_kernel_layer_is_rejected_before_it_runs(tmp_path: Path, x: torch.Tensor) -> None:

@@ -2,9 +2,10 @@
 
 A kernel layer's ``forward`` runs with the original module as ``self``, so the layer may
 not rely on anything the original module lacks: no constructor of its own, no members
-besides ``forward`` and the protocol markers (annotations that document the attributes it
-reads are fine), and a ``forward`` that takes its arguments the same way as the one it
-replaces.
+that ``nn.Module`` lacks besides the protocol markers (annotations that document the
+attributes it reads are fine), and a ``forward`` that takes its arguments the same way as
+the one it replaces. Overrides of ``nn.Module``'s own members (``extra_repr``) are allowed,
+as Hugging Face kernels allows them: only ``forward`` is ever bound, so they never run.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from ..errors import LayerValidationError
 #: (default ``True``; ``False`` keeps it out of training) and ``can_torch_compile``
 #: (default ``False``; ``True`` lets it run under ``torch.compile``).
 PROTOCOL_MARKERS = frozenset({"has_backward", "can_torch_compile"})
-# What the layer class of a kernel function defines besides (see ``_func_module``).
-_FUNC_MODULE_MEMBERS = frozenset({"__deepcopy__"})
+# What the layer class of a kernel function may define besides (see ``_func_module``).
+_FUNC_MODULE_MEMBERS = frozenset({"__copy__", "__deepcopy__"})
 # Where a class keeps its annotations, which a layer may declare. Python 3.14 keeps them
 # in __annotate_func__ and __annotations_cache__ once read, or, under ``from __future__
 # import annotations``, in __annotations__, which nn.Module (no future import) lacks.
@@ -54,21 +55,10 @@ def as_layer_class(cls: object) -> type[nn.Module]:
     )
 
 
-def _is_dunder(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__")
-
-
 def _extra_members(layer: type[nn.Module]) -> list[str]:
-    """Members of ``layer`` besides ``forward`` and the markers that ``nn.Module`` lacks."""
-    own = {
-        name for klass in layer.__mro__ if klass not in nn.Module.__mro__ for name in vars(klass)
-    }
-    # Own non-dunder names catch overrides of nn.Module methods too (train, _apply, ...);
-    # dunders such as __module__ come with every class and only count when nn.Module lacks
-    # them. dir(nn.Module) is read each time: torch.compile adds attributes to nn.Module.
-    overrides = {name for name in own if not _is_dunder(name)} - {"forward"}
-    added = set(dir(layer)) - set(dir(nn.Module))
-    return sorted((overrides | added) - _ALLOWED_MEMBERS)
+    """Members of ``layer`` that ``nn.Module`` lacks, besides the allowed ones."""
+    # dir(nn.Module) is read each time: torch.compile adds attributes to nn.Module.
+    return sorted(set(dir(layer)) - set(dir(nn.Module)) - _ALLOWED_MEMBERS)
 
 
 def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
@@ -79,10 +69,11 @@ def validate_layer(cls: object, check_cls: type[nn.Module]) -> None:
 
     - ``subclass of torch.nn.Module``;
     - ``no own __init__``: the layer holds no state; it uses the original module's;
-    - ``no extra members``: no members besides ``forward``: no helpers, no class
-      attributes (annotations are allowed), no overrides of ``nn.Module`` methods. The
-      markers ``has_backward`` and ``can_torch_compile`` are allowed, and
-      ``__deepcopy__``, which the layer class of a kernel function defines;
+    - ``no extra members``: no members that ``nn.Module`` lacks: no helpers, no class
+      attributes (annotations are allowed). The markers ``has_backward`` and
+      ``can_torch_compile`` are allowed, and ``__copy__`` and ``__deepcopy__``, which the
+      layer class of a kernel function may define. Overrides of ``nn.Module``'s own
+      members are allowed and never run (only ``forward`` is bound);
     - ``same forward arity`` and ``same forward parameter kinds`` as ``check_cls.forward``
       (positional, keyword-only, ``*args``, ...; names may differ).
 
