@@ -31,7 +31,7 @@ from flashhub_kernels._variants.device_arch import with_device
 from flashhub_kernels._variants.grammar import VariantNameError
 from flashhub_kernels._variants.named_system import system_from_variant, with_device_named
 from flashhub_kernels._variants.probing import candidate_names
-from flashhub_kernels._variants.system import SystemInfo
+from flashhub_kernels._variants.system import SystemInfo, with_backend
 from flashhub_kernels._variants.verdicts import (
     VariantAccepted,
     best_variant,
@@ -410,6 +410,17 @@ def test_a_rocm_minor_past_9_is_compared_as_a_minor() -> None:
         "- torch-2.10-cxx11-rocm-7.11-cpython-3.9-abi3-x86_64-linux: built for ROCm 7.11, "
         "this torch has ROCm 7.10"
     )
+
+
+def test_a_gpu_machine_forced_to_cpu_loads_cpu_builds() -> None:
+    """``backend="cpu"`` leaves no trace of the GPU backend's version to compare against."""
+    system = SystemInfo((2, 13), True, "cuda", "cu128", "x86_64", "linux", backend_version=(12, 8))
+    cpu = with_backend(system, "cpu")
+    published = [
+        "torch213-cxx11-cu128-x86_64-linux",
+        "torch-2.13-cpu-cpython-3.9-abi3-x86_64-linux",
+    ]
+    assert judged(published, cpu, {})[0] == f"+ {published[1]}"
 
 
 def test_tpu_and_neuron_come_before_the_torch_build_they_load_into() -> None:

@@ -110,7 +110,7 @@ def with_backend(system: SystemInfo, backend: str | None) -> SystemInfo:
             hint=f"load the kernel without the backend (or with 'cpu'), or run a "
             f"{backend} build of torch",
         )
-    return system._replace(backend="cpu", backend_tag="cpu")
+    return system._replace(backend="cpu", backend_tag="cpu", backend_version=None)
 
 
 def _normalize_arch(machine: str) -> str:
