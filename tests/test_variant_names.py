@@ -21,7 +21,7 @@ from flashhub_kernels._publish import publish
 from flashhub_kernels._variants.grammar import VariantNameError, as_variant, parse_variant
 from flashhub_kernels._variants.named_system import system_from_variant
 from flashhub_kernels._variants.system import SystemInfo
-from flashhub_kernels._variants.verdicts import VariantAccepted, judge_variants
+from flashhub_kernels._variants.verdicts import VariantAccepted, describe_system, judge_variants
 from support.builds import REPO, make_kernel
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
@@ -169,6 +169,7 @@ def test_a_cxx_abi_tag_loads_on_linux_only() -> None:
         (tagged, "tagged with the cxx11 C++ ABI, which only Linux builds carry"),
     ]
     windows = SystemInfo((2, 10), False, "cpu", "cpu", "x86_64", "windows")
+    assert describe_system(windows) == "torch 2.10, cpu, x86_64-windows"  # no ABI to name
     assert _judged(["torch210-cxx98-cpu-x86_64-windows"], windows)[0][1] == (
         "tagged with the cxx98 C++ ABI, which only Linux builds carry"
     )

@@ -145,7 +145,8 @@ def describe_system(system: SystemInfo) -> str:
     elif system.backend == "rocm" and system.rocm_arch is not None:
         device = f", {system.rocm_arch}"
     python = ", free-threaded Python" if system.free_threaded else ""
+    abi = f" ({system.abi})" if system.abi else ""
     return (
-        f"torch {system.torch[0]}.{system.torch[1]} ({system.abi}), {system.backend_tag}, "
+        f"torch {system.torch[0]}.{system.torch[1]}{abi}, {system.backend_tag}, "
         f"{system.arch}-{system.os}{device}{python}"
     )
