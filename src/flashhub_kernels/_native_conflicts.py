@@ -1,13 +1,16 @@
-"""Two kernels' native libraries that may be one: whether they conflict, and the guard.
+"""Two kernels' native libraries that may be one: shared when they are, refused when they
+conflict.
 
 A library meets another kernel's, at another path, when both have the same size and
 digest, or the same file name (a build names its library after its namespace,
 ``_<py_pkg>_<backend>_<hash>.so``). Only then are ``torch.ops.load_library`` and the
-loader of extension modules wrapped, so that loading either file while the other is
-loaded (however it was loaded) raises
-:class:`~flashhub_kernels.errors.NativeLibraryConflictError`, naming both kernels. An
-``_ops.py`` that skips ``load_library`` when its namespace is registered never calls it,
-and shares the library loaded first.
+loader of extension modules wrapped. torch aborts the process when a second copy of a
+library registers its op namespace again; the dynamic loader, asked for a path it holds,
+runs nothing twice. So loading either file while the other is loaded (however it was
+loaded) loads the one already in the process when the bytes are the same: both kernels
+run on one copy, as Hugging Face kernels hands a build loaded twice its first module.
+Another build that registers the same namespace raises
+:class:`~flashhub_kernels.errors.NativeLibraryConflictError`, naming both kernels.
 
 Digests are read from the entries' manifests (or, for a local directory, hashed) only
 when two sizes match.
@@ -19,6 +22,7 @@ import importlib.machinery
 import os
 from pathlib import Path
 
+from ._utils.logs import logger
 from .errors import NativeLibraryConflictError
 
 TYPE_CHECKING = False
@@ -81,10 +85,10 @@ def _namespace(library: Library) -> str:
 
 
 def _install_hook() -> None:
-    """Refuse (once installed) a library that would abort: wrap ``torch.ops.load_library``,
-    and the loader of extension modules, through which an ``_ops.py`` that imports its
-    library (``from . import <namespace>``, as Hugging Face's kernel builder writes it)
-    loads it."""
+    """Share or refuse (once installed) a library that would abort: wrap
+    ``torch.ops.load_library``, and the loader of extension modules, through which an
+    ``_ops.py`` that imports its library (``from . import <namespace>``, as Hugging Face's
+    kernel builder writes it) loads it."""
     import torch
 
     original: Callable[[str], None] = torch.ops.load_library
@@ -92,8 +96,7 @@ def _install_hook() -> None:
         return
 
     def load_library(path: str) -> None:
-        _refuse(path, torch.ops.loaded_libraries)
-        original(path)
+        original(_path_to_load(path, torch.ops.loaded_libraries))
 
     load_library.__doc__ = original.__doc__
     load_library._flashhub_refuses_conflicts = True  # type: ignore[attr-defined]
@@ -106,20 +109,32 @@ def _install_hook() -> None:
         self: importlib.machinery.ExtensionFileLoader, spec: importlib.machinery.ModuleSpec
     ) -> ModuleType:
         if spec.origin is not None:
-            _refuse(spec.origin, torch.ops.loaded_libraries)
+            path = _path_to_load(spec.origin, torch.ops.loaded_libraries)
+            if path != spec.origin:  # the module is made anew from the copy loaded first
+                spec = importlib.machinery.ModuleSpec(spec.name, self, origin=path)
         return create_module(self, spec)
 
     create_extension.__doc__ = create_module.__doc__
     extension_loader.create_module = create_extension  # type: ignore[method-assign]
 
 
-def _refuse(path: str, loaded_libraries: set[str]) -> None:
-    """Raise if loading ``path`` would register a namespace that another kernel's library
-    registered from another path."""
+def _path_to_load(path: str, loaded_libraries: set[str]) -> str:
+    """The file to load for ``path``: another kernel's copy of the same bytes when one is
+    loaded, else ``path``. Raises if ``path`` would register a namespace that another
+    build registered from another path."""
     for library, other, same_bytes in _meetings.get(os.path.realpath(path), ()):
         loaded = os.path.realpath(other.path) in loaded_libraries or _in_process(other.path)
-        if loaded and (same_bytes or _registered(_namespace(library))):
-            raise _conflict(library, other, same_bytes)
+        if loaded and same_bytes:
+            logger.info(
+                "%s runs on the native library %s of %s, the same build",
+                library.module,
+                other.path,
+                other.module,
+            )
+            return other.path
+        if loaded and _registered(_namespace(library)):
+            raise _conflict(library, other)
+    return path
 
 
 def _in_process(path: str) -> bool:
@@ -145,30 +160,13 @@ def _registered(namespace: str) -> bool:
     return any(name.startswith(prefix) for name in torch._C._dispatch_get_all_op_names())
 
 
-def _conflict(library: Library, other: Library, same_bytes: bool) -> NativeLibraryConflictError:
-    if same_bytes:
-        what = (
-            f"it is the same build as {other.path}, which {other.module} loaded, and torch "
-            "aborts the process when a second copy registers the library's op namespace"
-        )
-        hint = (
-            f"use {other.module}, which runs the same code, instead of loading both; or "
-            "republish one of them built with an op namespace of its own; an _ops.py that "
-            "loads its library only when its namespace is not registered yet shares the "
-            "loaded copy (see the kernel requirements)"
-        )
-    else:
-        what = (
-            f"{other.module} loaded another build that registers the same op namespace "
-            f"{_namespace(library)} (from {other.path}), and torch aborts the process when "
-            "one namespace is registered twice"
-        )
-        hint = (
-            "load one of the two; to load both, rebuild one with a namespace unique to the "
-            "build (_<py_pkg>_<backend>_<hash of its sources>) and publish it as a new version"
-        )
+def _conflict(library: Library, other: Library) -> NativeLibraryConflictError:
     return NativeLibraryConflictError(
-        f"{library.module} cannot load its native library {library.path}: {what}",
-        hint=hint,
+        f"{library.module} cannot load its native library {library.path}: {other.module} "
+        f"loaded another build that registers the same op namespace {_namespace(library)} "
+        f"(from {other.path}), and torch aborts the process when one namespace is "
+        "registered twice",
+        hint="load one of the two; to load both, rebuild one with a namespace unique to the "
+        "build (_<py_pkg>_<backend>_<hash of its sources>) and publish it as a new version",
         name=library.module,
     )

@@ -167,9 +167,9 @@ class OfflineError(KernelImportError, ValueError):
 
 class NativeLibraryConflictError(KernelImportError):
     """A kernel's native library would register an op namespace that a library another
-    kernel loaded from another path registered already: the same build loaded twice, or
-    another build that kept its namespace. torch aborts the process when that library is
-    loaded, so the loader refuses it instead.
+    kernel loaded from another path registered already: another build that kept its
+    namespace. torch aborts the process when that library is loaded, so the loader
+    refuses it instead. (The same build at a second path runs on the copy loaded first.)
     """
 
 
@@ -278,8 +278,9 @@ class NewerVersionWarning(UserWarning):
 class SharedNativeLibraryWarning(UserWarning):
     """:func:`~flashhub_kernels._publish.publish` was given a build whose native library
     is that of another published version of the kernel (the same bytes, or the same file
-    name and so, by the naming rule, the same op namespace). The two versions cannot be
-    loaded side by side in one process; the second load raises
+    name and so, by the naming rule, the same op namespace). Loaded side by side in one
+    process, two versions of the same bytes run on one copy of it; another build of the
+    namespace cannot be loaded beside the first: it raises
     :class:`NativeLibraryConflictError`.
     """
 

@@ -49,19 +49,24 @@ class SharedNativeLibrary(Record):
 
     def describe(self, repo_id: str, version: int) -> str:
         """The warning, for version ``version`` of ``repo_id``."""
+        rebuild = (
+            "rebuild with a namespace unique to the build, "
+            "_<py_pkg>_<backend>_<hash of its sources>"
+        )
         if self.same_bytes:
-            what = f"is byte-identical to v{self.version}'s {self.other_file}"
-        else:
-            namespace = self.file.rpartition("/")[2].partition(".")[0]
-            what = (
-                f"is another build of v{self.version}'s {self.other_file}: by its file name "
-                f"both register the op namespace {namespace}"
+            return (
+                f"{repo_id} v{version}: {self.file} is byte-identical to v{self.version}'s "
+                f"{self.other_file}: loaded side by side in one process, both versions run "
+                "on the one copy loaded first, with the same native ops; if this version "
+                f"was meant to change them, {rebuild}"
             )
+        namespace = self.file.rpartition("/")[2].partition(".")[0]
         return (
-            f"{repo_id} v{version}: {self.file} {what}. Two versions that share one native "
-            f"op namespace cannot be loaded side by side in one process (loading v{version} "
-            f"beside v{self.version} raises NativeLibraryConflictError); rebuild with a "
-            "namespace unique to the build, _<py_pkg>_<backend>_<hash of its sources>"
+            f"{repo_id} v{version}: {self.file} is another build of v{self.version}'s "
+            f"{self.other_file}: by its file name both register the op namespace "
+            f"{namespace}, so the two versions cannot be loaded side by side in one process "
+            f"(loading v{version} beside v{self.version} raises NativeLibraryConflictError); "
+            f"{rebuild}"
         )
 
 
