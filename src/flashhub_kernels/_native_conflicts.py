@@ -92,14 +92,14 @@ def _install_hook() -> None:
     import torch
 
     original: Callable[[str], None] = torch.ops.load_library
-    if getattr(original, "_flashhub_refuses_conflicts", False):
+    if getattr(original, "_flashhub_shares_or_refuses", False):
         return
 
     def load_library(path: str) -> None:
         original(_path_to_load(path, torch.ops.loaded_libraries))
 
     load_library.__doc__ = original.__doc__
-    load_library._flashhub_refuses_conflicts = True  # type: ignore[attr-defined]
+    load_library._flashhub_shares_or_refuses = True  # type: ignore[attr-defined]
     torch.ops.load_library = load_library  # type: ignore[method-assign]
 
     extension_loader = importlib.machinery.ExtensionFileLoader
