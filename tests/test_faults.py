@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -293,6 +294,33 @@ def test_malformed_references_raise_value_error_before_any_request(
         fk.get_kernel(repo_id, version=version)
     with pytest.raises(ValueError):
         fk.has_kernel(repo_id, version=version)
+    assert cdn.requests == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"repo_id": 123, "version": 1},
+        {"repo_id": Path("acme/x"), "version": 1},
+        {"repo_id": "acme/x", "version": "1"},
+        {"repo_id": "acme/x", "version": 1.0},
+        {"repo_id": "acme/x", "version": True},
+        {"repo_id": "acme/x", "revision": 1},
+    ],
+    ids=["int repo id", "path repo id", "str version", "float version", "bool", "int revision"],
+)
+def test_an_argument_of_the_wrong_type_is_a_type_error_and_a_value_error(
+    cdn: CdnServer, arguments: dict[str, object]
+) -> None:
+    """Code written for Hugging Face kernels catches a ``TypeError``; for 0.1.2, a
+    ``ValueError``: both catch it, before any request, and it pickles whole."""
+    for load in (fk.get_kernel, fk.has_kernel):
+        with pytest.raises(TypeError) as info:
+            load(**arguments)  # type: ignore[arg-type]
+        error = info.value
+        assert isinstance(error, ValueError) and isinstance(error, fk.errors.ArgumentTypeError)
+        assert "must be" in str(error)
+        assert str(pickle.loads(pickle.dumps(error))) == str(error)
     assert cdn.requests == []
 
 

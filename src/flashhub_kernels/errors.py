@@ -49,6 +49,12 @@ class FlashhubError(Exception):
         return new, (type(self),), {**state, "args": args}
 
 
+class ArgumentTypeError(FlashhubError, TypeError, ValueError):
+    """An argument of the wrong type: a repo id that is no ``str``, a version that is no
+    ``int``, a revision that is no ``str``. A ``TypeError``, as Hugging Face kernels
+    raises, and a ``ValueError``, as the 0.1.2 release raised for a bad version."""
+
+
 class KernelImportError(FlashhubError, ImportError):
     """A kernel could not be imported. Base of the errors a kernel import raises."""
 

@@ -40,7 +40,11 @@ if TYPE_CHECKING:
 
 def parse_revision(revision: str) -> int:
     """``"v3"`` or ``"3"`` -> ``3``. Branch names are not revisions on a static CDN."""
-    text = revision.strip() if isinstance(revision, str) else ""
+    if not isinstance(revision, str):
+        from ..errors import ArgumentTypeError  # only for a wrong type: not on every load
+
+        raise ArgumentTypeError(f"revision must be a str such as 'v1', got {revision!r}")
+    text = revision.strip()
     digits = text[1:] if text.startswith("v") else text
     number = positive_number(digits)
     if number is None and is_digits(digits) and not digits.startswith("0"):

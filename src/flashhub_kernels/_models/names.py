@@ -61,9 +61,12 @@ def _check_segment(segment: str, what: str, repo_id: str) -> None:
 
 
 def check_version(version: object) -> int:
-    """Return ``version`` if it is an ``int`` from 1 to :data:`MAX_VERSION`; else ValueError."""
+    """Return ``version`` if it is an ``int`` from 1 to :data:`MAX_VERSION`; else a
+    ``ValueError`` (an :class:`~flashhub_kernels.errors.ArgumentTypeError` for no ``int``)."""
     if isinstance(version, bool) or not isinstance(version, int):
-        raise ValueError(f"version must be an int >= 1, got {version!r}")
+        from ..errors import ArgumentTypeError  # only for a wrong type: the hook imports this
+
+        raise ArgumentTypeError(f"version must be an int >= 1, got {version!r}")
     if version < 1:
         raise ValueError(f"version must be >= 1, got {version}; versions are numbered from 1")
     if version > MAX_VERSION:
@@ -153,7 +156,9 @@ def check_backend(backend: str) -> str:
 def parse_repo_id(repo_id: str) -> tuple[str, str]:
     """Split and validate ``"<org>/<pkg>"``; raise ``ValueError`` with an example if bad."""
     if not isinstance(repo_id, str):
-        raise ValueError(f"repo id must be a string like 'org/pkg', got {repo_id!r}")
+        from ..errors import ArgumentTypeError  # only for a wrong type: the hook imports this
+
+        raise ArgumentTypeError(f"repo id must be a string like 'org/pkg', got {repo_id!r}")
     parts = repo_id.split("/")
     if len(parts) != 2:
         raise ValueError(
