@@ -25,9 +25,9 @@ class SystemInfo(Record):
 
     Attributes:
         torch, cxx11_abi, backend, backend_tag, arch, os: as in variant names.
-        backend_version: the backend's ``(major, minor)``, ``(7, 10)`` for ROCm 7.10,
-            where ``backend_tag`` cannot say it (``rocm710`` packs 7.10 and 71.0 alike);
-            ``None``: read from ``backend_tag`` (see :attr:`runtime_version`).
+        backend_version: the backend's ``(major, minor)`` as detected: ``(7, 10)`` for
+            ROCm 7.10, which ``backend_tag`` cannot tell from 71.0 (``rocm710``); ``None``:
+            read from ``backend_tag`` (see :attr:`runtime_version`).
         cuda_capability: the CUDA device's compute capability, ``(9, 0)``; ``None`` when
             unknown (then a build's CUDA archs are not checked).
         rocm_arch: the ROCm device's gfx target (``"gfx942"``), likewise.
