@@ -1,11 +1,10 @@
 """Repo ids, versions and module names. Pure functions, no I/O.
 
-A kernel is addressed by a repo id ``<org>/<pkg>`` and a version ``N >= 1``. In Python
-it lives at ``flashhub.<org>.<pkg>.v<N>``, where the two name segments are the CDN
-names with ``-`` turned into ``_``. Going back from a module name is ambiguous
-(``tensor_tricks`` may be ``tensor-tricks`` or ``tensor_tricks`` on the CDN), so
-:func:`cdn_name_candidates` lists both, dashed form first.
-"""
+A kernel is addressed by a repo id ``<org>/<pkg>`` and a version ``N >= 1``. In Python it
+lives at ``flashhub.<org>.<pkg>.v<N>``, where the two name segments are the CDN names with
+``-`` turned into ``_``. Going back from a module name is ambiguous (``tensor_tricks`` may
+be ``tensor-tricks`` or ``tensor_tricks`` on the CDN), so :func:`cdn_name_candidates`
+lists both, dashed form first."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ def _check_segment(segment: str, what: str, repo_id: str) -> None:
 
 
 def check_version(version: object) -> int:
-    """Return ``version`` if it is an ``int`` from 1 to :data:`MAX_VERSION`; else a
-    ``ValueError`` (an :class:`~flashhub_kernels.errors.ArgumentTypeError` for no ``int``)."""
+    """``version`` if an ``int`` from 1 to :data:`MAX_VERSION`; else a ``ValueError``."""
     if isinstance(version, bool) or not isinstance(version, int):
         from ..errors import ArgumentTypeError  # only for a wrong type: the hook imports this
 
@@ -77,9 +75,8 @@ def check_version(version: object) -> int:
 class RepoInfo(Record):
     """One version of one kernel repository on the CDN: ``repo_id`` at ``version``.
 
-    Construction validates both, so a ``RepoInfo`` is always safe to turn into URLs,
-    cache paths and module names. Immutable, hashable, and ordered by
-    ``(repo_id, version)``.
+    Construction validates both, so a ``RepoInfo`` is always safe to turn into URLs, cache
+    paths and module names. Immutable, hashable, and ordered by ``(repo_id, version)``.
     """
 
     repo_id: str
