@@ -64,14 +64,16 @@ def test_no_suggestion_when_none_compatible(cdn: CdnServer) -> None:
 
 def test_suggestion_path_swallows_errors(cdn: CdnServer) -> None:
     """CDN failures while looking for a version to suggest must not escape: the
-    no-variant error stands, without a suggestion."""
+    no-variant error stands, without a suggestion. (A refusal fails at once, without the
+    retries and their backoff that a 5xx gets: test_faults.py covers those.)"""
     _publish(cdn, {3: False, 4: True})
-    cdn.inject(f"/kernels/{ACTIVATION}/versions.json", *[status(500)] * 20)
+    cdn.inject(f"/kernels/{ACTIVATION}/versions.json", *[status(403)] * 20)
     assert SUGGESTS not in _no_variant()
 
     cdn.faults.clear()
-    cdn.inject(f"/kernels/{ACTIVATION}/v4/variants.json", *[status(500)] * 20)
+    cdn.inject(f"/kernels/{ACTIVATION}/v4/variants.json", *[status(403)] * 20)
     assert SUGGESTS not in _no_variant()
+    assert cdn.gets("/v4/variants.json")  # the suggestion path asked, and was refused
 
 
 def test_offline_empty_cache_no_suggestion(cdn: CdnServer, monkeypatch: pytest.MonkeyPatch) -> None:
