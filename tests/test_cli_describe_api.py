@@ -190,6 +190,7 @@ def test_describe_api_reads_the_source_and_runs_none_of_it(
     assert not marker.exists()
     assert kernel_modules() == []
     assert (document["repo_id"], document["version"], document["variant"]) == (REPO, 1, UNIVERSAL)
+    assert document["revision"] == "v1"  # as Hugging Face's command names it
     assert document["functions"] == EXPECTED_FUNCTIONS
     assert document["layers"] == EXPECTED_LAYERS
     # It read the verified cache entry the cold path wrote: offline, the same answer.

@@ -13,8 +13,9 @@ original; what differs:
 - ``flashhub`` takes ``--version`` alone: a ``--revision`` is a usage error (status 2,
   HF's ``SystemExit``) before any request.
 - A local directory (``test_info_local*``) lists each variant under its ``build``
-  directory, judged against this machine, with the same ``metadata`` fields; HF's
-  ``backends`` are the variants' ``backend`` types.
+  directory, judged against this machine, with the same ``metadata`` fields. HF's
+  top-level ``variant`` and ``backends`` are there too; the builder's fields are each
+  variant's. As HF's command, it exits 1 when no variant fits this machine.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from flashhub_kernels._variants.grammar import parse_variant
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub, ok_json
 from support.hf_kernels import RELU, RELU_INIT, package, publish_relu, this_machine, write_hf_kernel
@@ -55,6 +57,10 @@ def test_info_hub_json(hub: CdnServer) -> None:
     info = ok_json(flashhub("info", ACTIVATION, "--version", "1", "--json"))
     assert info["repo_id"] == ACTIVATION
     assert info["version"] == 1
+    # Hugging Face's keys for the build: the variant chosen, the revision, the backends.
+    assert (info["variant"], info["revision"]) == (info["chosen"], "v1")
+    built_for = {parse_variant(variant).backend for variant in [*this_machine(), "torch-cuda"]}
+    assert info["variant"] in this_machine() and info["backends"] == sorted(built_for)
     metadata = [variant["metadata"] for variant in info["variants"]]
     assert {fields["name"] for fields in metadata} == {"activation"}
     assert {fields["version"] for fields in metadata} == {1}
@@ -62,11 +68,25 @@ def test_info_hub_json(hub: CdnServer) -> None:
     assert "cuda" in {fields["backend"]["type"] for fields in metadata}
 
 
+def test_info_exits_1_when_no_variant_fits_this_machine(cdn: CdnServer) -> None:
+    """As ``flashhub variants`` and Hugging Face's ``kernels info`` do; it lists them all."""
+    files = package("activation", {"__init__.py": RELU_INIT})
+    torch_24 = "torch24-cxx98-cpu-x86_64-linux"  # a torch nothing here runs
+    write_hf_kernel(cdn.root, ACTIVATION, 1, [torch_24], files)
+    for json_option in ((), ("--json",)):
+        result = flashhub("info", ACTIVATION, "--version", "1", *json_option)
+        assert (result.returncode, result.stderr) == (1, "")
+        assert torch_24 in result.stdout
+
+
 def test_info_hub_rejects_revision_and_version(hub: CdnServer) -> None:
     result = flashhub("info", ACTIVATION, "--revision", "main", "--version", "1")
     assert result.returncode == 2
     assert "--revision" in result.stderr
     assert not hub.requests
+    alone = flashhub("info", ACTIVATION, "--revision=v1")
+    assert alone.returncode == 2
+    assert "a version is --version N here" in alone.stderr  # what to give instead
 
 
 def write_local_variant(repo: Path, variant: str, metadata: dict[str, object]) -> Path:
@@ -92,8 +112,11 @@ def test_info_local(tmp_path: Path) -> None:
         },
     )
 
-    info = ok_json(flashhub("info", tmp_path, "--json"))
+    result = flashhub("info", tmp_path, "--json")
+    assert result.returncode == 1  # no variant fits this machine, as `kernels info` exits
+    info = json.loads(result.stdout)
     assert info["path"] == str(tmp_path)
+    assert (info["variant"], info["backends"]) == (None, ["cuda"])  # HF's keys
     (variant,) = info["variants"]
     metadata = variant["metadata"]
     assert metadata["name"] == "activation"

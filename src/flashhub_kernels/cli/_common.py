@@ -50,9 +50,17 @@ class Command(Record):
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors show the arguments typed with their control
     characters escaped: argparse repeats an unrecognized one as it is, so that
-    ``flashhub get org/pkg $'\\e[2J'`` would clear the terminal instead of naming it."""
+    ``flashhub get org/pkg $'\\e[2J'`` would clear the terminal instead of naming it. An
+    unrecognized ``--revision`` (Hugging Face kernels' option) says what to give instead."""
 
     def error(self, message: str) -> NoReturn:
+        words = message.split()
+        if words[:2] == ["unrecognized", "arguments:"] and any(
+            word.partition("=")[0] == "--revision" for word in words
+        ):
+            message += (
+                "; a version is --version N here, where Hugging Face's kernels takes --revision vN"
+            )
         super().error(escape_controls(message))
 
 

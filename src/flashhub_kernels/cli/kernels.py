@@ -27,7 +27,7 @@ from ._common import (
     target_system_of,
     version_argument,
 )
-from ._exit import EXIT_OK
+from ._exit import EXIT_FAILURE, EXIT_OK
 from .describe_api import kernel_or_path_arg
 
 if TYPE_CHECKING:
@@ -79,13 +79,15 @@ def _info(args: argparse.Namespace) -> int:
     tree = _dependency_tree(description.info, args.backend) if args.dep_tree else None
     if args.json:
         shown_tree = {} if tree is None else {"dependency_tree": tree.to_dict()}
-        print_json({**description.to_dict(), **shown_tree})
-        return EXIT_OK
-    print(f"{description.info} on {description.system}")
-    _print_variants(description.chosen, description.variants)
-    if tree is not None:
-        _print_tree(_node_label(tree), tree.depends)
-    return EXIT_OK
+        hugging_face = _hugging_face_keys(description.chosen, description.variants)
+        revision = {"revision": description.info.revision}
+        print_json({**description.to_dict(), **hugging_face, **revision, **shown_tree})
+    else:
+        print(f"{description.info} on {description.system}")
+        _print_variants(description.chosen, description.variants)
+        if tree is not None:
+            _print_tree(_node_label(tree), tree.depends)
+    return _fits(description.chosen)
 
 
 def _local_info(args: argparse.Namespace, path: Path) -> int:
@@ -100,14 +102,33 @@ def _local_info(args: argparse.Namespace, path: Path) -> int:
         root = {"path": description.path, "variant": description.chosen}
         shown = [node.to_dict() for node in depends or ()]
         shown_tree = {} if depends is None else {"dependency_tree": {**root, "depends": shown}}
-        print_json({**description.to_dict(), **shown_tree})
-        return EXIT_OK
-    print(f"{escape_controls(description.path)} on {description.system}")
-    _print_variants(description.chosen, description.variants)
-    if depends is not None:
-        label = f"{escape_controls(description.path)} ({shown_choice(description.chosen)})"
-        _print_tree(label, depends)
-    return EXIT_OK
+        hugging_face = _hugging_face_keys(description.chosen, description.variants)
+        print_json({**description.to_dict(), **hugging_face, **shown_tree})
+    else:
+        print(f"{escape_controls(description.path)} on {description.system}")
+        _print_variants(description.chosen, description.variants)
+        if depends is not None:
+            label = f"{escape_controls(description.path)} ({shown_choice(description.chosen)})"
+            _print_tree(label, depends)
+    return _fits(description.chosen)
+
+
+def _fits(chosen: str | None) -> int:
+    """The exit status: 1 when no variant fits this system, as ``variants`` says it."""
+    return EXIT_OK if chosen is not None else EXIT_FAILURE
+
+
+def _hugging_face_keys(
+    chosen: str | None, variants: Sequence[PublishedVariant | LocalVariant]
+) -> dict[str, object]:
+    """The keys of Hugging Face's ``kernels info --json`` that say which build: the variant
+    chosen, and the backends the variants are built for (``universal`` for a build of
+    none)."""
+    from .._variants.grammar import as_variant
+
+    parsed = [as_variant(variant.name) for variant in variants]
+    backends = {one.backend or "universal" for one in parsed if one.tier is not None}
+    return {"variant": chosen, "backends": sorted(backends)}
 
 
 def _print_variants(
