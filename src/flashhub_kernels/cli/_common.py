@@ -54,13 +54,9 @@ class Parser(argparse.ArgumentParser):
     unrecognized ``--revision`` (Hugging Face kernels' option) says what to give instead."""
 
     def error(self, message: str) -> NoReturn:
-        words = message.split()
-        if words[:2] == ["unrecognized", "arguments:"] and any(
-            word.partition("=")[0] == "--revision" for word in words
-        ):
-            message += (
-                "; a version is --version N here, where Hugging Face's kernels takes --revision vN"
-            )
+        typed = [word.partition("=")[0] for word in message.split()]
+        if typed[:1] == ["unrecognized"] and "--revision" in typed:
+            message += "; a version is --version N here (Hugging Face's kernels: --revision vN)"
         super().error(escape_controls(message))
 
 
