@@ -98,8 +98,13 @@ def _package(args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
     version = args.version or newest_version(args.kernel, "describe-api")
     entry = install_kernel(args.kernel, version=version, backend=args.backend)
     info = RepoInfo(args.kernel, version)
-    source = {"repo_id": args.kernel, "version": version, "revision": info.revision}
-    return package_dir_of(entry, info.py_pkg), {**source, "variant": entry.name}
+    source = {
+        "repo_id": info.repo_id,
+        "version": version,
+        "revision": info.revision,
+        "variant": entry.name,
+    }
+    return package_dir_of(entry, info.py_pkg), source
 
 
 def _print_api(source: dict[str, object], api: KernelApi) -> None:
