@@ -353,7 +353,7 @@ def _publish_builder_kernel(root: Path) -> None:
 
 def test_flashhub_info_shows_the_builder_fields(cdn: CdnServer) -> None:
     _publish_builder_kernel(cdn.root)
-    result = flashhub("info", "acme/top", "--version", "1")
+    result = flashhub("info", "acme/top", "--version", "1", "--backend", "cpu")  # a cpu build
     assert result.returncode == 0, result.stderr
     lines = [line.strip() for line in result.stdout.splitlines()]
     assert re.search(r"^name: top \(version 1, id _top_cpu_[0-9a-f]{7}\)$", "\n".join(lines), re.M)
@@ -373,7 +373,7 @@ def test_flashhub_info_shows_the_builder_fields(cdn: CdnServer) -> None:
 
 def test_flashhub_info_json_holds_the_builder_fields(cdn: CdnServer) -> None:
     _publish_builder_kernel(cdn.root)
-    result = flashhub("info", "acme/top", "--version", "1", "--json")
+    result = flashhub("info", "acme/top", "--version", "1", "--backend", "cpu", "--json")
     assert result.returncode == 0, result.stderr
     (variant,) = json.loads(result.stdout)["variants"]
     metadata = variant["metadata"]
