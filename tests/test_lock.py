@@ -62,6 +62,7 @@ from support.projects import (
     lockfile_of,
     publish_tensor_tricks,
     published_hash,
+    skip_unless_this_checkout_builds,
     variant_dir,
     write_project,
 )
@@ -766,6 +767,7 @@ def _pip_install(source: Path, target: Path, *, pythonpath: Path | None = None) 
 def installed_flashhub(tmp_path: Path) -> Path:
     """This checkout's flashhub-kernels installed as a distribution (entry points and all),
     for builds that put it on their PYTHONPATH."""
+    skip_unless_this_checkout_builds()
     source = tmp_path / "flashhub-source"
     shutil.copytree(
         ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")

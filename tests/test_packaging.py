@@ -12,6 +12,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from flashhub_kernels._utils.pyproject import load_toml
+from support.projects import skip_unless_this_checkout_builds
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = load_toml((ROOT / "pyproject.toml").read_bytes())
@@ -33,6 +34,7 @@ def test_the_build_backend_floor_reads_the_license_as_an_spdx_expression() -> No
 def _build(kind: str, source: Path, out: Path) -> Path:
     """Build the ``sdist`` or ``wheel`` of ``source`` into ``out``, as pip does (by the
     backend's hook, in a child process run from ``source``)."""
+    skip_unless_this_checkout_builds()
     code = f"from setuptools import build_meta; print(build_meta.build_{kind}({str(out)!r}))"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=source, capture_output=True, text=True, timeout=120
