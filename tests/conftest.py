@@ -528,8 +528,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     The suite starts some 700 interpreters, forked or new, and each imports flashhub
     afresh: with no bytecode on disk (a clean clone under PYTHONDONTWRITEBYTECODE) each
-    compiled the modules it imports again, a minute of CPU in all. Up-to-date files are
-    skipped, so a second run checks their dates only.
+    compiled the modules it imports again, 60 ms of CPU in a child that loads a kernel
+    cold. Up-to-date files are skipped, so a second run checks their dates only.
     """
     if not hasattr(config, "workerinput"):
         for tree in (PROJECT / "src", PROJECT / "tests" / "support"):
