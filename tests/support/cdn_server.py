@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import gzip
 import re
 import socket
@@ -72,6 +73,7 @@ class CdnServer:
     dropped: int = 0  # requests on a reused connection hung up on (``drop_reused``)
     _httpd: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)  # ends faults' pauses
 
     @property
     def port(self) -> int:
@@ -94,6 +96,7 @@ class CdnServer:
         class Handler(CdnHandler):
             cdn = server
 
+        self.stopping.clear()
         self._httpd = _Server(("127.0.0.1", 0), Handler)
         self._httpd.cdn = self
         threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
@@ -101,7 +104,9 @@ class CdnServer:
 
     def stop(self) -> None:
         if self._httpd is not None:
+            self.stopping.set()
             self._httpd.shutdown()
+            self._httpd.hang_up()
             self._httpd.server_close()
             self._httpd = None
 
@@ -152,30 +157,47 @@ class CdnServer:
 
 class _Server(ThreadingHTTPServer):
     """Counts connections; with ``cdn.tls``, shakes hands in the connection's own thread
-    (a client that never finishes its handshake must not block the accept loop)."""
+    (a client that never finishes its handshake must not block the accept loop).
+    :meth:`hang_up` ends the connections still open: a client's pooled keep-alive
+    connection would otherwise keep its handler thread, and both sockets, to the end of
+    the process, long after the test that opened it."""
 
     daemon_threads = True
     request_queue_size = 64  # as a CDN, many clients' connections at once
     cdn: CdnServer
+
+    def server_activate(self) -> None:
+        self.open_connections: set[socket.socket] = set()
+        super().server_activate()
 
     def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
         self.cdn.count_connection()
         super().process_request(request, client_address)
 
     def finish_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
-        if self.cdn.tls is None:
+        if self.cdn.tls is not None:
+            request.settimeout(10)
+            try:
+                request = self.cdn.tls.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError):  # the client refused our certificate, or left
+                return
+            request.settimeout(None)
+        with self.cdn._lock:
+            self.open_connections.add(request)
+        try:
             super().finish_request(request, client_address)
-            return
-        request.settimeout(10)
-        try:
-            wrapped = self.cdn.tls.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):  # the client refused our certificate, or left
-            return
-        wrapped.settimeout(None)
-        try:
-            super().finish_request(wrapped, client_address)
         finally:
-            wrapped.close()
+            with self.cdn._lock:
+                self.open_connections.discard(request)
+            request.close()
+
+    def hang_up(self) -> None:
+        """End every open connection; its handler reads end-of-file and returns."""
+        with self.cdn._lock:
+            connections = list(self.open_connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # already closed by its handler
+                connection.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: object, client_address: object) -> None:
         if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError, ssl.SSLError)):
@@ -236,6 +258,11 @@ class CdnHandler(BaseHTTPRequestHandler):
             self.send_simple(HTTPStatus.METHOD_NOT_ALLOWED, b"not a proxy")
             return
         fault(self, b"")
+
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or until the server stops: a fault's wait must not keep its
+        connection open after the test that injected it."""
+        self.cdn.stopping.wait(seconds)
 
     def record(self, status: int) -> None:
         self.cdn.log(
@@ -363,7 +390,7 @@ def stall(seconds: float, *, after: int = 1, started: threading.Event | None = N
         handler.wfile.flush()
         if started is not None:
             started.set()
-        time.sleep(seconds)
+        handler.pause(seconds)
         handler.close_connection = True
 
     return fault
@@ -375,7 +402,7 @@ def delayed(seconds: float, started: threading.Event | None = None) -> Fault:
     def fault(handler: CdnHandler, body: bytes) -> None:
         if started is not None:
             started.set()
-        time.sleep(seconds)
+        handler.pause(seconds)
         handler.send_file(body)
 
     return fault
@@ -460,7 +487,7 @@ def trickle(interval: float = 0.5, *, limit: float = 30.0) -> Fault:
                     return
                 handler.wfile.write(body[offset : offset + 1])
                 handler.wfile.flush()
-                time.sleep(interval)
+                handler.pause(interval)
         except OSError:
             pass
 
@@ -487,7 +514,7 @@ def trickled_headers(
             handler.wfile.write(opening)
             while time.monotonic() < deadline:
                 handler.wfile.flush()
-                time.sleep(interval)
+                handler.pause(interval)
                 handler.wfile.write(b"x")
         except OSError:
             if hung_up is not None:
@@ -636,7 +663,7 @@ def slowly(seconds: float, pieces: int = 8) -> Fault:
         handler.end_headers()
         step = -(-len(body) // pieces)
         for start in range(0, len(body), step):
-            time.sleep(seconds / pieces)
+            handler.pause(seconds / pieces)
             handler.wfile.write(body[start : start + step])
             handler.wfile.flush()
 
