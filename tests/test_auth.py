@@ -210,6 +210,22 @@ def test_a_redirect_to_another_host_does_not_carry_the_credentials(
     assert {r.authorization for r in auth_cdn.requests} == {basic_auth(USER, SECRET)}
 
 
+def test_a_redirect_to_a_signed_url_requests_cannot_fetch_fails_unseen(
+    auth_cdn: CdnServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # requests refuses the scheme, quoting the whole URL, signature and all.
+    caplog.set_level(logging.DEBUG, logger="flashhub_kernels")
+    signed = f"ftp://objects.example/{VARIANTS}?X-Amz-Signature=sig-0b5e4"
+    auth_cdn.inject(VARIANTS, *[redirect(signed)] * 10)
+    fk.configure(cdn_url=auth_cdn.url_for("127.0.0.1", f"{USER}:{SECRET}"))
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    printed = "".join(traceback.format_exception(type(info.value), info.value, None))
+    assert f"ftp://objects.example/{VARIANTS}?X-Amz-Signature=****" in printed
+    for shown in (printed, repr(info.value), caplog.text):
+        assert "sig-0b5e4" not in shown and SECRET not in shown
+
+
 def test_a_refused_load_hints_at_credentials_not_the_network(
     auth_cdn: CdnServer, make_cdn: MakeCdn
 ) -> None:

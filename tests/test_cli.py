@@ -554,6 +554,21 @@ def test_an_unrecognized_argument_is_shown_escaped(args: list[str]) -> None:
     assert "error: forged" not in result.stderr.splitlines()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["cache", "list", "--cdn-url", "https://bob:hunter2@cdn.example"],  # no such option
+        ["get", REPO, "--cdn-ulr=https://bob:hunter2@cdn.example"],  # a typo
+    ],
+    ids=["option-of-another-command", "typo"],
+)
+def test_an_unrecognized_argument_hides_the_credentials_of_its_url(args: list[str]) -> None:
+    result = flashhub(*args)
+    assert result.returncode == 2
+    assert "unrecognized arguments: " in result.stderr
+    assert "@cdn.example" in result.stderr and "hunter2" not in result.stderr
+
+
 def test_kernel_load_shows_an_unrecognized_argument_escaped() -> None:
     result = flashhub_kernel_load(REPO, "--version", "1", "\x1b]0;title\x07")
     assert result.returncode == 2

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from conftest import refused_port, run_python
+from conftest import MakeCdn, refused_port, run_python
 from flashhub_kernels._hub.republish import republish
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import PublishError
@@ -328,6 +328,20 @@ def test_a_file_the_hub_refuses_to_serve_says_why_not_the_network(
     failed(result, f"cannot download build/{LOCAL}/_ops.py of {REPO}", "403", "set HF_TOKEN")
     assert "check the network connection" not in result.stderr
     assert not out.exists()
+
+
+def test_the_signed_url_the_hub_sends_a_download_to_is_never_shown(
+    hub: HubServer, make_cdn: MakeCdn, tmp_path: Path
+) -> None:
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
+    storage = make_cdn()  # holds nothing: the signed URL answers 404
+    signed = f"{storage.url}/ops?X-Amz-Signature=sig-83d1c&X-Amz-Credential=cred-5e02"
+    hub.redirect(f"build/{LOCAL}/_ops.py", signed)
+    result = mirror(tmp_path / "cdn", "-v")
+    failed(result, "404", f"{storage.url}/ops?X-Amz-Signature=****&X-Amz-Credential=****")
+    assert storage.gets() == ["/ops?X-Amz-Signature=sig-83d1c&X-Amz-Credential=cred-5e02"]
+    for secret in ("sig-83d1c", "cred-5e02"):
+        assert secret not in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,20 @@ def test_a_redirect_from_https_to_http_is_refused(
     assert f"{cdn.url}/{VARIANTS}?X-Amz-Signature=****" in str(refused.value)
 
 
+def test_a_signed_https_url_that_redirects_to_plain_http_is_refused_unseen(
+    cdn: CdnServer, tls_cdn: CdnServer, ca_pem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_pem))
+    write_kernel(cdn.root, REPO, 1)  # both serve tmp_path / "cdn"
+    cdn.inject(VARIANTS, *[redirect(f"{tls_cdn.url}/{VARIANTS}?X-Amz-Signature=s3cr3t")] * 10)
+    tls_cdn.inject(VARIANTS, *[redirect(f"{cdn.url}/elsewhere.json")] * 10)
+    with pytest.raises(TransportError, match="refused") as refused:
+        fk.get_kernel(REPO, version=1)
+    assert "/elsewhere.json" not in cdn.gets()
+    assert f"{tls_cdn.url}/{VARIANTS}?X-Amz-Signature=**** redirected" in str(refused.value)
+    assert "s3cr3t" not in str(refused.value)
+
+
 # -- a certificate no trusted CA signed: the hint says which bundle, and how to trust it -------
 
 LOAD_ONCE = f"import flashhub_kernels as fk; fk.get_kernel({REPO!r}, version=1)"

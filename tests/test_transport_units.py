@@ -18,6 +18,7 @@ from flashhub_kernels._network.http_mirror import _PLAIN_URL, MIN_BYTES_PER_SECO
 from flashhub_kernels._network.session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
 from flashhub_kernels._utils.urls import (
     has_unencoded_credentials,
+    redact_queries,
     redact_text,
     redact_url,
     split_credentials,
@@ -96,6 +97,30 @@ def test_redact_text_removes_userinfo_and_named_secrets() -> None:
 def test_redact_text_hides_a_password_that_is_not_percent_encoded() -> None:
     text = "ProxyError('http://bob:pa/ss@proxy:80/', x) for 'http://cdn/k/a@b'"
     assert redact_text(text) == "ProxyError('http://****@proxy:80/', x) for 'http://cdn/k/a@b'"
+
+
+def test_redact_text_hides_the_query_of_a_signed_url() -> None:
+    text = "No connection adapters were found for 'ftp://o.example/b?X-Amz-Signature=s1&t=s2'"
+    assert redact_text(text) == (
+        "No connection adapters were found for 'ftp://o.example/b?X-Amz-Signature=****&t=****'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            '"GET /b?X-Amz-Signature=s1&t=s2 HTTP/1.1" 200',
+            '"GET /b?X-Amz-Signature=****&t=**** HTTP/1.1" 200',
+        ),
+        ('"GET /b?s3cr3t HTTP/1.1" 200', '"GET /b?**** HTTP/1.1" 200'),  # a token alone
+        ("http://h/b?%2Fs1", "http://h/b?****"),
+        ("is FLASHHUB_CDN_URL right? (it is)", "is FLASHHUB_CDN_URL right? (it is)"),
+        ("right?)", "right?)"),
+    ],
+)
+def test_redact_queries(text: str, shown: str) -> None:
+    assert redact_queries(text) == shown
 
 
 def test_split_credentials_decodes_percent_escapes() -> None:

@@ -1,7 +1,7 @@
 """A Hugging Face Hub on 127.0.0.1 for tests: the endpoints ``huggingface_hub`` calls to
 resolve a revision, list a repo's tree and download its files, a request log, and
-tampering with a file's bytes, refusing to serve one, or answering an API call in the
-Hub's place.
+tampering with a file's bytes, refusing to serve one, sending its download elsewhere, or
+answering an API call in the Hub's place.
 
 Endpoints (``<type>`` is ``kernels`` or ``models``, ``<prefix>`` is ``kernels/`` or
 nothing, as the repo's type is ``kernel`` or ``model``)::
@@ -72,6 +72,7 @@ class HubServer:
     requests: list[HubRequest] = field(default_factory=list)
     tampered: dict[str, bytes] = field(default_factory=dict)  # path in repo -> bytes served
     refused: dict[str, int] = field(default_factory=dict)  # path in repo -> status served
+    redirects: dict[str, str] = field(default_factory=dict)  # path in repo -> Location
     impostors: dict[str, bytes] = field(default_factory=dict)  # "revision"/"tree" -> body
     _httpd: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -129,6 +130,13 @@ class HubServer:
         now on, as a rate limit (429) or a proxy that refuses it (403) does."""
         with self._lock:
             self.refused[path] = status
+
+    def redirect(self, path: str, location: str) -> None:
+        """Answer a GET of ``path`` (in every repo and commit) with a ``302`` to ``location``
+        from now on, HEAD as before: the Hub sends a large file's download to its CDN so,
+        with a signed URL."""
+        with self._lock:
+            self.redirects[path] = location
 
     def impersonate(self, what: str, body: bytes) -> None:
         """Answer every ``what`` API call (``"revision"`` or ``"tree"``) with ``body`` and
@@ -232,6 +240,12 @@ class _HubHandler(BaseHTTPRequestHandler):
             return
         if (status := self.server_state.refused.get(filename)) is not None:
             self._error(status, None, send_body)
+            return
+        if send_body and (location := self.server_state.redirects.get(filename)) is not None:
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         listed = files[filename]
         body = self.server_state.tampered.get(filename, listed)

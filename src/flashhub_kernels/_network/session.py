@@ -435,6 +435,6 @@ def _refuse_https_downgrade(response: requests.Response, **_kwargs: object) -> N
     location = requests.utils.requote_uri(response.headers.get("Location", ""))
     if location.lower().startswith("http://"):
         raise DowngradeRefused(
-            f"{redact_url(response.url)} redirected to plain http "
+            f"{redact_queries(redact_url(response.url))} redirected to plain http "
             f"({redact_queries(redact_url(location))}); refused"
         )

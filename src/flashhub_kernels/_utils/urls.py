@@ -4,7 +4,8 @@ A CDN URL may carry credentials (``https://user:secret@cdn.example``), and so ma
 URL. They authenticate requests, but must never appear in a message, a log line, a
 progress bar or an exception: every URL shown to a person passes :func:`redact_url`,
 and free text that may quote one (an exception from the HTTP library) passes
-:func:`redact_text`.
+:func:`redact_text`, which hides the values of its query as well: a signed URL, which a
+redirect may lead to, carries its credential there.
 
 Where the credentials end is found by hand rather than by ``urllib.parse``, which
 splits the authority at the first ``/``, ``?`` or ``#``: a password holding one of them
@@ -50,13 +51,14 @@ def _hide_userinfo(url: str, start: int, end: int) -> str:
 
 
 def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Remove the userinfo of every URL in ``text``, and every string in ``secrets``."""
+    """Hide the credentials of every URL in ``text``, its userinfo and the values of its
+    query (:func:`redact_queries`), and every string in ``secrets``."""
     import re
 
     def hide(match: re.Match[str]) -> str:
         url = match.group()
         start, end = _userinfo_span(url)
-        return url if end is None else url[:start] + SHOWN_SECRET + url[end:]
+        return redact_queries(url if end is None else url[:start] + SHOWN_SECRET + url[end:])
 
     text = re.sub(_URL_IN_TEXT, hide, text)
     for secret in secrets:
@@ -66,12 +68,13 @@ def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
 
 
 def redact_queries(text: str) -> str:
-    """Hide the value of each query parameter of the URLs in ``text``: a signed URL
-    (``?X-Amz-Signature=...``, ``?token=...``), which a redirect may lead to, carries
-    its credential in the query."""
+    """Hide the value of each query parameter in ``text`` (``?X-Amz-Signature=****``), and
+    a query that is a token alone (``?****``): a signed URL, which a redirect may lead
+    to, carries its credential in the query. URLs and request lines (``GET /x?...``)
+    alike; a ``?`` that ends a sentence is left as it is."""
     import re
 
-    return re.sub(r"([?&][^\s?&=#'\"]+=)[^\s&#'\"]+", rf"\1{SHOWN_SECRET}", text)
+    return re.sub(r"([?&][^\s?&=#'\"]+=|\?(?=[A-Za-z0-9%]))[^\s&#'\"]+", rf"\1{SHOWN_SECRET}", text)
 
 
 def has_unencoded_credentials(url: str) -> bool:

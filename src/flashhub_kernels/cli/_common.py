@@ -21,6 +21,7 @@ from .._config import get_config
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.escaping import escape_controls, escape_message
+from .._utils.urls import redact_text
 from ..errors import ConfigError, FlashhubError, LockfileError
 from ._exit import (
     EXIT_BROKEN_PIPE,
@@ -49,15 +50,17 @@ class Command(Record):
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors show the arguments typed with their control
-    characters escaped: argparse repeats an unrecognized one as it is, so that
-    ``flashhub get org/pkg $'\\e[2J'`` would clear the terminal instead of naming it. An
-    unrecognized ``--revision`` (Hugging Face kernels' option) says what to give instead."""
+    characters escaped and the credentials of their URLs hidden: argparse repeats an
+    unrecognized one as it is, so that ``flashhub get org/pkg $'\\e[2J'`` would clear the
+    terminal instead of naming it, and ``--cdn-url`` given to a command without it would
+    show its password. An unrecognized ``--revision`` (Hugging Face kernels' option) says
+    what to give instead."""
 
     def error(self, message: str) -> NoReturn:
         typed = [word.partition("=")[0] for word in message.split()]
         if typed[:1] == ["unrecognized"] and "--revision" in typed:
             message += "; a version is --version N here (Hugging Face's kernels: --revision vN)"
-        super().error(escape_controls(message))
+        super().error(escape_controls(redact_text(message)))
 
 
 # --- argument types: reject bad values as usage errors (exit 2) ------------------------
