@@ -418,7 +418,8 @@ def test_a_build_file_whose_name_is_not_utf8_is_refused_saying_to_rename_it(
     out = tmp_path / "cdn"
     result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
     assert result.returncode == 1
-    assert result.stderr.startswith(f"error: cannot publish {latin1}: its name is not valid UTF-8")
+    shown = package_dir(kernel) / "d\\udce9j\\udce0.txt"  # each byte that is not UTF-8
+    assert result.stderr.startswith(f"error: cannot publish {shown}: its name is not valid UTF-8")
     assert "hint: rename the file: a CDN serves each file at the UTF-8 of its name" in result.stderr
     assert not out.exists()
 

@@ -165,6 +165,8 @@ def test_sizes_are_read_and_leave_the_content_hash_alone() -> None:
         ({"pkg/__init__.py": 1, "pkg/a.so": True}, "got True"),
         ({"pkg/__init__.py": 1, "pkg/a.so": 1.0}, "got 1.0"),
         ({"pkg/__init__.py": 1, "pkg/a.so": "1"}, "got '1'"),
+        ({"pkg/__init__.py": 1, "pkg/a.so": 2**63}, f"got {2**63}"),  # no file is that large
+        ({"pkg/__init__.py": 1, "pkg/a.so": 10**400}, "got 1000000000"),
         ([1, 2], '"sizes" must map'),
         (None, '"sizes" must map'),
     ],

@@ -55,11 +55,25 @@ def test_a_hostile_http_reason_phrase_is_escaped(cdn: CdnServer) -> None:
 
 
 def test_every_flashhub_error_escapes_its_message_and_hint() -> None:
-    error = FlashhubError("name \x1b[31m\x9b\u202e\nnext line\tcell", hint="hint\r\x00")
+    error = FlashhubError("name \x1b[31m\x9b\u202e\ud800\nnext line\tcell", hint="hint\r\x00")
 
-    assert error.message == "name \\x1b[31m\\x9b\\u202e\nnext line\tcell"
+    assert error.message == "name \\x1b[31m\\x9b\\u202e\\ud800\nnext line\tcell"
     assert error.hint == "hint\\r\\x00"
     assert str(error) == f"{error.message}\n  hint: {error.hint}"
+
+
+def test_flashhub_info_shows_a_lone_surrogate_in_a_manifest_escaped(cdn: CdnServer) -> None:
+    # Valid JSON ("\\ud800"), which no encoding can write: printed as it is, the output
+    # would fail halfway, blaming the terminal's encoding.
+    write_kernel(cdn.root, REPO, 1)
+    manifest = cdn.root / f"kernels/{REPO}/v1/build/{local_variant()}/metadata.json"
+    document = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**document, "name": "x\ud800y"}))
+
+    result = flashhub("info", REPO, "--version", "1")
+
+    assert result.returncode == 0, result.stderr
+    assert "name: x\\ud800y" in result.stdout
 
 
 GOOD_ID = "0123456789abcdef"

@@ -35,6 +35,7 @@ MAX_DOCUMENT_BYTES = 1 << 20
 # limit: what a load records of a document is read again from deeper call stacks.
 MAX_NESTING = 32
 MAX_FILES = 10_000
+_MOST_BYTES = 2**63  # past the largest file offset (off_t) a file system allows
 MAX_PATH_LENGTH = 1024  # bytes of UTF-8, the whole path
 MAX_SEGMENT_LENGTH = 255  # bytes of UTF-8: NAME_MAX of the usual file systems
 # Files the cache writes beside a variant's own files; a manifest may not list them.
@@ -280,10 +281,10 @@ def _parse_sizes(sizes: object, files: Mapping[str, bytes], source: str) -> dict
             hint=_HINT,
         )
     for path, size in sizes.items():
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < _MOST_BYTES:
             raise ManifestError(
-                f"{source}: the size of {path!r} must be a number of bytes >= 0, "
-                f"got {repr(size)[:40]}",
+                f"{source}: the size of {path!r} must be a number of bytes >= 0 that a "
+                f"file can have (under 2**63), got {repr(size)[:40]}",
                 hint=_HINT,
             )
     return dict(sizes)

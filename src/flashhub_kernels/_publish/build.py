@@ -60,6 +60,9 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
     with os.scandir(directory) as scan:
         entries = sorted((e for e in scan if not _is_junk(e.name)), key=lambda e: e.name)
     for entry in entries:
+        if not named_as_utf8(entry.name):  # its undecodable bytes escape as surrogates
+            reason, hint = name_error(entry.path)
+            raise PublishError(f"cannot publish {entry.path}: {reason}", hint=hint)
         if escape_controls(entry.name) != entry.name:  # before a message shows it raw
             raise PublishError(
                 f"cannot publish {escape_controls(entry.path)}: its name holds a control "
@@ -227,9 +230,6 @@ def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
     """``(relative path, path)`` of every file under ``directory``, ``rel`` its own path."""
     for entry in _entries(directory):
         child = f"{rel}/{entry.name}" if rel else entry.name
-        if not named_as_utf8(entry.name):
-            reason, hint = name_error(entry.path)
-            raise PublishError(f"cannot publish {entry.path}: {reason}", hint=hint)
         try:
             check_relative_path(child)
         except ValueError as exc:

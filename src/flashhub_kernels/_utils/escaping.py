@@ -13,9 +13,10 @@ TYPE_CHECKING = False  # not typing's: the errors module imports this one
 if TYPE_CHECKING:
     import re
 
-# C0 controls, DEL, C1 controls, and the bidirectional embeddings, overrides and
-# isolates, which reorder how the rest of a line is displayed.
-_UNSAFE = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+# C0 controls, DEL, C1 controls, the bidirectional embeddings, overrides and isolates,
+# which reorder how the rest of a line is displayed, and lone surrogates (JSON may hold
+# them), which no encoding can write.
+_UNSAFE = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 # Patterns, not compiled ones: re compiles them on first use (and keeps them), so that
 # importing this module, and with it the errors, compiles nothing.
 _ANY_CONTROL = f"[{_UNSAFE}]"
