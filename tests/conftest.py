@@ -232,6 +232,21 @@ def unshare_mount() -> list[str]:
     return command[:-1]
 
 
+def python_after_mount(
+    mount: str, code: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code args``, run once ``mount`` (a shell command) has mounted, in a
+    mount namespace of its own (:func:`unshare_mount`); exit status 3 where it could not."""
+    script = f'{mount} || exit 3; exec "$0" -c "$@"'
+    return subprocess.run(
+        [*unshare_mount(), "sh", "-c", script, sys.executable, code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 # Bound and never listened on, for as long as the tests run: no server can take their ports.
 _REFUSING: list[socket.socket] = []
 

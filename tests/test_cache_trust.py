@@ -9,6 +9,8 @@ the kernel. What ``flashhub cache verify`` reports of such a cache is in test_cl
 from __future__ import annotations
 
 import ast
+import errno
+import json
 import os
 import shutil
 import stat
@@ -21,9 +23,15 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
+from flashhub_kernels._cache.receipt import read_receipt
+from flashhub_kernels._cache.staging import ensure_dir
 from flashhub_kernels._cache.trust import distrust
+from flashhub_kernels._cache.versions_seen import VERSIONS_SEEN_NAME
 from flashhub_kernels._cache_imports import TABLE_DIR
+from flashhub_kernels._constants import INDEX_NAME, MANIFEST_NAME, RECEIPT_NAME
+from flashhub_kernels._utils.filesystem import read_regular
 from support.cdn_server import CdnServer, drop_after
+from support.cli_runner import PYTHON_M_FLASHHUB
 from support.preloaded import run_code
 from support.trees import local_variant, write_blob_kernel, write_kernel
 
@@ -298,3 +306,224 @@ def test_a_warm_load_writes_nothing_but_its_row_of_the_import_table(
     second = run_code(WRITING_BYTECODE + WATCH_WRITES, env=env)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- pipes where the cache keeps its records ----------------------------------------------------
+# A neighbour who may create files in the cache (a group sharing it, or anyone where its
+# root sits in a sticky world-writable directory) can put a named pipe where a load or a
+# command reads a record: a plain read of one waits for a writer, forever. Each load and
+# command below runs in a child that is cut after PIPE_TIMEOUT seconds.
+
+PIPE_TIMEOUT = 30
+ENTRY = f"kernels/{REPO}/v1/{local_variant()}"
+
+
+def plant_pipe(path: Path) -> None:
+    """A named pipe at ``path`` (what was there removed), its directories made private."""
+    ensure_dir(path.parent)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path, 0o600)
+
+
+def run_cut_short(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a child with this test's environment, killed (``TimeoutExpired``) if
+    it has not ended after :data:`PIPE_TIMEOUT` seconds."""
+    return run_code(code, *args, env=dict(os.environ), timeout=PIPE_TIMEOUT)
+
+
+def test_a_pipe_in_place_of_the_versions_seen_record_is_no_record(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    plant_pipe(cache_dir / VERSIONS_SEEN_NAME)
+    newest = run_cut_short(f"import flashhub_kernels as fk; print(fk.install_kernel({REPO!r}))")
+    assert newest.returncode == 0, newest.stderr
+    assert newest.stdout.strip() == str(cache_dir / ENTRY)
+    # The record is written in its place.
+    assert json.loads((cache_dir / VERSIONS_SEEN_NAME).read_bytes()) == {REPO: 1}
+
+
+def test_a_pipe_in_place_of_the_variant_index_is_no_index(cdn: CdnServer, cache_dir: Path) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    index = cache_dir / "kernels" / REPO / "v1" / INDEX_NAME
+    plant_pipe(index)
+    loaded = run_cut_short(LOAD)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == f"{REPO}@v1:{local_variant()}"
+    assert index.is_file() and local_variant() in json.loads(index.read_bytes())["present"]
+
+
+def test_a_pipe_in_place_of_a_receipt_leaves_the_entry_untrusted_and_a_load_repairs_it(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    assert load_in_child().returncode == 0
+    receipt = cache_dir / ENTRY / RECEIPT_NAME
+    plant_pipe(receipt)
+    listed = run_cut_short(PYTHON_M_FLASHHUB, "cache", "list")
+    assert listed.returncode == 0, listed.stderr
+    verified = run_cut_short(PYTHON_M_FLASHHUB, "cache", "verify")
+    assert verified.returncode == 1
+    assert "no receipt: the entry was never completely verified" in verified.stdout
+    loaded = run_cut_short(LOAD)  # the entry is not trusted: fetched again
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == f"{REPO}@v1:{local_variant()}"
+    assert receipt.is_file() and read_receipt(cache_dir / ENTRY) is not None
+
+
+def test_cache_verify_of_an_entry_whose_manifest_is_a_pipe_fails_it(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    assert load_in_child().returncode == 0
+    plant_pipe(cache_dir / ENTRY / MANIFEST_NAME)
+    verified = run_cut_short(PYTHON_M_FLASHHUB, "cache", "verify", "--json")
+    assert verified.returncode == 1, verified.stderr
+    [entry] = json.loads(verified.stdout)["entries"]
+    assert entry["problem"] == f"{MANIFEST_NAME} cannot be read (not a regular file)"
+    loaded = run_cut_short(LOAD)  # the receipt vouches for the files: a load needs no more
+    assert loaded.returncode == 0, loaded.stderr
+
+
+@pytest.mark.parametrize("kind", ["pipe", "directory", "device"])
+def test_reading_a_record_refuses_at_once_what_is_no_regular_file(
+    tmp_path: Path, kind: str
+) -> None:
+    """A symlink to ``/dev/zero`` would never end; a pipe waits for a writer."""
+    path = tmp_path / "record.json"
+    if kind == "pipe":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")
+    with pytest.raises(OSError, match="not a regular file") as info:
+        read_regular(path)
+    assert info.value.errno == errno.EINVAL and info.value.filename == str(path)
+    (tmp_path / "regular.json").write_bytes(b"{}")
+    (tmp_path / "link.json").symlink_to(tmp_path / "regular.json")
+    assert read_regular(tmp_path / "link.json") == b"{}"  # a symlink to a file is read, as before
+
+
+# -- a neighbour's symlinks, where others may create entries ------------------------------
+
+
+def as_nobody(code: str) -> None:
+    """Run ``code`` as ``nobody``: the neighbour, staging an attack."""
+    done = subprocess.run([*nobody_runs(), sys.executable, "-c", code], capture_output=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("plant", ["symlink", "directory"])
+@pytest.mark.parametrize("root", ["sticky", "shared"])
+def test_a_neighbours_import_table_leads_no_row_out_of_the_cache(
+    cdn: CdnServer, root: str, plant: str
+) -> None:
+    # Where others may create entries in the cache's directory (a sticky one, as /tmp, or
+    # one a group shares), a neighbour makes `import-table` first: a symlink to a
+    # directory of this user's, or a directory of the neighbour's. The loads go on, with
+    # no table: not one byte is written through the link, nor into the neighbour's directory.
+    write_kernel(cdn.root, REPO, 1)
+    with tempfile.TemporaryDirectory() as public:  # not under tmp_path: nobody cannot reach it
+        os.chmod(public, 0o755)
+        notes = Path(public, "notes")  # this user's
+        notes.mkdir()
+        cache = Path(public, "cache")
+        cache.mkdir()
+        env = {"FLASHHUB_CACHE_DIR": str(cache)}
+        if root == "sticky":
+            cache.chmod(0o1777)
+        else:  # nobody's group shares it with this user
+            os.chown(cache, os.geteuid(), NOBODY)
+            cache.chmod(0o2770)
+            env["FLASHHUB_CACHE_SHARED"] = "1"
+        table = cache / TABLE_DIR
+        if plant == "symlink":
+            as_nobody(f"import os; os.symlink({str(notes)!r}, {str(table)!r})")
+        else:
+            as_nobody(f"import os; os.mkdir({str(table)!r}); os.chmod({str(table)!r}, 0o777)")
+        loads = [load_in_child(env) for _ in range(3)]  # cold, then warm: each would record
+        written = sorted(p.name for p in [*notes.iterdir(), *table.iterdir()])
+        planted = table.lstat()
+    for loaded in loads:
+        assert loaded.returncode == 0, loaded.stderr
+        assert loaded.stdout.strip() == f"{REPO}@v1:{local_variant()}"
+    assert written == []
+    assert planted.st_uid == NOBODY  # left as the neighbour made it
+    assert stat.S_ISLNK(planted.st_mode) == (plant == "symlink")
+
+
+@pytest.mark.parametrize("target", ["home", "nothing"])
+@pytest.mark.parametrize("where", ["root", "above"])
+@pytest.mark.parametrize("open_to", ["every user", "a group"])
+def test_a_cache_directory_leading_through_a_neighbours_symlink_in_a_sticky_directory_is_refused(
+    cdn: CdnServer, open_to: str, where: str, target: str
+) -> None:
+    # fs.protected_symlinks is off in many containers, so the kernel follows a neighbour's
+    # link in /tmp: the cache would be wherever the neighbour chose (this user's home), and
+    # move when the neighbour changes the link. The load refuses it, whether the link is
+    # the cache directory or one above it, and whether it leads anywhere.
+    write_kernel(cdn.root, REPO, 1)
+    with tempfile.TemporaryDirectory() as outer:  # not under tmp_path: nobody cannot reach it
+        os.chmod(outer, 0o755)
+        home = Path(outer, "home")  # this user's
+        home.mkdir()
+        public = Path(outer, "tmp")
+        public.mkdir()
+        if open_to == "every user":
+            public.chmod(0o1777)
+        else:  # the group of nobody, which this user does not trust (no shared cache)
+            os.chown(public, os.geteuid(), NOBODY)
+            public.chmod(0o1770)
+        link = public / "my-cache"
+        leads_to = home if target == "home" else home / "nothing"
+        as_nobody(f"import os; os.symlink({str(leads_to)!r}, {str(link)!r})")
+        cache = link if where == "root" else link / "flashhub"
+        cdn.clear_log()
+        result = load_in_child({"FLASHHUB_CACHE_DIR": str(cache)})
+        written = list(home.iterdir())
+    stderr = refused(result, link, Path(outer, "no-marker"))
+    assert f"{link} is another user's symlink in {public}" in stderr
+    assert f"uid {NOBODY}" in stderr
+    assert "a symlink another user made in a shared directory" in stderr
+    assert "set FLASHHUB_CACHE_DIR to a path you own" in stderr
+    assert written == []  # no kernels/, .locks/ or import-table/ in this user's home
+    assert cdn.requests == []  # refused before anything, the network included
+
+
+def test_a_symlink_of_ones_own_in_a_sticky_directory_is_followed(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    # This user's own link there is followed, as the kernel follows it.
+    public, real = tmp_path / "public", tmp_path / "real-cache"
+    public.mkdir()
+    public.chmod(0o1777)
+    real.mkdir()
+    (public / "my-cache").symlink_to(real)
+    write_kernel(cdn.root, REPO, 1)
+    env = {"FLASHHUB_CACHE_DIR": str(public / "my-cache")}
+    loads = [load_in_child(env) for _ in range(3)]
+    for loaded in loads:
+        assert loaded.returncode == 0, loaded.stderr
+        assert loaded.stdout.strip() == f"{REPO}@v1:{local_variant()}"
+    assert (real / "kernels" / REPO / "v1" / local_variant()).is_dir()
+    assert list((real / TABLE_DIR).glob("*.json"))  # the warm loads recorded it
+
+
+def test_a_cache_directory_that_is_a_symlink_to_nothing_says_so(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    # A link of this user's to a volume not mounted, say: creating the cache through it
+    # fails, and the error says why, not to free disk space.
+    link, missing = tmp_path / "my-cache", tmp_path / "unmounted" / "cache"
+    link.symlink_to(missing)
+    write_kernel(cdn.root, REPO, 1)
+    result = load_in_child({"FLASHHUB_CACHE_DIR": str(link / "flashhub")})
+    assert result.returncode == 1
+    error, hint = result.stderr.splitlines()[-2:]
+    assert error == (
+        f"flashhub_kernels.errors.CacheError: cannot use the cache: {link} is a symlink to "
+        f"{missing}, which does not exist"
+    )
+    assert "free disk space" not in hint and "FLASHHUB_CACHE_DIR" in hint
+    assert not missing.parent.exists()

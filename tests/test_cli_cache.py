@@ -172,6 +172,43 @@ def test_cache_verify_reports_a_file_touched_after_verification(cdn: CdnServer) 
     assert "flashhub cache prune" in result.stderr
 
 
+def test_cache_verify_reports_a_module_planted_beside_the_verified_files(cdn: CdnServer) -> None:
+    # A package directory beats a module of its name in Python's import order: the
+    # planted code runs, while every file the manifest lists is as it was verified.
+    publish_tensor_tricks(cdn.root)
+    path = Path(ok_json(flashhub("get", REPO, "--version", "3", "--json"))["path"])
+    planted = path / PY_PKG / "helpers"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("PLANTED = True\n")
+
+    result = flashhub("cache", "verify")
+
+    assert result.returncode == 1
+    assert f"{REPO}@v3 {UNIVERSAL}: FAILED: {PY_PKG}/helpers is not in its metadata.json" in (
+        result.stdout
+    )
+    assert flashhub("cache", "prune").returncode == 0
+    assert not planted.exists()
+    assert flashhub("get", REPO, "--version", "3").returncode == 0  # fetched again, as listed
+    assert not planted.exists() and (path / PY_PKG / "helpers.py").is_file()
+
+
+def test_cache_verify_reports_a_file_it_cannot_read_and_checks_the_others(
+    cdn: CdnServer,
+) -> None:
+    publish_tensor_tricks(cdn.root)
+    first = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    ok_json(flashhub("get", REPO, "--version", "3", "--json"))
+    (first / PY_PKG / "helpers.py").chmod(0)
+
+    result = flashhub_unprivileged("cache", "verify")
+
+    assert result.returncode == 1, result.stderr
+    assert f"FAILED: {PY_PKG}/helpers.py cannot be read (Permission denied)" in result.stdout
+    assert f"{REPO}@v3 {UNIVERSAL}: ok" in result.stdout
+    assert "Traceback" not in result.stderr and "[Errno" not in result.stderr
+
+
 def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer, cache_dir: Path) -> None:
     publish_tensor_tricks(cdn.root)
     assert flashhub("get", REPO, "--version", "3").returncode == 0

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 import flashhub_kernels as fk
-from conftest import run_python, unshare_mount
+from conftest import python_after_mount, run_python
 from flashhub_kernels._cache import staging
 from flashhub_kernels._network import deferred_gc, download
 from flashhub_kernels._network.deferred_gc import collection_paused
@@ -572,13 +572,7 @@ def test_a_cache_without_room_for_a_file_is_refused_before_the_file_is_fetched(
     blob_path = write_blob_kernel(cdn.root, blob, with_sizes=True)
     cache_dir.mkdir(mode=0o700)
     mount = f"mount -t tmpfs -o size=2m,mode=0700 tmpfs {cache_dir}"
-    result = subprocess.run(
-        [*unshare_mount(), "sh", "-c", f'{mount} && exec "$0" -c "$1"', sys.executable, NO_ROOM],
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = python_after_mount(mount, NO_ROOM)
     assert result.stdout.startswith("CacheError cannot write "), result.stderr
     assert "No space left on device" in result.stdout and "free disk space" in result.stdout
     assert "half-imported: False" in result.stdout
@@ -610,14 +604,7 @@ def test_a_size_past_the_free_space_is_refused_without_allocating_any(tmp_path: 
     with image.open("wb") as file:
         file.truncate(32 * MIB)
     subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
-    mount = f"mount -o loop {image} {mounted} || exit 3"
-    script = f'{mount}; exec "$0" -c "$1" "$2"'
-    result = subprocess.run(
-        [*unshare_mount(), "sh", "-c", script, sys.executable, ABSURD_SIZE, str(mounted)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = python_after_mount(f"mount -o loop {image} {mounted}", ABSURD_SIZE, str(mounted))
     if result.returncode == 3:
         pytest.skip(f"this machine mounts no loop device: {result.stderr.strip()}")
     assert result.stdout.split() == ["No", "space", "left", "on", "device", "0"], result.stderr

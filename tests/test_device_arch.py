@@ -9,10 +9,12 @@ which capability it read. The ``gpu`` tests at the end check the same on a real 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -213,6 +215,27 @@ def test_a_cache_that_cannot_be_written_keeps_no_record(
     assert cuda_capability().capability == (9, 0)
     assert cuda_capability().capability == (9, 0)
     assert listed.read_text().count("nvmlInit_v2") == 2
+
+
+def test_a_pipe_in_place_of_the_record_is_no_record(listed: Path, cache_dir: Path) -> None:
+    """A named pipe a neighbour sharing the cache put there is not waited on (a read that
+    waits is let go below, so that the test fails rather than hangs): NVML is asked, and
+    its answer recorded in the pipe's place."""
+    record = cache_dir / "gpus"
+    os.mkfifo(record, 0o600)
+    readings = []
+    reader = threading.Thread(target=lambda: readings.append(cuda_capability()), daemon=True)
+    reader.start()
+    reader.join(20)
+    if reader.is_alive():
+        while reader.is_alive():  # a writer comes and goes: each read it waits in ends
+            with contextlib.suppress(OSError):  # ENXIO: no read waits at this moment
+                os.close(os.open(record, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(0.1)
+        pytest.fail("reading the record waited for a writer to the pipe")
+    assert [reading.capability for reading in readings] == [(9, 0)]
+    assert listed.read_text().count("nvmlInit_v2") == 1
+    assert record.read_text().splitlines() == [f"{H100.uuid} 9.0", f"{A10.uuid} 8.6"]
 
 
 def test_a_library_without_nvml_s_functions_leaves_the_arch_unknown(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels
-from conftest import MakeCdn, MakeProject, import_in_child, run_python, unshare_mount
+from conftest import MakeCdn, MakeProject, import_in_child, python_after_mount, run_python
 from flashhub_kernels import (
     LockedLayerRepository,
     get_kernel,
@@ -663,16 +663,8 @@ def test_a_probed_kernel_imports_from_a_read_only_baked_cache_once_downloaded_fo
 def offline_in_read_only_cache(cache_dir: Path, code: str) -> str:
     """What ``code`` prints, run offline as a CPU-only machine, the cache mounted read-only."""
     read_only = f"mount --bind {cache_dir} {cache_dir} && mount -o remount,ro,bind {cache_dir}"
-    result = subprocess.run(
-        [
-            *unshare_mount(),
-            *("sh", "-c", f'{read_only} && exec "$0" -c "$1"'),
-            *(sys.executable, CPU_ONLY_CHILD + code),
-        ],
-        env={**os.environ, "FLASHHUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = python_after_mount(
+        read_only, CPU_ONLY_CHILD + code, env={**os.environ, "FLASHHUB_OFFLINE": "1"}
     )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()

@@ -16,9 +16,11 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import python_after_mount
 from flashhub_kernels._cache.mutex import hold
 from flashhub_kernels.errors import CacheError
 
@@ -225,3 +227,45 @@ def test_a_lock_that_cannot_be_created_is_a_cache_error(tmp_path: Path) -> None:
     in_the_way.write_text("a file where the lock directory should be")
     with pytest.raises(CacheError, match="cannot lock"), locked(in_the_way / "x.lock"):
         pass
+
+
+# Takes a mutex in the directory argv[1], on a file system with no inode left: what it raises.
+IN_A_FULL_CACHE = """
+import sys
+from pathlib import Path
+from flashhub_kernels._cache.mutex import hold
+from flashhub_kernels.errors import CacheError
+try:
+    with hold(Path(sys.argv[1]) / "x.lock", what="testing", timeout=None):
+        print("held")
+except CacheError as exc:
+    print(exc)
+"""
+
+
+def test_a_lock_on_a_disk_without_inodes_hints_at_disk_space(tmp_path: Path) -> None:
+    """A tmpfs with one inode, the mount's own, in a mount namespace of the test's own:
+    the mutex's file cannot be created, ``ENOSPC``, which is no matter of permissions."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = f"mount -t tmpfs -o size=1m,nr_inodes=1,mode=0700 tmpfs {full}"
+    result = python_after_mount(mount, IN_A_FULL_CACHE, str(full))
+    message, hint = result.stdout.strip().splitlines()
+    assert message == f"cannot lock {full / 'x.lock'}: No space left on device", result.stderr
+    assert hint == "  hint: free disk space, or point FLASHHUB_CACHE_DIR at a disk with room"
+
+
+def test_a_lock_over_the_disk_quota_hints_at_disk_space(
+    lock_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_open = os.open
+
+    def over_quota(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(lock_path.name):  # filelock's open of the mutex's file
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", over_quota)
+    with pytest.raises(CacheError, match="cannot lock") as info, locked(lock_path):
+        pass
+    assert info.value.hint == "free disk space, or point FLASHHUB_CACHE_DIR at a disk with room"

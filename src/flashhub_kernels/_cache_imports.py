@@ -138,7 +138,7 @@ def read_rows(root: str, module: str) -> dict[str, Any]:
     except OSError:
         return {}
     try:
-        if not _private(os.fstat(directory), stat.S_IFDIR):
+        if not is_private(os.fstat(directory), stat.S_IFDIR):
             return {}
         fd = os.open(f"{module}.json", flags, dir_fd=directory)
     except OSError:
@@ -147,7 +147,7 @@ def read_rows(root: str, module: str) -> dict[str, Any]:
         os.close(directory)
     try:
         st = os.fstat(fd)
-        if not _private(st, stat.S_IFREG) or st.st_size > _MOST_BYTES:
+        if not is_private(st, stat.S_IFREG) or st.st_size > _MOST_BYTES:
             return {}
         data = json.loads(os.read(fd, st.st_size + 1))
     except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
@@ -160,7 +160,7 @@ def read_rows(root: str, module: str) -> dict[str, Any]:
     return rows
 
 
-def _private(st: os.stat_result, kind: int) -> bool:
+def is_private(st: os.stat_result, kind: int) -> bool:
     """A file of ``kind`` that only this user (or root) could have written."""
     mine = st.st_uid in (os.getuid(), 0)  # type: ignore[attr-defined,unused-ignore]
     writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)

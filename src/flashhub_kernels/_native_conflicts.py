@@ -67,9 +67,10 @@ def _digest(library: Library) -> bytes | None:
 def _listed_digest(library: Library) -> bytes:
     from ._constants import MANIFEST_NAME
     from ._models.manifest import parse_metadata
+    from ._utils.filesystem import read_regular
 
     assert library.entry is not None
-    manifest = parse_metadata((library.entry / MANIFEST_NAME).read_bytes())
+    manifest = parse_metadata(read_regular(library.entry / MANIFEST_NAME))
     return manifest.files[library.relpath]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .._cache_imports import TABLE_DIR
-from .._constants import INDEX_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
+from .._constants import INDEX_NAME
 from .._lockfiles.format import Lockfile
 from .._models.record import Record
 from .._utils.filesystem import replaced_name
@@ -29,7 +29,7 @@ from .layout import (
 )
 from .mutex import hold_if_free, mutex_mode
 from .staging import cache_errors, evict, remove_stale_staging, remove_tree, unused
-from .verify import verify_entry
+from .verify import ENTRY_RECORDS, verify_entry
 from .versions_seen import VERSIONS_SEEN_NAME
 
 # A temporary file not modified for this long is no writer's: each is written in one go,
@@ -161,12 +161,11 @@ def _remove_stale_temporaries(cache: Cache) -> list[Path]:
 
     Returns what was removed.
     """
-    entry_files = {RECEIPT_NAME, MANIFEST_NAME, MANIFEST_SIGNATURE_NAME}
     places: list[tuple[Path, set[str] | None]] = [
         (cache.root, {VERSIONS_SEEN_NAME, GPU_RECORD_NAME}),
         (cache.root / TABLE_DIR, None),  # <module name>.json
         *((version_dir, {INDEX_NAME}) for _info, version_dir in version_dirs(cache)),
-        *((entry.path, entry_files) for entry in list_entries(cache)),
+        *((entry.path, ENTRY_RECORDS) for entry in list_entries(cache)),
     ]
     since = time.time() - TEMPORARY_IDLE_SECONDS
     gone = []

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .._constants import INDEX_NAME, MANIFEST_NAME, RECEIPT_NAME
 from .._models.record import Record
+from .._utils.filesystem import read_regular
 from .receipt import Receipt, read_receipt
 from .trust import check_chain, check_dir
 
@@ -62,10 +63,10 @@ def vouched_sections(whole: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_json(path: Path) -> Any:
-    """A JSON record of the cache, or ``None`` when it is missing or unreadable (nested
-    too deeply for Python's parser included)."""
+    """A JSON record of the cache, or ``None`` when it is missing or unreadable (not a
+    regular file, or nested too deeply for Python's parser, included)."""
     try:
-        return json.loads(path.read_bytes())
+        return json.loads(read_regular(path))
     except (OSError, ValueError, RecursionError):
         return None
 

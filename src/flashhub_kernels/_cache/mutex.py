@@ -45,6 +45,7 @@ WAIT_NOTICE_SECONDS = 2.0  # a wait this long is reported once: it is another do
 # waits for the thread that waits here (see stop_after_ctrl_c).
 STOP_CHECK_SECONDS = 0.25
 _UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP}
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT}  # no space or inode left, over quota
 
 
 @contextmanager
@@ -186,6 +187,8 @@ def _mutex_error(path: Path, exc: OSError) -> CacheError:
             f"cannot lock {path}: {reason}; this file system does not support file locks",
             hint="point FLASHHUB_CACHE_DIR at a local disk (NFS without lockd has none)",
         )
+    if exc.errno in _NO_ROOM:  # as for any other write to the cache: free disk space
+        return CacheError(f"cannot lock {path}: {reason}", hint=refused.hint)
     return CacheError(
         f"cannot lock {path}: {reason}",
         hint="fix the permissions of the cache directory, remove what is in the way, "

@@ -13,6 +13,7 @@ import stat
 
 from .._constants import RECEIPT_NAME
 from .._models.record import Record
+from .._utils.filesystem import read_regular
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:
@@ -72,9 +73,9 @@ def _same_mtime(found: int, recorded: int) -> bool:
 
 def read_receipt(entry: Path) -> Receipt | None:
     """The receipt of the committed entry ``entry``; ``None`` when it has none, or one
-    that does not parse (nested too deeply for Python's parser included)."""
+    that is not a regular file or does not parse (nested too deeply included)."""
     try:
-        data = json.loads((entry / RECEIPT_NAME).read_bytes())
+        data = json.loads(read_regular(entry / RECEIPT_NAME))
         files = {str(p): (int(s), int(m)) for p, (s, m) in data["files"].items()}
         bytecode = {
             str(p): (int(s), int(m), str(d)) for p, (s, m, d) in data.get("bytecode", {}).items()

@@ -9,9 +9,10 @@ judged, the receipt and every file it vouches for (each checked against the rece
 first), where some builds' packages (tvm-ffi, MLX) are installed if one of those builds
 could be picked, and the device's reading where the device took part in the choice.
 
-Recording is best effort: a cache that cannot be written keeps no table, and of two
-processes recording at once, one row may be lost (that import looks its kernel up in
-full again, and records it).
+Recording is best effort: a cache that cannot be written keeps no table, nor one whose
+``import-table`` is not a directory only this user could have written (a symlink a
+neighbour planted), and of two processes recording at once, one row may be lost (that
+import looks its kernel up in full again, and records it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from .._cache_imports import (
@@ -28,6 +30,7 @@ from .._cache_imports import (
     device_reading,
     identity_of,
     installed,
+    is_private,
     read_rows,
     stamp,
     table_file,
@@ -68,11 +71,16 @@ def record(key: TableKey, target: KernelDir) -> None:
     for digest in list(rows)[:-KEYS_PER_NAME]:
         del rows[digest]
     data = json.dumps({"format": FORMAT, "rows": rows}, separators=(",", ":"))
+    table = Path(key.root, TABLE_DIR)
     with contextlib.suppress(OSError):  # a read-only cache: each import looks up in full
-        os.makedirs(Path(key.root, TABLE_DIR), mode=0o700, exist_ok=True)
-        write_atomic(
-            Path(table_file(key.root, key.module)), data.encode(), mode=0o600, durable=False
-        )
+        with contextlib.suppress(FileExistsError):
+            table.mkdir(mode=0o700)
+        # Only into a directory the reader trusts: not through a symlink, which another
+        # user may have planted where others may create entries (a sticky or shared
+        # root), nor into another user's directory; else no table is kept.
+        if is_private(os.lstat(table), stat.S_IFDIR):
+            file = Path(table_file(key.root, key.module))
+            write_atomic(file, data.encode(), mode=0o600, durable=False)
 
 
 def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
@@ -105,7 +113,7 @@ def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
         "device": device_reading(key.backend) if judged else None,
         "device_inputs": read_from,
         "installed": {name: installed(name) for name in _packages_that_count(document)},
-        "dirs": [[path, identity_of(path)] for path in _judged_dirs(cache.root, entry)],
+        "dirs": [[path, identity_of(path)] for path in _judged_dirs(cache, entry)],
         "stamped": [[path, stamp(path)] for path in _vouched_files(entry, receipt)],
         "kernel": {
             "package": os.path.relpath(target.package_dir, entry),
@@ -129,10 +137,11 @@ def _packages_that_count(document: Mapping[str, Any]) -> list[str]:
     return [package for package, framework in _NEEDING.items() if framework in frameworks]
 
 
-def _judged_dirs(root: Path, entry: Path) -> list[str]:
-    """The directories the trust checks judged on the way to ``entry``, each once (the
-    root as named too, where a symlink leads to it: one replaced there is another cache)."""
-    judged = (*root_chain(root), root, *dirs_below(root, entry))
+def _judged_dirs(cache: Cache, entry: Path) -> list[str]:
+    """The directories (and symlinks) the trust checks judged on the way to ``entry``,
+    each once (the root as named too: one replaced there is another cache)."""
+    root = cache.root
+    judged = (*root_chain(root, shared=cache.shared), root, *dirs_below(root, entry))
     return list(dict.fromkeys(str(path) for path in judged))
 
 

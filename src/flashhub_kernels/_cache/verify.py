@@ -8,15 +8,17 @@ full re-hash that the receipt stands in for.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 
 from .._config import Config, get_config
-from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME
+from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import parse_metadata
 from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import holds_trusted_signature, verify_document
 from .._utils.file_names import check_cached_names
+from .._utils.filesystem import read_regular, replaced_name
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode, receipt_stamp
 from .entries import CacheEntry
@@ -24,6 +26,9 @@ from .layout import Cache
 from .mutex import download_mutex
 from .receipt import Receipt, read_receipt
 from .staging import cache_errors, write_receipt
+
+# What an entry holds besides the files its manifest lists.
+ENTRY_RECORDS = {MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME}
 
 
 class Verdict(Record):
@@ -80,10 +85,12 @@ def _verify(entry: CacheEntry) -> Verdict:
         return Verdict("no receipt: the entry was never completely verified")
     try:
         manifest = parse_metadata(
-            (entry.path / MANIFEST_NAME).read_bytes(), source=str(entry.path / MANIFEST_NAME)
+            read_regular(entry.path / MANIFEST_NAME), source=str(entry.path / MANIFEST_NAME)
         )
-    except OSError:
+    except FileNotFoundError:
         return Verdict(f"{MANIFEST_NAME} is missing")
+    except OSError as exc:  # a pipe too: read_regular refuses it rather than wait
+        return Verdict(f"{MANIFEST_NAME} cannot be read ({exc.strerror})")
     except ManifestError as exc:
         return Verdict(exc.message)
     if manifest.content_hash != receipt.content_hash:
@@ -93,8 +100,17 @@ def _verify(entry: CacheEntry) -> Verdict:
         path = entry.path / relpath
         if path.is_symlink() or not path.is_file():
             return Verdict(f"{relpath} is missing or not a regular file")
-        if sha256_file(path) != digest:
-            return Verdict(f"{relpath} does not match its sha256 in {MANIFEST_NAME}")
+        try:
+            if sha256_file(path) != digest:
+                return Verdict(f"{relpath} does not match its sha256 in {MANIFEST_NAME}")
+        except OSError as exc:
+            return Verdict(f"{relpath} cannot be read ({exc.strerror})")
+    unlisted = _unlisted(entry.path, set(manifest.files))
+    if unlisted is not None:
+        return Verdict(
+            f"{unlisted} is not in its {MANIFEST_NAME}: no one verified it, and an import of "
+            "the kernel may run it"
+        )
     broken, not_trusted = _signature_problem(entry, receipt, get_config())
     if broken is not None:
         return Verdict(broken)
@@ -119,14 +135,42 @@ def _stamps_verdict(entry: CacheEntry, receipt: Receipt) -> Verdict:
     return Verdict()
 
 
+def _unlisted(entry: Path, listed: set[str]) -> str | None:
+    """The first file, directory or symlink in ``entry`` that is neither listed, nor a
+    directory of what is listed, nor the entry's own record (or the temporary file of a
+    writer of one), nor in a ``__pycache__`` (whose bytecode the receipt checks as far as
+    it records it)."""
+    expected = listed | ENTRY_RECORDS
+    expected |= {str(parent) for relpath in listed for parent in PurePosixPath(relpath).parents}
+    for directory, subdirectories, names in os.walk(entry):
+        base = PurePosixPath(Path(directory).relative_to(entry))
+        for name in sorted(names + subdirectories):
+            relpath = str(base / name)
+            in_place = name == "__pycache__" and not os.path.islink(Path(directory, name))
+            if relpath in expected or base.name == "__pycache__" or in_place:
+                continue
+            if relpath == name and replaced_name(name) in ENTRY_RECORDS:
+                continue  # a writer's temporary file, which prune removes once stale
+            return relpath
+    return None
+
+
 def _damaged_bytecode(entry: Path, receipt: Receipt) -> list[str]:
     """The ``.pyc`` files of the receipt that are missing or hold other bytes."""
     damaged = []
     for relpath, (_size, _mtime, digest) in sorted(receipt.bytecode.items()):
         path = entry / relpath
-        if path.is_symlink() or not path.is_file() or sha256_file(path).hex() != digest:
+        if path.is_symlink() or not path.is_file() or _digest(path) != digest:
             damaged.append(relpath)
     return damaged
+
+
+def _digest(path: Path) -> str | None:
+    """The sha256 of ``path`` in hex; ``None`` when it cannot be read."""
+    try:
+        return sha256_file(path).hex()
+    except OSError:
+        return None
 
 
 def _restamp(entry: Path, receipt: Receipt) -> None:
@@ -175,18 +219,20 @@ def _signature_problem(
     if not config.checks_signatures(entry.info.org):
         return None, None
     try:
-        signature: bytes | None = (entry.path / MANIFEST_SIGNATURE_NAME).read_bytes()
+        signature: bytes | None = read_regular(entry.path / MANIFEST_SIGNATURE_NAME)
     except FileNotFoundError:
         if receipt.signer is None:
             return None, _CACHED_UNCHECKED
         signature = None
+    except OSError as exc:
+        return f"{MANIFEST_SIGNATURE_NAME} cannot be read ({exc.strerror})", None
     try:
         verify_document(
             kind="metadata",
             repo_id=entry.info.repo_id,
             version=entry.info.version,
             variant=entry.variant,
-            data=(entry.path / MANIFEST_NAME).read_bytes(),
+            data=read_regular(entry.path / MANIFEST_NAME),
             sig_bytes=signature,
             keys=config.trusted_keys,
             org=entry.info.org,

@@ -24,6 +24,7 @@ from .._lockfiles.format import check_variant_name
 from .._models.manifest import Manifest, parse_metadata
 from .._models.names import RepoInfo
 from .._models.record import Record
+from .._utils.filesystem import read_regular
 from .._variants.choice import no_variant_error
 from .._variants.compat import pick_cached_variant
 from .._variants.probing import candidate_names
@@ -154,7 +155,7 @@ def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant 
     if receipt is None:
         return None
     try:
-        data = (entry / MANIFEST_NAME).read_bytes()
+        data = read_regular(entry / MANIFEST_NAME)
         manifest = parse_metadata(data, source=f"{entry / MANIFEST_NAME}")
     except (OSError, FlashhubError):
         return None

@@ -14,6 +14,7 @@ from pathlib import Path
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, SIG_SUFFIX, TRUSTED_KEYS_VAR
 from .._models.manifest import parse_metadata, parse_variants
 from .._models.names import RepoInfo, parse_repo_id
+from .._utils.filesystem import read_regular
 from ..errors import ManifestError, SignatureError
 from .ed25519 import import_cryptography, verifies
 from .signature_files import SignatureEntry, parse_signatures
@@ -170,8 +171,8 @@ def cached_signer(
     is vouched for by this one's keys without a request.
     """
     try:
-        data = (entry / MANIFEST_NAME).read_bytes()
-        signature = (entry / MANIFEST_SIGNATURE_NAME).read_bytes()
+        data = read_regular(entry / MANIFEST_NAME)
+        signature = read_regular(entry / MANIFEST_SIGNATURE_NAME)
         if parse_metadata(data).content_hash != content_hash:
             return None
         return _signed_by(keys, "metadata", info, variant, data, signature)

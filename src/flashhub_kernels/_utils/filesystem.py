@@ -1,12 +1,15 @@
-"""Writing a file so that readers see its old bytes or its new ones, never a mix.
+"""Writing a file so that readers see its old bytes or its new ones, never a mix; reading
+one that must be a regular file.
 
-Used by the cache, the publisher and ``flashhub keygen``. It imports nothing but ``os``:
-the cache writes through it on the import path.
+Used by the cache, the publisher and ``flashhub keygen``. It imports nothing but ``os``,
+``errno`` and ``stat``: the cache reads and writes through it on the import path.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 _TOKEN_BYTES = 8  # of the temporary file's name: ".<name>.<16 hex digits>.tmp"
@@ -61,6 +64,26 @@ def write_atomic(
         if exc.errno is None:
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from None  # the subclass, by errno
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, a regular file (or a symlink to one).
+
+    Where someone who may create files beside it (a shared cache's group) put a pipe, a
+    plain read would wait for a writer, forever, and a device (``/dev/zero``) never ends:
+    they are refused at once, as is a directory.
+
+    Raises:
+        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe's returns at once
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        with open(fd, "rb", closefd=False) as file:  # a regular file ignores O_NONBLOCK
+            return file.read()
+    finally:
+        os.close(fd)
 
 
 def replaced_name(name: str) -> str | None:

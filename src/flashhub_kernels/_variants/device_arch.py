@@ -170,10 +170,13 @@ def read_record(path: Path) -> dict[str, tuple[int, int]]:
     """The capabilities :func:`write_record` wrote, by GPU UUID; empty when there are none.
 
     A GPU's capability never changes and its UUID names it on every machine, so one
-    record serves a cache that several machines share.
+    record serves a cache that several machines share. One that is not a regular file
+    (a pipe would wait for a writer) is none.
     """
+    from .._utils.filesystem import read_regular
+
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_regular(path).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return {}
     record = {}
