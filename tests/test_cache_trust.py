@@ -380,7 +380,7 @@ def test_cache_verify_of_an_entry_whose_manifest_is_a_pipe_fails_it(
     verified = run_cut_short(PYTHON_M_FLASHHUB, "cache", "verify", "--json")
     assert verified.returncode == 1, verified.stderr
     [entry] = json.loads(verified.stdout)["entries"]
-    assert entry["problem"] == f"{MANIFEST_NAME} cannot be read (not a regular file)"
+    assert entry["problem"] == f"{MANIFEST_NAME} cannot be read (a pipe, not a regular file)"
     loaded = run_cut_short(LOAD)  # the receipt vouches for the files: a load needs no more
     assert loaded.returncode == 0, loaded.stderr
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from .._config import Config, get_config
@@ -96,21 +97,9 @@ def _verify(entry: CacheEntry) -> Verdict:
     if manifest.content_hash != receipt.content_hash:
         return Verdict(f"{MANIFEST_NAME} is not the manifest the entry was verified against")
     check_cached_names(manifest.files, f"{entry.info} variant {entry.variant}")
-    for relpath, digest in sorted(manifest.files.items()):
-        path = entry.path / relpath
-        if path.is_symlink() or not path.is_file():
-            return Verdict(f"{relpath} is missing or not a regular file")
-        try:
-            if sha256_file(path) != digest:
-                return Verdict(f"{relpath} does not match its sha256 in {MANIFEST_NAME}")
-        except OSError as exc:
-            return Verdict(f"{relpath} cannot be read ({exc.strerror})")
-    unlisted = _unlisted(entry.path, set(manifest.files))
-    if unlisted is not None:
-        return Verdict(
-            f"{unlisted} is not in its {MANIFEST_NAME}: no one verified it, and an import of "
-            "the kernel may run it"
-        )
+    problem = _files_problem(entry.path, manifest.files)
+    if problem is not None:
+        return Verdict(problem)
     broken, not_trusted = _signature_problem(entry, receipt, get_config())
     if broken is not None:
         return Verdict(broken)
@@ -133,6 +122,27 @@ def _stamps_verdict(entry: CacheEntry, receipt: Receipt) -> Verdict:
             f"{changed} has another size or mtime than when it was verified", repairable=True
         )
     return Verdict()
+
+
+def _files_problem(entry: Path, files: Mapping[str, bytes]) -> str | None:
+    """Why the files in ``entry`` are not those ``files`` lists with their sha256 (one
+    missing, changed or unreadable, or one more); ``None`` when they are."""
+    for relpath, digest in sorted(files.items()):
+        path = entry / relpath
+        if path.is_symlink() or not path.is_file():
+            return f"{relpath} is missing or not a regular file"
+        try:
+            if sha256_file(path) != digest:
+                return f"{relpath} does not match its sha256 in {MANIFEST_NAME}"
+        except OSError as exc:
+            return f"{relpath} cannot be read ({exc.strerror})"
+    unlisted = _unlisted(entry, set(files))
+    if unlisted is not None:
+        return (
+            f"{unlisted} is not in its {MANIFEST_NAME}: no one verified it, and an import of "
+            "the kernel may run it"
+        )
+    return None
 
 
 def _unlisted(entry: Path, listed: set[str]) -> str | None:

@@ -26,21 +26,16 @@ A mirror answers in four ways besides success:
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
 
+from .._utils.filesystem import open_regular
 from .._utils.threads import stop_after_ctrl_c
 from .._utils.urls import file_url_path, redact_url
 from .hashing import CHUNK_SIZE, HashingWriter
-
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # POSIX: opening a pipe waits for no writer
-_NOT_FILES = {stat.S_IFIFO: "a pipe", stat.S_IFDIR: "a directory"}  # else a device
 
 
 class NotPublished(Exception):
@@ -167,7 +162,7 @@ class FileMirror(Mirror):
 
     def read_document(self, relpath: str, limit: int) -> bytes:
         try:
-            with _open_regular(self._path(relpath)) as file:
+            with open_regular(self._path(relpath)) as file:
                 return file.read(limit + 1)
         except FileNotFoundError:
             raise NotPublished(self.url(relpath)) from None
@@ -176,7 +171,7 @@ class FileMirror(Mirror):
 
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
         try:
-            with _open_regular(self._path(relpath), buffering=0) as source:
+            with open_regular(self._path(relpath), buffering=0) as source:
                 writer.announce(os.fstat(source.fileno()).st_size - writer.size)
                 source.seek(writer.size)
                 write_chunks(iter(lambda: source.read(CHUNK_SIZE), b""), writer, cancelled)
@@ -191,26 +186,3 @@ class FileMirror(Mirror):
 
     def close(self) -> None:
         pass  # files are opened and closed per read
-
-
-def _open_regular(path: Path, buffering: int = -1) -> BinaryIO:
-    """``path`` opened for reading, if it is a regular file (or a symlink to one).
-
-    A CDN tree holds nothing else. A pipe would make ``open`` wait for a writer, forever,
-    and a device (``/dev/zero``) never ends: they are refused at once, as is a directory.
-
-    Raises:
-        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
-    """
-    fd = os.open(path, os.O_RDONLY | _NONBLOCK)  # a pipe's open returns: no writer awaited
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = _NOT_FILES.get(stat.S_IFMT(mode), "a device")
-            raise OSError(errno.EINVAL, f"{kind}, not a file: a CDN tree holds files only")
-        if _NONBLOCK:
-            os.set_blocking(fd, True)
-        return open(fd, "rb", buffering=buffering)
-    except BaseException:
-        os.close(fd)
-        raise

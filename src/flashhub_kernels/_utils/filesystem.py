@@ -1,8 +1,9 @@
 """Writing a file so that readers see its old bytes or its new ones, never a mix; reading
 one that must be a regular file.
 
-Used by the cache, the publisher and ``flashhub keygen``. It imports nothing but ``os``,
-``errno`` and ``stat``: the cache reads and writes through it on the import path.
+Used by the cache, the publisher, a ``file://`` mirror and ``flashhub keygen``. It imports
+nothing but ``os``, ``errno`` and ``stat``: the cache reads and writes through it on the
+import path.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import os
 import stat
 from pathlib import Path
 
+TYPE_CHECKING = False  # not typing's: the import path reads through this module
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
 _TOKEN_BYTES = 8  # of the temporary file's name: ".<name>.<16 hex digits>.tmp"
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # POSIX: opening a pipe waits for no writer
+_NOT_FILES = {stat.S_IFIFO: "a pipe", stat.S_IFDIR: "a directory"}  # else a device
 
 
 def write_atomic(
@@ -66,24 +73,35 @@ def write_atomic(
         raise OSError(exc.errno, exc.strerror, str(path)) from None  # the subclass, by errno
 
 
-def read_regular(path: Path) -> bytes:
-    """The bytes of ``path``, a regular file (or a symlink to one).
+def open_regular(path: Path, buffering: int = -1) -> BinaryIO:
+    """``path`` opened for reading, if it is a regular file (or a symlink to one).
 
-    Where someone who may create files beside it (a shared cache's group) put a pipe, a
-    plain read would wait for a writer, forever, and a device (``/dev/zero``) never ends:
-    they are refused at once, as is a directory.
+    Where someone who may create files beside it (a shared cache's group, whoever fills
+    a CDN tree) put a pipe, ``open`` would wait for a writer, forever, and a device
+    (``/dev/zero``) never ends: they are refused at once, as is a directory.
 
     Raises:
-        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
+        OSError: it cannot be opened, or is not a regular file (``EINVAL``, saying what
+            it is: "a pipe, not a regular file").
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe's returns at once
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK)  # a pipe's open returns: no writer awaited
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        with open(fd, "rb", closefd=False) as file:  # a regular file ignores O_NONBLOCK
-            return file.read()
-    finally:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _NOT_FILES.get(stat.S_IFMT(mode), "a device")
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+        return open(fd, "rb", buffering=buffering)
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, a regular file (:func:`open_regular`)."""
+    with open_regular(path) as file:
+        return file.read()
 
 
 def replaced_name(name: str) -> str | None:
