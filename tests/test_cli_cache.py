@@ -415,6 +415,8 @@ def test_cache_verify_reports_untrusted_and_symlinked_entries(
     assert f"{entry}: is owned by another user" in result.stdout
     assert f"{version_dir / 'torch-cuda'}: is a symlink" in result.stdout
     assert "2 untrusted directories" in result.stdout  # never a silent "0 entries checked"
+    assert "cache prune" not in result.stderr  # which leaves them
+    assert "left as it is: remove it, or make it yours and private" in result.stderr
 
 
 def test_flashhub_cache_list_verify_and_prune_escape_directory_names(

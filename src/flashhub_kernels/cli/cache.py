@@ -245,15 +245,27 @@ def _cache_verify(args: argparse.Namespace) -> int:
     failed = [verdict for _entry, verdict in checked if not verdict.ok]
     if untrusted or failed:
         if not args.json:
-            hint = "`flashhub cache prune` removes them; they are fetched again on use"
-            if any(verdict.repairable for verdict in failed):
-                hint = (
-                    "`flashhub cache verify --repair` repairs the entries whose files are "
-                    "intact (only their modification times or bytecode changed); " + hint
-                )
-            print_error("some cache entries failed verification", hint)
+            print_error("some cache entries failed verification", _verify_hint(failed, untrusted))
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _verify_hint(failed: list[Verdict], untrusted: list[tuple[Path, str]]) -> str:
+    """What to do about the entries that failed and the directories a load refuses."""
+    hints = []
+    if any(verdict.repairable for verdict in failed):
+        hints.append(
+            "`flashhub cache verify --repair` repairs the entries whose files are intact "
+            "(only their modification times or bytecode changed)"
+        )
+    if failed:
+        hints.append("`flashhub cache prune` removes them; they are fetched again on use")
+    if untrusted:  # prune leaves them: not this user's to judge, or to remove
+        hints.append(
+            "a directory a load refuses to trust is left as it is: remove it, or make it "
+            "yours and private (chown, chmod go-w)"
+        )
+    return "; ".join(hints)
 
 
 def _print_verified_json(
