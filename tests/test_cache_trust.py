@@ -9,6 +9,7 @@ the kernel. What ``flashhub cache verify`` reports of such a cache is in test_cl
 from __future__ import annotations
 
 import ast
+import contextlib
 import errno
 import json
 import os
@@ -17,6 +18,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -408,6 +410,28 @@ def test_reading_a_record_refuses_at_once_what_is_no_regular_file(
 # -- a neighbour's symlinks, where others may create entries ------------------------------
 
 
+@contextlib.contextmanager
+def reachable_by_nobody(*names: str) -> Iterator[tuple[Path, ...]]:
+    """New directories ``names`` in a temporary one that ``nobody`` can reach (no
+    ``tmp_path`` is), removed afterwards."""
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        made = tuple(Path(top, name) for name in names)
+        for directory in made:
+            directory.mkdir()
+        yield made
+
+
+def open_up(directory: Path, to: str, *, group_mode: int) -> None:
+    """Let others create entries in ``directory``: ``"every user"`` (sticky, as /tmp), or
+    the group of ``nobody``, shared with this user (``group_mode``)."""
+    if to == "every user":
+        directory.chmod(0o1777)
+    else:
+        os.chown(directory, os.geteuid(), NOBODY)
+        directory.chmod(group_mode)
+
+
 def as_nobody(code: str) -> None:
     """Run ``code`` as ``nobody``: the neighbour, staging an attack."""
     done = subprocess.run([*nobody_runs(), sys.executable, "-c", code], capture_output=True)
@@ -415,7 +439,7 @@ def as_nobody(code: str) -> None:
 
 
 @pytest.mark.parametrize("plant", ["symlink", "directory"])
-@pytest.mark.parametrize("root", ["sticky", "shared"])
+@pytest.mark.parametrize("root", ["every user", "a group"])
 def test_a_neighbours_import_table_leads_no_row_out_of_the_cache(
     cdn: CdnServer, root: str, plant: str
 ) -> None:
@@ -424,18 +448,10 @@ def test_a_neighbours_import_table_leads_no_row_out_of_the_cache(
     # directory of this user's, or a directory of the neighbour's. The loads go on, with
     # no table: not one byte is written through the link, nor into the neighbour's directory.
     write_kernel(cdn.root, REPO, 1)
-    with tempfile.TemporaryDirectory() as public:  # not under tmp_path: nobody cannot reach it
-        os.chmod(public, 0o755)
-        notes = Path(public, "notes")  # this user's
-        notes.mkdir()
-        cache = Path(public, "cache")
-        cache.mkdir()
+    with reachable_by_nobody("notes", "cache") as (notes, cache):  # notes: this user's
+        open_up(cache, root, group_mode=0o2770)  # a group's: a cache it shares on purpose
         env = {"FLASHHUB_CACHE_DIR": str(cache)}
-        if root == "sticky":
-            cache.chmod(0o1777)
-        else:  # nobody's group shares it with this user
-            os.chown(cache, os.geteuid(), NOBODY)
-            cache.chmod(0o2770)
+        if root == "a group":
             env["FLASHHUB_CACHE_SHARED"] = "1"
         table = cache / TABLE_DIR
         if plant == "symlink":
@@ -464,17 +480,9 @@ def test_a_cache_directory_leading_through_a_neighbours_symlink_in_a_sticky_dire
     # move when the neighbour changes the link. The load refuses it, whether the link is
     # the cache directory or one above it, and whether it leads anywhere.
     write_kernel(cdn.root, REPO, 1)
-    with tempfile.TemporaryDirectory() as outer:  # not under tmp_path: nobody cannot reach it
-        os.chmod(outer, 0o755)
-        home = Path(outer, "home")  # this user's
-        home.mkdir()
-        public = Path(outer, "tmp")
-        public.mkdir()
-        if open_to == "every user":
-            public.chmod(0o1777)
-        else:  # the group of nobody, which this user does not trust (no shared cache)
-            os.chown(public, os.geteuid(), NOBODY)
-            public.chmod(0o1770)
+    with reachable_by_nobody("home", "tmp") as (home, public):  # home: this user's
+        # nobody's group, which this user does not trust here (no shared cache)
+        open_up(public, open_to, group_mode=0o1770)
         link = public / "my-cache"
         leads_to = home if target == "home" else home / "nothing"
         as_nobody(f"import os; os.symlink({str(leads_to)!r}, {str(link)!r})")
@@ -482,7 +490,7 @@ def test_a_cache_directory_leading_through_a_neighbours_symlink_in_a_sticky_dire
         cdn.clear_log()
         result = load_in_child({"FLASHHUB_CACHE_DIR": str(cache)})
         written = list(home.iterdir())
-    stderr = refused(result, link, Path(outer, "no-marker"))
+    stderr = refused(result, link, home.parent / "no-marker")
     assert f"{link} is another user's symlink in {public}" in stderr
     assert f"uid {NOBODY}" in stderr
     assert "a symlink another user made in a shared directory" in stderr
