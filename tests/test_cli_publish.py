@@ -331,7 +331,7 @@ def test_the_next_publish_removes_what_a_killed_publish_left_in_the_tree(
     (kernel / "build" / UNIVERSAL / "my_kern" / "extra.py").write_text("X = 1\n")
     killed = subprocess.Popen(
         [sys.executable, "-c", _STALLED_PUBLISH, kernel, REPO, version, out],
-        env={**os.environ, "PYTHONPATH": str(SRC)},
+        env={**os.environ, "PYTHONPATH": str(SRC), "TMPDIR": str(tmp_path)},
         stdout=subprocess.PIPE,
         text=True,
     )
