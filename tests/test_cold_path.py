@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import types
 import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -253,6 +254,9 @@ class Node:
     link: Node | None = None
 
 
+IMPORTED = "flashhub_test_imported_in_a_pause"
+
+
 @pytest.mark.skipif(
     bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
     reason="a free-threaded build keeps what a pause allocated where it is: its gc.freeze "
@@ -269,9 +273,25 @@ def test_what_a_pause_kept_goes_to_the_oldest_generation() -> None:
         )
     with collection_paused():
         kept = [Node() for _ in range(2000)]
+        sys.modules[IMPORTED] = types.ModuleType(IMPORTED)  # as the first cold load imports
+    del sys.modules[IMPORTED]
     oldest = {id(thing) for thing in gc.get_objects(generation=2)}
     assert all(id(node) in oldest for node in kept) and id(kept) in oldest
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_a_pause_that_imports_nothing_leaves_its_garbage_to_young_collections() -> None:
+    """A later load (one that failed, say) leaves the young generations as they are: its
+    garbage, and the program's, is freed by the next young collection, not kept until a
+    full collection, which a program with torch imported may not run for hours."""
+    with collection_paused():
+        node = Node()
+        node.link = node
+        ref = weakref.ref(node)
+        del node
+    gc.collect(1)
+    assert ref() is None
 
 
 @pytest.mark.usefixtures("collector_on")
@@ -310,6 +330,39 @@ def test_a_failed_load_resumes_the_collector(cdn: CdnServer) -> None:
     with pytest.raises(fk.errors.KernelNotFoundError):
         fk.get_kernel(REPO, version=1)  # nothing published
     assert gc.isenabled()
+
+
+# A program that falls back on its own code when a kernel fails to load, calling again
+# and again: prints how many of the cycles it dropped before each failed load are still
+# alive after a young collection. The program's objects are unfrozen, as in a program
+# that is not a forked child of the tests' server.
+CYCLES_AFTER_FAILED_LOADS = """
+import gc, weakref, flashhub_kernels as fk
+gc.unfreeze()
+class Node:
+    link = None
+def failed_load():
+    try:
+        fk.get_kernel("acme/absent", version=1)
+    except ImportError:
+        pass
+failed_load()  # the first imports the cold path
+refs = []
+for _ in range(100):
+    node = Node()
+    node.link = node
+    refs.append(weakref.ref(node))
+    del node
+    failed_load()
+gc.collect(1)
+print(sum(ref() is not None for ref in refs))
+"""
+
+
+def test_failed_loads_one_after_another_keep_no_garbage_from_young_collections(
+    cdn: CdnServer,
+) -> None:
+    assert run_python(CYCLES_AFTER_FAILED_LOADS).strip() == "0"
 
 
 # -- the order of the files --------------------------------------------------------------------

@@ -10,10 +10,14 @@ is cyclic garbage.
 
 :func:`collection_paused` turns the collector off for the block and back on after it.
 The pass that was due still runs, at the program's next allocations, as it would have
-without the load. What the block allocated and kept (the modules it imported, their
-classes and functions) goes straight to the oldest generation, where surviving two
-young collections would have put it: otherwise the first allocation after the pause
-runs a young collection over all of it, 5-7 ms after a cold load, on its critical path.
+without the load. Where the blocks imported modules (the first cold load imports the
+cold path's), what they allocated goes straight to the oldest generation, where
+surviving two young collections would have put the modules, their classes and
+functions: otherwise the first allocation after the pause runs a young collection over
+all of it, 5-7 ms after a cold load, on its critical path. Blocks that import nothing
+leave the young generations as they are: the garbage of a load that failed, and the
+program's own cycles, are then freed by young collections, not kept until a full
+collection that a program with torch imported may not run for hours.
 Nested and concurrent blocks share one pause, and a collector the program had turned off
 stays off. A child forked during a pause has none of the threads whose blocks hold it, so
 it ends the pause at once, as their last block would have.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,16 +46,17 @@ LONGEST_PAUSE = 1.0  # seconds
 _lock = threading.Lock()
 _depth = 0  # blocks open, in every thread
 _resume = False  # whether the collector was on when the first block began
+_modules = 0  # how many modules were imported when the first block began
 _deadline: threading.Timer | None = None  # ends a pause that lasts too long
 
 
 @contextmanager
 def collection_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector for the block (see the module docstring)."""
-    global _depth, _resume, _deadline
+    global _depth, _resume, _modules, _deadline
     with _lock:
         if _depth == 0:
-            _resume = gc.isenabled()
+            _resume, _modules = gc.isenabled(), len(sys.modules)
             gc.disable()
             _deadline = _start_deadline() if _resume else None
         _depth += 1
@@ -64,7 +70,8 @@ def collection_paused() -> Iterator[None]:
                     _deadline.cancel()
                     _deadline = None
                 if _resume and not gc.isenabled():
-                    _age_young_objects()
+                    if len(sys.modules) > _modules:
+                        _age_young_objects()
                     gc.enable()
 
 
