@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
 from flashhub_kernels._cache.entries import CacheEntry
@@ -223,6 +224,31 @@ def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer, cache_d
     assert sorted(document["stale_directories"]) == sorted([str(dead), str(trash)])
     assert document["removed"] == []
     assert (version_dir / UNIVERSAL).is_dir()
+
+
+@pytest.mark.parametrize("command", [["prune"], ["clear", "--yes"]])
+def test_cache_maintenance_removes_the_mutexes_of_names_that_were_asked_for_in_vain(
+    cdn: CdnServer, cache_dir: Path, command: list[str]
+) -> None:
+    """A service that passes its users' names to get_kernel leaves a mutex for each, the
+    names that do not exist too; maintenance removes those no process holds."""
+    publish_tensor_tricks(cdn.root)
+    assert flashhub("get", REPO, "--version", "3").returncode == 0
+    for repo, version in [("acme/absent", "1"), (REPO, "9"), ("acme/held", "1")]:
+        assert flashhub("get", repo, "--version", version).returncode != 0
+    locks = cache_dir / ".locks"
+    held_mutex = locks / "acme/held/v1.lock"
+    assert held_mutex.is_file() and (locks / "acme/absent/v1.lock").is_file()
+
+    with FileLock(held_mutex):
+        assert flashhub("cache", *command).returncode == 0
+
+    left = sorted(str(path.relative_to(locks)) for path in locks.rglob("*.lock"))
+    kept = [] if command[0] == "clear" else [f"{REPO}/v3.lock"]  # prune keeps the kernel
+    assert left == sorted(["acme/held/v1.lock", *kept])
+    assert not (locks / "acme/absent").exists()
+    assert flashhub("get", "acme/absent", "--version", "1").returncode != 0  # asked again
+    assert (locks / "acme/absent/v1.lock").is_file()
 
 
 def test_cache_prune_removes_a_neighbours_symlinks_named_as_leftovers_not_what_they_reach(

@@ -92,6 +92,7 @@ def prune(cache: Cache, *, keep_locked: Lockfile | None = None, force: bool = Fa
                 in_use.append(entry.path)
     stale, busy_now = _remove_stale(cache)
     files = _remove_stale_temporaries(cache)
+    _remove_unused_index_mutexes(cache)
     return PruneReport(removed, stale, sorted({*busy, *busy_now}), in_use, files)
 
 
@@ -219,11 +220,30 @@ def clear(cache: Cache, *, force: bool = False) -> ClearReport:
                     kept = True
             if not kept:
                 remove_tree(version_dir)
-    kernels = cache.root / "kernels"
-    for directory in [*kernels.glob("*/*"), *kernels.glob("*"), kernels]:
+    _remove_empty_dirs(cache.root / "kernels")
+    _remove_unused_index_mutexes(cache)
+    return ClearReport(removed, busy, in_use)
+
+
+def _remove_unused_index_mutexes(cache: Cache) -> None:
+    """Remove the index mutex of each version the cache holds nothing of, where no process
+    holds it: every name a program asked for leaves one, a name that does not exist too."""
+    locks = cache.root / ".locks"
+    for path in sorted(locks.glob("*/*/v*.lock")):
+        version_dir = cache.root / "kernels" / path.parent.parent.name / path.parent.name
+        if path.parent.is_symlink() or os.path.lexists(version_dir / path.stem):
+            continue
+        with hold_if_free(path, mutex_mode(cache)) as free:
+            if free:  # one waiting for it meanwhile then opens it anew (filelock retries)
+                path.unlink(missing_ok=True)
+    _remove_empty_dirs(locks)
+
+
+def _remove_empty_dirs(top: Path) -> None:
+    """Remove ``top`` and the directories two levels below it that are empty."""
+    for directory in [*top.glob("*/*"), *top.glob("*"), top]:
         with contextlib.suppress(OSError):
             directory.rmdir()  # only if empty
-    return ClearReport(removed, busy, in_use)
 
 
 @contextlib.contextmanager

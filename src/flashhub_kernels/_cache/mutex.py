@@ -211,12 +211,14 @@ def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
     candidates), and records it for the others.
 
     Kept under ``<root>/.locks`` rather than in the version directory, so asking for a
-    spelling of a name that does not exist leaves no directory of that name behind.
+    spelling of a name that does not exist leaves no directory of that name behind
+    (``flashhub cache prune`` and ``clear`` remove such a version's mutex).
     """
-    locks = private_dir(cache, cache.root / ".locks" / info.org / info.name)
-    path = locks / f"v{info.version}.lock"
+    locks = cache.root / ".locks" / info.org / info.name
+    path = private_dir(cache, locks) / f"v{info.version}.lock"
     what = f"choosing the variant of {info}"
-    return hold(path, what=what, timeout=cache.lock_timeout, mode=mutex_mode(cache))
+    mode, remake = mutex_mode(cache), lambda: private_dir(cache, locks)
+    return hold(path, what=what, timeout=cache.lock_timeout, mode=mode, remake=remake)
 
 
 def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]:
