@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import re
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -37,6 +39,7 @@ from support.cdn_server import (
     trickled_headers,
 )
 from support.cli_runner import flashhub
+from support.preloaded import start_code
 from support.trees import kernel_files, write_variant
 
 REPO = "acme/tensor-tricks"
@@ -515,6 +518,31 @@ def test_a_document_whose_headers_never_end_fails_the_load_naming_the_deadline(
     message = str(info.value)
     assert "variants.json" in message
     assert "headers were not all in after 2 s" in message, message
+
+
+def test_a_load_stopped_past_its_headers_deadline_reads_the_answer_that_came_meanwhile(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-Z (or a debugger) stops the load while it waits for the headers; the server
+    answers in time, and the process goes on after the deadline: the time it was stopped
+    is not the server's, so the answer is read, not cut and fetched again."""
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    publish_blob_kernel(cdn.root)
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(BLOB_PATH, held(started, release))
+    load = f"import flashhub_kernels as fk; fk.get_kernel({REPO!r}, version=1)"
+    child = start_code(load, env=dict(os.environ))
+    try:
+        assert started.wait(60), "the blob was never asked for"
+        child.send_signal(signal.SIGSTOP)
+        release.set()
+        time.sleep(4)  # twice the deadline of 2 s
+    finally:
+        child.send_signal(signal.SIGCONT)
+        _out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert len(cdn.gets("blob.bin")) == 1
 
 
 # A load's threads end soon after it, the header deadline's watchdog among them.

@@ -11,7 +11,10 @@ A tunnel through a proxy, opened before the request is sent (the proxy's answer 
 past it the proxy failed.
 
 One daemon thread per process watches the deadlines of the requests in flight: arming and
-disarming one costs a heap push and a flag, not a thread per request.
+disarming one costs a heap push and a flag, not a thread per request. Time the process
+spent stopped (Ctrl-Z, a debugger) is not counted against the server: the thread wakes at
+least every :data:`_TICK_SECONDS`, and a wake that comes late moves the deadlines on by
+that long, so the answer that arrived meanwhile is read, not cut.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from .._utils.threads import started
 _IDLE_SECONDS = 0.5  # how long the watchdog thread waits for another request before it ends
 _ENDING_SECONDS = 0.1  # how long a run that is over waits for the thread to end
 _RECHECK_SECONDS = 0.1  # how soon a request past its deadline, still connecting, is looked at again
+_TICK_SECONDS = 1.0  # the longest the thread sleeps while a request is in flight
+_STOPPED_SECONDS = 0.5  # a wake this late: the process was stopped, not the server slow
 
 _T = TypeVar("_T")
 
@@ -138,7 +143,7 @@ class _Watchdog:
                 while self._due[0][2].done:
                     heapq.heappop(self._due)
                 if (wait := self._due[0][0] - time.monotonic()) > 0:
-                    self._changed.wait(wait)
+                    self._sleep(min(wait, _TICK_SECONDS))
                 else:
                     _due, order, armed = heapq.heappop(self._due)
                     if armed.expire():
@@ -147,6 +152,14 @@ class _Watchdog:
                         again = time.monotonic() + _RECHECK_SECONDS
                         heapq.heappush(self._due, (again, order, armed))
             self._thread, self._ending = None, False
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait up to ``seconds`` (its lock held); where the wake comes late, move every
+        deadline on by that long (adding to every key keeps the heap a heap)."""
+        start = time.monotonic()
+        self._changed.wait(seconds)
+        if (late := time.monotonic() - start - seconds) > _STOPPED_SECONDS:
+            self._due = [(due + late, order, armed) for due, order, armed in self._due]
 
 
 _WATCHDOG = _Watchdog()
