@@ -26,7 +26,7 @@ from conftest import MakeProject, run_python
 from flashhub_kernels._variants.named_system import target_system
 from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
-from support.cdn_server import CdnServer, held, slowly, stall, stalled
+from support.cdn_server import CdnServer, held, slowly, stall, stalled, status
 from support.cli_runner import PYTHON_M_FLASHHUB, flashhub
 from support.preloaded import Child, appears, start_code, stderr_into, written
 from support.projects import write_project
@@ -199,6 +199,25 @@ def test_after_ctrl_c_a_download_waiting_on_the_cdn_asks_no_more_and_keeps_its_f
     assert len(big_kernel.gets("big.bin")) == asked_before[0]
     kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
     assert kept.read_bytes() == BIG[: 1 << 20]
+
+
+def test_after_ctrl_c_a_download_waiting_out_a_retry_after_asks_no_more(
+    big_kernel: CdnServer,
+) -> None:
+    """The CDN answers big.bin with 429 and a Retry-After of 20 s, and Ctrl-C stops the
+    load during that wait: urllib3 waits and retries within its own call, and the
+    download's thread must not ask again for the load that is over."""
+    big_kernel.inject(BIG_PATH, *[status(429, retry_after=20)] * 4)
+    process = child(GOES_ON_AFTER_CTRL_C)
+
+    def once_big_bin_was_asked_for() -> None:
+        deadline = time.monotonic() + 60
+        while not big_kernel.gets("big.bin") and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    out, err, _took = ctrl_c(process, once=once_big_bin_was_asked_for, timeout=15)
+    assert process.returncode == 0 and out == "interrupted\n", err
+    assert len(big_kernel.gets("big.bin")) == 1
 
 
 # A service's way with SIGTERM (`docker stop`, Kubernetes ending a pod): exit at once.

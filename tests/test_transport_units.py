@@ -14,8 +14,9 @@ import requests
 
 from flashhub_kernels._config import get_config, parse_cdn_urls
 from flashhub_kernels._network import header_deadline
-from flashhub_kernels._network.http_mirror import _PLAIN_URL, MIN_BYTES_PER_SECOND, StallGuard
+from flashhub_kernels._network.http_mirror import _PLAIN_URL
 from flashhub_kernels._network.session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
+from flashhub_kernels._network.stall_guard import MIN_BYTES_PER_SECOND, StallGuard
 from flashhub_kernels._utils.urls import (
     has_unencoded_credentials,
     redact_queries,
@@ -203,6 +204,15 @@ def test_stall_guard_lets_a_steady_transfer_run_and_judges_the_last_window_only(
     assert MIN_BYTES_PER_SECOND == 1024
 
 
+def test_stall_guard_leaves_out_a_time_between_reads_no_read_waits() -> None:
+    """Longer than the read timeout (the window): the process was stopped, not the server."""
+    guard = StallGuard(window=1.0, now=0.0)
+    assert not guard.stalled(1000, now=0.5)
+    assert not guard.stalled(1000, now=5.0)  # stopped for 4 s
+    trickle = [guard.stalled(1, now=5.0 + t * 0.5) for t in range(1, 6)]  # 2 bytes a second
+    assert trickle.index(True) == 1  # a window after the stop, as without one
+
+
 @pytest.mark.parametrize(
     "url, plain",
     [
@@ -238,7 +248,13 @@ class _Answer:
 
 @pytest.mark.parametrize(
     "value, seconds",
-    [("2", 2), ("86400", MAX_RETRY_AFTER), ("soon", None), ("Wed, 21 Oct 2015 07:28:00 GMT", 0)],
+    [
+        ("2", 2),
+        ("86400", MAX_RETRY_AFTER),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0),
+        ("Mon, 32 Dec 2026 25:61:61 GMT", None),  # no such day: urllib3 reads January 2nd
+    ],
 )
 def test_retry_after_is_capped_and_an_unreadable_one_ignored(
     value: str, seconds: float | None

@@ -5,7 +5,7 @@ sends its headers a byte at a time, each just inside the read timeout, would hol
 (and the mirrors after it) for as long as it likes. So every request must have all its
 answer's headers within the connect timeout plus the read timeout of its start; past that,
 its socket is shut down and the request fails with a read error (retried once, as a read
-timeout is, then the next mirror). The body has the stall guard (``http_mirror.StallGuard``).
+timeout is, then the next mirror). The body has the stall guard (``stall_guard``).
 A tunnel through a proxy, opened before the request is sent (the proxy's answer to
 ``CONNECT``, then the TLS handshake with the server inside it), has the same deadline:
 past it the proxy failed.
@@ -41,8 +41,11 @@ from .._utils.threads import started
 _IDLE_SECONDS = 0.5  # how long the watchdog thread waits for another request before it ends
 _ENDING_SECONDS = 0.1  # how long a run that is over waits for the thread to end
 _RECHECK_SECONDS = 0.1  # how soon a request past its deadline, still connecting, is looked at again
-_TICK_SECONDS = 1.0  # the longest the thread sleeps while a request is in flight
-_STOPPED_SECONDS = 0.5  # a wake this late: the process was stopped, not the server slow
+# The longest the thread sleeps while a request is in flight, and how late a wake must
+# be to tell that the process was stopped (not the server slow): a stop is credited to
+# within these two.
+_TICK_SECONDS = 0.25
+_STOPPED_SECONDS = 0.25
 
 _T = TypeVar("_T")
 

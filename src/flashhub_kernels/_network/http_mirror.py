@@ -16,8 +16,9 @@ with backoff and ``Retry-After``):
   manifest states, or past ``FLASHHUB_MAX_FILE_BYTES``) is refused before the body
   is read, and a body is never written past that size (``WrongSize``);
 - a transfer slower than 1 KiB/s on average over ``FLASHHUB_READ_TIMEOUT`` seconds is
-  cut (a server trickling bytes never trips a read timeout), and the mirror counts as
-  failed for the file; headers that trickle are cut at their deadline (``header_deadline``);
+  cut (``stall_guard``: a server trickling bytes never trips a read timeout), and the
+  mirror counts as failed for the file; headers that trickle are cut at their deadline
+  (``header_deadline``);
 - 401, 403 and 404 for a file a manifest lists mean this mirror is incomplete or
   closed to us: the next mirror is tried. A 401 or 403 (for a document too) is
   :class:`AccessDenied`, so the error can point at the credentials;
@@ -34,7 +35,6 @@ import re
 import ssl
 import threading
 import time
-from collections import deque
 from typing import Literal
 
 import requests
@@ -55,6 +55,7 @@ from .mirrors import (
     ProxyFailed,
     UntrustedCertificate,
     stop_if,
+    stopped_by,
 )
 from .session import (
     BODY_ERRORS,
@@ -65,9 +66,9 @@ from .session import (
     route_for,
     untrusted_certificate_hint,
 )
+from .stall_guard import MIN_BYTES_PER_SECOND, StallGuard
 
 MAX_RESUMES = 5
-MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
 _DENIED_STATUSES = frozenset({401, 403})
 _NO_HEAD = frozenset({405, 501})  # Method Not Allowed, Not Implemented: for every file
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
@@ -83,47 +84,6 @@ _CONTENT_RANGE = re.compile(r"bytes (\d{1,19})-(\d{1,19})/(\d{1,19}|\*)")  # *: 
 # the file after continuing it where it stood (a 206 at the offset); or any other break
 # or restart.
 _Outcome = Literal["done", "resumed", "failed"]
-
-
-class StallGuard:
-    """Tells when a transfer has averaged under ``MIN_BYTES_PER_SECOND`` for ``window`` s.
-
-    It keeps a few (time, bytes) samples, a quarter of a second apart, reaching back
-    just over one window, and compares the bytes received since the oldest with the
-    minimum rate. One guards one response's body, from its headers on: the wait for an
-    answer (a ``Retry-After`` included) is the read timeout's, the header deadline's and
-    the retries' business.
-    """
-
-    SAMPLE_EVERY = 0.25
-
-    def __init__(self, window: float, now: float) -> None:
-        self.window = window
-        self._received = 0
-        self._samples: deque[tuple[float, int]] = deque([(now, 0)])
-
-    def stalled(self, nbytes: int, now: float) -> bool:
-        """Count ``nbytes`` received at ``now``; whether the transfer is too slow."""
-        self._received += nbytes
-        samples = self._samples
-        if now - samples[-1][0] >= self.SAMPLE_EVERY:
-            samples.append((now, self._received))
-        while len(samples) > 1 and samples[1][0] <= now - self.window:
-            samples.popleft()
-        since, received_then = samples[0]
-        elapsed = now - since
-        return elapsed >= self.window and self._received - received_then < (
-            MIN_BYTES_PER_SECOND * elapsed
-        )
-
-    def check(self, nbytes: int) -> None:
-        """Count ``nbytes`` received now; raise :class:`MirrorFailed` if the transfer is
-        too slow."""
-        if self.stalled(nbytes, time.monotonic()):
-            raise MirrorFailed(
-                f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
-                f"{self.window:g} s (FLASHHUB_READ_TIMEOUT)"
-            )
 
 
 class HttpMirror(Mirror):
@@ -181,7 +141,8 @@ class HttpMirror(Mirror):
         fruitless = 0
         while fruitless <= MAX_RESUMES:
             offset, started = writer.size, time.monotonic()
-            outcome = self._attempt(url, writer, cancelled)
+            with stopped_by(cancelled):
+                outcome = self._attempt(url, writer, cancelled)
             if outcome == "done":
                 return
             elapsed = time.monotonic() - started

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .._utils.filesystem import open_regular
@@ -92,6 +94,36 @@ def stop_if(cancelled: threading.Event) -> None:
     if cancelled.is_set():
         raise DownloadCancelled
     stop_after_ctrl_c("downloading")
+
+
+# How long a wait between two tries of a request lasts between two looks at whether its
+# download was stopped.
+_STOP_CHECK_SECONDS = 0.25
+_download = threading.local()  # what stops the download this thread runs (see stopped_by)
+
+
+@contextmanager
+def stopped_by(cancelled: threading.Event) -> Iterator[None]:
+    """While the block runs, a wait of this thread's before a request is sent again
+    (:func:`wait_to_retry`) ends as :func:`stop_if` says once ``cancelled`` is set:
+    urllib3 waits and retries inside its own call, where the download cannot look."""
+    _download.cancelled = cancelled
+    try:
+        yield
+    finally:
+        del _download.cancelled
+
+
+def wait_to_retry(seconds: float) -> None:
+    """Wait ``seconds`` before a request is sent again, stopping as :func:`stop_if` says
+    once the download this thread runs (see :func:`stopped_by`) was stopped, or Ctrl-C
+    ended the program: a program that carried on after Ctrl-C sends nothing more for the
+    load it interrupted, though the CDN asked for a minute's wait."""
+    cancelled: threading.Event = getattr(_download, "cancelled", None) or threading.Event()
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        cancelled.wait(min(left, _STOP_CHECK_SECONDS))
+        stop_if(cancelled)
 
 
 def write_chunks(

@@ -24,6 +24,7 @@ What each mirror gets, as requests itself would decide it:
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import http.client
 import netrc
 import os
@@ -56,6 +57,7 @@ from .._utils.urls import (
 )
 from ..errors import TransportError
 from .header_deadline import end_watchdog_when_idle, with_header_deadline
+from .mirrors import wait_to_retry
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
@@ -72,7 +74,9 @@ class _Retry(Retry):
     """urllib3's retry policy, with ``Retry-After`` capped and an unreadable one ignored
     (urllib3 would raise ``InvalidHeader``, or ``ValueError`` for thousands of digits or
     a date past the year 9999, or ``OverflowError`` for a year of twenty digits, and end
-    the request; backing off is better)."""
+    the request; backing off is better), a date that is no date (a 32nd day, a 25th
+    hour) among them; and its waits ended as the download's are
+    (:func:`~.mirrors.wait_to_retry`)."""
 
     def get_retry_after(self, response: Any) -> float | None:
         try:
@@ -80,6 +84,17 @@ class _Retry(Retry):
         except (InvalidHeader, ValueError, OverflowError):
             return None
         return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
+
+    def parse_retry_after(self, retry_after: str) -> float:
+        if not retry_after.strip().isdigit():  # urllib3 reads a 32nd day as the next month's
+            email.utils.parsedate_to_datetime(retry_after)  # ValueError for no date
+        return super().parse_retry_after(retry_after)
+
+    def sleep(self, response: Any = None) -> None:
+        retry_after = None
+        if response is not None and self.respect_retry_after_header:
+            retry_after = self.get_retry_after(response)
+        wait_to_retry(retry_after or self.get_backoff_time())
 
 
 def retry_policy() -> Retry:

@@ -1,0 +1,62 @@
+"""The stall guard: a transfer whose bytes come too slowly for too long fails its mirror.
+
+A read timeout ends a wait for bytes that never come, not a server that trickles them,
+a byte just inside the timeout each time; the guard, as curl's ``--speed-limit`` over a
+``--speed-time`` of the read timeout, ends that too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from .mirrors import MirrorFailed
+
+MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
+
+
+class StallGuard:
+    """Tells when a transfer has averaged under ``MIN_BYTES_PER_SECOND`` for ``window`` s.
+
+    It keeps a few (time, bytes) samples, a quarter of a second apart, reaching back
+    just over one window, and compares the bytes received since the oldest with the
+    minimum rate. One guards one response's body, from its headers on: the wait for an
+    answer (a ``Retry-After`` included) is the read timeout's, the header deadline's and
+    the retries' business. The window is the read timeout, the longest a read waits: a
+    longer time between two reads is the process's (stopped by Ctrl-Z or a debugger),
+    not the server's, and is left out.
+    """
+
+    SAMPLE_EVERY = 0.25
+
+    def __init__(self, window: float, now: float) -> None:
+        self.window = window
+        self._received = 0
+        self._samples: deque[tuple[float, int]] = deque([(now, 0)])
+        self._last = now
+
+    def stalled(self, nbytes: int, now: float) -> bool:
+        """Count ``nbytes`` received at ``now``; whether the transfer is too slow."""
+        self._received += nbytes
+        if (gap := now - self._last) > self.window:
+            self._samples = deque((then + gap, received) for then, received in self._samples)
+        self._last = now
+        samples = self._samples
+        if now - samples[-1][0] >= self.SAMPLE_EVERY:
+            samples.append((now, self._received))
+        while len(samples) > 1 and samples[1][0] <= now - self.window:
+            samples.popleft()
+        since, received_then = samples[0]
+        elapsed = now - since
+        return elapsed >= self.window and self._received - received_then < (
+            MIN_BYTES_PER_SECOND * elapsed
+        )
+
+    def check(self, nbytes: int) -> None:
+        """Count ``nbytes`` received now; raise :class:`MirrorFailed` if the transfer is
+        too slow."""
+        if self.stalled(nbytes, time.monotonic()):
+            raise MirrorFailed(
+                f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
+                f"{self.window:g} s (FLASHHUB_READ_TIMEOUT)"
+            )
