@@ -3,11 +3,15 @@ only, and not at all with FLASHHUB_DISABLE_PROGRESS_BARS=1."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
+import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 
@@ -110,6 +114,47 @@ def test_a_download_that_stalls_from_its_first_byte_shows_its_bar_all_the_same(
     assert len(clocks_shown(shown)) >= 2, shown  # drawn again as the wait goes on
 
 
+def test_a_bar_follows_the_terminal_as_it_is_narrowed(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bar as wide as the terminal was when it appeared wraps once the window is
+    narrower, leaving a line of it on the screen at every redraw."""
+    write_blob_kernel(cdn.root, BLOB, with_sizes=True)
+    started, release = threading.Event(), threading.Event()
+    cdn.inject(BLOB_PATH, held(started, release))
+    screen, window = Terminal(), pty.openpty()
+    screen.fileno = lambda: window[1]  # type: ignore[method-assign]  # the size tqdm reads
+    stderr_to(screen, monkeypatch)
+    resize(window[0], columns=101)
+    load = threading.Thread(target=fk.get_kernel, args=(REPO,), kwargs={"version": 1})
+    load.start()
+    try:
+        assert started.wait(30)
+        deadline = time.monotonic() + 20
+        while not frames_shown(screen.getvalue()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        resize(window[0], columns=41)
+        while len(frames_shown(screen.getvalue())[-1]) > 40 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        release.set()
+        load.join(60)
+        for fd in window:
+            os.close(fd)
+    widths = [len(frame) for frame in frames_shown(screen.getvalue())]
+    assert widths[0] == 100 and widths[-1] <= 40, widths
+
+
+def resize(master: int, *, columns: int) -> None:
+    """Give the pty of ``master`` a window ``columns`` wide, as a terminal resized does."""
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+
+
+def frames_shown(screen: str) -> list[str]:
+    """The frames of a bar on ``screen``, in the order drawn."""
+    return [frame for frame in re.split("[\r\n]", screen) if frame.startswith(REPO)]
+
+
 def clocks_shown(screen: str) -> set[str]:
     """The elapsed times (``[00:03<``) the frames of a bar on ``screen`` showed."""
     return set(re.findall(r"\[(\d\d:\d\d)<", screen))
@@ -130,7 +175,7 @@ def test_a_bar_that_continues_a_kept_download_counts_the_kept_files_in_its_total
     screen = Terminal()
     stderr_to(screen, monkeypatch)
     fk.get_kernel(REPO, version=1)
-    frames = [f for f in re.split("[\r\n]", screen.getvalue()) if f.startswith(REPO)]
+    frames = frames_shown(screen.getvalue())
     assert frames, screen.getvalue()
     assert all(re.search(rf"\d+%\|.*/{VARIANT_BYTES / 2**20:.2f}M", f) for f in frames), frames
 

@@ -58,6 +58,7 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
         unit_divisor=1024,
         delay=_SHOW_AFTER_SECONDS,
         leave=False,
+        dynamic_ncols=True,  # a bar wider than a narrowed window wraps at every redraw
     ) as bar:
 
         def expect(nbytes: int) -> None:
