@@ -622,6 +622,27 @@ def test_a_waiting_process_says_which_lock_it_waits_for(
     assert len(big_kernel.gets("big.bin")) == 1  # the second found it done
 
 
+def test_ctrl_c_while_waiting_for_another_process_shows_one_traceback(
+    big_kernel: CdnServer, tmp_path: Path
+) -> None:
+    """The wait is made in slices, each of which ends in filelock's Timeout: Ctrl-C must
+    not show as raised while handling one ("The file lock ... could not be acquired")."""
+    started, release = threading.Event(), threading.Event()
+    big_kernel.inject(BIG_PATH, held(started, release))
+    first = child()
+    log = tmp_path / "second.log"
+    try:
+        assert started.wait(60), "the first child never reached the fault"
+        second = child(stderr_into(log) + LOAD)
+        _out, _err, _took = ctrl_c(second, once=lambda: written(log, "wait", second, timeout=30))
+    finally:
+        release.set()
+    assert first.wait(60) == 0
+    said = log.read_text()
+    assert "KeyboardInterrupt" in said, said
+    assert "During handling" not in said and "Timeout" not in said, said
+
+
 def test_ctrl_c_ending_the_main_thread_stops_a_wait_for_another_process_in_a_thread_of_its_own(
     big_kernel: CdnServer, cache_dir: Path
 ) -> None:

@@ -91,39 +91,33 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
         FileNotFoundError: the mutex's directory was removed while this waited.
         CacheError: as :func:`hold`.
     """
-    from filelock import Timeout
-
     lock = _file_lock(path, mode)
     first_wait = WAIT_NOTICE_SECONDS if timeout is None else min(timeout, WAIT_NOTICE_SECONDS)
     try:
-        try:
-            _wait_for(lock, first_wait, what)
-        except Timeout:
-            if timeout is not None and timeout <= first_wait:
-                raise
+        acquired = _waited_for(lock, first_wait, what)
+        if not acquired and (timeout is None or timeout > first_wait):
             logger.warning("waiting for another process to finish %s (lock: %s)", what, path)
-            _wait_for(lock, math.inf if timeout is None else timeout - first_wait, what)
-    except Timeout:
-        raise CacheError(
-            f"gave up after {timeout:g} s waiting for another process to finish {what} "
-            f"(lock: {path})",
-            hint="let the other process finish, or raise or unset FLASHHUB_LOCK_TIMEOUT",
-        ) from None
+            rest = math.inf if timeout is None else timeout - first_wait
+            acquired = _waited_for(lock, rest, what)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise _mutex_error(path, exc) from exc
+    if not acquired:
+        raise CacheError(
+            f"gave up after {timeout:g} s waiting for another process to finish {what} "
+            f"(lock: {path})",
+            hint="let the other process finish, or raise or unset FLASHHUB_LOCK_TIMEOUT",
+        )
     return lock
 
 
-def _wait_for(lock: FileLock, timeout: float, what: str) -> None:
-    """``lock.acquire(timeout=timeout)``, a slice of :data:`STOP_CHECK_SECONDS` at a
-    time, stopping between slices as :func:`~.._utils.threads.stop_after_ctrl_c` says
-    (naming ``what`` the other process was doing).
-
-    Raises:
-        filelock.Timeout: ``timeout`` seconds went by.
-    """
+def _waited_for(lock: FileLock, timeout: float, what: str) -> bool:
+    """Whether ``lock.acquire(timeout=timeout)`` took it, asked a slice of
+    :data:`STOP_CHECK_SECONDS` at a time, stopping between slices as
+    :func:`~.._utils.threads.stop_after_ctrl_c` says (naming ``what`` the other process
+    was doing). No exception is being handled as it waits: Ctrl-C meanwhile shows its
+    own traceback, not one chained to a slice's ``Timeout``."""
     from filelock import Timeout
 
     deadline = time.monotonic() + timeout
@@ -132,10 +126,10 @@ def _wait_for(lock: FileLock, timeout: float, what: str) -> None:
         left = deadline - time.monotonic()
         try:
             lock.acquire(timeout=max(0.0, min(left, STOP_CHECK_SECONDS)))
-            return
+            return True
         except Timeout:
             if left <= STOP_CHECK_SECONDS:
-                raise
+                return False
 
 
 @contextmanager
