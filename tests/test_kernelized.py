@@ -217,6 +217,31 @@ def test_copies_and_pickles_keep_the_forwards_kernelize_bound(
     assert any(issubclass(w.category, KernelWithoutBackwardWarning) for w in caught)
 
 
+def _zeros(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return x[..., : x.shape[-1] // 2] * 0
+
+
+@use_kernel_forward_from_hub("Aliased")
+class Aliased(nn.Module):
+    forward = _zeros
+
+
+def test_a_bound_forward_named_otherwise_survives_copies_and_pickles(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    """Pickle looks a bound method up by its function's name as it unpickles: a kernel
+    layer's ``forward = _first_half``, or the original ``forward = _zeros`` bound where
+    nothing is mapped, must come back all the same."""
+    repo = local_layers(tmp_path, "al", layer_name="Aliased")
+    kernelized, original = Aliased(), Aliased()
+    with use_kernel_mapping({"Aliased": {"cpu": repo}}):
+        kernelize(kernelized, device="cpu")
+    kernelize(original, device="cpu")
+    for model, expected in ((kernelized, x[..., :8]), (original, x[..., :8] * 0)):
+        for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model), copy.copy(model)):
+            assert torch.equal(clone(x), expected)
+
+
 MODELS_PY = """
 import torch
 from torch import nn

@@ -111,6 +111,17 @@ class WithExtraRepr(nn.Module):
         return x[..., : x.shape[-1] // 2]
 
 
+def _first_half(self, x: torch.Tensor) -> torch.Tensor:
+    CALLS.append(TAG)
+    return x[..., : x.shape[-1] // 2]
+
+
+class Aliased(nn.Module):
+    """Its forward a function of another name, as a kernel may share one between layers."""
+
+    forward = _first_half
+
+
 class Half(nn.Module):
     """No side effect, which torch.compile would guard: compiled code runs it as traced."""
 

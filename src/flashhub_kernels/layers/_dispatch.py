@@ -15,6 +15,7 @@ after all.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -216,11 +217,27 @@ def _bind(module: nn.Module, mark: LayerMark, chosen: Chosen | None) -> None:
     """Bind the forward of the chosen kernel layer, or the original, to ``module``, and
     note the kernel layer's repository on it (for ``get_kernelized_layers``)."""
     layer, repo = chosen if chosen is not None else (None, None)
-    module.forward = MethodType(mark.original if layer is None else layer.forward, module)
+    forward = mark.original if layer is None else layer.forward
+    module.forward = MethodType(_named_forward(forward), module)
     if repo is None:
         module.__dict__.pop(KERNEL_REPO_ATTR, None)
     else:
         module.__dict__[KERNEL_REPO_ATTR] = repo
+
+
+def _named_forward(function: Forward) -> Forward:
+    """``function``, or where it is named otherwise (``forward = _impl``), a function named
+    ``forward`` that calls it: a pickled bound method is looked up by its function's name
+    as it is unpickled, and only ``forward`` is found (then bound again, see below)."""
+    if function.__name__ == "forward":
+        return function
+
+    @functools.wraps(function)
+    def forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return function(module, *args, **kwargs)
+
+    forward.__name__ = "forward"
+    return forward
 
 
 def restore_kernelized(module: nn.Module) -> None:
