@@ -39,6 +39,7 @@ from flashhub_kernels.errors import (
     KernelNotFoundError,
     KernelWithoutBackwardWarning,
     LayerValidationError,
+    LocalKernelNotFoundError,
 )
 from flashhub_kernels.layers import (
     BaseLayerRepository,
@@ -1694,19 +1695,36 @@ def test_under_a_torch_whose_disable_takes_no_reason_the_function_carries_it(
 ) -> None:
     """torch 2.5's ``torch.compiler.disable`` takes no ``reason=``; with fullgraph=True its
     error shows the disabled function instead, whose name then says what failed."""
-    from flashhub_kernels.layers import _dispatch
 
     def disable(fn: Callable[..., object], recursive: bool = True) -> Callable[..., object]:
         return fn
 
     monkeypatch.setattr(torch.compiler, "disable", disable)
-    failed = _dispatch._raiser(KernelLayerError("no kernel layer runs 'SiluAndMul'"))
+    strict = StrictSiluAndMul().eval()  # nothing is mapped, and no fallback is allowed
+    error = KernelLayerError("no kernel layer runs 'SiluAndMul'")
+    failed = _dispatch._chosen_per_call(_dispatch.mark_of(type(strict).forward).key, error)
     assert repr(failed).startswith(
         "<function flashhub_kernels: KernelLayerError: no kernel layer runs 'SiluAndMul'; "
         "call kernelize() first at 0x"
     )
-    with pytest.raises(KernelLayerError, match="no kernel layer runs 'SiluAndMul'"):
-        failed(nn.Identity())
+    with pytest.raises(KernelLayerError, match="forbids the original forward"):
+        failed(strict, torch.ones(2, 4))
+
+
+def test_a_traced_choice_that_failed_is_made_again_at_each_call(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    """The kernel's directory is missing when torch.compile traces the layer, then appears:
+    the compiled code does not keep the error (as an eager call does not)."""
+    torch.compiler.reset()
+    layer = HubSiluAndMul().eval()
+    compiled = torch.compile(layer, backend="eager")
+    missing = LocalLayerRepository(tmp_path / "local" / "layers_late", "Half")
+    with use_kernel_mapping(cpu_mapping(missing)):
+        with pytest.raises(LocalKernelNotFoundError):
+            compiled(x)
+        local_layers(tmp_path, "late")  # the directory the mapping names, now there
+        assert torch.equal(compiled(x), x[..., :8])
 
 
 # -- register_kernel_mapping(inherit_mapping=False) ----------------------------------------

@@ -164,16 +164,18 @@ def _traced_name(forward: Forward) -> str:
         return name
 
 
-def _raiser(error: Exception) -> Forward:
-    """A forward that raises ``error``: where the traced code gets a choice that failed."""
+def _chosen_per_call(key: str, error: Exception) -> Forward:
+    """The forward the traced code gets where its choice failed with ``error``: outside
+    the graph, it chooses again at each call, as an eager call does, so that the error is
+    raised again, not remembered, and a kernel that can be loaded later runs."""
 
-    def raise_error(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        raise error.with_traceback(None)
+    def choose_per_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return dispatch(mark_by_key(key), module, args, kwargs)  # not compiling out there
 
     # With fullgraph=True, torch's error shows this reason: kernelize() would have raised
     # the error before compiling, or chosen what it allows in its place.
     reason = f"flashhub_kernels: {type(error).__name__}: {error}; call kernelize() first"
-    return _outside_graph(raise_error, reason)
+    return _outside_graph(choose_per_call, reason)
 
 
 @_graph_constant
@@ -181,8 +183,8 @@ def _choose_while_tracing(key: str, device: str | None, training: bool) -> str:
     """:func:`_choose` for a call that torch.compile traces, run when tracing: the mapping
     in effect then decides. Takes and gives constants: the mark's key, the device
     (``"cuda:0"``), and the name of the forward chosen in :class:`_Traced`. An error
-    becomes a forward that raises it, outside the graph (with ``fullgraph=True``, torch's
-    error names it)."""
+    makes the call choose again each time, outside the graph (with ``fullgraph=True``,
+    torch's error names it)."""
     try:
         where = None if device is None else torch.device(device)
         mark = mark_by_key(key)
@@ -190,8 +192,8 @@ def _choose_while_tracing(key: str, device: str | None, training: bool) -> str:
             forward = mark.original
         else:
             forward = _choose(mark, where, training, compiling=True)
-    except Exception as error:  # any error: the traced code raises it, outside the graph
-        forward = _raiser(error)
+    except Exception as error:  # any error: the traced code chooses again, outside the graph
+        forward = _chosen_per_call(key, error)
     return _traced_name(forward)
 
 
