@@ -562,6 +562,30 @@ def test_a_cold_load_leaves_no_thread_running(cdn: CdnServer) -> None:
     assert "left running: ['MainThread']" in out, out
 
 
+# After a cold load, without a collection: the sockets the process still has open.
+SOCKETS_AFTER_A_LOAD = """
+import gc, os, flashhub_kernels as fk
+gc.disable()  # what a pool in a reference cycle keeps open would wait for the collector
+fk.get_kernel("acme/tensor-tricks", version=1)
+links = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except FileNotFoundError:  # the listing's own, closed since
+        pass
+print("sockets:", sum(link.startswith("socket:") for link in links))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_a_cold_load_leaves_no_connection_open(cdn: CdnServer) -> None:
+    """urllib3 2 drops the pools of a closed session without closing their connections:
+    kept-alive sockets to the CDN stayed open, and forked workers inherited them."""
+    publish_blob_kernel(cdn.root)
+    out = run_python(SOCKETS_AFTER_A_LOAD, env={"FLASHHUB_CDN_URL": cdn.url})
+    assert "sockets: 0" in out, out
+
+
 # The parent's load starts the header deadline's watchdog thread; a forked child has none.
 FORK_THEN_LOAD = """
 import os, flashhub_kernels as fk

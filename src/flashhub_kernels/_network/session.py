@@ -209,8 +209,10 @@ class PoolPerOrigin(requests.adapters.HTTPAdapter):
         return response
 
     def close(self) -> None:
-        self._pools.clear()
+        pools, self._pools = list(self._pools.values()), {}
         super().close()
+        for pool in pools:  # urllib3 2 drops its pools without closing their connections,
+            pool.close()  # which stay open until the collector frees the pool
         end_watchdog_when_idle()  # this session's requests are over
 
 
