@@ -671,6 +671,39 @@ def test_cli_help_imports_no_command_module_and_a_command_only_its_own() -> None
     assert loaded == ["loaded: []", "loaded: ['flashhub_kernels.cli.cache']"]
 
 
+# A program that set its own logging and settings runs a command in its own process.
+COMMAND_IN_A_PROGRAM = """
+import logging, sys
+import flashhub_kernels as fk
+from flashhub_kernels.cli import main
+logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="PROGRAM %(name)s")
+logging.getLogger("urllib3").setLevel(logging.WARNING)
+logging.getLogger("flashhub_kernels").setLevel(logging.ERROR)
+fk.configure(cdn_url="http://127.0.0.1:9")
+code = main(["-vv", "get", sys.argv[1], "--version", "1", "--cdn-url", sys.argv[2],
+             "--cache-dir", sys.argv[3]])
+print("exit", code)
+print("levels", *(logging.getLogger(name).level for name in ("urllib3", "flashhub_kernels")))
+config = fk.get_config()
+print("settings", config.cdn_urls, str(config.cache_dir) == sys.argv[3])
+"""
+
+
+def test_a_command_run_in_a_program_leaves_its_logging_and_settings_as_they_were(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """-vv shows the library's and urllib3's lines on stderr, and --cdn-url and --cache-dir
+    apply, for the command only: they used to stay set, the loggers at NOTSET."""
+    publish_tensor_tricks(cdn.root)
+    cache = str(tmp_path / "the-commands-cache")
+    out = run_code(COMMAND_IN_A_PROGRAM, REPO, cdn.url, cache, env=dict(os.environ)).stdout
+    assert "exit 0" in out, out
+    assert "levels 30 40" in out, out
+    assert "settings ('http://127.0.0.1:9',) False" in out, out
+    # The command's lines went to its stderr only (filelock's are the program's to show).
+    assert "PROGRAM urllib3" not in out and "PROGRAM flashhub" not in out, out
+
+
 def test_cli_import_is_light() -> None:
     code = (
         "import sys, flashhub_kernels.cli; "

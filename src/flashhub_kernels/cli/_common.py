@@ -30,7 +30,7 @@ from ._exit import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
-from ._settings import apply_settings, in_command_terms
+from ._settings import in_command_terms, settings_applied
 
 if TYPE_CHECKING:
     from .._cache.layout import Cache
@@ -362,9 +362,8 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     and without a traceback, and return the exit code."""
     sigterm = _SigtermInterrupts()
     try:
-        with warnings.catch_warnings(), sigterm, _file_names_as_bytes():
+        with warnings.catch_warnings(), sigterm, _file_names_as_bytes(), settings_applied(args):
             warnings.showwarning = _print_warning  # catch_warnings restores it, for a caller
-            apply_settings(args)
             code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code

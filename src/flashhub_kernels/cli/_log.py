@@ -31,18 +31,23 @@ class _BesideBars(_StreamHandler):
 
 @contextmanager
 def logging_to_stderr(verbosity: int) -> Iterator[None]:
-    """Show the library's log (silent by default) on stderr for ``-v`` / ``-vv``."""
+    """Show the library's log (silent by default) on stderr for ``-v`` / ``-vv``, and
+    only there: a program that runs the command in its own process gets its loggers'
+    levels back, and its own handlers see none of the command's lines."""
     handler = _BesideBars()
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     loggers = [logging.getLogger("flashhub_kernels")]
     if verbosity > 1:
         loggers.append(logging.getLogger("urllib3"))  # connections, retries
+    were = [(logger.level, logger.propagate) for logger in loggers]
     for logger in loggers:
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+        logger.propagate = False
     try:
         yield
     finally:
-        for logger in loggers:
+        for logger, (level, propagate) in zip(loggers, were, strict=True):
             logger.removeHandler(handler)
-            logger.setLevel(logging.NOTSET)
+            logger.setLevel(level)
+            logger.propagate = propagate

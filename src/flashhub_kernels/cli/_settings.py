@@ -5,9 +5,10 @@ the variables they replace."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from .._config import normalize_prefix, parse_cdn_urls
+from .._config import normalize_prefix, overrides, parse_cdn_urls
 from .._loading.settings import configure
 from .._models.record import Record
 from ..errors import ConfigError, FlashhubError
@@ -44,9 +45,11 @@ def _given_settings(args: argparse.Namespace) -> list[tuple[_Setting, str]]:
     ]
 
 
-def apply_settings(args: argparse.Namespace) -> None:
-    """``configure()`` the settings given as options; the others stay as the environment
-    sets them."""
+@contextmanager
+def settings_applied(args: argparse.Namespace) -> Iterator[None]:
+    """For the block, ``configure()`` the settings given as options; the others stay as
+    the environment sets them. After it, the settings are as they were: a program that
+    runs a command in its own process keeps its own."""
     given = _given_settings(args)
     for setting, value in given:
         try:
@@ -54,8 +57,14 @@ def apply_settings(args: argparse.Namespace) -> None:
         except ValueError as exc:  # its hint names the variable or configure(), not the option
             message = exc.message if isinstance(exc, FlashhubError) else str(exc)
             raise ConfigError(message, hint=f"check the value of {setting.option}") from None
-    if given:  # a malformed variable fails here, with its own hint
-        configure(**{setting.keyword: value for setting, value in given})
+    were = dict(overrides)
+    try:
+        if given:  # a malformed variable fails here, with its own hint
+            configure(**{setting.keyword: value for setting, value in given})
+        yield
+    finally:
+        overrides.clear()
+        overrides.update(were)
 
 
 def in_command_terms(text: str, args: argparse.Namespace) -> str:
