@@ -7,6 +7,7 @@ Locking and loading what a lock pins, as the library does it, is tested in test_
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,31 @@ def test_download_with_a_huge_lock_answers_without_hanging(tmp_path: Path) -> No
     result = flashhub_process("download", tmp_path)
     assert result.returncode == 1
     assert f"error: {lock} locks acme/x twice" in result.stderr
+
+
+def plant(path: Path, kind: str) -> None:
+    """Put what a hostile pull request can commit, or a neighbour create, at ``path``."""
+    if kind == "a pipe":
+        os.mkfifo(path)  # open() would wait for a writer forever
+    else:
+        path.symlink_to("/dev/zero")  # git stores a symlink; read whole, it never ends
+
+
+@pytest.mark.parametrize("kind", ["a pipe", "a device"])
+@pytest.mark.parametrize(
+    ("command", "planted"),
+    [(["download"], LOCKFILE_NAME), (["lock"], "pyproject.toml")],
+    ids=["download's lock", "lock's pyproject.toml"],
+)
+def test_a_project_file_that_is_no_regular_file_is_refused_at_once(
+    tmp_path: Path, command: list[str], planted: str, kind: str
+) -> None:
+    """Each failed after 120 s: a pipe hung the command, a device filled its memory."""
+    plant(tmp_path / planted, kind)
+    result = flashhub_process(*command, tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert f"{kind}, not a regular file" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_lock_and_download_outside_the_project_directory_say_which_to_pass(

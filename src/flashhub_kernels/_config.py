@@ -12,7 +12,13 @@ import os
 import urllib.parse
 from pathlib import Path
 
-from ._constants import PYPROJECT_NAME, REQUIRE_SIGNATURES_VAR, TRUSTED_KEYS_VAR, default_cache_dir
+from ._constants import (
+    PROJECT_FILE_BYTES,
+    PYPROJECT_NAME,
+    REQUIRE_SIGNATURES_VAR,
+    TRUSTED_KEYS_VAR,
+    default_cache_dir,
+)
 from ._models.names import is_digits
 from ._models.record import Record
 
@@ -340,8 +346,10 @@ def _may_list_trusted_keys(path: Path) -> bool:
 
     Most projects' ``pyproject.toml`` has none (a regex's ``\\d`` is none): every kernel
     load in their directory skips the TOML parser (Python 3.10 may lack one) and the keys'."""
+    from ._utils.filesystem import read_regular  # not a pipe, nor all of /dev/zero
+
     try:
-        data = path.read_bytes()
+        data = read_regular(path, PROJECT_FILE_BYTES)
     except OSError:
         return True  # read_trusted_keys says what is wrong
     return b"trusted-keys" in data or any(e in data for e in (b"\\u", b"\\U", b"\\x", b"\0"))

@@ -1,7 +1,6 @@
 """Constants several modules share, at the bottom of the import graph (it imports nothing
 of this project): the version, the Hugging Face kernels API level, the environment
-variables and file names, and where the cache is by default.
-"""
+variables and file names, and where the cache is by default."""
 
 import os
 
@@ -15,6 +14,7 @@ HF_KERNELS_API = "0.19.1"
 # or advise about them name them in their messages.
 TRUSTED_KEYS_VAR = "FLASHHUB_TRUSTED_KEYS"
 PYPROJECT_NAME = "pyproject.toml"  # in the current directory: may list trusted keys
+PROJECT_FILE_BYTES = 16 << 20  # the most read of a project's pyproject.toml or lock file
 REQUIRE_SIGNATURES_VAR = "FLASHHUB_REQUIRE_SIGNATURES"
 LOCAL_KERNELS_VAR = "LOCAL_KERNELS"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from .._constants import PYPROJECT_NAME
+from .._constants import PROJECT_FILE_BYTES, PYPROJECT_NAME
+from .._utils.filesystem import read_regular
 from .._utils.logs import logger
 from .._utils.pyproject import load_toml, lookup
 from ..errors import LockfileError
@@ -56,7 +57,7 @@ def _read_lock(lock: Path) -> str:
         LockfileError: it cannot be read, or is not UTF-8.
     """
     try:
-        return lock.read_bytes().decode("utf-8")
+        return read_regular(lock, PROJECT_FILE_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError) as exc:
@@ -67,7 +68,7 @@ def _declares_kernels(pyproject: Path) -> bool:
     """Whether ``pyproject`` has a table of kernels for ``flashhub lock``; ``False`` for a
     file that is missing or that is not TOML, which the build itself reports."""
     try:
-        document = load_toml(pyproject.read_bytes())
+        document = load_toml(read_regular(pyproject, PROJECT_FILE_BYTES))
     except LockfileError as exc:  # no TOML reader: whether it declares kernels is unknown
         logger.warning("%s: the package ships no lock (%s)", exc.message, exc.hint)
         return False

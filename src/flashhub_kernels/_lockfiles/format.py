@@ -44,11 +44,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from .._constants import PROJECT_FILE_BYTES
 from .._models.kernel_metadata import dependency_label, format_cycle
 from .._models.manifest import dump_json, parse_capped
 from .._models.names import RepoInfo, check_version, parse_repo_id
 from .._models.record import Record
 from .._signing.trusted_keys import is_key_id
+from .._utils.filesystem import read_regular
 from ..errors import LockfileError, LockfileNotFoundError
 
 LOCKFILE_NAME = "flashhub.lock"
@@ -202,7 +204,7 @@ class Lockfile(Record):
 def read_lockfile(path: Path) -> Lockfile:
     """Read and validate the lock file at ``path``."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path, PROJECT_FILE_BYTES)
     except FileNotFoundError:
         raise LockfileNotFoundError(
             f"{path} does not exist",

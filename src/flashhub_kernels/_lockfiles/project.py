@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._constants import PYPROJECT_NAME
+from .._constants import PROJECT_FILE_BYTES, PYPROJECT_NAME
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
+from .._utils.filesystem import read_regular
 from .._utils.pyproject import load_toml, lookup
 from .._variants.grammar import parse_variant
 from ..errors import LockfileError
@@ -76,7 +77,7 @@ def read_project(project_dir: Path) -> Project:
     """
     path = project_dir / PYPROJECT_NAME
     try:
-        document = load_toml(path.read_bytes())
+        document = load_toml(read_regular(path, PROJECT_FILE_BYTES))
     except (FileNotFoundError, NotADirectoryError):
         raise LockfileError(
             f"{path.absolute()} does not exist",

@@ -98,10 +98,14 @@ def open_regular(path: Path, buffering: int = -1) -> BinaryIO:
         raise
 
 
-def read_regular(path: Path) -> bytes:
-    """The bytes of ``path``, a regular file (:func:`open_regular`)."""
+def read_regular(path: Path, limit: int = -1) -> bytes:
+    """The bytes of ``path``, a regular file (:func:`open_regular`); with ``limit``, one
+    larger is an ``OSError`` (``EFBIG``) before more is read."""
     with open_regular(path) as file:
-        return file.read()
+        data = file.read(limit + 1 if limit >= 0 else -1)
+    if 0 <= limit < len(data):
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
 
 
 def replaced_name(name: str) -> str | None:

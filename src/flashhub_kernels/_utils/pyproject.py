@@ -9,9 +9,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .._constants import PROJECT_FILE_BYTES
 from .._models.manifest import parse_capped
 from .._signing.trusted_keys import no_key_error, parse_trusted_keys
 from ..errors import ConfigError, LockfileError
+from .filesystem import read_regular
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,7 +34,8 @@ def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     source = f"{path} [tool.flashhub] trusted-keys"
     fix = f"fix [tool.flashhub] trusted-keys in {path}"
     try:
-        keys = lookup(load_toml(path.read_bytes()), "tool", "flashhub", "trusted-keys")
+        data = read_regular(path, PROJECT_FILE_BYTES)
+        keys = lookup(load_toml(data), "tool", "flashhub", "trusted-keys")
     except OSError as exc:
         raise ConfigError(
             f"cannot read the trusted keys in {path}: {exc}", hint="make the file readable"
