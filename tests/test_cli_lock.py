@@ -378,6 +378,24 @@ def test_flashhub_lock_offline_without_a_cache_is_refused_and_writes_nothing(
     assert cdn.requests == []
 
 
+def test_flashhub_lock_offline_refuses_a_lock_whose_version_is_outside_its_range(
+    project: Path, cdn: CdnServer
+) -> None:
+    """A lock edited by hand (or in a pull request) to pin v3 for the range '>=1,<3' was
+    confirmed as up to date; download and load_kernel then took v3."""
+    assert flashhub("lock", project).returncode == 0
+    lock = json.loads((project / "flashhub.lock").read_text())
+    lock["kernels"][0]["version"] = 3
+    (project / "flashhub.lock").write_text(json.dumps(lock))
+    before = lock_state(project)
+
+    result = flashhub("lock", project, env=OFFLINE)
+
+    assert result.returncode == 1
+    assert f"{REPO} is locked at v3, outside its range '>=1,<3'" in result.stderr
+    assert lock_state(project) == before
+
+
 def test_flashhub_lock_offline_reports_a_stale_lock_and_leaves_it(
     project: Path, cdn: CdnServer
 ) -> None:

@@ -65,6 +65,9 @@ def _offline_lock_problems(
         return [f"{repo_id} is declared but not locked"]
     if locked.specifier != specifier:
         return [f"{repo_id} is locked for {locked.specifier!r}, but declared as {specifier!r}"]
+    spec = parse_specifier(specifier)
+    if not spec.contains(str(locked.version)):
+        return [f"{repo_id} is locked at v{locked.version}, outside its range {specifier!r}"]
     problems = _offline_index_problems(cache.read_index(locked.info), locked, variants)
     if problems:
         return problems
@@ -75,7 +78,6 @@ def _offline_lock_problems(
                 f"{locked.info} {variant}: the cached copy is {receipt.content_hash}, "
                 f"the lock pins {pinned_hash}"
             )
-    spec = parse_specifier(specifier)
     newer = [
         v for v in indexed_versions(cache, repo_id) if v > locked.version and spec.contains(str(v))
     ]

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from .._config import get_config
+from .._utils.escaping import escape_controls
 from ._common import (
     Command,
     count,
@@ -64,7 +65,7 @@ def _lock(args: argparse.Namespace) -> int:
         print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
         return EXIT_OK
     for locked in lock.all_kernels():
-        wanted = locked.specifier or "any version"
+        wanted = escape_controls(locked.specifier) or "any version"  # the lock's own text
         variants = count(len(locked.variants), "variant")
         probed = ", probed: no variants.json" if locked.probed else ""
         needs = ", ".join(str(dep.info) for dep in locked.dependencies)
