@@ -18,6 +18,7 @@ import time
 import pytest
 
 import flashhub_kernels as fk
+from conftest import run_python
 from flashhub_kernels.errors import TransportError
 from support.cdn_server import CdnServer, drop_after, held, slowly
 from support.trees import kernel_files, write_blob_kernel
@@ -153,6 +154,36 @@ def resize(master: int, *, columns: int) -> None:
 def frames_shown(screen: str) -> list[str]:
     """The frames of a bar on ``screen``, in the order drawn."""
     return [frame for frame in re.split("[\r\n]", screen) if frame.startswith(REPO)]
+
+
+# A program loads a kernel with a bar on its terminal, then picks how multiprocessing
+# starts its workers, as torch programs do.
+START_METHOD_AFTER_A_BAR = """
+import io, multiprocessing, sys
+import flashhub_kernels as fk
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+print("before:", multiprocessing.get_start_method(allow_none=True))
+sys.stderr = Terminal()
+fk.get_kernel("acme/tensor-tricks", version=1)
+sys.stderr = sys.__stderr__
+print("after:", multiprocessing.get_start_method(allow_none=True))
+multiprocessing.set_start_method("spawn")
+"""
+
+
+def test_a_bar_leaves_the_start_method_of_multiprocessing_to_the_program(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tqdm's lock is also a multiprocessing lock, whose making fixes the start method:
+    set_start_method("spawn") then failed with "context has already been set"."""
+    publish_slow_blob(cdn, with_sizes=True)
+    monkeypatch.setenv("FLASHHUB_DISABLE_PROGRESS_BARS", "0")
+    out = run_python(START_METHOD_AFTER_A_BAR)
+    assert out.split() == ["before:", "None", "after:", "None"], out
 
 
 def clocks_shown(screen: str) -> set[str]:

@@ -81,12 +81,18 @@ def progress_bar(description: str, *, enabled: bool, total: int | None) -> Itera
 @functools.cache
 def _bar_class() -> type[Any]:
     """``tqdm.auto``'s bar without tqdm's monitor thread, which would outlive the load (a
-    fork would then copy a process with a thread): :func:`_keep_drawn` draws the bar."""
+    fork would then copy a process with a thread): :func:`_keep_drawn` draws the bar.
+
+    Its lock is a thread's, where the program made no tqdm lock: tqdm's own is also a
+    ``multiprocessing`` lock, whose making fixes the start method, and the program's
+    ``set_start_method("spawn")`` then fails ("context has already been set")."""
     from tqdm.auto import tqdm
 
     class Bar(tqdm):  # type: ignore[type-arg]
         monitor_interval = 0
 
+    if not hasattr(Bar, "_lock"):
+        Bar.set_lock(threading.RLock())
     return Bar
 
 
@@ -127,7 +133,7 @@ def write_beside_bars(line: str, stream: TextIO) -> None:
         stream.write(line + "\n")
         stream.flush()
         return
-    bars = auto.tqdm
+    bars = _bar_class()
     with bars.get_lock():
         drawn = [bar for bar in list(getattr(bars, "_instances", ())) if _drawn(bar)]
         for bar in drawn:
