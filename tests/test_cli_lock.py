@@ -172,6 +172,28 @@ def test_download_for_a_machine_no_locked_variant_fits_advises_what_download_can
         assert "backend" not in hint and "all_variants=" not in hint
 
 
+def test_a_lock_listing_other_variants_than_the_cdn_is_not_recorded_for_later_loads(
+    project: Path, cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """A lock an unreviewed change wrote, downloaded first into a cache others share: its
+    list of the version's variants was recorded as the CDN's, and later plain loads of the
+    version chose from it (or failed, for locks that disagreed with it)."""
+    elsewhere = {"FLASHHUB_CACHE_DIR": str(tmp_path / "lockers-cache")}
+    assert flashhub("lock", project, env=elsewhere).returncode == 0
+    lock = json.loads((project / LOCKFILE_NAME).read_text())
+    kernel = lock["kernels"][0]
+    dropped = sorted(kernel["variants"])[0]
+    del kernel["variants"][dropped]
+    (project / LOCKFILE_NAME).write_text(json.dumps(lock))
+
+    result = flashhub("download", project)
+
+    assert result.returncode == 1
+    assert "but the CDN's variants.json lists" in result.stderr, result.stderr
+    index = cache_dir / f"kernels/{REPO}/v{kernel['version']}/variants-index.json"
+    assert not index.exists() or dropped in json.loads(index.read_text())["present"]
+
+
 def test_download_without_a_lock_fails_with_a_hint(tmp_path: Path) -> None:
     result = flashhub("download", tmp_path)
     assert result.returncode == 1

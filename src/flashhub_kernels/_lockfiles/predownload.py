@@ -16,14 +16,17 @@ from .._cache.staging import record_index
 from .._config import Config, get_config
 from .._models.record import Record
 from .._network.choosing import ManifestReader
+from .._network.documents import get_variant_list
 from .._network.download import make_entry
 from .._network.transport import remote
+from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
 from .._variants.named_system import target_system
 from ..errors import FlashhubError, LockMismatchError, NoCompatibleVariantError, OfflineError
 from .cache_check import cached_entry, lock_index, locked_variant
 
 if TYPE_CHECKING:
+    from .._cache.layout import VariantIndex
     from .._network.documents import ManifestDocument
     from .._network.transport import Fetcher
     from .._variants.compat import TargetOf
@@ -147,8 +150,10 @@ def _download_kernel(
     cache: Cache, fetcher: Fetcher, locked: LockedKernel, system: SystemInfo | None
 ) -> list[LockedDownload]:
     with index_mutex(cache, locked.info):  # chosen as a load chooses: one at a time
-        reader = ManifestReader(cache, fetcher, locked.info, cache.read_index(locked.info))
+        recorded = cache.read_index(locked.info)
+        reader = ManifestReader(cache, fetcher, locked.info, recorded)
         try:
+            index = _confirmed(fetcher, locked, lock_index(locked, system), recorded)
             if system is None:
                 variants = sorted(locked.variants)
             else:
@@ -163,8 +168,33 @@ def _download_kernel(
     ]
     # Offline loads pick their variant from this index, without asking the CDN.
     with index_mutex(cache, locked.info):
-        record_index(cache, locked.info, lock_index(locked, system))
+        record_index(cache, locked.info, index)
     return results
+
+
+def _confirmed(
+    fetcher: Fetcher, locked: LockedKernel, index: VariantIndex, recorded: VariantIndex | None
+) -> VariantIndex:
+    """``index``, the lock's whole list of the version's variants, as the CDN's
+    ``variants.json`` confirms it, before the cache records it as that list, which every
+    later load of the version chooses from: a lock an unreviewed change wrote could
+    otherwise set it for everyone who shares the cache. A list the cache records already
+    is kept (a record only adds knowledge), and a probed lock's names are what a probe
+    finds.
+
+    Raises:
+        LockMismatchError: the CDN lists other variants than the lock.
+    """
+    if not index.complete or (recorded is not None and recorded.complete):
+        return index
+    names, proof = get_variant_list(fetcher, locked.info)
+    if frozenset(names) != index.present:
+        listed = ", ".join(map(escape_controls, sorted(names)))
+        raise LockMismatchError(
+            f"{locked.info}: the lock pins the variants {', '.join(sorted(index.present))}, "
+            f"but the CDN's variants.json lists {listed}"
+        )
+    return index._replace(proof=proof)
 
 
 def _download_variant(
