@@ -16,7 +16,8 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -599,19 +600,29 @@ def test_ctrl_c_while_a_load_waits_for_a_guess_it_did_not_take_exits_at_once(
     assert "Exception in thread" not in err, err
 
 
-def test_a_waiting_process_says_which_lock_it_waits_for(
-    big_kernel: CdnServer, cache_dir: Path, tmp_path: Path
-) -> None:
+@contextmanager
+def waiting_for_another(big_kernel: CdnServer, log: Path) -> Iterator[tuple[Child, Child]]:
+    """A first child downloading the kernel, the CDN holding its big.bin, and a second one
+    loading it, which has said (on stderr, into ``log``) that it waits for the first; the
+    CDN lets the first go as the block ends."""
     started, release = threading.Event(), threading.Event()
     big_kernel.inject(BIG_PATH, held(started, release))
     first = child()
-    log = tmp_path / "second.log"
     try:
         assert started.wait(60), "the first child never reached the fault"
         second = child(stderr_into(log) + LOAD)
         written(log, "wait", second, timeout=30)  # said after about 2 s of waiting
+        yield first, second
     finally:
         release.set()
+
+
+def test_a_waiting_process_says_which_lock_it_waits_for(
+    big_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "second.log"
+    with waiting_for_another(big_kernel, log) as (first, second):
+        pass
     assert first.wait(60) == 0 and second.wait(60) == 0, second.communicate()
     message = log.read_text()
     assert "wait" in message.lower(), message
@@ -627,16 +638,9 @@ def test_ctrl_c_while_waiting_for_another_process_shows_one_traceback(
 ) -> None:
     """The wait is made in slices, each of which ends in filelock's Timeout: Ctrl-C must
     not show as raised while handling one ("The file lock ... could not be acquired")."""
-    started, release = threading.Event(), threading.Event()
-    big_kernel.inject(BIG_PATH, held(started, release))
-    first = child()
     log = tmp_path / "second.log"
-    try:
-        assert started.wait(60), "the first child never reached the fault"
-        second = child(stderr_into(log) + LOAD)
-        _out, _err, _took = ctrl_c(second, once=lambda: written(log, "wait", second, timeout=30))
-    finally:
-        release.set()
+    with waiting_for_another(big_kernel, log) as (first, second):
+        ctrl_c(second, once=lambda: None)
     assert first.wait(60) == 0
     said = log.read_text()
     assert "KeyboardInterrupt" in said, said
