@@ -231,7 +231,8 @@ def _remove_unused_index_mutexes(cache: Cache) -> None:
     locks = cache.root / ".locks"
     for path in sorted(locks.glob("*/*/v*.lock")):
         version_dir = cache.root / "kernels" / path.parent.parent.name / path.parent.name
-        if path.parent.is_symlink() or os.path.lexists(version_dir / path.stem):
+        linked = any(parent.is_symlink() for parent in path.parents[:2])  # not ours to clean
+        if linked or os.path.lexists(version_dir / path.stem):
             continue
         with hold_if_free(path, mutex_mode(cache)) as free:
             if free:  # one waiting for it meanwhile then opens it anew (filelock retries)
