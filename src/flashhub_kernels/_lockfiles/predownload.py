@@ -18,6 +18,7 @@ from .._models.record import Record
 from .._network.choosing import ManifestReader
 from .._network.documents import get_variant_list
 from .._network.download import make_entry
+from .._network.mirrors import NotPublished
 from .._network.transport import remote
 from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
@@ -166,28 +167,31 @@ def _download_kernel(
         _download_variant(cache, fetcher, locked, variant, reader.documents.get(variant))
         for variant in variants
     ]
-    # Offline loads pick their variant from this index, without asking the CDN.
-    with index_mutex(cache, locked.info):
-        record_index(cache, locked.info, index)
+    if index is not None:  # offline loads pick their variant from it, asking no CDN
+        with index_mutex(cache, locked.info):
+            record_index(cache, locked.info, index)
     return results
 
 
 def _confirmed(
     fetcher: Fetcher, locked: LockedKernel, index: VariantIndex, recorded: VariantIndex | None
-) -> VariantIndex:
+) -> VariantIndex | None:
     """``index``, the lock's whole list of the version's variants, as the CDN's
     ``variants.json`` confirms it, before the cache records it as that list, which every
     later load of the version chooses from: a lock an unreviewed change wrote could
-    otherwise set it for everyone who shares the cache. A list the cache records already
-    is kept (a record only adds knowledge), and a probed lock's names are what a probe
-    finds.
+    otherwise set it for everyone who shares the cache. ``None`` (nothing to record)
+    where the CDN has no ``variants.json`` for it. A list the cache records already is
+    kept (a record only adds knowledge), and a probed lock's names are what a probe finds.
 
     Raises:
         LockMismatchError: the CDN lists other variants than the lock.
     """
     if not index.complete or (recorded is not None and recorded.complete):
         return index
-    names, proof = get_variant_list(fetcher, locked.info)
+    try:
+        names, proof = get_variant_list(fetcher, locked.info)
+    except NotPublished:  # withdrawn: its files' downloads say so
+        return None
     if frozenset(names) != index.present:
         listed = ", ".join(map(escape_controls, sorted(names)))
         raise LockMismatchError(
