@@ -62,6 +62,33 @@ def umask_077() -> Iterator[None]:
 # --- keygen ----------------------------------------------------------------------------
 
 
+def test_keygen_makes_every_missing_directory_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 000 the directories above the last were made 0777: anyone could swap
+    the key's directory for one of their own."""
+    old = os.umask(0)
+    try:
+        assert flashhub("keygen", "--out", tmp_path / "new/a/b/release.key").returncode == 0
+    finally:
+        os.umask(old)
+    for directory in ("new", "new/a", "new/a/b"):
+        assert mode(tmp_path / directory) == 0o700, directory
+
+
+def test_keygen_force_that_cannot_write_the_public_file_keeps_the_old_key(
+    tmp_path: Path,
+) -> None:
+    keyfile = tmp_path / "release.key"
+    assert flashhub("keygen", "--out", keyfile).returncode == 0
+    before = keyfile.read_bytes()
+    (tmp_path / "release.key.pub").unlink()
+    (tmp_path / "release.key.pub").mkdir()  # where the new public key cannot go
+
+    result = flashhub("keygen", "--out", keyfile, "--force")
+
+    assert result.returncode == 1
+    assert keyfile.read_bytes() == before  # the pair is not left half new
+
+
 def test_keygen_writes_a_private_key_file_and_prints_one_public_line(
     tmp_path: Path, umask_077: None
 ) -> None:
@@ -335,6 +362,19 @@ def test_a_private_key_among_trusted_keys_is_refused_without_echoing_it() -> Non
         with pytest.raises(ValueError, match="holds a private key") as raised:
             parse_trusted_keys(f"{KEY_A.public_line} {entry}", source="keys.txt")
         assert PRIVATE_LINE.split(":")[1] not in str(raised.value)
+
+
+@pytest.mark.parametrize("scope", ["", "sdq:"])
+def test_a_private_key_alone_as_the_trusted_keys_value_is_refused_without_echoing_it(
+    scope: str,
+) -> None:
+    """The private line pasted into FLASHHUB_TRUSTED_KEYS: a seed with a '/' in its base64
+    (half of them) was taken for a path, and shown whole in the error."""
+    private = "flashhub-ed25519-private:" + base64.b64encode(b"\xff" * 32).decode()
+    assert "/" in private.split(":")[1]
+    with pytest.raises(ValueError, match="holds a private key") as raised:
+        load_trusted_keys(f"{scope}{private}")
+    assert private.split(":")[1] not in str(raised.value)
 
 
 def test_a_trusted_keys_file_saved_with_a_bom_and_crlf_is_read(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ key and signing need ``cryptography`` (:mod:`.ed25519`).
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import stat
 from pathlib import Path
@@ -127,7 +128,7 @@ def write_key_pair(key: SigningKey, path: str | os.PathLike[str], *, force: bool
     """Write ``key`` to ``path`` (mode 0600) and its public line to ``path.pub`` (0644).
 
     The private file holds a comment line (key id and public key) and the private line.
-    Neither file is overwritten unless ``force``. A missing directory is created (0700).
+    Neither file is overwritten unless ``force``. Missing directories are created (0700).
 
     Returns:
         The path of the public key file.
@@ -150,8 +151,17 @@ def write_key_pair(key: SigningKey, path: str | os.PathLike[str], *, force: bool
         f"# flashhub Ed25519 signing key {key.key_id}; public key: {key.public_line}\n"
         f"{key.private_line()}\n"
     ).encode("ascii")
-    # A key's usual home (~/.config/flashhub/) may not exist yet: made private, as ssh does.
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_atomic(path, secret, mode=_PRIVATE_MODE, overwrite=force)
-    write_atomic(public, f"{key.public_line}\n".encode("ascii"), mode=_PUBLIC_MODE)
+    # A key's usual home (~/.config/flashhub/) may not exist yet: made private, as ssh
+    # does, each directory made (mkdir's parents=True makes the others as the umask says).
+    missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    line = f"{key.public_line}\n".encode("ascii")
+    private = functools.partial(write_atomic, path, secret, mode=_PRIVATE_MODE, overwrite=force)
+    public_line = functools.partial(write_atomic, public, line, mode=_PUBLIC_MODE)
+    # Without force the private file goes first, written only where there is none: that
+    # claims the name from another keygen. With force the public one does: where it cannot
+    # be written, the old private key is still there, and the pair as it was.
+    for write in (public_line, private) if force else (private, public_line):
+        write()
     return public

@@ -224,9 +224,10 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
             be read; or an entry is malformed.
     """
     text = value.strip()
+    listed = KEY_PREFIX in text or "ed25519-private" in text  # a private one: never echoed
     path = os.path.expanduser(text)
     try:
-        is_file = KEY_PREFIX not in text and os.path.isfile(path)
+        is_file = not listed and os.path.isfile(path)
     except (OSError, ValueError):  # a name too long, a NUL: not a path
         is_file = False
     if is_file:
@@ -234,7 +235,7 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
         if not keys:
             raise no_key_error(f"{source} names the file {path}, which", f"unset {source}")
         return keys
-    if KEY_PREFIX not in text and (os.sep in text or "/" in text):
+    if not listed and (os.sep in text or "/" in text):
         raise _refused(
             f"{source}: {text!r} is neither an existing file nor a list of "
             f"{KEY_PREFIX}<base64> keys",
