@@ -355,6 +355,27 @@ def test_the_next_publish_removes_what_a_killed_publish_left_in_the_tree(
     assert (kernel_dir / f"v{version}" / "build" / UNIVERSAL / "my_kern" / "extra.py").is_file()
 
 
+@pytest.mark.parametrize("inside", ["build", f"build/{UNIVERSAL}"])
+def test_publish_refuses_a_cdn_tree_inside_the_build(kernel: Path, inside: str) -> None:
+    """Published into the variant's directory, the tree became part of the next publish of
+    the kernel (its files listed in metadata.json), nesting deeper each time."""
+    out = kernel / inside / "cdn"
+    result = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert result.returncode == 1
+    assert "lies inside the build directory" in result.stderr, result.stderr
+    assert not out.exists()
+
+
+def test_publish_refuses_a_pipe_in_the_build_saying_what_to_do(kernel: Path) -> None:
+    os.mkfifo(kernel / "build" / UNIVERSAL / "my_kern" / "fifo")
+    result = flashhub(
+        "publish", kernel, "--repo-id", REPO, "--version", "1", "--out", kernel.parent / "cdn"
+    )
+    assert result.returncode == 1
+    assert "is not a regular file or directory" in result.stderr
+    assert "hint: remove it, or move it out of the build" in result.stderr
+
+
 # flashhub publish in a process that cannot map more than 2 GiB: a publish that reads a
 # build's file whole runs out of memory.
 PUBLISH_WITHIN_2_GIB = """

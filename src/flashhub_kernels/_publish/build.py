@@ -72,7 +72,10 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
         if entry.is_symlink():
             raise _symlink_refused(entry.path)
         if not (entry.is_dir() or entry.is_file()):
-            raise PublishError(f"{entry.path} is not a regular file or directory")
+            raise PublishError(
+                f"{entry.path} is not a regular file or directory",
+                hint="remove it, or move it out of the build: a build holds files and directories",
+            )
     return entries
 
 

@@ -124,12 +124,27 @@ def publish(
     keys = signing_keys(sign)
     prefix_parts = [p for p in normalize_prefix(prefix).split("/") if p]
     defaults = kernel_defaults(Path(build_dir), repo)
+    dirs = variant_dirs(Path(build_dir))
+    _check_outside(dirs[0].parent, out)
     with tempfile.TemporaryDirectory(prefix="flashhub-publish-") as scratch:  # zip archives
         builds = [
             scan_variant(d, repo.py_pkg, defaults, layout=layout, scratch=Path(scratch))
-            for d in variant_dirs(Path(build_dir))
+            for d in dirs
         ]
         return _publish_builds(builds, repo, out, prefix_parts, force=force, keys=keys)
+
+
+def _check_outside(builds: Path, out: str | os.PathLike[str]) -> None:
+    """Refuse a CDN tree on disk inside ``builds``, the directory of the variants: it
+    would be published as part of the kernel, each publish nesting the one before."""
+    if "://" in os.fspath(out):
+        return  # an object store
+    tree, inside = Path(out).resolve(), builds.resolve()
+    if tree == inside or inside in tree.parents:
+        raise PublishError(
+            f"the CDN tree {out} lies inside the build directory {builds}",
+            hint="pass an --out (out=) outside it",
+        )
 
 
 def _publish_builds(
