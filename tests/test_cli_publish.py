@@ -366,6 +366,16 @@ def test_publish_refuses_a_cdn_tree_inside_the_build(kernel: Path, inside: str) 
     assert not out.exists()
 
 
+def test_a_bad_publish_prefix_is_a_usage_error_naming_the_option(kernel: Path) -> None:
+    args = ["--repo-id", REPO, "--version", "1", "--out", kernel.parent / "cdn"]
+    result = flashhub("publish", kernel, *args, "--prefix", "../../escape")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "flashhub publish: error: argument --prefix: CDN prefix '../../escape' must be a "
+        "plain relative path such as 'kernels'"
+    )  # not the hint of the variable it is not, escaped onto the same line
+
+
 def test_publish_refuses_a_pipe_in_the_build_saying_what_to_do(kernel: Path) -> None:
     os.mkfifo(kernel / "build" / UNIVERSAL / "my_kern" / "fifo")
     result = flashhub(

@@ -74,8 +74,8 @@ def usage_checked(parse: Callable[[_V], _T], value: _V) -> _T:
     """``parse(value)``; the ``ValueError`` it raises becomes a usage error (exit 2)."""
     try:
         return parse(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except ValueError as exc:  # a ConfigError's hint names the variable, not the option
+        raise argparse.ArgumentTypeError(getattr(exc, "message", str(exc))) from None
 
 
 def repo_id_arg(value: str) -> str:
