@@ -195,6 +195,41 @@ def test_a_compression_bomb_is_cut_at_its_size_limit_in_bounded_memory(
     assert fk.get_kernel(REPO, version=1).marker() == "blob"  # the honest answer loads
 
 
+def trickled_gzip_comment(hung_up: threading.Event) -> Fault:
+    """A gzip body whose header's comment goes on a byte every 0.5 s: it decodes to
+    nothing, so urllib3 reads on within one read1 call, and no chunk reaches the guard."""
+
+    def fault(handler: CdnHandler, _body: bytes) -> None:
+        handler.record(200)
+        handler.send_response(200)
+        handler.send_header("Content-Encoding", "gzip")
+        handler.end_headers()
+        handler.close_connection = True
+        try:
+            handler.wfile.write(b"\x1f\x8b\x08\x10\0\0\0\0\0\x03")  # FCOMMENT set
+            for _ in range(120):
+                handler.wfile.flush()
+                handler.pause(0.5)
+                handler.wfile.write(b"a")
+        except OSError:
+            hung_up.set()
+
+    return fault
+
+
+@pytest.mark.parametrize("path", [BLOB_PATH, f"kernels/{REPO}/v1/variants.json"])
+def test_an_encoded_body_that_never_decodes_is_cut_as_stalled(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    publish_blob_kernel(cdn.root)
+    hung_up = threading.Event()
+    cdn.inject(path, *[trickled_gzip_comment(hung_up)] * 4)
+    with pytest.raises(TransportError, match="stalled"):
+        fk.get_kernel(REPO, version=1)
+    assert hung_up.wait(10)  # the client cut it, before the server's minute was up
+
+
 def encoded_bomb(bomb: bytes) -> Fault:
     """``bomb`` in place of the file, sent with ``Content-Encoding: gzip``."""
     return lambda handler, _body: handler.send_simple(200, bomb, {"Content-Encoding": "gzip"})
@@ -527,7 +562,7 @@ def test_a_load_stopped_past_its_headers_deadline_reads_the_answer_that_came_mea
     answers in time, and the process goes on after the deadline: the time it was stopped
     is not the server's, so the answer is read, not cut and fetched again."""
     monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "1")
-    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "3")  # a deadline of 4 s: time to stop it
     publish_blob_kernel(cdn.root)
     started, release = threading.Event(), threading.Event()
     cdn.inject(BLOB_PATH, held(started, release))
@@ -537,7 +572,7 @@ def test_a_load_stopped_past_its_headers_deadline_reads_the_answer_that_came_mea
         assert started.wait(60), "the blob was never asked for"
         child.send_signal(signal.SIGSTOP)
         release.set()
-        time.sleep(4)  # twice the deadline of 2 s
+        time.sleep(6)  # past the deadline
     finally:
         child.send_signal(signal.SIGCONT)
         _out, err = child.communicate(timeout=60)

@@ -185,7 +185,7 @@ class _HeadersInTime(HTTPConnectionPool):
         send = functools.partial(super()._make_request, conn, method, url, *args, **kwargs)
         past_the_proxy = conn.has_connected_to_proxy  # a tunnel open, or a proxy reached
         try:
-            return _in_time(seconds, conn, send, _late_headers)
+            return in_time(seconds, conn, send, _late_headers)
         except (OSError, HTTPException) as exc:
             if not past_the_proxy:
                 raise
@@ -201,14 +201,15 @@ class _HeadersInTime(HTTPConnectionPool):
         the handshake through an ``https://`` proxy, could come a byte at a time). The
         pool's timeout (the session's) gives it the deadline a request's headers get."""
         prepare = functools.partial(super()._prepare_proxy, conn)
-        _in_time(_allowed(self.timeout), conn, prepare, _late_tunnel)
+        in_time(_allowed(self.timeout), conn, prepare, _late_tunnel)
 
 
-def _in_time(
+def in_time(
     seconds: float | None, conn: Any, step: Callable[[], _T], late: Callable[[float], Exception]
 ) -> _T:
     """What ``step`` returns, unless it took over ``seconds`` (``None``: no limit): then its
-    connection's socket was cut, and the error is ``late(seconds)``."""
+    connection's socket was cut, and the error is ``late(seconds)``. For a request's
+    headers, a tunnel's opening, and a decoding read of a body (see ``stall_guard``)."""
     if seconds is None:
         return step()
     armed = _WATCHDOG.arm(seconds, conn)

@@ -31,10 +31,12 @@ with backoff and ``Retry-After``):
 
 from __future__ import annotations
 
+import functools
 import re
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Literal
 
 import requests
@@ -66,7 +68,7 @@ from .session import (
     route_for,
     untrusted_certificate_hint,
 )
-from .stall_guard import MIN_BYTES_PER_SECOND, StallGuard
+from .stall_guard import MIN_BYTES_PER_SECOND, StallGuard, decoding_read
 
 MAX_RESUMES = 5
 _DENIED_STATUSES = frozenset({401, 403})
@@ -300,9 +302,9 @@ class HttpMirror(Mirror):
         """The body of ``response``, read no further than the chunk that takes it past
         ``limit`` bytes: the caller reports the size."""
         body = bytearray()
-        decode = _encoded(response)
         guard = StallGuard(self._stall_window, time.monotonic())
-        while chunk := response.raw.read1(CHUNK_SIZE, decode_content=decode):
+        read1 = _reader(response, guard)
+        while chunk := read1(CHUNK_SIZE):
             guard.check(len(chunk))
             body += chunk
             if len(body) > limit:
@@ -322,12 +324,9 @@ class HttpMirror(Mirror):
         ended would cost as much as a small file's other reads)."""
         # read1 hands over what the socket has (up to CHUNK_SIZE), so a broken transfer
         # keeps every byte received and resumes exactly there.
-        read1 = response.raw.read1
-        decode = _encoded(response)
         guard = StallGuard(self._stall_window, time.monotonic())
-        while (end is None or writer.size < end) and (
-            chunk := read1(CHUNK_SIZE, decode_content=decode)
-        ):
+        read1 = _reader(response, guard)
+        while (end is None or writer.size < end) and (chunk := read1(CHUNK_SIZE)):
             stop_if(cancelled)
             writer.write(chunk)
             guard.check(len(chunk))
@@ -367,6 +366,14 @@ def _issuer_unknown(exc: requests.exceptions.SSLError) -> bool:
         isinstance(error, ssl.SSLCertVerificationError) and error.verify_code in _ISSUER_UNKNOWN
         for error in (inner, *inner.args[:1])
     )
+
+
+def _reader(response: requests.Response, guard: StallGuard) -> Callable[[int], bytes]:
+    """``read1`` of the body: decoding it where it is encoded, each read then within the
+    guard's window (see :func:`~.stall_guard.decoding_read`)."""
+    if _encoded(response):
+        return decoding_read(response.raw, guard)
+    return functools.partial(response.raw.read1, decode_content=False)
 
 
 def _encoded(response: requests.Response) -> bool:

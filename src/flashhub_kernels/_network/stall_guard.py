@@ -3,13 +3,23 @@
 A read timeout ends a wait for bytes that never come, not a server that trickles them,
 a byte just inside the timeout each time; the guard, as curl's ``--speed-limit`` over a
 ``--speed-time`` of the read timeout, ends that too.
+
+It judges the bytes each read hands over. A read of an encoded body (``gzip``) goes on
+reading until some bytes decode, and a header's comment decodes to nothing, however long
+it is: one such read may itself take no longer than the window (:func:`decoding_read`).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections import deque
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
+from .header_deadline import in_time
 from .mirrors import MirrorFailed
 
 MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
@@ -56,7 +66,32 @@ class StallGuard:
         """Count ``nbytes`` received now; raise :class:`MirrorFailed` if the transfer is
         too slow."""
         if self.stalled(nbytes, time.monotonic()):
-            raise MirrorFailed(
-                f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
-                f"{self.window:g} s (FLASHHUB_READ_TIMEOUT)"
+            raise self.failure()
+
+    def failure(self, _seconds: float = 0.0) -> MirrorFailed:
+        return MirrorFailed(
+            f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
+            f"{self.window:g} s (FLASHHUB_READ_TIMEOUT)"
+        )
+
+
+def decoding_read(raw: Any, guard: StallGuard) -> Callable[[int], bytes]:
+    """``raw.read1`` of an encoded body, each read given ``guard``'s window: past it, the
+    body's socket is cut (through a duplicate of its descriptor: the connection has
+    handed its socket to the response), and the error is the guard's."""
+
+    def read(amt: int) -> bytes:
+        try:
+            fd = os.dup(raw.fileno())
+        except (AttributeError, OSError):  # no socket left: the body is in, read at once
+            return bytes(raw.read1(amt, decode_content=True))
+        with socket.socket(fileno=fd) as sock:
+            data: bytes = in_time(
+                guard.window,
+                SimpleNamespace(sock=sock),
+                lambda: raw.read1(amt, decode_content=True),
+                guard.failure,
             )
+        return data
+
+    return read
