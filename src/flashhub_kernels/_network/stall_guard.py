@@ -69,6 +69,8 @@ class StallGuard:
             raise self.failure()
 
     def failure(self, _seconds: float = 0.0) -> MirrorFailed:
+        """The error of a transfer too slow (it takes the seconds that ``in_time`` gives
+        its errors: the window, which it names already)."""
         return MirrorFailed(
             f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
             f"{self.window:g} s (FLASHHUB_READ_TIMEOUT)"
