@@ -68,9 +68,8 @@ class StallGuard:
         if self.stalled(nbytes, time.monotonic()):
             raise self.failure()
 
-    def failure(self, _seconds: float = 0.0) -> MirrorFailed:
-        """The error of a transfer too slow (it takes the seconds that ``in_time`` gives
-        its errors: the window, which it names already)."""
+    def failure(self) -> MirrorFailed:
+        """The error of a transfer too slow."""
         return MirrorFailed(
             f"stalled: under {MIN_BYTES_PER_SECOND // 1024} KiB/s for "
             f"{self.window:g} s (FLASHHUB_READ_TIMEOUT)"
@@ -92,7 +91,7 @@ def decoding_read(raw: Any, guard: StallGuard) -> Callable[[int], bytes]:
                 guard.window,
                 SimpleNamespace(sock=sock),
                 lambda: raw.read1(amt, decode_content=True),
-                guard.failure,
+                lambda _window: guard.failure(),
             )
         return data
 
