@@ -140,6 +140,19 @@ def test_download_all_variants_json(project: Path, cdn: CdnServer) -> None:
     assert {r["status"] for r in again["results"]} == {"cached"}
 
 
+def test_lock_again_after_a_change_warns_and_pins_the_new_content(
+    project: Path, cdn: CdnServer
+) -> None:
+    assert flashhub("lock", project).returncode == 0
+    change_published_file(cdn.root, 2, LOCAL)
+
+    result = flashhub("lock", project)
+
+    assert result.returncode == 0
+    assert f"warning: {REPO}@v2: the CDN serves other content than" in result.stderr
+    assert flashhub("download", project).returncode == 0
+
+
 def test_download_detects_an_object_changed_after_locking(project: Path, cdn: CdnServer) -> None:
     assert flashhub("lock", project).returncode == 0
     change_published_file(cdn.root, 2, LOCAL)

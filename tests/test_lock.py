@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,7 @@ from flashhub_kernels._variants.compat import BuildTarget
 from flashhub_kernels.errors import (
     CacheError,
     IntegrityError,
+    LockedContentChangedWarning,
     LockfileError,
     LockMismatchError,
     NoCompatibleVariantError,
@@ -398,6 +400,31 @@ def test_changed_object_is_caught_by_download(project: Path, cdn: CdnServer) -> 
     assert f"{REPO}@v2 variant {UNIVERSAL}" in str(results[UNIVERSAL].error)
     assert {results[LOCAL].status, results[CUDA].status} == {"downloaded"}
     assert not entry(2, UNIVERSAL).exists()
+
+
+def test_a_relock_pins_changed_content_and_warns_naming_the_variant(
+    project: Path, cdn: CdnServer
+) -> None:
+    first = lock_project(project)
+    change_published_file(cdn.root, 2, LOCAL)
+
+    with pytest.warns(LockedContentChangedWarning) as caught:
+        second = lock_project(project)
+
+    [warning] = caught
+    assert f"{REPO}@v2: the CDN serves other content than" in str(warning.message)
+    assert LOCAL in str(warning.message) and UNIVERSAL not in str(warning.message)
+    assert warning.filename == __file__, "it points at the caller's line"
+    assert second.kernels[REPO].variants[LOCAL] != first.kernels[REPO].variants[LOCAL]
+    assert read_lockfile(lockfile_of(project)) == second
+
+
+def test_a_relock_of_unchanged_content_warns_nothing(project: Path, cdn: CdnServer) -> None:
+    lock_project(project)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lock_project(project)
 
 
 def test_cached_copy_that_differs_from_the_lock_is_not_loaded_and_is_replaced(

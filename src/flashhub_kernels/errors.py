@@ -281,6 +281,16 @@ class NewerVersionWarning(UserWarning):
         self.cli_message = cli_message or message
 
 
+class LockedContentChangedWarning(UserWarning):
+    """A re-lock pinned other content for a version the lock already pinned.
+
+    A published version must not change, so this is either a publisher's mistake or a
+    CDN serving bytes it should not. Re-locking is how a user accepts new content after a
+    :class:`LockMismatchError`, so the lock is written all the same; the warning names
+    each variant whose content changed, for the user to check before committing the lock.
+    """
+
+
 class SharedNativeLibraryWarning(UserWarning):
     """:func:`~flashhub_kernels._publish.publish` was given a build whose native library
     is that of another published version of the kernel (the same bytes, or the same file

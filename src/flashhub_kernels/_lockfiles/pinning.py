@@ -29,11 +29,17 @@ from .._network.documents import (
 from .._network.mirrors import NotPublished
 from .._network.transport import remote
 from .._network.versions import doubled_prefix_hint, versions_or_why
+from .._utils.callers import warn_at_caller
 from .._utils.filesystem import write_atomic
 from .._utils.threads import DeafThreadPool
 from .._variants.named_system import target_system
 from .._variants.probing import candidate_names
-from ..errors import KernelDependencyError, LockfileError, RollbackError
+from ..errors import (
+    KernelDependencyError,
+    LockedContentChangedWarning,
+    LockfileError,
+    RollbackError,
+)
 from .format import (
     LOCKFILE_NAME,
     LockedKernel,
@@ -112,11 +118,14 @@ def lock_project(
             locked=locked,
         )
     path = project / LOCKFILE_NAME
-    if not allow_downgrade:
-        _refuse_downgrades(path, kernels)
     declared = {kernel.info for kernel in kernels.values()}
     dependencies = {info: dep for info, dep in locked.items() if info not in declared}
     lock = Lockfile(kernels, str(path), dependencies)
+    previous = _previous_lock(path)
+    if previous is not None and not allow_downgrade:
+        _refuse_downgrades(previous, kernels)
+    if previous is not None:
+        _warn_changed_content(previous, lock)
     write_atomic(path, lock.to_bytes())
     return lock
 
@@ -170,17 +179,21 @@ def _joined(hints: Iterable[str | None]) -> str | None:
     return "; ".join(dict.fromkeys(filter(None, hints))) or None
 
 
-def _refuse_downgrades(path: Path, kernels: dict[str, LockedKernel]) -> None:
-    """Refuse to replace the lock at ``path`` when it pins a kernel at a higher version
+def _previous_lock(path: Path) -> Lockfile | None:
+    """The lock at ``path`` that a re-lock replaces; ``None`` where there is none, or
+    where it cannot be read (it is replaced as it is)."""
+    try:
+        return read_lockfile(path) if path.is_file() else None
+    except LockfileError:
+        return None
+
+
+def _refuse_downgrades(previous: Lockfile, kernels: dict[str, LockedKernel]) -> None:
+    """Refuse to replace the ``previous`` lock when it pins a kernel at a higher version
     than ``kernels`` do, that the declared range still admits: the CDN's versions.json
     no longer lists it. A lower version the range now asks for (``==1`` after ``>=1``)
-    is the user's choice, and a lock that cannot be read is replaced as it is."""
-    try:
-        previous = read_lockfile(path) if path.is_file() else None
-    except LockfileError:
-        return
-    if previous is None:
-        return
+    is the user's choice."""
+    path = previous.source
     moves = [
         f"{repo_id} from v{old.version} down to v{new.version}"
         for repo_id, new in sorted(kernels.items())
@@ -198,6 +211,25 @@ def _refuse_downgrades(path: Path, kernels: dict[str, LockedKernel]) -> None:
             cli_hint="check the CDN; if the newer version was withdrawn on purpose, run "
             "`flashhub lock --allow-downgrade`",
         )
+
+
+def _warn_changed_content(previous: Lockfile, lock: Lockfile) -> None:
+    """Warn about each kernel ``lock`` pins at a version ``previous`` pins too, with other
+    content for a variant both list: a published version must not change."""
+    pinned = {(old.repo_id, old.version): old for old in previous.all_kernels()}
+    for new in lock.all_kernels():
+        old = pinned.get((new.repo_id, new.version))
+        was = old.variants if old is not None else {}
+        changed = sorted(v for v, digest in new.variants.items() if was.get(v, digest) != digest)
+        if changed:
+            warn_at_caller(
+                LockedContentChangedWarning(
+                    f"{new.repo_id}@v{new.version}: the CDN serves other content than "
+                    f"{previous.source} pinned for {', '.join(changed)}; the lock now pins "
+                    "the new content. A published version must not change: check with the "
+                    "publisher before committing the lock"
+                )
+            )
 
 
 def lock_kernel(
