@@ -388,6 +388,22 @@ def test_backend_cpu_selects_the_cpu_variant(cdn: CdnServer) -> None:
         fk.get_kernel(REPO, version=1, backend="tpu")
 
 
+@pytest.mark.parametrize(
+    "call",
+    [fk.get_kernel, fk.install_kernel, fk.has_kernel, fk.get_kernel_variants],
+    ids=lambda call: call.__name__,
+)
+def test_a_misspelt_backend_is_refused_naming_the_known_ones(
+    cdn: CdnServer, call: Callable[..., object]
+) -> None:
+    write_kernel(cdn.root, REPO, 1, ["torch-universal", cpu_variant()])
+
+    with pytest.raises(ValueError, match="unknown backend 'cdua': use one of cpu, cuda"):
+        call(REPO, version=1, backend="cdua")
+
+    assert cdn.requests == []
+
+
 @pytest.mark.parametrize("forced_first", [True, False], ids=["forced-first", "plain-first"])
 @pytest.mark.usefixtures("cpu_only_torch")
 def test_forcing_the_backend_this_machine_runs_gives_the_same_module(

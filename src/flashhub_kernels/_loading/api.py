@@ -353,6 +353,8 @@ def get_kernel_variants(
 
     if revision is not None:
         version = requested_version(version, revision)
+    if backend is not None:
+        check_backend(backend)
     target = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
@@ -398,7 +400,8 @@ def has_kernel(
     """Whether the CDN publishes a variant of the kernel that this system can load.
 
     ``revision="v1"`` is ``version=1``, as for :func:`get_kernel`; with neither, the
-    newest version in ``versions.json`` is asked about. ``check_arch=False`` counts the
+    newest version in ``versions.json`` is asked about. ``backend`` asks about the builds
+    of that backend, as :func:`get_kernel` loads them. ``check_arch=False`` counts the
     builds whose device archs lack this device, as :func:`get_kernel` then loads them.
 
     With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
@@ -417,6 +420,8 @@ def has_kernel(
     )
     from .local import local_kernels, local_override  # LOCAL_KERNELS, read on every call
 
+    if backend is not None:
+        check_backend(backend)
     check_trust_remote_code(trust_remote_code)
     if revision is not None:
         version = requested_version(version, revision)
