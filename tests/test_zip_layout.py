@@ -167,6 +167,23 @@ def test_a_zip_build_reloads_and_imports_again_after_it_was_dropped(cdn: CdnServ
     assert again.__path__ == k.__path__
 
 
+def test_a_zip_build_imported_again_in_one_process_is_not_looked_up_again(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for a build of files: where the archive is still there, one stat answers."""
+    publish_zip_build(cdn.root, package_files("zipped"))
+    first = fk.get_kernel(REPO, version=1)
+    for name in [n for n in sys.modules if n.startswith(MODULE)]:
+        del sys.modules[name]
+
+    def looked_up(self: object, fullname: str) -> object:
+        raise AssertionError(f"{fullname} was looked up again")
+
+    monkeypatch.setattr(fk._finder.KernelFinder, "locate", looked_up)
+    again = importlib.import_module(MODULE)
+    assert again is not first and again.sub.echo() == "ZIPPED"
+
+
 def _compile(source: str, output: Path, *, python: bool) -> None:
     """Compile the C ``source`` into the shared library ``output`` (a Python extension
     module with ``python``)."""

@@ -274,7 +274,8 @@ def _still_valid(known: KernelDir) -> bool:
 
     assert known.info is not None
     trusted = get_config().accepts_signer(known.info.org, known.signer)
-    return trusted and known.init_file.is_file()
+    package = known.package_dir  # a "zip" build's archive is its package
+    return trusted and (package if package.suffix == ".zip" else known.init_file).is_file()
 
 
 def _candidates(parsed: KernelModuleName) -> list[RepoInfo]:

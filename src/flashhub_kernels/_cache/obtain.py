@@ -18,10 +18,10 @@ import functools
 
 from .._cache_imports import mark_in_use
 from .._config import Config, get_config
-from .._models.kernel_dir import KernelDir, cached_kernel
+from .._models.kernel_dir import KernelDir
 from .._variants.system import this_system
 from .layout import Cache, parse_index, recorded_pick
-from .receipt import read_receipt
+from .receipt import cached_kernel, read_receipt
 
 TYPE_CHECKING = False  # not typing's: this module is on the warm path
 if TYPE_CHECKING:

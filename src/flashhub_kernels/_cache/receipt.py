@@ -12,6 +12,7 @@ import os
 import stat
 
 from .._constants import RECEIPT_NAME
+from .._models.kernel_dir import NATIVE_SUFFIXES, KernelDir
 from .._models.record import Record
 from .._utils.filesystem import read_regular
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
     from typing import Any
+
+    from .._models.names import RepoInfo
 
 _SECOND = 10**9  # in nanoseconds
 
@@ -91,3 +94,20 @@ def read_receipt(entry: Path) -> Receipt | None:
         )
     except (OSError, KeyError, TypeError, ValueError, AttributeError, RecursionError):
         return None
+
+
+def package_dir_of(entry: Path, py_pkg: str) -> Path:
+    """The directory of a verified entry imported as the kernel: ``<py_pkg>/`` when the
+    variant ships it, else the entry itself (a flattened build, whose ``__init__.py``,
+    ``_ops.py``, ... lie in the variant directory); ``<py_pkg>/`` when it has both."""
+    package = entry / py_pkg
+    return package if (package / "__init__.py").is_file() else entry
+
+
+def cached_kernel(entry: Path, info: RepoInfo, variant: str, receipt: Receipt) -> KernelDir:
+    """The kernel in a verified entry, as its receipt describes it."""
+    natives = tuple(
+        (rel, size) for rel, (size, _) in receipt.files.items() if rel.endswith(NATIVE_SUFFIXES)
+    )
+    package = entry / receipt.package if receipt.package else package_dir_of(entry, info.py_pkg)
+    return KernelDir(package, info, variant, entry, receipt.signer, natives, receipt.requires)

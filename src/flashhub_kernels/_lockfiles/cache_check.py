@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache, VariantIndex
-from .._cache.receipt import read_receipt
+from .._cache.receipt import cached_kernel, read_receipt
 from .._config import get_config
 from .._constants import MANIFEST_NAME
 from .._loading.kernel_deps import requirements
-from .._models.kernel_dir import KernelDir, cached_kernel
+from .._models.kernel_dir import KernelDir
 from .._models.kernel_metadata import read_kernel_metadata
 from .._variants.choice import choose_variant
 from .._variants.grammar import as_variant

@@ -1,5 +1,5 @@
 """Where the files of a kernel module are: the record the finder, the cache and local
-overrides share, and how a verified cache entry becomes one."""
+overrides share."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from .._cache.receipt import Receipt
     from .names import RepoInfo
 
 # The file names of native libraries, which a kernel loads with torch.ops.load_library.
@@ -50,21 +49,5 @@ class KernelDir(Record):
 
     @property
     def init_file(self) -> Path:
+        """The package's ``__init__.py`` (inside the archive, for a ``"zip"`` build)."""
         return self.package_dir / "__init__.py"
-
-
-def package_dir_of(entry: Path, py_pkg: str) -> Path:
-    """The directory of a verified entry imported as the kernel: ``<py_pkg>/`` when the
-    variant ships it, else the entry itself (a flattened build, whose ``__init__.py``,
-    ``_ops.py``, ... lie in the variant directory); ``<py_pkg>/`` when it has both."""
-    package = entry / py_pkg
-    return package if (package / "__init__.py").is_file() else entry
-
-
-def cached_kernel(entry: Path, info: RepoInfo, variant: str, receipt: Receipt) -> KernelDir:
-    """The kernel in a verified entry, as its receipt describes it."""
-    natives = tuple(
-        (rel, size) for rel, (size, _) in receipt.files.items() if rel.endswith(NATIVE_SUFFIXES)
-    )
-    package = entry / receipt.package if receipt.package else package_dir_of(entry, info.py_pkg)
-    return KernelDir(package, info, variant, entry, receipt.signer, natives, receipt.requires)

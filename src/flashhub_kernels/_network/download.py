@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .._cache.bytecode import compile_bytecode, sources_to_compile
 from .._cache.layout import Cache
-from .._cache.receipt import Receipt, read_receipt
+from .._cache.receipt import Receipt, cached_kernel, read_receipt
 from .._cache.staging import (
     adopt_partials,
     cache_errors,
@@ -36,7 +36,7 @@ from .._cache.staging import (
 )
 from .._config import Config
 from .._constants import MANIFEST_NAME
-from .._models.kernel_dir import NATIVE_SUFFIXES, KernelDir, cached_kernel
+from .._models.kernel_dir import NATIVE_SUFFIXES, KernelDir
 from .._models.kernel_metadata import KernelMetadata, read_kernel_metadata
 from .._models.manifest import Manifest
 from .._models.names import RepoInfo

@@ -91,8 +91,8 @@ def _package(args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
             raise ValueError(f"--version names a version on the CDN, not of the directory {path}")
         found = find_local_package(path.resolve(), args.backend)
         return found.package_dir, {"path": str(path), "variant": found.variant}
+    from .._cache.receipt import package_dir_of
     from .._loading.api import install_kernel
-    from .._models.kernel_dir import package_dir_of
     from .._models.names import RepoInfo
 
     version = args.version or newest_version(args.kernel, "describe-api")
