@@ -208,6 +208,8 @@ def test_metadata_has_every_field_by_its_hugging_face_name(tmp_path: Path) -> No
     assert metadata.id == "_activation_cuda_0f3c2a1" and metadata.version == 1
     assert metadata.name is not None and str(metadata.name) == "activation"
     assert fk.Metadata.from_bytes(b'{"name": "flash-attn"}').name.python_name == "flash_attn"
+    # Hugging Face kernels names the argument `bytes`.
+    assert fk.Metadata.from_bytes(bytes=b'{"name": "flash-attn"}').name == "flash-attn"
     assert (metadata.build_layout, metadata.kernels_minver) == ("zip", "0.17")
     assert (metadata.license, metadata.source) == ("apache-2.0", BUILDER_DOCUMENT["source"])
     assert metadata.upstream == "https://github.com/vllm-project/vllm.git"

@@ -1061,6 +1061,22 @@ def test_device_and_capability_validation() -> None:
         Device("cuda", ROCMProperties(90, 94))
 
 
+def test_devices_have_hugging_face_kernels_validate_methods() -> None:
+    """Its strict dataclasses have validate(); ours check when built, and again on call."""
+    cuda = CUDAProperties(80, 90)
+    assert cuda.validate() is None and cuda.validate_capability_range() is None
+    assert ROCMProperties(90, 94).validate_capability_range() is None
+    assert Device("cuda", cuda).validate() is None
+    emptied = CUDAProperties(80, 90)
+    object.__setattr__(emptied, "min_capability", 95)  # past the frozen record's guard
+    with pytest.raises(ValueError, match="empty range"):
+        emptied.validate_capability_range()
+    mismatched = Device("cuda", cuda)
+    object.__setattr__(mismatched, "properties", ROCMProperties(90, 94))
+    with pytest.raises(ValueError, match="CUDAProperties or None"):
+        mismatched.validate()
+
+
 def test_devices_and_repositories_are_frozen_values(tmp_path: Path) -> None:
     cuda = Device("cuda", CUDAProperties(80, 90))
     assert cuda == Device(type="cuda", properties=CUDAProperties(80, 90))

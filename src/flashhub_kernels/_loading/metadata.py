@@ -113,12 +113,15 @@ class Metadata(Record, Mapping[str, Any]):
         return Metadata.from_bytes(path.read_bytes(), source=str(path))
 
     @staticmethod
-    def from_bytes(data: bytes, *, source: str = MANIFEST_NAME) -> Metadata:
+    def from_bytes(bytes: bytes, *, source: str = MANIFEST_NAME) -> Metadata:
         """Read a ``metadata.json`` document from its bytes; ``source`` names it in errors.
+        (``bytes`` is named as Hugging Face ``kernels`` names it, for callers that pass it
+        by keyword.)
 
         Raises:
             ManifestError: it is not a valid ``metadata.json``.
         """
+        data = bytes
         document = load_json(data, source)
         if not isinstance(document, dict):
             raise ManifestError(f"{source} must be a JSON object", hint=METADATA_HINT)

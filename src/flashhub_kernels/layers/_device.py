@@ -17,18 +17,19 @@ class _CapabilityRange(Record):
     max_capability: int
 
     def __init__(self, min_capability: int, max_capability: int) -> None:
-        kind = type(self).__name__
-        for name, value in (("min_capability", min_capability), ("max_capability", max_capability)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{kind}.{name} must be an int such as 80 (sm_80), got {value!r}")
-            if value < 0:
-                raise ValueError(f"{kind}.{name} must be >= 0, got {value}")
-        if min_capability > max_capability:
-            raise ValueError(
-                f"{kind}(min_capability={min_capability}, "
-                f"max_capability={max_capability}) is an empty range: min is above max"
-            )
+        _check_range(type(self).__name__, min_capability, max_capability)
         self._init(min_capability, max_capability)
+
+    # Hugging Face kernels' strict dataclasses have these two; construction checks already.
+    def validate(self) -> None:
+        """Raise if a bound is not a capability or the range is empty (never, for a range
+        that was built: it was checked then)."""
+        _check_range(type(self).__name__, self.min_capability, self.max_capability)
+
+    def validate_capability_range(self) -> None:
+        """Raise ``ValueError`` if ``min_capability`` is above ``max_capability`` (never,
+        for a range that was built)."""
+        self.validate()
 
     def __contains__(self, capability: int) -> bool:
         return self.min_capability <= capability <= self.max_capability
@@ -58,6 +59,20 @@ class ROCMProperties(_CapabilityRange):
 _PROPERTIES = {"cuda": CUDAProperties, "rocm": ROCMProperties}
 
 
+def _check_range(kind: str, min_capability: int, max_capability: int) -> None:
+    """Raise unless both bounds are capabilities, ``min_capability`` no higher."""
+    for name, value in (("min_capability", min_capability), ("max_capability", max_capability)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{kind}.{name} must be an int such as 80 (sm_80), got {value!r}")
+        if value < 0:
+            raise ValueError(f"{kind}.{name} must be >= 0, got {value}")
+    if min_capability > max_capability:
+        raise ValueError(
+            f"{kind}(min_capability={min_capability}, "
+            f"max_capability={max_capability}) is an empty range: min is above max"
+        )
+
+
 class Device(Record):
     """A device type a kernel layer is mapped for, e.g. ``Device("cuda")``.
 
@@ -78,6 +93,11 @@ class Device(Record):
     ) -> None:
         _check_device(type, properties)
         self._init(type, properties)
+
+    def validate(self) -> None:
+        """Raise if the type or the properties are not a mapping's (never, for a device
+        that was built: it was checked then); as Hugging Face kernels' ``Device`` has it."""
+        _check_device(self.type, self.properties)
 
     def __str__(self) -> str:
         """The device type (``"cuda"``), as the 0.1.2 release printed a ``Device``."""
