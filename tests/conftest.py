@@ -31,7 +31,7 @@ import pytest
 
 from flashhub_kernels import _cache_imports as imports, _finder, get_kernel
 from flashhub_kernels._cache.staging import ensure_dir
-from flashhub_kernels._config import reset_config
+from flashhub_kernels._config import overrides
 from flashhub_kernels._network import versions as _versions
 from support.builder import RAN_DIR_VAR
 from support.builds import make_kernel
@@ -101,10 +101,10 @@ def flashhub_env(
         monkeypatch.setenv("FLASHHUB_CDN_URL", server.url)
     else:  # nothing may reach a real network from a test
         monkeypatch.setenv("FLASHHUB_CDN_URL", "http://127.0.0.1:9")
-    reset_config()
+    overrides.clear()
     _forget_kernels()
     yield
-    reset_config()
+    overrides.clear()
     _forget_kernels()
 
 

@@ -200,6 +200,10 @@ def test_python_depends_entries_map_to_a_pip_package_and_a_module(
 # -- Metadata: a build's metadata.json as Hugging Face kernels shows it --------------------------
 
 
+def test_metadata_has_every_field_the_parser_reads_and_the_digest() -> None:
+    assert set(fk.Metadata._fields) == {*KernelMetadata._fields, "digest"}
+
+
 def test_metadata_has_every_field_by_its_hugging_face_name(tmp_path: Path) -> None:
     path = tmp_path / "metadata.json"
     path.write_text(json.dumps({**BUILDER_DOCUMENT, "build-layout": "zip"}))

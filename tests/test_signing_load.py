@@ -22,7 +22,7 @@ import pytest
 
 from conftest import PLANTED, MakeCdn, MakeProject, has_then_get, run_python
 from flashhub_kernels import _finder, configure, get_kernel, get_locked_kernel, load_kernel
-from flashhub_kernels._config import get_config, reset_config
+from flashhub_kernels._config import get_config, overrides
 from flashhub_kernels._lockfiles.format import read_lockfile
 from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key, write_key_pair
 from flashhub_kernels.errors import (
@@ -1290,7 +1290,7 @@ def test_trusted_keys_from_configure(
 
     configure(trusted_keys=[])  # [] trusts no key, not even the environment's
     assert get_config().trusted_keys == ()
-    reset_config()  # what conftest does between tests: the environment applies again
+    overrides.clear()  # what conftest does between tests: the environment applies again
     assert [k.key_id for k in get_config().trusted_keys] == [new_key.key_id]
 
 

@@ -353,8 +353,3 @@ def _may_list_trusted_keys(path: Path) -> bool:
     except OSError:
         return True  # read_trusted_keys says what is wrong
     return b"trusted-keys" in data or any(e in data for e in (b"\\u", b"\\U", b"\\x", b"\0"))
-
-
-def reset_config() -> None:
-    """Drop every :func:`~flashhub_kernels.configure` override; the environment applies again."""
-    overrides.clear()

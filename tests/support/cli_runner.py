@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flashhub_kernels._config import reset_config
+from flashhub_kernels._config import overrides
 from flashhub_kernels.cli import kernel_load_main, main
 from support.preloaded import run_code
 
@@ -68,7 +68,7 @@ def _run(
         redirect_stderr(err),
     ):
         code = entry([str(arg) for arg in args])
-    reset_config()
+    overrides.clear()
     return CliResult(code, out.getvalue(), err.getvalue())
 
 

@@ -1,8 +1,9 @@
 """Mutexes between processes on parts of the cache, on ``filelock.FileLock``.
 
-"Mutex" here, so that "lock" keeps one meaning in this project: a lock file
-(``flashhub.lock``) that pins kernels. A mutex's file is ``.locks/<name>.lock`` in the
-cache, a name kept so that clients of every version exclude each other.
+"Mutex" in the code, where "lock" names a lock file (``flashhub.lock``) that pins
+kernels. The names users see keep the older word: a mutex's file is
+``.locks/<name>.lock`` in the cache (so that clients of every version exclude each
+other), and ``FLASHHUB_LOCK_TIMEOUT`` bounds the wait for one.
 
 While one process downloads an entry (or fetches a version's ``variants.json``), the
 others wait, then find the work done. ``filelock`` uses ``flock`` where the file system

@@ -8,8 +8,10 @@
   under the entry's download mutex fetch every file into staging, verify, and rename
   into place.
 
-The variant choice itself is :mod:`~flashhub_kernels._variants.choice`'s, shared by both paths, lock
-files and the offline answers.
+The cold path, lock files and the offline answers choose with
+:func:`~flashhub_kernels._variants.choice.choose_variant`; the warm path takes the pick
+the index records for this system, or judges the variants it records
+(:func:`~flashhub_kernels._variants.compat.pick_cached_variant`).
 """
 
 from __future__ import annotations

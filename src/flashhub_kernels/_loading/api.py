@@ -186,24 +186,25 @@ def install_kernel(
 ) -> Path:
     """Download and verify the variant of a kernel this system loads, without importing it.
 
-    Gives the local variant directory, which holds ``<py_pkg>/`` and ``metadata.json``.
-    With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
-    ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
+        Gives the variant's cache entry, which holds its files as published (``<py_pkg>/``,
+    or a flattened build's files, or a ``"zip"`` build's archive) and ``metadata.json``.
+        With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
+        ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
 
-    ``local_files_only=True`` answers from the cache alone, as ``FLASHHUB_OFFLINE=1``
-    does, for this call: no request is made, and a kernel not in the cache is an
-    :class:`~flashhub_kernels.errors.OfflineError`.
+        ``local_files_only=True`` answers from the cache alone, as ``FLASHHUB_OFFLINE=1``
+        does, for this call: no request is made, and a kernel not in the cache is an
+        :class:`~flashhub_kernels.errors.OfflineError`.
 
-    ``system`` (the exact build another machine loads, e.g.
-    ``"torch213-cxx11-cu126-x86_64-linux"``) and its device, ``cuda_capability``
-    (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
-    loads instead: into the cache entry its own loads then find, offline too.
+        ``system`` (the exact build another machine loads, e.g.
+        ``"torch213-cxx11-cu126-x86_64-linux"``) and its device, ``cuda_capability``
+        (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
+        loads instead: into the cache entry its own loads then find, offline too.
 
-    ``user_agent`` and ``trust_remote_code`` as for :func:`get_kernel`.
+        ``user_agent`` and ``trust_remote_code`` as for :func:`get_kernel`.
 
-    Raises:
-        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
-        TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
+        Raises:
+            ValueError: an argument is malformed, or the device is not of ``system``'s backend.
+            TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
     """
     from .._variants.named_system import target_system
 
@@ -412,13 +413,8 @@ def has_kernel(
     """
     from .._variants.named_system import target_system
     from .._variants.verdicts import VariantAccepted
-    from ..errors import (
-        KernelNotFoundError,
-        LocalKernelNotFoundError,
-        NoCompatibleVariantError,
-        OfflineError,
-    )
-    from .local import local_kernels, local_override  # LOCAL_KERNELS, read on every call
+    from ..errors import KernelNotFoundError, NoCompatibleVariantError
+    from .local import local_kernels  # LOCAL_KERNELS, read on every call
 
     if backend is not None:
         check_backend(backend)
@@ -426,31 +422,44 @@ def has_kernel(
     if revision is not None:
         version = requested_version(version, revision)
     if repo_id in local_kernels():
-        try:
-            local_override([RepoInfo(repo_id, version or 1)], backend, check_arch=check_arch)
-        except (KernelNotFoundError, LocalKernelNotFoundError, NoCompatibleVariantError):
-            return False
-        return True
-    config = get_config()
+        return _has_local(RepoInfo(repo_id, version or 1), backend, check_arch=check_arch)
     target = target_system(backend, check_arch=check_arch)
-    if config.offline:
-        from .._cache.layout import Cache
-        from .._cache.obtain import obtain_kernel
-        from .offline import has_variant
-
-        info = _offline_info(repo_id, version)
-        try:
-            obtain_kernel([info], config=config, system=target)  # what an offline load finds
-        except OfflineError:
-            if not has_variant(Cache.from_config(config), info, target):
-                return False
-            raise
-        return True
+    if get_config().offline:
+        return _has_cached(_offline_info(repo_id, version), target)
     try:
         verdicts = _judged(repo_id, version, target)
     except (KernelNotFoundError, NoCompatibleVariantError):
         return False
     return any(isinstance(r, VariantAccepted) for r in verdicts)
+
+
+def _has_local(info: RepoInfo, backend: str | None, *, check_arch: bool) -> bool:
+    """:func:`has_kernel` for a repo that ``LOCAL_KERNELS`` maps: its directory answers."""
+    from ..errors import KernelNotFoundError, LocalKernelNotFoundError, NoCompatibleVariantError
+    from .local import local_override
+
+    try:
+        local_override([info], backend, check_arch=check_arch)
+    except (KernelNotFoundError, LocalKernelNotFoundError, NoCompatibleVariantError):
+        return False
+    return True
+
+
+def _has_cached(info: RepoInfo, target: SystemInfo) -> bool:
+    """:func:`has_kernel` offline: what an offline load of ``info`` finds in the cache."""
+    from .._cache.layout import Cache
+    from .._cache.obtain import obtain_kernel
+    from ..errors import OfflineError
+    from .offline import has_variant
+
+    config = get_config()
+    try:
+        obtain_kernel([info], config=config, system=target)
+    except OfflineError:
+        if not has_variant(Cache.from_config(config), info, target):
+            return False
+        raise
+    return True
 
 
 def _offline_info(repo_id: str, version: int | None) -> RepoInfo:

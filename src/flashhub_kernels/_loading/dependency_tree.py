@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from .._cache.layout import Cache
 from .._config import get_config
-from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import check_dependency, dependency_label, read_kernel_metadata
+from .._models.manifest import manifest_source
 from .._models.names import RepoInfo
 from .._models.record import Record
-from .._utils.escaping import escape_controls
 from .._variants.verdicts import best_variant
 from ..errors import NoCompatibleVariantError
 from .api import get_kernel_variants
@@ -72,7 +71,7 @@ def _node(
         variant = None
     depends: tuple[DependencyNode, ...] = ()
     if variant is not None:
-        source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
+        source = manifest_source(info, variant)
         metadata = read_kernel_metadata(_manifest(info, variant), source=source)
         for dep in metadata.kernel_depends:
             check_dependency(chain, str(dep))

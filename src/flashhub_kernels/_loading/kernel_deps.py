@@ -191,7 +191,7 @@ def _describe(target: KernelDir) -> str:
     if target.info is None:
         return f"the local kernel {target.package_dir}"
     variant = f" (variant {target.variant})" if target.variant else ""
-    return f"{target.info.repo_id} v{target.info.version}{variant}"
+    return f"{dependency_label(target.info)}{variant}"
 
 
 def _label(target: KernelDir) -> str:

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
 from .._config import get_config
-from .._constants import MANIFEST_NAME
 from .._hub.client import HubOrigin
 from .._models.kernel_metadata import KernelMetadata, Provenance, read_kernel_metadata
-from .._models.manifest import Manifest
+from .._models.manifest import Manifest, manifest_source
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._network.documents import (
@@ -295,7 +294,7 @@ def _published(
     signature: Signature | None = None,
 ) -> PublishedVariant:
     name = verdict.variant
-    source = f"{info}/build/{escape_controls(name)}/{MANIFEST_NAME}"
+    source = manifest_source(info, name)
     return PublishedVariant(
         name=name,
         compatible=isinstance(verdict, VariantAccepted),

@@ -18,6 +18,7 @@ from .._cache.versions_seen import check_newest
 from .._config import Config, get_config
 from .._constants import MANIFEST_NAME, PYPROJECT_NAME
 from .._models.kernel_metadata import check_dependency, dependency_label, read_kernel_metadata
+from .._models.manifest import manifest_source
 from .._models.names import RepoInfo
 from .._network.choosing import newest_fitting_version
 from .._network.documents import (
@@ -307,7 +308,7 @@ def _kernel_depends(info: RepoInfo, found: dict[str, ManifestDocument]) -> list[
         dep.info
         for name, document in found.items()
         for dep in read_kernel_metadata(
-            document.manifest.document, source=f"{info}/build/{name}/{MANIFEST_NAME}"
+            document.manifest.document, source=manifest_source(info, name)
         ).kernel_depends
     }
     return sorted(depends)

@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
+from .._utils.escaping import escape_controls
 from ..errors import ManifestError
-from .names import MAX_VERSION
+from .names import MAX_VERSION, RepoInfo
 from .record import Record
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
@@ -190,6 +191,12 @@ def parse_capped(
         raise ValueError("holds an integer with too many digits") from None
     except RecursionError:
         raise ValueError("is nested too deeply") from None
+
+
+def manifest_source(info: RepoInfo, variant: str) -> str:
+    """A variant's ``metadata.json`` as messages name it:
+    ``org/pkg@v1/build/<variant>/metadata.json`` (the variant's control characters escaped)."""
+    return f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
 
 
 def parse_metadata(data: bytes, *, source: str = "metadata.json") -> Manifest:

@@ -1,10 +1,11 @@
 """The CDN's three documents, each fetched, size-capped and parsed in one function.
 
-========================================  ==================================
-``<org>/<pkg>/versions.json``             :func:`get_versions`
-``<org>/<pkg>/v<N>/variants.json``        :func:`get_variant_names`
+============================================  ==========================================
+``<org>/<pkg>/versions.json``                 :func:`get_versions`
+``<org>/<pkg>/v<N>/variants.json``            :func:`get_variant_list` (the names alone:
+                                              :func:`get_variant_names`)
 ``<org>/<pkg>/v<N>/build/<v>/metadata.json``  :func:`get_manifest`
-========================================  ==================================
+============================================  ==========================================
 
 Each raises :class:`NotPublished` (its text the URL asked for) when the document does
 not exist: for ``versions.json``, ``variants.json`` and a probed manifest that is an
@@ -27,6 +28,7 @@ from .._constants import MANIFEST_NAME, SIG_SUFFIX
 from .._models.manifest import (
     MAX_DOCUMENT_BYTES,
     Manifest,
+    manifest_source,
     parse_metadata,
     parse_variants,
     parse_versions,
@@ -120,8 +122,7 @@ def get_manifest(
     published, so a mirror without its manifest hands over to the next.
     """
     path = variant_path(info, variant, MANIFEST_NAME)
-    source = f"{info}/build/{escape_controls(variant)}/{MANIFEST_NAME}"
-    parse = functools.partial(parse_metadata, source=source)
+    parse = functools.partial(parse_metadata, source=manifest_source(info, variant))
     data, manifest, signature, signer = _fetch_checked(
         fetcher,
         path,

@@ -35,10 +35,9 @@ from .._cache.staging import (
     unused,
 )
 from .._config import Config
-from .._constants import MANIFEST_NAME
 from .._models.kernel_dir import NATIVE_SUFFIXES, KernelDir
 from .._models.kernel_metadata import KernelMetadata, read_kernel_metadata
-from .._models.manifest import Manifest
+from .._models.manifest import Manifest, manifest_source
 from .._models.names import RepoInfo
 from .._utils.elf import missing_bytes
 from .._utils.file_names import check_cached_names
@@ -184,7 +183,7 @@ def checked_manifest(
     if document is None or expected_signer not in (None, document.signer):
         document = get_listed_manifest(fetcher, info, variant, prefer_signer=expected_signer)
     manifest = document.manifest
-    source = f"{info}/build/{variant}/{MANIFEST_NAME}"
+    source = manifest_source(info, variant)
     metadata = read_kernel_metadata(manifest.document, source=source)
     _check_has_package(manifest, metadata, info.py_pkg, source)
     if expected_hash is not None and manifest.content_hash != expected_hash:

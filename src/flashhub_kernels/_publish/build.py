@@ -61,7 +61,7 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
         entries = sorted((e for e in scan if not _is_junk(e.name)), key=lambda e: e.name)
     for entry in entries:
         if not named_as_utf8(entry.name):  # its undecodable bytes escape as surrogates
-            reason, hint = name_error(entry.path)
+            reason, hint = name_error()
             raise PublishError(f"cannot publish {entry.path}: {reason}", hint=hint)
         if escape_controls(entry.name) != entry.name:  # before a message shows it raw
             raise PublishError(

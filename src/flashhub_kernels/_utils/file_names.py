@@ -47,9 +47,9 @@ def check_cached_names(relpaths: Iterable[str], holder: str) -> None:
             )
 
 
-def name_error(path: str) -> tuple[str, str]:
-    """Why a file of a build, ``path``, whose name :func:`named_as_utf8` refuses, cannot
-    be published as it is named, and what to do: a reason and a hint."""
+def name_error() -> tuple[str, str]:
+    """Why a file of a build whose name :func:`named_as_utf8` refuses cannot be published
+    as it is named, and what to do: a reason and a hint."""
     if codecs.lookup(sys.getfilesystemencoding()).name == "utf-8":
         return (
             "its name is not valid UTF-8 (each \\udcXX shown stands for a byte 0xXX that is not)",

@@ -1,11 +1,10 @@
 """Which published variant a system loads, from a version's variant index: the choice
-both load paths, lock files and the offline answers make, and the error when there is
-none.
+a cold load, lock files and the offline answers make, and the error when there is none.
 
-So choosing reads the ``metadata.json`` of the candidates up to the one taken, which is
-fetched anyway to download it (:func:`~.verdicts.judge_builds`); a warm load, and a cold
-one that waited for another process to choose, reads what the cache recorded of them
-(:func:`~.compat.pick_cached_variant`).
+Choosing reads the ``metadata.json`` of the candidates up to the one taken, which is
+fetched anyway to download it (:func:`~.verdicts.judge_builds`). A warm load, and a cold
+one that waited for another process to choose, read what the cache recorded of them
+instead (:func:`~.compat.pick_cached_variant`).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ def choose_variant(
     it the index's recorded targets judge, and an unrecorded one counts as fitting.
     """
     if not index.complete:
-        chosen = pick_cached_variant(index, system)
+        chosen = pick_cached_variant(index, system, target_of)
         if chosen is None:  # every build the probe found is for other devices
             probed = judge_variants(sorted(index.present), system)
             verdicts = judge_builds(probed, system, index.targets.get, first_fit=False)

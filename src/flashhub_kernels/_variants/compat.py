@@ -1,4 +1,4 @@
-"""Whether a build runs on this system, and which of several runs best. Pure.
+"""Whether a build runs on this system, and which of several runs best.
 
 A variant's name says most of its fit (:func:`check_compatible`) and its rank
 (:func:`preference_key`); its ``metadata.json`` says the rest (:class:`BuildTarget`)
@@ -7,9 +7,15 @@ system lists (:mod:`.archs` judges them, asked only of a build that lists some),
 a free-threaded Python whether an abi3 build declares ``"free-threaded":
 true``. A build that does not fit is passed over for the next in preference order.
 
-A warm load picks among the variants a cache's index records (:func:`pick_cached_variant`)
-with what it recorded of their metadata, or takes the pick the index records for its
-system (:func:`pick_by_name`), without importing this module.
+Nothing here reads a file or the network: the metadata comes from the caller
+(``target_of``). What a check asks of the machine is the MLX package's presence and,
+for a build that lists archs, the device (read once).
+
+A warm load takes the pick its cache's index records for its system
+(:func:`~.._cache.layout.recorded_pick`, without importing this module); that pick is
+made when the index is written (:func:`pick_by_name`). Where the index records none, the
+warm load picks among the variants it records (:func:`pick_cached_variant`) with what
+it recorded of their metadata.
 """
 
 from __future__ import annotations
