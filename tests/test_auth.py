@@ -164,6 +164,26 @@ def test_a_password_that_is_not_percent_encoded_is_refused_and_never_shown(
 
 
 @pytest.mark.parametrize(
+    ("value", "pieces"),
+    [
+        ("https://ci-bot:Hunter2,Tail#Secret@cdn.example", ["Hunter2", "Tail", "Secret"]),
+        ("https://ci-bot:Hunter2,Tail/Secret@cdn.example", ["Hunter2", "Tail", "Secret"]),
+        ("https://ci-bot:FirstHalf,https://mirror2.example", ["FirstHalf"]),
+    ],
+    ids=["comma-then-hash", "comma-then-slash", "comma-then-url"],
+)
+def test_a_password_split_at_an_unencoded_comma_is_refused_and_never_shown(
+    value: str, pieces: list[str]
+) -> None:
+    """A ',' separates mirrors, so it splits such a password into two "URLs": neither
+    half may be shown as the URL the error is about."""
+    for shown in refusals({"FLASHHUB_CDN_URL": value}):
+        assert "FLASHHUB_CDN_URL" in shown
+        for piece in pieces:
+            assert piece not in shown
+
+
+@pytest.mark.parametrize(
     ("tail", "shown"),
     [
         (f"/?sv=2024-01-01&sp=r&sig={SECRET}", "/?****"),  # an Azure SAS token

@@ -125,10 +125,11 @@ def _redact(url: str) -> str:
     return redact_url(url)
 
 
-def _malformed(url: str) -> ConfigError:
+def _malformed(url: str, *, listed: bool) -> ConfigError:
+    """The error for ``url``; ``listed``: one of several in a ``,``-separated setting."""
     from ._utils.urls import malformed_url_error
 
-    return malformed_url_error(url, "CDN URL", _CDN_URL_SETTING)
+    return malformed_url_error(url, "CDN URL", _CDN_URL_SETTING, hide_port=listed)
 
 
 def _split(url: str) -> urllib.parse.SplitResult:
@@ -153,13 +154,17 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             hint=CDN_URL_HINT,
         )
     # Every scheme first: a ',' in a password splits a URL in two, and the part after it
-    # (``secret@host``) must be the one reported, redacted, not the part before.
+    # (``secret@host``) must be the one reported, not the part before. Everything before
+    # its last '@' is hidden: a '/', '?' or '#' in the secret would hide it from
+    # _redact, which reads a URL that has no scheme as a host and a path.
     for url in urls:
         if not url.startswith(_CDN_SCHEMES):
+            shown = f"****@{url.rpartition('@')[2]}" if "@" in url else _redact(url)
+            split = "; a ',' separates the URLs: write one in credentials as %2C"
             raise config_error(
-                f"CDN URL {_redact(url)!r} must start with https://, http://, file://, or "
+                f"CDN URL {shown!r} must start with https://, http://, file://, or "
                 "name an object store: s3://bucket/prefix (or gs://, az://, abfs://)",
-                hint=CDN_URL_HINT,
+                hint=CDN_URL_HINT + (split if "," in value else ""),
             )
     for url in urls:
         unfit = _unfit_character(url)
@@ -171,12 +176,12 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
         try:
             _split(url).port  # noqa: B018  # parses the port, or raises
         except ValueError:
-            raise _malformed(url) from None
+            raise _malformed(url, listed="," in value) from None
         # A query or fragment, even empty; a host urllib3 reads otherwise (as
         # _utils.urls.host_read_two_ways judges it: that module is imported for errors).
         host = url.split("/")[2].rpartition("@")[2].rpartition("]")[2]
         if "?" in url or "#" in url or "\\" in host or "%" in host:
-            raise _malformed(url)
+            raise _malformed(url, listed="," in value)
     return urls
 
 

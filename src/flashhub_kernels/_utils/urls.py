@@ -103,14 +103,18 @@ def _unencoded_userinfo(url: str) -> tuple[int, int] | None:
     return None if at is None or at < authority_end else (start, start + at)
 
 
-def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
+def malformed_url_error(
+    url: str, what: str, setting: str, *, hide_port: bool = False
+) -> ConfigError:
     """The error for ``url`` (a ``what``: "CDN URL", "proxy"), read from ``setting``,
     that cannot be used: a password with an unencoded ``/``, ``?`` or ``#`` when it has
     one (the usual cause), else a bracket of an IPv6 address left open or out of place,
     else a query or a fragment (a signed URL's token, ``?sv=...&sig=...``, which would
     end up before the path of each file, not after it; shown hidden), else a ``\\`` or a
     ``%`` in the host, else a typo in the port, else a ``\\`` in the credentials of a
-    URL that urllib3 gets whole (see :func:`read_two_ways`).
+    URL that urllib3 gets whole (see :func:`read_two_ways`). ``hide_port``: a port that
+    does not parse is shown as ``****``, for a URL that may be a piece of a list split
+    at a ',' (``https://bob:pass,word@host``: ``pass`` is no port).
 
     The message does not say "password": a test for a leak looks for pieces of one,
     and ``pa/ssword`` has ``ssword``."""
@@ -136,7 +140,11 @@ def malformed_url_error(url: str, what: str, setting: str) -> ConfigError:
     try:
         parts.port  # noqa: B018  # parses the port, or raises
     except ValueError:
-        return ConfigError(f"{what} {redact_url(url)!r} has an invalid port", hint=f"fix {setting}")
+        shown = redact_url(url)
+        if hide_port:
+            port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+            shown = shown.replace(f":{port}", f":{SHOWN_SECRET}", 1)
+        return ConfigError(f"{what} {shown!r} has an invalid port", hint=f"fix {setting}")
     return ConfigError(  # what is left: a proxy's, which urllib3 gets with its credentials
         f"{what} {redact_url(url)!r} has a '\\' in its credentials, where urllib3 ends the "
         "host part",
