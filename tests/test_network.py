@@ -364,6 +364,18 @@ def test_a_captive_portal_before_a_good_mirror_gives_way_to_it(
     assert cached.read_bytes() == BLOB
 
 
+def test_a_single_cdn_behind_a_captive_portal_is_named_with_the_portal_hint(
+    make_cdn: MakeCdn, tmp_path: Path
+) -> None:
+    portal = make_cdn(tmp_path / "portal", portal=PORTAL)
+    for version in ([], ["--version", "1"]):
+        result = flashhub("get", REPO, *version, env={"FLASHHUB_CDN_URL": portal.url})
+        assert result.returncode == 1
+        assert f"127.0.0.1:{portal.port}: " in result.stderr
+        assert "not valid JSON" in result.stderr and "captive portal" in result.stderr
+    assert not list((tmp_path / "cache").glob(f"kernels/{REPO}/v1/*"))
+
+
 def test_when_every_mirror_serves_a_web_page_each_is_named(
     make_cdn: MakeCdn, tmp_path: Path
 ) -> None:

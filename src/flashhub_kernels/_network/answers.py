@@ -58,15 +58,16 @@ class Answers:
 
     def error(self) -> FlashhubError:
         """When a mirror served a document that was refused (it does not parse, or is
-        older than one seen), that error, of its class (the one mirror's own error, when
-        only one was asked); an :class:`IntegrityError` when a mirror sent bad bytes;
-        else a :class:`TransportError`. Each names every mirror and its answer."""
+        older than one seen), that error, of its class (the one mirror's own
+        :class:`RollbackError`, when only one was asked); an :class:`IntegrityError` when
+        a mirror sent bad bytes; else a :class:`TransportError`. Each names every mirror
+        and its answer."""
         answers = "\n  ".join(self._lines)
         if self._refused:
             first = self._refused[0]
-            if len(self._lines) == 1:
-                return first
             stale = isinstance(first, RollbackError)
+            if stale and len(self._lines) == 1:
+                return first
             return type(first)(
                 f"no CDN mirror served {self.relpath!r} as a valid"
                 f"{', current' if stale else ''} document:\n  {answers}",
