@@ -186,6 +186,19 @@ def test_a_ca_bundle_without_the_cdns_ca_is_named_in_the_hint(
     )
 
 
+@pytest.mark.parametrize("content", [b"", b"garbage\n", b"-----BEGIN CERTIFICATE-----\nabc\n"])
+def test_a_ca_bundle_that_holds_no_readable_certificate_is_named_in_the_hint(
+    published: CdnServer, tmp_path: Path, content: bytes
+) -> None:
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(content)
+    hint = load_fails_in_child(published.url, {"REQUESTS_CA_BUNDLE": str(bundle)})
+    assert hint.startswith(
+        f"  hint: REQUESTS_CA_BUNDLE={bundle} holds no certificate OpenSSL can read"
+    )
+    assert published.requests == []
+
+
 def test_an_untrusted_mirror_after_one_that_refuses_connections_gets_the_certificate_hint(
     published: CdnServer,
 ) -> None:

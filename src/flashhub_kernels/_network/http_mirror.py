@@ -234,8 +234,9 @@ class HttpMirror(Mirror):
             raise ProxyFailed(f"the proxy {proxy_of(hop)} failed: {self._reason(exc)}") from None
         except requests.exceptions.SSLError as exc:
             failed = f"TLS failed: {self._reason(exc)}"
-            if _issuer_unknown(exc):
-                hint = untrusted_certificate_hint(self._verify)
+            unreadable = _bundle_unreadable(exc)
+            if unreadable or _issuer_unknown(exc):
+                hint = untrusted_certificate_hint(self._verify, unreadable=unreadable)
                 raise UntrustedCertificate(failed, hint=hint) from None
             raise MirrorFailed(failed) from None
         except (requests.RequestException, ValueError) as exc:
@@ -364,6 +365,15 @@ def _issuer_unknown(exc: requests.exceptions.SSLError) -> bool:
     inner = _innermost(exc)  # urllib3's SSLError, holding ssl's error
     return any(
         isinstance(error, ssl.SSLCertVerificationError) and error.verify_code in _ISSUER_UNKNOWN
+        for error in (inner, *inner.args[:1])
+    )
+
+
+def _bundle_unreadable(exc: requests.exceptions.SSLError) -> bool:
+    """Whether TLS failed before the handshake: OpenSSL read no CA from the bundle."""
+    inner = _innermost(exc)
+    return any(
+        type(error) is ssl.SSLError and error.library in ("X509", "PEM")
         for error in (inner, *inner.args[:1])
     )
 

@@ -352,11 +352,18 @@ def ca_bundle() -> str | bool:
     return True
 
 
-def untrusted_certificate_hint(verify: str | bool) -> str:
+def untrusted_certificate_hint(verify: str | bool, *, unreadable: bool = False) -> str:
     """What to do about a certificate that no CA of ``verify`` (what :func:`ca_bundle`
-    gave) signed: a private CDN's, most often, whose CA the client was not given."""
+    gave) signed: a private CDN's, most often, whose CA the client was not given.
+    ``unreadable``: OpenSSL read no certificate from the bundle (an empty file, not PEM)."""
     for name in _CA_BUNDLE_VARIABLES:
         if verify is not True and os.environ.get(name) == verify:
+            if unreadable:
+                return (
+                    f"{name}={verify} holds no certificate OpenSSL can read (an empty file, "
+                    f"or not PEM): point {name} at a PEM file of the CA that signed the "
+                    "CDN's certificate, or unset it to use the default bundle"
+                )
             return (
                 f"{name}={verify} holds no CA that signed the CDN's certificate: add that "
                 f"CA's certificate to it, or point {name} at a PEM file that holds it"
