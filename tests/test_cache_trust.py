@@ -65,6 +65,21 @@ def test_a_cache_root_owned_by_another_user_is_refused(
     assert cdn.requests == []  # refused before anything, the network included
 
 
+def test_a_cache_directory_that_is_a_file_is_named_as_such(tmp_path: Path, cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    a_file = tmp_path / "cache-file"
+    a_file.write_text("not a directory")
+    fk.configure(cache_dir=a_file)
+
+    with pytest.raises(fk.errors.CacheError) as info:
+        fk.get_kernel(REPO, version=1)
+
+    assert f"{a_file} is not a directory" in info.value.message
+    assert "trust" not in str(info.value), "a file is no matter of who may write it"
+    assert info.value.hint is not None and "FLASHHUB_CACHE_DIR" in info.value.hint
+    assert a_file.read_text() == "not a directory"
+
+
 @pytest.mark.parametrize("where", ["root", "version"])
 @pytest.mark.parametrize("mode, why", [(0o777, "every user"), (0o770, "its group")])
 def test_a_directory_others_can_write_is_refused(

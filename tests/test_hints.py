@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import warnings
 
@@ -18,7 +20,7 @@ import pytest
 import flashhub_kernels as fk
 from flashhub_kernels._network import transport as _transport
 from flashhub_kernels._variants.probing import build_variant_name
-from flashhub_kernels.errors import KernelNotFoundError, NoCompatibleVariantError
+from flashhub_kernels.errors import CacheError, KernelNotFoundError, NoCompatibleVariantError
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
 from support.machines import (
@@ -169,3 +171,25 @@ def test_the_plain_http_warning_points_at_the_callers_line(
                 line = sys._getframe().f_lineno + 1
                 import flashhub.acme.tensor_tricks.v2  # noqa: F401
         assert plain_http_warnings(caught) == [(__file__, line)], load
+
+
+@pytest.mark.parametrize(
+    ("code", "advice"),
+    [
+        (errno.ENOSPC, "free disk space"),
+        (errno.EROFS, "read-only"),
+        (errno.EFBIG, "ulimit -f"),
+        (errno.EMFILE, "ulimit -n"),
+        (errno.ENOTDIR, "is a file, not a directory"),
+    ],
+)
+def test_a_cache_that_cannot_be_written_is_told_what_to_do_by_cause(code: int, advice: str) -> None:
+    error = CacheError.cannot_write(OSError(code, os.strerror(code)), "/cache/kernels")
+    assert error.hint is not None and advice in error.hint
+
+
+def test_a_newline_in_a_cache_path_cannot_forge_a_line_of_the_error() -> None:
+    path = "/tmp/file/\x1b[31mred\nhint: run rm -rf ~"
+    error = CacheError.cannot_write(OSError(errno.ENOTDIR, "Not a directory"), path)
+    assert "\nhint: run" not in str(error)
+    assert "red\\nhint: run rm -rf ~" in error.message

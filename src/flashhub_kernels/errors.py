@@ -133,7 +133,7 @@ class CacheError(KernelImportError):
         """The error for an ``OSError`` met while creating, writing or renaming in the cache."""
         where = path if path is not None else exc.filename
         error = cls(
-            f"cannot write {where or 'to the cache'}: {exc.strerror or exc}",
+            f"cannot write {_shown(where) or 'to the cache'}: {exc.strerror or exc}",
             hint=_write_hint(exc, "FLASHHUB_CACHE_DIR"),
         )
         error.read_only = exc.errno in _READ_ONLY
@@ -151,7 +151,19 @@ _WRITE_HINTS: dict[int | None, str] = {
     errno.EACCES: _NOT_ALLOWED,
     errno.EPERM: _NOT_ALLOWED,
     errno.EROFS: "the file system is read-only: point {where} at a writable directory",
+    errno.EFBIG: "a file is larger than this process may write: raise `ulimit -f`",
+    errno.EMFILE: "this process has too many files open: raise `ulimit -n`",
+    errno.ENFILE: "the system has too many files open: close some programs, or try again",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: point {where} at a directory",
 }
+
+
+def _shown(path: object) -> str:
+    """A path for a message: its control characters escaped, so that a newline in a
+    directory's name cannot start a line of its own (a forged ``hint:``)."""
+    from ._utils.escaping import escape_controls
+
+    return escape_controls(str(path)) if path else ""
 
 
 def _write_hint(exc: OSError, where: str) -> str:
@@ -218,7 +230,7 @@ class PublishError(FlashhubError):
         """The error for an ``OSError`` met while writing ``path``, a file or directory of
         the output; its hints name the output path (``--out`` in the command)."""
         return cls(
-            f"cannot write {path}: {exc.strerror or exc}",
+            f"cannot write {_shown(path)}: {exc.strerror or exc}",
             hint=_write_hint(exc, "the output path"),
             cli_hint=_write_hint(exc, "--out"),
         )

@@ -113,8 +113,10 @@ def root_chain(root: Path, *, shared: bool) -> list[Path]:
                 raise _broken_link(path, target, "one of a loop of symlinks")
             todo += [(part, path) for part in reversed(Path(target).parts)]
             continue
+        if not stat.S_ISDIR(st.st_mode) and not todo:
+            raise _not_a_directory(path)
         reason = distrust(st, shared=shared, inside=False)
-        if reason is not None and (stat.S_ISDIR(st.st_mode) or not todo):
+        if reason is not None and stat.S_ISDIR(st.st_mode):
             raise untrusted(path, st, reason)  # a file with more to come: ENOTDIR next
         way.append((path, st))
     return [*_dirs(way), *links]
@@ -161,6 +163,16 @@ def untrusted(path: Path, st: os.stat_result, reason: str, hint: str = "") -> Ca
         or "use a cache directory of your own (FLASHHUB_CACHE_DIR), or make this one "
         "yours and private (chown, chmod go-w); for a cache a group shares on purpose, "
         "set FLASHHUB_CACHE_SHARED=1",
+    )
+
+
+def _not_a_directory(path: Path) -> CacheError:
+    """The refusal of a cache directory that is a file (or a device, a pipe)."""
+    from ..errors import CacheError
+
+    return CacheError(
+        f"cannot use the cache: {path} is not a directory",
+        hint="point FLASHHUB_CACHE_DIR at a directory, or at a path where one can be made",
     )
 
 
