@@ -37,12 +37,12 @@ if TYPE_CHECKING:
 _OWN_PACKAGES = ("flashhub", "flashhub_kernels")
 
 
-def _point_at(spec: importlib.machinery.ModuleSpec, target: KernelDir) -> None:
-    """Make ``spec`` describe the kernel package in ``target``, as a spec made by
+def _point_at(spec: importlib.machinery.ModuleSpec, kernel_dir: KernelDir) -> None:
+    """Make ``spec`` describe the kernel package in ``kernel_dir``, as a spec made by
     ``importlib.util.spec_from_file_location`` for its ``__init__.py`` would."""
-    spec.origin = str(target.init_file)
+    spec.origin = str(kernel_dir.init_file)
     spec.has_location = True  # so __file__ and __cached__ are set from origin
-    spec.submodule_search_locations = [str(target.package_dir)]
+    spec.submodule_search_locations = [str(kernel_dir.package_dir)]
 
 
 # importlib._abc.Loader is importlib.abc.Loader, without importlib.abc's imports.
@@ -60,63 +60,66 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
     """Locates a kernel to its cache directory, then loads it as plain source files."""
 
     def __init__(
-        self, finder: KernelFinder, fullname: str, target: KernelDir | None = None
+        self, finder: KernelFinder, fullname: str, kernel_dir: KernelDir | None = None
     ) -> None:
-        super().__init__(fullname, str(target.init_file) if target else "")
+        super().__init__(fullname, str(kernel_dir.init_file) if kernel_dir else "")
         self._finder = finder
-        self._target = target
+        self._kernel_dir = kernel_dir
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        if self._target is None:
+        if self._kernel_dir is None:
             self._locate(spec)
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        target = self._target
-        if target is None:
-            # importlib.reload() calls exec_module without create_module. This spec has
-            # no target because the cache entry the module was loaded from is gone
+        kernel_dir = self._kernel_dir
+        if kernel_dir is None:
+            # importlib.reload() calls exec_module without create_module. This loader has
+            # no kernel_dir because the cache entry the module was loaded from is gone
             # (`flashhub cache clear`): locate it afresh, as a fresh import would.
             spec = module.__spec__
             assert spec is not None
-            target = self._locate(spec)
+            kernel_dir = self._locate(spec)
             module.__file__ = self.path
-            module.__path__ = [str(target.package_dir)]
+            module.__path__ = [str(kernel_dir.package_dir)]
             module.__cached__ = spec.cached  # type: ignore[attr-defined]
-        if target.requires == {}:  # its metadata.json asks nothing of the load
-            self._execute(module, target)
+        if kernel_dir.requires == {}:  # its metadata.json asks nothing of the load
+            self._execute(module, kernel_dir)
         else:
             from ._loading.kernel_deps import execute_kernel
 
             execute_kernel(
-                target, module.__name__, lambda: self._execute(module, target), self._finder.pin
+                kernel_dir,
+                module.__name__,
+                lambda: self._execute(module, kernel_dir),
+                self._finder.pin,
             )
-        self._finder.record_loaded(module, target)
+        self._finder.record_loaded(module, kernel_dir)
 
-    def _execute(self, module: ModuleType, target: KernelDir) -> None:
+    def _execute(self, module: ModuleType, kernel_dir: KernelDir) -> None:
         """Run the kernel's code, once its native libraries are known not to conflict."""
-        if target.natives != ():  # a cache entry with no native library needs no check
+        if kernel_dir.natives != ():  # a cache entry with no native library needs no check
             from ._native import register
 
-            register(target, module.__name__)
+            register(kernel_dir, module.__name__)
         try:
-            if target.package_dir.suffix != ".zip":
+            if kernel_dir.package_dir.suffix != ".zip":
                 return super().exec_module(module)
             from ._loading.zip_layout import exec_archive  # a "zip" build's archive is the package
 
-            exec_archive(module, target.package_dir)
+            exec_archive(module, kernel_dir.package_dir)
         except Exception as exc:
             from ._loading.failure_note import add_failure_note
 
-            add_failure_note(exc, module.__name__, target)
+            add_failure_note(exc, module.__name__, kernel_dir)
             raise
 
     def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
         """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""
-        target = self._target = self._finder.locate(spec.name)
-        self.path = str(target.init_file)
-        _point_at(spec, target)
-        return target
+        kernel_dir = self._kernel_dir = self._finder.locate(spec.name)
+        self.path = str(kernel_dir.init_file)
+        _point_at(spec, kernel_dir)
+        return kernel_dir
 
 
 class KernelFinder:
@@ -126,7 +129,7 @@ class KernelFinder:
         # threading.Lock is this lock; importing threading would cost the hook 4 ms
         # in a process that has not imported it yet.
         self._lock = _thread.allocate_lock()
-        self._targets: dict[str, KernelDir] = {}  # module name -> where it was found
+        self._kernel_dirs: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for
         self._loaded: dict[str, tuple[ModuleType, KernelDir]] = {}  # module name -> its load
         self._found: set[str] = set()  # kernel module names find_spec answered: maybe loading
@@ -139,7 +142,7 @@ class KernelFinder:
         module_name = info.module_name(backend)
         with self._lock:
             known = self._pins.get(module_name) or getattr(
-                self._targets.get(module_name), "info", None
+                self._kernel_dirs.get(module_name), "info", None
             )
             if known is not None and known.repo_id != info.repo_id:
                 raise ValueError(
@@ -152,13 +155,13 @@ class KernelFinder:
     def unpin(self, module_name: str, info: RepoInfo) -> None:
         """Undo :meth:`pin` if no kernel was found: another spelling may be published."""
         with self._lock:
-            if module_name not in self._targets and self._pins.get(module_name) == info:
+            if module_name not in self._kernel_dirs and self._pins.get(module_name) == info:
                 del self._pins[module_name]
 
-    def add_target(self, module_name: str, target: KernelDir) -> None:
-        """Make ``module_name`` load the kernel package ``target`` (a local one, say)."""
+    def add_kernel_dir(self, module_name: str, kernel_dir: KernelDir) -> None:
+        """Make ``module_name`` load the kernel package ``kernel_dir`` (a local one, say)."""
         with self._lock:
-            self._targets[module_name] = target
+            self._kernel_dirs[module_name] = kernel_dir
 
     def loaded(self) -> list[tuple[ModuleType, KernelDir]]:
         """The kernel modules this process imported, each with where it was found."""
@@ -170,15 +173,15 @@ class KernelFinder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        known = self._targets.get(fullname)
+        kernel_dir = self._kernel_dirs.get(fullname)
         # Located before in this process, or a local kernel: one stat, no other I/O. A
         # cache entry removed since (``flashhub cache clear``), or one the keys trusted
         # now do not vouch for, is located afresh.
-        if known is not None and (known.info is None or _still_valid(known)):
+        if kernel_dir is not None and (kernel_dir.info is None or _still_valid(kernel_dir)):
             spec = importlib.machinery.ModuleSpec(
-                fullname, KernelLoader(self, fullname, known), is_package=True
+                fullname, KernelLoader(self, fullname, kernel_dir), is_package=True
             )
-            _point_at(spec, known)
+            _point_at(spec, kernel_dir)
             return spec
         parsed = parse_module_name(fullname)
         if parsed is None:
@@ -218,26 +221,26 @@ class KernelFinder:
         assert parsed is not None and parsed.version is not None
         pinned = self._pins.get(fullname)
         candidates = [pinned] if pinned else _candidates(parsed)
-        target, key = None, None
+        kernel_dir, key = None, None
         if os.environ.get(LOCAL_KERNELS_VAR):  # only then local overrides are looked at
             from ._loading.local import local_override
 
-            target = local_override(candidates, parsed.backend)
-        if target is None and (key := imports.key_of(fullname, candidates, parsed.backend)):
-            target = imports.lookup(key)
-        if target is None:
+            kernel_dir = local_override(candidates, parsed.backend)
+        if kernel_dir is None and (key := imports.key_of(fullname, candidates, parsed.backend)):
+            kernel_dir = imports.lookup(key)
+        if kernel_dir is None:
             from ._cache.obtain import use_kernel
 
-            target = use_kernel(candidates, backend=parsed.backend)
+            kernel_dir = use_kernel(candidates, backend=parsed.backend)
             if key is not None:
                 from ._cache.table_writer import record
 
-                record(key, target)
-        assert target.info is not None
+                record(key, kernel_dir)
+        assert kernel_dir.info is not None
         with self._lock:
-            self._targets[fullname] = target
-            self._pins.setdefault(fullname, target.info)  # the spelling that existed wins
-        return target
+            self._kernel_dirs[fullname] = kernel_dir
+            self._pins.setdefault(fullname, kernel_dir.info)  # the spelling that existed wins
+        return kernel_dir
 
     def forget_other_threads(self) -> None:
         """In a child just forked: drop what threads gone with the fork were importing
@@ -255,9 +258,9 @@ class KernelFinder:
                 del module_locks[name]
                 sys.modules.pop(name, None)  # half-made
 
-    def record_loaded(self, module: ModuleType, target: KernelDir) -> None:
+    def record_loaded(self, module: ModuleType, kernel_dir: KernelDir) -> None:
         with self._lock:
-            self._loaded[module.__name__] = (module, target)
+            self._loaded[module.__name__] = (module, kernel_dir)
 
 
 def twin_names(fullname: str, backend: str | None) -> list[tuple[str, str]]:
@@ -268,14 +271,14 @@ def twin_names(fullname: str, backend: str | None) -> list[tuple[str, str]]:
     return [(f"{fullname}_{forced}", forced) for forced in BACKENDS]
 
 
-def _still_valid(known: KernelDir) -> bool:
+def _still_valid(kernel_dir: KernelDir) -> bool:
     """Whether a cache entry located earlier in this process may be imported again."""
     from ._config import get_config  # a re-import only: the first import never gets here
 
-    assert known.info is not None
-    trusted = get_config().accepts_signer(known.info.org, known.signer)
-    package = known.package_dir  # a "zip" build's archive is its package
-    return trusted and (package if package.suffix == ".zip" else known.init_file).is_file()
+    assert kernel_dir.info is not None
+    trusted = get_config().accepts_signer(kernel_dir.info.org, kernel_dir.signer)
+    package = kernel_dir.package_dir  # a "zip" build's archive is its package
+    return trusted and (package if package.suffix == ".zip" else kernel_dir.init_file).is_file()
 
 
 def _candidates(parsed: KernelModuleName) -> list[RepoInfo]:

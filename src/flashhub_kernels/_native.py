@@ -46,10 +46,10 @@ _by_size: dict[int, list[Library]] = {}
 _by_name: dict[str, list[Library]] = {}
 
 
-def register(target: KernelDir, module: str) -> None:
-    """Note the native libraries of the kernel ``module`` about to run from ``target``."""
+def register(kernel_dir: KernelDir, module: str) -> None:
+    """Note the native libraries of the kernel ``module`` about to run from ``kernel_dir``."""
     with _lock:
-        for library in _libraries(target, module):
+        for library in _libraries(kernel_dir, module):
             if library.path in _known:
                 continue
             earlier = {id(o): o for o in _by_size.get(library.size, ())}
@@ -64,13 +64,13 @@ def register(target: KernelDir, module: str) -> None:
             _known.add(library.path)  # last: a fork or Ctrl-C before leaves it to note again
 
 
-def _libraries(target: KernelDir, module: str) -> Iterator[Library]:
-    if target.natives is not None and target.entry is not None:
-        entry = target.entry
-        for relpath, size in target.natives:
+def _libraries(kernel_dir: KernelDir, module: str) -> Iterator[Library]:
+    if kernel_dir.natives is not None and kernel_dir.entry is not None:
+        entry = kernel_dir.entry
+        for relpath, size in kernel_dir.natives:
             yield Library(f"{entry}/{relpath}", size, module, entry, relpath)
         return
-    package = target.package_dir  # a "zip" build's libraries lie beside its archive
+    package = kernel_dir.package_dir  # a "zip" build's libraries lie beside its archive
     for dirpath, _dirs, files in os.walk(package.parent if package.suffix == ".zip" else package):
         for name in files:
             if name.endswith(NATIVE_SUFFIXES):

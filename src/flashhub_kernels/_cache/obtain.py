@@ -81,13 +81,13 @@ def use_kernel(
     candidates: Sequence[RepoInfo], *, backend: str | None = None, system: SystemInfo | None = None
 ) -> KernelDir:
     """:func:`obtain_kernel` for an import, the entry marked in use (``cache clear`` skips it)."""
-    target = obtain_kernel(candidates, backend=backend, system=system)
-    assert target.entry is not None, "obtain_kernel gives cache entries"
-    if not mark_in_use(target.entry):  # removed by `cache clear` meanwhile: fetch it again
-        target = obtain_kernel(candidates, backend=backend, system=system)
-        assert target.entry is not None
-        mark_in_use(target.entry)
-    return target
+    kernel_dir = obtain_kernel(candidates, backend=backend, system=system)
+    assert kernel_dir.entry is not None, "obtain_kernel gives cache entries"
+    if not mark_in_use(kernel_dir.entry):  # removed by `cache clear` meanwhile: fetch it again
+        kernel_dir = obtain_kernel(candidates, backend=backend, system=system)
+        assert kernel_dir.entry is not None
+        mark_in_use(kernel_dir.entry)
+    return kernel_dir
 
 
 # Why a warm load passes over an entry that is intact but vouched for by no trusted key.

@@ -58,9 +58,9 @@ KEYS_PER_NAME = 4
 _NEEDING = {"tvm_ffi": "tvm-ffi", "mlx": "mlx"}
 
 
-def record(key: TableKey, target: KernelDir) -> None:
-    """Record ``target``, the full lookup's answer for ``key``, for the next import."""
-    row = _row(key, target)
+def record(key: TableKey, kernel_dir: KernelDir) -> None:
+    """Record ``kernel_dir``, the full lookup's answer for ``key``, for the next import."""
+    row = _row(key, kernel_dir)
     if row is None:
         return
     rows = read_rows(key.root, key.module)
@@ -83,11 +83,11 @@ def record(key: TableKey, target: KernelDir) -> None:
             write_atomic(file, data.encode(), mode=0o600, durable=False)
 
 
-def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
-    """The row of ``target``, found by a full lookup for ``key``; ``None`` for a cold
+def _row(key: TableKey, kernel_dir: KernelDir) -> dict[str, Any] | None:
+    """The row of ``kernel_dir``, found by a full lookup for ``key``; ``None`` for a cold
     load (it wrote the index that the key stamped as missing), and where the entry does
     not pass the checks that lookup made (it changed since)."""
-    info, variant, entry = target.info, target.variant, target.entry
+    info, variant, entry = kernel_dir.info, kernel_dir.variant, kernel_dir.entry
     if info not in key.candidates or variant is None or entry is None:
         return None
     position = key.candidates.index(info)
@@ -116,10 +116,10 @@ def _row(key: TableKey, target: KernelDir) -> dict[str, Any] | None:
         "dirs": [[path, identity_of(path)] for path in _judged_dirs(cache, entry)],
         "stamped": [[path, stamp(path)] for path in _vouched_files(entry, receipt)],
         "kernel": {
-            "package": os.path.relpath(target.package_dir, entry),
-            "signer": target.signer,
-            "natives": target.natives,
-            "requires": target.requires,
+            "package": os.path.relpath(kernel_dir.package_dir, entry),
+            "signer": kernel_dir.signer,
+            "natives": kernel_dir.natives,
+            "requires": kernel_dir.requires,
         },
     }
 

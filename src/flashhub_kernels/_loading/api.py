@@ -152,8 +152,8 @@ def _import_unchecked(info: RepoInfo, backend: str | None) -> ModuleType:
         # being imported by another thread: waited for), is the answer.
         if module_name not in sys.modules and twin_module(finder, module_name, others) is None:
             system = target_system(backend, check_arch=False)
-            target = local_override([info], backend, check_arch=False)
-            finder.add_target(module_name, target or use_kernel([info], system=system))
+            kernel_dir = local_override([info], backend, check_arch=False)
+            finder.add_kernel_dir(module_name, kernel_dir or use_kernel([info], system=system))
         return _import(module_name, check_arch=False)
 
 
@@ -315,7 +315,7 @@ def get_local_kernel(
         digest = hashlib.sha256(os.fsencode(found.package_dir)).hexdigest()[:12]
         name = found.package_dir.name.removesuffix(".zip")  # a "zip" build's archive is its package
         module_name = f"{ROOT_PACKAGE}.{LOCAL_ORG}.{name}_{digest}"
-        install().add_target(module_name, KernelDir(found.package_dir))
+        install().add_kernel_dir(module_name, KernelDir(found.package_dir))
         return _import(module_name, check_arch=check_arch)
 
 

@@ -16,16 +16,16 @@ if TYPE_CHECKING:
     from .._models.kernel_dir import KernelDir
 
 
-def add_failure_note(exc: Exception, module_name: str, target: KernelDir) -> None:
-    """Note on ``exc``, raised while the kernel in ``target`` ran as ``module_name``, which
+def add_failure_note(exc: Exception, module_name: str, kernel_dir: KernelDir) -> None:
+    """Note on ``exc``, raised while the kernel in ``kernel_dir`` ran as ``module_name``, which
     kernel that was: its repo and version (or its directory) and its variant."""
     if isinstance(exc, FlashhubError):  # it names what failed already
         return
     if not hasattr(exc, "add_note"):  # before Python 3.11
         return
-    if target.info is None:
-        kernel = f"the local kernel at {escape_controls(str(target.package_dir))}"
+    if kernel_dir.info is None:
+        kernel = f"the local kernel at {escape_controls(str(kernel_dir.package_dir))}"
     else:
-        kernel = f"kernel {target.info.repo_id}@v{target.info.version}"
-    variant = f", variant {escape_controls(target.variant)}" if target.variant else ""
+        kernel = f"kernel {kernel_dir.info.repo_id}@v{kernel_dir.info.version}"
+    variant = f", variant {escape_controls(kernel_dir.variant)}" if kernel_dir.variant else ""
     exc.add_note(f"while importing {kernel}{variant}, as {module_name}")

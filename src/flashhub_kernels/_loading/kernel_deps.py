@@ -85,7 +85,7 @@ def get_kernel_dep(repo_id: str) -> ModuleType:
 
 
 def execute_kernel(
-    target: KernelDir,
+    kernel_dir: KernelDir,
     module_name: str,
     execute: Callable[[], None],
     pin: Callable[[RepoInfo, str | None], str],
@@ -96,16 +96,16 @@ def execute_kernel(
     ``pin(info, backend)`` is the finder's: the module name to import a dependency as,
     bound to it. The finder passes it so that this module does not import the finder.
     """
-    if target.entry is None:  # a local build: no download verified its files
-        requires = _verified_local_requirements(target)
+    if kernel_dir.entry is None:  # a local build: no download verified its files
+        requires = _verified_local_requirements(kernel_dir)
     else:
-        requires = requirements(target)
+        requires = requirements(kernel_dir)
     if not requires:
         execute()
         return
-    metadata = read_kernel_metadata(requires, source=f"{_describe(target)}: {MANIFEST_NAME}")
-    check_requirements(metadata, _describe(target))
-    deps = load_dependencies(metadata.kernel_depends, _label(target), module_name, pin)
+    metadata = read_kernel_metadata(requires, source=f"{_describe(kernel_dir)}: {MANIFEST_NAME}")
+    check_requirements(metadata, _describe(kernel_dir))
+    deps = load_dependencies(metadata.kernel_depends, _label(kernel_dir), module_name, pin)
     token = _DEPS.set(deps)
     try:
         execute()
@@ -142,29 +142,29 @@ def load_dependencies(
         _CHAIN.reset(token)
 
 
-def requirements(target: KernelDir) -> Mapping[str, Any]:
+def requirements(kernel_dir: KernelDir) -> Mapping[str, Any]:
     """:func:`load_requirements` of a kernel's ``metadata.json``: as its cache entry's
     receipt records them, else read beside it (a receipt that predates recording them, a
     local build's variant)."""
-    if target.requires is not None:
-        return target.requires
-    return _requirements_beside(target, lambda path, data: load_json(data, str(path)))
+    if kernel_dir.requires is not None:
+        return kernel_dir.requires
+    return _requirements_beside(kernel_dir, lambda path, data: load_json(data, str(path)))
 
 
-def _verified_local_requirements(target: KernelDir) -> Mapping[str, Any]:
+def _verified_local_requirements(kernel_dir: KernelDir) -> Mapping[str, Any]:
     """:func:`requirements` of a local build, once its files are checked against the
     digest of its ``metadata.json`` (read and parsed once for both)."""
     from .local_digest import verify_local_build
 
-    return _requirements_beside(target, verify_local_build)
+    return _requirements_beside(kernel_dir, verify_local_build)
 
 
 def _requirements_beside(
-    target: KernelDir, parse: Callable[[Path, bytes], object]
+    kernel_dir: KernelDir, parse: Callable[[Path, bytes], object]
 ) -> Mapping[str, Any]:
-    """:func:`load_requirements` of the ``metadata.json`` beside ``target``, as ``parse``
+    """:func:`load_requirements` of the ``metadata.json`` beside ``kernel_dir``, as ``parse``
     reads its path and bytes; none for a package on its own, which has no such file."""
-    found = metadata_beside(target)
+    found = metadata_beside(kernel_dir)
     if found is None:
         return {}
     path, data = found
@@ -172,11 +172,15 @@ def _requirements_beside(
     return load_requirements(document, source=str(path)) if isinstance(document, dict) else {}
 
 
-def metadata_beside(target: KernelDir) -> tuple[Path, bytes] | None:
-    """The path and bytes of the ``metadata.json`` of ``target``'s cache entry, or of a
+def metadata_beside(kernel_dir: KernelDir) -> tuple[Path, bytes] | None:
+    """The path and bytes of the ``metadata.json`` of ``kernel_dir``'s cache entry, or of a
     local package's own directory (a flattened variant) or else the variant directory
     above it; ``None`` where there is none (a local package on its own)."""
-    places = [target.entry] if target.entry else [target.package_dir, target.package_dir.parent]
+    places = (
+        [kernel_dir.entry]
+        if kernel_dir.entry
+        else [kernel_dir.package_dir, kernel_dir.package_dir.parent]
+    )
     for directory in places:
         path = directory / MANIFEST_NAME
         try:
@@ -186,14 +190,18 @@ def metadata_beside(target: KernelDir) -> tuple[Path, bytes] | None:
     return None
 
 
-def _describe(target: KernelDir) -> str:
+def _describe(kernel_dir: KernelDir) -> str:
     """The kernel, for messages: ``org/pkg v1 (variant ...)``, or a local directory."""
-    if target.info is None:
-        return f"the local kernel {target.package_dir}"
-    variant = f" (variant {target.variant})" if target.variant else ""
-    return f"{dependency_label(target.info)}{variant}"
+    if kernel_dir.info is None:
+        return f"the local kernel {kernel_dir.package_dir}"
+    variant = f" (variant {kernel_dir.variant})" if kernel_dir.variant else ""
+    return f"{dependency_label(kernel_dir.info)}{variant}"
 
 
-def _label(target: KernelDir) -> str:
+def _label(kernel_dir: KernelDir) -> str:
     """The kernel in a dependency chain, spelled as a :class:`KernelDependency` is."""
-    return str(target.package_dir) if target.info is None else dependency_label(target.info)
+    return (
+        str(kernel_dir.package_dir)
+        if kernel_dir.info is None
+        else dependency_label(kernel_dir.info)
+    )

@@ -44,8 +44,10 @@ class LoadedKernel(Record):
 def get_loaded_kernels() -> list[LoadedKernel]:
     """The kernels imported in this process, in load order."""
     records = []
-    for module, target in install().loaded():
-        info = target.info
+    for module, kernel_dir in install().loaded():
+        info = kernel_dir.info
         repo_id, version = (info.repo_id, info.version) if info else (None, None)
-        records.append(LoadedKernel(repo_id, version, target.variant, target.package_dir, module))
+        records.append(
+            LoadedKernel(repo_id, version, kernel_dir.variant, kernel_dir.package_dir, module)
+        )
     return records

@@ -91,8 +91,8 @@ def lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
 
 def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:
     """The cache entry of a locked variant if :func:`cached_kernel_dir` takes it; else why not."""
-    target, why = cached_kernel_dir(cache, locked, variant)
-    return (None if target is None else target.entry), why
+    kernel_dir, why = cached_kernel_dir(cache, locked, variant)
+    return (None if kernel_dir is None else kernel_dir.entry), why
 
 
 def cached_kernel_dir(
@@ -125,14 +125,14 @@ def cached_kernel_dir(
                 f"the cached copy is vouched for by {cached}, the lock by {signer or 'no key'}",
             )
         receipt = receipt._replace(signer=vouching)
-    target = cached_kernel(entry, locked.info, variant, receipt)
-    unpinned = _unpinned_dependencies(locked, target)
+    kernel_dir = cached_kernel(entry, locked.info, variant, receipt)
+    unpinned = _unpinned_dependencies(locked, kernel_dir)
     if unpinned:
         return (
             None,
             f"its metadata.json depends on {', '.join(unpinned)}, which the lock does not pin",
         )
-    return target, ""
+    return kernel_dir, ""
 
 
 def _signer_cached_with(
@@ -150,15 +150,15 @@ def _signer_cached_with(
     return signer if signer is not None and accepted else None
 
 
-def _unpinned_dependencies(locked: LockedKernel, target: KernelDir) -> list[str]:
-    """The kernels ``target``'s ``metadata.json`` loads first that the lock does not pin
+def _unpinned_dependencies(locked: LockedKernel, kernel_dir: KernelDir) -> list[str]:
+    """The kernels ``kernel_dir``'s ``metadata.json`` loads first that the lock does not pin
     among ``locked``'s dependencies. The content hash pins the files a manifest lists, not
     its ``kernel-depends``: a manifest changed after locking could otherwise run any
     kernel before the locked one."""
-    requires = requirements(target)
+    requires = requirements(kernel_dir)
     if not requires:
         return []
-    source = f"{target.entry}/{MANIFEST_NAME}"
+    source = f"{kernel_dir.entry}/{MANIFEST_NAME}"
     pinned = {dep.info for dep in locked.dependencies}
     depends = read_kernel_metadata(requires, source=source).kernel_depends
     return [str(dep) for dep in depends if dep.info not in pinned]

@@ -120,13 +120,13 @@ def load_locked(
     variants = {
         node.info: locked_variant(node, system, cached_targets(cache, node.info)) for node in tree
     }
-    targets, missing = {}, []
+    kernel_dirs, missing = {}, []
     for node in tree:
-        target, why = cached_kernel_dir(cache, node, variants[node.info])
-        if target is None:
+        kernel_dir, why = cached_kernel_dir(cache, node, variants[node.info])
+        if kernel_dir is None:
             missing.append((node, why))
         else:
-            targets[node.info] = target
+            kernel_dirs[node.info] = kernel_dir
     if missing and (not download or config.offline):
         node, why = missing[0]
         raise _not_loadable(locked, node, variants[node.info], why, download=download)
@@ -135,13 +135,13 @@ def load_locked(
 
         fetch_locked_variants(config, cache, [(node, variants[node.info]) for node, _ in missing])
         for node, _ in missing:
-            target, why = cached_kernel_dir(cache, node, variants[node.info])
-            if target is None:
+            kernel_dir, why = cached_kernel_dir(cache, node, variants[node.info])
+            if kernel_dir is None:
                 raise _not_loadable(locked, node, variants[node.info], why, download=download)
-            targets[node.info] = target
+            kernel_dirs[node.info] = kernel_dir
     for node in tree:
         _check_cached_choice(cache, node, variants[node.info], system)
-    return _import_locked(locked.info, targets, backend)
+    return _import_locked(locked.info, kernel_dirs, backend)
 
 
 def _not_loadable(
@@ -157,27 +157,27 @@ def _not_loadable(
 
 
 def _import_locked(
-    root: RepoInfo, targets: Mapping[RepoInfo, KernelDir], backend: str | None
+    root: RepoInfo, kernel_dirs: Mapping[RepoInfo, KernelDir], backend: str | None
 ) -> ModuleType:
-    """Import ``root``, each kernel of its tree from its entry in ``targets`` (checked
+    """Import ``root``, each kernel of its tree from its entry in ``kernel_dirs`` (checked
     against the lock): not from a ``LOCAL_KERNELS`` directory, nor from a variant the
     import hook would pick on its own."""
     finder = install()
-    loaded = {id(module): target for module, target in finder.loaded()}
+    loaded = {id(module): kernel_dir for module, kernel_dir in finder.loaded()}
 
     def imported(module_name: str) -> KernelDir | None:
         return loaded.get(id(sys.modules[module_name]))
 
-    for info, target in targets.items():
+    for info, kernel_dir in kernel_dirs.items():
         module_name = info.module_name(backend)
         if module_name in sys.modules:
-            _check_imported(module_name, imported(module_name), target)
+            _check_imported(module_name, imported(module_name), kernel_dir)
             continue
         twins = [name for name, _ in twin_names(module_name, backend) if name in sys.modules]
-        if not any(getattr(imported(twin), "entry", None) == target.entry for twin in twins):
-            assert target.entry is not None, "a locked target is a cache entry"
-            mark_in_use(target.entry)
-            finder.add_target(module_name, target)
+        if not any(getattr(imported(twin), "entry", None) == kernel_dir.entry for twin in twins):
+            assert kernel_dir.entry is not None, "a locked kernel_dir is a cache entry"
+            mark_in_use(kernel_dir.entry)
+            finder.add_kernel_dir(module_name, kernel_dir)
     module_name = finder.pin(root, backend)
     return importlib.import_module(module_name)
 
