@@ -211,21 +211,21 @@ def install_kernel(
     if backend is not None:
         check_backend(backend)
     check_trust_remote_code(trust_remote_code)
-    target = target_system(
+    machine = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
     with sending(user_agent):
-        return _install(repo_id, version, revision, target, local_files_only)
+        return _install(repo_id, version, revision, machine, local_files_only)
 
 
 def _install(
     repo_id: str,
     version: int | None,
     revision: str | None,
-    target: SystemInfo,
+    system: SystemInfo,
     local_files_only: bool,
 ) -> Path:
-    """:func:`install_kernel` for the machine ``target``."""
+    """:func:`install_kernel` for the machine ``system``."""
     from .._cache.obtain import obtain_kernel
     from ..errors import OfflineError
 
@@ -246,7 +246,7 @@ def _install(
     info = RepoInfo(repo_id, requested_version(version, revision))
     try:
         entry = obtain_kernel(
-            [info], system=target, config=config._replace(offline=cache_only is not None)
+            [info], system=system, config=config._replace(offline=cache_only is not None)
         ).entry
     except OfflineError:
         if config.offline or not local_files_only:
@@ -356,14 +356,14 @@ def get_kernel_variants(
         version = requested_version(version, revision)
     if backend is not None:
         check_backend(backend)
-    target = target_system(
+    machine = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
-    return _judged(repo_id, version, target)
+    return _judged(repo_id, version, machine)
 
 
-def _judged(repo_id: str, version: int | None, target: SystemInfo) -> list[VariantVerdict]:
-    """:func:`get_kernel_variants` for the machine ``target``."""
+def _judged(repo_id: str, version: int | None, system: SystemInfo) -> list[VariantVerdict]:
+    """:func:`get_kernel_variants` for the machine ``system``."""
     from .._cache.layout import Cache
     from .._variants.choice import cached_targets
     from .._variants.verdicts import judge_builds, judge_variants
@@ -374,8 +374,8 @@ def _judged(repo_id: str, version: int | None, target: SystemInfo) -> list[Varia
         from .offline import published_variants
 
         info = _offline_info(repo_id, version)
-        verdicts = judge_variants(published_variants(cache, info, target), target)
-        return judge_builds(verdicts, target, cached_targets(cache, info), first_fit=False)
+        verdicts = judge_variants(published_variants(cache, info, system), system)
+        return judge_builds(verdicts, system, cached_targets(cache, info), first_fit=False)
     from .._network.choosing import ManifestReader
     from .._network.transport import remote  # the cold path's modules
     from .._network.variant_index import fetch_index
@@ -383,10 +383,10 @@ def _judged(repo_id: str, version: int | None, target: SystemInfo) -> list[Varia
 
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)
-        index = fetch_index(fetcher, info, target, probe_all=True)
+        index = fetch_index(fetcher, info, system, probe_all=True)
         reader = ManifestReader(cache, fetcher, info, index)
-        verdicts = judge_variants(sorted(index.present), target)
-        return judge_builds(verdicts, target, reader.target, first_fit=False)
+        verdicts = judge_variants(sorted(index.present), system)
+        return judge_builds(verdicts, system, reader.target, first_fit=False)
 
 
 def has_kernel(
@@ -423,11 +423,11 @@ def has_kernel(
         version = requested_version(version, revision)
     if repo_id in local_kernels():
         return _has_local(RepoInfo(repo_id, version or 1), backend, check_arch=check_arch)
-    target = target_system(backend, check_arch=check_arch)
+    system = target_system(backend, check_arch=check_arch)
     if get_config().offline:
-        return _has_cached(_offline_info(repo_id, version), target)
+        return _has_cached(_offline_info(repo_id, version), system)
     try:
-        verdicts = _judged(repo_id, version, target)
+        verdicts = _judged(repo_id, version, system)
     except (KernelNotFoundError, NoCompatibleVariantError):
         return False
     return any(isinstance(r, VariantAccepted) for r in verdicts)
@@ -445,7 +445,7 @@ def _has_local(info: RepoInfo, backend: str | None, *, check_arch: bool) -> bool
     return True
 
 
-def _has_cached(info: RepoInfo, target: SystemInfo) -> bool:
+def _has_cached(info: RepoInfo, system: SystemInfo) -> bool:
     """:func:`has_kernel` offline: what an offline load of ``info`` finds in the cache."""
     from .._cache.layout import Cache
     from .._cache.obtain import obtain_kernel
@@ -454,9 +454,9 @@ def _has_cached(info: RepoInfo, target: SystemInfo) -> bool:
 
     config = get_config()
     try:
-        obtain_kernel([info], config=config, system=target)
+        obtain_kernel([info], config=config, system=system)
     except OfflineError:
-        if not has_variant(Cache.from_config(config), info, target):
+        if not has_variant(Cache.from_config(config), info, system):
             return False
         raise
     return True
