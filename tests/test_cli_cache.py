@@ -218,11 +218,13 @@ def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer, cache_d
     (trash / PY_PKG).mkdir(parents=True)
     dead = version_dir / f".staging-{UNIVERSAL}.0123abcd.999999999.{os.uname().nodename}"
     dead.mkdir()
+    (dead / "blob.bin").write_bytes(os.urandom(1 << 20))
 
     document = ok_json(flashhub("cache", "prune", "--json"))
 
     assert sorted(document["stale_directories"]) == sorted([str(dead), str(trash)])
     assert document["removed"] == []
+    assert document["bytes_freed"] >= 1 << 20, "the leftovers' space is counted"
     assert (version_dir / UNIVERSAL).is_dir()
 
 

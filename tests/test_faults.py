@@ -766,6 +766,18 @@ def test_a_failed_download_keeps_what_arrived_and_the_next_load_continues_it(
     assert not list(version_dir.glob(".partial-*"))
 
 
+def test_a_kept_file_takes_the_disk_space_of_what_arrived_not_what_was_reserved(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    write_blob_kernel(cdn.root, BLOB, with_sizes=True)  # its 3 MiB are reserved at the start
+    cdn.inject(BLOB_PATH, *[drop_after(1 << 20)] * 6)  # every attempt breaks off
+    with pytest.raises(TransportError, match="broke off 6 times"):
+        fk.get_kernel(REPO, version=1)
+    kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}" / BLOB_DIGEST.hex()
+    assert kept.stat().st_size == 1 << 20
+    assert kept.stat().st_blocks * 512 < 2 << 20
+
+
 @pytest.mark.parametrize("outside", ["a first part of the file", "the whole file"])
 def test_a_kept_file_hard_linked_elsewhere_is_replaced_not_written_through(
     blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path, outside: str

@@ -39,19 +39,22 @@ TEMPORARY_IDLE_SECONDS = 3600
 
 class PruneReport(Record):
     """What :func:`prune` removed: entries with the reason, leftover directories, and
-    the temporary files of killed writers (``stale_files``); and what it left alone:
-    version directories a download was in progress in (``busy``), and entries a running
-    process imported (``in_use``)."""
+    the temporary files of killed writers (``stale_files``), and the disk space the
+    leftover directories took (``stale_bytes``); and what it left alone: version
+    directories a download was in progress in (``busy``), and entries a running process
+    imported (``in_use``)."""
 
     removed: list[tuple[CacheEntry, str]]
     stale: list[Path]
     busy: list[Path]
     in_use: list[Path]
     stale_files: list[Path]
+    stale_bytes: int
 
     @property
     def bytes_freed(self) -> int:
-        return sum(entry.size for entry, _why in self.removed)
+        """The size of the entries removed, and the disk space of the leftovers."""
+        return sum(entry.size for entry, _why in self.removed) + self.stale_bytes
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -90,10 +93,10 @@ def prune(cache: Cache, *, keep_locked: Lockfile | None = None, force: bool = Fa
                 removed.append((entry, why))
             else:
                 in_use.append(entry.path)
-    stale, busy_now = _remove_stale(cache)
+    stale, busy_now, stale_bytes = _remove_stale(cache)
     files = _remove_stale_temporaries(cache)
     _remove_unused_index_mutexes(cache)
-    return PruneReport(removed, stale, sorted({*busy, *busy_now}), in_use, files)
+    return PruneReport(removed, stale, sorted({*busy, *busy_now}), in_use, files, stale_bytes)
 
 
 def _evict_unused(entry: CacheEntry, *, force: bool) -> bool:
@@ -120,11 +123,12 @@ def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
     return None
 
 
-def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
+def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path], int]:
     """Staging directories of dead processes on this host, trash, and the files kept from
     interrupted downloads (the next download of those entries starts from scratch).
 
-    Returns what was removed, and the version directories a download was busy in.
+    Returns what was removed, the version directories a download was busy in, and the
+    disk space the removed directories took.
     """
     gone, busy = [], []
     for info, version_dir in version_dirs(cache):
@@ -132,6 +136,7 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
             if not idle:  # its partial files are being continued, its staging filled
                 busy.append(version_dir)
                 continue
+            usage = {p: _disk_usage(p) for p in version_dir.iterdir() if _leftover(p.name)}
             for partial in version_dir.glob(f"{PARTIAL_PREFIX}*"):
                 remove_tree(partial)
                 if not os.path.lexists(partial):
@@ -149,7 +154,23 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path]]:
             for variant in sorted(variants):
                 remove_stale_staging(cache, info, variant, idle=True)
             gone += [p for p in leftovers if not os.path.lexists(p)]
-    return gone, busy
+    return gone, busy, sum(usage.get(p, 0) for p in gone)
+
+
+def _leftover(name: str) -> bool:
+    """Whether a version directory's member of this name is what a download leaves."""
+    return name.startswith((PARTIAL_PREFIX, STAGING_PREFIX, TRASH_PREFIX))
+
+
+def _disk_usage(path: Path) -> int:
+    """The disk space the files under ``path`` take (their blocks: a file kept from an
+    interrupted download may hold space reserved for the rest of it)."""
+    used = 0
+    for directory, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                used += os.lstat(os.path.join(directory, name)).st_blocks * 512
+    return used
 
 
 def _remove_stale_temporaries(cache: Cache) -> list[Path]:

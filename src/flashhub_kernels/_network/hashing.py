@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -201,9 +202,14 @@ class HashingWriter:
             raise CacheError.cannot_write(exc, self.path) from exc
 
     def close(self) -> None:
-        """Close the file (idempotent) once every queued chunk is hashed."""
+        """Close the file (idempotent) once every queued chunk is hashed. A file left
+        short of its size gives back the space reserved for the rest: it may be kept
+        for a later download to continue, or never be."""
         self._hash.stop()
         if self._fd is not None:
+            if self.expected_size is not None and self.size < self.expected_size:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self.size)  # frees the blocks past its end
             os.close(self._fd)
             self._fd = None
 
