@@ -111,6 +111,21 @@ def test_a_redirect_to_a_non_ascii_location_is_a_transport_error(
     load_error(TransportError)
 
 
+@pytest.mark.parametrize("variable", ["FLASHHUB_CACHE_DIR", "XDG_CACHE_HOME", "HOME"])
+def test_a_relative_cache_directory_after_the_current_one_was_removed_is_a_cache_error(
+    cdn: CdnServer, variable: str
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    env = {variable: "relative-cache"}
+    if variable != "FLASHHUB_CACHE_DIR":
+        env["FLASHHUB_CACHE_DIR"] = ""  # unset: the default is made from the other
+    first = "import os, tempfile\nd = tempfile.mkdtemp()\nos.chdir(d)\nos.rmdir(d)\n"
+    raised, printed = import_in_child(MODULE, env=env, first=first)
+    assert issubclass(raised, CacheError) and issubclass(raised, ImportError)
+    assert "the current directory no longer exists" in printed
+    assert "an absolute path" in printed
+
+
 def test_a_typo_in_the_cdn_port_names_the_setting(
     cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

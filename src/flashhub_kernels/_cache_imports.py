@@ -90,7 +90,10 @@ def key_of(module: str, candidates: Sequence[RepoInfo], backend: str | None) -> 
     settings = sys.modules.get("flashhub_kernels._config")
     if getattr(settings, "overrides", None) or not hasattr(os, "getuid"):
         return None
-    return TableKey(module, candidates, backend)
+    try:
+        return TableKey(module, candidates, backend)
+    except FileNotFoundError:  # a relative cache directory, the current one removed
+        return None
 
 
 def lookup(key: TableKey) -> KernelDir | None:

@@ -258,9 +258,23 @@ def _env_bytes(name: str) -> int | None:
 
 
 def cache_root() -> Path:
-    """The cache's root directory: :func:`~flashhub_kernels.configure`'s, else the environment's."""
-    root = Path(str(overrides.get("cache_dir") or default_cache_dir())).expanduser()
-    return Path(os.path.abspath(root))  # configure(cache_dir=) may be relative
+    """The cache's root directory: :func:`~flashhub_kernels.configure`'s, else the environment's.
+
+    Raises:
+        CacheError: it is relative, and the current directory no longer exists.
+    """
+    try:  # configure(cache_dir=), and each variable default_cache_dir reads, may be relative
+        root = Path(str(overrides.get("cache_dir") or default_cache_dir())).expanduser()
+        return Path(os.path.abspath(root))
+    except FileNotFoundError:  # from os.getcwd(): the current directory was removed
+        from .errors import CacheError
+
+        raise CacheError(
+            "cannot use the cache: its directory is a relative path, and the current "
+            "directory no longer exists",
+            hint="make FLASHHUB_CACHE_DIR (or XDG_CACHE_HOME, HOME, configure(cache_dir=)) "
+            "an absolute path, or run from a directory that exists",
+        ) from None
 
 
 def get_config(*, project_dir: Path | None = None) -> Config:
