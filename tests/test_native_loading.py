@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import flashhub_kernels as fk
 from conftest import run_python
 from flashhub_kernels._utils.elf import missing_bytes
 from flashhub_kernels._variants.probing import UNIVERSAL
@@ -113,3 +116,27 @@ try:
 except Exception as exc:
     print(type(exc).__name__, "truncated" if "truncated" in str(exc) else "-")
 """
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="notes on exceptions need Python 3.11")
+def test_a_native_library_in_a_cache_mounted_noexec_is_said_to_be_why_it_fails(
+    tricks: dict[int, Path], cdn: CdnServer, tmp_path: Path
+) -> None:
+    """A hardened /tmp or home is mounted noexec: dlopen cannot map the cached library."""
+    mount = tmp_path / "noexec"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,noexec", "tmpfs", str(mount)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("mounting a noexec tmpfs needs root and a mount namespace that allows it")
+    try:
+        publish_quietly(tricks[1], 1, cdn)
+        fk.configure(cache_dir=mount / "cache")
+        with pytest.raises(OSError) as info:
+            fk.get_kernel(REPO, version=1)
+        [hint] = [note for note in info.value.__notes__ if "noexec" in note]
+        assert "point FLASHHUB_CACHE_DIR at a file system that allows executing" in hint
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)
