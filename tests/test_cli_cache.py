@@ -700,6 +700,26 @@ def test_cache_maintenance_leaves_an_entry_in_use_alone_unless_forced(
     assert not entry.exists()
 
 
+MANY_KERNELS_UNDER_A_LOW_LIMIT = """
+import os, resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import flashhub_kernels as fk
+for n in range(1, 41):
+    assert fk.get_kernel("acme/tensor-tricks", version=n).marker().endswith(f"v{{n}}:{local}")
+print(len(os.listdir("/proc/self/fd")))
+"""
+
+
+def test_entries_in_use_hold_at_most_a_quarter_of_the_open_files_limit(cdn: CdnServer) -> None:
+    """Past it they load unprotected: the program's own files come first."""
+    for version in range(1, 41):
+        write_kernel(cdn.root, REPO, version)
+    code = MANY_KERNELS_UNDER_A_LOW_LIMIT.format(local=LOCAL)
+    run_python(code)  # cold: downloads them
+    for _warm in range(2):  # the second from the import table
+        assert int(run_python(code)) <= 64 // 4 + 8, "descriptors beyond the marks are few"
+
+
 def test_an_entry_a_finished_process_used_is_removed(cdn: CdnServer) -> None:
     write_kernel(cdn.root, REPO, 1)
     entry = Path(run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.__file__)"))

@@ -13,7 +13,8 @@ costs one ``open`` and one ``flock``. Before removing an entry, ``flashhub cache
 and ``prune`` try an exclusive lock on it without waiting (see ``._cache.admin``), and
 leave it alone while any process holds a shared one, unless told to force it. Advisory
 and best effort: where ``fcntl`` is missing (Windows) or the file system refuses
-``flock`` on a directory, nothing is held and nothing is protected.
+``flock`` on a directory, nothing is held, nor past a quarter of the process's limit on
+open files (the program's own files come first); nothing is protected then.
 
 Both are on the path of every warm import, so they share a module, which lies beside the
 ``_cache`` package, not in it: each module a warm import loads (a package too) costs it
@@ -339,7 +340,7 @@ def mark_in_use(entry: Path) -> bool:
     clear`` was removing it): look it up again. An entry that cannot be locked is
     ``True``: it loads, unprotected.
     """
-    if fcntl is None:
+    if fcntl is None or (len(_held) >= 16 and len(_held) >= _open_files_limit() // 4):
         return True
     key = str(entry)
     held = _held.get(key)
@@ -363,6 +364,13 @@ def mark_in_use(entry: Path) -> bool:
         return False
     _held[key] = fd
     return True
+
+
+def _open_files_limit() -> int:
+    import resource  # once 16 entries are held
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def _is_at(fd: int, entry: Path) -> bool:
