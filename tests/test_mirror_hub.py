@@ -8,6 +8,7 @@ import io
 import json
 import os
 import subprocess
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -280,6 +281,25 @@ def test_a_file_larger_than_the_listing_says_is_cut_off(hub: HubServer, tmp_path
     cut_off = f"sends more than the {len(build[path])} bytes its listing gives {path}"
     failed(result, f"the Hub at {hub.url} {cut_off}", "nothing was published")
     assert not out.exists()
+
+
+def test_a_temporary_directory_without_room_is_named_with_what_to_do(
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files are downloaded into TMPDIR before they are published."""
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=8", "tmpfs", str(small)]
+    if subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root and a mount namespace that allows it")
+    monkeypatch.setattr(tempfile, "tempdir", str(small))  # TMPDIR, as read at start
+    try:
+        out = tmp_path / "cdn"
+        failed(mirror(out), f"cannot write {small}/flashhub-mirror-", "TMPDIR")
+        assert not out.exists()
+    finally:
+        subprocess.run(["umount", "--lazy", str(small)], check=True)
 
 
 def test_a_model_repo_with_sha512_digests(hub: HubServer, tmp_path: Path) -> None:

@@ -238,9 +238,21 @@ class PublishError(FlashhubError):
 
 class MirrorError(PublishError):
     """A kernel build cannot be mirrored from the Hugging Face Hub: ``huggingface_hub``
-    is missing, the Hub cannot be reached or has no such build, or a file does not match
-    the digest its variant's ``metadata.json`` lists. Nothing is published then.
+    is missing, the Hub cannot be reached or has no such build, a file does not match
+    the digest its variant's ``metadata.json`` lists, or the files cannot be staged in a
+    temporary directory. Nothing is published then.
     """
+
+    @classmethod
+    def cannot_stage(cls, exc: OSError) -> MirrorError:
+        """The error for an ``OSError`` met writing the files downloaded into ``TMPDIR``."""
+        import tempfile
+
+        where = _shown(exc.filename or f"the files downloaded into {tempfile.gettempdir()}")
+        return cls(
+            f"cannot write {where}: {exc.strerror or exc}; nothing was published",
+            hint=_write_hint(exc, "TMPDIR"),
+        )
 
 
 class KernelLayerError(FlashhubError, ValueError):

@@ -293,6 +293,8 @@ class Hub:
                 f"{_first_line(exc)}",
                 hint=_NETWORK_HINT,
             ) from None
+        except OSError as exc:  # not the network's: writing the files where they are staged
+            raise MirrorError.cannot_stage(exc) from None
         except _UNREADABLE_ANSWERS as exc:
             raise MirrorError(
                 f"the Hub at {self.shown} gave an answer that huggingface_hub cannot read "
