@@ -32,9 +32,10 @@ if TYPE_CHECKING:
     from ._models.kernel_dir import KernelDir
     from ._models.names import KernelModuleName
 
-# This project's top-level packages: a forked child drops the modules of theirs that other
-# threads were importing.
-_OWN_PACKAGES = ("flashhub", "flashhub_kernels")
+# This project's top-level packages and those its cold path imports: a forked child drops
+# the modules of theirs that other threads were importing.
+_OWN_PACKAGES: tuple[str, ...] = ("flashhub", "flashhub_kernels", "filelock", "requests", "urllib3")
+_OWN_PACKAGES += ("idna", "certifi", "charset_normalizer")  # which requests imports
 
 
 def _point_at(spec: importlib.machinery.ModuleSpec, kernel_dir: KernelDir) -> None:
@@ -245,10 +246,10 @@ class KernelFinder:
     def forget_other_threads(self) -> None:
         """In a child just forked: drop what threads gone with the fork were importing
         under ``flashhub``: a kernel being downloaded or run, and its submodules (its
-        native extension, say); and under ``flashhub_kernels``: the library's own
-        modules, which a process's first cold load imports. The child would wait forever
-        for their import locks; it imports them afresh (the download mutex waits for the
-        parent's download)."""
+        native extension, say); and the library's modules and those of the packages a
+        first cold load imports (``filelock``, ``requests``, ...). The child would wait
+        forever for their import locks; it imports them afresh (the download mutex
+        waits for the parent's download)."""
         self._lock = _thread.allocate_lock()
         module_locks = getattr(importlib._bootstrap, "_module_locks", {})
         this_thread = _thread.get_ident()
