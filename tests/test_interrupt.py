@@ -29,7 +29,7 @@ from flashhub_kernels._variants.probing import build_variant_name, candidate_nam
 from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnServer, held, slowly, stall, stalled, status
 from support.cli_runner import PYTHON_M_FLASHHUB, flashhub
-from support.preloaded import Child, appears, start_code, stderr_into, written
+from support.preloaded import Child, appears, run_code, start_code, stderr_into, written
 from support.projects import write_project
 from support.trees import write_blob_kernel, write_kernel
 
@@ -292,6 +292,38 @@ def test_ctrl_c_ending_the_main_thread_stops_a_download_in_a_thread_of_the_progr
     kept = cache_dir / f"kernels/{REPO}/v1/.partial-{VARIANT}/{hashlib.sha256(BIG).hexdigest()}"
     assert 0 < kept.stat().st_size < len(BIG)
     assert kept.read_bytes() == BIG[: kept.stat().st_size]
+
+
+FIRST_LOAD_AFTER_CTRL_C = """
+import os, signal, sys, threading, time
+import flashhub_kernels as fk
+
+def load():
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
+    try:
+        fk.get_kernel("acme/tensor-tricks", version=1)
+    except KeyboardInterrupt as exc:
+        print(exc, "| torch imported:", "torch" in sys.modules, flush=True)
+
+threading.Thread(target=load).start()  # not a daemon: the interpreter waits for it
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(60)
+"""
+
+
+def test_a_first_load_in_a_programs_thread_after_ctrl_c_does_not_import_torch(
+    cdn: CdnServer,
+) -> None:
+    """Once the main thread has ended, torch's import fails half way (it registers with
+    threading, which refuses then), and threads that went on with it, or took the half
+    made module, crashed the interpreter as it tore torch down."""
+    write_kernel(cdn.root, REPO, 1)
+    result = run_code(FIRST_LOAD_AFTER_CTRL_C, env=dict(os.environ), fresh=True)
+    assert result.stdout == (
+        "Ctrl-C ended the program; this thread stopped importing torch | torch imported: False\n"
+    ), result.stderr
+    assert "RuntimeError" not in result.stderr and cdn.requests == []
 
 
 def test_a_main_thread_that_just_ends_leaves_the_programs_thread_to_finish_its_load(

@@ -16,9 +16,8 @@ and best effort: where ``fcntl`` is missing (Windows) or the file system refuses
 ``flock`` on a directory, nothing is held, nor past a quarter of the process's limit on
 open files (the program's own files come first); nothing is protected then.
 
-Both are on the path of every warm import, so they share a module, which lies beside the
-``_cache`` package, not in it: each module a warm import loads (a package too) costs it
-about 0.1 ms.
+Both are on every warm import's path: one module, beside the ``_cache`` package rather
+than in it, since each module a warm import loads (a package too) costs it about 0.1 ms.
 """
 
 from __future__ import annotations
@@ -86,8 +85,7 @@ def key_of(module: str, candidates: Sequence[RepoInfo], backend: str | None) -> 
     """The key of importing ``module``, which stands for ``candidates`` (``backend``
     forced, if given); ``None`` once :func:`~flashhub_kernels.configure` set a setting,
     which the key does not cover: then every import looks its kernel up in full."""
-    # configure() imports it. Another thread may be running its code: without its
-    # `overrides` yet, nothing is configured.
+    # configure() imports it; another thread may be running its code, `overrides` not made.
     settings = sys.modules.get("flashhub_kernels._config")
     if getattr(settings, "overrides", None) or not hasattr(os, "getuid"):
         return None
@@ -275,6 +273,10 @@ def _system_inputs(backend: str | None) -> tuple[object, ...]:
     """What :func:`~.._variants.system.detect_system` reads, unjudged (judging imports
     more than the rest of a hit costs): whatever it comes to read, this reads too, but
     for the packages some builds need (tvm-ffi), which a row checks where they count."""
+    if "torch" not in sys.modules:  # the process's first load
+        from ._utils.ctrl_c import import_torch
+
+        import_torch()
     import torch
 
     version, privateuse = torch.version, getattr(torch._C, "_get_privateuse1_backend_name", None)

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from ._models.kernel_dir import KernelDir
     from ._models.names import KernelModuleName
 
-# This project's top-level packages and those its cold path imports: a forked child drops
-# the modules of theirs that other threads were importing.
+# The packages whose modules a forked child imports afresh (see forget_other_threads).
 _OWN_PACKAGES: tuple[str, ...] = ("flashhub", "flashhub_kernels", "filelock", "requests", "urllib3")
 _OWN_PACKAGES += ("idna", "certifi", "charset_normalizer")  # which requests imports
 

@@ -29,8 +29,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._utils.ctrl_c import stop_after_ctrl_c
 from .._utils.logs import logger
-from .._utils.threads import stop_after_ctrl_c
 from ..errors import CacheError
 from .staging import private_dir
 
@@ -116,7 +116,7 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
 def _waited_for(lock: FileLock, timeout: float, what: str) -> bool:
     """Whether ``lock.acquire(timeout=timeout)`` took it, asked a slice of
     :data:`STOP_CHECK_SECONDS` at a time, stopping between slices as
-    :func:`~.._utils.threads.stop_after_ctrl_c` says (naming ``what`` the other process
+    :func:`~.._utils.ctrl_c.stop_after_ctrl_c` says (naming ``what`` the other process
     was doing). No exception is being handled as it waits: Ctrl-C meanwhile shows its
     own traceback, not one chained to a slice's ``Timeout``."""
     from filelock import Timeout

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._utils.ctrl_c import stop_after_ctrl_c
 from .._utils.filesystem import open_regular
-from .._utils.threads import stop_after_ctrl_c
 from .._utils.urls import file_url_path, redact_url
 from .hashing import CHUNK_SIZE, HashingWriter
 
@@ -89,7 +89,7 @@ class DownloadCancelled(Exception):
 def stop_if(cancelled: threading.Event) -> None:
     """Raise :class:`DownloadCancelled` once the run has stopped this download, and
     ``KeyboardInterrupt`` once Ctrl-C has ended the program's main thread
-    (:func:`~.._utils.threads.stop_after_ctrl_c`): stopped as Ctrl-C stops a download,
+    (:func:`~.._utils.ctrl_c.stop_after_ctrl_c`): stopped as Ctrl-C stops a download,
     it keeps what arrived for the next run."""
     if cancelled.is_set():
         raise DownloadCancelled

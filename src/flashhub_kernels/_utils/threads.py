@@ -16,7 +16,6 @@ forever.
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -56,30 +55,6 @@ def _deaf() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-
-
-def stop_after_ctrl_c(doing: str) -> None:
-    """Raise ``KeyboardInterrupt`` once Ctrl-C has ended the program's main thread,
-    saying that this thread stopped ``doing`` (``"downloading"``, say).
-
-    The interpreter then waits for the program's other threads before it exits: a
-    download, or a wait for another process's download, in one of them (not a daemon
-    thread) would keep the process alive to its end; each calls this as it goes, and so
-    stops as Ctrl-C stops it. A main thread that ended otherwise leaves its threads to
-    finish their work."""
-    if not threading.main_thread().is_alive() and _ended_by_ctrl_c():
-        # `from None`: whatever was being handled did not cause it.
-        raise KeyboardInterrupt(f"Ctrl-C ended the program; this thread stopped {doing}") from None
-
-
-def _ended_by_ctrl_c() -> bool:
-    """Whether the main thread, now ended, ended with the ``KeyboardInterrupt`` that the
-    interpreter printed last. An interactive session (``sys.ps1`` is set: the REPL,
-    ``python -i``) prints one for each Ctrl-C and goes on: it ends by ``exit()`` or at
-    the end of its input, however it was interrupted before."""
-    return isinstance(getattr(sys, "last_value", None), KeyboardInterrupt) and not hasattr(
-        sys, "ps1"
-    )
 
 
 def started(thread: threading.Thread) -> bool:
