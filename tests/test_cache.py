@@ -382,3 +382,30 @@ def test_a_relative_cache_dir_is_taken_from_where_the_load_runs_and_survives_a_c
         assert printed.strip().splitlines()[-1] == f"True table of {REPO}@v1:{local_variant()}"
     assert (tmp_path / "cache" / "kernels" / REPO).is_dir()
     assert not (tmp_path / "elsewhere" / "cache").exists()
+
+
+PARENT_REMOVED_WHILE_MADE = """
+import os, sys
+from pathlib import Path
+from flashhub_kernels._cache.staging import ensure_dir
+
+removed = []
+
+
+def remove_the_parent(event, args):  # as `flashhub cache clear` removes empty directories
+    if event == "os.mkdir" and str(args[0]).endswith("/v1") and not removed:
+        removed.append(os.path.dirname(args[0]))
+        os.rmdir(removed[0])
+
+
+sys.addaudithook(remove_the_parent)
+print(ensure_dir(Path({target!r})).is_dir(), removed == [{parent!r}])
+"""
+
+
+def test_a_directory_whose_parent_is_removed_while_it_is_made_is_made_again(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "kernels" / "acme" / "tensor-tricks" / "v1"
+    code = PARENT_REMOVED_WHILE_MADE.format(target=str(target), parent=str(target.parent))
+    assert run_python(code) == "True True\n"

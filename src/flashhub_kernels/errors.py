@@ -151,7 +151,8 @@ _WRITE_HINTS: dict[int | None, str] = {
     errno.EACCES: _NOT_ALLOWED,
     errno.EPERM: _NOT_ALLOWED,
     errno.EROFS: "the file system is read-only: point {where} at a writable directory",
-    errno.EFBIG: "a file is larger than this process may write: raise `ulimit -f`",
+    errno.EFBIG: "a file is larger than this process (`ulimit -f`) or the file system may "
+    "write: raise the limit, or point {where} at another file system",
     errno.EMFILE: "this process has too many files open: raise `ulimit -n`",
     errno.ENFILE: "the system has too many files open: close some programs, or try again",
     errno.ENOTDIR: "a part of the path is a file, not a directory: point {where} at a directory",

@@ -394,18 +394,37 @@ def ensure_dir(path: Path, *, shared: bool = False) -> Path:
     staging in one another's directories: the group may write them too (0770, whatever
     the umask), and they keep the set-group-ID bit that hands the group down.
     """
-    if not path.is_dir():
-        # Path.mkdir(parents=True) would give the parents default permissions.
-        for directory in [*reversed(path.parents), path]:
-            if directory.is_dir():
-                continue
-            try:
-                directory.mkdir(mode=0o700)
-            except FileExistsError:
-                continue  # another process made it: its mode is that process's to set
-            if shared:
-                _open_to_group(directory, 0o070)
+    attempts = _MAKE_ATTEMPTS
+    while not path.is_dir():
+        try:
+            _make_dirs(path, shared=shared)
+        except FileNotFoundError:  # a parent removed meanwhile (cache clear removes empty ones)
+            attempts -= 1
+            if not attempts:
+                raise
     return path
+
+
+# Tries at making a directory whose parents another process may be removing.
+_MAKE_ATTEMPTS = 3
+
+
+def _make_dirs(path: Path, *, shared: bool) -> None:
+    """Make ``path`` and its missing parents, as :func:`ensure_dir` says.
+
+    Raises:
+        FileNotFoundError: a parent was removed while its children were being made.
+    """
+    # Path.mkdir(parents=True) would give the parents default permissions.
+    for directory in [*reversed(path.parents), path]:
+        if directory.is_dir():
+            continue
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # another process made it: its mode is that process's to set
+        if shared:
+            _open_to_group(directory, 0o070)
 
 
 def _open_to_group(path: Path, bits: int) -> None:
