@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from flashhub_kernels import _cache_imports as imports, _finder, get_kernel
-from flashhub_kernels._cache.staging import ensure_dir
+from flashhub_kernels._cache.directories import ensure_dir
 from flashhub_kernels._config import overrides
 from flashhub_kernels._network import versions as _versions
 from support.builder import RAN_DIR_VAR

@@ -387,7 +387,7 @@ def test_a_relative_cache_dir_is_taken_from_where_the_load_runs_and_survives_a_c
 PARENT_REMOVED_WHILE_MADE = """
 import os, sys
 from pathlib import Path
-from flashhub_kernels._cache.staging import ensure_dir
+from flashhub_kernels._cache.directories import ensure_dir
 
 removed = []
 

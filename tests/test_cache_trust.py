@@ -25,8 +25,8 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import NOBODY, needs_root
+from flashhub_kernels._cache.directories import ensure_dir
 from flashhub_kernels._cache.receipt import read_receipt
-from flashhub_kernels._cache.staging import ensure_dir
 from flashhub_kernels._cache.trust import distrust
 from flashhub_kernels._cache.versions_seen import VERSIONS_SEEN_NAME
 from flashhub_kernels._cache_imports import TABLE_DIR

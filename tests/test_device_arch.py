@@ -335,6 +335,30 @@ def test_an_import_judges_the_device_by_nvml_cold_and_warm_and_starts_no_cuda(
     assert nvml_calls(tmp_path).count("nvmlInit_v2") == 1
 
 
+NO_BUILD_FOR_THE_DEVICE = """
+import torch
+import flashhub_kernels as fk
+try:
+    fk.get_kernel("acme/relu", version=1)
+except fk.errors.NoCompatibleVariantError as exc:
+    print(exc.message.splitlines()[0])
+    print(exc.hint)
+"""
+
+
+def test_no_build_for_the_device_names_the_device_read_and_the_build_to_ask_for(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    """As for a machine named with its device (--cuda-capability): the published build
+    is there, for other archs; the one to ask for is compiled for this device."""
+    publish(cdn.root, 1, {CU126: ["8.0", "8.6"]})
+    env = gpu_machine_env(tmp_path, H100, nvml=nvml_dir)
+    said, hint = run_on(env, NO_BUILD_FOR_THE_DEVICE).stdout.splitlines()
+    assert said.endswith(", CUDA capability 9.0). Published variants:")
+    assert f"{CU126} compiled for CUDA capability 9.0, or torch-universal" in hint
+    assert context_requests(tmp_path) == []
+
+
 SHOW_LOOKUP = SHOW.replace(
     "import flashhub.acme.relu.v1 as k\n",
     "import flashhub.acme.relu.v1 as k\n"

@@ -20,6 +20,7 @@ from .._lockfiles.format import Lockfile
 from .._models.record import Record
 from .._utils.filesystem import replaced_name
 from .._variants.device_arch import GPU_RECORD_NAME
+from .directories import cache_errors, remove_tree
 from .entries import CacheEntry, entries_in, list_entries, version_dirs
 from .layout import (
     PARTIAL_PREFIX,
@@ -28,7 +29,7 @@ from .layout import (
     Cache,
 )
 from .mutex import hold_if_free, mutex_mode
-from .staging import cache_errors, evict, remove_stale_staging, remove_tree, unused
+from .staging import evict, remove_stale_staging, unused
 from .verify import ENTRY_RECORDS, verify_entry
 from .versions_seen import VERSIONS_SEEN_NAME
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from .._utils.ctrl_c import stop_after_ctrl_c
 from .._utils.logs import logger
 from ..errors import CacheError
-from .staging import private_dir
+from .directories import private_dir
 
 if TYPE_CHECKING:
     from filelock import FileLock

@@ -22,11 +22,12 @@ from .._utils.file_names import check_cached_names
 from .._utils.filesystem import read_regular, replaced_name
 from ..errors import ManifestError, SignatureError
 from .bytecode import compile_bytecode, receipt_stamp
+from .directories import cache_errors
 from .entries import CacheEntry
 from .layout import Cache
 from .mutex import download_mutex
 from .receipt import Receipt, read_receipt
-from .staging import cache_errors, write_receipt
+from .staging import write_receipt
 
 # What an entry holds besides the files its manifest lists.
 ENTRY_RECORDS = {MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME}

@@ -24,8 +24,8 @@ from .._models.manifest import dump_json
 from .._utils.filesystem import write_atomic
 from .._utils.logs import logger
 from ..errors import CacheError, RollbackError
+from .directories import private_dir
 from .layout import Cache, read_json
-from .staging import private_dir
 
 VERSIONS_SEEN_NAME = "versions-seen.json"
 

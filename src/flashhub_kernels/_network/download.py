@@ -18,19 +18,17 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from .._cache.bytecode import compile_bytecode, sources_to_compile
+from .._cache.directories import cache_errors, ensure_dir, remove_tree
 from .._cache.layout import Cache
 from .._cache.receipt import Receipt, cached_kernel, read_receipt
 from .._cache.staging import (
     adopt_partials,
-    cache_errors,
     commit,
-    ensure_dir,
     evict,
     keep_partials,
     new_staging,
     record_signer,
     remove_stale_staging,
-    remove_tree,
     seal,
     unused,
 )

@@ -79,6 +79,9 @@ def no_variant_error(
     ``backend='cpu'`` helps only on a machine whose torch runs another backend, and only
     when a CPU build exists.
     """
+    from .device_arch import with_device
+
+    system = with_device(system)  # the build to ask for is one compiled for the device
     devices = (
         " compiled for CUDA capability {}.{}".format(*system.cuda_capability)
         if system.cuda_capability and system.backend == "cuda"

@@ -138,7 +138,11 @@ def format_trace(verdicts: Iterable[VariantVerdict]) -> str:
 
 
 def describe_system(system: SystemInfo) -> str:
-    """``system`` in a few words, for messages: torch, C++ ABI, backend, platform, device."""
+    """``system`` in a few words, for messages: torch, C++ ABI, backend, platform, device
+    (read if it is to be, as judging a build that lists archs reads it)."""
+    from .device_arch import with_device
+
+    system = with_device(system)
     device = ""
     if system.backend == "cuda" and system.cuda_capability is not None:
         device = ", CUDA capability {}.{}".format(*system.cuda_capability)
