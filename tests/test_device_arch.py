@@ -582,6 +582,30 @@ def test_when_nvml_cannot_tell_the_archs_are_not_checked_and_verbose_says_so(
     assert context_requests(tmp_path) == []
 
 
+ARCH_BUILDS = {CU126: ["8.0", "8.6"], CU124: ["9.0a"]}
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["online", "offline"])
+@pytest.mark.parametrize(("gpu", "chosen"), [(H100, CU124), (A10, CU126)], ids=["h100", "a10"])
+def test_info_chooses_by_the_archs_builds_list_as_a_load_does(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path, gpu: StandInGpu, chosen: str, offline: bool
+) -> None:
+    publish(cdn.root, 1, ARCH_BUILDS)
+    env = gpu_machine_env(tmp_path, gpu, nvml=nvml_dir)
+    if offline:  # the cache answers: every variant in it
+        for variant, archs in ARCH_BUILDS.items():
+            device = ("--cuda-capability", archs[0].rstrip("a"))
+            run_on(
+                env, PYTHON_M_FLASHHUB, "get", REPO, "--version", "1", "--system", variant, *device
+            )
+        env = {**env, "FLASHHUB_OFFLINE": "1"}
+    result = run_on(env, PYTHON_M_FLASHHUB, "info", REPO, "--version", "1", "--json")
+    document = json.loads(result.stdout)
+    assert document["chosen"] == chosen
+    assert [v["variant"] for v in document["variants"] if v["compatible"]] == [chosen]
+    assert context_requests(tmp_path) == []
+
+
 def test_verbose_says_where_the_capability_was_read(
     cdn: CdnServer, tmp_path: Path, nvml_dir: Path
 ) -> None:

@@ -9,7 +9,7 @@ answer ``HEAD`` with a ``Content-Length`` leaves the size unknown (``None``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
@@ -32,12 +32,14 @@ from .._network.variant_index import fetch_index
 from .._signing.trusted_keys import shown_key_id
 from .._utils.escaping import escape_controls
 from .._utils.threads import DeafThreadPool
+from .._variants.compat import read_target
 from .._variants.named_system import target_system
 from .._variants.verdicts import (
     VariantAccepted,
     VariantRejected,
     VariantVerdict,
     describe_system,
+    judge_builds,
     judge_variants,
 )
 from .offline import CachedVariant, cached_variant, cached_variants, published_variants
@@ -204,6 +206,7 @@ def describe_kernel(repo_id: str, version: int, *, backend: str | None = None) -
         with DeafThreadPool(_PARALLEL_HEADS, thread_name_prefix="flashhub-size") as pool:
             sizes = pool.map(lambda vp: fetcher.size(variant_path(info, *vp)), unknown)
             size_of.update(zip(unknown, sizes, strict=True))
+    verdicts = _judged_builds(verdicts, system, manifests)
     variants = [
         _published(info, r, manifests[r.variant], size_of, signatures[r.variant]) for r in verdicts
     ]
@@ -272,14 +275,24 @@ def describe_cached(cache: Cache, info: RepoInfo, system: SystemInfo) -> KernelD
         for name, variant in cached.items()
         for path, size in variant.sizes.items()
     }
+    manifests = {name: variant.manifest for name, variant in cached.items()}
+    verdicts = _judged_builds(verdicts, system, manifests)
     variants = [
-        _published(
-            info, r, cached[r.variant].manifest, size_of, _cached_signature(cached[r.variant])
-        )
+        _published(info, r, manifests[r.variant], size_of, _cached_signature(cached[r.variant]))
         for r in verdicts
     ]
     chosen = next((v.name for v in variants if v.compatible), None)
     return KernelDescription(info, describe_system(system), variants, chosen)
+
+
+def _judged_builds(
+    verdicts: Sequence[VariantVerdict], system: SystemInfo, manifests: Mapping[str, Manifest]
+) -> list[VariantVerdict]:
+    """``verdicts`` with each build that lists device archs judged by them, as a load
+    judges it: the ``metadata.json`` of every variant is at hand."""
+    return judge_builds(
+        verdicts, system, lambda name: read_target(manifests[name].document), first_fit=False
+    )
 
 
 def _cached_signature(variant: CachedVariant) -> Signature | None:
