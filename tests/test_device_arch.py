@@ -582,6 +582,26 @@ def test_when_nvml_cannot_tell_the_archs_are_not_checked_and_verbose_says_so(
     assert context_requests(tmp_path) == []
 
 
+CHANGES_THE_DEVICE_BETWEEN_LOADS = """
+import os, sys
+import flashhub_kernels as fk
+print(fk.get_kernel("acme/relu", version=1).marker())
+os.environ["CUDA_VISIBLE_DEVICES"] = "1"  # before its first use of the GPU
+print(fk.get_kernel("acme/relu", version=2).marker())
+"""
+
+
+def test_a_device_chosen_between_two_loads_judges_the_second(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    publish(cdn.root, 1, BUILDS)
+    publish(cdn.root, 2, BUILDS)
+    env = gpu_machine_env(tmp_path, H100, A10, nvml=nvml_dir)
+    first, second = run_on(env, CHANGES_THE_DEVICE_BETWEEN_LOADS).stdout.splitlines()
+    assert (first, second) == (_chosen(CU124), _chosen(CU126, 2))  # the H100, then the A10
+    assert context_requests(tmp_path) == []
+
+
 ARCH_BUILDS = {CU126: ["8.0", "8.6"], CU124: ["9.0a"]}
 
 

@@ -380,12 +380,23 @@ def _differ(archs: Sequence[tuple[int, int] | str]) -> str:
 
 def with_device(system: SystemInfo) -> SystemInfo:
     """``system``, with its device's capability or gfx target read if ``probe_device``
-    (once per process), without creating a CUDA or HIP context."""
-    return _probed(system) if system.probe_device else system
+    (once per process and choice of device), without creating a CUDA or HIP context."""
+    return _probed(system, _device_chosen_by(system.backend)) if system.probe_device else system
+
+
+def _device_chosen_by(backend: str) -> tuple[str | int | None, ...]:
+    """What decides which device the process uses: torch's current one once the runtime
+    is initialized, else the variables that select and order the visible devices (a
+    program may set them before it first uses the GPU, after a first load)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return ("torch", int(torch.cuda.current_device()))
+    return tuple(os.environ.get(name) for name in _VISIBLE_VARIABLES[backend == "rocm"])
 
 
 @cache
-def _probed(system: SystemInfo) -> SystemInfo:
+def _probed(system: SystemInfo, chosen_by: tuple[str | int | None, ...]) -> SystemInfo:
+    """:func:`with_device`'s reading, for the device ``chosen_by`` selects."""
     capability, gfx = system.cuda_capability, system.rocm_arch
     if system.backend == "cuda" and capability is None:
         capability = cuda_capability().capability
