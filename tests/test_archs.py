@@ -250,7 +250,7 @@ def test_the_device_is_asked_about_only_when_a_build_lists_archs(
 ) -> None:
     asked: list[SystemInfo] = []
 
-    def probed(system: SystemInfo) -> SystemInfo:
+    def probed(system: SystemInfo, chosen_by: object) -> SystemInfo:
         asked.append(system)
         return system._replace(cuda_capability=(9, 0), probe_device=False)
 
@@ -489,14 +489,14 @@ def test_the_device_is_asked_of_torch_only_once_it_initialized_cuda(
     monkeypatch.setattr(_constants, "KFD_NODES", "/no-such-kfd-topology")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
-    assert probe(local) == local._replace(probe_device=False)  # no driver: nothing to check
+    assert probe(local, ()) == local._replace(probe_device=False)  # no driver: nothing to check
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    assert probe(local) == H100
+    assert probe(local, ()) == H100
     properties = SimpleNamespace(gcnArchName="gfx90a:sramecc+:xnack-")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties)
     rocm = MI300._replace(rocm_arch=None, probe_device=True)
-    assert probe(rocm).rocm_arch == "gfx90a"
+    assert probe(rocm, ()).rocm_arch == "gfx90a"
 
 
 def test_this_machine_is_asked_about_its_device_only_when_needed() -> None:
