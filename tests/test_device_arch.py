@@ -602,6 +602,22 @@ def test_a_device_chosen_between_two_loads_judges_the_second(
     assert context_requests(tmp_path) == []
 
 
+def test_a_gpu_this_process_may_not_open_is_left_out_as_cuda_leaves_it_out(
+    cdn: CdnServer, tmp_path: Path, nvml_dir: Path
+) -> None:
+    """A container's device cgroup: NVML lists the A10 and answers NO_PERMISSION for it;
+    the H100 is still read, not the whole reading given up."""
+    publish(cdn.root, 1, BUILDS)
+    env = gpu_machine_env(tmp_path, H100, A10, nvml=nvml_dir, extra={"STAND_IN_NVML_DENY": "1"})
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the A10 (bus 0x18) first, were it seen
+    result = run_on(env, PYTHON_M_FLASHHUB, "-v", "get", REPO, "--version", "1", "--json")
+    assert json.loads(result.stdout)["variant"] == CU124
+    assert f"the CUDA device's arch is 9.0, read from NVML, device 0 of 1 ({H100.uuid})" in (
+        result.stderr
+    )
+    assert context_requests(tmp_path) == []
+
+
 ARCH_BUILDS = {CU126: ["8.0", "8.6"], CU124: ["9.0a"]}
 
 

@@ -15,6 +15,7 @@
 #define MAX_GPUS 16
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_NO_PERMISSION 4
 #define MIG_HANDLE 0x1000
 
 typedef struct {
@@ -77,8 +78,20 @@ int nvmlDeviceGetCount_v2(unsigned *count) {
     return 0;
 }
 
+/* STAND_IN_NVML_DENY: the indexes, comma-separated, of the GPUs this process may not open
+   (a container's device cgroup): NVML_ERROR_NO_PERMISSION. */
+static int denied(unsigned index) {
+    char spec[256] = "";
+    const char *value = getenv("STAND_IN_NVML_DENY");
+    if (value) strncpy(spec, value, sizeof spec - 1);
+    for (char *item = strtok(spec, ","); item; item = strtok(NULL, ","))
+        if ((unsigned)atoi(item) == index) return 1;
+    return 0;
+}
+
 int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **handle) {
     if (index >= (unsigned)gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (denied(index)) return NVML_ERROR_NO_PERMISSION;
     *handle = (void *)(uintptr_t)(index + 1);
     return 0;
 }

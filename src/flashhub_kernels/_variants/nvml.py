@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 LIBRARY = "libnvidia-ml.so.1"
 _SUCCESS = 0
+# A GPU this process may not open (a container's device cgroup): CUDA does not list it.
+_NO_PERMISSION = 4
 _UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
 _FUNCTIONS = (
     "nvmlInit_v2",
@@ -50,8 +52,9 @@ class _PciInfo(ctypes.Structure):
 
 
 def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[GpuFacts], dict[str, GpuFacts]]:
-    """Every GPU NVML sees, and the GPU each of ``mig_uuids`` (MIG instances) is part of:
-    for each, its UUID, PCI location and compute capability.
+    """Every GPU NVML sees that this process may open, as CUDA lists them, and the GPU
+    each of ``mig_uuids`` (MIG instances) is part of: for each, its UUID, PCI location
+    and compute capability.
 
     Raises:
         NvmlError: the library cannot be loaded or initialized, or a query fails.
@@ -61,7 +64,8 @@ def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[GpuFacts], dict[str
     try:
         count = ctypes.c_uint()
         _check(nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")
-        gpus = [_gpu(nvml, _handle_by_index(nvml, index)) for index in range(count.value)]
+        handles = (_handle_by_index(nvml, index) for index in range(count.value))
+        gpus = [_gpu(nvml, handle) for handle in handles if handle is not None]
         return gpus, {uuid: _gpu(nvml, _mig_parent(nvml, uuid)) for uuid in mig_uuids}
     finally:
         nvml.nvmlShutdown()
@@ -83,9 +87,12 @@ def _check(code: int, call: str) -> None:
         raise NvmlError(f"{call} failed with NVML error {code}")
 
 
-def _handle_by_index(nvml: ctypes.CDLL, index: int) -> ctypes.c_void_p:
+def _handle_by_index(nvml: ctypes.CDLL, index: int) -> ctypes.c_void_p | None:
+    """The GPU ``index``; ``None`` for one this process may not open."""
     handle = ctypes.c_void_p()
     code = nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle))
+    if code == _NO_PERMISSION:
+        return None
     _check(code, "nvmlDeviceGetHandleByIndex_v2")
     return handle
 
