@@ -429,3 +429,20 @@ def test_the_deadlines_thread_ends_once_a_run_is_over_and_no_request_is_in_fligh
     thread.join(10)
     assert not thread.is_alive()
     assert watchdog._thread is None
+
+
+def test_time_the_watchdog_was_stopped_between_two_looks_moves_the_deadlines_on() -> None:
+    """The process stopped (Ctrl-Z) while the watchdog's thread was between two looks, not
+    asleep: its next look comes late all the same, and the deadlines move on by that long
+    (a request's answer that came meanwhile is read, not cut)."""
+    watchdog = header_deadline._Watchdog()
+    armed = header_deadline._Armed(types.SimpleNamespace(sock=None))
+    now = time.monotonic()
+    watchdog._due = [(now - 1.0, 0, armed)]  # passed, by a clock that ran through the stop
+    watchdog._looked, watchdog._slept = now - 10.0, 0.0  # its last look, with no sleep since
+    with watchdog._changed:
+        watchdog._credit_stop()
+    assert watchdog._due[0][0] > now + 8
+    with watchdog._changed:  # a look on time moves nothing
+        watchdog._credit_stop()
+    assert watchdog._due[0][0] < now + 10

@@ -12,9 +12,10 @@ past it the proxy failed.
 
 One daemon thread per process watches the deadlines of the requests in flight: arming and
 disarming one costs a heap push and a flag, not a thread per request. Time the process
-spent stopped (Ctrl-Z, a debugger) is not counted against the server: the thread wakes at
-least every :data:`_TICK_SECONDS`, and a wake that comes late moves the deadlines on by
-that long, so the answer that arrived meanwhile is read, not cut.
+spent stopped (Ctrl-Z, a debugger) is not counted against the server: the thread looks
+at least every :data:`_TICK_SECONDS`, and a look that comes late (after a sleep, or
+wherever the thread was stopped) moves the deadlines on by that long, so the answer that
+arrived meanwhile is read, not cut.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class _Watchdog:
         self._in_flight = 0  # armed, neither disarmed nor expired
         self._thread: threading.Thread | None = None
         self._ending = False  # end_when_idle() asked the thread to end once idle
+        self._looked = 0.0  # when the thread last looked at the deadlines (monotonic)
+        self._slept = 0.0  # how long it meant to sleep since
 
     def arm(self, seconds: float, conn: Any) -> _Armed:
         armed = _Armed(conn)
@@ -138,14 +141,17 @@ class _Watchdog:
             self._due.clear()  # disarmed, all of them
             if not self._ending:
                 self._changed.wait(_IDLE_SECONDS)
+                self._looked = time.monotonic()  # what is armed now was armed since
         return bool(self._in_flight)
 
     def _run(self) -> None:
         with self._changed:
+            self._looked = time.monotonic()
             while self._goes_on():
+                now = self._credit_stop()
                 while self._due[0][2].done:
                     heapq.heappop(self._due)
-                if (wait := self._due[0][0] - time.monotonic()) > 0:
+                if (wait := self._due[0][0] - now) > 0:
                     self._sleep(min(wait, _TICK_SECONDS))
                 else:
                     _due, order, armed = heapq.heappop(self._due)
@@ -156,13 +162,21 @@ class _Watchdog:
                         heapq.heappush(self._due, (again, order, armed))
             self._thread, self._ending = None, False
 
-    def _sleep(self, seconds: float) -> None:
-        """Wait up to ``seconds`` (its lock held); where the wake comes late, move every
-        deadline on by that long (adding to every key keeps the heap a heap)."""
-        start = time.monotonic()
-        self._changed.wait(seconds)
-        if (late := time.monotonic() - start - seconds) > _STOPPED_SECONDS:
+    def _credit_stop(self) -> float:
+        """Now (its lock held). Where the thread looks later than it meant to sleep, by
+        more than :data:`_STOPPED_SECONDS`, the process was stopped: every deadline moves
+        on by that long (adding to every key keeps the heap a heap). The look is timed
+        from the last one, not from the sleep: a stop may come between the two."""
+        now = time.monotonic()
+        if (late := now - self._looked - self._slept) > _STOPPED_SECONDS:
             self._due = [(due + late, order, armed) for due, order, armed in self._due]
+        self._looked, self._slept = now, 0.0
+        return now
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait up to ``seconds`` (its lock held), or until a deadline changes."""
+        self._slept = seconds
+        self._changed.wait(seconds)
 
 
 _WATCHDOG = _Watchdog()
