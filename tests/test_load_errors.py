@@ -116,9 +116,9 @@ def test_a_relative_cache_directory_after_the_current_one_was_removed_is_a_cache
     cdn: CdnServer, variable: str
 ) -> None:
     write_kernel(cdn.root, REPO, 1)
-    env = {variable: "relative-cache"}
-    if variable != "FLASHHUB_CACHE_DIR":
-        env["FLASHHUB_CACHE_DIR"] = ""  # unset: the default is made from the other
+    # Those before it unset: the default is made from it (the machine may set them).
+    before = ["FLASHHUB_CACHE_DIR", "XDG_CACHE_HOME", "HOME"]
+    env = {name: "" for name in before[: before.index(variable)]} | {variable: "relative-cache"}
     first = "import os, tempfile\nd = tempfile.mkdtemp()\nos.chdir(d)\nos.rmdir(d)\n"
     raised, printed = import_in_child(MODULE, env=env, first=first)
     assert issubclass(raised, CacheError) and issubclass(raised, ImportError)

@@ -52,7 +52,7 @@ from flashhub_kernels.errors import (
 )
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
-from support.machines import CPU_ONLY_CHILD
+from support.machines import CPU_ONLY_CHILD, python_310_without_tomli
 from support.preloaded import start_code, stderr_into, written
 from support.projects import (
     CUDA,
@@ -908,22 +908,11 @@ write_egg_lockfile(egg_info(Distribution()), "flashhub.lock", "demo.egg-info/fla
 """
 
 
-def _python_310_without_tomli() -> str | None:
-    pyenv = Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser()
-    found = [shutil.which("python3.10"), *map(str, pyenv.glob("versions/3.10*/bin/python"))]
-    check = "import importlib.util as u; print(u.find_spec('tomli') is None)"
-    for python in filter(None, found):
-        answer = subprocess.run([python, "-c", check], capture_output=True, text=True, check=False)
-        if answer.stdout.strip() == "True":
-            return python
-    return None
-
-
 @pytest.mark.parametrize("reader", ["setuptools", "nowhere"])
 def test_a_build_on_python_310_without_tomli_ships_the_lock_or_says_why_not(
     project: Path, reader: str
 ) -> None:
-    python = _python_310_without_tomli()
+    python = python_310_without_tomli()
     if python is None:
         pytest.skip("needs a Python 3.10 without tomli (on PATH, or installed by pyenv)")
     lock_project(project)

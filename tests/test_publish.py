@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 import time
 import warnings
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import flashhub_kernels
 from flashhub_kernels._models.manifest import (
     decode_digest,
     parse_metadata,
@@ -40,6 +42,7 @@ from support.builds import (
     package_dir,
     tree_bytes,
 )
+from support.machines import python_310_without_tomli
 from support.trees import b64sha256
 
 # No staging or old-version directory of a publish is left behind.
@@ -637,3 +640,29 @@ def test_leftovers_a_publish_cannot_tell_dead_are_removed_once_idle_for_a_day(
     assert [p.name for p in pkg.glob(".v*")] == [names[3]]
     assert f"move that directory back to {pkg / 'v3'}" in caplog.text
     shutil.rmtree(pkg / names[3])
+
+
+def test_publish_on_python_310_without_tomli_says_what_it_needs_to_read_build_toml(
+    tmp_path: Path,
+) -> None:
+    python = python_310_without_tomli()
+    if python is None:
+        pytest.skip("needs a Python 3.10 without tomli (on PATH, or installed by pyenv)")
+    kernel = tmp_path / "kern"
+    (kernel / "build" / "torch-universal" / "kern").mkdir(parents=True)
+    (kernel / "build" / "torch-universal" / "kern" / "__init__.py").write_text("X = 1\n")
+    (kernel / "build.toml").write_text('[general]\nname = "kern"\n')
+    src = Path(flashhub_kernels.__file__).parents[1]
+    command = [python, "-m", "flashhub_kernels", "publish", kernel, "--repo-id", "acme/kern"]
+    result = subprocess.run(
+        [*map(str, command), "--version", "1", "--out", str(tmp_path / "cdn")],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: cannot read {kernel / 'build.toml'}: reading TOML on Python 3.10 needs the "
+        "'tomli' package\n  hint: pip install tomli, or use Python 3.11 or newer\n"
+    )

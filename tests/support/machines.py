@@ -9,6 +9,11 @@ judges the same on a CUDA build of torch, with or without a GPU.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from flashhub_kernels._variants import system as _system
@@ -37,3 +42,15 @@ def run_as_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make this process resolve kernels as this machine would with a CPU-only build of
     its torch (the same version, ABI and arch), which loads ``trees.cpu_variant()``."""
     run_as(monkeypatch, with_backend(detect_system(), "cpu"))
+
+
+def python_310_without_tomli() -> str | None:
+    """A Python 3.10 that has no ``tomli`` (on ``PATH``, or installed by pyenv), if any."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser()
+    found = [shutil.which("python3.10"), *map(str, pyenv.glob("versions/3.10*/bin/python"))]
+    check = "import importlib.util as u; print(u.find_spec('tomli') is None)"
+    for python in filter(None, found):
+        answer = subprocess.run([python, "-c", check], capture_output=True, text=True, check=False)
+        if answer.stdout.strip() == "True":
+            return python
+    return None

@@ -42,7 +42,7 @@ from .._models.manifest import check_relative_path, content_hash, decode_digest,
 from .._models.names import RepoInfo
 from .._utils.pyproject import load_toml, lookup
 from .._variants.grammar import parse_variant
-from ..errors import ManifestError, PublishError
+from ..errors import LockfileError, ManifestError, PublishError
 from .layout import SourceFile
 
 # The backend each backend of a variant name is published as (the builder's names).
@@ -220,6 +220,8 @@ def _toml_table(path: Path, table: str) -> dict[str, Any]:
         return {}
     try:
         found = lookup(load_toml(data), table)
+    except LockfileError as exc:  # no TOML parser: Python 3.10 without tomli
+        raise PublishError(f"cannot read {path}: {exc.message}", hint=exc.hint) from None
     except ValueError as exc:
         raise PublishError(
             f"{path} {exc}", hint="fix the file: publish reads the kernel's name and license there"

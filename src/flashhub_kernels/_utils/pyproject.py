@@ -111,6 +111,6 @@ def _tomli() -> Any:  # pragma: no cover - Python 3.10
         else:
             return carried
     raise LockfileError(
-        "reading pyproject.toml on Python 3.10 needs the 'tomli' package",
+        "reading TOML on Python 3.10 needs the 'tomli' package",
         hint="pip install tomli, or use Python 3.11 or newer",
     )
