@@ -100,6 +100,8 @@ class _Watchdog:
             heapq.heappush(self._due, (time.monotonic() + seconds, next(self._order), armed))
             self._in_flight += 1
             if self._thread is None:
+                # Its first look is timed from now: a stop before the thread runs counts.
+                self._looked, self._slept = time.monotonic(), 0.0
                 thread = threading.Thread(
                     target=self._run, name="flashhub-header-deadline", daemon=True
                 )
@@ -140,13 +142,14 @@ class _Watchdog:
         if not self._in_flight:
             self._due.clear()  # disarmed, all of them
             if not self._ending:
+                # Timed as a sleep: a request armed meanwhile (a stop may come before the
+                # thread wakes for it) is credited with the stop as any other is.
+                self._looked, self._slept = time.monotonic(), _IDLE_SECONDS
                 self._changed.wait(_IDLE_SECONDS)
-                self._looked = time.monotonic()  # what is armed now was armed since
         return bool(self._in_flight)
 
     def _run(self) -> None:
         with self._changed:
-            self._looked = time.monotonic()
             while self._goes_on():
                 now = self._credit_stop()
                 while self._due[0][2].done:
