@@ -228,6 +228,20 @@ def test_cache_prune_removes_leftovers_of_dead_downloads(cdn: CdnServer, cache_d
     assert (version_dir / UNIVERSAL).is_dir()
 
 
+def test_cache_prune_counts_the_leftovers_of_every_version(cdn: CdnServer, cache_dir: Path) -> None:
+    publish_tensor_tricks(cdn.root)
+    for version in ("1", "3"):
+        assert flashhub("get", REPO, "--version", version).returncode == 0
+        kept = cache_dir / "kernels" / REPO / f"v{version}" / f".partial-{UNIVERSAL}"
+        kept.mkdir()
+        (kept / "blob.bin").write_bytes(os.urandom(1 << 20))
+
+    document = ok_json(flashhub("cache", "prune", "--json"))
+
+    assert len(document["stale_directories"]) == 2
+    assert document["bytes_freed"] >= 2 << 20
+
+
 @pytest.mark.parametrize("command", [["prune"], ["clear", "--yes"]])
 def test_cache_maintenance_removes_the_mutexes_of_names_that_were_asked_for_in_vain(
     cdn: CdnServer, cache_dir: Path, command: list[str]

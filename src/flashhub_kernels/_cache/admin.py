@@ -124,6 +124,10 @@ def _unlocked_reason(entry: CacheEntry, lock: Lockfile) -> str | None:
     return None
 
 
+# What a download leaves in its version directory: kept files, staging, trash.
+_LEFT = (PARTIAL_PREFIX, STAGING_PREFIX, TRASH_PREFIX)
+
+
 def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path], int]:
     """Staging directories of dead processes on this host, trash, and the files kept from
     interrupted downloads (the next download of those entries starts from scratch).
@@ -131,36 +135,27 @@ def _remove_stale(cache: Cache) -> tuple[list[Path], list[Path], int]:
     Returns what was removed, the version directories a download was busy in, and the
     disk space the removed directories took.
     """
-    gone, busy = [], []
+    gone, busy, freed = [], [], 0
     for info, version_dir in version_dirs(cache):
         with _idle(cache, version_dir) as idle:
             if not idle:  # its partial files are being continued, its staging filled
                 busy.append(version_dir)
                 continue
-            usage = {p: _disk_usage(p) for p in version_dir.iterdir() if _leftover(p.name)}
+            usage = {p: _disk_usage(p) for p in version_dir.iterdir() if p.name.startswith(_LEFT)}
             for partial in version_dir.glob(f"{PARTIAL_PREFIX}*"):
                 remove_tree(partial)
-                if not os.path.lexists(partial):
-                    gone.append(partial)
-            leftovers = [
-                p
-                for p in version_dir.iterdir()
-                if p.name.startswith((STAGING_PREFIX, TRASH_PREFIX))
-            ]
             # Variant names hold no dots; the rest of a leftover's name is random, pid and host.
             variants = {
                 p.name.removeprefix(STAGING_PREFIX).removeprefix(TRASH_PREFIX).split(".")[0]
-                for p in leftovers
+                for p in usage
+                if not p.name.startswith(PARTIAL_PREFIX)
             }
             for variant in sorted(variants):
                 remove_stale_staging(cache, info, variant, idle=True)
-            gone += [p for p in leftovers if not os.path.lexists(p)]
-    return gone, busy, sum(usage.get(p, 0) for p in gone)
-
-
-def _leftover(name: str) -> bool:
-    """Whether a version directory's member of this name is what a download leaves."""
-    return name.startswith((PARTIAL_PREFIX, STAGING_PREFIX, TRASH_PREFIX))
+            removed = [p for p in usage if not os.path.lexists(p)]
+            gone += removed
+            freed += sum(usage[p] for p in removed)
+    return gone, busy, freed
 
 
 def _disk_usage(path: Path) -> int:

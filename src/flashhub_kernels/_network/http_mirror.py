@@ -362,20 +362,25 @@ _ISSUER_UNKNOWN = frozenset({2, 18, 19, 20, 21})
 
 def _issuer_unknown(exc: requests.exceptions.SSLError) -> bool:
     """Whether the server's certificate failed because no trusted CA signed it."""
-    inner = _innermost(exc)  # urllib3's SSLError, holding ssl's error
     return any(
         isinstance(error, ssl.SSLCertVerificationError) and error.verify_code in _ISSUER_UNKNOWN
-        for error in (inner, *inner.args[:1])
+        for error in _ssl_errors(exc)
     )
 
 
 def _bundle_unreadable(exc: requests.exceptions.SSLError) -> bool:
     """Whether TLS failed before the handshake: OpenSSL read no CA from the bundle."""
-    inner = _innermost(exc)
     return any(
         type(error) is ssl.SSLError and error.library in ("X509", "PEM")
-        for error in (inner, *inner.args[:1])
+        for error in _ssl_errors(exc)
     )
+
+
+def _ssl_errors(exc: requests.exceptions.SSLError) -> tuple[object, ...]:
+    """Where ``ssl``'s error may be: urllib3's ``SSLError`` that ``exc`` wraps, or what
+    that holds."""
+    inner = _innermost(exc)
+    return (inner, *inner.args[:1])
 
 
 def _reader(response: requests.Response, guard: StallGuard) -> Callable[[int], bytes]:
