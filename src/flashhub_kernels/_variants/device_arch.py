@@ -313,8 +313,7 @@ def gpu_capability(backend: str, index: int | None) -> int | None:
         major, minor = torch.cuda.get_device_capability(index)
         return int(major) * 10 + int(minor)
     position = index or 0
-    names = _VISIBLE_VARIABLES[backend == "rocm"]
-    capabilities = _driver_capabilities(backend, tuple(os.environ.get(n) for n in names))
+    capabilities = _driver_capabilities(backend, _visible_selection(backend))
     return capabilities[position] if position < len(capabilities) else None
 
 
@@ -323,6 +322,11 @@ _VISIBLE_VARIABLES = (
     ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"),
     ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
 )
+
+
+def _visible_selection(backend: str) -> tuple[str | None, ...]:
+    """The values of the variables that select and order ``backend``'s visible devices."""
+    return tuple(os.environ.get(name) for name in _VISIBLE_VARIABLES[backend == "rocm"])
 
 
 @cache
@@ -391,7 +395,7 @@ def _device_chosen_by(backend: str) -> tuple[str | int | None, ...]:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return ("torch", int(torch.cuda.current_device()))
-    return tuple(os.environ.get(name) for name in _VISIBLE_VARIABLES[backend == "rocm"])
+    return _visible_selection(backend)
 
 
 @cache
