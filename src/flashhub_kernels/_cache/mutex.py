@@ -97,7 +97,9 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
     try:
         acquired = _waited_for(lock, first_wait, what)
         if not acquired and (timeout is None or timeout > first_wait):
-            logger.warning("waiting for another process to finish %s (lock: %s)", what, path)
+            logger.warning(
+                "waiting for another process or thread to finish %s (lock: %s)", what, path
+            )
             rest = math.inf if timeout is None else timeout - first_wait
             acquired = _waited_for(lock, rest, what)
     except FileNotFoundError:
@@ -106,9 +108,9 @@ def _acquired(path: Path, *, what: str, timeout: float | None, mode: int) -> Fil
         raise _mutex_error(path, exc) from exc
     if not acquired:
         raise CacheError(
-            f"gave up after {timeout:g} s waiting for another process to finish {what} "
+            f"gave up after {timeout:g} s waiting for another process or thread to finish {what} "
             f"(lock: {path})",
-            hint="let the other process finish, or raise or unset FLASHHUB_LOCK_TIMEOUT",
+            hint="let the other process or thread finish, or raise or unset FLASHHUB_LOCK_TIMEOUT",
         )
     return lock
 
@@ -123,7 +125,7 @@ def _waited_for(lock: FileLock, timeout: float, what: str) -> bool:
 
     deadline = time.monotonic() + timeout
     while True:
-        stop_after_ctrl_c(f"waiting for another process to finish {what}")
+        stop_after_ctrl_c(f"waiting for another process or thread to finish {what}")
         left = deadline - time.monotonic()
         try:
             lock.acquire(timeout=max(0.0, min(left, STOP_CHECK_SECONDS)))
