@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,6 +269,25 @@ def test_lock_and_download_outside_the_project_directory_say_which_to_pass(
         assert f"hint: pass the directory that holds pyproject.toml ({project}), not the file" in (
             given_the_file.stderr
         )
+
+
+def test_lock_in_a_directory_that_was_removed_says_so(tmp_path: Path) -> None:
+    gone = tmp_path / "project"
+    gone.mkdir()
+    script = Path(sys.executable).with_name("flashhub")
+    # The shell stays in the directory it removed, as one does after another shell's `rm -r`.
+    result = subprocess.run(
+        ["sh", "-c", 'cd "$1" && rmdir "$1" && exec "$2" lock', "sh", gone, script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "error: the current directory no longer exists" in result.stderr
+    assert "hint: cd to a directory that exists (the project's), or pass absolute paths" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
 
 
 def test_lock_without_dependencies_fails(tmp_path: Path) -> None:

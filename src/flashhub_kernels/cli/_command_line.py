@@ -14,13 +14,11 @@ from .._models.record import Record
 from ._common import (
     Command,
     Parser,
-    open_missing_streams,
-    parse,
-    run,
     verbose_argument,
     verbosity,
 )
 from ._exit import EXIT_USAGE
+from ._running import open_missing_streams, parse, run
 
 
 class _Listed(Record):

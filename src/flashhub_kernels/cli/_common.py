@@ -1,36 +1,21 @@
-"""What the ``flashhub`` commands share: exit codes, option definitions and argument
-types, output formatting, and running a handler with errors printed, not raised."""
+"""What the ``flashhub`` commands share: option definitions, argument types and output
+formatting."""
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
-import signal
 import sys
-import threading
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Literal, NoReturn, TextIO, TypedDict, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypedDict, TypeVar
 
 from .._config import get_config
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.escaping import escape_controls, escape_message
 from .._utils.urls import redact_text
-from ..errors import ConfigError, FlashhubError, LockfileError
-from ._exit import (
-    EXIT_BROKEN_PIPE,
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    EXIT_TERMINATED,
-    EXIT_USAGE,
-)
-from ._settings import in_command_terms, settings_applied
+from ..errors import LockfileError
 
 if TYPE_CHECKING:
     from .._cache.layout import Cache
@@ -314,170 +299,6 @@ def newest_version(repo_id: str, command: str) -> int:
         )
     with remote(config) as fetcher:
         return with_version(fetcher, repo_id, None).version
-
-
-# --- running -------------------------------------------------------------------------------
-
-
-def open_missing_streams() -> None:
-    """Point a missing ``sys.stdin``, ``sys.stdout`` or ``sys.stderr`` at the null device.
-
-    Python sets one to ``None`` when the process starts with its descriptor closed
-    (``flashhub get ... 2>&-``, pythonw). ``print(file=None)`` writes to stdout, so the
-    errors and warnings would land in the output a script reads (``DIR=$(flashhub get
-    ...)``), and flushing a missing stdout, or asking a missing stdin whether it is a
-    terminal (``flashhub cache clear <&-``), would end the command in a traceback.
-    """
-    if sys.stdin is None:
-        sys.stdin = _null_stream("r")
-    if sys.stdout is None:
-        sys.stdout = _null_stream("w")
-    if sys.stderr is None:
-        sys.stderr = _null_stream("w")
-
-
-def _null_stream(mode: Literal["r", "w"]) -> TextIO:
-    """A stream on the null device that, like Python's own standard streams, never closes
-    its descriptor: it stays open until the process exits (so ``-X dev`` has no unclosed
-    file to warn of at teardown)."""
-    return open(os.open(os.devnull, os.O_RDWR), mode, closefd=False)
-
-
-def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
-    """Parse, turning argparse's ``SystemExit`` (``--help``, usage errors) into a code."""
-    try:
-        return parser.parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-
-
-def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
-    parser.print_usage(sys.stderr)
-    print(f"{parser.prog}: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def run(handler: Handler, args: argparse.Namespace) -> int:
-    """Run ``handler`` with the settings its options give; print any error, with its hint
-    and without a traceback, and return the exit code."""
-    sigterm = _SigtermInterrupts()
-    try:
-        with warnings.catch_warnings(), sigterm, _file_names_as_bytes(), settings_applied(args):
-            warnings.showwarning = _print_warning  # catch_warnings restores it, for a caller
-            code = handler(args)
-        sys.stdout.flush()  # a closed pipe shows here, not at exit
-        return code
-    except KeyboardInterrupt as exc:  # Ctrl-C: what the download says of it, no traceback
-        print(escape_message(str(exc) or "interrupted"), file=sys.stderr)
-        return EXIT_TERMINATED if sigterm.received else EXIT_INTERRUPTED
-    except BrokenPipeError:
-        _discard_stdout()
-        return EXIT_BROKEN_PIPE
-    except FlashhubError as exc:  # ConfigError: a malformed setting, e.g. FLASHHUB_CDN_URL
-        hint = exc.cli_hint or exc.hint
-        print_error(in_command_terms(exc.message, args), hint and in_command_terms(hint, args))
-        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
-    except ValueError as exc:  # a malformed argument or setting (LOCAL_KERNELS, trusted keys)
-        if _unprintable_output(exc):
-            print_error(
-                f"stdout's encoding ({exc.encoding}) cannot show "
-                f"{exc.object[exc.start : exc.end]!r}, which is part of the output",
-                "set PYTHONIOENCODING=utf-8, or run in a UTF-8 locale (LC_ALL=C.UTF-8)",
-            )
-            return EXIT_FAILURE
-        print_error(str(exc), None)
-        return EXIT_USAGE
-    except OSError as exc:
-        print_error(str(exc), None)
-        return EXIT_FAILURE
-
-
-class _SigtermInterrupts:
-    """For the block, SIGTERM (``docker stop``, Kubernetes) interrupts the command as
-    Ctrl-C does, so that a download keeps what arrived for the next run. Python's default
-    would end the process at once, keeping nothing; as a container's PID 1, which the
-    kernel sends no signal it has no handler for, it would not end it at all.
-
-    Only where SIGTERM has its default action: a program that calls the command keeps its
-    own handler, or SIGTERM ignored (a handler set in C, which Python could not put back,
-    included). Only the main thread may set a handler: from another one, nothing changes."""
-
-    received = False
-    _taken = False
-
-    def __enter__(self) -> None:
-        in_main = threading.current_thread() is threading.main_thread()
-        if in_main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, self._interrupt)
-            self._taken = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._taken:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
-        self.received = True
-        raise KeyboardInterrupt
-
-
-@contextmanager
-def _file_names_as_bytes() -> Iterator[None]:
-    """For the block, a path on stdout is written as the bytes that name it on disk: a name
-    that is not valid in the file system's encoding (``b"\\xff"``, a Latin-1 name under a
-    UTF-8 locale) reaches Python as lone surrogates, which a strict stdout refuses to
-    encode, so ``flashhub get`` could not print the directory it had filled. Python's own
-    error handler for them (``surrogateescape``) writes the bytes back, as it does in the C
-    locale; a character the encoding cannot hold still fails (:func:`_unprintable_output`)."""
-    stdout = sys.stdout
-    if not isinstance(stdout, io.TextIOWrapper) or stdout.errors != "strict":
-        yield
-        return
-    stdout.reconfigure(errors="surrogateescape")
-    try:
-        yield
-    finally:  # as the caller had it, for a program that runs a command in its process
-        stdout.reconfigure(errors="strict")
-
-
-def _unprintable_output(exc: ValueError) -> TypeGuard[UnicodeEncodeError]:
-    """Whether ``exc`` is stdout's encoding failing on what a command prints: a path or
-    a name that an ASCII or Latin-1 stdout cannot hold (``PYTHONIOENCODING=ascii``)."""
-    encoding = getattr(sys.stdout, "encoding", None)
-    if not isinstance(exc, UnicodeEncodeError) or not encoding:
-        return False
-    import codecs
-
-    try:
-        return codecs.lookup(exc.encoding).name == codecs.lookup(encoding).name
-    except LookupError:
-        return False
-
-
-def _print_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    """Print a warning as the command's other messages are printed (``warning: ...``),
-    without the library's file, line and category, which mean nothing to a command, and
-    in the command's terms where the warning has them (``cli_message``)."""
-    text = getattr(message, "cli_message", None) or str(message)
-    print(f"warning: {escape_message(text)}", file=sys.stderr)
-
-
-def _discard_stdout() -> None:
-    """Point stdout at the null device, so that the output still buffered is not flushed
-    into the closed pipe at exit (which prints "Exception ignored ... BrokenPipeError")."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a file: nothing is flushed at exit
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, fd)
-    os.close(null)
 
 
 def verbose_argument(parser: argparse.ArgumentParser, *, top: bool = False) -> None:

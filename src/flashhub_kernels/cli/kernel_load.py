@@ -9,14 +9,11 @@ from ._common import (
     Parser,
     cache_dir_argument,
     cdn_url_argument,
-    open_missing_streams,
-    parse,
     repo_id_arg,
-    run,
-    usage_error,
     version_arg,
 )
 from ._exit import EXIT_OK
+from ._running import open_missing_streams, parse, run, usage_error
 
 
 def _kernel_load_parser() -> argparse.ArgumentParser:
