@@ -31,6 +31,7 @@ from flashhub_kernels.errors import (
     LockfileError,
     SignatureError,
 )
+from support.builder import loaded_variant, ran, ran_label, write_builder_kernel
 from support.cdn_server import CdnHandler, CdnServer, Fault, held
 from support.cli_runner import OFFLINE, flashhub, ok_json
 from support.preloaded import run_code
@@ -1404,3 +1405,72 @@ def test_a_sig_a_half_synced_mirror_lacks_comes_from_the_next(
 def hang_up(handler: CdnHandler, body: bytes) -> None:
     """Answer nothing: close the connection."""
     handler.close_connection = True
+
+
+# -- 12. the kernels a signed kernel depends on -------------------------------------------------
+# A key trusted for one org vouches for that org's kernels; the CDN must not choose the code
+# such a kernel runs through its kernel-depends, whatever org that names.
+
+TOP, DEP = "acme/top", "other/base"
+IMPORT_TOP = "import flashhub.acme.top.v1 as k; print(k.base.__name__)"
+
+
+def _publish_top_needing_another_org(root: Path) -> None:
+    write_builder_kernel(root, DEP, 2)
+    uses_dep = f"from flashhub_kernels import get_kernel_dep\n\nbase = get_kernel_dep({DEP!r})\n"
+    write_builder_kernel(root, TOP, 1, body=uses_dep, kernel_depends=[(DEP, 2)])
+
+
+def test_an_unsigned_dependency_of_a_signed_kernel_is_refused_before_it_runs(
+    cdn: CdnServer, keys: Keys, ran_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), _ = keys
+    _publish_top_needing_another_org(cdn.root)
+    sign(cdn.root / "kernels" / "acme", path)  # other/base stays unsigned
+    trust(monkeypatch, f"acme:{key.public_line}")  # scoped: other's kernels need no signature
+
+    child = run_code(IMPORT_TOP, env=dict(os.environ))
+    assert child.returncode == 1
+    assert "SignatureError: acme/top v1 is signed, so each kernel it depends on must be " in (
+        child.stderr
+    )
+    assert f"or by the key that signed acme/top v1 ({key.key_id})" in child.stderr
+    assert "other/base/v2/variants.json is not signed" in child.stderr
+    assert ran(ran_dir) == [], "neither the dependency's code nor the kernel's ran"
+    assert not [p for p in package_gets(cdn) if "/other/base/" in p]
+
+    # On its own, the unsigned kernel of the other org loads, as a scoped key promises; the
+    # second (warm) load records it in the import table.
+    for _ in range(2):
+        assert run_python("import flashhub.other.base.v2 as b; print(b.__name__)").split() == [
+            "flashhub.other.base.v2"
+        ]
+    # Cached and in the import table now, unsigned: still refused as the dependency.
+    child = run_code(IMPORT_TOP, env=dict(os.environ))
+    assert child.returncode == 1
+    assert "is signed, so each kernel it depends on must be signed too" in child.stderr
+    assert ran(ran_dir) == [ran_label(DEP, 2)] * 2, "the signed kernel's code never ran"
+
+
+def test_a_dependency_signed_by_the_key_that_signed_its_kernel_loads(
+    cdn: CdnServer, keys: Keys, ran_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path, key), (other_path, other_key) = keys
+    _publish_top_needing_another_org(cdn.root)
+    sign(cdn.root, path)  # acme's publisher signed the dependency too
+    trust(monkeypatch, f"acme:{key.public_line}")
+
+    assert run_python(IMPORT_TOP).split() == ["flashhub.other.base.v2"]
+    assert run_python(IMPORT_TOP).split() == ["flashhub.other.base.v2"]  # warm
+    assert ran(ran_dir) == [ran_label(DEP, 2), ran_label(TOP, 1)] * 2
+    assert cached_signers()[(DEP, 2, loaded_variant())] == key.key_id
+
+    # Signed by the dependency's own publisher alone, whose key is trusted for its org.
+    shutil.rmtree(get_config().cache_dir)
+    for sig in (cdn.root / "kernels" / "other").rglob("*.sig"):
+        sig.unlink()
+    sign(cdn.root / "kernels" / "other", other_path)
+    for sig in (cdn.root / "kernels" / "other").rglob("*.sig"):
+        assert sig_key_ids(sig.with_suffix("")) == [other_key.key_id]
+    trust(monkeypatch, f"acme:{key.public_line}", f"other:{other_key.public_line}")
+    assert run_python(IMPORT_TOP).split() == ["flashhub.other.base.v2"]

@@ -1,10 +1,9 @@
 """The cache's records of kernel imports: the import table, and the entries in use.
 
-The import table (``import-table/<module name>.json`` in the cache root: a hit reads its
-name's rows alone) keeps the entry each kernel module name loaded last, for the next
-process that imports the name: keyed by what decided it, and stamped with what the full
-lookup (:mod:`._cache.obtain`) read and checked, so that any change is a miss.
-:mod:`._cache.table_writer` writes it; docs/design.md ("The import table") gives the rules.
+The import table (``import-table/<module name>.json`` in the cache root) keeps the entry
+each kernel module name loaded last, for the next process that imports the name: keyed by
+what decided it, stamped with what the full lookup (:mod:`._cache.obtain`) checked, so that
+any change is a miss. :mod:`._cache.table_writer` writes it; docs/design.md gives the rules.
 
 A process that imports a kernel from the cache holds a shared ``flock`` on the entry's
 directory until it exits (the kernel drops it however the process ends; a forked child
@@ -16,8 +15,7 @@ and best effort: where ``fcntl`` is missing (Windows) or the file system refuses
 ``flock`` on a directory, nothing is held, nor past a quarter of the process's limit on
 open files (the program's own files come first); nothing is protected then.
 
-Both are on every warm import's path: one module, beside the ``_cache`` package rather
-than in it, since each module a warm import loads (a package too) costs it about 0.1 ms.
+Both are on every warm import's path, hence one module of its own beside ``_cache``.
 """
 
 from __future__ import annotations
@@ -82,12 +80,14 @@ class TableKey:
 
 
 def key_of(module: str, candidates: Sequence[RepoInfo], backend: str | None) -> TableKey | None:
-    """The key of importing ``module``, which stands for ``candidates`` (``backend``
-    forced, if given); ``None`` once :func:`~flashhub_kernels.configure` set a setting,
-    which the key does not cover: then every import looks its kernel up in full."""
+    """The key of importing ``module`` (for ``candidates``, ``backend`` forced if given);
+    ``None`` once :func:`~flashhub_kernels.configure` set a setting or while a signed kernel's
+    dependencies load, which the key does not cover: each is looked up in full."""
     # configure() imports it; another thread may be running its code, `overrides` not made.
     settings = sys.modules.get("flashhub_kernels._config")
     if getattr(settings, "overrides", None) or not hasattr(os, "getuid"):
+        return None
+    if (vouching := getattr(settings, "vouching_signer", None)) and vouching.get():
         return None
     try:
         return TableKey(module, candidates, backend)

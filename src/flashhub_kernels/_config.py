@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from contextvars import ContextVar
 from pathlib import Path
 
 from ._constants import (
@@ -109,6 +110,10 @@ class Config(Record):
 
 # What configure() set for this process: it wins over the environment.
 overrides: dict[str, object] = {}
+# While this thread loads the kernels a kernel verified by signature depends on: the key
+# that signed it. They must be signed too, by a key trusted for their org or by this one:
+# its publisher vouches for what the kernel runs, and the CDN must not choose that code.
+vouching_signer: ContextVar[str | None] = ContextVar("flashhub_vouching_signer", default=None)
 
 
 def config_error(message: str, *, hint: str) -> ConfigError:
@@ -300,9 +305,17 @@ def get_config(*, project_dir: Path | None = None) -> Config:
         max_file_bytes=_env_bytes("FLASHHUB_MAX_FILE_BYTES") or DEFAULT_MAX_FILE_BYTES,
         cache_shared=_env_switch("FLASHHUB_CACHE_SHARED"),
         version_check=not env_flag("FLASHHUB_NO_VERSION_CHECK"),
-        trusted_keys=trusted_keys(project_dir or Path()),
-        require_signatures=_env_switch(REQUIRE_SIGNATURES_VAR),
+        trusted_keys=_vouched_for(trusted_keys(project_dir or Path())),
+        require_signatures=_env_switch(REQUIRE_SIGNATURES_VAR) or vouching_signer.get() is not None,
     )
+
+
+def _vouched_for(keys: tuple[TrustedKey, ...]) -> tuple[TrustedKey, ...]:
+    """``keys``, and while a signed kernel's dependencies load, the key that signed it
+    trusted for every org (see :data:`vouching_signer`)."""
+    signer = vouching_signer.get()
+    vouching = tuple(key._replace(orgs=None) for key in keys if key.key_id == signer)
+    return keys + vouching
 
 
 def trusted_keys(project_dir: Path) -> tuple[TrustedKey, ...]:

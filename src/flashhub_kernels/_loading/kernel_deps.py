@@ -15,7 +15,7 @@ both are refused with the chain spelled out.
 from __future__ import annotations
 
 import importlib
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from types import ModuleType
 
 from .._constants import MANIFEST_NAME
@@ -28,7 +28,7 @@ from .._models.kernel_metadata import (
 )
 from .._models.manifest import load_json
 from .._models.names import parse_module_name
-from ..errors import KernelDependencyLookupError
+from ..errors import KernelDependencyLookupError, SignatureError
 from .requirements import check_requirements
 
 TYPE_CHECKING = False
@@ -105,7 +105,7 @@ def execute_kernel(
         return
     metadata = read_kernel_metadata(requires, source=f"{_describe(kernel_dir)}: {MANIFEST_NAME}")
     check_requirements(metadata, _describe(kernel_dir))
-    deps = load_dependencies(metadata.kernel_depends, _label(kernel_dir), module_name, pin)
+    deps = load_dependencies(metadata.kernel_depends, kernel_dir, module_name, pin)
     token = _DEPS.set(deps)
     try:
         execute()
@@ -115,19 +115,22 @@ def execute_kernel(
 
 def load_dependencies(
     depends: tuple[KernelDependency, ...],
-    kernel: str,
+    kernel_dir: KernelDir,
     module_name: str,
     pin: Callable[[RepoInfo, str | None], str],
 ) -> dict[str, ModuleType]:
-    """Import each of ``depends``, the dependencies of ``kernel`` (``"org/pkg vN"``),
-    which is imported as ``module_name`` (a forced backend applies to them too)."""
+    """Import each of ``depends``, the dependencies of the kernel in ``kernel_dir``, which
+    is imported as ``module_name`` (a forced backend applies to them too). Those of a
+    kernel a trusted key vouched for must be signed too: see ``vouching_signer``."""
     if not depends:
         return {}
     parsed = parse_module_name(module_name)
     backend = parsed.backend if parsed is not None else None
+    kernel = _label(kernel_dir)
     chain = (*_CHAIN.get(), kernel)
     importer = dependency_importer.get()
     token = _CHAIN.set(chain)
+    vouched = _vouched_by(kernel_dir.signer) if kernel_dir.signer is not None else None
     try:
         loaded = {}
         for dep in depends:
@@ -138,8 +141,32 @@ def load_dependencies(
                 else importlib.import_module(pin(dep.info, backend))
             )
         return loaded
+    except SignatureError as exc:
+        if vouched is None:
+            raise
+        raise _unvouched_error(kernel, kernel_dir.signer, exc) from None
     finally:
         _CHAIN.reset(token)
+        if vouched is not None:
+            vouched.var.reset(vouched)
+
+
+def _vouched_by(signer: str) -> Token[str | None]:
+    """Require the signatures of the dependencies imported until the token is reset:
+    by a key trusted for their org, or by ``signer``."""
+    from .._config import vouching_signer
+
+    return vouching_signer.set(signer)
+
+
+def _unvouched_error(kernel: str, signer: str | None, exc: SignatureError) -> SignatureError:
+    """The error for a dependency of ``kernel`` (signed by ``signer``) that no key vouches for."""
+    return SignatureError(
+        f"{kernel} is signed, so each kernel it depends on must be signed too, by a key "
+        f"trusted for its org or by the key that signed {kernel} ({signer}): {exc.message}",
+        hint="ask the publisher to sign the dependency, or trust its publisher's key for "
+        "its org (FLASHHUB_TRUSTED_KEYS=<org>:flashhub-ed25519:...)",
+    )
 
 
 def requirements(kernel_dir: KernelDir) -> Mapping[str, Any]:
