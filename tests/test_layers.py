@@ -1152,6 +1152,80 @@ def test_a_range_only_mapping_misses_a_gpu_outside_it(
     assert model.forward.__func__ is SiluAndMul.forward
 
 
+@pytest.fixture(params=[("cuda", CUDAProperties), ("rocm", ROCMProperties)], ids=["cuda", "rocm"])
+def sm86_range(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Device:
+    """The entry ``80-89`` of a GPU whose capability is 86, CUDA's or ROCm's."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # torch is asked then
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
+    device, properties = request.param
+    return Device(device, properties(80, 89))
+
+
+def narrow_inference_wide_training(
+    repos: dict[str, LocalLayerRepository], narrow: Device
+) -> dict[str, dict[object, object]]:
+    """``INFERENCE`` in the range ``narrow``, ``TRAINING`` for its device type at large."""
+    return {
+        "SiluAndMul": {
+            narrow.type: {Mode.TRAINING: repos["any"]},
+            narrow: {Mode.INFERENCE: repos["ampere"]},
+        }
+    }
+
+
+def test_a_narrow_range_with_the_mode_beats_a_wider_entry(
+    capability_repos: dict[str, LocalLayerRepository], sm86_range: Device
+) -> None:
+    mapping = narrow_inference_wide_training(capability_repos, sm86_range)
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        model = kernelize(HubSiluAndMul(), mode=Mode.INFERENCE, device=sm86_range.type)
+    assert kernel_tag(model) == "ampere"
+
+
+def test_a_narrow_range_without_the_mode_falls_back_without_trying_wider_entries(
+    capability_repos: dict[str, LocalLayerRepository], sm86_range: Device
+) -> None:
+    mapping = narrow_inference_wide_training(capability_repos, sm86_range)
+    with use_kernel_mapping(mapping, inherit_mapping=False):  # as in Hugging Face kernels
+        model = kernelize(HubSiluAndMul(), mode=Mode.TRAINING, device=sm86_range.type)
+    assert model.forward.__func__ is SiluAndMul.forward
+
+
+def test_a_narrow_range_without_the_mode_raises_without_fallback(
+    capability_repos: dict[str, LocalLayerRepository], sm86_range: Device
+) -> None:
+    mapping = narrow_inference_wide_training(capability_repos, sm86_range)
+    model = HubSiluAndMul()
+    with (
+        use_kernel_mapping(mapping, inherit_mapping=False),
+        pytest.raises(KernelLayerError) as info,
+    ):
+        kernelize(model, mode=Mode.TRAINING, device=sm86_range.type, use_fallback=False)
+    assert isinstance(info.value, ValueError)
+    assert (
+        f"its {sm86_range.type} entry for the capabilities 80-89 is for the modes INFERENCE, "
+        "none of which serves it (the narrowest entry that holds this GPU's capability: "
+        "wider ones are not tried)"
+    ) in str(info.value)
+    assert "NO_COMPATIBLE_MODE" in str(info.value)
+
+
+def test_an_empty_narrow_range_hides_wider_entries(
+    capability_repos: dict[str, LocalLayerRepository],
+    sm86_range: Device,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mapping = {"SiluAndMul": {sm86_range.type: capability_repos["any"], sm86_range: {}}}
+    model = HubSiluAndMul()
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(model, mode=Mode.INFERENCE, device=sm86_range.type)
+        assert model.forward.__func__ is SiluAndMul.forward
+        with pytest.raises(KernelLayerError, match=r"80-89 maps no mode.*NO_COMPATIBLE_MODE"):
+            kernelize(model, mode=Mode.INFERENCE, device=sm86_range.type, use_fallback=False)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+        assert kernel_tag(kernelize(model, mode=Mode.INFERENCE, device=sm86_range.type)) == "any"
+
+
 # -- repositories and marking --------------------------------------------------------------
 
 

@@ -277,17 +277,36 @@ def _ranges(devices: list[Device]) -> str:
     )
 
 
+def _no_mode(device: Device, keys: Mapping[Mode, object], shadows: bool) -> Miss:
+    """The miss of ``device``'s entry, whose mapping keys ``keys`` do not serve the mode
+    asked; ``shadows``: wider entries, not tried, hold the GPU's capability too."""
+    where = f"its {device.type} entry"
+    if (props := device.properties) is not None:
+        where += f" for the capabilities {props.min_capability}-{props.max_capability}"
+    modes = sorted(mode_text(k) for k in keys)
+    detail = f"{where} is for the modes {', '.join(modes)}, none of which serves it"
+    if not modes:
+        detail = f"{where} maps no mode"
+    if shadows:
+        detail += (
+            " (the narrowest entry that holds this GPU's capability: wider ones are not tried)"
+        )
+    return Miss(KernelizeFallback.NO_COMPATIBLE_MODE, detail)
+
+
 def select_repository(
     entries: _Entries | None, target: Target | None, mode: Mode
 ) -> tuple[BaseLayerRepository, Mode] | Miss:
-    """The repository of the most specific device entry that serves ``mode``, and its key;
-    else the :class:`Miss` that says why there is none.
+    """The repository of the most specific device entry for ``mode``, and its key; else
+    the :class:`Miss` that says why there is none.
 
     ``entries`` are a layer's (``None``: it is not mapped); ``target`` is the device it
-    runs on (``None``: a call without tensor arguments). A narrower capability range beats
-    a wider one (on a tie, the higher minimum wins), and a range beats an entry without
-    properties. The GPU is asked for its capability only when an entry has a range.
-    Within an entry, :func:`select_mode` picks the key.
+    runs on (``None``: a call without tensor arguments). Of the entries whose range holds
+    the GPU's capability, only the narrowest is used, as in Hugging Face kernels: a
+    narrower capability range beats a wider one (on a tie, the higher minimum wins), and a
+    range beats an entry without properties. When that entry has no key for ``mode``,
+    wider ones are not tried. The GPU is asked for its capability only when an entry has a
+    range. Within the entry, :func:`select_mode` picks the key.
     """
     if entries is None:
         return Miss(KernelizeFallback.NO_LAYER, "the mapping has no entry for it")
@@ -311,13 +330,8 @@ def select_repository(
                 f"its {target.type} entries hold the capabilities {_ranges(of_type)}, "
                 f"and this GPU's is {held}",
             )
-    for device in sorted(candidates, key=_breadth):
-        selected = select_mode(entries[device], mode)
-        if selected is not None:
-            return selected
-    keys = sorted({mode_text(k) for d in candidates for k in entries[d]})
-    return Miss(
-        KernelizeFallback.NO_COMPATIBLE_MODE,
-        f"its {target.type} entries are for the modes {', '.join(keys) or 'none'}, "
-        "none of which serves it",
-    )
+    device = min(candidates, key=_breadth)
+    selected = select_mode(entries[device], mode)
+    if selected is not None:
+        return selected
+    return _no_mode(device, entries[device], len(candidates) > 1)
