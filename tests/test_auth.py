@@ -322,3 +322,37 @@ def test_a_private_cdn_behind_a_proxy_keeps_every_credential_to_its_own_host(
         assert secret.removeprefix("Basic ") not in result.stdout + result.stderr
     assert {r.authorization for r in cdn.requests} == {basic_auth(USER, SECRET)}
     assert set(proxy.targets(at_least=1)) == {f"127.0.0.1:{dead}"}  # the CDN: not proxied
+
+
+# A program with logging at its default level (WARNING) loads a kernel, then sends a request
+# of its own, to a refused port, with a query: urllib3 warns of each retry of either.
+LOAD_THEN_OWN_REQUEST = """
+import logging, sys
+logging.basicConfig(stream=sys.stderr)
+import requests, flashhub_kernels as fk
+try:
+    fk.get_kernel({repo!r}, version=1)
+except fk.errors.TransportError as exc:
+    print("load failed:", type(exc).__name__)
+try:
+    session = requests.Session()
+    session.mount("http://", requests.adapters.HTTPAdapter(max_retries=1))
+    session.get("http://127.0.0.1:{dead}/own?api_key=own-key-19", timeout=5)
+except requests.ConnectionError:
+    print("own request failed")
+"""
+
+
+def test_urllib3_warnings_about_a_load_hide_a_signed_url_redirected_to(cdn: CdnServer) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    dead = refused_port()
+    signed = f"http://127.0.0.1:{dead}/obj?X-Amz-Signature=sig-5c21&X-Amz-Credential=cred-8d0"
+    cdn.inject(VARIANTS, *[redirect(signed)] * 10)
+    code = LOAD_THEN_OWN_REQUEST.format(repo=REPO, dead=dead)
+    result = run_code(code, env=dict(os.environ))
+    assert result.stdout.split("\n")[:2] == ["load failed: TransportError", "own request failed"]
+    warned = [line for line in result.stderr.splitlines() if line.startswith("WARNING:urllib3")]
+    assert any("/obj?X-Amz-Signature=****&X-Amz-Credential=****" in line for line in warned)
+    assert "sig-5c21" not in result.stderr and "cred-8d0" not in result.stderr
+    # The program's own request, sent from its code, is quoted as urllib3 quotes it.
+    assert any("/own?api_key=own-key-19" in line for line in warned)

@@ -57,6 +57,7 @@ from .._utils.urls import (
 )
 from ..errors import TransportError
 from .header_deadline import end_watchdog_when_idle, with_header_deadline
+from .log_redaction import hide_queries_in_urllib3_logs, sending_request
 from .mirrors import wait_to_retry
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -207,6 +208,13 @@ class PoolPerOrigin(requests.adapters.HTTPAdapter):
         response.request = req
         response.connection = self  # as HTTPAdapter sets it
         return response
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
+        token = sending_request.set(True)  # urllib3's lines about it hide its query
+        try:
+            return super().send(request, *args, **kwargs)
+        finally:
+            sending_request.reset(token)
 
     def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
@@ -410,6 +418,7 @@ def new_session(pool_size: int, timeouts: tuple[float, float]) -> requests.Sessi
     ``pool_size`` is the number of connections kept per host: the parallel downloads.
     ``timeouts`` (connect, read) are the run's, as its requests are sent with them.
     """
+    hide_queries_in_urllib3_logs()
     session = _Session()
     session.trust_env = False  # resolved once by route_for() and ca_bundle()
     session.verify = ca_bundle()
