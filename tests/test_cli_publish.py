@@ -534,3 +534,40 @@ def test_publish_into_a_tree_it_cannot_write_names_the_version_directory(
         kernel_dir.chmod(0o755)
     _refused_write(result, kernel_dir / "v2")
     assert tree_bytes(out) == before
+
+
+# `flashhub publish ARGS` in a process whose publish is stopped by the signal SIG the
+# moment the new version's directory is renamed into place, before versions.json lists it.
+STOPPED_AFTER_THE_RENAME = """
+import os, signal, sys
+from flashhub_kernels._publish import destination
+from flashhub_kernels.cli import main
+
+commit = destination._commit
+def commit_then_signal(*args, **kwargs):
+    commit(*args, **kwargs)
+    os.kill(os.getpid(), signal.{sig})
+destination._commit = commit_then_signal
+sys.exit(main({args!r}))
+"""
+
+
+@pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_publish_stopped_just_after_the_rename_still_lists_the_version(
+    kernel: Path, tmp_path: Path, sig: str, code: int
+) -> None:
+    out = tmp_path / "cdn"
+    first = flashhub("publish", kernel, "--repo-id", REPO, "--version", "1", "--out", out)
+    assert first.returncode == 0, first.stderr
+    args = ["publish", str(kernel), "--repo-id", REPO, "--version", "2", "--out", str(out)]
+    result = subprocess.run(
+        [sys.executable, "-c", STOPPED_AFTER_THE_RENAME.format(sig=sig, args=args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert result.returncode == code, result.stderr
+    package = out / "kernels" / REPO
+    assert sorted(p.name for p in package.iterdir()) == ["v1", "v2", "versions.json"]
+    assert json.loads((package / "versions.json").read_text()) == [1, 2]

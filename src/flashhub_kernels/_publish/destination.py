@@ -127,7 +127,7 @@ def read_verified(source: SourceFile, *, shown: str) -> Iterator[bytes]:
         )
 
 
-def _size(item: bytes | SourceFile) -> int:
+def item_size(item: bytes | SourceFile) -> int:
     return len(item) if isinstance(item, bytes) else item.size
 
 
@@ -190,7 +190,7 @@ class Directory(Destination):
         version_dir = self.path(rel)
         with self._writing(version_dir):
             self._assemble(version_dir, items, replace=replace)
-        self.written.update({f"{rel}/{item_rel}": _size(item) for item_rel, item in items})
+        self.written.update({f"{rel}/{item_rel}": item_size(item) for item_rel, item in items})
 
     def _assemble(self, version_dir: Path, items: Sequence[Item], *, replace: bool) -> None:
         _make_dirs(version_dir.parent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import warnings
@@ -29,7 +30,7 @@ from .compare import (
     next_free_version,
     same_files_listed,
 )
-from .destination import Destination, Directory, open_destination
+from .destination import Destination, Directory, item_size, open_destination
 from .layout import VERSIONS, Tree
 from .metadata import kernel_defaults
 from .report import Finding, PublishReport
@@ -173,11 +174,19 @@ def _publish_builds(
         unsigned = None if keys else _unsigned_refusal(destination, pkg_rel, repo)
         if unsigned is not None and dump_json(versions) != old_versions:
             raise unsigned
-        outcome = _place_version(
-            tree, destination, version_rel, repo, force=force, keys=keys, unsigned=unsigned
-        )
         # versions.json goes last, so it never lists a version whose files are not in place.
-        write_versions(destination, versions_rel, old_versions, versions, repo, keys)
+        list_versions = functools.partial(
+            write_versions, destination, versions_rel, old_versions, versions, repo, keys
+        )
+        try:
+            outcome = _place_version(
+                tree, destination, version_rel, repo, force=force, keys=keys, unsigned=unsigned
+            )
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line
+            if _in_place(tree, destination, version_rel):  # just after the version's rename
+                list_versions()  # else it would be served, and listed by no versions.json
+            raise
+        list_versions()
         shared = tuple(shared_natives(destination, pkg_rel, repo.version, builds))
     _warn(shared, SharedNativeLibraryWarning, repo)
     _warn(undeclared, UndeclaredDependencyWarning, repo)
@@ -225,6 +234,12 @@ def _unsigned_refusal(
         "that no longer match",
         hint=_UNSIGNED_HINT,
     )
+
+
+def _in_place(tree: Tree, destination: Destination, version_rel: str) -> bool:
+    """Whether ``version_rel`` holds each file of ``tree``, at its size."""
+    files = destination.files(version_rel) or {}
+    return all(files.get(rel) == item_size(item) for rel, item in tree.items())
 
 
 def _place_version(
