@@ -302,7 +302,7 @@ def test_malformed_references_raise_value_error_before_any_request(
     [
         {"repo_id": 123, "version": 1},
         {"repo_id": Path("acme/x"), "version": 1},
-        {"repo_id": "acme/x", "version": "1"},
+        {"repo_id": "acme/x", "version": "one"},
         {"repo_id": "acme/x", "version": 1.0},
         {"repo_id": "acme/x", "version": True},
         {"repo_id": "acme/x", "revision": 1},
@@ -322,6 +322,24 @@ def test_an_argument_of_the_wrong_type_is_a_type_error_and_a_value_error(
         assert "must be" in str(error)
         assert str(pickle.loads(pickle.dumps(error))) == str(error)
     assert cdn.requests == []
+
+
+def test_a_version_given_as_a_revisions_str_loads_as_0_1_2_took_it_and_warns(
+    cdn: CdnServer,
+) -> None:
+    # 0.1.2 took version="1" (from an environment variable, say), and a revision second
+    # in has_kernel and get_kernel_variants, where version is now.
+    write_kernel(cdn.root, REPO, 1)
+    calls = [
+        lambda: fk.get_kernel(REPO, version="1").__name__,  # type: ignore[arg-type]
+        lambda: fk.has_kernel(REPO, "v1"),  # type: ignore[arg-type]
+        lambda: [v.variant for v in fk.get_kernel_variants(REPO, "v1")][:1],  # type: ignore[arg-type]
+    ]
+    answers = []
+    for call in calls:
+        with pytest.warns(DeprecationWarning, match=r"version= takes an int: pass version=1 "):
+            answers.append(call())
+    assert answers == ["flashhub.acme.tensor_tricks.v1", True, [local_variant()]]
 
 
 @pytest.mark.parametrize(

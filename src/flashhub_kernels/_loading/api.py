@@ -61,13 +61,35 @@ def parse_revision(revision: str) -> int:
 
 
 def requested_version(version: int | None, revision: str | None) -> int:
-    """Turn the ``version=`` / ``revision=`` pair of the public API into one version."""
+    """Turn the ``version=`` / ``revision=`` pair of the public API into one version.
+
+    A ``version`` given as a revision's ``str`` (``"1"``, ``"v1"``) is read as one, with a
+    ``DeprecationWarning``: the 0.1.2 release took ``version="1"``, and its ``has_kernel``
+    and ``get_kernel_variants`` took a revision second, where ``version`` is now."""
     if (version is None) == (revision is None):
         raise ValueError("give exactly one of version= or revision= (e.g. version=1)")
+    if isinstance(version, str):
+        return _version_given_as_str(version)
     if version is not None:
         return check_version(version)
     assert revision is not None
     return parse_revision(revision)
+
+
+def _version_given_as_str(version: str) -> int:
+    """The version a ``str`` given as ``version=`` names, as a revision."""
+    from .._utils.callers import warn_at_caller  # only for this mistake: not on every load
+
+    try:
+        number = parse_revision(version)
+    except ValueError:
+        return check_version(version)  # raises: no version, and no revision either
+    warn_at_caller(
+        f"version= takes an int: pass version={number} (the str {version!r} is read as "
+        f"revision={version!r})",
+        DeprecationWarning,
+    )
+    return number
 
 
 def get_kernel(
@@ -352,7 +374,7 @@ def get_kernel_variants(
     """
     from .._variants.named_system import target_system
 
-    if revision is not None:
+    if version is not None or revision is not None:
         version = requested_version(version, revision)
     if backend is not None:
         check_backend(backend)
@@ -419,7 +441,7 @@ def has_kernel(
     if backend is not None:
         check_backend(backend)
     check_trust_remote_code(trust_remote_code)
-    if revision is not None:
+    if version is not None or revision is not None:
         version = requested_version(version, revision)
     if repo_id in local_kernels():
         return _has_local(RepoInfo(repo_id, version or 1), backend, check_arch=check_arch)
