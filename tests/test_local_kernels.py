@@ -22,6 +22,7 @@ from flashhub_kernels.errors import (
 )
 from flashhub_kernels.layers import LayerRepository, kernelize, use_kernel_mapping
 from support.cdn_server import CdnServer
+from support.machines import CPU_BUILD, CUDA_BUILD, CUDA_MACHINE, run_as
 from support.preloaded import run_code
 from support.trees import kernel_files, local_variant, write_kernel
 
@@ -309,3 +310,16 @@ def test_get_local_kernel_loads_from_a_path_whose_bytes_are_not_utf8(tmp_path: P
     kernel = fk.get_local_kernel(repo)
     assert kernel.marker() == f"local:{local_variant()}"
     assert os.fsencode(kernel.__file__).startswith(os.fsencode(repo))
+
+
+def test_a_backend_passed_second_as_0_1_2_took_it_forces_that_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 0.1.2's get_local_kernel(repo_path, backend=None): the second argument was the backend.
+    run_as(monkeypatch, CUDA_MACHINE)
+    repo = write_build(tmp_path / "dev", "tricks", [CUDA_BUILD, CPU_BUILD])
+    assert fk.get_local_kernel(repo).marker() == f"local:{CUDA_BUILD}"
+    with pytest.warns(DeprecationWarning, match="'cpu' is read as backend='cpu'"):
+        assert fk.get_local_kernel(repo, "cpu").marker() == f"local:{CPU_BUILD}"
+    with pytest.raises(ValueError, match="rocm"), pytest.warns(DeprecationWarning):
+        fk.get_local_kernel(repo, "rocm")  # a backend this torch cannot run, as with backend=

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashhub_kernels._loading.api import parse_revision, requested_version
+from flashhub_kernels._loading.version_arguments import parse_revision, requested_version
 from flashhub_kernels._models.names import (
     RepoInfo,
     cdn_name_candidates,

@@ -20,76 +20,20 @@ from .._config import Config, get_config
 from .._finder import install, twin_names
 from .._models.kernel_dir import KernelDir
 from .._models.names import (
+    BACKENDS,
     LOCAL_ORG,
-    MAX_VERSION,
     ROOT_PACKAGE,
     RepoInfo,
     check_backend,
-    check_version,
-    is_digits,
     parse_repo_id,
-    positive_number,
 )
 from .hub_arguments import check_trust_remote_code, sending
+from .version_arguments import requested_version
 
 TYPE_CHECKING = False  # not typing's: get_kernel imports this module
 if TYPE_CHECKING:
     from .._variants.system import SystemInfo
     from .._variants.verdicts import VariantVerdict
-
-
-def parse_revision(revision: str) -> int:
-    """``"v3"`` or ``"3"`` -> ``3``. Branch names are not revisions on a static CDN."""
-    if not isinstance(revision, str):
-        from ..errors import ArgumentTypeError  # only for a wrong type: not on every load
-
-        raise ArgumentTypeError(f"revision must be a str such as 'v1', got {revision!r}")
-    text = revision.strip()
-    digits = text[1:] if text.startswith("v") else text
-    number = positive_number(digits)
-    if number is None and is_digits(digits) and not digits.startswith("0"):
-        raise ValueError(
-            f"invalid revision {revision!r}: a version is at most {MAX_VERSION}, the most a "
-            "module name holds"
-        )
-    if number is None:
-        raise ValueError(
-            f"invalid revision {revision!r}: use a version such as 'v1' or '1' "
-            "(the CDN publishes numbered versions, not branches)"
-        )
-    return number
-
-
-def requested_version(version: int | None, revision: str | None) -> int:
-    """Turn the ``version=`` / ``revision=`` pair of the public API into one version.
-
-    A ``version`` given as a revision's ``str`` (``"1"``, ``"v1"``) is read as one, with a
-    ``DeprecationWarning``: the 0.1.2 release took ``version="1"``, and its ``has_kernel``
-    and ``get_kernel_variants`` took a revision second, where ``version`` is now."""
-    if (version is None) == (revision is None):
-        raise ValueError("give exactly one of version= or revision= (e.g. version=1)")
-    if isinstance(version, str):
-        return _version_given_as_str(version)
-    if version is not None:
-        return check_version(version)
-    assert revision is not None
-    return parse_revision(revision)
-
-
-def _version_given_as_str(version: str) -> int:
-    """The version a ``str`` given as ``version=`` names, as a revision."""
-    from .._utils.callers import warn_at_caller  # only for this mistake: not on every load
-
-    try:
-        number = parse_revision(version)
-    except ValueError:
-        return check_version(version)  # raises: no version, and no revision either
-    warn_at_caller(
-        f"version= takes an int: pass version={number} (the str {version!r} is read as "
-        f"revision={version!r})",
-        DeprecationWarning,
-    )
-    return number
 
 
 def get_kernel(
@@ -328,6 +272,9 @@ def get_local_kernel(
     """
     from .local import find_local_package  # not imported by kernel loads from the CDN
 
+    if package_name in BACKENDS and backend is None:
+        backend = _backend_given_as_package_name(str(package_name))
+        package_name = None
     if backend is not None:
         check_backend(backend)
     check_trust_remote_code(trust_remote_code)
@@ -409,6 +356,18 @@ def _judged(repo_id: str, version: int | None, system: SystemInfo) -> list[Varia
         reader = ManifestReader(cache, fetcher, info, index)
         verdicts = judge_variants(sorted(index.present), system)
         return judge_builds(verdicts, system, reader.target, first_fit=False)
+
+
+def _backend_given_as_package_name(backend: str) -> str:
+    """``backend``, which a call passed second, where the 0.1.2 release took a backend."""
+    from .._utils.callers import warn_at_caller
+
+    warn_at_caller(
+        f"get_local_kernel's second argument is package_name: {backend!r} is read as "
+        f"backend={backend!r}, as the 0.1.2 release took it; pass backend={backend!r}",
+        DeprecationWarning,
+    )
+    return backend
 
 
 def has_kernel(

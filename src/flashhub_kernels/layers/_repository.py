@@ -13,8 +13,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, overload
 
-from .._loading.api import get_kernel, get_local_kernel, requested_version
+from .._loading.api import get_kernel, get_local_kernel
 from .._loading.hub_arguments import check_trust_remote_code, user_agent_text
+from .._loading.version_arguments import requested_version
 from .._models.names import RepoInfo, parse_repo_id
 from .._models.record import Record
 from .._utils.callers import caller_package
