@@ -282,6 +282,24 @@ def test_bytecode_is_compiled_hash_based_and_recorded_in_the_receipt(
     assert len(receipt["bytecode"]) == 3  # __init__, _ops, helpers
 
 
+def test_a_cold_load_under_a_pycache_prefix_compiles_the_entrys_bytecode_into_the_entry(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    # PYTHONPYCACHEPREFIX keeps a source tree's bytecode elsewhere; the cache's is the
+    # entry's own, recorded in its receipt, so it stays in the entry.
+    write_kernel(cdn.root, REPO, 1)
+    prefix = tmp_path / "pycache-prefix"
+    load = "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())"
+    marker = f"{REPO}@v1:{local_variant()}"
+    assert run_python(load, env={"PYTHONPYCACHEPREFIX": str(prefix)}, fresh=True).split() == [
+        marker
+    ]
+    assert cached_bytecode(cache_dir, "helpers").is_file()
+    cdn.clear_log()
+    assert run_python(load, fresh=True).split() == [marker]  # warm, without the prefix
+    assert cdn.requests == []
+
+
 @pytest.mark.parametrize("offline", [False, True])
 def test_damaged_bytecode_is_detected_by_the_warm_check(
     cdn: CdnServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, offline: bool

@@ -4,9 +4,9 @@ committed, and recorded in its receipt."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import py_compile  # here, not where it is used: download threads compile (see _utils.threads)
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,14 +18,23 @@ def receipt_stamp(path: str | Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+def bytecode_path(source: str) -> str:
+    """The path of ``source``'s bytecode for this Python, in the ``__pycache__`` beside it,
+    as :func:`importlib.util.cache_from_source` gives it without ``sys.pycache_prefix``
+    (``PYTHONPYCACHEPREFIX``): an entry's bytecode is part of the entry, so it is in it."""
+    head, name = os.path.split(source)
+    level = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
+    tag = sys.implementation.cache_tag
+    return os.path.join(head, "__pycache__", f"{name.rpartition('.')[0]}.{tag}{level}.pyc")
+
+
 def sources_to_compile(listed: set[str]) -> list[str]:
     """The Python files of an entry whose bytecode the cache compiles: all but those
     shipped with their bytecode (verified like any file: not ours to replace)."""
     return [
         relpath
         for relpath in sorted(listed)
-        if relpath.endswith(".py")
-        and Path(importlib.util.cache_from_source(relpath)).as_posix() not in listed
+        if relpath.endswith(".py") and Path(bytecode_path(relpath)).as_posix() not in listed
     ]
 
 
@@ -44,7 +53,7 @@ def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int
     written = {}
     for relpath in sources:
         source = entry / relpath
-        bytecode = Path(importlib.util.cache_from_source(str(source)))
+        bytecode = Path(bytecode_path(str(source)))
         # A file that does not compile is reported by the import, with its traceback.
         with contextlib.suppress(py_compile.PyCompileError, OSError):
             py_compile.compile(

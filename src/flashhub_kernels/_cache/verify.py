@@ -21,7 +21,7 @@ from .._signing.verification import holds_trusted_signature, verify_document
 from .._utils.file_names import check_cached_names
 from .._utils.filesystem import read_regular, replaced_name
 from ..errors import ManifestError, SignatureError
-from .bytecode import compile_bytecode, receipt_stamp
+from .bytecode import bytecode_path, compile_bytecode, receipt_stamp
 from .directories import cache_errors
 from .entries import CacheEntry
 from .layout import Cache
@@ -193,7 +193,7 @@ def _restamp(entry: Path, receipt: Receipt) -> None:
     for relpath in damaged:
         (entry / relpath).unlink(missing_ok=True)
         source = importlib.util.source_from_cache(relpath)
-        if importlib.util.cache_from_source(source) == relpath:
+        if bytecode_path(source) == relpath:
             sources.append(source)
         # else another Python's bytecode: it compiles its own from the source
     bytecode.update(compile_bytecode(entry, sources))
