@@ -20,6 +20,7 @@ import pytest
 import flashhub_kernels as fk
 from flashhub_kernels._network import transport as _transport
 from flashhub_kernels._variants.probing import build_variant_name
+from flashhub_kernels._variants.system import SystemInfo
 from flashhub_kernels.errors import CacheError, KernelNotFoundError, NoCompatibleVariantError
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
@@ -120,7 +121,35 @@ def test_not_found_names_the_url_asked_without_credentials(cdn: CdnServer) -> No
         fk.get_kernel("acme/missing", version=1)
     assert f"{cdn.url}/kernels/acme/missing/v1/variants.json does not exist" in str(info.value)
     assert "s3cret" not in str(info.value)
-    assert info.value.hint == "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    hint = info.value.hint or ""
+    assert hint.startswith("check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX")
+
+
+@pytest.mark.parametrize("machine", [CPU_MACHINE, CUDA_MACHINE], ids=["cpu", "cuda"])
+def test_a_version_neither_listed_nor_probed_names_the_probes_and_both_causes(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, machine: SystemInfo
+) -> None:
+    """Without versions.json nor variants.json, "no build for this system" and "no such
+    kernel or version" look alike: the error names what was probed and advises for both."""
+    run_as(monkeypatch, machine)
+    only = OLD_CUDA_BUILD  # loads on neither machine
+    write_kernel(cdn.root, REPO, 1, [only], with_variants_json=False, with_versions_json=False)
+
+    with pytest.raises(KernelNotFoundError) as info:
+        fk.get_kernel(REPO, version=1)
+
+    message, hint = info.value.message, info.value.hint or ""
+    assert f"{cdn.url}/kernels/{REPO}/v1/variants.json does not exist" in message
+    assert "none of the variants this system can load is published (probed: " in message
+    assert build_variant_name(machine) in message and "torch-universal" in message
+    assert only not in message  # never asked for: not a candidate here
+    assert "cannot say whether the kernel or this version exists" in message
+    assert hint.startswith("check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX")
+    assert "ask the publisher for a build this system loads" in hint
+    if machine.backend == "cuda":
+        assert "pass backend='cpu'" in hint
+        assert "pass --backend cpu" in (info.value.cli_hint or "")
+    assert not fk.has_kernel(REPO, version=1)
 
 
 def test_a_missing_version_is_told_the_newest(cdn: CdnServer) -> None:

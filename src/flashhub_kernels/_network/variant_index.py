@@ -12,7 +12,8 @@ Without ``variants.json``, :func:`fetch_index` probes the ``metadata.json`` of t
 variants this system could load, best first and several at once: it finds the
 candidates that exist, and where the device matters, reads the devices each declares.
 When it finds none, the error says why: no such version (with the versions that are
-published), or a version with no build for this system.
+published), or a version with no build for this system; where the repo has no
+``versions.json`` either, the CDN cannot tell these apart, and the error says so.
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ def _raise_not_published(
     listed = f"; published versions: {', '.join(map(str, versions))}" if versions else ""
     message = f"{info} was not found on the CDN: {tried} does not exist{listed}"
     doubled = doubled_prefix_hint(fetcher.config)
+    if doubled is None and versions is None:
+        _raise_unlisted(system, probed, message)
     if doubled is None and versions:
         raise VersionNotFoundError(
             message,
@@ -156,4 +159,22 @@ def _raise_not_published(
         )
     raise KernelNotFoundError(
         message, hint=doubled or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX"
+    )
+
+
+def _raise_unlisted(system: SystemInfo, probed: set[str], message: str) -> NoReturn:
+    """Raise for a version neither ``variants.json`` nor ``versions.json`` speaks for: the
+    CDN cannot tell a kernel or version that does not exist from one with no build for
+    this system, so the error names the variants probed and advises for both."""
+    check = (
+        "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX; if they are right and "
+        "the version is published"
+    )
+    builds = no_variant_error(message, system, published=None)
+    raise KernelNotFoundError(
+        f"{message}, and none of the variants this system can load is published (probed: "
+        f"{', '.join(sorted(probed))}); the repo has no versions.json either, so the CDN "
+        "cannot say whether the kernel or this version exists at all",
+        hint=f"{check}, {builds.hint}",
+        cli_hint=builds.cli_hint and f"{check}, {builds.cli_hint}",
     )
