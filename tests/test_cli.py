@@ -612,6 +612,18 @@ def test_flashhub_kernel_load_has_prints_as_0_1_2_did(
     assert (result.returncode, result.stdout) == (0, line + "\n"), result.stderr
 
 
+def test_flashhub_kernel_load_has_without_a_version_or_versions_json_says_to_pass_one(
+    cdn: CdnServer,
+) -> None:
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL], with_versions_json=False)
+    result = flashhub_kernel_load(REPO, "--has")
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert f"{REPO} has no versions.json on the CDN" in result.stderr
+    assert "pass --version N if it is published without one" in result.stderr
+    listed = flashhub_kernel_load(REPO, "--version", "1", "--has")
+    assert listed.stdout == f"{REPO} v1: True\n", listed.stderr
+
+
 @pytest.mark.parametrize("option", ["--cdn-url", "--prefix"])
 def test_flashhub_kernel_load_takes_an_empty_option_as_left_out_as_0_1_2_did(
     cdn: CdnServer, option: str

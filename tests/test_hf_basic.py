@@ -21,8 +21,8 @@ original; what differs:
   request), so the list of published versions is checked on a missing version 3: a
   ``VersionNotFoundError``, both a ``KernelNotFoundError`` and the ``ValueError`` HF
   raises.
-- ``has_kernel`` without a version asks about the newest version (the 0.1.2 API this
-  client keeps), where HF raises.
+- ``has_kernel`` without a version asks about the newest version in ``versions.json``,
+  where HF (and 0.1.2) raise.
 - The outdated-version notice is a ``NewerVersionWarning`` (off with
   ``FLASHHUB_NO_VERSION_CHECK=1``), not a log record, and it comes from a load that
   downloads; the test asserts the warning.

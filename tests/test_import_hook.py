@@ -675,6 +675,22 @@ def test_has_kernel_and_variants(cdn: CdnServer) -> None:
     assert not any("/build/" in p for p in cdn.gets() if REPO in p)  # variants.json sufficed
 
 
+@pytest.mark.usefixtures("cpu_only_torch")
+def test_has_kernel_without_a_version_raises_where_no_versions_json_names_the_newest(
+    cdn: CdnServer,
+) -> None:
+    """Without versions.json the newest version is unknown, and a missing kernel looks
+    the same: a False would deny the v1 that is published."""
+    write_kernel(cdn.root, REPO, 1, ["torch-universal"], with_versions_json=False)
+
+    assert fk.has_kernel(REPO, version=1)
+    for repo_id in (REPO, "acme/absent"):
+        with pytest.raises(KernelNotFoundError, match=r"has no versions\.json on the CDN") as info:
+            fk.has_kernel(repo_id)
+        assert "so its newest version is unknown" in info.value.message
+        assert "pass version=" in (info.value.hint or "")
+
+
 def test_loaded_kernels_and_config(cdn: CdnServer, tmp_path: Path) -> None:
     write_kernel(cdn.root, REPO, 1)
     k = fk.get_kernel(REPO, version=1)

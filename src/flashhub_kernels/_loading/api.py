@@ -204,11 +204,7 @@ def _install(
                 f"the newest version of {repo_id} cannot be looked up: {cache_only}",
                 hint="pass version=",
             )
-        from .._network.transport import remote  # the cold path's modules
-        from .._network.versions import with_version
-
-        with remote(config) as fetcher:
-            version = with_version(fetcher, repo_id, None).version
+        version = _newest_version(repo_id, config)
     info = RepoInfo(repo_id, requested_version(version, revision))
     try:
         entry = obtain_kernel(
@@ -382,9 +378,11 @@ def has_kernel(
     """Whether the CDN publishes a variant of the kernel that this system can load.
 
     ``revision="v1"`` is ``version=1``, as for :func:`get_kernel`; with neither, the
-    newest version in ``versions.json`` is asked about. ``backend`` asks about the builds
-    of that backend, as :func:`get_kernel` loads them. ``check_arch=False`` counts the
-    builds whose device archs lack this device, as :func:`get_kernel` then loads them.
+    newest version in ``versions.json`` is asked about, and a repo without one raises
+    :class:`~flashhub_kernels.errors.KernelNotFoundError` (whether the kernel is missing
+    or published without it, its newest version is unknown). ``backend`` asks about the
+    builds of that backend, as :func:`get_kernel` loads them. ``check_arch=False`` counts
+    the builds whose device archs lack this device, as :func:`get_kernel` then loads them.
 
     With ``FLASHHUB_OFFLINE=1`` the cache answers, as for :func:`get_kernel_variants`,
     or :class:`~flashhub_kernels.errors.OfflineError` is raised when it cannot; a variant
@@ -407,6 +405,8 @@ def has_kernel(
     system = target_system(backend, check_arch=check_arch)
     if get_config().offline:
         return _has_cached(_offline_info(repo_id, version), system)
+    if version is None:  # no versions.json raises: a False would claim what is unknown
+        version = _newest_version(repo_id, get_config())
     try:
         verdicts = _judged(repo_id, version, system)
     except (KernelNotFoundError, NoCompatibleVariantError):
@@ -441,6 +441,19 @@ def _has_cached(info: RepoInfo, system: SystemInfo) -> bool:
             return False
         raise
     return True
+
+
+def _newest_version(repo_id: str, config: Config) -> int:
+    """The newest version the repo's ``versions.json`` lists, on the CDN of ``config``.
+
+    Raises:
+        KernelNotFoundError: the repo has no ``versions.json``, or it lists no version.
+    """
+    from .._network.transport import remote  # the cold path's modules
+    from .._network.versions import with_version
+
+    with remote(config) as fetcher:
+        return with_version(fetcher, repo_id, None).version
 
 
 def _offline_info(repo_id: str, version: int | None) -> RepoInfo:
