@@ -36,7 +36,7 @@ from flashhub_kernels._config import get_config
 from flashhub_kernels._lockfiles.format import LOCKFILE_NAME, parse_lockfile, read_lockfile
 from flashhub_kernels._lockfiles.pinning import lock_project
 from flashhub_kernels._lockfiles.predownload import download_locked
-from flashhub_kernels._lockfiles.project import read_project
+from flashhub_kernels._lockfiles.project import exact_version, read_project
 from flashhub_kernels._models.manifest import parse_metadata
 from flashhub_kernels._models.names import RepoInfo
 from flashhub_kernels._variants.compat import BuildTarget
@@ -113,6 +113,48 @@ def test_lock_accepts_an_exact_version_and_any_version(project: Path) -> None:
     assert lock.kernel(REPO).version == 1
     assert lock.kernel("acme/other").specifier == ""
     assert lock.kernel("acme/other").version == 4
+
+
+@pytest.mark.usefixtures("cpu_only_torch")
+def test_an_exact_version_locks_without_versions_json_and_a_range_does_not(
+    make_project: MakeProject, cdn: CdnServer
+) -> None:
+    """Without versions.json an exact pin names its version, which is locked as a load
+    finds its variants (variants.json, or a probe); a range cannot be resolved."""
+    plain = "acme/plain"
+    write_kernel(cdn.root, REPO, 1, [UNIVERSAL, CUDA], with_versions_json=False)
+    write_kernel(
+        cdn.root, plain, 1, [UNIVERSAL, CUDA], with_variants_json=False, with_versions_json=False
+    )
+    project = make_project({REPO: 1, plain: "==1"}, publish=False)
+
+    lock = lock_project(project)
+
+    listed, probed = lock.kernel(REPO), lock.kernel(plain)
+    assert (listed.version, listed.specifier, listed.variants_source) == (1, "==1", "published")
+    assert set(listed.variants) == {UNIVERSAL, CUDA}
+    assert (probed.version, probed.specifier, probed.variants_source) == (1, "==1", "probed")
+    assert list(probed.variants) == [UNIVERSAL]  # the one a probe finds for this system
+    module = get_locked_kernel(plain, lockfile=lockfile_of(project))
+    assert module.marker() == f"{plain}@v1:{UNIVERSAL}"
+
+    write_project(project, {REPO: ">=1", plain: "==2"})
+    with pytest.raises(LockfileError) as info:
+        lock_project(project)
+    assert f"{REPO} has no versions.json on the CDN" in info.value.message
+    assert "so '>=1' cannot be resolved" in info.value.message
+    assert f"{plain}@v2 has no variants.json" in info.value.message
+    assert "the version may not exist" in info.value.message
+    assert "an exact version (==2) locks without it" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("specifier", "version"),
+    [("==2", 2), ("== 2", 2), ("==2.0", 2), ("==02", 2)]
+    + [(s, None) for s in (">=2", "==2,<3", "==2.*", "==2.1", "==2rc1", "==2.post0", "==0", "")],
+)
+def test_only_one_exact_version_is_an_exact_pin(specifier: str, version: int | None) -> None:
+    assert exact_version(specifier) == version
 
 
 def test_lock_range_without_match_lists_published_versions(project: Path) -> None:

@@ -1,9 +1,9 @@
 """Locking a project: each declared range pinned on the CDN, with every variant's hash.
 
 :func:`lock_project` resolves ``[tool.flashhub.dependencies]`` against each kernel's
-``versions.json`` and records the content hash of every published variant (or, for a
-version without ``variants.json``, of every variant a probe finds), and of every kernel
-they depend on, in ``flashhub.lock``.
+``versions.json`` (an exact version, ``==2``, locks without one) and records the content
+hash of every published variant (or, for a version without ``variants.json``, of every
+variant a probe finds), and of every kernel they depend on, in ``flashhub.lock``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from .offline_check import check_lock_offline
 from .project import (
     VARIANT_OPTIONS,
     check_lockable_variant,
+    exact_version,
     parse_specifier,
     read_project,
     variants_noun,
@@ -77,9 +78,10 @@ def lock_project(
     """Resolve the project's kernel ranges on the CDN and write ``<project_dir>/flashhub.lock``.
 
     Each range resolves to the newest matching version in the kernel's ``versions.json``;
-    every variant its ``variants.json`` lists is pinned by content hash. A version
-    without ``variants.json`` is locked with the variants this system can load that
-    exist (found by probing), plus ``variants`` and the project's
+    an exact version (``==2``, or ``2``) is taken as it is where the kernel has no
+    ``versions.json``. Every variant its ``variants.json`` lists is pinned by content
+    hash. A version without ``variants.json`` is locked with the variants this system
+    can load that exist (found by probing), plus ``variants`` and the project's
     ``[tool.flashhub] variants``, each of which must exist.
 
     With ``FLASHHUB_OFFLINE=1`` nothing is fetched and nothing is written: the existing
@@ -319,12 +321,16 @@ def _newest_matching(fetcher: Fetcher, repo_id: str, specifier: str, *, allow_ol
     cache = Cache.from_config(fetcher.config)
     check = functools.partial(check_newest, cache, repo_id, allow_older=allow_older, remedy=remedy)
     versions, why = versions_or_why(fetcher, repo_id, check)
+    pinned = exact_version(specifier)
+    if versions is None and pinned is not None:
+        return pinned  # its variants.json, or a probe, shows whether it is published
     if not versions:
         raise LockfileError(
             f"{repo_id} {why}, so {specifier!r} cannot be resolved",
             hint=doubled_prefix_hint(fetcher.config)
             or "check the repo id, and FLASHHUB_CDN_URL / FLASHHUB_CDN_PREFIX; "
-            "`flashhub publish` writes versions.json",
+            "`flashhub publish` writes versions.json, and an exact version (==2) "
+            "locks without it",
         )
     spec = parse_specifier(specifier)
     matching = [v for v in versions if spec.contains(str(v))]
@@ -386,8 +392,10 @@ def probe_variants(
     if not published:
         raise LockfileError(
             f"{info} has no variants.json, and none of the variants this system can load is "
-            f"published (probed: {', '.join(candidates)})",
-            hint=f"name the variants to lock with {VARIANT_OPTIONS}",
+            f"published (probed: {', '.join(candidates)}): the version may not exist, or it "
+            "has no build for this system",
+            hint="check the repo id and the version; if they are right, name the variants to "
+            f"lock with {VARIANT_OPTIONS}",
         )
     return published
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._constants import PROJECT_FILE_BYTES, PYPROJECT_NAME
-from .._models.names import check_version, parse_repo_id
+from .._models.names import MAX_VERSION, check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.filesystem import read_regular
 from .._utils.pyproject import load_toml, lookup
@@ -174,3 +174,18 @@ def parse_specifier(text: str) -> SpecifierSet:
         return SpecifierSet(text)
     except InvalidSpecifier:
         raise ValueError(f"{text!r} is not a version range such as '>=1,<3'") from None
+
+
+def exact_version(specifier: str) -> int | None:
+    """The version ``specifier`` pins when it is one exact version, ``==N`` (what a bare
+    ``N`` in ``pyproject.toml`` becomes; ``==N.0`` too), else ``None``: a range, a
+    wildcard, or a version that is no kernel version."""
+    from packaging.version import Version
+
+    specifiers = list(parse_specifier(specifier))
+    if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
+        return None
+    version = Version(specifiers[0].version)  # valid: the specifier parsed
+    if version.epoch or version != Version(version.base_version) or any(version.release[1:]):
+        return None  # an epoch, a pre-, post- or dev release, a local version, 1.2
+    return version.release[0] if 1 <= version.release[0] <= MAX_VERSION else None

@@ -80,9 +80,10 @@ def listed_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
 
 def versions_or_why(
     fetcher: Fetcher, repo_id: str, check: Callable[..., None]
-) -> tuple[list[int], str]:
-    """The versions ``versions.json`` lists, ascending, and ``""``; else ``[]`` and why
-    there are none (for a message: ``f"{repo_id} {why}"``).
+) -> tuple[list[int] | None, str]:
+    """The versions ``versions.json`` lists, ascending, and ``""``; else why there are
+    none (for a message: ``f"{repo_id} {why}"``), with ``None`` where the repo has no
+    ``versions.json`` and ``[]`` where it lists no version.
 
     ``check`` is :func:`~.._cache.versions_seen.check_newest` with its cache, repo and
     options bound: a mirror whose list it refuses gives way to the next, and the list
@@ -91,7 +92,7 @@ def versions_or_why(
     try:
         versions = get_versions(fetcher, repo_id, check=functools.partial(check, remember=False))
     except NotPublished as exc:  # the URL shows a wrong CDN URL or prefix at a glance
-        return [], f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
+        return None, f"has no versions.json on the CDN ({redact_url(str(exc))} does not exist)"
     if not versions:
         return [], "lists no versions in its versions.json"
     check(versions)
