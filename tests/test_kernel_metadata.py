@@ -306,9 +306,13 @@ def test_a_loaded_kernels_metadata_reads_as_the_0_1_2_dict(
         assert metadata.name.python_name == "top" and metadata["name"] == "top"
         assert metadata.get("no-such-key") is None and "digest" in metadata
         assert metadata.digest.files == metadata["digest"]["files"]
+        published = json.loads(PUBLISHED)
+        assert metadata == published and published == metadata and metadata != {}
+        assert metadata.copy() == published and type(metadata.copy()) is dict
         print(json.dumps({key: metadata[key] for key in metadata.keys()}))
     """
-    printed = run_python(textwrap.dedent(code)).splitlines()[-1]
+    published = f"PUBLISHED = {json.dumps(document)!r}\n"
+    printed = run_python(published + textwrap.dedent(code)).splitlines()[-1]
     assert json.loads(printed) == document
 
 

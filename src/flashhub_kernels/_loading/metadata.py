@@ -66,8 +66,9 @@ class Metadata(Record, Mapping[str, Any]):
 
     It is also a read-only mapping of the document as parsed, as flashhub-kernels 0.1.2
     gave it (a dict): ``metadata["digest"]["files"]``, ``metadata.get("name")``, ``in``,
-    ``keys()``, ``items()``, ``len()``. A :class:`Metadata` made from its fields, or for
-    a package without a ``metadata.json``, maps nothing (and is false, as ``{}`` is).
+    ``keys()``, ``items()``, ``len()``, ``copy()``, and equal to a ``dict`` of the same
+    document. A :class:`Metadata` made from its fields, or for a package without a
+    ``metadata.json``, maps nothing (and is false, as ``{}`` is).
     """
 
     id: str | None = None
@@ -95,6 +96,18 @@ class Metadata(Record, Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._document)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping) and not isinstance(other, Record):  # 0.1.2's dict
+            return dict(self._document) == dict(other)
+        return super().__eq__(other)
+
+    __hash__ = Record.__hash__  # which defining __eq__ would drop
+
+    def copy(self) -> dict[str, Any]:
+        """The document as a new ``dict``, as 0.1.2's ``metadata.copy()`` gave it (so is
+        ``dict(metadata)``, which ``json.dumps`` takes)."""
+        return dict(self._document)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The fields, as a record is pickled and copied, and the document as its state.
