@@ -149,6 +149,10 @@ def test_a_symlinked_version_or_entry_directory_is_refused(
     path.symlink_to(elsewhere, target_is_directory=True)
     stderr = refused(load_in_child(), path, planted_cache)
     assert "is a symlink" in stderr
+    assert "hint: remove the symlink (whoever can write the cache made it" in stderr
+    # A group sharing the cache on purpose is not told to set what is set.
+    stderr = refused(load_in_child({"FLASHHUB_CACHE_SHARED": "1"}), path, planted_cache)
+    assert "is a symlink" in stderr and "FLASHHUB_CACHE_SHARED" not in stderr
 
 
 def test_a_root_owned_read_only_cache_is_trusted() -> None:

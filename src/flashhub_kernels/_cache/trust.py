@@ -51,7 +51,7 @@ def check_dir(path: Path, *, shared: bool) -> None:
         raise unreadable(path, exc) from exc
     reason = distrust(st, shared=shared, inside=True)
     if reason is not None:
-        raise untrusted(path, st, reason)
+        raise untrusted(path, st, reason, shared=shared)
 
 
 def check_root(root: Path, *, shared: bool) -> None:
@@ -117,7 +117,7 @@ def root_chain(root: Path, *, shared: bool) -> list[Path]:
             raise _not_a_directory(path)
         reason = distrust(st, shared=shared, inside=False)
         if reason is not None and stat.S_ISDIR(st.st_mode):
-            raise untrusted(path, st, reason)  # a file with more to come: ENOTDIR next
+            raise untrusted(path, st, reason, shared=shared)  # a file: ENOTDIR next
         way.append((path, st))
     return [*_dirs(way), *links]
 
@@ -151,18 +151,33 @@ def dirs_below(root: Path, path: Path) -> list[Path]:
     return [root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1)]
 
 
-def untrusted(path: Path, st: os.stat_result, reason: str, hint: str = "") -> CacheError:
-    """The refusal: names the path, its owner and mode, and what to do."""
+def untrusted(
+    path: Path, st: os.stat_result, reason: str, hint: str = "", *, shared: bool = False
+) -> CacheError:
+    """The refusal: names the path, its owner and mode, and what to do (``shared``: the
+    cache is shared by a group on purpose, ``FLASHHUB_CACHE_SHARED=1``)."""
     from ..errors import CacheError
 
     return CacheError(
         f"refusing to trust the cache: {path} {reason} "
         f"(owner {_user_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}); "
         "whoever can write there could plant code that this process would run",
-        hint=hint
-        or "use a cache directory of your own (FLASHHUB_CACHE_DIR), or make this one "
+        hint=hint or _untrusted_hint(stat.S_ISLNK(st.st_mode), shared=shared),
+    )
+
+
+def _untrusted_hint(link: bool, *, shared: bool) -> str:
+    if link:  # inside the cache, where no directory is a symlink: someone planted it
+        return (
+            "remove the symlink (whoever can write the cache made it, to lead elsewhere), "
+            "or use a cache directory of your own (FLASHHUB_CACHE_DIR)"
+        )
+    own = "use a cache directory of your own (FLASHHUB_CACHE_DIR), or make this one "
+    if shared:  # FLASHHUB_CACHE_SHARED is set already: the group may write, others not
+        return own + "yours or a group's you are in, and writable by no one else (chmod o-w)"
+    return own + (
         "yours and private (chown, chmod go-w); for a cache a group shares on purpose, "
-        "set FLASHHUB_CACHE_SHARED=1",
+        "set FLASHHUB_CACHE_SHARED=1"
     )
 
 
