@@ -316,9 +316,13 @@ def test_cli_backend_advice_is_an_option_that_works(
 
     refused = flashhub("get", REPO, "--version", "1")
     forced = flashhub("get", REPO, "--version", "1", "--backend", "cpu")
+    info = flashhub("info", REPO, "--version", "1")
 
     assert refused.returncode == 1
     assert f"hint: pass --backend cpu to use the CPU build {CPU_BUILD}" in refused.stderr
+    assert "backend='cpu'" not in refused.stderr
+    forcible = "rejected: built for cpu, but this system uses cu126 (--backend cpu loads it anyway)"
+    assert info.stdout.count(forcible) == 1, info.stdout
     assert forced.returncode == 0, forced.stderr
     assert Path(forced.stdout.strip()).name == CPU_BUILD
 

@@ -187,6 +187,27 @@ def test_download_for_a_machine_no_locked_variant_fits_advises_what_download_can
         assert "backend" not in hint and "all_variants=" not in hint
 
 
+def test_download_for_a_machine_no_locked_variant_fits_names_no_option_it_lacks(
+    project: Path, cdn: CdnServer
+) -> None:
+    """Each variant's reason says why the machine named cannot load it, not that
+    ``--backend cpu`` (an option of the commands that load or judge, not of download)
+    would: ``flashhub variants`` for that machine says it."""
+    write_kernel(cdn.root, "acme/cpu-only", 1, [CPU_LOCAL])
+    write_project(project, {"acme/cpu-only": 1})
+    assert flashhub("lock", project).returncode == 0
+    cuda = ("--system", CPU_LOCAL.replace("-cpu-", "-cu126-"), "--cuda-capability", "9.0")
+    download = flashhub("download", project, *cuda)
+    assert download.returncode == 1
+    assert f"  - {CPU_LOCAL}: built for cpu, but this system uses cu126\n" in download.stderr
+    assert "--backend" not in download.stderr and "backend=" not in download.stderr
+    judged = flashhub("variants", "acme/cpu-only", "--version", "1", *cuda)
+    assert (
+        f"{CPU_LOCAL}: built for cpu, but this system uses cu126 (--backend cpu loads it anyway)"
+        in judged.stdout
+    )
+
+
 def test_a_lock_listing_other_variants_than_the_cdn_is_not_recorded_for_later_loads(
     project: Path, cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:

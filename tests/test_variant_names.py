@@ -226,7 +226,7 @@ def test_a_cuda_system_judges_and_orders_as_kernels_0_19_does() -> None:
         "torch211-cxx11-cu128-x86_64-linux": "torch 2.11",
         "torch212-cxx98-cu126-x86_64-linux": "cxx98",
         "tvm-ffi-0.1-cuda-12.8-cpython-3.10-abi3-x86_64-linux": "tvm-ffi 0.1",
-        "torch-cpu": "backend='cpu', or --backend cpu",
+        "torch-cpu": "built for cpu, but this system uses cu128",
     }
     judged = _judged(sorted([*accepted, *rejected]), CUDA)
     assert [name for name, reason in judged if reason is None] == accepted

@@ -202,8 +202,8 @@ def test_exact_build_rules() -> None:
     assert "aarch64-linux" in verdict("torch213-cxx11-cpu-aarch64-linux", CPU)
     cuda_on_cpu = verdict("torch213-cxx11-cu126-x86_64-linux", CPU)
     assert "built for cu126" in cuda_on_cpu and "backend=" not in cuda_on_cpu
-    cpu_on_cuda = verdict("torch212-cxx11-cpu-x86_64-linux", CUDA)  # can be forced
-    assert "backend='cpu', or --backend cpu, loads it anyway" in cpu_on_cuda
+    cpu_on_cuda = verdict("torch212-cxx11-cpu-x86_64-linux", CUDA)  # forced by a caller only
+    assert cpu_on_cuda == "built for cpu, but this system uses cu126"
 
 
 def test_cuda_needs_same_major_and_minor_at_most_the_systems() -> None:

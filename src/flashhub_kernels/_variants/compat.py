@@ -51,12 +51,11 @@ def check_compatible(variant: Variant, system: SystemInfo) -> str | None:
     if variant.framework == "mlx" and not mlx_installed():
         return "a build for MLX, which is not installed (pip install mlx)"
     if variant.backend is not None and variant.backend != system.backend:
-        # Only a CPU build can be forced (with_backend): never advise another backend.
-        forcible = variant.backend == "cpu"
+        # Forcing the CPU backend is a load's choice, which not every caller offers: those
+        # that do say so (forced_cpu_loads), in their own terms.
         return (
             f"built for {variant.backend_tag or variant.backend}, but this system uses "
             f"{system.backend_tag}"
-            + (" (backend='cpu', or --backend cpu, loads it anyway)" if forcible else "")
         )
     if variant.arch is None:  # no compiled parts: noarch, universal, an SDK without
         return None

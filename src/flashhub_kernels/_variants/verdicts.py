@@ -84,6 +84,15 @@ def _rejection(name: str, system: SystemInfo) -> VariantRejected:
     return VariantRejected(variant, reason)
 
 
+def forced_cpu_loads(names: Iterable[str], system: SystemInfo) -> set[str]:
+    """The builds of ``names`` that ``system`` rejects and a load forcing the CPU backend
+    (``backend='cpu'``) takes: what a caller offering that choice may advise."""
+    from .system import with_backend
+
+    forced = compatible(names, with_backend(system, "cpu"))
+    return {str(variant) for variant in forced if check_compatible(variant, system) is not None}
+
+
 def judge_builds(
     verdicts: Sequence[VariantVerdict],
     system: SystemInfo,

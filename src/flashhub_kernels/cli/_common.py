@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypedDict, TypeVar
 
@@ -126,6 +126,15 @@ def backend_argument(parser: argparse.ArgumentParser) -> None:
         choices=("cpu",),
         help="as if torch ran on the CPU: the CPU builds on a GPU machine (backend='cpu')",
     )
+
+
+def backend_cpu_notes(names: Iterable[str], system: SystemInfo) -> dict[str, str]:
+    """For each build of ``names`` that ``system`` rejects and ``--backend cpu`` loads, the
+    note its reason ends with, for a command that has the option: the library's reasons
+    leave it out, since not every command (``download``) can force a backend."""
+    from .._variants.verdicts import forced_cpu_loads
+
+    return {name: " (--backend cpu loads it anyway)" for name in forced_cpu_loads(names, system)}
 
 
 def _system_arg(value: str) -> str:

@@ -14,6 +14,7 @@ from .._utils.escaping import escape_controls
 from ._common import (
     Command,
     backend_argument,
+    backend_cpu_notes,
     count,
     json_argument,
     kernel_arguments,
@@ -84,7 +85,7 @@ def _info(args: argparse.Namespace) -> int:
         print_json({**description.to_dict(), **hugging_face, **revision, **shown_tree})
     else:
         print(f"{description.info} on {description.system}")
-        _print_variants(description.chosen, description.variants)
+        _print_variants(description.chosen, description.variants, args.backend)
         if tree is not None:
             _print_tree(_node_label(tree), tree.depends)
     return _fits(description.chosen)
@@ -106,7 +107,7 @@ def _local_info(args: argparse.Namespace, path: Path) -> int:
         print_json({**description.to_dict(), **hugging_face, **shown_tree})
     else:
         print(f"{escape_controls(description.path)} on {description.system}")
-        _print_variants(description.chosen, description.variants)
+        _print_variants(description.chosen, description.variants, args.backend)
         if depends is not None:
             label = f"{escape_controls(description.path)} ({shown_choice(description.chosen)})"
             _print_tree(label, depends)
@@ -132,12 +133,15 @@ def _hugging_face_keys(
 
 
 def _print_variants(
-    chosen: str | None, variants: Sequence[PublishedVariant | LocalVariant]
+    chosen: str | None, variants: Sequence[PublishedVariant | LocalVariant], backend: str | None
 ) -> None:
     """The variant chosen, then each variant: what its ``metadata.json`` says, who signed
-    and where it was mirrored from (a published one), why it is rejected, its files."""
+    and where it was mirrored from (a published one), why it is rejected (and whether
+    ``--backend cpu`` loads it anyway), its files."""
     from .._loading.version_info import PublishedVariant, metadata_lines
+    from .._variants.named_system import target_system
 
+    forcible = backend_cpu_notes([variant.name for variant in variants], target_system(backend))
     print(f"chosen variant: {shown_choice(chosen)}")
     for variant in variants:
         mark = "+" if variant.compatible else "-"
@@ -152,7 +156,8 @@ def _print_variants(
         for line in [*metadata_lines(variant.metadata), *notes]:
             print(f"      {line}")
         if variant.reason:
-            print(f"      rejected: {escape_controls(variant.reason)}")
+            note = forcible.get(variant.name, "")
+            print(f"      rejected: {escape_controls(variant.reason)}{note}")
         for path, nbytes in variant.files.items():
             print(f"      {size(nbytes):>10}  {escape_controls(path)}")
 

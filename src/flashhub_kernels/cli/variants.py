@@ -15,6 +15,7 @@ from .._variants.verdicts import describe_system
 from ._common import (
     Command,
     backend_argument,
+    backend_cpu_notes,
     json_argument,
     local_cache,
     machine,
@@ -31,6 +32,7 @@ from ._exit import EXIT_FAILURE, EXIT_OK
 
 if TYPE_CHECKING:
     from .._loading.version_info import Signature
+    from .._variants.system import SystemInfo
     from .._variants.verdicts import VariantVerdict
 
 
@@ -66,7 +68,8 @@ class _Judged(Record):
 
 
 def _variants(args: argparse.Namespace) -> int:
-    system = describe_system(target_system_of(args))  # a malformed machine: before any request
+    target = target_system_of(args)  # a malformed machine: before any request
+    system = describe_system(target)
     if args.all_versions:
         judged = [_judge(args, version, keep_going=True) for version in _all_versions(args.repo_id)]
     else:
@@ -79,7 +82,7 @@ def _variants(args: argparse.Namespace) -> int:
         for index, one in enumerate(judged):
             if index:
                 print()
-            _print_version(args.repo_id, system, one, args.only_compatible)
+            _print_version(args.repo_id, system, _noted(one, target), args.only_compatible)
     return EXIT_OK if any(one.chosen for one in judged) else EXIT_FAILURE
 
 
@@ -133,6 +136,20 @@ def _revisions(versions: list[dict[str, object]]) -> list[dict[str, object]]:
         {"version": one["version"], "revision": f"v{one['version']}", "variants": one["variants"]}
         for one in versions
     ]
+
+
+def _noted(judged: _Judged, system: SystemInfo) -> _Judged:
+    """``judged``, each rejected build that ``--backend cpu`` loads saying so."""
+    from .._variants.verdicts import VariantRejected
+
+    notes = backend_cpu_notes([r.variant for r in judged.verdicts], system)
+    verdicts = [
+        VariantRejected(r.variant, r.reason + notes[r.variant])
+        if isinstance(r, VariantRejected) and r.variant in notes
+        else r
+        for r in judged.verdicts
+    ]
+    return judged._replace(verdicts=verdicts)
 
 
 def _print_version(repo_id: str, system: str, judged: _Judged, only_compatible: bool) -> None:
