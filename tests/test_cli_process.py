@@ -157,6 +157,29 @@ def test_a_cache_dir_whose_name_is_not_utf8_is_printed_as_its_bytes(
     )
 
 
+def test_paths_whose_names_are_not_utf8_are_printed_as_their_bytes(tmp_path: Path) -> None:
+    # As the cache's directory above: a local kernel's path on stdout, and on stderr the
+    # key keygen wrote, are the bytes that name them, not the text "\udce9".
+    kernel = tmp_path / os.fsdecode(b"k\xe9")
+    for name, data in kernel_files("tensor_tricks", "m").items():
+        (kernel / "build" / UNIVERSAL / name).parent.mkdir(parents=True, exist_ok=True)
+        (kernel / "build" / UNIVERSAL / name).write_bytes(data)
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "FLASHHUB_CACHE_DIR": str(kernel / "c")}
+
+    def run(*args: str | Path) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [*FLASHHUB, *map(str, args)], env=env, capture_output=True, timeout=120
+        )
+
+    info, api, prune = run("info", kernel), run("describe-api", kernel), run("cache", "prune")
+    keygen = run("keygen", "--out", kernel / "key")
+    assert info.stdout.startswith(os.fsencode(kernel) + b" on "), info.stderr
+    assert b"Path: " + os.fsencode(kernel) + b"\n" in api.stdout, api.stderr
+    assert prune.stdout == os.fsencode(kernel / "c") + b" does not exist; nothing to remove\n"
+    assert b"wrote the private key to " + os.fsencode(kernel / "key") + b" " in keygen.stderr
+    assert b"\\udce9" not in info.stdout + api.stdout + prune.stdout + keygen.stderr
+
+
 # Python in the C locale with its UTF-8 mode and locale coercion off: file names in ASCII.
 ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
 NON_ASCII_FILE = "tensor_tricks/d\xe4ta.txt"

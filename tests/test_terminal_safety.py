@@ -14,6 +14,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import assert_terminal_safe
+from flashhub_kernels._utils.escaping import escape_path
 from flashhub_kernels.errors import FlashhubError, NoCompatibleVariantError, TransportError
 from support.cdn_server import CdnHandler, CdnServer
 from support.cli_runner import flashhub
@@ -60,6 +61,14 @@ def test_every_flashhub_error_escapes_its_message_and_hint() -> None:
     assert error.message == "name \\x1b[31m\\x9b\\u202e\\ud800\nnext line\tcell"
     assert error.hint == "hint\\r\\x00"
     assert str(error) == f"{error.message}\n  hint: {error.hint}"
+
+
+def test_a_path_keeps_the_bytes_of_its_names_but_not_the_controls_they_would_make() -> None:
+    latin1, utf8 = "k\udce9", "cdn-\udcc3\udcbc"  # b"k\xe9"; "cdn-\xfc" read as ASCII
+    assert escape_path(f"/a/{latin1}/{utf8}") == f"/a/{latin1}/{utf8}"
+    assert escape_path("/a/\x1b[2J\u202e\ud800") == "/a/\\x1b[2J\\u202e\\ud800"
+    # b"\xc2\x9b" is UTF-8 for the CSI control; a lone b"\x9b" is one to an 8-bit terminal.
+    assert escape_path("/a/\udcc2\udc9b/\udc9b") == "/a/\\udcc2\\udc9b/\\udc9b"
 
 
 def test_flashhub_info_shows_a_lone_surrogate_in_a_manifest_escaped(cdn: CdnServer) -> None:

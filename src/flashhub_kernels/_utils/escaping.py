@@ -21,6 +21,12 @@ _UNSAFE = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 # importing this module, and with it the errors, compiles nothing.
 _ANY_CONTROL = f"[{_UNSAFE}]"
 _CONTROL_BUT_LAYOUT = f"(?![\n\t])[{_UNSAFE}]"
+# A run of the lone surrogates that stand for the bytes of a file name the file system's
+# encoding cannot read (Python's surrogateescape), or any other unsafe character.
+_NAME_BYTES_OR_CONTROL = f"[\udc80-\udcff]+|{_ANY_CONTROL}"
+# What such bytes must not read as on a terminal: a control character once decoded as
+# UTF-8 (b"\xc2\x9b" is U+009B), or a lone C1 byte (0x80-0x9f) an 8-bit one obeys.
+_UNSAFE_AS_BYTES = f"(?![\udca0-\udcff])[{_UNSAFE}]"
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -39,6 +45,28 @@ def escape_controls(text: str) -> str:
     For one name or value from the CDN, which never holds a line break of its own.
     """
     return _escape(_ANY_CONTROL, text)
+
+
+def escape_path(text: str) -> str:
+    """``text``, a path, with its control characters escaped as :func:`escape_controls`
+    escapes them, but the bytes of a name the file system's encoding cannot read kept as
+    the lone surrogates that stand for them, for a stream that writes them back as those
+    bytes (``surrogateescape``): the path is shown as it is on disk. Bytes that would read
+    as a control character stay escaped."""
+    import re
+
+    return re.sub(_NAME_BYTES_OR_CONTROL, _escaped_unless_name_bytes, text)
+
+
+def _escaped_unless_name_bytes(match: re.Match[str]) -> str:
+    part = match.group()
+    if "\udc80" <= part[0] <= "\udcff":
+        import re
+
+        as_utf8 = part.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
+        if not re.search(_UNSAFE_AS_BYTES, as_utf8):
+            return part
+    return _escaped(match)
 
 
 def escape_message(text: str) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NoReturn, TypedDict, TypeVar
 from .._config import get_config
 from .._models.names import check_version, parse_repo_id
 from .._models.record import Record
-from .._utils.escaping import escape_controls, escape_message
+from .._utils.escaping import escape_controls, escape_message, escape_path
 from .._utils.urls import redact_text
 from ..errors import LockfileError
 
@@ -254,9 +254,11 @@ def size(nbytes: int | None) -> str:
     return f"{value:.1f} {unit}"
 
 
-def shown(path: Path) -> str:
-    """A path from the cache, whose names another program may have chosen, made safe."""
-    return escape_controls(str(path))
+def shown(path: Path | str) -> str:
+    """A path, whose names another program may have chosen, made safe: its control
+    characters escaped, the bytes of a name the file system's encoding cannot read kept
+    (written as they are on disk while a command runs)."""
+    return escape_path(str(path))
 
 
 def shown_choice(variant: str | None) -> str:

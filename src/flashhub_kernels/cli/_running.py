@@ -5,6 +5,7 @@ and an exit code, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import errno
 import io
 import os
@@ -150,21 +151,48 @@ class _SigtermInterrupts:
 
 @contextmanager
 def _file_names_as_bytes() -> Iterator[None]:
-    """For the block, a path on stdout is written as the bytes that name it on disk: a name
-    that is not valid in the file system's encoding (``b"\\xff"``, a Latin-1 name under a
-    UTF-8 locale) reaches Python as lone surrogates, which a strict stdout refuses to
-    encode, so ``flashhub get`` could not print the directory it had filled. Python's own
-    error handler for them (``surrogateescape``) writes the bytes back, as it does in the C
-    locale; a character the encoding cannot hold still fails (:func:`_unprintable_output`)."""
-    stdout = sys.stdout
-    if not isinstance(stdout, io.TextIOWrapper) or stdout.errors != "strict":
+    """For the block, a path on stdout or stderr is written as the bytes that name it on
+    disk: a name that is not valid in the file system's encoding (``b"\\xff"``, a Latin-1
+    name under a UTF-8 locale) reaches Python as lone surrogates, which a strict stdout
+    refuses to encode, so ``flashhub get`` could not print the directory it had filled,
+    and stderr writes as the text ``\\udcff``. Python's own error handler for them
+    (``surrogateescape``) writes the bytes back, as it does in the C locale; on stdout, a
+    character the encoding cannot hold still fails (:func:`_unprintable_output`), on
+    stderr it is still written backslash-escaped, so that an error can always be told."""
+    with (
+        _errors_handled(sys.stdout, "strict", "surrogateescape"),
+        _errors_handled(sys.stderr, "backslashreplace", _BYTES_OR_BACKSLASHES),
+    ):
+        yield
+
+
+@contextmanager
+def _errors_handled(stream: TextIO, usual: str, errors: str) -> Iterator[None]:
+    """For the block, ``stream`` encodes with the error handler ``errors`` where it has
+    Python's ``usual`` one; after it, as the caller had it, for a program that runs a
+    command in its process."""
+    if not isinstance(stream, io.TextIOWrapper) or stream.errors != usual:
         yield
         return
-    stdout.reconfigure(errors="surrogateescape")
+    if errors == _BYTES_OR_BACKSLASHES:
+        codecs.register_error(errors, _bytes_or_backslashes)
+    stream.reconfigure(errors=errors)
     try:
         yield
-    finally:  # as the caller had it, for a program that runs a command in its process
-        stdout.reconfigure(errors="strict")
+    finally:
+        stream.reconfigure(errors=usual)
+
+
+_BYTES_OR_BACKSLASHES = "flashhub.surrogateescape-or-backslashreplace"
+
+
+def _bytes_or_backslashes(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """The bytes that the lone surrogates ``exc`` failed on stand for; any other character
+    the encoding cannot hold backslash-escaped."""
+    try:
+        return codecs.lookup_error("surrogateescape")(exc)
+    except UnicodeError:
+        return codecs.backslashreplace_errors(exc)
 
 
 def _unprintable_output(exc: ValueError) -> TypeGuard[UnicodeEncodeError]:

@@ -18,6 +18,7 @@ from ._common import (
     print_json,
     remote_arguments,
     repo_id_arg,
+    shown as shown_path,
     version_argument,
 )
 from ._exit import EXIT_OK
@@ -113,7 +114,7 @@ def _print_api(source: dict[str, object], api: KernelApi) -> None:
         print(f"Repository: {source['repo_id']}")
         print(f"Version: {source['version']}")
     else:
-        print(f"Path: {shown(str(source['path']))}")
+        print(f"Path: {shown_path(str(source['path']))}")
     print(f"Variant: {shown(str(source['variant'] or '-'))}")
     print("\nFunctions:")
     for function in api.functions:

@@ -22,6 +22,7 @@ from ._common import (
     newest_version,
     print_json,
     remote_arguments,
+    shown,
     shown_choice,
     size,
     system_arguments,
@@ -101,15 +102,15 @@ def _local_info(args: argparse.Namespace, path: Path) -> int:
     depends = _local_dependencies(description, args.backend) if args.dep_tree else None
     if args.json:
         root = {"path": description.path, "variant": description.chosen}
-        shown = [node.to_dict() for node in depends or ()]
-        shown_tree = {} if depends is None else {"dependency_tree": {**root, "depends": shown}}
+        nodes = [node.to_dict() for node in depends or ()]
+        shown_tree = {} if depends is None else {"dependency_tree": {**root, "depends": nodes}}
         hugging_face = _hugging_face_keys(description.chosen, description.variants)
         print_json({**description.to_dict(), **hugging_face, **shown_tree})
     else:
-        print(f"{escape_controls(description.path)} on {description.system}")
+        print(f"{shown(description.path)} on {description.system}")
         _print_variants(description.chosen, description.variants, args.backend)
         if depends is not None:
-            label = f"{escape_controls(description.path)} ({shown_choice(description.chosen)})"
+            label = f"{shown(description.path)} ({shown_choice(description.chosen)})"
             _print_tree(label, depends)
     return _fits(description.chosen)
 
