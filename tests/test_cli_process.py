@@ -232,6 +232,33 @@ def test_cache_commands_in_an_ascii_locale_leave_an_entry_they_cannot_name_the_f
     assert (entry / NON_ASCII_FILE).read_bytes() == b"table\n"
 
 
+def test_a_utf8_cdn_url_in_an_ascii_locale_is_read_as_utf8(tmp_path: Path) -> None:
+    # Python reads the command line and the environment in the locale's encoding: in an
+    # ASCII one, each byte of the UTF-8 "\xfc" is a lone surrogate, once refused as "a
+    # byte that is not UTF-8 text". A Latin-1 byte still is, with the same hint as the
+    # variable's, in the option's name.
+    root = tmp_path / "cdn-\xfc"
+    write_kernel(root, REPO, 1, [UNIVERSAL])
+    env = {**os.environ, **ASCII_LOCALE, "FLASHHUB_CACHE_DIR": str(tmp_path / "cache")}
+
+    def get(url: bytes, option: bool) -> subprocess.CompletedProcess[bytes]:
+        given = ["--cdn-url", url] if option else []
+        with_url = env if option else {**env, "FLASHHUB_CDN_URL": os.fsdecode(url)}
+        command = [*map(os.fsencode, FLASHHUB), b"get", REPO.encode(), b"--version", b"1"]
+        return subprocess.run([*command, *given], env=with_url, capture_output=True, timeout=120)
+
+    utf8 = root.as_uri().encode()  # file:///.../cdn-%C3%BC: as the shell would type it
+    utf8 = utf8.replace(b"%C3%BC", "\xfc".encode())
+    for option in (True, False):
+        got = get(utf8, option)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.endswith(f"/v1/{UNIVERSAL}\n".encode())
+    refused = get(utf8.replace("\xfc".encode(), b"\xe9"), option=True)
+    assert refused.returncode == 2
+    assert b"holds a byte that is not UTF-8 text" in refused.stderr
+    assert b"hint: fix --cdn-url: percent-encode it where it belongs" in refused.stderr
+
+
 def read_all(fd: int, into: list[bytes]) -> None:
     while True:
         try:

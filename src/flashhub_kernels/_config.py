@@ -152,6 +152,7 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
         ConfigError: a URL is malformed (no scheme, a bad port or host, credentials not
             percent-encoded, a query or fragment); shown with its credentials hidden.
     """
+    value = _read_as_utf8(value)
     urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
     if not urls:
         raise config_error(
@@ -188,6 +189,18 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
         if "?" in url or "#" in url or "\\" in host or "%" in host:
             raise _malformed(url, listed="," in value)
     return urls
+
+
+def _read_as_utf8(value: str) -> str:
+    """``value`` with the bytes Python could not read in the locale's encoding (an ASCII
+    one: ``LC_ALL=C``), which the environment and the command line hold as lone
+    surrogates, read as UTF-8 where they are UTF-8 (``cdn-\xfc``); as it is otherwise."""
+    if not any("\udc80" <= char <= "\udcff" for char in value):
+        return value
+    try:
+        return os.fsencode(value).decode("utf-8")
+    except UnicodeError:  # not UTF-8 (a Latin-1 byte): _unfit_character says so
+        return value
 
 
 def _unfit_character(url: str) -> str | None:

@@ -54,9 +54,10 @@ def settings_applied(args: argparse.Namespace) -> Iterator[None]:
     for setting, value in given:
         try:
             setting.check(value)
-        except ValueError as exc:  # its hint names the variable or configure(), not the option
+        except ValueError as exc:
             message = exc.message if isinstance(exc, FlashhubError) else str(exc)
-            raise ConfigError(message, hint=f"check the value of {setting.option}") from None
+            hint = exc.hint if isinstance(exc, FlashhubError) else None
+            raise ConfigError(message, hint=_as_option_hint(hint, setting)) from None
     were = dict(overrides)
     try:
         if given:  # a malformed variable fails here, with its own hint
@@ -65,6 +66,15 @@ def settings_applied(args: argparse.Namespace) -> Iterator[None]:
     finally:
         overrides.clear()
         overrides.update(were)
+
+
+def _as_option_hint(hint: str | None, setting: _Setting) -> str:
+    """The hint of a malformed setting's error, which names the variable and
+    ``configure()``, naming the option instead."""
+    if hint is None:
+        return f"check the value of {setting.option}"
+    named = f"{setting.variable} (or the {setting.keyword} passed to configure())"
+    return hint.replace(named, setting.option).replace(setting.variable, setting.option)
 
 
 def in_command_terms(text: str, args: argparse.Namespace) -> str:
