@@ -45,6 +45,21 @@ def test_output_into_a_pipe_closed_early_exits_quietly(cdn: CdnServer) -> None:
     assert code == 141  # 128 + SIGPIPE, as a shell reports a command its pipe ended
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["cache", "list", "--help"]])
+def test_help_on_a_full_stdout_fails_saying_so(args: list[str]) -> None:
+    # argparse ignores a stdout it cannot write: `--help > /dev/full` succeeded, unwritten.
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [*FLASHHUB, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: could not write the output (stdout): No space left on device",
+        "  hint: free space where the output goes, or send it elsewhere (check the redirection)",
+    ]
+
+
 def test_with_stderr_closed_the_output_holds_only_the_path(cdn: CdnServer, cache_dir: Path) -> None:
     # `DIR=$(flashhub get ... 2>&-)`: Python starts with sys.stderr None, and what is
     # printed to None goes to stdout. v1 has a newer version: a notice is due.

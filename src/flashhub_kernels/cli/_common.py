@@ -18,6 +18,8 @@ from .._utils.urls import redact_text
 from ..errors import LockfileError
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from .._cache.layout import Cache
     from .._lockfiles.format import Lockfile
     from .._variants.system import SystemInfo
@@ -46,6 +48,14 @@ class Parser(argparse.ArgumentParser):
         if typed[:1] == ["unrecognized"] and "--revision" in typed:
             message += "; a version is --version N here (Hugging Face's kernels: --revision vN)"
         super().error(escape_controls(redact_text(message)))
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """As argparse prints ``--help`` and ``--version``, except that a stdout that cannot
+        be written fails (argparse ignores it: ``--help > /dev/full`` succeeded)."""
+        if file is sys.stdout and message:
+            file.write(message)
+        else:
+            super()._print_message(message, file)
 
 
 # --- argument types: reject bad values as usage errors (exit 2) ------------------------

@@ -60,7 +60,10 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     try:
         return parser.parse_args(argv)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        return _flushed_stdout() or code  # --help, --version: their output written
+    except OSError as exc:  # --help, --version or a usage that could not be written
+        return _unwritten_output(exc)
 
 
 def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
@@ -77,8 +80,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
         with warnings.catch_warnings(), sigterm, _file_names_as_bytes(), settings_applied(args):
             warnings.showwarning = _print_warning  # catch_warnings restores it, for a caller
             code = handler(args)
-        sys.stdout.flush()  # a closed pipe shows here, not at exit
-        return code
+        return _flushed_stdout() or code  # a closed pipe shows here, not at exit
     except KeyboardInterrupt as exc:  # Ctrl-C: what the download says of it, no traceback
         print(escape_message(str(exc) or "interrupted"), file=sys.stderr)
         return EXIT_TERMINATED if sigterm.received else EXIT_INTERRUPTED
@@ -108,6 +110,30 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
         else:
             print_error(str(exc), None)
         return EXIT_FAILURE
+
+
+def _flushed_stdout() -> int | None:
+    """Flush stdout: ``None``, or the exit code where the output could not be written,
+    said on stderr (a full disk: ``flashhub cache list > /dev/full``), or its reader
+    closed the pipe (``flashhub ... | head``), said by the code alone."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        return _unwritten_output(exc)
+    return None
+
+
+def _unwritten_output(exc: OSError) -> int:
+    """Say that stdout could not be written, and why; the exit code."""
+    _discard_stdout()  # what stays buffered would fail again at exit
+    print_error(
+        f"could not write the output (stdout): {exc.strerror or exc}",
+        "free space where the output goes, or send it elsewhere (check the redirection)",
+    )
+    return EXIT_FAILURE
 
 
 def _current_dir_removed() -> bool:
