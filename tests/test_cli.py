@@ -548,11 +548,14 @@ def test_bad_usage_exits_2(args: list[str]) -> None:
     ],
     ids=["escape-sequence", "bidi-override", "newline"],
 )
-def test_an_unrecognized_argument_is_shown_escaped(args: list[str]) -> None:
+def test_an_unrecognized_argument_is_shown_escaped_with_its_commands_usage(
+    args: list[str],
+) -> None:
     result = flashhub(*args)
     assert result.returncode == 2
+    assert result.stderr.startswith(f"usage: flashhub {args[0]} [-h]")  # not flashhub's
     message = result.stderr.splitlines()[-1]
-    assert message.startswith("flashhub: error: unrecognized arguments: ")
+    assert message.startswith(f"flashhub {args[0]}: error: unrecognized arguments: ")
     assert repr(args[-1])[1:-1] in message
     assert_terminal_safe(result.stderr)
     assert "error: forged" not in result.stderr.splitlines()

@@ -88,6 +88,8 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
             command = _command(name)
             command.add_arguments(sub)
             sub.set_defaults(run=command.run)
+            if commands is not None:  # the command typed: it words its unrecognized arguments
+                parser.command_parser = sub
     return parser
 
 

@@ -41,13 +41,18 @@ class Parser(argparse.ArgumentParser):
     unrecognized one as it is, so that ``flashhub get org/pkg $'\\e[2J'`` would clear the
     terminal instead of naming it, and ``--cdn-url`` given to a command without it would
     show its password. An unrecognized ``--revision`` (Hugging Face kernels' option) says
-    what to give instead."""
+    what to give instead, and one after a command shows that command's usage, not the
+    usage of ``flashhub`` (argparse leaves them to the top parser)."""
+
+    command_parser: argparse.ArgumentParser | None = None  # the command typed, if any
 
     def error(self, message: str) -> NoReturn:
         typed = [word.partition("=")[0] for word in message.split()]
-        if typed[:1] == ["unrecognized"] and "--revision" in typed:
+        unrecognized = typed[:1] == ["unrecognized"]
+        if unrecognized and "--revision" in typed:
             message += "; a version is --version N here (Hugging Face's kernels: --revision vN)"
-        super().error(escape_controls(redact_text(message)))
+        usage_of = (unrecognized and self.command_parser) or self
+        argparse.ArgumentParser.error(usage_of, escape_controls(redact_text(message)))
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """As argparse prints ``--help`` and ``--version``, except that a stdout that cannot
