@@ -125,7 +125,8 @@ def test_variants_for_another_machine_offline_reads_what_the_cache_recorded(
     ("args", "message"),
     [
         (["--system", "torch-universal"], "exact build"),
-        (["--system", "torch213-cxx11-cu126"], "not a variant name"),
+        (["--system", "torch213-cxx11-cu126"], "not a variant name: give the exact build"),
+        (["--system", "bogus"], "e.g. torch213-cxx11-cu126-x86_64-linux or torch-2.13-cpu-"),
         (["--cuda-capability", "9"], "compute capability"),
         (["--system", "torch213-cxx11-cpu-x86_64-linux", "--cuda-capability", "9.0"], "no CUDA"),
         (["--system", SYSTEM, "--rocm-arch", "gfx942"], "runs no ROCm"),

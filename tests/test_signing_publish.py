@@ -421,6 +421,10 @@ def test_sign_refuses_what_it_cannot_sign(tmp_path: Path) -> None:
     result = flashhub("sign", empty, "--key", path)
     assert result.returncode == 1 and "no published kernel documents" in result.stderr
     assert "flashhub publish --out" in result.stderr
+    result = flashhub("sign", tmp_path / "no-such-tree", "--key", path)
+    assert result.returncode == 1
+    assert f"error: {tmp_path / 'no-such-tree'} does not exist" in result.stderr
+    assert "hint: pass the CDN tree a publish wrote" in result.stderr
 
     out = tmp_path / "cdn"
     pkg = publish_two_versions(tmp_path, out)

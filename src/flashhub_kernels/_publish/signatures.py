@@ -168,7 +168,11 @@ def _published_documents(root: Path) -> Iterator[tuple[Document, Path]]:
     """The signable documents under ``root``, an absolute directory. Hidden directories
     (a publish's staging) and a variant's own files are not searched."""
     if not root.is_dir():
-        raise PublishError(f"{root} is not a directory or a file")
+        raise PublishError(
+            f"{root} {'is not a directory or a file' if root.exists() else 'does not exist'}",
+            hint="pass the CDN tree a publish wrote (its output directory), a directory in "
+            "it, or one of its documents",
+        )
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         if here.parent.name == "build" and VERSION_DIR.fullmatch(here.parent.parent.name):

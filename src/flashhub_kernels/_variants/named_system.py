@@ -27,11 +27,15 @@ def system_from_variant(
         VariantNameError: ``name`` is not the name of an exact build.
         ValueError: the capability or gfx target is malformed, or not of ``name``'s backend.
     """
-    variant = parse_variant(name)
-    if variant.tier != "exact":
+    try:
+        variant = parse_variant(name)
+    except VariantNameError:
+        variant = None  # the grammar's examples include names of no one machine
+    if variant is None or variant.tier != "exact":
+        what = "does not name one machine" if variant else "is not a variant name"
         raise VariantNameError(
-            f"{name!r} does not name one machine: give the exact build it loads, "
-            "e.g. torch213-cxx11-cu126-x86_64-linux"
+            f"{name!r} {what}: give the exact build it loads, e.g. "
+            "torch213-cxx11-cu126-x86_64-linux or torch-2.13-cpu-cpython-3.11-abi3-x86_64-linux"
         )
     assert variant.backend and variant.backend_tag and variant.torch
     assert variant.arch and variant.os and variant.python
