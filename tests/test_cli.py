@@ -203,7 +203,12 @@ def test_the_newest_version_offline_is_an_offline_error_naming_the_option(
     result = flashhub(command, REPO, env=OFFLINE)
     assert result.returncode == 1
     assert f"the newest version of {REPO} cannot be looked up" in result.stderr
-    assert f"`flashhub {command} {REPO} --version 1`" in result.stderr
+    assert "hint: pass --version N, or unset FLASHHUB_OFFLINE" in result.stderr
+    assert cdn.requests == []
+    assert flashhub("get", REPO, "--version", "2").returncode == 0
+    cdn.clear_log()
+    result = flashhub(command, REPO, env=OFFLINE)  # the newest the cache holds is named
+    assert f"`flashhub {command} {REPO} --version 2`: the newest cached" in result.stderr
     assert cdn.requests == []
 
 

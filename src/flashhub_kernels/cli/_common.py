@@ -318,13 +318,20 @@ def newest_version(repo_id: str, command: str) -> int:
     if config.offline:
         from .._loading.offline import newest_version_error
 
-        raise newest_version_error(
-            repo_id,
-            hint=f"pass --version N (`flashhub {command} {repo_id} --version 1`), "
-            "or unset FLASHHUB_OFFLINE",
-        )
+        option = _cached_version_option(repo_id, command)
+        raise newest_version_error(repo_id, hint=f"pass {option}, or unset FLASHHUB_OFFLINE")
     with remote(config) as fetcher:
         return with_version(fetcher, repo_id, None).version
+
+
+def _cached_version_option(repo_id: str, command: str) -> str:
+    """``--version N``, with the newest version of ``repo_id`` the cache holds, if any."""
+    from .._cache.listing import cached_versions
+
+    held = [v.info.version for v in cached_versions(local_cache()) if v.info.repo_id == repo_id]
+    if not held:
+        return "--version N"
+    return f"--version N (`flashhub {command} {repo_id} --version {max(held)}`: the newest cached)"
 
 
 def verbose_argument(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
