@@ -327,6 +327,22 @@ def test_an_archive_without_a_package_at_its_root_is_an_import_error(cdn: CdnSer
     assert MODULE not in sys.modules
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="zipimport reads ZIP64 from 3.13")
+def test_a_zip64_archive_is_an_import_error_that_says_so(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # More members than zipfile's limit (lowered) give it a ZIP64 end record, which
+    # zipimport before Python 3.13 reads as no members at all.
+    with monkeypatch.context() as patched:
+        patched.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", 2)
+        publish_zip_build(cdn.root, package_files("zip64"))
+    with pytest.raises(KernelImportError, match=r"is a ZIP64 archive") as raised:
+        fk.get_kernel(REPO, version=1)
+    assert ARCHIVE in raised.value.message and "before Python 3.13" in raised.value.message
+    assert "Python 3.13 or newer" in (raised.value.hint or "")
+    assert MODULE not in sys.modules
+
+
 def test_an_archive_whose_directory_disagrees_with_its_entries_is_an_import_error(
     cdn: CdnServer,
 ) -> None:
@@ -537,6 +553,20 @@ def test_publish_layout_zip_refuses_a_native_library_inside_the_package(tmp_path
     with pytest.raises(PublishError, match="in a subdirectory of the package") as raised:
         publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
     assert "--layout zip" in (raised.value.hint or "")
+    assert not (tmp_path / "cdn").exists()
+
+
+def test_publish_layout_zip_refuses_an_archive_that_would_need_zip64(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More members than zipfile's limit need a ZIP64 end record, which zipimport reads as
+    an empty archive before Python 3.13 (a limit of 2 here: 65,535 files take too long)."""
+    monkeypatch.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", 2)
+    kernel = make_kernel(tmp_path / "kernel", variants=(UNIVERSAL,))  # three Python files
+    with pytest.raises(PublishError, match="ZIP64") as raised:
+        publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
+    assert "65,535 files" in raised.value.message and "before Python 3.13" in raised.value.message
+    assert "without --layout zip" in (raised.value.hint or "")
     assert not (tmp_path / "cdn").exists()
 
 

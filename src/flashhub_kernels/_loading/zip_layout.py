@@ -157,8 +157,9 @@ class ArchiveLoader(importlib._abc.Loader):
         try:
             return self._zip.get_code(_INIT)
         except zipimport.ZipImportError as exc:
-            where = "at its root, where a zip build keeps the package's files"
-            raise _broken(self.archive, f"holds no __init__.py {where} ({exc})") from exc
+            from .archive_errors import no_init_error  # only for a broken archive
+
+            raise no_init_error(self.archive, exc) from exc
         except _UNREADABLE as exc:  # its directory states wrong sizes, or it does not inflate
             raise _broken(self.archive, f"is malformed ({exc})") from exc
 

@@ -51,7 +51,8 @@ def zip_package(
 
     Raises:
         PublishError: a native library lies in a subdirectory of the package, where it
-            cannot stay beside the archive; or a file changed since it was scanned.
+            cannot stay beside the archive; the archive would need ZIP64; or a file
+            changed since it was scanned.
     """
     prefix = "" if "__init__.py" in files else f"{py_pkg}/"
     members: dict[str, SourceFile] = {}
@@ -75,13 +76,29 @@ def zip_package(
 
 
 def _write_archive(path: Path, members: Mapping[str, SourceFile]) -> None:
+    """Write ``members`` into the archive ``path``.
+
+    Raises:
+        PublishError: the archive would need ZIP64, which zipimport reads only from
+            Python 3.13 on; or a file changed since it was scanned.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-        for name, source in sorted(members.items()):
-            info = zipfile.ZipInfo(name, date_time=_MEMBER_TIME)
-            info.create_system = _UNIX
-            info.external_attr = _MEMBER_MODE << 16
-            archive.writestr(info, _scanned_bytes(source))
+    try:
+        # Without ZIP64, zipfile refuses what needs it: more than 65,535 members, or a
+        # member or the archive past 2 GiB.
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=False) as archive:
+            for name, source in sorted(members.items()):
+                info = zipfile.ZipInfo(name, date_time=_MEMBER_TIME)
+                info.create_system = _UNIX
+                info.external_attr = _MEMBER_MODE << 16
+                archive.writestr(info, _scanned_bytes(source))
+    except zipfile.LargeZipFile as exc:
+        raise PublishError(
+            f"cannot lay the package out as a zip build: its archive {path.name} would need "
+            f"ZIP64 ({exc}: more than 65,535 files and folders, or a file or the archive "
+            "over 2 GiB), which Python's zipimport cannot read before Python 3.13",
+            hint="publish without --layout zip, or ship fewer (or smaller) files in the package",
+        ) from None
 
 
 def _scanned_bytes(source: SourceFile) -> bytes:
