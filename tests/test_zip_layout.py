@@ -545,6 +545,28 @@ def test_publish_layout_zip_keeps_native_libraries_beside_the_archive(
     assert fk.get_kernel("acme/flat-kern", version=1).double(21) == 42
 
 
+def test_publish_layout_zip_keeps_a_namespace_subpackage_importable(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """zipimport finds a folder without ``__init__.py`` only by the archive's entry for
+    it: the archive has one for each folder, with a fixed time and mode."""
+    package = tmp_path / "nsb" / "build" / UNIVERSAL / "nsb"
+    (package / "nsp" / "deeper").mkdir(parents=True)
+    (package / "__init__.py").write_text("from .nsp import mod\nfrom .nsp.deeper import leaf\n")
+    (package / "nsp" / "mod.py").write_text("X = 'namespace'\n")
+    (package / "nsp" / "deeper" / "leaf.py").write_text("Y = 'deeper'\n")
+    publish(package.parents[2], repo_id="acme/nsb", version=1, out=cdn.root, layout="zip")
+    kernel = fk.get_kernel("acme/nsb", version=1)
+    assert (kernel.mod.X, kernel.leaf.Y) == ("namespace", "deeper")
+    (archive,) = published_variant(cdn.root, "acme/nsb", UNIVERSAL).glob("*.zip")
+    with zipfile.ZipFile(archive) as members:
+        folders = [info for info in members.infolist() if info.is_dir()]
+        assert [info.filename for info in folders] == ["nsp/", "nsp/deeper/"]
+        assert {(info.date_time, info.external_attr >> 16) for info in folders} == {
+            ((1980, 1, 1, 0, 0, 0), 0o40755)
+        }
+
+
 def test_publish_layout_zip_refuses_a_native_library_inside_the_package(tmp_path: Path) -> None:
     kernel = make_kernel(tmp_path / "kernel", variants=(CPU,))
     nested = kernel / "build" / CPU / PY_PKG / "lib"

@@ -10,16 +10,17 @@ loader finds them (see :mod:`flashhub_kernels._loading.zip_layout`)::
 
 A client then fetches a variant's Python files in one request instead of one each.
 
-The archive is reproducible: members in sorted order, with fixed times and modes, and
-stored (not compressed, so that no zlib's choices make two publishes of one build
-differ): publishing the same build again writes nothing.
+The archive is reproducible: members in sorted order (an entry for each folder too), with
+fixed times and modes, and stored (not compressed, so that no zlib's choices make two
+publishes of one build differ): publishing the same build again writes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import stat
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .._models.kernel_dir import NATIVE_SUFFIXES
@@ -30,6 +31,8 @@ from .layout import SourceFile, hash_file
 # on the build's files only.
 _MEMBER_TIME = (1980, 1, 1, 0, 0, 0)
 _MEMBER_MODE = 0o644
+_FOLDER_MODE = 0o755
+_MSDOS_FOLDER = 0x10  # the attribute that marks a folder for tools that read no mode
 _UNIX = 3  # the system a member's mode is meant for
 
 
@@ -87,11 +90,16 @@ def _write_archive(path: Path, members: Mapping[str, SourceFile]) -> None:
         # Without ZIP64, zipfile refuses what needs it: more than 65,535 members, or a
         # member or the archive past 2 GiB.
         with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=False) as archive:
-            for name, source in sorted(members.items()):
+            for name in sorted(members.keys() | _folders(members)):
+                source = members.get(name)
                 info = zipfile.ZipInfo(name, date_time=_MEMBER_TIME)
                 info.create_system = _UNIX
-                info.external_attr = _MEMBER_MODE << 16
-                archive.writestr(info, _scanned_bytes(source))
+                if source is None:  # a folder
+                    info.external_attr = (stat.S_IFDIR | _FOLDER_MODE) << 16 | _MSDOS_FOLDER
+                    archive.writestr(info, b"")
+                else:
+                    info.external_attr = _MEMBER_MODE << 16
+                    archive.writestr(info, _scanned_bytes(source))
     except zipfile.LargeZipFile as exc:
         raise PublishError(
             f"cannot lay the package out as a zip build: its archive {path.name} would need "
@@ -99,6 +107,12 @@ def _write_archive(path: Path, members: Mapping[str, SourceFile]) -> None:
             "over 2 GiB), which Python's zipimport cannot read before Python 3.13",
             hint="publish without --layout zip, or ship fewer (or smaller) files in the package",
         ) from None
+
+
+def _folders(members: Iterable[str]) -> set[str]:
+    """The folders of ``members``, each as its entry is named (``sub/``): zipimport finds
+    a namespace package (a folder without ``__init__.py``) only by its entry."""
+    return {name[: index + 1] for name in members for index, c in enumerate(name) if c == "/"}
 
 
 def _scanned_bytes(source: SourceFile) -> bytes:
