@@ -567,6 +567,30 @@ def test_publish_layout_zip_keeps_a_namespace_subpackage_importable(
         }
 
 
+def test_publish_layout_zip_keeps_versioned_native_libraries_beside_the_archive(
+    tmp_path: Path,
+) -> None:
+    kernel = make_kernel(tmp_path / "kernel", variants=(UNIVERSAL,))
+    package = kernel / "build" / UNIVERSAL / PY_PKG
+    versioned = ["libdep.so.1", "libdep.so.1.2.3", "libmac.1.dylib"]
+    for name in versioned:
+        (package / name).write_bytes(b"\x7fELF")
+    (package / "notes.so.txt").write_text("not a library")
+    publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
+    variant = published_variant(tmp_path / "cdn", REPO_BUILT, UNIVERSAL)
+    (archive,) = variant.glob("*.zip")
+    assert sorted(p.name for p in variant.iterdir()) == sorted(
+        [*versioned, archive.name, "metadata.json"]
+    )
+    with zipfile.ZipFile(archive) as members:
+        assert sorted(members.namelist()) == [
+            "__init__.py",
+            "_ops.py",
+            "helpers.py",
+            "notes.so.txt",
+        ]
+
+
 def test_publish_layout_zip_refuses_a_native_library_inside_the_package(tmp_path: Path) -> None:
     kernel = make_kernel(tmp_path / "kernel", variants=(CPU,))
     nested = kernel / "build" / CPU / PY_PKG / "lib"

@@ -19,6 +19,9 @@ VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
 # The files of a variant that kernel builders leave out of its digest, besides Python
 # bytecode: the manifest and its sigstore signature, which are about the build, not of it.
 UNHASHED_FILES = frozenset({MANIFEST_NAME, MANIFEST_NAME + ".sigstore"})
+# The names of native libraries, versioned ones too (libdep.so.1.2; a macOS library's
+# version comes before its .dylib).
+_NATIVE_LIBRARY = re.compile(r".+\.(?:so(?:\.[0-9]+)*|dylib)")
 
 
 class SourceFile(Record):
@@ -31,6 +34,12 @@ class SourceFile(Record):
 
 # What goes into the version directory: relative path -> literal bytes or a build file.
 Tree = Mapping[str, bytes | SourceFile]
+
+
+def is_native_library(name: str) -> bool:
+    """Whether the file ``name`` is a native library, which a zip build keeps beside its
+    archive."""
+    return _NATIVE_LIBRARY.fullmatch(name) is not None
 
 
 def hash_file(path: Path) -> SourceFile:

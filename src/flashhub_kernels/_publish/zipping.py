@@ -23,9 +23,8 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .._models.kernel_dir import NATIVE_SUFFIXES
 from ..errors import PublishError
-from .layout import SourceFile, hash_file
+from .layout import SourceFile, hash_file, is_native_library
 
 # The oldest time a zip member can carry, for every member: the archive's bytes depend
 # on the build's files only.
@@ -62,7 +61,7 @@ def zip_package(
     natives: dict[str, SourceFile] = {}
     for rel, source in files.items():
         name = rel.removeprefix(prefix)
-        if not name.endswith(NATIVE_SUFFIXES):
+        if not is_native_library(name):
             members[name] = source
         elif "/" not in name:
             natives[name] = source
