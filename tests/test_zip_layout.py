@@ -631,12 +631,12 @@ def test_publish_layout_zip_writes_no_archive_outside_for_an_id_that_is_a_path(
     assert not (tmp_path / "cdn").exists()
 
 
-def builders_zip_build(root: Path, files: dict[str, bytes]) -> Path:
-    """A variant as a kernel builder lays a zip build out: its archive and the builder's
-    metadata.json, digest included."""
+def builders_zip_build(root: Path, files: dict[str, bytes], archive: bytes | None = None) -> Path:
+    """A variant as a kernel builder lays a zip build out: its archive (of ``files``, or
+    ``archive``) and the builder's metadata.json, digest included."""
     variant = root / "build" / UNIVERSAL
     variant.mkdir(parents=True)
-    archive = archive_bytes(files)
+    archive = archive_bytes(files) if archive is None else archive
     (variant / ARCHIVE).write_bytes(archive)
     digest = {"algorithm": "sha256", "files": {ARCHIVE: b64sha256(archive)}}
     metadata = {"name": "zipped", "id": KERNEL_ID, "build-layout": "zip", "digest": digest}
@@ -655,6 +655,43 @@ def test_a_builders_zip_build_is_published_as_it_is(cdn: CdnServer, tmp_path: Pa
     assert fk.get_kernel(REPO, version=1).helpers.shout() == "BUILT AS ZIP"
     with pytest.raises(PublishError, match="zip archive, not as files"):
         publish(build, repo_id=REPO, version=2, out=cdn.root, layout="files")
+
+
+def _with_native_library() -> bytes:
+    return archive_bytes({**package_files("x"), f"{KERNEL_ID}.abi3.so": b"\x7fELF"})
+
+
+def _bzip2() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_BZIP2) as written:
+        for name, data in package_files("x").items():
+            written.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _encrypted() -> bytes:  # zipfile writes no encrypted member: its flag says it is one
+    archive = bytearray(archive_bytes(package_files("x")))
+    struct.pack_into("<H", archive, _nth_header(archive, b"PK\x01\x02", "helpers.py") + 8, 1)
+    return bytes(archive)
+
+
+@pytest.mark.parametrize(
+    ("archive", "message"),
+    [
+        (_with_native_library, rf"holds the native library {KERNEL_ID}\.abi3\.so"),
+        (_bzip2, r"holds __init__\.py compressed with bzip2"),
+        (_encrypted, r"holds helpers\.py encrypted"),
+    ],
+    ids=["native library", "bzip2", "encrypted"],
+)
+def test_a_builders_zip_build_that_a_client_cannot_load_is_not_published(
+    tmp_path: Path, archive: Callable[[], bytes], message: str
+) -> None:
+    build = builders_zip_build(tmp_path / "zipped", {}, archive())
+    with pytest.raises(PublishError, match=message) as raised:
+        publish(build, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    assert raised.value.hint
+    assert not (tmp_path / "cdn").exists()
 
 
 def test_a_zip_build_without_its_archive_is_not_published(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from ..errors import ManifestError, PublishError
 from .layout import UNHASHED_FILES, VARIANTS, SourceFile, hash_file
 from .metadata import variant_metadata, zip_archive_name
 from .report import VariantReport
-from .zipping import package_files, zip_package
+from .zipping import check_builders_archive, package_files, zip_package
 
 _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
 _JUNK_SUFFIXES = (".pyc", ".pyo")
@@ -181,6 +181,8 @@ def scan_variant(
         }
     depends = _python_depends(extra, metadata)
     document = variant_metadata(name, files, extra, defaults, py_pkg, metadata)
+    if builder_zipped:
+        check_builders_archive(variant_dir / zip_archive_name(document, metadata))
     sources = files
     if layout == "zip" and not builder_zipped:
         sources = package_files(files, py_pkg)

@@ -32,6 +32,10 @@ _MEMBER_TIME = (1980, 1, 1, 0, 0, 0)
 _MEMBER_MODE = 0o644
 _FOLDER_MODE = 0o755
 _MSDOS_FOLDER = 0x10  # the attribute that marks a folder for tools that read no mode
+_ENCRYPTED = 0x1  # of a member's flags
+# The compression methods zipimport reads.
+_READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
 _UNIX = 3  # the system a member's mode is meant for
 
 
@@ -123,3 +127,41 @@ def _scanned_bytes(source: SourceFile) -> bytes:
             hint="wait for the build to finish, then publish again",
         )
     return data
+
+
+def check_builders_archive(archive: Path) -> None:
+    """Refuse the archive of a kernel builder's zip build that a client cannot load.
+
+    Raises:
+        PublishError: ``archive`` is no zip archive, or holds a native library (which
+            cannot be loaded from inside it), an encrypted member or one compressed in
+            a way zipimport does not read.
+    """
+    try:
+        with zipfile.ZipFile(archive) as opened:
+            members = opened.infolist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise PublishError(
+            f"{archive} is not a zip archive ({exc})", hint="build the kernel again"
+        ) from None
+    for member in members:
+        if is_native_library(member.filename.rpartition("/")[2]):
+            raise PublishError(
+                f"{archive} holds the native library {member.filename}: a zip build's native "
+                "libraries lie beside its archive, in the variant directory, where they can "
+                "be loaded from",
+                hint="move it out of the archive, beside it (listed in metadata.json's "
+                "digest), or build the kernel again",
+            )
+        if member.flag_bits & _ENCRYPTED:
+            problem = "encrypted"
+        elif member.compress_type not in _READABLE:
+            method = _METHODS.get(member.compress_type, f"method {member.compress_type}")
+            problem = f"compressed with {method}"
+        else:
+            continue
+        raise PublishError(
+            f"{archive} holds {member.filename} {problem}, which Python's zipimport cannot "
+            "read: it reads members stored or deflated, unencrypted",
+            hint="build the archive again without a password, stored or deflated",
+        )
