@@ -37,6 +37,7 @@ from flashhub_kernels.errors import (
     FileRelativePathWarning,
     IntegrityError,
     KernelImportError,
+    KernelNotFoundError,
     ManifestError,
     PublishError,
 )
@@ -884,3 +885,17 @@ def test_local_kernels_maps_a_repo_to_a_local_zip_build(tmp_path: Path) -> None:
     code = f"import {MODULE} as k; print(k.helpers.shout(), k.__file__)"
     printed = run_python(code, env={"LOCAL_KERNELS": f"{REPO}={repo}"}).split()
     assert printed == ["MAPPED", str(repo / "build" / UNIVERSAL / ARCHIVE / "__init__.py")]
+
+
+def test_get_local_kernel_of_a_zip_build_without_its_archive_names_the_archive(
+    tmp_path: Path,
+) -> None:
+    repo = write_local_zip_build(tmp_path / "zipped", package_files("gone"))
+    variant = repo / "build" / UNIVERSAL
+    (variant / ARCHIVE).unlink()
+    for path in (repo, variant):
+        with pytest.raises(KernelNotFoundError, match=rf"holds no {re.escape(ARCHIVE)}") as raised:
+            fk.get_local_kernel(path)
+        assert 'declares a zip build ("build-layout": "zip")' in raised.value.message
+        assert str(variant / "metadata.json") in raised.value.message
+        assert '"id"' in (raised.value.hint or "")

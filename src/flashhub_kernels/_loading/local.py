@@ -164,17 +164,24 @@ def _package_named_in_metadata(variant_dir: Path, packages: Sequence[Path]) -> P
 
 def _zip_archive(variant_dir: Path) -> Path | None:
     """The archive of the ``"zip"`` build in ``variant_dir``, if its ``metadata.json``
-    says it is one and the archive is there.
+    says it is one.
 
     Raises:
         ManifestError: that ``metadata.json`` is malformed.
+        KernelNotFoundError: it says so, and the archive is not there.
     """
     document = metadata_in(variant_dir)
     if document is None or document.get("build-layout") != "zip":
         return None
-    metadata = read_kernel_metadata(document, source=str(variant_dir / MANIFEST_NAME))
-    archive = variant_dir / str(metadata.archive)
-    return archive if archive.is_file() else None
+    manifest = variant_dir / MANIFEST_NAME
+    archive = variant_dir / str(read_kernel_metadata(document, source=str(manifest)).archive)
+    if not archive.is_file():
+        raise KernelNotFoundError(
+            f'{manifest} declares a zip build ("build-layout": "zip"), but {variant_dir} '
+            f"holds no {archive.name}, its archive (named after its id)",
+            hint='build the kernel again, or fix "id" in its metadata.json',
+        )
+    return archive
 
 
 def build_targets_in(base: Path) -> TargetOf:
