@@ -592,6 +592,23 @@ def test_publish_layout_zip_keeps_versioned_native_libraries_beside_the_archive(
         ]
 
 
+def test_a_build_of_too_many_files_for_its_metadata_is_told_to_publish_layout_zip(
+    tmp_path: Path,
+) -> None:
+    """A client refuses a metadata.json over 1 MiB (or listing over 10,000 files); a zip
+    build's lists its one archive."""
+    kernel = make_kernel(tmp_path / "kernel", variants=(UNIVERSAL,))
+    data = kernel / "build" / UNIVERSAL / PY_PKG / "data"
+    data.mkdir()
+    for i in range(10_000):
+        (data / f"f{i}.txt").touch()
+    with pytest.raises(PublishError, match="over the 1 MiB limit") as raised:
+        publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn")
+    assert "--layout zip" in (raised.value.hint or "")
+    assert "rename" not in (raised.value.hint or "")
+    publish(kernel, repo_id=REPO_BUILT, version=1, out=tmp_path / "cdn", layout="zip")
+
+
 def test_publish_layout_zip_refuses_a_native_library_inside_the_package(tmp_path: Path) -> None:
     kernel = make_kernel(tmp_path / "kernel", variants=(CPU,))
     nested = kernel / "build" / CPU / PY_PKG / "lib"

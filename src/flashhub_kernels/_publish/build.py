@@ -12,6 +12,7 @@ from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import parse_python_depends
 from .._models.manifest import (
     MAX_DOCUMENT_BYTES,
+    MAX_FILES,
     check_relative_path,
     content_hash,
     dump_json,
@@ -194,7 +195,8 @@ def scan_variant(
             name, files, {**own, "build-layout": "zip"}, {}, py_pkg, metadata
         )
     zipped = builder_zipped or layout == "zip"
-    return VariantBuild(name, files, _metadata_bytes(name, document), depends, sources, zipped)
+    data = _metadata_bytes(name, document, len(files), zipped)
+    return VariantBuild(name, files, data, depends, sources, zipped)
 
 
 def _is_flattened(variant_dir: Path) -> bool:
@@ -273,14 +275,27 @@ def _python_depends(metadata: Mapping[str, object], path: Path) -> tuple[str, ..
         ) from None
 
 
-def _metadata_bytes(variant: str, document: dict[str, object]) -> bytes:
+def _metadata_bytes(variant: str, document: dict[str, object], files: int, zipped: bool) -> bytes:
+    """``document``, of a variant of ``files`` files, as the bytes of its ``metadata.json``.
+
+    Raises:
+        PublishError: a client would refuse it.
+    """
     data = dump_json(document)
     try:
         parse_metadata(data, source=f"{variant}/{MANIFEST_NAME}")  # what a client will accept
     except ManifestError as exc:
+        if len(data) <= MAX_DOCUMENT_BYTES and files <= MAX_FILES:
+            hint = "rename the file it names in the build (one of them, where it names two)"
+        elif zipped:
+            hint = "ship fewer files beside the archive"
+        else:  # it lists each file of the package
+            hint = (
+                "publish it with --layout zip, whose metadata.json lists the package's one "
+                "archive instead of each of its files, or ship fewer files"
+            )
         raise PublishError(
-            f"cannot publish variant {variant!r}: {exc.message}",
-            hint="rename the file it names in the build (one of them, where it names two)",
+            f"cannot publish variant {variant!r}: {exc.message}", hint=hint
         ) from None
     return data
 
