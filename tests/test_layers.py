@@ -1096,7 +1096,7 @@ def test_devices_and_repositories_are_frozen_values(tmp_path: Path) -> None:
         f"lockfile={lock!r}, check_arch=True)"
     )
     found = LockedLayerRepository("acme/silu-layers", "SiluAndMul")  # its lock found by package
-    assert pickle.loads(pickle.dumps(found))._package == found._package == "test_layers"
+    assert pickle.loads(pickle.dumps(found))._caller == found._caller == "test_layers"
     with pytest.raises(FrozenInstanceError):
         locked.lockfile = None  # type: ignore[misc]
 

@@ -25,7 +25,7 @@ from .._config import get_config
 from .._finder import install, twin_names
 from .._loading.hub_arguments import check_trust_remote_code, sending
 from .._models.names import check_backend
-from .._utils.callers import caller_package
+from .._utils.callers import caller_module
 from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
 from .._variants.compat import pick_cached_variant
@@ -60,8 +60,9 @@ def load_kernel(
     Args:
         repo_id: ``"<org>/<pkg>"``, as in ``[tool.flashhub.dependencies]``.
         lockfile: The lock to use. By default, ``flashhub.lock`` shipped in the calling
-            package (package data next to its top-level ``__init__.py``, or in its
-            distribution's metadata), else ``./flashhub.lock``.
+            package (package data next to the ``__init__.py`` of a package the calling
+            module lies in, innermost first, or in the metadata of the distribution that
+            installed it), else ``./flashhub.lock``.
         backend: Choose among the locked variants of ``backend`` (e.g. ``"cpu"`` on a
             CUDA machine), as :func:`~flashhub_kernels.get_kernel` does: the module is
             then ``flashhub.<org>.<pkg>.v<N>_<backend>``.
@@ -73,7 +74,7 @@ def load_kernel(
         LockfileError: no lock is found, it does not lock ``repo_id``, or the cache does
             not hold the locked bytes (the message says which).
     """
-    locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
+    locked = find_lockfile(lockfile, caller=caller_module()).kernel(repo_id)
     return load_locked(locked, download=False, backend=backend, check_arch=check_arch)
 
 
@@ -101,7 +102,7 @@ def get_locked_kernel(
     """
     check_trust_remote_code(trust_remote_code)
     with sending(user_agent):
-        locked = find_lockfile(lockfile, package=caller_package()).kernel(repo_id)
+        locked = find_lockfile(lockfile, caller=caller_module()).kernel(repo_id)
         return load_locked(locked, download=True, backend=backend, check_arch=check_arch)
 
 

@@ -26,14 +26,14 @@ def caller_frame() -> FrameType | None:
     return frame
 
 
-def caller_package() -> str | None:
-    """The top-level package of the nearest caller outside the library.
-
-    ``None`` for a script (``__main__``): its lock is looked for in the working directory.
+def caller_module() -> str | None:
+    """The module of the nearest caller outside the library: ``"__main__"`` for a script
+    (its lock is looked for in the working directory only).
     """
     frame = caller_frame()
-    top = _top_package(frame) if frame is not None else ""
-    return None if top in ("", "__main__") else top
+    if frame is None:
+        return None
+    return str(frame.f_globals.get("__name__", "")) or "__main__"
 
 
 def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning) -> None:

@@ -203,5 +203,5 @@ class LockedFuncRepository(_FromLockfile, BaseFuncRepository, Record):
         parse_repo_id(repo_id)
         check_trust_remote_code(trust_remote_code)
         self._init(repo_id, func_name, lockfile_path(lockfile), check_arch)
-        self._remember_package()
+        self._remember_caller()
         _deprecated("LockedFuncRepository", _USE_A_LAYER.format("LockedLayerRepository"))

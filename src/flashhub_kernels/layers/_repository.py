@@ -18,7 +18,7 @@ from .._loading.hub_arguments import check_trust_remote_code, user_agent_text
 from .._loading.version_arguments import requested_version
 from .._models.names import RepoInfo, parse_repo_id
 from .._models.record import Record
-from .._utils.callers import caller_package
+from .._utils.callers import caller_module
 from ..errors import KernelLayerError
 
 if TYPE_CHECKING:
@@ -140,25 +140,26 @@ class _FromLockfile:
     """Where a repository's kernel comes from: the version of ``repo_id`` a lock file pins.
 
     Without ``lockfile`` the lock is looked for, when the kernel is first loaded, in the
-    package that created the repository, then in the working directory. That package is
-    no field: it is not compared or shown.
+    package of the module that created the repository, then in the working directory.
+    That module is no field: it is not compared or shown.
     """
 
     repo_id: str
     lockfile: Path | None
-    _package: str | None
+    _caller: str | None
     check_arch: bool = True
 
-    def _remember_package(self) -> None:
-        """Note the creating package, where the lock is looked for (``lockfile`` unset)."""
-        object.__setattr__(self, "_package", None if self.lockfile else caller_package())
+    def _remember_caller(self) -> None:
+        """Note the creating module: its package is where the lock is looked for
+        (``lockfile`` unset)."""
+        object.__setattr__(self, "_caller", None if self.lockfile else caller_module())
 
     def load_kernel(self) -> ModuleType:
         """``get_locked_kernel(repo_id)`` with this object's lock file."""
         from .._lockfiles.discovery import find_lockfile
         from .._lockfiles.locked_loading import load_locked
 
-        lock = find_lockfile(self.lockfile, package=self._package)
+        lock = find_lockfile(self.lockfile, caller=self._caller)
         return load_locked(lock.kernel(self.repo_id), download=True, check_arch=self.check_arch)
 
     def __str__(self) -> str:
@@ -337,4 +338,4 @@ class LockedLayerRepository(_FromLockfile, BaseLayerRepository, Record):
         parse_repo_id(repo_id)
         check_trust_remote_code(trust_remote_code)
         self._init(repo_id, layer_name, lockfile_path(lockfile), check_arch)
-        self._remember_package()
+        self._remember_caller()
