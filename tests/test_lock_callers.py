@@ -1,5 +1,5 @@
 """Which package's lock a locked load finds: the package of the module that called it, in a
-namespace package too."""
+namespace package too, and through the standard library (a scheduler, a thread pool)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from conftest import MakeProject
 from flashhub_kernels._lockfiles.format import LOCKFILE_NAME
 from flashhub_kernels._lockfiles.pinning import lock_project
-from flashhub_kernels.errors import LockfileError
+from flashhub_kernels.errors import LockfileError, LockfileNotFoundError
 from support.projects import REPO, lockfile_of, write_project
 from support.trees import local_variant
 
@@ -59,7 +59,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    for name in [n for n in sys.modules if n.partition(".")[0] in ("corp", "shared")]:
+    for name in [n for n in sys.modules if n.partition(".")[0] in ("corp", "shared", "handing")]:
         monkeypatch.delitem(sys.modules, name)
     return site
 
@@ -92,3 +92,38 @@ def test_a_package_several_distributions_ship_a_lock_for_is_refused_naming_them(
     assert shared.plugin.load() == f"{REPO}@v2:{LOCAL}", "its module is the plugin's alone"
     with pytest.raises(LockfileError, match="shared-core, shared-plugin all provide 'shared'"):
         shared.load()
+
+
+HANDING = f"""
+import sched
+from concurrent.futures import ThreadPoolExecutor
+from flashhub_kernels import get_locked_kernel
+
+def scheduled():
+    scheduler = sched.scheduler()
+    event = scheduler.enter(0, 1, get_locked_kernel, ({REPO!r},))
+    scheduler.run()
+    return event
+
+def pooled():
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(get_locked_kernel, {REPO!r}).result().marker()
+"""
+
+
+def test_a_load_the_standard_library_runs_finds_the_lock_of_the_package_that_ran_it(
+    make_project: MakeProject, site: Path
+) -> None:
+    _, v2 = _locks(make_project)
+    (site / "handing").mkdir()
+    (site / "handing" / "__init__.py").write_text(HANDING)
+    (site / "handing" / LOCKFILE_NAME).write_bytes(v2)
+    import handing  # type: ignore[import-not-found]
+
+    handing.scheduled()  # sched's frames lie between the package and the load
+
+    assert "flashhub.acme.tensor_tricks.v2" in sys.modules
+    with pytest.raises(LockfileNotFoundError) as raised:
+        handing.pooled()  # the package is not on the worker's stack at all
+    assert "only the standard library called flashhub-kernels" in str(raised.value)
+    assert "hand the thread or pool a function of your package" in str(raised.value)

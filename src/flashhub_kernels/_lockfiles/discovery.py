@@ -13,13 +13,19 @@ from .format import LOCKFILE_NAME, Lockfile, parse_lockfile, read_lockfile
 
 StrPath = str | os.PathLike[str]
 
+# Where no caller outside the library and the standard library is on the stack.
+_UNKNOWN_CALLER = (
+    "; the calling package is unknown: only the standard library called flashhub-kernels "
+    "(a function of it handed to a thread or a pool to run)"
+)
+
 
 def find_lockfile(lockfile: StrPath | None = None, *, caller: str | None = "__main__") -> Lockfile:
     """The lock to use: ``lockfile``; else the one shipped with the package of the module
     ``caller``; else ``./flashhub.lock``.
 
-    ``caller`` is the calling module's name, ``"__main__"`` for a script (see
-    :func:`~flashhub_kernels._utils.callers.caller_module`).
+    ``caller`` is the calling module's name, ``"__main__"`` for a script, ``None`` where
+    it is not known (see :func:`~flashhub_kernels._utils.callers.caller_module`).
     """
     if lockfile is not None:
         return read_lockfile(Path(lockfile))
@@ -32,10 +38,12 @@ def find_lockfile(lockfile: StrPath | None = None, *, caller: str | None = "__ma
     if local.is_file():
         return read_lockfile(local)
     searched = f"package {package!r} and " if package else ""
+    unknown = _UNKNOWN_CALLER if caller is None else ""
     raise LockfileNotFoundError(
-        f"no {LOCKFILE_NAME} found (searched {searched}{Path.cwd()})",
+        f"no {LOCKFILE_NAME} found (searched {searched}{Path.cwd()}){unknown}",
         hint="run `flashhub lock` in the project directory and ship flashhub.lock in your "
-        "package, run from the project directory, or pass lockfile=",
+        "package, run from the project directory, or pass lockfile="
+        + (", or hand the thread or pool a function of your package" if unknown else ""),
     )
 
 

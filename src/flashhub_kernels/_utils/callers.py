@@ -3,7 +3,7 @@
 A warning raised deep in the library should point at the line that caused it (a
 ``get_kernel(...)`` call, an ``import flashhub...`` statement), and a locked layer
 declared in a package should find that package's lock file. Both walk the stack out
-of the library and the import machinery.
+of the library and the standard library (the import machinery, a thread pool's worker).
 """
 
 from __future__ import annotations
@@ -13,22 +13,23 @@ import warnings
 from types import FrameType
 
 # Frames of these packages lie between the library's code and the user's line: the
-# library itself, the import system (importlib and its frozen bootstrap), and the
-# context managers the library works in.
-_LIBRARY_PACKAGES = frozenset({"flashhub", "flashhub_kernels", "importlib", "contextlib"})
+# library itself, and the standard library (the import system and its frozen bootstrap,
+# the context managers the library works in, and the thread or pool worker that calls a
+# function handed to it).
+_LIBRARY_PACKAGES = frozenset({"flashhub", "flashhub_kernels"})
+_NOT_USERS = _LIBRARY_PACKAGES | sys.stdlib_module_names
 
 
 def caller_frame() -> FrameType | None:
-    """The innermost frame outside this library and the import machinery, if any."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and _top_package(frame) in _LIBRARY_PACKAGES:
-        frame = frame.f_back
-    return frame
+    """The innermost frame of the user's code: outside this library and the standard
+    library, if any."""
+    return _innermost_outside(_NOT_USERS, sys._getframe(1))
 
 
 def caller_module() -> str | None:
-    """The module of the nearest caller outside the library: ``"__main__"`` for a script
-    (its lock is looked for in the working directory only).
+    """The module of the nearest caller outside the library and the standard library:
+    ``"__main__"`` for a script, ``None`` when no such code is on the stack (the library
+    was handed to a thread or a pool as the function to run).
     """
     frame = caller_frame()
     if frame is None:
@@ -48,7 +49,9 @@ def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning
     """
     if isinstance(message, Warning):
         category = type(message)
-    caller = caller_frame()
+    # Where only the standard library called (a thread's target, a pool's task), its
+    # line: the library's own would say less.
+    caller = caller_frame() or _innermost_outside(_LIBRARY_PACKAGES, sys._getframe(1))
     try:
         if caller is None:
             warnings.warn(message, category, stacklevel=2)
@@ -72,6 +75,13 @@ def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning
         from .logs import logger
 
         logger.warning("%s: %s", category.__name__, message)
+
+
+def _innermost_outside(packages: frozenset[str], frame: FrameType | None) -> FrameType | None:
+    """The innermost frame from ``frame`` out whose module is in none of ``packages``."""
+    while frame is not None and _top_package(frame) in packages:
+        frame = frame.f_back
+    return frame
 
 
 def _top_package(frame: FrameType) -> str:
