@@ -572,3 +572,14 @@ def test_lock_names_every_declared_kernel_the_cdn_cannot_resolve(
     assert f"no published version of {REPO} matches '>=7' (published: 1, 2, 3)" in result.stderr
     assert "acme/other" not in result.stderr
     assert not lockfile_of(project).exists()
+
+
+def test_lock_over_a_malformed_lock_warns_that_its_pins_went_unchecked(project: Path) -> None:
+    lockfile_of(project).write_text("{not JSON")
+
+    result = flashhub("lock", project)
+
+    assert result.returncode == 0, result.stderr
+    assert f"warning: {lockfile_of(project)}" in result.stderr
+    assert "its pins were not checked against the new lock" in result.stderr
+    assert read_lockfile(lockfile_of(project)).kernel(REPO).version == 2

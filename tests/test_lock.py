@@ -1201,3 +1201,22 @@ def test_a_cache_index_that_contradicts_the_lock_is_not_trusted(
 
     assert MODULE not in sys.modules
     assert cdn.gets() == []
+
+
+def test_a_relock_refuses_a_lock_in_a_newer_format_and_replaces_a_malformed_one_warning(
+    project: Path,
+) -> None:
+    lock_project(project)
+    newer = lockfile_of(project).read_text().replace('"version": 1\n}', '"version": 2\n}')
+    lockfile_of(project).write_text(newer)
+
+    with pytest.raises(LockfileError, match=r"has format version 2;.*nothing was written") as e:
+        lock_project(project)
+    assert e.value.hint == "upgrade flashhub-kernels, and lock with that"
+    assert lockfile_of(project).read_text() == newer
+
+    lockfile_of(project).write_text("{not JSON")
+    with pytest.warns(UserWarning, match="its pins were not checked") as caught:
+        lock = lock_project(project)
+    assert caught[0].filename == __file__, "it points at the caller's line"
+    assert read_lockfile(lockfile_of(project)) == lock

@@ -311,11 +311,16 @@ def _link(entries: Mapping[RepoInfo, _Parsed], source: str) -> dict[RepoInfo, Lo
     return linked
 
 
+class NewerFormatError(LockfileError):
+    """A lock in a format newer than this flashhub-kernels reads: only an upgrade reads it,
+    so a re-lock must not replace it unread."""
+
+
 def _check_format(value: object, source: str) -> None:
     if value == FORMAT_VERSION and not isinstance(value, bool):
         return
     if isinstance(value, int) and not isinstance(value, bool) and value > FORMAT_VERSION:
-        raise LockfileError(
+        raise NewerFormatError(
             f"{source} has format version {value}; this flashhub-kernels reads version "
             f"{FORMAT_VERSION}",
             hint="upgrade flashhub-kernels",

@@ -45,6 +45,7 @@ from .format import (
     LOCKFILE_NAME,
     LockedKernel,
     Lockfile,
+    NewerFormatError,
     VariantsSource,
     check_variant_name,
     read_lockfile,
@@ -98,7 +99,9 @@ def lock_project(
         ValueError: a name in ``variants`` is not a variant name.
         LockfileError: the project or a range is malformed, nothing matches, or a
             requested variant is not published; one error names every declared kernel
-            that cannot be locked, each with its reason.
+            that cannot be locked, each with its reason. Or the existing lock is in a
+            newer format, and nothing is written (a malformed one is replaced, with a
+            ``UserWarning``).
         RollbackError: the lock would move a kernel down, and not ``allow_downgrade``;
             nothing is written.
     """
@@ -184,10 +187,28 @@ def _joined(hints: Iterable[str | None]) -> str | None:
 
 def _previous_lock(path: Path) -> Lockfile | None:
     """The lock at ``path`` that a re-lock replaces; ``None`` where there is none, or
-    where it cannot be read (it is replaced as it is)."""
+    where it is malformed (it is replaced, with a warning that its pins went unchecked).
+
+    Raises:
+        LockfileError: it is in a newer format, which this version cannot check nor
+            should replace.
+    """
+    if not path.is_file():
+        return None
     try:
-        return read_lockfile(path) if path.is_file() else None
-    except LockfileError:
+        return read_lockfile(path)
+    except NewerFormatError as exc:
+        raise LockfileError(
+            f"{exc.message}; re-locking would replace it with an older format, unchecked; "
+            "nothing was written",
+            hint="upgrade flashhub-kernels, and lock with that",
+        ) from None
+    except LockfileError as exc:
+        warn_at_caller(
+            f"{exc.message}; it is replaced, and its pins were not checked against the new "
+            "lock (a version moved down, content changed): review the new lock before "
+            "committing it"
+        )
         return None
 
 
