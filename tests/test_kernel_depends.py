@@ -22,6 +22,7 @@ from flashhub_kernels._cache.receipt import read_receipt
 from flashhub_kernels._config import get_config
 from flashhub_kernels._constants import RECEIPT_NAME
 from flashhub_kernels._lockfiles.format import read_lockfile
+from flashhub_kernels._lockfiles.pinning import lock_project
 from flashhub_kernels._variants.system import SystemInfo
 from flashhub_kernels.errors import (
     ClientTooOldError,
@@ -29,6 +30,7 @@ from flashhub_kernels.errors import (
     KernelDependencyError,
     KernelDependencyLookupError,
     KernelImportError,
+    LockedContentChangedWarning,
     LockfileError,
     LockMismatchError,
     ManifestError,
@@ -500,6 +502,29 @@ def test_a_dependency_added_to_a_locked_manifest_is_refused_before_it_runs(
         )
         assert refused in run_python(code, cwd=project)
     assert ran(ran_dir) == []
+
+
+def test_a_relock_of_a_version_whose_kernel_depends_changed_warns_naming_them(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    write_builder_kernel(cdn.root, TOP, 1, kernel_depends=[(BASE, 2)])
+    write_builder_kernel(cdn.root, BASE, 2)
+    write_builder_kernel(cdn.root, "evil/payload", 1)
+    project = write_project(tmp_path / "project", {TOP: ">=1"})
+    lock_project(project)
+    write_builder_kernel(cdn.root, TOP, 1, kernel_depends=[("evil/payload", 1)])
+
+    with pytest.warns(LockedContentChangedWarning) as caught:
+        lock = lock_project(project)
+
+    [warning] = caught
+    assert "acme/top@v1: its kernel-depends on the CDN differ from those" in str(warning.message)
+    assert "(added evil/payload@v1; removed acme/base@v2)" in str(warning.message)
+    assert warning.filename == __file__, "it points at the caller's line"
+    assert [(k.repo_id, k.version) for k in lock.kernels[TOP].tree()] == [
+        ("evil/payload", 1),
+        (TOP, 1),
+    ]
 
 
 def test_a_lock_that_omits_a_dependency_is_refused(cdn: CdnServer, tmp_path: Path) -> None:

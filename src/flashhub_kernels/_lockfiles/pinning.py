@@ -239,21 +239,50 @@ def _refuse_downgrades(previous: Lockfile, kernels: dict[str, LockedKernel]) -> 
 
 def _warn_changed_content(previous: Lockfile, lock: Lockfile) -> None:
     """Warn about each kernel ``lock`` pins at a version ``previous`` pins too, with other
-    content for a variant both list: a published version must not change."""
+    content for a variant both list, or other ``kernel-depends``: a published version must
+    not change."""
     pinned = {(old.repo_id, old.version): old for old in previous.all_kernels()}
     for new in lock.all_kernels():
         old = pinned.get((new.repo_id, new.version))
-        was = old.variants if old is not None else {}
+        if old is None:
+            continue
+        was = old.variants
         changed = sorted(v for v, digest in new.variants.items() if was.get(v, digest) != digest)
         if changed:
-            warn_at_caller(
-                LockedContentChangedWarning(
-                    f"{new.repo_id}@v{new.version}: the CDN serves other content than "
-                    f"{previous.source} pinned for {', '.join(changed)}; the lock now pins "
-                    "the new content. A published version must not change: check with the "
-                    "publisher before committing the lock"
-                )
+            _warn_changed(
+                f"{new.repo_id}@v{new.version}: the CDN serves other content than "
+                f"{previous.source} pinned for {', '.join(changed)}; the lock now pins "
+                "the new content"
             )
+        depends = _changed_depends(old, new)
+        if depends:
+            _warn_changed(
+                f"{new.repo_id}@v{new.version}: its kernel-depends on the CDN differ from "
+                f"those {previous.source} pinned ({depends}); the lock now pins the new "
+                "dependencies"
+            )
+
+
+def _changed_depends(old: LockedKernel, new: LockedKernel) -> str:
+    """The kernels ``new`` depends on that ``old`` did not, and the other way round, as
+    ``added ...; removed ...``; empty when they are the same."""
+    before = {dep.info for dep in old.dependencies}
+    after = {dep.info for dep in new.dependencies}
+    changes = [
+        f"{what} {', '.join(map(str, sorted(infos)))}"
+        for what, infos in (("added", after - before), ("removed", before - after))
+        if infos
+    ]
+    return "; ".join(changes)
+
+
+def _warn_changed(message: str) -> None:
+    warn_at_caller(
+        LockedContentChangedWarning(
+            f"{message}. A published version must not change: check with the publisher "
+            "before committing the lock"
+        )
+    )
 
 
 def lock_kernel(
