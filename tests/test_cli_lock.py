@@ -583,3 +583,14 @@ def test_lock_over_a_malformed_lock_warns_that_its_pins_went_unchecked(project: 
     assert f"warning: {lockfile_of(project)}" in result.stderr
     assert "its pins were not checked against the new lock" in result.stderr
     assert read_lockfile(lockfile_of(project)).kernel(REPO).version == 2
+
+
+def test_lock_that_cannot_write_the_lock_says_so_with_what_to_do(project: Path) -> None:
+    lockfile_of(project).mkdir()
+
+    result = flashhub("lock", project)
+
+    assert result.returncode != 0
+    assert f"error: cannot write {lockfile_of(project)}: Is a directory" in result.stderr
+    assert f"make {project} writable" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1220,3 +1220,24 @@ def test_a_relock_refuses_a_lock_in_a_newer_format_and_replaces_a_malformed_one_
         lock = lock_project(project)
     assert caught[0].filename == __file__, "it points at the caller's line"
     assert read_lockfile(lockfile_of(project)) == lock
+
+
+def test_an_unchanged_lock_is_not_written_and_one_that_cannot_be_is_a_lockfile_error(
+    project: Path,
+) -> None:
+    lock_project(project)
+    written = lockfile_of(project).stat()
+
+    lock_project(project)  # a read-only project, up to date, locks as well
+
+    assert lockfile_of(project).stat().st_ino == written.st_ino, "the lock was not replaced"
+    lockfile_of(project).unlink()
+    lockfile_of(project).mkdir()  # what stops a write as root too
+    with pytest.raises(
+        LockfileError, match=f"cannot write {re.escape(str(lockfile_of(project)))}: "
+    ) as e:
+        lock_project(project)
+    assert (
+        e.value.hint
+        == f"make {project} writable (or remove what is at {lockfile_of(project)}), and lock again"
+    )

@@ -132,8 +132,26 @@ def lock_project(
         _refuse_downgrades(previous, kernels)
     if previous is not None:
         _warn_changed_content(previous, lock)
-    write_atomic(path, lock.to_bytes())
+    _write_lock(path, lock.to_bytes())
     return lock
+
+
+def _write_lock(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``, unless it holds them already: an up-to-date lock in a
+    project that cannot be written (a read-only checkout) locks without a write."""
+    try:
+        if path.is_file() and path.read_bytes() == data:
+            return
+    except OSError:
+        pass  # unreadable: written over, or the write says why not
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise LockfileError(
+            f"cannot write {path}: {exc.strerror or exc}; the lock has changed, and was not "
+            "written",
+            hint=f"make {path.parent} writable (or remove what is at {path}), and lock again",
+        ) from None
 
 
 def _lock_declared(
