@@ -437,15 +437,32 @@ def test_flashhub_lock_offline_confirms_the_lock_from_the_cache(
     assert cdn.requests == []
 
 
-def test_flashhub_lock_offline_without_a_cache_is_refused_and_writes_nothing(
+def test_flashhub_lock_offline_confirms_a_lock_just_made_online(
     project: Path, cdn: CdnServer
+) -> None:
+    """The variants.json an online lock read is in the cache, as a load's would be."""
+    assert flashhub("lock", project).returncode == 0
+    before = lock_state(project)
+    cdn.clear_log()
+
+    result = flashhub("lock", project, env=OFFLINE)
+
+    assert result.returncode == 0, result.stderr
+    assert "is up to date as far as the cache knows" in result.stdout
+    assert lock_state(project) == before
+    assert cdn.requests == []
+
+
+def test_flashhub_lock_offline_without_a_cache_is_refused_and_writes_nothing(
+    project: Path, cdn: CdnServer, tmp_path: Path
 ) -> None:
     missing = flashhub("lock", project, env=OFFLINE)
     assert flashhub("lock", project).returncode == 0
     before = lock_state(project)
     cdn.clear_log()
 
-    cold = flashhub("lock", project, env=OFFLINE)
+    cold_cache = {**OFFLINE, "FLASHHUB_CACHE_DIR": str(tmp_path / "another-cache")}
+    cold = flashhub("lock", project, env=cold_cache)
 
     refused_offline(missing, "flashhub.lock does not exist", "`flashhub lock`")
     refused_offline(

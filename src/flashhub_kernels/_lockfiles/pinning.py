@@ -8,12 +8,15 @@ variant a probe finds), and of every kernel they depend on, in ``flashhub.lock``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._cache.layout import Cache
+from .._cache.layout import Cache, VariantIndex
+from .._cache.mutex import index_mutex
+from .._cache.staging import record_index
 from .._cache.versions_seen import check_newest
 from .._config import Config, get_config
 from .._constants import MANIFEST_NAME, PYPROJECT_NAME
@@ -25,7 +28,7 @@ from .._network.documents import (
     ManifestDocument,
     get_listed_manifest,
     get_manifest,
-    get_variant_names,
+    get_variant_list,
 )
 from .._network.mirrors import NotPublished
 from .._network.transport import remote
@@ -36,6 +39,7 @@ from .._utils.threads import DeafThreadPool
 from .._variants.named_system import target_system
 from .._variants.probing import candidate_names
 from ..errors import (
+    CacheError,
     KernelDependencyError,
     LockedContentChangedWarning,
     LockfileError,
@@ -418,7 +422,7 @@ def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | No
     """The version's ``variants.json``, or ``None`` when it has none."""
     source = f"{info}/variants.json"
     try:
-        names = get_variant_names(fetcher, info)
+        names, proof = get_variant_list(fetcher, info)
     except NotPublished:
         return None
     try:
@@ -428,6 +432,10 @@ def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | No
         raise LockfileError(f"{source}: {exc}", hint="report it to the publisher") from None
     if not names:
         raise LockfileError(f"{source} lists no variants", hint="report it to the publisher")
+    # As a load records it: an offline `flashhub lock` checks the lock against it.
+    cache = Cache.from_config(fetcher.config)
+    with contextlib.suppress(CacheError), index_mutex(cache, info):
+        record_index(cache, info, VariantIndex(True, frozenset(names), proof=proof))
     return names
 
 
