@@ -94,6 +94,20 @@ def test_a_package_several_distributions_ship_a_lock_for_is_refused_naming_them(
         shared.load()
 
 
+def test_a_malformed_lock_in_a_distributions_metadata_says_to_reinstall_it(
+    make_project: MakeProject, site: Path
+) -> None:
+    _distribution(site, "corp-vision", {"corp/vision/__init__.py": LOADS}, b'{"version": 1}')
+
+    import corp.vision
+
+    with pytest.raises(LockfileError, match="in the metadata of corp-vision must list") as e:
+        corp.vision.load()
+    assert e.value.hint is not None
+    assert "pip install --force-reinstall corp-vision" in e.value.hint
+    assert "flashhub lock" not in e.value.hint
+
+
 HANDING = f"""
 import sched
 from concurrent.futures import ThreadPoolExecutor

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path, PurePath
 
 from ..errors import LockfileError, LockfileNotFoundError
-from .format import LOCKFILE_NAME, Lockfile, parse_lockfile, read_lockfile
+from .format import LOCKFILE_NAME, Lockfile, NewerFormatError, parse_lockfile, read_lockfile
 
 StrPath = str | os.PathLike[str]
 
@@ -116,8 +116,20 @@ def _distribution_lockfile(package: str, dist_names: list[str]) -> Lockfile | No
         )
     for dist_name, text in shipped.items():
         source = f"{LOCKFILE_NAME} in the metadata of {dist_name}"
-        return parse_lockfile(text.encode("utf-8"), source=source)
+        try:
+            return parse_lockfile(text.encode("utf-8"), source=source)
+        except NewerFormatError:
+            raise  # upgrading flashhub-kernels reads it
+        except LockfileError as exc:  # its user has no project to lock again
+            raise LockfileError(exc.message, hint=_reinstall_hint(dist_name)) from None
     return None
+
+
+def _reinstall_hint(dist_name: str) -> str:
+    return (
+        f"reinstall {dist_name} (`pip install --force-reinstall {dist_name}`); "
+        "if that does not help, report it to the package's maintainers"
+    )
 
 
 def _metadata_lock(dist_name: str) -> str | None:
@@ -127,6 +139,5 @@ def _metadata_lock(dist_name: str) -> str | None:
     except UnicodeDecodeError as exc:  # read_text decodes as UTF-8
         raise LockfileError(
             f"{LOCKFILE_NAME} in the metadata of {dist_name} is not valid JSON: {exc}",
-            hint=f"reinstall {dist_name} (`pip install --force-reinstall {dist_name}`); "
-            "if that does not help, report it to the package's maintainers",
+            hint=_reinstall_hint(dist_name),
         ) from None
