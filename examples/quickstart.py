@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -238,8 +239,8 @@ def main() -> int:
     print(f"  export FLASHHUB_CDN_URL={MIRROR.as_uri()}")
     print(f"  export FLASHHUB_TRUSTED_KEYS={key.public_line}")
     print(
-        f"  {sys.executable} -c 'import flashhub.sdq.audio_codebook_primitives.v1 as k; "
-        "print(k.__file__)'"
+        f"  {shlex.quote(sys.executable)} -c 'import flashhub.sdq.audio_codebook_primitives.v1 "
+        "as k; print(k.__file__)'"
     )
     return 0 if warm_requests == 0 else 1
 
