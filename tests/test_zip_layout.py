@@ -452,6 +452,22 @@ def test_the_resources_of_an_archive_zipfile_refuses_are_an_import_error(cdn: Cd
     assert ARCHIVE in raised.value.message and raised.value.hint
 
 
+def test_an_archive_removed_while_its_kernel_runs_says_so_not_that_it_is_malformed(
+    cdn: CdnServer,
+) -> None:
+    publish_zip_build(cdn.root, {**package_files("removed"), "lazy.py": b"LAZY = 1\n"})
+    kernel = fk.get_kernel(REPO, version=1)
+    archive = Path(kernel.__path__[0]) / ARCHIVE
+    archive.unlink()  # as flashhub cache clear --force does to an entry in use
+
+    with pytest.raises(KernelImportError, match="was removed while this process used it"):
+        importlib.resources.files(kernel)
+    with pytest.raises(KernelImportError) as raised:
+        importlib.import_module(f"{MODULE}.lazy")  # not imported before
+    assert "was removed while this process used it" in raised.value.message
+    assert "load the kernel again in a new process" in (raised.value.hint or "")
+
+
 # -- publishing: flashhub publish --layout zip ----------------------------------------------
 
 AUDIO = "sdq/audio-codebook-primitives"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
 
@@ -10,7 +11,14 @@ from ..errors import KernelImportError
 
 
 def archive_error(archive: str, problem: str) -> KernelImportError:
-    """The :class:`KernelImportError` of ``archive``, which ``problem`` says is broken."""
+    """The :class:`KernelImportError` of ``archive``, which ``problem`` says is broken; or
+    which is gone, removed from the cache while this process used it."""
+    if not os.path.exists(archive):
+        return KernelImportError(
+            f"the kernel archive {archive} was removed while this process used it ({problem})",
+            hint="load the kernel again in a new process (flashhub cache clear --force and "
+            "prune --force remove entries in use)",
+        )
     return KernelImportError(
         f"the kernel archive {archive} {problem}", hint="report it to the kernel's publisher"
     )
