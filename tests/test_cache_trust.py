@@ -115,6 +115,24 @@ def test_a_group_writable_cache_needs_the_shared_opt_in(
     assert shared.stdout.strip() == f"{REPO}@v1:{local_variant()}"
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_under_umask_000_no_one_else_may_write_what_a_load_caches(
+    cdn: CdnServer, cache_dir: Path, shared: bool
+) -> None:
+    # Python makes __pycache__ under the umask: 0777 here, so that another user could swap
+    # the bytecode a warm load runs, had the load left it so.
+    write_kernel(cdn.root, REPO, 1)
+    env = {**os.environ, "FLASHHUB_CACHE_SHARED": "1"} if shared else dict(os.environ)
+    loaded = run_code(f"import os; os.umask(0); {LOAD}", env=env)
+    assert loaded.returncode == 0, loaded.stderr
+    made = [cache_dir, *cache_dir.rglob("*")]
+    assert any(path.name == "__pycache__" for path in made)
+    others_write = [p for p in made if p.stat().st_mode & 0o002]
+    assert others_write == []
+    if not shared:  # the group may write nothing either
+        assert [p for p in made if p.stat().st_mode & 0o020] == []
+
+
 def test_a_cache_a_group_shares_is_left_open_to_the_group_whatever_the_umask(
     cdn: CdnServer, cache_dir: Path
 ) -> None:

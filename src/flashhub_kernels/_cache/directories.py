@@ -72,6 +72,21 @@ def _make_dirs(path: Path, *, shared: bool) -> None:
             open_to_group(directory, 0o070)
 
 
+def settle_modes(entry: Path, *, shared: bool) -> None:
+    """Give every directory and file in ``entry`` its exact mode, whatever the umask they
+    were made under (under ``umask 000`` a ``__pycache__`` Python made was 0777, so any
+    user could swap the bytecode a warm load runs): readable by all, writable by this
+    user alone; in a cache a group shares, its directories writable by the group too,
+    so that ``flashhub cache clear`` run by another member can remove them."""
+    directory_mode = 0o775 if shared else 0o755
+    for directory, _directories, names in os.walk(entry):
+        os.chmod(directory, directory_mode)
+        for name in names:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):  # not followed: whoever planted one chose its target
+                os.chmod(path, 0o644)
+
+
 def open_to_group(path: Path, bits: int) -> None:
     """Add the permission ``bits`` to ``path``, keeping its other bits."""
     path.chmod(stat.S_IMODE(path.stat().st_mode) | bits)

@@ -32,7 +32,7 @@ from .._utils.processes import another_process_alive, idle_for, owner_suffix, th
 from .._variants.compat import pick_by_name
 from ..errors import CacheError
 from .bytecode import compile_bytecode, receipt_stamp, sources_to_compile
-from .directories import cache_errors, ensure_dir, open_to_group, private_dir, remove_tree
+from .directories import cache_errors, ensure_dir, private_dir, remove_tree, settle_modes
 from .layout import (
     PARTIAL_PREFIX,
     STAGING_PREFIX,
@@ -114,8 +114,9 @@ def seal(
     verified staging directory. ``compiled``: by ``.py`` file, what
     :func:`compile_bytecode` returned for the sources compiled there already.
 
-    The entry is made readable by all (``shared``: the group may also remove it, as
-    ``flashhub cache clear`` does), whatever the umask its files were written under."""
+    The entry is made readable by all and writable by this user alone (``shared``: the
+    group may also remove it, as ``flashhub cache clear`` does), whatever the umask its
+    files were written under (see :func:`~.directories.settle_modes`)."""
     listed = set(files)
     compiled = compiled or {}
     sources = sources_to_compile(listed)
@@ -135,13 +136,7 @@ def seal(
         document.manifest.content_hash, stamps, bytecode, document.signer, requires, package
     )
     write_receipt(staging, receipt)
-    if not shared:
-        staging.chmod(0o755)
-        return
-    for directory, _directories, names in os.walk(staging):
-        open_to_group(Path(directory), 0o775)
-        for name in names:
-            open_to_group(Path(directory, name), 0o644)
+    settle_modes(staging, shared=shared)
 
 
 def write_receipt(entry: Path, receipt: Receipt) -> None:

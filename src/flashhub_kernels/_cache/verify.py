@@ -22,7 +22,7 @@ from .._utils.file_names import check_cached_names
 from .._utils.filesystem import read_regular, replaced_name
 from ..errors import ManifestError, SignatureError
 from .bytecode import bytecode_path, compile_bytecode, receipt_stamp
-from .directories import cache_errors
+from .directories import cache_errors, settle_modes
 from .entries import CacheEntry
 from .layout import Cache
 from .mutex import download_mutex
@@ -78,6 +78,7 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
         if not verdict.repairable or receipt is None:
             return verdict
         _restamp(entry.path, receipt)
+        settle_modes(entry.path, shared=cache.shared)  # the bytecode compiled again
     return verdict._replace(repaired=True)
 
 
