@@ -382,6 +382,26 @@ def test_a_pipe_in_place_of_the_versions_seen_record_is_no_record(
     assert json.loads((cache_dir / VERSIONS_SEEN_NAME).read_bytes()) == {REPO: 1}
 
 
+def test_a_record_another_user_made_in_a_sticky_cache_root_is_not_used(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    # A root others may write, sticky as /tmp: their versions-seen.json would claim v99
+    # was listed (every newest-version lookup refused), or hold none (rollbacks let by).
+    needs_root()
+    write_kernel(cdn.root, REPO, 1)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir.chmod(0o1777)
+    planted = cache_dir / VERSIONS_SEEN_NAME
+    planted.write_text(json.dumps({REPO: 99}))
+    os.chown(planted, NOBODY, NOBODY)
+    newest = run_code(
+        f"import flashhub_kernels as fk; print(fk.install_kernel({REPO!r}))", env=dict(os.environ)
+    )
+    assert newest.returncode == 0, newest.stderr
+    assert newest.stdout.strip() == str(cache_dir / ENTRY)
+    assert "RollbackError" not in newest.stderr
+
+
 def test_a_pipe_in_place_of_the_variant_index_is_no_index(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1)
     index = cache_dir / "kernels" / REPO / "v1" / INDEX_NAME

@@ -31,6 +31,19 @@ def distrust(st: os.stat_result, *, shared: bool, inside: bool) -> str | None:
         return "is a symlink" if inside else None
     if not stat.S_ISDIR(st.st_mode):
         return "is not a directory"
+    return _distrust_writers(st, shared=shared)
+
+
+def distrust_record(st: os.stat_result, *, shared: bool) -> str | None:
+    """Why a record file of the cache's root (``versions-seen.json``, the GPUs' record)
+    with this ``lstat`` result cannot be trusted, or ``None``: in a root others may write
+    (sticky, as ``/tmp``), a file another user made there is theirs to choose. (What is
+    no regular file is no record: the readers refuse it, and a writer replaces it.)"""
+    return _distrust_writers(st, shared=shared) if stat.S_ISREG(st.st_mode) else None
+
+
+def _distrust_writers(st: os.stat_result, *, shared: bool) -> str | None:
+    """Why ``st``'s owner and mode let someone this user does not trust write it, or ``None``."""
     if st.st_uid not in (os.getuid(), 0) and not (shared and st.st_gid in _my_groups()):
         return "is owned by another user"
     sticky = bool(st.st_mode & stat.S_ISVTX)

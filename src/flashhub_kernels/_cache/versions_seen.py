@@ -18,6 +18,7 @@ never read it: a load that names its version does not need it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from .._models.manifest import dump_json
@@ -26,6 +27,7 @@ from .._utils.logs import logger
 from ..errors import CacheError, RollbackError
 from .directories import private_dir
 from .layout import Cache, read_json
+from .trust import distrust_record
 
 VERSIONS_SEEN_NAME = "versions-seen.json"
 
@@ -76,13 +78,21 @@ def check_newest(
 
 def _read(cache: Cache) -> dict[str, int] | None:
     """The record (``{}`` when there is none, or it is unreadable); ``None`` when the
-    cache root fails the trust checks."""
+    cache root fails the trust checks, or the record does (another user made it)."""
+    path = cache.root / VERSIONS_SEEN_NAME
     try:
         cache.check_trusted(cache.root)
     except CacheError as exc:
         logger.info("not using %s: %s", VERSIONS_SEEN_NAME, exc.message)
         return None
-    data = read_json(cache.root / VERSIONS_SEEN_NAME)
+    try:
+        distrusted = distrust_record(os.lstat(path), shared=cache.shared)
+    except OSError:  # none yet
+        distrusted = None
+    if distrusted is not None:
+        logger.info("not using %s: it %s", path, distrusted)
+        return None
+    data = read_json(path)
     if not isinstance(data, dict):
         return {}
     return {

@@ -173,9 +173,13 @@ def read_record(path: Path) -> dict[str, tuple[int, int]]:
     record serves a cache that several machines share. One that is not a regular file
     (a pipe would wait for a writer) is none.
     """
+    from .._cache.trust import distrust_record
+    from .._config import env_flag
     from .._utils.filesystem import read_regular
 
-    try:
+    try:  # another user's, in a root others may write (sticky): theirs to choose
+        if distrust_record(os.lstat(path), shared=env_flag("FLASHHUB_CACHE_SHARED")):
+            return {}
         lines = read_regular(path).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return {}
