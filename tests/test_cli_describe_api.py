@@ -364,3 +364,23 @@ def test_a_variant_whose_file_fails_its_digest_is_not_described(
 
     assert result.returncode == 1
     assert "_ops.py" in result.stderr and result.stdout == ""
+
+
+def test_describe_api_reads_a_zip_build_on_the_cdn_and_in_a_directory(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    repo = write_local_kernel(tmp_path / "repo", marker)
+    published = flashhub(
+        "publish", repo, "--repo-id", "acme/local-kern", "--version", "1", "--out", cdn.root,
+        "--layout", "zip",
+    )  # fmt: skip
+    assert published.returncode == 0, published.stderr
+    from_files = ok_json(flashhub("describe-api", repo, "--json"))
+    from_cdn = ok_json(flashhub("describe-api", "acme/local-kern", "--version", "1", "--json"))
+    version_dir = cdn.root / "kernels" / "acme" / "local-kern" / "v1"
+    from_directory = ok_json(flashhub("describe-api", version_dir, "--json"))
+    for document in (from_cdn, from_directory):
+        assert document["functions"] == from_files["functions"]
+        assert document["variant"] == UNIVERSAL
+    assert not marker.exists()

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import argparse
 import stat
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,7 +72,8 @@ def _describe_api(args: argparse.Namespace) -> int:
     from .._loading.api_description import describe_package
 
     package, source = _package(args)
-    api = describe_package(package)
+    with _sources(package) as directory:
+        api = describe_package(directory)
     if args.json:
         print_json(
             {
@@ -92,20 +97,37 @@ def _package(args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
             raise ValueError(f"--version names a version on the CDN, not of the directory {path}")
         found = find_local_package(path.resolve(), args.backend)
         return found.package_dir, {"path": str(path), "variant": found.variant}
-    from .._cache.receipt import package_dir_of
+    from .._cache.receipt import cached_kernel, read_receipt
     from .._loading.api import install_kernel
     from .._models.names import RepoInfo
 
     version = args.version or newest_version(args.kernel, "describe-api")
     entry = install_kernel(args.kernel, version=version, backend=args.backend)
     info = RepoInfo(args.kernel, version)
+    receipt = read_receipt(entry)
+    assert receipt is not None, "install_kernel gives verified entries"
     source = {
         "repo_id": info.repo_id,
         "version": version,
         "revision": info.revision,
         "variant": entry.name,
     }
-    return package_dir_of(entry, info.py_pkg), source
+    return cached_kernel(entry, info, entry.name, receipt).package_dir, source  # an archive too
+
+
+@contextmanager
+def _sources(package: Path) -> Iterator[Path]:
+    """The directory of ``package``'s Python files: itself, or for a zip build's archive a
+    temporary copy of those it holds (``extract`` keeps each inside the copy)."""
+    if package.suffix != ".zip":
+        yield package
+        return
+    with tempfile.TemporaryDirectory(prefix="flashhub-describe-") as copy:
+        with zipfile.ZipFile(package) as archive:
+            for name in archive.namelist():
+                if name.endswith(".py"):
+                    archive.extract(name, copy)
+        yield Path(copy)
 
 
 def _print_api(source: dict[str, object], api: KernelApi) -> None:
