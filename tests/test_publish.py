@@ -202,6 +202,21 @@ def test_imports_of_packages_the_build_does_not_declare_are_warned(
     assert all(CPU not in message for message in messages)
 
 
+def test_what_a_build_may_import_undeclared_is_not_warned_of(kernel: Path, tmp_path: Path) -> None:
+    # Triton comes with a CUDA torch; flashhub_kernels loads the kernel (get_kernel_dep);
+    # pyyaml, declared, is imported as yaml.
+    cuda = kernel / "build" / "torch-cuda"
+    shutil.copytree(kernel / "build" / UNIVERSAL, cuda)
+    (cuda / "metadata.json").write_text(json.dumps({"python-depends": ["pyyaml>=6"]}))
+    (package_dir(kernel, "torch-cuda") / "extra.py").write_text(
+        "import triton\nimport yaml\nfrom flashhub_kernels import get_kernel_dep\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    assert report.undeclared_imports == ()
+
+
 def test_a_build_that_declares_what_it_imports_publishes_without_a_warning(
     kernel: Path, tmp_path: Path
 ) -> None:

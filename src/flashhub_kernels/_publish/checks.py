@@ -20,8 +20,11 @@ from .destination import Destination
 from .layout import VERSION_DIR
 from .report import FileRelativePath, SharedNativeLibrary, UndeclaredImport
 
-# What a kernel imports without declaring it (its own package, by name, is refused).
-_PROVIDED = frozenset({*sys.stdlib_module_names, "torch", ROOT_PACKAGE})
+# What a kernel imports without declaring it (its own package, by name, is refused): the
+# standard library, torch, this library (get_kernel_dep), and on the backends whose torch
+# depends on it, Triton.
+_PROVIDED = frozenset({*sys.stdlib_module_names, "torch", ROOT_PACKAGE, "flashhub_kernels"})
+_WITH_TRITON = frozenset({"cuda", "rocm"})
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Calls that make a location of the path they are given (os.path.dirname, Path, open, by
 # any spelling): given __file__ in a zip build, a location inside the archive.
@@ -38,12 +41,13 @@ def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
     itself (relatively). Each other package must be in the variant's ``python-depends``
     (compared by normalised name: ``Some-Pkg`` declares ``some_pkg``).
     """
-    declared = {_normalized(_requirement_name(entry)) for entry in build.python_depends}
+    declared = _declared_modules(build.python_depends)
+    provided = _PROVIDED | ({"triton"} if _backend(build.name) in _WITH_TRITON else set())
     undeclared: dict[str, UndeclaredImport] = {}
     for rel, tree in _parsed_sources(build):
         for line, module in _checked_imports(tree, f"{build.name}/{rel}", py_pkg):
             top = module.partition(".")[0]
-            if top in _PROVIDED or top in undeclared or _normalized(top) in declared:
+            if top in provided or top in undeclared or _normalized(top) in declared:
                 continue
             undeclared[top] = UndeclaredImport(top, f"build/{build.name}/{rel}", line)
     return list(undeclared.values())
@@ -108,6 +112,26 @@ def _checked_imports(tree: ast.Module, shown: str, py_pkg: str) -> list[tuple[in
             "a loaded kernel lives under a unique module name, not under its package name",
         )
     return imports
+
+
+def _declared_modules(python_depends: Sequence[str]) -> set[str]:
+    """The modules ``python_depends`` provide, normalised: each entry's name, and the
+    module a load checks for it where the two differ (``pyyaml``: ``yaml``)."""
+    from .._loading.requirements import python_package
+
+    names = {_requirement_name(entry) for entry in python_depends}
+    modules = {python_package(entry)[1] for entry in python_depends}
+    return {_normalized(name) for name in names | modules if name}
+
+
+def _backend(variant: str) -> str | None:
+    """The backend of the variant named ``variant``; ``None`` where the name does not say."""
+    from .._variants.grammar import parse_variant
+
+    try:
+        return parse_variant(variant).backend
+    except ValueError:
+        return None
 
 
 def _requirement_name(entry: str) -> str:
