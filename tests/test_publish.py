@@ -292,6 +292,19 @@ def test_a_build_whose_own_digest_disagrees_with_its_files_is_refused(
     assert not (tmp_path / "cdn").exists()
 
 
+def test_a_digest_listing_a_file_publish_leaves_out_says_so(kernel: Path, tmp_path: Path) -> None:
+    notes = package_dir(kernel, UNIVERSAL) / ".notes.swp"  # an editor's, listed by mistake
+    notes.write_text("draft")
+    listed = {**_own_digest(kernel, UNIVERSAL), f"{PY_PKG}/.notes.swp": b64sha256(b"draft")}
+    own = {"digest": {"algorithm": "sha256", "files": listed}}
+    (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(own))
+    with pytest.raises(PublishError, match="which publish leaves out of every build") as info:
+        publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    assert "hidden files, __pycache__ and .pyc files are never published" in str(info.value)
+    assert "rebuild" not in str(info.value)  # rebuilding would not change it
+    assert not (tmp_path / "cdn").exists()
+
+
 def test_modes_ignore_the_umask(kernel: Path, tmp_path: Path) -> None:
     old = os.umask(0o077)
     try:

@@ -154,6 +154,14 @@ def _check_own_digest(digest: object, files: Mapping[str, SourceFile], path: Pat
             "against sha256 only",
             hint="build the kernel with sha256 digests, or delete its digest",
         )
+    unbuilt = sorted(listed.keys() - files.keys())
+    left_out = next((rel for rel in unbuilt if _on_disk(path.parent, rel)), None)
+    if left_out is not None:
+        raise PublishError(
+            f"{path} lists {left_out}, which publish leaves out of every build: hidden files, "
+            "__pycache__ and .pyc files are never published",
+            hint="remove it from the build and from the digest, or rename it if it must ship",
+        )
     changed = _first_difference(listed, files)
     if changed is not None:
         raise PublishError(
@@ -162,6 +170,14 @@ def _check_own_digest(digest: object, files: Mapping[str, SourceFile], path: Pat
             hint="the build changed after it was made: rebuild the kernel, or restore the "
             "files it was built with",
         )
+
+
+def _on_disk(variant_dir: Path, rel: str) -> bool:
+    """Whether the digest's ``rel`` names something in ``variant_dir`` (that the build left out)."""
+    try:
+        return (variant_dir / rel).exists()
+    except (OSError, ValueError):  # a name no file can have (a NUL), or too long
+        return False
 
 
 def _first_difference(listed: Mapping[str, object], files: Mapping[str, SourceFile]) -> str | None:
