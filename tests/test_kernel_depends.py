@@ -546,6 +546,17 @@ def test_locking_refuses_a_dependency_cycle(cdn: CdnServer, tmp_path: Path) -> N
     assert not (project / "flashhub.lock").exists()
 
 
+def test_locking_a_kernel_whose_dependency_is_missing_names_the_kernel_that_needs_it(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    write_builder_kernel(cdn.root, "acme/dangling", 1, kernel_depends=[("acme/ghost", 3)])
+    project = write_project(tmp_path / "project", {"acme/dangling": "==1"})
+    result = flashhub("lock", cwd=project)
+    assert result.returncode == 1
+    assert "error: acme/dangling v1 -> acme/ghost v3 (kernel-depends): " in result.stderr
+    assert not (project / "flashhub.lock").exists()
+
+
 def test_locking_refuses_a_dependency_chain_past_64_levels(cdn: CdnServer, tmp_path: Path) -> None:
     write_dependency_chain(cdn.root, CHAIN, 66)
     project = write_project(tmp_path / "project", {CHAIN: "==1"})

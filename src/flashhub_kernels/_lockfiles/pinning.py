@@ -347,11 +347,13 @@ def _lock_version(
     """
     if info in locked:
         return locked[info]
-    names = _published_variant_names(fetcher, info)
-    if names is None:
-        found = probe_variants(fetcher, info, variants)
-    else:
-        found = {name: get_listed_manifest(fetcher, info, name) for name in names}
+    try:
+        names, found = _variants_of(fetcher, info, variants)
+    except LockfileError as exc:
+        if not chain:
+            raise
+        via = " -> ".join((*chain, dependency_label(info)))  # the project names only the first
+        raise LockfileError(f"{via} (kernel-depends): {exc.message}", hint=exc.hint) from None
     chain = (*chain, dependency_label(info))
     dependencies = []
     for dep in _kernel_depends(info, found):
@@ -374,6 +376,17 @@ def _lock_version(
     )
     locked[info] = pinned
     return pinned
+
+
+def _variants_of(
+    fetcher: Fetcher, info: RepoInfo, variants: Sequence[str]
+) -> tuple[list[str] | None, dict[str, ManifestDocument]]:
+    """The names ``variants.json`` lists for ``info`` (``None``: it has none), and the
+    manifest of each variant to lock: those it lists, or those a probe finds."""
+    names = _published_variant_names(fetcher, info)
+    if names is None:
+        return None, probe_variants(fetcher, info, variants)
+    return names, {name: get_listed_manifest(fetcher, info, name) for name in names}
 
 
 def _kernel_depends(info: RepoInfo, found: dict[str, ManifestDocument]) -> list[RepoInfo]:
