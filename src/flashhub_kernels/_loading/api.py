@@ -204,7 +204,9 @@ def _install(
                 f"the newest version of {repo_id} cannot be looked up: {cache_only}",
                 hint="pass version=",
             )
-        version = _newest_version(repo_id, config)
+        from .._network.versions import newest_published  # the cold path's modules
+
+        version = newest_published(config, repo_id)
     info = RepoInfo(repo_id, requested_version(version, revision))
     try:
         entry = obtain_kernel(
@@ -406,7 +408,9 @@ def has_kernel(
     if get_config().offline:
         return _has_cached(_offline_info(repo_id, version), system)
     if version is None:  # no versions.json raises: a False would claim what is unknown
-        version = _newest_version(repo_id, get_config())
+        from .._network.versions import newest_published
+
+        version = newest_published(get_config(), repo_id)
     try:
         verdicts = _judged(repo_id, version, system)
     except (KernelNotFoundError, NoCompatibleVariantError):
@@ -441,19 +445,6 @@ def _has_cached(info: RepoInfo, system: SystemInfo) -> bool:
             return False
         raise
     return True
-
-
-def _newest_version(repo_id: str, config: Config) -> int:
-    """The newest version the repo's ``versions.json`` lists, on the CDN of ``config``.
-
-    Raises:
-        KernelNotFoundError: the repo has no ``versions.json``, or it lists no version.
-    """
-    from .._network.transport import remote  # the cold path's modules
-    from .._network.versions import with_version
-
-    with remote(config) as fetcher:
-        return with_version(fetcher, repo_id, None).version
 
 
 def _offline_info(repo_id: str, version: int | None) -> RepoInfo:

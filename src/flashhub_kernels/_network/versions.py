@@ -56,6 +56,18 @@ def with_version(fetcher: Fetcher, repo_id: str, version: int | None) -> RepoInf
     return RepoInfo(repo_id, listed_versions(fetcher, repo_id)[-1])
 
 
+def newest_published(config: Config, repo_id: str) -> int:
+    """The newest version the repo's ``versions.json`` lists, on the CDN of ``config``.
+
+    Raises:
+        KernelNotFoundError, RollbackError: as :func:`listed_versions`.
+    """
+    from .transport import remote
+
+    with remote(config) as fetcher:
+        return listed_versions(fetcher, repo_id)[-1]
+
+
 def listed_versions(fetcher: Fetcher, repo_id: str) -> list[int]:
     """The versions ``versions.json`` lists, ascending; never empty.
 

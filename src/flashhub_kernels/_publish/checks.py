@@ -14,6 +14,7 @@ from .._constants import MANIFEST_NAME
 from .._models.kernel_dir import NATIVE_SUFFIXES
 from .._models.manifest import Manifest, parse_metadata
 from .._models.names import ROOT_PACKAGE
+from .._variants.grammar import as_variant
 from ..errors import ManifestError, PublishError
 from .build import VariantBuild
 from .destination import Destination
@@ -42,7 +43,8 @@ def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
     (compared by normalised name: ``Some-Pkg`` declares ``some_pkg``).
     """
     declared = _declared_modules(build.python_depends)
-    provided = _PROVIDED | ({"triton"} if _backend(build.name) in _WITH_TRITON else set())
+    with_triton = as_variant(build.name).backend in _WITH_TRITON
+    provided = _PROVIDED | ({"triton"} if with_triton else set())
     undeclared: dict[str, UndeclaredImport] = {}
     for rel, tree in _parsed_sources(build):
         for line, module in _checked_imports(tree, f"{build.name}/{rel}", py_pkg):
@@ -122,16 +124,6 @@ def _declared_modules(python_depends: Sequence[str]) -> set[str]:
     names = {_requirement_name(entry) for entry in python_depends}
     modules = {python_package(entry)[1] for entry in python_depends}
     return {_normalized(name) for name in names | modules if name}
-
-
-def _backend(variant: str) -> str | None:
-    """The backend of the variant named ``variant``; ``None`` where the name does not say."""
-    from .._variants.grammar import parse_variant
-
-    try:
-        return parse_variant(variant).backend
-    except ValueError:
-        return None
 
 
 def _requirement_name(entry: str) -> str:

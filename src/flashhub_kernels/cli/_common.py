@@ -311,8 +311,7 @@ def local_cache() -> Cache:
 
 def newest_version(repo_id: str, command: str) -> int:
     """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
-    from .._network.transport import remote
-    from .._network.versions import with_version
+    from .._network.versions import newest_published
 
     config = get_config()
     if config.offline:
@@ -320,8 +319,7 @@ def newest_version(repo_id: str, command: str) -> int:
 
         option = _cached_version_option(repo_id, command)
         raise newest_version_error(repo_id, hint=f"pass {option}, or unset FLASHHUB_OFFLINE")
-    with remote(config) as fetcher:
-        return with_version(fetcher, repo_id, None).version
+    return newest_published(config, repo_id)
 
 
 def _cached_version_option(repo_id: str, command: str) -> str:
