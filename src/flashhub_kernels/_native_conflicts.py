@@ -10,7 +10,10 @@ runs nothing twice. So loading either file while the other is loaded (however it
 loaded) loads the one already in the process when the bytes are the same: both kernels
 run on one copy, as Hugging Face kernels hands a build loaded twice its first module.
 Another build that registers the same namespace raises
-:class:`~flashhub_kernels.errors.NativeLibraryConflictError`, naming both kernels.
+:class:`~flashhub_kernels.errors.NativeLibraryConflictError`, naming both kernels: when
+the other is loaded already, before the kernel's code runs, since an ``_ops.py`` that
+skips ``load_library`` when its namespace is registered would run the other build's ops;
+else when the load is asked for.
 
 Digests are read from the entries' manifests (or, for a local directory, hashed) only
 when two sizes match.
@@ -38,7 +41,9 @@ _digests: dict[str, bytes | None] = {}  # path -> its sha256, once read
 
 
 def meet(library: Library, other: Library) -> None:
-    """Guard ``torch.ops.load_library`` against loading both, if they conflict."""
+    """Guard ``torch.ops.load_library`` against loading both, if they conflict; raise
+    :class:`~flashhub_kernels.errors.NativeLibraryConflictError` if ``other`` is another
+    build under the file name of ``library`` (the kernel about to run) and is loaded."""
     same_bytes = library.size == other.size and (
         (digest := _digest(library)) is not None and digest == _digest(other)
     )
@@ -49,6 +54,8 @@ def meet(library: Library, other: Library) -> None:
             return  # one file by two paths: the dynamic loader loads it once
     except OSError:
         return
+    if not same_bytes and _loaded(other) and _registered(_namespace(library)):
+        raise _conflict(library, other)
     _install_hook()
     for one, two in ((library, other), (other, library)):
         _meetings.setdefault(os.path.realpath(one.path), []).append((one, two, same_bytes))
@@ -97,7 +104,7 @@ def _install_hook() -> None:
         return
 
     def load_library(path: str) -> None:
-        original(_path_to_load(path, torch.ops.loaded_libraries))
+        original(_path_to_load(path))
 
     load_library.__doc__ = original.__doc__
     load_library._flashhub_shares_or_refuses = True  # type: ignore[attr-defined]
@@ -110,7 +117,7 @@ def _install_hook() -> None:
         self: importlib.machinery.ExtensionFileLoader, spec: importlib.machinery.ModuleSpec
     ) -> ModuleType:
         if spec.origin is not None:
-            path = _path_to_load(spec.origin, torch.ops.loaded_libraries)
+            path = _path_to_load(spec.origin)
             if path != spec.origin:  # the module is made anew from the copy loaded first
                 spec = importlib.machinery.ModuleSpec(spec.name, self, origin=path)
         return create_module(self, spec)
@@ -119,12 +126,12 @@ def _install_hook() -> None:
     extension_loader.create_module = create_extension  # type: ignore[method-assign]
 
 
-def _path_to_load(path: str, loaded_libraries: set[str]) -> str:
+def _path_to_load(path: str) -> str:
     """The file to load for ``path``: another kernel's copy of the same bytes when one is
     loaded, else ``path``. Raises if ``path`` would register a namespace that another
     build registered from another path."""
     for library, other, same_bytes in _meetings.get(os.path.realpath(path), ()):
-        loaded = os.path.realpath(other.path) in loaded_libraries or _in_process(other.path)
+        loaded = _loaded(other)
         if loaded and same_bytes:
             logger.info(
                 "%s runs on the native library %s of %s, the same build",
@@ -136,6 +143,14 @@ def _path_to_load(path: str, loaded_libraries: set[str]) -> str:
         if loaded and _registered(_namespace(library)):
             raise _conflict(library, other)
     return path
+
+
+def _loaded(library: Library) -> bool:
+    """Whether ``library`` is in the process: loaded by ``torch.ops.load_library`` or
+    otherwise."""
+    import torch
+
+    return os.path.realpath(library.path) in torch.ops.loaded_libraries or _in_process(library.path)
 
 
 def _in_process(path: str) -> bool:

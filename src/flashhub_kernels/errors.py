@@ -188,7 +188,10 @@ class NativeLibraryConflictError(KernelImportError):
     """A kernel's native library would register an op namespace that a library another
     kernel loaded from another path registered already: another build that kept its
     namespace. torch aborts the process when that library is loaded, so the loader
-    refuses it instead. (The same build at a second path runs on the copy loaded first.)
+    refuses it instead: before the kernel's code runs when the other library is loaded
+    already (an ``_ops.py`` that skips loading a registered namespace would run the other
+    build's ops), else at the load. (The same build at a second path runs on the copy
+    loaded first.)
     """
 
 

@@ -65,7 +65,8 @@ class SharedNativeLibrary(Record):
             f"{repo_id} v{version}: {self.file} is another build of v{self.version}'s "
             f"{self.other_file}: by its file name both register the op namespace "
             f"{namespace}, so the two versions cannot be loaded side by side in one process "
-            f"(loading v{version} beside v{self.version} raises NativeLibraryConflictError); "
+            "(the one imported second raises NativeLibraryConflictError, even if its "
+            "_ops.py skips load_library when the namespace is registered); "
             f"{rebuild}"
         )
 
