@@ -83,6 +83,18 @@ def test_lock_json(project: Path) -> None:
     assert (kernel["repo_id"], kernel["version"]) == (REPO, 2)
     assert set(kernel["variants"]) == {LOCAL, UNIVERSAL, CUDA}
     assert json.loads((project / LOCKFILE_NAME).read_text())["kernels"] == [kernel]
+    assert document["written"] is True
+
+
+def test_a_relock_that_changes_nothing_says_so(project: Path) -> None:
+    assert flashhub("lock", project).returncode == 0
+    lockfile = project / LOCKFILE_NAME
+    os.utime(lockfile, (0, 0))  # a rewrite would move it
+    again = flashhub("lock", project)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == f"{lockfile} is up to date"
+    assert ok_json(flashhub("lock", project, "--json"))["written"] is False
+    assert lockfile.stat().st_mtime == 0
 
 
 @pytest.mark.signing

@@ -152,25 +152,25 @@ def install_kernel(
 ) -> Path:
     """Download and verify the variant of a kernel this system loads, without importing it.
 
-        Gives the variant's cache entry, which holds its files as published (``<py_pkg>/``,
+    Gives the variant's cache entry, which holds its files as published (``<py_pkg>/``,
     or a flattened build's files, or a ``"zip"`` build's archive) and ``metadata.json``.
-        With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
-        ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
+    With neither ``version`` nor ``revision``, the newest version in ``versions.json``.
+    ``backend`` picks the variant ``get_kernel(..., backend=)`` would load.
 
-        ``local_files_only=True`` answers from the cache alone, as ``FLASHHUB_OFFLINE=1``
-        does, for this call: no request is made, and a kernel not in the cache is an
-        :class:`~flashhub_kernels.errors.OfflineError`.
+    ``local_files_only=True`` answers from the cache alone, as ``FLASHHUB_OFFLINE=1``
+    does, for this call: no request is made, and a kernel not in the cache is an
+    :class:`~flashhub_kernels.errors.OfflineError`.
 
-        ``system`` (the exact build another machine loads, e.g.
-        ``"torch213-cxx11-cu126-x86_64-linux"``) and its device, ``cuda_capability``
-        (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
-        loads instead: into the cache entry its own loads then find, offline too.
+    ``system`` (the exact build another machine loads, e.g.
+    ``"torch213-cxx11-cu126-x86_64-linux"``) and its device, ``cuda_capability``
+    (``"9.0"``) or ``rocm_arch`` (``"gfx942"``), download the variant that machine
+    loads instead: into the cache entry its own loads then find, offline too.
 
-        ``user_agent`` and ``trust_remote_code`` as for :func:`get_kernel`.
+    ``user_agent`` and ``trust_remote_code`` as for :func:`get_kernel`.
 
-        Raises:
-            ValueError: an argument is malformed, or the device is not of ``system``'s backend.
-            TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
+    Raises:
+        ValueError: an argument is malformed, or the device is not of ``system``'s backend.
+        TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
     """
     from .._variants.named_system import target_system
 
@@ -265,8 +265,9 @@ def get_local_kernel(
             machine cannot select.
         TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
         LocalKernelNotFoundError: ``repo_path`` does not exist (a ``FileNotFoundError``).
-        KernelNotFoundError: ``repo_path`` holds no such package, several packages
-            without one named, or no variant that fits.
+        KernelNotFoundError: ``repo_path`` holds no such package, or several packages
+            without one named.
+        NoCompatibleVariantError: no variant in ``repo_path`` fits this system.
     """
     from .local import find_local_package  # not imported by kernel loads from the CDN
 

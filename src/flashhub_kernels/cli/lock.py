@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .._config import get_config
 from .._utils.escaping import escape_controls
@@ -54,13 +55,17 @@ def _lock_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _lock(args: argparse.Namespace) -> int:
+    from .._lockfiles.format import LOCKFILE_NAME
     from .._lockfiles.pinning import lock_project
 
-    # Offline, lock_project checks the existing lock against the cache and writes nothing.
-    written = not get_config().offline
+    path = Path(args.project_dir) / LOCKFILE_NAME
+    before = _contents(path)
     lock = lock_project(
         args.project_dir, variants=args.variants, allow_downgrade=args.allow_downgrade
     )
+    # Offline, lock_project checks the existing lock against the cache and writes nothing;
+    # online, it leaves a lock that holds its bytes already as it is.
+    written = _contents(path) != before
     if args.json:
         print_json({"lockfile": lock.source, "written": written, **lock.to_json()})
         return EXIT_OK
@@ -73,9 +78,19 @@ def _lock(args: argparse.Namespace) -> int:
         print(f"{locked.repo_id} {wanted}: v{locked.version} ({variants}{probed}{depends})")
     if written:
         print(f"wrote {lock.source}")
-    else:
+    elif get_config().offline:
         print(f"{lock.source} is up to date as far as the cache knows (FLASHHUB_OFFLINE is set)")
+    else:
+        print(f"{lock.source} is up to date")
     return EXIT_OK
+
+
+def _contents(path: Path) -> bytes | None:
+    """The bytes of the file at ``path``; ``None`` where there is none to read."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _download_arguments(parser: argparse.ArgumentParser) -> None:
