@@ -53,7 +53,7 @@ from flashhub_kernels.errors import (
 from support.cdn_server import CdnServer
 from support.cli_runner import flashhub
 from support.machines import CPU_ONLY_CHILD, python_310_without_tomli
-from support.preloaded import start_code, stderr_into, written
+from support.preloaded import run_code, start_code, stderr_into, written
 from support.projects import (
     CUDA,
     PY_PKG,
@@ -677,23 +677,52 @@ def test_probed_lock_from_another_system_loads_its_best_locked_variant(
     assert cdn.requests == []
 
 
-def test_probed_lock_without_a_variant_the_cdn_gives_this_system_says_so(
+# `python -c CLI_AS_CPU_ONLY ARGS...`: the `flashhub` command, resolving kernels as
+# `probed_project`'s CPU-only machine does.
+CLI_AS_CPU_ONLY = (
+    CPU_ONLY_CHILD
+    + "import sys\nfrom flashhub_kernels.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def test_a_probed_lock_lacking_this_systems_build_says_so_alike_on_every_path(
     probed_project: Path, cdn: CdnServer
 ) -> None:
-    lockfile = write_probed_lock(probed_project, cdn, [UNIVERSAL, CUDA])
+    lockfile = lock_project(probed_project).source  # this system's build and torch-universal
+    document = json.loads(Path(lockfile).read_text())
+    del document["kernels"][0]["variants"][CPU_LOCAL]  # edited by hand, or merged wrong
+    Path(lockfile).write_text(json.dumps(document))
     assert get_kernel(REPO, version=1).marker() == f"{REPO}@v1:{CPU_LOCAL}"  # probed: cached
     del sys.modules[PROBED_MODULE]
     index = entry(1, CPU_LOCAL).parent / "variants-index.json"
     recorded = index.read_bytes()
+    load = f"import flashhub_kernels as fk\nfk.load_kernel({REPO!r}, lockfile={lockfile!r})"
 
-    with pytest.raises(
-        LockfileError, match=f"publishes variant {CPU_LOCAL} for this system"
-    ) as info:
+    with pytest.raises(LockfileError) as info:
         get_locked_kernel(REPO, lockfile=lockfile)
+    loaded = run_code(CPU_ONLY_CHILD + load, env=dict(os.environ))
+    downloaded = run_code(CLI_AS_CPU_ONLY, "download", str(probed_project), env=dict(os.environ))
+    offline = {**os.environ, "FLASHHUB_OFFLINE": "1"}
+    confirmed = run_code(CLI_AS_CPU_ONLY, "lock", str(probed_project), env=offline)
 
-    assert "--variant NAME" in str(info.value)
-    assert PROBED_MODULE not in sys.modules
+    said = (
+        f"{REPO}@v1 publishes {CPU_LOCAL}, which the lock does not pin: without variants.json, "
+        "a lock holds the variants `flashhub lock` found where it ran"
+    )
+    assert said in str(info.value)
+    assert "re-run `flashhub lock` on this machine" in str(info.value)
+    assert loaded.returncode == downloaded.returncode == confirmed.returncode == 1
+    for printed in (loaded.stderr, downloaded.stderr):
+        assert said in printed
+        assert "re-run `flashhub lock` on this machine" in printed
+    assert said in confirmed.stderr
+    assert "run `flashhub lock` with network access" in confirmed.stderr
+    assert not entry(1, UNIVERSAL).exists(), "nothing was downloaded for a lock it refused"
     assert index.read_bytes() == recorded, "a refused lock records nothing of it"
+    assert PROBED_MODULE not in sys.modules
+
+    lock_project(probed_project)  # as the hint says
+    assert get_locked_kernel(REPO, lockfile=lockfile).marker() == f"{REPO}@v1:{CPU_LOCAL}"
 
 
 def test_a_probed_kernel_loads_from_its_lock_in_a_read_only_baked_cache(

@@ -8,17 +8,21 @@ re-hashing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache, VariantIndex
 from .._cache.receipt import cached_kernel, read_receipt
+from .._cache.staging import merge_indexes
 from .._config import get_config
 from .._constants import MANIFEST_NAME
 from .._loading.kernel_deps import requirements
 from .._models.kernel_dir import KernelDir
 from .._models.kernel_metadata import read_kernel_metadata
+from .._utils.escaping import escape_controls
 from .._variants.choice import choose_variant
+from .._variants.compat import pick_cached_variant
 from .._variants.grammar import as_variant
 from .._variants.probing import candidate_names
 from .._variants.verdicts import (
@@ -29,13 +33,32 @@ from .._variants.verdicts import (
     judge_builds,
     judge_variants,
 )
-from ..errors import NoCompatibleVariantError
+from ..errors import LockfileError, NoCompatibleVariantError
 from .project import VARIANT_OPTIONS
 
 if TYPE_CHECKING:
+    from .._models.names import RepoInfo
     from .._variants.compat import TargetOf
     from .._variants.system import SystemInfo
     from .format import LockedKernel
+
+# What settles a probed lock that lacks a variant the CDN publishes: locking again probes
+# for every variant this machine loads, and keeps those named.
+RELOCK_HINT = (
+    "re-run `flashhub lock` on this machine; to keep other machines' variants locked, "
+    f"name them with {VARIANT_OPTIONS}"
+)
+
+
+def unpinned_message(info: RepoInfo, variants: Iterable[str]) -> str:
+    """Why a lock of ``info``, probed, cannot stand for the CDN: it lacks ``variants``,
+    which the CDN publishes (as the cache records)."""
+    names = ", ".join(map(escape_controls, sorted(variants)))
+    return (
+        f"{info} publishes {names}, which the lock does not pin: without variants.json, "
+        "a lock holds the variants `flashhub lock` found where it ran (this one was made "
+        "on another machine or edited, or the variant was published since)"
+    )
 
 
 def locked_variant(
@@ -61,7 +84,7 @@ def locked_variant(
     raise NoCompatibleVariantError(
         f"{locked.info} has no variants.json, and none of the variants the lock pins for it "
         f"fits this system ({describe_system(system)}):\n{trace}",
-        hint=f"lock this system's variant too, with {VARIANT_OPTIONS}",
+        hint=RELOCK_HINT,
     )
 
 
@@ -87,6 +110,27 @@ def lock_index(locked: LockedKernel, system: SystemInfo | None) -> VariantIndex:
     candidates = candidate_names(system)
     before = candidates[: candidates.index(locked_variant(locked, system))]
     return VariantIndex(False, present, frozenset(before))
+
+
+def picked_from_lock(
+    locked: LockedKernel,
+    system: SystemInfo,
+    recorded: VariantIndex | None,
+    target_of: TargetOf | None,
+) -> tuple[VariantIndex, str | None]:
+    """The cache's ``recorded`` index of the locked version with what the lock adds to
+    it, and the variant the import hook picks for ``system`` from that (``None``: it
+    would ask the CDN); ``target_of`` as for :func:`locked_variant`.
+
+    Raises:
+        LockfileError: the lock is probed and lacks the variant picked.
+    """
+    added = lock_index(locked, system)
+    index = added if recorded is None else merge_indexes(recorded, added)
+    picked = pick_cached_variant(index, system, target_of)
+    if locked.probed and picked is not None and picked not in locked.variants:
+        raise LockfileError(unpinned_message(locked.info, [picked]), hint=RELOCK_HINT)
+    return index, picked
 
 
 def cached_entry(cache: Cache, locked: LockedKernel, variant: str) -> tuple[Path | None, str]:

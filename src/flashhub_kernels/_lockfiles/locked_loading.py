@@ -19,21 +19,18 @@ from typing import TYPE_CHECKING
 
 from .._cache.layout import Cache
 from .._cache.mutex import index_mutex
-from .._cache.staging import merge_indexes, record_index
+from .._cache.staging import record_index
 from .._cache_imports import mark_in_use
 from .._config import get_config
 from .._finder import install, twin_names
 from .._loading.hub_arguments import check_trust_remote_code, sending
 from .._models.names import check_backend
 from .._utils.callers import caller_module
-from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
-from .._variants.compat import pick_cached_variant
 from .._variants.named_system import target_system
 from ..errors import CacheError, LockedVariantNotCachedError, LockfileError
-from .cache_check import cached_kernel_dir, lock_index, locked_variant
+from .cache_check import cached_kernel_dir, locked_variant, picked_from_lock
 from .discovery import StrPath, find_lockfile
-from .project import VARIANT_OPTIONS
 
 if TYPE_CHECKING:
     from .._models.kernel_dir import KernelDir
@@ -128,6 +125,10 @@ def load_locked(
             missing.append((node, why))
         else:
             kernel_dirs[node.info] = kernel_dir
+    for node, _ in missing:  # a lock lacking the variant to load: said before "not cached"
+        picked_from_lock(
+            node, system, cache.read_index(node.info), cached_targets(cache, node.info)
+        )
     if missing and (not download or config.offline):
         node, why = missing[0]
         raise _not_loadable(locked, node, variants[node.info], why, download=download)
@@ -203,18 +204,9 @@ def _check_cached_choice(
     adds to it, picks the locked ``variant``, just checked; then record what the lock
     adds, so that the import of the kernel (or of a kernel depending on it) picks it too.
     A cache that cannot be written (an image's, read-only) is checked all the same."""
-    added = lock_index(locked, system)
     recorded = cache.read_index(locked.info)
-    index = added if recorded is None else merge_indexes(recorded, added)
     cached = functools.partial(cache.read_target, locked.info)
-    picked = pick_cached_variant(index, system, cached)
-    if locked.probed and picked is not None and picked not in locked.variants:
-        raise LockfileError(
-            f"{locked.info} publishes variant {escape_controls(picked)} for this system, "
-            "which the lock does not pin (it has no variants.json, and the lock holds "
-            "the variants a probe found where it was made)",
-            hint=f"lock it too, with {VARIANT_OPTIONS}",
-        )
+    index, picked = picked_from_lock(locked, system, recorded, cached)
     if picked != variant:
         raise LockfileError(
             f"the cache's variant list for {locked.info} disagrees with the lock",
@@ -222,4 +214,4 @@ def _check_cached_choice(
         )
     if index != recorded:  # as every writer of the index: under its mutex (a cold path)
         with contextlib.suppress(CacheError), index_mutex(cache, locked.info):
-            record_index(cache, locked.info, added)
+            record_index(cache, locked.info, index)

@@ -11,6 +11,7 @@ from .._constants import PYPROJECT_NAME
 from .._loading.offline import indexed_versions
 from .._utils.escaping import escape_controls
 from ..errors import OfflineError
+from .cache_check import unpinned_message
 from .format import LOCKFILE_NAME, LockedKernel, Lockfile, read_lockfile
 from .project import parse_specifier, variants_noun
 
@@ -103,12 +104,11 @@ def _offline_index_problems(
         return []
     if not locked.probed:
         return [f"the cache does not record the variants.json of {info}"]
-    if index is None or not pinned <= index.present:
+    if index is None:
         return [f"the cache does not record the locked variants of {info}"]
-    problems = []
-    if index.present != pinned:
-        unpinned = ", ".join(map(escape_controls, sorted(index.present - pinned)))
-        problems.append(f"the cache records that {info} publishes {unpinned}, unpinned by the lock")
+    problems = [unpinned_message(info, index.present - pinned)] if index.present - pinned else []
+    if not pinned <= index.present:
+        return [*problems, f"the cache does not record the locked variants of {info}"]
     unlocked = [name for name in variants if name not in pinned]
     if unlocked:
         problems.append(f"{info} is locked, but the requested {variants_noun(unlocked)} not")

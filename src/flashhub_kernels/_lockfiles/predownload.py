@@ -24,7 +24,7 @@ from .._utils.escaping import escape_controls
 from .._variants.choice import cached_targets
 from .._variants.named_system import target_system
 from ..errors import FlashhubError, LockMismatchError, NoCompatibleVariantError, OfflineError
-from .cache_check import cached_entry, lock_index, locked_variant
+from .cache_check import cached_entry, lock_index, locked_variant, picked_from_lock
 
 if TYPE_CHECKING:
     from .._cache.layout import VariantIndex
@@ -158,6 +158,7 @@ def _download_kernel(
             if system is None:
                 variants = sorted(locked.variants)
             else:
+                picked_from_lock(locked, system, recorded, reader.target)  # as a load checks
                 variants = [_variant_to_download(locked, system, reader.target)]
         except FlashhubError as exc:
             return [LockedDownload(locked.repo_id, locked.version, None, "failed", failure=exc)]
