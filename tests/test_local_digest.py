@@ -159,6 +159,29 @@ def test_bytecode_of_a_previous_import_does_not_fail_the_next_load(tmp_path: Pat
     assert load_in_child(load, writing_bytecode)[0] == ["loaded compiled"]
 
 
+@pytest.mark.parametrize(
+    "listed", [f"{PY_PKG}/helpers.pyc", f"{PY_PKG}/__pycache__/helpers.cpython-311.pyc"]
+)
+def test_a_digest_listing_bytecode_it_holds_says_bytecode_is_never_part_of_a_build(
+    tmp_path: Path, listed: str
+) -> None:
+    # Loads pass over bytecode, which an import writes, and publish never ships it: a
+    # digest listing it is malformed, not a build missing the file that is right there.
+    files = {**kernel_files(PY_PKG, "built"), listed: b"bytecode a tool digested"}
+    variant = write_build(tmp_path / "kernel", files)
+    assert (variant / listed).is_file()
+
+    lines, _ = load_in_child(GET_LOCAL.format(path=str(tmp_path / "kernel")))
+    assert lines == [
+        "ManifestError True",
+        f"{variant / 'metadata.json'}: the digest lists {listed}, but bytecode (.pyc files, "
+        "__pycache__ directories) is never part of a build: an import writes it, so a load "
+        "does not check it, and `flashhub publish` does not ship it",
+        "  hint: build the kernel with a digest that leaves out .pyc files and __pycache__ "
+        "directories",
+    ]
+
+
 def test_a_dependency_mapped_to_a_modified_build_fails_before_the_kernel_runs(
     tmp_path: Path,
 ) -> None:

@@ -10,7 +10,9 @@ to; a symlink to a directory is refused, since the digest covers nothing under i
 FIFO, socket or device is passed over, as Hugging Face passes it over.
 
 A ``metadata.json`` without a ``digest`` object is loaded as it is, with an INFO log
-record: most builds made for development have none.
+record: most builds made for development have none. A digest that lists bytecode is
+refused as malformed: bytecode is never part of a build, here as for publish, which
+never ships it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ _HINT = (
     "rebuild the kernel, or restore its files as its build wrote them (and remove the "
     "files it did not write)"
 )
+# Bytecode, which an import writes: never part of a build, so the digest passes over it.
+_BYTECODE_DIR = "__pycache__"
+_BYTECODE_SUFFIX = ".pyc"
 _MALFORMED_HINT = (
     "rebuild the kernel, or, where that metadata.json is not the build's, load the package "
     "from a directory of its own"
@@ -58,6 +63,7 @@ def verify_local_build(path: Path, data: bytes) -> object:
     if listed is None:
         logger.info("%s records no digest: the local kernel's files are not verified", path)
         return document
+    _refuse_listed_bytecode(listed, path)
     variant_dir = path.parent
     violations = find_violations(variant_dir, listed)
     if violations:
@@ -77,6 +83,29 @@ def _digest_files(document: object, path: Path) -> Mapping[str, bytes] | None:
     if not isinstance(document, dict) or not isinstance(document.get("digest"), dict):
         return None
     return manifest_of(document, str(path)).files
+
+
+def _refuse_listed_bytecode(listed: Mapping[str, bytes], path: Path) -> None:
+    """Refuse a digest (of the ``metadata.json`` at ``path``) that lists bytecode: no load
+    checks it, and a listed file would otherwise be reported missing when it is there.
+
+    Raises:
+        ManifestError: naming the first such file.
+    """
+    bytecode = sorted(rel for rel in listed if _is_bytecode(rel))
+    if bytecode:
+        raise ManifestError(
+            f"{path}: the digest lists {bytecode[0]}, but bytecode (.pyc files, "
+            f"{_BYTECODE_DIR} directories) is never part of a build: an import writes it, "
+            "so a load does not check it, and `flashhub publish` does not ship it",
+            hint="build the kernel with a digest that leaves out .pyc files and "
+            f"{_BYTECODE_DIR} directories",
+        )
+
+
+def _is_bytecode(rel: str) -> bool:
+    parts = rel.split("/")
+    return rel.endswith(_BYTECODE_SUFFIX) or _BYTECODE_DIR in parts[:-1]
 
 
 def find_violations(variant_dir: Path, listed: Mapping[str, bytes]) -> list[str]:
@@ -117,9 +146,9 @@ def _files(directory: Path, rel: str) -> Iterator[tuple[str, Path, str | None]]:
     for entry in entries:
         child = f"{rel}/{entry.name}" if rel else entry.name
         if entry.is_dir(follow_symlinks=False):
-            if entry.name != "__pycache__":
+            if entry.name != _BYTECODE_DIR:
                 yield from _files(Path(entry.path), child)
-        elif entry.name.endswith(".pyc") or (not rel and entry.name in _UNCOVERED):
+        elif entry.name.endswith(_BYTECODE_SUFFIX) or (not rel and entry.name in _UNCOVERED):
             continue
         elif (mode := _mode(entry)) is None or stat.S_ISREG(mode):  # dangling: unreadable
             yield child, Path(entry.path), None
