@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import pty
+import py_compile
 import shutil
 import signal
 import subprocess
@@ -532,6 +533,48 @@ def test_cache_verify_reports_damaged_bytecode_and_repair_recompiles_it(
     cdn.clear_log()
     assert run_python(IMPORT_HELPERS, env={"FLASHHUB_OFFLINE": "1"}).strip() == SHOUT
     assert cdn.requests == []
+
+
+def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    pycache = entry / PY_PKG / "__pycache__"
+    optimized = {"FLASHHUB_OFFLINE": "1", "PYTHONOPTIMIZE": "1", "PYTHONDONTWRITEBYTECODE": ""}
+    tag = sys.implementation.cache_tag
+    # Python's own bytecode of a verified source, which a `python -O` import writes.
+    assert run_python(IMPORT_HELPERS, env=optimized, fresh=True).strip() == SHOUT
+    assert (pycache / f"helpers.{tag}.opt-1.pyc").is_file()
+    assert flashhub_process("cache", "verify").returncode == 0
+
+    planted = pycache / f"_ops.{tag}.opt-1.pyc"
+    other_code = tmp_path / "_ops.py"
+    other_code.write_text("print('planted code ran')\n" + (entry / PY_PKG / "_ops.py").read_text())
+    py_compile.compile(
+        str(other_code),
+        cfile=str(planted),
+        optimize=1,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    another_python = pycache / "helpers.cpython-399.pyc"
+    another_python.write_bytes(b"anything")
+    assert "planted code ran" in run_python(IMPORT_HELPERS, env=optimized, fresh=True)
+
+    verified = flashhub_process("cache", "verify")
+    repaired = flashhub_process("cache", "verify", "--repair")
+
+    assert verified.returncode == 1
+    assert (
+        f"{REPO}@v1 {LOCAL}: FAILED: {planted.relative_to(entry).as_posix()} is not bytecode "
+        "compiled from the verified files: no one verified it, and an import of the kernel may "
+        "run it (under -O, or by another Python)"
+    ) in verified.stdout
+    assert repaired.returncode == 0, repaired.stderr
+    assert not planted.exists() and not another_python.exists()
+    assert (pycache / f"helpers.{tag}.opt-1.pyc").is_file()
+    assert flashhub_process("cache", "verify").returncode == 0
+    assert run_python(IMPORT_HELPERS, env=optimized, fresh=True).strip() == SHOUT
 
 
 def test_a_cache_copied_without_modification_times_is_repaired_offline(

@@ -4,11 +4,20 @@ committed, and recorded in its receipt."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import py_compile  # here, not where it is used: download threads compile (see _utils.threads)
 import sys
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Collection, Iterable
 from pathlib import Path
+
+# A .pyc header's flags (PEP 552) -> how py_compile writes such a file.
+_INVALIDATION_MODES = {
+    0: py_compile.PycInvalidationMode.TIMESTAMP,
+    1: py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    3: py_compile.PycInvalidationMode.CHECKED_HASH,
+}
 
 
 def receipt_stamp(path: str | Path) -> tuple[int, int]:
@@ -71,3 +80,56 @@ def bytecode_record(path: Path) -> tuple[int, int, str]:
     from .._network.hashing import sha256_file  # the cold path and the cache commands only
 
     return (*receipt_stamp(path), sha256_file(path).hex())
+
+
+def foreign_bytecode(entry: Path, known: Collection[str]) -> list[str]:
+    """What the ``__pycache__`` directories of ``entry`` hold besides ``known`` (the
+    bytecode its receipt records or its manifest lists) that is not this Python's
+    bytecode of a file ``known`` lists, byte for byte as Python compiles it (under ``-O``
+    too): what an import could run that no one verified. Paths relative to ``entry``."""
+    foreign = []
+    for directory, subdirectories, names in os.walk(entry):
+        if os.path.basename(directory) != "__pycache__":
+            continue
+        for name in sorted(names + subdirectories):
+            relpath = Path(directory, name).relative_to(entry).as_posix()
+            if relpath not in known and not _compiled_from_known(entry, relpath, known):
+                foreign.append(relpath)
+    return foreign
+
+
+def _compiled_from_known(entry: Path, relpath: str, known: Collection[str]) -> bool:
+    """Whether the file ``relpath`` is the bytecode this Python writes for a source that
+    ``known`` lists, at the optimization level and in the mode its name and header say."""
+    try:
+        source = importlib.util.source_from_cache(relpath)  # ValueError: not this Python's
+        level = _optimization(relpath)
+        path = entry / relpath
+        if source not in known or path.is_symlink() or not path.is_file():
+            return False
+        data = path.read_bytes()
+        mode = _INVALIDATION_MODES.get(int.from_bytes(data[4:8], "little"))
+        if mode is None:
+            return False
+        with tempfile.TemporaryDirectory() as scratch:
+            compiled = Path(scratch, "compiled.pyc")
+            py_compile.compile(
+                str(entry / source),
+                cfile=str(compiled),
+                doraise=True,
+                optimize=level,
+                invalidation_mode=mode,
+            )
+            return compiled.read_bytes() == data
+    except (ValueError, OSError, py_compile.PyCompileError):
+        return False
+
+
+def _optimization(relpath: str) -> int:
+    """The optimization level a bytecode file name says (``x.<tag>.opt-2.pyc``: 2).
+
+    Raises:
+        ValueError: the level is not a number.
+    """
+    tag = relpath.rsplit(".", 2)[-2]
+    return int(tag.removeprefix("opt-")) if tag.startswith("opt-") else 0

@@ -14,15 +14,15 @@ from pathlib import Path, PurePosixPath
 
 from .._config import Config, get_config
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
-from .._models.manifest import parse_metadata
+from .._models.manifest import Manifest, parse_metadata
 from .._models.record import Record
 from .._network.hashing import sha256_file
 from .._signing.verification import holds_trusted_signature, verify_document
 from .._utils.file_names import check_cached_names
 from .._utils.filesystem import read_regular, replaced_name
 from ..errors import ManifestError, SignatureError
-from .bytecode import bytecode_path, compile_bytecode, receipt_stamp
-from .directories import cache_errors, settle_modes
+from .bytecode import bytecode_path, compile_bytecode, foreign_bytecode, receipt_stamp
+from .directories import cache_errors, remove_tree, settle_modes
 from .entries import CacheEntry
 from .layout import Cache
 from .mutex import download_mutex
@@ -77,7 +77,7 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
         receipt = read_receipt(entry.path)
         if not verdict.repairable or receipt is None:
             return verdict
-        _restamp(entry.path, receipt)
+        _restamp(entry.path, receipt, _manifest(entry.path).files)
         settle_modes(entry.path, shared=cache.shared)  # the bytecode compiled again
     return verdict._replace(repaired=True)
 
@@ -87,9 +87,7 @@ def _verify(entry: CacheEntry) -> Verdict:
     if receipt is None:
         return Verdict("no receipt: the entry was never completely verified")
     try:
-        manifest = parse_metadata(
-            read_regular(entry.path / MANIFEST_NAME), source=str(entry.path / MANIFEST_NAME)
-        )
+        manifest = _manifest(entry.path)
     except FileNotFoundError:
         return Verdict(f"{MANIFEST_NAME} is missing")
     except OSError as exc:  # a pipe too: read_regular refuses it rather than wait
@@ -105,16 +103,34 @@ def _verify(entry: CacheEntry) -> Verdict:
     broken, not_trusted = _signature_problem(entry, receipt, get_config())
     if broken is not None:
         return Verdict(broken)
-    return _stamps_verdict(entry, receipt)._replace(not_trusted=not_trusted)
+    return _stamps_verdict(entry, receipt, manifest.files)._replace(not_trusted=not_trusted)
 
 
-def _stamps_verdict(entry: CacheEntry, receipt: Receipt) -> Verdict:
+def _manifest(entry: Path) -> Manifest:
+    """The ``metadata.json`` of ``entry``, parsed.
+
+    Raises:
+        OSError: it cannot be read.
+        ManifestError: it is malformed.
+    """
+    return parse_metadata(read_regular(entry / MANIFEST_NAME), source=str(entry / MANIFEST_NAME))
+
+
+def _stamps_verdict(entry: CacheEntry, receipt: Receipt, listed: Mapping[str, bytes]) -> Verdict:
     """Whether the bytecode and the sizes and mtimes of the files of an entry whose files
-    re-hash right are still those its receipt records."""
+    re-hash right (``listed``) are still those its receipt records."""
     damaged = _damaged_bytecode(entry.path, receipt)
     if damaged:
         return Verdict(
             f"{damaged[0]} is not the bytecode compiled when the entry was verified",
+            repairable=True,
+        )
+    foreign = _foreign_bytecode(entry.path, receipt, listed)
+    if foreign:
+        return Verdict(
+            f"{foreign[0]} is not bytecode compiled from the verified files: no one "
+            "verified it, and an import of the kernel may run it (under -O, or by another "
+            "Python)",
             repairable=True,
         )
     changed = receipt.changed_file(entry.path)
@@ -150,8 +166,7 @@ def _files_problem(entry: Path, files: Mapping[str, bytes]) -> str | None:
 def _unlisted(entry: Path, listed: set[str]) -> str | None:
     """The first file, directory or symlink in ``entry`` that is neither listed, nor a
     directory of what is listed, nor the entry's own record (or the temporary file of a
-    writer of one), nor in a ``__pycache__`` (whose bytecode the receipt checks as far as
-    it records it)."""
+    writer of one), nor in a ``__pycache__`` (whose bytecode :func:`_stamps_verdict` checks)."""
     expected = listed | ENTRY_RECORDS
     expected |= {str(parent) for relpath in listed for parent in PurePosixPath(relpath).parents}
     for directory, subdirectories, names in os.walk(entry):
@@ -177,6 +192,12 @@ def _damaged_bytecode(entry: Path, receipt: Receipt) -> list[str]:
     return damaged
 
 
+def _foreign_bytecode(entry: Path, receipt: Receipt, listed: Mapping[str, bytes]) -> list[str]:
+    """What the ``__pycache__`` directories of ``entry`` hold that was neither compiled at
+    verification nor is Python's bytecode of the ``listed`` (verified) files."""
+    return foreign_bytecode(entry, receipt.bytecode.keys() | listed.keys())
+
+
 def _digest(path: Path) -> str | None:
     """The sha256 of ``path`` in hex; ``None`` when it cannot be read."""
     try:
@@ -185,9 +206,12 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def _restamp(entry: Path, receipt: Receipt) -> None:
-    """Compile the damaged bytecode of a verified entry again, then record each file's
-    size and mtime as they are now."""
+def _restamp(entry: Path, receipt: Receipt, listed: Mapping[str, bytes]) -> None:
+    """Remove the bytecode of a verified entry (its files ``listed``) that was not
+    compiled from them, compile its damaged bytecode again, then record each file's size
+    and mtime as they are now."""
+    for relpath in _foreign_bytecode(entry, receipt, listed):
+        remove_tree(entry / relpath)
     damaged = _damaged_bytecode(entry, receipt)
     bytecode = {path: record for path, record in receipt.bytecode.items() if path not in damaged}
     sources = []
