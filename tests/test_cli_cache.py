@@ -557,8 +557,12 @@ def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
         optimize=1,
         invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
     )
+    # Another Python's bytecode of a verified source is that Python's to check; with no
+    # source, nothing would run it.
     another_python = pycache / "helpers.cpython-399.pyc"
     another_python.write_bytes(b"anything")
+    sourceless = pycache / "ghost.cpython-399.pyc"
+    sourceless.write_bytes(b"anything")
     assert "planted code ran" in run_python(IMPORT_HELPERS, env=optimized, fresh=True)
 
     verified = flashhub_process("cache", "verify")
@@ -571,7 +575,7 @@ def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
         "run it (under -O, or by another Python)"
     ) in verified.stdout
     assert repaired.returncode == 0, repaired.stderr
-    assert not planted.exists() and not another_python.exists()
+    assert not planted.exists() and not sourceless.exists() and another_python.exists()
     assert (pycache / f"helpers.{tag}.opt-1.pyc").is_file()
     assert flashhub_process("cache", "verify").returncode == 0
     assert run_python(IMPORT_HELPERS, env=optimized, fresh=True).strip() == SHOUT

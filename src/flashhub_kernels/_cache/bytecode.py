@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import os
 import py_compile  # here, not where it is used: download threads compile (see _utils.threads)
+import re
 import sys
 import tempfile
 from collections.abc import Collection, Iterable
@@ -18,6 +19,8 @@ _INVALIDATION_MODES = {
     1: py_compile.PycInvalidationMode.UNCHECKED_HASH,
     3: py_compile.PycInvalidationMode.CHECKED_HASH,
 }
+_PYCACHE = "__pycache__"
+_CACHE_TAG = re.compile(r"[a-z]+-?[0-9]+")  # sys.implementation.cache_tag: cpython-311
 
 
 def receipt_stamp(path: str | Path) -> tuple[int, int]:
@@ -34,7 +37,7 @@ def bytecode_path(source: str) -> str:
     head, name = os.path.split(source)
     level = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
     tag = sys.implementation.cache_tag
-    return os.path.join(head, "__pycache__", f"{name.rpartition('.')[0]}.{tag}{level}.pyc")
+    return os.path.join(head, _PYCACHE, f"{name.rpartition('.')[0]}.{tag}{level}.pyc")
 
 
 def sources_to_compile(listed: set[str]) -> list[str]:
@@ -89,13 +92,29 @@ def foreign_bytecode(entry: Path, known: Collection[str]) -> list[str]:
     too): what an import could run that no one verified. Paths relative to ``entry``."""
     foreign = []
     for directory, subdirectories, names in os.walk(entry):
-        if os.path.basename(directory) != "__pycache__":
+        if os.path.basename(directory) != _PYCACHE:
             continue
         for name in sorted(names + subdirectories):
             relpath = Path(directory, name).relative_to(entry).as_posix()
-            if relpath not in known and not _compiled_from_known(entry, relpath, known):
+            if relpath in known or _another_pythons(relpath, known):
+                continue
+            if not _compiled_from_known(entry, relpath, known):
                 foreign.append(relpath)
     return foreign
+
+
+def _another_pythons(relpath: str, known: Collection[str]) -> bool:
+    """Whether ``relpath`` is another Python's bytecode of a source ``known`` lists
+    (``x/__pycache__/y.cpython-312.pyc``): this Python never runs it, nor can compile it
+    to compare, so it is that Python's ``cache verify`` that checks it."""
+    directory, _, name = relpath.rpartition("/")
+    parts = name.split(".")
+    if len(parts) == 4 and parts[2].startswith("opt-"):
+        del parts[2]
+    if len(parts) != 3 or parts[2] != "pyc" or parts[1] == sys.implementation.cache_tag:
+        return False
+    source = f"{directory.removesuffix(_PYCACHE)}{parts[0]}.py"
+    return _CACHE_TAG.fullmatch(parts[1]) is not None and source in known
 
 
 def _compiled_from_known(entry: Path, relpath: str, known: Collection[str]) -> bool:
