@@ -21,7 +21,7 @@ from flashhub_kernels._cache.mutex import publish_mutex
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
 from flashhub_kernels._signing.verification import verify_document
-from flashhub_kernels.errors import UndeclaredDependencyWarning
+from flashhub_kernels.errors import SourcelessModuleWarning, UndeclaredDependencyWarning
 from support.builds import CPU, HELPERS, INIT, REPO, UNIVERSAL, ops_source, package_dir, tree_bytes
 from support.cli_runner import flashhub, flashhub_unprivileged
 
@@ -168,6 +168,24 @@ def test_cli_publish_lists_undeclared_imports_in_its_report(kernel: Path, tmp_pa
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
     assert line.startswith(f"warning: {REPO} v1: build/{CPU}/my_kern/extra.py:1 imports numpy")
     assert "UndeclaredDependencyWarning" not in result.stderr
+
+
+def test_cli_publish_reports_a_compiled_module_it_leaves_out(kernel: Path, tmp_path: Path) -> None:
+    """A ``.pyc`` without its ``.py``: a ``warning:`` line of the report, and in the JSON."""
+    (package_dir(kernel) / "compiled.pyc").write_bytes(b"bytecode")
+    shown = f"build/{CPU}/my_kern/compiled.pyc"
+    args = ("--repo-id", REPO, "--version", "1", "--out", tmp_path / "cdn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SourcelessModuleWarning)
+        result = flashhub("publish", kernel, *args, "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["sourceless_modules"] == [{"file": shown}]
+        result = flashhub("publish", kernel, *args)
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
+    assert line.startswith(f"warning: {REPO} v1: {shown} is not published: publish ships Python")
+    assert line.endswith("Put compiled.py in the build and publish again")
+    assert "SourcelessModuleWarning" not in result.stderr
 
 
 def test_cli_publish_reports_a_native_library_of_an_earlier_version(

@@ -346,6 +346,15 @@ class FileRelativePathWarning(UserWarning):
     """
 
 
+class SourcelessModuleWarning(UserWarning):
+    """:func:`~flashhub_kernels._publish.publish` was given a build holding a ``.pyc``
+    file outside ``__pycache__`` with no ``.py`` beside it. Loaded from the build
+    directory, Python imports the compiled module; publish ships Python sources only, so
+    the published kernel lacks the module and its import fails. The version is published
+    all the same.
+    """
+
+
 class SignatureError(IntegrityError):
     """A signed document cannot be trusted: it is unsigned while a trusted key covers its
     org, no signature by a trusted key verifies, or its ``.sig`` file is malformed; or

@@ -47,7 +47,7 @@ def make_kernel(root: Path, variants: tuple[str, ...] = (UNIVERSAL, CPU)) -> Pat
         (package / "helpers.py").write_text(HELPERS)
         (package / "__pycache__" / "_ops.cpython-311.pyc").write_bytes(b"junk")
         (package / ".DS_Store").write_bytes(b"junk")
-        (package / "stale.pyc").write_bytes(b"junk")
+        (package / "__init__.pyc").write_bytes(b"junk")  # stray bytecode beside its source
         if variant != UNIVERSAL:
             (package / SO_NAME).write_bytes(SO_BYTES)
     (root / "build" / ".hidden").write_text("junk")

@@ -48,6 +48,7 @@ from .report import (
     FileRelativePath,
     PublishReport,
     SharedNativeLibrary,
+    SourcelessModule,
     UndeclaredImport,
     VariantReport,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "PublishReport",
     "SharedNativeLibrary",
     "SignReport",
+    "SourcelessModule",
     "UndeclaredImport",
     "VariantReport",
     "publish",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .._constants import MANIFEST_NAME
 from .._models.kernel_metadata import parse_python_depends
@@ -41,8 +41,9 @@ class VariantBuild(Record):
     """One variant of the build: its files (relative to the variant directory, ``/``
     separated), the ``metadata.json`` to publish, the ``python-depends`` its own
     ``metadata.json`` lists, its Python files as the build holds them (those that
-    a zip build publishes in its archive), by the same relative paths, and whether it is
-    published in the zip layout."""
+    a zip build publishes in its archive), by the same relative paths, whether it is
+    published in the zip layout, and the ``.pyc`` files it leaves out that a local load
+    imports for want of their source (see :func:`_sourceless_bytecode`)."""
 
     name: str
     files: Mapping[str, SourceFile]
@@ -50,6 +51,7 @@ class VariantBuild(Record):
     python_depends: tuple[str, ...]
     sources: Mapping[str, SourceFile]
     zipped: bool
+    sourceless: tuple[str, ...]
 
 
 def _is_junk(name: str) -> bool:
@@ -171,15 +173,13 @@ def scan_variant(
             hint="publish it without --layout files",
         )
     if _is_flattened(variant_dir) or builder_zipped:
-        files = {
-            rel: hash_file(path)
-            for rel, path in _walk(variant_dir, "")
-            if rel not in UNHASHED_FILES
-        }
+        root, root_rel = variant_dir, ""
     else:
-        files = {
-            rel: hash_file(path) for rel, path in _walk(_package_dir(variant_dir, py_pkg), py_pkg)
-        }
+        root, root_rel = _package_dir(variant_dir, py_pkg), py_pkg
+    files = {
+        rel: hash_file(path) for rel, path in _walk(root, root_rel) if rel not in UNHASHED_FILES
+    }
+    sourceless = tuple(_sourceless_bytecode(root, root_rel))
     depends = _python_depends(extra, metadata)
     document = variant_metadata(name, files, extra, defaults, py_pkg, metadata)
     if builder_zipped:
@@ -196,7 +196,7 @@ def scan_variant(
         )
     zipped = builder_zipped or layout == "zip"
     data = _metadata_bytes(name, document, len(files), zipped)
-    return VariantBuild(name, files, data, depends, sources, zipped)
+    return VariantBuild(name, files, data, depends, sources, zipped, sourceless)
 
 
 def _is_flattened(variant_dir: Path) -> bool:
@@ -245,6 +245,19 @@ def _walk(directory: Path, rel: str) -> Iterator[tuple[str, Path]]:
             yield from _walk(Path(entry.path), child)
         else:
             yield child, Path(entry.path)
+
+
+def _sourceless_bytecode(directory: Path, rel: str) -> Iterator[str]:
+    """The ``.pyc`` files under ``directory`` (``rel`` its own path) with no ``.py`` beside
+    them: Python imports such a file from a directory (its sourceless loader), but publish
+    leaves every ``.pyc`` out. Those in ``__pycache__`` are Python's cache of sources."""
+    for folder, dirs, names in os.walk(directory):  # the tree _walk has checked
+        dirs[:] = sorted(d for d in dirs if not _is_junk(d))
+        here = PurePosixPath(rel, Path(folder).relative_to(directory).as_posix())
+        present = set(names)
+        for name in sorted(names):
+            if name.endswith(".pyc") and not name.startswith(".") and name[:-1] not in present:
+                yield (here / name).as_posix()
 
 
 def _read_build_metadata(path: Path) -> dict[str, object]:

@@ -1,6 +1,7 @@
 """Checks of a build before it is published: its imports (none of the kernel itself by
 name, none of a package it does not declare), the paths a zip build makes from
-``__file__``, and the native libraries it shares with versions already published."""
+``__file__``, the compiled modules it leaves out, and the native libraries it shares
+with versions already published."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..errors import ManifestError, PublishError
 from .build import VariantBuild
 from .destination import Destination
 from .layout import VERSION_DIR
-from .report import FileRelativePath, SharedNativeLibrary, UndeclaredImport
+from .report import FileRelativePath, SharedNativeLibrary, SourcelessModule, UndeclaredImport
 
 # What a kernel imports without declaring it (its own package, by name, is refused): the
 # standard library, torch, this library (get_kernel_dep), and on the backends whose torch
@@ -72,6 +73,12 @@ def file_relative_paths(build: VariantBuild) -> list[FileRelativePath]:
     return [
         FileRelativePath(f"build/{build.name}/{rel}", min(at)) for rel, at in lines.items() if at
     ]
+
+
+def sourceless_modules(build: VariantBuild) -> list[SourcelessModule]:
+    """The ``.pyc`` files of ``build`` without their ``.py``: modules of a local load that
+    the published version lacks."""
+    return [SourcelessModule(f"build/{build.name}/{rel}") for rel in build.sourceless]
 
 
 def _locates_file(call: ast.Call) -> bool:

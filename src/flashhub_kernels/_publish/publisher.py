@@ -19,10 +19,11 @@ from ..errors import (
     FileRelativePathWarning,
     PublishError,
     SharedNativeLibraryWarning,
+    SourcelessModuleWarning,
     UndeclaredDependencyWarning,
 )
 from .build import VariantBuild, scan_variant, variant_dirs, variant_report, version_tree
-from .checks import check_sources, file_relative_paths, shared_natives
+from .checks import check_sources, file_relative_paths, shared_natives, sourceless_modules
 from .compare import (
     describe_difference,
     existing_digests,
@@ -118,6 +119,9 @@ def publish(
             ``python-depends`` does not list.
         FileRelativePathWarning: A Python file of a variant published in the zip layout
             makes a path from ``__file__``, which lies inside the archive.
+        SourcelessModuleWarning: A variant holds a ``.pyc`` file (outside
+            ``__pycache__``) without its ``.py``: a local load imports it, but it is not
+            published.
     """
     repo = RepoInfo(repo_id, version)
     if layout not in (None, *LAYOUTS):
@@ -161,6 +165,7 @@ def _publish_builds(
     the caller's of :func:`publish`."""
     undeclared = tuple(u for build in builds for u in check_sources(build, repo.py_pkg))
     relative = tuple(path for build in builds for path in file_relative_paths(build))
+    sourceless = tuple(pyc for build in builds for pyc in sourceless_modules(build))
     tree = version_tree(builds)
 
     destination = open_destination(out)
@@ -191,6 +196,7 @@ def _publish_builds(
     _warn(shared, SharedNativeLibraryWarning, repo)
     _warn(undeclared, UndeclaredDependencyWarning, repo)
     _warn(relative, FileRelativePathWarning, repo)
+    _warn(sourceless, SourcelessModuleWarning, repo)
     written = destination.written
     return PublishReport(
         repo_id=repo.repo_id,
@@ -206,6 +212,7 @@ def _publish_builds(
         shared_natives=shared,
         undeclared_imports=undeclared,
         file_relative_paths=relative,
+        sourceless_modules=sourceless,
     )
 
 

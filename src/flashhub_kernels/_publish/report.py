@@ -1,6 +1,7 @@
 """What :func:`~flashhub_kernels._publish.publish` reports: the published variants, and
 its findings: the native libraries the version shares with others, the packages it
-imports undeclared, and the paths a zip build makes from ``__file__``."""
+imports undeclared, the paths a zip build makes from ``__file__``, and the compiled
+modules it leaves out for want of their source."""
 
 from __future__ import annotations
 
@@ -123,6 +124,28 @@ class FileRelativePath(Record):
         )
 
 
+class SourcelessModule(Record):
+    """A ``.pyc`` file of a variant, outside ``__pycache__``, with no ``.py`` beside it:
+    loaded from the build directory (``get_local_kernel``), Python imports it as the
+    module; publish leaves it out, as every ``.pyc``, so the published kernel lacks it.
+
+    Attributes:
+        file: The file, relative to the build directory (``build/<variant>/...``).
+    """
+
+    file: str
+
+    def describe(self, repo_id: str, version: int) -> str:
+        """The warning, for version ``version`` of ``repo_id``."""
+        source = self.file.rpartition("/")[2].removesuffix("c")
+        return (
+            f"{repo_id} v{version}: {self.file} is not published: publish ships Python "
+            f"sources only, and there is no {source} beside it. A local load imports the "
+            "compiled module; the published kernel lacks it, and its import fails. Put "
+            f"{source} in the build and publish again"
+        )
+
+
 class PublishReport(Record):
     """What :func:`publish` did.
 
@@ -149,6 +172,9 @@ class PublishReport(Record):
         file_relative_paths: The Python files of variants published in the zip layout
             that make a path from ``__file__``, one per file (each also issued as a
             :class:`FileRelativePathWarning`).
+        sourceless_modules: The ``.pyc`` files of the variants that have no ``.py``
+            beside them, and so are not published, one per file (each also issued as a
+            :class:`SourcelessModuleWarning`).
     """
 
     repo_id: str
@@ -164,6 +190,7 @@ class PublishReport(Record):
     shared_natives: tuple[SharedNativeLibrary, ...] = ()
     undeclared_imports: tuple[UndeclaredImport, ...] = ()
     file_relative_paths: tuple[FileRelativePath, ...] = ()
+    sourceless_modules: tuple[SourcelessModule, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form (what ``flashhub publish --json`` prints)."""
@@ -181,4 +208,5 @@ class PublishReport(Record):
             "shared_natives": [asdict(shared) for shared in self.shared_natives],
             "undeclared_imports": [asdict(found) for found in self.undeclared_imports],
             "file_relative_paths": [asdict(found) for found in self.file_relative_paths],
+            "sourceless_modules": [asdict(found) for found in self.sourceless_modules],
         }

@@ -114,6 +114,7 @@ def findings_in_the_report() -> Iterator[None]:
     from ..errors import (
         FileRelativePathWarning,
         SharedNativeLibraryWarning,
+        SourcelessModuleWarning,
         UndeclaredDependencyWarning,
     )
 
@@ -121,6 +122,7 @@ def findings_in_the_report() -> Iterator[None]:
         warnings.simplefilter("ignore", SharedNativeLibraryWarning)
         warnings.simplefilter("ignore", UndeclaredDependencyWarning)
         warnings.simplefilter("ignore", FileRelativePathWarning)
+        warnings.simplefilter("ignore", SourcelessModuleWarning)
         yield
 
 
@@ -145,6 +147,7 @@ def describe_publish(report: PublishReport) -> str:
         *report.shared_natives,
         *report.undeclared_imports,
         *report.file_relative_paths,
+        *report.sourceless_modules,
     ]
     warned = [
         f"warning: {escape_controls(finding.describe(report.repo_id, report.version))}"
