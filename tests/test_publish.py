@@ -292,15 +292,40 @@ def test_a_build_whose_own_digest_disagrees_with_its_files_is_refused(
     assert not (tmp_path / "cdn").exists()
 
 
-def test_a_digest_listing_a_file_publish_leaves_out_says_so(kernel: Path, tmp_path: Path) -> None:
-    notes = package_dir(kernel, UNIVERSAL) / ".notes.swp"  # an editor's, listed by mistake
-    notes.write_text("draft")
-    listed = {**_own_digest(kernel, UNIVERSAL), f"{PY_PKG}/.notes.swp": b64sha256(b"draft")}
+# An editor's swap file (vim's, hidden on Unix, not on Windows), backup and auto-save file.
+EDITOR_FILES = [".helpers.py.swp", "helpers.py.swp", "helpers.py~", "#helpers.py#"]
+
+
+@pytest.mark.parametrize("name", EDITOR_FILES)
+def test_editor_files_are_not_published(kernel: Path, tmp_path: Path, name: str) -> None:
+    (package_dir(kernel, UNIVERSAL) / name).write_text("draft")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
+    published = tree_bytes(report.version_dir / "build" / UNIVERSAL)
+    assert sorted(published) == [
+        "metadata.json",
+        f"{PY_PKG}/__init__.py",
+        f"{PY_PKG}/_ops.py",
+        f"{PY_PKG}/helpers.py",
+    ]
+
+
+@pytest.mark.parametrize("name", EDITOR_FILES)
+def test_a_digest_listing_a_file_publish_leaves_out_says_so(
+    kernel: Path, tmp_path: Path, name: str
+) -> None:
+    (package_dir(kernel, UNIVERSAL) / name).write_text("draft")  # listed by mistake
+    listed = {**_own_digest(kernel, UNIVERSAL), f"{PY_PKG}/{name}": b64sha256(b"draft")}
     own = {"digest": {"algorithm": "sha256", "files": listed}}
     (kernel / "build" / UNIVERSAL / "metadata.json").write_text(json.dumps(own))
     with pytest.raises(PublishError, match="which publish leaves out of every build") as info:
         publish(kernel, repo_id=REPO, version=1, prefix="", out=tmp_path / "cdn")
-    assert "hidden files, __pycache__ and .pyc files are never published" in str(info.value)
+    assert f"lists {PY_PKG}/{name}, which" in str(info.value)
+    assert (
+        "hidden files, __pycache__, .pyc files and editors' backup and swap files (foo.py~, "
+        "#foo.py#, foo.py.swp) are never published"
+    ) in str(info.value)
     assert "rebuild" not in str(info.value)  # rebuilding would not change it
     assert not (tmp_path / "cdn").exists()
 

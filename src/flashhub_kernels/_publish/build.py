@@ -30,7 +30,9 @@ from .report import VariantReport
 from .zipping import check_builders_archive, package_files, zip_package
 
 _JUNK_NAMES = frozenset({"__pycache__", "Thumbs.db", "desktop.ini"})
-_JUNK_SUFFIXES = (".pyc", ".pyo")
+# Python bytecode, and editors' backup (foo.py~) and swap files (vim's .foo.py.swp, the
+# dot left out on Windows).
+_JUNK_SUFFIXES = (".pyc", ".pyo", "~", ".swp", ".swo")
 # What a kernel builder's bundle holds beside its variants (and so its build/ directory,
 # which build-and-copy fills from the bundle): the filled model card and the kernel's
 # benchmarks. The Hub gets them outside build/; a CDN tree has no place for them.
@@ -55,7 +57,8 @@ class VariantBuild(Record):
 
 
 def _is_junk(name: str) -> bool:
-    return name.startswith(".") or name in _JUNK_NAMES or name.endswith(_JUNK_SUFFIXES)
+    auto_save = len(name) > 2 and name[0] == name[-1] == "#"  # Emacs's #foo.py#
+    return name.startswith(".") or name in _JUNK_NAMES or name.endswith(_JUNK_SUFFIXES) or auto_save
 
 
 def _entries(directory: Path) -> list[os.DirEntry[str]]:

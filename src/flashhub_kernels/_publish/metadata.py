@@ -159,7 +159,8 @@ def _check_own_digest(digest: object, files: Mapping[str, SourceFile], path: Pat
     if left_out is not None:
         raise PublishError(
             f"{path} lists {left_out}, which publish leaves out of every build: hidden files, "
-            "__pycache__ and .pyc files are never published",
+            "__pycache__, .pyc files and editors' backup and swap files (foo.py~, #foo.py#, "
+            "foo.py.swp) are never published",
             hint="remove it from the build and from the digest, or rename it if it must ship",
         )
     changed = _first_difference(listed, files)
