@@ -202,6 +202,65 @@ def test_imports_of_packages_the_build_does_not_declare_are_warned(
     assert all(CPU not in message for message in messages)
 
 
+OPTIONAL_IMPORTS = """\
+try:
+    import numpy
+except ImportError:
+    numpy = None
+try:
+    from scipy import linalg
+except (ValueError, ModuleNotFoundError):
+    linalg = None
+try:
+    import tqdm
+except:
+    tqdm = None
+
+
+def lazy():
+    try:
+        import einops
+    except Exception:
+        return None
+    return einops
+
+
+try:
+    import pandas
+except ImportError as exc:
+    raise ImportError("pip install pandas") from exc
+try:
+    import yaml
+except ValueError:
+    pass
+try:
+
+    def later():
+        import requests
+except ImportError:
+    import cupy
+import tqdm.auto
+"""
+
+
+def test_an_import_whose_import_error_is_caught_is_not_warned_of(
+    kernel: Path, tmp_path: Path
+) -> None:
+    """Optional: in the body of a try whose except clause catches ImportError and goes on.
+    Not: one it raises again, one it does not catch, one in a function or in the clause
+    itself (neither runs in the body), nor the unguarded import of a module (tqdm)."""
+    (package_dir(kernel, UNIVERSAL) / "extra.py").write_text(OPTIONAL_IMPORTS)
+    with pytest.warns(UndeclaredDependencyWarning):
+        report = publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
+    assert [(u.module, u.line) for u in report.undeclared_imports] == [
+        ("pandas", 24),
+        ("yaml", 28),
+        ("requests", 34),
+        ("cupy", 36),
+        ("tqdm", 37),
+    ]
+
+
 def test_what_a_build_may_import_undeclared_is_not_warned_of(kernel: Path, tmp_path: Path) -> None:
     # Triton comes with a CUDA torch; flashhub_kernels loads the kernel (get_kernel_dep);
     # pyyaml, declared, is imported as yaml.

@@ -28,6 +28,9 @@ from .report import FileRelativePath, SharedNativeLibrary, SourcelessModule, Und
 _PROVIDED = frozenset({*sys.stdlib_module_names, "torch", ROOT_PACKAGE, "flashhub_kernels"})
 _WITH_TRITON = frozenset({"cuda", "rocm"})
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# The exceptions an except clause names that catch a failed import (ModuleNotFoundError
+# is an ImportError).
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 # Calls that make a location of the path they are given (os.path.dirname, Path, open, by
 # any spelling): given __file__ in a zip build, a location inside the archive.
 _LOCATING_CALLS = frozenset(
@@ -41,16 +44,19 @@ def check_sources(build: VariantBuild, py_pkg: str) -> list[UndeclaredImport]:
 
     What a kernel may import without declaring it: the standard library, torch, and
     itself (relatively). Each other package must be in the variant's ``python-depends``
-    (compared by normalised name: ``Some-Pkg`` declares ``some_pkg``).
+    (compared by normalised name: ``Some-Pkg`` declares ``some_pkg``), unless each import
+    of it is optional (:func:`_optional_imports`).
     """
     declared = _declared_modules(build.python_depends)
     with_triton = as_variant(build.name).backend in _WITH_TRITON
     provided = _PROVIDED | ({"triton"} if with_triton else set())
     undeclared: dict[str, UndeclaredImport] = {}
     for rel, tree in _parsed_sources(build):
+        optional = _optional_imports(tree)
         for line, module in _checked_imports(tree, f"{build.name}/{rel}", py_pkg):
             top = module.partition(".")[0]
-            if top in provided or top in undeclared or _normalized(top) in declared:
+            known = top in provided or _normalized(top) in declared
+            if known or top in undeclared or (line, module) in optional:
                 continue
             undeclared[top] = UndeclaredImport(top, f"build/{build.name}/{rel}", line)
     return list(undeclared.values())
@@ -145,11 +151,51 @@ def _normalized(name: str) -> str:
 
 def _absolute_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.lineno, node.module
+        yield from _imported(node)
+
+
+def _imported(node: ast.AST) -> Iterator[tuple[int, str]]:
+    """``(line, module)`` of what ``node`` imports absolutely, if it is an import."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield node.lineno, alias.name
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        yield node.lineno, node.module
+
+
+def _optional_imports(tree: ast.AST) -> set[tuple[int, str]]:
+    """The absolute imports of ``tree`` that run in the body of a ``try`` (at any depth,
+    in a function too) whose except clause catches their ``ImportError`` and does not
+    raise again: the module is optional, not a dependency."""
+    return {
+        found
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Try) and any(map(_tolerates_import_error, node.handlers))
+        for inner in _run_with(node.body)
+        for found in _imported(inner)
+    }
+
+
+def _tolerates_import_error(handler: ast.ExceptHandler) -> bool:
+    """Whether ``handler`` catches an ``ImportError`` (bare, by a name of
+    :data:`_IMPORT_ERRORS`, or a tuple holding one) and goes on without raising."""
+    caught = handler.type
+    names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+    catches = caught is None or any(
+        isinstance(name, ast.Name) and name.id in _IMPORT_ERRORS for name in names
+    )
+    return catches and not any(isinstance(statement, ast.Raise) for statement in handler.body)
+
+
+def _run_with(statements: list[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of ``statements`` that run when they do: not the bodies of the
+    functions they define, which run when called, outside the ``try``."""
+    pending: list[ast.AST] = list(statements)
+    while pending:  # not recursive: a long expression nests deeper than the stack
+        node = pending.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            pending.extend(ast.iter_child_nodes(node))
 
 
 def shared_natives(
