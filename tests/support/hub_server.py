@@ -35,6 +35,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from flashhub_kernels._variants.grammar import as_variant
+
 _API_TYPES = {"kernels": "kernel", "models": "model"}
 
 
@@ -340,7 +342,7 @@ def builder_variant(
         "version": 1,
         "license": "Apache-2.0",
         "python-depends": list(python_depends),
-        "backend": {"type": "universal" if variant == "torch-universal" else "cpu"},
+        "backend": {"type": as_variant(variant).backend or "universal"},
         "digest": {"algorithm": algorithm, "files": digests},
         "provenance": {
             "kernel-builder": {

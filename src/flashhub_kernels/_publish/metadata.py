@@ -26,11 +26,17 @@ passed, when it holds ``build/``, or the parent of a directory named ``build``.
 
 A build's own ``"digest"`` must list exactly the files published, with the same
 sha256, else the build changed after it was made and is refused; ``sizes`` is always
-written anew.
+written anew. Its own ``backend`` is refused where a load would offer the build to
+other GPUs than it says: a key besides ``type`` and ``archs`` (which a load ignores), a
+``type`` other than the variant name's backend, or CUDA archs spelled as nvcc spells
+them (``sm_80`` for ``8.0``).
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,12 +47,17 @@ from .._models.kernel_metadata import read_kernel_metadata
 from .._models.manifest import check_relative_path, content_hash, decode_digest, encode_digest
 from .._models.names import RepoInfo
 from .._utils.pyproject import load_toml, lookup
-from .._variants.grammar import parse_variant
+from .._variants.compat import read_target
+from .._variants.grammar import as_variant, parse_variant
 from ..errors import LockfileError, ManifestError, PublishError
 from .layout import SourceFile
 
 # The backend each backend of a variant name is published as (the builder's names).
 _BACKEND_TYPES = {"npu": "cann", None: "cpu"}  # None: torch-universal
+# The keys of "backend" that a load reads.
+_BACKEND_KEYS = ("type", "archs")
+# A CUDA arch as nvcc names it (sm_80, sm80, compute_90a), not as builders write it (8.0).
+_NVCC_ARCH = re.compile(r"(sm|compute)_?([0-9]{2,3})([af]?)", re.IGNORECASE)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
@@ -84,8 +95,9 @@ def variant_metadata(
 
     Raises:
         PublishError: the build's own digests disagree with ``files``, one of its
-            builder fields is malformed, or it says it is a zip build and ``files``
-            lack its archive ``<id>.zip``.
+            builder fields is malformed, a load would read its ``backend`` otherwise
+            than its builder meant, or it says it is a zip build and ``files`` lack its
+            archive ``<id>.zip``.
     """
     if "digest" in own:
         _check_own_digest(own["digest"], files, path)
@@ -108,6 +120,8 @@ def variant_metadata(
         archive = read_kernel_metadata(document, source=str(path)).archive
     except ManifestError as exc:
         raise PublishError(exc.message, hint="fix the build's metadata.json") from None
+    if "backend" in own:  # a builder's, checked as a client just read it
+        _check_own_backend(variant, document, path)
     if archive is not None and archive not in files:
         raise PublishError(
             f'{path} says "build-layout": "zip", but {path.parent} holds no {archive}, the '
@@ -193,6 +207,49 @@ def _first_difference(listed: Mapping[str, object], files: Mapping[str, SourceFi
         except ValueError as exc:
             return f"{rel}: {exc}"
     return None
+
+
+def _check_own_backend(variant: str, document: Mapping[str, Any], path: Path) -> None:
+    """Refuse a build's ``backend`` that a load would read otherwise than its builder
+    meant, which changes the GPUs the build is offered to: a key a load ignores, a type
+    other than the variant name's backend, or CUDA archs spelled as nvcc spells them."""
+    backend = document["backend"]
+    unknown = sorted(set(backend) - set(_BACKEND_KEYS))
+    if unknown:
+        meant = difflib.get_close_matches(unknown[0], _BACKEND_KEYS, n=1, cutoff=0.5)
+        raise PublishError(
+            f'{path}: "backend" holds {unknown[0]!r}, which a load ignores: it reads '
+            '"type" and "archs" only, so the build would be offered to the GPUs that the '
+            "key may have meant to leave out",
+            hint=f'rename it "{meant[0]}"' if meant else "remove it",
+        )
+    target = read_target(document)
+    built_for = as_variant(variant).backend
+    if built_for is not None and target.backend != built_for:
+        raise PublishError(
+            f'{path} says "backend": {{"type": {json.dumps(backend["type"])}}}, but the name '
+            f"of the variant {variant} says it is built for {built_for}: a load offers it to "
+            f"{built_for} machines by its name, and never checks its archs against their device",
+            hint=f'write "type": "{_backend_type(variant)}", or move the build to the variant '
+            "of its backend",
+        )
+    nvcc = {arch: match for arch in target.archs if (match := _NVCC_ARCH.fullmatch(arch))}
+    if target.backend == "cuda" and nvcc:
+        archs = [_cuda_arch(nvcc[arch]) if arch in nvcc else arch for arch in target.archs]
+        raise PublishError(
+            f'{path} spells "archs" as nvcc does ({", ".join(nvcc)}): a load compares '
+            'compute capabilities such as "8.0" or "9.0a", passes over an arch it cannot '
+            "read, and offers a build whose archs it reads none of to every GPU",
+            hint=f'write "archs": {json.dumps(archs)}',
+        )
+
+
+def _cuda_arch(nvcc: re.Match[str]) -> str:
+    """The builder's spelling of an arch as nvcc names it: ``sm_90a`` -> ``9.0a``,
+    ``compute_80`` (PTX, which the driver compiles for newer GPUs too) -> ``8.0+PTX``."""
+    kind, digits, suffix = nvcc.groups()
+    ptx = "+PTX" if kind.lower() == "compute" and not suffix else ""
+    return f"{digits[:-1]}.{digits[-1]}{suffix.lower()}{ptx}"
 
 
 def _backend_type(variant: str) -> str:
