@@ -87,10 +87,10 @@ def test_cuda_archs_spelled_as_nvcc_does_are_refused_with_the_builders_spelling(
     [
         ({"type": "cuda", "arch": ["8.0"]}, "arch", 'rename it "archs"'),
         ({"type": "cuda", "Type": "cuda", "archs": ["8.0"]}, "Type", 'rename it "type"'),
-        ({"type": "cuda", "archs": ["8.0"], "gpus": ["a100"]}, "gpus", "remove it"),
+        ({"type": "cuda", "archs": ["8.0"], "Arch": "8.0"}, "Arch", 'rename it "archs"'),
     ],
 )
-def test_a_backend_key_a_load_ignores_is_refused(
+def test_a_misspelt_backend_key_a_load_ignores_is_refused(
     kernel: Path, tmp_path: Path, backend: dict[str, object], key: str, hint: str
 ) -> None:
     metadata = with_backend(kernel, backend)
@@ -123,9 +123,11 @@ def test_a_backend_type_other_than_the_variant_names_is_refused(
 
 
 def test_a_backend_as_builders_write_it_is_published_as_it_is(kernel: Path, tmp_path: Path) -> None:
-    """Archs of a form no client knows yet (a newer builder's) are not nvcc's; a build for
-    any backend (torch-universal) states the one it was made on."""
-    cuda = {"type": "cuda", "archs": ["8.0", "9.0a", "10.0f", "9.0+PTX", "hopper-next"]}
+    """Archs of a form no client knows yet (a newer builder's) are not nvcc's, nor is a
+    key unlike ``type`` and ``archs`` a misspelling of them; a build for any backend
+    (torch-universal) states the one it was made on."""
+    archs = ["8.0", "9.0a", "10.0f", "9.0+PTX", "hopper-next"]
+    cuda = {"type": "cuda", "archs": archs, "cuda-minver": "12.4"}
     with_backend(kernel, cuda)
     with_backend(kernel, {"type": "cuda"}, UNIVERSAL)
     with warnings.catch_warnings():

@@ -27,7 +27,7 @@ passed, when it holds ``build/``, or the parent of a directory named ``build``.
 A build's own ``"digest"`` must list exactly the files published, with the same
 sha256, else the build changed after it was made and is refused; ``sizes`` is always
 written anew. Its own ``backend`` is refused where a load would offer the build to
-other GPUs than it says: a key besides ``type`` and ``archs`` (which a load ignores), a
+other GPUs than it says: a misspelt ``type`` or ``archs`` (which a load ignores), a
 ``type`` other than the variant name's backend, or CUDA archs spelled as nvcc spells
 them (``sm_80`` for ``8.0``).
 """
@@ -211,18 +211,19 @@ def _first_difference(listed: Mapping[str, object], files: Mapping[str, SourceFi
 
 def _check_own_backend(variant: str, document: Mapping[str, Any], path: Path) -> None:
     """Refuse a build's ``backend`` that a load would read otherwise than its builder
-    meant, which changes the GPUs the build is offered to: a key a load ignores, a type
+    meant, which changes the GPUs the build is offered to: a misspelt key, a type
     other than the variant name's backend, or CUDA archs spelled as nvcc spells them."""
     backend = document["backend"]
-    unknown = sorted(set(backend) - set(_BACKEND_KEYS))
-    if unknown:
-        meant = difflib.get_close_matches(unknown[0], _BACKEND_KEYS, n=1, cutoff=0.5)
-        raise PublishError(
-            f'{path}: "backend" holds {unknown[0]!r}, which a load ignores: it reads '
-            '"type" and "archs" only, so the build would be offered to the GPUs that the '
-            "key may have meant to leave out",
-            hint=f'rename it "{meant[0]}"' if meant else "remove it",
-        )
+    for key in sorted(set(backend) - set(_BACKEND_KEYS)):
+        # Only a misspelling: a key unlike both may be a newer builder's.
+        meant = difflib.get_close_matches(key.lower(), _BACKEND_KEYS, n=1, cutoff=0.75)
+        if meant:
+            raise PublishError(
+                f'{path}: "backend" holds {key!r}, which a load ignores: it reads "type" '
+                'and "archs" only, so the build would be offered to the GPUs that the key '
+                "may have meant to leave out",
+                hint=f'rename it "{meant[0]}"',
+            )
     target = read_target(document)
     built_for = as_variant(variant).backend
     if built_for is not None and target.backend != built_for:
