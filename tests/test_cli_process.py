@@ -18,7 +18,12 @@ from pathlib import Path
 import pytest
 
 from support.cdn_server import CdnServer, slowly
-from support.cli_runner import flashhub, flashhub_process
+from support.cli_runner import (
+    UNWRITTEN_OUTPUT,
+    flashhub,
+    flashhub_on_a_full_disk,
+    flashhub_process,
+)
 from support.projects import REPO, UNIVERSAL
 from support.trees import kernel_files, write_blob_kernel, write_kernel, write_variant
 
@@ -45,19 +50,44 @@ def test_output_into_a_pipe_closed_early_exits_quietly(cdn: CdnServer) -> None:
     assert code == 141  # 128 + SIGPIPE, as a shell reports a command its pipe ended
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["cache", "list", "--help"]])
 def test_help_on_a_full_stdout_fails_saying_so(args: list[str]) -> None:
     # argparse ignores a stdout it cannot write: `--help > /dev/full` succeeded, unwritten.
-    with open("/dev/full", "w") as full:
-        result = subprocess.run(
-            [*FLASHHUB, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
-        )
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        "error: could not write the output (stdout): No space left on device",
-        "  hint: free space where the output goes, or send it elsewhere (check the redirection)",
-    ]
+    result = flashhub_on_a_full_disk(*args)
+    assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cache", "list"],
+        ["cache", "verify"],
+        ["lock"],
+        ["variants", REPO],
+        ["describe-api", REPO],
+        ["--help"],
+    ],
+)
+def test_output_on_a_full_disk_fails_saying_so(
+    project: Path, command: list[str], unbuffered: bool
+) -> None:
+    # Unbuffered, each print fails as it is made, as one past the 8 KiB buffer does: it
+    # ended in a bare "error: [Errno 28] No space left on device".
+    assert flashhub("get", REPO, "--version", "2").returncode == 0  # for the cache commands
+    args = [*command, project] if command == ["lock"] else command
+    result = flashhub_on_a_full_disk(*args, unbuffered=unbuffered)
+    assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
+
+
+def test_a_listing_longer_than_the_output_buffer_on_a_full_disk_fails_saying_so(
+    cdn: CdnServer,
+) -> None:
+    for version in range(1, 81):  # a line each: some 8 KiB in all
+        write_kernel(cdn.root, REPO, version, [UNIVERSAL])
+        assert flashhub("get", REPO, "--version", str(version)).returncode == 0
+    result = flashhub_on_a_full_disk("cache", "list")
+    assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
 
 
 def test_with_stderr_closed_the_output_holds_only_the_path(cdn: CdnServer, cache_dir: Path) -> None:

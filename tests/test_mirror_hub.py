@@ -21,7 +21,14 @@ from flashhub_kernels._hub.republish import republish
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import PublishError
 from support.cdn_server import CdnServer
-from support.cli_runner import CliResult, flashhub, ok_json, refused_offline
+from support.cli_runner import (
+    UNWRITTEN_OUTPUT,
+    CliResult,
+    flashhub,
+    flashhub_on_a_full_disk,
+    ok_json,
+    refused_offline,
+)
 from support.hub_server import HubServer, builder_variant
 from support.preloaded import run_code
 from support.projects import CUDA, UNIVERSAL
@@ -139,6 +146,16 @@ def test_a_mirrored_build_is_verified_published_and_loads_online_and_offline(
         run_python(f"import {MODULE} as k; print(k.MARKER)", env=offline).strip() == f"one:{LOCAL}"
     )
     assert cdn.requests == []
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_a_mirror_whose_report_cannot_be_written_fails_saying_so(
+    hub: HubServer, cdn: CdnServer, unbuffered: bool
+) -> None:
+    hub.push(REPO, hub_build(), branch="v1", repo_type=REPO_TYPE)
+    args = ("mirror", REPO, "--version", "1", "--out", cdn.root)
+    result = flashhub_on_a_full_disk(*args, unbuffered=unbuffered)
+    assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
 
 
 def test_a_hub_zip_build_is_mirrored_as_it_is_and_loads(hub: HubServer, cdn: CdnServer) -> None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from flashhub_kernels._config import overrides
 from flashhub_kernels.cli import kernel_load_main, main
 from support.preloaded import run_code
@@ -84,6 +86,34 @@ def flashhub_process(*args: str | Path, env: Mapping[str, str] | None = None) ->
         timeout=120,
     )
     return CliResult(result.returncode, result.stdout, result.stderr)
+
+
+# What a command says where its stdout is a full disk (flashhub_on_a_full_disk).
+UNWRITTEN_OUTPUT = [
+    "error: could not write the output (stdout): No space left on device",
+    "  hint: free space where the output goes, or send it elsewhere (check the redirection)",
+]
+
+
+def flashhub_on_a_full_disk(*args: str | Path, unbuffered: bool = False) -> CliResult:
+    """``flashhub ARGS > /dev/full`` (a device that every write fails on: no space left)
+    run as ``python -m flashhub_kernels``, in a process of its own with this test's
+    environment: its stdout buffered, as a file's is, or with ``unbuffered`` written at
+    each print (``PYTHONUNBUFFERED``), as output longer than the buffer is. Skips the test
+    where the system has no /dev/full."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full, a device whose every write fails as a full disk does")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "flashhub_kernels", *map(str, args)],
+            env={**env, "PYTHONUNBUFFERED": "1"} if unbuffered else env,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    return CliResult(result.returncode, "", result.stderr)
 
 
 # `python -m flashhub_kernels ARGS` as the interpreter runs it, for a child of

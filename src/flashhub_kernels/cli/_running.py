@@ -13,10 +13,10 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
-from typing import Literal, TextIO, TypeGuard
+from typing import Literal, TextIO, TypeGuard, cast
 
 from .._utils.escaping import escape_message
 from ..errors import ConfigError, FlashhubError
@@ -77,10 +77,18 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     and without a traceback, and return the exit code."""
     sigterm = _SigtermInterrupts()
     try:
-        with warnings.catch_warnings(), sigterm, _file_names_as_bytes(), settings_applied(args):
+        with (
+            warnings.catch_warnings(),
+            sigterm,
+            _file_names_as_bytes(),
+            settings_applied(args),
+            _stdout_failures_marked(),  # last: the error handlers are set on stdout itself
+        ):
             warnings.showwarning = _print_warning  # catch_warnings restores it, for a caller
             code = handler(args)
         return _flushed_stdout() or code  # a closed pipe shows here, not at exit
+    except _UnwrittenOutput as exc:
+        return _unwritten_output(exc.error)
     except KeyboardInterrupt as exc:  # Ctrl-C: what the download says of it, no traceback
         print(escape_message(str(exc) or "interrupted"), file=sys.stderr)
         return EXIT_TERMINATED if sigterm.received else EXIT_INTERRUPTED
@@ -134,6 +142,62 @@ def _unwritten_output(exc: OSError) -> int:
         "free space where the output goes, or send it elsewhere (check the redirection)",
     )
     return EXIT_FAILURE
+
+
+class _UnwrittenOutput(Exception):
+    """What a command printed could not be written to stdout: ``error``, the ``OSError``
+    that writing it raised. Not an ``OSError`` itself, which a handler could take for an
+    error in the files it works on."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _MarkedStdout:
+    """The stream stdout was, except that writing to it raises :class:`_UnwrittenOutput`
+    where it fails (a full disk, ``> /dev/full``), a closed pipe aside: a print fails as
+    soon as the output passes the buffer, or at once where stdout is unbuffered
+    (``PYTHONUNBUFFERED``), and its bare ``OSError`` would read as the command's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        with _marking_failures():
+            return self._stream.write(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        with _marking_failures():
+            self._stream.writelines(lines)
+
+    def flush(self) -> None:
+        with _marking_failures():
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _marking_failures() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:  # its reader went away: the code alone says so
+        raise
+    except OSError as exc:
+        raise _UnwrittenOutput(exc) from exc
+
+
+@contextmanager
+def _stdout_failures_marked() -> Iterator[None]:
+    """For the block, ``sys.stdout`` is a :class:`_MarkedStdout` of the stream it was."""
+    stream = sys.stdout
+    sys.stdout = cast(TextIO, _MarkedStdout(stream))
+    try:
+        yield
+    finally:
+        sys.stdout = stream
 
 
 def _current_dir_removed() -> bool:
