@@ -25,6 +25,7 @@ from support.cli_runner import (
     flashhub_process,
 )
 from support.projects import REPO, UNIVERSAL
+from support.terminal import read_all
 from support.trees import kernel_files, write_blob_kernel, write_kernel, write_variant
 
 FLASHHUB = [sys.executable, "-m", "flashhub_kernels"]
@@ -302,17 +303,6 @@ def test_a_utf8_cdn_url_in_an_ascii_locale_is_read_as_utf8(tmp_path: Path) -> No
     assert refused.returncode == 2
     assert b"holds a byte that is not UTF-8 text" in refused.stderr
     assert b"hint: fix --cdn-url: percent-encode it where it belongs" in refused.stderr
-
-
-def read_all(fd: int, into: list[bytes]) -> None:
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # EIO: the child closed the terminal's last handle
-            return
-        if not chunk:
-            return
-        into.append(chunk)
 
 
 def test_v_log_lines_on_a_terminal_start_their_own_line_beside_a_bar(cdn: CdnServer) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
+import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -20,18 +22,20 @@ from conftest import MakeCdn, refused_port, run_python
 from flashhub_kernels._hub.republish import republish
 from flashhub_kernels._signing.signing_keys import generate_signing_key, write_key_pair
 from flashhub_kernels.errors import PublishError
-from support.cdn_server import CdnServer
+from support.cdn_server import CdnServer, slowly
 from support.cli_runner import (
     UNWRITTEN_OUTPUT,
     CliResult,
     flashhub,
     flashhub_on_a_full_disk,
+    flashhub_process,
     ok_json,
     refused_offline,
 )
 from support.hub_server import HubServer, builder_variant
 from support.preloaded import run_code
 from support.projects import CUDA, UNIVERSAL
+from support.terminal import run_on_a_terminal, screen
 from support.trees import local_variant, todays_name
 
 hub_constants = pytest.importorskip("huggingface_hub.constants")
@@ -156,6 +160,42 @@ def test_a_mirror_whose_report_cannot_be_written_fails_saying_so(
     args = ("mirror", REPO, "--version", "1", "--out", cdn.root)
     result = flashhub_on_a_full_disk(*args, unbuffered=unbuffered)
     assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_a_mirror_leaves_its_report_alone_on_the_screen(
+    hub: HubServer,
+    make_cdn: MakeCdn,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    terminal: bool,
+) -> None:
+    """One bar for the download, drawn on a terminal only, and cleared: huggingface_hub's
+    bars, one a file drawn by several threads at once, stayed on the terminal, with blank
+    lines between them."""
+    tree = hub_build()
+    hub.push(REPO, tree, branch="v1", repo_type=REPO_TYPE)
+    storage = make_cdn(tmp_path / "storage")
+    (storage.root / "ops").write_bytes(tree[f"build/{LOCAL}/_ops.py"])
+    storage.inject("ops", slowly(2.0))  # long enough for a bar to appear
+    hub.redirect(f"build/{LOCAL}/_ops.py", f"{storage.url}/ops")
+    for bars_off in ("FLASHHUB_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        monkeypatch.delenv(bars_off)
+    args = ["mirror", REPO, "--version", "1", "--out", str(tmp_path / "out"), "--variants", "all"]
+    if terminal:
+        run = run_on_a_terminal([sys.executable, "-m", "flashhub_kernels", *args], env=os.environ)
+        code, shown, report = run.returncode, run.output, screen(run.output)
+    else:
+        result = flashhub_process(*args)
+        code, shown, report = result.returncode, result.stderr, result.stdout.splitlines()
+    assert code == 0, shown
+    assert report[0].startswith(f"mirrored from {hub.url}/{REPO} at v1 (commit "), report
+    assert report[-1] == f"not mirrored (pick them with --variants): {FOREIGN}", report
+    assert all(line and "%|" not in line for line in report), report
+    if terminal:
+        assert re.search(rf"{REPO} at v1: +\d+%\|", shown), shown  # the bar was drawn
+    else:
+        assert shown == ""  # stderr: not a bar
 
 
 def test_a_hub_zip_build_is_mirrored_as_it_is_and_loads(hub: HubServer, cdn: CdnServer) -> None:

@@ -19,6 +19,7 @@ up as a kernel first, where ``huggingface_hub`` can, then as a model.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,8 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .._config import get_config
 from .._constants import __version__
 from .._models.record import Record
+from .._network.progress import Progress, progress_bar
 from .._utils.threads import DeafThreadPool
 from .._utils.urls import redact_text, redact_url
 from ..errors import MirrorError
@@ -172,7 +175,7 @@ class Hub:
         the listing gives it is cut off there."""
         source = tree.source
 
-        def fetch(path: str) -> None:
+        def fetch(path: str, progress: Progress) -> None:
             try:
                 self._api.hf_hub_download(
                     source.repo,
@@ -180,7 +183,7 @@ class Hub:
                     repo_type=tree.repo_type,
                     revision=source.commit,
                     local_dir=directory,
-                    tqdm_class=self._capped_bar(tree, path),
+                    tqdm_class=self._counting_bar(tree, path, progress),
                 )
             except self._errors.LocalEntryNotFoundError as exc:  # its first request failed
                 cause = exc.__cause__ or exc
@@ -199,22 +202,34 @@ class Hub:
 
         with (
             self._talking(f"downloading {source.repo} at {source.revision}"),
+            progress_bar(
+                f"{source.repo} at {source.revision}",
+                enabled=get_config().progress_bars,
+                total=sum(tree.files[path] for path in paths),
+            ) as progress,
             DeafThreadPool(_PARALLEL_DOWNLOADS, thread_name_prefix="flashhub-hub") as pool,
         ):
-            for _ in pool.map(fetch, paths):
+            for _ in pool.map(functools.partial(fetch, progress=progress), paths):
                 pass
 
-    def _capped_bar(self, tree: HubTree, path: str) -> type[Any]:
-        """huggingface_hub's progress bar, for the download of ``build/<path>``, that
-        fails it once more bytes arrive than the listing gives the file: huggingface_hub
-        counts each chunk there before writing it, and would otherwise write all a Hub
-        sends before finding the size wrong."""
+    def _counting_bar(self, tree: HubTree, path: str, progress: Progress) -> type[Any]:
+        """huggingface_hub's progress bar, for the download of ``build/<path>``, never
+        drawn: it counts the bytes into ``progress``, the one bar of all the files
+        (huggingface_hub's bars, a line per file drawn by several threads at once, left
+        blank lines on the terminal), and fails the download once more bytes arrive
+        than the listing gives the file: huggingface_hub counts each chunk there before
+        writing it, and would otherwise write all a Hub sends before finding the size
+        wrong."""
         from huggingface_hub.utils.tqdm import tqdm
 
         size, shown = tree.files[path], self.shown
 
-        class CappedBar(tqdm):
+        class CountingBar(tqdm):
             received: float = 0
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                quiet = {**kwargs, "disable": True}
+                super().__init__(*args, **quiet)  # type: ignore[no-untyped-call, unused-ignore]
 
             def update(self, n: float | None = 1) -> bool | None:
                 self.received += n or 0
@@ -225,14 +240,14 @@ class Hub:
                         f"{tree.source.commit}; nothing was published",
                         hint="retry later; if it persists, report it to the Hub",
                     )
-                result: bool | None = super().update(n)
-                return result
+                progress.advance(int(n or 0))
+                return None
 
             def update_transfer(self, n: float) -> None:
                 """Bytes over the network, which Xet storage compresses and shares
                 between files: not the file's size, so not counted."""
 
-        return CappedBar
+        return CountingBar
 
     def _commit(self, repo_id: str, revision: str) -> tuple[str, str]:
         """The repo type under which the Hub has ``repo_id``, and the commit ``revision``
