@@ -58,26 +58,16 @@ def test_help_on_a_full_stdout_fails_saying_so(args: list[str]) -> None:
     assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
 
 
-@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize(
     "command",
-    [
-        ["cache", "list"],
-        ["cache", "verify"],
-        ["lock"],
-        ["variants", REPO],
-        ["describe-api", REPO],
-        ["--help"],
-    ],
+    [["cache", "list"], ["cache", "verify"], ["lock"], ["variants", REPO], ["describe-api", REPO]],
 )
-def test_output_on_a_full_disk_fails_saying_so(
-    project: Path, command: list[str], unbuffered: bool
-) -> None:
-    # Unbuffered, each print fails as it is made, as one past the 8 KiB buffer does: it
-    # ended in a bare "error: [Errno 28] No space left on device".
+def test_output_on_a_full_disk_fails_saying_so(project: Path, command: list[str]) -> None:
+    # Unbuffered (PYTHONUNBUFFERED), each print fails as it is made, as one past the 8 KiB
+    # buffer does: it ended in a bare "error: [Errno 28] No space left on device".
     assert flashhub("get", REPO, "--version", "2").returncode == 0  # for the cache commands
     args = [*command, project] if command == ["lock"] else command
-    result = flashhub_on_a_full_disk(*args, unbuffered=unbuffered)
+    result = flashhub_on_a_full_disk(*args, unbuffered=True)
     assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
 
 
@@ -86,8 +76,7 @@ def test_a_listing_longer_than_the_output_buffer_on_a_full_disk_fails_saying_so(
 ) -> None:
     for version in range(1, 81):  # a line each: some 8 KiB in all
         write_kernel(cdn.root, REPO, version, [UNIVERSAL])
-        assert flashhub("get", REPO, "--version", str(version)).returncode == 0
-    result = flashhub_on_a_full_disk("cache", "list")
+    result = flashhub_on_a_full_disk("variants", REPO, "--all-versions")
     assert (result.returncode, result.stderr.splitlines()) == (1, UNWRITTEN_OUTPUT)
 
 
