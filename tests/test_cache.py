@@ -380,6 +380,17 @@ def test_a_cache_dir_variable_of_blanks_only_is_unset(
     assert list((tmp_path / "work").iterdir()) == []
 
 
+def test_a_relative_xdg_cache_home_is_ignored_as_the_xdg_spec_says(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    env = {"FLASHHUB_CACHE_DIR": "", "XDG_CACHE_HOME": "xdg", "HOME": str(tmp_path / "home")}
+    (tmp_path / "work").mkdir()
+    run_python("import flashhub.acme.tensor_tricks.v1", env=env, cwd=tmp_path / "work")
+    assert (tmp_path / "home" / ".cache" / "flashhub" / "kernels" / REPO / "v1").is_dir()
+    assert list((tmp_path / "work").iterdir()) == []
+
+
 def test_a_relative_cache_dir_is_taken_from_where_the_load_runs_and_survives_a_chdir(
     cdn: CdnServer, tmp_path: Path
 ) -> None:

@@ -714,6 +714,14 @@ def test_default_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     assert config.cache_dir == tmp_path / "xdg" / "flashhub"
 
 
+@pytest.mark.parametrize("blank", ["", " ", "\t"])
+def test_a_cdn_url_of_blanks_only_is_the_default(
+    monkeypatch: pytest.MonkeyPatch, blank: str
+) -> None:
+    monkeypatch.setenv("FLASHHUB_CDN_URL", blank)  # an empty template value, say
+    assert fk.get_config().cdn_urls == ("https://flashhub-cdn.aodianyun.com",)
+
+
 def test_importing_the_packages_imports_neither_torch_nor_requests() -> None:
     code = textwrap.dedent(
         f"""

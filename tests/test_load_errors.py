@@ -111,7 +111,7 @@ def test_a_redirect_to_a_non_ascii_location_is_a_transport_error(
     load_error(TransportError)
 
 
-@pytest.mark.parametrize("variable", ["FLASHHUB_CACHE_DIR", "XDG_CACHE_HOME", "HOME"])
+@pytest.mark.parametrize("variable", ["FLASHHUB_CACHE_DIR", "HOME"])
 def test_a_relative_cache_directory_after_the_current_one_was_removed_is_a_cache_error(
     cdn: CdnServer, variable: str
 ) -> None:

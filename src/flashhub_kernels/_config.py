@@ -290,7 +290,7 @@ def cache_root() -> Path:
         raise CacheError(
             "cannot use the cache: its directory is a relative path, and the current "
             "directory no longer exists",
-            hint="make FLASHHUB_CACHE_DIR (or XDG_CACHE_HOME, HOME, configure(cache_dir=)) "
+            hint="make FLASHHUB_CACHE_DIR (or HOME, configure(cache_dir=)) "
             "an absolute path, or run from a directory that exists",
         ) from None
 
@@ -302,7 +302,11 @@ def get_config(*, project_dir: Path | None = None) -> Config:
     ``project_dir`` is where ``pyproject.toml`` may list trusted keys (default: the
     current directory).
     """
-    cdn_url = overrides.get("cdn_url") or os.environ.get("FLASHHUB_CDN_URL") or DEFAULT_CDN_URL
+    cdn_url = (
+        overrides.get("cdn_url")
+        or os.environ.get("FLASHHUB_CDN_URL", "").strip()
+        or DEFAULT_CDN_URL
+    )
     prefix = overrides.get("prefix")
     if prefix is None:
         prefix = os.environ.get("FLASHHUB_CDN_PREFIX", DEFAULT_PREFIX)

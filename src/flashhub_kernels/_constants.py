@@ -10,16 +10,15 @@ __version__ = "0.2.0"
 # ``metadata.json`` asks for a newer one (``kernels-minver``) is refused.
 HF_KERNELS_API = "0.19.1"
 
-# The settings (:mod:`flashhub_kernels._config`) read these; the modules that parse them
-# or advise about them name them in their messages.
+# Read by the settings (:mod:`flashhub_kernels._config`), named by their messages.
 TRUSTED_KEYS_VAR = "FLASHHUB_TRUSTED_KEYS"
 PYPROJECT_NAME = "pyproject.toml"  # in the current directory: may list trusted keys
 PROJECT_FILE_BYTES = 16 << 20  # the most read of a project's pyproject.toml or lock file
 REQUIRE_SIGNATURES_VAR = "FLASHHUB_REQUIRE_SIGNATURES"
 LOCAL_KERNELS_VAR = "LOCAL_KERNELS"
 
-# A variant's manifest, its signatures (a document's lie beside it, with this suffix),
-# and the receipt the cache writes beside an entry's files once it is verified.
+# A variant's manifest, its signatures (a document's beside it, with this suffix), and
+# the receipt the cache writes beside an entry's files once it is verified.
 MANIFEST_NAME = "metadata.json"
 SIG_SUFFIX = ".sig"
 MANIFEST_SIGNATURE_NAME = MANIFEST_NAME + SIG_SUFFIX
@@ -33,9 +32,10 @@ KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 
 def default_cache_dir() -> str:
-    """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub``, else ``~/.cache/flashhub``,
-    absolute, blanks around a value dropped (read when called: a launcher may set them later)."""
+    """``$FLASHHUB_CACHE_DIR``, else ``$XDG_CACHE_HOME/flashhub`` (if absolute, as XDG says),
+    else ``~/.cache/flashhub``; blanks dropped (read when called: a launcher may set them)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
     path = os.environ.get("FLASHHUB_CACHE_DIR", "").strip() or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join("~", ".cache"), "flashhub"
+        xdg if os.path.isabs(xdg) else os.path.join("~", ".cache"), "flashhub"
     )
     return os.path.abspath(os.path.expanduser(path))
