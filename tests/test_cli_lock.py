@@ -75,6 +75,25 @@ def test_a_hugging_face_kernels_project_locks_unchanged(project: Path) -> None:
     assert f"[tool.kernels.dependencies] '{REPO}'" in refused.stderr
 
 
+def test_a_kernel_declared_in_the_table_not_read_is_refused_not_dropped(project: Path) -> None:
+    """A Hugging Face project that added [tool.flashhub.dependencies], as the hint of a
+    kernel missing from its lock said, for another kernel: locking the table read alone
+    dropped the first kernel from the lock without a word."""
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text().replace(
+        "[tool.flashhub.dependencies]", "[tool.kernels.dependencies]"
+    )
+    pyproject.write_text(text + '\n[tool.flashhub.dependencies]\n"acme/other" = 1\n')
+    refused = flashhub("lock", project)
+    assert refused.returncode == 1
+    assert (
+        f"[tool.kernels.dependencies] '{REPO}': not read, since [tool.flashhub.dependencies] "
+        "is there"
+    ) in refused.stderr
+    assert "declare it under [tool.flashhub.dependencies], which is read" in refused.stderr
+    assert not (project / LOCKFILE_NAME).exists()
+
+
 def test_lock_json(project: Path) -> None:
     document = ok_json(flashhub("lock", project, "--json"))
     assert document["lockfile"] == str(project / LOCKFILE_NAME)

@@ -889,12 +889,13 @@ def test_mapping_rejects_malformed_input(mapping: object, message: str) -> None:
         register_kernel_mapping(mapping)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", ["1", "2", "01", "true"])  # Hugging Face reads an int
 def test_disable_kernel_mapping_runs_the_original(
-    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor, value: str
 ) -> None:
     publish_layers(cdn, "acme/silu-layers", "cdn")
     repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
-    monkeypatch.setenv("DISABLE_KERNEL_MAPPING", "1")
+    monkeypatch.setenv("DISABLE_KERNEL_MAPPING", value)
     layer = HubSiluAndMul()
     model = nn.Sequential(nn.Linear(16, 16), HubSiluAndMul())
     with use_kernel_mapping(cpu_mapping(repo)):

@@ -181,8 +181,9 @@ class Lockfile(Record):
             locked = ", ".join(sorted(self.kernels)) or "nothing"
             raise LockfileError(
                 f"{repo_id} is not locked in {self.source} (it locks {locked})",
-                hint=f'add "{repo_id}" to [tool.flashhub.dependencies] in pyproject.toml '
-                "and run `flashhub lock`",
+                hint=f'add "{repo_id}" to the kernels pyproject.toml declares '
+                "([tool.flashhub.dependencies], or [tool.kernels.dependencies] where it has "
+                "only that) and run `flashhub lock`",
             ) from None
 
     def to_json(self) -> dict[str, Any]:

@@ -137,7 +137,27 @@ def _dependencies(
             dependencies[repo_id] = _specifier(value)
         except ValueError as exc:
             problems.append((f"[{name}] {repo_id!r}: {exc}", _DEPENDENCY_HINT))
+    problems.extend(_unread(document, keys, table))
     return dependencies
+
+
+def _unread(
+    document: dict[str, Any], read: tuple[str, ...], table: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """The kernels another dependency table declares than the one ``read`` (``table``),
+    which would be locked without a word otherwise: a Hugging Face project that added
+    ``[tool.flashhub.dependencies]`` beside its ``[tool.kernels.dependencies]``."""
+    unread = []
+    for keys in DEPENDENCY_TABLES:
+        other = lookup(document, *keys)
+        if keys != read and isinstance(other, dict):
+            name, hint = ".".join(keys), f"declare it under [{'.'.join(read)}], which is read"
+            unread += [
+                (f"[{name}] {repo_id!r}: not read, since [{'.'.join(read)}] is there", hint)
+                for repo_id in other
+                if repo_id not in table
+            ]
+    return unread
 
 
 def _variants(document: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, ...]:

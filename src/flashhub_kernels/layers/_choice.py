@@ -7,6 +7,8 @@ A call of a marked layer (``_dispatch.dispatch``) and ``kernelize`` choose alike
 
 from __future__ import annotations
 
+import os
+
 from torch import nn
 
 from .._config import env_flag
@@ -21,10 +23,14 @@ from ._validate import validate_layer
 
 
 def kernel_mapping_disabled() -> bool:
-    """Whether ``DISABLE_KERNEL_MAPPING=1`` turns kernel layers off.
+    """Whether ``DISABLE_KERNEL_MAPPING=1`` turns kernel layers off: any integer but 0, as
+    Hugging Face kernels reads it (``2``, ``01``), or true, yes, on.
 
     Read on every call, so it can be flipped at run time, like the other settings.
     """
+    value = os.environ.get("DISABLE_KERNEL_MAPPING", "").strip()
+    if value.lstrip("+-").isdigit():
+        return int(value) != 0
     return env_flag("DISABLE_KERNEL_MAPPING")
 
 
