@@ -63,6 +63,28 @@ def test_a_probed_version_answers_what_its_probe_learnt(
     assert cdn.requests == []
 
 
+def test_a_load_offline_that_no_recorded_variant_fits_says_so_as_online(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not "run flashhub get with network access": online, the same load fails alike.
+    write_kernel(cdn.root, "acme/gpu-only", 1, [CUDA])
+    with pytest.raises(fk.errors.NoCompatibleVariantError) as online:
+        fk.get_kernel("acme/gpu-only", version=1)  # records the variant list all the same
+    cdn.clear_log()
+    monkeypatch.setenv("FLASHHUB_OFFLINE", "1")
+
+    with pytest.raises(fk.errors.NoCompatibleVariantError) as offline:
+        fk.get_kernel("acme/gpu-only", version=1)
+    assert "(as recorded in the cache)" in offline.value.message
+    assert (
+        offline.value.message.replace(" (as recorded in the cache)", "").split(":")[0]
+        == (online.value.message.split(":")[0])
+    )
+    assert offline.value.hint == online.value.hint
+    assert not fk.has_kernel("acme/gpu-only", version=1)
+    assert cdn.requests == []
+
+
 def test_has_kernel_offline_is_false_or_raises_as_get_kernel_does(cdn: CdnServer) -> None:
     publish_tensor_tricks(cdn.root)
     run_python(f"import flashhub_kernels as fk; fk.get_kernel({REPO!r}, version=2)")

@@ -59,7 +59,7 @@ def obtain_kernel(
     if config.offline:
         from .._loading.offline import cached_copy_error
 
-        raise cached_copy_error(candidates[0], damaged, unsigned=damaged in _UNSIGNED)
+        raise cached_copy_error(cache, candidates, system, damaged, unsigned=damaged in _UNSIGNED)
     # The cold path's modules: a warm load never imports them; imported with the GC paused.
     from .._network.deferred_gc import collection_paused
 

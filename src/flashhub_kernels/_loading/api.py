@@ -435,12 +435,14 @@ def _has_cached(info: RepoInfo, system: SystemInfo) -> bool:
     """:func:`has_kernel` offline: what an offline load of ``info`` finds in the cache."""
     from .._cache.layout import Cache
     from .._cache.obtain import obtain_kernel
-    from ..errors import OfflineError
+    from ..errors import NoCompatibleVariantError, OfflineError
     from .offline import has_variant
 
     config = get_config()
     try:
         obtain_kernel([info], config=config, system=system)
+    except NoCompatibleVariantError:
+        return False
     except OfflineError:
         if not has_variant(Cache.from_config(config), info, system):
             return False

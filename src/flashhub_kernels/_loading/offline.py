@@ -25,11 +25,11 @@ from .._models.manifest import Manifest, parse_metadata
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._utils.filesystem import read_regular
-from .._variants.choice import no_variant_error
+from .._variants.choice import cached_targets, no_variant_error, unfit_error
 from .._variants.compat import pick_cached_variant
 from .._variants.probing import candidate_names
 from .._variants.system import SystemInfo
-from .._variants.verdicts import VariantAccepted, judge_variants
+from .._variants.verdicts import VariantAccepted, best_variant, judge_builds, judge_variants
 from ..errors import (
     FlashhubError,
     IntegrityError,
@@ -41,10 +41,20 @@ from ..errors import (
 _ONLINE_HINT = "unset FLASHHUB_OFFLINE"
 
 
-def cached_copy_error(info: RepoInfo, damaged: str | None, *, unsigned: bool) -> Exception:
-    """Why an offline load of ``info`` finds no usable copy in the cache: none is cached,
-    one was ``damaged`` (modified after it was verified), or it is ``unsigned`` (no
-    trusted key vouched for it when it was cached; ``damaged`` then says so)."""
+def cached_copy_error(
+    cache: Cache,
+    candidates: Sequence[RepoInfo],
+    system: SystemInfo,
+    damaged: str | None,
+    *,
+    unsigned: bool,
+) -> Exception:
+    """Why an offline load of ``candidates`` (the CDN spellings of one kernel) on
+    ``system`` finds no usable copy in the cache: the variants the cache records show
+    that none fits (the error an online load raises), none is cached, one was
+    ``damaged`` (modified after it was verified), or it is ``unsigned`` (no trusted key
+    vouched for it when it was cached; ``damaged`` then says so)."""
+    info = candidates[0]
     if unsigned:
         return SignatureError(
             f"the cached copy of {info} cannot be used offline: {damaged}",
@@ -57,11 +67,36 @@ def cached_copy_error(info: RepoInfo, damaged: str | None, *, unsigned: bool) ->
             "files are intact (a copy that lost its modification times) and recompiles its "
             "bytecode; otherwise unset FLASHHUB_OFFLINE so that it is fetched again",
         )
-    return OfflineError(
+    return _recorded_misfit(cache, candidates, system) or OfflineError(
         f"{info} is not in the cache and FLASHHUB_OFFLINE is set",
         hint=f"run `flashhub get {info.repo_id} --version {info.version}` with network access, "
         "or unset FLASHHUB_OFFLINE",
     )
+
+
+def _recorded_misfit(
+    cache: Cache, candidates: Sequence[RepoInfo], system: SystemInfo
+) -> NoCompatibleVariantError | None:
+    """The error for the first of ``candidates`` whose variant index the cache records
+    when that index settles that none of its variants fits ``system``; ``None`` when it
+    does not (a variant fits, or one this system could load was never probed for or has
+    devices the cache does not record)."""
+    for info in candidates:
+        index = cache.read_index(info)
+        if index is None:
+            continue
+        try:
+            names = published_variants(cache, info, system)
+        except OfflineError:
+            return None
+        except NoCompatibleVariantError as exc:
+            return exc
+        verdicts = judge_builds(judge_variants(names, system), system, cached_targets(cache, info))
+        if best_variant(verdicts) is not None:
+            return None
+        published = names if index.complete else None
+        return unfit_error(info, system, verdicts, published=published, recorded=True)
+    return None
 
 
 def newest_version_error(repo_id: str, *, hint: str) -> OfflineError:

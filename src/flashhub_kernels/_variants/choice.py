@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .._models.names import RepoInfo
     from .compat import TargetOf
     from .system import SystemInfo
+    from .verdicts import VariantVerdict
 
 
 def cached_targets(cache: Cache, info: RepoInfo) -> TargetOf:
@@ -47,12 +48,7 @@ def choose_variant(
         if chosen is None:  # every build the probe found is for other devices
             probed = judge_variants(sorted(index.present), system)
             verdicts = judge_builds(probed, system, index.targets.get, first_fit=False)
-            raise no_variant_error(
-                f"{info} has no variants.json, and none of the variants found for this "
-                f"system ({describe_system(system)}) fits it:\n{format_trace(verdicts)}",
-                system,
-                published=None,
-            )
+            raise unfit_error(info, system, verdicts, published=None)
         return chosen
     published = sorted(index.present)
     verdicts = judge_builds(
@@ -60,13 +56,34 @@ def choose_variant(
     )
     chosen = best_variant(verdicts)
     if chosen is None:
-        raise no_variant_error(
-            f"{info} has no variant for this system ({describe_system(system)}). "
-            f"Published variants:\n{format_trace(verdicts)}",
-            system,
-            published=published,
-        )
+        raise unfit_error(info, system, verdicts, published=published)
     return chosen
+
+
+def unfit_error(
+    info: RepoInfo,
+    system: SystemInfo,
+    verdicts: Sequence[VariantVerdict],
+    *,
+    published: Sequence[str] | None,
+    recorded: bool = False,
+) -> NoCompatibleVariantError:
+    """The error for ``info`` when none of its variants fits ``system``, with the
+    ``verdicts`` on each. ``published`` is its ``variants.json``, or ``None`` when it has
+    none and the verdicts are on the variants found by probing; ``recorded``: the
+    variants are those the cache recorded (an offline load), not the CDN's answer."""
+    source = " (as recorded in the cache)" if recorded else ""
+    if published is None:
+        message = (
+            f"{info} has no variants.json, and none of the variants found for this "
+            f"system ({describe_system(system)}) fits it{source}"
+        )
+    else:
+        message = (
+            f"{info} has no variant for this system ({describe_system(system)}). "
+            f"Published variants{source}"
+        )
+    return no_variant_error(f"{message}:\n{format_trace(verdicts)}", system, published=published)
 
 
 def no_variant_error(
