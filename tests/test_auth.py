@@ -230,6 +230,36 @@ def test_a_redirect_to_another_host_does_not_carry_the_credentials(
     assert {r.authorization for r in auth_cdn.requests} == {basic_auth(USER, SECRET)}
 
 
+@pytest.mark.parametrize("listed", [True, False], ids=["its-entry", "no-entry"])
+def test_a_redirect_to_another_host_takes_that_hosts_netrc_entry(
+    auth_cdn: CdnServer,
+    make_cdn: MakeCdn,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    listed: bool,
+) -> None:
+    # As requests does where it trusts the environment; never the first host's entry.
+    other = make_cdn(auth=basic_auth("bob", "0th3r-Pa55"))
+    entry = "machine localhost login bob password 0th3r-Pa55\n" if listed else ""
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine 127.0.0.1 login {USER} password {SECRET}\n{entry}")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    redirected = f"{other.url_for('localhost')}/{VARIANTS}"
+    auth_cdn.inject(VARIANTS, redirect(redirected))
+    fk.configure(cdn_url=auth_cdn.url)
+    if listed:
+        loads()
+        assert {r.authorization for r in other.requests} == {basic_auth("bob", "0th3r-Pa55")}
+        return
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert f"HTTP 401 Unauthorized from {redirected}, redirected there" in str(info.value)
+    assert "'machine localhost login USER password PASSWORD'" in (info.value.hint or "")
+    assert "FLASHHUB_CDN_URL" not in (info.value.hint or "")
+    assert [r.authorization for r in other.requests] == [None]
+
+
 def test_a_redirect_to_a_signed_url_requests_cannot_fetch_fails_unseen(
     auth_cdn: CdnServer, caplog: pytest.LogCaptureFixture
 ) -> None:

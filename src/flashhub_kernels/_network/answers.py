@@ -124,6 +124,16 @@ CREDENTIALS_HINT = (
 )
 
 
+def other_host_hint(host: str) -> str:
+    """Where the credentials of ``host``, another than the CDN's that it redirected to,
+    come from: its netrc entry, as requests takes it."""
+    return (
+        f"{host}, where the CDN redirected, wants credentials, or refused the ones sent: "
+        "it gets those of its own netrc entry, never the CDN's; put them in ~/.netrc (or "
+        f"the file $NETRC names) as 'machine {host} login USER password PASSWORD'"
+    )
+
+
 def _network_hint(*, proxied: bool) -> str:
     """What to try when the mirrors could not be reached."""
     if proxied:

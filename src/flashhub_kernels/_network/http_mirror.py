@@ -47,7 +47,8 @@ import requests.hooks
 from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
 from .._utils.logs import logger
-from .._utils.urls import redact_text, redact_url
+from .._utils.urls import redact_queries, redact_text, redact_url, split_url
+from .answers import other_host_hint
 from .hashing import CHUNK_SIZE, HashingWriter
 from .mirrors import (
     AccessDenied,
@@ -293,11 +294,25 @@ class HttpMirror(Mirror):
             _check_encoding(response)
             return
         if status in _DENIED_STATUSES:
-            # The netrc file matters only when the URL carries no credentials.
-            problem = netrc_problem(self.base_url) if self._route.auth is None else None
-            raise AccessDenied(f"HTTP {status} {response.reason}{what}", netrc_problem=problem)
+            raise self._denied(response, f"HTTP {status} {response.reason}{what}")
         retried = " after retries" if status in RETRY_STATUSES else ""
         raise MirrorFailed(f"HTTP {status} {response.reason}{retried}")
+
+    def _denied(self, response: requests.Response, failed: str) -> AccessDenied:
+        """The refusal ``response`` is (``failed`` says it). After redirects it names the
+        URL that answered; where that is another origin, which gets only its own netrc
+        entry (never the URL's credentials), the hint says so."""
+        # requests' stubs leave should_strip_auth untyped.
+        elsewhere: bool = self._session.should_strip_auth(  # type: ignore[no-untyped-call]
+            self.base_url, response.url
+        )
+        if response.history:
+            failed += f" from {redact_queries(redact_url(response.url))}, redirected there"
+        # The netrc file matters only where the URL's credentials are not sent.
+        unread = elsewhere or self._route.auth is None
+        problem = netrc_problem(response.url) if unread else None
+        host = split_url(response.url).hostname if elsewhere else None
+        return AccessDenied(failed, netrc_problem=problem, hint=host and other_host_hint(host))
 
     def _read_body(self, response: requests.Response, limit: int) -> bytes:
         """The body of ``response``, read no further than the chunk that takes it past

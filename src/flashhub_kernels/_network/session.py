@@ -16,7 +16,8 @@ What each mirror gets, as requests itself would decide it:
   request goes through one (``https_proxy`` for an ``http://`` mirror needs it only
   where a redirect leads to https);
 - credentials from the URL (``https://user:pass@cdn``), else from ``~/.netrc`` (or
-  ``$NETRC``); requests drops them on a redirect to another host;
+  ``$NETRC``); requests drops them on a redirect to another host, which gets its own
+  netrc entry instead, if it has one;
 - TLS verified against ``REQUESTS_CA_BUNDLE``, else ``CURL_CA_BUNDLE``, else certifi's
   bundle; a directory of hashed certificates works too.
 """
@@ -386,18 +387,22 @@ def untrusted_certificate_hint(verify: str | bool, *, unreadable: bool = False) 
 
 
 class _Session(requests.Session):
-    """A session whose redirects to another host take that host's proxies.
+    """A session whose redirects to another host take that host's proxies and netrc
+    credentials.
 
     requests keeps the proxies of the first URL on a redirect, and adds the
-    environment's only where the session trusts it, which this one does not: an
-    internal CDN that ``no_proxy`` exempts would hand a file over to a host outside (an
-    object store's signed URL) without the proxy that alone reaches it. The environment
-    is read once per origin redirected to.
+    environment's, and the netrc entry of the host redirected to, only where the
+    session trusts the environment, which this one does not: an internal CDN that
+    ``no_proxy`` exempts would hand a file over to a host outside (an object store's
+    signed URL) without the proxy that alone reaches it, and a private CDN that
+    redirects to another private host would reach it without the credentials netrc
+    holds for it. The environment is read once per origin redirected to.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._proxies: dict[str, dict[str, str]] = {}
+        self._netrc_auth: dict[str, tuple[str, str] | None] = {}
 
     def rebuild_proxies(
         self, prepared_request: requests.PreparedRequest, proxies: dict[str, str] | None
@@ -410,6 +415,22 @@ class _Session(requests.Session):
             prepared_request, self._proxies[origin]
         )
         return rebuilt
+
+    def rebuild_auth(
+        self, prepared_request: requests.PreparedRequest, response: requests.Response
+    ) -> None:
+        # requests strips the credentials on a redirect to another origin (trust_env is
+        # off, so that is all it does); a request left without any takes its netrc entry.
+        super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call]
+        if "Authorization" in prepared_request.headers:
+            return
+        origin = _split_origin(prepared_request.url or "")[0]
+        if origin not in self._netrc_auth:
+            found = requests.utils.get_netrc_auth(origin)
+            self._netrc_auth[origin] = (found[0], found[1]) if found else None
+        auth = self._netrc_auth[origin]
+        if auth is not None:
+            prepared_request.prepare_auth(auth)
 
 
 def new_session(pool_size: int, timeouts: tuple[float, float]) -> requests.Session:
