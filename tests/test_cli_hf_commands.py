@@ -1,7 +1,7 @@
 """The spellings of Hugging Face kernels' CLI that ``flashhub`` accepts too: ``variants
 --all-versions``, ``--only-compatible`` and ``--version latest``; ``info --dep-tree``;
-``cache ls`` (``cache list``) with its columns. ``describe-api`` is in
-test_cli_describe_api.py.
+``cache ls`` (``cache list``) with its columns; ``versions``, which it does not take, names
+the command that does. ``describe-api`` is in test_cli_describe_api.py.
 """
 
 from __future__ import annotations
@@ -109,6 +109,14 @@ def test_all_versions_and_a_version_are_a_usage_error(args: list[str]) -> None:
     result = flashhub("variants", REPO, *args)
     assert result.returncode == 2
     assert "not allowed with argument" in result.stderr
+
+
+def test_versions_says_which_command_lists_them(cdn: CdnServer) -> None:
+    result = flashhub("versions", REPO)  # Hugging Face kernels' command, deprecated there
+    assert result.returncode == 2
+    assert "invalid choice: 'versions'" in result.stderr
+    assert "use `flashhub variants --all-versions ORG/PKG`" in result.stderr
+    assert cdn.requests == []
 
 
 def test_all_versions_lists_a_version_with_no_build_for_this_system(cdn: CdnServer) -> None:

@@ -40,9 +40,10 @@ class Parser(argparse.ArgumentParser):
     characters escaped and the credentials of their URLs hidden: argparse repeats an
     unrecognized one as it is, so that ``flashhub get org/pkg $'\\e[2J'`` would clear the
     terminal instead of naming it, and ``--cdn-url`` given to a command without it would
-    show its password. An unrecognized ``--revision`` (Hugging Face kernels' option) says
-    what to give instead, and one after a command shows that command's usage, not the
-    usage of ``flashhub`` (argparse leaves them to the top parser)."""
+    show its password. An unrecognized ``--revision`` (Hugging Face kernels' option), and
+    the command ``versions`` (Hugging Face kernels' too), say what to give instead, and an
+    unrecognized argument after a command shows that command's usage, not the usage of
+    ``flashhub`` (argparse leaves them to the top parser)."""
 
     command_parser: argparse.ArgumentParser | None = None  # the command typed, if any
 
@@ -51,6 +52,11 @@ class Parser(argparse.ArgumentParser):
         unrecognized = typed[:1] == ["unrecognized"]
         if unrecognized and "--revision" in typed:
             message += "; a version is --version N here (Hugging Face's kernels: --revision vN)"
+        if message.startswith("argument COMMAND: invalid choice: 'versions'"):
+            message += (
+                "; to list a kernel's versions, use `flashhub variants --all-versions ORG/PKG` "
+                "(Hugging Face's kernels: `kernels versions`)"
+            )
         usage_of = (unrecognized and self.command_parser) or self
         argparse.ArgumentParser.error(usage_of, escape_controls(redact_text(message)))
 
