@@ -266,6 +266,23 @@ def test_download_without_a_lock_fails_with_a_hint(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"{tmp_path / LOCKFILE_NAME} does not exist" in result.stderr
     assert "flashhub lock" in result.stderr
+    assert "kernels.lock" not in result.stderr
+
+
+def test_download_with_only_a_hugging_face_kernels_lock_says_it_is_not_read(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        f'[project]\nname = "app"\n[tool.kernels.dependencies]\n"{REPO}" = 1\n'
+    )
+    (tmp_path / "kernels.lock").write_text('[{"repo_id": "acme/tensor-tricks", "sha": "0"}]')
+    result = flashhub("download", tmp_path)
+    assert result.returncode == 1
+    assert f"{tmp_path / LOCKFILE_NAME} does not exist" in result.stderr
+    assert (
+        f"hint: {tmp_path / 'kernels.lock'} is Hugging Face kernels' lock, which flashhub "
+        "does not read (`flashhub lock` reads the project's [tool.kernels.dependencies]"
+    ) in " ".join(result.stderr.split())
 
 
 def test_download_with_a_huge_lock_answers_without_hanging(tmp_path: Path) -> None:

@@ -1068,6 +1068,25 @@ def test_a_hugging_face_kernels_lock_is_named_with_what_to_do(
     assert "regenerate it" not in info.value.hint
 
 
+def test_no_lock_beside_a_hugging_face_kernels_lock_says_it_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LockfileError) as alone:
+        load_kernel(REPO)
+    (tmp_path / "kernels.lock").write_text(json.dumps(_HF_LOCKS[0]))
+    with pytest.raises(LockfileError) as beside:
+        load_kernel(REPO)
+
+    assert "Hugging Face" not in (alone.value.hint or "")
+    assert beside.value.message == alone.value.message  # no flashhub.lock found
+    assert (beside.value.hint or "").startswith(
+        f"{tmp_path / 'kernels.lock'} is Hugging Face kernels' lock, which flashhub does not "
+        "read (`flashhub lock` reads the project's [tool.kernels.dependencies] in "
+        "pyproject.toml); run `flashhub lock`"
+    )
+
+
 def test_a_lockfile_argument_that_is_a_directory_is_a_lockfile_error(tmp_path: Path) -> None:
     with pytest.raises(LockfileError, match="cannot read") as info:
         load_kernel(REPO, lockfile=tmp_path)

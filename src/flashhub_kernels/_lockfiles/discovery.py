@@ -9,7 +9,14 @@ import sys
 from pathlib import Path, PurePath
 
 from ..errors import LockfileError, LockfileNotFoundError
-from .format import LOCKFILE_NAME, Lockfile, NewerFormatError, parse_lockfile, read_lockfile
+from .format import (
+    LOCKFILE_NAME,
+    Lockfile,
+    NewerFormatError,
+    hf_lockfile_note,
+    parse_lockfile,
+    read_lockfile,
+)
 
 StrPath = str | os.PathLike[str]
 
@@ -39,9 +46,11 @@ def find_lockfile(lockfile: StrPath | None = None, *, caller: str | None = "__ma
         return read_lockfile(local)
     searched = f"package {package!r} and " if package else ""
     unknown = _UNKNOWN_CALLER if caller is None else ""
+    note = hf_lockfile_note(Path.cwd())
     raise LockfileNotFoundError(
         f"no {LOCKFILE_NAME} found (searched {searched}{Path.cwd()}){unknown}",
-        hint="run `flashhub lock` in the project directory and ship flashhub.lock in your "
+        hint=(f"{note}; " if note else "")
+        + "run `flashhub lock` in the project directory and ship flashhub.lock in your "
         "package, run from the project directory, or pass lockfile="
         + (", or hand the thread or pool a function of your package" if unknown else ""),
     )

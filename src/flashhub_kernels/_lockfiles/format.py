@@ -59,6 +59,7 @@ _HASH = re.compile(r"sha256-[0-9a-f]{64}")
 # Variant names become cache directory names; the cache relies on them holding no dots.
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 REGENERATE = "regenerate it with `flashhub lock` in the project directory"
+_HF_LOCKFILE_NAME = "kernels.lock"  # Hugging Face kernels' lock: Hub commits, not read here
 VariantsSource = Literal["published", "probed"]
 _VARIANTS_SOURCES: tuple[VariantsSource, ...] = ("published", "probed")
 
@@ -207,15 +208,28 @@ def read_lockfile(path: Path) -> Lockfile:
     try:
         data = read_regular(path, PROJECT_FILE_BYTES)
     except FileNotFoundError:
+        create = "run `flashhub lock` in the project directory to create it"
+        note = hf_lockfile_note(path.parent)
         raise LockfileNotFoundError(
-            f"{path} does not exist",
-            hint="run `flashhub lock` in the project directory to create it",
+            f"{path} does not exist", hint=f"{note}; {create}" if note else create
         ) from None
     except OSError as exc:  # a directory, say
         raise LockfileError(
             f"cannot read {path}: {exc.strerror}", hint=f"pass the path of a {LOCKFILE_NAME} file"
         ) from None
     return parse_lockfile(data, source=str(path))
+
+
+def hf_lockfile_note(directory: Path) -> str | None:
+    """That the ``kernels.lock`` in ``directory`` is not read here and what is, for the
+    error of a missing ``flashhub.lock``; ``None`` when there is none."""
+    found = directory / _HF_LOCKFILE_NAME
+    if not found.is_file():
+        return None
+    return (
+        f"{found} is Hugging Face kernels' lock, which flashhub does not read (`flashhub "
+        "lock` reads the project's [tool.kernels.dependencies] in pyproject.toml)"
+    )
 
 
 def parse_lockfile(data: bytes, *, source: str = LOCKFILE_NAME) -> Lockfile:
