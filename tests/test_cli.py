@@ -490,6 +490,13 @@ def test_every_command_has_help(command: list[str]) -> None:
     assert result.stdout.startswith(f"usage: flashhub {' '.join(command)}")
 
 
+def test_an_alias_is_named_once_in_its_groups_help_and_in_its_own() -> None:
+    # argparse names a command by its first name in its usage, whichever name was typed.
+    named = re.findall(r"^.*\bls\b.*$", flashhub("cache", "--help").stdout, re.MULTILINE)
+    assert [re.findall(r"\bls\b", line) for line in named] == [["ls"]]
+    assert "(also: ls)" in flashhub("cache", "ls", "--help").stdout
+
+
 OPTION = r"--[a-z][a-z-]*(?:\s+[A-Z][A-Z0-9_./]*)?"  # and the word for its value: --system NAME
 
 

@@ -40,13 +40,15 @@ if TYPE_CHECKING:
 def _cache_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="cache_action", metavar="ACTION", required=True)
     for name, run, help_text in (
-        ("list", _cache_list, "list the cached kernel versions and their variants (also: ls)"),
+        ("list", _cache_list, "list the cached kernel versions and their variants"),
         ("verify", _cache_verify, "re-hash every cached file against its metadata.json"),
         ("prune", _cache_prune, "remove damaged entries and leftovers of dead downloads"),
         ("clear", _cache_clear, "remove every kernel from the cache"),
     ):
         aliases = ["ls"] if name == "list" else []  # Hugging Face kernels' spelling
-        action = actions.add_parser(name, aliases=aliases, help=help_text, description=help_text)
+        # Its usage names the command "list" either way: its description gives the alias.
+        described = f"{help_text} (also: ls)" if aliases else help_text
+        action = actions.add_parser(name, aliases=aliases, help=help_text, description=described)
         action.set_defaults(cache_run=run)
         if name == "list":
             action.add_argument(
