@@ -444,6 +444,71 @@ def test_changed_object_is_caught_by_download(project: Path, cdn: CdnServer) -> 
     assert not entry(2, UNIVERSAL).exists()
 
 
+def _republished_mirror(
+    make_cdn: MakeCdn, cdn: CdnServer, root: Path, times: int = 1
+) -> tuple[CdnServer, str]:
+    """A mirror of ``cdn`` whose v2 this-system variant was published again with other
+    bytes (``times`` over) after locking, and the content hash it then serves."""
+    shutil.copytree(cdn.root, root)
+    for _ in range(times):
+        change_published_file(root, 2, LOCAL)
+    manifest = (variant_dir(root, 2, LOCAL) / "metadata.json").read_bytes()
+    return make_cdn(root), parse_metadata(manifest).content_hash
+
+
+@pytest.mark.parametrize("load", ["get_locked_kernel", "download_locked"])
+def test_a_locked_load_passes_over_a_mirror_that_serves_other_content(
+    project: Path,
+    cdn: CdnServer,
+    make_cdn: MakeCdn,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    load: str,
+) -> None:
+    lock = lock_project(project)
+    stale, _ = _republished_mirror(make_cdn, cdn, tmp_path / "stale")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{stale.url},{cdn.url}")
+
+    if load == "get_locked_kernel":
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+    else:
+        assert [r.status for r in download_locked(lock)] == ["downloaded"]
+
+    ops = f"{PY_PKG}/_ops.py"
+    assert (entry(2, LOCAL) / ops).read_bytes() == (
+        variant_dir(cdn.root, 2, LOCAL) / ops
+    ).read_bytes()
+    # The stale mirror was asked for the manifest only; the files came from the other.
+    assert stale.gets(f"/build/{LOCAL}/metadata.json")
+    assert not stale.gets(f"/build/{LOCAL}/{ops}")
+    assert len(cdn.gets(f"/build/{LOCAL}/{ops}")) == 1
+
+
+def test_a_locked_load_that_no_mirror_serves_names_each_mirror_and_its_content(
+    project: Path,
+    cdn: CdnServer,
+    make_cdn: MakeCdn,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pinned = lock_project(project).kernel(REPO).variants[LOCAL]
+    first, first_hash = _republished_mirror(make_cdn, cdn, tmp_path / "first")
+    second, second_hash = _republished_mirror(make_cdn, cdn, tmp_path / "second", times=2)
+    with_password = first.url_for("127.0.0.1", "bob:s3cret")
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{with_password},{second.url}")
+
+    with pytest.raises(LockMismatchError) as info:
+        get_locked_kernel(REPO, lockfile=lockfile_of(project))
+
+    message = str(info.value)
+    assert f"{REPO}@v2 variant {LOCAL}: the lock pins {pinned}, but no CDN mirror" in message
+    assert f"\n  {first.url}: serves content {first_hash}\n" in message
+    assert f"\n  {second.url}: serves content {second_hash}\n" in message
+    assert "s3cret" not in message
+    assert not entry(2, LOCAL).exists()
+    assert not first.gets(f"{PY_PKG}/_ops.py") and not second.gets(f"{PY_PKG}/_ops.py")
+
+
 def test_a_relock_pins_changed_content_and_warns_naming_the_variant(
     project: Path, cdn: CdnServer
 ) -> None:

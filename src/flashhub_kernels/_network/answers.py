@@ -4,7 +4,14 @@ try next (:mod:`.transport` asks the mirrors, in turn, and records their answers
 from __future__ import annotations
 
 from .._utils.logs import logger
-from ..errors import FlashhubError, IntegrityError, ManifestError, RollbackError, TransportError
+from ..errors import (
+    FlashhubError,
+    IntegrityError,
+    LockMismatchError,
+    ManifestError,
+    RollbackError,
+    TransportError,
+)
 from .hashing import INTEGRITY_HINT
 from .mirrors import (
     AccessDenied,
@@ -25,7 +32,8 @@ class Answers:
         self._lines: list[str] = []
         self._proxied = self._capped = self._bad_bytes = self._denied = False
         self._on_disk = True  # every mirror that failed is a file:// tree
-        self._refused: list[IntegrityError] = []  # documents that did not parse, or were stale
+        # Documents that did not parse, were stale, or held other content than a lock pins.
+        self._refused: list[IntegrityError] = []
         self._netrc_problems: list[str] = []
         self._credential_hints: list[str] = []  # where each refusing mirror takes them from
         self._certificate_hints: list[str] = []  # how to trust each untrusted mirror's CA
@@ -51,20 +59,27 @@ class Answers:
         self._lines.append(f"{mirror.label}: {why}")
         logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, why)
 
-    def refused(self, mirror: Mirror, exc: ManifestError | RollbackError) -> None:
+    def refused(
+        self, mirror: Mirror, exc: ManifestError | RollbackError | LockMismatchError
+    ) -> None:
         self._refused.append(exc)
         self._lines.append(f"{mirror.label}: {exc.message}")
         logger.info("mirror %s served a %s that was refused: %s", mirror.label, self.relpath, exc)
 
     def error(self) -> FlashhubError:
-        """When a mirror served a document that was refused (it does not parse, or is
-        older than one seen), that error, of its class (the one mirror's own
-        :class:`RollbackError`, when only one was asked); an :class:`IntegrityError` when
-        a mirror sent bad bytes; else a :class:`TransportError`. Each names every mirror
-        and its answer."""
+        """When a mirror served a document that was refused (it does not parse, is older
+        than one seen, or holds other content than a lock pins, which the caller names),
+        that error, of its class (the one mirror's own :class:`RollbackError`, when only
+        one was asked); an :class:`IntegrityError` when a mirror sent bad bytes; else a
+        :class:`TransportError`. Each names every mirror and its answer."""
         answers = "\n  ".join(self._lines)
         if self._refused:
             first = self._refused[0]
+            if isinstance(first, LockMismatchError):
+                return LockMismatchError(
+                    f"no CDN mirror serves {self.relpath!r} with that content; nothing was "
+                    f"fetched:\n  {answers}"
+                )
             stale = isinstance(first, RollbackError)
             if stale and len(self._lines) == 1:
                 return first

@@ -38,7 +38,7 @@ from .._models.record import Record
 from .._utils.escaping import escape_controls
 from .._utils.logs import logger
 from .._utils.urls import redact_url
-from ..errors import SignatureError, TransportError
+from ..errors import LockMismatchError, SignatureError, TransportError
 from .mirrors import NotPublished
 
 if TYPE_CHECKING:
@@ -113,16 +113,22 @@ def get_manifest(
     variant: str,
     *,
     prefer_signer: str | None = None,
+    expected_hash: str | None = None,
     listed: bool = False,
 ) -> ManifestDocument:
     """A variant's ``metadata.json``, validated (and its signature checked, when due).
 
     When several trusted keys signed it, ``prefer_signer`` (a lock file's signer) is the
-    one reported, if its signature verifies. ``listed``: the variant is known to be
-    published, so a mirror without its manifest hands over to the next.
+    one reported, if its signature verifies. With ``expected_hash`` (a lock file's pin),
+    a mirror whose manifest holds other content fails for it, and the next is asked: a
+    :class:`LockMismatchError` names each mirror's content when none serves the pinned
+    one. ``listed``: the variant is known to be published, so a mirror without its
+    manifest hands over to the next.
     """
     path = variant_path(info, variant, MANIFEST_NAME)
-    parse = functools.partial(parse_metadata, source=manifest_source(info, variant))
+    parse = functools.partial(
+        _parse_pinned, source=manifest_source(info, variant), expected_hash=expected_hash
+    )
     data, manifest, signature, signer = _fetch_checked(
         fetcher,
         path,
@@ -135,6 +141,15 @@ def get_manifest(
         listed=listed,
     )
     return ManifestDocument(data, manifest, signature, signer)
+
+
+def _parse_pinned(data: bytes, *, source: str, expected_hash: str | None) -> Manifest:
+    """``data`` parsed as a manifest; refused unless it holds the ``expected_hash``
+    content, when one is given."""
+    manifest = parse_metadata(data, source=source)
+    if expected_hash not in (None, manifest.content_hash):
+        raise LockMismatchError(f"serves content {manifest.content_hash}")
+    return manifest
 
 
 def get_signers(fetcher: Fetcher, info: RepoInfo, variant: str) -> list[str]:
@@ -256,15 +271,32 @@ def _signer(
 
 
 def get_listed_manifest(
-    fetcher: Fetcher, info: RepoInfo, variant: str, *, prefer_signer: str | None = None
+    fetcher: Fetcher,
+    info: RepoInfo,
+    variant: str,
+    *,
+    prefer_signer: str | None = None,
+    expected_hash: str | None = None,
 ) -> ManifestDocument:
-    """The manifest of a variant that ``variants.json`` (or a probe) found.
+    """The manifest of a variant that ``variants.json`` (or a probe) found, and with
+    ``expected_hash``, of that content (see :func:`get_manifest`).
 
     A mirror without it is not fully synced, and the next is asked; its absence from
     every mirror is the CDN's fault, not an answer: a :class:`TransportError`.
     """
     try:
-        return get_manifest(fetcher, info, variant, prefer_signer=prefer_signer, listed=True)
+        return get_manifest(
+            fetcher,
+            info,
+            variant,
+            prefer_signer=prefer_signer,
+            expected_hash=expected_hash,
+            listed=True,
+        )
+    except LockMismatchError as exc:
+        raise LockMismatchError(
+            f"{info} variant {variant}: the lock pins {expected_hash}, but {exc.message}"
+        ) from None
     except NotPublished as exc:
         raise TransportError(
             f"{info} lists variant {escape_controls(variant)}, but "

@@ -45,7 +45,6 @@ from ..errors import (
     CacheError,
     IntegrityError,
     KernelNotFoundError,
-    LockMismatchError,
     ManifestError,
     SignatureError,
     TransportError,
@@ -175,20 +174,22 @@ def checked_manifest(
     differs from a lock file's pins (``expected_hash``; and ``expected_signer`` while
     signatures are checked).
 
-    ``document`` is used instead of fetching it again when it was fetched already and
-    vouched for by the expected signer, if any.
+    A mirror whose manifest holds other content than ``expected_hash`` fails for it, and
+    the next mirror's is taken (its files then come from a mirror whose bytes verify
+    against it); a :class:`LockMismatchError` names each mirror's content when none
+    serves the pinned one.
+
+    ``document`` is used instead of fetching it again when it was fetched already, holds
+    the expected content, and is vouched for by the expected signer, if any.
     """
-    if document is None or expected_signer not in (None, document.signer):
-        document = get_listed_manifest(fetcher, info, variant, prefer_signer=expected_signer)
+    if document is None or not _pinned(document, expected_hash, expected_signer):
+        document = get_listed_manifest(
+            fetcher, info, variant, prefer_signer=expected_signer, expected_hash=expected_hash
+        )
     manifest = document.manifest
     source = manifest_source(info, variant)
     metadata = read_kernel_metadata(manifest.document, source=source)
     _check_has_package(manifest, metadata, info.py_pkg, source)
-    if expected_hash is not None and manifest.content_hash != expected_hash:
-        raise LockMismatchError(
-            f"{info} variant {variant}: the CDN serves content {manifest.content_hash}, "
-            f"but the lock pins {expected_hash}; nothing was fetched"
-        )
     checked = fetcher.config.checks_signatures(info.org)
     if checked and expected_signer is not None and document.signer != expected_signer:
         raise SignatureError(
@@ -198,6 +199,14 @@ def checked_manifest(
             "report it to the kernel's publisher",
         )
     return document
+
+
+def _pinned(
+    document: ManifestDocument, expected_hash: str | None, expected_signer: str | None
+) -> bool:
+    """Whether ``document`` holds the content a lock pins, vouched for by the key it records."""
+    content_pinned = expected_hash in (None, document.manifest.content_hash)
+    return content_pinned and expected_signer in (None, document.signer)
 
 
 def _download_and_commit(

@@ -47,7 +47,7 @@ from .._utils.callers import warn_at_caller
 from .._utils.logs import logger
 from .._utils.threads import joined, soon, started
 from .._utils.urls import is_loopback, redact_url
-from ..errors import IntegrityError, ManifestError, RollbackError, TransportError
+from ..errors import IntegrityError, LockMismatchError, ManifestError, RollbackError, TransportError
 from .answers import Answers
 from .hashing import HashingWriter, WrongSize
 from .mirrors import (
@@ -194,7 +194,8 @@ class Fetcher:
 
         A mirror whose answer ``parse`` refuses failed for the document, and the next
         mirror is asked: :class:`ManifestError` (a captive portal's web page, an error
-        page served with 200) or :class:`RollbackError` (an edge serving an older copy).
+        page served with 200), :class:`RollbackError` (an edge serving an older copy) or
+        :class:`LockMismatchError` (other content than a lock pins).
         So does a mirror without a ``listed`` document (one a synced mirror has: another
         document names it, or it is the due ``.sig`` of one a mirror served): that mirror
         is not fully synced. ``NotPublished`` comes then only when none has it.
@@ -427,7 +428,7 @@ class Fetcher:
                 return fetch(mirror)
             except MirrorFailed as exc:
                 answers.failed(mirror, exc)
-            except (ManifestError, RollbackError) as exc:
+            except (ManifestError, RollbackError, LockMismatchError) as exc:
                 answers.refused(mirror, exc)
             self._demote(mirror)
         raise answers.error()
