@@ -261,6 +261,33 @@ def refused_port() -> int:
     return int(sock.getsockname()[1])
 
 
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """The URL of a mirror whose connections never complete, as behind a firewall that
+    drops them: a listener of this process that never accepts, its backlog filled by
+    connections that this fixture holds, so that the SYNs of any other are dropped."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = int(listener.getsockname()[1])
+    held = [listener]
+    try:
+        for _ in range(8):  # connect until a connection waits in vain: the backlog is full
+            probe = socket.socket()
+            held.append(probe)
+            probe.settimeout(0.2)
+            try:
+                probe.connect(("127.0.0.1", port))
+            except TimeoutError:
+                break
+        else:
+            pytest.fail(f"the backlog of the listener on port {port} never filled")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def pytest_unconfigure() -> None:
     """Release the ports :func:`refused_port` held (else each is reported unclosed at exit)."""
     while _REFUSING:

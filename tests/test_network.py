@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -340,6 +341,23 @@ def test_when_every_mirror_fails_each_is_named(
     assert "helpers.py" in message
     assert f"127.0.0.1:{a.port}" in message and f"127.0.0.1:{b.port}" in message
     assert "401" in message and "403" in message
+
+
+def test_a_mirror_whose_connections_time_out_is_named_with_the_timeout_alone(
+    black_hole: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """urllib3's connect timeout holds the connection (shown with its memory address)
+    and the message: the error and the log lines show the message alone."""
+    monkeypatch.setenv("FLASHHUB_CDN_URL", black_hole)
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "0.2")
+    caplog.set_level(logging.INFO, logger="flashhub_kernels")
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    timed_out = f"{black_hole}: Connection to 127.0.0.1 timed out. (connect timeout=0.2)"
+    assert f"\n  {timed_out}\n" in str(info.value)
+    logged = [r.getMessage() for r in caplog.records if r.name == "flashhub_kernels"]
+    failed = [line for line in logged if line.startswith(f"mirror {black_hole} could not")]
+    assert failed and all(line.endswith(timed_out.removeprefix(black_hole)) for line in failed)
 
 
 PORTAL = b"<html><body>Sign in to the guest network</body></html>"

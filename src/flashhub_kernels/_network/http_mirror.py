@@ -43,6 +43,7 @@ import requests
 import requests.adapters
 import requests.cookies
 import requests.hooks
+from urllib3.exceptions import ConnectTimeoutError
 
 from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
@@ -349,9 +350,16 @@ class HttpMirror(Mirror):
 
     def _reason(self, exc: BaseException) -> str:
         """The innermost cause of a requests error, short, with no credentials."""
-        reason = _innermost(exc)
-        text = _OBJECT_AT.sub("", str(reason) or type(reason).__name__)
+        text = _OBJECT_AT.sub("", _message_of(_innermost(exc)))
         return redact_text(text, self._route.secrets)
+
+
+def _message_of(reason: BaseException) -> str:
+    """What ``reason`` says; of urllib3's connect timeout, whose arguments are the
+    connection (shown with its memory address) and the message, the message alone."""
+    if isinstance(reason, ConnectTimeoutError) and len(reason.args) == 2:
+        return str(reason.args[1])
+    return str(reason) or type(reason).__name__
 
 
 def _innermost(exc: BaseException) -> BaseException:
