@@ -32,7 +32,7 @@ import pytest
 from flashhub_kernels import _cache_imports as imports, _finder, get_kernel
 from flashhub_kernels._cache.directories import ensure_dir
 from flashhub_kernels._config import overrides
-from flashhub_kernels._network import versions as _versions
+from flashhub_kernels._network import reachability as _reachability, versions as _versions
 from support.builder import RAN_DIR_VAR
 from support.builds import make_kernel
 from support.cdn_server import CdnServer
@@ -127,6 +127,7 @@ def _forget_kernels() -> None:
     for name in [n for n in sys.modules if n.startswith("flashhub.")]:
         del sys.modules[name]
     _versions._version_checked.clear()  # each test checks for newer versions afresh
+    _reachability._failed_to_connect.clear()  # nor is a mirror put off by another test's
     while imports._held:  # nor does this process use the entries it imported any more
         os.close(imports._held.popitem()[1])
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _finder.KernelFinder)]

@@ -41,7 +41,7 @@ from support.cdn_server import (
 )
 from support.cli_runner import flashhub
 from support.preloaded import start_code
-from support.trees import kernel_files, write_variant
+from support.trees import kernel_files, local_variant, write_kernel, write_variant
 
 REPO = "acme/tensor-tricks"
 VARIANT = "torch-universal"
@@ -358,6 +358,80 @@ def test_a_mirror_whose_connections_time_out_is_named_with_the_timeout_alone(
     logged = [r.getMessage() for r in caplog.records if r.name == "flashhub_kernels"]
     failed = [line for line in logged if line.startswith(f"mirror {black_hole} could not")]
     assert failed and all(line.endswith(timed_out.removeprefix(black_hole)) for line in failed)
+
+
+def _connection_retries(caplog: pytest.LogCaptureFixture, path: str) -> int:
+    """How often urllib3 retried a connection that timed out, for a request of ``path``."""
+    return sum(
+        r.name == "urllib3.connectionpool"
+        and r.getMessage().startswith("Retrying ")
+        and "ConnectTimeoutError" in r.getMessage()
+        and r.getMessage().endswith(path)
+        for r in caplog.records
+    )
+
+
+def _lines_naming(caplog: pytest.LogCaptureFixture, mirror: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if mirror in r.getMessage()]
+
+
+def test_an_unreachable_mirror_listed_first_is_tried_once_and_the_next_load_asks_it_last(
+    black_hole: str,
+    cdn: CdnServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for repo in ("acme/first", "acme/second"):
+        write_kernel(cdn.root, repo, 1)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{black_hole},{cdn.url}")
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "0.2")
+    caplog.set_level(logging.INFO, logger="flashhub_kernels")
+
+    assert fk.get_kernel("acme/first", version=1).marker() == f"acme/first@v1:{local_variant()}"
+    # Each path asked of it first had its connection tried once, and went to the next mirror.
+    put_off = f"mirror {black_hole} could not be connected to (Connection to 127.0.0.1 timed out"
+    assert any(line.startswith(put_off) for line in _lines_naming(caplog, black_hole))
+    assert _connection_retries(caplog, "") == 0
+    assert cdn.gets("/kernels/acme/first/v1/variants.json")
+
+    caplog.clear()
+    assert fk.get_kernel("acme/second", version=1).marker() == f"acme/second@v1:{local_variant()}"
+    # The process remembers it: the next load asked the other mirror first, and got all.
+    assert _lines_naming(caplog, black_hole) == []
+    assert cdn.gets("/kernels/acme/second/v1/variants.json")
+
+
+def test_an_unreachable_mirror_is_asked_again_with_retries_once_the_others_failed(
+    black_hole: str,
+    cdn: CdnServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    variants = f"/kernels/{REPO}/v1/variants.json"
+    cdn.inject(variants.lstrip("/"), *[status(403)] * 5)
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{black_hole},{cdn.url}")
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "0.2")
+
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+
+    timed_out = "Connection to 127.0.0.1 timed out. (connect timeout=0.2)"
+    answers = f"\n  {cdn.url}: HTTP 403 Forbidden\n  {black_hole}: {timed_out}\n"
+    assert answers in str(info.value) and str(info.value).count(black_hole) == 1
+    assert cdn.gets(variants) == [variants]
+    # Tried once first; then, the last one left, retried as a lone mirror is.
+    assert _connection_retries(caplog, variants) == 2
+
+
+def test_a_lone_unreachable_mirror_has_its_connection_retried(
+    black_hole: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("FLASHHUB_CDN_URL", black_hole)
+    monkeypatch.setenv("FLASHHUB_CONNECT_TIMEOUT", "0.2")
+    with pytest.raises(TransportError):
+        fk.get_kernel(REPO, version=1)
+    assert _connection_retries(caplog, f"/kernels/{REPO}/v1/variants.json") == 2
 
 
 PORTAL = b"<html><body>Sign in to the guest network</body></html>"

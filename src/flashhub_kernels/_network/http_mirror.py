@@ -57,6 +57,7 @@ from .mirrors import (
     MirrorFailed,
     NotPublished,
     ProxyFailed,
+    Unreachable,
     UntrustedCertificate,
     stop_if,
     stopped_by,
@@ -243,6 +244,8 @@ class HttpMirror(Mirror):
             raise MirrorFailed(failed) from None
         except (requests.RequestException, ValueError) as exc:
             # ValueError: a malformed redirect (a bad port, a non-ASCII Location).
+            if isinstance(_innermost(exc), ConnectTimeoutError):  # refused ones too
+                raise Unreachable(self._reason(exc)) from None
             raise MirrorFailed(self._reason(exc)) from None
 
     def _send(self, request: requests.PreparedRequest) -> requests.Response:

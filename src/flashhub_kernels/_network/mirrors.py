@@ -15,8 +15,9 @@ A mirror answers in four ways besides success:
   optional document (``variants.json``, a probed ``metadata.json``) that is an answer;
 - :class:`MirrorFailed`: this mirror cannot serve the path now (connection failure,
   5xx after retries, 401/403/404 for a file a manifest lists, a stalled transfer);
-  the next mirror may. :class:`AccessDenied` is the 401/403 case,
-  :class:`UntrustedCertificate` a certificate that no trusted CA signed;
+  the next mirror may. :class:`Unreachable` is a connection that could not be made,
+  :class:`AccessDenied` the 401/403 case, :class:`UntrustedCertificate` a certificate
+  that no trusted CA signed;
 - :class:`~.hashing.WrongSize`: the file is longer than its size in the manifest, or
   than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
   another length; the fetcher decides what that means;
@@ -46,6 +47,11 @@ class NotPublished(Exception):
 
 class MirrorFailed(Exception):
     """This mirror could not serve the path; the message says what it answered."""
+
+
+class Unreachable(MirrorFailed):
+    """The mirror could not be connected to: the connection timed out or was refused, or
+    its host name did not resolve."""
 
 
 class AccessDenied(MirrorFailed):

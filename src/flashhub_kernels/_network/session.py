@@ -31,7 +31,7 @@ import netrc
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 import requests.adapters
@@ -39,7 +39,7 @@ import requests.structures
 import requests.utils
 import urllib3.exceptions
 from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool
-from urllib3.exceptions import InvalidHeader
+from urllib3.exceptions import ConnectTimeoutError, InvalidHeader
 from urllib3.poolmanager import PoolManager
 from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
@@ -60,6 +60,10 @@ from ..errors import TransportError
 from .header_deadline import end_watchdog_when_idle, with_header_deadline
 from .log_redaction import hide_queries_in_urllib3_logs, sending_request
 from .mirrors import wait_to_retry
+from .reachability import connections_retried
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
@@ -78,7 +82,14 @@ class _Retry(Retry):
     a date past the year 9999, or ``OverflowError`` for a year of twenty digits, and end
     the request; backing off is better), a date that is no date (a 32nd day, a 25th
     hour) among them; and its waits ended as the download's are
-    (:func:`~.mirrors.wait_to_retry`)."""
+    (:func:`~.mirrors.wait_to_retry`). A connection that fails is not tried again while
+    another mirror remains to be asked (:func:`~.reachability.connections_retried`)."""
+
+    def increment(self, *args: Any, **kwargs: Any) -> Self:
+        if isinstance(kwargs.get("error"), ConnectTimeoutError) and not connections_retried():
+            # As if no connection retry were left: urllib3 raises MaxRetryError.
+            return Retry.increment(self.new(connect=0), *args, **kwargs)
+        return super().increment(*args, **kwargs)
 
     def get_retry_after(self, response: Any) -> float | None:
         try:

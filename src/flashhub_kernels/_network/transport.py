@@ -9,7 +9,9 @@ Failure policy, per path:
 - a mirror that cannot serve it (:class:`~.mirrors.MirrorFailed`: connection errors,
   5xx after retries, 401/403/404 for a listed file, a stalled transfer) hands over to
   the next mirror, which continues a file from the bytes already received; a mirror
-  that failed goes to the back of the list for the rest of the run;
+  that failed goes to the back of the list for the rest of the run; one that cannot
+  be connected to is tried once while others remain, and asked last by the process
+  for a while (:mod:`.reachability`);
 - ``NotPublished`` (404 for a document) is an answer, and is given at once, unless
   another document lists it (a listed variant's manifest), or it is the ``.sig`` of a
   document a mirror served where a trusted key must vouch for it: then the next mirror
@@ -33,7 +35,6 @@ import math
 import threading
 import time
 import urllib.parse
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ from .mirrors import (
     OverCap,
 )
 from .progress import NO_PROGRESS, Progress
+from .reachability import MirrorPlan, reachable_first
 
 T = TypeVar("T")
 
@@ -155,7 +157,7 @@ class Fetcher:
         self.config = config
         for base in config.cdn_urls:
             warn_if_insecure(base)
-        self._mirrors = open_mirrors(config, pool_size=POOL_SIZE)
+        self._mirrors = reachable_first(open_mirrors(config, pool_size=POOL_SIZE))
         if config.trusted_keys:  # before the run's threads, which check signatures
             from .._signing.verification import prepare_checks
 
@@ -290,31 +292,31 @@ class Fetcher:
         more, from scratch, before the next one. So is the only mirror: a proxy may have
         mangled the bytes.
         """
-        plan = deque(self._healthiest_first())
-        only_one = len(plan) == 1
-        answers = Answers(relpath)
+        mirrors = self._healthiest_first()
+        plan = MirrorPlan(mirrors, Answers(relpath))
         asked_afresh: set[Mirror] = set()
         while plan:
-            mirror = plan.popleft()
+            mirror = plan.next()
             continued = writer.size > 0
             try:
-                self._fetch_file(mirror, relpath, writer, digest, cancelled)
+                with plan.asking(mirror):
+                    self._fetch_file(mirror, relpath, writer, digest, cancelled)
                 return
             except MirrorFailed as exc:
-                answers.failed(mirror, exc)
+                plan.failed(mirror, exc)
                 if mirror in self._sent_bad_bytes:  # its bytes of this file are suspect too
                     writer.reset()
             except _BadBytes as exc:
                 writer.reset()
-                answers.bad_bytes(mirror, str(exc))
-                if (continued or only_one) and mirror not in asked_afresh:
+                plan.answers.bad_bytes(mirror, str(exc))
+                if (continued or len(mirrors) == 1) and mirror not in asked_afresh:
                     asked_afresh.add(mirror)
-                    plan.appendleft(mirror)
+                    plan.again(mirror)
                     continue
                 if not continued:
                     self._sent_bad_bytes.add(mirror)
             self._demote(mirror)
-        raise answers.error()
+        raise plan.answers.error()
 
     def _fetch_file(
         self,
@@ -422,16 +424,18 @@ class Fetcher:
                 self._mirrors.append(mirror)
 
     def _from_mirrors(self, relpath: str, fetch: Callable[[Mirror], T]) -> T:
-        answers = Answers(relpath)
-        for mirror in self._healthiest_first():
+        plan = MirrorPlan(self._healthiest_first(), Answers(relpath))
+        while plan:
+            mirror = plan.next()
             try:
-                return fetch(mirror)
+                with plan.asking(mirror):
+                    return fetch(mirror)
             except MirrorFailed as exc:
-                answers.failed(mirror, exc)
+                plan.failed(mirror, exc)
             except (ManifestError, RollbackError, LockMismatchError) as exc:
-                answers.refused(mirror, exc)
+                plan.answers.refused(mirror, exc)
             self._demote(mirror)
-        raise answers.error()
+        raise plan.answers.error()
 
 
 @contextmanager
