@@ -14,8 +14,9 @@ import requests
 
 from flashhub_kernels._config import get_config, parse_cdn_urls
 from flashhub_kernels._network import header_deadline
+from flashhub_kernels._network.certificates import ca_bundle
 from flashhub_kernels._network.http_mirror import _PLAIN_URL
-from flashhub_kernels._network.session import MAX_RETRY_AFTER, ca_bundle, retry_policy, route_for
+from flashhub_kernels._network.session import MAX_RETRY_AFTER, retry_policy, route_for
 from flashhub_kernels._network.stall_guard import MIN_BYTES_PER_SECOND, StallGuard
 from flashhub_kernels._utils.urls import (
     has_unencoded_credentials,

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import re
-import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from .._models.names import is_digits
 from .._utils.logs import logger
 from .._utils.urls import redact_queries, redact_text, redact_url, split_url
 from .answers import other_host_hint
+from .certificates import untrusted_certificate_hint
 from .hashing import CHUNK_SIZE, HashingWriter
 from .mirrors import (
     AccessDenied,
@@ -69,7 +69,6 @@ from .session import (
     netrc_problem,
     proxy_of,
     route_for,
-    untrusted_certificate_hint,
 )
 from .stall_guard import MIN_BYTES_PER_SECOND, StallGuard, decoding_read
 
@@ -237,9 +236,8 @@ class HttpMirror(Mirror):
             raise ProxyFailed(f"the proxy {proxy_of(hop)} failed: {self._reason(exc)}") from None
         except requests.exceptions.SSLError as exc:
             failed = f"TLS failed: {self._reason(exc)}"
-            unreadable = _bundle_unreadable(exc)
-            if unreadable or _issuer_unknown(exc):
-                hint = untrusted_certificate_hint(self._verify, unreadable=unreadable)
+            hint = untrusted_certificate_hint(_innermost(exc), self._verify)
+            if hint is not None:
                 raise UntrustedCertificate(failed, hint=hint) from None
             raise MirrorFailed(failed) from None
         except (requests.RequestException, ValueError) as exc:
@@ -379,34 +377,6 @@ def _innermost(exc: BaseException) -> BaseException:
             break
         reason = inner
     return reason
-
-
-# OpenSSL's verify codes for a chain that ends at no trusted CA (X509_V_ERR_*): the
-# server's CA is unknown here, unlike an expired certificate or another host's.
-_ISSUER_UNKNOWN = frozenset({2, 18, 19, 20, 21})
-
-
-def _issuer_unknown(exc: requests.exceptions.SSLError) -> bool:
-    """Whether the server's certificate failed because no trusted CA signed it."""
-    return any(
-        isinstance(error, ssl.SSLCertVerificationError) and error.verify_code in _ISSUER_UNKNOWN
-        for error in _ssl_errors(exc)
-    )
-
-
-def _bundle_unreadable(exc: requests.exceptions.SSLError) -> bool:
-    """Whether TLS failed before the handshake: OpenSSL read no CA from the bundle."""
-    return any(
-        type(error) is ssl.SSLError and error.library in ("X509", "PEM")
-        for error in _ssl_errors(exc)
-    )
-
-
-def _ssl_errors(exc: requests.exceptions.SSLError) -> tuple[object, ...]:
-    """Where ``ssl``'s error may be: urllib3's ``SSLError`` that ``exc`` wraps, or what
-    that holds."""
-    inner = _innermost(exc)
-    return (inner, *inner.args[:1])
 
 
 def _reader(response: requests.Response, guard: StallGuard) -> Callable[[int], bytes]:

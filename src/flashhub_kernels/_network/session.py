@@ -28,7 +28,6 @@ import contextlib
 import email.utils
 import http.client
 import netrc
-import os
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -57,6 +56,7 @@ from .._utils.urls import (
     split_url,
 )
 from ..errors import TransportError
+from .certificates import ca_bundle
 from .header_deadline import end_watchdog_when_idle, with_header_deadline
 from .log_redaction import hide_queries_in_urllib3_logs, sending_request
 from .mirrors import wait_to_retry
@@ -349,52 +349,6 @@ def _check_socks_support(proxy: str | None) -> None:
             f"the proxy {redact_url(proxy)} is a SOCKS proxy, and SOCKS support is not installed",
             hint=f"{SOCKS_EXTRA_HINT}, or use an http:// proxy",
         ) from None
-
-
-_CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # as requests reads them
-
-
-def ca_bundle() -> str | bool:
-    """The CA bundle to verify TLS with: ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, or
-    ``True`` (certifi's). A path that does not exist is an error now, naming the
-    variable, rather than a TLS failure blamed on the network at every request."""
-    for name in _CA_BUNDLE_VARIABLES:
-        path = os.environ.get(name)
-        if not path:
-            continue
-        if not os.path.exists(path):
-            raise TransportError(
-                f"{name}={path} does not exist, so no TLS certificate can be verified",
-                hint=f"point {name} at a PEM file or a directory of hashed certificates, "
-                "or unset it to use the default bundle",
-            )
-        return path
-    return True
-
-
-def untrusted_certificate_hint(verify: str | bool, *, unreadable: bool = False) -> str:
-    """What to do about a certificate that no CA of ``verify`` (what :func:`ca_bundle`
-    gave) signed: a private CDN's, most often, whose CA the client was not given.
-    ``unreadable``: OpenSSL read no certificate from the bundle (an empty file, not PEM)."""
-    for name in _CA_BUNDLE_VARIABLES:
-        if verify is not True and os.environ.get(name) == verify:
-            if unreadable:
-                return (
-                    f"{name}={verify} holds no certificate OpenSSL can read (an empty file, "
-                    f"or not PEM): point {name} at a PEM file of the CA that signed the "
-                    "CDN's certificate, or unset it to use the default bundle"
-                )
-            return (
-                f"{name}={verify} holds no CA that signed the CDN's certificate: add that "
-                f"CA's certificate to it, or point {name} at a PEM file that holds it"
-            )
-    # OpenSSL and curl read these, and users of a private CA often set them.
-    unread = any(os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"))
-    note = " (requests reads neither SSL_CERT_FILE nor SSL_CERT_DIR)" if unread else ""
-    return (
-        "no CA of the default bundle (certifi's) signed the CDN's certificate: point "
-        f"REQUESTS_CA_BUNDLE at a PEM file of the CA that did{note}"
-    )
 
 
 class _Session(requests.Session):
