@@ -33,10 +33,10 @@ from flashhub_kernels._cache import staging
 from flashhub_kernels._network import deferred_gc, download
 from flashhub_kernels._network.deferred_gc import collection_paused
 from flashhub_kernels._network.hashing import HashingWriter
-from flashhub_kernels._network.reserve import MIN_RESERVED_BYTES
 from flashhub_kernels._network.transport import MAX_PARALLEL_FILES
 from flashhub_kernels._network.variant_index import PROBES_AT_ONCE
 from flashhub_kernels._utils.filesystem import write_atomic
+from flashhub_kernels._utils.reserve import MIN_RESERVED_BYTES
 from flashhub_kernels._variants.probing import build_variant_name, candidate_names
 from flashhub_kernels._variants.system import this_system
 from support.cdn_server import CdnHandler, CdnServer, delayed, held, status
@@ -639,7 +639,7 @@ def test_a_cache_without_room_for_a_file_is_refused_before_the_file_is_fetched(
 # fill the disk, even for a moment. Run in a 32 MiB ext4 of the test's own.
 ABSURD_SIZE = """
 import os, sys
-from flashhub_kernels._network.reserve import reserve
+from flashhub_kernels._utils.reserve import reserve
 fd = os.open(os.path.join(sys.argv[1], "weights.bin"), os.O_RDWR | os.O_CREAT, 0o644)
 try:
     reserve(fd, 0, 1 << 40)

@@ -10,10 +10,10 @@ import stat
 import threading
 from pathlib import Path
 
+from .._utils.reserve import reserve
 from .._utils.threads import started
 from ..errors import CacheError, IntegrityError
 from .progress import NO_PROGRESS, Progress
-from .reserve import reserve
 
 CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL above 2 KiB
 

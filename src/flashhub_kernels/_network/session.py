@@ -46,6 +46,7 @@ from urllib3.util.timeout import Timeout
 from .._constants import __version__
 from .._loading.hub_arguments import appended_user_agent
 from .._models.record import Record
+from .._utils.log_redaction import hide_queries_in_urllib3_logs, sending_request
 from .._utils.urls import (
     has_unencoded_credentials,
     malformed_url_error,
@@ -58,7 +59,6 @@ from .._utils.urls import (
 from ..errors import TransportError
 from .certificates import ca_bundle
 from .header_deadline import end_watchdog_when_idle, with_header_deadline
-from .log_redaction import hide_queries_in_urllib3_logs, sending_request
 from .mirrors import wait_to_retry
 from .reachability import connections_retried
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from contextvars import ContextVar
 
-from .._utils.urls import redact_queries, redact_text
+from .urls import redact_queries, redact_text
 
 # The loggers of urllib3 that quote a request's URL. Each gets the filter itself: a
 # record logged to a logger goes through that logger's filters, not its parents'.
