@@ -236,6 +236,19 @@ def test_a_deadline_that_fired_as_its_pause_ended_does_not_end_the_next_pause(
     assert gc.isenabled()
 
 
+def test_a_pause_that_ends_leaves_no_thread_behind() -> None:
+    # A program that checks for leaked threads right after a load (a test suite's
+    # fixture, say) saw the pause's cancelled timer still running.
+    left = []
+    for _ in range(20):
+        with collection_paused():
+            assert "flashhub-gc-pause" in [thread.name for thread in threading.enumerate()]
+        left += [
+            thread.name for thread in threading.enumerate() if thread.name.startswith("flashhub")
+        ]
+    assert left == []
+
+
 def test_a_collector_the_program_turned_off_stays_off() -> None:
     was = gc.isenabled()
     gc.disable()

@@ -63,16 +63,27 @@ def collection_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        with _lock:
-            _depth = max(0, _depth - 1)  # a child forked inside its own block: 0 already
-            if _depth == 0:
-                if _deadline is not None:
-                    _deadline.cancel()
-                    _deadline = None
-                if _resume and not gc.isenabled():
-                    if len(sys.modules) > _modules:
-                        _age_young_objects()
-                    gc.enable()
+        ended = _close_block()
+        if ended is not None:
+            ended.join()  # its thread gone once the load returns (it ends at once, cancelled)
+
+
+def _close_block() -> threading.Timer | None:
+    """Close a block; where it was the last one open, turn the collector back on, and
+    return the pause's timer, cancelled."""
+    global _depth, _deadline
+    with _lock:
+        _depth = max(0, _depth - 1)  # a child forked inside its own block: 0 already
+        if _depth > 0:
+            return None
+        ended, _deadline = _deadline, None
+        if ended is not None:
+            ended.cancel()
+        if _resume and not gc.isenabled():
+            if len(sys.modules) > _modules:
+                _age_young_objects()
+            gc.enable()
+        return ended
 
 
 def _start_deadline() -> threading.Timer | None:
