@@ -257,7 +257,9 @@ def unknown_local_module(fullname: str) -> KernelNotFoundError:
         f"No module named {fullname!r}: it is a kernel that get_local_kernel(path) loaded "
         "in another process, and its name does not say from which directory",
         hint="call get_local_kernel(path) with the same path in this process before "
-        "unpickling (in a worker's initializer, say); or give the build a repo id with "
+        "unpickling (in a pool's initializer, or at the top level of the main module: a "
+        "DataLoader's worker_init_fn runs after its dataset is unpickled); or give the "
+        "build a repo id with "
         f"{LOCAL_KERNELS_VAR}=org/pkg=/path/to/kernel and load it with get_kernel('org/pkg', "
         "version=1), a name every process with that setting can import",
         name=fullname,
