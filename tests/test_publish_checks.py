@@ -65,21 +65,27 @@ def with_backend(kernel: Path, backend: dict[str, object], variant: str = CUDA) 
     return metadata
 
 
+def refused(kernel: Path, out: Path) -> PublishError:
+    """The error that publishing ``kernel`` into ``out`` raises; nothing is written there."""
+    with pytest.raises(PublishError) as raised:
+        publish(kernel, repo_id=REPO, version=1, out=out)
+    assert not out.exists()
+    return raised.value
+
+
 def test_cuda_archs_spelled_as_nvcc_does_are_refused_with_the_builders_spelling(
     kernel: Path, tmp_path: Path
 ) -> None:
     """A load passes over an arch it cannot read: these would offer the build to every GPU."""
     archs = ["sm_80", "sm86", "compute_90", "9.0a", "SM_100f"]
     metadata = with_backend(kernel, {"type": "cuda", "archs": archs})
-    with pytest.raises(PublishError) as raised:
-        publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
-    assert raised.value.message == (
+    error = refused(kernel, tmp_path / "cdn")
+    assert error.message == (
         f'{metadata} spells "archs" as nvcc does (sm_80, sm86, compute_90, SM_100f): a load '
         'compares compute capabilities such as "8.0" or "9.0a", passes over an arch it cannot '
         "read, and offers a build whose archs it reads none of to every GPU"
     )
-    assert raised.value.hint == 'write "archs": ["8.0", "8.6", "9.0+PTX", "9.0a", "10.0f"]'
-    assert not (tmp_path / "cdn").exists()
+    assert error.hint == 'write "archs": ["8.0", "8.6", "9.0+PTX", "9.0a", "10.0f"]'
 
 
 @pytest.mark.parametrize(
@@ -94,32 +100,26 @@ def test_a_misspelt_backend_key_a_load_ignores_is_refused(
     kernel: Path, tmp_path: Path, backend: dict[str, object], key: str, hint: str
 ) -> None:
     metadata = with_backend(kernel, backend)
-    with pytest.raises(PublishError) as raised:
-        publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
-    assert raised.value.message == (
+    error = refused(kernel, tmp_path / "cdn")
+    assert error.message == (
         f'{metadata}: "backend" holds {key!r}, which a load ignores: it reads "type" and '
         '"archs" only, so the build would be offered to the GPUs that the key may have '
         "meant to leave out"
     )
-    assert raised.value.hint == hint
-    assert not (tmp_path / "cdn").exists()
+    assert error.hint == hint
 
 
 def test_a_backend_type_other_than_the_variant_names_is_refused(
     kernel: Path, tmp_path: Path
 ) -> None:
     metadata = with_backend(kernel, {"type": "rocm", "archs": ["gfx942"]})
-    with pytest.raises(PublishError) as raised:
-        publish(kernel, repo_id=REPO, version=1, out=tmp_path / "cdn")
-    assert raised.value.message == (
+    error = refused(kernel, tmp_path / "cdn")
+    assert error.message == (
         f'{metadata} says "backend": {{"type": "rocm"}}, but the name of the variant {CUDA} '
         "says it is built for cuda: a load offers it to cuda machines by its name, and "
         "never checks its archs against their device"
     )
-    assert raised.value.hint == (
-        'write "type": "cuda", or move the build to the variant of its backend'
-    )
-    assert not (tmp_path / "cdn").exists()
+    assert error.hint == ('write "type": "cuda", or move the build to the variant of its backend')
 
 
 def test_a_backend_as_builders_write_it_is_published_as_it_is(kernel: Path, tmp_path: Path) -> None:
