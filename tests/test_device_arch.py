@@ -169,6 +169,15 @@ def test_a_machine_without_nvml_leaves_the_arch_unknown(monkeypatch: pytest.Monk
 # -- the record: NVML is asked once per machine ---------------------------------------------------
 
 
+def cgroup_files(directory: Path, cgroup: str, namespace: int) -> tuple[Path, Path]:
+    """Files in ``directory`` that stand for ``/proc/self/cgroup``, telling ``cgroup``, and
+    for ``/proc/self/ns/cgroup``, a link to the cgroup namespace ``namespace``."""
+    directory.mkdir(parents=True)
+    (directory / "cgroup").write_text(f"{cgroup}\n")
+    (directory / "namespace").symlink_to(f"cgroup:[{namespace}]")
+    return directory / "cgroup", directory / "namespace"
+
+
 @pytest.fixture
 def listed(stand_in_nvml: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """The driver lists the H100 and the A10 (this process's ``_constants.PROC_GPUS``), and NVML
@@ -385,6 +394,58 @@ def test_the_import_table_reads_the_device_again_for_a_pick_it_decided(
     assert {load[3] for load in loads} == {"False"}  # no CUDA context
     swapped = run_on(on_a10, SHOW_LOOKUP).stdout.split()
     assert swapped[:4] == ["True", "True", _chosen(CU126), "False"]  # the A10 is 8.6
+    assert context_requests(tmp_path) == []
+
+
+IN_A_CGROUP = SHOW_LOOKUP.replace(
+    "import flashhub.acme.relu.v1 as k\n",
+    'flashhub_kernels._constants.PROC_CGROUP = os.environ["STAND_IN_PROC_CGROUP"]\n'
+    'flashhub_kernels._constants.CGROUP_NAMESPACE = os.environ["STAND_IN_CGROUP_NAMESPACE"]\n'
+    "import flashhub.acme.relu.v1 as k\n",
+)
+
+
+def in_a_cgroup(directory: Path, cgroup: str, namespace: int) -> dict[str, str]:
+    """The variables that give a child of ``IN_A_CGROUP`` the cgroup ``cgroup``, in the
+    cgroup namespace ``namespace`` (see :func:`cgroup_files`)."""
+    proc_cgroup, cgroup_namespace = cgroup_files(directory, cgroup, namespace)
+    return {
+        "STAND_IN_PROC_CGROUP": str(proc_cgroup),
+        "STAND_IN_CGROUP_NAMESPACE": str(cgroup_namespace),
+    }
+
+
+@pytest.mark.parametrize(
+    ("h100_job", "a10_job"),
+    [
+        (("0::/slurm/job_11/step_0", 4026531835), ("0::/slurm/job_12/step_0", 4026531835)),
+        (("0::/", 4026532401), ("0::/", 4026532502)),  # containers, each in its own namespace
+    ],
+    ids=["cgroups", "cgroup-namespaces"],
+)
+def test_the_import_table_reads_the_device_again_in_another_device_cgroup(
+    cdn: CdnServer,
+    tmp_path: Path,
+    nvml_dir: Path,
+    h100_job: tuple[str, int],
+    a10_job: tuple[str, int],
+) -> None:
+    """Two jobs of one user on a node, each given one GPU by its device cgroup (Slurm's
+    ConstrainDevices, a container's devices): the driver lists both GPUs to each, and
+    CUDA_VISIBLE_DEVICES and the boot are the same; NVML refuses each the other's GPU.
+    The table's answer for one job's device is not the other's."""
+    publish(cdn.root, 1, BUILDS)
+    listing = {"STAND_IN_PROC_GPUS": str(proc_listing(tmp_path / "proc", H100, A10))}
+
+    def job(name: str, cgroup: tuple[str, int], denied: str) -> dict[str, str]:
+        extra = {**listing, **in_a_cgroup(tmp_path / name, *cgroup), "STAND_IN_NVML_DENY": denied}
+        return gpu_machine_env(tmp_path, H100, A10, nvml=nvml_dir, extra=extra)
+
+    on_h100 = job("h100", h100_job, "1")
+    h100_loads = [run_on(on_h100, IN_A_CGROUP).stdout.split() for _ in range(3)]
+    assert h100_loads[2][:3] == ["False", "False", _chosen(CU124)]  # the table's answer
+    a10_load = run_on(job("a10", a10_job, "0"), IN_A_CGROUP).stdout.split()
+    assert a10_load[1:4] == ["True", _chosen(CU126), "False"]  # its device read: the A10
     assert context_requests(tmp_path) == []
 
 

@@ -1,8 +1,6 @@
-"""Import root of kernels: ``import flashhub.<org>.<pkg>.v<N>``.
-
-Importing this package installs the flashhub-kernels finder on ``sys.meta_path`` (once)
-and does nothing else. Everything below ``flashhub.`` is provided by that finder.
-"""
+"""Import root of kernels, ``import flashhub.<org>.<pkg>.v<N>``: importing this package
+installs the flashhub-kernels finder on ``sys.meta_path`` (once) and does nothing else.
+Everything below ``flashhub.`` is provided by that finder."""
 
 from flashhub_kernels._finder import install
 

@@ -65,9 +65,8 @@ if TYPE_CHECKING:  # each name re-exported as itself, for type checkers (see laz
         use_kernel_mapping as use_kernel_mapping,
         use_kernelized_func as use_kernelized_func,
     )
-# Every public name but install: the hook is all that importing the package does. The
-# modules load on first access (PEP 562): the API and the settings with the variant
-# grammar, the lock functions with the cache and its file locks; kernelize imports torch.
+# Every public name but install, by its module: the API's loads the settings with the
+# variant grammar, the lock functions' the cache and its file locks; kernelize torch.
 _LAZY = {
     "__version__": "._constants",
     "Benchmark": ".benchmark",

@@ -59,7 +59,6 @@ _SELECTING = (
     "ROCR_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
 )
-_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 Stamp = list[int]  # as JSON keeps it
 
@@ -183,21 +182,17 @@ def device_reading(backend: str | None) -> str | None:
 def device_inputs() -> list[object] | None:
     """What the device's reading (:func:`device_reading`) is read from, unread: the
     variables that select and order the devices, the devices the drivers list (each by
-    name and identity) and this boot (a GPU is changed only across one); ``None`` where
-    the reading asks more (torch has initialized the GPU runtime, a MIG instance is
-    selected)."""
+    name and identity), this boot and the process's cgroup (:func:`~._constants.gpu_access`);
+    ``None`` where the reading asks more (torch has initialized the GPU runtime, a MIG
+    instance is selected)."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return None
     selecting = [os.environ.get(name) for name in _SELECTING]
     if "MIG-" in (selecting[0] or ""):
         return None
-    try:
-        with open(_BOOT_ID, encoding="ascii") as file:
-            boot: str | None = file.read().strip()
-    except OSError:
-        boot = None
-    return [selecting, _listing(_constants.PROC_GPUS), _listing(_constants.KFD_NODES), boot]
+    listings = [_listing(_constants.PROC_GPUS), _listing(_constants.KFD_NODES)]
+    return [selecting, *listings, *_constants.gpu_access()]
 
 
 def _same_device(backend: str | None, reading: str, read_from: object) -> bool:
@@ -336,12 +331,9 @@ _held: dict[str, int] = {}  # entry directory -> the descriptor holding its shar
 
 
 def mark_in_use(entry: Path) -> bool:
-    """Hold a shared lock on ``entry`` for the rest of this process.
-
-    ``False`` when the entry was moved away before the lock was taken (``flashhub cache
-    clear`` was removing it): look it up again. An entry that cannot be locked is
-    ``True``: it loads, unprotected.
-    """
+    """Hold a shared lock on ``entry`` for the rest of this process; ``False`` when the
+    entry was moved away before the lock was taken (``flashhub cache clear`` was removing
+    it): look it up again. An entry that cannot be locked is ``True``: loaded, unprotected."""
     if fcntl is None or (len(_held) >= 16 and len(_held) >= _open_files_limit() // 4):
         return True
     key = str(entry)

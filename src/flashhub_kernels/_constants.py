@@ -29,6 +29,25 @@ INDEX_NAME = "variants-index.json"
 # a directory per GPU named by its PCI address; amdgpu's topology, a directory per node.
 PROC_GPUS = "/proc/driver/nvidia/gpus"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+# They list every GPU: which this process may open is its cgroup's to say, on this boot.
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_NAMESPACE = "/proc/self/ns/cgroup"  # a link: where it leads names the namespace
+
+
+def gpu_access() -> list[str | None]:
+    """This boot's id, this process's cgroup and its cgroup namespace (``None``: unreadable)."""
+    return [_proc_text(BOOT_ID), _proc_text(PROC_CGROUP), _proc_text(CGROUP_NAMESPACE, link=True)]
+
+
+def _proc_text(path: str, *, link: bool = False) -> str | None:
+    try:
+        if link:
+            return os.readlink(path)
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read().strip()
+    except OSError:
+        return None
 
 
 def default_cache_dir() -> str:

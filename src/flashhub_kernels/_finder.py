@@ -7,8 +7,7 @@ per-module lock only. The loader then fills in the spec's real location, and fro
 on it is a plain :class:`~importlib.machinery.SourceFileLoader`: ``__file__``,
 ``__path__``, relative imports, ``importlib.resources``, ``inspect.getsource``,
 tracebacks and bytecode caching all work as for an installed package. Submodules of a
-kernel are found by the standard path finder through the kernel's ``__path__``.
-"""
+kernel are found by the standard path finder through the kernel's ``__path__``."""
 
 from __future__ import annotations
 
@@ -126,8 +125,7 @@ class KernelFinder:
     """Maps ``flashhub.*`` names to kernels. One instance lives on ``sys.meta_path``."""
 
     def __init__(self) -> None:
-        # threading.Lock is this lock; importing threading would cost the hook 4 ms
-        # in a process that has not imported it yet.
+        # threading.Lock, without importing threading (4 ms for the hook, the first time).
         self._lock = _thread.allocate_lock()
         self._kernel_dirs: dict[str, KernelDir] = {}  # module name -> where it was found
         self._pins: dict[str, RepoInfo] = {}  # module name -> the repo get_kernel asked for

@@ -1,9 +1,5 @@
-"""Names a package exports but imports only on first use (PEP 562).
-
-The packages import neither torch nor the lock machinery, and ``flashhub_kernels``
-imports nothing but the import hook: the names whose modules do more are listed in a
-table and loaded when first read.
-"""
+"""Names a package exports but imports only on first use (PEP 562): importing the package
+imports none of their modules (torch, the lock machinery, ...) until a name is read."""
 
 from __future__ import annotations
 

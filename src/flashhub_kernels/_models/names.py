@@ -73,11 +73,9 @@ def check_version(version: object) -> int:
 
 
 class RepoInfo(Record):
-    """One version of one kernel repository on the CDN: ``repo_id`` at ``version``.
-
-    Construction validates both, so a ``RepoInfo`` is always safe to turn into URLs, cache
-    paths and module names. Immutable, hashable, and ordered by ``(repo_id, version)``.
-    """
+    """One version of one kernel repository on the CDN: ``repo_id`` at ``version``, both
+    validated on construction, so that it is always safe to turn into URLs, cache paths
+    and module names. Immutable, hashable, and ordered by ``(repo_id, version)``."""
 
     repo_id: str
     version: int
