@@ -178,6 +178,12 @@ def cgroup_files(directory: Path, cgroup: str, namespace: int) -> tuple[Path, Pa
     return directory / "cgroup", directory / "namespace"
 
 
+def in_cgroup(monkeypatch: pytest.MonkeyPatch, files: tuple[Path, Path]) -> None:
+    """This process is in the cgroup ``files`` (of :func:`cgroup_files`) tell."""
+    monkeypatch.setattr(_constants, "PROC_CGROUP", str(files[0]))
+    monkeypatch.setattr(_constants, "CGROUP_NAMESPACE", str(files[1]))
+
+
 @pytest.fixture
 def listed(stand_in_nvml: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """The driver lists the H100 and the A10 (this process's ``_constants.PROC_GPUS``), and NVML
@@ -192,7 +198,11 @@ def listed(stand_in_nvml: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_nvml_is_asked_once_then_the_cache_record_answers(listed: Path, cache_dir: Path) -> None:
     first = cuda_capability()
     assert listed.read_text().count("nvmlInit_v2") == 1
-    assert (cache_dir / "gpus").read_text().splitlines() == [f"{H100.uuid} 9.0", f"{A10.uuid} 8.6"]
+    assert (cache_dir / "gpus").read_text().splitlines() == [
+        f"{H100.uuid} 9.0",
+        f"{A10.uuid} 8.6",
+        f"{_device_arch.cgroup_key()} {H100.uuid},{A10.uuid}",  # this process may open both
+    ]
     assert (cache_dir / "gpus").stat().st_mode & 0o777 == 0o600
     second = cuda_capability()
     assert listed.read_text().count("nvmlInit_v2") == 1  # not asked again
@@ -205,6 +215,61 @@ def test_a_gpu_the_record_does_not_know_is_asked_of_nvml(listed: Path, cache_dir
     assert cuda_capability().capability == (9, 0)
     assert listed.read_text().count("nvmlInit_v2") == 1
     assert f"{A10.uuid} 8.6" in (cache_dir / "gpus").read_text().splitlines()
+
+
+def test_a_process_its_device_cgroup_limits_is_judged_by_the_gpus_it_may_open(
+    listed: Path, cache_dir: Path, stand_in_nvml: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two jobs on a node: one given both GPUs, one given the A10 alone by its device cgroup
+    (NVML: NO_PERMISSION for the H100). The driver lists both to each; the record says which
+    each may open, once NVML told it in that cgroup."""
+    both = cgroup_files(tmp_path / "both", "0::/slurm/job_11/step_0", 4026531835)
+    a10 = cgroup_files(tmp_path / "a10", "0::/slurm/job_12/step_0", 4026531835)
+
+    def read_in(files: tuple[Path, Path], denied: str) -> _device_arch.DeviceArch:
+        in_cgroup(stand_in_nvml, files)
+        stand_in_nvml.setenv("STAND_IN_NVML_DENY", denied)
+        return cuda_capability()
+
+    assert read_in(both, "").capability == (9, 0)
+    assert read_in(a10, "0").capability == (8, 6)  # NVML asked: the record knows no A10 job
+    for files, denied, capability, seen in ((a10, "0", (8, 6), 1), (both, "", (9, 0), 2)):
+        reading = read_in(files, denied)
+        assert reading.capability == capability
+        assert f"(NVML's earlier answer), device 0 of {seen} " in reading.source
+    assert listed.read_text().count("nvmlInit_v2") == 2  # once in each cgroup
+
+
+def test_a_record_that_knows_no_cgroup_is_asked_of_nvml_once_unless_there_is_none(
+    listed: Path, cache_dir: Path, stand_in_nvml: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A record an earlier version wrote knows every GPU, and no cgroup: NVML says which
+    this process may open, and the record keeps it. Where ``/proc/self/cgroup`` cannot be
+    read, the record answers for every GPU the driver lists."""
+    (cache_dir / "gpus").write_text(f"{H100.uuid} 9.0\n{A10.uuid} 8.6\n")
+    stand_in_nvml.setenv("STAND_IN_NVML_DENY", "0")
+    a10 = cgroup_files(tmp_path / "a10", "0::/slurm/job_12/step_0", 4026531835)
+    in_cgroup(stand_in_nvml, a10)
+    assert [cuda_capability().capability for _ in range(2)] == [(8, 6), (8, 6)]
+    assert listed.read_text().count("nvmlInit_v2") == 1
+    assert f"{_device_arch.cgroup_key()} {A10.uuid}" in (cache_dir / "gpus").read_text()
+    stand_in_nvml.delenv("STAND_IN_NVML_DENY")
+    stand_in_nvml.setattr(_constants, "PROC_CGROUP", str(tmp_path / "unreadable"))
+    assert cuda_capability().capability == (9, 0)  # the record alone, as before cgroups
+    assert listed.read_text().count("nvmlInit_v2") == 1
+
+
+def test_the_record_keeps_the_latest_cgroups(
+    listed: Path, cache_dir: Path, stand_in_nvml: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each job of a batch system has a cgroup of its own: the record keeps the 256 written
+    last, so that it does not grow with every job a shared cache sees."""
+    earlier = [f"cgroup-{i:016x} {H100.uuid}" for i in range(256)]
+    (cache_dir / "gpus").write_text("\n".join([f"{H100.uuid} 9.0", *earlier]) + "\n")
+    in_cgroup(stand_in_nvml, cgroup_files(tmp_path / "job", "0::/slurm/job_13/step_0", 1))
+    assert cuda_capability().capability == (9, 0)
+    lines = (cache_dir / "gpus").read_text().splitlines()
+    assert lines[2:] == [*earlier[1:], f"{_device_arch.cgroup_key()} {H100.uuid},{A10.uuid}"]
 
 
 def test_a_mig_instance_is_asked_of_nvml(
@@ -244,7 +309,7 @@ def test_a_pipe_in_place_of_the_record_is_no_record(listed: Path, cache_dir: Pat
         pytest.fail("reading the record waited for a writer to the pipe")
     assert [reading.capability for reading in readings] == [(9, 0)]
     assert listed.read_text().count("nvmlInit_v2") == 1
-    assert record.read_text().splitlines() == [f"{H100.uuid} 9.0", f"{A10.uuid} 8.6"]
+    assert record.read_text().splitlines()[:2] == [f"{H100.uuid} 9.0", f"{A10.uuid} 8.6"]
 
 
 def test_a_library_without_nvml_s_functions_leaves_the_arch_unknown(

@@ -46,7 +46,10 @@ if TYPE_CHECKING:
     from .system import SystemInfo
 
 
-GPU_RECORD_NAME = "gpus"  # in the cache's root: "<GPU UUID> <major>.<minor>" per line
+GPU_RECORD_NAME = "gpus"  # in the cache's root: see read_record
+# The cgroups whose GPUs the record keeps, the latest written: each job of a batch system
+# has its own, on each machine that shares the cache.
+_CGROUPS_KEPT = 256
 
 
 class Gpu(Record):
@@ -56,6 +59,14 @@ class Gpu(Record):
     uuid: str
     pci: tuple[int, int, int]
     capability: tuple[int, int]
+
+
+class GpuRecord(Record):
+    """The cache's record of NVML's answers: each GPU's capability, by UUID, and the GPUs
+    a process in each cgroup may open, by :func:`cgroup_key`."""
+
+    capabilities: Mapping[str, tuple[int, int]]
+    opened: Mapping[str, tuple[str, ...]]
 
 
 class DeviceArch(Record):
@@ -104,31 +115,51 @@ def _visible_cuda_gpus(visible: str | None) -> tuple[list[Gpu], str]:
 
 
 def _nvidia_gpus(migs: tuple[str, ...]) -> tuple[list[Gpu], dict[str, Gpu], str]:
-    """This machine's GPUs, the GPU of each of ``migs`` (MIG instances), and where they were
-    read: the cache's record when it knows every GPU the driver lists, else NVML (whose
-    answer is recorded then).
+    """This machine's GPUs that this process may open, the GPU of each of ``migs`` (MIG
+    instances), and where they were read: the cache's record when it knows which of the
+    GPUs the driver lists this process's cgroup may open, and each one's capability, else
+    NVML (whose answer is recorded then).
 
     Raises:
         NvmlError: NVML was needed, and cannot tell.
     """
     from .._config import cache_root
 
-    record = cache_root() / GPU_RECORD_NAME
-    known = None if migs else recorded_gpus(_constants.PROC_GPUS, read_record(record))
+    record, cgroup = cache_root() / GPU_RECORD_NAME, cgroup_key()
+    known = None if migs else recorded_gpus(_constants.PROC_GPUS, read_record(record), cgroup)
     if known:
         return known, {}, f"{record} (NVML's earlier answer)"
     from .nvml import read_gpus
 
     facts, mig_facts = read_gpus(migs)
     gpus = [Gpu(*gpu) for gpu in facts]
-    write_record(record, gpus)
+    write_record(record, gpus, cgroup)
     return gpus, {mig: Gpu(*gpu) for mig, gpu in mig_facts.items()}, "NVML"
 
 
-def recorded_gpus(listing: str, capabilities: Mapping[str, tuple[int, int]]) -> list[Gpu] | None:
+def cgroup_key() -> str | None:
+    """This process's cgroup on this boot (:func:`~.._constants.gpu_access`), as the record
+    names it; ``None`` where the cgroup cannot be read."""
+    access = _constants.gpu_access()
+    if access[1] is None:
+        return None
+    import hashlib
+
+    return "cgroup-" + hashlib.blake2b(repr(access).encode(), digest_size=8).hexdigest()
+
+
+def recorded_gpus(listing: str, record: GpuRecord, cgroup: str | None) -> list[Gpu] | None:
     """The GPUs the driver lists in ``listing`` (``/proc/driver/nvidia/gpus``: a directory
-    per GPU, named by its PCI address), with their capabilities as recorded; ``None``
-    when it lists none, or one the record does not know."""
+    per GPU, named by its PCI address) that ``record`` says a process in ``cgroup`` may
+    open (every one where ``cgroup`` is ``None``: it could not be read), with their
+    capabilities as recorded; ``None`` when there are none, or the record does not know
+    the cgroup, or the capability of one, or one the cgroup may open is not listed.
+
+    The driver lists every GPU of the machine, whichever a process may open.
+    """
+    opened = record.opened.get(cgroup) if cgroup else None
+    if cgroup and opened is None:
+        return None
     try:
         addresses = sorted(os.listdir(listing))
     except OSError:
@@ -137,9 +168,15 @@ def recorded_gpus(listing: str, capabilities: Mapping[str, tuple[int, int]]) -> 
     for address in addresses:
         uuid = _listed_uuid(os.path.join(listing, address, "information"))
         pci = _pci_location(address)
-        if uuid is None or pci is None or uuid not in capabilities:
+        if uuid is None or pci is None:
             return None
-        gpus.append(Gpu(uuid, pci, capabilities[uuid]))
+        if opened is not None and uuid not in opened:
+            continue
+        if uuid not in record.capabilities:
+            return None
+        gpus.append(Gpu(uuid, pci, record.capabilities[uuid]))
+    if opened is not None and len(gpus) < len(opened):
+        return None
     return gpus or None
 
 
@@ -166,12 +203,14 @@ def _pci_location(address: str) -> tuple[int, int, int] | None:
     return domain, bus, device
 
 
-def read_record(path: Path) -> dict[str, tuple[int, int]]:
-    """The capabilities :func:`write_record` wrote, by GPU UUID; empty when there are none.
+def read_record(path: Path) -> GpuRecord:
+    """What :func:`write_record` wrote: a line per GPU, ``<UUID> <major>.<minor>``, and a
+    line per cgroup, ``<cgroup key> <UUID>,<UUID>...`` (which a version that keeps no
+    cgroups skips); empty where there is none.
 
-    A GPU's capability never changes and its UUID names it on every machine, so one
-    record serves a cache that several machines share. One that is not a regular file
-    (a pipe would wait for a writer) is none.
+    A GPU's capability never changes and its UUID names it on every machine, and a
+    cgroup's key is its boot's too, so one record serves a cache that several machines
+    share. One that is not a regular file (a pipe would wait for a writer) is none.
     """
     from .._cache.trust import distrust_record
     from .._config import env_flag
@@ -179,29 +218,37 @@ def read_record(path: Path) -> dict[str, tuple[int, int]]:
 
     try:  # another user's, in a root others may write (sticky): theirs to choose
         if distrust_record(os.lstat(path), shared=env_flag("FLASHHUB_CACHE_SHARED")):
-            return {}
+            return GpuRecord({}, {})
         lines = read_regular(path).decode("utf-8", errors="replace").splitlines()
     except OSError:
-        return {}
-    record = {}
-    for uuid, _, capability in (line.partition(" ") for line in lines):
-        parsed = parse_cuda_arch(capability)
-        if parsed is not None and parsed[2:] == ("", False):  # MAJOR.MINOR, nothing more
-            record[uuid] = parsed[:2]
-    return record
+        return GpuRecord({}, {})
+    capabilities, opened = {}, {}
+    for key, _, value in (line.partition(" ") for line in lines):
+        if key.startswith("cgroup-"):
+            opened[key] = tuple(value.split(","))
+        elif (parsed := parse_cuda_arch(value)) and parsed[2:] == ("", False):  # MAJOR.MINOR
+            capabilities[key] = parsed[:2]
+    return GpuRecord(capabilities, opened)
 
 
-def write_record(path: Path, gpus: Sequence[Gpu]) -> None:
-    """Add ``gpus`` to the record at ``path``; a cache that cannot be written keeps none."""
+def write_record(path: Path, gpus: Sequence[Gpu], cgroup: str | None) -> None:
+    """Add ``gpus`` to the record at ``path``, as the GPUs a process in ``cgroup`` may open
+    (the latest cgroups written kept); a cache that cannot be written keeps none."""
     known = read_record(path)
-    record = {**known, **{gpu.uuid: gpu.capability for gpu in gpus}}
+    opened = dict(known.opened)
+    if cgroup and gpus:
+        opened.pop(cgroup, None)  # written last
+        opened[cgroup] = tuple(gpu.uuid for gpu in gpus)
+    capabilities = {**known.capabilities, **{gpu.uuid: gpu.capability for gpu in gpus}}
+    record = GpuRecord(capabilities, dict(list(opened.items())[-_CGROUPS_KEPT:]))
     if record == known:
         return
     from .._utils.filesystem import write_atomic
 
-    lines = "".join(f"{uuid} {major}.{minor}\n" for uuid, (major, minor) in record.items())
+    lines = [f"{uuid} {major}.{minor}\n" for uuid, (major, minor) in capabilities.items()]
+    lines += [f"{key} {','.join(uuids)}\n" for key, uuids in record.opened.items()]
     with contextlib.suppress(OSError):
-        write_atomic(path, lines.encode("ascii", "replace"), mode=0o600, durable=False)
+        write_atomic(path, "".join(lines).encode("ascii", "replace"), mode=0o600, durable=False)
 
 
 def cuda_order(gpus: Sequence[Gpu], order: str | None) -> list[Gpu]:
