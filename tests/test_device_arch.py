@@ -133,6 +133,47 @@ def test_nvml_answers_for_the_first_device_this_process_sees(
     assert "NVML" in reading.source
 
 
+MIG_OF_THE_A10 = "MIG-5f0c1111-2222"
+
+
+@pytest.mark.parametrize(
+    ("visible", "capability", "unknown"),
+    [
+        (MIG_OF_THE_A10, (8, 6), None),
+        (f"{MIG_OF_THE_A10},MIG-typo", (8, 6), "MIG-typo"),
+        ("1,MIG-typo", (8, 6), "MIG-typo"),  # the list ends at the entry that names no device
+        (f"{A10.uuid[:8]},MIG-typo", (8, 6), "MIG-typo"),
+        ("MIG-typo,0", None, "MIG-typo"),
+        ("MIG-5f0c", None, "MIG-5f0c"),  # CUDA documents prefixes of GPU UUIDs only
+    ],
+)
+def test_a_mig_entry_nvml_does_not_know_ends_the_list_as_cuda_ends_it(
+    stand_in_nvml: pytest.MonkeyPatch,
+    visible: str,
+    capability: tuple[int, int] | None,
+    unknown: str | None,
+) -> None:
+    stand_in_nvml.setenv("STAND_IN_NVML_GPUS", nvml_gpus(H100, A10))
+    stand_in_nvml.setenv("STAND_IN_NVML_MIGS", f"{MIG_OF_THE_A10}=1")
+    stand_in_nvml.setenv("CUDA_VISIBLE_DEVICES", visible)
+    reading = cuda_capability()
+    assert reading.capability == capability, reading.source
+    said = f"NVML (which knows no MIG instance {unknown}, so CUDA's list ends there: name"
+    assert (said in reading.source) == (unknown is not None), reading.source
+
+
+def test_an_nvml_error_about_a_mig_instance_names_it(stand_in_nvml: pytest.MonkeyPatch) -> None:
+    stand_in_nvml.setenv("STAND_IN_NVML_GPUS", nvml_gpus(H100))
+    stand_in_nvml.setenv("STAND_IN_NVML_MIGS", "MIG-4b2e=5")  # of a GPU NVML cannot find
+    stand_in_nvml.setenv("CUDA_VISIBLE_DEVICES", "MIG-4b2e")
+    reading = cuda_capability()
+    assert reading.capability is None
+    assert reading.source == (
+        "NVML cannot tell: nvmlDeviceGetDeviceHandleFromMigDeviceHandle for MIG-4b2e failed"
+        " with NVML error 6"
+    )
+
+
 def test_devices_that_differ_are_said(stand_in_nvml: pytest.MonkeyPatch) -> None:
     stand_in_nvml.setenv("STAND_IN_NVML_GPUS", nvml_gpus(H100, A10))
     reading = cuda_capability()

@@ -12,13 +12,13 @@ it has initialized the runtime itself; otherwise the driver is:
 
 Which device is judged: the first of those the process sees, in the runtime's order
 (torch's current device until the program picks another). ``CUDA_VISIBLE_DEVICES``
-(indices, ``GPU-`` and ``MIG-`` UUIDs or their unique prefixes, read up to the first
-entry that names no device, as CUDA does) and ``CUDA_DEVICE_ORDER`` are honoured; CUDA's
-default order (``FASTEST_FIRST``) is taken to be the highest compute capability first,
-then PCI bus order, and ``PCI_BUS_ID`` is PCI bus order. On ROCm, ``ROCR_VISIBLE_DEVICES``
-then ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``) select from the topology's
-GPUs. Where the visible devices differ, a process that uses another than the first
-should be given only the devices it uses.
+(indices, ``GPU-`` UUIDs or their unique prefixes, and whole ``MIG-`` UUIDs, read up to
+the first entry that names no device, as CUDA does) and ``CUDA_DEVICE_ORDER`` are
+honoured; CUDA's default order (``FASTEST_FIRST``) is taken to be the highest compute
+capability first, then PCI bus order, and ``PCI_BUS_ID`` is PCI bus order. On ROCm,
+``ROCR_VISIBLE_DEVICES`` then ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``)
+select from the topology's GPUs. Where the visible devices differ, a process that uses
+another than the first should be given only the devices it uses.
 
 When no source answers (no driver library, no device visible), the arch is unknown and
 the archs builds list are not checked: the build the variant names choose loads, and
@@ -111,6 +111,11 @@ def _visible_cuda_gpus(visible: str | None) -> tuple[list[Gpu], str]:
     ordered = cuda_order(gpus, os.environ.get("CUDA_DEVICE_ORDER"))
     aliases = {mig: ordered.index(gpu) for mig, gpu in mig_parents.items() if gpu in ordered}
     seen = [ordered[i] for i in select_visible([g.uuid for g in ordered], visible, aliases)]
+    if unknown := next((mig for mig in migs if mig not in mig_parents), None):
+        read_from += (
+            f" (which knows no MIG instance {unknown}, so CUDA's list ends there: name a MIG"
+            " instance by its whole UUID, as nvidia-smi -L prints it)"
+        )
     return seen, read_from
 
 

@@ -20,6 +20,8 @@ LIBRARY = "libnvidia-ml.so.1"
 _SUCCESS = 0
 # A GPU this process may not open (a container's device cgroup): CUDA does not list it.
 _NO_PERMISSION = 4
+# What nvmlDeviceGetHandleByUUID answers for a UUID that names no device.
+_NAMES_NONE = (2, 6)  # NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND
 _UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
 _FUNCTIONS = (
     "nvmlInit_v2",
@@ -53,8 +55,9 @@ class _PciInfo(ctypes.Structure):
 
 def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[GpuFacts], dict[str, GpuFacts]]:
     """Every GPU NVML sees that this process may open, as CUDA lists them, and the GPU
-    each of ``mig_uuids`` (MIG instances) is part of: for each, its UUID, PCI location
-    and compute capability.
+    each of ``mig_uuids`` (MIG instances, in ``CUDA_VISIBLE_DEVICES``'s order) is part of,
+    up to the first that names no instance, where CUDA's list ends: for each, its UUID,
+    PCI location and compute capability.
 
     Raises:
         NvmlError: the library cannot be loaded or initialized, or a query fails.
@@ -66,7 +69,13 @@ def read_gpus(mig_uuids: tuple[str, ...] = ()) -> tuple[list[GpuFacts], dict[str
         _check(nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")
         handles = (_handle_by_index(nvml, index) for index in range(count.value))
         gpus = [_gpu(nvml, handle) for handle in handles if handle is not None]
-        return gpus, {uuid: _gpu(nvml, _mig_parent(nvml, uuid)) for uuid in mig_uuids}
+        parents = {}
+        for uuid in mig_uuids:
+            parent = _mig_parent(nvml, uuid)
+            if parent is None:
+                break
+            parents[uuid] = _gpu(nvml, parent)
+        return gpus, parents
     finally:
         nvml.nvmlShutdown()
 
@@ -97,13 +106,17 @@ def _handle_by_index(nvml: ctypes.CDLL, index: int) -> ctypes.c_void_p | None:
     return handle
 
 
-def _mig_parent(nvml: ctypes.CDLL, uuid: str) -> ctypes.c_void_p:
-    """The GPU that the MIG instance ``uuid`` is part of."""
+def _mig_parent(nvml: ctypes.CDLL, uuid: str) -> ctypes.c_void_p | None:
+    """The GPU that the MIG instance ``uuid`` is part of; ``None`` where NVML knows no
+    device by that UUID (a prefix of one, or a typo)."""
     mig = ctypes.c_void_p()
-    _check(nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(mig)), "by UUID")
+    code = nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(mig))
+    if code in _NAMES_NONE:
+        return None
+    _check(code, f"nvmlDeviceGetHandleByUUID for {uuid}")
     parent = ctypes.c_void_p()
     code = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, ctypes.byref(parent))
-    _check(code, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+    _check(code, f"nvmlDeviceGetDeviceHandleFromMigDeviceHandle for {uuid}")
     return parent
 
 
