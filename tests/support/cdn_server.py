@@ -623,6 +623,19 @@ def capped_range(cap: int, *, total: str | None = None) -> Fault:
     return fault
 
 
+def not_modified() -> Fault:
+    """A ``304 Not Modified`` (with an ``ETag``, and no body, as a 304 has), whatever the
+    request asked: a caching edge that answers one to requests without a condition."""
+
+    def fault(handler: CdnHandler, _body: bytes) -> None:
+        handler.record(304)
+        handler.send_response(304)
+        handler.send_header("ETag", '"edge-copy"')
+        handler.end_headers()
+
+    return fault
+
+
 def other_file(data: bytes) -> Fault:
     """Serve ``data`` in place of the file, honestly announced and honouring ``Range``: a
     mirror holding another build of the file."""

@@ -1,5 +1,7 @@
 """The error of a path that no CDN mirror served: what each mirror answered, and what to
-try next (:mod:`.transport` asks the mirrors, in turn, and records their answers here)."""
+try next (:mod:`.transport` asks the mirrors, in turn, and records their answers here).
+Also the failures :mod:`.http_mirror` makes of what a caching edge answers in the CDN's
+stead, each saying what to do about it."""
 
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ from .mirrors import (
     MirrorFailed,
     OverCap,
     ProxyFailed,
-    UntrustedCertificate,
 )
 
 
@@ -36,7 +37,8 @@ class Answers:
         self._refused: list[IntegrityError] = []
         self._netrc_problems: list[str] = []
         self._credential_hints: list[str] = []  # where each refusing mirror takes them from
-        self._certificate_hints: list[str] = []  # how to trust each untrusted mirror's CA
+        # What to do about the other answers that show it (an untrusted CA, an edge's bug).
+        self._hints: list[str] = []
 
     def failed(self, mirror: Mirror, exc: MirrorFailed) -> None:
         via = f" (through the proxy {mirror.via})" if mirror.via else ""
@@ -49,8 +51,8 @@ class Answers:
                 self._credential_hints.append(hint)
             if exc.netrc_problem and exc.netrc_problem not in self._netrc_problems:
                 self._netrc_problems.append(exc.netrc_problem)
-        if isinstance(exc, UntrustedCertificate) and exc.hint not in self._certificate_hints:
-            self._certificate_hints.append(exc.hint)
+        elif exc.hint is not None and exc.hint not in self._hints:
+            self._hints.append(exc.hint)
         self._lines.append(f"{mirror.label}{via}: {exc}")
         logger.info("mirror %s could not serve %s: %s", mirror.label, self.relpath, exc)
 
@@ -109,8 +111,8 @@ class Answers:
             )
         if self._denied:
             return "; ".join([*self._credential_hints, *self._netrc_problems])
-        if self._certificate_hints:
-            return "; ".join(self._certificate_hints)
+        if self._hints:
+            return "; ".join(self._hints)
         if self._on_disk:
             return FILE_MIRROR_HINT
         return _network_hint(proxied=self._proxied)
@@ -159,4 +161,18 @@ def _network_hint(*, proxied: bool) -> str:
     return (
         "check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
         "or set FLASHHUB_OFFLINE=1 to use only what is cached"
+    )
+
+
+# -- answers a caching edge or proxy in front of the CDN gives, where the CDN would not ---
+
+
+def not_modified(reason: str) -> MirrorFailed:
+    """The failure of a ``304 Not Modified`` (``reason``) to a request without a condition,
+    as every request for the CDN is: it names no copy of the client's to be current."""
+    return MirrorFailed(
+        f"HTTP 304 {reason} to a request without a condition (no If-None-Match or "
+        "If-Modified-Since): a caching edge's bug",
+        hint="purge the caching edge's (or proxy's) copy of the path, or bypass it: point "
+        "FLASHHUB_CDN_URL at the origin, or add the CDN's host to no_proxy",
     )

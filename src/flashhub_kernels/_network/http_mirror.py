@@ -48,7 +48,7 @@ from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
 from .._utils.logs import logger
 from .._utils.urls import redact_queries, redact_text, redact_url, split_url
-from .answers import other_host_hint
+from .answers import not_modified, other_host_hint
 from .certificates import untrusted_certificate_hint
 from .hashing import CHUNK_SIZE, HashingWriter
 from .mirrors import (
@@ -297,6 +297,8 @@ class HttpMirror(Mirror):
             return
         if status in _DENIED_STATUSES:
             raise self._denied(response, f"HTTP {status} {response.reason}{what}")
+        if status == 304:
+            raise not_modified(response.reason)
         retried = " after retries" if status in RETRY_STATUSES else ""
         raise MirrorFailed(f"HTTP {status} {response.reason}{retried}")
 

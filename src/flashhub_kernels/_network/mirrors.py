@@ -46,7 +46,12 @@ class NotPublished(Exception):
 
 
 class MirrorFailed(Exception):
-    """This mirror could not serve the path; the message says what it answered."""
+    """This mirror could not serve the path; the message says what it answered, and
+    ``hint``, where the answer shows it, what to do about it."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class Unreachable(MirrorFailed):
@@ -66,9 +71,8 @@ class AccessDenied(MirrorFailed):
     def __init__(
         self, message: str, *, netrc_problem: str | None = None, hint: str | None = None
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, hint=hint)
         self.netrc_problem = netrc_problem
-        self.hint = hint
 
 
 class UntrustedCertificate(MirrorFailed):
@@ -76,8 +80,7 @@ class UntrustedCertificate(MirrorFailed):
     which CA bundle it was checked against, and how to trust that CA."""
 
     def __init__(self, message: str, *, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
+        super().__init__(message, hint=hint)
 
 
 class ProxyFailed(MirrorFailed):

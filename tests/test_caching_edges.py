@@ -1,0 +1,51 @@
+"""A caching edge (or proxy) in front of the CDN that answers what the CDN would not: a
+load fails saying what the edge did and what to do about it, not with a generic hint.
+
+Each case injects the edge's answers into the loopback CDN and loads the kernel.
+docs/reliability.md lists each case.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import flashhub_kernels as fk
+from flashhub_kernels.errors import TransportError
+from support.cdn_server import CdnServer, not_modified
+from support.trees import MIB_BLOB, write_blob_kernel
+
+REPO = "acme/tensor-tricks"
+VARIANTS = f"kernels/{REPO}/v1/variants.json"
+CONDITIONS = {"if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range"}
+
+
+@pytest.fixture
+def blob(cdn: CdnServer) -> str:
+    """The CDN path of a 1 MiB file of ``acme/tensor-tricks`` v1, whose size its
+    ``metadata.json`` states."""
+    return write_blob_kernel(cdn.root, MIB_BLOB, with_sizes=True)
+
+
+def nothing_cached(cache_dir: Path) -> bool:
+    return not list(cache_dir.glob(f"kernels/{REPO}/v1/*/tensor_tricks"))
+
+
+@pytest.mark.parametrize("what", ["document", "file"])
+def test_a_304_to_a_request_without_a_condition_is_named_an_edges_bug(
+    cdn: CdnServer, blob: str, cache_dir: Path, what: str
+) -> None:
+    path = VARIANTS if what == "document" else blob
+    cdn.inject(path, not_modified())
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    error = info.value
+    assert f"{cdn.url}: HTTP 304 Not Modified to a request without a condition" in error.message
+    assert "a caching edge's bug" in error.message
+    assert error.hint is not None and error.hint.startswith("purge the caching edge's")
+    assert "FLASHHUB_CDN_URL at the origin" in error.hint and "no_proxy" in error.hint
+    # As the message says, the request had no condition the 304 could answer.
+    (asked,) = [r for r in cdn.requests if r.path == f"/{path}"]
+    assert asked.status == 304 and not {h.lower() for h in asked.headers} & CONDITIONS
+    assert nothing_cached(cache_dir)
