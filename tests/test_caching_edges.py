@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from flashhub_kernels.errors import TransportError
-from support.cdn_server import CdnServer, not_modified
+from flashhub_kernels.errors import IntegrityError, TransportError
+from support.cdn_server import CdnServer, not_modified, web_page
 from support.trees import MIB_BLOB, write_blob_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANTS = f"kernels/{REPO}/v1/variants.json"
+ERROR_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body>edge</body></html>"
 CONDITIONS = {"if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range"}
 
 
@@ -48,4 +49,23 @@ def test_a_304_to_a_request_without_a_condition_is_named_an_edges_bug(
     # As the message says, the request had no condition the 304 could answer.
     (asked,) = [r for r in cdn.requests if r.path == f"/{path}"]
     assert asked.status == 304 and not {h.lower() for h in asked.headers} & CONDITIONS
+    assert nothing_cached(cache_dir)
+
+
+def test_a_web_page_served_in_place_of_a_file_is_named_with_the_portal_hint(
+    cdn: CdnServer, blob: str, cache_dir: Path
+) -> None:
+    cdn.inject(blob, web_page(ERROR_PAGE), web_page(ERROR_PAGE))
+    with pytest.raises(IntegrityError) as info:
+        fk.get_kernel(REPO, version=1)
+    error = info.value
+    assert f"{cdn.url}: it served a web page (text/html) in place of the file" in error.message
+    assert "most likely an error or login page of an edge or proxy" in error.message
+    assert f"announces {len(ERROR_PAGE)} bytes" in error.message
+    assert f"metadata.json lists {len(MIB_BLOB)} bytes" in error.message
+    # The hint documents get for a web page, with what it means for a file.
+    assert error.hint is not None and "a captive portal or a login page" in error.hint
+    assert "an edge or proxy in front of the CDN serves its error page" in error.hint
+    # Asked once more from scratch, as for any bad bytes from the only mirror.
+    assert [r.status for r in cdn.requests if r.path == f"/{blob}"] == [200, 200]
     assert nothing_cached(cache_dir)

@@ -636,6 +636,14 @@ def not_modified() -> Fault:
     return fault
 
 
+def web_page(page: bytes) -> Fault:
+    """A ``200`` holding ``page`` as ``text/html``, whatever was asked for: an edge or a
+    proxy serving its error page (or a login page) in place of the file."""
+    return lambda handler, _body: handler.send_simple(
+        200, page, {"Content-Type": "text/html; charset=utf-8"}
+    )
+
+
 def other_file(data: bytes) -> Fault:
     """Serve ``data`` in place of the file, honestly announced and honouring ``Range``: a
     mirror holding another build of the file."""

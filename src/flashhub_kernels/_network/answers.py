@@ -14,9 +14,9 @@ from ..errors import (
     RollbackError,
     TransportError,
 )
-from .hashing import INTEGRITY_HINT
 from .mirrors import (
     AccessDenied,
+    BadBytes,
     FileMirror,
     Mirror,
     MirrorFailed,
@@ -31,10 +31,11 @@ class Answers:
     def __init__(self, relpath: str) -> None:
         self.relpath = relpath
         self._lines: list[str] = []
-        self._proxied = self._capped = self._bad_bytes = self._denied = False
+        self._proxied = self._capped = self._denied = False
         self._on_disk = True  # every mirror that failed is a file:// tree
         # Documents that did not parse, were stale, or held other content than a lock pins.
         self._refused: list[IntegrityError] = []
+        self._bad_bytes_hints: list[str] = []  # what to do about each kind of bad bytes sent
         self._netrc_problems: list[str] = []
         self._credential_hints: list[str] = []  # where each refusing mirror takes them from
         # What to do about the other answers that show it (an untrusted CA, an edge's bug).
@@ -56,10 +57,11 @@ class Answers:
         self._lines.append(f"{mirror.label}{via}: {exc}")
         logger.info("mirror %s could not serve %s: %s", mirror.label, self.relpath, exc)
 
-    def bad_bytes(self, mirror: Mirror, why: str) -> None:
-        self._bad_bytes = True
-        self._lines.append(f"{mirror.label}: {why}")
-        logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, why)
+    def bad_bytes(self, mirror: Mirror, exc: BadBytes) -> None:
+        if exc.hint not in self._bad_bytes_hints:
+            self._bad_bytes_hints.append(exc.hint)
+        self._lines.append(f"{mirror.label}: {exc}")
+        logger.info("mirror %s sent bad bytes for %s: %s", mirror.label, self.relpath, exc)
 
     def refused(
         self, mirror: Mirror, exc: ManifestError | RollbackError | LockMismatchError
@@ -91,11 +93,11 @@ class Answers:
                 hint=first.hint if stale else MALFORMED_HINT,
                 cli_hint=first.cli_hint if stale else None,
             )
-        if self._bad_bytes:
+        if self._bad_bytes_hints:
             return IntegrityError(
                 f"no CDN mirror served {self.relpath!r} intact, and nothing of what they "
                 f"sent was kept:\n  {answers}",
-                hint=INTEGRITY_HINT,
+                hint="; ".join(self._bad_bytes_hints),
             )
         return TransportError(
             f"could not fetch {self.relpath!r} from any CDN mirror:\n  {answers}",
@@ -118,11 +120,15 @@ class Answers:
         return _network_hint(proxied=self._proxied)
 
 
+# When a mirror served a web page in place of a document or a file.
+_PORTAL_HINT = (
+    "a mirror that answers every path with a web page is a captive portal or a login "
+    "page in the way: log in, or drop that mirror from FLASHHUB_CDN_URL"
+)
 # When each mirror failed a document, and one at least answered with one that does not parse.
 MALFORMED_HINT = (
-    "a mirror that answers every path with a web page is a captive portal or a login "
-    "page in the way: log in, or drop that mirror from FLASHHUB_CDN_URL; otherwise the "
-    "CDN serves a broken document: report it to the kernel's publisher"
+    f"{_PORTAL_HINT}; otherwise the CDN serves a broken document: report it to the "
+    "kernel's publisher"
 )
 
 # When each mirror failed and all are file:// trees: nothing of the network is at fault.
@@ -175,4 +181,15 @@ def not_modified(reason: str) -> MirrorFailed:
         "If-Modified-Since): a caching edge's bug",
         hint="purge the caching edge's (or proxy's) copy of the path, or bypass it: point "
         "FLASHHUB_CDN_URL at the origin, or add the CDN's host to no_proxy",
+    )
+
+
+def web_page(why: str) -> BadBytes:
+    """The bytes of a web page (``text/html``) served for a file, which ``why`` shows they
+    cannot be (their length is not the file's)."""
+    return BadBytes(
+        "it served a web page (text/html) in place of the file, most likely an error or "
+        f"login page of an edge or proxy: {why}",
+        hint=f"{_PORTAL_HINT}; otherwise an edge or proxy in front of the CDN serves its "
+        "error page in the file's stead: retry later, or report it to the CDN's operator",
     )

@@ -48,9 +48,9 @@ from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
 from .._utils.logs import logger
 from .._utils.urls import redact_queries, redact_text, redact_url, split_url
-from .answers import not_modified, other_host_hint
+from .answers import not_modified, other_host_hint, web_page
 from .certificates import untrusted_certificate_hint
-from .hashing import CHUNK_SIZE, HashingWriter
+from .hashing import CHUNK_SIZE, HashingWriter, WrongSize
 from .mirrors import (
     AccessDenied,
     Mirror,
@@ -435,8 +435,9 @@ def _content_length(response: requests.Response) -> int | None:
 def _check_length(
     response: requests.Response, writer: HashingWriter, part: tuple[int, int] | None = None
 ) -> int | None:
-    """Refuse, before reading it, a body whose announced length cannot complete the file;
-    return the file's size once the body is in, when the answer announces its length.
+    """Refuse, before reading it, a body whose announced length cannot complete the file
+    (a web page, an edge's or a portal's, named so); return the file's size once the body
+    is in, when the answer announces its length.
 
     For a ``part`` of the rest (see :func:`_short_part`), the file's total size is
     checked as the whole rest's length would be, and the part's end is returned."""
@@ -449,7 +450,13 @@ def _check_length(
     length = _content_length(response)
     if length is None:
         return None
-    writer.announce(length)
+    try:
+        writer.announce(length)
+    except WrongSize as exc:
+        media_type = response.headers.get("Content-Type", "").partition(";")[0]
+        if writer.expected_size is not None and media_type.strip().lower() == "text/html":
+            raise web_page(str(exc)) from None
+        raise
     return writer.size + length
 
 

@@ -9,7 +9,7 @@ fsspec, the ``s3`` extra). The fetcher above (:mod:`.transport`) opens
 the mirrors, fails over between them and runs downloads in parallel; a mirror only
 moves bytes.
 
-A mirror answers in four ways besides success:
+A mirror answers in five ways besides success:
 
 - :class:`NotPublished`: the document is not there (404, or no such file). For an
   optional document (``variants.json``, a probed ``metadata.json``) that is an answer;
@@ -21,6 +21,8 @@ A mirror answers in four ways besides success:
 - :class:`~.hashing.WrongSize`: the file is longer than its size in the manifest, or
   than ``FLASHHUB_MAX_FILE_BYTES`` when the manifest states none, or the mirror announces
   another length; the fetcher decides what that means;
+- :class:`BadBytes`: what the mirror sent cannot be the file, whatever its length (a web
+  page served in its stead); the fetcher raises it too, for bytes that fail the digest;
 - an :class:`~flashhub_kernels.errors.FlashhubError`: a problem no other mirror can fix
   (a full disk). Bytes that fail their digest are the fetcher's to judge.
 """
@@ -38,7 +40,7 @@ from pathlib import Path
 from .._utils.ctrl_c import stop_after_ctrl_c
 from .._utils.filesystem import open_regular
 from .._utils.urls import file_url_path, redact_url
-from .hashing import CHUNK_SIZE, HashingWriter
+from .hashing import CHUNK_SIZE, INTEGRITY_HINT, HashingWriter
 
 
 class NotPublished(Exception):
@@ -89,6 +91,16 @@ class ProxyFailed(MirrorFailed):
 
 class OverCap(MirrorFailed):
     """The mirror sent more of a file of unknown size than ``FLASHHUB_MAX_FILE_BYTES``."""
+
+
+class BadBytes(Exception):
+    """A mirror sent bytes that cannot be the file: they fail its digest, or its size in
+    the manifest, or are a web page. The mirror failed for the file, and its bytes are
+    not kept; ``hint`` says what to do."""
+
+    def __init__(self, message: str, *, hint: str = INTEGRITY_HINT) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class DownloadCancelled(Exception):
@@ -184,6 +196,7 @@ class Mirror(ABC):
             WrongSize: the size the mirror states for the file, or the bytes it sends,
                 do not fit ``writer.expected_size`` or ``writer.limit``; nothing past the
                 limit is written (see :class:`~.hashing.HashingWriter`).
+            BadBytes: what it sends cannot be the file for another reason.
         """
 
     @abstractmethod

@@ -52,6 +52,7 @@ from ..errors import IntegrityError, LockMismatchError, ManifestError, RollbackE
 from .answers import Answers
 from .hashing import HashingWriter, WrongSize
 from .mirrors import (
+    BadBytes,
     DownloadCancelled,
     FileMirror,
     Mirror,
@@ -306,9 +307,9 @@ class Fetcher:
                 plan.failed(mirror, exc)
                 if mirror in self._sent_bad_bytes:  # its bytes of this file are suspect too
                     writer.reset()
-            except _BadBytes as exc:
+            except BadBytes as exc:
                 writer.reset()
-                plan.answers.bad_bytes(mirror, str(exc))
+                plan.answers.bad_bytes(mirror, exc)
                 if (continued or len(mirrors) == 1) and mirror not in asked_afresh:
                     asked_afresh.add(mirror)
                     plan.again(mirror)
@@ -326,18 +327,18 @@ class Fetcher:
         digest: bytes,
         cancelled: threading.Event,
     ) -> None:
-        """Continue the file from ``mirror`` and check its digest; :class:`_BadBytes` if the
+        """Continue the file from ``mirror`` and check its digest; :class:`BadBytes` if the
         bytes cannot be the file."""
         start = time.perf_counter()
         try:
             mirror.download(relpath, writer, cancelled)
         except WrongSize as exc:
             if writer.expected_size is not None:
-                raise _BadBytes(str(exc)) from None
+                raise BadBytes(str(exc)) from None
             writer.reset()  # past the cap on a file of unknown size: the mirror failed
             raise OverCap(str(exc)) from None
         if not writer.hashes_to(digest):
-            raise _BadBytes(
+            raise BadBytes(
                 f"sha256 of the {writer.size} bytes received does not match metadata.json"
             )
         if logger.isEnabledFor(logging.INFO):  # the label is worked out anew each time
@@ -483,11 +484,6 @@ def _run_workers(work: Callable[[], None], count: int, cancelled: threading.Even
         for worker in filter(threading.Thread.is_alive, workers):
             worker.join(max(0.0, deadline - time.monotonic()))
         raise
-
-
-class _BadBytes(Exception):
-    """A mirror sent bytes that cannot be the file: they fail its digest, or its size in
-    the manifest. The mirror failed for the file, and its bytes are not kept."""
 
 
 def parallel_downloads(files: int, wait: float) -> int:
