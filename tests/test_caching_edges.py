@@ -13,7 +13,7 @@ import pytest
 
 import flashhub_kernels as fk
 from flashhub_kernels.errors import IntegrityError, TransportError
-from support.cdn_server import CdnServer, not_modified, web_page
+from support.cdn_server import CdnServer, not_modified, redirect, web_page
 from support.trees import MIB_BLOB, write_blob_kernel
 
 REPO = "acme/tensor-tricks"
@@ -69,3 +69,36 @@ def test_a_web_page_served_in_place_of_a_file_is_named_with_the_portal_hint(
     # Asked once more from scratch, as for any bad bytes from the only mirror.
     assert [r.status for r in cdn.requests if r.path == f"/{blob}"] == [200, 200]
     assert nothing_cached(cache_dir)
+
+
+@pytest.mark.parametrize("loop", ["to itself", "between two URLs"])
+def test_a_redirect_loop_names_the_urls_that_loop(
+    cdn: CdnServer, blob: str, cache_dir: Path, loop: str
+) -> None:
+    if loop == "to itself":  # a document, redirected to its URL with a signed query
+        path, hop = VARIANTS, f"/{VARIANTS}?X-Amz-Signature=s3cr3t"
+        shown = [f"{cdn.url}/{VARIANTS}?X-Amz-Signature=****"] * 2
+    else:  # a file, redirected elsewhere and back
+        path, hop = blob, "/elsewhere/blob.bin"
+        cdn.inject(hop, *[redirect(f"/{blob}")] * 40)
+        shown = [f"{cdn.url}/{blob}", f"{cdn.url}{hop}", f"{cdn.url}/{blob}"]
+    cdn.inject(path, *[redirect(hop)] * 40)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    error = info.value
+    assert f"{cdn.url}: redirected in a loop: {' -> '.join(shown)}\n" in f"{error.message}\n"
+    assert "s3cr3t" not in str(error)
+    assert error.hint is not None and error.hint.startswith("fix the redirects of the CDN")
+    assert nothing_cached(cache_dir)
+
+
+def test_redirects_past_requests_limit_name_the_first_and_last_url(
+    cdn: CdnServer, blob: str
+) -> None:
+    cdn.inject(blob, redirect("/hop/1"))
+    for n in range(1, 40):
+        cdn.inject(f"/hop/{n}", redirect(f"/hop/{n + 1}"))
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    first, last = f"{cdn.url}/{blob}", f"{cdn.url}/hop/30"
+    assert f"{cdn.url}: redirected 30 times, from {first} to {last}\n" in f"{info.value.message}\n"

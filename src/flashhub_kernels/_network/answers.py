@@ -1,11 +1,14 @@
 """The error of a path that no CDN mirror served: what each mirror answered, and what to
 try next (:mod:`.transport` asks the mirrors, in turn, and records their answers here).
-Also the failures :mod:`.http_mirror` makes of what a caching edge answers in the CDN's
-stead, each saying what to do about it."""
+Also the failures :mod:`.http_mirror` makes of answers no CDN should give (most often a
+caching edge's in front of it), each saying what to do about it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .._utils.logs import logger
+from .._utils.urls import redact_queries, redact_url
 from ..errors import (
     FlashhubError,
     IntegrityError,
@@ -170,7 +173,7 @@ def _network_hint(*, proxied: bool) -> str:
     )
 
 
-# -- answers a caching edge or proxy in front of the CDN gives, where the CDN would not ---
+# -- answers no CDN should give, most often those of a caching edge or proxy in front ----
 
 
 def not_modified(reason: str) -> MirrorFailed:
@@ -192,4 +195,22 @@ def web_page(why: str) -> BadBytes:
         f"login page of an edge or proxy: {why}",
         hint=f"{_PORTAL_HINT}; otherwise an edge or proxy in front of the CDN serves its "
         "error page in the file's stead: retry later, or report it to the CDN's operator",
+    )
+
+
+def redirect_loop(urls: Sequence[str]) -> MirrorFailed:
+    """The failure of a request that requests gave up on, redirected through ``urls``
+    (the first the one asked for): the URLs that loop, or the first and last where none
+    comes again, each without its credentials or query values."""
+    shown = [redact_queries(redact_url(url)) for url in urls]
+    again = next((n for n, url in enumerate(urls) if url in urls[:n]), None)
+    if again is None:
+        failed = f"redirected {len(urls) - 1} times, from {shown[0]} to {shown[-1]}"
+    else:
+        failed = "redirected in a loop: " + " -> ".join(shown[urls.index(urls[again]) : again + 1])
+    return MirrorFailed(
+        failed,
+        hint="fix the redirects of the CDN, or of the edge or proxy in front of it (rules "
+        "that undo each other: http and https, with and without a trailing slash), or "
+        "report them to its operator",
     )

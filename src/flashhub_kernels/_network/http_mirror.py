@@ -48,7 +48,7 @@ from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
 from .._utils.logs import logger
 from .._utils.urls import redact_queries, redact_text, redact_url, split_url
-from .answers import not_modified, other_host_hint, web_page
+from .answers import not_modified, other_host_hint, redirect_loop, web_page
 from .certificates import untrusted_certificate_hint
 from .hashing import CHUNK_SIZE, HashingWriter, WrongSize
 from .mirrors import (
@@ -229,6 +229,10 @@ class HttpMirror(Mirror):
             request.headers.update(headers)
         try:
             return self._send(request)
+        except requests.exceptions.TooManyRedirects as exc:
+            last = exc.response
+            hops = [url] if last is None else [*(r.url for r in last.history), last.url]
+            raise redirect_loop(hops) from None
         except DowngradeRefused as exc:
             raise MirrorFailed(str(exc)) from None
         except requests.exceptions.ProxyError as exc:
