@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 
 import flashhub_kernels as fk
-from flashhub_kernels.errors import IntegrityError, TransportError
-from support.cdn_server import CdnServer, not_modified, redirect, web_page
-from support.trees import MIB_BLOB, write_blob_kernel
+from flashhub_kernels.errors import IntegrityError, NoCompatibleVariantError, TransportError
+from support.cdn_server import CdnServer, not_modified, redirect, status, web_page
+from support.trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
 
 REPO = "acme/tensor-tricks"
 VARIANTS = f"kernels/{REPO}/v1/variants.json"
+LOCAL = local_variant()
+EDGE_404 = "a caching edge in front of the CDN may still serve the 404 it cached before then"
+PURGE_OR_WAIT = "purge it there, or wait for the edge's cache time (TTL) for 404s to pass"
 ERROR_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body>edge</body></html>"
 CONDITIONS = {"if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range"}
 
@@ -102,3 +105,51 @@ def test_redirects_past_requests_limit_name_the_first_and_last_url(
         fk.get_kernel(REPO, version=1)
     first, last = f"{cdn.url}/{blob}", f"{cdn.url}/hop/30"
     assert f"{cdn.url}: redirected 30 times, from {first} to {last}\n" in f"{info.value.message}\n"
+
+
+# -- a 404 that the edge cached before the publish, for a path a document lists --------
+
+
+def test_a_version_versions_json_lists_answered_404_hints_at_an_edges_cached_404(
+    cdn: CdnServer,
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    write_kernel(cdn.root, REPO, 2)  # on the origin, and in versions.json the edge passes on
+    v2 = f"kernels/{REPO}/v2"
+    cdn.inject(f"{v2}/variants.json", status(404))
+    cdn.inject(f"{v2}/build/{LOCAL}/metadata.json", *[status(404)] * 2)  # the guess, the probe
+    with pytest.raises(NoCompatibleVariantError) as info:
+        fk.get_kernel(REPO, version=2)
+    error = info.value
+    assert f"{REPO}@v2 has no variants.json" in error.message
+    for hint in (error.hint, error.cli_hint):
+        assert hint is not None and f"if {REPO}@v2 was published just now, {EDGE_404}" in hint
+        assert f"{PURGE_OR_WAIT}; otherwise ask the publisher for a build" in hint
+
+
+def test_a_listed_variant_whose_manifest_answers_404_hints_at_an_edges_cached_404(
+    cdn: CdnServer,
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    cdn.inject(f"kernels/{REPO}/v1/build/{LOCAL}/metadata.json", *[status(404)] * 2)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    error = info.value
+    assert f"{REPO}@v1 lists variant {LOCAL}, but " in error.message
+    assert error.hint == (
+        f"if {REPO}@v1 was published just now, {EDGE_404}: {PURGE_OR_WAIT}; otherwise the "
+        "CDN is incomplete: report it to the kernel's publisher, or add a complete mirror "
+        "to FLASHHUB_CDN_URL"
+    )
+
+
+def test_a_listed_file_answering_404_hints_at_an_edges_cached_404(
+    cdn: CdnServer, blob: str
+) -> None:
+    cdn.inject(blob, status(404))
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    error = info.value
+    assert f"{cdn.url}: HTTP 404 Not Found for a file its manifest lists" in error.message
+    assert error.hint is not None
+    assert error.hint.startswith(f"if the kernel's version was published just now, {EDGE_404}")

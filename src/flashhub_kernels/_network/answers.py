@@ -214,3 +214,21 @@ def redirect_loop(urls: Sequence[str]) -> MirrorFailed:
         "that undo each other: http and https, with and without a trailing slash), or "
         "report them to its operator",
     )
+
+
+def stale_404_hint(published: str) -> str:
+    """What to do about a ``404`` for a path that another document lists: ``published``
+    (a version) may be newer than the ``404`` a caching edge cached for the path."""
+    return (
+        f"if {published} was published just now, a caching edge in front of the CDN may "
+        "still serve the 404 it cached before then: purge it there, or wait for the "
+        "edge's cache time (TTL) for 404s to pass"
+    )
+
+
+def listed_404_hint(published: str) -> str:
+    """What to do about a ``404`` for a path that a document of ``published`` lists."""
+    return (
+        f"{stale_404_hint(published)}; otherwise the CDN is incomplete: report it to the "
+        "kernel's publisher, or add a complete mirror to FLASHHUB_CDN_URL"
+    )

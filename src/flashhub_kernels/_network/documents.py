@@ -39,6 +39,7 @@ from .._utils.escaping import escape_controls
 from .._utils.logs import logger
 from .._utils.urls import redact_url
 from ..errors import LockMismatchError, SignatureError, TransportError
+from .answers import listed_404_hint
 from .mirrors import NotPublished
 
 if TYPE_CHECKING:
@@ -301,6 +302,5 @@ def get_listed_manifest(
         raise TransportError(
             f"{info} lists variant {escape_controls(variant)}, but "
             f"{redact_url(str(exc))} does not exist",
-            hint="the CDN is incomplete: report it to the kernel's publisher, or add a "
-            "complete mirror to FLASHHUB_CDN_URL",
+            hint=listed_404_hint(str(info)),
         ) from None

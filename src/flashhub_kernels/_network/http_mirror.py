@@ -48,7 +48,7 @@ from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
 from .._utils.logs import logger
 from .._utils.urls import redact_queries, redact_text, redact_url, split_url
-from .answers import not_modified, other_host_hint, redirect_loop, web_page
+from .answers import listed_404_hint, not_modified, other_host_hint, redirect_loop, web_page
 from .certificates import untrusted_certificate_hint
 from .hashing import CHUNK_SIZE, HashingWriter, WrongSize
 from .mirrors import (
@@ -199,7 +199,8 @@ class HttpMirror(Mirror):
             if status == 404:
                 raise MirrorFailed(
                     f"HTTP 404 {response.reason} for a file its manifest lists "
-                    "(a mirror not fully synced)"
+                    "(a mirror not fully synced)",
+                    hint=listed_404_hint("the kernel's version"),
                 )
             self._check_status(response, " for a file its manifest lists")
             resumed = bool(offset) and _continues_at(response, offset)

@@ -31,7 +31,13 @@ from .._variants.compat import BuildTarget, build_mismatch, needs_target, read_t
 from .._variants.grammar import as_variant
 from .._variants.probing import UNIVERSAL, build_variant_name, candidate_names
 from .._variants.system import SystemInfo
-from ..errors import FlashhubError, KernelNotFoundError, VersionNotFoundError
+from ..errors import (
+    FlashhubError,
+    KernelNotFoundError,
+    NoCompatibleVariantError,
+    VersionNotFoundError,
+)
+from .answers import stale_404_hint
 from .documents import ManifestDocument, get_manifest, get_variant_list
 from .mirrors import NotPublished
 from .transport import MAX_PARALLEL_FILES, Fetcher
@@ -140,11 +146,17 @@ def _raise_not_published(
     """Raise why nothing was found for ``info``; ``tried`` is the URL of its variants.json."""
     versions = published_versions(fetcher, info.repo_id)
     if versions is not None and info.version in versions:
-        raise no_variant_error(
+        error = no_variant_error(
             f"{info} has no variants.json and none of the variants this system can load "
             f"is published (probed: {', '.join(sorted(probed))})",
             system,
             published=None,
+        )
+        stale = stale_404_hint(str(info))  # listed, so its 404s may predate the publish
+        raise NoCompatibleVariantError(
+            error.message,
+            hint=f"{stale}; otherwise {error.hint}",
+            cli_hint=error.cli_hint and f"{stale}; otherwise {error.cli_hint}",
         )
     listed = f"; published versions: {', '.join(map(str, versions))}" if versions else ""
     message = f"{info} was not found on the CDN: {tried} does not exist{listed}"
