@@ -40,10 +40,12 @@ else
   "$PYTHON" -m venv .venv
   # PYTHON's own torch, and the packages beside it, serve .venv too (after its own), by
   # a .pth file: --system-site-packages would miss them where PYTHON is itself a venv.
+  # It adds them as a site directory, so that their own .pth files run too: the import
+  # hook of a package installed there in editable mode, whose metadata pip reads.
   if [ -z "${FLASHHUB_TORCH_SPEC:-}" ] && torch_site=$("$PYTHON" -c \
     "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))" 2>/dev/null); then
     say "using the torch of $PYTHON ($torch_site)"
-    .venv/bin/python -c "import sys, sysconfig; open(sysconfig.get_path('purelib') + '/torch-of-python.pth', 'w').write(sys.argv[1] + '\n')" "$torch_site"
+    .venv/bin/python -c "import sys, sysconfig; open(sysconfig.get_path('purelib') + '/torch-of-python.pth', 'w').write(f'import site; site.addsitedir({sys.argv[1]!r})\n')" "$torch_site"
   fi
 fi
 . .venv/bin/activate
