@@ -4,7 +4,6 @@ committed, and recorded in its receipt."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import py_compile  # here, not where it is used: download threads compile (see _utils.threads)
 import re
@@ -107,24 +106,20 @@ def _another_pythons(relpath: str, known: Collection[str]) -> bool:
     """Whether ``relpath`` is another Python's bytecode of a source ``known`` lists
     (``x/__pycache__/y.cpython-312.pyc``): this Python never runs it, nor can compile it
     to compare, so it is that Python's ``cache verify`` that checks it."""
-    directory, _, name = relpath.rpartition("/")
-    parts = name.split(".")
-    if len(parts) == 4 and parts[2].startswith("opt-"):
-        del parts[2]
-    if len(parts) != 3 or parts[2] != "pyc" or parts[1] == sys.implementation.cache_tag:
-        return False
-    source = f"{directory.removesuffix(_PYCACHE)}{parts[0]}.py"
-    return _CACHE_TAG.fullmatch(parts[1]) is not None and source in known
+    named = _bytecode_name(relpath)
+    return named is not None and named[1] != sys.implementation.cache_tag and named[0] in known
 
 
 def _compiled_from_known(entry: Path, relpath: str, known: Collection[str]) -> bool:
     """Whether the file ``relpath`` is the bytecode this Python writes for a source that
     ``known`` lists, at the optimization level and in the mode its name and header say."""
+    named = _bytecode_name(relpath)
+    if named is None or named[1] != sys.implementation.cache_tag or named[0] not in known:
+        return False
+    source, _tag, level = named
+    path = entry / relpath
     try:
-        source = importlib.util.source_from_cache(relpath)  # ValueError: not this Python's
-        level = _optimization(relpath)
-        path = entry / relpath
-        if source not in known or path.is_symlink() or not path.is_file():
+        if path.is_symlink() or not path.is_file():
             return False
         data = path.read_bytes()
         mode = _INVALIDATION_MODES.get(int.from_bytes(data[4:8], "little"))
@@ -140,15 +135,20 @@ def _compiled_from_known(entry: Path, relpath: str, known: Collection[str]) -> b
                 invalidation_mode=mode,
             )
             return compiled.read_bytes() == data
-    except (ValueError, OSError, py_compile.PyCompileError):
+    except (OSError, py_compile.PyCompileError):
         return False
 
 
-def _optimization(relpath: str) -> int:
-    """The optimization level a bytecode file name says (``x.<tag>.opt-2.pyc``: 2).
-
-    Raises:
-        ValueError: the level is not a number.
-    """
-    tag = relpath.rsplit(".", 2)[-2]
-    return int(tag.removeprefix("opt-")) if tag.startswith("opt-") else 0
+def _bytecode_name(relpath: str) -> tuple[str, str, int] | None:
+    """What the name of a bytecode file in a ``__pycache__`` says: the source it was
+    compiled from, the interpreter's cache tag and the optimization level
+    (``x/__pycache__/y.cpython-311.opt-1.pyc``: ``x/y.py``, ``cpython-311``, 1); ``None``
+    for a name of another form."""
+    directory, _, name = relpath.rpartition("/")
+    parts = name.split(".")
+    level = 0
+    if len(parts) == 4 and parts[2].startswith("opt-") and parts[2][4:].isdigit():
+        level = int(parts.pop(2)[4:])
+    if len(parts) != 3 or parts[2] != "pyc" or _CACHE_TAG.fullmatch(parts[1]) is None:
+        return None
+    return f"{directory.removesuffix(_PYCACHE)}{parts[0]}.py", parts[1], level
