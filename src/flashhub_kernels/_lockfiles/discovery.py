@@ -13,7 +13,7 @@ from .format import (
     LOCKFILE_NAME,
     Lockfile,
     NewerFormatError,
-    hf_lockfile_note,
+    missing_lock_hint,
     parse_lockfile,
     read_lockfile,
 )
@@ -46,13 +46,14 @@ def find_lockfile(lockfile: StrPath | None = None, *, caller: str | None = "__ma
         return read_lockfile(local)
     searched = f"package {package!r} and " if package else ""
     unknown = _UNKNOWN_CALLER if caller is None else ""
-    note = hf_lockfile_note(Path.cwd())
+    hint = (
+        "run `flashhub lock` in the project directory and ship flashhub.lock in your "
+        "package, run from the project directory, or pass lockfile="
+        + (", or hand the thread or pool a function of your package" if unknown else "")
+    )
     raise LockfileNotFoundError(
         f"no {LOCKFILE_NAME} found (searched {searched}{Path.cwd()}){unknown}",
-        hint=(f"{note}; " if note else "")
-        + "run `flashhub lock` in the project directory and ship flashhub.lock in your "
-        "package, run from the project directory, or pass lockfile="
-        + (", or hand the thread or pool a function of your package" if unknown else ""),
+        hint=missing_lock_hint(Path.cwd(), hint),
     )
 
 

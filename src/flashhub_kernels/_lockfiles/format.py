@@ -209,9 +209,8 @@ def read_lockfile(path: Path) -> Lockfile:
         data = read_regular(path, PROJECT_FILE_BYTES)
     except FileNotFoundError:
         create = "run `flashhub lock` in the project directory to create it"
-        note = hf_lockfile_note(path.parent)
         raise LockfileNotFoundError(
-            f"{path} does not exist", hint=f"{note}; {create}" if note else create
+            f"{path} does not exist", hint=missing_lock_hint(path.parent, create)
         ) from None
     except OSError as exc:  # a directory, say
         raise LockfileError(
@@ -220,15 +219,15 @@ def read_lockfile(path: Path) -> Lockfile:
     return parse_lockfile(data, source=str(path))
 
 
-def hf_lockfile_note(directory: Path) -> str | None:
-    """That the ``kernels.lock`` in ``directory`` is not read here and what is, for the
-    error of a missing ``flashhub.lock``; ``None`` when there is none."""
+def missing_lock_hint(directory: Path, hint: str) -> str:
+    """``hint``, for the error of a missing ``flashhub.lock`` in ``directory``, after a
+    word on the ``kernels.lock`` there, if there is one: it is not read here."""
     found = directory / _HF_LOCKFILE_NAME
     if not found.is_file():
-        return None
+        return hint
     return (
         f"{found} is Hugging Face kernels' lock, which flashhub does not read (`flashhub "
-        "lock` reads the project's [tool.kernels.dependencies] in pyproject.toml)"
+        f"lock` reads the project's [tool.kernels.dependencies] in pyproject.toml); {hint}"
     )
 
 
