@@ -187,6 +187,29 @@ def test_a_marked_function_pickles_by_name_and_copies_as_a_new_instance() -> Non
     assert type(copied) is type(zero_half) and copied is not zero_half
 
 
+def test_a_module_whose_function_is_not_marked_where_it_is_unpickled_says_to_mark_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function marked from outside its module (``lib.double = use_kernel_forward_from_hub(
+    ...)(lib.double)``), then a model pickled; the process that loads it has not marked it."""
+    (tmp_path / "unmarked_lib.py").write_text("def double(x):\n    return x * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import unmarked_lib
+
+    plain = unmarked_lib.double
+    monkeypatch.setattr(unmarked_lib, "double", use_kernel_forward_from_hub("double")(plain))
+
+    @use_kernelized_func(unmarked_lib.double)
+    class Doubling(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return unmarked_lib.double(x)
+
+    pickled = pickle.dumps(Doubling()._kernel_funcs["double"])
+    unmarked_lib.double = plain  # as a new process that imports the library sees it
+    with pytest.raises(pickle.UnpicklingError, match=r"unmarked_lib\.double: it is not a marked"):
+        pickle.loads(pickled)
+
+
 def test_copies_and_pickles_keep_the_forwards_kernelize_bound(
     tmp_path: Path, x: torch.Tensor
 ) -> None:

@@ -14,8 +14,11 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import pickle
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from ._layer_mark import mark_of
 
 if TYPE_CHECKING:
     from torch import nn
@@ -71,5 +74,11 @@ def rebuild_func(module: str, name: str) -> nn.Module:
     """A new instance of the class of the marked function ``module.name``: how a module's
     own instance of it is unpickled (its state is set after)."""
     func = getattr(importlib.import_module(module), name)
+    if mark_of(getattr(type(func), "forward", None)) is None:
+        raise pickle.UnpicklingError(
+            f"cannot unpickle a module's own instance of {module}.{name}: it is not a marked "
+            "function in this process; mark it with use_kernel_forward_from_hub before "
+            "loading, as the process that saved it did"
+        )
     instance: nn.Module = type(func)()
     return instance
