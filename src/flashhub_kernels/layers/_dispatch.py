@@ -38,9 +38,11 @@ from ._layer_mark import (
     Forward,
     LayerMark,
     ModuleT,
+    hub_mark,
     kernel_funcs,
     mark_by_key,
     mark_of,
+    restore_after_setstate,
 )
 from ._mapping import Mode, check_request, current_mapping, mode_text
 from ._repository import BaseLayerRepository
@@ -206,13 +208,30 @@ def _model_target(model: nn.Module) -> Target:
     )
 
 
-def _marked_in(module: nn.Module) -> Iterator[tuple[nn.Module, LayerMark]]:
+def _marked_in(
+    module: nn.Module, hub_marks: dict[type[nn.Module], LayerMark | None]
+) -> Iterator[tuple[nn.Module, LayerMark]]:
     """The module's own instances of marked functions (``use_kernelized_func``), then the
-    module itself if it is marked, each with its mark."""
+    module itself if it is marked, each with its mark: this package's, or the one
+    Hugging Face kernels left (read once per class into ``hub_marks``)."""
     for candidate in (*kernel_funcs(module).values(), module):
-        mark = mark_of(type(candidate).forward)
+        cls = type(candidate)
+        mark = mark_of(cls.forward)
+        if mark is None:
+            if cls not in hub_marks:
+                hub_marks[cls] = _adopted(cls)
+            mark = hub_marks[cls]
         if mark is not None:
             yield candidate, mark
+
+
+def _adopted(cls: type[nn.Module]) -> LayerMark | None:
+    """The mark Hugging Face kernels left on ``cls``, where it left one; its modules, once
+    unpickled or copied, get the ``forward`` ``kernelize`` bound again, as marked ones do."""
+    mark = hub_mark(cls)
+    if mark is not None:
+        restore_after_setstate(cls, restore_kernelized)
+    return mark
 
 
 def _bind(module: nn.Module, mark: LayerMark, chosen: Chosen | None) -> None:
@@ -254,7 +273,7 @@ def restore_kernelized(module: nn.Module) -> None:
     forward = module.__dict__.get("forward")
     if not isinstance(forward, MethodType):
         return
-    mark = mark_of(forward.__func__)
+    mark = mark_of(forward.__func__) or _original_of_hub_mark(module, forward.__func__)
     if mark is not None:
         repo: BaseLayerRepository | None = module.__dict__.get(KERNEL_REPO_ATTR)
         chosen = None if repo is None else (repo.load(), repo)
@@ -263,6 +282,13 @@ def restore_kernelized(module: nn.Module) -> None:
         _bind(module, mark, chosen)
     elif forward.__self__ is not module:
         module.forward = MethodType(forward.__func__, module)
+
+
+def _original_of_hub_mark(module: nn.Module, function: Forward) -> LayerMark | None:
+    """The mark Hugging Face kernels left on the module's class, where ``function`` is
+    that class's own ``forward``: what a bound method comes back as, unpickled."""
+    mark = hub_mark(type(module))
+    return mark if mark is not None and function is mark.original else None
 
 
 def kernelize(
@@ -320,9 +346,10 @@ def kernelize(
     unloadable: set[int] = set()
     unmapped: set[str] = set()
     used: set[tuple[str, int]] = set()
+    hub_marks: dict[type[nn.Module], LayerMark | None] = {}
     for owner in model.modules():
         without_backward: list[type[nn.Module]] = []
-        for module, mark in _marked_in(owner):
+        for module, mark in _marked_in(owner, hub_marks):
             chosen = None
             if not disabled and mark.applies_to(module):
                 allowed = fallback if mark.use_fallback else KernelizeFallback.NONE

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from torch import nn
 
 _MARK_ATTR = "__flashhub_layer__"
+# Hugging Face kernels' mark: class attributes, the class's forward left as it is.
+HUB_NAME_ATTR = "kernel_layer_name"
 # Instance attributes, named as Hugging Face kernels names them: the repository of the
 # kernel layer kernelize bound (on the module), and a module's own instances of the
 # marked functions its class was decorated with, by layer name.
@@ -93,3 +95,47 @@ def kernel_funcs(module: nn.Module) -> dict[str, nn.Module]:
     """The module's own instances of the marked functions of ``use_kernelized_func``."""
     funcs: dict[str, nn.Module] = module.__dict__.get(KERNEL_FUNCS_ATTR, {})
     return funcs
+
+
+def hub_mark(cls: type[nn.Module]) -> LayerMark | None:
+    """The mark that Hugging Face kernels' marking left on ``cls``, as a :class:`LayerMark`
+    (new on each call), or ``None`` where it left none.
+
+    Hugging Face kernels marks a class (transformers' layers, where it is installed) with
+    the attributes ``kernel_layer_name`` and ``kernel_condition`` and leaves its ``forward``
+    as it is, so ``kernelize`` can bind a kernel layer to such a module too. As with a
+    class marked here, a subclass that overrides the marked class's ``forward`` is not
+    marked.
+    """
+    marked = next((base for base in cls.__mro__ if HUB_NAME_ATTR in base.__dict__), None)
+    if marked is None:
+        return None
+    layer_name = marked.__dict__[HUB_NAME_ATTR]
+    original: Forward | None = getattr(marked, "forward", None)
+    if not isinstance(layer_name, str) or original is None or cls.forward is not original:
+        return None  # a name of this package's own marking, or forward overridden
+    condition = getattr(cls, "kernel_condition", None)
+    return LayerMark(layer_name, cls, original, True, condition if callable(condition) else None)
+
+
+# Set on the __setstate__ that marking gives a class, so that a class is given one once.
+_RESTORES_ATTR = "__flashhub_restores__"
+
+
+def restore_after_setstate(cls: type[nn.Module], restore: Callable[[nn.Module], None]) -> None:
+    """Make unpickling (and copying) a module of ``cls`` call ``restore`` on it, after
+    the class's own ``__setstate__``: a pickled bound method comes back bound to the
+    class's ``forward``, so the ``forward`` that ``kernelize`` bound must be bound again."""
+    if getattr(cls.__setstate__, _RESTORES_ATTR, False):
+        return  # given already, or inherited from a marked class
+    own = cls.__dict__.get("__setstate__")
+
+    def __setstate__(self: nn.Module, state: dict[str, Any]) -> None:
+        if own is not None:
+            own(self, state)
+        else:
+            super(cls, self).__setstate__(state)  # type: ignore[misc]
+        restore(self)
+
+    setattr(__setstate__, _RESTORES_ATTR, True)
+    cls.__setstate__ = __setstate__  # type: ignore[method-assign]

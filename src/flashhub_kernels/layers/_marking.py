@@ -14,7 +14,14 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-from ._layer_mark import Condition, Forward, LayerMark, mark_of, put_mark
+from ._layer_mark import (
+    Condition,
+    Forward,
+    LayerMark,
+    mark_of,
+    put_mark,
+    restore_after_setstate,
+)
 
 MarkedT = TypeVar("MarkedT", bound="type[nn.Module]")
 P = ParamSpec("P")
@@ -44,28 +51,6 @@ class _LayerName:
 
 
 _LAYER_NAME = _LayerName()
-
-# Set on the __setstate__ that marking gives a class, so that a class is given one once.
-_RESTORES_ATTR = "__flashhub_restores__"
-
-
-def _restore_after_setstate(cls: type[nn.Module], restore: Callable[[nn.Module], None]) -> None:
-    """Make unpickling (and copying) a module of ``cls`` call ``restore`` on it, after
-    the class's own ``__setstate__``: a pickled bound method comes back bound to the
-    class's ``forward``, so the ``forward`` that ``kernelize`` bound must be bound again."""
-    if getattr(cls.__setstate__, _RESTORES_ATTR, False):
-        return  # given already, or inherited from a marked class
-    own = cls.__dict__.get("__setstate__")
-
-    def __setstate__(self: nn.Module, state: dict[str, Any]) -> None:
-        if own is not None:
-            own(self, state)
-        else:
-            super(cls, self).__setstate__(state)  # type: ignore[misc]
-        restore(self)
-
-    setattr(__setstate__, _RESTORES_ATTR, True)
-    cls.__setstate__ = __setstate__  # type: ignore[method-assign]
 
 
 def replace_kernel_forward_from_hub(
@@ -113,7 +98,7 @@ def replace_kernel_forward_from_hub(
     put_mark(forward, mark)
     cls.forward = forward
     cls.kernel_layer_name = _LAYER_NAME  # type: ignore[attr-defined]
-    _restore_after_setstate(cls, restore_kernelized)
+    restore_after_setstate(cls, restore_kernelized)
 
 
 def _mark(target: Any, layer_name: str, condition: Condition | None, fallback: bool) -> Any:

@@ -1,0 +1,140 @@
+"""Layers marked by Hugging Face kernels' marking, which transformers applies to its
+models' layers wherever Hugging Face kernels is installed: ``kernelize`` binds kernel
+layers to them as to layers marked here.
+
+The classes below are marked as Hugging Face kernels 0.19's ``replace_kernel_forward_from_hub``
+marks a class (two class attributes, ``forward`` left alone), and hold functions as its
+``use_kernelized_func`` gives a module its own instances of them (``_kernel_funcs``).
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from flashhub_kernels import Mode, get_kernelized_layers, kernelize, use_kernel_mapping
+from flashhub_kernels.layers import _mapping
+from test_layers import SiluAndMul, calls, local_layers, reference_silu_and_mul
+
+
+@pytest.fixture(autouse=True)
+def fresh_base_mapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(_mapping, "_base", {})
+    yield
+
+
+def hub_marked(
+    cls: type[nn.Module], layer_name: str, condition: Callable[..., bool] | None = None
+) -> None:
+    """What Hugging Face kernels' ``replace_kernel_forward_from_hub`` does to ``cls``."""
+    cls.kernel_layer_name = layer_name  # type: ignore[attr-defined]
+    cls.kernel_condition = staticmethod(condition if condition is not None else lambda module: True)  # type: ignore[attr-defined]
+
+
+class HfSiluAndMul(SiluAndMul):
+    pass
+
+
+class HfSmallOnly(SiluAndMul):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+
+class HfOverridden(HfSiluAndMul):
+    """Computes something else than the class marked: not marked here."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., : x.shape[-1] // 2] * 0
+
+
+class HfZeroHalf(nn.Module):
+    """A function made a module, as Hugging Face kernels makes a marked function."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., : x.shape[-1] // 2] * 0
+
+
+class HfBlock(nn.Module):
+    """Holds its own instance of the marked function, as ``use_kernelized_func`` gives it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.__dict__["_kernel_funcs"] = {"zero_half": HfZeroHalf()}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = self._kernel_funcs["zero_half"](x)
+        return result
+
+
+hub_marked(HfSiluAndMul, "SiluAndMul")
+hub_marked(HfSmallOnly, "SiluAndMul", lambda module: module.size < 100)
+hub_marked(HfZeroHalf, "zero_half")
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    return torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) + 5  # no zeros
+
+
+def test_kernelize_binds_kernel_layers_to_layers_hugging_face_kernels_marked(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    layers = local_layers(tmp_path / "a", "a")
+    funcs = local_layers(tmp_path / "b", "b", layer_name="NoCompile")
+    model = nn.Sequential(
+        HfSiluAndMul(), HfSmallOnly(10), HfSmallOnly(1000), HfOverridden(), HfBlock()
+    )
+    with use_kernel_mapping({"SiluAndMul": {"cpu": layers}, "zero_half": {"cpu": funcs}}):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    expected = reference_silu_and_mul(x)
+    for index in (0, 1, 2):
+        assert torch.allclose(model[index](x), expected)
+    assert [model[index].n_calls for index in (0, 1, 2)] == [0, 0, 1]  # the condition held twice
+    assert calls(layers) == ["a", "a"]
+    assert torch.equal(model[3](x), x[..., :8] * 0)  # its own forward
+    assert torch.equal(model[4](x), x[..., :8])  # NoCompile gives the first half
+    assert calls(funcs) == ["b"]
+    found = get_kernelized_layers(model)
+    assert sorted(found.layers) == ["0", "1"]
+    assert list(found.funcs) == [("4", "zero_half")]
+
+
+def test_without_a_mapping_or_disabled_the_hugging_face_marked_layer_keeps_its_forward(
+    tmp_path: Path, x: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layers = local_layers(tmp_path, "a")
+    model = HfSiluAndMul()
+    with use_kernel_mapping({"SiluAndMul": {"cpu": layers}}):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+        kernelize(model, mode=Mode.INFERENCE, device="cuda")  # nothing mapped for CUDA
+    model(x)
+    assert model.n_calls == 1 and get_kernelized_layers(model).layers == {}
+    monkeypatch.setenv("DISABLE_KERNEL_MAPPING", "1")
+    with use_kernel_mapping({"SiluAndMul": {"cpu": layers}}):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    model(x)
+    assert model.n_calls == 2 and calls(layers) == []
+
+
+def test_copies_and_pickles_of_a_hugging_face_marked_layer_keep_the_kernel_bound(
+    tmp_path: Path, x: torch.Tensor
+) -> None:
+    layers = local_layers(tmp_path / "a", "a")
+    funcs = local_layers(tmp_path / "b", "b", layer_name="NoCompile")
+    model = nn.Sequential(HfSiluAndMul(), HfBlock())
+    with use_kernel_mapping({"SiluAndMul": {"cpu": layers}, "zero_half": {"cpu": funcs}}):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert torch.allclose(clone[0](x), reference_silu_and_mul(x))
+        assert torch.equal(clone[1](x), x[..., :8])
+        assert clone[0].forward.__self__ is clone[0] and clone[0].n_calls == 0
+    shallow = copy.copy(model[0])
+    assert shallow.forward.__self__ is shallow
+    assert calls(layers) == ["a"] * 2 and calls(funcs) == ["b"] * 2
