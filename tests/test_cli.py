@@ -573,6 +573,33 @@ def test_an_unrecognized_argument_is_shown_escaped_with_its_commands_usage(
     assert "error: forged" not in result.stderr.splitlines()
 
 
+# What each command needs typed before argparse looks at an unknown option: without its
+# required arguments, it reports them missing instead.
+REQUIRED_ARGUMENTS = {
+    "publish": ["build", "--repo-id", REPO, "--version", "1", "--out", "cdn"],
+    "mirror": [REPO, "--version", "1", "--out", "cdn"],
+    "keygen": ["--out", "key"],
+    "sign": ["cdn", "--key", "key"],
+    "variants": [REPO],
+    "info": [REPO],
+    "describe-api": [REPO],
+    "get": [REPO],
+}
+
+
+@pytest.mark.parametrize("command", [*LEAF_COMMANDS, ["cache", "ls"]], ids=" ".join)
+def test_an_unknown_option_is_reported_by_the_innermost_command_typed(
+    command: list[str],
+) -> None:
+    result = flashhub(*command, *REQUIRED_ARGUMENTS.get(command[0], []), "--bogus")
+    assert result.returncode == 2
+    # `cache ls` is `cache list`: argparse names an alias by its command's name
+    named = " ".join(["list" if word == "ls" else word for word in command])
+    assert result.stderr.startswith(f"usage: flashhub {named} [-h]"), result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last == f"flashhub {named}: error: unrecognized arguments: --bogus"
+
+
 @pytest.mark.parametrize(
     "args",
     [

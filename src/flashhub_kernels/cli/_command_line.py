@@ -4,7 +4,6 @@ module and ``flashhub get`` only the one it runs."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from collections.abc import Collection, Sequence
@@ -74,7 +73,7 @@ def _command(name: str) -> Command:
     return command
 
 
-def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(commands: Collection[str] | None = None) -> Parser:
     """The ``flashhub`` argument parser, one subparser per command; only those in
     ``commands`` (default: all) get their options."""
     parser = Parser(prog="flashhub", description="Publish and manage flashhub kernel packages.")
@@ -88,8 +87,6 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
             command = _command(name)
             command.add_arguments(sub)
             sub.set_defaults(run=command.run)
-            if commands is not None:  # the command typed: it words its unrecognized arguments
-                parser.command_parser = sub
     return parser
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar
 
 from .._config import get_config
 from .._models.names import check_version, parse_repo_id
@@ -41,24 +41,26 @@ class Parser(argparse.ArgumentParser):
     unrecognized one as it is, so that ``flashhub get org/pkg $'\\e[2J'`` would clear the
     terminal instead of naming it, and ``--cdn-url`` given to a command without it would
     show its password. An unrecognized ``--revision`` (Hugging Face kernels' option), and
-    the command ``versions`` (Hugging Face kernels' too), say what to give instead, and an
-    unrecognized argument after a command shows that command's usage, not the usage of
-    ``flashhub`` (argparse leaves them to the top parser)."""
+    the command ``versions`` (Hugging Face kernels' too), say what to give instead.
 
-    command_parser: argparse.ArgumentParser | None = None  # the command typed, if any
+    Each parser records itself in the namespace as ``parsed_by``; a subcommand's record
+    replaces its parent's, so that it names the innermost command typed, whose usage an
+    unrecognized argument is reported with (:func:`._running.parse`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(parsed_by=self)
 
     def error(self, message: str) -> NoReturn:
         typed = [word.partition("=")[0] for word in message.split()]
-        unrecognized = typed[:1] == ["unrecognized"]
-        if unrecognized and "--revision" in typed:
+        if typed[:1] == ["unrecognized"] and "--revision" in typed:
             message += "; a version is --version N here (Hugging Face's kernels: --revision vN)"
         if message.startswith("argument COMMAND: invalid choice: 'versions'"):
             message += (
                 "; to list a kernel's versions, use `flashhub variants --all-versions ORG/PKG` "
                 "(Hugging Face's kernels: `kernels versions`)"
             )
-        usage_of = (unrecognized and self.command_parser) or self
-        argparse.ArgumentParser.error(usage_of, escape_controls(redact_text(message)))
+        super().error(escape_controls(redact_text(message)))
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """As argparse prints ``--help`` and ``--version``, except that a stdout that cannot

@@ -20,7 +20,7 @@ from typing import Literal, TextIO, TypeGuard, cast
 
 from .._utils.escaping import escape_message
 from ..errors import ConfigError, FlashhubError
-from ._common import Handler, print_error
+from ._common import Handler, Parser, print_error
 from ._exit import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
@@ -55,10 +55,16 @@ def _null_stream(mode: Literal["r", "w"]) -> TextIO:
     return open(os.open(os.devnull, os.O_RDWR), mode, closefd=False)
 
 
-def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
-    """Parse, turning argparse's ``SystemExit`` (``--help``, usage errors) into a code."""
+def parse(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace | int:
+    """Parse, turning argparse's ``SystemExit`` (``--help``, usage errors) into a code.
+    Unrecognized arguments are reported by the innermost command typed, with its usage
+    (``flashhub cache list``'s, not ``flashhub``'s, to which argparse leaves them)."""
     try:
-        return parser.parse_args(argv)
+        args, unrecognized = parser.parse_known_args(argv)
+        if unrecognized:
+            reporter: Parser = args.parsed_by
+            reporter.error(f"unrecognized arguments: {' '.join(unrecognized)}")
+        return args
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
         return _flushed_stdout() or code  # --help, --version: their output written

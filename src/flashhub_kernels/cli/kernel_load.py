@@ -16,7 +16,7 @@ from ._exit import EXIT_OK
 from ._running import open_missing_streams, parse, run, usage_error
 
 
-def _kernel_load_parser() -> argparse.ArgumentParser:
+def _kernel_load_parser() -> Parser:
     parser = Parser(
         prog="flashhub-kernel-load",
         description="Download a kernel from the CDN and import it, or check that it exists.",
