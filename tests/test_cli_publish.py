@@ -74,6 +74,24 @@ def test_cli_publish_failure_exits_1(kernel: Path, tmp_path: Path) -> None:
     assert result.stdout == ""
 
 
+def test_a_taken_version_that_is_a_symlink_gets_a_free_version_in_the_hint(
+    kernel: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "cdn"
+    publish = ["publish", kernel, "--repo-id", REPO, "--out", out, "--prefix", ""]
+    assert flashhub(*publish, "--version", "1").returncode == 0
+    # A tree laid out by hand, as CDN trees often are: v1 a symlink, no versions.json.
+    pkg = out / "acme" / "my-kern"
+    (pkg / "v1").rename(pkg / "v1-real")
+    (pkg / "v1").symlink_to("v1-real")
+    (pkg / "versions.json").unlink()
+    (package_dir(kernel) / "helpers.py").write_text("X = 2\n")
+    result = flashhub(*publish, "--version", "1")
+    assert result.returncode == 1
+    assert "publish as --version 2," in result.stderr  # the CDN serves v1
+    assert flashhub(*publish, "--version", "2").returncode == 0
+
+
 @pytest.mark.parametrize(
     "args",
     [

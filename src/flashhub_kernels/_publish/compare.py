@@ -90,13 +90,15 @@ def describe_difference(existing: Mapping[str, bytes] | None, expected: Mapping[
 
 
 def next_free_version(destination: Destination, pkg_rel: str) -> int:
-    """One past the highest version ``versions.json`` lists or a ``v<N>`` directory holds."""
+    """One past the highest version ``versions.json`` lists or a ``v<N>`` entry of the tree
+    takes (a directory, or in a local tree also a symlink, ``v1 -> v1-real``, which the
+    CDN serves as the version)."""
     taken = [
         int(match[1])
-        for name in destination.subdirs(pkg_rel)
+        for name in destination.names_taken(pkg_rel)
         if (match := VERSION_DIR.fullmatch(name))
     ]
-    # No versions.json, or a malformed one: the directories still count.
+    # No versions.json, or a malformed one: the names still count.
     with contextlib.suppress(ManifestError):
         taken += parse_versions(destination.read(f"{pkg_rel}/{VERSIONS}") or b"", source=VERSIONS)
     return max(taken, default=0) + 1

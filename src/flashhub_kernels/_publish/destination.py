@@ -67,6 +67,11 @@ class Destination(ABC):
     def subdirs(self, rel: str) -> list[str]:
         """The names of the directories directly under ``rel``, sorted (not symlinks)."""
 
+    def names_taken(self, rel: str) -> list[str]:
+        """The names directly under ``rel`` that a new directory cannot have: in a store,
+        those of its "directories" (an object beside one does not take its name)."""
+        return self.subdirs(rel)
+
     @abstractmethod
     def files(self, rel: str) -> dict[str, int] | None:
         """Every file under ``rel`` (relative to it) and its size: ``{}`` if there is
@@ -156,6 +161,11 @@ class Directory(Destination):
         if not directory.is_dir():
             return []
         return sorted(p.name for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
+
+    def names_taken(self, rel: str) -> list[str]:
+        """Every entry's: a symlink (which a web server follows) or a file also takes one."""
+        directory = self.path(rel)
+        return os.listdir(directory) if directory.is_dir() else []
 
     def files(self, rel: str) -> dict[str, int] | None:
         top = self.path(rel)
