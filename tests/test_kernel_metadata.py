@@ -267,6 +267,22 @@ def test_metadata_of_a_malformed_file_is_a_manifest_error(
         fk.Metadata.read_from_file(tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("has_metadata", [True, False], ids=["with-metadata", "without"])
+def test_metadata_of_a_directory_is_a_value_error_naming_the_file_to_pass(
+    tmp_path: Path, has_metadata: bool
+) -> None:
+    variant = tmp_path / "build" / CPU
+    variant.mkdir(parents=True)
+    if has_metadata:
+        (variant / "metadata.json").write_text(json.dumps(BUILDER_DOCUMENT))
+    # A ValueError, as Hugging Face kernels raises; an OSError, as reading it raised before.
+    with pytest.raises(ValueError, match="is a directory") as info:
+        fk.Metadata.read_from_file(variant)
+    assert isinstance(info.value, IsADirectoryError)
+    assert "reads a metadata.json file\n  hint: pass " in str(info.value)
+    assert (f"pass {variant / 'metadata.json'}," in str(info.value)) == has_metadata
+
+
 def test_a_loaded_kernel_has_the_metadata_of_its_build(
     cdn: CdnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

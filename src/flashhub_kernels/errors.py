@@ -87,6 +87,12 @@ class LocalKernelNotFoundError(FlashhubError, FileNotFoundError):
     and the 0.1.2 release, not an ``ImportError`` (no class is both), from imports too."""
 
 
+class MetadataIsADirectoryError(FlashhubError, ValueError, IsADirectoryError):
+    """``Metadata.read_from_file`` was given a directory, not a ``metadata.json`` file.
+    Also a ``ValueError``, as Hugging Face kernels raises for it, and an
+    ``IsADirectoryError``, as reading the directory raised before."""
+
+
 class NoCompatibleVariantError(KernelImportError, ValueError, RuntimeError):
     """The kernel is published, but no build fits this system. Also a ``ValueError``, as
     the 0.1.2 release raised for it, and a ``RuntimeError``, as Hugging Face kernels

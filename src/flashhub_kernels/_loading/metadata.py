@@ -27,7 +27,7 @@ from .._models.kernel_metadata import (
 )
 from .._models.manifest import encode_digest, load_json, parse_metadata
 from .._models.record import Record
-from ..errors import ManifestError
+from ..errors import ManifestError, MetadataIsADirectoryError
 
 _NO_DOCUMENT: Mapping[str, Any] = MappingProxyType({})  # shared: it must stay empty
 
@@ -118,12 +118,18 @@ class Metadata(Record, Mapping[str, Any]):
         """Read the ``metadata.json`` at ``metadata_path``.
 
         Raises:
+            MetadataIsADirectoryError: ``metadata_path`` is a directory (an ``OSError``
+                and a ``ValueError``); the hint names its ``metadata.json``, if it has one.
             OSError: the file cannot be read.
             ManifestError: it is not a valid ``metadata.json``; the message names the
                 field at fault.
         """
         path = Path(metadata_path)
-        return Metadata.from_bytes(path.read_bytes(), source=str(path))
+        try:
+            data = path.read_bytes()
+        except IsADirectoryError:
+            raise _directory_given(path) from None
+        return Metadata.from_bytes(data, source=str(path))
 
     @staticmethod
     def from_bytes(bytes: bytes, *, source: str = MANIFEST_NAME) -> Metadata:
@@ -149,6 +155,17 @@ class Metadata(Record, Mapping[str, Any]):
         metadata = Metadata(**values, digest=digest)
         object.__setattr__(metadata, "_document", document)
         return metadata
+
+
+def _directory_given(path: Path) -> MetadataIsADirectoryError:
+    inside = path / MANIFEST_NAME
+    if inside.is_file():
+        hint = f"pass {inside}, the {MANIFEST_NAME} in it"
+    else:
+        hint = f"pass the path of a build variant's {MANIFEST_NAME} (this directory has none)"
+    return MetadataIsADirectoryError(
+        f"{path} is a directory; Metadata.read_from_file reads a {MANIFEST_NAME} file", hint=hint
+    )
 
 
 def loaded_metadata(package_dir: Path) -> Metadata:
