@@ -177,8 +177,17 @@ def test_a_backslash_in_a_secret_is_no_matter() -> None:
     assert parse_cdn_urls("https://u:p\\w@cdn.example") == ("https://u:p\\w@cdn.example",)
 
 
-def test_the_zone_of_an_ipv6_address_is_no_percent_escape_in_the_host() -> None:
-    assert parse_cdn_urls("http://[fe80::1%25eth0]:8080") == ("http://[fe80::1%25eth0]:8080",)
+def test_an_ipv6_address_with_a_zone_is_refused_saying_so() -> None:
+    # urllib3 resolves '[fe80::1%25eth0]' as a host name, and fails: a DNS error later.
+    with pytest.raises(ConfigError, match=r"an IPv6 address's zone .* cannot connect through"):
+        parse_cdn_urls("http://[fe80::1%25eth0]:8080")
+    assert parse_cdn_urls("http://[fe80::1]:8080") == ("http://[fe80::1]:8080",)
+
+
+@pytest.mark.parametrize("scheme", ["HTTP", "Https", "FILE", "S3"])
+def test_a_scheme_is_read_in_any_case(scheme: str) -> None:
+    (url,) = parse_cdn_urls(f"{scheme}://u:PaSS@Cdn.example/Kernels")
+    assert url == f"{scheme.lower()}://u:PaSS@Cdn.example/Kernels"
 
 
 def test_a_comma_in_a_password_is_reported_by_the_part_after_it() -> None:

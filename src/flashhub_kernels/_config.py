@@ -9,6 +9,7 @@ the process (:data:`overrides`).
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from contextvars import ContextVar
 from pathlib import Path
@@ -153,7 +154,7 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             percent-encoded, a query or fragment); shown with its credentials hidden.
     """
     value = _read_as_utf8(value)
-    urls = tuple(u.strip().rstrip("/") for u in value.split(",") if u.strip())
+    urls = tuple(_lower_scheme(u.strip().rstrip("/")) for u in value.split(",") if u.strip())
     if not urls:
         raise config_error(
             f"no CDN URL in {value!r}: give one or more base URLs separated by ','",
@@ -185,10 +186,19 @@ def parse_cdn_urls(value: str) -> tuple[str, ...]:
             raise _malformed(url, listed="," in value) from None
         # A query or fragment, even empty; a host urllib3 reads otherwise (as
         # _utils.urls.host_read_two_ways judges it: that module is imported for errors).
-        host = url.split("/")[2].rpartition("@")[2].rpartition("]")[2]
-        if "?" in url or "#" in url or "\\" in host or "%" in host:
+        host = url.split("/")[2].rpartition("@")[2]
+        if "?" in url or "#" in url or "\\" in host.rpartition("]")[2] or "%" in host:
             raise _malformed(url, listed="," in value)
     return urls
+
+
+def _lower_scheme(url: str) -> str:
+    """``url`` with its scheme in lower case (``HTTPS://cdn`` is ``https://cdn``: a scheme
+    is case-insensitive); as it is where it has none."""
+    scheme, separator, rest = url.partition("://")
+    if separator and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return scheme.lower() + separator + rest
+    return url
 
 
 def _read_as_utf8(value: str) -> str:

@@ -130,6 +130,12 @@ def malformed_url_error(
         )
     if "?" in url or "#" in url:  # an empty query or fragment too
         return _query_error(redact_url(url), what, setting)
+    if _has_zone(parts.netloc):
+        return ConfigError(
+            f"{what} {redact_url(url)!r} gives an IPv6 address's zone (after the '%' between "
+            "its brackets), which requests and urllib3 cannot connect through",
+            hint=f"fix {setting}: give the address without its zone, or a host name",
+        )
     if host_read_two_ways(url):
         return ConfigError(
             f"{what} {redact_url(url)!r} has a '\\' or a '%' in its host part, where urllib3 "
@@ -194,6 +200,12 @@ def host_read_two_ways(url: str) -> bool:
     (``[fe80::1%25eth0]``) is no matter."""
     host = _authority(url).rpartition("@")[2]
     return "\\" in host or "%" in host.rpartition("]")[2]
+
+
+def _has_zone(netloc: str) -> bool:
+    """Whether ``netloc`` holds an IPv6 address with a zone (``[fe80::1%25eth0]``)."""
+    host = netloc.rpartition("@")[2]
+    return host.startswith("[") and "%" in host.partition("]")[0]
 
 
 def _authority(url: str) -> str:
