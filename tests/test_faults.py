@@ -6,6 +6,7 @@ each fault and what the client does.
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import os
 import pickle
@@ -130,6 +131,43 @@ def test_a_503_with_an_unreadable_retry_after_is_retried(
     blob_kernel.inject(BLOB_PATH, status(503, retry_after=retry_after))
     assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
     assert [r.status for r in blob_kernel.requests if r.path.endswith("blob.bin")] == [503, 200]
+
+
+@pytest.mark.parametrize("code", [429, 503])
+@pytest.mark.parametrize("form", ["seconds", "date"])
+def test_a_retry_after_past_the_cap_fails_at_once_saying_when_to_retry(
+    blob_kernel: CdnServer, code: int, form: str
+) -> None:
+    # An hour, past the 60 s a load waits, and how the error says when to retry.
+    an_hour_on = time.time() + 3600
+    retry_after, when = {
+        "seconds": ("3600", "after 3600 seconds"),
+        "date": (
+            email.utils.formatdate(an_hour_on, usegmt=True),
+            time.strftime("at %Y-%m-%d %H:%M:%S UTC", time.gmtime(an_hour_on)),
+        ),
+    }[form]
+    blob_kernel.inject(BLOB_PATH, *[status(code, retry_after=retry_after)] * 10)
+    started = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    assert time.monotonic() - started < 30  # not the minutes of a 60 s wait per retry
+    assert f"asking to be retried {when}" in info.value.message
+    assert f"load again {when}" in (info.value.hint or "")
+    assert len(blob_kernel.gets("blob.bin")) == 1  # asked once, never again
+
+
+def test_a_retry_after_past_the_cap_gives_way_to_the_next_mirror(
+    blob_kernel: CdnServer, make_cdn: MakeCdn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    healthy = make_cdn()  # the same tree
+    monkeypatch.setenv("FLASHHUB_CDN_URL", f"{blob_kernel.url},{healthy.url}")
+    blob_kernel.inject(BLOB_PATH, *[status(503, retry_after=3600)] * 10)
+    started = time.monotonic()
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+    assert time.monotonic() - started < 30
+    assert len(blob_kernel.gets("blob.bin")) == 1
+    assert healthy.gets("blob.bin") == [f"/{BLOB_PATH}"]
 
 
 def test_persistent_5xx_fails_with_the_url_and_a_hint(

@@ -187,6 +187,19 @@ def not_modified(reason: str) -> MirrorFailed:
     )
 
 
+def retry_later(failed: str, when: str, longest_wait: int) -> MirrorFailed:
+    """The failure of an answer (``failed`` names it) whose ``Retry-After`` asks to be
+    retried ``when`` ("after N seconds", "at" a date), later than ``longest_wait``
+    seconds from now: the load does not wait that long."""
+    return MirrorFailed(
+        f"{failed}, asking to be retried {when}: longer than the {longest_wait} s a load "
+        "waits, so it was not retried",
+        hint="the CDN is overloaded, limits this client's requests, or is down for "
+        f"maintenance: load again {when}, or add another mirror to FLASHHUB_CDN_URL "
+        "(comma-separated), or set FLASHHUB_OFFLINE=1 to use only what is cached",
+    )
+
+
 def web_page(why: str) -> BadBytes:
     """The bytes of a web page (``text/html``) served for a file, which ``why`` shows they
     cannot be (their length is not the file's)."""

@@ -69,6 +69,7 @@ from .session import (
     netrc_problem,
     proxy_of,
     route_for,
+    unwaited_retry_after,
 )
 from .stall_guard import MIN_BYTES_PER_SECOND, StallGuard, decoding_read
 
@@ -304,8 +305,10 @@ class HttpMirror(Mirror):
             raise self._denied(response, f"HTTP {status} {response.reason}{what}")
         if status == 304:
             raise not_modified(response.reason)
-        retried = " after retries" if status in RETRY_STATUSES else ""
-        raise MirrorFailed(f"HTTP {status} {response.reason}{retried}")
+        failed = f"HTTP {status} {response.reason}"
+        if status not in RETRY_STATUSES:
+            raise MirrorFailed(failed)
+        raise unwaited_retry_after(response, failed) or MirrorFailed(f"{failed} after retries")
 
     def _denied(self, response: requests.Response, failed: str) -> AccessDenied:
         """The refusal ``response`` is (``failed`` says it). After redirects it names the

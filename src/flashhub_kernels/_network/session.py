@@ -25,6 +25,7 @@ What each mirror gets, as requests itself would decide it:
 from __future__ import annotations
 
 import contextlib
+import datetime
 import email.utils
 import http.client
 import netrc
@@ -57,16 +58,17 @@ from .._utils.urls import (
     split_url,
 )
 from ..errors import TransportError
+from .answers import retry_later
 from .certificates import ca_bundle
 from .header_deadline import end_watchdog_when_idle, with_header_deadline
-from .mirrors import wait_to_retry
+from .mirrors import MirrorFailed, wait_to_retry
 from .reachability import connections_retried
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is waited for this long
+MAX_RETRY_AFTER = 60  # seconds: a longer Retry-After is not waited for at all
 USER_AGENT = f"flashhub-kernels/{__version__}"
 SOCKS_EXTRA_HINT = "pip install 'flashhub-kernels[socks]'"
 PROXY_SETTINGS = "https_proxy / http_proxy / all_proxy"
@@ -77,26 +79,31 @@ BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 
 
 class _Retry(Retry):
-    """urllib3's retry policy, with ``Retry-After`` capped and an unreadable one ignored
-    (urllib3 would raise ``InvalidHeader``, or ``ValueError`` for thousands of digits or
-    a date past the year 9999, or ``OverflowError`` for a year of twenty digits, and end
-    the request; backing off is better), a date that is no date (a 32nd day, a 25th
-    hour) among them; and its waits ended as the download's are
-    (:func:`~.mirrors.wait_to_retry`). A connection that fails is not tried again while
-    another mirror remains to be asked (:func:`~.reachability.connections_retried`)."""
+    """urllib3's retry policy, with an unreadable ``Retry-After`` ignored (urllib3 would
+    raise ``InvalidHeader``, or ``ValueError`` for thousands of digits or a date past the
+    year 9999, or ``OverflowError`` for a year of twenty digits, and end the request;
+    backing off is better), a date that is no date (a 32nd day, a 25th hour) among them;
+    one longer than ``MAX_RETRY_AFTER`` not waited for: the answer is returned at once,
+    for the caller to name the wait (:func:`unwaited_retry_after`) and ask the next mirror;
+    and its waits ended as the download's are (:func:`~.mirrors.wait_to_retry`). A
+    connection that fails is not tried again while another mirror remains to be asked
+    (:func:`~.reachability.connections_retried`)."""
 
     def increment(self, *args: Any, **kwargs: Any) -> Self:
         if isinstance(kwargs.get("error"), ConnectTimeoutError) and not connections_retried():
             # As if no connection retry were left: urllib3 raises MaxRetryError.
             return Retry.increment(self.new(connect=0), *args, **kwargs)
+        response = kwargs.get("response")
+        if response is not None and (self.get_retry_after(response) or 0) > MAX_RETRY_AFTER:
+            # As if no status retry were left: urllib3 returns the answer (raise_on_status=False).
+            return Retry.increment(self.new(status=0), *args, **kwargs)
         return super().increment(*args, **kwargs)
 
     def get_retry_after(self, response: Any) -> float | None:
         try:
-            seconds = super().get_retry_after(response)
+            return super().get_retry_after(response)
         except (InvalidHeader, ValueError, OverflowError):
             return None
-        return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
 
     def parse_retry_after(self, retry_after: str) -> float:
         if not retry_after.strip().isdigit():  # urllib3 reads a 32nd day as the next month's
@@ -108,6 +115,21 @@ class _Retry(Retry):
         if response is not None and self.respect_retry_after_header:
             retry_after = self.get_retry_after(response)
         wait_to_retry(retry_after or self.get_backoff_time())
+
+
+def unwaited_retry_after(response: requests.Response, failed: str) -> MirrorFailed | None:
+    """The failure of ``response`` (``failed`` names it) when its ``Retry-After`` asks
+    for a longer wait than ``MAX_RETRY_AFTER``, which the retry policy did not wait for,
+    naming when it asks to be retried: "after N seconds", or "at" the date in UTC, as
+    parsed (never the header's own text). ``None`` for a shorter one, or none."""
+    seconds = retry_policy().get_retry_after(response.raw)
+    if seconds is None or seconds <= MAX_RETRY_AFTER:
+        return None
+    value = response.headers["Retry-After"].strip()
+    if value.isdigit():
+        return retry_later(failed, f"after {int(value)} seconds", MAX_RETRY_AFTER)
+    date = email.utils.parsedate_to_datetime(value).astimezone(datetime.timezone.utc)
+    return retry_later(failed, f"at {date:%Y-%m-%d %H:%M:%S} UTC", MAX_RETRY_AFTER)
 
 
 def retry_policy() -> Retry:
