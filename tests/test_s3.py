@@ -500,19 +500,33 @@ def test_mirror_into_a_bucket_without_the_extra_fails_before_asking_the_hub(
     assert hub.requests == []  # not one download for a publish that cannot happen
 
 
-def test_refused_credentials_name_the_bucket_and_their_source_never_the_secret(
-    s3: S3Server, bucket: str, universal: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "unknown_key_id, refusal",
+    [
+        (False, "the secret access key does not match the access key id"),
+        (True, "the store knows no such access key id"),
+    ],
+)
+def test_refused_credentials_name_what_is_wrong_the_bucket_and_their_source_never_the_secret(
+    s3: S3Server,
+    bucket: str,
+    universal: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    unknown_key_id: bool,
+    refusal: str,
 ) -> None:
     publish(universal, repo_id=REPO, version=1, out=f"s3://{bucket}/cdn")
+    key_id = f"AKIA{uuid.uuid4().hex[:16].upper()}" if unknown_key_id else s3.access_key
     wrong = f"Wr0ng+{uuid.uuid4().hex}/secret"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
     shown = child_error(LOAD_FAILING, {"FLASHHUB_CDN_URL": f"s3://{bucket}/cdn"})
     published = publish_cli(universal, f"s3://{bucket}/cdn", version=2)
     assert published.returncode == 1
     for text in (shown, published.stderr):
-        assert f"bucket {bucket!r}" in text and "access denied" in text
+        assert f"bucket {bucket!r}" in text and f"access denied ({refusal}" in text
         assert "credentials: env AWS_ACCESS_KEY_ID" in text
-        assert f"****{s3.access_key[-4:]}" in text
+        assert f"****{key_id[-4:]}" in text
         assert wrong not in text and s3.secret_key not in text
     assert "AWS_SECRET_ACCESS_KEY" in shown  # the hint says where credentials go
 

@@ -35,6 +35,24 @@ _AWS_CREDENTIALS_HINT = (
     "bucket (s3:PutObject and s3:DeleteObject to publish)"
 )
 
+# What S3 means by the codes of a refusal that the key pair alone causes, and what to do.
+_KEY_REFUSALS = {
+    "SignatureDoesNotMatch": (
+        "the secret access key does not match the access key id: S3 SignatureDoesNotMatch",
+        "give the secret access key that was issued with this access key id, where the "
+        "credentials come from (AWS_SECRET_ACCESS_KEY beside AWS_ACCESS_KEY_ID, or "
+        "aws_secret_access_key beside aws_access_key_id in the profile): it is mistyped, "
+        "or another key's",
+    ),
+    "InvalidAccessKeyId": (
+        "the store knows no such access key id: S3 InvalidAccessKeyId",
+        "the access key id is mistyped, deleted (a rotated key), or issued by another "
+        "account or S3-compatible store than the one the endpoint names (AWS_ENDPOINT_URL): "
+        "give a current key pair where the credentials come from (AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, or aws_access_key_id and aws_secret_access_key in the profile)",
+    ),
+}
+
 
 class ObjectMissing(Exception):
     """The store holds no object at the path (the bucket exists)."""
@@ -218,16 +236,30 @@ class Store:
         reason = redact_text(_reason(exc), secrets)
         where = f"{doing} {self.shown(rel)} (bucket {self.bucket!r})"
         if denied:
+            code = self._refusal_code(exc, rel) or ""
+            what, hint = _KEY_REFUSALS.get(code, (reason, _credentials_hint(self.protocol)))
             return StoreError(
-                f"{where}: access denied ({reason}); credentials: {source}",
-                hint=_credentials_hint(self.protocol),
-                denied=True,
+                f"{where}: access denied ({what}); credentials: {source}", hint=hint, denied=True
             )
         return StoreError(
             f"{where} failed: {reason}",
             hint="check the network, the store's endpoint (AWS_ENDPOINT_URL for an "
             "S3-compatible store) and the URL",
         )
+
+    def _refusal_code(self, exc: Exception, rel: str) -> str | None:
+        """The S3 error code of the refusal ``exc``. The answer to a ``HEAD`` request (how
+        s3fs opens an object, or learns its size) has no body, so its code is the bare
+        status, ``403``; then that of a ``GET`` of the object's first byte, whose answer
+        names the refusal (a key no signature check passes refuses every request alike)."""
+        code = _error_code(exc)
+        if code != "403" or self.protocol != "s3":
+            return code
+        try:
+            self._fs.cat_file(self._path(rel), start=0, end=1)
+        except Exception as again:
+            return _error_code(again)
+        return None
 
 
 class Reader:
