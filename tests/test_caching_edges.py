@@ -13,7 +13,14 @@ import pytest
 
 import flashhub_kernels as fk
 from flashhub_kernels.errors import IntegrityError, NoCompatibleVariantError, TransportError
-from support.cdn_server import CdnServer, not_modified, redirect, status, web_page
+from support.cdn_server import (
+    CdnServer,
+    compressed_keeping_length,
+    not_modified,
+    redirect,
+    status,
+    web_page,
+)
 from support.trees import MIB_BLOB, local_variant, write_blob_kernel, write_kernel
 
 REPO = "acme/tensor-tricks"
@@ -153,3 +160,30 @@ def test_a_listed_file_answering_404_hints_at_an_edges_cached_404(
     assert f"{cdn.url}: HTTP 404 Not Found for a file its manifest lists" in error.message
     assert error.hint is not None
     assert error.hint.startswith(f"if the kernel's version was published just now, {EDGE_404}")
+
+
+@pytest.mark.parametrize("then", ["keeps the connection", "hangs up"])
+@pytest.mark.parametrize("what", ["document", "file"])
+def test_a_body_an_edge_compressed_keeping_its_length_is_named_not_taken_for_a_stall(
+    cdn: CdnServer,
+    blob: str,
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    what: str,
+    then: str,
+) -> None:
+    monkeypatch.setenv("FLASHHUB_READ_TIMEOUT", "1")
+    path = f"kernels/{REPO}/v1/build/torch-universal/metadata.json" if what == "document" else blob
+    length = (cdn.root / path).stat().st_size
+    cdn.inject(path, *[compressed_keeping_length(hang_up=then == "hangs up")] * 8)
+    with pytest.raises(TransportError) as info:
+        fk.get_kernel(REPO, version=1)
+    error = info.value
+    assert f"{cdn.url}: the server sent " in error.message
+    announced = f" of the {length} bytes its Content-Length announced, with Content-Encoding: gzip"
+    assert announced in error.message and f"they decode to all {length}" in error.message
+    assert "a caching edge that compresses a body and keeps its original length" in error.message
+    assert "stalled" not in error.message and "broke" not in error.message
+    assert error.hint is not None and error.hint.startswith("turn compression off at the edge")
+    assert "purge the copies the edge keeps" in error.hint
+    assert nothing_cached(cache_dir)

@@ -296,10 +296,15 @@ class CdnHandler(BaseHTTPRequestHandler):
         part = body[start:]
         self.send_simple(206, part, {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"})
 
-    def send_head_then(self, status: int, length: int, payload: bytes) -> None:
-        """Announce ``length`` bytes, send ``payload`` (possibly fewer or more), then hang up."""
+    def send_head_then(
+        self, status: int, length: int, payload: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        """Announce ``length`` bytes (with ``headers``), send ``payload`` (possibly fewer or
+        more), then hang up."""
         self.record(status)
         self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Length", str(length))
         self.end_headers()
         self.wfile.write(payload)
@@ -632,6 +637,19 @@ def not_modified() -> Fault:
         handler.send_response(304)
         handler.send_header("ETag", '"edge-copy"')
         handler.end_headers()
+
+    return fault
+
+
+def compressed_keeping_length(*, hang_up: bool = False) -> Fault:
+    """The file gzip-encoded, with ``Content-Encoding: gzip`` and the ``Content-Length`` of
+    the file as it is (more than is sent): a caching edge that compresses a body and keeps
+    its original length. The connection then stays open, as such an edge keeps it, or
+    with ``hang_up``, is closed."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        handler.send_head_then(200, len(body), encode(body, "gzip"), {"Content-Encoding": "gzip"})
+        handler.close_connection = hang_up
 
     return fault
 

@@ -200,6 +200,21 @@ def retry_later(failed: str, when: str, longest_wait: int) -> MirrorFailed:
     )
 
 
+def compressed_keeping_length(encoding: str, length: int, received: int) -> MirrorFailed:
+    """The failure of a body sent with ``Content-Encoding: <encoding>`` whose
+    ``Content-Length`` (``length``) is that of the body decoded: ``received`` bytes, which
+    decode to ``length``, and nothing more came."""
+    return MirrorFailed(
+        f"the server sent {received} of the {length} bytes its Content-Length announced, "
+        f"with Content-Encoding: {encoding}, and they decode to all {length}: the "
+        "Content-Length is that of the body before it was compressed, which is what a "
+        "caching edge that compresses a body and keeps its original length sends",
+        hint="turn compression off at the edge for the CDN's paths (the client asks for "
+        "Accept-Encoding: identity), or have it send the compressed length, then purge "
+        "the copies the edge keeps",
+    )
+
+
 def web_page(why: str) -> BadBytes:
     """The bytes of a web page (``text/html``) served for a file, which ``why`` shows they
     cannot be (their length is not the file's)."""

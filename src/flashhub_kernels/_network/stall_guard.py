@@ -19,8 +19,10 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from .answers import compressed_keeping_length
 from .header_deadline import in_time
 from .mirrors import MirrorFailed
+from .session import BODY_ERRORS
 
 MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
 
@@ -79,20 +81,41 @@ class StallGuard:
 def decoding_read(raw: Any, guard: StallGuard) -> Callable[[int], bytes]:
     """``raw.read1`` of an encoded body, each read given ``guard``'s window: past it, the
     body's socket is cut (through a duplicate of its descriptor: the connection has
-    handed its socket to the response), and the error is the guard's."""
+    handed its socket to the response), and the error is the guard's.
+
+    A body that stops (cut so, or broken off) once it has decoded to exactly as many
+    bytes as its ``Content-Length`` announced, fewer of them received, was compressed
+    by an edge that kept the length of the body it compressed: the error says so
+    (:func:`~.answers.compressed_keeping_length`), where it would blame a stall."""
+    decoded = 0
 
     def read(amt: int) -> bytes:
+        nonlocal decoded
         try:
-            fd = os.dup(raw.fileno())
-        except (AttributeError, OSError):  # no socket left: the body is in, read at once
-            return bytes(raw.read1(amt, decode_content=True))
-        with socket.socket(fileno=fd) as sock:
-            data: bytes = in_time(
-                guard.window,
-                SimpleNamespace(sock=sock),
-                lambda: raw.read1(amt, decode_content=True),
-                lambda _window: guard.failure(),
-            )
+            data = _read_in_window(raw, guard, amt)
+        except (MirrorFailed, *BODY_ERRORS):
+            announced = raw.headers.get("Content-Length", "").strip()
+            if announced == str(decoded) and decoded > raw.tell():
+                encoding = raw.headers.get("Content-Encoding", "")
+                raise compressed_keeping_length(encoding, decoded, raw.tell()) from None
+            raise
+        decoded += len(data)
         return data
 
     return read
+
+
+def _read_in_window(raw: Any, guard: StallGuard, amt: int) -> bytes:
+    """``raw.read1(amt)``, decoded, within ``guard``'s window."""
+    try:
+        fd = os.dup(raw.fileno())
+    except (AttributeError, OSError):  # no socket left: the body is in, read at once
+        return bytes(raw.read1(amt, decode_content=True))
+    with socket.socket(fileno=fd) as sock:
+        data: bytes = in_time(
+            guard.window,
+            SimpleNamespace(sock=sock),
+            lambda: raw.read1(amt, decode_content=True),
+            lambda _window: guard.failure(),
+        )
+    return data
