@@ -24,7 +24,7 @@ import flashhub_kernels as fk
 from conftest import MakeCdn, load_peak_rise, plant_partial, run_python
 from flashhub_kernels._config import get_config
 from flashhub_kernels._network.transport import POOL_SIZE, Fetcher
-from flashhub_kernels.errors import IntegrityError, TransportError
+from flashhub_kernels.errors import IntegrityError, ManifestError, TransportError
 from support.cdn_server import (
     CdnHandler,
     CdnServer,
@@ -194,6 +194,20 @@ def test_a_compression_bomb_is_cut_at_its_size_limit_in_bounded_memory(
     assert not (cache_dir / "kernels" / REPO / "v1" / VARIANT).exists()
     cdn.faults.clear()
     assert fk.get_kernel(REPO, version=1).marker() == "blob"  # the honest answer loads
+
+
+def test_a_manifest_past_its_limit_is_named_by_what_was_read_of_it(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    # The body is read no further than the chunk that passes 1 MiB: its size is not known.
+    publish_blob_kernel(cdn.root)
+    oversized = b" " * (3 << 20) + b"{}"
+    (cdn.root / BUILD / "metadata.json").write_bytes(oversized)
+    with pytest.raises(ManifestError) as info:
+        fk.get_kernel(REPO, version=1)
+    read = re.search(r"is over the 1 MiB limit \(at least (\d+) bytes\)", str(info.value))
+    assert read is not None, str(info.value)
+    assert 1 << 20 < int(read[1]) <= len(oversized)
 
 
 def trickled_gzip_comment(hung_up: threading.Event) -> Fault:

@@ -182,7 +182,8 @@ def parse_capped(
             (``f"{name} {exc}"``): "is not valid JSON: ...", "is nested too deeply".
     """
     if limit is not None and len(data) > limit:
-        raise ValueError(f"is {len(data)} bytes, over the {limit >> 20} MiB limit")
+        # At least: a body is read no further than the chunk that takes it past the limit.
+        raise ValueError(f"is over the {limit >> 20} MiB limit (at least {len(data)} bytes)")
     try:
         return parse(data)
     except (UnicodeDecodeError, syntax_error) as exc:
