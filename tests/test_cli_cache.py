@@ -87,12 +87,16 @@ def test_cache_list_verify_prune_clear(project: Path, cdn: CdnServer, cache_dir:
     remaining = ok_json(flashhub("cache", "list", "--json"))["entries"]
     assert {e["variant"] for e in remaining} == {LOCAL, UNIVERSAL}
 
+    run_python("import flashhub.acme.tensor_tricks.v2")  # a row in the import table
+    rows = cache_dir / "import-table"
+    assert list(rows.glob("*.json")), "the import recorded its name in the import table"
     cleared = flashhub("cache", "clear", "--yes")
     assert cleared.returncode == 0, cleared.stderr
     assert "removed 2 entries" in cleared.stdout
     assert ok_json(flashhub("cache", "list", "--json"))["entries"] == []
     assert foreign.read_text() == "not a kernel"
     assert not (cache_dir / "kernels").exists()
+    assert list(rows.glob("*.json")) == [], "no row outlives its entry"
 
 
 # What a kernel that compiles code when it is imported may do: write beside its own entry.

@@ -239,7 +239,21 @@ def clear(cache: Cache, *, force: bool = False) -> ClearReport:
                 remove_tree(version_dir)
     _remove_empty_dirs(cache.root / "kernels")
     _remove_unused_index_mutexes(cache)
+    _remove_import_table(cache)
     return ClearReport(removed, busy, in_use)
+
+
+def _remove_import_table(cache: Cache) -> None:
+    """Remove the rows of the import table: each names an entry that is gone now, or one
+    kept in use, which the next import of its name finds by the full lookup and records
+    again. Its own ``<module name>.json`` files only, not a directory a symlink makes it."""
+    table = cache.root / TABLE_DIR
+    if table.is_symlink() or not table.is_dir():
+        return
+    for path in table.iterdir():
+        if path.suffix == ".json" and not path.is_symlink() and path.is_file():
+            with cache_errors(path), contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
 def _remove_unused_index_mutexes(cache: Cache) -> None:
