@@ -822,6 +822,24 @@ def test_a_failed_download_keeps_what_arrived_and_the_next_load_continues_it(
     assert not list(version_dir.glob(".partial-*"))
 
 
+def test_a_host_that_ignores_range_and_cuts_every_body_says_each_try_started_over(
+    blob_kernel: CdnServer,
+) -> None:
+    # Every answer is the whole file (200: Range ignored), cut at the same byte, as a
+    # proxy with a body-size cap cuts a host's answers.
+    blob_kernel.inject(BLOB_PATH, *[drop_after(1 << 20)] * 6)
+    result = flashhub("-v", "get", REPO, "--version", "1")
+    assert result.returncode == 1
+    error = " ".join(result.stderr.split())
+    assert "the server answered the range requests with 200 (the whole file: no resume" in error
+    assert "so each try started over from byte 0" in error
+    assert "supports Range requests" in error and "(docs/hosting.md, 'Range requests')" in error
+    assert "check the network" not in error
+    assert error.count("ignoring Range: the download starts over from byte 0") == 5
+    assert error.count("asking for the rest from there") == 1  # after the first, whole answer
+    assert ranges(blob_kernel, "blob.bin") == [None] + [f"bytes={1 << 20}-"] * 5
+
+
 def test_a_kept_file_takes_the_disk_space_of_what_arrived_not_what_was_reserved(
     cdn: CdnServer, cache_dir: Path
 ) -> None:

@@ -215,6 +215,21 @@ def compressed_keeping_length(encoding: str, length: int, received: int) -> Mirr
     )
 
 
+def range_ignored(failed: str) -> MirrorFailed:
+    """The failure of a download that ``failed`` (broke off too often), where the server
+    answered the requests for the rest of the file (``Range``) with all of it: no try
+    continued another, so each started over."""
+    return MirrorFailed(
+        f"{failed}; the server answered the range requests with 200 (the whole file: no "
+        "resume possible), so each try started over from byte 0",
+        hint="a file can outlast broken transfers only from a host that honours Range: "
+        "serve the files from a host, or through an edge, that supports Range requests; "
+        "where every try breaks off at the same byte, a proxy in between with a body-size "
+        "cap cuts them: raise the cap, or bypass the proxy (docs/hosting.md, 'Range "
+        "requests')",
+    )
+
+
 def web_page(why: str) -> BadBytes:
     """The bytes of a web page (``text/html``) served for a file, which ``why`` shows they
     cannot be (their length is not the file's)."""

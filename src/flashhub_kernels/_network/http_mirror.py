@@ -9,9 +9,8 @@ with backoff and ``Retry-After``):
   ``Content-Range`` ends before the file does: an edge that caps the size of a range)
   is kept, and the rest asked for after it; a total of ``*`` is the size the manifest
   states (without one, the part is taken for the rest, and the digest judges).
-  ``MAX_RESUMES + 1`` attempts that get nowhere fail the mirror; a resume that moves the
-  file on at no less than ``MIN_BYTES_PER_SECOND`` does not count, so a server that
-  hangs up every few kilobytes but honours ``Range`` still delivers the file;
+  :class:`~.stall_guard.Resumes` counts the tries, and says where a server that
+  ignores ``Range`` made each start over;
 - a ``Content-Length`` that cannot complete the file (not the rest of the size the
   manifest states, or past ``FLASHHUB_MAX_FILE_BYTES``) is refused before the body
   is read, and a body is never written past that size (``WrongSize``);
@@ -71,9 +70,8 @@ from .session import (
     route_for,
     unwaited_retry_after,
 )
-from .stall_guard import MIN_BYTES_PER_SECOND, StallGuard, decoding_read
+from .stall_guard import MAX_RESUMES, Resumes, StallGuard, decoding_read
 
-MAX_RESUMES = 5
 _DENIED_STATUSES = frozenset({401, 403})
 _NO_HEAD = frozenset({405, 501})  # Method Not Allowed, Not Implemented: for every file
 _OBJECT_AT = re.compile(r"<[^<>]* object at 0x[0-9a-f]+>: ")
@@ -140,24 +138,20 @@ class HttpMirror(Mirror):
 
     def download(self, relpath: str, writer: HashingWriter, cancelled: threading.Event) -> None:
         url = self.url(relpath)
-        # Only attempts that get nowhere count. The loop still ends: an attempt not
-        # counted added bytes at the stall guard's rate or better, and the writer takes
-        # no more than the file's size or the cap.
-        fruitless = 0
-        while fruitless <= MAX_RESUMES:
+        # The loop ends: a try not counted added bytes at the stall guard's rate or
+        # better, and the writer takes no more than the file's size or the cap.
+        resumes = Resumes()
+        while resumes.left():
             offset, started = writer.size, time.monotonic()
             with stopped_by(cancelled):
-                outcome = self._attempt(url, writer, cancelled)
+                outcome = self._attempt(url, writer, cancelled, resumes)
             if outcome == "done":
                 return
             elapsed = time.monotonic() - started
-            if outcome == "failed" or not _moved_on(writer.size - offset, elapsed):
-                fruitless += 1
-            logger.info("%s stopped at byte %d; asking for the rest from there", url, writer.size)
-        raise MirrorFailed(
-            f"the transfer broke off {MAX_RESUMES + 1} times (not counting resumes that "
-            "moved it on)"
-        )
+            moved = writer.size - offset
+            next_try = resumes.ended(failed=outcome == "failed", nbytes=moved, seconds=elapsed)
+            logger.info("%s stopped at byte %d; %s", url, writer.size, next_try)
+        raise resumes.failure()
 
     def close(self) -> None:
         self._session.close()  # shared: closing it twice is harmless
@@ -182,7 +176,9 @@ class HttpMirror(Mirror):
 
     # -- one request ------------------------------------------------------------------
 
-    def _attempt(self, url: str, writer: HashingWriter, cancelled: threading.Event) -> _Outcome:
+    def _attempt(
+        self, url: str, writer: HashingWriter, cancelled: threading.Event, resumes: Resumes
+    ) -> _Outcome:
         """Ask for the rest of the file (all of it when nothing is written) and stream it.
 
         Once ``cancelled`` is set, it neither asks nor touches the file again, though it
@@ -204,7 +200,9 @@ class HttpMirror(Mirror):
                     hint=listed_404_hint("the kernel's version"),
                 )
             self._check_status(response, " for a file its manifest lists")
-            resumed = bool(offset) and _continues_at(response, offset)
+            resumed = bool(offset) and resumes.continues(
+                url, status, _continues_at(response, offset)
+            )
             if offset and not resumed:
                 writer.reset()  # a full body, or the wrong part: start over
                 if status != 200:
@@ -424,11 +422,6 @@ def _check_encoding(response: requests.Response) -> None:
         f"the body came with Content-Encoding: {value}, which cannot be decoded here "
         "(the request asked for identity); serve the files as they are, or gzip-encoded"
     )
-
-
-def _moved_on(nbytes: int, seconds: float) -> bool:
-    """Whether an attempt that wrote ``nbytes`` in ``seconds`` beat the stall guard's floor."""
-    return nbytes > 0 and nbytes >= MIN_BYTES_PER_SECOND * seconds
 
 
 def _content_length(response: requests.Response) -> int | None:

@@ -7,6 +7,9 @@ a byte just inside the timeout each time; the guard, as curl's ``--speed-limit``
 It judges the bytes each read hands over. A read of an encoded body (``gzip``) goes on
 reading until some bytes decode, and a header's comment decodes to nothing, however long
 it is: one such read may itself take no longer than the window (:func:`decoding_read`).
+
+The guard's rate also judges a file's tries (:class:`Resumes`): a resume that moves the
+file on at that rate or better does not count against those a mirror is given.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from .answers import compressed_keeping_length
+from .._utils.logs import logger
+from .answers import compressed_keeping_length, range_ignored
 from .header_deadline import in_time
 from .mirrors import MirrorFailed
 from .session import BODY_ERRORS
 
 MIN_BYTES_PER_SECOND = 1024  # curl's --speed-limit, over a --speed-time of the read timeout
+MAX_RESUMES = 5
 
 
 class StallGuard:
@@ -119,3 +124,53 @@ def _read_in_window(raw: Any, guard: StallGuard, amt: int) -> bytes:
             lambda _window: guard.failure(),
         )
     return data
+
+
+class Resumes:
+    """The tries of one download of a file from one mirror, in this process.
+
+    ``MAX_RESUMES + 1`` tries that get nowhere fail the mirror; a resume that moves the
+    file on at no less than ``MIN_BYTES_PER_SECOND`` does not count, so a server that
+    hangs up every few kilobytes but honours ``Range`` still delivers the file. It also
+    knows whether the server answered the last request for the rest (``Range``) with
+    the whole file: each try then starts over, which the log and the failure say.
+    """
+
+    def __init__(self) -> None:
+        self._fruitless = 0
+        self._ignored_range = False
+
+    def left(self) -> bool:
+        """Whether the mirror gets another try."""
+        return self._fruitless <= MAX_RESUMES
+
+    def continues(self, url: str, status: int, at_offset: bool) -> bool:
+        """Whether the answer (``status``) to a request for the rest of the file at
+        ``url`` continues it (``at_offset``: a ``206`` from the bytes written); logs a
+        ``200``, the whole file again, which starts it over."""
+        self._ignored_range = status == 200
+        if self._ignored_range:
+            logger.info(
+                "%s: the server answered the request for the rest with 200, ignoring "
+                "Range: the download starts over from byte 0",
+                url,
+            )
+        return at_offset
+
+    def ended(self, *, failed: bool, nbytes: int, seconds: float) -> str:
+        """Count a try that ended short of the file, ``failed`` (broken off having not
+        continued it, or restarted) or having added ``nbytes`` in ``seconds``; what the
+        next try does, for the log."""
+        if failed or not (nbytes > 0 and nbytes >= MIN_BYTES_PER_SECOND * seconds):
+            self._fruitless += 1
+        if self._ignored_range:
+            return "asking for the rest again, though the server ignored Range last time"
+        return "asking for the rest from there"
+
+    def failure(self) -> MirrorFailed:
+        """The error once no try is left."""
+        broke_off = (
+            f"the transfer broke off {MAX_RESUMES + 1} times (not counting resumes that "
+            "moved it on)"
+        )
+        return range_ignored(broke_off) if self._ignored_range else MirrorFailed(broke_off)
