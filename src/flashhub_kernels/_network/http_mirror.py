@@ -200,9 +200,9 @@ class HttpMirror(Mirror):
                     hint=listed_404_hint("the kernel's version"),
                 )
             self._check_status(response, " for a file its manifest lists")
-            resumed = bool(offset) and resumes.continues(
-                url, status, _continues_at(response, offset)
-            )
+            if offset:
+                resumes.answered(url, status)
+            resumed = bool(offset) and _continues_at(response, offset)
             if offset and not resumed:
                 writer.reset()  # a full body, or the wrong part: start over
                 if status != 200:

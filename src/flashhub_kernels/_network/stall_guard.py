@@ -144,10 +144,9 @@ class Resumes:
         """Whether the mirror gets another try."""
         return self._fruitless <= MAX_RESUMES
 
-    def continues(self, url: str, status: int, at_offset: bool) -> bool:
-        """Whether the answer (``status``) to a request for the rest of the file at
-        ``url`` continues it (``at_offset``: a ``206`` from the bytes written); logs a
-        ``200``, the whole file again, which starts it over."""
+    def answered(self, url: str, status: int) -> None:
+        """Note the answer (``status``) to a request for the rest of the file at ``url``:
+        a ``200`` is the whole file again, which starts it over (logged)."""
         self._ignored_range = status == 200
         if self._ignored_range:
             logger.info(
@@ -155,7 +154,6 @@ class Resumes:
                 "Range: the download starts over from byte 0",
                 url,
             )
-        return at_offset
 
     def ended(self, *, failed: bool, nbytes: int, seconds: float) -> str:
         """Count a try that ended short of the file, ``failed`` (broken off having not
