@@ -79,15 +79,21 @@ BODY_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 
 
 class _Retry(Retry):
-    """urllib3's retry policy, with an unreadable ``Retry-After`` ignored (urllib3 would
-    raise ``InvalidHeader``, or ``ValueError`` for thousands of digits or a date past the
-    year 9999, or ``OverflowError`` for a year of twenty digits, and end the request;
-    backing off is better), a date that is no date (a 32nd day, a 25th hour) among them;
-    one longer than ``MAX_RETRY_AFTER`` not waited for: the answer is returned at once,
-    for the caller to name the wait (:func:`unwaited_retry_after`) and ask the next mirror;
-    and its waits ended as the download's are (:func:`~.mirrors.wait_to_retry`). A
-    connection that fails is not tried again while another mirror remains to be asked
-    (:func:`~.reachability.connections_retried`)."""
+    """urllib3's retry policy, with four changes:
+
+    - ``increment``: a connection that fails is not tried again while another mirror
+      remains to be asked (:func:`~.reachability.connections_retried`), and an answer whose
+      ``Retry-After`` is longer than ``MAX_RETRY_AFTER`` is returned at once, not waited
+      for, for the caller to name the wait (:func:`unwaited_retry_after`) and ask the next
+      mirror;
+    - ``get_retry_after``: an unreadable ``Retry-After`` is ignored and the policy backs
+      off, where urllib3 would end the request (``InvalidHeader``; ``ValueError`` for
+      thousands of digits or a date past the year 9999; ``OverflowError`` for a year of
+      twenty digits);
+    - ``parse_retry_after``: a date that is no date (a 32nd day, a 25th hour) is such an
+      unreadable one, where urllib3 reads a 32nd day as the next month's first;
+    - ``sleep``: its waits end as the download's do (:func:`~.mirrors.wait_to_retry`).
+    """
 
     def increment(self, *args: Any, **kwargs: Any) -> Self:
         if isinstance(kwargs.get("error"), ConnectTimeoutError) and not connections_retried():
@@ -133,13 +139,16 @@ def unwaited_retry_after(response: requests.Response, failed: str) -> MirrorFail
 
 
 def retry_policy() -> Retry:
-    """Two retries of a failed connection, four of a 429/5xx answer, with backoff.
+    """Up to two retries of a failed connection and four of a 429/5xx answer, with backoff.
 
-    One more covers a request whose connection broke before any answer came: a
-    kept-alive connection the server closed just as it was reused (or, rarely, a read
-    timeout while waiting for the answer). A 5xx that persists is returned rather than
-    raised, so the caller can name the status and move on to the next mirror. A body
-    cut off mid-way is not retried here: the downloader resumes it with ``Range``.
+    A failed connection is retried only once no other mirror remains to be asked for the
+    path (until then the next mirror is asked at once), and an answer whose ``Retry-After``
+    asks for more than ``MAX_RETRY_AFTER`` seconds is not retried at all: see
+    :class:`_Retry`. One more try covers a request whose connection broke before any
+    answer came: a kept-alive connection the server closed just as it was reused (or,
+    rarely, a read timeout while waiting for the answer). A 5xx that persists is returned
+    rather than raised, so the caller can name the status and move on to the next mirror.
+    A body cut off mid-way is not retried here: the downloader resumes it with ``Range``.
     """
     return _Retry(
         total=None,
