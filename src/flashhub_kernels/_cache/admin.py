@@ -215,8 +215,12 @@ def clear(cache: Cache, *, force: bool = False) -> ClearReport:
     """Remove every kernel from the cache, except versions a process is downloading and
     entries a running process imported (those too with ``force``).
 
-    Only directories of the cache layout are removed, so a cache root that was pointed
-    at a directory holding other files keeps them.
+    Also removes the index mutex of each version the cache then holds nothing of, where
+    no process holds it (every name a program asked for leaves one), and every row of
+    the import table (the next import of a kept entry's name records it again).
+
+    Only the cache layout's own directories and files are removed, so a cache root that
+    was pointed at a directory holding other files keeps them.
 
     Raises:
         CacheError: the cache cannot be written.
