@@ -1,16 +1,4 @@
-"""The ``flashhub`` command line, and the legacy ``flashhub-kernel-load`` script.
-
-Each command group is a module of this package (:mod:`.publish`, :mod:`.mirror`,
-:mod:`.keys`, :mod:`.lock`, :mod:`.variants`, :mod:`.kernels`, :mod:`.describe_api`,
-:mod:`.cache`; :mod:`.kernel_load` is the 0.1.2 script), whose ``COMMANDS`` maps each
-command's name to the function adding its options and its handler; :mod:`._command_line`
-lists them, parses and runs. Handlers import what they need (the publisher, the client,
-torch) when they run.
-
-Exit codes: 0 success, 1 failure (a :class:`~flashhub_kernels.errors.FlashhubError`,
-printed with its hint and no traceback), 2 usage error, 130 interrupted (Ctrl-C), 143
-stopped (SIGTERM), 141 stdout closed by its reader (``flashhub ... | head``).
-"""
+"""Entry points of the ``flashhub`` command line and the legacy ``flashhub-kernel-load`` script."""
 
 from __future__ import annotations
 

@@ -1,6 +1,14 @@
 """The ``flashhub`` command line parsed and run: the table of its commands, which names
 each command's module and help line, so that ``flashhub --help`` imports no command
-module and ``flashhub get`` only the one it runs."""
+module and ``flashhub get`` only the one it runs.
+
+Each command group is a module of this package (:mod:`.publish`, :mod:`.mirror`,
+:mod:`.keys`, :mod:`.lock`, :mod:`.variants`, :mod:`.kernels`, :mod:`.describe_api`,
+:mod:`.cache`; :mod:`.kernel_load` is the 0.1.2 script, parsed on its own), whose
+``COMMANDS`` maps each command's name to the function adding its options and its
+handler. Handlers import what they need (the publisher, the client, torch) when they
+run; :mod:`._running` runs them, and :mod:`._exit` lists the exit codes.
+"""
 
 from __future__ import annotations
 
