@@ -311,6 +311,14 @@ def get_config(*, project_dir: Path | None = None) -> Config:
 
     ``project_dir`` is where ``pyproject.toml`` may list trusted keys (default: the
     current directory).
+
+    Raises:
+        ConfigError: a setting is malformed: a CDN URL or prefix (``configure()``'s or the
+            environment's), a timeout or size (``FLASHHUB_CONNECT_TIMEOUT=abc``), a switch
+            (``FLASHHUB_OFFLINE=maybe``), or the trusted keys (``FLASHHUB_TRUSTED_KEYS``, or
+            ``[tool.flashhub] trusted-keys`` in ``project_dir``'s ``pyproject.toml``).
+        CacheError: the cache directory is a relative path, and the current directory no
+            longer exists.
     """
     cdn_url = (
         overrides.get("cdn_url")

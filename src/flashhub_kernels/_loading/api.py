@@ -171,6 +171,18 @@ def install_kernel(
     Raises:
         ValueError: an argument is malformed, or the device is not of ``system``'s backend.
         TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
+        OfflineError: offline (``FLASHHUB_OFFLINE=1``, or ``local_files_only=True``), and
+            the variant is not in the cache, or no version is given: only the CDN knows the
+            newest.
+        KernelNotFoundError: the repo or the version is not published (a
+            ``VersionNotFoundError`` for a version its ``versions.json`` does not list), or,
+            with neither ``version`` nor ``revision``, the repo has no ``versions.json``.
+        NoCompatibleVariantError: no published variant fits the machine.
+        KernelImportError: the CDN cannot be reached (``TransportError``), a document it
+            serves is refused (``ManifestError``; ``RollbackError``: a ``versions.json``
+            older than one this machine has seen; ``SignatureError``), a file fails
+            its check (``IntegrityError``), the cache cannot be written (``CacheError``), or
+            a setting is malformed (``ConfigError``).
     """
     from .._variants.named_system import target_system
 
@@ -317,6 +329,13 @@ def get_kernel_variants(
         ValueError: an argument is malformed, or the device is not of ``system``'s backend.
         OfflineError: offline, and the cache does not record the answer (or
             ``version=None``: only the CDN knows the newest version).
+        KernelNotFoundError: the repo or the version is not published (a
+            ``VersionNotFoundError`` for a version its ``versions.json`` does not list), or,
+            with neither ``version`` nor ``revision``, the repo has no ``versions.json``.
+        KernelImportError: the CDN cannot be reached (``TransportError``), a document it
+            serves is refused (``ManifestError``; ``RollbackError``: a ``versions.json``
+            older than one this machine has seen; ``SignatureError``), or a setting is
+            malformed (``ConfigError``).
     """
     from .._variants.named_system import target_system
 
@@ -392,6 +411,19 @@ def has_kernel(
     that fits but that an offline load refuses raises what that load raises. For a
     repo that ``LOCAL_KERNELS`` maps, the local directory answers, for any version.
     ``trust_remote_code`` as for :func:`get_kernel`.
+
+    Raises:
+        ValueError: ``repo_id``, ``version``/``revision`` or ``backend`` is malformed.
+        TypeError: ``trust_remote_code`` is of the wrong type.
+        KernelNotFoundError: with neither ``version`` nor ``revision``, the repo has no
+            ``versions.json``.
+        OfflineError: offline, and the cache cannot answer: it does not record the
+            version's variants, or no version is given.
+        KernelImportError: the CDN cannot be reached (``TransportError``), a document it
+            serves is refused (``ManifestError``; ``RollbackError``: a ``versions.json``
+            older than one this machine has seen; ``SignatureError``), an offline load of
+            the variant that fits would be refused (what that load raises), or a setting is
+            malformed (``ConfigError``).
     """
     from .._variants.named_system import target_system
     from .._variants.verdicts import VariantAccepted

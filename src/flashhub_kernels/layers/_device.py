@@ -45,6 +45,11 @@ class CUDAProperties(_CapabilityRange):
 
     A capability is ``major * 10 + minor``: 80 for sm_80 (A100), 90 for sm_90 (H100),
     100 for sm_100. Both bounds are inclusive.
+
+    Raises:
+        ValueError: a bound is negative, or ``min_capability`` is above ``max_capability``
+            (an empty range, such as ``CUDAProperties(90, 80)``).
+        TypeError: a bound is not an ``int``.
     """
 
 
@@ -53,6 +58,11 @@ class ROCMProperties(_CapabilityRange):
 
     A capability is ``major * 10 + minor`` of ``torch.cuda.get_device_capability()``
     (94 for gfx942, for example). Both bounds are inclusive.
+
+    Raises:
+        ValueError: a bound is negative, or ``min_capability`` is above ``max_capability``
+            (an empty range, such as ``ROCMProperties(90, 80)``).
+        TypeError: a bound is not an ``int``.
     """
 
 
@@ -83,6 +93,7 @@ class Device(Record):
     Raises:
         ValueError: the type is not one of :data:`DEVICE_TYPES`, or the properties do not
             belong to the type.
+        TypeError: the type is not a string.
     """
 
     type: str
