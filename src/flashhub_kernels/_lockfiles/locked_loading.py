@@ -91,7 +91,13 @@ def get_locked_kernel(
     is imported. ``user_agent`` and ``trust_remote_code`` as for
     :func:`~flashhub_kernels.get_kernel`.
 
+    ``lockfile`` is the lock to use. Without it, the lock is found as for
+    :func:`load_kernel`: the ``flashhub.lock`` shipped in the calling package (as package
+    data, or in the metadata of the distribution that installed it), else
+    ``./flashhub.lock``.
+
     Raises:
+        ValueError: ``backend`` is not a backend.
         TypeError: ``user_agent`` or ``trust_remote_code`` is of the wrong type.
         LockfileError: no lock is found, or it does not lock ``repo_id``.
         LockMismatchError: the CDN serves other bytes than the lock pins.

@@ -59,6 +59,10 @@ def use_kernel_func_from_hub(
 
     Decorator: the decorated function becomes an ``nn.Module`` instance that calls it,
     marked as the layer ``func_name``. Issues a ``DeprecationWarning``.
+
+    ``use_fallback``: call the function itself when nothing is mapped for the input's
+    device and mode; ``False`` raises ``KernelLayerError`` instead (as for
+    :func:`use_kernel_forward_from_hub`).
     """
     from ._marking import use_kernel_forward_from_hub
 
