@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import pickle
 import types
 
 import pytest
 
+from flashhub_kernels import LoadedKernel
 from flashhub_kernels._models.record import Record
 
 _EMPTY = types.MappingProxyType({})
@@ -88,3 +90,14 @@ def test_the_dataclasses_functions_work_and_see_no_class_defaults() -> None:
 def test_a_record_that_checks_its_arguments_writes_its_own_init() -> None:
     assert Checked("  name ").name == "name"
     assert dataclasses.replace(Checked("a"), name=" b ").name == "b"
+
+
+def test_inspect_signature_and_help_show_the_fields_or_the_records_own_init() -> None:
+    assert (
+        str(inspect.signature(Point))
+        == "(x: 'int', y: 'int' = 0, tags: 'object' = mappingproxy({}))"
+    )
+    assert inspect.signature(Labelled) == inspect.signature(Point)
+    assert str(inspect.signature(Checked)) == "(name: 'str') -> 'None'"  # its own __init__
+    fields = ["repo_id", "version", "variant", "path", "module"]
+    assert list(inspect.signature(LoadedKernel).parameters) == fields

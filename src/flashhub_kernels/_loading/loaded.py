@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 class LoadedKernel(Record):
     """A kernel imported in this process (see :func:`get_loaded_kernels`). ``repo_id``,
     ``version`` and ``variant`` are ``None`` for one :func:`get_local_kernel` loaded;
-    ``path`` is its package directory, or its archive (a zip build)."""
+    ``path`` is its package directory, or its archive (a zip build); ``module`` is the
+    kernel's module, the one :func:`get_kernel` returns for it."""
 
     repo_id: str | None
     version: int | None

@@ -10,9 +10,9 @@ its fields as a dataclass does, by annotating them in order, with their defaults
 - ``repr`` as ``ClassName(field=value, ...)``;
 - assigning or deleting an attribute raises :class:`dataclasses.FrozenInstanceError`;
 - pickled and copied by calling the class with the fields;
-- ``dataclasses.fields``, ``asdict``, ``astuple``, ``replace`` and ``is_dataclass``
-  work: the first of them to look turns the class into a dataclass (its methods left
-  as they are), so only a process that asks pays for it.
+- ``dataclasses.fields``, ``asdict``, ``astuple``, ``replace`` and ``is_dataclass`` work,
+  and ``inspect.signature`` and ``help()`` show the fields (or the record's ``__init__``):
+  what they read is made when first read (:mod:`.record_lazy`), so only a process that asks pays.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from dataclasses import Field
+    from inspect import Signature
     from typing import Any, ClassVar
 
     # Type checkers then see each record's __init__ as a frozen dataclass's.
@@ -38,19 +39,16 @@ def frozen_error(name: str, action: str = "assign to") -> AttributeError:
     return FrozenInstanceError(f"cannot {action} field {name!r}")
 
 
-class _DataclassFields:
-    """``__dataclass_fields__`` of a record class, made when something first reads it."""
+class _ReadFirst:
+    """An attribute of every record class, made by ``record_lazy.<maker>`` when first read."""
 
-    def __get__(self, instance: object, owner: type[Record]) -> dict[str, Field[Any]]:
-        if owner is Record:
-            raise AttributeError("__dataclass_fields__")  # the base is no dataclass
-        import dataclasses
+    def __init__(self, maker: str) -> None:
+        self.maker = maker
 
-        # No method is generated (init, repr and eq are off; not frozen): the record's
-        # own stay. This sets the class's own __dataclass_fields__, shadowing this one.
-        dataclasses.dataclass(init=False, repr=False, eq=False)(owner)
-        fields: dict[str, Field[Any]] = owner.__dict__["__dataclass_fields__"]
-        return fields
+    def __get__(self, instance: object, owner: type[Record]) -> Any:
+        from . import record_lazy
+
+        return getattr(record_lazy, self.maker)(instance, owner, Record)
 
 
 _MISSING = object()
@@ -72,8 +70,10 @@ class Record:
     if TYPE_CHECKING:
         # What the type checker knows of a dataclass: dataclasses.replace() accepts one.
         __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+        __signature__: ClassVar[Signature | None]
     else:
-        __dataclass_fields__ = _DataclassFields()
+        __dataclass_fields__ = _ReadFirst("dataclass_fields")
+        __signature__ = _ReadFirst("signature")
 
     def __init_subclass__(cls) -> None:
         # Its own annotations only (Python >= 3.10), or else the fields of its base.
