@@ -93,7 +93,6 @@ def download_locked(
     lock: Lockfile,
     *,
     all_variants: bool = False,
-    config: Config | None = None,
     system: SystemInfo | None = None,
 ) -> list[LockedDownload]:
     """Put every locked kernel into the cache, each checked against the lock.
@@ -105,7 +104,7 @@ def download_locked(
     Offline (``FLASHHUB_OFFLINE``), every such variant must already be cached as locked:
     each is reported ``cached``, else an :class:`OfflineError` names those that are not.
     """
-    config = config or get_config()
+    config = get_config()
     cache = Cache.from_config(config)
     system = None if all_variants else system or target_system(None)
     if config.offline:

@@ -434,7 +434,7 @@ def _content_length(response: requests.Response) -> int | None:
 
 
 def _check_length(
-    response: requests.Response, writer: HashingWriter, part: tuple[int, int] | None = None
+    response: requests.Response, writer: HashingWriter, part: tuple[int, int] | None
 ) -> int | None:
     """Refuse, before reading it, a body whose announced length cannot complete the file
     (a web page, an edge's or a portal's, named so); return the file's size once the body
