@@ -47,7 +47,7 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .._config import DEFAULT_PREFIX, normalize_prefix
 from .._constants import SIG_SUFFIX
@@ -73,7 +73,14 @@ from .compare import (
 from .destination import Destination, Directory, item_size, open_destination
 from .layout import VERSIONS, Tree
 from .metadata import kernel_defaults
-from .report import Finding, PublishReport
+from .report import (
+    FileRelativePath,
+    Finding,
+    PublishReport,
+    SharedNativeLibrary,
+    SourcelessModule,
+    UndeclaredImport,
+)
 from .signatures import (
     KeySource,
     document_kind,
@@ -202,13 +209,53 @@ def _publish_builds(
 ) -> PublishReport:
     """:func:`publish` of the variants read from the build directory; its warnings are
     the caller's of :func:`publish`."""
-    undeclared = tuple(u for build in builds for u in check_sources(build, repo.py_pkg))
-    relative = tuple(path for build in builds for path in file_relative_paths(build))
-    sourceless = tuple(pyc for build in builds for pyc in sourceless_modules(build))
-    tree = version_tree(builds)
-
+    findings = _findings(builds, repo)
     destination = open_destination(out)
     pkg_rel = "/".join([*prefix_parts, repo.org, repo.name])
+    placed = _write_version(builds, destination, pkg_rel, repo, force=force, keys=keys)
+    _warn_all(placed.shared, findings, repo)
+    return _report(builds, repo, keys, findings, placed, destination.written)
+
+
+class _Findings(NamedTuple):
+    """What the checks of the builds found, before anything is written."""
+
+    undeclared: tuple[UndeclaredImport, ...]
+    relative: tuple[FileRelativePath, ...]
+    sourceless: tuple[SourcelessModule, ...]
+
+
+class _Placed(NamedTuple):
+    """What writing the version did: its outcome and where, the kernel's
+    ``versions.json`` list after it, and the native libraries it shares with others."""
+
+    outcome: _Outcome
+    version_dir: Path | str
+    versions: tuple[int, ...]
+    shared: tuple[SharedNativeLibrary, ...]
+
+
+def _findings(builds: list[VariantBuild], repo: RepoInfo) -> _Findings:
+    """Check the sources of ``builds``; refuse a build whose Python is invalid."""
+    return _Findings(
+        undeclared=tuple(u for build in builds for u in check_sources(build, repo.py_pkg)),
+        relative=tuple(path for build in builds for path in file_relative_paths(build)),
+        sourceless=tuple(pyc for build in builds for pyc in sourceless_modules(build)),
+    )
+
+
+def _write_version(
+    builds: list[VariantBuild],
+    destination: Destination,
+    pkg_rel: str,
+    repo: RepoInfo,
+    *,
+    force: bool,
+    keys: Sequence[SigningKey],
+) -> _Placed:
+    """Write the version of ``builds`` under ``pkg_rel`` and list it in ``versions.json``,
+    holding the kernel's lock."""
+    tree = version_tree(builds)
     version_rel = f"{pkg_rel}/v{repo.version}"
     versions_rel = f"{pkg_rel}/{VERSIONS}"
     # One publish of the kernel at a time: two of two versions would each write the
@@ -232,33 +279,48 @@ def _publish_builds(
             raise
         list_versions()
         shared = tuple(shared_natives(destination, pkg_rel, repo.version, builds))
-    _warn(shared, SharedNativeLibraryWarning, repo)
-    _warn(undeclared, UndeclaredDependencyWarning, repo)
-    _warn(relative, FileRelativePathWarning, repo)
-    _warn(sourceless, SourcelessModuleWarning, repo)
-    written = destination.written
+    return _Placed(outcome, _location(destination, version_rel), tuple(versions), shared)
+
+
+def _warn_all(shared: Sequence[SharedNativeLibrary], findings: _Findings, repo: RepoInfo) -> None:
+    """Warn of each finding at the caller of :func:`publish`."""
+    categories: list[tuple[Sequence[Finding], type[UserWarning]]] = [
+        (shared, SharedNativeLibraryWarning),
+        (findings.undeclared, UndeclaredDependencyWarning),
+        (findings.relative, FileRelativePathWarning),
+        (findings.sourceless, SourcelessModuleWarning),
+    ]
+    for found, category in categories:
+        for finding in found:
+            message = finding.describe(repo.repo_id, repo.version)
+            warnings.warn(message, category, stacklevel=4)
+
+
+def _report(
+    builds: list[VariantBuild],
+    repo: RepoInfo,
+    keys: Sequence[SigningKey],
+    findings: _Findings,
+    placed: _Placed,
+    written: dict[str, int],
+) -> PublishReport:
+    """The report of the publish; ``written`` maps each file written to its size."""
     return PublishReport(
         repo_id=repo.repo_id,
         version=repo.version,
-        version_dir=_location(destination, version_rel),
+        version_dir=placed.version_dir,
         variants=tuple(variant_report(b) for b in builds),
-        versions=tuple(versions),
+        versions=placed.versions,
         written=tuple(sorted(written)),
         bytes_written=sum(written.values()),
-        noop=outcome == "unchanged" and not written,
-        replaced=outcome == "replaced",
+        noop=placed.outcome == "unchanged" and not written,
+        replaced=placed.outcome == "replaced",
         signed_by=tuple(k.key_id for k in keys),
-        shared_natives=shared,
-        undeclared_imports=undeclared,
-        file_relative_paths=relative,
-        sourceless_modules=sourceless,
+        shared_natives=placed.shared,
+        undeclared_imports=findings.undeclared,
+        file_relative_paths=findings.relative,
+        sourceless_modules=findings.sourceless,
     )
-
-
-def _warn(findings: Sequence[Finding], category: type[UserWarning], repo: RepoInfo) -> None:
-    """Warn of each of ``findings`` at the caller of :func:`publish`."""
-    for finding in findings:
-        warnings.warn(finding.describe(repo.repo_id, repo.version), category, stacklevel=4)
 
 
 def _location(destination: Destination, rel: str) -> Path | str:
