@@ -159,14 +159,7 @@ def scan_variant(
     ``metadata.json`` says ``"build-layout": "zip"``) is published as it is, unless
     ``layout="files"`` asks for what it is not.
     """
-    name = variant_dir.name
-    try:
-        parse_variant(name)
-    except VariantNameError as exc:
-        raise PublishError(
-            f"bad variant directory name {name!r} in {variant_dir.parent}: {exc}",
-            hint="rename it to the variant it was built for, e.g. torch213-cxx11-cpu-x86_64-linux",
-        ) from None
+    name = _checked_variant_name(variant_dir)
     metadata = variant_dir / MANIFEST_NAME
     extra = _read_build_metadata(metadata) if metadata.is_file() else {}
     builder_zipped = extra.get("build-layout") == "zip"
@@ -189,17 +182,42 @@ def scan_variant(
         check_builders_archive(variant_dir / zip_archive_name(document, metadata))
     sources = files
     if layout == "zip" and not builder_zipped:
-        sources = package_files(files, py_pkg)
         assert scratch is not None, "a build laid out anew is written somewhere"
-        archive = scratch / name / zip_archive_name(document, metadata)
-        files = zip_package(sources, py_pkg, archive)
-        own = {k: v for k, v in document.items() if k not in ("digest", "sizes")}
-        document = variant_metadata(
-            name, files, {**own, "build-layout": "zip"}, {}, py_pkg, metadata
-        )
+        sources = package_files(files, py_pkg)
+        files, document = _zipped_anew(name, sources, document, py_pkg, metadata, scratch)
     zipped = builder_zipped or layout == "zip"
     data = _metadata_bytes(name, document, len(files), zipped)
     return VariantBuild(name, files, data, depends, sources, zipped, sourceless)
+
+
+def _checked_variant_name(variant_dir: Path) -> str:
+    """The name of ``variant_dir``, refused unless it is a variant name."""
+    name = variant_dir.name
+    try:
+        parse_variant(name)
+    except VariantNameError as exc:
+        raise PublishError(
+            f"bad variant directory name {name!r} in {variant_dir.parent}: {exc}",
+            hint="rename it to the variant it was built for, e.g. torch213-cxx11-cpu-x86_64-linux",
+        ) from None
+    return name
+
+
+def _zipped_anew(
+    name: str,
+    sources: Mapping[str, SourceFile],
+    document: dict[str, object],
+    py_pkg: str,
+    metadata: Path,
+    scratch: Path,
+) -> tuple[dict[str, SourceFile], dict[str, object]]:
+    """The files and ``metadata.json`` document of a build of files laid out in the zip
+    layout: its package's ``sources`` in an archive written under ``scratch``."""
+    archive = scratch / name / zip_archive_name(document, metadata)
+    files = zip_package(sources, py_pkg, archive)
+    own = {k: v for k, v in document.items() if k not in ("digest", "sizes")}
+    zipped = variant_metadata(name, files, {**own, "build-layout": "zip"}, {}, py_pkg, metadata)
+    return files, zipped
 
 
 def _is_flattened(variant_dir: Path) -> bool:
