@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from .._config import Config, get_config
+from .._config import get_config
 from .._finder import install, twin_names
 from .._models.kernel_dir import KernelDir
 from .._models.names import (
@@ -25,15 +25,17 @@ from .._models.names import (
     ROOT_PACKAGE,
     RepoInfo,
     check_backend,
-    parse_repo_id,
 )
 from .hub_arguments import check_trust_remote_code, sending
-from .version_arguments import requested_version
+from .version_arguments import cache_only_reason, newest_version, requested_version
 
 TYPE_CHECKING = False  # not typing's: get_kernel imports this module
 if TYPE_CHECKING:
     from .._variants.system import SystemInfo
     from .._variants.verdicts import VariantVerdict
+
+# What an offline call that names no version can do instead.
+_OFFLINE_VERSION_HINT = "pass version=, or unset FLASHHUB_OFFLINE"
 
 
 def get_kernel(
@@ -208,17 +210,11 @@ def _install(
     from ..errors import OfflineError
 
     config = get_config()
-    cache_only = _cache_only(config, local_files_only)
+    cache_only = cache_only_reason(config, local_files_only)
     if version is None and revision is None:
-        parse_repo_id(repo_id)
-        if cache_only is not None:
-            raise OfflineError(
-                f"the newest version of {repo_id} cannot be looked up: {cache_only}",
-                hint="pass version=",
-            )
-        from .._network.versions import newest_published  # the cold path's modules
-
-        version = newest_published(config, repo_id)
+        version = newest_version(
+            config, repo_id, hint="pass version=", local_files_only=local_files_only
+        )
     info = RepoInfo(repo_id, requested_version(version, revision))
     try:
         entry = obtain_kernel(
@@ -233,13 +229,6 @@ def _install(
         ) from None
     assert entry is not None, "obtain_kernel gives cache entries"
     return entry
-
-
-def _cache_only(config: Config, local_files_only: bool) -> str | None:
-    """Why the cache alone must answer, for an error saying it cannot; ``None``: it need not."""
-    if config.offline:
-        return "FLASHHUB_OFFLINE is set"
-    return "local_files_only=True allows no download" if local_files_only else None
 
 
 def get_local_kernel(
@@ -360,7 +349,9 @@ def _judged(repo_id: str, version: int | None, system: SystemInfo) -> list[Varia
     if config.offline:
         from .offline import published_variants
 
-        info = _offline_info(repo_id, version)
+        if version is None:
+            version = newest_version(config, repo_id, hint=_OFFLINE_VERSION_HINT)
+        info = RepoInfo(repo_id, version)
         verdicts = judge_variants(published_variants(cache, info, system), system)
         return judge_builds(verdicts, system, cached_targets(cache, info), first_fit=False)
     from .._network.choosing import ManifestReader
@@ -438,12 +429,11 @@ def has_kernel(
     if repo_id in local_kernels():
         return _has_local(RepoInfo(repo_id, version or 1), backend, check_arch=check_arch)
     system = target_system(backend, check_arch=check_arch)
-    if get_config().offline:
-        return _has_cached(_offline_info(repo_id, version), system)
+    config = get_config()
     if version is None:  # no versions.json raises: a False would claim what is unknown
-        from .._network.versions import newest_published
-
-        version = newest_published(get_config(), repo_id)
+        version = newest_version(config, repo_id, hint=_OFFLINE_VERSION_HINT)
+    if config.offline:
+        return _has_cached(RepoInfo(repo_id, version), system)
     try:
         verdicts = _judged(repo_id, version, system)
     except (KernelNotFoundError, NoCompatibleVariantError):
@@ -480,12 +470,3 @@ def _has_cached(info: RepoInfo, system: SystemInfo) -> bool:
             return False
         raise
     return True
-
-
-def _offline_info(repo_id: str, version: int | None) -> RepoInfo:
-    if version is None:
-        from .offline import newest_version_error
-
-        parse_repo_id(repo_id)
-        raise newest_version_error(repo_id, hint="pass version=, or unset FLASHHUB_OFFLINE")
-    return RepoInfo(repo_id, version)

@@ -99,15 +99,6 @@ def _recorded_misfit(
     return None
 
 
-def newest_version_error(repo_id: str, *, hint: str) -> OfflineError:
-    """The error for a question about the newest version: only ``versions.json`` knows it."""
-    return OfflineError(
-        f"the newest version of {repo_id} cannot be looked up: FLASHHUB_OFFLINE is set "
-        "and the cache does not record versions.json",
-        hint=hint,
-    )
-
-
 def _not_cached(info: RepoInfo, what: str) -> OfflineError:
     return OfflineError(
         f"the cache does not record {what} of {info}, and FLASHHUB_OFFLINE is set",

@@ -1,12 +1,18 @@
 """The ``version=`` and ``revision=`` arguments of the loaders: the one version they name.
 
 ``version=1`` and ``revision="v1"`` (or ``"1"``) name version 1; a static CDN publishes
-numbered versions only, so a branch or a commit names none.
+numbered versions only, so a branch or a commit names none. With neither, a call takes
+the newest version, which only the repo's ``versions.json`` on the CDN knows
+(:func:`newest_version`).
 """
 
 from __future__ import annotations
 
-from .._models.names import MAX_VERSION, check_version, is_digits, positive_number
+from .._models.names import MAX_VERSION, check_version, is_digits, parse_repo_id, positive_number
+
+TYPE_CHECKING = False  # not typing's: get_kernel imports this module
+if TYPE_CHECKING:
+    from .._config import Config
 
 
 def parse_revision(revision: str) -> int:
@@ -61,3 +67,37 @@ def _version_given_as_str(version: str) -> int:
         DeprecationWarning,
     )
     return number
+
+
+def cache_only_reason(config: Config, local_files_only: bool = False) -> str | None:
+    """Why the cache alone must answer, for an error saying it cannot; ``None``: it need not."""
+    if config.offline:
+        return "FLASHHUB_OFFLINE is set"
+    return "local_files_only=True allows no download" if local_files_only else None
+
+
+def newest_version(
+    config: Config, repo_id: str, *, hint: str, local_files_only: bool = False
+) -> int:
+    """The newest version the repo's ``versions.json`` lists, for a call that names none.
+
+    Raises:
+        ValueError: ``repo_id`` is malformed.
+        OfflineError: the cache alone must answer (:func:`cache_only_reason`), and it does
+            not record ``versions.json``; ``hint`` says what to do instead.
+        KernelNotFoundError, RollbackError: as
+            :func:`~flashhub_kernels._network.versions.listed_versions`.
+    """
+    parse_repo_id(repo_id)
+    why = cache_only_reason(config, local_files_only)
+    if why is not None:
+        from ..errors import OfflineError
+
+        raise OfflineError(
+            f"the newest version of {repo_id} cannot be looked up: {why}, and the cache "
+            "does not record versions.json",
+            hint=hint,
+        )
+    from .._network.versions import newest_published  # the cold path's modules
+
+    return newest_published(config, repo_id)

@@ -319,15 +319,13 @@ def local_cache() -> Cache:
 
 def newest_version(repo_id: str, command: str) -> int:
     """The newest version in the repo's ``versions.json``, for ``flashhub <command>``."""
-    from .._network.versions import newest_published
+    from .._loading import version_arguments
 
     config = get_config()
-    if config.offline:
-        from .._loading.offline import newest_version_error
-
-        option = _cached_version_option(repo_id, command)
-        raise newest_version_error(repo_id, hint=f"pass {option}, or unset FLASHHUB_OFFLINE")
-    return newest_published(config, repo_id)
+    # Offline, the hint names the newest version the cache holds: read only then.
+    option = _cached_version_option(repo_id, command) if config.offline else ""
+    hint = f"pass {option}, or unset FLASHHUB_OFFLINE"
+    return version_arguments.newest_version(config, repo_id, hint=hint)
 
 
 def _cached_version_option(repo_id: str, command: str) -> str:
