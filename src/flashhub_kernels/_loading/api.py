@@ -82,8 +82,7 @@ def get_kernel(
             that does not exist (a ``FileNotFoundError``).
     """
     info = RepoInfo(repo_id, requested_version(version, revision))
-    if backend is not None:
-        check_backend(backend)
+    check_backend(backend)
     check_trust_remote_code(trust_remote_code)
     with sending(user_agent):
         if not check_arch:
@@ -188,8 +187,7 @@ def install_kernel(
     """
     from .._variants.named_system import target_system
 
-    if backend is not None:
-        check_backend(backend)
+    check_backend(backend)
     check_trust_remote_code(trust_remote_code)
     machine = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
@@ -275,8 +273,7 @@ def get_local_kernel(
     if package_name in BACKENDS and backend is None:
         backend = _backend_given_as_package_name(str(package_name))
         package_name = None
-    if backend is not None:
-        check_backend(backend)
+    check_backend(backend)
     check_trust_remote_code(trust_remote_code)
     path = Path(repo_path).resolve()
     with sending(user_agent):
@@ -330,8 +327,7 @@ def get_kernel_variants(
 
     if version is not None or revision is not None:
         version = requested_version(version, revision)
-    if backend is not None:
-        check_backend(backend)
+    check_backend(backend)
     machine = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
@@ -421,8 +417,7 @@ def has_kernel(
     from ..errors import KernelNotFoundError, NoCompatibleVariantError
     from .local import local_kernels  # LOCAL_KERNELS, read on every call
 
-    if backend is not None:
-        check_backend(backend)
+    check_backend(backend)
     check_trust_remote_code(trust_remote_code)
     if version is not None or revision is not None:
         version = requested_version(version, revision)

@@ -115,8 +115,7 @@ def load_locked(
     """Import a locked kernel once the cache holds the locked bytes of it and of every
     kernel it depends on (fetched first when ``download``, and not offline), choosing
     the variants of ``backend`` when given, without the device archs if not ``check_arch``."""
-    if backend is not None:
-        check_backend(backend)
+    check_backend(backend)
     config = get_config()
     cache = Cache.from_config(config)
     system = target_system(backend, check_arch=check_arch)

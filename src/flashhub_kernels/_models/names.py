@@ -141,9 +141,9 @@ class RepoInfo(Record):
         return f"{self.repo_id}@v{self.version}"
 
 
-def check_backend(backend: str) -> str:
-    """Return ``backend`` if it is one the variant grammar knows; raise ``ValueError``."""
-    if backend not in BACKENDS:
+def check_backend(backend: str | None) -> str | None:
+    """Return ``backend`` if it is ``None`` or one the variant grammar knows, else raise."""
+    if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
     return backend
 
