@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -120,6 +121,36 @@ def project_argument(parser: argparse.ArgumentParser) -> None:
 def kernel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo_id", type=repo_id_arg, metavar="ORG/PKG")
     version_argument(parser)
+
+
+def kernel_or_path_arg(value: str) -> str:
+    """A local kernel directory, or a repo id; a path that is no directory is refused."""
+    # stat, not Path.is_dir(), which on Python 3.14 reads any OSError as "no directory".
+    try:
+        if stat.S_ISDIR(Path(value).expanduser().stat().st_mode):
+            return value
+        exists = True
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL
+        exists = False
+    except OSError as exc:  # a name too long to look up (ENAMETOOLONG), a loop of links
+        message = f"{value!r} is not a kernel directory: {exc.strerror}"
+        raise argparse.ArgumentTypeError(message) from None
+    if exists or value.startswith(("/", ".", "~")):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a kernel directory")
+    return repo_id_arg(value)
+
+
+def kernel_or_path_argument(parser: argparse.ArgumentParser, *, package_dir: bool) -> None:
+    """The ``kernel`` positional: a kernel on the CDN, or a local kernel directory; with
+    ``package_dir``, the package's own directory too."""
+    variant = ", a variant or the package itself" if package_dir else " or a variant"
+    parser.add_argument(
+        "kernel",
+        type=kernel_or_path_arg,
+        metavar="ORG/PKG|PATH",
+        help="a kernel on the CDN, or a local kernel directory (a repo holding "
+        f"build/<variant>/, a build directory{variant})",
+    )
 
 
 # What ``--version latest`` parses to: falsy, as the option's default (None) is, so that

@@ -5,7 +5,6 @@ is not there yet) or of a local kernel directory, without running any of it."""
 from __future__ import annotations
 
 import argparse
-import stat
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -18,10 +17,10 @@ from ._common import (
     Command,
     backend_argument,
     json_argument,
+    kernel_or_path_argument,
     newest_version,
     print_json,
     remote_arguments,
-    repo_id_arg,
     shown as shown_path,
     version_argument,
 )
@@ -31,31 +30,8 @@ if TYPE_CHECKING:
     from .._loading.api_description import KernelApi
 
 
-def kernel_or_path_arg(value: str) -> str:
-    """A local kernel directory, or a repo id; a path that is no directory is refused."""
-    # stat, not Path.is_dir(), which on Python 3.14 reads any OSError as "no directory".
-    try:
-        if stat.S_ISDIR(Path(value).expanduser().stat().st_mode):
-            return value
-        exists = True
-    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL
-        exists = False
-    except OSError as exc:  # a name too long to look up (ENAMETOOLONG), a loop of links
-        message = f"{value!r} is not a kernel directory: {exc.strerror}"
-        raise argparse.ArgumentTypeError(message) from None
-    if exists or value.startswith(("/", ".", "~")):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a kernel directory")
-    return repo_id_arg(value)
-
-
 def _describe_api_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "kernel",
-        type=kernel_or_path_arg,
-        metavar="ORG/PKG|PATH",
-        help="a kernel on the CDN, or a local kernel directory (a repo holding "
-        "build/<variant>/, a build directory, a variant or the package itself)",
-    )
+    kernel_or_path_argument(parser, package_dir=True)
     version_argument(parser)
     backend_argument(parser)
     remote_arguments(parser)

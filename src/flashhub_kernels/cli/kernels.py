@@ -18,6 +18,7 @@ from ._common import (
     count,
     json_argument,
     kernel_arguments,
+    kernel_or_path_argument,
     machine,
     newest_version,
     print_json,
@@ -30,7 +31,6 @@ from ._common import (
     version_argument,
 )
 from ._exit import EXIT_FAILURE, EXIT_OK
-from .describe_api import kernel_or_path_arg
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,13 +48,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "kernel",
-        type=kernel_or_path_arg,
-        metavar="ORG/PKG|PATH",
-        help="a kernel on the CDN, or a local kernel directory (a repo holding "
-        "build/<variant>/, a build directory or a variant)",
-    )
+    kernel_or_path_argument(parser, package_dir=False)
     version_argument(parser)
     _options(parser)
     parser.add_argument(
