@@ -118,9 +118,9 @@ def _import_unchecked(info: RepoInfo, backend: str | None) -> ModuleType:
         # A module of this name, or of another that loads the same variant (imported, or
         # being imported by another thread: waited for), is the answer.
         if module_name not in sys.modules and twin_module(finder, module_name, others) is None:
-            system = target_system(backend, check_arch=False)
+            target = target_system(backend, check_arch=False)
             kernel_dir = local_override([info], backend, check_arch=False)
-            finder.add_kernel_dir(module_name, kernel_dir or use_kernel([info], system=system))
+            finder.add_kernel_dir(module_name, kernel_dir or use_kernel([info], system=target))
         return _import(module_name, check_arch=False)
 
 
@@ -189,21 +189,21 @@ def install_kernel(
 
     check_backend(backend)
     check_trust_remote_code(trust_remote_code)
-    machine = target_system(
+    target = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
     with sending(user_agent):
-        return _install(repo_id, version, revision, machine, local_files_only)
+        return _install(repo_id, version, revision, target, local_files_only)
 
 
 def _install(
     repo_id: str,
     version: int | None,
     revision: str | None,
-    system: SystemInfo,
+    target: SystemInfo,
     local_files_only: bool,
 ) -> Path:
-    """:func:`install_kernel` for the machine ``system``."""
+    """:func:`install_kernel` for the machine ``target``."""
     from .._cache.obtain import obtain_kernel
     from ..errors import OfflineError
 
@@ -216,7 +216,7 @@ def _install(
     info = RepoInfo(repo_id, requested_version(version, revision))
     try:
         entry = obtain_kernel(
-            [info], system=system, config=config._replace(offline=cache_only is not None)
+            [info], system=target, config=config._replace(offline=cache_only is not None)
         ).entry
     except OfflineError:
         if config.offline or not local_files_only:
@@ -328,14 +328,14 @@ def get_kernel_variants(
     if version is not None or revision is not None:
         version = requested_version(version, revision)
     check_backend(backend)
-    machine = target_system(
+    target = target_system(
         backend, system=system, cuda_capability=cuda_capability, rocm_arch=rocm_arch
     )
-    return _judged(repo_id, version, machine)
+    return _judged(repo_id, version, target)
 
 
-def _judged(repo_id: str, version: int | None, system: SystemInfo) -> list[VariantVerdict]:
-    """:func:`get_kernel_variants` for the machine ``system``."""
+def _judged(repo_id: str, version: int | None, target: SystemInfo) -> list[VariantVerdict]:
+    """:func:`get_kernel_variants` for the machine ``target``."""
     from .._cache.layout import Cache
     from .._variants.choice import cached_targets
     from .._variants.verdicts import judge_builds, judge_variants
@@ -348,8 +348,8 @@ def _judged(repo_id: str, version: int | None, system: SystemInfo) -> list[Varia
         if version is None:
             version = newest_version(config, repo_id, hint=_OFFLINE_VERSION_HINT)
         info = RepoInfo(repo_id, version)
-        verdicts = judge_variants(published_variants(cache, info, system), system)
-        return judge_builds(verdicts, system, cached_targets(cache, info), first_fit=False)
+        verdicts = judge_variants(published_variants(cache, info, target), target)
+        return judge_builds(verdicts, target, cached_targets(cache, info), first_fit=False)
     from .._network.choosing import ManifestReader
     from .._network.transport import remote  # the cold path's modules
     from .._network.variant_index import fetch_index
@@ -357,10 +357,10 @@ def _judged(repo_id: str, version: int | None, system: SystemInfo) -> list[Varia
 
     with remote(config) as fetcher:
         info = with_version(fetcher, repo_id, version)
-        index = fetch_index(fetcher, info, system, probe_all=True)
+        index = fetch_index(fetcher, info, target, probe_all=True)
         reader = ManifestReader(cache, fetcher, info, index)
-        verdicts = judge_variants(sorted(index.present), system)
-        return judge_builds(verdicts, system, reader.target, first_fit=False)
+        verdicts = judge_variants(sorted(index.present), target)
+        return judge_builds(verdicts, target, reader.target, first_fit=False)
 
 
 def _backend_given_as_package_name(backend: str) -> str:
@@ -423,14 +423,14 @@ def has_kernel(
         version = requested_version(version, revision)
     if repo_id in local_kernels():
         return _has_local(RepoInfo(repo_id, version or 1), backend, check_arch=check_arch)
-    system = target_system(backend, check_arch=check_arch)
+    target = target_system(backend, check_arch=check_arch)
     config = get_config()
     if version is None:  # no versions.json raises: a False would claim what is unknown
         version = newest_version(config, repo_id, hint=_OFFLINE_VERSION_HINT)
     if config.offline:
-        return _has_cached(RepoInfo(repo_id, version), system)
+        return _has_cached(RepoInfo(repo_id, version), target)
     try:
-        verdicts = _judged(repo_id, version, system)
+        verdicts = _judged(repo_id, version, target)
     except (KernelNotFoundError, NoCompatibleVariantError):
         return False
     return any(isinstance(r, VariantAccepted) for r in verdicts)
@@ -448,7 +448,7 @@ def _has_local(info: RepoInfo, backend: str | None, *, check_arch: bool) -> bool
     return True
 
 
-def _has_cached(info: RepoInfo, system: SystemInfo) -> bool:
+def _has_cached(info: RepoInfo, target: SystemInfo) -> bool:
     """:func:`has_kernel` offline: what an offline load of ``info`` finds in the cache."""
     from .._cache.layout import Cache
     from .._cache.obtain import obtain_kernel
@@ -457,11 +457,11 @@ def _has_cached(info: RepoInfo, system: SystemInfo) -> bool:
 
     config = get_config()
     try:
-        obtain_kernel([info], config=config, system=system)
+        obtain_kernel([info], config=config, system=target)
     except NoCompatibleVariantError:
         return False
     except OfflineError:
-        if not has_variant(Cache.from_config(config), info, system):
+        if not has_variant(Cache.from_config(config), info, target):
             return False
         raise
     return True
