@@ -123,6 +123,8 @@ class Answers:
         return _network_hint(proxied=self._proxied)
 
 
+# The last thing the hints below offer: the cache alone.
+_OFFLINE_HINT = "set FLASHHUB_OFFLINE=1 to use only what is cached"
 # When a mirror served a web page in place of a document or a file.
 _PORTAL_HINT = (
     "a mirror that answers every path with a web page is a captive portal or a login "
@@ -137,8 +139,7 @@ MALFORMED_HINT = (
 # When each mirror failed and all are file:// trees: nothing of the network is at fault.
 FILE_MIRROR_HINT = (
     "check the file:// trees FLASHHUB_CDN_URL names: a tree holds the files `flashhub "
-    "publish` wrote, readable, and nothing else; or set FLASHHUB_OFFLINE=1 to use only "
-    "what is cached"
+    f"publish` wrote, readable, and nothing else; or {_OFFLINE_HINT}"
 )
 
 # Where requests takes a mirror's credentials from (the URL's win).
@@ -165,11 +166,11 @@ def _network_hint(*, proxied: bool) -> str:
     if proxied:
         return (
             "check the proxy settings (https_proxy, http_proxy, all_proxy, no_proxy) and "
-            "that the proxy is up, or set FLASHHUB_OFFLINE=1 to use only what is cached"
+            f"that the proxy is up, or {_OFFLINE_HINT}"
         )
     return (
         "check the network and FLASHHUB_CDN_URL (comma-separate several mirrors), "
-        "or set FLASHHUB_OFFLINE=1 to use only what is cached"
+        f"or {_OFFLINE_HINT}"
     )
 
 
@@ -196,7 +197,7 @@ def retry_later(failed: str, when: str, longest_wait: int) -> MirrorFailed:
         "waits, so it was not retried",
         hint="the CDN is overloaded, limits this client's requests, or is down for "
         f"maintenance: load again {when}, or add another mirror to FLASHHUB_CDN_URL "
-        "(comma-separated), or set FLASHHUB_OFFLINE=1 to use only what is cached",
+        f"(comma-separated), or {_OFFLINE_HINT}",
     )
 
 

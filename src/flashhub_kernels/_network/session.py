@@ -300,9 +300,14 @@ def route_for(mirror_url: str) -> Route:
     """Resolve credentials and proxies for one mirror from its URL and the environment."""
     base_url, auth = split_credentials(mirror_url)
     if auth is None:
-        netrc = requests.utils.get_netrc_auth(base_url)
-        auth = (netrc[0], netrc[1]) if netrc else None
+        auth = _netrc_auth(base_url)
     return Route(base_url, auth, proxies_for(base_url))
+
+
+def _netrc_auth(url: str) -> tuple[str, str] | None:
+    """The login and password of ``url``'s netrc entry, if it has one."""
+    found = requests.utils.get_netrc_auth(url)
+    return (found[0], found[1]) if found else None
 
 
 def proxies_for(url: str) -> dict[str, str]:
@@ -398,7 +403,7 @@ class _Session(requests.Session):
     def __init__(self) -> None:
         super().__init__()
         self._proxies: dict[str, dict[str, str]] = {}
-        self._netrc_auth: dict[str, tuple[str, str] | None] = {}
+        self._netrc_logins: dict[str, tuple[str, str] | None] = {}
 
     def rebuild_proxies(
         self, prepared_request: requests.PreparedRequest, proxies: dict[str, str] | None
@@ -421,10 +426,9 @@ class _Session(requests.Session):
         if "Authorization" in prepared_request.headers:
             return
         origin = _split_origin(prepared_request.url or "")[0]
-        if origin not in self._netrc_auth:
-            found = requests.utils.get_netrc_auth(origin)
-            self._netrc_auth[origin] = (found[0], found[1]) if found else None
-        auth = self._netrc_auth[origin]
+        if origin not in self._netrc_logins:
+            self._netrc_logins[origin] = _netrc_auth(origin)
+        auth = self._netrc_logins[origin]
         if auth is not None:
             prepared_request.prepare_auth(auth)
 
