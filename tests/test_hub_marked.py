@@ -10,7 +10,9 @@ marks a class (two class attributes, ``forward`` left alone), and hold functions
 from __future__ import annotations
 
 import copy
+import json
 import pickle
+import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,9 +20,11 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import run_python
 from flashhub_kernels import Mode, get_kernelized_layers, kernelize, use_kernel_mapping
 from flashhub_kernels.layers import _mapping
-from test_layers import SiluAndMul, calls, local_layers, reference_silu_and_mul
+from support.cdn_server import CdnServer
+from test_layers import SiluAndMul, calls, local_layers, publish_layers, reference_silu_and_mul
 
 
 @pytest.fixture(autouse=True)
@@ -138,3 +142,58 @@ def test_copies_and_pickles_of_a_hugging_face_marked_layer_keep_the_kernel_bound
     shallow = copy.copy(model[0])
     assert shallow.forward.__self__ is shallow
     assert calls(layers) == ["a"] * 2 and calls(funcs) == ["b"] * 2
+
+
+HUB_MARKED_PY = """
+from torch import nn
+
+
+class SiluAndMul(nn.Module):
+    def forward(self, x):
+        return x[..., : x.shape[-1] // 2] * 0
+
+
+# As Hugging Face kernels' replace_kernel_forward_from_hub marks it.
+SiluAndMul.kernel_layer_name = "SiluAndMul"
+SiluAndMul.kernel_condition = staticmethod(lambda module: True)
+"""
+
+
+def test_a_pickled_model_of_hugging_face_marked_layers_runs_its_kernels_in_a_new_process(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """The process that unpickles it never kernelizes, nor maps anything."""
+    publish_layers(cdn, "acme/silu-layers", "cdn")
+    (tmp_path / "hub_models.py").write_text(HUB_MARKED_PY)
+    pickled = tmp_path / "model.pkl"
+    kernelize_and_pickle = f"""
+        import pickle
+        from torch import nn
+        from flashhub_kernels import LayerRepository, kernelize, use_kernel_mapping
+        from hub_models import SiluAndMul
+
+        repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
+        with use_kernel_mapping({{"SiluAndMul": {{"cpu": repo}}}}):
+            model = kernelize(nn.Sequential(SiluAndMul()), device="cpu")
+        with open({str(pickled)!r}, "wb") as f:
+            pickle.dump(model, f)
+    """
+    run_python(textwrap.dedent(kernelize_and_pickle), cwd=tmp_path)
+    unpickle_and_run = f"""
+        import json, pickle, sys
+        import torch
+        import torch.nn.functional as F
+
+        with open({str(pickled)!r}, "rb") as f:
+            model = pickle.load(f)
+        x = torch.randn(4, 16) + 5
+        out = model(x)
+        print(json.dumps([
+            sys.modules["flashhub.acme.silu_layers.v1.layers"].CALLS,
+            torch.allclose(out, F.silu(x[..., :8]) * x[..., 8:]),
+        ]))
+    """
+    kernel_calls, as_kernel = json.loads(
+        run_python(textwrap.dedent(unpickle_and_run), cwd=tmp_path)
+    )
+    assert kernel_calls == ["cdn"] and as_kernel

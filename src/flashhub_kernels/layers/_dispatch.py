@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from types import MethodType
 from typing import Any, TypeVar
@@ -208,6 +209,9 @@ def _model_target(model: nn.Module) -> Target:
     )
 
 
+_RESTORES_ATTR = "_flashhub_restores_its_class"
+
+
 def _marked_in(
     module: nn.Module, hub_marks: dict[type[nn.Module], LayerMark | None]
 ) -> Iterator[tuple[nn.Module, LayerMark]]:
@@ -234,12 +238,35 @@ def _adopted(cls: type[nn.Module]) -> LayerMark | None:
     return mark
 
 
+class _RestoresItsClass:
+    """Kept on a kernelized module of a class that Hugging Face kernels marked, whose
+    ``__setstate__`` only ``kernelize`` makes restore what it bound (:func:`_adopted`):
+    in a process that unpickles the module, this is unpickled with the module's state,
+    before that state is set, and gives the module's class that ``__setstate__`` first.
+    It holds the module weakly: a module that held itself would wait for the garbage
+    collector, with its tensors, once the program drops it."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self._module = weakref.ref(module)
+
+    def __reduce__(self) -> tuple[Callable[[nn.Module], _RestoresItsClass], tuple[Any]]:
+        return _restoring, (self._module(),)
+
+
+def _restoring(module: nn.Module) -> _RestoresItsClass:
+    """The module, not yet given its state, gets its class's restoring ``__setstate__``."""
+    restore_after_setstate(type(module), restore_kernelized)
+    return _RestoresItsClass(module)
+
+
 def _bind(module: nn.Module, mark: LayerMark, chosen: Chosen | None) -> None:
     """Bind the forward of the chosen kernel layer, or the original, to ``module``, and
     note the kernel layer's repository on it (for ``get_kernelized_layers``)."""
     layer, repo = chosen if chosen is not None else (None, None)
     forward = mark.original if layer is None else layer.forward
     module.forward = MethodType(_named_forward(forward), module)
+    if mark_of(type(module).forward) is None:  # Hugging Face kernels marked its class
+        module.__dict__[_RESTORES_ATTR] = _RestoresItsClass(module)
     if repo is None:
         module.__dict__.pop(KERNEL_REPO_ATTR, None)
     else:
