@@ -30,8 +30,8 @@ from flashhub_kernels._signing.trusted_keys import (
     key_id_of,
     load_trusted_keys,
     parse_trusted_keys,
+    read_trusted_keys,
 )
-from flashhub_kernels._utils.pyproject import read_trusted_keys
 from flashhub_kernels.errors import ConfigError, PublishError
 from support.cli_runner import flashhub, flashhub_child, ok_json
 from support.preloaded import run_code

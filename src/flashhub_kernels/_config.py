@@ -398,7 +398,7 @@ def _project_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
     if known is not None and known[0] == stamp:
         return known[1]
     if _may_list_trusted_keys(path):
-        from ._utils.pyproject import read_trusted_keys
+        from ._signing.trusted_keys import read_trusted_keys
 
         keys = read_trusted_keys(path)
     else:

@@ -7,7 +7,9 @@ Its key id is the first 16 hex digits of the sha256 of the raw key.
 A process that trusts keys parses them once, at its first load, warm loads included, so
 this module is kept as light as the import hook: the standard library's ``base64``,
 ``hashlib`` and ``os`` only, and no ``re``, ``dataclasses`` or ``typing``. The
-signatures themselves are :mod:`.verification`'s business, on the cold path.
+signatures themselves are :mod:`.verification`'s business, on the cold path. The keys a
+project's ``pyproject.toml`` lists are read here too (:func:`read_trusted_keys`), which
+imports the TOML reader when it runs.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import hashlib
 import os
 import stat
 
-from .._constants import TRUSTED_KEYS_VAR
+from .._constants import PROJECT_FILE_BYTES, TRUSTED_KEYS_VAR
 from .._models.names import module_segment, parse_repo_id
 from .._models.record import Record
 
@@ -26,6 +28,7 @@ from .._models.record import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from ..errors import ConfigError
 
@@ -39,6 +42,7 @@ __all__ = [
     "no_key_error",
     "parse_trusted_keys",
     "public_key_line",
+    "read_trusted_keys",
     "shown_key_id",
 ]
 
@@ -245,6 +249,57 @@ def load_trusted_keys(value: str, *, source: str = TRUSTED_KEYS_VAR) -> tuple[Tr
     if not keys:
         raise no_key_error(f"{source}={value!r}", f"unset {source}")
     return keys
+
+
+def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
+    """``[tool.flashhub] trusted-keys`` of a ``pyproject.toml``: a list of public keys,
+    each ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (or one
+    string of them, as ``FLASHHUB_TRUSTED_KEYS`` takes it).
+
+    Raises:
+        ConfigError: the file cannot be read (not TOML, nested too deeply), the list
+            is malformed, as for a malformed ``FLASHHUB_*`` setting, or it names no key
+            (``[]``, ``","``).
+    """
+    # Only a project whose file may list keys comes here: the TOML reader and the errors.
+    from .._utils.filesystem import read_regular
+    from .._utils.pyproject import load_toml, lookup
+    from ..errors import ConfigError, LockfileError
+
+    source = f"{path} [tool.flashhub] trusted-keys"
+    fix = f"fix [tool.flashhub] trusted-keys in {path}"
+    try:
+        data = read_regular(path, PROJECT_FILE_BYTES)
+        keys = lookup(load_toml(data), "tool", "flashhub", "trusted-keys")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the trusted keys in {path}: {exc}", hint="make the file readable"
+        ) from None
+    except LockfileError as exc:  # no TOML parser: Python 3.10 without tomli
+        message = f"cannot read the trusted keys in {path}: {exc.message}"
+        raise ConfigError(message, hint=exc.hint) from None
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot read the trusted keys in {path}: the file {exc}",
+            hint="fix the file's TOML",
+        ) from None
+    if keys is None:
+        return ()
+    if isinstance(keys, str):
+        keys = [keys]
+    if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+        raise ConfigError(
+            f"{source} must be a list of strings, e.g. "
+            '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]',
+            hint=fix,
+        )
+    try:
+        parsed = parse_trusted_keys("\n".join(keys), source=source)
+    except ConfigError as exc:  # its hint names the source; this one says where it is
+        raise ConfigError(exc.message, hint=fix) from None
+    if not parsed:
+        raise no_key_error(source, "remove the setting")
+    return parsed
 
 
 def _read_keys_file(path: str, source: str) -> str:

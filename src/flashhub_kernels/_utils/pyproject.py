@@ -1,70 +1,17 @@
-"""A project's ``pyproject.toml``: the TOML reader, and the trusted keys it may list.
+"""A project's ``pyproject.toml``: the TOML reader, and a key looked up in its tables.
 
-The settings (:mod:`~.._config`) read ``[tool.flashhub] trusted-keys`` here, the lock files
-(:mod:`~.._lockfiles.format`) ``[tool.flashhub.dependencies]`` through :func:`load_toml`.
+The lock files (:mod:`~.._lockfiles.project`) read ``[tool.flashhub.dependencies]``
+through :func:`load_toml`, the trusted keys
+(:func:`~.._signing.trusted_keys.read_trusted_keys`) ``[tool.flashhub] trusted-keys``.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._constants import PROJECT_FILE_BYTES
 from .._models.manifest import parse_capped
-from .._signing.trusted_keys import no_key_error, parse_trusted_keys
-from ..errors import ConfigError, LockfileError
-from .filesystem import read_regular
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from .._signing.trusted_keys import TrustedKey
-
-
-def read_trusted_keys(path: Path) -> tuple[TrustedKey, ...]:
-    """``[tool.flashhub] trusted-keys`` of a ``pyproject.toml``: a list of public keys,
-    each ``flashhub-ed25519:<base64>`` or ``<org>:flashhub-ed25519:<base64>`` (or one
-    string of them, as ``FLASHHUB_TRUSTED_KEYS`` takes it).
-
-    Raises:
-        ConfigError: the file cannot be read (not TOML, nested too deeply), the list
-            is malformed, as for a malformed ``FLASHHUB_*`` setting, or it names no key
-            (``[]``, ``","``).
-    """
-    source = f"{path} [tool.flashhub] trusted-keys"
-    fix = f"fix [tool.flashhub] trusted-keys in {path}"
-    try:
-        data = read_regular(path, PROJECT_FILE_BYTES)
-        keys = lookup(load_toml(data), "tool", "flashhub", "trusted-keys")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the trusted keys in {path}: {exc}", hint="make the file readable"
-        ) from None
-    except LockfileError as exc:  # no TOML parser: Python 3.10 without tomli
-        message = f"cannot read the trusted keys in {path}: {exc.message}"
-        raise ConfigError(message, hint=exc.hint) from None
-    except ValueError as exc:
-        raise ConfigError(
-            f"cannot read the trusted keys in {path}: the file {exc}",
-            hint="fix the file's TOML",
-        ) from None
-    if keys is None:
-        return ()
-    if isinstance(keys, str):
-        keys = [keys]
-    if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
-        raise ConfigError(
-            f"{source} must be a list of strings, e.g. "
-            '["flashhub-ed25519:...", "<org>:flashhub-ed25519:..."]',
-            hint=fix,
-        )
-    try:
-        parsed = parse_trusted_keys("\n".join(keys), source=source)
-    except ConfigError as exc:  # its hint names the source; this one says where it is
-        raise ConfigError(exc.message, hint=fix) from None
-    if not parsed:
-        raise no_key_error(source, "remove the setting")
-    return parsed
+from ..errors import LockfileError
 
 
 def lookup(document: dict[str, Any], *keys: str) -> object:
