@@ -46,11 +46,12 @@ from typing import Any, Literal
 
 from .._constants import PROJECT_FILE_BYTES
 from .._models.kernel_metadata import dependency_label, format_cycle
-from .._models.manifest import dump_json, parse_capped
+from .._models.manifest import dump_json
 from .._models.names import RepoInfo, check_version, parse_repo_id
 from .._models.record import Record
 from .._signing.trusted_keys import is_key_id
 from .._utils.filesystem import read_regular
+from .._utils.parsing import parse_capped
 from ..errors import LockfileError, LockfileNotFoundError
 
 LOCKFILE_NAME = "flashhub.lock"

@@ -20,11 +20,12 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._utils.escaping import escape_controls
+from .._utils.parsing import parse_capped
 from ..errors import ManifestError
 from .names import MAX_VERSION, RepoInfo
 from .record import Record
@@ -162,36 +163,6 @@ def _nests_deeper(document: Any, levels: int) -> bool:
         inner = (item.values() if isinstance(item, dict) else item for item in layer)
         layer = [value for values in inner for value in values if isinstance(value, dict | list)]
     return bool(layer)
-
-
-def parse_capped(
-    data: bytes,
-    parse: Callable[[bytes], Any],
-    language: str,
-    syntax_error: type[ValueError],
-    limit: int | None = None,
-) -> Any:
-    """``parse(data)``, a document in ``language`` (JSON, TOML), within the bounds that
-    input from elsewhere needs: at most ``limit`` bytes, and no integer longer or
-    nesting deeper than Python's parsers take. Past those the parsers raise
-    ``ValueError`` (Python's limit on the digits of an int it converts) and
-    ``RecursionError``, which say nothing of the document.
-
-    Raises:
-        ValueError: saying what is wrong, worded to follow the document's name
-            (``f"{name} {exc}"``): "is not valid JSON: ...", "is nested too deeply".
-    """
-    if limit is not None and len(data) > limit:
-        # At least: a body is read no further than the chunk that takes it past the limit.
-        raise ValueError(f"is over the {limit >> 20} MiB limit (at least {len(data)} bytes)")
-    try:
-        return parse(data)
-    except (UnicodeDecodeError, syntax_error) as exc:
-        raise ValueError(f"is not valid {language}: {exc}") from None
-    except ValueError:
-        raise ValueError("holds an integer with too many digits") from None
-    except RecursionError:
-        raise ValueError("is nested too deeply") from None
 
 
 def manifest_source(info: RepoInfo, variant: str) -> str:

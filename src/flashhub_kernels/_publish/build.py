@@ -16,12 +16,12 @@ from .._models.manifest import (
     check_relative_path,
     content_hash,
     dump_json,
-    parse_capped,
     parse_metadata,
 )
 from .._models.record import Record
 from .._utils.escaping import escape_controls
 from .._utils.file_names import name_error, named_as_utf8
+from .._utils.parsing import parse_capped
 from .._variants.grammar import VariantNameError, is_variant_name, parse_variant
 from ..errors import ManifestError, PublishError
 from .layout import UNHASHED_FILES, VARIANTS, SourceFile, hash_file

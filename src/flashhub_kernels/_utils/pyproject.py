@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .._models.manifest import parse_capped
 from ..errors import LockfileError
+from .parsing import parse_capped
 
 
 def lookup(document: dict[str, Any], *keys: str) -> object:
@@ -24,7 +24,7 @@ def lookup(document: dict[str, Any], *keys: str) -> object:
 
 def load_toml(data: bytes) -> dict[str, Any]:
     """``data`` as TOML; ``ValueError`` saying why not (see
-    :func:`~.._models.manifest.parse_capped`)."""
+    :func:`~.parsing.parse_capped`)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
