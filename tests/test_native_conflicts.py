@@ -113,7 +113,7 @@ def run_child(body: str) -> dict[str, Any]:
         import json, os, sys
         import torch
         import flashhub_kernels as fk
-        from flashhub_kernels._network import hashing as _hashing
+        from flashhub_kernels._utils import hashing as _hashing
         result = {"hashed": 0, "errors": []}
         _sha256_file = _hashing.sha256_file
         def counting(path):

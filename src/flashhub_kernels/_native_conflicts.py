@@ -82,7 +82,7 @@ def _listed_digest(library: Library) -> bytes:
 
 
 def _hashed(library: Library) -> bytes:
-    from ._network.hashing import sha256_file
+    from ._utils.hashing import sha256_file
 
     return sha256_file(Path(library.path))
 

@@ -79,7 +79,7 @@ def compile_bytecode(entry: Path, sources: Iterable[str]) -> dict[str, tuple[int
 
 def bytecode_record(path: Path) -> tuple[int, int, str]:
     """What a receipt records of a ``.pyc`` file: its size, ``mtime_ns`` and sha256."""
-    from .._network.hashing import sha256_file  # the cold path and the cache commands only
+    from .._utils.hashing import sha256_file  # the cold path and the cache commands only
 
     return (*receipt_stamp(path), sha256_file(path).hex())
 

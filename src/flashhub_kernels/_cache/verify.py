@@ -16,10 +16,10 @@ from .._config import Config, get_config
 from .._constants import MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME
 from .._models.manifest import Manifest, parse_metadata
 from .._models.record import Record
-from .._network.hashing import sha256_file
 from .._signing.verification import holds_trusted_signature, verify_document
 from .._utils.file_names import check_cached_names
 from .._utils.filesystem import read_regular, replaced_name
+from .._utils.hashing import sha256_file
 from ..errors import ManifestError, SignatureError
 from .bytecode import bytecode_path, compile_bytecode, foreign_bytecode, receipt_stamp
 from .directories import cache_errors, remove_tree, settle_modes

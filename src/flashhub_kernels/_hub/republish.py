@@ -28,12 +28,12 @@ from .._constants import MANIFEST_NAME
 from .._models.manifest import check_relative_path, dump_json, load_json
 from .._models.names import RepoInfo
 from .._models.record import Record
-from .._network.hashing import CHUNK_SIZE
 from .._publish import KeySource, PublishReport, publish
 from .._publish.destination import open_destination
 from .._publish.layout import UNHASHED_FILES
 from .._publish.publisher import VersionTakenError
 from .._publish.signatures import signing_keys
+from .._utils.hashing import CHUNK_SIZE
 from .._variants.grammar import is_variant_name
 from .._variants.named_system import target_system
 from .._variants.system import SystemInfo

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .._constants import MANIFEST_NAME
 from .._models.manifest import RESERVED_NAMES, load_json, manifest_of
-from .._network.hashing import sha256_file
+from .._utils.hashing import sha256_file
 from .._utils.logs import logger
 from ..errors import IntegrityError, ManifestError
 

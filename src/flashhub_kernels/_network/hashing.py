@@ -10,12 +10,11 @@ import stat
 import threading
 from pathlib import Path
 
+from .._utils.hashing import CHUNK_SIZE
 from .._utils.reserve import reserve
 from .._utils.threads import started
 from ..errors import CacheError, IntegrityError
 from .progress import NO_PROGRESS, Progress
-
-CHUNK_SIZE = 1 << 20  # large reads: fewer syscalls, and hashlib drops the GIL above 2 KiB
 
 # Past this many bytes a file is hashed on a worker thread, overlapping the hash with
 # receiving and writing (hashlib releases the GIL, so the two run on separate cores).
@@ -243,12 +242,3 @@ def _open_own(path: Path) -> tuple[int, bool]:
     os.close(fd)
     os.unlink(path)
     return os.open(path, flags | os.O_EXCL, 0o644), True
-
-
-def sha256_file(path: Path) -> bytes:
-    """Hash a file on disk in large chunks (``flashhub cache verify``)."""
-    hasher = hashlib.sha256()
-    with open(path, "rb", buffering=0) as file:
-        while chunk := file.read(CHUNK_SIZE):
-            hasher.update(chunk)
-    return hasher.digest()

@@ -45,11 +45,12 @@ from urllib3.exceptions import ConnectTimeoutError
 
 from .._config import CDN_URL_HINT, Config, config_error
 from .._models.names import is_digits
+from .._utils.hashing import CHUNK_SIZE
 from .._utils.logs import logger
 from .._utils.urls import redact_queries, redact_text, redact_url, split_url
 from .answers import listed_404_hint, not_modified, other_host_hint, redirect_loop, web_page
 from .certificates import untrusted_certificate_hint
-from .hashing import CHUNK_SIZE, HashingWriter, WrongSize
+from .hashing import HashingWriter, WrongSize
 from .mirrors import (
     AccessDenied,
     Mirror,

@@ -39,8 +39,9 @@ from pathlib import Path
 
 from .._utils.ctrl_c import stop_after_ctrl_c
 from .._utils.filesystem import open_regular
+from .._utils.hashing import CHUNK_SIZE
 from .._utils.urls import file_url_path, redact_url
-from .hashing import CHUNK_SIZE, INTEGRITY_HINT, HashingWriter
+from .hashing import INTEGRITY_HINT, HashingWriter
 
 
 class NotPublished(Exception):

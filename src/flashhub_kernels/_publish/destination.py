@@ -29,9 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from .._network.hashing import CHUNK_SIZE
 from .._network.object_store import ObjectMissing, Store, StoreError, is_url
 from .._utils.filesystem import write_atomic
+from .._utils.hashing import CHUNK_SIZE
 from .._utils.logs import logger
 from .._utils.processes import another_process_alive, idle_for, owner_suffix, this_host
 from ..errors import PublishError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .._constants import MANIFEST_NAME
 from .._models.record import Record
-from .._network.hashing import sha256_file
+from .._utils.hashing import sha256_file
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
