@@ -4,7 +4,8 @@ to the Hub: ``trust_remote_code=`` and ``user_agent=``, taken here by the same n
 ``trust_remote_code`` is checked and changes nothing: what loads is what the configured
 CDN serves, and publishers are trusted by their signatures (``FLASHHUB_TRUSTED_KEYS``,
 ``FLASHHUB_REQUIRE_SIGNATURES``). ``user_agent`` is appended to the ``User-Agent`` of the
-requests of the call: it is set in a context variable, which
+requests of the call: it is set in a context variable
+(:data:`~.._utils.user_agent.appended_user_agent`), which
 :func:`~.._network.session.new_session` reads when a download run opens its session, so
 it reaches the requests of the kernel's dependencies too, and of no other call.
 Importing this module imports nothing of the cold path.
@@ -14,10 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
 
-#: The text appended to the ``User-Agent`` of this context's requests, if any.
-appended_user_agent: ContextVar[str | None] = ContextVar("flashhub_user_agent", default=None)
+from .._utils.user_agent import appended_user_agent
 
 
 def check_trust_remote_code(trust_remote_code: object) -> None:

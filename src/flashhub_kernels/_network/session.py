@@ -45,7 +45,6 @@ from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
 
 from .._constants import __version__
-from .._loading.hub_arguments import appended_user_agent
 from .._models.record import Record
 from .._utils.log_redaction import hide_queries_in_urllib3_logs, sending_request
 from .._utils.urls import (
@@ -57,6 +56,7 @@ from .._utils.urls import (
     split_credentials,
     split_url,
 )
+from .._utils.user_agent import appended_user_agent
 from ..errors import TransportError
 from .answers import retry_later
 from .certificates import ca_bundle
