@@ -13,10 +13,10 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._cache_imports import TABLE_DIR
 from .._constants import INDEX_NAME
-from .._lockfiles.format import Lockfile
 from .._models.record import Record
 from .._utils.filesystem import replaced_name
 from .._variants.device_arch import GPU_RECORD_NAME
@@ -32,6 +32,9 @@ from .mutex import hold_if_free, mutex_mode
 from .staging import evict, remove_stale_staging, unused
 from .verify import ENTRY_RECORDS, verify_entry
 from .versions_seen import VERSIONS_SEEN_NAME
+
+if TYPE_CHECKING:
+    from .._lockfiles.format import Lockfile
 
 # A temporary file not modified for this long is no writer's: each is written in one go,
 # in well under a second, and renamed or removed at once, except by a process killed.
