@@ -20,8 +20,7 @@ from collections.abc import Collection, Sequence
 from .._cache.layout import Cache, VariantIndex
 from .._cache.receipt import read_receipt
 from .._constants import MANIFEST_NAME
-from .._lockfiles.format import check_variant_name
-from .._models.manifest import Manifest, parse_metadata
+from .._models.manifest import Manifest, check_variant_segment, parse_metadata
 from .._models.names import RepoInfo
 from .._models.record import Record
 from .._utils.filesystem import read_regular
@@ -172,7 +171,7 @@ class CachedVariant(Record):
 def cached_variant(cache: Cache, info: RepoInfo, variant: str) -> CachedVariant | None:
     """The manifest and file sizes of a committed entry, or ``None`` if it is not cached."""
     try:
-        check_variant_name(variant)  # a name from the CDN: never made a path unchecked
+        check_variant_segment(variant)  # a name from the CDN: never made a path unchecked
     except ValueError:
         return None
     entry = cache.entry_dir(info, variant)

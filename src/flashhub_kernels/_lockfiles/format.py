@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 from .._constants import PROJECT_FILE_BYTES
 from .._models.kernel_metadata import dependency_label, format_cycle
-from .._models.manifest import dump_json
+from .._models.manifest import check_variant_segment, dump_json
 from .._models.names import RepoInfo, check_version, parse_repo_id
 from .._models.record import Record
 from .._signing.trusted_keys import is_key_id
@@ -57,19 +57,10 @@ from ..errors import LockfileError, LockfileNotFoundError
 LOCKFILE_NAME = "flashhub.lock"
 FORMAT_VERSION = 1
 _HASH = re.compile(r"sha256-[0-9a-f]{64}")
-# Variant names become cache directory names; the cache relies on them holding no dots.
-_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 REGENERATE = "regenerate it with `flashhub lock` in the project directory"
 _HF_LOCKFILE_NAME = "kernels.lock"  # Hugging Face kernels' lock: Hub commits, not read here
 VariantsSource = Literal["published", "probed"]
 _VARIANTS_SOURCES: tuple[VariantsSource, ...] = ("published", "probed")
-
-
-def check_variant_name(name: object) -> str:
-    """Return ``name`` if it is a safe variant name; raise ``ValueError`` otherwise."""
-    if not isinstance(name, str) or not _VARIANT_NAME.fullmatch(name):
-        raise ValueError(f"{name!r} is not a variant name (letters, digits, '.', '-' and '_')")
-    return name
 
 
 class LockedKernel(Record):
@@ -364,7 +355,7 @@ def _parse_kernel(item: object) -> _Parsed:
         raise ValueError(f'{repo_id}: "variants" must map each variant to its hash')
     hashes, signers = {}, {}
     for name, entry in variants.items():
-        check_variant_name(name)
+        check_variant_segment(name)
         content_hash = entry.get("hash") if isinstance(entry, dict) else None
         if not isinstance(content_hash, str) or not _HASH.fullmatch(content_hash):
             raise ValueError(f'{repo_id}, variant {name}: "hash" must be "sha256-<64 hex>"')

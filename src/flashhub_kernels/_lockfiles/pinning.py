@@ -21,7 +21,7 @@ from .._cache.versions_seen import check_newest
 from .._config import Config, get_config
 from .._constants import MANIFEST_NAME, PYPROJECT_NAME
 from .._models.kernel_metadata import check_dependency, dependency_label, read_kernel_metadata
-from .._models.manifest import manifest_source
+from .._models.manifest import check_variant_segment, manifest_source
 from .._models.names import RepoInfo
 from .._network.choosing import newest_fitting_version
 from .._network.documents import (
@@ -51,7 +51,6 @@ from .format import (
     Lockfile,
     NewerFormatError,
     VariantsSource,
-    check_variant_name,
     read_lockfile,
 )
 from .offline_check import check_lock_offline
@@ -440,7 +439,7 @@ def _published_variant_names(fetcher: Fetcher, info: RepoInfo) -> list[str] | No
         return None
     try:
         for name in names:
-            check_variant_name(name)
+            check_variant_segment(name)
     except ValueError as exc:
         raise LockfileError(f"{source}: {exc}", hint="report it to the publisher") from None
     if not names:

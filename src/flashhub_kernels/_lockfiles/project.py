@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._constants import PROJECT_FILE_BYTES, PYPROJECT_NAME
+from .._models.manifest import check_variant_segment
 from .._models.names import MAX_VERSION, check_version, parse_repo_id
 from .._models.record import Record
 from .._utils.filesystem import read_regular
 from .._utils.pyproject import load_toml, lookup
 from .._variants.grammar import parse_variant
 from ..errors import LockfileError
-from .format import check_variant_name
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -38,11 +38,11 @@ DEPENDENCY_TABLES = (("tool", "flashhub", "dependencies"), ("tool", "kernels", "
 def check_lockable_variant(name: object) -> str:
     """Return ``name`` if a project may ask to lock it; raise ``ValueError`` otherwise.
 
-    Stricter than :func:`~flashhub_kernels._lockfiles.format.check_variant_name`: the
+    Stricter than :func:`~flashhub_kernels._models.manifest.check_variant_segment`: the
     name must follow the variant grammar, since a name no system can load would only be
     dead weight in a lock.
     """
-    checked = check_variant_name(name)
+    checked = check_variant_segment(name)
     parse_variant(checked)  # its VariantNameError is a ValueError
     return checked
 

@@ -31,6 +31,9 @@ from .names import MAX_VERSION, RepoInfo
 from .record import Record
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")  # NUL and the other C0 controls, DEL
+# A variant name becomes the name of a cache directory: no leading dot, since the cache's
+# staging, partial and trash directories start with one.
+_VARIANT_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 MAX_DOCUMENT_BYTES = 1 << 20
 # A builder's metadata.json nests 3 levels. The bound is fixed, not Python's recursion
@@ -96,6 +99,19 @@ def decode_digest(value: object) -> bytes:
 def encode_digest(raw: bytes) -> str:
     """The form writers emit: standard base64 with padding."""
     return base64.b64encode(raw).decode("ascii")
+
+
+def check_variant_segment(name: object) -> str:
+    """Return ``name`` if a variant of that name is safe as one path segment: 1 to 200
+    ASCII letters, digits, ``.``, ``-`` and ``_``, the first a letter or digit; raise
+    ``ValueError`` otherwise.
+
+    Not the variant grammar (:func:`~.._variants.grammar.is_variant_name`): a name from
+    the CDN or a lock file need only be safe to look up, not one a system can load.
+    """
+    if not isinstance(name, str) or not _VARIANT_SEGMENT.fullmatch(name):
+        raise ValueError(f"{name!r} is not a variant name (letters, digits, '.', '-' and '_')")
+    return name
 
 
 def check_relative_path(path: object) -> str:
