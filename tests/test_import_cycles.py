@@ -6,6 +6,10 @@ the report). Only an import under ``if TYPE_CHECKING:`` is none, since it never 
 cycle through any mix of lazy and module-level edges fails: a lazy import hides a cycle
 from the interpreter, not from the reader, and the modules on it still depend on each
 other both ways.
+
+Between packages (each subpackage of ``flashhub_kernels``, and each of its top-level
+modules, as one node) only module-level imports count: a function's import may reach back
+into a package whose module-level imports reach this one, as long as no module does.
 """
 
 from __future__ import annotations
@@ -160,6 +164,24 @@ def describe(cycle: list[str], graph: Graph, src: Path = SRC) -> str:
     return chain + "".join(where)
 
 
+def _package_of(module: str) -> str:
+    """``flashhub_kernels._cache.obtain`` -> ``flashhub_kernels._cache``: the subpackage or
+    top-level module of its package that ``module`` is part of."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: Graph) -> Graph:
+    """The module-level imports of ``graph`` between packages, each with the first import
+    (by importer, then imported module) that makes it."""
+    packages: Graph = {_package_of(name): {} for name in graph}
+    for importer, imported in sorted(graph.items()):
+        for target, edge in sorted(imported.items()):
+            source, destination = _package_of(importer), _package_of(target)
+            if not edge.lazy and source != destination:
+                packages[source].setdefault(destination, edge)
+    return packages
+
+
 def _write_package(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = root / name
@@ -171,6 +193,12 @@ def test_no_import_cycle() -> None:
     graph = read_graph(SRC, PACKAGES)
     cycles = [describe(cycle, graph) for cycle in find_cycles(graph)]
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_import_cycle_between_packages_at_module_level() -> None:
+    graph = package_graph(read_graph(SRC, ["flashhub_kernels"]))
+    cycles = [describe(cycle, graph) for cycle in find_cycles(graph)]
+    assert not cycles, "import cycles between packages at module level:\n" + "\n".join(cycles)
 
 
 def test_the_reader_sees_when_each_import_runs() -> None:
@@ -237,3 +265,28 @@ def test_a_type_checking_import_closes_no_cycle(tmp_path: Path) -> None:
     assert graph["pkg.b"]["pkg.c"].lazy
     assert graph["pkg.c"] == {}
     assert find_cycles(graph) == []
+
+
+def test_a_cycle_between_packages_is_found_at_module_level_only(tmp_path: Path) -> None:
+    """No module reaches back to itself, yet the packages ``a`` and ``b`` import each
+    other at module level; ``c`` imports ``a`` back only inside a function."""
+    _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a/__init__.py": "",
+            "pkg/a/x.py": "from ..b import y\n",
+            "pkg/a/w.py": "from .. import c\n",
+            "pkg/b/__init__.py": "",
+            "pkg/b/y.py": "",
+            "pkg/b/z.py": "from ..a import w\n",
+            "pkg/c.py": "def f():\n    from .a import x\n",
+        },
+    )
+    graph = read_graph(tmp_path, ["pkg"])
+    assert find_cycles(graph) == []
+    packages = package_graph(graph)
+    assert find_cycles(packages) == [["pkg.a", "pkg.b", "pkg.a"]]
+    assert describe(find_cycles(packages)[0], packages, tmp_path) == (
+        "pkg.a -> pkg.b -> pkg.a\n    pkg/a/x.py:1 imports pkg.b\n    pkg/b/z.py:1 imports pkg.a"
+    )
