@@ -32,6 +32,14 @@ from flashhub_kernels import Metadata
 from support.cdn_server import CdnServer
 from support.hf_kernels import package, this_machine, write_hf_kernel
 
+# The fields HF's tests give most of their metadata.json files.
+BASIC: dict[str, object] = {
+    "id": "_my_kernel_8a3be8f",
+    "version": 1,
+    "name": "my-kernel",
+    "license": "Apache-2.0",
+}
+
 
 def _write_metadata(path: Path, **fields: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,10 +50,7 @@ def _write_metadata(path: Path, **fields: object) -> Path:
 def test_kernel_name_valid(tmp_path: Path) -> None:
     path = _write_metadata(
         tmp_path / "metadata.json",
-        id="_my_kernel_8a3be8f",
-        version=1,
-        name="my-kernel",
-        license="Apache-2.0",
+        **BASIC,
         **{"python-depends": []},
         backend={"type": "cpu"},
     )
@@ -87,10 +92,7 @@ def test_metadata_load_full(tmp_path: Path) -> None:
 def test_metadata_load_minimal(tmp_path: Path) -> None:
     path = _write_metadata(
         tmp_path / "metadata.json",
-        id="_my_kernel_8a3be8f",
-        version=1,
-        name="my-kernel",
-        license="Apache-2.0",
+        **BASIC,
         **{"python-depends": []},
         backend={"type": "cpu"},
     )
@@ -107,10 +109,7 @@ def test_metadata_load_minimal(tmp_path: Path) -> None:
 def test_metadata_load_cann(tmp_path: Path) -> None:
     path = _write_metadata(
         tmp_path / "metadata.json",
-        id="_my_kernel_8a3be8f",
-        version=1,
-        name="my-kernel",
-        license="Apache-2.0",
+        **BASIC,
         **{"python-depends": []},
         backend={"type": "cann"},
     )
@@ -120,10 +119,7 @@ def test_metadata_load_cann(tmp_path: Path) -> None:
 def test_metadata_load_unknown_field_accepted(tmp_path: Path) -> None:
     path = _write_metadata(
         tmp_path / "metadata.json",
-        id="_my_kernel_8a3be8f",
-        version=1,
-        name="my-kernel",
-        license="Apache-2.0",
+        **BASIC,
         **{"python-depends": []},
         backend={"type": "cpu"},
         surprise="not allowed",
@@ -141,10 +137,7 @@ def test_metadata_load_malformed(tmp_path: Path) -> None:
 def test_metadata_load(tmp_path: Path) -> None:
     path = _write_metadata(
         tmp_path / "variant" / "metadata.json",
-        id="_my_kernel_8a3be8f",
-        version=1,
-        name="my-kernel",
-        license="Apache-2.0",
+        **BASIC,
         **{"python-depends": ["torch"]},
         backend={"type": "cuda"},
     )
