@@ -49,13 +49,16 @@ from support.hf_kernels import (
     write_hf_kernel,
 )
 from support.projects import write_project
+from support.trees import local_variant
 
 TEST_KERNEL = "test/kernel"
 
 
-def _write_variant(repo_path: Path, variant: str = "torch-cpu") -> Path:
-    """A kernel build variant (CPU noarch) under ``repo_path/build``, as HF's test writes
-    it, with the builder's digest so a local load accepts it."""
+def _write_variant(repo_path: Path, variant: str | None = None) -> Path:
+    """A kernel build variant under ``repo_path/build`` (by default this machine's own
+    build: HF's test writes ``torch-cpu``, which a CUDA build of torch does not take), with
+    the builder's digest so a local load accepts it."""
+    variant = variant or local_variant()
     staging = repo_path / "_staging"
     write_hf_kernel(
         staging,
