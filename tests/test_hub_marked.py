@@ -158,20 +158,34 @@ SiluAndMul.kernel_layer_name = "SiluAndMul"
 SiluAndMul.kernel_condition = staticmethod(lambda module: True)
 """
 
+UNMARKED_PY = """
+from torch import nn
 
-def test_a_pickled_model_of_hugging_face_marked_layers_runs_its_kernels_in_a_new_process(
-    cdn: CdnServer, tmp_path: Path
-) -> None:
-    """The process that unpickles it never kernelizes, nor maps anything."""
+
+class SiluAndMul(nn.Module):
+    def forward(self, x):
+        return x[..., : x.shape[-1] // 2] * 0
+"""
+
+
+def run_unpickled_elsewhere(
+    cdn: CdnServer, tmp_path: Path, models_py: str, marking: str = ""
+) -> tuple[list[str], bool]:
+    """Kernelize ``models.SiluAndMul`` (after ``marking``) and pickle it in one process;
+    in another, which neither marks, maps nor kernelizes, unpickle and run it: the calls
+    of the kernel layer, and whether it computed what the kernel layer computes."""
     publish_layers(cdn, "acme/silu-layers", "cdn")
-    (tmp_path / "hub_models.py").write_text(HUB_MARKED_PY)
+    (tmp_path / "models.py").write_text(models_py)
     pickled = tmp_path / "model.pkl"
     kernelize_and_pickle = f"""
         import pickle
         from torch import nn
-        from flashhub_kernels import LayerRepository, kernelize, use_kernel_mapping
-        from hub_models import SiluAndMul
+        from flashhub_kernels import (
+            LayerRepository, kernelize, replace_kernel_forward_from_hub, use_kernel_mapping,
+        )
+        from models import SiluAndMul
 
+        {marking}
         repo = LayerRepository("acme/silu-layers", "SiluAndMul", version=1)
         with use_kernel_mapping({{"SiluAndMul": {{"cpu": repo}}}}):
             model = kernelize(nn.Sequential(SiluAndMul()), device="cpu")
@@ -193,7 +207,33 @@ def test_a_pickled_model_of_hugging_face_marked_layers_runs_its_kernels_in_a_new
             torch.allclose(out, F.silu(x[..., :8]) * x[..., 8:]),
         ]))
     """
-    kernel_calls, as_kernel = json.loads(
-        run_python(textwrap.dedent(unpickle_and_run), cwd=tmp_path)
-    )
-    assert kernel_calls == ["cdn"] and as_kernel
+    calls, as_kernel = json.loads(run_python(textwrap.dedent(unpickle_and_run), cwd=tmp_path))
+    return calls, as_kernel
+
+
+def test_a_pickled_model_of_hugging_face_marked_layers_runs_its_kernels_in_a_new_process(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    assert run_unpickled_elsewhere(cdn, tmp_path, HUB_MARKED_PY) == (["cdn"], True)
+
+
+def test_a_class_marked_only_where_it_was_pickled_runs_its_kernel_where_it_is_unpickled(
+    cdn: CdnServer, tmp_path: Path
+) -> None:
+    """A third-party class marked with ``replace_kernel_forward_from_hub`` by the program
+    that pickled the model: the program that loads it does not mark it."""
+    marking = 'replace_kernel_forward_from_hub(SiluAndMul, "SiluAndMul")'
+    assert run_unpickled_elsewhere(cdn, tmp_path, UNMARKED_PY, marking) == (["cdn"], True)
+
+
+def test_a_hugging_face_marked_layer_left_on_its_forward_holds_nothing_bound(
+    x: torch.Tensor,
+) -> None:
+    """As Hugging Face kernels leaves it: its class's forward is the original, and a bound
+    method of a function of its own (its marked functions' forward) would not pickle."""
+    model = nn.Sequential(HfSiluAndMul(), HfBlock())
+    kernelize(model, mode=Mode.INFERENCE, device="cpu")  # nothing mapped
+    for module in (model[0], model[1]._kernel_funcs["zero_half"]):
+        assert not {"forward", "_kernel_repo"} & set(vars(module))
+    clone = pickle.loads(pickle.dumps(model))
+    assert torch.allclose(clone[0](x), reference_silu_and_mul(x))

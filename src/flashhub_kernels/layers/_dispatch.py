@@ -259,18 +259,33 @@ def _restoring(module: nn.Module) -> _RestoresItsClass:
     return _RestoresItsClass(module)
 
 
-def _bind(module: nn.Module, mark: LayerMark, chosen: Chosen | None) -> None:
+def _bind(module: nn.Module, mark: LayerMark | None, chosen: Chosen | None) -> None:
     """Bind the forward of the chosen kernel layer, or the original, to ``module``, and
-    note the kernel layer's repository on it (for ``get_kernelized_layers``)."""
+    note on it the kernel layer's repository (for ``get_kernelized_layers``, and to load
+    it again once unpickled) and what restores it then, in any process
+    (:class:`_RestoresItsClass`: the class may be marked there otherwise, or not at all).
+
+    Where the class's own ``forward`` is the original (Hugging Face kernels marked it),
+    the original is bound by binding nothing, as that package does: a bound method of a
+    function of its own, such as its marked functions' ``forward``, would not pickle.
+    ``mark`` is ``None`` only for a kernel layer restored where nothing marks the class.
+    """
     layer, repo = chosen if chosen is not None else (None, None)
-    forward = mark.original if layer is None else layer.forward
+    if layer is not None:
+        forward = layer.forward
+    elif mark is not None and mark_of(type(module).forward) is not None:
+        forward = mark.original
+    else:
+        for name in ("forward", KERNEL_REPO_ATTR, _RESTORES_ATTR):
+            module.__dict__.pop(name, None)
+        return
     module.forward = MethodType(_named_forward(forward), module)
-    if mark_of(type(module).forward) is None:  # Hugging Face kernels marked its class
-        module.__dict__[_RESTORES_ATTR] = _RestoresItsClass(module)
     if repo is None:
         module.__dict__.pop(KERNEL_REPO_ATTR, None)
+        module.__dict__.pop(_RESTORES_ATTR, None)
     else:
         module.__dict__[KERNEL_REPO_ATTR] = repo
+        module.__dict__[_RESTORES_ATTR] = _RestoresItsClass(module)
 
 
 def _named_forward(function: Forward) -> Forward:
@@ -292,30 +307,28 @@ def restore_kernelized(module: nn.Module) -> None:
     """Bind again the ``forward`` that ``kernelize`` bound to ``module``, after it was
     unpickled or copied (from its ``__setstate__``).
 
-    Unpickled, the bound method comes back bound to the class's dispatching ``forward``:
-    the kernel layer is loaded again from the repository noted on the module (in a new
-    process, through the kernel's own import), or the original bound. A shallow copy
-    holds the method of the module it was copied from: it is bound to the copy.
+    Unpickled, the bound method comes back bound to the class's ``forward``: the kernel
+    layer is loaded again from the repository noted on the module (in a new process,
+    through the kernel's own import), also where nothing marks the class in this process
+    (a class marked with ``replace_kernel_forward_from_hub`` in the process that pickled
+    it), or the original bound. A shallow copy holds the method of the module it was
+    copied from: it is bound to the copy.
     """
     forward = module.__dict__.get("forward")
     if not isinstance(forward, MethodType):
         return
-    mark = mark_of(forward.__func__) or _original_of_hub_mark(module, forward.__func__)
-    if mark is not None:
-        repo: BaseLayerRepository | None = module.__dict__.get(KERNEL_REPO_ATTR)
-        chosen = None if repo is None else (repo.load(), repo)
-        if chosen is not None:
-            validated(chosen[0], mark)
-        _bind(module, mark, chosen)
-    elif forward.__self__ is not module:
-        module.forward = MethodType(forward.__func__, module)
-
-
-def _original_of_hub_mark(module: nn.Module, function: Forward) -> LayerMark | None:
-    """The mark Hugging Face kernels left on the module's class, where ``function`` is
-    that class's own ``forward``: what a bound method comes back as, unpickled."""
-    mark = hub_mark(type(module))
-    return mark if mark is not None and function is mark.original else None
+    if forward.__func__ is not getattr(type(module), "forward", None):
+        if forward.__self__ is not module:  # a shallow copy's
+            module.forward = MethodType(forward.__func__, module)
+        return
+    # Unpickled: bound to the class's forward, which Hugging Face kernels' mark leaves
+    # as it is, and which a class marked elsewhere only may not be marked here.
+    mark = mark_of(forward.__func__) or hub_mark(type(module))
+    repo: BaseLayerRepository | None = module.__dict__.get(KERNEL_REPO_ATTR)
+    chosen = None if repo is None else (repo.load(), repo)
+    if chosen is not None and mark is not None:
+        validated(chosen[0], mark)
+    _bind(module, mark, chosen)
 
 
 def kernelize(
