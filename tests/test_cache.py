@@ -14,6 +14,7 @@ import pytest
 
 import flashhub_kernels as fk
 from conftest import run_python
+from flashhub_kernels._cache.layout import Cache
 from flashhub_kernels._cache.staging import commit, new_staging, record_index
 from flashhub_kernels.errors import IntegrityError, ManifestError, OfflineError
 from support.cdn_server import CdnServer, tampered
@@ -33,6 +34,15 @@ def entries(cache_dir: Path) -> list[str]:
     if not root.exists():
         return []
     return sorted(p.name for p in root.glob("*/*/v*/*") if p.is_dir() and p.name != ".locks")
+
+
+def test_the_import_table_and_the_cache_put_version_directories_in_one_place(
+    tmp_path: Path,
+) -> None:
+    """RepoInfo.cache_path (which the import table's warm path reads) is under the
+    directory the cache's commands list, clear and prune."""
+    cache = Cache(tmp_path)
+    assert cache.version_dir(fk.RepoInfo(REPO, 3)).parents[2] == cache.kernels_dir
 
 
 def test_tampered_file_is_refused_and_nothing_is_cached(cdn: CdnServer, cache_dir: Path) -> None:

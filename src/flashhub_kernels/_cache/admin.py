@@ -23,6 +23,7 @@ from .._variants.device_arch import GPU_RECORD_NAME
 from .directories import cache_errors, remove_tree
 from .entries import CacheEntry, entries_in, list_entries, version_dirs
 from .layout import (
+    LOCKS_DIR,
     PARTIAL_PREFIX,
     STAGING_PREFIX,
     TRASH_PREFIX,
@@ -244,7 +245,7 @@ def clear(cache: Cache, *, force: bool = False) -> ClearReport:
                     kept = True
             if not kept:
                 remove_tree(version_dir)
-    _remove_empty_dirs(cache.root / "kernels")
+    _remove_empty_dirs(cache.kernels_dir)
     _remove_unused_index_mutexes(cache)
     _remove_import_table(cache)
     return ClearReport(removed, busy, in_use)
@@ -266,9 +267,9 @@ def _remove_import_table(cache: Cache) -> None:
 def _remove_unused_index_mutexes(cache: Cache) -> None:
     """Remove the index mutex of each version the cache holds nothing of, where no process
     holds it: every name a program asked for leaves one, a name that does not exist too."""
-    locks = cache.root / ".locks"
+    locks = cache.locks_dir
     for path in sorted(locks.glob("*/*/v*.lock")):
-        version_dir = cache.root / "kernels" / path.parent.parent.name / path.parent.name
+        version_dir = cache.kernels_dir / path.parent.parent.name / path.parent.name
         linked = any(parent.is_symlink() for parent in path.parents[:2])  # not ours to clean
         if linked or os.path.lexists(version_dir / path.stem):
             continue
@@ -294,7 +295,7 @@ def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
     Raises:
         CacheError: a lock cannot be taken (a read-only cache): not busy, unwritable.
     """
-    mutex_files = sorted((version_dir / ".locks").glob("*.lock"))
+    mutex_files = sorted((version_dir / LOCKS_DIR).glob("*.lock"))
     with contextlib.ExitStack() as held:
         for mutex_file in mutex_files:
             if not held.enter_context(hold_if_free(mutex_file, mutex_mode(cache))):

@@ -49,7 +49,7 @@ class CacheEntry(Record):
 
 def version_dirs(cache: Cache) -> Iterator[tuple[RepoInfo, Path]]:
     """``kernels/<org>/<pkg>/v<N>`` directories whose names are valid; others are not ours."""
-    for version_dir in sorted((cache.root / "kernels").glob("*/*/v*")):
+    for version_dir in sorted(cache.kernels_dir.glob("*/*/v*")):
         match = _VERSION_DIR.fullmatch(version_dir.name)
         if not match or not version_dir.is_dir() or version_dir.is_symlink():
             continue
@@ -120,7 +120,7 @@ def check_readable(cache: Cache) -> None:
     private), or that a file stands in place of (a cache directory naming a file), which
     the maintenance commands would otherwise fail on with a bare errno, or pass over as
     empty."""
-    kernels = cache.root / "kernels"
+    kernels = cache.kernels_dir
 
     def refuse(exc: OSError) -> None:
         if isinstance(exc, PermissionError):
@@ -168,7 +168,7 @@ def check_present(cache: Cache) -> None:
 def untrusted_dirs(cache: Cache) -> list[tuple[Path, str]]:
     """Directories of the cache layout that a load would refuse to trust, and why:
     symlinks, and directories another user owns or may write."""
-    kernels = cache.root / "kernels"
+    kernels = cache.kernels_dir
     levels = [[cache.root], [kernels], *(sorted(kernels.glob("*/" * n + "*")) for n in range(4))]
     found = []
     for path in (p for level in levels for p in level):

@@ -53,6 +53,10 @@ _NO_PICKS: Mapping[str, str] = types.MappingProxyType({})
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 PARTIAL_PREFIX = ".partial-"
+# Directories of the tree above. RepoInfo.cache_path spells KERNELS_DIR too: the import
+# table's warm path finds entries by it without importing this module.
+KERNELS_DIR = "kernels"
+LOCKS_DIR = ".locks"  # in the root and in each version directory: see .mutex
 VOUCHED = "vouched"  # an index file's records by who vouched for them (Cache.vouchers)
 
 
@@ -180,6 +184,17 @@ class Cache:
         """Check one entry directory, once :meth:`index_file` has checked every directory
         above it (the warm path: the chain is not walked twice)."""
         check_dir(entry, shared=self.shared)
+
+    @property
+    def kernels_dir(self) -> Path:
+        """The directory of every version directory: ``<root>/kernels``."""
+        return self.root / KERNELS_DIR
+
+    @property
+    def locks_dir(self) -> Path:
+        """The directory of the mutexes that are not a version's downloads':
+        ``<root>/.locks`` (see :mod:`.mutex`)."""
+        return self.root / LOCKS_DIR
 
     def version_dir(self, info: RepoInfo) -> Path:
         return self.root / info.cache_path

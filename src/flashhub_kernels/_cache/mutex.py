@@ -33,12 +33,12 @@ from .._utils.ctrl_c import stop_after_ctrl_c
 from .._utils.logs import logger
 from ..errors import CacheError
 from .directories import private_dir
+from .layout import LOCKS_DIR, Cache
 
 if TYPE_CHECKING:
     from filelock import FileLock
 
     from .._models.names import RepoInfo
-    from .layout import Cache
 
 
 WAIT_NOTICE_SECONDS = 2.0  # a wait this long is reported once: it is another download
@@ -195,7 +195,7 @@ def _mutex_error(path: Path, exc: OSError) -> CacheError:
 
 def download_mutex(cache: Cache, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
     """The mutex of one entry: one process downloads it, the others wait and reuse it."""
-    locks = cache.version_dir(info) / ".locks"
+    locks = cache.version_dir(info) / LOCKS_DIR
     path = private_dir(cache, locks) / f"{variant}.lock"
     what = f"downloading {info} {variant}"
     mode, remake = mutex_mode(cache), lambda: private_dir(cache, locks)
@@ -211,7 +211,7 @@ def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
     spelling of a name that does not exist leaves no directory of that name behind
     (``flashhub cache prune`` and ``clear`` remove such a version's mutex).
     """
-    locks = cache.root / ".locks" / info.org / info.name
+    locks = cache.locks_dir / info.org / info.name
     path = private_dir(cache, locks) / f"v{info.version}.lock"
     what = f"choosing the variant of {info}"
     mode, remake = mutex_mode(cache), lambda: private_dir(cache, locks)
@@ -226,6 +226,6 @@ def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]
     served and synced as it is: publishes on one machine exclude each other.
     """
     name = hashlib.sha256(os.fsencode(directory.resolve())).hexdigest()[:32]
-    path = private_dir(cache, cache.root / ".locks" / "publish") / f"{name}.lock"
+    path = private_dir(cache, cache.locks_dir / "publish") / f"{name}.lock"
     what = f"publishing into {directory}"
     return hold(path, what=what, timeout=cache.lock_timeout, mode=mutex_mode(cache))

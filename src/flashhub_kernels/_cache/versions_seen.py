@@ -108,7 +108,7 @@ def _record(cache: Cache, repo_id: str, version: int) -> None:
     from .mutex import hold, mutex_mode
 
     try:
-        locks = private_dir(cache, cache.root / ".locks")
+        locks = private_dir(cache, cache.locks_dir)
         mutex = locks / f"{VERSIONS_SEEN_NAME}.lock"
         with hold(
             mutex, what=VERSIONS_SEEN_NAME, timeout=cache.lock_timeout, mode=mutex_mode(cache)
