@@ -21,7 +21,15 @@ from typing import Any
 import pytest
 
 from conftest import python_after_mount
-from flashhub_kernels._cache.mutex import hold
+from flashhub_kernels import RepoInfo
+from flashhub_kernels._cache.layout import Cache
+from flashhub_kernels._cache.mutex import (
+    hold,
+    index_mutex,
+    index_mutex_files,
+    index_mutex_path,
+    publish_mutex,
+)
 from flashhub_kernels.errors import CacheError
 
 
@@ -269,3 +277,16 @@ def test_a_lock_over_the_disk_quota_hints_at_disk_space(
     with pytest.raises(CacheError, match="cannot lock") as info, locked(lock_path):
         pass
     assert info.value.hint == "free disk space, or point FLASHHUB_CACHE_DIR at a disk with room"
+
+
+def test_cache_maintenance_finds_each_index_mutex_with_the_version_it_is_for(
+    tmp_path: Path,
+) -> None:
+    """``flashhub cache clear`` and ``prune`` find index mutexes where index_mutex puts
+    them, and no other mutex of the cache's for one."""
+    cache = Cache(tmp_path / "cache")
+    info = RepoInfo("acme/tensor-tricks", 3)
+    with index_mutex(cache, info), publish_mutex(cache, tmp_path / "cdn"):
+        pass
+    assert index_mutex_path(cache, info).is_file()
+    assert index_mutex_files(cache) == [(index_mutex_path(cache, info), cache.version_dir(info))]

@@ -23,13 +23,12 @@ from .._variants.device_arch import GPU_RECORD_NAME
 from .directories import cache_errors, remove_tree
 from .entries import CacheEntry, entries_in, list_entries, version_dirs
 from .layout import (
-    LOCKS_DIR,
     PARTIAL_PREFIX,
     STAGING_PREFIX,
     TRASH_PREFIX,
     Cache,
 )
-from .mutex import hold_if_free, mutex_mode
+from .mutex import download_mutex_dir, hold_if_free, index_mutex_files, mutex_mode
 from .staging import evict, remove_stale_staging, unused
 from .verify import ENTRY_RECORDS, verify_entry
 from .versions_seen import VERSIONS_SEEN_NAME
@@ -267,16 +266,14 @@ def _remove_import_table(cache: Cache) -> None:
 def _remove_unused_index_mutexes(cache: Cache) -> None:
     """Remove the index mutex of each version the cache holds nothing of, where no process
     holds it: every name a program asked for leaves one, a name that does not exist too."""
-    locks = cache.locks_dir
-    for path in sorted(locks.glob("*/*/v*.lock")):
-        version_dir = cache.kernels_dir / path.parent.parent.name / path.parent.name
+    for path, version_dir in index_mutex_files(cache):
         linked = any(parent.is_symlink() for parent in path.parents[:2])  # not ours to clean
-        if linked or os.path.lexists(version_dir / path.stem):
+        if linked or os.path.lexists(version_dir):
             continue
         with hold_if_free(path, mutex_mode(cache)) as free:
             if free:  # one waiting for it meanwhile then opens it anew (filelock retries)
                 path.unlink(missing_ok=True)
-    _remove_empty_dirs(locks)
+    _remove_empty_dirs(cache.locks_dir)
 
 
 def _remove_empty_dirs(top: Path) -> None:
@@ -295,7 +292,7 @@ def _idle(cache: Cache, version_dir: Path) -> Iterator[bool]:
     Raises:
         CacheError: a lock cannot be taken (a read-only cache): not busy, unwritable.
     """
-    mutex_files = sorted((version_dir / LOCKS_DIR).glob("*.lock"))
+    mutex_files = sorted(download_mutex_dir(version_dir).glob("*.lock"))
     with contextlib.ExitStack() as held:
         for mutex_file in mutex_files:
             if not held.enter_context(hold_if_free(mutex_file, mutex_mode(cache))):

@@ -195,11 +195,17 @@ def _mutex_error(path: Path, exc: OSError) -> CacheError:
 
 def download_mutex(cache: Cache, info: RepoInfo, variant: str) -> AbstractContextManager[None]:
     """The mutex of one entry: one process downloads it, the others wait and reuse it."""
-    locks = cache.version_dir(info) / LOCKS_DIR
+    locks = download_mutex_dir(cache.version_dir(info))
     path = private_dir(cache, locks) / f"{variant}.lock"
     what = f"downloading {info} {variant}"
     mode, remake = mutex_mode(cache), lambda: private_dir(cache, locks)
     return hold(path, what=what, timeout=cache.lock_timeout, mode=mode, remake=remake)
+
+
+def download_mutex_dir(version_dir: Path) -> Path:
+    """The directory of the download mutexes of a version directory's entries, each
+    ``<variant>.lock``."""
+    return version_dir / LOCKS_DIR
 
 
 def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
@@ -211,11 +217,25 @@ def index_mutex(cache: Cache, info: RepoInfo) -> AbstractContextManager[None]:
     spelling of a name that does not exist leaves no directory of that name behind
     (``flashhub cache prune`` and ``clear`` remove such a version's mutex).
     """
-    locks = cache.locks_dir / info.org / info.name
-    path = private_dir(cache, locks) / f"v{info.version}.lock"
+    path = index_mutex_path(cache, info)
+    private_dir(cache, path.parent)
     what = f"choosing the variant of {info}"
-    mode, remake = mutex_mode(cache), lambda: private_dir(cache, locks)
+    mode, remake = mutex_mode(cache), lambda: private_dir(cache, path.parent)
     return hold(path, what=what, timeout=cache.lock_timeout, mode=mode, remake=remake)
+
+
+def index_mutex_path(cache: Cache, info: RepoInfo) -> Path:
+    """The file of :func:`index_mutex`: ``<root>/.locks/<org>/<pkg>/v<N>.lock``."""
+    return cache.locks_dir / info.org / info.name / f"v{info.version}.lock"
+
+
+def index_mutex_files(cache: Cache) -> list[tuple[Path, Path]]:
+    """The index mutexes' files in the cache, each with the version directory it is for
+    (which may not exist): :func:`index_mutex_path` read backwards."""
+    return [
+        (path, cache.kernels_dir / path.relative_to(cache.locks_dir).with_suffix(""))
+        for path in sorted(cache.locks_dir.glob("*/*/v*.lock"))
+    ]
 
 
 def publish_mutex(cache: Cache, directory: Path) -> AbstractContextManager[None]:
