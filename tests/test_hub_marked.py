@@ -21,10 +21,23 @@ import torch
 from torch import nn
 
 from conftest import run_python
-from flashhub_kernels import Mode, get_kernelized_layers, kernelize, use_kernel_mapping
+from flashhub_kernels import (
+    LocalLayerRepository,
+    Mode,
+    get_kernelized_layers,
+    kernelize,
+    use_kernel_mapping,
+)
 from flashhub_kernels.layers import _mapping
 from support.cdn_server import CdnServer
-from test_layers import SiluAndMul, calls, local_layers, publish_layers, reference_silu_and_mul
+from test_layers import (
+    HubSiluAndMul,
+    SiluAndMul,
+    calls,
+    local_layers,
+    publish_layers,
+    reference_silu_and_mul,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -237,3 +250,38 @@ def test_a_hugging_face_marked_layer_left_on_its_forward_holds_nothing_bound(
         assert not {"forward", "_kernel_repo"} & set(vars(module))
     clone = pickle.loads(pickle.dumps(model))
     assert torch.allclose(clone[0](x), reference_silu_and_mul(x))
+
+
+SCRIPTABLE_LAYERS_PY = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SiluAndMul(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = x.shape[-1] // 2
+        return F.silu(x[..., :d]) * x[..., d:]
+"""
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("marked", [HubSiluAndMul, HfSiluAndMul], ids=["here", "hugging-face"])
+def test_a_kernelized_model_traces_scripts_and_exports(
+    tmp_path: Path, x: torch.Tensor, marked: type[nn.Module]
+) -> None:
+    """What docs/layers.md says of TorchScript and torch.export, for a kernel layer that
+    TorchScript can compile, with what kernelize keeps on each module it bound."""
+    package = tmp_path / "scriptable_layers"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import layers\n")
+    (package / "layers.py").write_text(SCRIPTABLE_LAYERS_PY)
+    repo = LocalLayerRepository(package, "SiluAndMul")
+    model = nn.Sequential(marked())
+    with use_kernel_mapping({"SiluAndMul": {"cpu": repo}}):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    expected = reference_silu_and_mul(x)
+    assert torch.allclose(torch.jit.trace(model, x)(x), expected)
+    assert torch.allclose(torch.jit.script(model)(x), expected)
+    assert torch.allclose(torch.export.export(model, (x,)).module()(x), expected)
+    assert model[0].n_calls == 0  # the original forward never ran
