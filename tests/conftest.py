@@ -33,6 +33,7 @@ from flashhub_kernels import _cache_imports as imports, _finder, get_kernel
 from flashhub_kernels._cache.directories import ensure_dir
 from flashhub_kernels._config import overrides
 from flashhub_kernels._network import reachability as _reachability, versions as _versions
+from flashhub_kernels.layers import _mapping
 from support.builder import RAN_DIR_VAR
 from support.builds import make_kernel
 from support.cdn_server import CdnServer
@@ -47,6 +48,14 @@ from support.projects import (
     write_project,
 )
 from support.trees import ESCAPE, FORGED, cpu_variant, local_variant, write_kernel
+
+
+@pytest.fixture
+def fresh_base_mapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The test starts without a process-wide layer mapping and leaves none behind (for a
+    module of layer tests: ``pytestmark = pytest.mark.usefixtures("fresh_base_mapping")``)."""
+    monkeypatch.setattr(_mapping, "_base", {})
+    yield
 
 
 @pytest.fixture

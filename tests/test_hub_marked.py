@@ -13,7 +13,7 @@ import copy
 import json
 import pickle
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,6 @@ from flashhub_kernels import (
     kernelize,
     use_kernel_mapping,
 )
-from flashhub_kernels.layers import _mapping
 from support.cdn_server import CdnServer
 from test_layers import (
     HubSiluAndMul,
@@ -39,11 +38,7 @@ from test_layers import (
     reference_silu_and_mul,
 )
 
-
-@pytest.fixture(autouse=True)
-def fresh_base_mapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(_mapping, "_base", {})
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_base_mapping")
 
 
 def hub_marked(

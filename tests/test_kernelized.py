@@ -13,7 +13,6 @@ import json
 import pickle
 import textwrap
 import warnings
-from collections.abc import Iterator
 from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from flashhub_kernels import (
     use_kernelized_func,
 )
 from flashhub_kernels.errors import KernelWithoutBackwardWarning
-from flashhub_kernels.layers import _mapping
 from support.cdn_server import CdnServer
 from test_layers import (
     HubSiluAndMul,
@@ -45,12 +43,7 @@ from test_layers import (
     reference_silu_and_mul,
 )
 
-
-@pytest.fixture(autouse=True)
-def fresh_base_mapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test starts without a process-wide mapping and leaves none behind."""
-    monkeypatch.setattr(_mapping, "_base", {})
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_base_mapping")
 
 
 @use_kernel_forward_from_hub("zero_half")

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import FrozenInstanceError, asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -233,11 +233,7 @@ class Scale(nn.Module):
         raise AssertionError("the kernel layer should run instead")
 
 
-@pytest.fixture(autouse=True)
-def fresh_base_mapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test starts without a process-wide mapping and leaves none behind."""
-    monkeypatch.setattr(_mapping, "_base", {})
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_base_mapping")
 
 
 @pytest.fixture
