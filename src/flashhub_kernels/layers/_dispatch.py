@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from types import MethodType
 from typing import Any, TypeVar
@@ -223,34 +222,24 @@ def _marked_in(
         mark = mark_of(cls.forward)
         if mark is None:
             if cls not in hub_marks:
-                hub_marks[cls] = _adopted(cls)
+                hub_marks[cls] = hub_mark(cls)
             mark = hub_marks[cls]
         if mark is not None:
             yield candidate, mark
 
 
-def _adopted(cls: type[nn.Module]) -> LayerMark | None:
-    """The mark Hugging Face kernels left on ``cls``, where it left one; its modules, once
-    unpickled or copied, get the ``forward`` ``kernelize`` bound again, as marked ones do."""
-    mark = hub_mark(cls)
-    if mark is not None:
-        restore_after_setstate(cls, restore_kernelized)
-    return mark
-
-
 class _RestoresItsClass:
-    """Kept on a kernelized module of a class that Hugging Face kernels marked, whose
-    ``__setstate__`` only ``kernelize`` makes restore what it bound (:func:`_adopted`):
-    in a process that unpickles the module, this is unpickled with the module's state,
-    before that state is set, and gives the module's class that ``__setstate__`` first.
-    It holds the module weakly: a module that held itself would wait for the garbage
-    collector, with its tensors, once the program drops it."""
+    """Kept on a module bound to a kernel layer, whose class may not restore what
+    ``kernelize`` bound in a process that unpickles it (Hugging Face kernels' mark gives
+    it no ``__setstate__``, nor a marking done only where the model was pickled): this is
+    unpickled with the module's state, before that state is set, and gives the module's
+    class that ``__setstate__`` first."""
 
     def __init__(self, module: nn.Module) -> None:
-        self._module = weakref.ref(module)
+        self.module = module
 
     def __reduce__(self) -> tuple[Callable[[nn.Module], _RestoresItsClass], tuple[Any]]:
-        return _restoring, (self._module(),)
+        return _restoring, (self.module,)
 
 
 def _restoring(module: nn.Module) -> _RestoresItsClass:
@@ -284,6 +273,8 @@ def _bind(module: nn.Module, mark: LayerMark | None, chosen: Chosen | None) -> N
         module.__dict__.pop(KERNEL_REPO_ATTR, None)
         module.__dict__.pop(_RESTORES_ATTR, None)
     else:
+        # The class restores it once copied here, and the object kept once unpickled anywhere.
+        restore_after_setstate(type(module), restore_kernelized)
         module.__dict__[KERNEL_REPO_ATTR] = repo
         module.__dict__[_RESTORES_ATTR] = _RestoresItsClass(module)
 
