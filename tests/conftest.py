@@ -150,12 +150,16 @@ def run_python(
     cwd: Path | None = None,
     timeout: float = 120,
     fresh: bool = False,
+    torch_only: bool = False,
 ) -> str:
     """Run ``code`` as ``python -c`` with this test's FLASHHUB_* environment (in ``cwd``):
-    in a process forked with torch imported (``support.preloaded``), or with ``fresh``
-    in a new interpreter (for what its start, or a load, imports)."""
+    in a process forked with torch imported (``support.preloaded``; with ``torch_only``,
+    torch alone, for which libraries a load imports), or with ``fresh`` in a new
+    interpreter (for what its start imports)."""
     child_env = {**os.environ, **(env or {})}
-    result = run_code(code, env=child_env, cwd=cwd, timeout=timeout, fresh=fresh)
+    result = run_code(
+        code, env=child_env, cwd=cwd, timeout=timeout, fresh=fresh, torch_only=torch_only
+    )
     if result.returncode != 0:
         raise AssertionError(f"child failed ({result.returncode}):\n{result.stderr}")
     return result.stdout

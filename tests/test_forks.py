@@ -128,7 +128,7 @@ def test_the_threads_of_a_load_import_nothing(cdn: CdnServer) -> None:
     loading thread. A thread that imports while the program forks leaves that module's
     import lock held in the child, and the child's next import of it waits forever."""
     publish_to_probe(cdn)
-    assert run_python(IMPORTS_OFF_THE_LOADING_THREAD, fresh=True) == "[]\n"
+    assert run_python(IMPORTS_OFF_THE_LOADING_THREAD, torch_only=True) == "[]\n"
 
 
 @pytest.mark.signing
@@ -141,7 +141,7 @@ def test_the_threads_of_a_load_checking_signatures_import_nothing(
     keyfile, key = key_pair(tmp_path, "acme")
     sign(cdn.root, keyfile)
     trusted = {"FLASHHUB_TRUSTED_KEYS": key.public_line}
-    assert run_python(IMPORTS_OFF_THE_LOADING_THREAD, env=trusted, fresh=True) == "[]\n"
+    assert run_python(IMPORTS_OFF_THE_LOADING_THREAD, env=trusted, torch_only=True) == "[]\n"
 
 
 # A thread of the program makes the process's first cold load, held in the import of
@@ -202,7 +202,7 @@ def test_a_child_forked_while_a_thread_imports_the_cold_path_loads_a_kernel(
     write_kernel(cdn.root, "acme/other", 1)
     default = 'HELD = "flashhub_kernels._network.download"'
     code = FORKED_WHILE_THE_COLD_PATH_IMPORTS.replace(default, f"HELD = {held!r}")
-    printed = run_python(code, cwd=tmp_path, fresh=True)
+    printed = run_python(code, cwd=tmp_path, torch_only=True)
     assert printed == f"child: acme/other@v1:{local_variant()}\n"
 
 

@@ -64,7 +64,6 @@ def test_relu_load(cdn: CdnServer, device: str) -> None:
         "import flashhub_kernels as fk\n"
         f"k = fk.get_kernel({REPO!r}, version=1)\n"
         "print([e.variant for e in fk.get_loaded_kernels()][0])\n",
-        fresh=True,
     )
     assert out.split()[-1].startswith("tvm-ffi01-")
 
@@ -80,7 +79,6 @@ def test_relu_torch(cdn: CdnServer, device: str) -> None:
         f"x = torch.arange(-10, 10, dtype=torch.float32, device={device!r})\n"
         "out = kernel.relu(x, torch.empty_like(x))\n"
         "torch.testing.assert_close(out, torch.relu(x))\n",
-        fresh=True,
     )
 
 
@@ -96,7 +94,6 @@ def test_relu_without_tvm_ffi_says_so(cdn: CdnServer) -> None:
         f"    fk.get_kernel({REPO!r}, version=1)\n"
         "except ImportError as exc:\n"
         "    print(type(exc).__name__); print(exc)\n",
-        fresh=True,
     )
     assert out.startswith("NoCompatibleVariantError")
     assert "tvm-ffi" in out

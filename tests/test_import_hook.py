@@ -112,7 +112,7 @@ def test_fresh_interpreter_cold_then_warm_makes_zero_requests(cdn: CdnServer) ->
     assert cdn.requests == []
     # A warm load imports neither the HTTP stack nor the lock library.
     libraries = f"import sys; print(sorted(set({WARM_LOAD_LIBRARIES!r}) & set(sys.modules)))"
-    assert run_python(f"{code}\n{libraries}", fresh=True).splitlines()[-1] == "[]"
+    assert run_python(f"{code}\n{libraries}", torch_only=True).splitlines()[-1] == "[]"
 
 
 def test_name_mapping_tries_dashes_then_the_literal_name(cdn: CdnServer) -> None:

@@ -295,7 +295,7 @@ def test_download_locked_offline_reports_the_cache_or_names_what_is_missing(
     assert cdn.requests == []
 
 
-def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(
+def test_load_kernel_in_a_new_offline_process_imports_no_http(
     project: Path, cdn: CdnServer
 ) -> None:
     download_locked(lock_project(project))
@@ -308,7 +308,7 @@ def test_load_kernel_in_a_fresh_offline_interpreter_imports_no_http(
         http = [m for m in {HTTP_MODULES!r} if m in sys.modules]
         print(module.marker(), imported is module, http)
     """
-    output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"}, fresh=True)
+    output = run_python(textwrap.dedent(code), env={"FLASHHUB_OFFLINE": "1"}, torch_only=True)
     assert output.split() == [f"{REPO}@v2:{LOCAL}", "True", "[]"]
 
 
@@ -328,7 +328,7 @@ def test_a_warm_load_kernel_imports_no_network_module(project: Path, cdn: CdnSer
         )
         print(module.marker(), network)
     """
-    output = run_python(textwrap.dedent(code), fresh=True)
+    output = run_python(textwrap.dedent(code), torch_only=True)
     assert output.split() == [f"{REPO}@v2:{LOCAL}", "[]"]
     assert cdn.requests == []
 

@@ -42,6 +42,23 @@ def test_a_forked_child_runs_code_as_a_new_interpreter_does(case: str, tmp_path:
     assert forked.args[:2] == ["python", "-c"]  # it was forked, not started
 
 
+# What a child has imported of torch and of the libraries a cold load imports.
+LIBRARIES = """
+import sys
+print(sorted({"torch", "requests", "urllib3", "filelock"} & set(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("torch_only", "imported"),
+    [(False, ["filelock", "requests", "torch", "urllib3"]), (True, ["torch"])],
+)
+def test_a_torch_only_child_has_imported_torch_alone(torch_only: bool, imported: list[str]) -> None:
+    forked = run_code(LIBRARIES, env=dict(os.environ), torch_only=torch_only)
+    assert forked.args[:2] == ["python", "-c"]  # it was forked, not started
+    assert forked.stdout == f"{imported}\n"
+
+
 def test_a_child_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path) -> None:
     marker = tmp_path / "grandchild"
     code = textwrap.dedent(

@@ -209,7 +209,7 @@ def test_socks_proxy_without_pysocks_says_which_extra_to_install(
     proxy = start_proxy("socks5")
     monkeypatch.setenv("ALL_PROXY", proxy.url)
     write_kernel(cdn.root, REPO, 1)
-    output = run_python(WITHOUT_PYSOCKS, timeout=60, fresh=True)
+    output = run_python(WITHOUT_PYSOCKS, timeout=60, torch_only=True)
     assert output.startswith("TransportError\n"), output
     assert "flashhub-kernels[socks]" in output
     assert cdn.requests == []
@@ -221,7 +221,7 @@ def test_a_socks_proxy_for_https_only_is_no_matter_to_an_http_cdn_without_pysock
     proxy = start_proxy("socks5")
     monkeypatch.setenv("https_proxy", proxy.url)
     write_kernel(cdn.root, REPO, 1)
-    assert run_python(WITHOUT_PYSOCKS, timeout=60, fresh=True) == "loaded\n"
+    assert run_python(WITHOUT_PYSOCKS, timeout=60, torch_only=True) == "loaded\n"
     assert len(cdn.gets(missed_guesses=False)) == FILES_PER_LOAD
 
 
@@ -238,7 +238,7 @@ def test_a_redirect_to_https_through_a_socks_proxy_without_pysocks_says_which_ex
     write_kernel(cdn.root, REPO, 1)  # both serve tmp_path / "cdn"
     variants = f"kernels/{REPO}/v1/variants.json"
     cdn.inject(variants, redirect(f"{tls_cdn.url}/{variants}"))
-    output = run_python(WITHOUT_PYSOCKS, timeout=60, fresh=True)
+    output = run_python(WITHOUT_PYSOCKS, timeout=60, torch_only=True)
     assert output.startswith("TransportError\n"), output
     assert "flashhub-kernels[socks]" in output
     assert tls_cdn.requests == []

@@ -1,5 +1,5 @@
 """``python -c CODE`` in a fresh process that starts with torch, requests and filelock
-imported: forked from a server interpreter that imported them once.
+imported (or torch alone): forked from a server interpreter that imported them once.
 
 Importing torch costs 2-3 s of CPU, and most tests that run a child only need a process
 where flashhub starts afresh (its modules, its in-process tables, its locks), as it does
@@ -10,11 +10,16 @@ imported, that runs the code as ``python -c`` would (``__main__``, ``sys.argv``,
 ``sys.path[0]``, the exit status, the interpreter's shutdown up to the teardown of its
 modules) in the environment and directory asked for.
 
+A child whose test judges which libraries a load imports (a warm load brings in no HTTP
+library, say, or the threads of a cold one import nothing), or hides an installed package
+before requests looks for it, is forked from a second server that imported torch alone
+(``torch_only``): a user's script after ``import torch``.
+
 A child whose environment differs from the server's in a variable that the interpreter or
 torch reads when they start (``PYTHONPATH``, ``LD_PRELOAD``, ``CUDA_VISIBLE_DEVICES``...) is
 started as a real interpreter instead, and so is a child whose test judges the
-interpreter's start itself or what a load imports (what ``import flashhub`` or a warm
-load brings in, say), or hides an installed package before requests looks for it.
+interpreter's start itself, or what ``import flashhub`` brings in before torch.
+
 :func:`run_code` is ``subprocess.run``'s counterpart, :func:`start_code` ``Popen``'s, for
 children that run at the same time (their output is read once they exit: a test that
 waits for a sign from a running child has it make a file appear, :func:`appears`, or
@@ -40,10 +45,10 @@ from pathlib import Path
 
 from support.builder import RAN_DIR_VAR
 
-# The server: imports torch, requests and filelock, then forks a child per request line
-# (JSON) on its stdin and answers on its stdout with the child's pid, and with its exit
-# status once the child has exited; several children may run at once. Objects of the
-# server are frozen before it forks: the children's collections leave them alone, and
+# The server: imports torch and the libraries its arguments name, then forks a child per
+# request line (JSON) on its stdin and answers on its stdout with the child's pid, and with
+# its exit status once the child has exited; several children may run at once. Objects of
+# the server are frozen before it forks: the children's collections leave them alone, and
 # their pages stay shared. A child shuts down as `python -c` does up to the teardown of
 # the modules, which for torch's takes half a second of CPU and shows nothing: threads
 # are joined, atexit handlers run and streams flushed. The finalizers torch registered
@@ -53,7 +58,8 @@ from support.builder import RAN_DIR_VAR
 _SERVER = r"""
 import atexit, builtins, gc, json, linecache, os, select, signal, sys, threading, types, weakref
 import torch
-import filelock, requests
+for library in sys.argv[1:]:  # those that the children may find imported
+    __import__(library)
 
 def answer(**fields):
     sys.stdout.write(json.dumps(fields) + "\n")
@@ -224,11 +230,12 @@ Child = PreloadedChild | subprocess.Popen[str]
 
 
 class _Server:
-    """One server interpreter with torch imported, and the children it forked."""
+    """One server interpreter with torch and ``libraries`` imported, and the children it
+    forked."""
 
-    def __init__(self) -> None:
+    def __init__(self, libraries: tuple[str, ...]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVER],
+            [sys.executable, "-c", _SERVER, *libraries],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -289,27 +296,36 @@ class _Server:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-_server: _Server | None = None
-_server_lock = threading.Lock()
+# What the servers import besides torch: most children get requests and filelock, which
+# a cold load imports (and a program that uses requests itself has imported).
+_PRELOADED = ("filelock", "requests")
+_servers: dict[tuple[str, ...], _Server] = {}
+_servers_lock = threading.Lock()
 
 
-def _the_server() -> _Server:
-    global _server
-    with _server_lock:
-        if _server is None or _server.process.poll() is not None:
-            _server = _Server()
-            atexit.register(_server.close)
-        return _server
+def _the_server(libraries: tuple[str, ...]) -> _Server:
+    with _servers_lock:
+        server = _servers.get(libraries)
+        if server is None or server.process.poll() is not None:
+            server = _servers[libraries] = _Server(libraries)
+            atexit.register(server.close)
+        return server
 
 
 def start_code(
-    code: str, *args: str, env: Mapping[str, str], cwd: Path | None = None, fresh: bool = False
+    code: str,
+    *args: str,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    fresh: bool = False,
+    torch_only: bool = False,
 ) -> Child:
-    """``python -c code *args`` started in ``env`` and ``cwd``: forked from the preloaded
-    server where ``env`` allows it, else (and with ``fresh``) a new interpreter, its
-    output piped."""
+    """``python -c code *args`` started in ``env`` and ``cwd``: forked from a preloaded
+    server where ``env`` allows it (with ``torch_only``, from one that imported torch
+    alone), else (and with ``fresh``) a new interpreter, its output piped."""
     if not fresh and _preloadable(env):
-        return _the_server().start(code, list(args), env, cwd)
+        libraries = () if torch_only else _PRELOADED
+        return _the_server(libraries).start(code, list(args), env, cwd)
     argv = [sys.executable, "-c", code, *args]
     pipe = subprocess.PIPE
     return subprocess.Popen(argv, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
@@ -365,11 +381,12 @@ def run_code(
     cwd: Path | None = None,
     timeout: float = 120,
     fresh: bool = False,
+    torch_only: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """:func:`start_code`, then wait for it, as ``subprocess.run`` with
     ``capture_output=True, text=True`` does (``TimeoutExpired`` after ``timeout``
     seconds, the child killed)."""
-    child = start_code(code, *args, env=env, cwd=cwd, fresh=fresh)
+    child = start_code(code, *args, env=env, cwd=cwd, fresh=fresh, torch_only=torch_only)
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
