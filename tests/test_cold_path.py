@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 import types
 import weakref
 from collections.abc import Iterable, Iterator
@@ -221,18 +222,31 @@ class LockTheDeadlineWaitsFor:
 def test_a_deadline_that_fired_as_its_pause_ended_does_not_end_the_next_pause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The first pause's timer fires and waits for the lock; meanwhile that pause ends (its
+    thread then waits for the timer's) and another thread's pause begins, which the timer,
+    let in, must leave alone."""
     lock = LockTheDeadlineWaitsFor()
     monkeypatch.setattr(deferred_gc, "_lock", lock)
     monkeypatch.setattr(deferred_gc, "LONGEST_PAUSE", 0.0)
+    collector_in_the_next_pause = []
+
+    def next_pause(first_deadline: threading.Thread) -> None:
+        while not gc.isenabled():  # until the first pause has ended
+            time.sleep(0.001)
+        with collection_paused():
+            lock.let_deadline_in.set()
+            first_deadline.join(10)
+            collector_in_the_next_pause.append(gc.isenabled())
+
     with collection_paused():
         first_deadline = deferred_gc._deadline
         assert first_deadline is not None and lock.deadline_waits.wait(10)
-    monkeypatch.setattr(deferred_gc, "LONGEST_PAUSE", 60.0)
-    with collection_paused():
-        lock.let_deadline_in.set()
-        first_deadline.join(10)
-        assert not first_deadline.is_alive()
-        assert not gc.isenabled()
+        monkeypatch.setattr(deferred_gc, "LONGEST_PAUSE", 60.0)
+        other = threading.Thread(target=next_pause, args=(first_deadline,))
+        other.start()
+    other.join(10)
+    assert not first_deadline.is_alive()
+    assert collector_in_the_next_pause == [False]
     assert gc.isenabled()
 
 
