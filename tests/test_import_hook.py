@@ -307,7 +307,7 @@ FORK_WHILE_A_SUBMODULE_RUNS = (
 import importlib, os, sys, threading, time
 from pathlib import Path
 
-name, started = sys.argv[1], Path(os.environ["SUBMODULE_STARTED"])
+name, started = sys.argv[1], Path(os.environ["TEST_SUBMODULE_STARTED"])
 threading.Thread(target=importlib.import_module, args=(name,), daemon=True).start()
 while not started.exists():
     time.sleep(0.01)
@@ -316,15 +316,15 @@ if pid == 0:
     k = importlib.import_module(name)
     print("child:", k.slow.let_go(), flush=True)
     os._exit(0)
-Path(os.environ["SUBMODULE_GO"]).touch()
+Path(os.environ["TEST_SUBMODULE_GO"]).touch()
 """
     + REAP_FORKED_CHILD
 )
 SLOW_SUBMODULE = b"""
 import os, time
 
-open(os.environ["SUBMODULE_STARTED"], "a").close()
-while not os.path.exists(os.environ["SUBMODULE_GO"]):
+open(os.environ["TEST_SUBMODULE_STARTED"], "a").close()
+while not os.path.exists(os.environ["TEST_SUBMODULE_GO"]):
     time.sleep(0.01)
 
 
@@ -345,8 +345,8 @@ def test_a_child_forked_while_a_thread_runs_a_kernels_submodule_imports_the_kern
     write_variant(cdn.root, REPO, 1, local_variant(), files)
     env = {
         **os.environ,
-        "SUBMODULE_STARTED": str(tmp_path / "started"),
-        "SUBMODULE_GO": str(tmp_path / "go"),
+        "TEST_SUBMODULE_STARTED": str(tmp_path / "started"),
+        "TEST_SUBMODULE_GO": str(tmp_path / "go"),
     }
     if warm:  # a cached kernel: the import table answers, no request
         (tmp_path / "go").touch()

@@ -781,10 +781,10 @@ import os, threading
 from flashhub_kernels._network import header_deadline
 from flashhub_kernels._network.session import new_session
 session = new_session(4, timeouts=(10.0, 60.0))
-held = (os.environ["HELD_URL"],)
+held = (os.environ["TEST_HELD_URL"],)
 threading.Thread(target=session.get, args=held, kwargs={"timeout": (10, 60)}, daemon=True).start()
 for _ in range(1000):
-    session.get(os.environ["FILE_URL"], timeout=(10, 60)).content
+    session.get(os.environ["TEST_FILE_URL"], timeout=(10, 60)).content
 print("deadlines kept:", len(header_deadline._WATCHDOG._due))
 """
 
@@ -797,8 +797,8 @@ def test_a_process_keeps_no_deadline_of_requests_it_has_the_headers_of(cdn: CdnS
     started, release = threading.Event(), threading.Event()
     cdn.inject(BLOB_PATH, held(started, release))
     env = {
-        "FILE_URL": f"{cdn.url}/kernels/{REPO}/v1/variants.json",
-        "HELD_URL": f"{cdn.url}/{BLOB_PATH}",
+        "TEST_FILE_URL": f"{cdn.url}/kernels/{REPO}/v1/variants.json",
+        "TEST_HELD_URL": f"{cdn.url}/{BLOB_PATH}",
     }
     try:
         out = run_python(MANY_REQUESTS, env=env, timeout=60)

@@ -100,3 +100,11 @@ def test_an_environment_that_start_up_reads_gets_a_new_interpreter() -> None:
     child = start_code("print('ok')", env={**os.environ, "PYTHONPATH": "/nonexistent"})
     assert isinstance(child, subprocess.Popen)
     assert child.communicate(timeout=120)[0] == "ok\n"
+
+
+def test_a_variable_of_the_tests_own_code_is_given_to_a_forked_child() -> None:
+    child = start_code(
+        "import os; print(os.environ['TEST_PROBE'])", env={**os.environ, "TEST_PROBE": "seen"}
+    )
+    assert isinstance(child, PreloadedChild)
+    assert child.communicate(timeout=120)[0] == "seen\n"

@@ -148,10 +148,22 @@ main()
 """
 
 # What the server's children may be given that differs from the server's environment:
-# variables read when used, after the interpreter and torch have started.
-_READ_WHEN_USED = ("FLASHHUB_", "HF_", "AWS_", "XDG_", "PYTEST_", "TORCHINDUCTOR_", "STAND_IN_")
+# variables read when used, after the interpreter and torch have started (``TEST_``: those
+# the tests' own child code reads).
+_READ_WHEN_USED = (
+    "FLASHHUB_",
+    "HF_",
+    "AWS_",
+    "XDG_",
+    "PYTEST_",
+    "TORCHINDUCTOR_",
+    "STAND_IN_",
+    "TEST_",
+)
 _READ_WHEN_USED_NAMES = {
     "LOCAL_KERNELS",
+    "KERNELS_CACHE",
+    "UNSTABLE_KERNELS_ALL_LATEST",
     "NETRC",
     "HOME",
     "NO_COLOR",
