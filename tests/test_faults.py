@@ -543,11 +543,7 @@ def killed_mid_blob(cdn: CdnServer, version_dir: Path, code: str, *args: str) ->
     cdn.inject(BLOB_PATH, stall(30, after=1 << 20, started=reached))
     child = start_code(code, *args, env=dict(os.environ))
     try:
-        assert reached.wait(60), "the child never reached the fault"
-        deadline = time.monotonic() + 10
-        while staged(version_dir) != {**SMALL_FILES, "tensor_tricks/blob.bin": BLOB[: 1 << 20]}:
-            assert time.monotonic() < deadline, "the files never reached the disk"
-            time.sleep(0.05)
+        until_the_blob_is_half_staged(reached, version_dir)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -555,6 +551,16 @@ def killed_mid_blob(cdn: CdnServer, version_dir: Path, code: str, *args: str) ->
     cdn.clear_log()
     (staging,) = version_dir.glob(".staging-*")
     return staging
+
+
+def until_the_blob_is_half_staged(reached: threading.Event, version_dir: Path) -> None:
+    """Wait until a download that stalls after the blob's first MiB (``reached``) has
+    staged every file of the blob kernel in ``version_dir``, the blob's first MiB only."""
+    assert reached.wait(60), "the child never reached the fault"
+    deadline = time.monotonic() + 10
+    while staged(version_dir) != {**SMALL_FILES, "tensor_tricks/blob.bin": BLOB[: 1 << 20]}:
+        assert time.monotonic() < deadline, "the files never reached the disk"
+        time.sleep(0.05)
 
 
 def staged(version_dir: Path) -> dict[str, bytes]:
@@ -599,6 +605,51 @@ def test_processes_that_find_the_same_killed_download_continue_it_once(
     assert [child.wait(120) for child in children] == [0] * 4
     assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-"]
     assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
+
+
+# A launcher that forks a worker to load the kernel, writes the worker's pid into the file
+# argv[1] names, and waits for it once the file argv[2] names exists: as a launcher that
+# waits for its workers in turn leaves one that was killed unreaped while the others run.
+LAUNCHES_A_WORKER = """
+import os, pathlib, sys, time
+pid = os.fork()
+if pid == 0:
+    import flashhub_kernels as fk
+    fk.get_kernel("acme/tensor-tricks", version=1)
+    os._exit(0)
+pathlib.Path(sys.argv[1]).write_text(str(pid))
+while not pathlib.Path(sys.argv[2]).exists():
+    time.sleep(0.01)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_killed_download_whose_process_is_not_reaped_yet_is_continued(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """A zombie writes nothing: the next load continues its download and takes its files
+    (it fetched the whole blob again, and left the zombie's staging behind)."""
+    version_dir = cache_dir / "kernels/acme/tensor-tricks/v1"
+    worker_pid, reap = tmp_path / "worker", tmp_path / "reap"
+    reached = threading.Event()
+    blob_kernel.inject(BLOB_PATH, stall(30, after=1 << 20, started=reached))
+    launcher = start_code(LAUNCHES_A_WORKER, str(worker_pid), str(reap), env=dict(os.environ))
+    try:
+        until_the_blob_is_half_staged(reached, version_dir)
+        worker = int(worker_pid.read_text())
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{worker}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the worker never exited"
+            time.sleep(0.01)
+        blob_kernel.faults.clear()
+        blob_kernel.clear_log()
+        run_python(KILLABLE)
+        assert ranges(blob_kernel, "blob.bin") == [f"bytes={1 << 20}-"]
+        assert [p.name for p in version_dir.iterdir() if p.name.startswith(".")] == [".locks"]
+    finally:
+        reap.touch()
+        assert launcher.wait(60) == 0
 
 
 def test_a_killed_downloads_bytes_that_went_wrong_are_fetched_again(

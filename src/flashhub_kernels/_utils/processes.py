@@ -23,7 +23,9 @@ def this_host() -> str:
 def another_process_alive(pid: int) -> bool:
     """Whether the process ``pid`` of this host runs, and is not this one (which, when
     it asks, is not writing in what it finds: a process killed as PID 1 of a container,
-    restarted as PID 1, left it)."""
+    restarted as PID 1, left it), nor a zombie (one that exited and whose parent has not
+    waited for it yet: a launcher that waits for its workers in turn keeps a killed one
+    so for as long as the others run)."""
     if pid == os.getpid():
         return False
     try:
@@ -31,8 +33,18 @@ def another_process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
-    return True
+        pass
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits for its parent, where ``/proc`` tells."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS), or the process went meanwhile
+        return False
+    fields = stat.rpartition(")")[2].split()  # the name, in parentheses, may hold spaces
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def idle_for(top: Path, seconds: float) -> bool:
