@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
 import sys
 import textwrap
 import threading
@@ -113,6 +114,26 @@ def test_fresh_interpreter_cold_then_warm_makes_zero_requests(cdn: CdnServer) ->
     # A warm load imports neither the HTTP stack nor the lock library.
     libraries = f"import sys; print(sorted(set({WARM_LOAD_LIBRARIES!r}) & set(sys.modules)))"
     assert run_python(f"{code}\n{libraries}", torch_only=True).splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("name", ["get_kernel", "kernelize", "LayerRepository"])
+def test_an_api_name_imported_from_flashhub_is_refused_naming_flashhub_kernels(
+    name: str,
+) -> None:
+    # What `from kernels import get_kernel` becomes at a hasty switch: it gave an empty
+    # org package, and the call failed with "'module' object is not callable".
+    with pytest.raises(ImportError, match=f"{name} is the API's") as raised:
+        exec(f"from flashhub import {name}", {})
+    assert raised.value.hint == f"from flashhub_kernels import {name}"  # type: ignore[attr-defined]
+    assert f"flashhub.{name}" not in sys.modules
+
+
+def test_python_m_flashhub_says_how_to_run_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "flashhub"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "hint: run the flashhub command, or python -m flashhub_kernels" in done.stderr
 
 
 def test_name_mapping_tries_dashes_then_the_literal_name(cdn: CdnServer) -> None:

@@ -188,6 +188,13 @@ class KernelFinder:
             from ._loading.local import unknown_local_module  # another process's get_local_kernel
 
             raise unknown_local_module(fullname)
+        # `from flashhub import get_kernel` meant the API: its names are the package's own
+        # (read from the package, which imports this module: not imported from it).
+        api = sys.modules["flashhub_kernels"].__all__ if parsed.pkg is None else ()
+        if parsed.org in api or (parsed.org, parsed.pkg) == ("__main__", None):
+            from ._not_an_org import api_name_error
+
+            raise api_name_error(fullname, parsed.org)
         if parsed.version is None:
             return importlib.machinery.ModuleSpec(
                 fullname, _SyntheticPackageLoader(), is_package=True
