@@ -585,6 +585,62 @@ def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
     assert run_python(IMPORT_HELPERS, env=optimized, fresh=True).strip() == SHOUT
 
 
+# A pytest run whose conftest registers the kernel's modules for assertion rewriting, and
+# whose test imports one: pytest writes its own bytecode beside the module's source.
+PYTEST_REWRITING_THE_KERNEL = f"""
+import sys, pytest
+sys.dont_write_bytecode = False  # as for a user, who does not set PYTHONDONTWRITEBYTECODE
+open("conftest.py", "w").write("import pytest; pytest.register_assert_rewrite('flashhub.acme')")
+open("test_kernel.py", "w").write(
+    "import flashhub.acme.tensor_tricks.v1.helpers as h\\n"
+    "def test_shout():\\n    assert h.shout() == {SHOUT!r}\\n"
+)
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_kernel.py"]))
+"""
+
+
+def test_cache_verify_says_which_tool_wrote_bytecode_beside_a_verified_source(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    pycache = entry / PY_PKG / "__pycache__"
+    tag = sys.implementation.cache_tag
+    run_python(PYTEST_REWRITING_THE_KERNEL, env={"FLASHHUB_OFFLINE": "1"}, cwd=tmp_path)
+    # pytest rewrote the modules the package's __init__ imports; verify reports the first.
+    rewritten = pycache / f"_ops.{tag}-pytest-{pytest.__version__}.pyc"
+    assert rewritten.is_file()
+
+    by_pytest = flashhub_process("cache", "verify")
+    assert flashhub_process("cache", "verify", "--repair").returncode == 0
+    assert not rewritten.exists()
+    # typeguard's and beartype's hooks name theirs as an optimization level of their own.
+    source = entry / PY_PKG / "helpers.py"
+    hooked = Path(importlib.util.cache_from_source(str(source), optimization="typeguard461"))
+    py_compile.compile(str(source), cfile=str(hooked))
+    by_another_tool = flashhub_process("cache", "verify")
+    assert flashhub_process("cache", "verify", "--repair").returncode == 0
+
+    assert by_pytest.returncode == 1
+    assert (
+        f"{REPO}@v1 {LOCAL}: FAILED: {rewritten.relative_to(entry).as_posix()} is bytecode that "
+        f"pytest's assertion rewriting wrote for {PY_PKG}/_ops.py: no one verified it, and "
+        "pytest may run it when it imports the kernel; `flashhub cache verify --repair` "
+        "removes it; do not register the flashhub.* modules for assertion rewriting, so that "
+        "pytest writes none there"
+    ) in by_pytest.stdout
+    assert by_another_tool.returncode == 1
+    assert (
+        f"{REPO}@v1 {LOCAL}: FAILED: {hooked.relative_to(entry).as_posix()} is bytecode that "
+        f"another tool's import hook (opt-typeguard461) wrote for {PY_PKG}/helpers.py: no one "
+        "verified it, and the tool may run it when it imports the kernel; `flashhub cache "
+        "verify --repair` removes it; keep that tool's hook off the flashhub.* modules, so "
+        "that the tool writes none there"
+    ) in by_another_tool.stdout
+    assert not hooked.exists()
+    assert flashhub_process("cache", "verify").returncode == 0
+
+
 def test_a_cache_copied_without_modification_times_is_repaired_offline(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:

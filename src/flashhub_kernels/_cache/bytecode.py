@@ -20,6 +20,14 @@ _INVALIDATION_MODES = {
 }
 _PYCACHE = "__pycache__"
 _CACHE_TAG = re.compile(r"[a-z]+-?[0-9]+")  # sys.implementation.cache_tag: cpython-311
+# The name another tool's import hook gives the bytecode it writes beside a source:
+# pytest's assertion rewriting (y.cpython-311-pytest-9.2.0.pyc, .pyo under -O), or a hook
+# that passes its own optimization tag to cache_from_source, which is not a level
+# (typeguard: y.cpython-311.opt-typeguard461.pyc; beartype: .opt-beartype0v23v1.pyc).
+_HOOK_BYTECODE = re.compile(
+    rf"(?P<stem>[^.]+)\.(?P<tag>{_CACHE_TAG.pattern})"
+    r"(?:-(?P<pytest>pytest)-.+\.py[co]|\.(?P<optimization>opt-[0-9]*[A-Za-z][A-Za-z0-9]*)\.pyc)"
+)
 
 
 def receipt_stamp(path: str | Path) -> tuple[int, int]:
@@ -100,6 +108,23 @@ def foreign_bytecode(entry: Path, known: Collection[str]) -> list[str]:
             if not _compiled_from_known(entry, relpath, known):
                 foreign.append(relpath)
     return foreign
+
+
+def hook_bytecode(relpath: str, known: Collection[str]) -> tuple[str, str] | None:
+    """Whether ``relpath`` is bytecode that another tool's import hook wrote for a source
+    ``known`` lists, in the ``__pycache__`` beside it with this Python's cache tag and the
+    tool's own suffix: the source and the tool (``pytest``, or the optimization tag that
+    names it: ``opt-typeguard461``); ``None`` for another name. Such a file is no more
+    verified than any other: that tool's loader runs it (pytest checks only the source's
+    mtime and size)."""
+    directory, _, name = relpath.rpartition("/")
+    matched = _HOOK_BYTECODE.fullmatch(name)
+    if matched is None or matched["tag"] != sys.implementation.cache_tag:
+        return None
+    source = f"{directory.removesuffix(_PYCACHE)}{matched['stem']}.py"
+    if source not in known:
+        return None
+    return source, matched["pytest"] or matched["optimization"]
 
 
 def _another_pythons(relpath: str, known: Collection[str]) -> bool:

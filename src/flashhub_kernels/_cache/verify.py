@@ -21,7 +21,13 @@ from .._utils.file_names import check_cached_names
 from .._utils.filesystem import read_regular, replaced_name
 from .._utils.hashing import sha256_file
 from ..errors import ManifestError, SignatureError
-from .bytecode import bytecode_path, compile_bytecode, foreign_bytecode, receipt_stamp
+from .bytecode import (
+    bytecode_path,
+    compile_bytecode,
+    foreign_bytecode,
+    hook_bytecode,
+    receipt_stamp,
+)
 from .directories import cache_errors, remove_tree, settle_modes
 from .entries import CacheEntry
 from .layout import Cache
@@ -127,12 +133,7 @@ def _stamps_verdict(entry: CacheEntry, receipt: Receipt, listed: Mapping[str, by
         )
     foreign = _foreign_bytecode(entry.path, receipt, listed)
     if foreign:
-        return Verdict(
-            f"{foreign[0]} is not bytecode compiled from the verified files: no one "
-            "verified it, and an import of the kernel may run it (under -O, or by another "
-            "Python)",
-            repairable=True,
-        )
+        return Verdict(_foreign_problem(foreign[0], _verified(receipt, listed)), repairable=True)
     changed = receipt.changed_file(entry.path)
     if changed is not None:
         # Intact bytes, but the warm path would not trust the entry and fetch it again.
@@ -195,7 +196,37 @@ def _damaged_bytecode(entry: Path, receipt: Receipt) -> list[str]:
 def _foreign_bytecode(entry: Path, receipt: Receipt, listed: Mapping[str, bytes]) -> list[str]:
     """What the ``__pycache__`` directories of ``entry`` hold that was neither compiled at
     verification nor is Python's bytecode of the ``listed`` (verified) files."""
-    return foreign_bytecode(entry, receipt.bytecode.keys() | listed.keys())
+    return foreign_bytecode(entry, _verified(receipt, listed))
+
+
+def _verified(receipt: Receipt, listed: Mapping[str, bytes]) -> set[str]:
+    """The files of an entry someone verified: those its manifest lists (``listed``),
+    and the bytecode compiled from them at verification."""
+    return receipt.bytecode.keys() | listed.keys()
+
+
+def _foreign_problem(relpath: str, verified: set[str]) -> str:
+    """Why the bytecode ``relpath``, which was not compiled from the ``verified`` files,
+    fails an entry: what may run it, and, where another tool's import hook wrote it
+    beside a verified source, how to keep that tool from writing there."""
+    written = hook_bytecode(relpath, verified)
+    if written is None:
+        return (
+            f"{relpath} is not bytecode compiled from the verified files: no one verified "
+            "it, and an import of the kernel may run it (under -O, or by another Python)"
+        )
+    source, tool = written
+    if tool == "pytest":
+        writer, runner = "pytest's assertion rewriting", "pytest"
+        advice = "do not register the flashhub.* modules for assertion rewriting"
+    else:
+        writer, runner = f"another tool's import hook ({tool})", "the tool"
+        advice = "keep that tool's hook off the flashhub.* modules"
+    return (
+        f"{relpath} is bytecode that {writer} wrote for {source}: no one verified it, and "
+        f"{runner} may run it when it imports the kernel; `flashhub cache verify --repair` "
+        f"removes it; {advice}, so that {runner} writes none there"
+    )
 
 
 def _digest(path: Path) -> str | None:
