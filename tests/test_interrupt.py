@@ -298,6 +298,8 @@ FIRST_LOAD_AFTER_CTRL_C = """
 import os, signal, sys, threading, time
 import flashhub_kernels as fk
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal
+
 def load():
     while threading.main_thread().is_alive():
         time.sleep(0.01)
