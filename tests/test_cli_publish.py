@@ -579,6 +579,7 @@ import os, signal, sys
 from flashhub_kernels._publish import destination
 from flashhub_kernels.cli import main
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal
 commit = destination._commit
 def commit_then_signal(*args, **kwargs):
     commit(*args, **kwargs)
