@@ -788,6 +788,34 @@ def test_a_kept_file_swapped_for_another_users_as_it_moves_is_not_continued(
     assert blob_kernel.gets("helpers.py")
 
 
+SYMLINK_AS_IT_MOVES = """
+import os, sys
+def swap(event, args):
+    moving = event == "os.rename" and os.path.basename(args[0]) == os.path.basename({kept!r})
+    if moving and not os.path.islink({kept!r}):
+        os.unlink({kept!r})
+        os.symlink({target!r}, {kept!r})
+sys.addaudithook(swap)
+"""
+
+
+def test_a_kept_file_swapped_for_a_symlink_as_it_moves_is_fetched_anew(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    # A neighbour in a cache a group shares puts a symlink to a file of the user's in
+    # place of a kept file as the user's load moves it: the audit hook swaps it then.
+    helpers = SMALL_FILES["tensor_tricks/helpers.py"]
+    kept = plant_partial(cache_dir, VARIANT, hashlib.sha256(helpers).digest())
+    kept.write_bytes(helpers[:10])  # an interrupted download's first bytes
+    target = tmp_path / "notes.txt"
+    target.write_text("the user's own file\n")
+    run_python(SYMLINK_AS_IT_MOVES.format(kept=str(kept), target=str(target)) + KILLABLE)
+    assert target.read_text() == "the user's own file\n"
+    cached = cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/helpers.py"
+    assert not cached.is_symlink() and cached.read_bytes() == helpers
+    assert ranges(blob_kernel, "helpers.py") == [None]  # from byte 0: nothing continued
+
+
 def test_two_torch_builds_share_one_cache(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1, [local_variant(), "torch-cuda"])
     as_cuda = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import queue
@@ -223,10 +224,10 @@ class HashingWriter:
 
 
 def _open_own(path: Path) -> tuple[int, bool]:
-    """Open ``path`` to read and append, created if missing; a file with more than one
-    link, not a regular file, or another user's is unlinked first, so the bytes written,
-    and any ``ftruncate``, reach no file but this one, and its owner cannot rewrite it
-    once verified. Also whether the file is new (empty).
+    """Open ``path`` to read and append, created if missing; a symlink, a file with more
+    than one link, not a regular file, or another user's is unlinked first, so the bytes
+    written, and any ``ftruncate``, reach no file but this one, and its owner cannot
+    rewrite it once verified. Also whether the file is new (empty).
 
     Checked on the open file: in a cache a group shares, a member may swap a kept file
     after the checks made on its name."""
@@ -235,10 +236,15 @@ def _open_own(path: Path) -> tuple[int, bool]:
         return os.open(path, flags | os.O_EXCL, 0o644), True
     except FileExistsError:
         pass
-    fd = os.open(path, flags, 0o644)
-    st = os.fstat(fd)
-    if st.st_nlink == 1 and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-        return fd, False
-    os.close(fd)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:  # ELOOP: O_NOFOLLOW met a symlink, which is not ours
+            raise
+    else:
+        st = os.fstat(fd)
+        if st.st_nlink == 1 and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            return fd, False
+        os.close(fd)
     os.unlink(path)
     return os.open(path, flags | os.O_EXCL, 0o644), True
