@@ -788,31 +788,37 @@ def test_a_kept_file_swapped_for_another_users_as_it_moves_is_not_continued(
     assert blob_kernel.gets("helpers.py")
 
 
-SYMLINK_AS_IT_MOVES = """
+PLANT_AS_IT_MOVES = """
 import os, sys
 def swap(event, args):
     moving = event == "os.rename" and os.path.basename(args[0]) == os.path.basename({kept!r})
-    if moving and not os.path.islink({kept!r}):
+    if moving and os.path.isfile({kept!r}) and not os.path.islink({kept!r}):
         os.unlink({kept!r})
-        os.symlink({target!r}, {kept!r})
+        {plant}
 sys.addaudithook(swap)
 """
 
 
-def test_a_kept_file_swapped_for_a_symlink_as_it_moves_is_fetched_anew(
-    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("planted", ["symlink", "fifo"])
+def test_a_kept_file_swapped_as_it_moves_for_a_symlink_or_a_fifo_is_fetched_anew(
+    blob_kernel: CdnServer, cache_dir: Path, tmp_path: Path, planted: str
 ) -> None:
-    # A neighbour in a cache a group shares puts a symlink to a file of the user's in
-    # place of a kept file as the user's load moves it: the audit hook swaps it then.
+    # A neighbour in a cache a group shares puts a symlink to a file of the user's, or a
+    # FIFO, in place of a kept file as the user's load moves it: the audit hook swaps it.
     helpers = SMALL_FILES["tensor_tricks/helpers.py"]
     kept = plant_partial(cache_dir, VARIANT, hashlib.sha256(helpers).digest())
     kept.write_bytes(helpers[:10])  # an interrupted download's first bytes
     target = tmp_path / "notes.txt"
     target.write_text("the user's own file\n")
-    run_python(SYMLINK_AS_IT_MOVES.format(kept=str(kept), target=str(target)) + KILLABLE)
+    plant = {
+        "symlink": f"os.symlink({str(target)!r}, {str(kept)!r})",
+        "fifo": f"os.mkfifo({str(kept)!r})",
+    }
+    hook = PLANT_AS_IT_MOVES.format(kept=str(kept), plant=plant[planted])
+    run_python(hook + KILLABLE, timeout=60)  # reading a FIFO would block the load forever
     assert target.read_text() == "the user's own file\n"
     cached = cache_dir / f"kernels/{REPO}/v1/{VARIANT}/tensor_tricks/helpers.py"
-    assert not cached.is_symlink() and cached.read_bytes() == helpers
+    assert cached.is_file() and not cached.is_symlink() and cached.read_bytes() == helpers
     assert ranges(blob_kernel, "helpers.py") == [None]  # from byte 0: nothing continued
 
 
