@@ -14,7 +14,7 @@ from pathlib import Path
 from .._utils.hashing import CHUNK_SIZE
 from .._utils.reserve import reserve
 from .._utils.threads import started
-from ..errors import CacheError, IntegrityError
+from ..errors import CacheError
 from .progress import NO_PROGRESS, Progress
 
 # Past this many bytes a file is hashed on a worker thread, overlapping the hash with
@@ -63,10 +63,6 @@ class _Sha256:
             self._queue.put(None)
             self._worker.join()
             self._queue = self._worker = None
-
-    def digest(self) -> bytes:
-        self.stop()
-        return self._hash.digest()
 
     def peek(self) -> bytes:
         """The digest of what was hashed so far; hashing may go on afterwards."""
@@ -212,15 +208,6 @@ class HashingWriter:
                     os.ftruncate(self._fd, self.size)  # frees the blocks past its end
             os.close(self._fd)
             self._fd = None
-
-    def verify(self, expected: bytes, *, source: str) -> None:
-        """Raise :class:`IntegrityError` unless the bytes written hash to ``expected``."""
-        if self._hash.digest() != expected:
-            raise IntegrityError(
-                f"{source}: sha256 of the {self.size} bytes received does not match "
-                "metadata.json; the file was not kept",
-                hint=INTEGRITY_HINT,
-            )
 
 
 def _open_own(path: Path) -> tuple[int, bool]:
