@@ -235,6 +235,13 @@ def _chain_lock(length: int) -> bytes:
             b' "variants": {"../up": {"hash": "' + _HASH.encode() + b'"}}}]}',
             "is not a variant name",
         ),
+        (  # a variant's name, then a way out of the cache: the whole name must be one
+            b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": 1, "variants":'
+            b' {"torch-universal/../../../../../../../tmp/escaped": {"hash": "'
+            + _HASH.encode()
+            + b'"}}}]}',
+            r"'torch-universal/(\.\./)+tmp/escaped' is not a variant name",
+        ),
         (
             b'{"version": 1, "kernels": [{"repo_id": "a/b", "version": 1, "variants_source":'
             b' "guessed", "variants": {"x": {"hash": "' + _HASH.encode() + b'"}}}]}',
