@@ -89,9 +89,12 @@ def test_duplicates_after_normalisation_are_refused() -> None:
     assert "'pkg/caf\\xe9.py' and 'pkg/cafe\\u0301.py', one name in two Unicode" in str(info.value)
 
 
-def test_file_and_directory_clash_is_refused() -> None:
-    with pytest.raises(ManifestError, match="both as a file and a directory"):
-        parse_metadata(metadata({"pkg/a": STD, "pkg/a/b/c.py": STD}))
+@pytest.mark.parametrize(
+    ("file", "below"), [("pkg/a", "pkg/a/b/c.py"), ("pkg", "pkg/x/y.py")], ids=["deep", "top"]
+)
+def test_file_and_directory_clash_is_refused(file: str, below: str) -> None:
+    with pytest.raises(ManifestError, match=f"lists '{file}' both as a file and a directory"):
+        parse_metadata(metadata({file: STD, below: STD}))
 
 
 @pytest.mark.parametrize(
@@ -137,6 +140,14 @@ def test_content_hash_is_order_independent_and_sensitive() -> None:
     assert a == content_hash({"y": RAW, "x": RAW})
     assert a.startswith("sha256-") and len(a) == len("sha256-") + 64
     assert a != content_hash({"x": RAW, "z": RAW})
+
+
+def test_content_hash_is_sha256_over_sorted_path_nul_digest_pairs() -> None:
+    # What every lock file pins: a change of form would make every lock fail to verify.
+    init, ops = hashlib.sha256(b"init").digest(), hashlib.sha256(b"ops").digest()
+    document = metadata({"pkg/ops.py": encode_digest(ops), "pkg/__init__.py": encode_digest(init)})
+    by_hand = hashlib.sha256(b"pkg/__init__.py\0" + init + b"pkg/ops.py\0" + ops).hexdigest()
+    assert parse_metadata(document).content_hash == f"sha256-{by_hand}"
 
 
 # -- sizes ------------------------------------------------------------------------------------
