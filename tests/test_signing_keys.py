@@ -328,6 +328,7 @@ def test_no_entries_no_keys() -> None:
     [
         ("flashhub-ed25519:not-base64!", "not a public key"),
         ("flashhub-ed25519:" + base64.b64encode(bytes(31)).decode(), "not a public key"),
+        ("flashhub-ed25519:" + base64.b64encode(bytes(33)).decode(), "not a public key"),
         ("flashhub-ed25519:", "not a public key"),
         ("ssh-ed25519", "must be flashhub-ed25519"),
         ("9acme:" + KEY_A.public_line, "neither"),
