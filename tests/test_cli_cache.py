@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,7 @@ from support.preloaded import Child, appears, run_code, start_code, stderr_into,
 from support.projects import CUDA, PY_PKG, REPO, UNIVERSAL, publish_tensor_tricks, write_project
 from support.trees import (
     MIB_BLOB,
+    b64sha256,
     kernel_files,
     local_variant,
     write_blob_kernel,
@@ -756,6 +757,57 @@ def test_cache_verify_repair_leaves_changed_content_to_prune(cdn: CdnServer) -> 
     assert repaired.returncode == 1
     assert f"FAILED: {PY_PKG}/helpers.py does not match its sha256" in repaired.stdout
     assert (entry / PY_PKG / "helpers.py").read_text().endswith("'edited'\n")
+
+
+# Each tampering leaves every file the receipt stamps as it was, so that only the check
+# it defeats can fail the entry; it returns the problem verify must report.
+def _manifest_rewritten_for_an_edited_file(entry: Path, outside: Path) -> str:
+    helpers = entry / PY_PKG / "helpers.py"
+    stamp = helpers.stat()
+    edited = helpers.read_bytes().replace(b"upper()", b"lower()")  # same size
+    helpers.write_bytes(edited)
+    os.utime(helpers, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    manifest = entry / "metadata.json"
+    document = json.loads(manifest.read_text())
+    document["digest"]["files"][f"{PY_PKG}/helpers.py"] = b64sha256(edited)
+    manifest.write_text(json.dumps(document))
+    return "metadata.json is not the manifest the entry was verified against"
+
+
+def _module_planted_at_the_top(entry: Path, outside: Path) -> str:
+    (entry / "planted.py").write_text("print('planted code ran')\n")
+    return "planted.py is not in its metadata.json"
+
+
+def _pycache_symlinked_outside(entry: Path, outside: Path) -> str:
+    # The verified bytecode, times kept, beside -O bytecode no one verified.
+    pycache = entry / PY_PKG / "__pycache__"
+    shutil.copytree(pycache, outside, copy_function=shutil.copy2)
+    (outside / f"helpers.{sys.implementation.cache_tag}.opt-1.pyc").write_bytes(b"planted")
+    shutil.rmtree(pycache)
+    pycache.symlink_to(outside, target_is_directory=True)
+    return f"{PY_PKG}/__pycache__ is not in its metadata.json"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        _manifest_rewritten_for_an_edited_file,
+        _module_planted_at_the_top,
+        _pycache_symlinked_outside,
+    ],
+)
+def test_cache_verify_fails_an_entry_tampered_with_beyond_its_listed_files(
+    cdn: CdnServer, tmp_path: Path, tamper: Callable[[Path, Path], str]
+) -> None:
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    problem = tamper(entry, tmp_path / "outside")
+
+    verified = flashhub("cache", "verify")
+
+    assert verified.returncode == 1
+    assert f"{REPO}@v1 {LOCAL}: FAILED: {problem}" in verified.stdout
 
 
 # -- entries a running process uses; a cache that cannot be written ---------------------------
