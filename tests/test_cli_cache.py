@@ -810,6 +810,40 @@ def test_cache_verify_fails_an_entry_tampered_with_beyond_its_listed_files(
     assert f"{REPO}@v1 {LOCAL}: FAILED: {problem}" in verified.stdout
 
 
+@pytest.mark.parametrize(
+    ("relpath", "problem", "repairable"),
+    [
+        (f"{PY_PKG}/helpers.py", "is missing or not a regular file", False),
+        (
+            f"{PY_PKG}/__pycache__/helpers.{sys.implementation.cache_tag}.pyc",
+            "is not the bytecode compiled when the entry was verified",
+            True,
+        ),
+    ],
+    ids=["listed-file", "bytecode"],
+)
+def test_cache_verify_fails_a_file_replaced_by_a_symlink_to_an_identical_copy(
+    cdn: CdnServer, tmp_path: Path, relpath: str, problem: str, repairable: bool
+) -> None:
+    """What a symlink reaches may change after verify: only a regular file is verified.
+    Bytecode is compiled again; a listed file is left for prune and a load to fetch."""
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    path, copy = entry / relpath, tmp_path / "outside"
+    shutil.copy2(path, copy)
+    path.unlink()
+    path.symlink_to(copy)
+
+    verified = flashhub("cache", "verify")
+    repaired = flashhub("cache", "verify", "--repair")
+
+    assert verified.returncode == 1
+    assert f"{REPO}@v1 {LOCAL}: FAILED: {relpath} {problem}" in verified.stdout
+    assert repaired.returncode == (0 if repairable else 1), repaired.stdout
+    assert path.is_symlink() is not repairable
+    assert (flashhub("cache", "verify").returncode == 0) is repairable
+
+
 # -- entries a running process uses; a cache that cannot be written ---------------------------
 
 USE_AND_WAIT = """
