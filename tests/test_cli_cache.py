@@ -19,12 +19,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from filelock import FileLock
 
 from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_python
+from flashhub_kernels._cache import verify
 from flashhub_kernels._cache.entries import CacheEntry
+from flashhub_kernels._cache.mutex import download_mutex
 from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
 from support.cli_runner import (
@@ -842,6 +845,32 @@ def test_cache_verify_fails_a_file_replaced_by_a_symlink_to_an_identical_copy(
     assert repaired.returncode == (0 if repairable else 1), repaired.stdout
     assert path.is_symlink() is not repairable
     assert (flashhub("cache", "verify").returncode == 0) is repairable
+
+
+def test_cache_verify_repair_leaves_an_entry_changed_while_it_waited_for_the_mutex(
+    cdn: CdnServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repair finds a file's mtime changed, then waits for the entry's mutex; meanwhile
+    the file's bytes change. It checks the entry again under the mutex, and stamps
+    nothing: a receipt stamped anew would have warm loads trust the changed bytes."""
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    helpers = entry / PY_PKG / "helpers.py"
+    os.utime(helpers, (1, 1))  # repairable: a copy that lost its modification times
+    receipt = (entry / RECEIPT_NAME).read_bytes()
+
+    @contextlib.contextmanager
+    def changed_while_waiting(*args: Any) -> Iterator[None]:
+        helpers.write_text("print('not the published code')\n")
+        with download_mutex(*args):
+            yield
+
+    monkeypatch.setattr(verify, "download_mutex", changed_while_waiting)
+    repaired = flashhub("cache", "verify", "--repair")
+
+    assert repaired.returncode == 1
+    assert f"FAILED: {PY_PKG}/helpers.py does not match its sha256" in repaired.stdout
+    assert (entry / RECEIPT_NAME).read_bytes() == receipt
 
 
 # -- entries a running process uses; a cache that cannot be written ---------------------------
