@@ -1172,6 +1172,34 @@ def test_cache_verify_of_an_entry_cached_without_keys_says_its_next_load_checks_
     assert f"{REPO}@v1 {LOCAL}: ok, signed by {key.key_id}" in passed.stdout
 
 
+def _sig_deleted(sig: Path) -> None:
+    sig.unlink()
+
+
+def _sig_truncated(sig: Path) -> None:
+    sig.write_bytes(sig.read_bytes()[: sig.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("damage", [_sig_deleted, _sig_truncated], ids=["deleted", "truncated"])
+def test_cache_verify_fails_an_entry_whose_cached_signature_is_gone_or_malformed(
+    cdn: CdnServer, keys: Keys, monkeypatch: pytest.MonkeyPatch, damage: Callable[[Path], None]
+) -> None:
+    """The receipt records that a trusted key vouched for the entry: its .sig gone, or
+    malformed (it may have been that key's, tampered with), the entry is broken, not
+    merely not trusted."""
+    (path, key), _ = keys
+    write_kernel(cdn.root, REPO, 1)
+    sign(cdn.root, path)
+    trust(monkeypatch, key.public_line)
+    get_kernel(REPO, version=1)
+    damage(entry(1, LOCAL) / "metadata.json.sig")
+
+    verified = flashhub("cache", "verify")
+
+    assert verified.returncode == 1, verified.stdout
+    assert f"{REPO}@v1 {LOCAL}: FAILED: its signature does not check out" in verified.stdout
+
+
 def test_cache_prune_leaves_the_entries_of_a_shared_cache_no_key_of_the_user_vouches_for(
     cdn: CdnServer, keys: Keys, tmp_path: Path
 ) -> None:
