@@ -8,10 +8,13 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from conftest import SIGNING_EXTRA
+from flashhub_kernels._models.manifest import parse_metadata
+from flashhub_kernels._models.names import RepoInfo
 from flashhub_kernels._signing.signature_files import (
     MAX_SIGNATURE_BYTES,
     SignatureEntry,
@@ -22,8 +25,9 @@ from flashhub_kernels._signing.signature_files import (
 from flashhub_kernels._signing.signing_keys import SigningKey
 from flashhub_kernels._signing.statements import DocumentKind, statement
 from flashhub_kernels._signing.trusted_keys import TrustedKey, parse_trusted_keys
-from flashhub_kernels._signing.verification import verify_document
+from flashhub_kernels._signing.verification import cached_signer, verify_document
 from flashhub_kernels.errors import IntegrityError, SignatureError
+from support.trees import b64sha256
 
 pytest.importorskip("cryptography", reason=SIGNING_EXTRA)
 
@@ -270,6 +274,26 @@ def test_signing_over_a_malformed_sig_says_to_delete_it() -> None:
     assert "delete the .sig file" in (raised.value.hint or "")
 
 
+def test_a_cached_manifest_vouches_only_for_the_content_the_entry_was_verified_against(
+    tmp_path: Path,
+) -> None:
+    """A validly signed metadata.json of other content (a republished build's, swapped
+    into a shared cache) vouches for no entry whose files were verified against another."""
+    verified, republished = (
+        json.dumps({"digest": {"files": {"my_kern/__init__.py": b64sha256(code)}}}).encode()
+        for code in (b"", b"# republished\n")
+    )
+    (tmp_path / "metadata.json").write_bytes(republished)
+    (tmp_path / "metadata.json.sig").write_bytes(sign(METADATA, republished, KEY_A))
+
+    def signer(verified_against: bytes) -> str | None:
+        content = parse_metadata(verified_against).content_hash
+        return cached_signer(tmp_path, RepoInfo(REPO, 1), VARIANT, content, trusted(KEY_A))
+
+    assert signer(republished) == KEY_A.key_id
+    assert signer(verified) is None
+
+
 SIG_BY_A = dump_signatures([SignatureEntry(KEY_A.key_id, GOOD_SIGNATURE)])
 
 
@@ -279,7 +303,7 @@ def test_without_cryptography_signing_and_verifying_say_what_to_install() -> Non
         import sys
         sys.modules["cryptography"] = None  # as if it were not installed
         from flashhub_kernels._signing.signing_keys import SigningKey, generate_signing_key
-        from flashhub_kernels._signing.verification import verify_document
+        from flashhub_kernels._signing.verification import cached_signer, verify_document
         from flashhub_kernels._signing.trusted_keys import parse_trusted_keys
         from flashhub_kernels.errors import SignatureError
         from flashhub_kernels.cli import main
