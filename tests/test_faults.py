@@ -52,7 +52,7 @@ from support.cdn_server import (
     wrong_range,
 )
 from support.cli_runner import PYTHON_M_FLASHHUB, flashhub
-from support.preloaded import run_code, start_code
+from support.preloaded import process_state, run_code, start_code
 from support.projects import write_project
 from support.trees import (
     b64sha256,
@@ -639,7 +639,7 @@ def test_a_killed_download_whose_process_is_not_reaped_yet_is_continued(
         worker = int(worker_pid.read_text())
         os.kill(worker, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while Path(f"/proc/{worker}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        while process_state(worker) != "Z":
             assert time.monotonic() < deadline, "the worker never exited"
             time.sleep(0.01)
         blob_kernel.faults.clear()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support.preloaded import PreloadedChild, run_code, start_code
+from support.preloaded import PreloadedChild, process_state, run_code, start_code
 
 CASES = {
     "main": """
@@ -81,19 +81,9 @@ def test_a_child_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path)
     child.kill()
     assert child.wait(30) == -signal.SIGKILL
     deadline = time.monotonic() + 10
-    while _running(grandchild):  # it went with the child's process group
+    while process_state(grandchild) not in ("", "Z"):  # it went with the child's group
         assert time.monotonic() < deadline, "the grandchild outlived the kill"
         time.sleep(0.05)
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie, which no init may have reaped yet,
-    is not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_an_environment_that_start_up_reads_gets_a_new_interpreter() -> None:

@@ -343,6 +343,15 @@ def start_code(
     return subprocess.Popen(argv, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
 
 
+def process_state(pid: int) -> str:
+    """The state ``/proc`` gives the process ``pid`` (``R``, ``S``, ``Z`` for a zombie,
+    which no parent has waited for yet, ...); ``""`` once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return ""
+
+
 def appears(path: Path, child: Child, timeout: float) -> bool:
     """Whether ``path`` exists within ``timeout`` seconds, or before ``child`` ends (for a
     sign a child gives while it runs: its output is read once it has exited)."""

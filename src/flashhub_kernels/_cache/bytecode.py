@@ -121,7 +121,7 @@ def hook_bytecode(relpath: str, known: Collection[str]) -> tuple[str, str] | Non
     matched = _HOOK_BYTECODE.fullmatch(name)
     if matched is None or matched["tag"] != sys.implementation.cache_tag:
         return None
-    source = f"{directory.removesuffix(_PYCACHE)}{matched['stem']}.py"
+    source = _source_of(directory, matched["stem"])
     if source not in known:
         return None
     return source, matched["pytest"] or matched["optimization"]
@@ -176,4 +176,10 @@ def _bytecode_name(relpath: str) -> tuple[str, str, int] | None:
         level = int(parts.pop(2)[4:])
     if len(parts) != 3 or parts[2] != "pyc" or _CACHE_TAG.fullmatch(parts[1]) is None:
         return None
-    return f"{directory.removesuffix(_PYCACHE)}{parts[0]}.py", parts[1], level
+    return _source_of(directory, parts[0]), parts[1], level
+
+
+def _source_of(pycache: str, stem: str) -> str:
+    """The source whose bytecode ``stem.<tag>...pyc`` in the ``__pycache__`` directory
+    ``pycache`` (``x/__pycache__``, relative to the entry) is: ``x/<stem>.py``."""
+    return f"{pycache.removesuffix(_PYCACHE)}{stem}.py"

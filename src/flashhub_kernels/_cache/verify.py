@@ -131,9 +131,10 @@ def _stamps_verdict(entry: CacheEntry, receipt: Receipt, listed: Mapping[str, by
             f"{damaged[0]} is not the bytecode compiled when the entry was verified",
             repairable=True,
         )
-    foreign = _foreign_bytecode(entry.path, receipt, listed)
+    verified = _verified(receipt, listed)
+    foreign = foreign_bytecode(entry.path, verified)
     if foreign:
-        return Verdict(_foreign_problem(foreign[0], _verified(receipt, listed)), repairable=True)
+        return Verdict(_foreign_problem(foreign[0], verified), repairable=True)
     changed = receipt.changed_file(entry.path)
     if changed is not None:
         # Intact bytes, but the warm path would not trust the entry and fetch it again.
