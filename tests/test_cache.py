@@ -158,6 +158,26 @@ def test_a_damaged_cache_record_is_not_used_by_a_warm_import(
     assert out.strip() == f"{REPO}@v1:{local_variant()}"
 
 
+def test_fields_a_later_client_adds_to_the_records_are_passed_over(
+    cdn: CdnServer, cache_dir: Path
+) -> None:
+    """Old and new clients share a cache while a fleet upgrades: what a later client adds
+    to a receipt or a variant index leaves the entry usable here, offline and warm."""
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    directory = version_dir(cache_dir)
+    for path in (directory / INDEX, directory / local_variant() / RECEIPT):
+        document = json.loads(path.read_text())
+        path.write_text(json.dumps({**document, "added_later": {"format": 2, "x": [1]}}))
+    cdn.clear_log()
+    out = run_python(
+        "import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())",
+        env={"FLASHHUB_OFFLINE": "1"},
+    )
+    assert out.strip() == f"{REPO}@v1:{local_variant()}"
+    assert cdn.requests == []
+
+
 def test_modified_cached_file_is_refetched(cdn: CdnServer, cache_dir: Path) -> None:
     write_kernel(cdn.root, REPO, 1)
     fk.get_kernel(REPO, version=1)
