@@ -128,6 +128,34 @@ def test_an_api_name_imported_from_flashhub_is_refused_naming_flashhub_kernels(
     assert f"flashhub.{name}" not in sys.modules
 
 
+@pytest.mark.parametrize("name", ["v0", "v01", "V1", "latest", "v1_cudaa"])
+@pytest.mark.parametrize(
+    "form", ["import flashhub.acme.tensor_tricks.{}", "from flashhub.acme.tensor_tricks import {}"]
+)
+def test_a_misspelt_version_is_refused_saying_how_versions_are_named(
+    cdn: CdnServer, name: str, form: str
+) -> None:
+    # A ModuleNotFoundError would be a bare "No module named", or "cannot import name"
+    # for the `from` form.
+    with pytest.raises(KernelImportError, match=f"{name} is not a version of .*v<N>") as raised:
+        exec(form.format(name), {})
+    assert raised.value.name == f"flashhub.acme.tensor_tricks.{name}"
+    assert cdn.requests == []
+
+
+def test_a_local_kernels_missing_submodule_is_still_not_found(tmp_path: Path) -> None:
+    # Its module is flashhub._local.<pkg>_<digest>: its submodules have four parts, like a
+    # kernel version, and its code may try one (`except ModuleNotFoundError`).
+    for relpath, data in kernel_files("tensor_tricks", "local").items():
+        path = tmp_path / "build" / local_variant() / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    kernel = fk.get_local_kernel(tmp_path)
+    with pytest.raises(ModuleNotFoundError) as raised:
+        importlib.import_module(f"{kernel.__name__}.optional_part")
+    assert type(raised.value) is ModuleNotFoundError
+
+
 def test_python_m_flashhub_says_how_to_run_the_command() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "flashhub"], capture_output=True, text=True, timeout=60

@@ -183,6 +183,10 @@ class KernelFinder:
             return spec
         parsed = parse_module_name(fullname)
         if parsed is None:
+            if fullname.startswith("flashhub.") and fullname.count(".") == 3:
+                from ._not_a_kernel import refuse_misspelt_version
+
+                refuse_misspelt_version(fullname)
             return None
         if parsed.org == LOCAL_ORG and parsed.pkg is not None:
             from ._loading.local import unknown_local_module  # another process's get_local_kernel
@@ -192,7 +196,7 @@ class KernelFinder:
         # (read from the package, which imports this module: not imported from it).
         api = sys.modules["flashhub_kernels"].__all__ if parsed.pkg is None else ()
         if parsed.org in api or (parsed.org, parsed.pkg) == ("__main__", None):
-            from ._not_an_org import api_name_error
+            from ._not_a_kernel import api_name_error
 
             raise api_name_error(fullname, parsed.org)
         if parsed.version is None:
