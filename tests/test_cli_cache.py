@@ -873,6 +873,99 @@ def test_cache_verify_repair_leaves_an_entry_changed_while_it_waited_for_the_mut
     assert (entry / RECEIPT_NAME).read_bytes() == receipt
 
 
+# What an import of the kernel in a fresh process reports: whether it looked the kernel up
+# in full (rather than answered by the import table), and what the kernel says.
+IMPORT_HELPERS_SAYING_HOW = """
+import json, sys
+import flashhub.acme.tensor_tricks.v1.helpers as h
+print(json.dumps(["flashhub_kernels._cache.obtain" in sys.modules, h.shout()]))
+"""
+
+
+def _modes(entry: Path) -> dict[str, int]:
+    """The permission bits of everything in ``entry``, by path in it."""
+    return {
+        path.relative_to(entry).as_posix(): path.lstat().st_mode & 0o7777
+        for path in entry.rglob("*")
+    }
+
+
+@pytest.mark.parametrize(
+    "relpath",
+    [
+        f"{PY_PKG}/helpers.py",
+        f"{PY_PKG}/__pycache__",
+        f"{PY_PKG}/__pycache__/helpers.{sys.implementation.cache_tag}.pyc",
+        RECEIPT_NAME,
+    ],
+    ids=["listed-file", "directory", "bytecode", "receipt"],
+)
+def test_cache_verify_reports_what_every_user_may_write_in_an_entry_and_repair_settles_it(
+    cdn: CdnServer, relpath: str
+) -> None:
+    """What an older client left cached under ``umask 000``: every byte verifies, but
+    anyone reaching the cache could write there. ``--repair`` gives the entry the modes a
+    download gives it; the receipt still vouches for the files, and the import table
+    answers warm loads again."""
+    write_kernel(cdn.root, REPO, 1)
+    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    settled = _modes(entry)
+    receipt = json.loads((entry / RECEIPT_NAME).read_text())
+    offline = {"FLASHHUB_OFFLINE": "1"}
+    assert json.loads(run_python(IMPORT_HELPERS_SAYING_HOW, env=offline)) == [True, SHOUT]
+    path = entry / relpath
+    path.chmod(path.stat().st_mode & 0o777 | 0o002)
+    mode = f"{path.stat().st_mode & 0o777:04o}"
+
+    verified = flashhub("cache", "verify")
+    repaired = flashhub("cache", "verify", "--repair")
+
+    problem = (
+        f"{relpath} is writable by every user (mode {mode}): whoever may reach the cache "
+        "could change what an import of the kernel runs; `flashhub cache verify --repair` "
+        "gives the entry the modes a new download gets"
+    )
+    assert verified.returncode == 1
+    assert f"{REPO}@v1 {LOCAL}: FAILED: {problem}\n" in verified.stdout
+    assert "`flashhub cache verify --repair` repairs the entries" in verified.stderr
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert f"{REPO}@v1 {LOCAL}: repaired ({problem})\n" in repaired.stdout
+    assert _modes(entry) == settled
+    assert json.loads((entry / RECEIPT_NAME).read_text()) == receipt
+    assert flashhub("cache", "verify").returncode == 0
+    cdn.clear_log()
+    loads = [json.loads(run_python(IMPORT_HELPERS_SAYING_HOW, env=offline)) for _ in range(2)]
+    # The table's row stamped the entry's files as they were: looked up in full again,
+    # then answered by the row recorded anew.
+    assert loads == [[True, SHOUT], [False, SHOUT]]
+    assert cdn.requests == []
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_cache_verify_lets_the_group_write_an_entry_only_in_a_cache_a_group_shares(
+    cdn: CdnServer, shared: bool
+) -> None:
+    env = {"FLASHHUB_CACHE_SHARED": "1"} if shared else {}
+    write_kernel(cdn.root, REPO, 1)
+    got = flashhub("get", REPO, "--version", "1", "--json", env=env)
+    helpers = Path(ok_json(got)["path"]) / PY_PKG / "helpers.py"
+    helpers.chmod(0o664)
+
+    verified = flashhub("cache", "verify", env=env)
+
+    if shared:  # its directories are the group's to write too (0775)
+        assert verified.returncode == 0, verified.stdout
+        assert f"{REPO}@v1 {LOCAL}: ok" in verified.stdout
+    else:
+        assert verified.returncode == 1
+        assert (
+            f"{REPO}@v1 {LOCAL}: FAILED: {PY_PKG}/helpers.py is writable by its group "
+            "(mode 0664): whoever may reach the cache"
+        ) in verified.stdout
+        assert flashhub("cache", "verify", "--repair").returncode == 0
+        assert helpers.stat().st_mode & 0o777 == 0o644
+
+
 # -- entries a running process uses; a cache that cannot be written ---------------------------
 
 USE_AND_WAIT = """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
@@ -42,13 +43,13 @@ ENTRY_RECORDS = {MANIFEST_NAME, MANIFEST_SIGNATURE_NAME, RECEIPT_NAME}
 class Verdict(Record):
     """What :func:`verify_entry` found.
 
-    ``problem`` is why the entry fails, or ``None``. ``repairable``: every file holds
-    the verified bytes, and only what the receipt records about them (size, mtime) or
-    the bytecode compiled from them differs. ``repaired``: it was repaired, so it passes.
-    ``not_trusted``: why no key this user trusts vouches for an entry that is not broken
-    (cached by a process trusting no key, or another): this user's loads check it on the
-    CDN before they use it, and ``prune`` leaves it to the users of a shared cache who
-    trust it.
+    ``problem`` is why the entry fails, or ``None``. ``repairable``: every file holds the
+    verified bytes, and only what the receipt records about them (size, mtime), the
+    bytecode compiled from them, or who may write them differs. ``repaired``: it was
+    repaired, so it passes. ``not_trusted``: why no key this user trusts vouches for an
+    entry that is not broken (cached by a process trusting no key, or another): this
+    user's loads check it on the CDN before they use it, and ``prune`` leaves it to the
+    users of a shared cache who trust it.
     """
 
     problem: str | None = None
@@ -66,29 +67,31 @@ def verify_entry(cache: Cache, entry: CacheEntry, *, repair: bool = False) -> Ve
     against the receipt.
 
     With ``repair``, an entry whose files re-hash right is repaired offline: damaged
-    bytecode is compiled again from the verified sources and the receipt re-stamped
-    with each file's size and mtime now (a copy of the cache that lost its modification
-    times). Anything else is left for ``prune`` to remove and a load to fetch again.
+    bytecode is compiled again from the verified sources, the receipt re-stamped with
+    each file's size and mtime now (a copy of the cache that lost its modification
+    times), and every file and directory given the mode a commit gives it (an entry an
+    older client cached under ``umask 000``). Anything else is left for ``prune`` to
+    remove and a load to fetch again.
 
     Raises:
         CacheError: ``entry`` lists a file this process cannot name as every other does
             (a locale that is not UTF-8): it cannot tell whether the file is there.
     """
-    verdict = _verify(entry)
+    verdict = _verify(cache, entry)
     if not (repair and verdict.repairable):
         return verdict
     # Under the entry's download mutex: a load that found it changed would replace it.
     with download_mutex(cache, entry.info, entry.variant), cache_errors(entry.path):
-        verdict = _verify(entry)  # again: it may have changed meanwhile
+        verdict = _verify(cache, entry)  # again: it may have changed meanwhile
         receipt = read_receipt(entry.path)
         if not verdict.repairable or receipt is None:
             return verdict
         _restamp(entry.path, receipt, _manifest(entry.path).files)
-        settle_modes(entry.path, shared=cache.shared)  # the bytecode compiled again
+        settle_modes(entry.path, shared=cache.shared)  # the bytecode compiled again too
     return verdict._replace(repaired=True)
 
 
-def _verify(entry: CacheEntry) -> Verdict:
+def _verify(cache: Cache, entry: CacheEntry) -> Verdict:
     receipt = read_receipt(entry.path)
     if receipt is None:
         return Verdict("no receipt: the entry was never completely verified")
@@ -109,7 +112,10 @@ def _verify(entry: CacheEntry) -> Verdict:
     broken, not_trusted = _signature_problem(entry, receipt, get_config())
     if broken is not None:
         return Verdict(broken)
-    return _stamps_verdict(entry, receipt, manifest.files)._replace(not_trusted=not_trusted)
+    verdict = _stamps_verdict(entry, receipt, manifest.files)
+    if verdict.ok:
+        verdict = _modes_verdict(entry.path, shared=cache.shared)
+    return verdict._replace(not_trusted=not_trusted)
 
 
 def _manifest(entry: Path) -> Manifest:
@@ -142,6 +148,44 @@ def _stamps_verdict(entry: CacheEntry, receipt: Receipt, listed: Mapping[str, by
             f"{changed} has another size or mtime than when it was verified", repairable=True
         )
     return Verdict()
+
+
+def _modes_verdict(entry: Path, *, shared: bool) -> Verdict:
+    """Whether a file or directory in ``entry`` may be written by more users than a
+    commit lets (see :func:`~.directories.settle_modes`): by every user, or by the group
+    of a cache no group shares. The entry's own directory is a directory of the cache
+    layout, which :func:`~.entries.untrusted_dirs` judges."""
+    for directory, subdirectories, names in os.walk(entry):
+        subdirectories.sort()
+        for name in sorted(subdirectories + names):
+            path = os.path.join(directory, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:  # gone meanwhile: the checks of the files report a listed one
+                continue
+            writers = _other_writers(mode, shared=shared)
+            if writers is not None:
+                relpath = Path(path).relative_to(entry).as_posix()
+                return Verdict(
+                    f"{relpath} is writable by {writers} (mode {stat.S_IMODE(mode):04o}): "
+                    "whoever may reach the cache could change what an import of the kernel "
+                    "runs; `flashhub cache verify --repair` gives the entry the modes a new "
+                    "download gets",
+                    repairable=True,
+                )
+    return Verdict()
+
+
+def _other_writers(mode: int, *, shared: bool) -> str | None:
+    """Who else than its owner may write a file of ``mode`` that a commit would not let:
+    ``None`` for none, and for a symlink (its own mode means nothing)."""
+    if stat.S_ISLNK(mode):
+        return None
+    if mode & stat.S_IWOTH:
+        return "every user"
+    if mode & stat.S_IWGRP and not shared:
+        return "its group"
+    return None
 
 
 def _files_problem(entry: Path, files: Mapping[str, bytes]) -> str | None:

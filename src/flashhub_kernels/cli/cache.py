@@ -68,7 +68,8 @@ def _cache_arguments(parser: argparse.ArgumentParser) -> None:
                 "--repair",
                 action="store_true",
                 help="offline, re-stamp entries whose files re-hash right (a copy that lost "
-                "its modification times) and recompile their damaged bytecode",
+                "its modification times), recompile their damaged bytecode and give their "
+                "files the modes a new download gets",
             )
         if name == "clear":
             action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -258,7 +259,7 @@ def _verify_hint(failed: list[Verdict], untrusted: list[tuple[Path, str]]) -> st
     if any(verdict.repairable for verdict in failed):
         hints.append(
             "`flashhub cache verify --repair` repairs the entries whose files are intact "
-            "(only their modification times or bytecode changed)"
+            "(only their modification times, bytecode or modes changed)"
         )
     if failed:
         hints.append("`flashhub cache prune` removes them; they are fetched again on use")
