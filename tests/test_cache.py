@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import marshal
 import os
+import py_compile
 import stat
 import sys
 from pathlib import Path
@@ -188,6 +190,32 @@ def test_modified_cached_file_is_refetched(cdn: CdnServer, cache_dir: Path) -> N
     assert out.strip() == f"{REPO}@v1:{local_variant()}"
     assert any(p.endswith("_ops.py") for p in cdn.gets())
     assert "evil" not in ops.read_text()
+
+
+def test_cached_bytecode_replaced_by_a_symlink_of_its_size_and_mtime_is_refetched(
+    cdn: CdnServer, cache_dir: Path, tmp_path: Path
+) -> None:
+    """What the receipt records of a file is its size and mtime; a symlink can have both
+    (its target's name as long as the file): it is a changed file all the same, and the
+    bytecode it leads to, outside the cache, never runs."""
+    write_kernel(cdn.root, REPO, 1)
+    fk.get_kernel(REPO, version=1)
+    ops = version_dir(cache_dir) / local_variant() / "tensor_tricks" / "_ops.py"
+    bytecode = Path(importlib.util.cache_from_source(str(ops)))
+    planted, compiled = tmp_path / "planted.py", tmp_path / "planted.pyc"
+    planted.write_text("MARKER = 'planted'\ndouble = None\n")
+    py_compile.compile(
+        str(planted), str(compiled), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    recorded = bytecode.stat()
+    bytecode.unlink()
+    bytecode.symlink_to("/" * (recorded.st_size - len(str(compiled))) + str(compiled))
+    os.utime(bytecode, ns=(recorded.st_atime_ns, recorded.st_mtime_ns), follow_symlinks=False)
+    link = bytecode.lstat()
+    assert (link.st_size, link.st_mtime_ns) == (recorded.st_size, recorded.st_mtime_ns)
+    out = run_python("import flashhub.acme.tensor_tricks.v1 as k; print(k.marker())")
+    assert out.strip() == f"{REPO}@v1:{local_variant()}"
+    assert not bytecode.is_symlink()
 
 
 def test_modified_cached_file_offline_is_refused(
