@@ -43,7 +43,8 @@ def test_an_entry_cache_clear_removes_while_a_hit_waits_to_mark_it_is_fetched_ag
     looks the kernel up in full (it fetches it again) rather than load from what was removed."""
     write_kernel(cdn.root, REPO, 1)
     assert [import_once()[0] for _ in range(3)] == [True, True, False]  # cold, recorded, hit
-    entry, loaders = entry_dir(cache_dir), list[Child]()
+    entry = entry_dir(cache_dir)
+    loaders: list[Child] = []
 
     def evict_once_a_hit_waits(path: Path) -> None:
         loaders.append(start_code(IMPORT, env=dict(os.environ)))
