@@ -28,6 +28,7 @@ from conftest import NOBODY, MakeProject, assert_terminal_safe, needs_root, run_
 from flashhub_kernels._cache import verify
 from flashhub_kernels._cache.entries import CacheEntry
 from flashhub_kernels._cache.mutex import download_mutex
+from flashhub_kernels._cache_imports import mark_in_use
 from flashhub_kernels._constants import RECEIPT_NAME
 from support.cdn_server import CdnServer, held
 from support.cli_runner import (
@@ -1047,6 +1048,36 @@ def test_entries_in_use_hold_at_most_a_quarter_of_the_open_files_limit(cdn: CdnS
     run_python(code)  # cold: downloads them
     for _warm in range(2):  # the second from the import table
         assert int(run_python(code)) <= 64 // 4 + 8, "descriptors beyond the marks are few"
+
+
+def test_threads_marking_entries_in_use_at_once_hold_one_descriptor_each(tmp_path: Path) -> None:
+    """The first loads of a process's threads mark the same entries at once (one kernel
+    under its names): each entry keeps one descriptor, not one per thread that raced."""
+    entries = [tmp_path / f"entry{n}" for n in range(100)]
+    for entry in entries:
+        entry.mkdir()
+    start = threading.Barrier(8)
+
+    def mark_all() -> None:
+        start.wait()
+        assert all(mark_in_use(entry) for entry in entries)
+
+    threads = [threading.Thread(target=mark_all) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    held = [path for path in _open_paths() if path.startswith(str(tmp_path))]
+    assert sorted(held) == sorted(map(str, entries))
+
+
+def _open_paths() -> list[str]:
+    """What this process's descriptors are open on."""
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own, closed since
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return paths
 
 
 def test_an_entry_a_finished_process_used_is_removed(cdn: CdnServer) -> None:

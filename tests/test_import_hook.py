@@ -498,6 +498,46 @@ def test_import_statements_of_both_names_give_one_module(cdn: CdnServer) -> None
     assert printed.split() == ["True", "flashhub.acme.tensor_tricks.v1_cpu"]
 
 
+# Each import the finder's find_spec answers, with the modules imported while it ran.
+FIND_SPEC_IMPORTS = """
+import sys
+from flashhub_kernels._finder import KernelFinder
+
+imported = []
+find_spec = KernelFinder.find_spec
+
+def watched(self, fullname, *args):
+    before = set(sys.modules)
+    try:
+        return find_spec(self, fullname, *args)
+    finally:
+        imported.extend(sorted(set(sys.modules) - before))
+
+KernelFinder.find_spec = watched
+import flashhub.acme.tensor_tricks.v1_cpu
+import flashhub.acme.tensor_tricks.v1  # its twin
+for name in ["flashhub.get_kernel", "flashhub.acme.tensor_tricks.v01", "flashhub._local.x_0"]:
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+    else:
+        raise AssertionError(name)
+del sys.modules["flashhub.acme.tensor_tricks.v1"]
+import flashhub.acme.tensor_tricks.v1  # located before: checked again
+print(imported)
+"""
+
+
+def test_the_finder_imports_nothing_under_the_global_import_lock(cdn: CdnServer) -> None:
+    # find_spec runs under Python's global import lock: a module imported there waits for
+    # another thread's import of it, which waits for that lock. Four threads loading one
+    # kernel under its names at once hung so (the finder imported the twin names' module).
+    write_kernel(cdn.root, REPO, 1, [cpu_variant()])
+    run_python(CPU_ONLY_CHILD + "import flashhub.acme.tensor_tricks.v1")
+    assert run_python(CPU_ONLY_CHILD + FIND_SPEC_IMPORTS, torch_only=True).strip() == "[]"
+
+
 # Threads import argv[2] and argv[3] at once ("check_arch=False": get_kernel's own
 # resolution of the forced name). The first import is held (argv[1] appears
 # then); the second starts, and once it waits for something, argv[4] appears and the

@@ -341,7 +341,8 @@ def mark_in_use(entry: Path) -> bool:
     if held is not None:
         if _is_at(held, entry):
             return True
-        os.close(_held.pop(key))  # removed and cached again since: lock the new one
+        if _held.pop(key, None) == held:  # removed and cached again since: lock the new one
+            os.close(held)
     try:
         fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -356,7 +357,8 @@ def mark_in_use(entry: Path) -> bool:
     if not _is_at(fd, entry):
         os.close(fd)
         return False
-    _held[key] = fd
+    if _held.setdefault(key, fd) != fd:  # another thread marked it meanwhile
+        os.close(fd)
     return True
 
 

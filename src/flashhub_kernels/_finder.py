@@ -55,30 +55,62 @@ class _SyntheticPackageLoader(importlib._abc.Loader):
         pass
 
 
+class _RefusedLoader(_SyntheticPackageLoader):
+    """A name below ``flashhub`` that names no kernel: its import raises the error saying
+    why (see :mod:`._not_a_kernel`), made as the import runs (see ``find_spec``)."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        self.get_code(spec.name)
+
+    def get_code(self, fullname: str) -> None:  # what runpy asks (python -m flashhub)
+        from ._not_a_kernel import refusal
+
+        raise refusal(fullname)
+
+
+_REFUSED = _RefusedLoader()
+
+
 class KernelLoader(importlib.machinery.SourceFileLoader):
-    """Locates a kernel to its cache directory, then loads it as plain source files."""
+    """Locates a kernel to its cache directory, then loads it as plain source files.
+
+    ``twins``: other names of the kernel imported in this process that may load the same
+    variant (see :func:`twin_names`); the module of the one that did is this name's too,
+    decided as the import runs (see :func:`~flashhub_kernels._twin_names.twin_module`).
+    """
 
     def __init__(
-        self, finder: KernelFinder, fullname: str, kernel_dir: KernelDir | None = None
+        self,
+        finder: KernelFinder,
+        fullname: str,
+        known: KernelDir | None = None,
+        twins: list[tuple[str, str]] | None = None,
     ) -> None:
-        super().__init__(fullname, str(kernel_dir.init_file) if kernel_dir else "")
-        self._finder = finder
-        self._kernel_dir = kernel_dir
+        super().__init__(fullname, str(known.init_file) if known else "")
+        self._finder, self._known, self._twins = finder, known, twins
+        self._kernel_dir: KernelDir | None = None
+        self._twin_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        if self._kernel_dir is None:
-            self._locate(spec)
+        if self._twins:
+            from ._twin_names import twin_module
+
+            module = twin_module(self._finder, spec.name, self._twins)
+            if module is not None:
+                self._twin_spec = module.__spec__
+                return module
+        self._use(spec)
         return None
 
     def exec_module(self, module: ModuleType) -> None:
+        if self._twin_spec is not None:  # the import system set it to this name's spec
+            module.__spec__ = self._twin_spec
+            return
         kernel_dir = self._kernel_dir
-        if kernel_dir is None:
-            # importlib.reload() calls exec_module without create_module. This loader has
-            # no kernel_dir because the cache entry the module was loaded from is gone
-            # (`flashhub cache clear`): locate it afresh, as a fresh import would.
+        if kernel_dir is None:  # importlib.reload() calls exec_module without create_module
             spec = module.__spec__
             assert spec is not None
-            kernel_dir = self._locate(spec)
+            kernel_dir = self._use(spec)
             module.__file__ = self.path
             module.__path__ = [str(kernel_dir.package_dir)]
             module.__cached__ = spec.cached  # type: ignore[attr-defined]
@@ -113,8 +145,15 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
             add_failure_note(exc, module.__name__, kernel_dir)
             raise
 
-    def _locate(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
-        """Locate the kernel (downloading it when needed) and point ``spec`` at its files."""
+    def _use(self, spec: importlib.machinery.ModuleSpec) -> KernelDir:
+        """The kernel to import: the one located before while it may still be imported
+        (its cache entry not removed by ``flashhub cache clear``, its signer trusted by the
+        keys trusted now), else located afresh, downloaded when needed, with ``spec``
+        pointed at its files."""
+        known = self._known
+        if known is not None and (known.info is None or _still_valid(known)):
+            self._kernel_dir = known
+            return known
         kernel_dir = self._kernel_dir = self._finder.locate(spec.name)
         self.path = str(kernel_dir.init_file)
         _point_at(spec, kernel_dir)
@@ -171,45 +210,35 @@ class KernelFinder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        kernel_dir = self._kernel_dirs.get(fullname)
-        # Located before in this process, or a local kernel: one stat, no other I/O. A
-        # cache entry removed since (``flashhub cache clear``), or one the keys trusted
-        # now do not vouch for, is located afresh.
-        if kernel_dir is not None and (kernel_dir.info is None or _still_valid(kernel_dir)):
+        # Under Python's global import lock: nothing is imported here (an import could wait
+        # for another thread's import of that module, which waits for this lock).
+        known = self._kernel_dirs.get(fullname)
+        if known is not None:  # located before in this process, or a local kernel
             spec = importlib.machinery.ModuleSpec(
-                fullname, KernelLoader(self, fullname, kernel_dir), is_package=True
+                fullname, KernelLoader(self, fullname, known), is_package=True
             )
-            _point_at(spec, kernel_dir)
+            _point_at(spec, known)
             return spec
         parsed = parse_module_name(fullname)
-        if parsed is None:
-            if fullname.startswith("flashhub.") and fullname.count(".") == 3:
-                from ._not_a_kernel import refuse_misspelt_version
-
-                refuse_misspelt_version(fullname)
-            return None
-        if parsed.org == LOCAL_ORG and parsed.pkg is not None:
-            from ._loading.local import unknown_local_module  # another process's get_local_kernel
-
-            raise unknown_local_module(fullname)
+        if parsed is None:  # a kernel's version misspelt, or a name no kernel has
+            owner = parse_module_name(fullname.rpartition(".")[0])
+            misspelt = fullname.count(".") == 3 and owner is not None and owner.org != LOCAL_ORG
+            return importlib.machinery.ModuleSpec(fullname, _REFUSED) if misspelt else None
+        if parsed.org == LOCAL_ORG and parsed.pkg is not None:  # another process's local kernel
+            return importlib.machinery.ModuleSpec(fullname, _REFUSED)
         # `from flashhub import get_kernel` meant the API: its names are the package's own
         # (read from the package, which imports this module: not imported from it).
         api = sys.modules["flashhub_kernels"].__all__ if parsed.pkg is None else ()
         if parsed.org in api or (parsed.org, parsed.pkg) == ("__main__", None):
-            from ._not_a_kernel import api_name_error
-
-            raise api_name_error(fullname, parsed.org)
+            return importlib.machinery.ModuleSpec(fullname, _REFUSED)
         if parsed.version is None:
             return importlib.machinery.ModuleSpec(
                 fullname, _SyntheticPackageLoader(), is_package=True
             )
-        loader: importlib._abc.Loader = KernelLoader(self, fullname)
         others = twin_names(fullname, parsed.backend)
-        if any(name in self._found or name in sys.modules for name, _backend in others):
-            from ._twin_names import TwinLoader  # the same load imported under another name
-
-            loader = TwinLoader(self, others, loader)
+        twins = [twin for twin in others if twin[0] in self._found or twin[0] in sys.modules]
         self._found.add(fullname)
+        loader = KernelLoader(self, fullname, twins=twins)
         return importlib.machinery.ModuleSpec(fullname, loader, is_package=True)
 
     def same_repo(self, fullname: str, other: str) -> bool:
