@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import importlib
 import os
 import pickle
 import signal
@@ -34,7 +35,9 @@ from flashhub_kernels._network.progress import Progress
 from flashhub_kernels._network.transport import Fetcher, warn_if_insecure
 from flashhub_kernels.errors import CacheError, IntegrityError, ManifestError, TransportError
 from support.cdn_server import (
+    CdnHandler,
     CdnServer,
+    Fault,
     capped_range,
     chunked,
     compression_bomb,
@@ -478,6 +481,66 @@ def test_threads_loading_one_cold_kernel_fetch_each_file_once(blob_kernel: CdnSe
     assert errors == [] and len(modules) == 8 and all(m is modules[0] for m in modules)
     files = [p for p in blob_kernel.gets() if "/build/" in p]
     assert len(files) == len(set(files))
+
+
+def failing_after(started: threading.Event, release: threading.Event) -> Fault:
+    """Set ``started`` on arrival, then, once ``release`` is set, answer a 500 that says
+    to retry in an hour (no retry waits that long: the load fails at once)."""
+
+    def fault(handler: CdnHandler, body: bytes) -> None:
+        started.set()
+        release.wait(30)
+        status(500, retry_after=3600)(handler, body)
+
+    return fault
+
+
+def waits_for_an_import(thread: threading.Thread) -> bool:
+    """Whether ``thread`` waits for the import lock of a module another thread imports."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    code = frame.f_code if frame is not None else None
+    return code is not None and code.co_name == "acquire" and "_bootstrap" in code.co_filename
+
+
+@pytest.mark.parametrize("how", ["get_kernel", "import"])
+def test_threads_waiting_for_a_failing_cold_load_get_its_error_and_a_later_call_tries_again(
+    blob_kernel: CdnServer, how: str
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    index = f"kernels/{REPO}/v1/variants.json"
+    blob_kernel.inject(index, failing_after(started, release), *[status(500, 3600)] * 10)
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            if how == "get_kernel":
+                fk.get_kernel(REPO, version=1)
+            else:
+                importlib.import_module("flashhub.acme.tensor_tricks.v1")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    assert started.wait(30)
+    deadline = time.monotonic() + 30
+    while sum(map(waits_for_an_import, threads)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert len(errors) == 6 and all(type(e) is TransportError for e in errors)
+    assert len({str(e) for e in errors}) == 1 and "HTTP 500" in str(errors[0])
+    assert len({id(e) for e in errors}) == 6, "each thread raises an error of its own"
+    together = sorted(blob_kernel.gets())
+    assert together.count(f"/{index}") == 1, "one load for all the threads"
+    blob_kernel.clear_log()
+    with pytest.raises(TransportError, match="HTTP 500"):  # a later call: a new attempt
+        fk.get_kernel(REPO, version=1)
+    assert sorted(blob_kernel.gets()) == together
+    blob_kernel.faults.clear()
+    assert cached_blob(fk.get_kernel(REPO, version=1)) == BLOB
 
 
 KILLABLE = "import flashhub_kernels as fk; fk.get_kernel('acme/tensor-tricks', version=1)"

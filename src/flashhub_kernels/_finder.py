@@ -269,7 +269,7 @@ class KernelFinder:
         if kernel_dir is None:
             from ._cache.obtain import use_kernel
 
-            kernel_dir = use_kernel(candidates, backend=parsed.backend)
+            kernel_dir = use_kernel(candidates, backend=parsed.backend, importing=fullname)
             if key is not None:
                 from ._cache.table_writer import record
 

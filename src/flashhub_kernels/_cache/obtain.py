@@ -41,12 +41,15 @@ def obtain_kernel(
     backend: str | None = None,
     config: Config | None = None,
     system: SystemInfo | None = None,
+    importing: str | None = None,
 ) -> KernelDir:
     """Return a verified cache entry for the first candidate that exists, downloading it if needed.
 
     ``candidates`` are the CDN spellings a module name may stand for (see
     :func:`~flashhub_kernels._models.names.cdn_name_candidates`), tried in order. The entry is
-    the one this machine (as if it ran ``backend``), or ``system``, loads.
+    the one this machine (as if it ran ``backend``), or ``system``, loads. ``importing`` is
+    the kernel module whose import the call is for: a download that fails fails the threads
+    waiting for that import too (see :mod:`~.._shared_failure`).
     """
     config = config or get_config()
     cache, system = Cache.from_config(config), system or this_system(backend)
@@ -65,26 +68,34 @@ def obtain_kernel(
 
     with collection_paused():
         from .._network.download import fetch_kernel
+        from .._shared_failure import shared_with_waiters
         from ..errors import CacheError
 
-        try:
-            return fetch_kernel(cache, system, candidates, config)
-        except CacheError as exc:
-            if damaged is not None:
-                raise _not_fetched_again(exc, candidates[0], damaged) from exc
-            if exc.read_only:
-                raise _not_downloadable(exc, candidates[0]) from exc
-            raise
+        with shared_with_waiters(importing):
+            try:
+                return fetch_kernel(cache, system, candidates, config)
+            except CacheError as exc:
+                if damaged is not None:
+                    raise _not_fetched_again(exc, candidates[0], damaged) from exc
+                if exc.read_only:
+                    raise _not_downloadable(exc, candidates[0]) from exc
+                raise
 
 
 def use_kernel(
-    candidates: Sequence[RepoInfo], *, backend: str | None = None, system: SystemInfo | None = None
+    candidates: Sequence[RepoInfo],
+    *,
+    backend: str | None = None,
+    system: SystemInfo | None = None,
+    importing: str | None = None,
 ) -> KernelDir:
-    """:func:`obtain_kernel` for an import, the entry marked in use (``cache clear`` skips it)."""
-    kernel_dir = obtain_kernel(candidates, backend=backend, system=system)
+    """:func:`obtain_kernel` for an import (of the module ``importing``, if given), the
+    entry marked in use (``cache clear`` skips it)."""
+    obtain = functools.partial(obtain_kernel, backend=backend, system=system, importing=importing)
+    kernel_dir = obtain(candidates)
     assert kernel_dir.entry is not None, "obtain_kernel gives cache entries"
     if not mark_in_use(kernel_dir.entry):  # removed by `cache clear` meanwhile: fetch it again
-        kernel_dir = obtain_kernel(candidates, backend=backend, system=system)
+        kernel_dir = obtain(candidates)
         assert kernel_dir.entry is not None
         mark_in_use(kernel_dir.entry)
     return kernel_dir
