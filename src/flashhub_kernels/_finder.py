@@ -76,7 +76,8 @@ class KernelLoader(importlib.machinery.SourceFileLoader):
 
     ``twins``: other names of the kernel imported in this process that may load the same
     variant (see :func:`twin_names`); the module of the one that did is this name's too,
-    decided as the import runs (see :func:`~flashhub_kernels._twin_names.twin_module`).
+    decided under this name's import lock (a child forked meanwhile drops it), not the
+    global one (see :func:`~flashhub_kernels._twin_names.twin_module`).
     """
 
     def __init__(
