@@ -555,7 +555,7 @@ def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
     # Python's own bytecode of a verified source, which a `python -O` import writes.
     assert run_python(IMPORT_HELPERS, env=optimized, fresh=True).strip() == SHOUT
     assert (pycache / f"helpers.{tag}.opt-1.pyc").is_file()
-    assert flashhub_process("cache", "verify").returncode == 0
+    assert flashhub("cache", "verify").returncode == 0
 
     planted = pycache / f"_ops.{tag}.opt-1.pyc"
     other_code = tmp_path / "_ops.py"
@@ -574,8 +574,8 @@ def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
     sourceless.write_bytes(b"anything")
     assert "planted code ran" in run_python(IMPORT_HELPERS, env=optimized, fresh=True)
 
-    verified = flashhub_process("cache", "verify")
-    repaired = flashhub_process("cache", "verify", "--repair")
+    verified = flashhub("cache", "verify")
+    repaired = flashhub("cache", "verify", "--repair")
 
     assert verified.returncode == 1
     assert (
@@ -586,7 +586,7 @@ def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
     assert repaired.returncode == 0, repaired.stderr
     assert not planted.exists() and not sourceless.exists() and another_python.exists()
     assert (pycache / f"helpers.{tag}.opt-1.pyc").is_file()
-    assert flashhub_process("cache", "verify").returncode == 0
+    assert flashhub("cache", "verify").returncode == 0
     assert run_python(IMPORT_HELPERS, env=optimized, fresh=True).strip() == SHOUT
 
 
@@ -616,15 +616,15 @@ def test_cache_verify_says_which_tool_wrote_bytecode_beside_a_verified_source(
     rewritten = pycache / f"_ops.{tag}-pytest-{pytest.__version__}.pyc"
     assert rewritten.is_file()
 
-    by_pytest = flashhub_process("cache", "verify")
-    assert flashhub_process("cache", "verify", "--repair").returncode == 0
+    by_pytest = flashhub("cache", "verify")
+    assert flashhub("cache", "verify", "--repair").returncode == 0
     assert not rewritten.exists()
     # typeguard's and beartype's hooks name theirs as an optimization level of their own.
     source = entry / PY_PKG / "helpers.py"
     hooked = Path(importlib.util.cache_from_source(str(source), optimization="typeguard461"))
     py_compile.compile(str(source), cfile=str(hooked))
-    by_another_tool = flashhub_process("cache", "verify")
-    assert flashhub_process("cache", "verify", "--repair").returncode == 0
+    by_another_tool = flashhub("cache", "verify")
+    assert flashhub("cache", "verify", "--repair").returncode == 0
 
     assert by_pytest.returncode == 1
     assert (
@@ -643,7 +643,7 @@ def test_cache_verify_says_which_tool_wrote_bytecode_beside_a_verified_source(
         "that the tool writes none there"
     ) in by_another_tool.stdout
     assert not hooked.exists()
-    assert flashhub_process("cache", "verify").returncode == 0
+    assert flashhub("cache", "verify").returncode == 0
 
 
 def test_a_cache_copied_without_modification_times_is_repaired_offline(
