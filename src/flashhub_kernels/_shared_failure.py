@@ -15,8 +15,9 @@ the frames of all of them in its one traceback. Only the library's own errors ar
 Ctrl-C, say) concerns the thread it happened in, and the waiting threads load afresh.
 
 Python has no public view of the import locks: the module's lock is read from
-``importlib._bootstrap._module_locks`` (Python 3.10 to 3.14). Where it is not found, no
-error is shared and the threads load one after another, as they did.
+``importlib._bootstrap._module_locks`` (a dict of weak references from Python 3.10 to
+3.13 at least). Where it is not found, no error is shared and the threads load one after
+another, as they did.
 """
 
 from __future__ import annotations
