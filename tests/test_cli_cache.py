@@ -54,6 +54,12 @@ from support.trees import (
 LOCAL = local_variant()
 
 
+def fetched_v1(cdn: CdnServer) -> Path:
+    """Publish v1 of the kernel and `flashhub get` it: its cache entry."""
+    write_kernel(cdn.root, REPO, 1)
+    return Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+
+
 # -- list, verify, prune, clear -----------------------------------------------------------------
 
 
@@ -150,8 +156,7 @@ def test_a_directory_beside_an_entry_that_this_user_cannot_read_is_left_alone(
 ) -> None:
     """As one that a kernel run by another user compiled into, and kept private: the
     commands cannot look inside it, and need not, since it is no entry of the cache's."""
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     private = entry.parent / "build"
     (private / "jit_module").mkdir(parents=True)
     private.chmod(0)
@@ -523,8 +528,7 @@ SHOUT = f"{REPO}@v1:{LOCAL}".upper()
 def test_cache_verify_reports_damaged_bytecode_and_repair_recompiles_it(
     cdn: CdnServer, cache_dir: Path
 ) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     (pyc,) = (entry / PY_PKG / "__pycache__").glob("helpers.*.pyc")
     pyc.write_bytes(b"garbage")
 
@@ -547,8 +551,7 @@ def test_cache_verify_reports_damaged_bytecode_and_repair_recompiles_it(
 def test_cache_verify_reports_bytecode_it_did_not_compile_and_repair_removes_it(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     pycache = entry / PY_PKG / "__pycache__"
     optimized = {"FLASHHUB_OFFLINE": "1", "PYTHONOPTIMIZE": "1", "PYTHONDONTWRITEBYTECODE": ""}
     tag = sys.implementation.cache_tag
@@ -607,8 +610,7 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_ke
 def test_cache_verify_says_which_tool_wrote_bytecode_beside_a_verified_source(
     cdn: CdnServer, cache_dir: Path, tmp_path: Path
 ) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     pycache = entry / PY_PKG / "__pycache__"
     tag = sys.implementation.cache_tag
     run_python(PYTEST_REWRITING_THE_KERNEL, env={"FLASHHUB_OFFLINE": "1"}, cwd=tmp_path)
@@ -700,8 +702,7 @@ def test_a_cache_shipped_in_a_tar_archive_that_keeps_whole_seconds_loads_offline
     mtime in whole seconds only: the copy is trusted, and a file changed in it is not."""
     if shutil.which("tar") is None:
         pytest.skip("no tar command")
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     archive, copy = tmp_path / "cache.tar", tmp_path / "shipped-cache"
     copy.mkdir(mode=0o700)
     subprocess.run(
@@ -731,8 +732,7 @@ def test_a_file_changed_and_stamped_with_a_later_whole_second_is_refused(
     """Only an mtime cut to its whole second (as an archive keeps it) stands for the one
     recorded: a file changed since, whose mtime lands on the whole second after it (a
     tool or file system that rounds up), is changed."""
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     helpers = entry / PY_PKG / "helpers.py"
     recorded = helpers.stat().st_mtime_ns
     if recorded % 10**9 == 0:
@@ -752,8 +752,7 @@ def test_a_file_changed_and_stamped_with_a_later_whole_second_is_refused(
 
 
 def test_cache_verify_repair_leaves_changed_content_to_prune(cdn: CdnServer) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     (entry / PY_PKG / "helpers.py").write_text("def shout():\n    return 'edited'\n")
 
     repaired = flashhub("cache", "verify", "--repair")
@@ -804,8 +803,7 @@ def _pycache_symlinked_outside(entry: Path, outside: Path) -> str:
 def test_cache_verify_fails_an_entry_tampered_with_beyond_its_listed_files(
     cdn: CdnServer, tmp_path: Path, tamper: Callable[[Path, Path], str]
 ) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     problem = tamper(entry, tmp_path / "outside")
 
     verified = flashhub("cache", "verify")
@@ -831,8 +829,7 @@ def test_cache_verify_fails_a_file_replaced_by_a_symlink_to_an_identical_copy(
 ) -> None:
     """What a symlink reaches may change after verify: only a regular file is verified.
     Bytecode is compiled again; a listed file is left for prune and a load to fetch."""
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     path, copy = entry / relpath, tmp_path / "outside"
     shutil.copy2(path, copy)
     path.unlink()
@@ -854,8 +851,7 @@ def test_cache_verify_repair_leaves_an_entry_changed_while_it_waited_for_the_mut
     """Repair finds a file's mtime changed, then waits for the entry's mutex; meanwhile
     the file's bytes change. It checks the entry again under the mutex, and stamps
     nothing: a receipt stamped anew would have warm loads trust the changed bytes."""
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     helpers = entry / PY_PKG / "helpers.py"
     os.utime(helpers, (1, 1))  # repairable: a copy that lost its modification times
     receipt = (entry / RECEIPT_NAME).read_bytes()
@@ -908,8 +904,7 @@ def test_cache_verify_reports_what_every_user_may_write_in_an_entry_and_repair_s
     anyone reaching the cache could write there. ``--repair`` gives the entry the modes a
     download gives it; the receipt still vouches for the files, and the import table
     answers warm loads again."""
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     settled = _modes(entry)
     receipt = json.loads((entry / RECEIPT_NAME).read_text())
     offline = {"FLASHHUB_OFFLINE": "1"}
@@ -1004,8 +999,7 @@ def job(code: str, signs: Path) -> Child:
 def test_cache_maintenance_leaves_an_entry_in_use_alone_unless_forced(
     cdn: CdnServer, tmp_path: Path, command: list[str]
 ) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     signs = tmp_path / "signs"
     user = job(USE_AND_WAIT, signs)  # a job using the kernel, in a process of its own
     try:
@@ -1104,8 +1098,7 @@ def _read_only(directory: Path) -> Iterator[None]:
 def test_cache_maintenance_on_a_read_only_cache_says_it_cannot_write(
     cdn: CdnServer, cache_dir: Path, command: list[str]
 ) -> None:
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     os.utime(entry / PY_PKG / "helpers.py", (1, 1))  # so that prune has something to remove
     with _read_only(cache_dir):
         result = flashhub_unprivileged("cache", *command)
@@ -1152,8 +1145,7 @@ def test_cache_maintenance_on_a_cache_it_cannot_read_says_so_with_the_chmod(
     cdn: CdnServer, cache_dir: Path, private: str, command: list[str]
 ) -> None:
     """As an image's cache, made private by the user who built it, is to another user."""
-    write_kernel(cdn.root, REPO, 1)
-    entry = Path(ok_json(flashhub("get", REPO, "--version", "1", "--json"))["path"])
+    entry = fetched_v1(cdn)
     closed = cache_dir / private
     mode = closed.stat().st_mode
     closed.chmod(0)
